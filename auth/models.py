@@ -1,0 +1,157 @@
+"""Records and HTTP bodies of the auth package (msgspec Structs at every boundary)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+NonNegative = Annotated[int, Meta(ge=0)]
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"\S")]
+Role = Literal["owner", "member"]
+ROLES = ("owner", "member")
+
+
+class Limits(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """Per-key or per-team limits, enforced by the gateway's limits package; None = unlimited."""
+
+    rpm: NonNegative | None = None
+    tpm: NonNegative | None = None
+    max_concurrency: NonNegative | None = None
+    monthly_token_budget: NonNegative | None = None
+
+
+# --- stored records (times are UTC epoch seconds) ---
+
+class UserRecord(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    created_at: float
+
+
+class TeamRecord(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    limits: Limits | None
+    created_at: float
+
+
+class MemberRecord(msgspec.Struct, frozen=True):
+    team_id: str
+    user_id: str
+    role: str
+    created_at: float
+
+
+class KeyRecord(msgspec.Struct, frozen=True):
+    id: str
+    secret_hash: str  # hex HMAC-SHA256(pepper, clear key)
+    name: str
+    user_id: str | None  # None: a service key of team_id
+    team_id: str  # the default (or only, for service keys) team
+    is_admin: bool
+    models: tuple[str, ...]
+    limits: Limits | None
+    expires_at: float | None
+    revoked_at: float | None
+    created_at: float
+    last_used_at: float | None = None
+    replaced_by: str | None = None
+
+
+class AuditRecord(msgspec.Struct, frozen=True):
+    id: str
+    at: float
+    actor: str  # key id of the admin, or "cli:<os user>"
+    source: str  # client address, or "cli"
+    action: str  # e.g. "keys.create"
+    target: str  # id of the thing acted on
+    detail: dict = {}  # never holds a secret
+
+
+# --- admin request bodies ---
+
+class CreateUser(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+
+
+class CreateTeam(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+    limits: Limits | None = None
+
+
+class PatchTeam(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name | UnsetType = UNSET
+    limits: Limits | None | UnsetType = UNSET  # null clears the limits
+
+
+class PutMember(msgspec.Struct, forbid_unknown_fields=True):
+    role: Role
+
+
+class CreateKey(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+    team_id: str | None = None
+    user_id: str | None = None
+    models: list[Annotated[str, Meta(min_length=1, max_length=200)]] = []
+    expires_at: str | None = None  # ISO 8601; naive means UTC
+    limits: Limits | None = None
+    is_admin: bool = False
+
+
+class RotateKey(msgspec.Struct, forbid_unknown_fields=True):
+    grace_seconds: Annotated[int, Meta(ge=0, le=30 * 86400)] = 0
+
+
+# --- admin responses (times as ISO 8601 UTC strings) ---
+
+class UserOut(msgspec.Struct):
+    id: str
+    name: str
+    created_at: str
+
+
+class TeamOut(msgspec.Struct):
+    id: str
+    name: str
+    limits: Limits | None
+    created_at: str
+
+
+class MemberOut(msgspec.Struct):
+    team_id: str
+    user_id: str
+    role: str
+    created_at: str
+
+
+class KeyOut(msgspec.Struct):
+    id: str
+    prefix: str  # the public part of the key, safe to display
+    name: str
+    user_id: str | None
+    team_id: str
+    is_admin: bool
+    models: list[str]
+    limits: Limits | None
+    expires_at: str | None
+    revoked_at: str | None
+    created_at: str
+    last_used_at: str | None
+    replaced_by: str | None
+
+
+class KeyCreated(KeyOut):
+    key: str = ""  # the clear key, shown once
+    replaces: str | None = None  # rotation: the old key id, valid until its expires_at
+
+
+class AuditOut(msgspec.Struct):
+    id: str
+    at: str
+    actor: str
+    source: str
+    action: str
+    target: str
+    detail: dict

@@ -1,0 +1,51 @@
+"""Versioned schema of the auth tables; applied in order at start, each version once.
+
+Append new versions; never edit an applied one. The SQL is valid for SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from auth.store.db import Database
+
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (1, "users, teams, memberships, api keys, audit log", [
+        """CREATE TABLE users (
+            id TEXT PRIMARY KEY, name TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE teams (
+            id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, limits TEXT,
+            created_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE memberships (
+            team_id TEXT NOT NULL REFERENCES teams(id), user_id TEXT NOT NULL REFERENCES users(id),
+            role TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (team_id, user_id))""",
+        "CREATE INDEX memberships_user ON memberships(user_id)",
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY, secret_hash TEXT NOT NULL, name TEXT NOT NULL,
+            user_id TEXT REFERENCES users(id), team_id TEXT NOT NULL REFERENCES teams(id),
+            is_admin INTEGER NOT NULL DEFAULT 0, models TEXT NOT NULL DEFAULT '[]', limits TEXT,
+            expires_at DOUBLE PRECISION, revoked_at DOUBLE PRECISION,
+            created_at DOUBLE PRECISION NOT NULL, last_used_at DOUBLE PRECISION, replaced_by TEXT)""",
+        "CREATE INDEX api_keys_team ON api_keys(team_id)",
+        """CREATE TABLE audit_log (
+            id TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, actor TEXT NOT NULL,
+            source TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, detail TEXT NOT NULL)""",
+        "CREATE TABLE auth_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ]),
+]
+
+
+async def migrate(db: Database, now: float) -> list[int]:
+    """Apply pending versions in one locked transaction; returns the versions applied."""
+    async with db.transaction() as tx:
+        await tx.execute("""CREATE TABLE IF NOT EXISTS auth_schema_migrations (
+            version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)""")
+        done = {row[0] for row in await tx.fetchall("SELECT version FROM auth_schema_migrations")}
+        applied = []
+        for version, description, statements in MIGRATIONS:
+            if version in done:
+                continue
+            for statement in statements:
+                await tx.execute(statement)
+            await tx.execute("INSERT INTO auth_schema_migrations (version, description, applied_at) "
+                             "VALUES (?, ?, ?)", (version, description, now))
+            applied.append(version)
+        return applied

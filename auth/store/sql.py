@@ -1,0 +1,173 @@
+"""The auth store: every query the package runs, over either database driver."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+
+import msgspec
+
+from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, TeamRecord, UserRecord
+from auth.store.db import Database, Executor
+
+_KEY_COLUMNS = ("id, secret_hash, name, user_id, team_id, is_admin, models, limits, expires_at, "
+                "revoked_at, created_at, last_used_at, replaced_by")
+_limits_decoder = msgspec.json.Decoder(Limits | None)
+_models_decoder = msgspec.json.Decoder(tuple[str, ...])
+_encode = msgspec.json.encode
+
+
+def _limits(raw: str | None) -> Limits | None:
+    return _limits_decoder.decode(raw) if raw else None
+
+
+def _limits_text(limits: Limits | None) -> str | None:
+    return _encode(limits).decode() if limits is not None else None
+
+
+def _key(row: tuple) -> KeyRecord:
+    return KeyRecord(id=row[0], secret_hash=row[1], name=row[2], user_id=row[3], team_id=row[4],
+                     is_admin=bool(row[5]), models=_models_decoder.decode(row[6]), limits=_limits(row[7]),
+                     expires_at=row[8], revoked_at=row[9], created_at=row[10], last_used_at=row[11],
+                     replaced_by=row[12])
+
+
+def _team(row: tuple) -> TeamRecord:
+    return TeamRecord(id=row[0], name=row[1], limits=_limits(row[2]), created_at=row[3])
+
+
+class Store:
+    """Queries bound to an executor: the database itself, or one open transaction."""
+
+    def __init__(self, db: Database, executor: Executor | None = None) -> None:
+        self.db = db
+        self._x: Executor = executor or db
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Store]:
+        async with self.db.transaction() as tx:
+            yield Store(self.db, tx)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    # --- users ---
+    async def insert_user(self, user: UserRecord) -> None:
+        await self._x.execute("INSERT INTO users (id, name, created_at) VALUES (?, ?, ?)",
+                              (user.id, user.name, user.created_at))
+
+    async def get_user(self, user_id: str) -> UserRecord | None:
+        row = await self._x.fetchone("SELECT id, name, created_at FROM users WHERE id = ?", (user_id,))
+        return UserRecord(*row) if row else None
+
+    async def list_users(self) -> list[UserRecord]:
+        rows = await self._x.fetchall("SELECT id, name, created_at FROM users ORDER BY created_at, id")
+        return [UserRecord(*row) for row in rows]
+
+    # --- teams ---
+    async def insert_team(self, team: TeamRecord) -> None:
+        await self._x.execute("INSERT INTO teams (id, name, limits, created_at) VALUES (?, ?, ?, ?)",
+                              (team.id, team.name, _limits_text(team.limits), team.created_at))
+
+    async def get_team(self, team_id: str) -> TeamRecord | None:
+        row = await self._x.fetchone("SELECT id, name, limits, created_at FROM teams WHERE id = ?", (team_id,))
+        return _team(row) if row else None
+
+    async def get_team_by_name(self, name: str) -> TeamRecord | None:
+        row = await self._x.fetchone("SELECT id, name, limits, created_at FROM teams WHERE name = ?", (name,))
+        return _team(row) if row else None
+
+    async def list_teams(self) -> list[TeamRecord]:
+        rows = await self._x.fetchall("SELECT id, name, limits, created_at FROM teams ORDER BY created_at, id")
+        return [_team(row) for row in rows]
+
+    async def update_team(self, team: TeamRecord) -> None:
+        await self._x.execute("UPDATE teams SET name = ?, limits = ? WHERE id = ?",
+                              (team.name, _limits_text(team.limits), team.id))
+
+    # --- memberships ---
+    async def upsert_member(self, member: MemberRecord) -> None:
+        await self._x.execute(
+            "INSERT INTO memberships (team_id, user_id, role, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (team_id, user_id) DO UPDATE SET role = excluded.role",
+            (member.team_id, member.user_id, member.role, member.created_at))
+
+    async def delete_member(self, team_id: str, user_id: str) -> bool:
+        row = await self._x.fetchone("DELETE FROM memberships WHERE team_id = ? AND user_id = ? RETURNING role",
+                                     (team_id, user_id))
+        return row is not None
+
+    async def get_role(self, team_id: str, user_id: str) -> str | None:
+        row = await self._x.fetchone("SELECT role FROM memberships WHERE team_id = ? AND user_id = ?",
+                                     (team_id, user_id))
+        return row[0] if row else None
+
+    async def list_members(self, team_id: str) -> list[MemberRecord]:
+        rows = await self._x.fetchall("SELECT team_id, user_id, role, created_at FROM memberships "
+                                      "WHERE team_id = ? ORDER BY created_at, user_id", (team_id,))
+        return [MemberRecord(*row) for row in rows]
+
+    async def teams_of(self, user_id: str) -> list[str]:
+        rows = await self._x.fetchall("SELECT team_id FROM memberships WHERE user_id = ? ORDER BY team_id",
+                                      (user_id,))
+        return [row[0] for row in rows]
+
+    # --- keys ---
+    async def insert_key(self, key: KeyRecord) -> None:
+        await self._x.execute(
+            f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key.id, key.secret_hash, key.name, key.user_id, key.team_id, int(key.is_admin),
+             _encode(list(key.models)).decode(), _limits_text(key.limits), key.expires_at, key.revoked_at,
+             key.created_at, key.last_used_at, key.replaced_by))
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        row = await self._x.fetchone(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,))
+        return _key(row) if row else None
+
+    async def list_keys(self, team_id: str | None = None) -> list[KeyRecord]:
+        if team_id is None:
+            rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
+        else:
+            rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE team_id = ? "
+                                          "ORDER BY created_at, id", (team_id,))
+        return [_key(row) for row in rows]
+
+    async def revoke_key(self, key_id: str, at: float) -> None:
+        await self._x.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
+                              (at, key_id))
+
+    async def retire_key(self, key_id: str, expires_at: float, replaced_by: str) -> None:
+        await self._x.execute("UPDATE api_keys SET expires_at = ?, replaced_by = ? WHERE id = ?",
+                              (expires_at, replaced_by, key_id))
+
+    async def touch_keys(self, used: Iterable[tuple[str, float]]) -> None:
+        rows = [(at, key_id) for key_id, at in used]
+        if rows:
+            await self._x.executemany("UPDATE api_keys SET last_used_at = ? WHERE id = ?", rows)
+
+    # --- audit ---
+    async def insert_audit(self, entry: AuditRecord) -> None:
+        await self._x.execute(
+            "INSERT INTO audit_log (id, at, actor, source, action, target, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (entry.id, entry.at, entry.actor, entry.source, entry.action, entry.target,
+             _encode(entry.detail).decode()))
+
+    async def list_audit(self, limit: int, before: str | None = None) -> list[AuditRecord]:
+        columns = "id, at, actor, source, action, target, detail"
+        if before is None:
+            rows = await self._x.fetchall(f"SELECT {columns} FROM audit_log ORDER BY id DESC LIMIT ?", (limit,))
+        else:
+            rows = await self._x.fetchall(f"SELECT {columns} FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?",
+                                          (before, limit))
+        return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
+
+    # --- settings ---
+    async def claim_setting(self, name: str, value: str) -> bool:
+        """Insert name=value unless present; True when this call inserted it."""
+        row = await self._x.fetchone("INSERT INTO auth_settings (name, value) VALUES (?, ?) "
+                                     "ON CONFLICT (name) DO NOTHING RETURNING name", (name, value))
+        return row is not None
+
+    async def get_setting(self, name: str) -> str | None:
+        row = await self._x.fetchone("SELECT value FROM auth_settings WHERE name = ?", (name,))
+        return row[0] if row else None

@@ -1,0 +1,40 @@
+"""Per-client throttling of failed authentication attempts (brute-force protection).
+
+A token bucket per client address: `burst` failures at once, then `per_minute` more each minute.
+While the bucket is empty every attempt from that client gets 429, valid keys included, so a
+guesser cannot learn from the answer. State is per process and bounded in size.
+"""
+
+from __future__ import annotations
+
+
+class FailureThrottle:
+    def __init__(self, burst: int = 10, per_minute: float = 10.0, max_clients: int = 100_000) -> None:
+        self.burst = float(burst)
+        self.rate = per_minute / 60.0
+        self._max = max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, updated_at)
+
+    def _tokens(self, client: str, now: float) -> float:
+        entry = self._buckets.get(client)
+        if entry is None:
+            return self.burst
+        tokens, updated = entry
+        return min(self.burst, tokens + (now - updated) * self.rate)
+
+    def retry_after(self, client: str, now: float) -> float | None:
+        """Seconds until this client may try again, or None when it may try now."""
+        if client not in self._buckets:
+            return None
+        tokens = self._tokens(client, now)
+        if tokens >= 1.0:
+            return None
+        return (1.0 - tokens) / self.rate if self.rate > 0 else 3600.0
+
+    def failed(self, client: str, now: float) -> None:
+        tokens = self._tokens(client, now) - 1.0
+        buckets = self._buckets
+        buckets.pop(client, None)
+        if len(buckets) >= self._max:
+            del buckets[next(iter(buckets))]
+        buckets[client] = (max(tokens, 0.0), now)

@@ -1,0 +1,41 @@
+"""Stored records → admin API responses (never carrying a secret or a hash)."""
+
+from __future__ import annotations
+
+from auth.clock import iso
+from auth.keys import display_prefix
+from auth.models import (AuditOut, AuditRecord, KeyCreated, KeyOut, KeyRecord, MemberOut, MemberRecord,
+                         TeamOut, TeamRecord, UserOut, UserRecord)
+
+
+def user_out(user: UserRecord) -> UserOut:
+    return UserOut(id=user.id, name=user.name, created_at=iso(user.created_at))
+
+
+def team_out(team: TeamRecord) -> TeamOut:
+    return TeamOut(id=team.id, name=team.name, limits=team.limits, created_at=iso(team.created_at))
+
+
+def member_out(member: MemberRecord) -> MemberOut:
+    return MemberOut(team_id=member.team_id, user_id=member.user_id, role=member.role,
+                     created_at=iso(member.created_at))
+
+
+def _key_fields(key: KeyRecord) -> dict:
+    return dict(id=key.id, prefix=display_prefix(key.id), name=key.name, user_id=key.user_id,
+                team_id=key.team_id, is_admin=key.is_admin, models=list(key.models), limits=key.limits,
+                expires_at=iso(key.expires_at), revoked_at=iso(key.revoked_at), created_at=iso(key.created_at),
+                last_used_at=iso(key.last_used_at), replaced_by=key.replaced_by)
+
+
+def key_out(key: KeyRecord) -> KeyOut:
+    return KeyOut(**_key_fields(key))
+
+
+def key_created(key: KeyRecord, clear_key: str, replaces: str | None = None) -> KeyCreated:
+    return KeyCreated(**_key_fields(key), key=clear_key, replaces=replaces)
+
+
+def audit_out(entry: AuditRecord) -> AuditOut:
+    return AuditOut(id=entry.id, at=iso(entry.at), actor=entry.actor, source=entry.source,
+                    action=entry.action, target=entry.target, detail=entry.detail)

@@ -1,0 +1,108 @@
+"""The usage ledger: prices each record, makes it durable in the write-ahead log (group commit)
+before `record()` returns, and ships it to the database in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from billing.pricing import PricingTable
+from billing.records import LedgerEntry, UsageRecord
+from billing.shipper import Shipper
+from billing.store import UsageStore, open_store
+from billing.usage import UsageQuery, UsageReport
+from billing.wal import WalWriter, frame, list_segments
+
+log = structlog.get_logger(__name__)
+
+
+class Ledger:
+    def __init__(self, store: UsageStore, writer: WalWriter, shipper: Shipper, pricing: PricingTable) -> None:
+        self.store, self.pricing = store, pricing
+        self._writer, self._shipper = writer, shipper
+        self._encoder = msgspec.msgpack.Encoder()
+        self._check = msgspec.msgpack.Decoder(LedgerEntry)
+
+    @classmethod
+    async def open(cls, database_url: str, wal_dir: Path, pricing: PricingTable, *,
+                   max_segment_bytes: int = 8 << 20) -> Ledger:
+        """Connect, migrate, replay every WAL segment left by an earlier process (idempotent on
+        request id), then start the writer and the shipper."""
+        wal_dir = Path(wal_dir)
+        wal_dir.mkdir(parents=True, exist_ok=True)
+        store = await open_store(database_url)
+        try:
+            existing = list_segments(wal_dir)
+            # a fresh segment for this process: never append after a possibly torn tail
+            writer = WalWriter(wal_dir, (existing[-1] + 1) if existing else 1, max_segment_bytes)
+            await writer.start()
+            shipper = Shipper(wal_dir, writer, store, first_seq=existing[0] if existing else writer.seq)
+            try:
+                await shipper.drain()
+            except BaseException:
+                await writer.close()
+                raise
+        except BaseException:
+            await store.close()
+            raise
+        if existing:
+            log.info("billing.ledger.replayed", segments=len(existing), entries=shipper.shipped)
+        shipper.start()
+        return cls(store, writer, shipper, pricing)
+
+    async def record(self, rec: UsageRecord) -> None:
+        """Returns once the priced record is on stable storage. Cancelling the caller does not
+        withdraw the record. Raises ValueError for a malformed record."""
+        if rec.status == "rejected" and (rec.prompt_tokens or rec.completion_tokens or rec.compute_tokens):
+            rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0)
+        price = self.pricing.price(rec.model, rec.time)
+        # output is billed on every generated token (beams, best_of), as compute_tokens counts them
+        cost = price.cost(rec.prompt_tokens, max(rec.compute_tokens, rec.completion_tokens))
+        payload = self._encoder.encode(
+            LedgerEntry(rec, price.input_micros, price.output_micros, cost, time.time()))
+        try:
+            self._check.decode(payload)  # types and ranges, checked before the record can poison the log
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"invalid usage record {rec.request_id!r}: {exc}") from None
+        await asyncio.shield(self._writer.append(frame(payload)))
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything recorded so far is in the database (tests, shutdown, audits)."""
+        async def ship() -> None:
+            await self._writer.settle()
+            backoff = 0.05
+            while True:
+                try:
+                    await self._shipper.drain()
+                    return
+                except Exception:  # noqa: BLE001 - the database is away; keep trying until timeout
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+        await asyncio.wait_for(ship(), timeout)
+
+    async def usage(self, query: UsageQuery) -> UsageReport:
+        return UsageReport.from_rows(await self.store.aggregate(query))
+
+    async def records(self, query: UsageQuery) -> list[LedgerEntry]:
+        return await self.store.records(query)
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the database holds everything durable in the log."""
+        return self._shipper.caught_up()
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Flush the log, ship what the database takes within `timeout` (the rest stays in the WAL
+        for the next start), stop background tasks."""
+        await self._writer.close()
+        try:
+            await self.flush(timeout)
+        except TimeoutError:
+            log.warning("billing.ledger.close_unshipped", detail="left in the WAL for the next start")
+        await self._shipper.stop()
+        await self._shipper.retire_current()
+        await self.store.close()

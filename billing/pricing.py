@@ -1,0 +1,130 @@
+"""Per-model prices from a TOML file, re-read when the file changes, with the history kept so a
+request is priced by what was in force when it arrived, not when it finished.
+
+File format (prices are integer micro-units per million tokens)::
+
+    [models."HuggingFaceTB/SmolLM2-135M-Instruct"]
+    input = 150000
+    output = 600000
+
+    [models.default]        # any model not listed; without it unknown models cost zero
+    input = 100000
+    output = 400000
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import structlog
+
+from billing.records import Price
+
+log = structlog.get_logger(__name__)
+
+DEFAULT = "default"
+ZERO = Price(0, 0)
+_MAX_VERSIONS = 256  # requests outlive a handful of reloads at most; keep a generous tail
+
+
+class PricingError(ValueError):
+    pass
+
+
+def parse_prices(doc: Mapping[str, object]) -> dict[str, Price]:
+    models = doc.get("models", {})
+    if not isinstance(models, dict):
+        raise PricingError("[models] must be a table")
+    prices: dict[str, Price] = {}
+    for name, entry in models.items():
+        if not isinstance(entry, dict):
+            raise PricingError(f"models.{name} must be a table")
+        values = []
+        for field in ("input", "output"):
+            value = entry.get(field, 0)
+            # bool is an int subclass; floats would make money inexact
+            if type(value) is not int or value < 0:
+                raise PricingError(f"models.{name}.{field} must be a non-negative integer (micro-units per million tokens)")
+            values.append(value)
+        unknown = set(entry) - {"input", "output"}
+        if unknown:
+            raise PricingError(f"models.{name}: unknown field(s) {sorted(unknown)}")
+        prices[name] = Price(*values)
+    return prices
+
+
+class PricingTable:
+    """Prices per model. `price(model, at)` is the hot-path lookup; it re-checks the file at most
+    every `check_interval` seconds, and a broken file keeps the last good prices."""
+
+    def __init__(self, path: Path | str | None = None, *, section: str | None = None,
+                 prices: Mapping[str, Price] | None = None, check_interval: float = 1.0) -> None:
+        self.path = Path(path) if path is not None else None
+        self.section = section  # read `[section.models.*]` from a larger config file
+        self.check_interval = check_interval
+        self._stamp: tuple[int, int, int] | None = None
+        self._next_check = 0.0
+        # parallel lists: effective-from unix time, prices
+        self._since: list[float] = [0.0]
+        self._tables: list[dict[str, Price]] = [dict(prices or {})]
+        if self.path is not None:
+            self.reload(force=True, strict=True)
+
+    @classmethod
+    def static(cls, prices: Mapping[str, Price]) -> PricingTable:
+        return cls(prices=prices)
+
+    @property
+    def current(self) -> dict[str, Price]:
+        return dict(self._tables[-1])
+
+    def price(self, model: str, at: float | None = None) -> Price:
+        if self.path is not None and time.monotonic() >= self._next_check:
+            self.reload()
+        index = len(self._since) - 1
+        if at is not None and at < self._since[index]:
+            index = max(bisect.bisect_right(self._since, at) - 1, 0)
+        table = self._tables[index]
+        found = table.get(model)
+        if found is None:
+            found = table.get(DEFAULT, ZERO)
+        return found
+
+    def reload(self, *, force: bool = False, strict: bool = False) -> bool:
+        """Re-read the file if it changed; returns whether new prices took effect."""
+        assert self.path is not None
+        self._next_check = time.monotonic() + self.check_interval
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp == self._stamp and not force:
+                return False
+            with open(self.path, "rb") as f:
+                doc = tomllib.load(f)
+            if self.section is not None:
+                doc = doc.get(self.section, {})
+            prices = parse_prices(doc)
+        except (OSError, tomllib.TOMLDecodeError, PricingError) as exc:
+            if strict:
+                raise
+            log.error("pricing.reload_failed", path=str(self.path), error=str(exc))
+            return False
+        first = self._stamp is None
+        self._stamp = stamp
+        if first:  # the file's first prices apply to everything before them too
+            self._tables[0] = prices
+        elif prices == self._tables[-1]:
+            return False
+        else:
+            self._since.append(time.time())
+            self._tables.append(prices)
+            if len(self._since) > _MAX_VERSIONS:
+                del self._since[0], self._tables[0]
+                self._since[0] = 0.0
+        log.info("pricing.loaded", path=str(self.path), models=len(prices))
+        return True

@@ -1,0 +1,62 @@
+"""The usage record the gateway hands to the ledger, and the priced entry the ledger stores."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+Status = Literal["ok", "cancelled", "error", "rejected"]
+STATUSES: tuple[str, ...] = ("ok", "cancelled", "error", "rejected")
+
+# Token counts are validated when the ledger checks a record, so a bad value fails the caller
+# instead of poisoning the write-ahead log.
+Tokens = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class UsageRecord(msgspec.Struct):
+    """One request that reached the gateway's billing point; exactly one per request id."""
+
+    request_id: str
+    time: float  # unix seconds, UTC, when the request arrived (selects the price in force)
+    team_id: str
+    key_id: str
+    user_id: str | None
+    model: str
+    dialect: str
+    route: str
+    prompt_tokens: Tokens
+    completion_tokens: Tokens  # all returned choices
+    compute_tokens: Tokens  # every generated token, incl. beams and best_of candidates not returned
+    status: Status
+    latency_ms: float
+    ttft_ms: float | None
+    worker_id: str
+
+    @classmethod
+    def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,
+                 model: str, dialect: str, route: str, latency_ms: float = 0.0) -> UsageRecord:
+        """A rate-limited or invalid request: counted as a request, zero tokens, never reached a worker."""
+        return cls(request_id, time, team_id, key_id, user_id, model, dialect, route,
+                   0, 0, 0, "rejected", latency_ms, None, "")
+
+
+class LedgerEntry(msgspec.Struct):
+    """A usage record plus the price in force when the request arrived and the resulting cost."""
+
+    usage: UsageRecord
+    input_price_micros: int  # per million prompt tokens
+    output_price_micros: int  # per million generated (compute) tokens
+    cost_micros: int
+    recorded_at: float  # unix seconds, UTC, when the ledger accepted it
+
+
+class Price(msgspec.Struct, frozen=True):
+    """Micro-units per million tokens."""
+
+    input_micros: int = 0
+    output_micros: int = 0
+
+    def cost(self, prompt_tokens: int, output_tokens: int) -> int:
+        # Integer arithmetic end to end; round half up to the nearest micro-unit.
+        return (prompt_tokens * self.input_micros + output_tokens * self.output_micros + 500_000) // 1_000_000

@@ -1,0 +1,109 @@
+"""Moves write-ahead-log entries into the database, oldest first, and deletes a segment only after
+the database confirmed every entry in it. Failures are retried forever with backoff; inserts are
+idempotent on request id, so a batch confirmed but not acknowledged is simply shipped again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from billing.records import LedgerEntry
+from billing.store.base import UsageStore
+from billing.wal import WalWriter, list_segments, read_frames, segment_path
+
+log = structlog.get_logger(__name__)
+
+
+class Shipper:
+    def __init__(self, wal_dir: Path, writer: WalWriter, store: UsageStore, *, first_seq: int,
+                 batch_size: int = 2000, max_backoff: float = 5.0) -> None:
+        self.wal_dir, self.writer, self.store = wal_dir, writer, store
+        self.batch_size, self.max_backoff = batch_size, max_backoff
+        self.seq, self.offset = first_seq, 0  # cursor: everything before it is in the database
+        self.shipped = 0  # entries the database confirmed in this process (new or already there)
+        self.failures = 0
+        self._decoder = msgspec.msgpack.Decoder(LedgerEntry)
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="billing-shipper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def caught_up(self) -> bool:
+        return (self.seq, self.offset) >= (self.writer.seq, self.writer.durable_offset)
+
+    async def drain(self) -> None:
+        """Ship until the cursor reaches what is durable now; raises on a database error."""
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            while True:
+                current = self.writer.seq
+                limit = self.writer.durable_offset if self.seq == current else None
+                path = segment_path(self.wal_dir, self.seq)
+                try:
+                    payloads, end = await loop.run_in_executor(None, read_frames, path, self.offset, limit,
+                                                               self.batch_size)
+                except FileNotFoundError:  # a segment numbers skipped by a failed open
+                    payloads, end = [], self.offset
+                if payloads:
+                    entries = []
+                    for payload in payloads:
+                        try:
+                            entries.append(self._decoder.decode(payload))
+                        except msgspec.DecodeError as exc:  # CRC-valid but unreadable: keep going, loudly
+                            log.error("billing.shipper.undecodable", segment=self.seq, error=str(exc))
+                    if entries:
+                        await self.store.insert(entries)
+                    self.offset = end
+                    self.shipped += len(entries)
+                    continue
+                if self.seq >= current:
+                    return  # caught up with the writer
+                # an older segment read to its end: everything in it is in the database
+                await loop.run_in_executor(None, _unlink, path)
+                later = [s for s in list_segments(self.wal_dir) if s > self.seq]
+                self.seq, self.offset = (later[0] if later else current), 0
+
+    async def retire_current(self) -> None:
+        """After the writer closed: delete its segment if the database holds all of it."""
+        async with self._lock:
+            if self.caught_up():
+                await asyncio.get_running_loop().run_in_executor(
+                    None, _unlink, segment_path(self.wal_dir, self.writer.seq))
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                await asyncio.wait_for(self.writer.durable.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+            self.writer.durable.clear()
+            try:
+                await self.drain()
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - database down or flaky: keep the WAL, retry
+                self.failures += 1
+                log.warning("billing.shipper.retry", error=repr(exc), backoff_s=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+                self.writer.durable.set()  # try again without waiting for new records
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,181 @@
+"""Write-ahead log of ledger entries: numbered segment files of CRC-framed msgpack payloads.
+
+The writer group-commits: appends made while one write+fsync runs are joined into the next one,
+so concurrent requests share an fsync. A crash can leave a torn frame only at a segment's tail;
+readers stop there, and nothing after it was ever acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+_HEADER = struct.Struct("<II")  # payload length, crc32 of payload
+_PREFIX, _SUFFIX = "wal-", ".log"
+MAX_FRAME = 1 << 20
+
+
+def segment_path(wal_dir: Path, seq: int) -> Path:
+    return wal_dir / f"{_PREFIX}{seq:012d}{_SUFFIX}"
+
+
+def list_segments(wal_dir: Path) -> list[int]:
+    seqs = []
+    for name in os.listdir(wal_dir):
+        if name.startswith(_PREFIX) and name.endswith(_SUFFIX):
+            digits = name[len(_PREFIX):-len(_SUFFIX)]
+            if digits.isdigit():
+                seqs.append(int(digits))
+    return sorted(seqs)
+
+
+def frame(payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def read_frames(path: Path, offset: int, limit: int | None, max_frames: int) -> tuple[list[bytes], int]:
+    """Payloads of whole, intact frames from `offset` up to `limit` bytes (None: end of file);
+    returns them with the offset just past the last one."""
+    payloads: list[bytes] = []
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read() if limit is None else f.read(max(limit - offset, 0))
+    pos = 0
+    while len(payloads) < max_frames and pos + _HEADER.size <= len(data):
+        size, crc = _HEADER.unpack_from(data, pos)
+        end = pos + _HEADER.size + size
+        if size > MAX_FRAME or end > len(data):
+            break  # torn tail
+        payload = data[pos + _HEADER.size:end]
+        if zlib.crc32(payload) != crc:
+            break
+        payloads.append(payload)
+        pos = end
+    return payloads, offset + pos
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_sync = getattr(os, "fdatasync", os.fsync)
+
+
+class WalWriter:
+    """Appends frames to the newest segment; `append` returns a future that resolves once the
+    frame is on stable storage."""
+
+    def __init__(self, wal_dir: Path, seq: int, max_segment_bytes: int = 8 << 20) -> None:
+        self.wal_dir = wal_dir
+        self.max_segment_bytes = max_segment_bytes
+        self.seq = seq
+        self.durable_offset = 0  # bytes of the current segment known to be on disk
+        self.durable = asyncio.Event()  # set after every commit; the shipper waits on it
+        self._fd = -1
+        self._file_seq, self._file_offset = seq, 0  # executor thread's view
+        self._buf: list[bytes] = []
+        self._batch: asyncio.Future[None] | None = None  # waiters of the frames in _buf
+        self._inflight: asyncio.Future[None] | None = None  # waiters of the commit under way
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="billing-wal")
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.seq, self.durable_offset = await loop.run_in_executor(self._io, self._open_segment, self.seq)
+        self._task = asyncio.create_task(self._run(), name="billing-wal-writer")
+
+    def append(self, data: bytes) -> asyncio.Future[None]:
+        if self._closing:
+            raise RuntimeError("the ledger is closed")
+        self._buf.append(data)
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = asyncio.get_running_loop().create_future()
+            self._wake.set()
+        return batch
+
+    async def settle(self) -> None:
+        """Wait until every frame appended so far has been committed (or has failed)."""
+        for batch in (self._inflight, self._batch):
+            if batch is not None:
+                await asyncio.wait([batch])
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
+        self._io.shutdown(wait=True)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._buf:
+                data, batch = b"".join(self._buf), self._batch
+                self._buf, self._batch = [], None
+                assert batch is not None
+                self._inflight = batch
+                try:
+                    # position is published here, on the loop, so readers see seq and offset together
+                    self.seq, self.durable_offset = await loop.run_in_executor(self._io, self._commit, data)
+                except Exception as exc:  # noqa: BLE001 - reported to every waiter of the batch
+                    log.error("billing.wal.write_failed", error=repr(exc))
+                    batch.set_exception(exc)
+                    batch.exception()  # retrieved here too, so an abandoned waiter does not warn
+                else:
+                    batch.set_result(None)
+                self.durable.set()
+            if self._closing:
+                return
+
+    # -- executor thread only below --
+
+    def _open_segment(self, seq: int) -> tuple[int, int]:
+        self._fd = os.open(segment_path(self.wal_dir, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._file_seq, self._file_offset = seq, os.fstat(self._fd).st_size
+        _fsync_dir(self.wal_dir)  # the new name must survive a power cut too
+        return self._file_seq, self._file_offset
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _commit(self, data: bytes) -> tuple[int, int]:
+        try:
+            self._write_all(data)
+        except OSError:
+            # A partial write may have left a torn frame; never append after it. Retry once in a
+            # fresh segment (frames that did land are deduplicated by request id downstream).
+            self._close_fd()
+            self._open_segment(self._file_seq + 1)
+            self._write_all(data)
+        if self._file_offset >= self.max_segment_bytes:
+            self._close_fd()
+            self._open_segment(self._file_seq + 1)
+        return self._file_seq, self._file_offset
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        _sync(self._fd)
+        self._file_offset += len(data)

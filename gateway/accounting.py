@@ -1,0 +1,94 @@
+"""Per-request bookkeeping: admission against limits, token counts from worker events, the ledger record.
+
+`finish` runs exactly once per request whatever path it takes (ok, error, cancelled, rejected).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from gateway.errors import SluiceError
+from worker.protocol import Accepted, Done, Event, Token
+
+if TYPE_CHECKING:
+    from gateway.dialects.base import Parsed
+    from gateway.state import AppState
+
+log = structlog.get_logger("gateway")
+
+
+class Accounting:
+    def __init__(self, state: AppState, request_id: str, dialect: str, route: str):
+        self.state, self.request_id, self.dialect, self.route = state, request_id, dialect, route
+        self.principal = None
+        self.model = ""
+        self.started = time.perf_counter()
+        self.first_token: float | None = None
+        self.ticket = None
+        self.reached_worker = False
+        self.prompt_tokens = self.completion_tokens = self.compute_tokens = 0
+        self.streamed_tokens = 0  # tokens seen before a Done (what a cancelled stream is billed)
+        self.accepted_prompt_tokens = 0
+        self.dones = 0
+        self.expected_dones = 0
+        self.worker_id = ""
+        self._finished = False
+
+    @property
+    def complete(self) -> bool:
+        return self.expected_dones > 0 and self.dones == self.expected_dones
+
+    async def admit(self, parsed: Parsed) -> None:
+        self.expected_dones = len(parsed.requests)
+        if self.state.limiter is not None and self.principal is not None:
+            self.ticket = await self.state.admit(self.principal, parsed)
+        self.reached_worker = True
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, Accepted):
+            self.accepted_prompt_tokens += event.prompt_tokens
+        elif isinstance(event, Token):
+            if self.first_token is None:
+                self.first_token = time.perf_counter()
+            self.streamed_tokens += 1
+        elif isinstance(event, Done):
+            self.dones += 1
+            self.prompt_tokens += event.prompt_tokens
+            self.completion_tokens += event.completion_tokens
+            self.compute_tokens += event.compute_tokens
+            self.worker_id = event.worker_id
+
+    def headers(self) -> dict[str, str]:
+        return self.ticket.headers() if self.ticket is not None else {}
+
+    async def finish(self, status: str, error: SluiceError | None = None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if not self.complete and self.reached_worker:
+            # cancelled or failed mid-way: bill what the worker generated and we relayed
+            self.prompt_tokens = max(self.prompt_tokens, self.accepted_prompt_tokens)
+            self.completion_tokens = max(self.completion_tokens, self.streamed_tokens)
+            self.compute_tokens = max(self.compute_tokens, self.completion_tokens)
+        used = self.prompt_tokens + self.compute_tokens
+        if self.ticket is not None:
+            await self.state.limiter.settle(self.ticket, used)
+        latency = (time.perf_counter() - self.started) * 1000
+        log.info("request_done", request_id=self.request_id, status=status, route=self.route,
+                 prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                 latency_ms=round(latency, 2), error=error.code if error else None)
+        ledger = self.state.ledger
+        if ledger is None or self.principal is None:
+            return
+        from billing.records import UsageRecord
+
+        ttft = (self.first_token - self.started) * 1000 if self.first_token is not None else None
+        await ledger.record(UsageRecord(
+            request_id=self.request_id, time=time.time(), team_id=self.principal.team_id,
+            key_id=self.principal.key_id, user_id=self.principal.user_id, model=self.model, dialect=self.dialect,
+            route=self.route, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+            compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,
+            worker_id=self.worker_id))

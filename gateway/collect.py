@@ -1,0 +1,81 @@
+"""Gather a worker event stream into one result (for non-streamed replies) and merge fan-outs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.proxy import worker_error
+from worker.protocol import Accepted, Done, Error, Event, Finish, Token
+
+
+@dataclass
+class Choice:
+    finish: Finish | None = None
+    tokens: list[Token] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    accepted: Accepted | None = None
+    choices: dict[int, Choice] = field(default_factory=dict)
+    done: Done | None = None
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Accepted):
+            self.accepted = event
+        elif isinstance(event, Token):
+            self.choices.setdefault(event.index, Choice()).tokens.append(event)
+        elif isinstance(event, Finish):
+            self.choices.setdefault(event.index, Choice()).finish = event
+        elif isinstance(event, Done):
+            self.done = event
+        elif isinstance(event, Error):
+            raise worker_error(event)
+
+    def ordered(self) -> list[Choice]:
+        return [self.choices[i] for i in sorted(self.choices)]
+
+
+async def collect(events: AsyncIterator[Event]) -> Result:
+    result = Result()
+    async for event in events:
+        result.add(event)
+    return result
+
+
+async def merge(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """Interleave several event streams as (stream index, event), in arrival order."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump(index: int, stream: AsyncIterator[Event]) -> None:
+        try:
+            async for event in stream:
+                await queue.put((index, event))
+        except BaseException as exc:  # re-raised in the consumer
+            await queue.put((index, exc))
+        finally:
+            await queue.put((index, end))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for stream in streams:
+            await stream.aclose()

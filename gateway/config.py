@@ -1,0 +1,56 @@
+"""Settings: embedded defaults, overridden by a TOML file, then by SLUICE_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+from worker.protocol import ModelConfig
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: str = ".data"
+    database_url: str = ""  # "" = SQLite in the data dir; or postgresql://...
+    redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
+    limiter_fail_open: bool = False
+    pricing_file: str = ""  # TOML pricing table, re-read on change
+    max_body_bytes: int = 4 * 1024 * 1024
+    log_format: str = "json"  # "json" or "console"
+    workers_start_timeout: float = 600.0
+    models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_path / 'sluice.db'}"
+
+
+ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
+              "pricing_file": str, "log_format": str}
+
+
+def load_settings(config_file: str | None = None, **overrides) -> Settings:
+    """Defaults < config file < SLUICE_<FIELD> environment < explicit overrides (CLI flags)."""
+    raw: dict = {}
+    if config_file:
+        try:
+            raw = tomllib.loads(Path(config_file).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SystemExit(f"cannot read config {config_file}: {exc}") from exc
+    for name, kind in ENV_FIELDS.items():
+        value = os.environ.get(f"SLUICE_{name.upper()}")
+        if value:
+            raw[name] = kind(value)
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return msgspec.convert(raw, Settings)
+    except msgspec.ValidationError as exc:
+        raise SystemExit(f"invalid configuration: {exc}") from exc

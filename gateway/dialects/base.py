@@ -1,0 +1,84 @@
+"""What every public dialect provides: parse a body into internal requests, render results and errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from gateway.collect import Result
+from gateway.errors import SluiceError, ValidationFailed
+from worker.protocol import Event, GenerateRequest
+
+
+@dataclass
+class Parsed:
+    """A validated request: one internal GenerateRequest per prompt, plus what rendering needs."""
+
+    model: str
+    requests: list[GenerateRequest]
+    stream: bool
+    options: Any = None  # dialect-specific rendering options
+    reserve_tokens: int = 0  # upper bound of tokens this request may cost (limits reserve this)
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Meta:
+    request_id: str
+    created: int
+    model: str
+
+
+class Dialect:
+    name = "base"
+    stream_media_type = "text/event-stream"
+
+    def parse(self, payload: Any, route: str) -> Parsed:
+        raise NotImplementedError
+
+    def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> Any:
+        """The non-streamed body (a JSON-serialisable object)."""
+        raise NotImplementedError
+
+    def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+        raise NotImplementedError
+
+    def error_body(self, error: SluiceError) -> tuple[int, Any]:
+        """(status, JSON body) of an error in this dialect's envelope."""
+        return error.status, {"error": {"message": error.message, "type": error.type, "param": error.param,
+                                        "code": error.code}}
+
+    def stream_error(self, error: SluiceError) -> bytes:
+        """An error that happens after a stream started, framed for this dialect."""
+        return sse(self.error_body(error)[1])
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def sse(payload: Any, space: bool = True) -> bytes:
+    return (b"data: " if space else b"data:") + _encoder.encode(payload) + b"\n\n"
+
+
+def convert(payload: Any, kind: type, what: str = "request body"):
+    """Validate a decoded JSON value into a msgspec Struct, naming the offending field on failure."""
+    if not isinstance(payload, dict):
+        raise ValidationFailed(f"the {what} must be a JSON object")
+    try:
+        return msgspec.convert(payload, kind)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        param = None
+        if "at `$." in message:
+            param = message.split("at `$.", 1)[1].rstrip("`").split("[")[0].split(".")[0]
+        elif "missing required field `" in message:
+            param = message.split("missing required field `", 1)[1].split("`")[0]
+        raise ValidationFailed(message, param=param) from exc
+
+
+def check(condition: bool, message: str, param: str) -> None:
+    if not condition:
+        raise ValidationFailed(message, param=param)

@@ -1,0 +1,128 @@
+"""One generation request through the gateway, the same for every dialect:
+
+    authenticate -> read + parse (dialect) -> model + permission -> admit (limits) -> proxy to a worker
+    -> render (dialect) -> settle limits -> one ledger record
+
+Errors at any point are rendered in the dialect's own envelope. Streamed responses account in the
+generator's `finally`, so a client that disconnects is billed for what was generated until then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import structlog
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+
+from gateway.accounting import Accounting
+from gateway.collect import Result, merge
+from gateway.dialects.base import Dialect, Meta, Parsed
+from gateway.errors import InvalidJSON, NotFound, PayloadTooLarge, SluiceError
+from gateway.proxy import stream_events
+from gateway.state import AppState, request_id_of
+from worker.protocol import Event
+
+log = structlog.get_logger("gateway")
+_json = msgspec.json.Encoder()
+
+
+def error_response(dialect: Dialect, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
+    status, body = dialect.error_body(error)
+    return Response(_json.encode(body), status_code=status, media_type="application/json",
+                    headers={**error.headers, **(headers or {})})
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    try:
+        raw = await request.body()
+    except HTTPException as exc:
+        if exc.status_code == 413:
+            raise PayloadTooLarge(f"the request body exceeds {max_bytes} bytes") from exc
+        raise
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"the request body exceeds {max_bytes} bytes")
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidJSON(f"the request body is not valid JSON: {exc}") from exc
+
+
+async def handle_generation(request: Request, dialect: Dialect, route: str,
+                            payload: Any = None) -> Response | Stream:
+    state: AppState = request.app.state.sluice
+    request_id = request_id_of(request)
+    accounting = Accounting(state, request_id, dialect.name, route)
+    try:
+        principal = await state.authenticate(request)
+        accounting.principal = principal
+        if payload is None:
+            payload = await read_json(request, state.settings.max_body_bytes)
+        parsed = dialect.parse(payload, route)
+        accounting.model = parsed.model
+        structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
+        pool = state.router.pool(parsed.model)
+        if pool is None:
+            raise NotFound(f"the model {parsed.model!r} does not exist")
+        state.auth.check_model(principal, parsed.model)
+        await accounting.admit(parsed)
+        for index, generate in enumerate(parsed.requests):
+            generate.request_id = f"{request_id}-{index}"
+            generate.model = parsed.model
+        meta = Meta(request_id, int(time.time()), parsed.model)
+        streams = [stream_events(pool, r) for r in parsed.requests]
+        if parsed.stream:
+            return Stream(_stream(dialect, parsed, streams, meta, accounting), media_type=dialect.stream_media_type,
+                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
+        results = await _collect(streams, len(parsed.requests), accounting)
+        body = dialect.render(parsed, results, meta)
+        await accounting.finish("ok")
+        return Response(_json.encode(body), media_type="application/json", headers=accounting.headers())
+    except SluiceError as error:
+        await accounting.finish("rejected" if not accounting.reached_worker else "error", error)
+        return error_response(dialect, error, accounting.headers())
+
+
+async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:
+    results = [Result() for _ in range(count)]
+    async for index, event in merge(streams):
+        accounting.observe(event)
+        results[index].add(event)
+    return results
+
+
+async def _stream(dialect: Dialect, parsed: Parsed, streams, meta: Meta, accounting: Accounting) -> AsyncIterator[bytes]:
+    merged = merge(streams)
+
+    async def observed() -> AsyncIterator[tuple[int, Event]]:
+        async for index, event in merged:
+            accounting.observe(event)
+            yield index, event
+
+    status = "cancelled"
+    rendered = dialect.stream(parsed, observed(), meta)
+    held: bytes | None = None  # the last chunk waits until the usage record is durable
+    try:
+        async for chunk in rendered:
+            if held is not None:
+                yield held
+            held = chunk
+        status = "ok"
+        await accounting.finish("ok")
+    except SluiceError as error:
+        status = "error"
+        if held is not None:
+            yield held
+            held = None
+        await accounting.finish("error", error)
+        yield dialect.stream_error(error)
+    finally:
+        await rendered.aclose()
+        await merged.aclose()
+        await accounting.finish(status)
+    if held is not None:
+        yield held

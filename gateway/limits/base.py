@@ -1,0 +1,41 @@
+"""The limiter interface the gateway calls, and the factory that picks a backend from the config."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gateway.limits.clock import Clock
+from gateway.limits.model import Scope, Ticket
+
+
+class Limiter(Protocol):
+    async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
+        """Check every scope atomically (the tightest wins) and reserve 1 request, `tokens` tokens and one
+        concurrency slot in each, or nothing. Raises RateLimited, or LimiterUnavailable (Redis down and
+        failing closed)."""
+        ...
+
+    async def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        """Release the concurrency slot and charge the actual count: reserved-but-unused tokens go back to
+        the TPM window and the monthly budget. Idempotent; never raises for a backend outage."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock | None = None,
+                 concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
+                 key_prefix: str = "sluice:rl") -> Limiter:
+    """None -> in-process (one gateway); ``redis://…`` -> shared by every gateway using that server.
+
+    concurrency_lease: seconds after which an unsettled slot is reclaimed (a crashed gateway); keep the
+    gateway's request timeout below it. concurrency_retry: the Retry-After hint for a concurrency refusal.
+    """
+    if redis_url is None:
+        from gateway.limits.memory import InProcessLimiter
+
+        return InProcessLimiter(clock, concurrency_lease=concurrency_lease, concurrency_retry=concurrency_retry)
+    from gateway.limits.redis_limiter import RedisLimiter  # imports redis only when it is configured
+
+    return RedisLimiter(redis_url, fail_open=fail_open, clock=clock, concurrency_lease=concurrency_lease,
+                        concurrency_retry=concurrency_retry, key_prefix=key_prefix)

@@ -1,0 +1,140 @@
+"""The Redis scripts: one EVALSHA per admission, one per settlement.
+
+Per scope there are four keys: ``log`` (ZSET ticket -> admission µs), ``tok`` (HASH ticket -> tokens
+charged, plus ``#sum``, the running total of the window), ``slots`` (ZSET ticket -> lease expiry µs) and
+``bud`` (STRING, tokens charged this UTC month). Times are integer µs; by default the server's TIME, so
+replicas with skewed clocks still share one window.
+"""
+
+ADMIT = r"""
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local window = tonumber(ARGV[2])
+local lease = tonumber(ARGV[3])
+local id = ARGV[4]
+local tokens = tonumber(ARGV[5])
+local month_end = tonumber(ARGV[6])
+local budget_grace_ms = tonumber(ARGV[7])
+local cut = now - window
+local n = #KEYS / 4
+local BATCH = 500  -- unpack() has a stack limit; work through long logs in slices
+
+-- drop entries that left the window, keeping the running sum in step with the hash
+local function trim(log, tok)
+  while true do
+    local old = redis.call('ZRANGEBYSCORE', log, '-inf', cut, 'LIMIT', 0, BATCH)
+    if #old == 0 then return end
+    local amounts = redis.call('HMGET', tok, unpack(old))
+    local gone = 0
+    for j = 1, #amounts do gone = gone + (tonumber(amounts[j]) or 0) end
+    redis.call('HDEL', tok, unpack(old))
+    redis.call('ZREM', log, unpack(old))
+    if gone ~= 0 then redis.call('HINCRBY', tok, '#sum', 0 - gone) end  -- never send -0
+    if #old < BATCH then return end
+  end
+end
+
+-- µs until the oldest entries that free at least `need` tokens have left the window
+local function token_wait(log, tok, need)
+  local start, freed = 0, 0
+  while true do
+    local e = redis.call('ZRANGE', log, start, start + BATCH - 1, 'WITHSCORES')
+    if #e == 0 then return 0 end
+    local ids = {}
+    for j = 1, #e, 2 do ids[#ids + 1] = e[j] end
+    local amounts = redis.call('HMGET', tok, unpack(ids))
+    for j = 1, #ids do
+      freed = freed + (tonumber(amounts[j]) or 0)
+      if freed >= need then return tonumber(e[2 * j]) + window - now end
+    end
+    start = start + BATCH
+  end
+end
+
+local obs = {}
+local blocked = false
+for i = 1, n do
+  local log, tok, slots, bud = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  local a = 8 + 4 * (i - 1)
+  local rpm, tpm, maxc, blim = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local count, sum, inflight, used = 0, 0, 0, 0
+  local rw, tw, cw, bw = -1, -1, -1, -1  -- µs until each clears; -1 = not blocking
+  if rpm >= 0 or tpm >= 0 then
+    trim(log, tok)
+    count = redis.call('ZCARD', log)
+    sum = tonumber(redis.call('HGET', tok, '#sum') or '0')
+    if rpm >= 0 and count + 1 > rpm then
+      local e = redis.call('ZRANGE', log, count - rpm, count - rpm, 'WITHSCORES')
+      rw = math.max(0, tonumber(e[2]) + window - now)
+    end
+    if tpm >= 0 and sum + tokens > tpm then
+      tw = math.max(0, token_wait(log, tok, sum + tokens - tpm))
+    end
+  end
+  if maxc >= 0 then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)  -- leases of requests that never settled
+    inflight = redis.call('ZCARD', slots)
+    if inflight + 1 > maxc then cw = 0 end
+  end
+  if blim >= 0 then
+    used = tonumber(redis.call('GET', bud) or '0')
+    if used + tokens > blim then bw = math.max(0, month_end - now) end
+  end
+  if rw >= 0 or tw >= 0 or cw >= 0 or bw >= 0 then blocked = true end
+  obs[i] = {rpm, tpm, maxc, blim, count, sum, inflight, used, rw, tw, cw, bw}
+end
+
+local out = {blocked and 0 or 1, now}
+for i = 1, n do
+  local o = obs[i]
+  local log, tok, slots, bud = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  local count, sum, inflight, used = o[5], o[6], o[7], o[8]
+  if not blocked then
+    if o[1] >= 0 or o[2] >= 0 then
+      redis.call('ZADD', log, now, id)
+      redis.call('HSET', tok, id, tokens)
+      sum = redis.call('HINCRBY', tok, '#sum', tokens)
+      count = count + 1
+      redis.call('PEXPIRE', log, math.floor(window / 1000) + 1000)
+      redis.call('PEXPIRE', tok, math.floor(window / 1000) + 1000)
+    end
+    if o[3] >= 0 then
+      redis.call('ZADD', slots, now + lease, id)
+      redis.call('PEXPIRE', slots, math.floor(lease / 1000) + 1000)
+      inflight = inflight + 1
+    end
+    if o[4] >= 0 then
+      used = redis.call('INCRBY', bud, tokens)
+      -- relative TTL: correct whichever clock (server or injected) measures `now`
+      redis.call('PEXPIRE', bud, math.floor((month_end - now) / 1000) + budget_grace_ms)
+    end
+  end
+  local oldest = -1
+  if count > 0 then oldest = tonumber(redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')[2]) end
+  for _, v in ipairs({count, sum, inflight, used, oldest, o[9], o[10], o[11], o[12]}) do out[#out + 1] = v end
+end
+return out
+"""
+
+SETTLE = r"""
+local id = ARGV[1]
+local delta = tonumber(ARGV[2])
+for i = 1, #KEYS / 4 do
+  local tok, slots, bud = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  redis.call('ZREM', slots, id)
+  -- only an entry still in the window holds tokens; an expired one was already subtracted
+  if redis.call('HEXISTS', tok, id) == 1 then
+    redis.call('HINCRBY', tok, id, delta)
+    redis.call('HINCRBY', tok, '#sum', delta)
+  end
+  if ARGV[2 + i] == '1' and redis.call('EXISTS', bud) == 1 then
+    if redis.call('INCRBY', bud, delta) < 0 then redis.call('SET', bud, 0, 'KEEPTTL') end
+  end
+end
+return 1
+"""

@@ -1,0 +1,169 @@
+"""In-process limiter (one gateway): sliding-window log per scope, lease-based concurrency slots, and a
+per-UTC-month token counter. Decisions are synchronous (no await between check and reserve), so they are
+atomic on the event loop; a lock makes them safe from threads too."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+
+from gateway.limits.clock import Clock, MonotonicWall, to_us
+from gateway.limits.headers import Usage
+from gateway.limits.metrics import REJECTIONS
+from gateway.limits.model import Scope, Ticket
+from gateway.limits.month import MonthCache
+from gateway.limits.verdict import Failure, never_fits, reject
+
+WINDOW_US = 60_000_000
+
+
+class _State:
+    """One scope's usage. The log holds (time_us, seq) tuples of ints, which the garbage collector stops
+    tracking, and ``amounts`` maps seq -> tokens charged; a seq missing from it has left the window, so a
+    late refund does not touch the running sum."""
+
+    __slots__ = ("log", "amounts", "sum", "slots", "budget")
+
+    def __init__(self) -> None:
+        self.log: deque[tuple[int, int]] = deque()
+        self.amounts: dict[int, int] = {}
+        self.sum = 0
+        self.slots: dict[int, int] = {}  # ticket seq -> lease expiry µs, in expiry order (insertion order)
+        self.budget: dict[str, int] = {}  # month key -> tokens charged
+
+    def trim(self, cut: int) -> None:
+        log = self.log
+        while log and log[0][0] <= cut:
+            self.sum -= self.amounts.pop(log.popleft()[1])
+
+    def reclaim(self, now: int) -> None:
+        slots = self.slots
+        while slots:
+            first = next(iter(slots))
+            if slots[first] > now:
+                return
+            del slots[first]
+
+    def token_wait(self, need: int, now: int) -> int:
+        """µs until the oldest entries freeing at least `need` tokens have left the window."""
+        freed = 0
+        amounts = self.amounts
+        for t, seq in self.log:
+            freed += amounts[seq]
+            if freed >= need:
+                return t + WINDOW_US - now
+        return 0
+
+
+class InProcessLimiter:
+    def __init__(self, clock: Clock | None = None, *, concurrency_lease: float = 900.0,
+                 concurrency_retry: float = 1.0):
+        self._clock = MonotonicWall(clock)
+        self._lease_us = to_us(concurrency_lease)
+        self._conc_retry_us = to_us(concurrency_retry)
+        self._states: dict[str, _State] = {}
+        self._months = MonthCache()
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+        self._since_sweep = 0
+
+    async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
+        return self.admit_now(scopes, tokens)
+
+    async def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        self.settle_now(ticket, used_tokens)
+
+    async def close(self) -> None:
+        self._states.clear()
+
+    def admit_now(self, scopes: list[Scope], tokens: int) -> Ticket:
+        if tokens < 0:
+            raise ValueError("tokens must be >= 0")
+        impossible = never_fits(scopes, tokens)
+        if impossible is not None:
+            REJECTIONS.labels("never_fits").inc()
+            raise impossible
+        with self._lock:
+            now = self._clock.now_us()
+            month = self._months.at(now)
+            cut = now - WINDOW_US
+            states = []
+            failures: list[Failure] | None = None
+            for s in scopes:
+                st = self._states.get(s.id)
+                if st is None:
+                    st = self._states[s.id] = _State()
+                states.append(st)
+                if s.rpm is not None or s.tpm is not None:
+                    st.trim(cut)
+                    if s.rpm is not None and len(st.log) >= s.rpm:
+                        wait = st.log[len(st.log) - s.rpm][0] + WINDOW_US - now
+                        failures = (failures or []) + [("rpm", s, wait, len(st.log))]
+                    if s.tpm is not None and st.sum + tokens > s.tpm:
+                        wait = st.token_wait(st.sum + tokens - s.tpm, now)
+                        failures = (failures or []) + [("tpm", s, wait, st.sum)]
+                if s.max_concurrency is not None:
+                    st.reclaim(now)
+                    if len(st.slots) >= s.max_concurrency:
+                        failures = (failures or []) + [("concurrency", s, None, len(st.slots))]
+                if s.monthly_token_budget is not None:
+                    used = st.budget.get(month.key, 0)
+                    if used + tokens > s.monthly_token_budget:
+                        failures = (failures or []) + [("budget", s, month.end_us - now, used)]
+            if failures:
+                refusal = reject(failures, tokens, now, WINDOW_US, self._usage(scopes, states), month.end_us,
+                                 self._conc_retry_us)
+                REJECTIONS.labels(refusal.kind).inc()
+                raise refusal
+            seq = next(self._seq)
+            hold = []
+            for s, st in zip(scopes, states):
+                logged = s.rpm is not None or s.tpm is not None
+                if logged:
+                    st.log.append((now, seq))
+                    st.amounts[seq] = tokens
+                    st.sum += tokens
+                if s.max_concurrency is not None:
+                    st.slots[seq] = now + self._lease_us
+                if s.monthly_token_budget is not None:
+                    if month.key not in st.budget:
+                        st.budget.clear()  # a new month: last month's counter is no longer needed
+                    st.budget[month.key] = st.budget.get(month.key, 0) + tokens
+                hold.append((st, logged, month.key if s.monthly_token_budget is not None else None))
+            self._since_sweep += 1
+            if self._since_sweep >= 4096:
+                self._sweep(now, month.key)
+            return Ticket(str(seq), tokens, (now, WINDOW_US, self._usage(scopes, states)), (seq, hold))
+
+    def settle_now(self, ticket: Ticket, used_tokens: int) -> None:
+        if ticket.settled or ticket.degraded:
+            return
+        if used_tokens < 0:
+            raise ValueError("used_tokens must be >= 0")
+        ticket.settled = True
+        delta = used_tokens - ticket.tokens  # < 0 refunds; > 0 charges an overrun
+        seq, hold = ticket._hold
+        with self._lock:
+            for st, logged, month_key in hold:
+                if logged and seq in st.amounts:  # still inside the window: adjust entry and sum together
+                    st.amounts[seq] += delta
+                    st.sum += delta
+                st.slots.pop(seq, None)
+                if month_key is not None and month_key in st.budget:
+                    st.budget[month_key] = max(0, st.budget[month_key] + delta)
+
+    @staticmethod
+    def _usage(scopes: list[Scope], states: list[_State]) -> list[Usage]:
+        return [(s, len(st.log), st.sum, st.log[0][0] if st.log else None) for s, st in zip(scopes, states)]
+
+    def _sweep(self, now: int, month_key: str) -> None:
+        """Forget idle scopes so a gateway that sees many keys does not grow without bound."""
+        self._since_sweep = 0
+        cut = now - WINDOW_US
+        for sid in list(self._states):
+            st = self._states[sid]
+            st.trim(cut)
+            st.reclaim(now)
+            if not st.log and not st.slots and not any(k == month_key for k in st.budget):
+                del self._states[sid]

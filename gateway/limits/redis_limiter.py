@@ -1,0 +1,158 @@
+"""Redis limiter (many gateways): the same algorithm as the in-process one, run atomically by a Lua script
+(one round trip per admission, one per settlement). On an outage it fails open or closed as configured,
+logs the transition once and counts every affected call."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+import redis.asyncio as aioredis
+import structlog
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.limits import lua
+from gateway.limits.clock import Clock, to_us
+from gateway.limits.headers import Usage
+from gateway.limits.metrics import BACKEND_ERRORS, BACKEND_UP, REJECTIONS
+from gateway.limits.model import LimiterUnavailable, RateLimited, Scope, Ticket
+from gateway.limits.month import MonthCache
+from gateway.limits.verdict import Failure, never_fits, reject
+
+log = structlog.get_logger("sluice.limits")
+
+WINDOW_US = 60_000_000
+_BUDGET_GRACE_MS = 7 * 86_400_000  # keep last month's counter a week for late refunds and inspection
+_OUTAGE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+_PER_SCOPE = 9  # values per scope in the admit script's reply
+
+
+class RedisLimiter:
+    def __init__(self, url: str, *, fail_open: bool = False, clock: Clock | None = None,
+                 concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
+                 key_prefix: str = "sluice:rl", timeout: float = 0.5):
+        # One quick reconnect covers a pooled connection that died with a restarted server; a read
+        # timeout is never retried, since the script may have run and a retry would reserve twice.
+        self._redis = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)), retry_on_timeout=False)
+        self._admit_script = self._redis.register_script(lua.ADMIT)
+        self._settle_script = self._redis.register_script(lua.SETTLE)
+        self._clock = clock  # None: the Redis server's TIME is the clock, shared by every replica
+        self._lease_us = to_us(concurrency_lease)
+        self._conc_retry_us = to_us(concurrency_retry)
+        self._prefix = key_prefix
+        self.fail_open = fail_open
+        self._months = MonthCache()
+        self._node = os.urandom(6).hex()  # ticket ids: unique across processes without coordination
+        self._seq = itertools.count(1)
+        self._keys: dict[str, tuple[str, str, str]] = {}
+        self._up = True
+        BACKEND_UP.set(1)
+
+    def _scope_keys(self, scope_id: str) -> tuple[str, str, str]:
+        keys = self._keys.get(scope_id)
+        if keys is None:
+            if len(self._keys) > 50_000:
+                self._keys.clear()
+            p = f"{self._prefix}:{scope_id}"
+            keys = self._keys[scope_id] = (f"{p}:log", f"{p}:tok", f"{p}:slots")
+        return keys
+
+    def _now_us(self) -> tuple[str, int]:
+        """(script argument, local estimate); the estimate only picks the budget month."""
+        if self._clock is None:
+            return "", to_us(time.time())
+        now = to_us(self._clock())
+        return str(now), now
+
+    async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
+        if tokens < 0:
+            raise ValueError("tokens must be >= 0")
+        impossible = never_fits(scopes, tokens)
+        if impossible is not None:
+            REJECTIONS.labels("never_fits").inc()
+            raise impossible
+        now_arg, now_local = self._now_us()
+        month = self._months.at(now_local)
+        ticket_id = f"{self._node}{next(self._seq):x}"
+        keys: list[str] = []
+        args: list[str | int] = [now_arg, WINDOW_US, self._lease_us, ticket_id, tokens, month.end_us,
+                                 _BUDGET_GRACE_MS]
+        for s in scopes:
+            keys.extend(self._scope_keys(s.id))
+            keys.append(f"{self._prefix}:{s.id}:bud:{month.key}")
+            args.extend((_arg(s.rpm), _arg(s.tpm), _arg(s.max_concurrency), _arg(s.monthly_token_budget)))
+        try:
+            reply = await self._admit_script(keys=keys, args=args)
+        except _OUTAGE as exc:
+            return self._outage("admit", exc, ticket_id, tokens)
+        self._recovered()
+        admitted, now = reply[0], reply[1]
+        usage: list[Usage] = []
+        failures: list[Failure] = []
+        for i, s in enumerate(scopes):
+            count, tsum, inflight, used, oldest, rw, tw, cw, bw = reply[2 + _PER_SCOPE * i: 2 + _PER_SCOPE * (i + 1)]
+            usage.append((s, count, tsum, oldest if oldest >= 0 else None))
+            if not admitted:
+                if rw >= 0:
+                    failures.append(("rpm", s, rw, count))
+                if tw >= 0:
+                    failures.append(("tpm", s, tw, tsum))
+                if cw >= 0:
+                    failures.append(("concurrency", s, None, inflight))
+                if bw >= 0:
+                    failures.append(("budget", s, bw, used))
+        if not admitted:
+            refusal = reject(failures, tokens, now, WINDOW_US, usage, month.end_us, self._conc_retry_us)
+            REJECTIONS.labels(refusal.kind).inc()
+            raise refusal
+        budget_flags = ["1" if s.monthly_token_budget is not None else "0" for s in scopes]
+        return Ticket(ticket_id, tokens, (now, WINDOW_US, usage), (keys, budget_flags))
+
+    async def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        if ticket.settled or ticket.degraded:
+            return
+        if used_tokens < 0:
+            raise ValueError("used_tokens must be >= 0")
+        ticket.settled = True
+        keys, budget_flags = ticket._hold
+        try:
+            await self._settle_script(keys=keys, args=[ticket.id, used_tokens - ticket.tokens, *budget_flags])
+        except _OUTAGE as exc:
+            # The slot's lease and the window's expiry bound the damage: nothing to hand to the caller.
+            BACKEND_ERRORS.labels("settle", "dropped").inc()
+            self._went_down("settle", exc)
+            return
+        self._recovered()
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    def _outage(self, op: str, exc: Exception, ticket_id: str, tokens: int) -> Ticket:
+        outcome = "fail_open" if self.fail_open else "fail_closed"
+        BACKEND_ERRORS.labels(op, outcome).inc()
+        self._went_down(op, exc)
+        if not self.fail_open:
+            raise LimiterUnavailable(f"rate limiter backend unavailable: {exc.__class__.__name__}") from exc
+        return Ticket(ticket_id, tokens, degraded=True)
+
+    def _went_down(self, op: str, exc: Exception) -> None:
+        if self._up:
+            self._up = False
+            BACKEND_UP.set(0)
+            log.warning("limiter_backend_down", op=op, error=repr(exc), fail_open=self.fail_open)
+
+    def _recovered(self) -> None:
+        if not self._up:
+            self._up = True
+            BACKEND_UP.set(1)
+            log.info("limiter_backend_up")
+
+
+def _arg(limit: int | None) -> int:
+    return -1 if limit is None else limit

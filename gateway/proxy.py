@@ -1,0 +1,79 @@
+"""Send a GenerateRequest to a replica of its model and relay the worker's events.
+
+Replicas are tried least-loaded first. A request moves on to the next replica when the worker is
+unreachable, overloaded, or fails before it produced a token; once a token was relayed the client
+has seen output, so a broken connection becomes an error instead of a silent retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import msgspec
+
+from gateway.errors import NotFound, Overloaded, SluiceError, Unavailable, UpstreamFailed, ValidationFailed
+from gateway.routing.pool import ModelPool
+from worker.protocol import Accepted, Error, Event, GenerateRequest, decode_event
+
+RETRYABLE_KINDS = {"overloaded", "unavailable", "internal"}
+
+
+def worker_error(error: Error) -> SluiceError:
+    """Map a worker `Error` event to the gateway's error hierarchy."""
+    if error.kind in ("validation", "too_long"):
+        return ValidationFailed(error.message, param=error.field,
+                                code="context_length_exceeded" if error.kind == "too_long" else None)
+    if error.kind == "not_found":
+        return NotFound(error.message)
+    if error.kind == "overloaded":
+        return Overloaded(error.message)
+    if error.kind == "unavailable":
+        return Unavailable(error.message)
+    return UpstreamFailed(error.message)
+
+
+async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncIterator[Event]:
+    body = msgspec.json.encode(request)
+    last_error: SluiceError = Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
+    for replica in pool.candidates():
+        relayed = False
+        pending: Accepted | None = None  # held until the first token so a retry stays invisible
+        replica.in_flight += 1
+        try:
+            async with replica.client.stream("POST", "/generate", content=body,
+                                             headers={"content-type": "application/json"}) as response:
+                if response.status_code != 200:
+                    error = msgspec.json.decode(await response.aread(), type=Error)
+                    last_error = worker_error(error)
+                    if error.kind in RETRYABLE_KINDS:
+                        continue
+                    raise last_error
+                async for line in response.aiter_lines():
+                    if not line:
+                        continue
+                    event = decode_event(line.encode())
+                    if isinstance(event, Error) and not relayed and event.kind in RETRYABLE_KINDS:
+                        last_error = worker_error(event)
+                        break
+                    if isinstance(event, Accepted) and not relayed:
+                        pending = event
+                        continue
+                    if pending is not None:
+                        relayed = True
+                        yield pending
+                        pending = None
+                    relayed = True
+                    yield event
+                else:
+                    if relayed:
+                        return
+                    last_error = UpstreamFailed("the worker closed the stream without a result")
+        except (httpx.TransportError, msgspec.DecodeError) as exc:
+            if relayed:
+                raise UpstreamFailed(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
+            replica.healthy = False  # the poller brings it back once it answers again
+            last_error = Unavailable(f"worker {replica.url} is unreachable")
+        finally:
+            replica.in_flight -= 1
+    raise last_error

@@ -1,0 +1,106 @@
+"""Replicas of one model and the choice among them: healthy first, then least loaded."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import httpx
+import msgspec
+import structlog
+
+from worker.protocol import ModelInfo, WorkerLoad
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(eq=False)
+class Replica:
+    url: str
+    client: httpx.AsyncClient
+    healthy: bool = False
+    load: WorkerLoad | None = None
+    info: ModelInfo | None = None
+    in_flight: int = 0  # requests this gateway has open on it, between two polls
+
+    @property
+    def pressure(self) -> int:
+        load = self.load
+        return self.in_flight + (load.queued + load.running_rows if load else 0)
+
+    async def poll(self) -> None:
+        try:
+            response = await self.client.get("/load", timeout=2.0)
+            response.raise_for_status()
+            self.load = msgspec.json.decode(response.content, type=WorkerLoad)
+            if self.info is None:
+                info = await self.client.get("/info", timeout=2.0)
+                self.info = msgspec.json.decode(info.content, type=ModelInfo)
+            became = not self.healthy and self.load.ready
+            self.healthy = self.load.ready
+            if became:
+                log.info("replica_ready", url=self.url)
+        except (httpx.HTTPError, msgspec.DecodeError):
+            if self.healthy:
+                log.warning("replica_unhealthy", url=self.url)
+            self.healthy = False
+            self.info = None
+
+
+@dataclass(eq=False)
+class ModelPool:
+    name: str
+    replicas: list[Replica] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return any(r.healthy for r in self.replicas)
+
+    def info(self) -> ModelInfo | None:
+        return next((r.info for r in self.replicas if r.healthy and r.info), None)
+
+    def candidates(self) -> list[Replica]:
+        """Healthy replicas, least loaded first (the order the proxy tries them in)."""
+        return sorted((r for r in self.replicas if r.healthy), key=lambda r: r.pressure)
+
+
+class Router:
+    """Model name -> pool; polls every replica's load so routing and /health stay current."""
+
+    def __init__(self, poll_interval: float = 0.5):
+        self.pools: dict[str, ModelPool] = {}
+        self.poll_interval = poll_interval
+        self._task: asyncio.Task | None = None
+        self._clients: list[httpx.AsyncClient] = []
+
+    def add_replica(self, model: str, url: str) -> Replica:
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=None))
+        self._clients.append(client)
+        replica = Replica(url, client)
+        self.pools.setdefault(model, ModelPool(model)).replicas.append(replica)
+        return replica
+
+    def pool(self, model: str) -> ModelPool | None:
+        return self.pools.get(model)
+
+    def unready_models(self) -> list[str]:
+        return [name for name, pool in self.pools.items() if not pool.ready]
+
+    async def poll_all(self) -> None:
+        await asyncio.gather(*(r.poll() for pool in self.pools.values() for r in pool.replicas))
+
+    async def start(self) -> None:
+        await self.poll_all()
+        self._task = asyncio.create_task(self._poll_forever())
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            await self.poll_all()
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+        for client in self._clients:
+            await client.aclose()

@@ -1,0 +1,95 @@
+"""Every auth test runs against SQLite (a file in tmp_path) and PostgreSQL (a fresh database per test)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import asyncpg
+import pytest
+from litestar import Litestar, Request, get
+from litestar.testing import AsyncTestClient
+
+from auth import AuthError, AuthService, RequestError
+from auth.http import client_address, error_response, team_header
+from auth.routes import admin_router
+
+PEPPER = b"test-pepper-0123456789abcdef"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/auth.db"
+        return
+    server = request.getfixturevalue("postgres")
+    name = f"auth_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(server.url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    yield server.url.rsplit("/", 1)[0] + "/" + name
+    conn = await asyncpg.connect(server.url)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def service(store_url):
+    svc = await AuthService.open(store_url, PEPPER)
+    yield svc
+    await svc.close()
+
+
+@pytest.fixture
+async def boot(service):
+    return await service.bootstrap(None)
+
+
+def build_app(store_url: str, **options) -> Litestar:
+    """The admin router plus one tiny authenticated route, composed as the gateway will compose them.
+
+    AsyncTestClient runs the app on its own event loop (a portal thread), so the service is opened
+    in the app's lifespan there, and the router gets a callable that returns it.
+    """
+
+    def current() -> AuthService:
+        return app.state.auth
+
+    @get("/v1/whoami")
+    async def whoami(request: Request, model: str | None = None) -> dict:
+        principal = await current().authenticate(request.headers.get("authorization"),
+                                                 team_header(request.headers), client_address(request))
+        if model is not None:
+            current().check_model(principal, model)
+        return {"key_id": principal.key_id, "team_id": principal.team_id, "user_id": principal.user_id,
+                "is_admin": principal.is_admin, "models": list(principal.models)}
+
+    @get("/v1/open")
+    async def open_route() -> dict:
+        return {"ok": True}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar):
+        app.state.auth = await AuthService.open(store_url, PEPPER, **options)
+        app.state.boot = await app.state.auth.bootstrap(None)
+        try:
+            yield
+        finally:
+            await app.state.auth.close()
+
+    handlers = {AuthError: lambda _, exc: error_response(exc), RequestError: lambda _, exc: error_response(exc)}
+    app = Litestar([whoami, open_route, admin_router(current)], exception_handlers=handlers, lifespan=[lifespan])
+    return app
+
+
+@pytest.fixture
+async def client(store_url):
+    app = build_app(store_url)
+    async with AsyncTestClient(app=app) as c:
+        c.boot = app.state.boot
+        c.admin_headers = {"Authorization": f"Bearer {c.boot.admin_key}"}
+        yield c

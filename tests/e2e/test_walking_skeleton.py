@@ -1,0 +1,220 @@
+"""The walking skeleton end to end: `sluice serve` as a subprocess, the real openai SDK, the real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.fixtures.sluice import MODEL, MODEL_CACHE, pid_alive, running_sluice, start_sluice
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_sluice(tmp_path_factory.mktemp("serve")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    cached = next(p for p in MODEL_CACHE.iterdir() if (p / "config.json").exists())
+    return AutoTokenizer.from_pretrained(cached)
+
+
+def test_sdk_completion_streamed_equals_non_streamed(client, tokenizer):
+    prompt = "The capital of France is"
+    reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
+    choice = reply.choices[0]
+    assert choice.text.strip()
+    assert choice.finish_reason in ("length", "stop")
+    streamed = ""
+    usage = None
+    for chunk in client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0, stream=True,
+                                           stream_options={"include_usage": True}):
+        if chunk.choices:
+            streamed += chunk.choices[0].text
+        if chunk.usage:
+            usage = chunk.usage
+    assert streamed == choice.text
+    assert reply.usage.prompt_tokens == len(tokenizer(prompt).input_ids)
+    assert reply.usage.completion_tokens == len(choice.model_extra["tokens"])
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert usage.prompt_tokens == reply.usage.prompt_tokens
+    assert usage.completion_tokens == reply.usage.completion_tokens
+
+
+def test_usage_counts_match_tokenizer(server, tokenizer):
+    prompt = "Write one sentence about rivers."
+    response = httpx.post(f"{server.url}/v1/completions", headers={"Authorization": f"Bearer {server.api_key}"},
+                          json={"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0}, timeout=60)
+    body = response.json()
+    assert response.status_code == 200, body
+    choice = body["choices"][0]
+    assert body["usage"]["prompt_tokens"] == len(tokenizer(prompt).input_ids)
+    assert body["usage"]["completion_tokens"] == len(choice["tokens"]) <= 12
+    assert tokenizer.decode(choice["tokens"], skip_special_tokens=True) == choice["text"]
+
+
+def test_models_and_request_ids(server, client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    first = httpx.get(f"{server.url}/health")
+    second = httpx.get(f"{server.url}/health")
+    assert first.status_code == 200
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+
+
+def _post(server, body, key: str | None = "default", raw: bytes | None = None):
+    headers = {"content-type": "application/json"}
+    if key == "default":
+        headers["authorization"] = f"Bearer {server.api_key}"
+    elif key is not None:
+        headers["authorization"] = f"Bearer {key}"
+    content = raw if raw is not None else json.dumps(body).encode()
+    return httpx.post(f"{server.url}/v1/completions", headers=headers, content=content, timeout=30)
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    ({"model": "no-such-model", "prompt": "x"}, 404, None),
+    ({"prompt": "x"}, 422, "model"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 422, "max_tokens"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 0}, 422, "max_tokens"),
+    ({"model": MODEL, "prompt": "x", "temperature": 3}, 422, "temperature"),
+    ({"model": MODEL, "prompt": "x", "top_p": 0}, 422, "top_p"),
+    ({"model": MODEL, "prompt": "x", "n": 0}, 422, "n"),
+    ({"model": MODEL, "prompt": "x", "n": 2, "best_of": 1}, 422, "best_of"),
+    ({"model": MODEL, "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 422, "stop"),
+    ({"model": MODEL, "prompt": "x", "logprobs": 99}, 422, "logprobs"),
+    ({"model": MODEL, "prompt": [], "max_tokens": 2}, 422, "prompt"),
+    ({"model": MODEL, "prompt": [1, "a"], "max_tokens": 2}, 422, "prompt"),
+    ({"model": MODEL, "prompt": [10**9], "max_tokens": 2}, 422, "prompt"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 10**7}, 422, "max_tokens"),
+    ({"model": MODEL}, 422, "prompt"),
+])
+def test_invalid_requests_get_openai_errors(server, body, status, param):
+    response = _post(server, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"]
+    assert error["type"]
+    if param is not None:
+        assert error["param"] == param
+
+
+def test_malformed_json_is_400(server):
+    response = _post(server, None, raw=b"{not json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_json"
+    assert _post(server, None, raw=b"[1, 2]").status_code == 422
+
+
+def test_missing_and_invalid_keys_are_401(server):
+    for key in (None, "sk-sluice-nope-nope", "garbage"):
+        response = _post(server, {"model": MODEL, "prompt": "x"}, key=key)
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_oversized_body_is_413(server):
+    response = _post(server, {"model": MODEL, "prompt": "x" * (5 * 1024 * 1024)})
+    assert response.status_code == 413
+
+
+def test_sdk_raises_typed_errors(server):
+    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-sluice-bad-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.completions.create(model=MODEL, prompt="x")
+    good = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        good.completions.create(model="missing", prompt="x")
+    with pytest.raises(openai.UnprocessableEntityError):
+        good.completions.create(model=MODEL, prompt="x", temperature=5)
+
+
+def test_keys_never_logged(server):
+    _post(server, {"model": MODEL, "prompt": "hello", "max_tokens": 2})
+    _post(server, {"model": MODEL, "prompt": "hello"}, key="sk-sluice-abcdef123456-secretsecretsecret")
+    secret = server.api_key
+    assert server.output.count(secret) == 1  # the one-time announcement on stdout, never a log line
+    assert "secretsecretsecret" not in server.output
+    for line in server.lines:
+        if line.startswith("{"):
+            assert "Bearer" not in line and "authorization" not in line.lower()
+
+
+def test_disconnect_cancels_the_worker_request(server):
+    worker = server.worker_url()
+    with httpx.stream("POST", f"{server.url}/v1/completions", headers={"authorization": f"Bearer {server.api_key}"},
+                      json={"model": MODEL, "prompt": "Count slowly:", "max_tokens": 2000, "stream": True,
+                            "temperature": 0.7, "ignore_eos": True}, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                break
+        assert httpx.get(f"{worker}/load").json()["running_rows"] == 1
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{worker}/load").json()["running_rows"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(f"{worker}/load").json()["running_rows"] == 0
+
+
+def test_worker_killed_is_restarted_and_health_recovers(tmp_path):
+    with running_sluice(tmp_path / "kill") as server:
+        pid = server.worker_pids()[-1]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{server.url}/health").status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(f"{server.url}/health").status_code == 503
+        assert "no ready worker" in httpx.get(f"{server.url}/health").json()["reason"]
+        server.wait_healthy(timeout=120)
+        assert len(server.worker_pids()) == 2
+        response = _post(server, {"model": MODEL, "prompt": "Hi", "max_tokens": 3})
+        assert response.status_code == 200
+
+
+def test_sigterm_stops_gateway_and_workers(tmp_path):
+    server = start_sluice(tmp_path / "term")
+    workers = server.worker_pids()
+    # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
+    assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    assert server.log_events("gateway_stopped")
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in workers)
+
+
+def test_sigkill_of_gateway_leaves_no_orphan_worker(tmp_path):
+    server = start_sluice(tmp_path / "orphan")
+    workers = server.worker_pids()
+    server.stop(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in workers)
+
+
+def test_admin_key_from_environment_and_restart_reuses_state(tmp_path):
+    admin = "operator-chosen-admin-secret-" + "s" * 16
+    data = tmp_path / "env"
+    with running_sluice(data, env={"SLUICE_ADMIN_KEY": admin}) as first:
+        assert "Sluice admin key" not in first.output
+        key = first.api_key
+    with running_sluice(data, env={"SLUICE_ADMIN_KEY": admin}) as second:
+        assert "API key for team 'default'" not in second.output  # created once, never re-printed
+        response = httpx.post(f"{second.url}/v1/completions", headers={"authorization": f"Bearer {key}"},
+                              json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}, timeout=60)
+        assert response.status_code == 200

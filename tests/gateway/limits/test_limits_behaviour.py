@@ -1,0 +1,156 @@
+"""Behaviour of the limiter, identical for the in-process and Redis backends (manual clock, no sleeps)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gateway.limits import RateLimited, Scope
+
+from .manual_clock import ManualClock
+
+
+async def refused(limiter, scopes, tokens) -> RateLimited:
+    with pytest.raises(RateLimited) as info:
+        await limiter.admit(scopes, tokens)
+    return info.value
+
+
+async def test_rpm_burst_then_exact_retry(limiter, clock):
+    key = [Scope("key:a", rpm=3)]
+    for _ in range(3):  # the whole minute's allowance is available at once
+        await limiter.admit(key, 0)
+        clock.advance(10)
+    err = await refused(limiter, key, 0)
+    assert err.kind == "rate_limit"
+    assert err.retry_after == pytest.approx(30.0)  # first admission (t=0) leaves the window at t=60
+    assert err.headers["retry-after"] == "30" and err.headers["retry-after-ms"] == "30000"
+    assert err.headers["x-ratelimit-remaining-requests"] == "0"
+    clock.advance(err.retry_after - 0.000001)
+    await refused(limiter, key, 0)
+    clock.advance(0.000001)
+    await limiter.admit(key, 0)
+
+
+async def test_tpm_reservation_and_refund(limiter, clock):
+    key = [Scope("key:a", tpm=1000)]
+    t1 = await limiter.admit(key, 600)
+    assert t1.headers()["x-ratelimit-remaining-tokens"] == "400"
+    err = await refused(limiter, key, 500)
+    assert err.kind == "rate_limit" and err.retry_after == pytest.approx(60.0)
+    await limiter.settle(t1, 100)  # 500 reserved-but-unused tokens come back
+    t2 = await limiter.admit(key, 500)
+    assert t2.headers()["x-ratelimit-remaining-tokens"] == "400"
+    await limiter.settle(t1, 0)  # a second settle is a no-op
+    await refused(limiter, key, 401)
+
+
+async def test_reservation_larger_than_a_limit_never_fits(limiter):
+    err = await refused(limiter, [Scope("key:a", tpm=100), Scope("team:t", tpm=10_000)], 101)
+    assert err.kind == "never_fits" and err.retry_after is None
+    assert "100 tokens-per-minute limit of key:a" in err.message
+    assert "retry-after" not in err.headers and err.headers["x-ratelimit-limit-tokens"] == "100"
+    err = await refused(limiter, [Scope("key:a", monthly_token_budget=50)], 51)
+    assert err.kind == "never_fits"
+    assert (await refused(limiter, [Scope("key:a", rpm=0)], 1)).kind == "never_fits"
+
+
+async def test_all_scopes_or_nothing(limiter, clock):
+    key, team = Scope("key:a", rpm=5, tpm=1000), Scope("team:t", rpm=1)
+    await limiter.admit([key, team], 100)
+    err = await refused(limiter, [key, team], 100)
+    assert "team:t" in err.message and "key:a" not in err.message
+    # the refused request charged nothing to key:a: it still has 4 requests and 900 tokens
+    ticket = await limiter.admit([key], 100)
+    assert ticket.headers()["x-ratelimit-remaining-requests"] == "3"
+    assert ticket.headers()["x-ratelimit-remaining-tokens"] == "800"
+
+
+async def test_headers_report_the_tightest_scope(limiter, clock):
+    key, team = Scope("key:a", rpm=100, tpm=500), Scope("team:t", rpm=10, tpm=100_000)
+    first = await limiter.admit([key, team], 200)
+    h = first.headers()
+    assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("10", "9")
+    assert (h["x-ratelimit-limit-tokens"], h["x-ratelimit-remaining-tokens"]) == ("500", "300")
+    assert h["x-ratelimit-reset-requests"] == "1m0s"
+    clock.advance(15)
+    h = (await limiter.admit([key, team], 0)).headers()
+    assert h["x-ratelimit-reset-requests"] == "45s"  # when the oldest admission leaves the window
+
+
+async def test_concurrency_cap_and_release(limiter, clock):
+    key = [Scope("key:a", max_concurrency=2)]
+    a = await limiter.admit(key, 0)
+    await limiter.admit(key, 0)
+    err = await refused(limiter, key, 0)
+    assert err.kind == "concurrency" and err.retry_after == 1.0
+    await limiter.settle(a, 0)
+    await limiter.admit(key, 0)
+
+
+async def test_unsettled_slot_is_reclaimed_after_its_lease(limiter, clock):
+    key = [Scope("key:a", max_concurrency=1)]
+    await limiter.admit(key, 0)  # its gateway "crashes": no settle ever comes
+    clock.advance(299.999)
+    await refused(limiter, key, 0)
+    clock.advance(0.001)  # the fixture's lease is 300 s
+    await limiter.admit(key, 0)
+
+
+async def test_budget_refused_as_its_own_kind_until_the_month_ends(limiter, clock):
+    clock.us = int(datetime(2025, 1, 31, 23, 59, 0, tzinfo=UTC).timestamp()) * 1_000_000
+    key = [Scope("key:a", monthly_token_budget=1000, rpm=1000)]
+    t = await limiter.admit(key, 800)
+    await limiter.settle(t, 300)  # refund 500: 300 used
+    await limiter.admit(key, 700)
+    err = await refused(limiter, key, 1)
+    assert err.kind == "budget" and err.retry_after == pytest.approx(60.0)
+    assert "2025-02-01T00:00:00Z" in err.message
+    clock.advance(59.999999)
+    assert (await refused(limiter, key, 1)).kind == "budget"
+    clock.advance(0.000001)
+    await limiter.admit(key, 1000)  # February: a fresh budget
+
+
+async def test_budget_resets_across_the_year_end(limiter, clock):
+    clock.us = int(datetime(2025, 12, 31, 23, 0, 0, tzinfo=UTC).timestamp()) * 1_000_000
+    key = [Scope("key:a", monthly_token_budget=10)]
+    await limiter.admit(key, 10)
+    err = await refused(limiter, key, 10)
+    assert err.retry_after == pytest.approx(3600.0)
+    clock.advance(3600)
+    await limiter.admit(key, 10)
+
+
+async def test_budget_takes_precedence_and_retry_is_the_latest_blocker(limiter, clock):
+    key = [Scope("key:a", rpm=1, monthly_token_budget=10)]
+    await limiter.admit(key, 10)
+    err = await refused(limiter, key, 5)
+    assert err.kind == "budget"
+    end_of_march = datetime(2025, 4, 1, tzinfo=UTC).timestamp()
+    assert err.retry_after == pytest.approx(end_of_march - clock())
+
+
+async def test_degenerate_inputs(limiter):
+    with pytest.raises(ValueError):
+        await limiter.admit([Scope("key:a")], -1)
+    ticket = await limiter.admit([], 10)  # nothing limits: admitted, no headers
+    assert ticket.headers() == {}
+    await limiter.settle(ticket, 10)
+    ticket = await limiter.admit([Scope("key:a")], 10)
+    with pytest.raises(ValueError):
+        await limiter.settle(ticket, -5)
+
+
+async def test_overrun_is_charged(limiter):
+    key = [Scope("key:a", tpm=100)]
+    t = await limiter.admit(key, 10)
+    await limiter.settle(t, 60)  # used more than reserved: the actual count is what is charged
+    await refused(limiter, key, 41)
+    await limiter.admit(key, 40)
+
+
+def test_manual_clock_round_trips_exactly():
+    clock = ManualClock(datetime(2025, 3, 14, tzinfo=UTC))
+    assert round(clock() * 1_000_000) == clock.us

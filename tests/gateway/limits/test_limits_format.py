@@ -1,0 +1,40 @@
+"""Header spelling, the reservation rule, and the in-process limiter's memory hygiene."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.limits import Scope, open_limiter, reservation_tokens
+from gateway.limits.headers import go_duration, retry_headers
+
+
+@pytest.mark.parametrize(("us", "text"), [
+    (0, "0s"), (1, "1ms"), (20_000, "20ms"), (999_000, "999ms"), (1_000_000, "1s"), (1_500_000, "1.5s"),
+    (59_998_000, "59.998s"), (60_000_000, "1m0s"), (360_000_000, "6m0s"), (90_250_000, "1m30.25s"),
+    (3_600_000_000, "1h0m0s"), (-5, "0s"),
+])
+def test_go_duration_matches_openai_spelling(us, text):
+    assert go_duration(us) == text
+
+
+def test_retry_headers_round_up():
+    assert retry_headers(0.2) == {"retry-after": "1", "retry-after-ms": "200"}
+    assert retry_headers(30.0) == {"retry-after": "30", "retry-after-ms": "30000"}
+
+
+def test_reservation_rule():
+    assert reservation_tokens(100, 50) == 150
+    assert reservation_tokens(100, 50, n=3) == 250  # the prompt is shared, each choice decodes
+    assert reservation_tokens(100, 50, n=2, best_of=5) == 350  # every best_of candidate decodes
+    assert reservation_tokens(100, 50, n=2, num_beams=4) == 300  # beams decode whatever n returns
+
+
+def test_idle_scopes_are_forgotten(clock):
+    lim = open_limiter(None, clock=clock)
+    for i in range(5000):
+        ticket = lim.admit_now([Scope(f"key:{i}", rpm=10, max_concurrency=2)], 1)
+        lim.settle_now(ticket, 1)
+    clock.advance(61)
+    for i in range(5000):
+        lim.admit_now([Scope("key:hot", rpm=10**9)], 1)
+    assert len(lim._states) < 5000  # the sweep dropped scopes with nothing in their window

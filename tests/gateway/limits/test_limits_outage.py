@@ -1,0 +1,90 @@
+"""Redis outage: the server is stopped mid-run and started again; the limiter fails open or closed as
+configured, exposes it in metrics, and recovers by itself."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from prometheus_client import REGISTRY
+
+from gateway.limits import LimiterUnavailable, RateLimited, Scope, open_limiter
+
+SCOPES = [Scope("key:outage", rpm=100_000, max_concurrency=50)]
+
+
+def errors(op: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("sluice_limiter_backend_errors_total",
+                                     {"op": op, "outcome": outcome}) or 0.0
+
+
+def backend_up() -> float | None:
+    return REGISTRY.get_sample_value("sluice_limiter_backend_up")
+
+
+async def drive(lim, stop: asyncio.Event, outcomes: list[str]) -> None:
+    """A steady stream of admit/settle pairs, as a gateway under load would make."""
+    while not stop.is_set():
+        try:
+            ticket = await lim.admit(SCOPES, 5)
+        except LimiterUnavailable:
+            outcomes.append("unavailable")
+        except RateLimited:
+            outcomes.append("limited")
+        else:
+            outcomes.append("degraded" if ticket.degraded else "ok")
+            await lim.settle(ticket, 3)  # never raises, even while the server is down
+        await asyncio.sleep(0.002)
+
+
+async def wait_for(outcomes: list[str], what: str, since: int, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while what not in outcomes[since:]:
+        assert loop.time() < deadline, f"no {what!r} within {timeout}s; saw {set(outcomes[since:])}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+async def test_server_killed_mid_run_and_restarted(redis, fail_open):
+    lim = open_limiter(redis.url, fail_open=fail_open, key_prefix=f"o:{uuid.uuid4().hex}")
+    during = "degraded" if fail_open else "unavailable"
+    outcome = "fail_open" if fail_open else "fail_closed"
+    before_admit, before_settle = errors("admit", outcome), errors("settle", "dropped")
+    outcomes: list[str] = []
+    stop = asyncio.Event()
+    driver = asyncio.create_task(drive(lim, stop, outcomes))
+    try:
+        await wait_for(outcomes, "ok", 0)
+        redis.stop()
+        try:
+            mark = len(outcomes)
+            await wait_for(outcomes, during, mark)
+            assert backend_up() == 0
+        finally:
+            redis.start()
+        mark = len(outcomes)
+        await wait_for(outcomes, "ok", mark)  # recovers without a restart of the limiter
+        assert backend_up() == 1
+    finally:
+        stop.set()
+        await driver
+        await lim.close()
+    assert set(outcomes) <= {"ok", during}
+    assert errors("admit", outcome) > before_admit
+    if fail_open:
+        assert errors("settle", "dropped") >= before_settle  # degraded tickets need no settle
+
+
+async def test_settle_during_outage_is_dropped_and_counted(redis):
+    lim = open_limiter(redis.url, key_prefix=f"o:{uuid.uuid4().hex}")
+    ticket = await lim.admit(SCOPES, 5)
+    before = errors("settle", "dropped")
+    redis.stop()
+    try:
+        await lim.settle(ticket, 1)
+    finally:
+        redis.start()
+    assert errors("settle", "dropped") == before + 1
+    await lim.close()

@@ -1,0 +1,118 @@
+"""The decoding batch: per-row settings and state, vectorized logits processing and token choice.
+
+Each engine step, for the rows of the running batch in order:
+
+    scores = batch.process(logits)      # [B, V] raw logits -> processed + warped scores
+    choice = batch.choose(scores)       # tokens, logprobs, top logprobs
+    batch.append(choice.tokens)         # extend every row's history
+    ... finish checks, detokenize, stop strings ...
+    batch.filter(keep)                  # drop finished rows (or reorder / add between steps)
+
+Processing order follows transformers' `generate()`: logit bias, encoder repetition penalty,
+repetition penalty, (presence / frequency penalties), no-repeat n-grams, encoder no-repeat n-grams,
+bad words, min-tokens EOS mask; then, for sampled rows only, temperature, top-k, top-p, min-p,
+typical-p; then the watermark (transformers also applies it last, after the warpers).
+
+Logprobs are log_softmax of the scores after the processors and before warping and watermark: a
+greedy row reports the model's own distribution under its penalties and bans. This is
+transformers' `output_scores` for a greedy row without watermark, and `output_logits` (raw) when no
+processor is active; for sampled rows `output_scores` is the warped distribution instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from worker.decoding.bans import apply_bans, apply_logit_bias
+from worker.decoding.params import BatchParams, build_params
+from worker.decoding.penalties import RowTensors, apply_penalties
+from worker.decoding.rows import RowSpec, RowState
+from worker.decoding.sampling import Choice, choose
+from worker.decoding.warpers import apply_warpers
+from worker.decoding.watermark import apply_watermark
+
+__all__ = ["Choice", "DecodingBatch", "RowSpec"]
+
+
+class DecodingBatch:
+    def __init__(self, vocab_size: int, device: torch.device | str = "cpu"):
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+        self.rows: list[RowState] = []
+        self.tensors = RowTensors(vocab_size, self.device)
+        self._params: BatchParams | None = None
+        self._logprob_scores: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def params(self) -> BatchParams:
+        if self._params is None:  # rebuilt only after the composition changed
+            self._params = build_params(self.rows, self.vocab_size, self.device)
+        return self._params
+
+    def add(self, spec: RowSpec) -> None:
+        """Append a row at the end."""
+        state = RowState(spec)
+        self.rows.append(state)
+        self.tensors.add(state)
+        self._params = None
+
+    def filter(self, keep: list[int]) -> None:
+        """Keep the rows at these positions (current order), drop the rest."""
+        self.reorder(keep)
+
+    def reorder(self, index: list[int]) -> None:
+        """Rows become [old[i] for i in index]; a duplicated row gets an independent copy of its state
+        (its generator included: call `reseed` on a fork that must sample differently)."""
+        used: set[int] = set()
+        rows = []
+        for i in index:
+            rows.append(self.rows[i].fork() if i in used else self.rows[i])
+            used.add(i)
+        self.rows = rows
+        self._params = None
+        self.tensors.reorder(torch.tensor(index, dtype=torch.long, device=self.device), self.params)
+        self._logprob_scores = None
+
+    def reseed(self, position: int, seed: int) -> None:
+        self.rows[position].reseed(seed)
+
+    def process(self, logits: torch.Tensor) -> torch.Tensor:
+        """[B, V] raw logits -> scores to choose from (the input is not modified)."""
+        if logits.shape != (len(self.rows), self.vocab_size):
+            raise ValueError(f"logits {tuple(logits.shape)} != ({len(self.rows)}, {self.vocab_size})")
+        params = self.params
+        scores = logits.to(device=self.device, dtype=torch.float32, copy=True)
+        apply_logit_bias(scores, params)
+        scores = apply_penalties(scores, params, self.tensors)
+        apply_bans(scores, params, self.rows)
+        self._logprob_scores = scores
+        if params.sample_rows is None and params.watermark_rows is None:
+            return scores
+        scores = apply_warpers(scores.clone(), params)
+        if params.watermark_rows is not None:
+            rows = params.watermark_rows
+            previous = torch.tensor([self.rows[i].history[-1] for i in rows.tolist()], device=self.device)
+            apply_watermark(scores, rows, previous, params.watermark_gamma[rows], params.watermark_delta[rows])
+        return scores
+
+    def choose(self, scores: torch.Tensor) -> Choice:
+        """Tokens from the scores of the last `process` call; logprobs from its pre-warp scores."""
+        logprob_scores = self._logprob_scores if self._logprob_scores is not None else scores
+        return choose(scores, logprob_scores, self.params, self.rows)
+
+    def append(self, tokens: list[int] | torch.Tensor) -> None:
+        """Extend every row's history with its new token."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long).to(self.device)
+        if len(tokens) != len(self.rows):
+            raise ValueError(f"{len(tokens)} tokens for {len(self.rows)} rows")
+        for row, token in zip(self.rows, tokens.tolist()):
+            row.append(token)
+        self.tensors.append(tokens)
+        self._logprob_scores = None
+
+    def history(self, position: int) -> list[int]:
+        """Prompt + generated tokens of a row."""
+        return self.rows[position].history

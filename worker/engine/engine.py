@@ -1,0 +1,329 @@
+"""The continuous-batching engine: one thread owns the model, the KV cache and the decoding batch.
+
+Each iteration: apply submissions and cancellations, prefill waiting prompts within the token budget
+(the prompt minus its last token goes into the cache; a request with several candidates is
+prefilled once and its cache rows copied), then one decode step for every running row. A row
+always feeds exactly one token per step, so a freshly prefilled row simply joins the next step.
+Rows 0..B-1 of the cache, the decoding batch and `self.rows` always line up.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+
+import structlog
+import torch
+
+from worker.decoding.bad_words import tokenize_bad_words
+from worker.decoding.batch import DecodingBatch, RowSpec
+from worker.decoding.detokenizer import IncrementalDetokenizer
+from worker.decoding.finish import finish_reason
+from worker.decoding.stops import StopMatcher
+from worker.engine.outputs import StepEvents, finish_event, token_event
+from worker.engine.prepare import PreparedRequest, RequestError, prepare
+from worker.engine.runner import ModelRunner
+from worker.engine.sequence import RequestState, Sequence
+from worker.loading import LoadedModel
+from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
+
+log = structlog.get_logger(__name__)
+
+
+class Engine:
+    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = ""):
+        self.loaded, self.config, self.worker_id = loaded, config, worker_id
+        self.tokenizer = loaded.tokenizer
+        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context)
+        self.max_rows = config.max_batch_size
+        self.vocab_size = self.runner.vocab_size
+        self.model_eos = _model_eos_ids(loaded)
+        self.batch = DecodingBatch(self.vocab_size, "cpu")
+        self.rows: list[Sequence] = []
+        self.waiting: deque[RequestState] = deque()
+        self.prefilling: RequestState | None = None
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.by_id: dict[str, RequestState] = {}
+        self.steps = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
+
+    # ---- called from the HTTP side (any thread) ----
+
+    def prepare(self, request: GenerateRequest) -> PreparedRequest:
+        return prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,
+                       max_context=self.runner.max_context, max_rows=self.max_rows, model_eos=self.model_eos,
+                       embed=self.runner.embed, tokenize_bad_words=tokenize_bad_words)
+
+    def submit(self, prepared: PreparedRequest, sink) -> None:
+        if len(self.waiting) >= self.config.max_queue:
+            raise RequestError("the worker queue is full, retry later", kind="overloaded")
+        self.inbox.put(("submit", RequestState(prepared, sink)))
+
+    def cancel(self, request_id: str) -> None:
+        self.inbox.put(("cancel", request_id))
+
+    def load(self) -> WorkerLoad:
+        rows = len(self.rows)
+        return WorkerLoad(ready=self._thread.is_alive(), model=self.config.name,
+                          queued=len(self.waiting) + (self.prefilling is not None), running_rows=rows,
+                          max_rows=self.max_rows,
+                          free_cache_tokens=(self.max_rows - rows) * self.runner.max_context,
+                          worker_id=self.worker_id)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.inbox.put(("wake", None))
+        self._thread.join(timeout=10)
+
+    # ---- engine thread ----
+
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while not self._stop.is_set():
+            self._drain_inbox(block=not (self.rows or self.waiting or self.prefilling))
+            try:
+                self._prefill()
+                if self.rows:
+                    self._decode_step()
+            except Exception as exc:  # a bug must not kill the worker: fail the batch, keep serving
+                log.exception("engine_step_failed")
+                self._fail_all(f"internal engine error: {type(exc).__name__}")
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, payload = item
+            if kind == "submit":
+                self.waiting.append(payload)
+                self.by_id[payload.request_id] = payload
+            elif kind == "cancel":
+                self._cancel(payload)
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _cancel(self, request_id: str) -> None:
+        state = self.by_id.get(request_id)
+        if state is None or state.done:
+            return
+        state.cancelled = True
+        if state in self.waiting:
+            self.waiting.remove(state)
+        if self.prefilling is state:
+            self.prefilling = None
+        gone = [i for i, row in enumerate(self.rows) if row.request is state]
+        for i in gone:
+            self.rows[i].finish = "cancelled"
+        self._complete(state, StepEvents())
+        self._compact(gone)
+
+    def _prefill(self) -> None:
+        budget = self.config.max_batched_tokens
+        while budget > 0:
+            if self.prefilling is None:
+                if not self.waiting or len(self.rows) + self.waiting[0].prepared.candidates > self.max_rows:
+                    return
+                state = self.waiting.popleft()
+                deadline = state.prepared.request.deadline_unix
+                if deadline is not None and time.time() > deadline:
+                    self._reject(state, "the request's deadline passed before it could start")
+                    continue
+                self.prefilling = state
+            state = self.prefilling
+            prompt = state.prepared.prompt_ids
+            target = len(prompt) - 1  # the last prompt token is fed by the first decode step
+            chunk = min(budget, target - state.prefilled)
+            if chunk > 0:
+                self._prefill_chunk(state, chunk)
+                budget -= chunk
+            if state.prefilled >= target:
+                self.prefilling = None
+                self._start(state)
+
+    def _prefill_chunk(self, state: RequestState, chunk: int) -> None:
+        prepared = state.prepared
+        start = state.prefilled
+        ids = prepared.prompt_ids[start:start + chunk]
+        embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:start + chunk]
+        want_prompt = prepared.request.params.prompt_logprobs
+        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=want_prompt)
+        if want_prompt:
+            following = torch.tensor(prepared.prompt_ids[start + 1:start + chunk + 1])
+            logprobs = torch.log_softmax(out.logits[: len(following)], dim=-1)
+            picked = logprobs.gather(1, following[:, None])[:, 0].tolist()
+            state.prompt_logprobs += picked
+        state.prefilled += chunk
+
+    def _start(self, state: RequestState) -> None:
+        prepared = state.prepared
+        params = prepared.request.params
+        slot = len(self.rows)
+        for extra in range(1, prepared.candidates):
+            self.runner.cache.move(slot, slot + extra, state.prefilled)
+        for candidate in range(prepared.candidates):
+            seed = prepared.seeds[candidate]
+            sequence = Sequence(state, candidate, seed, length=len(prepared.prompt_ids) - 1,
+                                next_input=prepared.prompt_ids[-1],
+                                detokenizer=IncrementalDetokenizer(self.tokenizer, prepared.prompt_ids,
+                                                                   params.skip_special_tokens),
+                                stopper=StopMatcher(params.stop))
+            state.sequences.append(sequence)
+            self.rows.append(sequence)
+            self.batch.add(RowSpec(params, prepared.prompt_ids, seed, prepared.eos_token_ids, prepared.bad_word_ids))
+        if prepared.prompt_embeds is not None:
+            state.last_embed = prepared.prompt_embeds[-1]
+        prompt_text = None
+        if prepared.request.return_prompt_text:
+            prompt_text = prepared.request.prompt
+            if prompt_text is None:
+                prompt_text = self.tokenizer.decode(prepared.prompt_ids, skip_special_tokens=False)
+        state.sink([Accepted(len(prepared.prompt_ids), prepared.prompt_ids, prepared.seeds[: prepared.returned],
+                             self._prompt_details(state), prompt_text)])
+
+    def _prompt_details(self, state: RequestState) -> list[PromptToken] | None:
+        prepared = state.prepared
+        if not prepared.request.params.prompt_logprobs:
+            return None
+        ids = prepared.prompt_ids
+        logprobs = [None, *state.prompt_logprobs]
+        logprobs += [None] * (len(ids) - len(logprobs))
+        first = prepared.request.params.prompt_logprobs_start
+        return [PromptToken(token, self.tokenizer.decode([token]), logprobs[i] if i >= first else None)
+                for i, token in enumerate(ids)]
+
+    def _decode_step(self) -> None:
+        rows = self.rows
+        want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
+        overrides = {i: r.request.last_embed for i, r in enumerate(rows)
+                     if not r.output_ids and r.request.last_embed is not None}
+        out = self.runner.decode([r.next_input for r in rows], [r.length for r in rows],
+                                 want_hidden=want_hidden, embeds_override=overrides)
+        scores = self.batch.process(out.logits)
+        choice = self.batch.choose(scores)
+        self.batch.append(choice.tokens)
+        self.steps += 1
+        events = StepEvents()
+        now = time.time()
+        for i, row in enumerate(rows):
+            row.length += 1
+            self._advance(i, row, choice, out, events)
+            deadline = row.request.prepared.request.deadline_unix
+            if deadline is not None and now > deadline and row.finish is None:
+                row.request.deadline_missed = True
+        touched = {id(r.request): r.request for r in rows if r.finish or r.request.deadline_missed}
+        for state in touched.values():
+            if state.deadline_missed:
+                self._expire(state, events)
+            elif all(s.finish for s in state.sequences):
+                self._complete(state, events)
+        events.deliver()
+        self._compact([i for i, r in enumerate(rows) if r.finish])
+
+    def _advance(self, i: int, row: Sequence, choice, out, events: StepEvents) -> None:
+        token = choice.token_ids[i]
+        logprob = choice.logprobs[i]
+        spec = self.batch.rows[i].spec
+        row.output_ids.append(token)
+        row.cumulative_logprob += logprob
+        row.next_input = token
+        ended = finish_reason(spec, token, len(row.output_ids), self.runner.max_context)
+        delta = ""
+        if ended is None or ended[0] == "length":
+            piece = row.detokenizer.push(token)
+            delta, matched = row.stopper.push(piece)
+            if matched is not None:
+                ended = ("stop_sequence", matched)
+        if ended is not None and ended[0] != "stop_sequence":
+            tail, matched = row.stopper.push(row.detokenizer.flush())
+            delta += tail + ("" if matched else row.stopper.flush())
+            if matched is not None:
+                ended = ("stop_sequence", matched)
+        row.text += delta
+        if ended is not None:
+            row.finish, row.matched_stop = ended
+        state = row.request
+        if state.streams_tokens:
+            params = state.prepared.request.params
+            events.add(state, token_event(row, token, delta, choice, i, out, params, self.tokenizer))
+            if row.finish:
+                events.add(state, finish_event(row, row.candidate))
+
+    def _complete(self, state: RequestState, events: StepEvents) -> None:
+        prepared = state.prepared
+        if not state.streams_tokens and not state.cancelled:
+            best = sorted(state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
+            for index, sequence in enumerate(best):
+                events.add(state, finish_event(sequence, index))
+        returned = state.sequences if state.streams_tokens else sorted(
+            state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
+        events.add(state, Done(prompt_tokens=len(prepared.prompt_ids),
+                               completion_tokens=sum(len(s.output_ids) for s in returned),
+                               compute_tokens=sum(len(s.output_ids) for s in state.sequences),
+                               worker_id=self.worker_id))
+        state.done = True
+        self.by_id.pop(state.request_id, None)
+        if state.cancelled:
+            events.deliver()
+
+    def _expire(self, state: RequestState, events: StepEvents) -> None:
+        for sequence in state.sequences:
+            sequence.finish = sequence.finish or "error"
+        events.add(state, Error(kind="overloaded", message="the request's deadline passed before it finished"))
+        state.done = True
+        self.by_id.pop(state.request_id, None)
+
+    def _reject(self, state: RequestState, message: str) -> None:
+        state.done = True
+        self.by_id.pop(state.request_id, None)
+        state.sink([Error(kind="overloaded", message=message)])
+
+    def _compact(self, gone: list[int]) -> None:
+        """Drop finished rows; fill their slots with the last rows so 0..B-1 stay dense."""
+        if not gone:
+            return
+        gone_set = set(gone)
+        count = len(self.rows) - len(gone_set)
+        survivors_in_tail = [i for i in range(count, len(self.rows)) if i not in gone_set]
+        holes = [i for i in sorted(gone_set) if i < count]
+        order = list(range(count))
+        for hole, source in zip(holes, survivors_in_tail):
+            order[hole] = source
+            self.runner.cache.move(source, hole, self.rows[source].length)
+        old_slot = len(self.rows)
+        self.rows = [self.rows[i] for i in order]
+        self.batch.reorder(order)
+        if self.prefilling is not None and self.prefilling.prefilled and old_slot != count:
+            self.runner.cache.move(old_slot, count, self.prefilling.prefilled)
+
+    def _fail_all(self, message: str) -> None:
+        states = {id(r.request): r.request for r in self.rows}
+        if self.prefilling is not None:
+            states[id(self.prefilling)] = self.prefilling
+        for state in states.values():
+            state.done = True
+            self.by_id.pop(state.request_id, None)
+            state.sink([Error(kind="internal", message=message)])
+        self.rows, self.prefilling = [], None
+        self.batch = DecodingBatch(self.vocab_size, "cpu")
+
+
+def _model_eos_ids(loaded: LoadedModel) -> list[int]:
+    ids = set()
+    configured = getattr(loaded.model.generation_config, "eos_token_id", None) or loaded.model.config.eos_token_id
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    if loaded.tokenizer.eos_token_id is not None:
+        ids.add(loaded.tokenizer.eos_token_id)
+    return sorted(ids)

@@ -1,0 +1,55 @@
+"""Padded per-row KV cache: one tensor per layer, rows are slots, the time axis grows by doubling.
+
+Active rows always occupy slots 0..B-1, so a decode step attends over a view `[:B, :, :T]` with no
+copy. A row that leaves is replaced by the last active row (one row copied); `gather` reorders or
+duplicates rows (n > 1 forks, beams) in one indexed copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_rows: int, max_context: int,
+                 dtype: torch.dtype, device: torch.device, initial_context: int = 256):
+        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.max_rows, self.max_context = max_rows, max_context
+        self.dtype, self.device = dtype, device
+        self.capacity = min(initial_context, max_context)
+        shape = (max_rows, kv_heads, self.capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+
+    def ensure(self, length: int) -> None:
+        """Grow the time axis so `length` positions fit (amortised doubling, capped at max_context)."""
+        if length <= self.capacity:
+            return
+        if length > self.max_context:
+            raise ValueError(f"sequence of {length} tokens exceeds the context of {self.max_context}")
+        new_capacity = min(max(length, self.capacity * 2), self.max_context)
+        for store in (self.keys, self.values):
+            for index, old in enumerate(store):
+                grown = torch.zeros((self.max_rows, self.kv_heads, new_capacity, self.head_dim),
+                                    dtype=self.dtype, device=self.device)
+                grown[:, :, : self.capacity] = old
+                store[index] = grown
+        self.capacity = new_capacity
+
+    def move(self, source: int, target: int, length: int) -> None:
+        """Copy slot `source` into slot `target` (first `length` positions)."""
+        for store in (self.keys, self.values):
+            for layer in store:
+                layer[target, :, :length] = layer[source, :, :length]
+
+    def gather(self, index: list[int], length: int) -> None:
+        """Slots 0..len(index)-1 become the old slots `index` (may repeat or drop rows)."""
+        order = torch.tensor(index, device=self.device)
+        rows = len(index)
+        for store in (self.keys, self.values):
+            for layer in store:
+                layer[:rows, :, :length] = layer.index_select(0, order)[:, :, :length]
+
+    def bytes_per_token(self) -> int:
+        element = torch.tensor([], dtype=self.dtype).element_size()
+        return 2 * self.layers * self.kv_heads * self.head_dim * element

@@ -1,0 +1,131 @@
+"""Turn a `GenerateRequest` into what the engine runs: prompt ids, lengths, seeds, row specs.
+
+Everything that needs the tokenizer or the model's limits is checked here, before the request is
+queued, so a bad request is answered at once and never occupies a row.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from worker.protocol import GenerateRequest, SamplingParams
+
+
+class RequestError(ValueError):
+    """A request the worker refuses; `kind` maps to a status in every dialect."""
+
+    def __init__(self, message: str, field: str | None = None, kind: str = "validation"):
+        super().__init__(message)
+        self.message, self.field, self.kind = message, field, kind
+
+
+@dataclass
+class PreparedRequest:
+    request: GenerateRequest
+    prompt_ids: list[int]
+    prompt_embeds: torch.Tensor | None  # [L, hidden] when embeddings replace the token lookup
+    max_new_tokens: int
+    min_new_tokens: int
+    candidates: int  # rows generated: best_of, or n
+    returned: int  # choices returned: n
+    seeds: list[int]  # one per candidate row
+    eos_token_ids: list[int]
+    bad_word_ids: list[list[int]]
+
+
+def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[int]:
+    if request.prompt_ids is not None:
+        ids = list(request.prompt_ids)
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise RequestError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", "prompt")
+        return ids
+    if request.messages is not None:
+        try:
+            rendered = tokenizer.apply_chat_template(request.messages, tokenize=False,
+                                                     add_generation_prompt=request.add_generation_prompt)
+        except Exception as exc:  # jinja errors on malformed messages are the client's problem
+            raise RequestError(f"cannot apply the chat template: {exc}", "messages") from exc
+        return tokenizer(rendered, add_special_tokens=False).input_ids
+    if request.prompt is not None:
+        return tokenizer(request.prompt).input_ids
+    if request.input_embeds is not None:
+        return [0] * len(request.input_embeds)  # placeholders: the embeddings are the input
+    raise RequestError("a prompt is required", "prompt")
+
+
+def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embed) -> torch.Tensor | None:
+    if request.input_embeds is not None:
+        if any(len(row) != hidden_size for row in request.input_embeds):
+            raise RequestError(f"every input_embeds vector must have {hidden_size} values", "input_embeds")
+        return torch.tensor(request.input_embeds, dtype=torch.float32)
+    positions = request.token_index_to_replace
+    if not positions:
+        if request.embedding_to_replace:
+            raise RequestError("embedding_to_replace needs token_index_to_replace", "token_index_to_replace")
+        return None
+    if len(request.embedding_to_replace) != len(positions) * hidden_size:
+        raise RequestError(f"embedding_to_replace must hold {len(positions)} x {hidden_size} values",
+                           "embedding_to_replace")
+    if any(not 0 <= p < len(ids) for p in positions):
+        raise RequestError("token_index_to_replace names a position outside the prompt", "token_index_to_replace")
+    with torch.inference_mode():
+        base = embed(torch.tensor(ids)).float()
+    replacement = torch.tensor(request.embedding_to_replace, dtype=torch.float32).view(len(positions), hidden_size)
+    base[torch.tensor(positions)] = replacement
+    return base
+
+
+def _lengths(params: SamplingParams, prompt_len: int, max_context: int) -> tuple[int, int]:
+    room = max_context - prompt_len
+    if room <= 0:
+        raise RequestError(f"the prompt has {prompt_len} tokens; this model's context is {max_context} tokens",
+                           "prompt", kind="too_long")
+    if params.max_total_tokens is not None:
+        wanted = params.max_total_tokens - prompt_len
+        if wanted <= 0:
+            raise RequestError(f"max_total_tokens ({params.max_total_tokens}) leaves no room after the "
+                               f"{prompt_len}-token prompt", "max_total_tokens")
+    else:
+        wanted = params.max_tokens if params.max_tokens is not None else room
+    if wanted > room:
+        raise RequestError(f"the prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the context of "
+                           f"{max_context} tokens", "max_tokens", kind="too_long")
+    minimum = params.min_tokens
+    if params.min_total_tokens is not None:
+        minimum = max(0, params.min_total_tokens - prompt_len)
+    return wanted, min(minimum, wanted)
+
+
+def _seeds(params: SamplingParams, candidates: int) -> list[int]:
+    if params.seed is None:
+        return [secrets.randbits(63) for _ in range(candidates)]
+    if len(params.seed) == 1:  # one seed for several choices: consecutive seeds, still reproducible
+        return [params.seed[0] + i for i in range(candidates)]
+    if len(params.seed) != candidates:
+        raise RequestError(f"seed has {len(params.seed)} values for {candidates} choices", "seed")
+    return list(params.seed)
+
+
+def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size: int, max_context: int,
+            max_rows: int, model_eos: list[int], embed, tokenize_bad_words) -> PreparedRequest:
+    params = request.params
+    ids = _prompt_ids(request, tokenizer, vocab_size)
+    if params.truncate is not None and params.truncate < len(ids):
+        ids = ids[len(ids) - params.truncate:]
+    if not ids:
+        raise RequestError("the prompt is empty", "prompt")
+    embeds = _embeddings(request, ids, hidden_size, embed)
+    max_new, min_new = _lengths(params, len(ids), max_context)
+    candidates = max(params.best_of or params.n, params.n, params.num_beams)
+    if candidates > max_rows:
+        raise RequestError(f"{candidates} sequences exceed this worker's {max_rows} rows", "n")
+    extra_eos = [t for t in params.eos_token_ids + params.stop_token_ids if not 0 <= t < vocab_size]
+    if extra_eos:
+        raise RequestError(f"token id {extra_eos[0]} is outside the vocabulary", "stop_token_ids")
+    eos = [] if params.ignore_eos else sorted(set(model_eos) | set(params.eos_token_ids))
+    return PreparedRequest(request, ids, embeds, max_new, min_new, candidates, params.n,
+                           _seeds(params, candidates), eos, tokenize_bad_words(tokenizer, params.bad_words))

