@@ -12,9 +12,26 @@ from auth import views
 from auth.clock import now, parse_iso
 from auth.errors import RequestError
 from auth.keys import KeyHasher, new_key
-from auth.models import (AuditOut, AuditRecord, CreateKey, CreateTeam, CreateUser, KeyCreated, KeyOut, KeyRecord,
-                         Limits, MemberOut, MemberRecord, PatchTeam, PutMember, RotateKey, TeamOut, TeamRecord,
-                         UserOut, UserRecord)
+from auth.models import (
+    AuditOut,
+    AuditRecord,
+    CreateKey,
+    CreateTeam,
+    CreateUser,
+    KeyCreated,
+    KeyOut,
+    KeyRecord,
+    Limits,
+    MemberOut,
+    MemberRecord,
+    PatchTeam,
+    PutMember,
+    RotateKey,
+    TeamOut,
+    TeamRecord,
+    UserOut,
+    UserRecord,
+)
 from auth.store import Conflict, Store
 
 log = structlog.get_logger("auth.admin")

@@ -15,8 +15,20 @@ from litestar.handlers import BaseRouteHandler
 from auth.admin import Actor
 from auth.errors import AuthError, RequestError
 from auth.http import client_address, decode_body, error_response, team_header
-from auth.models import (AuditOut, CreateKey, CreateTeam, CreateUser, KeyCreated, KeyOut, MemberOut, PatchTeam,
-                         PutMember, RotateKey, TeamOut, UserOut)
+from auth.models import (
+    AuditOut,
+    CreateKey,
+    CreateTeam,
+    CreateUser,
+    KeyCreated,
+    KeyOut,
+    MemberOut,
+    PatchTeam,
+    PutMember,
+    RotateKey,
+    TeamOut,
+    UserOut,
+)
 from auth.service import AuthService
 
 log = structlog.get_logger("auth.admin")

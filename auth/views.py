@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from auth.clock import iso
 from auth.keys import display_prefix
-from auth.models import (AuditOut, AuditRecord, KeyCreated, KeyOut, KeyRecord, MemberOut, MemberRecord,
-                         TeamOut, TeamRecord, UserOut, UserRecord)
+from auth.models import (
+    AuditOut,
+    AuditRecord,
+    KeyCreated,
+    KeyOut,
+    KeyRecord,
+    MemberOut,
+    MemberRecord,
+    TeamOut,
+    TeamRecord,
+    UserOut,
+    UserRecord,
+)
 
 
 def user_out(user: UserRecord) -> UserOut:

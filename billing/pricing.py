@@ -121,7 +121,10 @@ class PricingTable:
         elif prices == self._tables[-1]:
             return False
         else:
-            self._since.append(time.time())
+            # in force from when the operator saved the file, so a request that arrived after the
+            # save pays the new price even if the check interval had not yet come round
+            since = min(max(st.st_mtime, self._since[-1]), time.time())
+            self._since.append(since)
             self._tables.append(prices)
             if len(self._since) > _MAX_VERSIONS:
                 del self._since[0], self._tables[0]

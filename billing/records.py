@@ -14,7 +14,7 @@ STATUSES: tuple[str, ...] = ("ok", "cancelled", "error", "rejected")
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class UsageRecord(msgspec.Struct):
+class UsageRecord(msgspec.Struct, array_like=True):
     """One request that reached the gateway's billing point; exactly one per request id."""
 
     request_id: str
@@ -41,7 +41,7 @@ class UsageRecord(msgspec.Struct):
                    0, 0, 0, "rejected", latency_ms, None, "")
 
 
-class LedgerEntry(msgspec.Struct):
+class LedgerEntry(msgspec.Struct, array_like=True):
     """A usage record plus the price in force when the request arrived and the resulting cost."""
 
     usage: UsageRecord

@@ -20,8 +20,9 @@ log = structlog.get_logger(__name__)
 
 class Shipper:
     def __init__(self, wal_dir: Path, writer: WalWriter, store: UsageStore, *, first_seq: int,
-                 batch_size: int = 2000, max_backoff: float = 5.0) -> None:
+                 batch_size: int = 2000, max_backoff: float = 5.0, linger: float = 0.2) -> None:
         self.wal_dir, self.writer, self.store = wal_dir, writer, store
+        self.linger = linger  # gather records into bigger transactions; the WAL already made them safe
         self.batch_size, self.max_backoff = batch_size, max_backoff
         self.seq, self.offset = first_seq, 0  # cursor: everything before it is in the database
         self.shipped = 0  # entries the database confirmed in this process (new or already there)
@@ -88,6 +89,7 @@ class Shipper:
                 await asyncio.wait_for(self.writer.durable.wait(), timeout=1.0)
             except TimeoutError:
                 pass
+            await asyncio.sleep(self.linger)
             self.writer.durable.clear()
             try:
                 await self.drain()

@@ -19,6 +19,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
+from gateway import metrics
 from gateway.accounting import Accounting
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed
@@ -57,12 +58,15 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
     state: AppState = request.app.state.sluice
     request_id = request_id_of(request)
     accounting = Accounting(state, request_id, dialect.name, route)
+    metrics.attach(accounting)
     try:
         principal = await state.authenticate(request)
         accounting.principal = principal
         if payload is None:
             payload = await read_json(request, state.settings.max_body_bytes)
         parsed = dialect.parse(payload, route)
+        if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
+            return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
         accounting.model = parsed.model
         structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
         pool = state.router.pool(parsed.model)
@@ -81,7 +85,8 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         results = await _collect(streams, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
-        return Response(_json.encode(body), media_type="application/json", headers=accounting.headers())
+        extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started)
+        return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
     except SluiceError as error:
         await accounting.finish("rejected" if not accounting.reached_worker else "error", error)
         return error_response(dialect, error, accounting.headers())

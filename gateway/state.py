@@ -56,6 +56,9 @@ class AppState:
             return await self.auth.authenticate(request.headers.get("authorization"), team, client)
         except AuthError as error:
             raise auth_error(error) from error
+        except (OSError, ConnectionError, RuntimeError) as error:  # the key store is unreachable
+            raise Unavailable("authentication is temporarily unavailable; retry shortly",
+                              code="auth_unavailable") from error
 
     async def admit(self, principal: Principal, parsed: Parsed):
         """Reserve against every limit of the key and the team, or raise the 429 (503 when fail-closed)."""

@@ -47,6 +47,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     top_p: float = 1.0
     min_p: float = 0.0
     typical_p: float = 1.0
+    xtc_threshold: float = 0.0  # Friendli XTC; 0 = off (accepted, not applied by the engine yet)
+    xtc_probability: float = 0.0
     seed: list[int] | None = None  # one per choice; None = random, echoed back
     # penalties
     repetition_penalty: float = 1.0  # HF, over prompt + output
@@ -79,6 +81,7 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     prompt_logprobs_start: int = 0
     token_ids_logprob: list[int] = []
     include_output_logits: bool = False
+    forced_output_tokens: list[int] = []  # Friendli scoring: force these outputs (not applied by the engine yet)
     return_hidden_states: bool = False
     skip_special_tokens: bool = True
     constraint: Constraint | None = None
@@ -98,6 +101,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     params: SamplingParams = msgspec.field(default_factory=SamplingParams)
     deadline_unix: float | None = None  # absolute deadline; missed -> error kind "overloaded"
     return_prompt_text: bool = False  # echo: the worker decodes the prompt into Accepted.prompt_text
+    stream: bool = False  # the client streams the answer (the worker refuses it where it cannot, e.g. beams)
 
 
 class TopLogprob(msgspec.Struct, array_like=True):
@@ -137,6 +141,7 @@ class Token(msgspec.Struct, tag="token"):
     top_logprobs: list[TopLogprob] | None = None
     hidden_state: list[float] | None = None
     logits: list[float] | None = None
+    token_ids_logprobs: list[TopLogprob] | None = None  # SamplingParams.token_ids_logprob, model distribution
 
 
 class Finish(msgspec.Struct, tag="finish"):
@@ -210,6 +215,7 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_context: int = 4096
     max_queue: int = 256  # waiting requests before the worker answers "overloaded"
     replicas: int = 1  # local worker processes
+    grammar_compile_timeout_s: float = 10.0  # structured output: a slower constraint compile is refused (422)
     urls: list[str] = []  # remote workers instead of local ones
 
 
@@ -217,6 +223,15 @@ class TokenizeRequest(msgspec.Struct):
     text: str | None = None
     messages: list[dict] | None = None
     add_special_tokens: bool = True
+
+
+class DetokenizeRequest(msgspec.Struct):
+    tokens: list[int]
+    skip_special_tokens: bool = True
+
+
+class DetokenizeResponse(msgspec.Struct):
+    text: str
 
 
 class TokenSpan(msgspec.Struct):

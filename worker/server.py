@@ -15,8 +15,8 @@ from litestar.response import Stream
 
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
-from worker.protocol import (Done, Error, GenerateRequest, ModelInfo, TokenizeRequest, TokenSpan, WorkerLoad,
-                             encode_event)
+from worker.protocol import (DetokenizeRequest, DetokenizeResponse, Done, Error, GenerateRequest, ModelInfo,
+                             TokenizeRequest, TokenSpan, WorkerLoad, encode_event)
 
 ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
                 "unavailable": 503, "internal": 500}
@@ -38,7 +38,8 @@ def create_worker_app(engine: Engine, info: ModelInfo) -> Litestar:
         except msgspec.DecodeError as exc:
             return _error("validation", f"invalid request: {exc}")
         try:
-            prepared = engine.prepare(body)
+            # off the event loop: tokenizing and compiling a grammar can take a while
+            prepared = await asyncio.to_thread(engine.prepare, body)
         except RequestError as exc:
             return _error(exc.kind, exc.message, exc.field)
         loop = asyncio.get_running_loop()
@@ -70,7 +71,16 @@ def create_worker_app(engine: Engine, info: ModelInfo) -> Litestar:
     async def tokenize(data: TokenizeRequest) -> list[TokenSpan]:
         return tokenize_spans(engine.tokenizer, data)
 
-    return Litestar([generate, load, model_info, health, tokenize], debug=False)
+    @post("/detokenize", status_code=200)
+    async def detokenize(data: DetokenizeRequest) -> Response:
+        vocab = engine.vocab_size
+        bad = [t for t in data.tokens if not 0 <= t < vocab]
+        if bad:
+            return _error("validation", f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})", "tokens")
+        text = engine.tokenizer.decode(data.tokens, skip_special_tokens=data.skip_special_tokens)
+        return Response(_json.encode(DetokenizeResponse(text)), media_type="application/json")
+
+    return Litestar([generate, load, model_info, health, tokenize, detokenize], debug=False)
 
 
 async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> AsyncIterator[bytes]:

@@ -15,6 +15,7 @@ from typing import Protocol
 import aiosqlite
 import asyncpg
 
+_POOL_SIZE = 4
 _PG_LOCK_ID = 0x5A17_A0B1  # advisory lock serialising migrations and bootstrap across processes
 
 
@@ -164,19 +165,23 @@ class PostgresDatabase(_PgExec):
 
     @classmethod
     async def connect(cls, url: str) -> PostgresDatabase:
-        return cls(await asyncpg.create_pool(url, min_size=1, max_size=4))
+        return cls(await asyncpg.create_pool(url, min_size=1, max_size=_POOL_SIZE))
 
     async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
-        try:
-            return await super().fetchone(sql, args)
-        except _RECONNECT_ERRORS:  # e.g. the server restarted: the pool replaces the dead connection
-            return await super().fetchone(sql, args)
+        return await self._read(super().fetchone, sql, args)
 
     async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
-        try:
-            return await super().fetchall(sql, args)
-        except _RECONNECT_ERRORS:
-            return await super().fetchall(sql, args)
+        return await self._read(super().fetchall, sql, args)
+
+    @staticmethod
+    async def _read(method, sql: str, args: Sequence):
+        # Every pooled connection may be dead at once; each failed try makes the pool replace one.
+        for _ in range(_POOL_SIZE):
+            try:
+                return await method(sql, args)
+            except _RECONNECT_ERRORS:
+                continue
+        return await method(sql, args)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:

@@ -46,6 +46,10 @@ class Dialect:
     def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
         raise NotImplementedError
 
+    def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float) -> dict[str, str]:
+        """Extra headers of a non-streamed reply (TGI's x-compute-time and friends)."""
+        return {}
+
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
         """(status, JSON body) of an error in this dialect's envelope."""
         return error.status, {"error": {"message": error.message, "type": error.type, "param": error.param,
@@ -82,3 +86,74 @@ def convert(payload: Any, kind: type, what: str = "request body"):
 def check(condition: bool, message: str, param: str) -> None:
     if not condition:
         raise ValidationFailed(message, param=param)
+
+
+# ---- OpenAPI documentation of routes that read their body themselves ----
+
+
+def json_schema(kind: Any) -> Any:
+    """A Litestar `Schema` for a msgspec type (a Struct, `list[Struct]`...), `$ref`s inlined; a tuple of
+    types means any of them (msgspec cannot express a union of untagged Structs)."""
+    from litestar.openapi.spec import Schema
+
+    if isinstance(kind, tuple):
+        return Schema(any_of=[json_schema(k) for k in kind])
+    raw = msgspec.json.schema(kind)
+    defs = raw.pop("$defs", {})
+    names = {"anyOf": "any_of", "oneOf": "one_of", "allOf": "all_of", "additionalProperties": "additional_properties",
+             "exclusiveMinimum": "exclusive_minimum", "exclusiveMaximum": "exclusive_maximum", "minItems": "min_items",
+             "maxItems": "max_items", "minLength": "min_length", "maxLength": "max_length"}
+    plain = {"type", "enum", "const", "minimum", "maximum", "format", "title", "description", "default", "pattern"}
+
+    def build(node: dict) -> Schema:
+        if "$ref" in node:
+            return build(defs[node["$ref"].rsplit("/", 1)[1]])
+        fields: dict = {}
+        for key, value in node.items():
+            if key == "properties":
+                fields["properties"] = {k: build(v) for k, v in value.items()}
+            elif key == "items":
+                fields["items"] = build(value)
+            elif key == "required":
+                fields["required"] = list(value)
+            elif key in ("anyOf", "oneOf", "allOf"):
+                fields[names[key]] = [build(v) for v in value]
+            elif key == "additionalProperties":
+                fields[names[key]] = value if isinstance(value, bool) else build(value)
+            elif key in names:
+                fields[names[key]] = value
+            elif key in plain:
+                fields[key] = value
+        return Schema(**fields)
+
+    return build(raw)
+
+
+def documented(body: Any = None, responses: dict[int, tuple[str, Any]] | None = None,
+               stream_item: Any = None) -> type:
+    """An `operation_class` for a route decorator: documents its JSON body and responses.
+
+    `responses` maps a status to (description, msgspec type or None); `stream_item` documents the
+    `text/event-stream` alternative of the 200 reply.
+    """
+    from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Operation, RequestBody
+
+    class DocumentedOperation(Operation):
+        def __init__(self, *args, **kwargs) -> None:  # Operation is a dataclass without __post_init__
+            super().__init__(*args, **kwargs)
+            if body is not None:
+                self.request_body = RequestBody(
+                    content={"application/json": OpenAPIMediaType(schema=json_schema(body))}, required=True)
+            if responses:
+                documented_responses = {}
+                for status, (description, kind) in responses.items():
+                    content = {}
+                    if kind is not None:
+                        content["application/json"] = OpenAPIMediaType(schema=json_schema(kind))
+                    if status == 200 and stream_item is not None:
+                        content["text/event-stream"] = OpenAPIMediaType(schema=json_schema(stream_item))
+                    documented_responses[str(status)] = OpenAPIResponse(description=description,
+                                                                        content=content or None)
+                self.responses = documented_responses
+
+    return DocumentedOperation

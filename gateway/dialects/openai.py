@@ -1,7 +1,9 @@
-"""OpenAI `POST /v1/completions`: request fields, defaults, validation and the response/stream shapes.
+"""OpenAI `POST /v1/completions` (with Friendli's fields as extensions) and the Friendli completions routes.
 
 The non-streamed shape is the superset every OpenAI and Friendli client accepts:
 `id, object, created, model, choices[{index, text, seed, tokens, finish_reason, logprobs}], usage`.
+Streams are OpenAI chunks (which carry Friendli's `token` too), or Friendli's legacy
+`token_sampled`/`complete` events for friendli-client <= 1.5 (see `friendli_fields.is_legacy`).
 """
 
 from __future__ import annotations
@@ -9,43 +11,35 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import msgspec
-
 from gateway.collect import Choice, Result
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
-from worker.protocol import Accepted, Done, Event, Finish, GenerateRequest, SamplingParams, Token
+from gateway.dialects.friendli_fields import (
+    SamplingFields,
+    deadline,
+    error_body_with_detail,
+    is_legacy,
+    sampling_params,
+)
+from gateway.dialects.friendli_legacy import legacy_stream
+from worker.protocol import Accepted, Done, Event, Finish, GenerateRequest, Token
 
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "cancelled": "stop", "error": "stop"}
-MAX_STOPS = 4
 MAX_LOGPROBS = 20
 
 
-class StreamOptions(msgspec.Struct):
-    include_usage: bool | None = None
-
-
-class CompletionBody(msgspec.Struct, kw_only=True):
+class CompletionBody(SamplingFields, kw_only=True):
     """Explicit JSON null means "unset" for every optional field."""
 
-    model: str
     prompt: str | list | None = None  # str, list[str], list[int] or list[list[int]]: see split_prompts
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
-    best_of: int | None = None
-    stream: bool | None = None
-    stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
-    seed: int | list[int] | None = None
+    tokens: list[int] | None = None  # Friendli: a pre-tokenized prompt
     logprobs: int | None = None
     echo: bool | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
     suffix: str | None = None
+    # friendli-client 1.5 sends these gRPC-only extras as null; a value is refused, never ignored
+    soft_prompts: list | None = None
+    position_ids: list | None = None
+    generation_offset: int | None = None
 
 
 @dataclass
@@ -54,6 +48,7 @@ class Options:
     include_usage: bool
     logprobs: int | None
     n: int
+    legacy: bool = False
 
 
 def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
@@ -72,67 +67,51 @@ def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
     return [(None, list(p)) for p in prompt]
 
 
-def stop_list(stop: str | list[str] | None) -> list[str]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    check(len(stops) <= MAX_STOPS, f"stop may hold at most {MAX_STOPS} sequences", "stop")
-    check(all(stops), "stop sequences must not be empty", "stop")
-    return stops
-
-
-def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
-    result = {}
-    for key, value in (bias or {}).items():
-        check(key.lstrip("-").isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
-        check(-100 <= value <= 100, "logit_bias values must be between -100 and 100", "logit_bias")
-        result[int(key)] = value
-    return result
-
-
-def seeds(seed: int | list[int] | None) -> list[int] | None:
-    if seed is None:
-        return None
-    values = [seed] if isinstance(seed, int) else list(seed)
-    check(all(0 <= s < 2**63 for s in values), "seed must be a non-negative 63-bit integer", "seed")
-    return values
-
-
 class OpenAICompletions(Dialect):
+    """`friendli=True` for /serverless and /dedicated: no 16-token default, no upper temperature bound."""
+
     name = "openai"
-    default_max_tokens: int | None = 16
+
+    def __init__(self, *, friendli: bool = False, legacy_header: bool = False):
+        self.friendli = friendli
+        self.legacy_header = legacy_header  # the route saw `X-API-Dialect: friendli-legacy`
+        if friendli:
+            self.name = "friendli"
+
+    def error_body(self, error):
+        status, body = super().error_body(error)
+        return error_body_with_detail(status, body, error) if self.friendli else (status, body)
 
     def parse(self, payload, route: str) -> Parsed:
         body = convert(payload, CompletionBody)
-        n = body.n if body.n is not None else 1
-        check(1 <= n <= 128, "n must be between 1 and 128", "n")
-        best_of = body.best_of if body.best_of is not None else n
-        check(best_of >= n, "best_of must be greater than or equal to n", "best_of")
-        check(best_of <= 128, "best_of must be at most 128", "best_of")
-        stream = bool(body.stream)
-        check(not (stream and best_of > n), "best_of > n cannot be streamed", "best_of")
-        max_tokens = body.max_tokens if body.max_tokens is not None else self.default_max_tokens
-        check(max_tokens is None or max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
-        temperature = body.temperature if body.temperature is not None else 1.0
-        check(0 <= temperature <= 2, "temperature must be between 0 and 2", "temperature")
-        top_p = body.top_p if body.top_p is not None else 1.0
-        check(0 < top_p <= 1, "top_p must be in (0, 1]", "top_p")
-        for field in ("presence_penalty", "frequency_penalty"):
-            value = getattr(body, field)
-            check(value is None or -2 <= value <= 2, f"{field} must be between -2 and 2", field)
+        check(bool(body.model), "model is required", "model")
+        for field in ("soft_prompts", "position_ids", "generation_offset"):
+            check(getattr(body, field) is None, f"{field} is a gRPC-only field this server does not support", field)
+        check(body.suffix is None, "suffix is not supported by this model", "suffix")
         check(body.logprobs is None or 0 <= body.logprobs <= MAX_LOGPROBS,
               f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")
-        check(body.suffix is None, "suffix is not supported by this model", "suffix")
-        params = SamplingParams(
-            max_tokens=max_tokens, temperature=temperature, top_p=top_p, n=n,
-            best_of=best_of if best_of != n else None, stop=stop_list(body.stop), seed=seeds(body.seed),
-            logprobs=body.logprobs, presence_penalty=body.presence_penalty or 0.0,
-            frequency_penalty=body.frequency_penalty or 0.0, logit_bias=logit_bias(body.logit_bias))
+        check(body.prompt is None or body.tokens is None, "give either prompt or tokens, not both", "tokens")
+        if body.tokens is not None:
+            check(len(body.tokens) > 0 and all(t >= 0 for t in body.tokens),
+                  "tokens must be a non-empty list of token ids", "tokens")
+            prompts = [(None, list(body.tokens))]
+        else:
+            prompts = split_prompts(body.prompt)
+        params = sampling_params(body, default_max_tokens=None if self.friendli else 16,
+                                 max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
         echo = bool(body.echo)
+        until = deadline(body.timeout_microseconds)
         requests = [GenerateRequest(request_id="", model=body.model, prompt=text, prompt_ids=ids, params=params,
-                                    return_prompt_text=echo)
-                    for text, ids in split_prompts(body.prompt)]
+                                    return_prompt_text=echo, deadline_unix=until, stream=bool(body.stream),
+                                    token_index_to_replace=list(body.token_index_to_replace or []),
+                                    embedding_to_replace=list(body.embedding_to_replace or []))
+                    for text, ids in prompts]
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return Parsed(body.model, requests, stream, Options(echo, include_usage, body.logprobs, n),
-                      reserve_tokens=len(requests) * best_of * (max_tokens or 0))
+        legacy = self.legacy_header or is_legacy(payload, None)
+        candidates = max(params.best_of or params.n, params.num_beams)
+        return Parsed(body.model, requests, bool(body.stream),
+                      Options(echo, include_usage, params.logprobs, params.n, legacy),
+                      reserve_tokens=len(requests) * candidates * (params.max_tokens or 0))
 
     # ---- rendering ----
 
@@ -149,12 +128,20 @@ class OpenAICompletions(Dialect):
     def _choice(self, index: int, choice: Choice, accepted: Accepted, options: Options) -> dict:
         finish = choice.finish
         prefix = accepted.prompt_text if options.echo and accepted.prompt_text else ""
-        return {"index": index, "text": prefix + finish.text, "seed": finish.seed, "tokens": finish.token_ids,
+        body = {"index": index, "text": prefix + finish.text, "seed": finish.seed, "tokens": finish.token_ids,
                 "finish_reason": FINISH[finish.reason],
                 "logprobs": completion_logprobs(choice.tokens, len(prefix)) if options.logprobs is not None else None}
+        if any(t.logits is not None for t in choice.tokens):  # Friendli include_output_logits
+            body["logits"] = [t.logits for t in choice.tokens]
+        return body
 
-    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+    def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
         options: Options = parsed.options
+        if options.legacy:
+            return legacy_stream(events, options.n, options.logprobs is not None)
+        return self._chunks(options, events, meta)
+
+    async def _chunks(self, options: Options, events, meta: Meta) -> AsyncIterator[bytes]:
         head = {"id": f"cmpl-{meta.request_id}", "object": "text_completion", "created": meta.created,
                 "model": meta.model}
         dones: list[Done] = []

@@ -17,24 +17,38 @@ from auth.routes import admin_router
 PEPPER = b"test-pepper-0123456789abcdef"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/auth.db"
-        return
-    server = request.getfixturevalue("postgres")
+@contextlib.asynccontextmanager
+async def fresh_postgres_database(server):
+    """A new, empty database on the session's PostgreSQL server, dropped afterwards; yields its URL."""
     name = f"auth_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(server.url)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    yield server.url.rsplit("/", 1)[0] + "/" + name
-    conn = await asyncpg.connect(server.url)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield server.url.rsplit("/", 1)[0] + "/" + name
     finally:
-        await conn.close()
+        conn = await asyncpg.connect(server.url)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/auth.db"
+        return
+    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
+        yield url
+
+
+@pytest.fixture
+async def postgres_url(postgres):
+    async with fresh_postgres_database(postgres) as url:
+        yield url
 
 
 @pytest.fixture

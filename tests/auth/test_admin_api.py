@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from litestar import Litestar
+
+from auth.routes import admin_router
 from tests.auth.helpers import add_member, assert_envelope, bearer, make_key, make_team, make_user
 
 
@@ -94,3 +101,29 @@ async def test_revoke_key(client):
     assert response.status_code == 200 and response.json()["revoked_at"] is not None
     assert_envelope(await client.get("/v1/whoami", headers=bearer(key["key"])), 401, "revoked_api_key")
     assert_envelope(await client.delete("/admin/keys/nope", headers=client.admin_headers), 404, "key_not_found")
+
+
+async def test_router_built_from_an_open_service(service):
+    """admin_router(service) with the instance itself, the app served on the service's own loop."""
+    boot = await service.bootstrap(None)
+    app = Litestar([admin_router(service)])
+    transport = httpx.ASGITransport(app=app, client=("10.1.2.3", 5555))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+        response = await http.post("/admin/users", json={"name": "zed"}, headers=bearer(boot.admin_key))
+        assert response.status_code == 201
+        assert_envelope(await http.get("/admin/users", headers=bearer(boot.first_key)), 403)
+    entries = await service.admin.audit()
+    assert (entries[0].action, entries[0].source) == ("users.create", "10.1.2.3")
+
+
+async def test_every_401_over_http_uses_the_envelope(client):
+    soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    expiring = await make_key(client, team_id=client.boot.default_team_id, expires_at=soon)
+    await asyncio.sleep(1.1)
+    cases = [({}, "missing_api_key"), ({"Authorization": "Basic abc"}, "invalid_api_key"),
+             (bearer("sk-sluice-zz"), "invalid_api_key"),
+             (bearer("sk-sluice-000000000000-" + "b" * 32), "invalid_api_key"),
+             (bearer(expiring["key"]), "expired_api_key")]
+    for headers, code in cases:
+        error = assert_envelope(await client.get("/v1/whoami", headers=headers), 401, code)
+        assert error["type"] == "authentication_error"

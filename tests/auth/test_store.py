@@ -56,10 +56,9 @@ async def test_unknown_url_scheme_is_refused():
 
 
 
-async def test_hot_path_survives_dropped_postgres_connections(store_url):
+async def test_hot_path_survives_dropped_postgres_connections(postgres_url):
     """The server ending every session (restart, failover) costs no failed request."""
-    if not store_url.startswith("postgresql"):
-        pytest.skip("PostgreSQL only")
+    store_url = postgres_url
     service = await AuthService.open(store_url, PEPPER, cache_ttl=0.0)  # every call reads the store
     try:
         boot = await service.bootstrap(None)

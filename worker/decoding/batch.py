@@ -10,7 +10,7 @@ Each engine step, for the rows of the running batch in order:
 
 Processing order follows transformers' `generate()`: logit bias, encoder repetition penalty,
 repetition penalty, (presence / frequency penalties), no-repeat n-grams, encoder no-repeat n-grams,
-bad words, min-tokens EOS mask; then, for sampled rows only, temperature, top-k, top-p, min-p,
+bad words, min-tokens EOS mask, then the grammar mask of constrained rows; then, for sampled rows only, temperature, top-k, top-p, min-p,
 typical-p; then the watermark (transformers also applies it last, after the warpers).
 
 Logprobs are log_softmax of the scores after the processors and before warping and watermark: a
@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from worker.decoding.bans import apply_bans, apply_logit_bias
+from worker.decoding.grammar import GrammarMasker
 from worker.decoding.params import BatchParams, build_params
 from worker.decoding.penalties import RowTensors, apply_penalties
 from worker.decoding.rows import RowSpec, RowState
@@ -42,6 +43,7 @@ class DecodingBatch:
         self.tensors = RowTensors(vocab_size, self.device)
         self._params: BatchParams | None = None
         self._logprob_scores: torch.Tensor | None = None
+        self._grammar_masker: GrammarMasker | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -88,6 +90,7 @@ class DecodingBatch:
         apply_logit_bias(scores, params)
         scores = apply_penalties(scores, params, self.tensors)
         apply_bans(scores, params, self.rows)
+        self._apply_grammars(scores, logits)
         self._logprob_scores = scores
         if params.sample_rows is None and params.watermark_rows is None:
             return scores
@@ -97,6 +100,15 @@ class DecodingBatch:
             previous = torch.tensor([self.rows[i].history[-1] for i in rows.tolist()], device=self.device)
             apply_watermark(scores, rows, previous, params.watermark_gamma[rows], params.watermark_delta[rows])
         return scores
+
+    def _apply_grammars(self, scores: torch.Tensor, logits: torch.Tensor) -> None:
+        """Constrained rows keep only the tokens their grammar allows (EOS only once it accepts)."""
+        rows = [i for i, r in enumerate(self.rows) if r.grammar is not None and not r.grammar.terminated]
+        if not rows:
+            return
+        if self._grammar_masker is None:
+            self._grammar_masker = GrammarMasker(self.vocab_size)
+        self._grammar_masker.apply(scores, logits, [self.rows[i].grammar for i in rows], rows)
 
     def choose(self, scores: torch.Tensor) -> Choice:
         """Tokens from the scores of the last `process` call; logprobs from its pre-warp scores."""

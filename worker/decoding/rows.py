@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from worker.decoding.grammar import Grammar, GrammarState
 from worker.decoding.ngrams import NGramIndex
 from worker.protocol import SamplingParams
 
@@ -25,6 +26,7 @@ class RowSpec:
     seed: int
     eos_token_ids: list[int] = field(default_factory=list)
     bad_word_ids: list[list[int]] = field(default_factory=list)
+    grammar: Grammar | None = None  # structured-output constraint, compiled (worker/decoding/grammar)
 
 
 class RowState:
@@ -44,6 +46,8 @@ class RowState:
             else None
         )
         self.multi_token_bans = _multi_token_bans(spec)
+        # the grammar ends on the row's EOS ids, or on the model's when ignore_eos emptied them
+        self.grammar = GrammarState(spec.grammar, spec.eos_token_ids) if spec.grammar is not None else None
 
     @property
     def output_len(self) -> int:
@@ -53,6 +57,8 @@ class RowState:
         self.history.append(token)
         if self.ngrams is not None:
             self.ngrams.extend(self.history)
+        if self.grammar is not None:
+            self.grammar.advance(token)
 
     def fork(self) -> RowState:
         """An independent copy (generator state included) for a duplicated row."""
@@ -62,6 +68,8 @@ class RowState:
         twin.generator.set_state(self.generator.get_state())
         if self.ngrams is not None:
             twin.ngrams = self.ngrams.copy()
+        if self.grammar is not None:
+            twin.grammar = self.grammar.fork()
         return twin
 
     def reseed(self, seed: int) -> None:

@@ -21,7 +21,9 @@ from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.batch import DecodingBatch, RowSpec
 from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.finish import finish_reason
+from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.stops import StopMatcher
+from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
 from worker.engine.outputs import StepEvents, finish_event, token_event
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.runner import ModelRunner
@@ -40,6 +42,8 @@ class Engine:
         self.max_rows = config.max_batch_size
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
+        self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
+                                        timeout_s=config.grammar_compile_timeout_s)
         self.batch = DecodingBatch(self.vocab_size, "cpu")
         self.rows: list[Sequence] = []
         self.waiting: deque[RequestState] = deque()
@@ -55,7 +59,8 @@ class Engine:
     def prepare(self, request: GenerateRequest) -> PreparedRequest:
         return prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,
                        max_context=self.runner.max_context, max_rows=self.max_rows, model_eos=self.model_eos,
-                       embed=self.runner.embed, tokenize_bad_words=tokenize_bad_words)
+                       embed=self.runner.embed, tokenize_bad_words=tokenize_bad_words,
+                       compile_grammar=self.grammars.compile)
 
     def submit(self, prepared: PreparedRequest, sink) -> None:
         if len(self.waiting) >= self.config.max_queue:
@@ -167,6 +172,7 @@ class Engine:
     def _start(self, state: RequestState) -> None:
         prepared = state.prepared
         params = prepared.request.params
+        state.beam = new_beam_search(state)
         slot = len(self.rows)
         for extra in range(1, prepared.candidates):
             self.runner.cache.move(slot, slot + extra, state.prefilled)
@@ -179,7 +185,8 @@ class Engine:
                                 stopper=StopMatcher(params.stop))
             state.sequences.append(sequence)
             self.rows.append(sequence)
-            self.batch.add(RowSpec(params, prepared.prompt_ids, seed, prepared.eos_token_ids, prepared.bad_word_ids))
+            self.batch.add(RowSpec(row_params(params), prepared.prompt_ids, seed, prepared.eos_token_ids,
+                                   prepared.bad_word_ids, grammar=prepared.grammar))
         if prepared.prompt_embeds is not None:
             state.last_embed = prepared.prompt_embeds[-1]
         prompt_text = None
@@ -208,15 +215,17 @@ class Engine:
                      if not r.output_ids and r.request.last_embed is not None}
         out = self.runner.decode([r.next_input for r in rows], [r.length for r in rows],
                                  want_hidden=want_hidden, embeds_override=overrides)
-        scores = self.batch.process(out.logits)
+        scores = self.batch.process(prenormalize(rows, out.logits))
         choice = self.batch.choose(scores)
+        step_beams(rows, scores, self.batch, self.runner.cache, choice.tokens)  # beam rows: reorder, own tokens
         self.batch.append(choice.tokens)
         self.steps += 1
         events = StepEvents()
         now = time.time()
         for i, row in enumerate(rows):
             row.length += 1
-            self._advance(i, row, choice, out, events)
+            if row.request.beam is None:  # beams stay private until the search ends
+                self._advance(i, row, choice, out, events)
             deadline = row.request.prepared.request.deadline_unix
             if deadline is not None and now > deadline and row.finish is None:
                 row.request.deadline_missed = True
@@ -236,7 +245,8 @@ class Engine:
         row.output_ids.append(token)
         row.cumulative_logprob += logprob
         row.next_input = token
-        ended = finish_reason(spec, token, len(row.output_ids), self.runner.max_context)
+        grammar = self.batch.rows[i].grammar
+        ended = finish_reason(spec, token, len(row.output_ids), self.runner.max_context, grammar)
         delta = ""
         if ended is None or ended[0] == "length":
             piece = row.detokenizer.push(token)
@@ -251,6 +261,7 @@ class Engine:
         row.text += delta
         if ended is not None:
             row.finish, row.matched_stop = ended
+            row.incomplete = grammar is not None and not grammar.accepted  # cut before the grammar accepted
         state = row.request
         if state.streams_tokens:
             params = state.prepared.request.params
@@ -260,16 +271,20 @@ class Engine:
 
     def _complete(self, state: RequestState, events: StepEvents) -> None:
         prepared = state.prepared
-        if not state.streams_tokens and not state.cancelled:
-            best = sorted(state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
-            for index, sequence in enumerate(best):
-                events.add(state, finish_event(sequence, index))
-        returned = state.sequences if state.streams_tokens else sorted(
-            state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
-        events.add(state, Done(prompt_tokens=len(prepared.prompt_ids),
-                               completion_tokens=sum(len(s.output_ids) for s in returned),
-                               compute_tokens=sum(len(s.output_ids) for s in state.sequences),
-                               worker_id=self.worker_id))
+        if state.beam is not None:  # the n best beams, then usage; nothing was streamed
+            for event in beam_events(state, self.tokenizer, self.worker_id):
+                events.add(state, event)
+        else:
+            if not state.streams_tokens and not state.cancelled:
+                best = sorted(state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
+                for index, sequence in enumerate(best):
+                    events.add(state, finish_event(sequence, index))
+            returned = state.sequences if state.streams_tokens else sorted(
+                state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
+            events.add(state, Done(prompt_tokens=len(prepared.prompt_ids),
+                                   completion_tokens=sum(len(s.output_ids) for s in returned),
+                                   compute_tokens=sum(len(s.output_ids) for s in state.sequences),
+                                   worker_id=self.worker_id))
         state.done = True
         self.by_id.pop(state.request_id, None)
         if state.cancelled:

@@ -50,6 +50,17 @@ class KVCache:
             for layer in store:
                 layer[:rows, :, :length] = layer.index_select(0, order)[:, :, :length]
 
+    def copy_rows(self, targets: list[int], sources: list[int], start: int, end: int) -> None:
+        """Slots `targets[i]` take the old contents of slots `sources[i]` over positions start..end-1;
+        every other slot is untouched (a beam request rewrites only its own rows)."""
+        if not targets or start >= end:
+            return
+        target = torch.tensor(targets, device=self.device)
+        source = torch.tensor(sources, device=self.device)
+        for store in (self.keys, self.values):
+            for layer in store:
+                layer[target, :, start:end] = layer[source, :, start:end]  # the right side is a copy
+
     def bytes_per_token(self) -> int:
         element = torch.tensor([], dtype=self.dtype).element_size()
         return 2 * self.layers * self.kv_heads * self.head_dim * element

@@ -29,6 +29,10 @@ def token_event(row: Sequence, token: int, delta: str, choice, position: int, ou
         top = choice.top_logprobs[position]
         if top is not None:
             event.top_logprobs = [TopLogprob(t, lp, tokenizer.decode([t])) for t, lp in top]
+    if params.token_ids_logprob:  # the model's own distribution; ids outside the vocabulary are skipped
+        logprobs = out.logits[position].float().log_softmax(dim=-1)
+        event.token_ids_logprobs = [TopLogprob(t, logprobs[t].item(), tokenizer.decode([t]))
+                                    for t in params.token_ids_logprob if 0 <= t < logprobs.shape[-1]]
     if params.return_hidden_states and out.hidden is not None:
         event.hidden_state = out.hidden[position].tolist()
     if params.include_output_logits:
@@ -38,4 +42,5 @@ def token_event(row: Sequence, token: int, delta: str, choice, position: int, ou
 
 def finish_event(row: Sequence, index: int) -> Finish:
     return Finish(index=index, reason=row.finish or "length", text=row.text, token_ids=list(row.output_ids),
-                  seed=row.seed, matched_stop=row.matched_stop, cumulative_logprob=row.cumulative_logprob)
+                  seed=row.seed, matched_stop=row.matched_stop, cumulative_logprob=row.cumulative_logprob,
+                  incomplete=row.incomplete)

@@ -11,15 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.decoding.grammar import GrammarError
+from worker.engine.beam_rules import validate_beams
+from worker.engine.prepare_errors import RequestError
+from worker.engine.validate import validate_params
 from worker.protocol import GenerateRequest, SamplingParams
 
-
-class RequestError(ValueError):
-    """A request the worker refuses; `kind` maps to a status in every dialect."""
-
-    def __init__(self, message: str, field: str | None = None, kind: str = "validation"):
-        super().__init__(message)
-        self.message, self.field, self.kind = message, field, kind
+__all__ = ["PreparedRequest", "RequestError", "prepare"]
 
 
 @dataclass
@@ -34,6 +32,7 @@ class PreparedRequest:
     seeds: list[int]  # one per candidate row
     eos_token_ids: list[int]
     bad_word_ids: list[list[int]]
+    grammar: object = None  # worker.decoding.grammar.Grammar when the request is constrained
 
 
 def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[int]:
@@ -72,10 +71,10 @@ def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embe
                            "embedding_to_replace")
     if any(not 0 <= p < len(ids) for p in positions):
         raise RequestError("token_index_to_replace names a position outside the prompt", "token_index_to_replace")
+    replacement = torch.tensor(request.embedding_to_replace, dtype=torch.float32).view(len(positions), hidden_size)
     with torch.inference_mode():
         base = embed(torch.tensor(ids)).float()
-    replacement = torch.tensor(request.embedding_to_replace, dtype=torch.float32).view(len(positions), hidden_size)
-    base[torch.tensor(positions)] = replacement
+        base[torch.tensor(positions)] = replacement
     return base
 
 
@@ -101,6 +100,9 @@ def _lengths(params: SamplingParams, prompt_len: int, max_context: int) -> tuple
 
 
 def _seeds(params: SamplingParams, candidates: int) -> list[int]:
+    if params.num_beams > 1:  # one search, one generator: every beam row carries the same seed
+        seed = secrets.randbits(63) if params.seed is None else params.seed[0]
+        return [seed] * candidates
     if params.seed is None:
         return [secrets.randbits(63) for _ in range(candidates)]
     if len(params.seed) == 1:  # one seed for several choices: consecutive seeds, still reproducible
@@ -111,8 +113,11 @@ def _seeds(params: SamplingParams, candidates: int) -> list[int]:
 
 
 def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size: int, max_context: int,
-            max_rows: int, model_eos: list[int], embed, tokenize_bad_words) -> PreparedRequest:
+            max_rows: int, model_eos: list[int], embed, tokenize_bad_words,
+            compile_grammar=None) -> PreparedRequest:
     params = request.params
+    validate_params(params)
+    validate_beams(request)
     ids = _prompt_ids(request, tokenizer, vocab_size)
     if params.truncate is not None and params.truncate < len(ids):
         ids = ids[len(ids) - params.truncate:]
@@ -122,10 +127,28 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
     max_new, min_new = _lengths(params, len(ids), max_context)
     candidates = max(params.best_of or params.n, params.n, params.num_beams)
     if candidates > max_rows:
-        raise RequestError(f"{candidates} sequences exceed this worker's {max_rows} rows", "n")
+        raise RequestError(f"{candidates} sequences exceed this worker's {max_rows} rows",
+                           "num_beams" if params.num_beams > 1 else "n")
     extra_eos = [t for t in params.eos_token_ids + params.stop_token_ids if not 0 <= t < vocab_size]
     if extra_eos:
         raise RequestError(f"token id {extra_eos[0]} is outside the vocabulary", "stop_token_ids")
     eos = [] if params.ignore_eos else sorted(set(model_eos) | set(params.eos_token_ids))
+    bad_word_ids = tokenize_bad_words(tokenizer, params.bad_words)
+    grammar = _grammar(params, min_new, compile_grammar)  # last: the only step that can be slow
     return PreparedRequest(request, ids, embeds, max_new, min_new, candidates, params.n,
-                           _seeds(params, candidates), eos, tokenize_bad_words(tokenizer, params.bad_words))
+                           _seeds(params, candidates), eos, bad_word_ids, grammar)
+
+
+def _grammar(params: SamplingParams, min_new: int, compile_grammar):
+    """Compile the structured-output constraint (cached); every problem is a 422 on response_format."""
+    if params.constraint is None or compile_grammar is None:
+        return None
+    if params.num_beams > 1:
+        raise RequestError("structured output cannot be combined with beam search (num_beams > 1)", "response_format")
+    if min_new > 0:
+        raise RequestError("min_tokens cannot be combined with structured output: the grammar decides where "
+                           "the output ends", "min_tokens")
+    try:
+        return compile_grammar(params.constraint)
+    except GrammarError as exc:
+        raise RequestError(str(exc), "response_format") from None

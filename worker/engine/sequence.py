@@ -25,6 +25,7 @@ class Sequence:
     cumulative_logprob: float = 0.0
     finish: FinishReason | None = None
     matched_stop: str | int | None = None
+    incomplete: bool = False  # a constrained output that ended before its grammar accepted
 
 
 @dataclass
@@ -35,6 +36,7 @@ class RequestState:
     prefilled: int = 0  # prompt positions written to the cache so far
     prompt_logprobs: list[float] = field(default_factory=list)  # of prompt tokens 1..L-1
     last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
+    beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
     cancelled: bool = False
     deadline_missed: bool = False
     done: bool = False

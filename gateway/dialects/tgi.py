@@ -1,0 +1,268 @@
+"""TGI (text-generation-inference) native API, also DataCrunch's: `{"inputs", "parameters"}`.
+
+Validation follows TGI's router (`validation.rs`): 422 `{"error", "error_type": "validation"}`.
+Streams send one `data:` event per token, the last one carrying `generated_text` and `details`, and
+end by closing the connection: no `[DONE]` (the `text-generation` client cannot parse it).
+`best_of` runs every candidate as an ordinary choice and ranks them here by cumulative logprob, so
+the best sequence and `best_of_sequences` all carry their tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gateway.collect import Choice, Result
+from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
+from gateway.errors import SluiceError
+from worker.protocol import (Accepted, Constraint, Event, Finish, GenerateRequest, SamplingParams, Token,
+                             Watermark)
+
+MAX_STOP_SEQUENCES = 4
+MAX_BEST_OF = 4
+MAX_TOP_N_TOKENS = 5
+FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence",
+          "stop_token": "eos_token", "cancelled": "length", "error": "length"}
+# status -> TGI error_type (TGI's own: validation 422, generation 424, overloaded 429, incomplete 500)
+ERROR_TYPES = {400: "validation", 413: "validation", 422: "validation", 401: "authentication",
+               403: "permission", 404: "not_found", 429: "overloaded", 503: "overloaded", 502: "generation",
+               500: "incomplete_generation"}
+
+
+class Grammar(msgspec.Struct):
+    type: str
+    value: Any = None
+
+
+class Parameters(msgspec.Struct, kw_only=True):
+    """Every field may be JSON null (= unset); `text-generation` sends them all."""
+
+    best_of: int | None = None
+    decoder_input_details: bool | None = None
+    details: bool | None = None
+    do_sample: bool | None = None
+    frequency_penalty: float | None = None
+    grammar: Grammar | None = None
+    max_new_tokens: int | None = None
+    repetition_penalty: float | None = None
+    return_full_text: bool | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_n_tokens: int | None = None
+    top_p: float | None = None
+    truncate: int | None = None
+    typical_p: float | None = None
+    watermark: bool | None = None
+    adapter_id: str | None = None
+
+
+class GenerateBody(msgspec.Struct, kw_only=True):
+    inputs: str
+    parameters: Parameters | None = None
+    stream: bool | None = None  # `POST /` only
+    model: str | None = None  # DataCrunch; the route fills in the first served model otherwise
+
+
+@dataclass
+class Options:
+    details: bool
+    prefill: bool
+    top_n: int | None
+    best_of: int
+    sampling: bool
+    full_text: str  # prepended to generated_text (return_full_text), else ""
+    compat: bool  # POST /: the non-streamed body is a one-element array
+
+
+def grammar_constraint(grammar: Grammar | None) -> Constraint | None:
+    if grammar is None:
+        return None
+    if grammar.type == "json":
+        value = grammar.value
+        if isinstance(value, str):
+            try:
+                msgspec.json.decode(value)
+            except msgspec.DecodeError:
+                check(False, "grammar.value must be a JSON schema (an object or its JSON text)", "grammar")
+            return Constraint(kind="json_schema", value=value)
+        check(isinstance(value, dict), "grammar.value must be a JSON schema object", "grammar")
+        return Constraint(kind="json_schema", value=msgspec.json.encode(value).decode())
+    if grammar.type == "regex":
+        check(isinstance(value := grammar.value, str) and value != "", "grammar.value must be a regex string",
+              "grammar")
+        return Constraint(kind="regex", value=value)
+    check(False, f"grammar.type must be 'json' or 'regex', not {grammar.type!r}", "grammar")
+    return None
+
+
+def validate(p: Parameters, stream: bool) -> None:
+    """TGI's rules, each answered with 422 validation naming the parameter."""
+    check(p.temperature is None or p.temperature > 0, "`temperature` must be strictly positive", "temperature")
+    check(p.repetition_penalty is None or p.repetition_penalty > 0,
+          "`repetition_penalty` must be strictly positive", "repetition_penalty")
+    check(p.frequency_penalty is None or -2 <= p.frequency_penalty <= 2,
+          "`frequency_penalty` must be >= -2.0 and <= 2.0", "frequency_penalty")
+    check(p.top_p is None or 0 < p.top_p < 1, "`top_p` must be > 0.0 and < 1.0", "top_p")
+    check(p.typical_p is None or 0 < p.typical_p < 1, "`typical_p` must be > 0.0 and < 1.0", "typical_p")
+    check(p.top_k is None or p.top_k > 0, "`top_k` must be strictly positive", "top_k")
+    check(p.max_new_tokens is None or p.max_new_tokens > 0, "`max_new_tokens` must be strictly positive",
+          "max_new_tokens")
+    check(p.truncate is None or p.truncate > 0, "`truncate` must be strictly positive", "truncate")
+    check(len(p.stop or []) <= MAX_STOP_SEQUENCES,
+          f"`stop` supports up to {MAX_STOP_SEQUENCES} stop sequences. Given: {len(p.stop or [])}", "stop")
+    check(all(p.stop or []), "stop sequences must not be empty", "stop")
+    check(p.seed is None or 0 <= p.seed < 2**64, "`seed` must be an unsigned 64-bit integer", "seed")
+    check(p.top_n_tokens is None or 0 <= p.top_n_tokens <= MAX_TOP_N_TOKENS,
+          f"`top_n_tokens` must be >= 0 and <= {MAX_TOP_N_TOKENS}", "top_n_tokens")
+    check(not (stream and p.decoder_input_details), "`decoder_input_details` == true is not supported when "
+          "streaming tokens", "decoder_input_details")
+    check(p.adapter_id is None, f"adapter {p.adapter_id!r} is not registered", "adapter_id")
+    if p.best_of is not None:
+        check(0 < p.best_of <= MAX_BEST_OF, f"`best_of` must be > 0 and <= {MAX_BEST_OF}", "best_of")
+        if p.best_of > 1:
+            check(sampling_of(p), "you must use sampling when `best_of` is > 1", "best_of")
+            check(p.seed is None, "`seed` must not be set when `best_of` > 1", "seed")
+            check(not stream, "`best_of` != 1 is not supported when streaming tokens", "best_of")
+
+
+def sampling_of(p: Parameters) -> bool:
+    return bool(p.do_sample) or any(v is not None for v in (p.temperature, p.top_k, p.top_p, p.typical_p))
+
+
+class TGI(Dialect):
+    name = "tgi"
+
+    def __init__(self, default_max_new_tokens: int = 100, compat: bool = False, stream: bool | None = None):
+        self.default_max_new_tokens = default_max_new_tokens
+        self.compat = compat  # POST /: `stream` in the body, array reply
+        self.route_stream = stream  # /generate: False, /generate_stream: True
+
+    def parse(self, payload, route: str) -> Parsed:
+        body = convert(payload, GenerateBody)
+        check(body.inputs != "", "`inputs` cannot be empty", "inputs")
+        p = body.parameters or Parameters()
+        stream = bool(body.stream) if self.route_stream is None else self.route_stream
+        validate(p, stream)
+        sampling = sampling_of(p)
+        best_of = p.best_of or 1
+        details = bool(p.details)
+        max_new = p.max_new_tokens if p.max_new_tokens is not None else self.default_max_new_tokens
+        params = SamplingParams(
+            max_tokens=max_new, truncate=p.truncate,
+            temperature=(p.temperature if p.temperature is not None else 1.0) if sampling else 0.0,
+            top_k=p.top_k or 0, top_p=p.top_p if p.top_p is not None else 1.0,
+            typical_p=p.typical_p if p.typical_p is not None else 1.0,
+            seed=[p.seed] if p.seed is not None else None,
+            repetition_penalty=p.repetition_penalty if p.repetition_penalty is not None else 1.0,
+            frequency_penalty=p.frequency_penalty or 0.0, stop=list(p.stop or []), n=best_of,
+            # details and stream tokens carry the chosen token's logprob; top_n_tokens adds the top N
+            logprobs=p.top_n_tokens or 0, prompt_logprobs=bool(p.decoder_input_details),
+            constraint=grammar_constraint(p.grammar), watermark=Watermark() if p.watermark else None)
+        request = GenerateRequest(request_id="", model=body.model or "", prompt=body.inputs, params=params)
+        options = Options(details, bool(p.decoder_input_details), p.top_n_tokens or None, best_of, sampling,
+                          body.inputs if p.return_full_text else "", self.compat)
+        return Parsed(body.model or "", [request], stream, options, reserve_tokens=best_of * max_new)
+
+    # ---- rendering ----
+
+    def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> Any:
+        options: Options = parsed.options
+        result = results[0]
+        ranked = sorted(result.ordered(), key=lambda c: c.finish.cumulative_logprob, reverse=True)
+        best = ranked[0]
+        body: dict = {"generated_text": options.full_text + full_text(best.finish)}
+        if options.details:
+            details = self._sequence(best, result.accepted, options)
+            del details["generated_text"]
+            if options.top_n:
+                details["top_tokens"] = [top_tokens(t) for t in best.tokens]
+            if options.best_of > 1:
+                details["best_of_sequences"] = [self._sequence(c, result.accepted, options) for c in ranked[1:]]
+            body["details"] = details
+        return [body] if options.compat else body
+
+    def _sequence(self, choice: Choice, accepted: Accepted | None, options: Options) -> dict:
+        finish = choice.finish
+        return {"generated_text": options.full_text + full_text(finish), "finish_reason": FINISH[finish.reason],
+                "generated_tokens": len(finish.token_ids), "seed": finish.seed if options.sampling else None,
+                "prefill": prefill(accepted) if options.prefill else [],
+                "tokens": token_list(choice.tokens, finish)}
+
+    def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float) -> dict[str, str]:
+        done = results[0].done if results else None
+        generated = done.completion_tokens if done else 0
+        millis = int(elapsed * 1000)
+        return {"x-compute-type": "sluice", "x-compute-time": f"{elapsed:.3f}",
+                "x-compute-characters": str(len(parsed.requests[0].prompt or "")),
+                "x-total-time": str(millis), "x-validation-time": "0", "x-queue-time": "0",
+                "x-inference-time": str(millis), "x-time-per-token": str(millis // max(generated, 1)),
+                "x-prompt-tokens": str(done.prompt_tokens if done else 0), "x-generated-tokens": str(generated)}
+
+    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+        options: Options = parsed.options
+        held: Token | None = None  # the last token waits: its event carries generated_text and details
+        count = 0
+        async for _, event in events:
+            if isinstance(event, Token):
+                if held is not None:
+                    yield sse(stream_event(held, count, options), space=False)
+                    count += 1
+                held = event
+            elif isinstance(event, Finish) and held is not None:
+                held.text += stop_text(event)
+                final = stream_event(held, count, options)
+                final["generated_text"] = options.full_text + full_text(event)
+                if options.details:
+                    final["details"] = {"finish_reason": FINISH[event.reason],
+                                        "generated_tokens": len(event.token_ids),
+                                        "seed": event.seed if options.sampling else None}
+                yield sse(final, space=False)
+                held = None
+
+    def error_body(self, error: SluiceError) -> tuple[int, Any]:
+        return error.status, {"error": error.message, "error_type": ERROR_TYPES.get(error.status, "generation")}
+
+    def stream_error(self, error: SluiceError) -> bytes:
+        return sse(self.error_body(error)[1], space=False)
+
+
+def stop_text(finish: Finish) -> str:
+    """TGI keeps the matched stop sequence in the output; the worker trims it."""
+    return finish.matched_stop if finish.reason == "stop_sequence" and isinstance(finish.matched_stop, str) else ""
+
+
+def full_text(finish: Finish) -> str:
+    return finish.text + stop_text(finish)
+
+
+def token_json(token: Token) -> dict:
+    return {"id": token.token_id, "text": token.text, "logprob": token.logprob, "special": token.special}
+
+
+def token_list(tokens: list[Token], finish: Finish) -> list[dict]:
+    """Token texts are the decoded deltas, so they concatenate to generated_text (stop text included)."""
+    out = [token_json(t) for t in tokens]
+    if out:
+        out[-1]["text"] += stop_text(finish)
+    return out
+
+
+def top_tokens(token: Token) -> list[dict]:
+    return [{"id": t.token_id, "text": t.text, "logprob": t.logprob, "special": False}
+            for t in token.top_logprobs or []]
+
+
+def prefill(accepted: Accepted | None) -> list[dict]:
+    if accepted is None or accepted.prompt_details is None:
+        return []
+    return [{"id": t.id, "text": t.text, "logprob": t.logprob} for t in accepted.prompt_details]
+
+
+def stream_event(token: Token, index: int, options: Options) -> dict:
+    return {"index": index, "token": token_json(token),
+            "top_tokens": top_tokens(token) if options.top_n else [], "generated_text": None, "details": None}

@@ -1,0 +1,58 @@
+"""Prometheus metrics of the gateway (`GET /metrics`, TGI's route): requests, tokens, latencies.
+
+One registry per process, fed when each request's accounting finishes, whatever path it took.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry()
+LABELS = ("dialect", "route", "model", "status")
+
+REQUESTS = Counter("sluice_requests", "Generation requests by outcome", LABELS, registry=REGISTRY)
+PROMPT_TOKENS = Counter("sluice_prompt_tokens", "Prompt tokens processed", ("dialect", "model"), registry=REGISTRY)
+GENERATED_TOKENS = Counter("sluice_generated_tokens", "Tokens returned to clients", ("dialect", "model"),
+                           registry=REGISTRY)
+LATENCY = Histogram("sluice_request_duration_seconds", "Request latency, first byte to last",
+                    ("dialect", "route", "model"), registry=REGISTRY,
+                    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+FIRST_TOKEN = Histogram("sluice_time_to_first_token_seconds", "Time to the first generated token",
+                        ("dialect", "model"), registry=REGISTRY,
+                        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+PER_TOKEN = Histogram("sluice_time_per_token_seconds", "Mean time per generated token of a request",
+                      ("dialect", "model"), registry=REGISTRY,
+                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
+
+
+def observe(accounting, status: str) -> None:
+    """Record one finished request from its `gateway.accounting.Accounting`."""
+    model = accounting.model or "unknown"
+    elapsed = time.perf_counter() - accounting.started
+    REQUESTS.labels(accounting.dialect, accounting.route, model, status).inc()
+    LATENCY.labels(accounting.dialect, accounting.route, model).observe(elapsed)
+    PROMPT_TOKENS.labels(accounting.dialect, model).inc(accounting.prompt_tokens)
+    GENERATED_TOKENS.labels(accounting.dialect, model).inc(accounting.completion_tokens)
+    if accounting.first_token is not None:
+        FIRST_TOKEN.labels(accounting.dialect, model).observe(accounting.first_token - accounting.started)
+        if accounting.completion_tokens:
+            PER_TOKEN.labels(accounting.dialect, model).observe(elapsed / accounting.completion_tokens)
+
+
+def attach(accounting) -> None:
+    """Wrap `accounting.finish` so its first (effective) call is also counted here."""
+    finish = accounting.finish
+
+    async def finish_and_observe(status: str, error=None) -> None:
+        first = not accounting._finished
+        await finish(status, error)
+        if first:
+            observe(accounting, status)
+
+    accounting.finish = finish_and_observe
+
+
+def exposition() -> tuple[bytes, str]:
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,41 @@
+"""FriendliAI routes: `/serverless/v1/...` (model = model code) and `/dedicated/v1/...` (model = endpoint id,
+served when it names a served model, 404 otherwise). The container paths are the OpenAI routes.
+"""
+
+from __future__ import annotations
+
+from litestar import Request, Response, post
+from litestar.response import Stream
+
+from gateway.dialects.base import documented
+from gateway.dialects.openai import CompletionBody, OpenAICompletions
+from gateway.dialects.openai_chat import ChatBody, OpenAIChat
+from gateway.flow import handle_generation
+from gateway.routes_openai import wants_legacy
+
+COMPLETIONS = OpenAICompletions(friendli=True)
+COMPLETIONS_LEGACY = OpenAICompletions(friendli=True, legacy_header=True)
+CHAT = OpenAIChat(friendli=True)
+
+
+def _completions(path: str):
+    @post(path, status_code=200, summary="Friendli completions", operation_class=documented(CompletionBody),
+          name=f"friendli-completions-{path.split('/')[1]}")
+    async def handler(request: Request) -> Response | Stream:
+        return await handle_generation(request, COMPLETIONS_LEGACY if wants_legacy(request) else COMPLETIONS, path)
+
+    return handler
+
+
+def _chat(path: str):
+    @post(path, status_code=200, summary="Friendli chat completions", operation_class=documented(ChatBody),
+          name=f"friendli-chat-{path.split('/')[1]}")
+    async def handler(request: Request) -> Response | Stream:
+        return await handle_generation(request, CHAT, path)
+
+    return handler
+
+
+def friendli_routes() -> list:
+    return [_completions("/serverless/v1/completions"), _chat("/serverless/v1/chat/completions"),
+            _completions("/dedicated/v1/completions"), _chat("/dedicated/v1/chat/completions")]

@@ -1,0 +1,287 @@
+"""TGI dialect with the real clients: huggingface_hub's InferenceClient (this venv), text-generation 0.7
+(its own venv: it needs huggingface-hub<1.0), and every response checked against TGI's openapi.json."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.compat.tgi_schema import assert_tgi_schema, sse_events
+from tests.compat.venvs import run_in_venv
+
+pytestmark = pytest.mark.slow
+
+TEXT_GENERATION = ["text-generation==0.7.0"]
+PROMPT = "The capital of France is"
+
+
+def post(server, path, body, **kwargs):
+    return httpx.post(f"{server.url}{path}", json=body, headers={"Authorization": f"Bearer {server.api_key}"},
+                      timeout=120, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def greedy(running_sluice):
+    """The reference: /generate, greedy, 8 tokens, with details."""
+    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8,
+                                                                                 "details": True}})
+    assert response.status_code == 200, response.text
+    assert_tgi_schema(response.json(), "GenerateResponse")
+    return response.json()
+
+
+# ---- raw HTTP against the schema ----
+
+
+def test_generate_details_and_headers(running_sluice, greedy):
+    details = greedy["details"]
+    assert details["generated_tokens"] == len(details["tokens"]) == 8
+    assert details["finish_reason"] == "length" and details["prefill"] == [] and details["seed"] is None
+    assert "".join(t["text"] for t in details["tokens"]) == greedy["generated_text"]
+    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
+    assert response.json() == {"generated_text": greedy["generated_text"]}  # details default false
+    assert response.headers["x-generated-tokens"] == "8"
+    assert int(response.headers["x-prompt-tokens"]) > 0
+    assert float(response.headers["x-compute-time"]) > 0
+
+
+def test_compat_route_returns_array_and_streams(running_sluice, greedy):
+    response = post(running_sluice, "/", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
+    assert response.status_code == 200
+    body = response.json()
+    assert isinstance(body, list) and len(body) == 1
+    assert body[0]["generated_text"] == greedy["generated_text"]
+    assert_tgi_schema(body[0], "GenerateResponse")
+    streamed = post(running_sluice, "/", {"inputs": PROMPT, "stream": True,
+                                          "parameters": {"max_new_tokens": 8, "details": True}})
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(streamed.text)
+    assert events[-1]["generated_text"] == greedy["generated_text"]
+
+
+def test_stream_events_and_close_without_done(running_sluice, greedy):
+    response = post(running_sluice, "/generate_stream",
+                    {"inputs": PROMPT, "parameters": {"max_new_tokens": 8, "details": True, "top_n_tokens": 2}})
+    assert response.status_code == 200
+    assert response.headers["x-accel-buffering"] == "no"
+    assert "[DONE]" not in response.text
+    events = sse_events(response.text)
+    assert len(events) == 8
+    for event in events:
+        assert_tgi_schema(event, "StreamResponse")
+        assert len(event["top_tokens"]) == 2
+    assert all(e["generated_text"] is None and e["details"] is None for e in events[:-1])
+    assert events[-1]["details"]["finish_reason"] == "length" and events[-1]["details"]["generated_tokens"] == 8
+    assert [e["token"]["id"] for e in events] == [t["id"] for t in greedy["details"]["tokens"]]
+    assert "".join(e["token"]["text"] for e in events) == events[-1]["generated_text"] == greedy["generated_text"]
+
+
+def test_decoder_input_details_top_tokens_and_full_text(running_sluice, greedy):
+    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+        "max_new_tokens": 8, "details": True, "decoder_input_details": True, "top_n_tokens": 3,
+        "return_full_text": True}})
+    body = response.json()
+    assert_tgi_schema(body, "GenerateResponse")
+    prefill = body["details"]["prefill"]
+    assert prefill[0]["logprob"] is None and all(p["logprob"] < 0 for p in prefill[1:])
+    assert "".join(p["text"] for p in prefill) == PROMPT
+    assert body["generated_text"] == PROMPT + greedy["generated_text"]
+    top = body["details"]["top_tokens"]
+    assert len(top) == 8 and all(len(t) == 3 for t in top)
+    # greedy: the chosen token is the most likely one
+    assert [t[0]["id"] for t in top] == [t["id"] for t in body["details"]["tokens"]]
+
+
+def test_best_of_returns_the_best_and_the_others(running_sluice):
+    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+        "max_new_tokens": 6, "details": True, "best_of": 3, "do_sample": True}})
+    body = response.json()
+    assert_tgi_schema(body, "GenerateResponse")
+    details = body["details"]
+    others = details["best_of_sequences"]
+    assert len(others) == 2
+    best_score = sum(t["logprob"] for t in details["tokens"])
+    for other in others:
+        assert sum(t["logprob"] for t in other["tokens"]) <= best_score + 1e-4
+        assert other["seed"] is not None and other["generated_tokens"] == len(other["tokens"])
+
+
+def test_stop_sequence_is_kept_and_seed_reproduces(running_sluice, greedy):
+    word = greedy["generated_text"].split()[1]  # a word the greedy text contains after its first
+    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+        "max_new_tokens": 8, "details": True, "stop": [word]}})
+    body = response.json()
+    assert body["details"]["finish_reason"] == "stop_sequence"
+    assert body["generated_text"].endswith(word) and greedy["generated_text"].startswith(body["generated_text"])
+    sampled = [post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+        "max_new_tokens": 6, "details": True, "do_sample": True, "seed": 1234}}).json() for _ in range(2)]
+    assert sampled[0] == sampled[1] and sampled[0]["details"]["seed"] == 1234
+
+
+def test_truncate_and_watermark_run(running_sluice):
+    long = "one two three four five six seven eight nine ten " * 4
+    short = post(running_sluice, "/generate", {"inputs": long, "parameters": {"max_new_tokens": 3, "truncate": 4}})
+    assert short.status_code == 200 and int(short.headers["x-prompt-tokens"]) == 4
+    marked = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+        "max_new_tokens": 4, "watermark": True, "do_sample": True, "seed": 5}})
+    assert marked.status_code == 200 and marked.json()["generated_text"]
+
+
+@pytest.mark.xfail(strict=False, reason="the grammar engine lands in the worker concurrently")
+def test_grammar_regex_end_to_end(running_sluice):
+    response = post(running_sluice, "/generate", {"inputs": "My favourite number is", "parameters": {
+        "max_new_tokens": 6, "grammar": {"type": "regex", "value": "[0-9]{3}"}}})
+    assert response.status_code == 200, response.text
+    assert response.json()["generated_text"].isdigit()
+
+
+@pytest.mark.parametrize("parameters", [{"temperature": 0}, {"top_p": 1.0}, {"stop": ["a"] * 5},
+                                        {"best_of": 2}, {"top_k": 0}])
+def test_validation_errors_have_tgi_envelope(running_sluice, parameters):
+    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": parameters})
+    assert response.status_code == 422
+    assert_tgi_schema(response.json(), "ErrorResponse")
+    assert response.json()["error_type"] == "validation"
+
+
+def test_error_statuses(running_sluice):
+    assert post(running_sluice, "/generate", None, content=b"{nope").status_code == 400
+    unknown = post(running_sluice, "/v1/completions/generate", {"model": "nope", "inputs": "x"})
+    assert unknown.status_code == 404 and unknown.json()["error_type"] == "not_found"
+    anonymous = httpx.post(f"{running_sluice.url}/generate", json={"inputs": "x"}, timeout=30)
+    assert anonymous.status_code == 401 and set(anonymous.json()) == {"error", "error_type"}
+    stream_invalid = post(running_sluice, "/generate_stream", {"inputs": "x", "parameters": {"best_of": 2,
+                                                                                            "do_sample": True}})
+    assert stream_invalid.status_code == 422 and stream_invalid.json()["error_type"] == "validation"
+
+
+def test_info_tokenize_metrics(running_sluice):
+    info = httpx.get(f"{running_sluice.url}/info", timeout=30).json()
+    assert_tgi_schema(info, "Info")
+    assert info["model_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and info["max_stop_sequences"] == 4
+    tokens = post(running_sluice, "/tokenize", {"inputs": PROMPT}).json()
+    assert_tgi_schema(tokens, "TokenizeResponse")
+    assert "".join(t["text"] for t in tokens) == PROMPT
+    assert all(PROMPT[t["start"]:t["stop"]] == t["text"] for t in tokens)
+    metrics = httpx.get(f"{running_sluice.url}/metrics", timeout=30)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.text
+    assert 'sluice_requests_total{dialect="tgi"' in text
+    assert "sluice_request_duration_seconds_bucket" in text and "sluice_generated_tokens_total" in text
+    assert httpx.get(f"{running_sluice.url}/health", timeout=30).status_code == 200
+
+
+# ---- huggingface_hub.InferenceClient (the version installed in the project venv) ----
+
+
+def test_hf_hub_text_generation(running_sluice, greedy):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    assert client.text_generation(PROMPT, max_new_tokens=8) == greedy["generated_text"]
+    output = client.text_generation(PROMPT, max_new_tokens=8, details=True, decoder_input_details=True)
+    assert output.generated_text == greedy["generated_text"]
+    assert output.details.finish_reason == "length" and output.details.generated_tokens == 8
+    assert [t.id for t in output.details.tokens] == [t["id"] for t in greedy["details"]["tokens"]]
+    assert len(output.details.prefill) > 1
+
+
+def test_hf_hub_streaming(running_sluice, greedy):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    pieces = list(client.text_generation(PROMPT, max_new_tokens=8, stream=True))
+    assert "".join(pieces) == greedy["generated_text"]
+    events = list(client.text_generation(PROMPT, max_new_tokens=8, stream=True, details=True))
+    assert events[-1].generated_text == greedy["generated_text"]
+    assert events[-1].details.finish_reason == "length"
+    generate_stream = InferenceClient(model=f"{running_sluice.url}/generate_stream", token=running_sluice.api_key)
+    assert "".join(generate_stream.text_generation(PROMPT, max_new_tokens=8, stream=True)) == greedy["generated_text"]
+
+
+def test_hf_hub_errors_are_typed(running_sluice):
+    from huggingface_hub import InferenceClient
+    from huggingface_hub.errors import ValidationError
+
+    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    with pytest.raises(ValidationError):
+        client.text_generation(PROMPT, max_new_tokens=4, stop=["a", "b", "c", "d", "e"])
+    with pytest.raises(ValidationError):
+        client.text_generation(PROMPT, max_new_tokens=4, stream=True, top_p=1.0)
+
+
+def test_hf_hub_chat_completion(running_sluice):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key)
+    try:
+        reply = client.chat.completions.create(model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                                               messages=[{"role": "user", "content": "Say hi"}], max_tokens=5)
+    except Exception as exc:  # the chat route belongs to another change; not a TGI failure
+        pytest.xfail(f"/v1/chat/completions not available yet: {exc!r}")
+    assert reply.choices[0].message.content
+
+
+@pytest.mark.xfail(strict=False, reason="hf_hub sends model='dummy' when `model` is a URL; the OpenAI chat route "
+                                        "(another change) answers 404 for an unknown model")
+def test_hf_hub_chat_completion_with_url_model(running_sluice):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    reply = client.chat_completion([{"role": "user", "content": "Say hi"}], max_tokens=5)
+    assert reply.choices[0].message.content
+
+
+# ---- text-generation 0.7 (TGI's own client) in its venv ----
+
+TEXT_GENERATION_SCRIPT = """
+import json, os
+from text_generation import Client
+from text_generation.errors import ValidationError
+
+client = Client(os.environ["BASE_URL"], headers={"Authorization": "Bearer " + os.environ["API_KEY"]}, timeout=120)
+prompt = os.environ["PROMPT"]
+out = {}
+reply = client.generate(prompt, max_new_tokens=8)
+out["generate"] = {"text": reply.generated_text, "finish": reply.details.finish_reason.value,
+                   "tokens": [t.id for t in reply.details.tokens], "generated_tokens": reply.details.generated_tokens}
+stream = list(client.generate_stream(prompt, max_new_tokens=8))
+out["stream"] = {"texts": [r.token.text for r in stream], "final": stream[-1].generated_text,
+                 "finish": stream[-1].details.finish_reason.value}
+best = client.generate(prompt, max_new_tokens=5, best_of=2, do_sample=True)
+out["best_of"] = {"others": len(best.details.best_of_sequences or []),
+                  "tokens": len(best.details.tokens), "seed": best.details.seed}
+prefill = client.generate(prompt, max_new_tokens=3, decoder_input_details=True)
+out["prefill"] = [[p.id, p.text, p.logprob] for p in prefill.details.prefill]
+try:
+    client.generate(prompt, max_new_tokens=3, stop_sequences=["a", "b", "c", "d", "e"])
+    out["error"] = None
+except ValidationError as exc:
+    out["error"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_text_generation_client(running_sluice, greedy):
+    result = run_in_venv("text-generation", TEXT_GENERATION, TEXT_GENERATION_SCRIPT,
+                         {"BASE_URL": running_sluice.url, "API_KEY": running_sluice.api_key, "PROMPT": PROMPT})
+    assert result["generate"]["text"] == greedy["generated_text"]
+    assert result["generate"]["finish"] == "length" and result["generate"]["generated_tokens"] == 8
+    assert result["generate"]["tokens"] == [t["id"] for t in greedy["details"]["tokens"]]
+    assert "".join(result["stream"]["texts"]) == result["stream"]["final"] == greedy["generated_text"]
+    assert result["best_of"]["others"] == 1 and result["best_of"]["tokens"] == 5
+    assert result["best_of"]["seed"] is not None
+    assert result["prefill"][0][2] is None and len(result["prefill"]) > 1
+    assert "stop" in result["error"]
+
+
+def test_schema_document_is_tgi_openapi():
+    """The fixture document really is TGI's (guards the extraction in tgi_schema)."""
+    from tests.compat.tgi_schema import tgi_openapi
+
+    document = tgi_openapi()
+    assert document["info"]["title"] == "Text Generation Inference"
+    assert {"/generate", "/generate_stream", "/info", "/tokenize"} <= set(document["paths"])
+    json.dumps(document)

@@ -1,0 +1,63 @@
+"""Drive a real Engine the way the worker server does: submit, collect the events, wait for the end."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from worker.protocol import Accepted, Done, Error, Finish, GenerateRequest, SamplingParams, Token
+
+
+@dataclass
+class Run:
+    request_id: str = ""
+    events: list = field(default_factory=list)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    def sink(self, batch: list) -> None:
+        self.events.extend(batch)
+        if any(isinstance(e, (Done, Error)) for e in batch):
+            self.ended.set()
+
+    def wait(self, timeout: float = 120.0) -> Run:
+        assert self.ended.wait(timeout), "the engine did not finish the request in time"
+        return self
+
+    def of(self, kind) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    @property
+    def accepted(self) -> Accepted:
+        return self.of(Accepted)[0]
+
+    @property
+    def finishes(self) -> list[Finish]:
+        return sorted(self.of(Finish), key=lambda f: f.index)
+
+    @property
+    def done(self) -> Done:
+        return self.of(Done)[0]
+
+    def tokens(self, index: int = 0) -> list[Token]:
+        return [t for t in self.of(Token) if t.index == index]
+
+
+_counter = iter(range(10**9))
+
+
+def request(prompt=None, **params) -> GenerateRequest:
+    ids = params.pop("prompt_ids", None)
+    extra = {k: params.pop(k) for k in ("messages", "input_embeds", "token_index_to_replace",
+                                        "embedding_to_replace", "deadline_unix") if k in params}
+    return GenerateRequest(request_id=f"req-{next(_counter)}", model="m", prompt=prompt, prompt_ids=ids,
+                           params=SamplingParams(**params), **extra)
+
+
+def submit(engine, generate: GenerateRequest) -> Run:
+    run = Run(generate.request_id)
+    engine.submit(engine.prepare(generate), run.sink)
+    return run
+
+
+def generate(engine, prompt=None, **params) -> Run:
+    return submit(engine, request(prompt, **params)).wait()

@@ -1,0 +1,76 @@
+"""Submit requests to a real Engine and collect their events; check outputs against their constraint."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+
+import jsonschema
+
+from worker.protocol import Constraint, Done, Error, Finish, GenerateRequest, SamplingParams
+
+_ids = itertools.count()
+
+
+@dataclass
+class Run:
+    events: list = field(default_factory=list)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    def sink(self, batch: list) -> None:
+        self.events.extend(batch)
+        if any(isinstance(e, (Done, Error)) for e in batch):
+            self.ended.set()
+
+    def wait(self, timeout: float = 300.0) -> Run:
+        assert self.ended.wait(timeout), "the engine did not finish in time"
+        errors = [e for e in self.events if isinstance(e, Error)]
+        assert not errors, errors
+        return self
+
+    @property
+    def finishes(self) -> list[Finish]:
+        return sorted((e for e in self.events if isinstance(e, Finish)), key=lambda f: f.index)
+
+
+def ask(prompt: str, **params) -> GenerateRequest:
+    return GenerateRequest(request_id=f"grammar-{next(_ids)}", model="m",
+                           messages=[{"role": "user", "content": prompt}], params=SamplingParams(**params))
+
+
+def submit(engine, request: GenerateRequest) -> Run:
+    run = Run()
+    engine.submit(engine.prepare(request), run.sink)
+    return run
+
+
+def generate(engine, prompt: str, **params) -> Run:
+    return submit(engine, ask(prompt, **params)).wait()
+
+
+def schema_constraint(schema) -> Constraint:
+    return Constraint("json_schema", json.dumps(schema))
+
+
+def check_schema_output(finish: Finish, schema) -> bool:
+    """True when complete and valid; False when cut (then it must say so); raises when invalid."""
+    if finish.reason == "length":
+        assert finish.incomplete, f"a cut output must be marked incomplete: {finish.text!r}"
+        return False
+    assert finish.reason == "eos_token", (finish.reason, finish.text)
+    assert not finish.incomplete, finish.text
+    value = json.loads(finish.text)
+    jsonschema.validate(value, schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return True
+
+
+def check_regex_output(finish: Finish, pattern: str) -> bool:
+    if finish.reason == "length":
+        assert finish.incomplete, f"a cut output must be marked incomplete: {finish.text!r}"
+        return False
+    assert finish.reason == "eos_token" and not finish.incomplete, (finish.reason, finish.text)
+    assert re.fullmatch(pattern, finish.text), (pattern, finish.text)
+    return True

@@ -1,0 +1,158 @@
+"""Model sources and quantization modes: each loads and generates through our runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from tests.fixtures.servers import free_port
+from tests.fixtures.sluice import MODEL_CACHE
+from worker.engine.runner import ModelRunner
+from worker.loading import ModelLoadError, default_gguf_path, file_sha256, load_model, resolve_source
+from worker.protocol import ModelConfig
+
+
+def greedy(loaded, prompt: str, steps: int) -> list[int]:
+    """Greedy tokens from our runner (prefill + decode) for one prompt."""
+    ids = loaded.tokenizer(prompt).input_ids
+    runner = ModelRunner(loaded.model, 1, 256)
+    runner.prefill(0, ids[:-1])
+    token, length, out = ids[-1], len(ids) - 1, []
+    for _ in range(steps):
+        token = int(runner.decode([token], [length]).logits[0].argmax())
+        length += 1
+        out.append(token)
+    return out
+
+
+def hf_greedy(loaded, prompt: str, steps: int) -> list[int]:
+    ids = loaded.tokenizer(prompt).input_ids
+    with torch.inference_mode():
+        out = loaded.model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
+                                    pad_token_id=loaded.tokenizer.eos_token_id)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, smol) -> Path:
+    """A random two-layer Llama with SmolLM2's tokenizer, written as a plain HF directory."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(smol.tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, eos_token_id=smol.tokenizer.eos_token_id)
+    directory = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(directory)
+    smol.tokenizer.save_pretrained(directory)
+    return directory
+
+
+def test_gguf_is_dequantized_once_and_then_cached(smol, tmp_path):
+    gguf = default_gguf_path()
+    cached = MODEL_CACHE / file_sha256(gguf)
+    weights = next(cached.glob("*.safetensors"))
+    stamp = weights.stat().st_mtime_ns
+    assert resolve_source("", tmp_path) == cached  # reused: no second dequantization
+    assert weights.stat().st_mtime_ns == stamp
+    assert smol.model.config.model_type == "llama" and smol.dtype == torch.float32
+    assert smol.quantization == "none"
+
+
+def test_gguf_path_given_explicitly_uses_the_same_cache(tmp_path):
+    assert resolve_source(str(default_gguf_path()), tmp_path) == MODEL_CACHE / file_sha256(default_gguf_path())
+
+
+def test_default_model_matches_transformers_generate(smol):
+    assert greedy(smol, "The capital of France is", 12) == hf_greedy(smol, "The capital of France is", 12)
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8", "nf4", "fp4"])
+def test_hf_directory_in_every_quantization_mode(tiny_model_dir, tmp_path, quantization):
+    loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization=quantization), tmp_path)
+    assert loaded.quantization == quantization
+    layer = type(loaded.model.model.layers[0].self_attn.q_proj).__name__
+    assert layer == {"none": "Linear", "int8": "Linear8bitLt", "nf4": "Linear4bit", "fp4": "Linear4bit"}[quantization]
+    assert greedy(loaded, "Hello there", 6) == hf_greedy(loaded, "Hello there", 6)
+
+
+def test_bfloat16_is_selectable(tiny_model_dir, tmp_path):
+    loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), dtype="bfloat16"), tmp_path)
+    assert loaded.dtype == torch.bfloat16 and loaded.model.dtype == torch.bfloat16
+    assert len(greedy(loaded, "Hello there", 4)) == 4
+
+
+def _load_in_subprocess(source: str, hub_cache: Path, data_dir: Path) -> subprocess.CompletedProcess:
+    """The hub cache location is read at import time, so load in a fresh interpreter, as a worker does."""
+    script = ("import sys; from pathlib import Path; from worker.loading import load_model; "
+              "from worker.protocol import ModelConfig; "
+              f"m = load_model(ModelConfig(name={source!r}, source={source!r}), Path({str(data_dir)!r})); "
+              "print('layers', m.model.config.num_hidden_layers)")
+    env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_hub_id_loads_from_the_local_cache_offline(tiny_model_dir, tmp_path):
+    snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    for item in tiny_model_dir.iterdir():
+        (snapshot / item.name).symlink_to(item)
+    refs = tmp_path / "hub" / "models--acme--tiny" / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("0123abcd")
+    loaded = _load_in_subprocess("acme/tiny", tmp_path / "hub", tmp_path)
+    assert "layers 2" in loaded.stdout, loaded.stderr[-2000:]
+    missing = _load_in_subprocess("nobody/nothing", tmp_path / "hub", tmp_path)
+    assert missing.returncode != 0 and "ModelLoadError" in missing.stderr
+
+
+def test_s3_source_downloads_once(tiny_model_dir, tmp_path, monkeypatch):
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                            "AWS_DEFAULT_REGION": "us-east-1", "SLUICE_S3_ENDPOINT": endpoint}.items():
+            monkeypatch.setenv(name, value)
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="models")
+        for item in tiny_model_dir.iterdir():
+            s3.upload_file(str(item), "models", f"tiny/v1/{item.name}")
+        loaded = load_model(ModelConfig(name="tiny", source="s3://models/tiny/v1"), tmp_path)
+        assert loaded.model.config.hidden_size == 64
+        local = tmp_path / "s3" / "models" / "tiny" / "v1"
+        assert (local / "config.json").exists()
+        s3.delete_object(Bucket="models", Key="tiny/v1/config.json")  # a second load must not need S3
+        assert resolve_source("s3://models/tiny/v1", tmp_path) == local
+        with pytest.raises(ModelLoadError):
+            resolve_source("s3://models/empty-prefix", tmp_path)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("source", ["/no/such/dir", "./missing.gguf", "/no/such/model.gguf"])
+def test_missing_sources_fail_clearly(source, tmp_path):
+    with pytest.raises(ModelLoadError):
+        resolve_source(source, tmp_path)
+
+
+def test_directory_without_config_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="config.json"):
+        resolve_source(str(tmp_path / "empty"), tmp_path)
+
+
+def test_cached_gguf_dir_survives_without_the_env(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLUICE_MODEL_CACHE", raising=False)
+    assert os.environ.get("SLUICE_MODEL_CACHE") is None
+    from worker.loading import model_cache_dir
+
+    assert model_cache_dir(tmp_path) == tmp_path / "models"

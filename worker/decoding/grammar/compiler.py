@@ -1,0 +1,132 @@
+"""Compile a `Constraint` into an xgrammar grammar, off the engine thread, cached by its hash.
+
+xgrammar was chosen over llguidance by measurement on the SmolLM2 tokenizer (bench/grammar_engines.py):
+much lower per-token mask cost, the dominant cost once a schema is cached.
+
+Compiles run on a small thread pool; the caller waits at most `timeout_s`. A compile that overruns
+keeps going and lands in the cache, so a retry of the same schema is then free. The cache is an LRU
+of futures keyed by sha256(kind, value), so concurrent requests for one schema share one compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+import xgrammar as xgr
+
+from worker.decoding.grammar.schema_check import SchemaError, parse_schema
+from worker.protocol import Constraint
+
+_OBJECT = '{"type": "object"}'
+
+
+class GrammarError(ValueError):
+    """The constraint cannot be compiled; the message names the problem."""
+
+
+class GrammarTimeout(GrammarError):
+    pass
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A compiled constraint, shared by every row that uses the same one."""
+
+    key: str
+    kind: str
+    compiled: xgr.CompiledGrammar
+    stop_ids: tuple[int, ...]  # tokens that end the output once the grammar accepts
+
+
+class GrammarCompiler:
+    def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
+                 cache_size: int = 256, threads: int = 2):
+        self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
+        self.stop_ids = tuple(stop_ids)
+        self.timeout_s, self.cache_size = timeout_s, cache_size
+        self._xgr = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sluice-grammar")
+        self._cache: OrderedDict[str, Future] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(constraint: Constraint) -> str:
+        return hashlib.sha256(f"{constraint.kind}\0{constraint.value}".encode()).hexdigest()
+
+    def compile(self, constraint: Constraint, timeout_s: float | None = None) -> Grammar:
+        """The compiled grammar (from the cache when seen before); GrammarError names what is wrong."""
+        key = self.key(constraint)
+        with self._lock:
+            future = self._cache.get(key)
+            if future is None:
+                future = self._pool.submit(self._compile, key, constraint)
+                self._cache[key] = future
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return future.result(timeout=limit)
+        except FutureTimeout:
+            raise GrammarTimeout(f"compiling the {constraint.kind} constraint took longer than {limit:g} s; "
+                                 "simplify it or retry later") from None
+        except GrammarError:
+            with self._lock:  # do not keep failures: the cache is for grammars
+                if self._cache.get(key) is future:
+                    del self._cache[key]
+            raise
+
+    def cached(self, constraint: Constraint) -> bool:
+        future = self._cache.get(self.key(constraint))
+        return future is not None and future.done() and future.exception() is None
+
+    def _compile(self, key: str, constraint: Constraint) -> Grammar:
+        try:
+            compiled = self._build(constraint)
+        except SchemaError as exc:
+            raise GrammarError(str(exc)) from None
+        except RuntimeError as exc:  # xgrammar reports parse errors as RuntimeError with a C++ prefix
+            raise GrammarError(f"invalid {_NAMES[constraint.kind]}: {_clean(exc)}") from None
+        return Grammar(key, constraint.kind, compiled, self.stop_ids)
+
+    def _build(self, constraint: Constraint) -> xgr.CompiledGrammar:
+        kind, value = constraint.kind, constraint.value
+        if kind == "json_object":  # any JSON object, no whitespace runs the model could loop on
+            return self._xgr.compile_json_schema(_OBJECT, any_whitespace=False, strict_mode=False)
+        if kind == "json_schema":
+            schema = parse_schema(value)
+            text = json.dumps(schema)
+            try:  # strict: unlisted properties/items are closed, which keeps outputs short
+                return self._xgr.compile_json_schema(text, any_whitespace=False, strict_mode=True)
+            except RuntimeError:  # some valid schemas contradict strict closing (e.g. minItems without items)
+                return self._xgr.compile_json_schema(text, any_whitespace=False, strict_mode=False)
+        if kind == "regex":
+            if not value:
+                raise GrammarError("the regex is empty")
+            return self._xgr.compile_regex(value)
+        if kind == "ebnf":
+            if not value.strip():
+                raise GrammarError("the EBNF grammar is empty")
+            return self._xgr.compile_grammar(value)
+        raise GrammarError(f"unknown constraint kind {kind!r}")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+_NAMES = {"json_schema": "JSON schema", "json_object": "JSON object grammar", "regex": "regex", "ebnf": "EBNF grammar"}
+
+
+def _clean(exc: Exception) -> str:
+    """Drop xgrammar's '[time] /project/cpp/file.cc:N: ' prefix and 'Check failed' noise."""
+    text = str(exc).strip()
+    if ".cc:" in text:
+        text = text.split(".cc:", 1)[1].split(":", 1)[-1].strip()
+    return text.replace("Check failed: (error.empty()) is false: ", "")

@@ -1,0 +1,60 @@
+"""Sanity rules on SamplingParams that hold for every dialect (the dialects add their own on top).
+
+Each rule names the offending field, so every dialect can render a precise 4xx.
+"""
+
+from __future__ import annotations
+
+from worker.engine.prepare_errors import RequestError
+from worker.protocol import SamplingParams
+
+MAX_STOPS = 16
+MAX_STOP_LENGTH = 256
+MAX_LOGPROBS = 20
+
+
+def _require(condition: bool, message: str, field: str) -> None:
+    if not condition:
+        raise RequestError(message, field)
+
+
+def validate_params(params: SamplingParams) -> None:
+    _require(not (params.max_tokens is not None and params.max_total_tokens is not None),
+             "max_tokens and max_total_tokens are mutually exclusive", "max_total_tokens")
+    _require(not (params.min_tokens and params.min_total_tokens is not None),
+             "min_tokens and min_total_tokens are mutually exclusive", "min_total_tokens")
+    _require(params.max_tokens is None or params.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
+    _require(params.max_total_tokens is None or params.max_total_tokens >= 1,
+             "max_total_tokens must be at least 1", "max_total_tokens")
+    _require(params.min_tokens >= 0, "min_tokens must not be negative", "min_tokens")
+    _require(params.min_total_tokens is None or params.min_total_tokens >= 0,
+             "min_total_tokens must not be negative", "min_total_tokens")
+    _require(params.max_tokens is None or params.min_tokens <= params.max_tokens,
+             "min_tokens must not exceed max_tokens", "min_tokens")
+    _require(params.truncate is None or params.truncate >= 1, "truncate must be at least 1", "truncate")
+    _require(params.temperature >= 0, "temperature must not be negative", "temperature")
+    _require(params.top_k >= -1, "top_k must be -1, 0 (off) or positive", "top_k")
+    _require(0 < params.top_p <= 1, "top_p must be in (0, 1]", "top_p")
+    _require(0 <= params.min_p <= 1, "min_p must be in [0, 1]", "min_p")
+    _require(0 < params.typical_p <= 1, "typical_p must be in (0, 1]", "typical_p")
+    for field in ("repetition_penalty", "encoder_repetition_penalty"):
+        _require(getattr(params, field) > 0, f"{field} must be positive", field)
+    for field in ("presence_penalty", "frequency_penalty"):
+        _require(-2 <= getattr(params, field) <= 2, f"{field} must be between -2 and 2", field)
+    for field in ("no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):
+        _require(getattr(params, field) >= 0, f"{field} must not be negative", field)
+    _require(params.n >= 1, "n must be at least 1", "n")
+    _require(params.best_of is None or params.best_of >= params.n, "best_of must be at least n", "best_of")
+    _require(len(params.stop) <= MAX_STOPS, f"at most {MAX_STOPS} stop sequences are allowed", "stop")
+    _require(all(0 < len(s) <= MAX_STOP_LENGTH for s in params.stop),
+             f"stop sequences must be 1 to {MAX_STOP_LENGTH} characters", "stop")
+    _require(params.logprobs is None or 0 <= params.logprobs <= MAX_LOGPROBS,
+             f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")
+    _require(all(phrase for phrase in params.bad_words), "bad_words must not contain empty phrases", "bad_words")
+    _require(all(tokens for tokens in params.bad_word_tokens), "bad_word_tokens entries must not be empty",
+             "bad_word_tokens")
+    _require(params.seed is None or all(0 <= s < 2**64 for s in params.seed), "seeds must be unsigned 64-bit",
+             "seed")
+    if params.watermark is not None:
+        _require(0 < params.watermark.gamma < 1, "watermark gamma must be in (0, 1)", "watermark")
+        _require(params.watermark.delta >= 0, "watermark delta must not be negative", "watermark")
