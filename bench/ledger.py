@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import structlog  # noqa: E402
+import structlog
 
-from billing.ledger import Ledger  # noqa: E402
-from billing.pricing import PricingTable  # noqa: E402
-from billing.records import Price, UsageRecord  # noqa: E402
+from billing.ledger import Ledger
+from billing.pricing import PricingTable
+from billing.records import Price, UsageRecord
 
 
 def make(i: int, run: str) -> UsageRecord:

@@ -21,6 +21,7 @@ log = structlog.get_logger(__name__)
 _HEADER = struct.Struct("<II")  # payload length, crc32 of payload
 _PREFIX, _SUFFIX = "wal-", ".log"
 MAX_FRAME = 1 << 20
+_READ_CHUNK = 4 << 20  # > MAX_FRAME, so a chunk always holds a whole frame when one is there
 
 
 def segment_path(wal_dir: Path, seq: int) -> Path:
@@ -47,7 +48,9 @@ def read_frames(path: Path, offset: int, limit: int | None, max_frames: int) -> 
     payloads: list[bytes] = []
     with open(path, "rb") as f:
         f.seek(offset)
-        data = f.read() if limit is None else f.read(max(limit - offset, 0))
+        # bounded reads: a replay of a large segment must not re-read its whole tail per batch
+        want = _READ_CHUNK if limit is None else min(max(limit - offset, 0), _READ_CHUNK)
+        data = f.read(want)
     pos = 0
     while len(payloads) < max_frames and pos + _HEADER.size <= len(data):
         size, crc = _HEADER.unpack_from(data, pos)

@@ -25,6 +25,7 @@ class Accounting:
         self.state, self.request_id, self.dialect, self.route = state, request_id, dialect, route
         self.principal = None
         self.model = ""
+        self.arrived = time.time()  # selects the price in force
         self.started = time.perf_counter()
         self.first_token: float | None = None
         self.ticket = None
@@ -87,7 +88,7 @@ class Accounting:
 
         ttft = (self.first_token - self.started) * 1000 if self.first_token is not None else None
         await ledger.record(UsageRecord(
-            request_id=self.request_id, time=time.time(), team_id=self.principal.team_id,
+            request_id=self.request_id, time=self.arrived, team_id=self.principal.team_id,
             key_id=self.principal.key_id, user_id=self.principal.user_id, model=self.model, dialect=self.dialect,
             route=self.route, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
             compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,

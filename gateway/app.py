@@ -14,6 +14,9 @@ from litestar.openapi import OpenAPIConfig
 
 from auth.routes import admin_router
 from auth.service import AuthService
+from billing.ledger import Ledger
+from billing.pricing import PricingTable
+from billing.routes import admin_usage_router, usage_router
 from gateway.config import Settings
 from gateway.errors import SluiceError
 from gateway.limits.base import open_limiter
@@ -55,6 +58,26 @@ def announce(bootstrap) -> None:
         print(f"Sluice API key for team 'default' (shown once): {bootstrap.first_key}", flush=True)
 
 
+class LazyLedger:
+    """The ledger opens in the lifespan, after the routers are built: resolve it per call."""
+
+    def __init__(self, holder: dict):
+        self._holder = holder
+
+    def __getattr__(self, name: str):
+        return getattr(self._holder["state"].ledger, name)
+
+
+def principal_for_billing(holder: dict):
+    async def authenticate(request: Request):
+        try:
+            return await holder["state"].authenticate(request)
+        except SluiceError as error:  # billing renders HTTPExceptions in its own envelope
+            raise HTTPException(status_code=error.status, detail=error.message) from error
+
+    return authenticate
+
+
 def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     router = Router()
     supervisor = Supervisor(settings.data_path)
@@ -67,7 +90,9 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
         auth = await AuthService.open(settings.resolved_database_url, load_pepper(data))
         announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
         limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open)
-        state = AppState(settings, router, auth, limiter=limiter, started_at=time.time())
+        pricing = PricingTable(settings.pricing_file or None, section="pricing")
+        ledger = await Ledger.open(settings.resolved_database_url, data / "billing-wal", pricing)
+        state = AppState(settings, router, auth, limiter=limiter, ledger=ledger, started_at=time.time())
         holder["state"] = state
         app.state.sluice = state
         for model in settings.models:
@@ -85,11 +110,14 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
             await router.close()
             await supervisor.stop()
             await limiter.close()
+            await ledger.close()
             await auth.close()
             log.info("gateway_stopped", workers=len(supervisor.workers))
 
     return Litestar(
-        route_handlers=[*public_routes(), admin_router(lambda: holder["state"].auth)],
+        route_handlers=[*public_routes(), admin_router(lambda: holder["state"].auth),
+                        usage_router(LazyLedger(holder), principal_for_billing(holder)),
+                        admin_usage_router(LazyLedger(holder), principal_for_billing(holder))],
         lifespan=[lifespan],
         middleware=[request_id_middleware],
         exception_handlers={HTTPException: _http_exception, SluiceError: _sluice_error, Exception: _unexpected},

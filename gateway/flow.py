@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import msgspec
 import structlog
 from litestar import Request, Response
@@ -64,6 +65,8 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         accounting.principal = principal
         if payload is None:
             payload = await read_json(request, state.settings.max_body_bytes)
+        if isinstance(payload, dict) and isinstance(payload.get("model"), str):
+            accounting.model = payload["model"]  # a rejected request is still attributed to its model
         parsed = dialect.parse(payload, route)
         if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
@@ -126,8 +129,11 @@ async def _stream(dialect: Dialect, parsed: Parsed, streams, meta: Meta, account
         await accounting.finish("error", error)
         yield dialect.stream_error(error)
     finally:
-        await rendered.aclose()
-        await merged.aclose()
-        await accounting.finish(status)
+        # a client disconnect cancels this task's scope: shield the cleanup, or settle and the ledger
+        # record would be cancelled too (the concurrency slot would leak until its lease expires)
+        with anyio.CancelScope(shield=True):
+            await rendered.aclose()
+            await merged.aclose()
+            await accounting.finish(status)
     if held is not None:
         yield held

@@ -16,7 +16,13 @@ from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 from gateway.flow import error_response, read_json
 from gateway.proxy import stream_events
 from gateway.state import AppState
-from worker.protocol import DetokenizeResponse, Done, Error, GenerateRequest, SamplingParams
+from worker.protocol import (
+    DetokenizeResponse,
+    Done,
+    Error,
+    GenerateRequest,
+    SamplingParams,
+)
 
 _json = msgspec.json.Encoder()
 
@@ -52,8 +58,16 @@ class ErrorDoc(msgspec.Struct):
     error: dict
 
 
-ERRORS = {400: ("Bad request", ErrorDoc), 401: ("Missing or invalid API key", ErrorDoc),
-          404: ("Unknown model", ErrorDoc), 503: ("No ready worker", ErrorDoc)}
+class BodyErrorDoc(msgspec.Struct):
+    object: str
+    message: str
+    type: str
+    param: str | None
+    code: int
+
+
+ERRORS = {400: ("Bad request", (ErrorDoc, BodyErrorDoc)), 401: ("Missing or invalid API key", ErrorDoc),
+          404: ("Unknown model", ErrorDoc), 413: ("Body too large", ErrorDoc), 503: ("No ready worker", ErrorDoc)}
 
 
 def _json_response(body: Any, status: int = 200) -> Response:

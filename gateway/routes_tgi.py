@@ -15,10 +15,18 @@ from litestar.response import Stream
 
 from gateway import metrics
 from gateway.dialects.base import documented
-from gateway.dialects.sglang import SGLANG, SGLANG_KEYS, BodyInvalid, SGLangBody, SGLangOutput, sglang_error
+from gateway.dialects.sglang import (
+    SGLANG,
+    SGLANG_KEYS,
+    BodyInvalid,
+    SGLangBody,
+    SGLangOutput,
+    sglang_error,
+)
 from gateway.dialects.tgi import MAX_BEST_OF, MAX_STOP_SEQUENCES, TGI, GenerateBody
 from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 from gateway.flow import error_response, handle_generation, read_json
+from gateway.routes_sglang import TokenizeBody, TokenizeDoc
 from gateway.state import AppState
 from worker.protocol import TokenSpan
 
@@ -114,6 +122,21 @@ ERRORS = {400: ("Invalid JSON", ErrorDoc), 401: ("Missing or invalid API key", E
           404: ("Unknown model", ErrorDoc), 413: ("Body too large", ErrorDoc),
           422: ("Input validation error", ErrorDoc), 424: ("Generation error", ErrorDoc),
           429: ("Model is overloaded or rate limited", ErrorDoc), 503: ("No ready worker", ErrorDoc)}
+class SGLangBodyErrorDoc(msgspec.Struct):
+    object: str
+    message: str
+    type: str
+    param: str | None
+    code: int
+
+
+class SGLangErrorDoc(msgspec.Struct):
+    error: dict
+
+
+# /generate and /tokenize answer in the envelope of the dialect the body picked
+EITHER = (ErrorDoc, SGLangBodyErrorDoc, SGLangErrorDoc)
+SHARED_ERRORS = {status: (description, EITHER) for status, (description, _) in ERRORS.items()}
 TGI_DOC = documented(GenerateBody, {200: ("Generated text", GenerateDoc), **ERRORS})
 TGI_STREAM_DOC = documented(GenerateBody, {200: ("A stream of tokens (text/event-stream)", None), **ERRORS},
                             stream_item=StreamDoc)
@@ -121,7 +144,7 @@ COMPAT_DOC = documented(GenerateBody, {200: ("A one-element array, or a token st
                                              list[GenerateDoc]), **ERRORS}, stream_item=StreamDoc)
 SHARED_DOC = documented((GenerateBody, SGLangBody), {200: ("TGI GenerateResponse or SGLang output",
                                                            (GenerateDoc, SGLangOutput, list[SGLangOutput])),
-                                                    **ERRORS}, stream_item=StreamDoc)
+                                                    **SHARED_ERRORS}, stream_item=StreamDoc)
 
 
 def with_default_model(state: AppState, payload: Any) -> Any:
@@ -239,7 +262,9 @@ async def worker_tokenize(state: AppState, model: str, text: str) -> list[TokenS
 
 @post("/tokenize", status_code=200, tags=["TGI", "SGLang"],
       summary="TGI (`inputs` -> [{id,text,start,stop}]) or SGLang (`text` -> token ids) tokenization",
-      operation_class=documented(GenerateBody, {200: ("Tokens", list[TokenSpan]), **ERRORS}))
+      operation_class=documented((GenerateBody, TokenizeBody),
+                                 {200: ("TGI tokens or SGLang token ids", (list[TokenSpan], TokenizeDoc)),
+                                  **SHARED_ERRORS}))
 async def tokenize(request: Request) -> Response:
     from gateway.routes_sglang import sglang_tokenize
 

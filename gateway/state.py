@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 from litestar import Request
 
 from auth.errors import AuthError
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from gateway.dialects.base import Parsed
 
 TEAM_HEADERS = ("x-team-id", "x-friendli-team")
+STORE_ERRORS = (OSError, sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 def request_id_of(request: Request) -> str:
@@ -56,7 +59,7 @@ class AppState:
             return await self.auth.authenticate(request.headers.get("authorization"), team, client)
         except AuthError as error:
             raise auth_error(error) from error
-        except (OSError, ConnectionError, RuntimeError) as error:  # the key store is unreachable
+        except STORE_ERRORS as error:  # the key store is unreachable
             raise Unavailable("authentication is temporarily unavailable; retry shortly",
                               code="auth_unavailable") from error
 

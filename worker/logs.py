@@ -17,3 +17,5 @@ def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True)
+    # one access-log line per request is ours; the HTTP client's own INFO line per call is noise
+    logging.getLogger("httpx").setLevel(logging.WARNING)

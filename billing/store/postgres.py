@@ -8,8 +8,16 @@ import time
 import asyncpg
 
 from billing.records import LedgerEntry
-from billing.store.base import (COLUMNS, MIGRATIONS_TABLE, TABLE, aggregate_sql, entry_row, records_sql,
-                                row_entry, to_rows)
+from billing.store.base import (
+    COLUMNS,
+    MIGRATIONS_TABLE,
+    TABLE,
+    aggregate_sql,
+    entry_row,
+    records_sql,
+    row_entry,
+    to_rows,
+)
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",

@@ -9,8 +9,16 @@ from pathlib import Path
 import aiosqlite
 
 from billing.records import LedgerEntry
-from billing.store.base import (COLUMNS, MIGRATIONS_TABLE, TABLE, aggregate_sql, entry_row, records_sql,
-                                row_entry, to_rows)
+from billing.store.base import (
+    COLUMNS,
+    MIGRATIONS_TABLE,
+    TABLE,
+    aggregate_sql,
+    entry_row,
+    records_sql,
+    row_entry,
+    to_rows,
+)
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
 
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
@@ -25,8 +33,7 @@ def sqlite_path(url: str) -> Path:
     """`sqlite:///abs/path.db`, `sqlite:relative.db` or a bare path."""
     if url.startswith("sqlite:"):
         url = url[len("sqlite:"):]
-        if url.startswith("//"):
-            url = url[2:]
+        url = url.removeprefix("//")
     return Path(url)
 
 

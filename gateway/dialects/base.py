@@ -129,6 +129,15 @@ def json_schema(kind: Any) -> Any:
     return build(raw)
 
 
+def sse_event_schema(item: Any) -> Any:
+    """One server-sent event: its `data` is the JSON text of `item` (OpenAPI 3.2's itemSchema layout)."""
+    from litestar.openapi.spec import OpenAPIType, Schema
+
+    data = Schema(type=OpenAPIType.STRING, content_media_type="application/json", content_schema=json_schema(item))
+    return Schema(type=OpenAPIType.OBJECT, required=["data"],
+                  properties={"data": data, "event": Schema(type=OpenAPIType.STRING)})
+
+
 def documented(body: Any = None, responses: dict[int, tuple[str, Any]] | None = None,
                stream_item: Any = None) -> type:
     """An `operation_class` for a route decorator: documents its JSON body and responses.
@@ -136,7 +145,12 @@ def documented(body: Any = None, responses: dict[int, tuple[str, Any]] | None = 
     `responses` maps a status to (description, msgspec type or None); `stream_item` documents the
     `text/event-stream` alternative of the 200 reply.
     """
-    from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, Operation, RequestBody
+    from litestar.openapi.spec import (
+        OpenAPIMediaType,
+        OpenAPIResponse,
+        Operation,
+        RequestBody,
+    )
 
     class DocumentedOperation(Operation):
         def __init__(self, *args, **kwargs) -> None:  # Operation is a dataclass without __post_init__
@@ -151,7 +165,7 @@ def documented(body: Any = None, responses: dict[int, tuple[str, Any]] | None = 
                     if kind is not None:
                         content["application/json"] = OpenAPIMediaType(schema=json_schema(kind))
                     if status == 200 and stream_item is not None:
-                        content["text/event-stream"] = OpenAPIMediaType(schema=json_schema(stream_item))
+                        content["text/event-stream"] = OpenAPIMediaType(schema=sse_event_schema(stream_item))
                     documented_responses[str(status)] = OpenAPIResponse(description=description,
                                                                         content=content or None)
                 self.responses = documented_responses

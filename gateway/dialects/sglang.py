@@ -18,8 +18,17 @@ import msgspec
 from gateway.collect import Result
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
 from gateway.errors import SluiceError, ValidationFailed
-from worker.protocol import (Accepted, Constraint, Done, Event, Finish, GenerateRequest, SamplingParams, Token,
-                             TopLogprob)
+from worker.protocol import (
+    Accepted,
+    Constraint,
+    Done,
+    Event,
+    Finish,
+    GenerateRequest,
+    SamplingParams,
+    Token,
+    TopLogprob,
+)
 
 SGLANG_KEYS = {"text", "input_ids", "input_embeds", "sampling_params"}
 UNSUPPORTED_INPUTS = ("image_data", "audio_data", "video_data")

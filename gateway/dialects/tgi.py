@@ -18,8 +18,16 @@ import msgspec
 from gateway.collect import Choice, Result
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
 from gateway.errors import SluiceError
-from worker.protocol import (Accepted, Constraint, Event, Finish, GenerateRequest, SamplingParams, Token,
-                             Watermark)
+from worker.protocol import (
+    Accepted,
+    Constraint,
+    Event,
+    Finish,
+    GenerateRequest,
+    SamplingParams,
+    Token,
+    Watermark,
+)
 
 MAX_STOP_SEQUENCES = 4
 MAX_BEST_OF = 4

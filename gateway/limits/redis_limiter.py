@@ -34,7 +34,8 @@ _PER_SCOPE = 9  # values per scope in the admit script's reply
 class RedisLimiter:
     def __init__(self, url: str, *, fail_open: bool = False, clock: Clock | None = None,
                  concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
-                 key_prefix: str = "sluice:rl", timeout: float = 0.5):
+                 key_prefix: str = "sluice:rl", timeout: float = 5.0):
+        # The timeout is generous: a busy gateway event loop must not look like a Redis outage.
         # One quick reconnect covers a pooled connection that died with a restarted server; a read
         # timeout is never retried, since the script may have run and a retry would reserve twice.
         self._redis = aioredis.Redis.from_url(

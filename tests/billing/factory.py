@@ -8,7 +8,6 @@ import uuid
 from billing.records import UsageRecord
 
 
-
 def usage(**overrides) -> UsageRecord:
     fields = dict(request_id=f"req-{uuid.uuid4().hex}", time=time.time(), team_id="team-a", key_id="key-1",
                   user_id=None, model="small", dialect="openai", route="/v1/chat/completions",

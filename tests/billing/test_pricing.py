@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -93,7 +94,7 @@ async def test_ledger_records_the_price_in_force(database_url, wal_dir, tmp_path
         early = usage(time=time.time(), prompt_tokens=1_000_000, compute_tokens=1_000_000)
         await ledger.record(early)
         started_before_edit = usage(time=time.time(), prompt_tokens=10, compute_tokens=10)
-        time.sleep(0.01)
+        await asyncio.sleep(0.01)
         write(path, V2)  # the operator edits prices while the gateway runs
         late = usage(time=time.time(), prompt_tokens=1_000_000, compute_tokens=1_000_000)
         await ledger.record(late)

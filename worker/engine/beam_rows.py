@@ -62,7 +62,7 @@ def step_beams(rows: list[Sequence], scores: torch.Tensor, batch: DecodingBatch,
     """Advance every beam request by one step: choose its beams, move its rows, and write each
     beam row's new token into `tokens` (the step's tokens, in row order) before they are appended."""
     order = list(range(len(rows)))
-    moved_any = False
+    targets, sources, start, end = [], [], None, 0
     positions_all, tokens_all = [], []
     for beam, positions in _blocks(rows):
         block = scores[torch.tensor(positions, device=scores.device)]
@@ -71,22 +71,25 @@ def step_beams(rows: list[Sequence], scores: torch.Tensor, batch: DecodingBatch,
         result = beam.step(block)
         moved = [j for j in range(beam.k) if result.parents[j] != j]
         if moved:
-            moved_any = True
-            targets = [positions[j] for j in moved]
-            sources = [positions[result.parents[j]] for j in moved]
-            for target, source in zip(targets, sources):
-                order[target] = source
+            for j in moved:
+                order[positions[j]] = positions[result.parents[j]]
+                targets.append(positions[j])
+                sources.append(positions[result.parents[j]])
             first = rows[positions[0]]
-            prompt_len = len(first.request.prepared.prompt_ids)
-            # positions < prompt + shared tokens hold the same keys in every moved row and its parent
-            cache.copy_rows(targets, sources, prompt_len + result.shared, first.length + 1)
+            # positions before prompt + shared tokens hold the same keys in a moved row and its parent
+            shared = len(first.request.prepared.prompt_ids) + result.shared
+            start = shared if start is None else min(start, shared)
+            end = max(end, first.length + 1)
         for j, position in enumerate(positions):
             rows[position].next_input = result.tokens[j]
             if beam.done:
                 rows[position].finish = "length"  # the rows leave; the results come from the beam state
         positions_all += positions
         tokens_all += result.tokens
-    if moved_any:
+    if targets:
+        # one copy for all requests: outside a request's own window the copied keys are either equal
+        # (its shared prefix) or past its length (never read), so the widest window is safe
+        cache.copy_rows(targets, sources, start, end)
         batch.reorder(order)
     if positions_all:
         tokens[torch.tensor(positions_all, device=tokens.device)] = torch.tensor(tokens_all, device=tokens.device)

@@ -59,7 +59,8 @@ class KVCache:
         source = torch.tensor(sources, device=self.device)
         for store in (self.keys, self.values):
             for layer in store:
-                layer[target, :, start:end] = layer[source, :, start:end]  # the right side is a copy
+                window = layer.narrow(2, start, end - start)
+                window.index_copy_(0, target, window.index_select(0, source))  # select copies first
 
     def bytes_per_token(self) -> int:
         element = torch.tensor([], dtype=self.dtype).element_size()
