@@ -1,4 +1,5 @@
-"""The usage API: `GET /v1/usage` for the caller's team, `GET /admin/usage` across teams (+ CSV)."""
+"""The usage API: `GET /v1/usage` for the caller's team, `GET /admin/usage` across teams (+ CSV),
+`GET /admin/usage/records` the raw priced records (audits, reconciliation)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from litestar.exceptions import HTTPException
 
 from billing.ledger import Ledger
 from billing.params import UsageParamError, parse_choice, parse_window
+from billing.records import LedgerEntry
 from billing.usage import UsageQuery, UsageReport, UsageRow, micros_to_decimal
 
 Authenticate = Callable[[Request], Awaitable[object]]
@@ -114,4 +116,26 @@ def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
         team_id = request.query_params.get("team_id") or None
         return await _answer(ledger, request, team_id, ("day", "model", "key", "team", "none"), ("json", "csv"))
 
-    return Router(path="/", route_handlers=[admin_usage])
+    @get("/admin/usage/records")
+    async def admin_records(request: Request) -> Response:
+        principal = await _principal(authenticate, request)
+        if isinstance(principal, Response):
+            return principal
+        if not getattr(principal, "is_admin", False):
+            return error(403, "usage records need an admin key", "permission_error")
+        try:
+            start, end = parse_window(request.query_params)
+        except UsageParamError as exc:
+            return error(400, exc.message, "invalid_request_error", exc.param, exc.code)
+        team_id = request.query_params.get("team_id") or None
+        entries = await ledger.records(UsageQuery(start.timestamp(), end.timestamp(), team_id, "none"))
+        return Response({"object": "list", "data": [_record(e) for e in entries]})
+
+    return Router(path="/", route_handlers=[admin_usage, admin_records])
+
+
+def _record(entry: LedgerEntry) -> dict:
+    """Named fields (the stored structs are array-like)."""
+    return {**msgspec.structs.asdict(entry.usage), "input_price_micros": entry.input_price_micros,
+            "output_price_micros": entry.output_price_micros, "cost_micros": entry.cost_micros,
+            "recorded_at": entry.recorded_at}

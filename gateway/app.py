@@ -91,7 +91,8 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
         announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
         limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open)
         pricing = PricingTable(settings.pricing_file or None, section="pricing")
-        ledger = await Ledger.open(settings.resolved_database_url, data / "billing-wal", pricing)
+        ledger = (await Ledger.open(settings.resolved_database_url, data / "billing-wal", pricing)
+                  if settings.ledger_enabled else None)
         state = AppState(settings, router, auth, limiter=limiter, ledger=ledger, started_at=time.time())
         holder["state"] = state
         app.state.sluice = state
@@ -110,14 +111,16 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
             await router.close()
             await supervisor.stop()
             await limiter.close()
-            await ledger.close()
+            if ledger is not None:
+                await ledger.close()
             await auth.close()
             log.info("gateway_stopped", workers=len(supervisor.workers))
 
+    usage = ([usage_router(LazyLedger(holder), principal_for_billing(holder)),
+              admin_usage_router(LazyLedger(holder), principal_for_billing(holder))]
+             if settings.ledger_enabled else [])
     return Litestar(
-        route_handlers=[*public_routes(), admin_router(lambda: holder["state"].auth),
-                        usage_router(LazyLedger(holder), principal_for_billing(holder)),
-                        admin_usage_router(LazyLedger(holder), principal_for_billing(holder))],
+        route_handlers=[*public_routes(), admin_router(lambda: holder["state"].auth), *usage],
         lifespan=[lifespan],
         middleware=[request_id_middleware],
         exception_handlers={HTTPException: _http_exception, SluiceError: _sluice_error, Exception: _unexpected},

@@ -19,6 +19,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
     limiter_fail_open: bool = False
     pricing_file: str = ""  # TOML pricing table, re-read on change
+    ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     max_body_bytes: int = 4 * 1024 * 1024
     log_format: str = "json"  # "json" or "console"
     workers_start_timeout: float = 600.0

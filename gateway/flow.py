@@ -70,6 +70,7 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         parsed = dialect.parse(payload, route)
         if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
+        parsed.model = state.router.resolve(parsed.model)
         accounting.model = parsed.model
         structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
         pool = state.router.pool(parsed.model)

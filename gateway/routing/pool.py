@@ -12,6 +12,7 @@ import structlog
 from worker.protocol import ModelInfo, WorkerLoad
 
 log = structlog.get_logger(__name__)
+DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy"})
 
 
 @dataclass(eq=False)
@@ -83,6 +84,13 @@ class Router:
 
     def pool(self, model: str) -> ModelPool | None:
         return self.pools.get(model)
+
+    def resolve(self, model: str) -> str:
+        """TGI-compatible clients name no model ("tgi" from text-generation, "dummy" from huggingface_hub's
+        chat_completion with a URL): like TGI, they get the first served model. Other names stay as given."""
+        if model in DEFAULT_MODEL_ALIASES and model not in self.pools and self.pools:
+            return next(iter(self.pools))
+        return model
 
     def unready_models(self) -> list[str]:
         return [name for name, pool in self.pools.items() if not pool.ready]

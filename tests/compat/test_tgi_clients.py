@@ -225,8 +225,6 @@ def test_hf_hub_chat_completion(running_sluice):
     assert reply.choices[0].message.content
 
 
-@pytest.mark.xfail(strict=False, reason="hf_hub sends model='dummy' when `model` is a URL; the OpenAI chat route "
-                                        "(another change) answers 404 for an unknown model")
 def test_hf_hub_chat_completion_with_url_model(running_sluice):
     from huggingface_hub import InferenceClient
 

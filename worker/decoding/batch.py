@@ -108,7 +108,8 @@ class DecodingBatch:
             return
         if self._grammar_masker is None:
             self._grammar_masker = GrammarMasker(self.vocab_size)
-        self._grammar_masker.apply(scores, logits, [self.rows[i].grammar for i in rows], rows)
+        banning = [i for i in rows if _bans_tokens(self.rows[i])]
+        self._grammar_masker.apply(scores, logits, [self.rows[i].grammar for i in rows], rows, banning)
 
     def choose(self, scores: torch.Tensor) -> Choice:
         """Tokens from the scores of the last `process` call; logprobs from its pre-warp scores."""
@@ -128,3 +129,10 @@ class DecodingBatch:
     def history(self, position: int) -> list[int]:
         """Prompt + generated tokens of a row."""
         return self.rows[position].history
+
+
+def _bans_tokens(row) -> bool:
+    """Whether a row's processors can set scores to -inf or bias them (a grammar dead end is then possible)."""
+    spec = row.spec
+    p = spec.params
+    return bool(spec.bad_word_ids or p.bad_word_tokens or p.logit_bias or row.ngrams or row.encoder_ngrams)
