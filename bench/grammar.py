@@ -103,7 +103,6 @@ def main() -> None:
     args = parser.parse_args()
     loaded = load_model(ModelConfig(), Path(tempfile.mkdtemp(prefix="sluice-bench-")))
     engine = Engine(loaded, ModelConfig(max_batch_size=16, max_context=512))
-    engine.runner.cache.ensure(512)  # grown up front: see the KV-cache note in tests/worker/grammar/conftest.py
     engine.start()
     try:
         bench_compile(engine.tokenizer, engine.vocab_size, engine.model_eos)

@@ -17,6 +17,7 @@ import anyio
 import msgspec
 import structlog
 from litestar import Request, Response
+from litestar.background_tasks import BackgroundTask
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
@@ -84,8 +85,11 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         meta = Meta(request_id, int(time.time()), parsed.model)
         streams = [stream_events(pool, r) for r in parsed.requests]
         if parsed.stream:
+            # a client that left before the body started cancels the generator before its first step,
+            # so its `finally` never runs: the background task records it (finish runs once)
             return Stream(_stream(dialect, parsed, streams, meta, accounting), media_type=dialect.stream_media_type,
-                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
+                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"},
+                          background=BackgroundTask(accounting.finish, "cancelled"))
         results = await _collect(streams, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
@@ -94,6 +98,9 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
     except SluiceError as error:
         await accounting.finish("rejected" if not accounting.reached_worker else "error", error)
         return error_response(dialect, error, accounting.headers())
+    except Exception:  # e.g. the client left while its body was read: still one record, limits settled
+        await accounting.finish("error")
+        raise
 
 
 async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:

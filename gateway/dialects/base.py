@@ -83,6 +83,12 @@ def convert(payload: Any, kind: type, what: str = "request body"):
         raise ValidationFailed(message, param=param) from exc
 
 
+def incomplete(finish) -> dict:
+    """`{"incomplete": true}` for a structured output cut before its grammar accepted, else nothing:
+    merged into a finished choice so no dialect reports a silently invalid result."""
+    return {"incomplete": True} if finish is not None and finish.incomplete else {}
+
+
 def check(condition: bool, message: str, param: str) -> None:
     if not condition:
         raise ValidationFailed(message, param=param)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from gateway.dialects.base import sse
+from gateway.dialects.base import sse, incomplete
 from worker.protocol import Accepted, Done, Event, Finish, Token
 
 
@@ -36,7 +36,7 @@ async def legacy_stream(events: AsyncIterator[tuple[int, Event]], n: int, logpro
         elif isinstance(event, Accepted):
             continue
     choices = [{"index": index, "seed": f.seed, "text": f.text, "tokens": f.token_ids,
-                "finish_reason": "length" if f.reason == "length" else "stop"}
+                "finish_reason": "length" if f.reason == "length" else "stop", **incomplete(f)}
                for index, f in sorted(finished.items())]
     prompt = sum(d.prompt_tokens for d in dones)
     completion = sum(d.completion_tokens for d in dones)

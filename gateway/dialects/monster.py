@@ -21,7 +21,7 @@ import uuid
 import msgspec
 
 from gateway.collect import Result
-from gateway.dialects.base import Meta, Parsed, check, convert
+from gateway.dialects.base import Meta, Parsed, check, convert, incomplete
 from gateway.dialects.openai import FINISH, OpenAICompletions, Options, usage
 from gateway.dialects.openai_chat import normalise_messages
 from worker.protocol import GenerateRequest, SamplingParams
@@ -111,8 +111,8 @@ class MonsterGenerate(OpenAICompletions):
         return parsed
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
-        choices = [{"index": c.finish.index, "text": c.finish.text, "finish_reason": FINISH[c.finish.reason]}
-                   for c in results[0].ordered()]
+        choices = [{"index": c.finish.index, "text": c.finish.text, "finish_reason": FINISH[c.finish.reason],
+                    **incomplete(c.finish)} for c in results[0].ordered()]
         return {"id": f"gen-{meta.request_id}", "object": "text_completion", "created": meta.created,
                 "model": meta.model, "text": [c["text"] for c in choices], "choices": choices,
                 "usage": usage(results)}

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
+from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
 from gateway.dialects.friendli_fields import (
     SamplingFields,
     deadline,
@@ -130,7 +130,8 @@ class OpenAICompletions(Dialect):
         prefix = accepted.prompt_text if options.echo and accepted.prompt_text else ""
         body = {"index": index, "text": prefix + finish.text, "seed": finish.seed, "tokens": finish.token_ids,
                 "finish_reason": FINISH[finish.reason],
-                "logprobs": completion_logprobs(choice.tokens, len(prefix)) if options.logprobs is not None else None}
+                "logprobs": completion_logprobs(choice.tokens, len(prefix)) if options.logprobs is not None else None,
+                **incomplete(finish)}
         if any(t.logits is not None for t in choice.tokens):  # Friendli include_output_logits
             body["logits"] = [t.logits for t in choice.tokens]
         return body
@@ -159,7 +160,8 @@ class OpenAICompletions(Dialect):
                 yield sse({**head, "choices": [choice]})
             elif isinstance(event, Finish):
                 yield sse({**head, "choices": [{"index": base + event.index, "text": "",
-                                                "finish_reason": FINISH[event.reason], "logprobs": None}]})
+                                                "finish_reason": FINISH[event.reason], "logprobs": None,
+                                                **incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
         if options.include_usage:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
+from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
 from gateway.dialects.friendli_fields import (
     SamplingFields,
     deadline,
@@ -126,7 +126,7 @@ class OpenAIChat(Dialect):
         options: ChatOptions = parsed.options
         choices = [{"index": c.finish.index, "message": {"role": "assistant", "content": c.finish.text},
                     "finish_reason": FINISH[c.finish.reason],
-                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None}
+                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **incomplete(c.finish)}
                    for c in results[0].ordered()]
         return {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion", "created": meta.created,
                 "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices, "usage": usage(results)}
@@ -148,7 +148,8 @@ class OpenAIChat(Dialect):
                                                 "logprobs": chat_logprobs([event]) if options.logprobs else None}]})
             elif isinstance(event, Finish):
                 yield sse({**head, "choices": [{"index": event.index, "delta": {},
-                                                "finish_reason": FINISH[event.reason], "logprobs": None}]})
+                                                "finish_reason": FINISH[event.reason], "logprobs": None,
+                                                **incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
         if options.include_usage:

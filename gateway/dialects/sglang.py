@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from gateway.collect import Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
+from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
 from gateway.errors import SluiceError, ValidationFailed
 from worker.protocol import (
     Accepted,
@@ -276,7 +276,8 @@ class SGLang(Dialect):
                 finish: Finish | None, text: str, ids: list[int], prompt_tokens: int) -> dict:
         meta: dict = {"id": options.ids[prompt], "finish_reason": finish_reason(finish, len(ids)) if finish else None,
                       "prompt_tokens": prompt_tokens, "completion_tokens": len(ids), "cached_tokens": 0,
-                      "e2e_latency": round(time.perf_counter() - options.started, 4), "weight_version": "default"}
+                      "e2e_latency": round(time.perf_counter() - options.started, 4), "weight_version": "default",
+                      **incomplete(finish)}
         if finish is not None and options.no_stop_trim[prompt] and finish.reason == "stop_sequence" \
                 and isinstance(finish.matched_stop, str):
             text += finish.matched_stop

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from gateway.collect import Choice, Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse
+from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
 from gateway.errors import SluiceError
 from worker.protocol import (
     Accepted,
@@ -199,7 +199,7 @@ class TGI(Dialect):
         return {"generated_text": options.full_text + full_text(finish), "finish_reason": FINISH[finish.reason],
                 "generated_tokens": len(finish.token_ids), "seed": finish.seed if options.sampling else None,
                 "prefill": prefill(accepted) if options.prefill else [],
-                "tokens": token_list(choice.tokens, finish)}
+                "tokens": token_list(choice.tokens, finish), **incomplete(finish)}
 
     def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float) -> dict[str, str]:
         done = results[0].done if results else None
@@ -228,7 +228,7 @@ class TGI(Dialect):
                 if options.details:
                     final["details"] = {"finish_reason": FINISH[event.reason],
                                         "generated_tokens": len(event.token_ids),
-                                        "seed": event.seed if options.sampling else None}
+                                        "seed": event.seed if options.sampling else None, **incomplete(event)}
                 yield sse(final, space=False)
                 held = None
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -172,6 +173,18 @@ async def stream(client: httpx.AsyncClient, call: Call, key: str, body: dict, *,
     return call
 
 
+def abandon(server: SluiceServer, key: str, count: int) -> None:
+    """Streamed chat requests whose client hangs up right after sending: the gateway authenticated
+    them, then lost the client while reading the body. Each must still get its one record."""
+    host, port = server.url.removeprefix("http://").split(":")
+    body = json.dumps(chat_body(max_tokens=50, stream=True)).encode()
+    head = (f"POST {CHAT} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    for _ in range(count):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(head + body)
+
+
 def check_priced(record: dict) -> None:
     prices = (PRICE_IN, PRICE_OUT) if record["model"] == MODEL else (0, 0)  # an unpriced model costs nothing
     assert (record["input_price_micros"], record["output_price_micros"]) == prices, record
@@ -258,7 +271,13 @@ async def _reconcile(server: SluiceServer) -> None:
         ]
         results = await asyncio.gather(rate_limited(), *work)
     calls += results[0] + list(results[1:])
+    abandoned = 5
+    await asyncio.to_thread(abandon, server, key, abandoned)
+    await asyncio.to_thread(_verify, server, key, team, calls, prompt_of, abandoned)
 
+
+def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], prompt_of: dict[str, int],
+            abandoned: int) -> None:
     limited = [c for c in calls if c.label.startswith("rpm")]
     assert {c.http_status for c in limited} == {200, 429}, [c.http_status for c in limited]
     for c in limited:
@@ -289,7 +308,14 @@ async def _reconcile(server: SluiceServer) -> None:
     records = wait_for_records(server, {c.request_id for c in billed})
     ids = [r["request_id"] for r in records]
     assert len(ids) == len(set(ids)), "a request id was recorded twice"
-    assert set(ids) == {c.request_id for c in billed}, "the ledger holds a request no client sent, or lost one"
+    # the abandoned requests never saw their id: they are the only records no client can name
+    unnamed = [r for r in records if r["request_id"] not in {c.request_id for c in billed}]
+    assert len(unnamed) == abandoned, unnamed
+    for r in unnamed:  # usually lost while the body was read; a later hang-up is a cut stream
+        assert r["route"] == CHAT and r["status"] in ("error", "cancelled"), r
+        if r["status"] == "error":
+            assert (r["prompt_tokens"], r["completion_tokens"], r["cost_micros"]) == (0, 0, 0), r
+        check_priced(r)
     by_id = {r["request_id"]: r for r in records}
     done_logs = [e["request_id"] for e in server.log_events("request_done")]
     for c in calls:
@@ -335,8 +361,11 @@ async def _reconcile(server: SluiceServer) -> None:
     completion_sum = sum(tokens(c)[1] for c in billed)
     cost_sum = sum(cost(*tokens(c)) for c in billed)
     totals = admin(server, "GET", "/admin/usage?group_by=none")["totals"]
+    prompt_sum += sum(r["prompt_tokens"] for r in unnamed)
+    completion_sum += sum(r["completion_tokens"] for r in unnamed)
+    cost_sum += sum(r["cost_micros"] for r in unnamed)
     assert (totals["requests"], totals["prompt_tokens"], totals["completion_tokens"], totals["compute_tokens"],
-            totals["cost_micros"]) == (len(billed), prompt_sum, completion_sum, completion_sum, cost_sum)
+            totals["cost_micros"]) == (len(billed) + abandoned, prompt_sum, completion_sum, completion_sum, cost_sum)
     statuses = [by_id[c.request_id]["status"] for c in billed]
     assert {"ok", "cancelled", "error", "rejected"} <= set(statuses)
 

@@ -29,7 +29,8 @@ def validate_beams(request: GenerateRequest) -> None:
     _require(not request.stream, "beam search results cannot be streamed; set stream to false", "stream")
     _require(not params.stop, "stop strings are not supported with beam search; use stop tokens", "stop")
     _require(params.seed is None or len(params.seed) == 1, "beam search takes a single seed", "seed")
-    _require(params.constraint is None, "structured output is not supported with beam search", "constraint")
+    _require(params.constraint is None, "structured output cannot be combined with beam search (num_beams > 1)",
+             "response_format")
     if params.beam_search_type == "DETERMINISTIC":
         _require(params.top_k <= 0, "DETERMINISTIC beam search does not allow top_k", "top_k")
         _require(params.top_p >= 1.0, "DETERMINISTIC beam search does not allow top_p", "top_p")

@@ -89,16 +89,18 @@ class Engine:
     # ---- engine thread ----
 
     def _run(self) -> None:
-        torch.set_grad_enabled(False)
-        while not self._stop.is_set():
-            self._drain_inbox(block=not (self.rows or self.waiting or self.prefilling))
-            try:
-                self._prefill()
-                if self.rows:
-                    self._decode_step()
-            except Exception as exc:  # a bug must not kill the worker: fail the batch, keep serving
-                log.exception("engine_step_failed")
-                self._fail_all(f"internal engine error: {type(exc).__name__}")
+        # Every tensor the engine touches (cache growth, row moves, processors) lives in inference
+        # mode: mixing inference tensors with in-place updates outside it is an error.
+        with torch.inference_mode():
+            while not self._stop.is_set():
+                self._drain_inbox(block=not (self.rows or self.waiting or self.prefilling))
+                try:
+                    self._prefill()
+                    if self.rows:
+                        self._decode_step()
+                except Exception as exc:  # a bug must not kill the worker: fail the batch, keep serving
+                    log.exception("engine_step_failed")
+                    self._fail_all(f"internal engine error: {type(exc).__name__}")
 
     def _drain_inbox(self, block: bool) -> None:
         try:

@@ -39,7 +39,7 @@ REFUSED = [
      "beam_compat_no_post_normalization"),
     ("no post without pre, no beams", dict(beam_compat_no_post_normalization=True),
      "beam_compat_no_post_normalization"),
-    ("structured output", dict(num_beams=2, constraint=Constraint("regex", "red+")), "constraint"),
+    ("structured output", dict(num_beams=2, constraint=Constraint("regex", "red+")), "response_format"),
 ]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.worker.beam.helpers import request, run_all
+from tests.worker.beam.helpers import Collector, request, run_all
 from tests.worker.beam.tiny import EOS, sequence_probabilities, tiny_model
 
 PROMPT = [1, 2, 5]
@@ -110,3 +110,24 @@ def test_deterministic_matches_transformers_on_a_tiny_vocabulary(tiny, tiny_engi
                 expected.append(row[: row.index(EOS) + 1] if EOS in row else row)
             assert [f.token_ids for f in sorted(ours.finishes, key=lambda f: f.index)] == expected
             assert [f.score for f in ours.finishes] == pytest.approx(out.sequences_scores.tolist(), abs=1e-4)
+
+
+def test_cancel_mid_search(tiny_engine):
+    """A cancel that arrives while the beams run: usage for the steps done, no results, rows freed."""
+    from worker.protocol import Accepted
+
+    class CancelOnAccept(Collector):
+        def __call__(self, batch):
+            super().__call__(batch)
+            if any(isinstance(e, Accepted) for e in batch):  # engine thread: handled before step 2
+                tiny_engine.cancel(generate.request_id)
+
+    generate = request(PROMPT, num_beams=4, n=2, max_tokens=20, min_tokens=20)
+    sink = CancelOnAccept()
+    tiny_engine.submit(tiny_engine.prepare(generate), sink)
+    assert sink.finished.wait(60)
+    assert sink.finishes == []
+    assert sink.done.completion_tokens == 0
+    assert 0 < sink.done.compute_tokens < 4 * 20 and sink.done.compute_tokens % 4 == 0
+    [after] = run_all(tiny_engine, [request(PROMPT, num_beams=4, n=4, max_tokens=3)])
+    assert len(after.finishes) == 4

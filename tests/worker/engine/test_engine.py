@@ -220,3 +220,14 @@ def test_missed_deadline_is_an_overloaded_error(engine):
     errors = [e for e in run.events if type(e).__name__ == "Error"]
     assert errors and errors[0].kind == "overloaded"
     assert engine.load().running_rows == 0
+
+
+def test_rows_move_after_the_cache_grew(engine, smol):
+    """A row that outgrows the initial cache, then finishes before a later row: the later row is moved
+    into its slot. Regression: growth inside inference mode made that move fail the whole batch."""
+    long_prompt = smol.tokenizer("word " * 300).input_ids[:300]
+    first = submit(engine, request(prompt_ids=long_prompt, max_tokens=8, temperature=0))
+    second = submit(engine, request("The capital of France is", max_tokens=30, temperature=0))
+    assert first.wait().finishes[0].reason in ("length", "eos_token")
+    assert second.wait().finishes[0].token_ids == reference(smol, "The capital of France is", 30)
+    assert not [e for e in first.events + second.events if type(e).__name__ == "Error"]

@@ -11,9 +11,6 @@ def grammar_engine(smol):
     from worker.protocol import ModelConfig
 
     running = Engine(smol, ModelConfig(max_batch_size=16, max_context=768), "grammar-test")
-    # Work around a KV-cache bug outside this suite: a cache grown inside the runner's inference_mode
-    # cannot be compacted afterwards ("Inplace update to inference tensor"); grow it once here.
-    running.runner.cache.ensure(768)
     running.start()
     yield running
     running.stop()
