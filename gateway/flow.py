@@ -87,7 +87,10 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         if parsed.stream:
             # a client that left before the body started cancels the generator before its first step,
             # so its `finally` never runs: the background task records it (finish runs once)
-            return Stream(_stream(dialect, parsed, streams, meta, accounting), media_type=dialect.stream_media_type,
+            merged = merge(streams)
+            first = await _first_event(merged)  # errors before the first token keep their real status
+            return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
+                          media_type=dialect.stream_media_type,
                           headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"},
                           background=BackgroundTask(accounting.finish, "cancelled"))
         results = await _collect(streams, len(parsed.requests), accounting)
@@ -111,10 +114,25 @@ async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:
     return results
 
 
-async def _stream(dialect: Dialect, parsed: Parsed, streams, meta: Meta, accounting: Accounting) -> AsyncIterator[bytes]:
-    merged = merge(streams)
+async def _first_event(merged: AsyncIterator[tuple[int, Event]]) -> tuple[int, Event] | None:
+    """Wait for the workers' first event before any header goes out, so a refusal that comes before
+    the first token (deadline missed, prompt too long, worker validation) is a real 4xx, not a 200
+    with an error event. The proxy holds `Accepted` back until the first token, so nothing is lost."""
+    try:
+        return await anext(merged)
+    except StopAsyncIteration:
+        return None
+    except BaseException:
+        await merged.aclose()
+        raise
 
+
+async def _stream(dialect: Dialect, parsed: Parsed, first: tuple[int, Event] | None, merged, meta: Meta,
+                  accounting: Accounting) -> AsyncIterator[bytes]:
     async def observed() -> AsyncIterator[tuple[int, Event]]:
+        if first is not None:
+            accounting.observe(first[1])
+            yield first
         async for index, event in merged:
             accounting.observe(event)
             yield index, event

@@ -191,10 +191,19 @@ def test_streaming_is_chosen_by_the_body_never_by_accept(running_sluice):
 def test_missed_deadline_is_429_in_the_envelope(running_sluice):
     for path, body in (("/v1/completions", {"prompt": "Count to one hundred:"}),
                        ("/v1/chat/completions", {"messages": HELLO})):
-        response = post(running_sluice, path, {"model": MODEL, "max_tokens": 200, "ignore_eos": True,
-                                               "timeout_microseconds": 1, **body})
-        assert response.status_code == 429, response.text
-        assert response.json()["error"]["type"] == "overloaded_error"
+        for stream in (False, True):  # a stream's headers wait for the first token, so it gets the 429 too
+            response = post(running_sluice, path, {"model": MODEL, "max_tokens": 200, "ignore_eos": True,
+                                                   "timeout_microseconds": 1, "stream": stream, **body})
+            assert response.status_code == 429, response.text
+            assert response.json()["error"]["type"] == "overloaded_error"
+
+
+def test_streamed_refusals_before_the_first_token_keep_their_status(running_sluice):
+    too_long = post(running_sluice, "/v1/completions", {"model": MODEL, "prompt": [7] * 5000, "max_tokens": 4,
+                                                        "stream": True})
+    assert too_long.status_code == 422, too_long.text
+    assert too_long.json()["error"]["code"] == "context_length_exceeded"
+    assert too_long.headers["content-type"].startswith("application/json")
 
 
 def test_429_is_retried_by_the_sdk(running_sluice, monkeypatch):

@@ -180,3 +180,22 @@ def test_tgi_unsupported_schema_is_422(http):
         "grammar": {"type": "json", "value": {"not": {"type": "string"}}}, "max_new_tokens": 5}})
     assert response.status_code == 422, response.text
     assert "not" in response.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "body", "choice_of"), [
+    ("/v1/completions", {"prompt": "A person as JSON:"}, lambda r: r["choices"][0]),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "A person as JSON"}]},
+     lambda r: r["choices"][0]),
+])
+def test_a_cut_constrained_output_says_it_is_incomplete(http, path, body, choice_of):
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    response = http.post(path, json={"model": MODEL, "max_tokens": 3, "temperature": 0, **body,
+                                     "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}})
+    assert response.status_code == 200, response.text
+    choice = choice_of(response.json())
+    assert choice["finish_reason"] == "length"
+    assert choice["incomplete"] is True
+    whole = http.post(path, json={"model": MODEL, "max_tokens": 120, "temperature": 0, **body,
+                                  "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}})
+    assert "incomplete" not in choice_of(whole.json())

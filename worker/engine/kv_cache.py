@@ -36,6 +36,19 @@ class KVCache:
                 store[index] = grown
         self.capacity = new_capacity
 
+    def decode_slots(self, rows: int, positions: torch.Tensor) -> torch.Tensor:
+        """Where rows 0..rows-1 write position `positions[b]`, as indices into a layer viewed as
+        [slots * kv_heads * capacity, head_dim] (so a decode write is one index_copy_ per tensor)."""
+        heads = torch.arange(self.kv_heads, device=self.device)
+        base = torch.arange(rows, device=self.device).unsqueeze(1) * self.kv_heads + heads
+        return (base * self.capacity + positions.unsqueeze(1)).flatten()
+
+    def write_decode(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
+                     key: torch.Tensor, value: torch.Tensor) -> None:
+        """key, value: [rows, 1, kv_heads, head_dim] of one layer, written where `decode_slots` says."""
+        keys.view(-1, self.head_dim).index_copy_(0, slots, key.reshape(-1, self.head_dim))
+        values.view(-1, self.head_dim).index_copy_(0, slots, value.reshape(-1, self.head_dim))
+
     def move(self, source: int, target: int, length: int) -> None:
         """Copy slot `source` into slot `target` (first `length` positions)."""
         for store in (self.keys, self.values):

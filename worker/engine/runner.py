@@ -1,8 +1,11 @@
 """A lean forward pass over Llama-family decoders (Llama, Mistral, Qwen2, SmolLM) with our own KV cache.
 
-It reuses the Hugging Face modules for every weight-bearing op (so bitsandbytes layers work unchanged)
-and replaces only what costs time per step in the stock forward: cache objects, mask building and
-per-call bookkeeping. Decode attends over views of a preallocated cache through SDPA.
+It reuses the Hugging Face weights (bitsandbytes layers run through their own modules unchanged) and
+replaces what costs time per step in the stock forward: cache objects, mask building, per-call
+bookkeeping, three q/k/v and two gate/up matmuls where one does (plain Linear layers only), the
+rotary cos/sin recomputed every step, and indexed KV writes. Decode attends over views of a
+preallocated cache through SDPA. Every op keeps transformers' arithmetic, so greedy output matches
+`generate()` (see README.md for the numbers).
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from worker.engine.kv_cache import KVCache
+from worker.engine.layers import FusedLayer, fuse_layer, rms_norm, rotate
+
+_DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
 
 
 class UnsupportedModel(RuntimeError):
@@ -49,6 +54,30 @@ class ModelRunner:
         self.dtype = self.embed_tokens.weight.dtype  # compute dtype (bnb layers keep int weights)
         self.cache = KVCache(len(self.layers), self.kv_heads, self.head_dim, max_rows, self.max_context,
                              self.dtype, self.device)
+        self.fused: list[FusedLayer] = [fuse_layer(layer, self.heads, self.kv_heads, self.head_dim)
+                                        for layer in self.layers]
+        self._positions = torch.arange(self.max_context, device=self.device)
+        self._rope_table = None if getattr(self.rotary, "rope_type", "default") in _DYNAMIC_ROPE else \
+            self._rotary_table()
+
+    def _rotary_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sign-folded sin of every position, from the model's own rotary module (one outer
+        product per position, so a row of the table equals what the module computes for it)."""
+        probe = torch.zeros(1, dtype=self.dtype, device=self.device)
+        cos, sin = self.rotary(probe, self._positions.unsqueeze(0))
+        half = cos.shape[-1] // 2
+        sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
+        return cos[0].contiguous(), sin.contiguous()
+
+    def _rope(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos / signed sin for `positions` [B, L], shaped [B, L, 1, head_dim] to broadcast over heads."""
+        if self._rope_table is None:
+            cos, sin = self.rotary(hidden, positions)
+            half = cos.shape[-1] // 2
+            sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+        else:
+            cos, sin = self._rope_table[0][positions], self._rope_table[1][positions]
+        return cos.unsqueeze(2), sin.unsqueeze(2)
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(token_ids)
@@ -62,15 +91,19 @@ class ModelRunner:
         self.cache.ensure(end)
         ids = torch.tensor([token_ids], device=self.device)
         hidden = self.embed(ids) if embeds is None else embeds.to(self.device, self.dtype).unsqueeze(0)
-        positions = torch.arange(start, end, device=self.device).unsqueeze(0)
-        cos, sin = self.rotary(hidden, positions)
-        keys_at = torch.arange(end, device=self.device)
-        mask = (keys_at.unsqueeze(0) <= positions[0].unsqueeze(1)).view(1, 1, length, end)
+        positions = self._positions[start:end].unsqueeze(0)
+        rope = self._rope(hidden, positions)
+        mask = (self._positions[:end].unsqueeze(0) <= positions[0].unsqueeze(1)).view(1, 1, length, end)
         for index, layer in enumerate(self.layers):
-            hidden = self._layer(index, layer, hidden, cos, sin, mask,
-                                 write=lambda k, v, i=index: self._write_prefill(i, slot, start, end, k, v),
-                                 read=lambda i=index: self._read(i, slice(slot, slot + 1), end))
-        hidden = self.final_norm(hidden)[0]
+            keys, values = self.cache.keys[index], self.cache.values[index]
+
+            def write(k, v, keys=keys, values=values):  # k, v: [1, L, kv_heads, head_dim]
+                keys[slot, :, start:end] = k[0].transpose(0, 1)
+                values[slot, :, start:end] = v[0].transpose(0, 1)
+
+            hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
+                                 keys[slot:slot + 1, :, :end], values[slot:slot + 1, :, :end])
+        hidden = rms_norm(self.final_norm, hidden)[0]
         if not all_logits:
             hidden = hidden[-1:]
         logits = self.lm_head(hidden).float()
@@ -90,43 +123,47 @@ class ModelRunner:
         hidden = self.embed(ids)
         for row, vector in (embeds_override or {}).items():
             hidden[row, 0] = vector.to(self.device, self.dtype)
-        cos, sin = self.rotary(hidden, positions)
-        mask = (torch.arange(longest, device=self.device).unsqueeze(0) <= positions).view(rows, 1, 1, longest)
-        row_index = torch.arange(rows, device=self.device)
-        position_index = positions[:, 0]
+        rope = self._rope(hidden, positions)
+        # one row attends to all it has; rows of unequal length mask the padding of the shorter ones
+        mask = None if min(lengths) == longest - 1 else \
+            (self._positions[:longest].unsqueeze(0) <= positions).view(rows, 1, 1, longest)
+        slots = self.cache.decode_slots(rows, positions[:, 0])
         for index, layer in enumerate(self.layers):
-            hidden = self._layer(index, layer, hidden, cos, sin, mask,
-                                 write=lambda k, v, i=index: self._write_decode(i, row_index, position_index, k, v),
-                                 read=lambda i=index: self._read(i, slice(0, rows), longest))
-        hidden = self.final_norm(hidden)[:, 0]
+            keys, values = self.cache.keys[index], self.cache.values[index]
+
+            def write(k, v, keys=keys, values=values):  # k, v: [B, 1, kv_heads, head_dim]
+                self.cache.write_decode(keys, values, slots, k, v)
+
+            hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
+                                 keys[:rows, :, :longest], values[:rows, :, :longest])
+        hidden = rms_norm(self.final_norm, hidden)[:, 0]
         logits = self.lm_head(hidden).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
-    def _layer(self, index, layer, hidden, cos, sin, mask, write, read) -> torch.Tensor:
+    def _layer(self, fused: FusedLayer, layer, hidden, rope, mask, write, keys, values) -> torch.Tensor:
         attention = layer.self_attn
         batch, length, _ = hidden.shape
-        normed = layer.input_layernorm(hidden)
-        query = attention.q_proj(normed).view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        key = attention.k_proj(normed).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        value = attention.v_proj(normed).view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        if hasattr(attention, "q_norm"):  # Qwen3-style per-head norms
-            query, key = attention.q_norm(query), attention.k_norm(key)
-        query, key = apply_rotary_pos_emb(query, key, cos, sin)
-        write(key, value)
-        keys, values = read()
+        heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
+        normed = rms_norm(layer.input_layernorm, hidden)
+        if fused.qkv is not None:
+            qkv = F.linear(normed, fused.qkv, fused.qkv_bias).view(batch, length, heads + 2 * kv_heads, head_dim)
+            query_key, value = qkv[:, :, : heads + kv_heads], qkv[:, :, heads + kv_heads:]
+        else:
+            query_key = torch.cat([attention.q_proj(normed).view(batch, length, heads, head_dim),
+                                   attention.k_proj(normed).view(batch, length, kv_heads, head_dim)], dim=2)
+            value = attention.v_proj(normed).view(batch, length, kv_heads, head_dim)
+        if hasattr(attention, "q_norm"):  # Qwen3-style per-head norms, before the rotation
+            query_key = torch.cat([attention.q_norm(query_key[:, :, :heads]),
+                                   attention.k_norm(query_key[:, :, heads:])], dim=2)
+        query_key = rotate(query_key, *rope)  # q and k rotated together: [B, L, heads + kv_heads, D]
+        write(query_key[:, :, heads:], value)
+        query = query_key[:, :, :heads].transpose(1, 2)
         out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True,
                                              scale=getattr(attention, "scaling", None))
-        out = out.transpose(1, 2).reshape(batch, length, self.heads * self.head_dim)
+        out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
         hidden = hidden + attention.o_proj(out)
-        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-
-    def _write_prefill(self, layer: int, slot: int, start: int, end: int, key, value) -> None:
-        self.cache.keys[layer][slot, :, start:end] = key[0]
-        self.cache.values[layer][slot, :, start:end] = value[0]
-
-    def _write_decode(self, layer: int, rows: torch.Tensor, positions: torch.Tensor, key, value) -> None:
-        self.cache.keys[layer][rows, :, positions] = key[:, :, 0]
-        self.cache.values[layer][rows, :, positions] = value[:, :, 0]
-
-    def _read(self, layer: int, rows: slice, length: int):
-        return self.cache.keys[layer][rows, :, :length], self.cache.values[layer][rows, :, :length]
+        normed = rms_norm(layer.post_attention_layernorm, hidden)
+        if fused.gate_up is None:
+            return hidden + layer.mlp(normed)
+        gate, up = F.linear(normed, fused.gate_up).chunk(2, dim=-1)
+        return hidden + layer.mlp.down_proj(fused.act(gate) * up)
