@@ -62,6 +62,12 @@ class Accounting:
             self.compute_tokens += event.compute_tokens
             self.worker_id = event.worker_id
 
+    def failure_status(self, error: SluiceError) -> str:
+        """Refused before anything was generated (invalid, rate-limited, over a limit): `rejected`, billed
+        zero tokens. A failure after tokens were produced, or a server fault: `error`."""
+        generated = self.streamed_tokens > 0 or self.completion_tokens > 0
+        return "rejected" if error.status < 500 and not generated else "error"
+
     def headers(self) -> dict[str, str]:
         return self.ticket.headers() if self.ticket is not None else {}
 

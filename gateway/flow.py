@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import anyio
 import msgspec
 import structlog
 from litestar import Request, Response
-from litestar.background_tasks import BackgroundTask
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
@@ -60,6 +60,7 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
     state: AppState = request.app.state.sluice
     request_id = request_id_of(request)
     accounting = Accounting(state, request_id, dialect.name, route)
+    request.scope["state"].setdefault("finalizers", []).append(partial(accounting.finish, "cancelled"))
     metrics.attach(accounting)
     try:
         principal = await state.authenticate(request)
@@ -85,21 +86,22 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         meta = Meta(request_id, int(time.time()), parsed.model)
         streams = [stream_events(pool, r) for r in parsed.requests]
         if parsed.stream:
-            # a client that left before the body started cancels the generator before its first step,
-            # so its `finally` never runs: the background task records it (finish runs once)
+            # a client that leaves before the stream starts never runs the generator: the request's
+            # finalizer (gateway/logs.py) records it then, since finish runs exactly once
             merged = merge(streams)
             first = await _first_event(merged)  # errors before the first token keep their real status
+            if first is not None:
+                accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
                           media_type=dialect.stream_media_type,
-                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"},
-                          background=BackgroundTask(accounting.finish, "cancelled"))
+                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
         results = await _collect(streams, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started)
         return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
     except SluiceError as error:
-        await accounting.finish("rejected" if not accounting.reached_worker else "error", error)
+        await accounting.finish(accounting.failure_status(error), error)
         return error_response(dialect, error, accounting.headers())
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
@@ -130,8 +132,7 @@ async def _first_event(merged: AsyncIterator[tuple[int, Event]]) -> tuple[int, E
 async def _stream(dialect: Dialect, parsed: Parsed, first: tuple[int, Event] | None, merged, meta: Meta,
                   accounting: Accounting) -> AsyncIterator[bytes]:
     async def observed() -> AsyncIterator[tuple[int, Event]]:
-        if first is not None:
-            accounting.observe(first[1])
+        if first is not None:  # observed when it arrived
             yield first
         async for index, event in merged:
             accounting.observe(event)

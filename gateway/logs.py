@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import anyio
 import structlog
 
 from worker.logs import configure_logging  # shared logging setup (the one worker module besides protocol)
@@ -42,6 +43,11 @@ def request_id_middleware(app):
         try:
             await app(scope, receive, send_with_id)
         finally:
+            # whatever path the request took (a stream that never started, a client gone mid-body),
+            # its finalizers run once it is over: accounting can never be skipped
+            with anyio.CancelScope(shield=True):
+                for finalize in scope["state"].get("finalizers", ()):
+                    await finalize()
             log.info("http_request", method=scope["method"], path=scope["path"], status=status,
                      duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
