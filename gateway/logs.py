@@ -11,7 +11,9 @@ import uuid
 import anyio
 import structlog
 
-from worker.logs import configure_logging  # shared logging setup (the one worker module besides protocol)
+from worker.logs import (
+    configure_logging,  # shared logging setup (the one worker module besides protocol)
+)
 
 __all__ = ["configure_logging", "request_id_middleware"]
 

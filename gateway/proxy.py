@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator
 import httpx
 import msgspec
 
-from gateway.errors import NotFound, Overloaded, SluiceError, Unavailable, UpstreamFailed, ValidationFailed
+from gateway.errors import (
+    NotFound,
+    Overloaded,
+    SluiceError,
+    Unavailable,
+    UpstreamFailed,
+    ValidationFailed,
+)
 from gateway.routing.pool import ModelPool
 from worker.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 

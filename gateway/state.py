@@ -12,7 +12,14 @@ from litestar import Request
 
 from auth.errors import AuthError
 from gateway.config import Settings
-from gateway.errors import Forbidden, QuotaExceeded, RateLimited, SluiceError, Unauthorized, Unavailable
+from gateway.errors import (
+    Forbidden,
+    QuotaExceeded,
+    RateLimited,
+    SluiceError,
+    Unauthorized,
+    Unavailable,
+)
 from gateway.limits.model import LimiterUnavailable, Scope
 from gateway.limits.model import RateLimited as LimitExceeded
 from gateway.limits.tokens import reservation_tokens

@@ -18,6 +18,13 @@ from worker.protocol import ModelConfig, ModelInfo
 from worker.server import create_worker_app
 
 
+def torch_threads(config: ModelConfig) -> int:
+    """Explicit config, then SLUICE_TORCH_THREADS, else half the cores. On a small shared host two
+    OpenMP threads that spin-wait on each other run several times slower than one (bench/worker.py)."""
+    configured = config.threads or int(os.environ.get("SLUICE_TORCH_THREADS") or 0)
+    return configured or max(1, (os.cpu_count() or 2) // 2)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m worker")
     parser.add_argument("--model-json", default="{}", help="a ModelConfig as JSON")
@@ -30,11 +37,9 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
     worker_id = args.worker_id or f"worker-{uuid.uuid4().hex[:8]}"
     log = structlog.get_logger("worker").bind(worker_id=worker_id, model=config.name)
-    torch_threads = os.environ.get("SLUICE_TORCH_THREADS")
-    if torch_threads:
-        import torch
+    import torch
 
-        torch.set_num_threads(int(torch_threads))
+    torch.set_num_threads(torch_threads(config))
     loaded = load_model(config, Path(args.data_dir))
     engine = Engine(loaded, config, worker_id)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),

@@ -211,7 +211,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     max_batch_size: int = 32  # rows in the running batch
-    max_batched_tokens: int = 2048  # prompt tokens prefilled per engine step
+    # prompt tokens prefilled per engine step: a prefill stalls every running row, so keep it small on CPU
+    max_batched_tokens: int = 512
+    threads: int = 0  # torch threads; 0 = half the cores (at least 1), leaving room for the gateway
     max_context: int = 4096
     max_queue: int = 256  # waiting requests before the worker answers "overloaded"
     replicas: int = 1  # local worker processes

@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from gateway.dialects.base import check
+from gateway.dialects.base import Dialect, check
 from worker.protocol import Constraint, SamplingParams, Watermark
 
 MAX_STOPS = 4
@@ -259,6 +259,22 @@ def sampling_params(body: SamplingFields, *, default_max_tokens: int | None, max
         constraint=constraint(body.response_format),
         watermark=None if not watermark else (
             Watermark() if watermark is True else Watermark(watermark.gamma, watermark.delta)))
+
+
+class OpenAIFamily(Dialect):
+    """OpenAI-shaped dialects. `friendli=True` serves the /serverless and /dedicated routes: the dialect
+    is named "friendli" (in the ledger) and its 422s carry FastAPI's `detail` list as well."""
+
+    name = "openai"
+
+    def __init__(self, *, friendli: bool = False):
+        self.friendli = friendli
+        if friendli:
+            self.name = "friendli"
+
+    def error_body(self, error):
+        status, body = super().error_body(error)
+        return error_body_with_detail(status, body, error) if self.friendli else (status, body)
 
 
 def error_body_with_detail(status: int, body: dict, error) -> tuple[int, dict]:

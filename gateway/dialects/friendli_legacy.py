@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from gateway.dialects.base import sse, incomplete
+from gateway.dialects.base import incomplete, sse
 from worker.protocol import Accepted, Done, Event, Finish, Token
 
 

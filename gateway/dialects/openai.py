@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
+from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.friendli_fields import (
+    OpenAIFamily,
     SamplingFields,
     deadline,
-    error_body_with_detail,
     is_legacy,
     sampling_params,
 )
@@ -67,20 +67,12 @@ def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
     return [(None, list(p)) for p in prompt]
 
 
-class OpenAICompletions(Dialect):
+class OpenAICompletions(OpenAIFamily):
     """`friendli=True` for /serverless and /dedicated: no 16-token default, no upper temperature bound."""
 
-    name = "openai"
-
     def __init__(self, *, friendli: bool = False, legacy_header: bool = False):
-        self.friendli = friendli
+        super().__init__(friendli=friendli)
         self.legacy_header = legacy_header  # the route saw `X-API-Dialect: friendli-legacy`
-        if friendli:
-            self.name = "friendli"
-
-    def error_body(self, error):
-        status, body = super().error_body(error)
-        return error_body_with_detail(status, body, error) if self.friendli else (status, body)
 
     def parse(self, payload, route: str) -> Parsed:
         body = convert(payload, CompletionBody)
@@ -164,9 +156,8 @@ class OpenAICompletions(Dialect):
                                                 **incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
-        if options.include_usage:
-            yield sse({**head, "choices": [], "usage": usage_of(dones)})
-        yield b"data: [DONE]\n\n"
+        for chunk in stream_end(head, dones, options.include_usage):
+            yield chunk
 
 
 def completion_logprobs(tokens: list[Token], offset: int) -> dict:
@@ -181,6 +172,12 @@ def completion_logprobs(tokens: list[Token], offset: int) -> dict:
         offsets.append(position)
         position += len(piece)
     return {"tokens": pieces, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+def stream_end(head: dict, dones: list[Done], include_usage: bool) -> list[bytes]:
+    """The end of every OpenAI-shaped stream: the optional usage chunk (no choices), then `[DONE]`."""
+    usage_chunk = [sse({**head, "choices": [], "usage": usage_of(dones)})] if include_usage else []
+    return [*usage_chunk, b"data: [DONE]\n\n"]
 
 
 def usage_of(dones: list[Done]) -> dict:

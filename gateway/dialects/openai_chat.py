@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
+from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.friendli_fields import (
+    OpenAIFamily,
     SamplingFields,
     deadline,
-    error_body_with_detail,
     sampling_params,
 )
-from gateway.dialects.openai import FINISH, usage, usage_of
+from gateway.dialects.openai import FINISH, stream_end, usage
 from gateway.errors import ValidationFailed
 from worker.protocol import Done, Event, Finish, GenerateRequest, Token
 
@@ -86,17 +86,7 @@ def refuse_tools(body: ChatBody) -> None:
     check(body.chat_template_kwargs is None, "chat_template_kwargs is not supported yet", "chat_template_kwargs")
 
 
-class OpenAIChat(Dialect):
-    name = "openai"
-
-    def __init__(self, *, friendli: bool = False):
-        self.friendli = friendli
-        if friendli:
-            self.name = "friendli"
-
-    def error_body(self, error):
-        status, body = super().error_body(error)
-        return error_body_with_detail(status, body, error) if self.friendli else (status, body)
+class OpenAIChat(OpenAIFamily):
 
     def parse(self, payload, route: str) -> Parsed:
         body = convert(payload, ChatBody)
@@ -152,9 +142,8 @@ class OpenAIChat(Dialect):
                                                 **incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
-        if options.include_usage:
-            yield sse({**head, "choices": [], "usage": usage_of(dones)})
-        yield b"data: [DONE]\n\n"
+        for chunk in stream_end(head, dones, options.include_usage):
+            yield chunk
 
 
 def _entry(text: str, logprob: float | None) -> dict:

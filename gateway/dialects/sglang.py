@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from gateway.collect import Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, sse, incomplete
+from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
 from gateway.errors import SluiceError, ValidationFailed
 from worker.protocol import (
     Accepted,

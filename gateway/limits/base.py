@@ -35,7 +35,9 @@ def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock
         from gateway.limits.memory import InProcessLimiter
 
         return InProcessLimiter(clock, concurrency_lease=concurrency_lease, concurrency_retry=concurrency_retry)
-    from gateway.limits.redis_limiter import RedisLimiter  # imports redis only when it is configured
+    from gateway.limits.redis_limiter import (
+        RedisLimiter,  # imports redis only when it is configured
+    )
 
     return RedisLimiter(redis_url, fail_open=fail_open, clock=clock, concurrency_lease=concurrency_lease,
                         concurrency_retry=concurrency_retry, key_prefix=key_prefix)

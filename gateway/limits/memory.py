@@ -13,7 +13,7 @@ from gateway.limits.headers import Usage
 from gateway.limits.metrics import REJECTIONS
 from gateway.limits.model import Scope, Ticket
 from gateway.limits.month import MonthCache
-from gateway.limits.verdict import Failure, never_fits, reject
+from gateway.limits.verdict import Failure, refuse_impossible, reject
 
 WINDOW_US = 60_000_000
 
@@ -78,12 +78,7 @@ class InProcessLimiter:
         self._states.clear()
 
     def admit_now(self, scopes: list[Scope], tokens: int) -> Ticket:
-        if tokens < 0:
-            raise ValueError("tokens must be >= 0")
-        impossible = never_fits(scopes, tokens)
-        if impossible is not None:
-            REJECTIONS.labels("never_fits").inc()
-            raise impossible
+        refuse_impossible(scopes, tokens)
         with self._lock:
             now = self._clock.now_us()
             month = self._months.at(now)

@@ -19,9 +19,9 @@ from gateway.limits import lua
 from gateway.limits.clock import Clock, to_us
 from gateway.limits.headers import Usage
 from gateway.limits.metrics import BACKEND_ERRORS, BACKEND_UP, REJECTIONS
-from gateway.limits.model import LimiterUnavailable, RateLimited, Scope, Ticket
+from gateway.limits.model import LimiterUnavailable, Scope, Ticket
 from gateway.limits.month import MonthCache
-from gateway.limits.verdict import Failure, never_fits, reject
+from gateway.limits.verdict import Failure, refuse_impossible, reject
 
 log = structlog.get_logger("sluice.limits")
 
@@ -72,12 +72,7 @@ class RedisLimiter:
         return str(now), now
 
     async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
-        if tokens < 0:
-            raise ValueError("tokens must be >= 0")
-        impossible = never_fits(scopes, tokens)
-        if impossible is not None:
-            REJECTIONS.labels("never_fits").inc()
-            raise impossible
+        refuse_impossible(scopes, tokens)
         now_arg, now_local = self._now_us()
         month = self._months.at(now_local)
         ticket_id = f"{self._node}{next(self._seq):x}"

@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from gateway.limits.headers import Usage, limit_only_headers, rate_headers, retry_headers
+from gateway.limits.headers import (
+    Usage,
+    limit_only_headers,
+    rate_headers,
+    retry_headers,
+)
+from gateway.limits.metrics import REJECTIONS
 from gateway.limits.model import RateLimited, Scope
 
 # what blocked, in which scope, µs until it clears (None = unknown), and the observed amount in use
@@ -17,6 +23,17 @@ Failure = tuple[str, Scope, int | None, int]
 # Kinds by precedence: a spent budget is reported as such even if the window is also full.
 _PRECEDENCE = ("budget", "rate_limit", "concurrency")
 _KIND = {"rpm": "rate_limit", "tpm": "rate_limit", "concurrency": "concurrency", "budget": "budget"}
+
+
+def refuse_impossible(scopes: Sequence[Scope], tokens: int) -> None:
+    """Checks both backends make before touching any state: a negative count, or a reservation that no
+    window could ever hold (retrying cannot help, so no Retry-After)."""
+    if tokens < 0:
+        raise ValueError("tokens must be >= 0")
+    impossible = never_fits(scopes, tokens)
+    if impossible is not None:
+        REJECTIONS.labels("never_fits").inc()
+        raise impossible
 
 
 def never_fits(scopes: Sequence[Scope], tokens: int) -> RateLimited | None:

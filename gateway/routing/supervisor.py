@@ -67,8 +67,9 @@ class Supervisor:
     async def _spawn(self, worker: LocalWorker) -> None:
         command = [sys.executable, "-m", "worker", "--model-json", msgspec.json.encode(worker.model).decode(),
                    "--port", str(worker.port), "--data-dir", str(self.data_dir), "--worker-id", worker.worker_id]
-        worker.process = await asyncio.create_subprocess_exec(*command, preexec_fn=_die_with_parent,
-                                                              env={**os.environ})
+        # passive OpenMP waits: spinning threads starve the gateway and each other on small hosts
+        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+        worker.process = await asyncio.create_subprocess_exec(*command, preexec_fn=_die_with_parent, env=env)
         log.info("worker_started", worker_id=worker.worker_id, pid=worker.process.pid, port=worker.port)
 
     async def _watch(self, worker: LocalWorker) -> None:

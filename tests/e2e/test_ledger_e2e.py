@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +22,12 @@ import pytest
 
 from tests.billing.conftest import create_database
 from tests.billing.test_postgres_outage import restarted_at_exit, take_down
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import MODEL, MODEL_CACHE, REPO, SluiceServer, start_sluice
+from tests.fixtures.sluice import (
+    MODEL,
+    SluiceServer,
+    standalone_worker,
+    start_sluice,
+)
 
 pytestmark = pytest.mark.slow
 ADMIN_KEY = "ledger-e2e-admin-key-0123456789abcdef"
@@ -37,23 +38,8 @@ BAD_TOKEN = 60_000  # outside SmolLM2's 49152-token vocabulary: the worker refus
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
     """One worker for every gateway of the module, so a SIGKILLed gateway leaves no orphan behind."""
-    port = free_port()
-    env = {**os.environ, "SLUICE_MODEL_CACHE": str(MODEL_CACHE), "SLUICE_TORCH_THREADS": "2"}
-    process = subprocess.Popen([sys.executable, "-m", "worker", "--port", str(port), "--data-dir",
-                                str(tmp_path_factory.mktemp("worker")), "--model-json", '{"max_batch_size": 32}'],
-                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the worker exited"
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=20)
+    with standalone_worker(tmp_path_factory.mktemp("worker"), max_batch_size=32) as url:
+        yield url
 
 
 def start_gateway(data_dir: Path, worker: str, database_url: str | None = None) -> SluiceServer:

@@ -7,9 +7,6 @@ exactly (rpm, concurrency, tpm) whichever gateway a request lands on.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,8 +14,11 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import MODEL, MODEL_CACHE, REPO, running_sluice
+from tests.fixtures.sluice import (
+    MODEL,
+    running_sluice,
+    standalone_worker,
+)
 
 pytestmark = pytest.mark.slow
 ADMIN_KEY = "replica-test-admin-key-0123456789abcdef"
@@ -26,23 +26,8 @@ ADMIN_KEY = "replica-test-admin-key-0123456789abcdef"
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
-    port = free_port()
-    env = {**os.environ, "SLUICE_MODEL_CACHE": str(MODEL_CACHE)}
-    process = subprocess.Popen([sys.executable, "-m", "worker", "--port", str(port), "--data-dir",
-                                str(tmp_path_factory.mktemp("worker")), "--model-json",
-                                '{"max_batch_size": 16}'], cwd=REPO, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=20)
+    with standalone_worker(tmp_path_factory.mktemp("worker"), max_batch_size=16) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,13 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import MODEL, MODEL_CACHE, pid_alive, running_sluice, start_sluice
+from tests.fixtures.sluice import (
+    MODEL,
+    MODEL_CACHE,
+    pid_alive,
+    running_sluice,
+    start_sluice,
+)
 
 pytestmark = pytest.mark.slow
 

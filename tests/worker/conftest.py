@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -19,12 +20,21 @@ def smol(tmp_path_factory):
     return load_model(ModelConfig(), Path(tmp_path_factory.mktemp("data")))
 
 
-@pytest.fixture(scope="module")
-def engine(smol):
+@contextlib.contextmanager
+def running_engine(smol, worker_id: str, **config):
+    """A started Engine on the shared weights, stopped on exit."""
     from worker.engine.engine import Engine
     from worker.protocol import ModelConfig
 
-    running = Engine(smol, ModelConfig(max_batch_size=16, max_context=2048), "test-worker")
+    running = Engine(smol, ModelConfig(**config), worker_id)
     running.start()
-    yield running
-    running.stop()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def engine(smol):
+    with running_engine(smol, "test-worker", max_batch_size=16, max_context=2048) as running:
+        yield running

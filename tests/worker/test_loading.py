@@ -10,12 +10,18 @@ from pathlib import Path
 import boto3
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE
 from worker.engine.runner import ModelRunner
-from worker.loading import ModelLoadError, default_gguf_path, file_sha256, load_model, resolve_source
+from worker.loading import (
+    ModelLoadError,
+    default_gguf_path,
+    file_sha256,
+    load_model,
+    resolve_source,
+)
 from worker.protocol import ModelConfig
 
 

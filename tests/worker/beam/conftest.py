@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.worker.conftest import running_engine
+
 
 @pytest.fixture(scope="module")
 def beam_engine(smol):
-    from worker.engine.engine import Engine
-    from worker.protocol import ModelConfig
-
-    running = Engine(smol, ModelConfig(max_batch_size=32, max_context=2048), "beam-test-worker")
-    running.start()
-    yield running
-    running.stop()
+    with running_engine(smol, "beam-test-worker", max_batch_size=32, max_context=2048) as running:
+        yield running

@@ -6,8 +6,14 @@ import math
 
 import torch
 
-from worker.decoding.beam_select import (DEAD, accumulate, conditioned_gumbel, sampled_candidates,
-                                         stochastic_candidates, top_candidates)
+from worker.decoding.beam_select import (
+    DEAD,
+    accumulate,
+    conditioned_gumbel,
+    sampled_candidates,
+    stochastic_candidates,
+    top_candidates,
+)
 
 
 def test_accumulate_and_top_candidates_rank_beam_plus_token():

@@ -5,12 +5,21 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from worker.protocol import Accepted, Done, Error, Finish, GenerateRequest, SamplingParams, Token
+from worker.protocol import (
+    Accepted,
+    Done,
+    Error,
+    Finish,
+    GenerateRequest,
+    SamplingParams,
+    Token,
+)
 
 
 @dataclass
 class Run:
     request_id: str = ""
+    strict: bool = False  # wait() also asserts the engine reported no error
     events: list = field(default_factory=list)
     ended: threading.Event = field(default_factory=threading.Event)
 
@@ -19,8 +28,11 @@ class Run:
         if any(isinstance(e, (Done, Error)) for e in batch):
             self.ended.set()
 
-    def wait(self, timeout: float = 120.0) -> Run:
+    def wait(self, timeout: float = 300.0) -> Run:
         assert self.ended.wait(timeout), "the engine did not finish the request in time"
+        if self.strict:
+            errors = self.of(Error)
+            assert not errors, errors
         return self
 
     def of(self, kind) -> list:
@@ -53,8 +65,8 @@ def request(prompt=None, **params) -> GenerateRequest:
                            params=SamplingParams(**params), **extra)
 
 
-def submit(engine, generate: GenerateRequest) -> Run:
-    run = Run(generate.request_id)
+def submit(engine, generate: GenerateRequest, strict: bool = False) -> Run:
+    run = Run(generate.request_id, strict)
     engine.submit(engine.prepare(generate), run.sink)
     return run
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.worker.conftest import running_engine
+
 
 @pytest.fixture(scope="module")
 def grammar_engine(smol):
-    from worker.engine.engine import Engine
-    from worker.protocol import ModelConfig
-
-    running = Engine(smol, ModelConfig(max_batch_size=16, max_context=768), "grammar-test")
-    running.start()
-    yield running
-    running.stop()
+    with running_engine(smol, "grammar-test", max_batch_size=16, max_context=768) as running:
+        yield running

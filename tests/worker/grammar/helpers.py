@@ -5,35 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import threading
-from dataclasses import dataclass, field
 
 import jsonschema
 
-from worker.protocol import Constraint, Done, Error, Finish, GenerateRequest, SamplingParams
+from tests.worker.engine.runs import Run
+from tests.worker.engine.runs import submit as engine_submit
+from worker.protocol import Constraint, Finish, GenerateRequest, SamplingParams
 
 _ids = itertools.count()
-
-
-@dataclass
-class Run:
-    events: list = field(default_factory=list)
-    ended: threading.Event = field(default_factory=threading.Event)
-
-    def sink(self, batch: list) -> None:
-        self.events.extend(batch)
-        if any(isinstance(e, (Done, Error)) for e in batch):
-            self.ended.set()
-
-    def wait(self, timeout: float = 300.0) -> Run:
-        assert self.ended.wait(timeout), "the engine did not finish in time"
-        errors = [e for e in self.events if isinstance(e, Error)]
-        assert not errors, errors
-        return self
-
-    @property
-    def finishes(self) -> list[Finish]:
-        return sorted((e for e in self.events if isinstance(e, Finish)), key=lambda f: f.index)
 
 
 def ask(prompt: str, **params) -> GenerateRequest:
@@ -42,9 +21,8 @@ def ask(prompt: str, **params) -> GenerateRequest:
 
 
 def submit(engine, request: GenerateRequest) -> Run:
-    run = Run()
-    engine.submit(engine.prepare(request), run.sink)
-    return run
+    """Submit; `wait()` on the result also asserts the engine reported no error."""
+    return engine_submit(engine, request, strict=True)
 
 
 def generate(engine, prompt: str, **params) -> Run:

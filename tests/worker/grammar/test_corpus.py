@@ -8,7 +8,13 @@ from datetime import datetime
 import pytest
 
 from tests.worker.grammar.corpus import REGEXES, SCHEMAS
-from tests.worker.grammar.helpers import ask, check_regex_output, check_schema_output, schema_constraint, submit
+from tests.worker.grammar.helpers import (
+    ask,
+    check_regex_output,
+    check_schema_output,
+    schema_constraint,
+    submit,
+)
 from worker.protocol import Constraint
 
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.9, "top_p": 0.95, "seed": [7]}}

@@ -10,7 +10,14 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from worker.protocol import (Constraint, Finish, GenerateRequest, ModelInfo, SamplingParams, decode_event)
+from worker.protocol import (
+    Constraint,
+    Finish,
+    GenerateRequest,
+    ModelInfo,
+    SamplingParams,
+    decode_event,
+)
 from worker.server import create_worker_app
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]}

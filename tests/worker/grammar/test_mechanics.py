@@ -9,8 +9,14 @@ import time
 import jsonschema
 
 from tests.worker.grammar.corpus import EBNF, EBNF_PATTERN
-from tests.worker.grammar.helpers import (ask, check_regex_output, check_schema_output, generate, schema_constraint,
-                                          submit)
+from tests.worker.grammar.helpers import (
+    ask,
+    check_regex_output,
+    check_schema_output,
+    generate,
+    schema_constraint,
+    submit,
+)
 from worker.decoding.batch import DecodingBatch
 from worker.decoding.rows import RowSpec
 from worker.protocol import Constraint, SamplingParams
