@@ -26,6 +26,7 @@ from worker.protocol import Accepted, Done, Event, Finish, GenerateRequest, Toke
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "cancelled": "stop", "error": "stop"}
 MAX_LOGPROBS = 20
+DEFAULT_MODEL = "default"  # resolved by the router to the first served model
 
 
 class CompletionBody(SamplingFields, kw_only=True):
@@ -76,7 +77,11 @@ class OpenAICompletions(OpenAIFamily):
 
     def parse(self, payload, route: str) -> Parsed:
         body = convert(payload, CompletionBody)
-        check(bool(body.model), "model is required", "model")
+        legacy = self.legacy_header or is_legacy(payload, None)
+        # friendli-client 1.5 in container style names no model: it gets the default one (Friendli's
+        # container semantics); every other caller of this OpenAI route must name one, as with OpenAI
+        check(bool(body.model) or (legacy and not self.friendli), "model is required", "model")
+        model = body.model or DEFAULT_MODEL
         for field in ("soft_prompts", "position_ids", "generation_offset"):
             check(getattr(body, field) is None, f"{field} is a gRPC-only field this server does not support", field)
         check(body.suffix is None, "suffix is not supported by this model", "suffix")
@@ -93,15 +98,14 @@ class OpenAICompletions(OpenAIFamily):
                                  max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
         echo = bool(body.echo)
         until = deadline(body.timeout_microseconds)
-        requests = [GenerateRequest(request_id="", model=body.model, prompt=text, prompt_ids=ids, params=params,
+        requests = [GenerateRequest(request_id="", model=model, prompt=text, prompt_ids=ids, params=params,
                                     return_prompt_text=echo, deadline_unix=until, stream=bool(body.stream),
                                     token_index_to_replace=list(body.token_index_to_replace or []),
                                     embedding_to_replace=list(body.embedding_to_replace or []))
                     for text, ids in prompts]
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        legacy = self.legacy_header or is_legacy(payload, None)
         candidates = max(params.best_of or params.n, params.num_beams)
-        return Parsed(body.model, requests, bool(body.stream),
+        return Parsed(model, requests, bool(body.stream),
                       Options(echo, include_usage, params.logprobs, params.n, legacy),
                       reserve_tokens=len(requests) * candidates * (params.max_tokens or 0))
 

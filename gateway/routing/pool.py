@@ -12,7 +12,7 @@ import structlog
 from worker.protocol import ModelInfo, WorkerLoad
 
 log = structlog.get_logger(__name__)
-DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy"})
+DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
 
 
 @dataclass(eq=False)
@@ -86,8 +86,9 @@ class Router:
         return self.pools.get(model)
 
     def resolve(self, model: str) -> str:
-        """TGI-compatible clients name no model ("tgi" from text-generation, "dummy" from huggingface_hub's
-        chat_completion with a URL): like TGI, they get the first served model. Other names stay as given."""
+        """Clients that name no model ("tgi" from text-generation, "dummy" from huggingface_hub's
+        chat_completion with a URL, "default" for a Friendli container call without one) get the first
+        served model, as TGI and Friendli containers do. Other names stay as given."""
         if model in DEFAULT_MODEL_ALIASES and model not in self.pools and self.pools:
             return next(iter(self.pools))
         return model

@@ -49,6 +49,14 @@ print(json.dumps({"plain": dump(plain), "lines": lines, "final": dump(final)}))
     assert out["final"]["usage"] == out["plain"]["usage"]
 
 
+def test_container_call_without_a_model_gets_the_default_model(env):
+    out = run(env, """
+c = Friendli(token=KEY, base_url=URL)
+print(json.dumps(dump(c.completions.create(prompt="The capital of France is", max_tokens=4, temperature=0.0))))
+""")
+    assert out["choices"][0]["tokens"] and out["usage"]["completion_tokens"] <= 4
+
+
 def test_beam_fields_are_accepted(env):
     out = run(env, """
 c = Friendli(token=KEY, base_url=URL)

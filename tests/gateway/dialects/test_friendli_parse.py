@@ -65,3 +65,15 @@ def test_friendli_422_keeps_the_openai_envelope_and_adds_detail():
 
 def test_dedicated_model_is_the_endpoint_id():
     assert FRIENDLI.parse({"model": "ep-123", "tokens": [1, 2]}, "/dedicated/v1/completions").model == "ep-123"
+
+
+def test_legacy_container_client_may_omit_the_model_on_v1():
+    from gateway.dialects.openai import DEFAULT_MODEL, OpenAICompletions
+
+    legacy = {"prompt": "Hi", "model": None, "num_beams": None, "soft_prompts": None, "max_tokens": 3}
+    assert OpenAICompletions().parse(legacy, "/v1/completions").model == DEFAULT_MODEL
+    with pytest.raises(ValidationFailed) as refused:  # serverless names a model, legacy or not
+        OpenAICompletions(friendli=True).parse(legacy, "/serverless/v1/completions")
+    assert refused.value.param == "model"
+    with pytest.raises(ValidationFailed):  # an OpenAI caller must name one
+        OpenAICompletions().parse({"prompt": "Hi"}, "/v1/completions")
