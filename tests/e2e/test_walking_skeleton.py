@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -231,3 +233,22 @@ def test_admin_key_from_environment_and_restart_reuses_state(tmp_path):
         response = httpx.post(f"{second.url}/v1/completions", headers={"authorization": f"Bearer {key}"},
                               json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}, timeout=60)
         assert response.status_code == 200
+
+
+def _cli(server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(server.data_dir), *args],
+                          capture_output=True, text=True, timeout=120, check=True)
+
+
+def test_operator_cli_shares_the_servers_database(server):
+    teams = json.loads(_cli(server, "teams", "list", "--json").stdout)
+    default = next(t for t in teams if t["name"] == "default")
+    created = json.loads(_cli(server, "keys", "create", "--name", "ops", "--team-id", default["id"], "--json").stdout)
+    headers = {"authorization": f"Bearer {created['key']}"}
+    assert httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 200
+    assert created["key"] not in _cli(server, "keys", "list", "--json").stdout  # shown once, never again
+    _cli(server, "keys", "revoke", created["id"])
+    deadline = time.monotonic() + 5
+    while httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 401
