@@ -47,7 +47,7 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     top_p: float = 1.0
     min_p: float = 0.0
     typical_p: float = 1.0
-    xtc_threshold: float = 0.0  # Friendli XTC; 0 = off (accepted, not applied by the engine yet)
+    xtc_threshold: float = 0.0  # Friendli XTC ("exclude top choices", worker/decoding/xtc.py); 0 = off
     xtc_probability: float = 0.0
     seed: list[int] | None = None  # one per choice; None = random, echoed back
     # penalties
@@ -81,7 +81,7 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     prompt_logprobs_start: int = 0
     token_ids_logprob: list[int] = []
     include_output_logits: bool = False
-    forced_output_tokens: list[int] = []  # Friendli scoring: force these outputs (not applied by the engine yet)
+    forced_output_tokens: list[int] = []  # Friendli scoring: these are the first outputs, with their logprobs
     return_hidden_states: bool = False
     skip_special_tokens: bool = True
     constraint: Constraint | None = None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from worker.decoding.bans import apply_bans, apply_logit_bias
+from worker.decoding.forced import force_tokens
 from worker.decoding.grammar import GrammarMasker
 from worker.decoding.params import BatchParams, build_params
 from worker.decoding.penalties import RowTensors, apply_penalties
@@ -31,6 +32,7 @@ from worker.decoding.rows import RowSpec, RowState
 from worker.decoding.sampling import Choice, choose
 from worker.decoding.warpers import apply_warpers
 from worker.decoding.watermark import apply_watermark
+from worker.decoding.xtc import apply_xtc, xtc_rows
 
 __all__ = ["Choice", "DecodingBatch", "RowSpec"]
 
@@ -95,6 +97,9 @@ class DecodingBatch:
         if params.sample_rows is None and params.watermark_rows is None:
             return scores
         scores = apply_warpers(scores.clone(), params)
+        xtc = xtc_rows(self.rows)
+        if xtc:
+            apply_xtc(scores, xtc, self.rows)
         if params.watermark_rows is not None:
             rows = params.watermark_rows
             previous = torch.tensor([self.rows[i].history[-1] for i in rows.tolist()], device=self.device)
@@ -114,7 +119,9 @@ class DecodingBatch:
     def choose(self, scores: torch.Tensor) -> Choice:
         """Tokens from the scores of the last `process` call; logprobs from its pre-warp scores."""
         logprob_scores = self._logprob_scores if self._logprob_scores is not None else scores
-        return choose(scores, logprob_scores, self.params, self.rows)
+        choice = choose(scores, logprob_scores, self.params, self.rows)
+        force_tokens(choice, logprob_scores, self.rows)
+        return choice
 
     def append(self, tokens: list[int] | torch.Tensor) -> None:
         """Extend every row's history with its new token."""

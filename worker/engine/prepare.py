@@ -132,6 +132,9 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
     extra_eos = [t for t in params.eos_token_ids + params.stop_token_ids if not 0 <= t < vocab_size]
     if extra_eos:
         raise RequestError(f"token id {extra_eos[0]} is outside the vocabulary", "stop_token_ids")
+    forced = [t for t in params.forced_output_tokens if not 0 <= t < vocab_size]
+    if forced:
+        raise RequestError(f"token id {forced[0]} is outside the vocabulary", "forced_output_tokens")
     eos = [] if params.ignore_eos else sorted(set(model_eos) | set(params.eos_token_ids))
     bad_word_ids = tokenize_bad_words(tokenizer, params.bad_words)
     grammar = _grammar(params, min_new, compile_grammar)  # last: the only step that can be slow

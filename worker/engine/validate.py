@@ -36,6 +36,8 @@ def validate_params(params: SamplingParams) -> None:
     _require(params.top_k >= -1, "top_k must be -1, 0 (off) or positive", "top_k")
     _require(0 < params.top_p <= 1, "top_p must be in (0, 1]", "top_p")
     _require(0 <= params.min_p <= 1, "min_p must be in [0, 1]", "min_p")
+    for field in ("xtc_threshold", "xtc_probability"):
+        _require(0 <= getattr(params, field) <= 1, f"{field} must be in [0, 1]", field)
     _require(0 < params.typical_p <= 1, "typical_p must be in (0, 1]", "typical_p")
     for field in ("repetition_penalty", "encoder_repetition_penalty"):
         _require(getattr(params, field) > 0, f"{field} must be positive", field)

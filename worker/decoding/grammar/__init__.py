@@ -1,7 +1,12 @@
 """Structured output: constraints (JSON schema, JSON object, regex, EBNF) compiled by xgrammar and applied
 as a per-row token mask inside the decoding batch."""
 
-from worker.decoding.grammar.compiler import Grammar, GrammarCompiler, GrammarError, GrammarTimeout
+from worker.decoding.grammar.compiler import (
+    Grammar,
+    GrammarCompiler,
+    GrammarError,
+    GrammarTimeout,
+)
 from worker.decoding.grammar.mask import GrammarMasker
 from worker.decoding.grammar.matcher import GrammarState
 
