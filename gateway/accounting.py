@@ -62,6 +62,10 @@ class Accounting:
             self.compute_tokens += event.compute_tokens
             self.worker_id = event.worker_id
 
+    def discard(self) -> None:
+        """A canned answer (MonsterAPI mock_response): no limits, no record, not even by the finalizer."""
+        self._finished = True
+
     def failure_status(self, error: SluiceError) -> str:
         """Refused before anything was generated (invalid, rate-limited, over a limit): `rejected`, billed
         zero tokens. A failure after tokens were produced, or a server fault: `error`."""

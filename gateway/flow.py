@@ -71,6 +71,7 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
             accounting.model = payload["model"]  # a rejected request is still attributed to its model
         parsed = dialect.parse(payload, route)
         if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
+            accounting.discard()
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
         parsed.model = state.router.resolve(parsed.model)
         accounting.model = parsed.model
