@@ -168,7 +168,8 @@ def test_disconnect_cancels_the_worker_request(server):
     with httpx.stream("POST", f"{server.url}/v1/completions", headers={"authorization": f"Bearer {server.api_key}"},
                       json={"model": MODEL, "prompt": "Count slowly:", "max_tokens": 2000, "stream": True,
                             "temperature": 0.7, "ignore_eos": True}, timeout=30) as response:
-        for line in response.iter_lines():
+        lines = response.iter_lines()  # keep the iterator: dropping it would close the connection early
+        for line in lines:
             if line.startswith("data: {"):
                 break
         assert wait_for_rows(worker, lambda rows: rows == 1)
