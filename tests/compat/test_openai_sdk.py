@@ -146,12 +146,14 @@ def test_chat_response_format_is_passed_to_the_worker(client):
         assert reply.choices[0].finish_reason in ("stop", "length")
 
 
-@pytest.mark.xfail(strict=False, reason="the grammar engine lands in the worker concurrently (issue 6, worker part)")
 def test_chat_json_object_output_is_json(client):
     reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Give a JSON object."}],
-                                           max_tokens=40, temperature=0, response_format={"type": "json_object"})
-    assert reply.choices[0].finish_reason == "stop"
-    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+                                           max_tokens=160, temperature=0, response_format={"type": "json_object"})
+    choice = reply.choices[0]
+    if choice.finish_reason == "stop":  # the grammar accepted: the content is a JSON object
+        assert isinstance(json.loads(choice.message.content), dict)
+    else:  # cut by max_tokens: the reply must say so
+        assert choice.finish_reason == "length" and choice.model_extra["incomplete"] is True
 
 
 # ---- errors and the cross-dialect rules ----

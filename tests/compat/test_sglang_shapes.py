@@ -117,7 +117,6 @@ def test_cumulative_stream_ends_with_done(running_sluice, greedy):
     assert indexes == {0, 1}
 
 
-@pytest.mark.xfail(strict=False, reason="the grammar engine lands in the worker concurrently")
 def test_regex_constrains_output(running_sluice):
     response = post(running_sluice, {"text": "Number:", "sampling_params": {"max_new_tokens": 4, "regex": "[0-9]+"}})
     assert response.status_code == 200, response.text
