@@ -105,24 +105,30 @@ def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
     return Router(path="/", route_handlers=[team_usage])
 
 
+async def _refuse_non_admin(authenticate: Authenticate, request: Request, message: str) -> Response | None:
+    """The error response for a caller who is not an authenticated admin, or None to go on."""
+    principal = await _principal(authenticate, request)
+    if isinstance(principal, Response):
+        return principal
+    if not getattr(principal, "is_admin", False):
+        return error(403, message, "permission_error")
+    return None
+
+
 def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
     @get("/admin/usage")
     async def admin_usage(request: Request) -> Response:
-        principal = await _principal(authenticate, request)
-        if isinstance(principal, Response):
-            return principal
-        if not getattr(principal, "is_admin", False):
-            return error(403, "admin usage needs an admin key", "permission_error")
+        refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
+        if refused is not None:
+            return refused
         team_id = request.query_params.get("team_id") or None
         return await _answer(ledger, request, team_id, ("day", "model", "key", "team", "none"), ("json", "csv"))
 
     @get("/admin/usage/records")
     async def admin_records(request: Request) -> Response:
-        principal = await _principal(authenticate, request)
-        if isinstance(principal, Response):
-            return principal
-        if not getattr(principal, "is_admin", False):
-            return error(403, "usage records need an admin key", "permission_error")
+        refused = await _refuse_non_admin(authenticate, request, "usage records need an admin key")
+        if refused is not None:
+            return refused
         try:
             start, end = parse_window(request.query_params)
         except UsageParamError as exc:

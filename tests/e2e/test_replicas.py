@@ -48,6 +48,18 @@ def admin(gateway, method: str, path: str, **body):
     return response.json()
 
 
+def fire(gateways, key: str, count: int, body: dict) -> list[httpx.Response]:
+    """`count` concurrent completions with `key`, alternating between the two gateways."""
+
+    async def all_at_once():
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await asyncio.gather(*(client.post(f"{gateways[i % 2].url}/v1/completions", json=body,
+                                                      headers={"authorization": f"Bearer {key}"})
+                                          for i in range(count)))
+
+    return asyncio.run(all_at_once())
+
+
 def team_key(gateway, name: str, **limits) -> str:
     team = admin(gateway, "POST", "/admin/teams", name=name, limits=limits)
     return admin(gateway, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
@@ -70,13 +82,7 @@ def test_revocation_through_one_gateway_is_seen_by_the_other_within_a_second(gat
 def test_rpm_holds_exactly_across_two_gateways(gateways):
     key = team_key(gateways[0], "rpm-team", rpm=50)
 
-    async def fire():
-        async with httpx.AsyncClient(timeout=120) as client:
-            calls = [client.post(f"{gateways[i % 2].url}/v1/completions", headers={"authorization": f"Bearer {key}"},
-                                 json={"model": MODEL, "prompt": "Hi", "max_tokens": 1}) for i in range(200)]
-            return await asyncio.gather(*calls)
-
-    responses = asyncio.run(fire())
+    responses = fire(gateways, key, 200, {"model": MODEL, "prompt": "Hi", "max_tokens": 1})
     statuses = [r.status_code for r in responses]
     assert statuses.count(200) == 50
     assert statuses.count(429) == 150
@@ -102,15 +108,9 @@ def test_concurrency_cap_is_never_exceeded_at_the_worker(gateways, worker):
     watcher = threading.Thread(target=watch)
     watcher.start()
 
-    async def fire():
-        async with httpx.AsyncClient(timeout=120) as client:
-            calls = [client.post(f"{gateways[i % 2].url}/v1/completions", headers={"authorization": f"Bearer {key}"},
-                                 json={"model": MODEL, "prompt": "Tell me a long story", "max_tokens": 24,
-                                       "temperature": 0}) for i in range(12)]
-            return await asyncio.gather(*calls)
-
     try:
-        responses = asyncio.run(fire())
+        responses = fire(gateways, key, 12, {"model": MODEL, "prompt": "Tell me a long story", "max_tokens": 24,
+                                             "temperature": 0})
     finally:
         stop.set()
         watcher.join()
@@ -122,13 +122,7 @@ def test_concurrency_cap_is_never_exceeded_at_the_worker(gateways, worker):
 def test_tpm_reservations_keep_the_total_within_the_limit(gateways):
     key = team_key(gateways[0], "tpm-team", tpm=400)
 
-    async def fire():
-        async with httpx.AsyncClient(timeout=120) as client:
-            calls = [client.post(f"{gateways[i % 2].url}/v1/completions", headers={"authorization": f"Bearer {key}"},
-                                 json={"model": MODEL, "prompt": "Hello", "max_tokens": 60}) for i in range(10)]
-            return await asyncio.gather(*calls)
-
-    responses = asyncio.run(fire())
+    responses = fire(gateways, key, 10, {"model": MODEL, "prompt": "Hello", "max_tokens": 60})
     admitted = [r.json() for r in responses if r.status_code == 200]
     assert admitted and len(admitted) < 10
     assert sum(r["usage"]["total_tokens"] for r in admitted) <= 400
