@@ -27,6 +27,7 @@ class Accounting:
         self.model = ""
         self.arrived = time.time()  # selects the price in force
         self.started = time.perf_counter()
+        self.dispatched = self.started  # set when admitted: what came before is the gateway's validation
         self.first_token: float | None = None
         self.ticket = None
         self.reached_worker = False
@@ -47,6 +48,7 @@ class Accounting:
         if self.state.limiter is not None and self.principal is not None:
             self.ticket = await self.state.admit(self.principal, parsed)
         self.reached_worker = True
+        self.dispatched = time.perf_counter()
 
     def observe(self, event: Event) -> None:
         if isinstance(event, Accepted):

@@ -99,7 +99,8 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         results = await _collect(streams, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
-        extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started)
+        extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
+                                         accounting.dispatched - accounting.started)
         return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
     except SluiceError as error:
         await accounting.finish(accounting.failure_status(error), error)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import pytest
 
 from tests.fixtures.servers import postgres_server, redis_server
@@ -19,3 +23,19 @@ def redis():
     """A real redis-server for the whole session; tests use distinct key prefixes or FLUSHDB."""
     with redis_server() as server:
         yield server
+
+
+def pytest_unconfigure(config):
+    """A leaked non-daemon thread (an unclosed aiosqlite connection, say) would keep the interpreter
+    from exiting and CI would hang until its time limit: name the threads and fail the run instead."""
+    deadline = 10.0
+    leaked = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for thread in leaked:
+        thread.join(timeout=deadline / max(1, len(leaked)))
+    leaked = [t for t in leaked if t.is_alive()]
+    if leaked:
+        names = ", ".join(f"{t.name} ({getattr(t, '_target', None)})" for t in leaked)
+        sys.stderr.write(f"\nleaked non-daemon threads kept the test process alive: {names}\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(3)

@@ -114,6 +114,10 @@ class PromptToken(msgspec.Struct):
     id: int
     text: str
     logprob: float | None  # None for the first prompt token
+    # the distribution that predicted this position: its top SamplingParams.logprobs entries and the
+    # SamplingParams.token_ids_logprob ids (None for the first token and when not asked for)
+    top_logprobs: list[TopLogprob] | None = None
+    token_ids_logprobs: list[TopLogprob] | None = None
 
 
 # ---- events, worker -> gateway, tagged by "type" ----
@@ -127,6 +131,8 @@ class Accepted(msgspec.Struct, tag="accepted"):
     seeds: list[int]  # one per returned choice
     prompt_details: list[PromptToken] | None = None
     prompt_text: str | None = None  # the prompt decoded, when the request asked for it (echo)
+    validation_time_s: float = 0.0  # tokenizing and checking the request in the worker
+    queue_time_s: float = 0.0  # from submission until the engine started its prefill
 
 
 class Token(msgspec.Struct, tag="token"):

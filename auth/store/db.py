@@ -16,6 +16,7 @@ import aiosqlite
 import asyncpg
 
 _POOL_SIZE = 4
+SQLITE_BUSY_TIMEOUT_S = 10.0
 _PG_LOCK_ID = 0x5A17_A0B1  # advisory lock serialising migrations and bootstrap across processes
 
 
@@ -77,9 +78,15 @@ class SqliteDatabase:
 
     @classmethod
     async def connect(cls, path: str) -> SqliteDatabase:
-        conn = await aiosqlite.connect(path, isolation_level=None)
-        for pragma in ("journal_mode=WAL", "busy_timeout=10000", "foreign_keys=ON", "synchronous=NORMAL"):
-            await conn.execute(f"PRAGMA {pragma}")
+        # timeout= installs the busy handler before the first statement: switching to WAL needs a lock
+        # that a concurrently starting process may hold for a moment.
+        conn = await aiosqlite.connect(path, isolation_level=None, timeout=SQLITE_BUSY_TIMEOUT_S)
+        try:
+            for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL"):
+                await conn.execute(f"PRAGMA {pragma}")
+        except BaseException:
+            await conn.close()  # an unclosed connection's thread would keep the process from exiting
+            raise
         return cls(conn)
 
     async def execute(self, sql: str, args: Sequence = ()) -> None:

@@ -46,12 +46,16 @@ class SqliteStore:
     async def open(cls, url: str) -> SqliteStore:
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(path, isolation_level=None)
-        await db.execute("PRAGMA journal_mode=WAL")
-        await db.execute("PRAGMA synchronous=FULL")  # the WAL segment is deleted once this commit returns
-        await db.execute("PRAGMA busy_timeout=10000")  # the auth package writes the same file
-        store = cls(db)
-        await store._migrate()
+        # timeout= is the busy handler from the first statement on: the auth package writes the same file.
+        db = await aiosqlite.connect(path, isolation_level=None, timeout=10.0)
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=FULL")  # the WAL segment is deleted once this commit returns
+            store = cls(db)
+            await store._migrate()
+        except BaseException:
+            await db.close()  # an unclosed connection's thread would keep the process from exiting
+            raise
         return store
 
     async def _migrate(self) -> None:

@@ -46,8 +46,10 @@ class Dialect:
     def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
         raise NotImplementedError
 
-    def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float) -> dict[str, str]:
-        """Extra headers of a non-streamed reply (TGI's x-compute-time and friends)."""
+    def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float,
+                         checked: float) -> dict[str, str]:
+        """Extra headers of a non-streamed reply (TGI's x-compute-time and friends); `elapsed` seconds since
+        the request arrived, `checked` of them spent in the gateway before it reached a worker."""
         return {}
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:

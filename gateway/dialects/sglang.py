@@ -285,15 +285,14 @@ class SGLang(Dialect):
             triple = (lambda lp, tid, piece: [lp, tid, piece if options.with_text else None])
             meta["output_token_logprobs"] = [triple(t.logprob, t.token_id, t.piece) for t in tokens]
             details = accepted.prompt_details if accepted and accepted.prompt_details else []
-            start = options.prompt_from or 0
-            meta["input_token_logprobs"] = [triple(p.logprob, p.id, p.text) for p in details[start:]]
+            details = details[options.prompt_from or 0:]
+            meta["input_token_logprobs"] = [triple(p.logprob, p.id, p.text) for p in details]
             if options.top:
-                meta["output_top_logprobs"] = [[triple(x.logprob, x.token_id, x.text) for x in t.top_logprobs or []]
-                                               for t in tokens]
-                meta["input_top_logprobs"] = [None] * len(details[start:])
+                meta["output_top_logprobs"] = [_triples(t.top_logprobs or [], triple) for t in tokens]
+                meta["input_top_logprobs"] = [_triples(p.top_logprobs, triple) for p in details]
             if options.token_ids:
                 meta["output_token_ids_logprobs"] = [_triples(t.token_ids_logprobs, triple) for t in tokens]
-                meta["input_token_ids_logprobs"] = [None] * len(details[start:])
+                meta["input_token_ids_logprobs"] = [_triples(p.token_ids_logprobs, triple) for p in details]
         if options.hidden:
             meta["hidden_states"] = [t.hidden_state for t in tokens if t.hidden_state is not None]
         return {"text": text, "output_ids": ids, "meta_info": meta}

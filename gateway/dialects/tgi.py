@@ -187,8 +187,6 @@ class TGI(Dialect):
         if options.details:
             details = self._sequence(best, result.accepted, options)
             del details["generated_text"]
-            if options.top_n:
-                details["top_tokens"] = [top_tokens(t) for t in best.tokens]
             if options.best_of > 1:
                 details["best_of_sequences"] = [self._sequence(c, result.accepted, options) for c in ranked[1:]]
             body["details"] = details
@@ -199,16 +197,25 @@ class TGI(Dialect):
         return {"generated_text": options.full_text + full_text(finish), "finish_reason": FINISH[finish.reason],
                 "generated_tokens": len(finish.token_ids), "seed": finish.seed if options.sampling else None,
                 "prefill": prefill(accepted) if options.prefill else [],
-                "tokens": token_list(choice.tokens, finish), **incomplete(finish)}
+                "tokens": token_list(choice.tokens, finish),
+                **({"top_tokens": [top_tokens(t) for t in choice.tokens]} if options.top_n else {}),
+                **incomplete(finish)}
 
-    def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float) -> dict[str, str]:
+    def response_headers(self, parsed: Parsed, results: list[Result], elapsed: float,
+                         checked: float) -> dict[str, str]:
+        """TGI's timing headers in milliseconds: validation (gateway checks + the worker's tokenizing),
+        queue (waiting for the engine), inference (the rest)."""
         done = results[0].done if results else None
+        accepted = results[0].accepted if results else None
         generated = done.completion_tokens if done else 0
-        millis = int(elapsed * 1000)
+        validation = checked + (accepted.validation_time_s if accepted else 0.0)
+        queue = accepted.queue_time_s if accepted else 0.0
+        inference = max(0.0, elapsed - validation - queue)
         return {"x-compute-type": "sluice", "x-compute-time": f"{elapsed:.3f}",
                 "x-compute-characters": str(len(parsed.requests[0].prompt or "")),
-                "x-total-time": str(millis), "x-validation-time": "0", "x-queue-time": "0",
-                "x-inference-time": str(millis), "x-time-per-token": str(millis // max(generated, 1)),
+                "x-total-time": _millis(elapsed), "x-validation-time": _millis(validation),
+                "x-queue-time": _millis(queue), "x-inference-time": _millis(inference),
+                "x-time-per-token": _millis(inference / max(generated, 1)),
                 "x-prompt-tokens": str(done.prompt_tokens if done else 0), "x-generated-tokens": str(generated)}
 
     async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
@@ -237,6 +244,10 @@ class TGI(Dialect):
 
     def stream_error(self, error: SluiceError) -> bytes:
         return sse(self.error_body(error)[1], space=False)
+
+
+def _millis(seconds: float) -> str:
+    return str(round(seconds * 1000))
 
 
 def stop_text(finish: Finish) -> str:

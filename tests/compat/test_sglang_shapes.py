@@ -80,6 +80,11 @@ def test_logprobs(running_sluice, greedy):
     assert [t[0][1] for t in meta["output_top_logprobs"]] == greedy["output_ids"][:3]
     assert meta["input_token_logprobs"][0][1] != chosen and len(meta["input_token_logprobs"]) == \
         meta["prompt_tokens"] - 1
+    inputs, input_tops = meta["input_token_logprobs"], meta["input_top_logprobs"]
+    assert len(input_tops) == len(inputs) and all(len(top) == 2 for top in input_tops)
+    for (logprob, token, _), top in zip(inputs, input_tops):
+        assert top[0][0] >= top[1][0] >= logprob or token in (top[0][1], top[1][1])  # the two most likely
+    assert [[t[1] for t in row] for row in meta["input_token_ids_logprobs"]] == [[chosen, 5]] * len(inputs)
     ids_logprobs = meta["output_token_ids_logprobs"][0]
     assert [t[1] for t in ids_logprobs] == [chosen, 5]
     # greedy with no processors: the requested id's logprob is the chosen token's logprob

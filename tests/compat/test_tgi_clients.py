@@ -45,6 +45,11 @@ def test_generate_details_and_headers(running_sluice, greedy):
     assert response.headers["x-generated-tokens"] == "8"
     assert int(response.headers["x-prompt-tokens"]) > 0
     assert float(response.headers["x-compute-time"]) > 0
+    timing = {name: int(response.headers[f"x-{name}-time"]) for name in ("total", "validation", "queue", "inference")}
+    assert timing["total"] > 0 and min(timing.values()) >= 0
+    # the three phases partition the total (each rounded to a millisecond on its own)
+    assert abs(timing["validation"] + timing["queue"] + timing["inference"] - timing["total"]) <= 2
+    assert int(response.headers["x-time-per-token"]) == pytest.approx(timing["inference"] / 8, abs=1)
 
 
 def test_compat_route_returns_array_and_streams(running_sluice, greedy):
@@ -96,7 +101,7 @@ def test_decoder_input_details_top_tokens_and_full_text(running_sluice, greedy):
 
 def test_best_of_returns_the_best_and_the_others(running_sluice):
     response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
-        "max_new_tokens": 6, "details": True, "best_of": 3, "do_sample": True}})
+        "max_new_tokens": 6, "details": True, "best_of": 3, "do_sample": True, "top_n_tokens": 2}})
     body = response.json()
     assert_tgi_schema(body, "GenerateResponse")
     details = body["details"]
@@ -106,6 +111,7 @@ def test_best_of_returns_the_best_and_the_others(running_sluice):
     for other in others:
         assert sum(t["logprob"] for t in other["tokens"]) <= best_score + 1e-4
         assert other["seed"] is not None and other["generated_tokens"] == len(other["tokens"])
+        assert len(other["top_tokens"]) == len(other["tokens"]) and all(len(t) == 2 for t in other["top_tokens"])
 
 
 def test_stop_sequence_is_kept_and_seed_reproduces(running_sluice, greedy):

@@ -29,7 +29,7 @@ from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import RequestState, Sequence
 from worker.loading import LoadedModel
-from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
+from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, TopLogprob, WorkerLoad
 
 log = structlog.get_logger(__name__)
 
@@ -57,10 +57,13 @@ class Engine:
     # ---- called from the HTTP side (any thread) ----
 
     def prepare(self, request: GenerateRequest) -> PreparedRequest:
-        return prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,
+        started = time.perf_counter()
+        prepared = prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,
                        max_context=self.runner.max_context, max_rows=self.max_rows, model_eos=self.model_eos,
                        embed=self.runner.embed, tokenize_bad_words=tokenize_bad_words,
                        compile_grammar=self.grammars.compile)
+        prepared.validation_s = time.perf_counter() - started
+        return prepared
 
     def submit(self, prepared: PreparedRequest, sink) -> None:
         if len(self.waiting) >= self.config.max_queue:
@@ -145,6 +148,7 @@ class Engine:
                 if deadline is not None and time.time() > deadline:
                     self._reject(state, "the request's deadline passed before it could start")
                     continue
+                state.queue_s = time.perf_counter() - state.submitted
                 self.prefilling = state
             state = self.prefilling
             prompt = state.prepared.prompt_ids
@@ -162,14 +166,26 @@ class Engine:
         start = state.prefilled
         ids = prepared.prompt_ids[start:start + chunk]
         embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:start + chunk]
-        want_prompt = prepared.request.params.prompt_logprobs
-        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=want_prompt)
-        if want_prompt:
-            following = torch.tensor(prepared.prompt_ids[start + 1:start + chunk + 1])
-            logprobs = torch.log_softmax(out.logits[: len(following)], dim=-1)
-            picked = logprobs.gather(1, following[:, None])[:, 0].tolist()
-            state.prompt_logprobs += picked
+        params = prepared.request.params
+        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs)
+        if params.prompt_logprobs:
+            self._record_prompt_logprobs(state, out.logits, start, chunk)
         state.prefilled += chunk
+
+    def _record_prompt_logprobs(self, state: RequestState, logits: torch.Tensor, start: int, chunk: int) -> None:
+        """Position i's logits predict prompt token i+1: its logprob, and what SGLang and TGI can also ask
+        for about that distribution (the top N and a list of chosen ids)."""
+        prepared = state.prepared
+        params = prepared.request.params
+        following = torch.tensor(prepared.prompt_ids[start + 1:start + chunk + 1])
+        logprobs = torch.log_softmax(logits[: len(following)].float(), dim=-1)
+        state.prompt_logprobs += logprobs.gather(1, following[:, None])[:, 0].tolist()
+        if params.logprobs:
+            values, indices = logprobs.topk(min(params.logprobs, logprobs.shape[-1]), dim=-1)
+            state.prompt_top += [list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
+        wanted = [t for t in params.token_ids_logprob if 0 <= t < logprobs.shape[-1]]
+        if wanted:
+            state.prompt_ids_logprobs += logprobs[:, wanted].tolist()
 
     def _start(self, state: RequestState) -> None:
         prepared = state.prepared
@@ -197,18 +213,29 @@ class Engine:
             if prompt_text is None:
                 prompt_text = self.tokenizer.decode(prepared.prompt_ids, skip_special_tokens=False)
         state.sink([Accepted(len(prepared.prompt_ids), prepared.prompt_ids, prepared.seeds[: prepared.returned],
-                             self._prompt_details(state), prompt_text)])
+                             self._prompt_details(state), prompt_text, validation_time_s=prepared.validation_s,
+                             queue_time_s=state.queue_s)])
 
     def _prompt_details(self, state: RequestState) -> list[PromptToken] | None:
         prepared = state.prepared
-        if not prepared.request.params.prompt_logprobs:
+        params = prepared.request.params
+        if not params.prompt_logprobs:
             return None
-        ids = prepared.prompt_ids
-        logprobs = [None, *state.prompt_logprobs]
-        logprobs += [None] * (len(ids) - len(logprobs))
-        first = prepared.request.params.prompt_logprobs_start
-        return [PromptToken(token, self.tokenizer.decode([token]), logprobs[i] if i >= first else None)
-                for i, token in enumerate(ids)]
+        piece = self._piece
+        wanted = [t for t in params.token_ids_logprob if 0 <= t < self.runner.vocab_size]
+        details = [PromptToken(token, piece(token), None) for token in prepared.prompt_ids]
+        for i in range(max(1, params.prompt_logprobs_start), len(details)):
+            detail, before = details[i], i - 1  # the logits of position i-1 predicted token i
+            detail.logprob = state.prompt_logprobs[before]
+            if state.prompt_top:
+                detail.top_logprobs = [TopLogprob(t, lp, piece(t)) for t, lp in state.prompt_top[before]]
+            if state.prompt_ids_logprobs:
+                detail.token_ids_logprobs = [TopLogprob(t, lp, piece(t))
+                                             for t, lp in zip(wanted, state.prompt_ids_logprobs[before])]
+        return details
+
+    def _piece(self, token: int) -> str:
+        return self.tokenizer.decode([token])
 
     def _decode_step(self) -> None:
         rows = self.rows

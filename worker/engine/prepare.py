@@ -33,6 +33,7 @@ class PreparedRequest:
     eos_token_ids: list[int]
     bad_word_ids: list[list[int]]
     grammar: object = None  # worker.decoding.grammar.Grammar when the request is constrained
+    validation_s: float = 0.0  # how long prepare() took
 
 
 def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,8 +36,12 @@ class RequestState:
     sequences: list[Sequence] = field(default_factory=list)
     prefilled: int = 0  # prompt positions written to the cache so far
     prompt_logprobs: list[float] = field(default_factory=list)  # of prompt tokens 1..L-1
+    prompt_top: list[list] = field(default_factory=list)  # per prompt token 1..L-1: [(id, logprob)], top N
+    prompt_ids_logprobs: list[list[float]] = field(default_factory=list)  # per token 1..L-1: requested ids
     last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
     beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
+    submitted: float = field(default_factory=time.perf_counter)
+    queue_s: float = 0.0  # waited before its prefill started
     cancelled: bool = False
     deadline_missed: bool = False
     done: bool = False

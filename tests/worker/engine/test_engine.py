@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import generate, request, submit
 from worker.engine.prepare import RequestError
 
@@ -135,6 +136,27 @@ def test_prompt_logprobs_match_a_full_forward(engine, smol):
     assert details[0].logprob is None
     assert [d.id for d in details] == ids
     assert torch.allclose(torch.tensor([d.logprob for d in details[1:]]), expected, atol=1e-4)
+    assert details[0].top_logprobs is None and details[1].top_logprobs is None
+
+
+def test_prompt_top_and_requested_logprobs_match_a_full_forward(engine, smol):
+    prompt = "The quick brown fox jumps over the lazy dog"
+    ids = smol.tokenizer(prompt).input_ids
+    asked = [ids[2], 5, smol.tokenizer.vocab_size + 10]  # the last is outside the vocabulary: skipped
+    run = generate(engine, prompt, max_tokens=1, temperature=0, prompt_logprobs=True, prompt_logprobs_start=2,
+                   logprobs=3, token_ids_logprob=asked)
+    details = run.accepted.prompt_details
+    with torch.inference_mode():
+        expected = torch.log_softmax(smol.model(torch.tensor([ids])).logits[0].float(), -1)
+    assert all(d.logprob is None and d.top_logprobs is None and d.token_ids_logprobs is None for d in details[:2])
+    for position, detail in enumerate(details[2:], start=2):
+        row = expected[position - 1]  # the logits that predicted this position
+        top = row.topk(3)
+        assert [t.token_id for t in detail.top_logprobs] == top.indices.tolist()
+        assert torch.allclose(torch.tensor([t.logprob for t in detail.top_logprobs]), top.values, atol=1e-4)
+        assert detail.top_logprobs[0].text == smol.tokenizer.decode([top.indices[0].item()])
+        assert [t.token_id for t in detail.token_ids_logprobs] == asked[:2]
+        assert torch.allclose(torch.tensor([t.logprob for t in detail.token_ids_logprobs]), row[asked[:2]], atol=1e-4)
 
 
 def test_logprobs_and_top_alternatives(engine):
@@ -231,3 +253,14 @@ def test_rows_move_after_the_cache_grew(engine, smol):
     assert first.wait().finishes[0].reason in ("length", "eos_token")
     assert second.wait().finishes[0].token_ids == reference(smol, "The capital of France is", 30)
     assert not [e for e in first.events + second.events if type(e).__name__ == "Error"]
+
+
+def test_accepted_reports_validation_and_queue_time(smol):
+    """With one row, a request submitted behind another cannot start before the first finishes: it
+    reports the wait as queue time, and every request reports how long its own validation took."""
+    with running_engine(smol, "queue-test", max_batch_size=1, max_context=512) as single:
+        first = submit(single, request("Count slowly:", max_tokens=24, temperature=0, ignore_eos=True))
+        second = submit(single, request("Then", max_tokens=1, temperature=0))
+        first.wait(), second.wait()
+    assert first.accepted.validation_time_s > 0 and second.accepted.validation_time_s > 0
+    assert second.accepted.queue_time_s > first.accepted.queue_time_s
