@@ -53,6 +53,7 @@ class Accounting:
     def observe(self, event: Event) -> None:
         if isinstance(event, Accepted):
             self.accepted_prompt_tokens += event.prompt_tokens
+            self.worker_id = event.worker_id or self.worker_id
         elif isinstance(event, Token):
             if self.first_token is None:
                 self.first_token = time.perf_counter()
@@ -62,7 +63,7 @@ class Accounting:
             self.prompt_tokens += event.prompt_tokens
             self.completion_tokens += event.completion_tokens
             self.compute_tokens += event.compute_tokens
-            self.worker_id = event.worker_id
+            self.worker_id = event.worker_id or self.worker_id
 
     def discard(self) -> None:
         """A canned answer (MonsterAPI mock_response): no limits, no record, not even by the finalizer."""

@@ -133,6 +133,7 @@ class Accepted(msgspec.Struct, tag="accepted"):
     prompt_text: str | None = None  # the prompt decoded, when the request asked for it (echo)
     validation_time_s: float = 0.0  # tokenizing and checking the request in the worker
     queue_time_s: float = 0.0  # from submission until the engine started its prefill
+    worker_id: str = ""  # also on Done; here too so a stream cut before Done is still attributed
 
 
 class Token(msgspec.Struct, tag="token"):

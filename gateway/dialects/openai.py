@@ -8,6 +8,7 @@ Streams are OpenAI chunks (which carry Friendli's `token` too), or Friendli's le
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ from gateway.dialects.friendli_fields import (
     sampling_params,
 )
 from gateway.dialects.friendli_legacy import legacy_stream
-from worker.protocol import Accepted, Done, Event, Finish, GenerateRequest, Token
+from worker.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "cancelled": "stop", "error": "stop"}
@@ -97,6 +98,8 @@ class OpenAICompletions(OpenAIFamily):
         params = sampling_params(body, default_max_tokens=None if self.friendli else 16,
                                  max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
         echo = bool(body.echo)
+        # OpenAI's echo with logprobs scores the prompt too (how evaluation harnesses compute likelihoods)
+        params.prompt_logprobs = echo and params.logprobs is not None
         until = deadline(body.timeout_microseconds)
         requests = [GenerateRequest(request_id="", model=model, prompt=text, prompt_ids=ids, params=params,
                                     return_prompt_text=echo, deadline_unix=until, stream=bool(body.stream),
@@ -124,10 +127,13 @@ class OpenAICompletions(OpenAIFamily):
     def _choice(self, index: int, choice: Choice, accepted: Accepted, options: Options) -> dict:
         finish = choice.finish
         prefix = accepted.prompt_text if options.echo and accepted.prompt_text else ""
+        logprobs = None
+        if options.logprobs is not None:
+            logprobs = completion_logprobs(choice.tokens, len(prefix))
+            if options.echo:
+                logprobs = joined(prompt_logprobs(accepted.prompt_details or []), logprobs)
         body = {"index": index, "text": prefix + finish.text, "seed": finish.seed, "tokens": finish.token_ids,
-                "finish_reason": FINISH[finish.reason],
-                "logprobs": completion_logprobs(choice.tokens, len(prefix)) if options.logprobs is not None else None,
-                **incomplete(finish)}
+                "finish_reason": FINISH[finish.reason], "logprobs": logprobs, **incomplete(finish)}
         if any(t.logits is not None for t in choice.tokens):  # Friendli include_output_logits
             body["logits"] = [t.logits for t in choice.tokens]
         return body
@@ -145,9 +151,10 @@ class OpenAICompletions(OpenAIFamily):
         async for prompt_index, event in events:
             base = prompt_index * options.n
             if isinstance(event, Accepted) and options.echo and event.prompt_text:
+                logprobs = None if options.logprobs is None else prompt_logprobs(event.prompt_details or [])
                 for i in range(options.n):
                     yield sse({**head, "choices": [{"index": base + i, "text": event.prompt_text,
-                                                    "finish_reason": None, "logprobs": None}]})
+                                                    "finish_reason": None, "logprobs": logprobs}]})
             elif isinstance(event, Token):
                 choice = {"index": base + event.index, "text": event.text, "token": event.token_id,
                           "finish_reason": None, "logprobs": None}
@@ -176,6 +183,19 @@ def completion_logprobs(tokens: list[Token], offset: int) -> dict:
         offsets.append(position)
         position += len(piece)
     return {"tokens": pieces, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+def prompt_logprobs(details: list[PromptToken]) -> dict:
+    """The echoed prompt in the same layout; its first token has no logprob (nothing predicts it)."""
+    pieces = [d.text for d in details]
+    offsets = list(itertools.accumulate((len(p) for p in pieces[:-1]), initial=0)) if pieces else []
+    tops = [{top.text: top.logprob for top in d.top_logprobs} if d.top_logprobs else None for d in details]
+    return {"tokens": pieces, "token_logprobs": [d.logprob for d in details], "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+def joined(first: dict, second: dict) -> dict:
+    return {key: first[key] + second[key] for key in first}
 
 
 def stream_end(head: dict, dones: list[Done], include_usage: bool) -> list[bytes]:

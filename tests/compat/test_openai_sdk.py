@@ -43,13 +43,34 @@ def test_completion_n_seed_logprobs_echo(client):
     reply = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=6, n=2, seed=11, temperature=0.9,
                                       logprobs=2, echo=True)
     assert [c.index for c in reply.choices] == [0, 1]
+    prompt_tokens = reply.usage.prompt_tokens  # one prompt, shared by both choices
     for choice in reply.choices:
         assert choice.text.startswith("The sky is")
-        assert len(choice.logprobs.tokens) == len(choice.model_extra["tokens"])
-        assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs)
+        # echo with logprobs covers the prompt, then the completion (OpenAI's behaviour)
+        assert len(choice.logprobs.tokens) == prompt_tokens + len(choice.model_extra["tokens"])
+        assert choice.logprobs.token_logprobs[0] is None and choice.logprobs.top_logprobs[0] is None
+        assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs[1:])
+        assert choice.logprobs.text_offset == sorted(choice.logprobs.text_offset)
+    assert reply.choices[0].logprobs.token_logprobs[:prompt_tokens] == \
+        reply.choices[1].logprobs.token_logprobs[:prompt_tokens]
     again = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=6, n=2, seed=11, temperature=0.9)
     assert [c.text for c in again.choices] == [c.text[len("The sky is"):] for c in reply.choices]
     assert reply.usage.completion_tokens == sum(len(c.model_extra["tokens"]) for c in reply.choices)
+
+
+def test_echo_logprobs_score_the_prompt_like_tgi_prefill(client, running_sluice):
+    prompt = "The quick brown fox jumps over the lazy dog"
+    reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=True)
+    scored = reply.choices[0].logprobs
+    prefill = post(running_sluice, "/generate", {"inputs": prompt, "parameters": {
+        "max_new_tokens": 1, "details": True, "decoder_input_details": True}}).json()["details"]["prefill"]
+    assert scored.tokens[:len(prefill)] == [p["text"] for p in prefill]
+    assert scored.token_logprobs[0] is None and prefill[0]["logprob"] is None
+    assert scored.token_logprobs[1:len(prefill)] == pytest.approx([p["logprob"] for p in prefill[1:]], abs=1e-4)
+    streamed = post(running_sluice, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1,
+                                                         "temperature": 0, "logprobs": 1, "echo": True, "stream": True})
+    first = sse_payloads(streamed)[0]["choices"][0]
+    assert first["text"] == prompt and first["logprobs"]["tokens"] == scored.tokens[:len(prefill)]
 
 
 def test_completion_stop_is_excluded_and_finish_reason_stop(client):

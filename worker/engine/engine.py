@@ -214,7 +214,7 @@ class Engine:
                 prompt_text = self.tokenizer.decode(prepared.prompt_ids, skip_special_tokens=False)
         state.sink([Accepted(len(prepared.prompt_ids), prepared.prompt_ids, prepared.seeds[: prepared.returned],
                              self._prompt_details(state), prompt_text, validation_time_s=prepared.validation_s,
-                             queue_time_s=state.queue_s)])
+                             queue_time_s=state.queue_s, worker_id=self.worker_id)])
 
     def _prompt_details(self, state: RequestState) -> list[PromptToken] | None:
         prepared = state.prepared
