@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from worker.engine.kv_cache import KVCache
-from worker.engine.layers import FusedLayer, fuse_layer, rms_norm, rotate
+from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
 
 _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
+_HEAD_CHUNK = 2048  # vocabulary rows per slice of the output projection (bench: 1024-2048 best)
 
 
 class UnsupportedModel(RuntimeError):
@@ -57,6 +58,8 @@ class ModelRunner:
         self.fused: list[FusedLayer] = [fuse_layer(layer, self.heads, self.kv_heads, self.head_dim)
                                         for layer in self.layers]
         self._positions = torch.arange(self.max_context, device=self.device)
+        plain_head = type(self.lm_head) is torch.nn.Linear and self.lm_head.bias is None
+        self._head_chunks = self.lm_head.weight.split(_HEAD_CHUNK) if plain_head else None
         self._rope_table = None if getattr(self.rotary, "rope_type", "default") in _DYNAMIC_ROPE else \
             self._rotary_table()
 
@@ -137,8 +140,19 @@ class ModelRunner:
             hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
                                  keys[:rows, :, :longest], values[:rows, :, :longest])
         hidden = rms_norm(self.final_norm, hidden)[:, 0]
-        logits = self.lm_head(hidden).float()
+        logits = self._head(hidden).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The vocabulary projection of decode rows. Its weight (vocab x hidden) is the largest matrix;
+        at 4+ rows, slices of it that stay in cache run ~20% faster than one GEMM, with identical
+        results (each logit is still one dot product over the hidden size)."""
+        if self._head_chunks is None or hidden.shape[0] < 4:
+            return self.lm_head(hidden)
+        logits = torch.empty(hidden.shape[0], self.lm_head.weight.shape[0], dtype=hidden.dtype, device=hidden.device)
+        for index, chunk in enumerate(self._head_chunks):
+            torch.mm(hidden, chunk.t(), out=logits[:, index * _HEAD_CHUNK:index * _HEAD_CHUNK + chunk.shape[0]])
+        return logits
 
     def _layer(self, fused: FusedLayer, layer, hidden, rope, mask, write, keys, values) -> torch.Tensor:
         attention = layer.self_attn
@@ -157,10 +171,13 @@ class ModelRunner:
                                    attention.k_norm(query_key[:, :, heads:])], dim=2)
         query_key = rotate(query_key, *rope)  # q and k rotated together: [B, L, heads + kv_heads, D]
         write(query_key[:, :, heads:], value)
-        query = query_key[:, :, :heads].transpose(1, 2)
-        out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True,
-                                             scale=getattr(attention, "scaling", None))
-        out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
+        scale = getattr(attention, "scaling", None)
+        if length == 1 and batch > 1:
+            out = decode_attention(query_key[:, :, :heads], keys, values, mask, scale or head_dim ** -0.5)
+        else:
+            query = query_key[:, :, :heads].transpose(1, 2)
+            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True, scale=scale)
+            out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
         hidden = hidden + attention.o_proj(out)
         normed = rms_norm(layer.post_attention_layernorm, hidden)
         if fused.gate_up is None:
