@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import torch
+
+# run as a script, this file's folder comes first on sys.path and bench/worker.py would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from worker.engine.engine import Engine
 from worker.loading import load_model
