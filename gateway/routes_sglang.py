@@ -11,7 +11,8 @@ import msgspec
 from litestar import Request, Response, get, post
 
 from gateway.dialects.base import check, convert, documented
-from gateway.dialects.sglang import SGLANG, BodyInvalid, SGLangBody
+from gateway.dialects.sglang import SGLANG
+from gateway.dialects.sglang_request import BodyInvalid, SGLangBody
 from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 from gateway.flow import error_response, read_json
 from gateway.proxy import stream_events

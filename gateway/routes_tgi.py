@@ -15,14 +15,8 @@ from litestar.response import Stream
 
 from gateway import metrics
 from gateway.dialects.base import documented
-from gateway.dialects.sglang import (
-    SGLANG,
-    SGLANG_KEYS,
-    BodyInvalid,
-    SGLangBody,
-    SGLangOutput,
-    sglang_error,
-)
+from gateway.dialects.sglang import SGLANG, SGLangOutput, sglang_error
+from gateway.dialects.sglang_request import SGLANG_KEYS, BodyInvalid, SGLangBody
 from gateway.dialects.tgi import MAX_BEST_OF, MAX_STOP_SEQUENCES, TGI, GenerateBody
 from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 from gateway.flow import error_response, handle_generation, read_json

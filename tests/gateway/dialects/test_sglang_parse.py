@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dialects.sglang import SGLANG, BodyInvalid
+from gateway.dialects.sglang import SGLANG
+from gateway.dialects.sglang_request import BodyInvalid
 from gateway.errors import UpstreamFailed, ValidationFailed
 
 
