@@ -172,26 +172,22 @@ class OpenAICompletions(OpenAIFamily):
 
 
 def completion_logprobs(tokens: list[Token], offset: int) -> dict:
-    """OpenAI completions layout: parallel arrays over the generated tokens."""
-    pieces, logprobs, tops, offsets = [], [], [], []
-    position = offset
-    for token in tokens:
-        piece = token.piece if token.piece is not None else token.text
-        pieces.append(piece)
-        logprobs.append(token.logprob)
-        tops.append({top.text: top.logprob for top in token.top_logprobs} if token.top_logprobs else None)
-        offsets.append(position)
-        position += len(piece)
-    return {"tokens": pieces, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets}
+    """OpenAI completions layout over the generated tokens, their text starting at character `offset`."""
+    return _logprob_layout([t.piece if t.piece is not None else t.text for t in tokens],
+                           [t.logprob for t in tokens], [t.top_logprobs for t in tokens], offset)
 
 
 def prompt_logprobs(details: list[PromptToken]) -> dict:
     """The echoed prompt in the same layout; its first token has no logprob (nothing predicts it)."""
-    pieces = [d.text for d in details]
-    offsets = list(itertools.accumulate((len(p) for p in pieces[:-1]), initial=0)) if pieces else []
-    tops = [{top.text: top.logprob for top in d.top_logprobs} if d.top_logprobs else None for d in details]
-    return {"tokens": pieces, "token_logprobs": [d.logprob for d in details], "top_logprobs": tops,
-            "text_offset": offsets}
+    return _logprob_layout([d.text for d in details], [d.logprob for d in details],
+                           [d.top_logprobs for d in details], 0)
+
+
+def _logprob_layout(pieces: list[str], logprobs: list, tops: list, offset: int) -> dict:
+    """Parallel arrays: token texts, their logprobs, {text: logprob} alternatives, character offsets."""
+    offsets = list(itertools.accumulate((len(p) for p in pieces[:-1]), initial=offset)) if pieces else []
+    alternatives = [{x.text: x.logprob for x in top} if top else None for top in tops]
+    return {"tokens": pieces, "token_logprobs": logprobs, "top_logprobs": alternatives, "text_offset": offsets}
 
 
 def joined(first: dict, second: dict) -> dict:

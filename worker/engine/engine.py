@@ -24,12 +24,12 @@ from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.stops import StopMatcher
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
-from worker.engine.outputs import StepEvents, finish_event, token_event
+from worker.engine.outputs import StepEvents, finish_event, requested_ids, token_event, with_pieces
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import RequestState, Sequence
 from worker.loading import LoadedModel
-from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, TopLogprob, WorkerLoad
+from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
 
 log = structlog.get_logger(__name__)
 
@@ -183,9 +183,9 @@ class Engine:
         if params.logprobs:
             values, indices = logprobs.topk(min(params.logprobs, logprobs.shape[-1]), dim=-1)
             state.prompt_top += [list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
-        wanted = [t for t in params.token_ids_logprob if 0 <= t < logprobs.shape[-1]]
+        wanted = requested_ids(params.token_ids_logprob, logprobs.shape[-1])
         if wanted:
-            state.prompt_ids_logprobs += logprobs[:, wanted].tolist()
+            state.prompt_ids_logprobs += [list(zip(wanted, row)) for row in logprobs[:, wanted].tolist()]
 
     def _start(self, state: RequestState) -> None:
         prepared = state.prepared
@@ -221,21 +221,15 @@ class Engine:
         params = prepared.request.params
         if not params.prompt_logprobs:
             return None
-        piece = self._piece
-        wanted = [t for t in params.token_ids_logprob if 0 <= t < self.runner.vocab_size]
-        details = [PromptToken(token, piece(token), None) for token in prepared.prompt_ids]
+        details = [PromptToken(token, self.tokenizer.decode([token]), None) for token in prepared.prompt_ids]
         for i in range(max(1, params.prompt_logprobs_start), len(details)):
             detail, before = details[i], i - 1  # the logits of position i-1 predicted token i
             detail.logprob = state.prompt_logprobs[before]
             if state.prompt_top:
-                detail.top_logprobs = [TopLogprob(t, lp, piece(t)) for t, lp in state.prompt_top[before]]
+                detail.top_logprobs = with_pieces(state.prompt_top[before], self.tokenizer)
             if state.prompt_ids_logprobs:
-                detail.token_ids_logprobs = [TopLogprob(t, lp, piece(t))
-                                             for t, lp in zip(wanted, state.prompt_ids_logprobs[before])]
+                detail.token_ids_logprobs = with_pieces(state.prompt_ids_logprobs[before], self.tokenizer)
         return details
-
-    def _piece(self, token: int) -> str:
-        return self.tokenizer.decode([token])
 
     def _decode_step(self) -> None:
         rows = self.rows

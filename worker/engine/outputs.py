@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from worker.engine.sequence import RequestState, Sequence
 from worker.protocol import Event, Finish, SamplingParams, Token, TopLogprob
 
@@ -28,16 +30,26 @@ def token_event(row: Sequence, token: int, delta: str, choice, position: int, ou
         event.piece = tokenizer.decode([token])
         top = choice.top_logprobs[position]
         if top is not None:
-            event.top_logprobs = [TopLogprob(t, lp, tokenizer.decode([t])) for t, lp in top]
-    if params.token_ids_logprob:  # the model's own distribution; ids outside the vocabulary are skipped
+            event.top_logprobs = with_pieces(top, tokenizer)
+    if params.token_ids_logprob:  # the model's own distribution
         logprobs = out.logits[position].float().log_softmax(dim=-1)
-        event.token_ids_logprobs = [TopLogprob(t, logprobs[t].item(), tokenizer.decode([t]))
-                                    for t in params.token_ids_logprob if 0 <= t < logprobs.shape[-1]]
+        wanted = requested_ids(params.token_ids_logprob, logprobs.shape[-1])
+        event.token_ids_logprobs = with_pieces(zip(wanted, logprobs[wanted].tolist()), tokenizer)
     if params.return_hidden_states and out.hidden is not None:
         event.hidden_state = out.hidden[position].tolist()
     if params.include_output_logits:
         event.logits = out.logits[position].tolist()
     return event
+
+
+def requested_ids(ids: list[int], vocab: int) -> list[int]:
+    """The ids of SamplingParams.token_ids_logprob inside the vocabulary; the others are skipped."""
+    return [t for t in ids if 0 <= t < vocab]
+
+
+def with_pieces(pairs: Iterable[tuple[int, float]], tokenizer) -> list[TopLogprob]:
+    """(token id, logprob) pairs as TopLogprob entries, each token decoded on its own."""
+    return [TopLogprob(t, lp, tokenizer.decode([t])) for t, lp in pairs]
 
 
 def finish_event(row: Sequence, index: int) -> Finish:

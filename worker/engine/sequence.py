@@ -37,7 +37,7 @@ class RequestState:
     prefilled: int = 0  # prompt positions written to the cache so far
     prompt_logprobs: list[float] = field(default_factory=list)  # of prompt tokens 1..L-1
     prompt_top: list[list] = field(default_factory=list)  # per prompt token 1..L-1: [(id, logprob)], top N
-    prompt_ids_logprobs: list[list[float]] = field(default_factory=list)  # per token 1..L-1: requested ids
+    prompt_ids_logprobs: list[list] = field(default_factory=list)  # per token 1..L-1: [(requested id, logprob)]
     last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
     beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
     submitted: float = field(default_factory=time.perf_counter)
