@@ -8,7 +8,7 @@ validated and normalised by the dialect layer: the worker re-checks only what ne
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -225,6 +225,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_queue: int = 256  # waiting requests before the worker answers "overloaded"
     replicas: int = 1  # local worker processes
     grammar_compile_timeout_s: float = 10.0  # structured output: a slower constraint compile is refused (422)
+    # while beam requests run beside ordinary ones, the ordinary rows keep this share of the speed they
+    # would have alone (beam rows sit out some steps); 0 = beam rows join every step
+    ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.75
     urls: list[str] = []  # remote workers instead of local ones
 
 

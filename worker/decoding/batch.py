@@ -46,6 +46,7 @@ class DecodingBatch:
         self._params: BatchParams | None = None
         self._logprob_scores: torch.Tensor | None = None
         self._grammar_masker: GrammarMasker | None = None
+        self._prefixes: dict[int, DecodingBatch] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -62,6 +63,21 @@ class DecodingBatch:
         self.rows.append(state)
         self.tensors.add(state)
         self._params = None
+        self._prefixes = {}
+
+    def prefix(self, count: int) -> DecodingBatch:
+        """The first `count` rows as a batch of their own for a step that leaves the others out. It
+        shares their state: `process`, `choose` and `append` on it advance those rows here too. Valid
+        until this batch's composition changes (add, reorder)."""
+        if count == len(self.rows):
+            return self
+        view = self._prefixes.get(count)
+        if view is None:
+            view = DecodingBatch(self.vocab_size, self.device)
+            view.rows = self.rows[:count]
+            view.tensors = self.tensors.prefix(count)
+            self._prefixes[count] = view
+        return view
 
     def filter(self, keep: list[int]) -> None:
         """Keep the rows at these positions (current order), drop the rest."""
@@ -77,6 +93,7 @@ class DecodingBatch:
             used.add(i)
         self.rows = rows
         self._params = None
+        self._prefixes = {}
         self.tensors.reorder(torch.tensor(index, dtype=torch.long, device=self.device), self.params)
         self._logprob_scores = None
 

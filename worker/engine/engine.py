@@ -2,9 +2,10 @@
 
 Each iteration: apply submissions and cancellations, prefill waiting prompts within the token budget
 (the prompt minus its last token goes into the cache; a request with several candidates is
-prefilled once and its cache rows copied), then one decode step for every running row. A row
-always feeds exactly one token per step, so a freshly prefilled row simply joins the next step.
-Rows 0..B-1 of the cache, the decoding batch and `self.rows` always line up.
+prefilled once and its cache rows copied), then one decode step for the running rows: every row, or
+only the ordinary ones while beam rows sit a step out (beam_budget.py). A stepping row feeds exactly
+one token, so a freshly prefilled row simply joins the next step. Rows 0..B-1 of the cache, the
+decoding batch and `self.rows` always line up, ordinary rows first (slots.py).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.stops import StopMatcher
+from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
 from worker.engine.outputs import StepEvents, finish_event, requested_ids, token_event, with_pieces
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import RequestState, Sequence
+from worker.engine.slots import compacted_order, joining_swaps
 from worker.loading import LoadedModel
 from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
 
@@ -51,6 +54,7 @@ class Engine:
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.by_id: dict[str, RequestState] = {}
         self.steps = 0
+        self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
@@ -192,6 +196,7 @@ class Engine:
         params = prepared.request.params
         state.beam = new_beam_search(state)
         slot = len(self.rows)
+        ordinary = self._ordinary_rows()
         for extra in range(1, prepared.candidates):
             self.runner.cache.move(slot, slot + extra, state.prefilled)
         for candidate in range(prepared.candidates):
@@ -205,6 +210,8 @@ class Engine:
             self.rows.append(sequence)
             self.batch.add(RowSpec(row_params(params), prepared.prompt_ids, seed, prepared.eos_token_ids,
                                    prepared.bad_word_ids, grammar=prepared.grammar))
+        if state.beam is None:
+            self._move_ahead_of_beams(ordinary, slot)
         if prepared.prompt_embeds is not None:
             state.last_embed = prepared.prompt_embeds[-1]
         prompt_text = None
@@ -231,35 +238,64 @@ class Engine:
                 detail.token_ids_logprobs = with_pieces(state.prompt_ids_logprobs[before], self.tokenizer)
         return details
 
+    def _ordinary_rows(self) -> int:
+        """How many rows lead the batch before the first beam row."""
+        return next((i for i, row in enumerate(self.rows) if row.request.beam is not None), len(self.rows))
+
+    def _move_ahead_of_beams(self, ordinary: int, first_new: int) -> None:
+        """Rows just added at first_new.. trade slots with beam rows so ordinary rows stay a prefix."""
+        swaps = joining_swaps(ordinary, first_new, len(self.rows))
+        if not swaps:
+            return
+        order = list(range(len(self.rows)))
+        for first, second in swaps:
+            length = max(self.rows[first].length, self.rows[second].length)
+            self.runner.cache.swap(first, second, length)
+            order[first], order[second] = second, first
+        self.rows = [self.rows[i] for i in order]
+        self.batch.reorder(order)
+
     def _decode_step(self) -> None:
-        rows = self.rows
+        ordinary = self._ordinary_rows()
+        mixed = 0 < ordinary < len(self.rows)
+        full = not mixed or self.beam_budget.full_step()
+        started = time.perf_counter()
+        self._step(len(self.rows) if full else ordinary)
+        if mixed:
+            self.beam_budget.record(full, time.perf_counter() - started)
+
+    def _step(self, count: int) -> None:
+        """One token for each of the first `count` rows (all of them, or the ordinary ones)."""
+        rows = self.rows[:count]
+        batch = self.batch.prefix(count)
         want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
         overrides = {i: r.request.last_embed for i, r in enumerate(rows)
                      if not r.output_ids and r.request.last_embed is not None}
         out = self.runner.decode([r.next_input for r in rows], [r.length for r in rows],
                                  want_hidden=want_hidden, embeds_override=overrides)
-        scores = self.batch.process(prenormalize(rows, out.logits))
-        choice = self.batch.choose(scores)
-        step_beams(rows, scores, self.batch, self.runner.cache, choice.tokens)  # beam rows: reorder, own tokens
-        self.batch.append(choice.tokens)
+        scores = batch.process(prenormalize(rows, out.logits))
+        choice = batch.choose(scores)
+        step_beams(rows, scores, batch, self.runner.cache, choice.tokens)  # beam rows: reorder, own tokens
+        batch.append(choice.tokens)
         self.steps += 1
         events = StepEvents()
-        now = time.time()
         for i, row in enumerate(rows):
             row.length += 1
             if row.request.beam is None:  # beams stay private until the search ends
                 self._advance(i, row, choice, out, events)
+        now = time.time()
+        for row in self.rows:
             deadline = row.request.prepared.request.deadline_unix
             if deadline is not None and now > deadline and row.finish is None:
                 row.request.deadline_missed = True
-        touched = {id(r.request): r.request for r in rows if r.finish or r.request.deadline_missed}
+        touched = {id(r.request): r.request for r in self.rows if r.finish or r.request.deadline_missed}
         for state in touched.values():
             if state.deadline_missed:
                 self._expire(state, events)
             elif all(s.finish for s in state.sequences):
                 self._complete(state, events)
         events.deliver()
-        self._compact([i for i, r in enumerate(rows) if r.finish])
+        self._compact([i for i, r in enumerate(self.rows) if r.finish])
 
     def _advance(self, i: int, row: Sequence, choice, out, events: StepEvents) -> None:
         token = choice.token_ids[i]
@@ -326,17 +362,16 @@ class Engine:
         state.sink([Error(kind="overloaded", message=message)])
 
     def _compact(self, gone: list[int]) -> None:
-        """Drop finished rows; fill their slots with the last rows so 0..B-1 stay dense."""
+        """Drop finished rows; later rows fill their slots so 0..B-1 stay dense, ordinary rows first."""
         if not gone:
             return
         gone_set = set(gone)
-        count = len(self.rows) - len(gone_set)
-        survivors_in_tail = [i for i in range(count, len(self.rows)) if i not in gone_set]
-        holes = [i for i in sorted(gone_set) if i < count]
-        order = list(range(count))
-        for hole, source in zip(holes, survivors_in_tail):
-            order[hole] = source
-            self.runner.cache.move(source, hole, self.rows[source].length)
+        survivors = [i for i in range(len(self.rows)) if i not in gone_set]
+        order = compacted_order(survivors, [self.rows[i].request.beam is None for i in survivors])
+        count = len(order)
+        for target, source in enumerate(order):
+            if source != target:
+                self.runner.cache.move(source, target, self.rows[source].length)
         old_slot = len(self.rows)
         self.rows = [self.rows[i] for i in order]
         self.batch.reorder(order)

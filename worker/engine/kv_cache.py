@@ -2,7 +2,8 @@
 
 Active rows always occupy slots 0..B-1, so a decode step attends over a view `[:B, :, :T]` with no
 copy. A row that leaves is replaced by the last active row (one row copied); `gather` reorders or
-duplicates rows (n > 1 forks, beams) in one indexed copy.
+duplicates rows (n > 1 forks, beams) in one indexed copy. One spare slot past the last row lets two
+rows trade places.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ class KVCache:
         self.max_rows, self.max_context = max_rows, max_context
         self.dtype, self.device = dtype, device
         self.capacity = min(initial_context, max_context)
-        shape = (max_rows, kv_heads, self.capacity, head_dim)
+        self.spare = max_rows  # scratch slot for `swap`
+        shape = (max_rows + 1, kv_heads, self.capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 
@@ -30,7 +32,7 @@ class KVCache:
         new_capacity = min(max(length, self.capacity * 2), self.max_context)
         for store in (self.keys, self.values):
             for index, old in enumerate(store):
-                grown = torch.zeros((self.max_rows, self.kv_heads, new_capacity, self.head_dim),
+                grown = torch.zeros((self.max_rows + 1, self.kv_heads, new_capacity, self.head_dim),
                                     dtype=self.dtype, device=self.device)
                 grown[:, :, : self.capacity] = old
                 store[index] = grown
@@ -54,6 +56,12 @@ class KVCache:
         for store in (self.keys, self.values):
             for layer in store:
                 layer[target, :, :length] = layer[source, :, :length]
+
+    def swap(self, first: int, second: int, length: int) -> None:
+        """Slots `first` and `second` trade contents (first `length` positions), through the spare slot."""
+        self.move(first, self.spare, length)
+        self.move(second, first, length)
+        self.move(self.spare, second, length)
 
     def gather(self, index: list[int], length: int) -> None:
         """Slots 0..len(index)-1 become the old slots `index` (may repeat or drop rows)."""

@@ -122,3 +122,5 @@ def test_sharing_the_batch(beam_engine, smol):
     alone = run_all(beam_engine, [request(r.prompt_ids, **msgspec.structs.asdict(r.params)) for r in ordinary])
     for shared, single in zip(results[len(beams):], alone):
         assert [f.token_ids for f in shared.finishes] == [f.token_ids for f in single.finishes]
+    budget = beam_engine.beam_budget  # beam rows sat out some of the steps they shared with ordinary rows
+    assert budget.ordinary_s is not None and budget.full_s is not None
