@@ -16,6 +16,7 @@ request >= transformers. `--quick` (or SLUICE_BENCH_QUICK=1) runs a small versio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -234,8 +235,11 @@ def main() -> None:
     # slower (see worker/engine/README.md); every peer gets the same count
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--quantization", default="none",
+                        help="comma-separated engine modes, each measured: none (float32) and/or w8a8")
     parser.add_argument("--no-llamacpp", action="store_true")
     args = parser.parse_args()
+    modes = args.quantization.split(",")
     concurrency = [int(c) for c in (args.concurrency or ("1,4,16" if args.quick else "1,4,16,64")).split(",")]
     tokens = args.tokens or (32 if args.quick else 128)
     baseline_requests = args.baseline_requests or (2 if args.quick else 4)
@@ -245,21 +249,23 @@ def main() -> None:
     llamacpp = None if args.no_llamacpp else ensure_llamacpp()
     loaded = load_model(ModelConfig(dtype=args.dtype), REPO / ".bench" / "worker")
     requests = make_requests(loaded.tokenizer, max(concurrency + [baseline_requests]), tokens)
-    engine = Engine(loaded, ModelConfig(dtype=args.dtype, max_batch_size=max(concurrency), max_context=1024))
-    engine.start()
     print(f"SmolLM2-135M {args.dtype}, {args.threads} threads, {tokens} new tokens, prompts 64-256 tokens; "
           f"load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     results: dict[str, Timing] = {}
-    try:
-        run_engine(engine, requests[:2], 4)  # warm-up
-        for count in concurrency:
-            with RssPeak() as rss:
-                timing = run_engine(engine, requests[:count], tokens)
-            timing.peak_rss_mb = rss.peak
-            results[f"sluice engine, {count} concurrent"] = timing
-            print(f"  engine x{count} done, load {os.getloadavg()[0]:.1f}", flush=True)
-    finally:
-        engine.stop()
+    for mode in modes:  # the transformers peer always runs the float32 weights
+        engine = Engine(dataclasses.replace(loaded, quantization=mode),
+                        ModelConfig(dtype=args.dtype, max_batch_size=max(concurrency), max_context=1024))
+        engine.start()
+        try:
+            run_engine(engine, requests[:2], 4)  # warm-up
+            for count in concurrency:
+                with RssPeak() as rss:
+                    timing = run_engine(engine, requests[:count], tokens)
+                timing.peak_rss_mb = rss.peak
+                results[_engine_row(mode, count)] = timing
+                print(f"  engine {mode} x{count} done, load {os.getloadavg()[0]:.1f}", flush=True)
+        finally:
+            engine.stop()
     with RssPeak() as rss:
         run_transformers(loaded.model, requests[:1], 4)  # warm-up
         base = run_transformers(loaded.model, requests[:baseline_requests], tokens)
@@ -275,15 +281,19 @@ def main() -> None:
     for name, timing in results.items():
         print(timing.row(name))
     print()
-    for count in concurrency:
-        ours = results[f"sluice engine, {count} concurrent"]
-        line = (f"x{count}: decode {ours.decode_rate() / base.decode_rate():5.1f}x transformers "
+    for mode, count in ((mode, count) for mode in modes for count in concurrency):
+        ours = results[_engine_row(mode, count)]
+        line = (f"{mode} x{count}: decode {ours.decode_rate() / base.decode_rate():5.1f}x transformers "
                 f"(overall {ours.tokens / ours.wall / (base.tokens / base.wall):4.1f}x)")
         if peer is not None:
             line += (f", decode {ours.decode_rate() / peer.decode_rate():5.2f}x llama.cpp "
                      f"(overall {ours.tokens / ours.wall / (peer.tokens / peer.wall):4.2f}x)")
         print(line)
     print("targets: x16 >= 10x transformers and >= 2x llama.cpp; x1 >= 1x transformers")
+
+
+def _engine_row(mode: str, count: int) -> str:
+    return f"sluice engine{'' if mode == 'none' else ' ' + mode}, {count} concurrent"
 
 
 if __name__ == "__main__":

@@ -170,16 +170,19 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     device = pick_device(config.device)
     dtype = pick_dtype(config.dtype, device)
     quantization = pick_quantization(config.quantization, device)
+    if quantization == "w8a8" and (device.type != "cpu" or dtype != torch.float32):
+        raise ModelLoadError("quantization w8a8 runs FBGEMM's CPU kernels: it needs device cpu and dtype float32")
+    bitsandbytes = quantization in ("int8", "nf4", "fp4")
     location = resolve_source(config.source, data_dir)
     offline = {"local_files_only": True}
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **offline)
         model = AutoModelForCausalLM.from_pretrained(
             location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
-            device_map={"": str(device)} if quantization != "none" else None, **offline)
+            device_map={"": str(device)} if bitsandbytes else None, **offline)
     except OSError as exc:
         raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
-    if quantization == "none":
+    if not bitsandbytes:
         model = model.to(device)
     model.eval()
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization)

@@ -14,7 +14,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE
-from worker.engine.runner import ModelRunner
+from worker.engine.runner import ModelRunner, UnsupportedModel
+from worker.engine.w8a8 import quantize_runner
 from worker.loading import (
     ModelLoadError,
     default_gguf_path,
@@ -78,13 +79,26 @@ def test_default_model_matches_transformers_generate(smol):
     assert greedy(smol, "The capital of France is", 12) == hf_greedy(smol, "The capital of France is", 12)
 
 
-@pytest.mark.parametrize("quantization", ["none", "int8", "nf4", "fp4"])
+@pytest.mark.parametrize("quantization", ["none", "int8", "nf4", "fp4", "w8a8"])
 def test_hf_directory_in_every_quantization_mode(tiny_model_dir, tmp_path, quantization):
     loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization=quantization), tmp_path)
     assert loaded.quantization == quantization
     layer = type(loaded.model.model.layers[0].self_attn.q_proj).__name__
-    assert layer == {"none": "Linear", "int8": "Linear8bitLt", "nf4": "Linear4bit", "fp4": "Linear4bit"}[quantization]
+    # w8a8 leaves the Hugging Face modules in float32: only the engine's runner is quantized
+    assert layer == {"none": "Linear", "int8": "Linear8bitLt", "nf4": "Linear4bit", "fp4": "Linear4bit",
+                     "w8a8": "Linear"}[quantization]
     assert greedy(loaded, "Hello there", 6) == hf_greedy(loaded, "Hello there", 6)
+
+
+def test_w8a8_needs_cpu_and_float32(tiny_model_dir, tmp_path):
+    with pytest.raises(ModelLoadError, match="w8a8"):
+        load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="w8a8", dtype="bfloat16"), tmp_path)
+
+
+def test_w8a8_refuses_bitsandbytes_layers(tiny_model_dir, tmp_path):
+    loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="int8"), tmp_path)
+    with pytest.raises(UnsupportedModel, match="w8a8"):
+        quantize_runner(ModelRunner(loaded.model, 1, 64), loaded.tokenizer)
 
 
 def test_bfloat16_is_selectable(tiny_model_dir, tmp_path):

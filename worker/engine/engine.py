@@ -31,6 +31,7 @@ from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
+from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
 from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
 
@@ -42,6 +43,8 @@ class Engine:
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context)
+        if loaded.quantization == "w8a8":
+            quantize_runner(self.runner, loaded.tokenizer)
         self.max_rows = config.max_batch_size
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)

@@ -6,20 +6,35 @@ a step at batch 1 is mostly per-op overhead on CPU, so one matmul instead of thr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # RMSNorms that compute weight * (x * rsqrt(mean(x^2) + eps)) in float32, like Llama's
 _PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
 
 
+class Projection:
+    """A plain linear map over a (fused) weight: what the runner calls for each projection."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
 @dataclass
 class FusedLayer:
-    qkv: torch.Tensor | None  # [q + k + v rows, hidden]; None = run the three modules
-    qkv_bias: torch.Tensor | None
-    gate_up: torch.Tensor | None  # [2 * intermediate, hidden]; None = run layer.mlp
+    """The projections of one decoder layer as the runner calls them (w8a8.py swaps in int8 ones)."""
+
+    qkv: Callable | None  # hidden -> [q + k + v]; None = run the three modules
+    gate_up: Callable | None  # hidden -> [gate, up]; None = run layer.mlp
+    o_proj: Callable
+    down_proj: Callable | None
     act: object = None
 
 
@@ -41,17 +56,17 @@ def _concat(modules: list[nn.Linear]) -> torch.Tensor:
 
 def fuse_layer(layer: nn.Module, heads: int, kv_heads: int, head_dim: int) -> FusedLayer:
     attention, mlp = layer.self_attn, layer.mlp
-    qkv = qkv_bias = gate_up = None
+    qkv = gate_up = None
     projections = [attention.q_proj, attention.k_proj, attention.v_proj]
     biases = [p.bias is not None for p in projections]
     if _plain(*projections) and len(set(biases)) == 1:
-        qkv = _concat(projections)
-        if biases[0]:
-            qkv_bias = torch.cat([p.bias.data for p in projections])
+        qkv = Projection(_concat(projections), torch.cat([p.bias.data for p in projections]) if biases[0] else None)
     gated = all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn"))
     if gated and _plain(mlp.gate_proj, mlp.up_proj) and mlp.gate_proj.bias is None and mlp.up_proj.bias is None:
-        gate_up = _concat([mlp.gate_proj, mlp.up_proj])
-    return FusedLayer(qkv, qkv_bias, gate_up, mlp.act_fn if gate_up is not None else None)
+        gate_up = Projection(_concat([mlp.gate_proj, mlp.up_proj]))
+    if gate_up is None:
+        return FusedLayer(qkv, None, attention.o_proj, None)
+    return FusedLayer(qkv, gate_up, attention.o_proj, mlp.down_proj, mlp.act_fn)
 
 
 def rms_norm(norm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
