@@ -110,6 +110,9 @@ def main() -> None:
         print(f"ordinary greedy requests ({args.ordinary} x {args.tokens} tokens): alone {tokens / alone:.1f} tok/s, "
               f"beside the beam requests {tokens / shared:.1f} tok/s -> keep {100 * alone / shared:.0f}% "
               f"(target >= 70%)")
+        beams_done = max(finished[: args.requests])
+        print(f"beam requests meanwhile: {new_tokens / beams_done:.1f} returned tok/s (alone {new_tokens / ours:.1f}); "
+              f"they sit out steps while ordinary rows run (ordinary_share_beside_beams)")
     finally:
         engine.stop()
 

@@ -228,7 +228,7 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     grammar_compile_timeout_s: float = 10.0  # structured output: a slower constraint compile is refused (422)
     # while beam requests run beside ordinary ones, the ordinary rows keep this share of the speed they
     # would have alone (beam rows sit out some steps); 0 = beam rows join every step
-    ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.75
+    ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.8
     urls: list[str] = []  # remote workers instead of local ones
 
 
