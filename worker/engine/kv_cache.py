@@ -1,9 +1,9 @@
 """Padded per-row KV cache: one tensor per layer, rows are slots, the time axis grows by doubling.
 
 Active rows always occupy slots 0..B-1, so a decode step attends over a view `[:B, :, :T]` with no
-copy. A row that leaves is replaced by the last active row (one row copied); `gather` reorders or
-duplicates rows (n > 1 forks, beams) in one indexed copy. One spare slot past the last row lets two
-rows trade places.
+copy. A row that leaves is replaced by a later row (one row copied; slots.py says which); `gather`
+reorders or duplicates rows (n > 1 forks, beams) in one indexed copy. One spare slot past the last
+row lets two rows trade places.
 """
 
 from __future__ import annotations
