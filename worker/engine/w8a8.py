@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from worker.engine.layers import Projection
+from worker.engine.runner import UnsupportedModel
 
 WEIGHT_LEVELS = 63  # |q| <= 63: no int16 overflow in AVX2's u8 x s8 pair sums (see above)
 ACTIVATION_SCALE, ACTIVATION_ZERO = 1.0 / 127, 127  # [-1, 1] -> 0..254
@@ -118,8 +119,6 @@ def input_peaks(model: nn.Module, tokenizer, modules: list[nn.Module]) -> dict[n
 def quantize_runner(runner, tokenizer) -> None:
     """Swap every projection the runner calls (fused q/k/v, o, fused gate/up, down, lm_head) for an
     Int8Linear. The Hugging Face modules keep their float32 weights; only the runner's path changes."""
-    from worker.engine.runner import UnsupportedModel
-
     if any(f.qkv is None or f.gate_up is None for f in runner.fused) or type(runner.lm_head) is not nn.Linear:
         raise UnsupportedModel("w8a8 needs plain float32 Linear projections (a gated MLP, no bitsandbytes)")
     observed = [m for layer in runner.layers for m in (layer.self_attn.q_proj, layer.self_attn.o_proj,
