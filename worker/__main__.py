@@ -16,13 +16,7 @@ from worker.logs import configure_logging
 from worker.loading import load_model
 from worker.protocol import ModelConfig, ModelInfo
 from worker.server import create_worker_app
-
-
-def torch_threads(config: ModelConfig) -> int:
-    """Explicit config, then SLUICE_TORCH_THREADS, else half the cores. On a small shared host two
-    OpenMP threads that spin-wait on each other run several times slower than one (bench/worker.py)."""
-    configured = config.threads or int(os.environ.get("SLUICE_TORCH_THREADS") or 0)
-    return configured or max(1, (os.cpu_count() or 2) // 2)
+from worker.threads import torch_threads
 
 
 def main(argv: list[str] | None = None) -> None:

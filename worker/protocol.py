@@ -222,6 +222,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # prompt tokens prefilled per engine step: a prefill stalls every running row, so keep it small on CPU
     max_batched_tokens: int = 512
     threads: int = 0  # torch threads; 0 = half the cores (at least 1), leaving room for the gateway
+    # threads that each run the decode forward of a share of the rows (4+ rows each), each with `threads`
+    # torch threads; 0 = as many as the cores hold (cores // torch threads)
+    decode_threads: Annotated[int, msgspec.Meta(ge=0)] = 0
     max_context: int = 4096
     max_queue: int = 256  # waiting requests before the worker answers "overloaded"
     replicas: int = 1  # local worker processes

@@ -36,5 +36,6 @@ def running_engine(smol, worker_id: str, **config):
 
 @pytest.fixture(scope="module")
 def engine(smol):
-    with running_engine(smol, "test-worker", max_batch_size=16, max_context=2048) as running:
+    # two decode threads: rows split into groups (runner.py) whenever 8+ rows run, as on a 2-core worker
+    with running_engine(smol, "test-worker", max_batch_size=16, max_context=2048, decode_threads=2) as running:
         yield running

@@ -34,17 +34,21 @@ def _top_p(s: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """transformers removes a token when the ascending cumulative probability up to it is <= 1 - p,
     i.e. when the probability mass strictly above it is >= p. Sorting the whole vocabulary is the
     costly part, so we first try the best TOP_P_CANDIDATES tokens: when they already hold mass >= p,
-    every token outside them is removed and only the candidates need ranking."""
+    every token outside them is removed and only the candidates need ranking. Only the rows whose
+    candidates hold less are sorted whole."""
     probs = s.softmax(dim=-1)
     k = min(TOP_P_CANDIDATES, s.shape[-1])
     top, order = torch.topk(probs, k, dim=-1)
-    if k < s.shape[-1] and bool((top.sum(-1) < p).any()):
-        return _top_p_full_sort(s, p)
     above = top.cumsum(dim=-1) - top  # mass strictly above each candidate
     keep = above < p[:, None]
     keep[:, 0] = True  # always keep the most likely token
     kept = torch.zeros_like(s, dtype=torch.bool).scatter_(1, order, keep)
-    return s.masked_fill(~kept, FILTERED)
+    warped = s.masked_fill(~kept, FILTERED)
+    if k < s.shape[-1]:
+        short = (top.sum(-1) < p).nonzero()[:, 0]
+        if len(short):
+            warped[short] = _top_p_full_sort(s[short], p[short])
+    return warped
 
 
 def _top_p_full_sort(s: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

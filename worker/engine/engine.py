@@ -34,6 +34,7 @@ from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
 from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
+from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +43,7 @@ class Engine:
     def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = ""):
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
-        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context)
+        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer)
         self.max_rows = config.max_batch_size

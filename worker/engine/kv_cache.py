@@ -38,11 +38,11 @@ class KVCache:
                 store[index] = grown
         self.capacity = new_capacity
 
-    def decode_slots(self, rows: int, positions: torch.Tensor) -> torch.Tensor:
-        """Where rows 0..rows-1 write position `positions[b]`, as indices into a layer viewed as
-        [slots * kv_heads * capacity, head_dim] (so a decode write is one index_copy_ per tensor)."""
+    def decode_slots(self, first: int, rows: int, positions: torch.Tensor) -> torch.Tensor:
+        """Where slots first..first+rows-1 write position `positions[b]`, as indices into a layer viewed
+        as [slots * kv_heads * capacity, head_dim] (so a decode write is one index_copy_ per tensor)."""
         heads = torch.arange(self.kv_heads, device=self.device)
-        base = torch.arange(rows, device=self.device).unsqueeze(1) * self.kv_heads + heads
+        base = torch.arange(first, first + rows, device=self.device).unsqueeze(1) * self.kv_heads + heads
         return (base * self.capacity + positions.unsqueeze(1)).flatten()
 
     def write_decode(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,

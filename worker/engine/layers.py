@@ -6,7 +6,6 @@ a step at batch 1 is mostly per-op overhead on CPU, so one matmul instead of thr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,13 +16,15 @@ from torch import nn
 _PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
 
 
-class Projection:
-    """A plain linear map over a (fused) weight: what the runner calls for each projection."""
+class Projection(nn.Module):
+    """A plain linear map over a (fused) weight: what the runner calls for each projection. A module
+    (holding the tensors, not copies) so that decode_layer.py can script it."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        super().__init__()
         self.weight, self.bias = weight, bias
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
 
 
@@ -31,11 +32,11 @@ class Projection:
 class FusedLayer:
     """The projections of one decoder layer as the runner calls them (w8a8.py swaps in int8 ones)."""
 
-    qkv: Callable | None  # hidden -> [q + k + v]; None = run the three modules
-    gate_up: Callable | None  # hidden -> [gate, up]; None = run layer.mlp
-    o_proj: Callable
-    down_proj: Callable | None
-    act: object = None
+    qkv: nn.Module | None  # hidden -> [q + k + v]; None = run the three modules
+    gate_up: nn.Module | None  # hidden -> [gate, up]; None = run layer.mlp
+    o_proj: nn.Module
+    down_proj: nn.Module | None
+    act: nn.Module | None = None
 
 
 def _plain(*modules) -> bool:
@@ -69,12 +70,20 @@ def fuse_layer(layer: nn.Module, heads: int, kv_heads: int, head_dim: int) -> Fu
     return FusedLayer(qkv, gate_up, attention.o_proj, mlp.down_proj, mlp.act_fn)
 
 
+def plain_rms_norm(norm: nn.Module) -> bool:
+    return type(norm).__name__ in _PLAIN_RMS_NORMS
+
+
 def rms_norm(norm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    if type(norm).__name__ not in _PLAIN_RMS_NORMS:
+    if not plain_rms_norm(norm):
         return norm(hidden)
+    return weighted_rms_norm(hidden, norm.weight, norm.variance_epsilon)
+
+
+def weighted_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     wide = hidden.float()  # the same tensor in float32
-    normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * normed.to(hidden.dtype)
+    normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(hidden.dtype)
 
 
 def decode_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor | None,

@@ -56,8 +56,6 @@ CALIBRATION_TEXT = (
     "Dear customer, thank you for your patience; your order #48213 has shipped and will arrive Monday."
 )
 
-_LINEAR = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32
-
 
 class Int8Linear(nn.Module):
     """x -> x @ W.T + b with int8 weights and per-token int8 activations (see the module docstring)."""
@@ -84,17 +82,20 @@ class Int8Linear(nn.Module):
             self.packed = torch.ops.quantized.linear_prepack(quantized, None)
         self.bias = None if bias is None else bias.detach().float()
         self.out_features = weight.shape[0]
+        self.activation_scale, self.activation_zero = ACTIVATION_SCALE, ACTIVATION_ZERO  # TorchScript reads no globals
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-compatible (decode_layer.py)
         shape = x.shape
         rows = x.reshape(-1, shape[-1]).float()
         smoothed = rows * self.inverse_smooth
         peak = smoothed.abs().amax(-1, keepdim=True).clamp_min_(1e-20)
-        out = _LINEAR(smoothed.div_(peak), ACTIVATION_SCALE, ACTIVATION_ZERO, self.packed).mul_(peak)
+        out = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+            smoothed.div_(peak), self.activation_scale, self.activation_zero, self.packed).mul_(peak)
         out.addmm_(rows[:, self.outlier_index], self.outlier_weight)
-        if self.bias is not None:
-            out += self.bias
-        return out.view(*shape[:-1], self.out_features)
+        bias = self.bias
+        if bias is not None:
+            out += bias
+        return out.view(list(shape[:-1]) + [self.out_features])
 
 
 @torch.inference_mode()

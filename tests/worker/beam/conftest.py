@@ -9,5 +9,5 @@ from tests.worker.conftest import running_engine
 
 @pytest.fixture(scope="module")
 def beam_engine(smol):
-    with running_engine(smol, "beam-test-worker", max_batch_size=32, max_context=2048) as running:
+    with running_engine(smol, "beam-test-worker", max_batch_size=32, max_context=2048, decode_threads=2) as running:
         yield running
