@@ -46,7 +46,7 @@ class DecodingBatch:
         self._params: BatchParams | None = None
         self._logprob_scores: torch.Tensor | None = None
         self._grammar_masker: GrammarMasker | None = None
-        self._prefixes: dict[int, DecodingBatch] = {}
+        self._views: dict[tuple[int, int], DecodingBatch] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -63,20 +63,24 @@ class DecodingBatch:
         self.rows.append(state)
         self.tensors.add(state)
         self._params = None
-        self._prefixes = {}
+        self._views = {}
 
     def prefix(self, count: int) -> DecodingBatch:
-        """The first `count` rows as a batch of their own for a step that leaves the others out. It
-        shares their state: `process`, `choose` and `append` on it advance those rows here too. Valid
-        until this batch's composition changes (add, reorder)."""
-        if count == len(self.rows):
+        """The first `count` rows as a batch of their own for a step that leaves the others out."""
+        return self.slice(0, count)
+
+    def slice(self, first: int, end: int) -> DecodingBatch:
+        """Rows first..end-1 as a batch of their own (a beam-free step, or one row group of a step).
+        It shares their state: `process`, `choose` and `append` on it advance those rows here too.
+        Valid until this batch's composition changes (add, reorder)."""
+        if (first, end) == (0, len(self.rows)):
             return self
-        view = self._prefixes.get(count)
+        view = self._views.get((first, end))
         if view is None:
             view = DecodingBatch(self.vocab_size, self.device)
-            view.rows = self.rows[:count]
-            view.tensors = self.tensors.prefix(count)
-            self._prefixes[count] = view
+            view.rows = self.rows[first:end]
+            view.tensors = self.tensors.slice(first, end)
+            self._views[(first, end)] = view
         return view
 
     def filter(self, keep: list[int]) -> None:
@@ -93,7 +97,7 @@ class DecodingBatch:
             used.add(i)
         self.rows = rows
         self._params = None
-        self._prefixes = {}
+        self._views = {}
         self.tensors.reorder(torch.tensor(index, dtype=torch.long, device=self.device), self.params)
         self._logprob_scores = None
 

@@ -60,13 +60,13 @@ class RowTensors:
             if current is not None:
                 setattr(self, name, current.index_select(0, index) if needed is not None else None)
 
-    def prefix(self, count: int) -> RowTensors:
-        """The first `count` rows as views: `append` on the result updates these tensors in place."""
+    def slice(self, first: int, end: int) -> RowTensors:
+        """Rows first..end-1 as views: `append` on the result updates these tensors in place."""
         view = RowTensors(self.vocab_size, self.device)
         for name in ("seen", "prompt", "counts"):
             current = getattr(self, name)
-            setattr(view, name, None if current is None else current[:count])
-        view.rows = count
+            setattr(view, name, None if current is None else current[first:end])
+        view.rows = end - first
         return view
 
     def append(self, tokens: torch.Tensor) -> None:

@@ -19,6 +19,14 @@ class Choice:
     logprobs: list[float]  # logprob of the chosen token (see `choose`)
     top_logprobs: list[list[tuple[int, float]] | None]  # top-N (token_id, logprob) where params.logprobs > 0
 
+    @staticmethod
+    def concat(parts: list[Choice]) -> Choice:
+        """The choices of consecutive row groups as one."""
+        if len(parts) == 1:
+            return parts[0]
+        return Choice(torch.cat([p.tokens for p in parts]), [t for p in parts for t in p.token_ids],
+                      [lp for p in parts for lp in p.logprobs], [top for p in parts for top in p.top_logprobs])
+
 
 def choose(scores: torch.Tensor, logprob_scores: torch.Tensor, params: BatchParams, rows: list[RowState]) -> Choice:
     """Pick one token per row from the warped `scores`; report logprobs from `logprob_scores`.

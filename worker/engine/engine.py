@@ -23,17 +23,38 @@ from worker.decoding.batch import DecodingBatch, RowSpec
 from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarCompiler
+from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
 from worker.engine.beam_budget import BeamBudget
-from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
-from worker.engine.outputs import StepEvents, finish_event, requested_ids, token_event, with_pieces
+from worker.engine.beam_rows import (
+    beam_events,
+    new_beam_search,
+    prenormalize,
+    row_params,
+    step_beams,
+)
+from worker.engine.outputs import (
+    StepEvents,
+    finish_event,
+    requested_ids,
+    token_event,
+    with_pieces,
+)
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
-from worker.engine.runner import ModelRunner
+from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
-from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
+from worker.protocol import (
+    Accepted,
+    Done,
+    Error,
+    GenerateRequest,
+    ModelConfig,
+    PromptToken,
+    WorkerLoad,
+)
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
@@ -275,10 +296,17 @@ class Engine:
         want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
         overrides = {i: r.request.last_embed for i, r in enumerate(rows)
                      if not r.output_ids and r.request.last_embed is not None}
-        out = self.runner.decode([r.next_input for r in rows], [r.length for r in rows],
-                                 want_hidden=want_hidden, embeds_override=overrides)
-        scores = batch.process(prenormalize(rows, out.logits))
-        choice = batch.choose(scores)
+
+        def choose(first: int, end: int, out: StepOutput):  # in each row group's thread, after its forward
+            group = batch.slice(first, end)
+            scores = group.process(prenormalize(rows[first:end], out.logits))
+            return out, scores, group.choose(scores)
+
+        groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
+                                           want_hidden=want_hidden, embeds_override=overrides, then=choose)
+        out = StepOutput.concat([out for out, _, _ in groups])
+        scores = torch.cat([scores for _, scores, _ in groups])
+        choice = Choice.concat([choice for _, _, choice in groups])
         step_beams(rows, scores, batch, self.runner.cache, choice.tokens)  # beam rows: reorder, own tokens
         batch.append(choice.tokens)
         self.steps += 1

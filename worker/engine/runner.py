@@ -10,9 +10,11 @@ preallocated cache through SDPA. Every op keeps transformers' arithmetic, so gre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +35,7 @@ _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest
 _HEAD_CHUNK = 2048  # vocabulary rows per slice of the output projection (bench: 1024-2048 best)
 MIN_GROUP_ROWS = 4  # fewer rows per decode thread gain nothing (2 rows in two threads ran slower than in one)
 _NOT_BUILT = object()
+T = TypeVar("T")
 
 
 class UnsupportedModel(RuntimeError):
@@ -43,6 +46,14 @@ class UnsupportedModel(RuntimeError):
 class StepOutput:
     logits: torch.Tensor  # [rows or positions, vocab] float32
     hidden: torch.Tensor | None  # last-layer (post-norm) hidden states, same leading shape
+
+    @staticmethod
+    def concat(parts: list[StepOutput]) -> StepOutput:
+        """The outputs of consecutive row groups as one."""
+        if len(parts) == 1:
+            return parts[0]
+        hidden = None if parts[0].hidden is None else torch.cat([p.hidden for p in parts])
+        return StepOutput(torch.cat([p.logits for p in parts]), hidden)
 
 
 class ModelRunner:
@@ -136,25 +147,29 @@ class ModelRunner:
         logits = self.lm_head(hidden).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
-    @torch.inference_mode()
     def decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                embeds_override: dict[int, torch.Tensor] | None = None) -> StepOutput:
         """One token for each of rows 0..B-1; row b writes position lengths[b] and attends to 0..lengths[b].
 
-        `embeds_override` feeds a given input embedding instead of the token's for some rows. With
-        `decode_threads` > 1 and enough rows, contiguous groups of rows run their whole forward in
-        parallel threads (see decode_layer.py for why that needs the scripted layers)."""
+        `embeds_override` feeds a given input embedding instead of the token's for some rows."""
+        return StepOutput.concat(self.decode_groups(token_ids, lengths, want_hidden, embeds_override))
+
+    def decode_groups(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
+                      embeds_override: dict[int, torch.Tensor] | None = None,
+                      then: Callable[[int, int, StepOutput], T] | None = None) -> list[T]:
+        """`decode`, by row group: with `decode_threads` > 1 and enough rows, contiguous groups of rows
+        run their whole forward in parallel threads (decode_layer.py says why that needs the scripted
+        layers). `then(first, end, output)` runs in the group's thread right after its forward (the
+        engine chooses the group's tokens there); its results, or the groups' outputs, in row order."""
         self.cache.ensure(max(lengths) + 1)
         overrides = embeds_override or {}
-        groups = self._row_groups(len(token_ids))
-        calls = [partial(self._decode_rows, first, token_ids[first:end], lengths[first:end], want_hidden,
-                         {row - first: vector for row, vector in overrides.items() if first <= row < end})
-                 for first, end in groups]
-        if len(calls) == 1:
-            return calls[0]()
-        outputs = self._helpers.run(calls)
-        hidden = torch.cat([out.hidden for out in outputs]) if want_hidden else None
-        return StepOutput(torch.cat([out.logits for out in outputs]), hidden)
+
+        def group(first: int, end: int):
+            out = self._decode_rows(first, token_ids[first:end], lengths[first:end], want_hidden,
+                                    {row - first: vector for row, vector in overrides.items() if first <= row < end})
+            return out if then is None else then(first, end, out)
+
+        return self._helpers.run([partial(group, first, end) for first, end in self._row_groups(len(token_ids))])
 
     def _row_groups(self, rows: int) -> list[tuple[int, int]]:
         """Contiguous [first, end) row ranges, one per thread, each of at least MIN_GROUP_ROWS rows."""

@@ -1,4 +1,5 @@
-"""A step over the first rows of a batch (the others sit it out) equals those rows run on their own."""
+"""A step over some rows of a batch equals those rows run on their own: the first rows (the others
+sit the step out), or consecutive row groups that each choose their tokens in their own thread."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 
 from tests.worker.decoding.helpers import spec
 from worker.decoding import DecodingBatch
+from worker.decoding.sampling import Choice
 
 V = 40
 SETTINGS = [dict(temperature=0.0, repetition_penalty=1.3),
@@ -50,6 +52,25 @@ def test_prefix_steps_equal_the_rows_alone_and_keep_their_state_in_the_batch():
     assert len(full.history(3)) == 3 + 4  # prompt + the four full steps
 
 
+def test_row_groups_processed_apart_equal_the_whole_batch_and_share_its_state():
+    whole, grouped = DecodingBatch(V), DecodingBatch(V)
+    _fill(whole)
+    _fill(grouped)
+    for step in range(8):
+        logits = torch.stack([_logits(r, step) for r in range(4)])
+        expected = whole.choose(whole.process(logits))
+        whole.append(expected.tokens)
+        parts = []
+        for first, end in ((0, 1), (1, 4)):  # as the engine's row groups: a slice each, then one append
+            group = grouped.slice(first, end)
+            parts.append(group.choose(group.process(logits[first:end])))
+        choice = Choice.concat(parts)
+        grouped.append(choice.tokens)
+        assert choice.token_ids == expected.token_ids and choice.logprobs == expected.logprobs
+    assert [grouped.history(i) for i in range(4)] == [whole.history(i) for i in range(4)]
+    assert torch.equal(grouped.tensors.counts, whole.tensors.counts)
+
+
 def test_a_prefix_view_is_rebuilt_after_the_batch_changes():
     batch = DecodingBatch(V)
     _fill(batch)
@@ -58,3 +79,5 @@ def test_a_prefix_view_is_rebuilt_after_the_batch_changes():
     batch.reorder([1, 0, 2, 3])
     rebuilt = batch.prefix(2)
     assert rebuilt is not view and rebuilt.rows == batch.rows[:2]
+    middle = batch.slice(1, 3)
+    assert batch.slice(1, 3) is middle and middle.rows == batch.rows[1:3]
