@@ -22,13 +22,7 @@ import structlog
 import torch
 from torch import nn
 
-from worker.engine.layers import (
-    FusedLayer,
-    decode_attention,
-    plain_rms_norm,
-    rotate,
-    weighted_rms_norm,
-)
+from worker.engine.layers import FusedLayer, decode_attention, plain_rms_norm, rotate, weighted_rms_norm
 
 log = structlog.get_logger(__name__)
 

@@ -26,35 +26,15 @@ from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
 from worker.engine.beam_budget import BeamBudget
-from worker.engine.beam_rows import (
-    beam_events,
-    new_beam_search,
-    prenormalize,
-    row_params,
-    step_beams,
-)
-from worker.engine.outputs import (
-    StepEvents,
-    finish_event,
-    requested_ids,
-    token_event,
-    with_pieces,
-)
+from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
+from worker.engine.outputs import StepEvents, finish_event, requested_ids, token_event, with_pieces
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
-from worker.protocol import (
-    Accepted,
-    Done,
-    Error,
-    GenerateRequest,
-    ModelConfig,
-    PromptToken,
-    WorkerLoad,
-)
+from worker.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)

@@ -22,13 +22,7 @@ import torch.nn.functional as F
 from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.kv_cache import KVCache
-from worker.engine.layers import (
-    FusedLayer,
-    decode_attention,
-    fuse_layer,
-    rms_norm,
-    rotate,
-)
+from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
 from worker.threads import intra_op_threads
 
 _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
