@@ -47,6 +47,7 @@ class Engine:
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer)
+        self.runner.scripted_layers()  # compiled now rather than on the first request
         self.max_rows = config.max_batch_size
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)

@@ -129,7 +129,7 @@ def test_a_layer_that_fails_to_script_falls_back_to_the_python_path():
     runner = _runner(model, prompts, decode_threads=2)
     runner.fused[0].act = _PythonOnlyActivation()  # hasattr on a tensor: TorchScript refuses it
     runner.projections_changed()
-    assert runner._scripted_layers() is None and runner._row_groups(8) == [(0, 8)]
+    assert runner.scripted_layers() is None and runner._row_groups(8) == [(0, 8)]
     assert torch.allclose(_decode(runner, prompts).logits, _decode(_runner(model, prompts), prompts).logits, atol=1e-6)
 
 
@@ -142,7 +142,7 @@ def test_w8a8_scripted_step_is_its_python_path_on_the_real_weights(smol):
         for slot, prompt in enumerate(prompts):
             runner.prefill(slot, prompt[:-1])
     scripted, python = _decode(runners[0], prompts), _decode(_python_path(runners[1]), prompts)
-    assert runners[0]._scripted_layers() is not None
+    assert runners[0].scripted_layers() is not None
     assert torch.equal(scripted.logits, python.logits)
 
 
