@@ -15,8 +15,9 @@ from typing import Protocol
 import aiosqlite
 import asyncpg
 
+from sqlite_wal import connect_wal
+
 _POOL_SIZE = 4
-SQLITE_BUSY_TIMEOUT_S = 10.0
 _PG_LOCK_ID = 0x5A17_A0B1  # advisory lock serialising migrations and bootstrap across processes
 
 
@@ -78,11 +79,9 @@ class SqliteDatabase:
 
     @classmethod
     async def connect(cls, path: str) -> SqliteDatabase:
-        # timeout= installs the busy handler before the first statement: switching to WAL needs a lock
-        # that a concurrently starting process may hold for a moment.
-        conn = await aiosqlite.connect(path, isolation_level=None, timeout=SQLITE_BUSY_TIMEOUT_S)
+        conn = await connect_wal(path)
         try:
-            for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL"):
+            for pragma in ("foreign_keys=ON", "synchronous=NORMAL"):
                 await conn.execute(f"PRAGMA {pragma}")
         except BaseException:
             await conn.close()  # an unclosed connection's thread would keep the process from exiting

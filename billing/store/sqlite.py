@@ -20,6 +20,7 @@ from billing.store.base import (
     to_rows,
 )
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
+from sqlite_wal import connect_wal
 
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT (request_id) DO NOTHING")
@@ -46,10 +47,8 @@ class SqliteStore:
     async def open(cls, url: str) -> SqliteStore:
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # timeout= is the busy handler from the first statement on: the auth package writes the same file.
-        db = await aiosqlite.connect(path, isolation_level=None, timeout=10.0)
+        db = await connect_wal(path)  # the auth package may open the same file at the same moment
         try:
-            await db.execute("PRAGMA journal_mode=WAL")
             await db.execute("PRAGMA synchronous=FULL")  # the WAL segment is deleted once this commit returns
             store = cls(db)
             await store._migrate()

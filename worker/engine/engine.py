@@ -5,7 +5,8 @@ Each iteration: apply submissions and cancellations, prefill waiting prompts wit
 prefilled once and its cache rows copied), then one decode step for the running rows: every row, or
 only the ordinary ones while beam rows sit a step out (beam_budget.py). A stepping row feeds exactly
 one token, so a freshly prefilled row simply joins the next step. Rows 0..B-1 of the cache, the
-decoding batch and `self.rows` always line up, ordinary rows first (slots.py).
+decoding batch and `self.rows` always line up, ordinary rows first (slots.py). With several decode
+threads, contiguous row groups run their forward and choose their tokens in parallel (runner.py).
 """
 
 from __future__ import annotations
