@@ -11,6 +11,18 @@ import pytest
 from tests.fixtures.sluice import MODEL_CACHE
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """As `sluice serve` runs a worker on two cores: one torch thread, so that the shared engines' two
+    decode threads (row groups) take a core each instead of spinning four threads on two cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def smol(tmp_path_factory):
     from worker.loading import load_model

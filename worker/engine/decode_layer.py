@@ -70,5 +70,5 @@ def script_decode_layers(runner) -> list[torch.jit.ScriptModule] | None:
             return [torch.jit.script(DecodeLayer(layer, fused, runner.heads, runner.kv_heads, runner.head_dim, scale))
                     for layer, fused in zip(runner.layers, runner.fused)]
     except (RuntimeError, TypeError, ValueError, OSError) as error:  # torch.jit's frontend errors
-        log.warning("decode_layers_not_scripted", reason=str(error).splitlines()[0])
+        log.warning("decode_layers_not_scripted", reason=str(error).strip().split("\n", 1)[0])
         return None
