@@ -12,7 +12,8 @@ at each of `--peer-threads` thread counts: transformers `generate()` on the same
 process, llama.cpp (llama-cpp-python, built into .bench/llamacpp on first use) on the same GGUF file
 in a subprocess. Prints tok/s, time to first token, inter-token latency (p50/p99), peak RSS and the
 ratios against each peer at its fastest thread count. No assertions; the issue's targets: at 16
-concurrent >= 10x transformers and >= 2x llama.cpp, at 1 request >= transformers. `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version for `make bench`.
+concurrent >= 10x transformers and >= 2x llama.cpp, at 1 request >= transformers. `--quick` (or
+SLUICE_BENCH_QUICK=1) runs a small version for `make bench`.
 """
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ class Engine:
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
                                            want_hidden=want_hidden, embeds_override=overrides, then=choose)
         out = StepOutput.concat([out for out, _, _ in groups])
-        scores = torch.cat([scores for _, scores, _ in groups])
+        scores = groups[0][1] if len(groups) == 1 else torch.cat([scores for _, scores, _ in groups])  # one group: no copy
         choice = Choice.concat([choice for _, _, choice in groups])
         step_beams(rows, scores, batch, self.runner.cache, choice.tokens)  # beam rows: reorder, own tokens
         batch.append(choice.tokens)

@@ -167,8 +167,7 @@ class ModelRunner:
 
     def _row_groups(self, rows: int) -> list[tuple[int, int]]:
         """Contiguous [first, end) row ranges, one per thread, each of at least MIN_GROUP_ROWS rows."""
-        count = min(self._helpers.count + 1, rows // MIN_GROUP_ROWS) if self.scripted_layers() else 1
-        count = max(count, 1)
+        count = max(1, min(self._helpers.count + 1, rows // MIN_GROUP_ROWS)) if self.scripted_layers() else 1
         return list(pairwise(rows * group // count for group in range(count + 1)))
 
     @torch.inference_mode()  # per thread: the helpers run this too
