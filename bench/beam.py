@@ -27,7 +27,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from worker.engine.engine import Engine
 from worker.loading import load_model
-from worker.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams
+from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",

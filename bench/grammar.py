@@ -28,7 +28,7 @@ from tests.worker.grammar.corpus import REGEXES, SCHEMAS  # noqa: E402
 from worker.decoding.grammar import GrammarCompiler  # noqa: E402
 from worker.engine.engine import Engine  # noqa: E402
 from worker.loading import load_model  # noqa: E402
-from worker.protocol import Constraint, Done, Error, GenerateRequest, ModelConfig, SamplingParams  # noqa: E402
+from common.protocol import Constraint, Done, Error, GenerateRequest, ModelConfig, SamplingParams  # noqa: E402
 
 LONG = {"type": "array", "minItems": 200, "items": {
     "type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},

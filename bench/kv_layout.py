@@ -22,7 +22,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from worker.engine.kv_cache import KVCache
 from worker.engine.runner import ModelRunner
 from worker.loading import load_model
-from worker.protocol import ModelConfig
+from common.protocol import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

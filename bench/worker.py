@@ -40,7 +40,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from worker.engine.engine import Engine
 from worker.loading import default_gguf_path, load_model
-from worker.protocol import (
+from common.protocol import (
     Done,
     Error,
     GenerateRequest,

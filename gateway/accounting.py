@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gateway.errors import SluiceError
-from worker.protocol import Accepted, Done, Event, Token
+from common.protocol import Accepted, Done, Event, Token
 
 if TYPE_CHECKING:
     from gateway.dialects.base import Parsed

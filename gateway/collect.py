@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from gateway.proxy import worker_error
-from worker.protocol import Accepted, Done, Error, Event, Finish, Token
+from common.protocol import Accepted, Done, Error, Event, Finish, Token
 
 
 @dataclass

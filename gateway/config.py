@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from worker.protocol import ModelConfig
+from common.protocol import ModelConfig
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

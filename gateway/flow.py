@@ -28,7 +28,7 @@ from gateway.dialects.base import Dialect, Meta, Parsed
 from gateway.errors import InvalidJSON, NotFound, PayloadTooLarge, SluiceError
 from gateway.proxy import stream_events
 from gateway.state import AppState, request_id_of
-from worker.protocol import Event
+from common.protocol import Event
 
 log = structlog.get_logger("gateway")
 _json = msgspec.json.Encoder()

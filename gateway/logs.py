@@ -11,9 +11,7 @@ import uuid
 import anyio
 import structlog
 
-from worker.logs import (
-    configure_logging,  # shared logging setup (the one worker module besides protocol)
-)
+from common.logs import configure_logging  # shared with the workers
 
 __all__ = ["configure_logging", "request_id_middleware"]
 

@@ -21,7 +21,7 @@ from gateway.errors import (
     ValidationFailed,
 )
 from gateway.routing.pool import ModelPool
-from worker.protocol import Accepted, Error, Event, GenerateRequest, decode_event
+from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal"}
 

@@ -17,7 +17,7 @@ from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 from gateway.flow import error_response, read_json
 from gateway.proxy import stream_events
 from gateway.state import AppState
-from worker.protocol import (
+from common.protocol import (
     DetokenizeResponse,
     Done,
     Error,

@@ -22,7 +22,7 @@ from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 from gateway.flow import error_response, handle_generation, read_json
 from gateway.routes_sglang import TokenizeBody, TokenizeDoc
 from gateway.state import AppState
-from worker.protocol import TokenSpan
+from common.protocol import TokenSpan
 
 _json = msgspec.json.Encoder()
 GENERATE = TGI(100, stream=False)

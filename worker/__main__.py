@@ -12,9 +12,9 @@ import structlog
 import uvicorn
 
 from worker.engine.engine import Engine
-from worker.logs import configure_logging
+from common.logs import configure_logging
 from worker.loading import load_model
-from worker.protocol import ModelConfig, ModelInfo
+from common.protocol import ModelConfig, ModelInfo
 from worker.server import create_worker_app
 from worker.threads import torch_threads
 

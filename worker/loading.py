@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from worker.protocol import ModelConfig
+from common.protocol import ModelConfig
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """The worker's HTTP face: submit a generation and stream its events back as NDJSON.
 
 A client that disconnects mid-stream cancels the request (its rows leave the batch at the next step).
-Bodies and events are the msgspec structs of `worker.protocol`.
+Bodies and events are the msgspec structs of `common.protocol`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from litestar.response import Stream
 
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
-from worker.protocol import (DetokenizeRequest, DetokenizeResponse, Done, Error, GenerateRequest, ModelInfo,
+from common.protocol import (DetokenizeRequest, DetokenizeResponse, Done, Error, GenerateRequest, ModelInfo,
                              TokenizeRequest, TokenSpan, WorkerLoad, encode_event)
 
 ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from worker.protocol import ModelConfig
+from common.protocol import ModelConfig
 
 
 def torch_threads(config: ModelConfig) -> int:

@@ -15,7 +15,7 @@ from typing import Protocol
 import aiosqlite
 import asyncpg
 
-from sqlite_wal import connect_wal
+from storage.sqlite_wal import connect_wal
 
 _POOL_SIZE = 4
 _PG_LOCK_ID = 0x5A17_A0B1  # advisory lock serialising migrations and bootstrap across processes

@@ -20,7 +20,7 @@ from billing.store.base import (
     to_rows,
 )
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
-from sqlite_wal import connect_wal
+from storage.sqlite_wal import connect_wal
 
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT (request_id) DO NOTHING")

@@ -10,7 +10,7 @@ import msgspec
 
 from gateway.collect import Result
 from gateway.errors import SluiceError, ValidationFailed
-from worker.protocol import Event, GenerateRequest
+from common.protocol import Event, GenerateRequest
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from gateway.dialects.base import Dialect, check
-from worker.protocol import Constraint, SamplingParams, Watermark
+from common.protocol import Constraint, SamplingParams, Watermark
 
 MAX_STOPS = 4
 MAX_BEAMS = 31

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from gateway.dialects.base import incomplete, sse
-from worker.protocol import Accepted, Done, Event, Finish, Token
+from common.protocol import Accepted, Done, Event, Finish, Token
 
 
 async def legacy_stream(events: AsyncIterator[tuple[int, Event]], n: int, logprobs: bool) -> AsyncIterator[bytes]:

@@ -24,7 +24,7 @@ from gateway.collect import Result
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete
 from gateway.dialects.openai import FINISH, OpenAICompletions, Options, usage
 from gateway.dialects.openai_chat import normalise_messages
-from worker.protocol import GenerateRequest, SamplingParams
+from common.protocol import GenerateRequest, SamplingParams
 
 MOCK_TEXT = "This is a mock response from Sluice; no model was run."
 

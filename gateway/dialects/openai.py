@@ -22,7 +22,7 @@ from gateway.dialects.friendli_fields import (
     sampling_params,
 )
 from gateway.dialects.friendli_legacy import legacy_stream
-from worker.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
+from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "cancelled": "stop", "error": "stop"}

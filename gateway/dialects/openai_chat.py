@@ -22,7 +22,7 @@ from gateway.dialects.friendli_fields import (
 )
 from gateway.dialects.openai import FINISH, stream_end, usage
 from gateway.errors import ValidationFailed
-from worker.protocol import Done, Event, Finish, GenerateRequest, Token
+from common.protocol import Done, Event, Finish, GenerateRequest, Token
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOP_LOGPROBS = 20

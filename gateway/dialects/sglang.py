@@ -26,7 +26,7 @@ from gateway.dialects.sglang_request import (
     sampling,
 )
 from gateway.errors import SluiceError, ValidationFailed
-from worker.protocol import (
+from common.protocol import (
     Accepted,
     Done,
     Event,

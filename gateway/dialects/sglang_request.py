@@ -9,7 +9,7 @@ import msgspec
 
 from gateway.dialects.base import check
 from gateway.errors import ValidationFailed
-from worker.protocol import Constraint, SamplingParams
+from common.protocol import Constraint, SamplingParams
 
 SGLANG_KEYS = {"text", "input_ids", "input_embeds", "sampling_params"}
 UNSUPPORTED_INPUTS = ("image_data", "audio_data", "video_data")

@@ -18,7 +18,7 @@ import msgspec
 from gateway.collect import Choice, Result
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
 from gateway.errors import SluiceError
-from worker.protocol import (
+from common.protocol import (
     Accepted,
     Constraint,
     Event,

@@ -9,7 +9,7 @@ import httpx
 import msgspec
 import structlog
 
-from worker.protocol import ModelInfo, WorkerLoad
+from common.protocol import ModelInfo, WorkerLoad
 
 log = structlog.get_logger(__name__)
 DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import structlog
 
-from worker.protocol import ModelConfig
+from common.protocol import ModelConfig
 
 log = structlog.get_logger(__name__)
 PR_SET_PDEATHSIG = 1

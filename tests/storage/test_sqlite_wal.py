@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from sqlite_wal import connect_wal
+from storage.sqlite_wal import connect_wal
 
 
 @pytest.mark.parametrize("attempt", range(20))

@@ -26,7 +26,7 @@ def one_torch_thread():
 @pytest.fixture(scope="session")
 def smol(tmp_path_factory):
     from worker.loading import load_model
-    from worker.protocol import ModelConfig
+    from common.protocol import ModelConfig
 
     os.environ["SLUICE_MODEL_CACHE"] = str(MODEL_CACHE)
     return load_model(ModelConfig(), Path(tmp_path_factory.mktemp("data")))
@@ -36,7 +36,7 @@ def smol(tmp_path_factory):
 def running_engine(smol, worker_id: str, **config):
     """A started Engine on the shared weights, stopped on exit."""
     from worker.engine.engine import Engine
-    from worker.protocol import ModelConfig
+    from common.protocol import ModelConfig
 
     running = Engine(smol, ModelConfig(**config), worker_id)
     running.start()

@@ -23,7 +23,7 @@ from worker.loading import (
     load_model,
     resolve_source,
 )
-from worker.protocol import ModelConfig
+from common.protocol import ModelConfig
 
 
 def greedy(loaded, prompt: str, steps: int) -> list[int]:
@@ -110,7 +110,7 @@ def test_bfloat16_is_selectable(tiny_model_dir, tmp_path):
 def _load_in_subprocess(source: str, hub_cache: Path, data_dir: Path) -> subprocess.CompletedProcess:
     """The hub cache location is read at import time, so load in a fresh interpreter, as a worker does."""
     script = ("import sys; from pathlib import Path; from worker.loading import load_model; "
-              "from worker.protocol import ModelConfig; "
+              "from common.protocol import ModelConfig; "
               f"m = load_model(ModelConfig(name={source!r}, source={source!r}), Path({str(data_dir)!r})); "
               "print('layers', m.model.config.num_hidden_layers)")
     env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from worker.decoding.grammar import GrammarState
 from worker.decoding.rows import RowSpec
-from worker.protocol import FinishReason
+from common.protocol import FinishReason
 
 
 def finish_reason(

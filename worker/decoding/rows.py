@@ -9,7 +9,7 @@ import torch
 
 from worker.decoding.grammar import Grammar, GrammarState
 from worker.decoding.ngrams import NGramIndex
-from worker.protocol import SamplingParams
+from common.protocol import SamplingParams
 
 
 @dataclass

@@ -17,7 +17,7 @@ from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.engine.beams import BeamSearch
 from worker.engine.kv_cache import KVCache
 from worker.engine.sequence import RequestState, Sequence
-from worker.protocol import Done, Event, Finish, SamplingParams
+from common.protocol import Done, Event, Finish, SamplingParams
 
 
 def new_beam_search(state: RequestState) -> BeamSearch | None:

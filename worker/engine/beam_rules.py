@@ -5,7 +5,7 @@ and no streaming with beams, DETERMINISTIC without top_k / top_p)."""
 from __future__ import annotations
 
 from worker.engine.prepare_errors import RequestError
-from worker.protocol import GenerateRequest
+from common.protocol import GenerateRequest
 
 MAX_BEAMS = 31
 

@@ -25,7 +25,7 @@ import torch
 
 from worker.decoding.beam_select import (DEAD, accumulate, length_normalised, sampled_candidates,
                                          stochastic_candidates, top_candidates)
-from worker.protocol import FinishReason, SamplingParams
+from common.protocol import FinishReason, SamplingParams
 
 
 @dataclass

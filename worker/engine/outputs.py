@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from worker.engine.sequence import RequestState, Sequence
-from worker.protocol import Event, Finish, SamplingParams, Token, TopLogprob
+from common.protocol import Event, Finish, SamplingParams, Token, TopLogprob
 
 
 class StepEvents:

@@ -15,7 +15,7 @@ from worker.decoding.grammar import GrammarError
 from worker.engine.beam_rules import validate_beams
 from worker.engine.prepare_errors import RequestError
 from worker.engine.validate import validate_params
-from worker.protocol import GenerateRequest, SamplingParams
+from common.protocol import GenerateRequest, SamplingParams
 
 __all__ = ["PreparedRequest", "RequestError", "prepare"]
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.stops import StopMatcher
 from worker.engine.prepare import PreparedRequest
-from worker.protocol import Event, FinishReason
+from common.protocol import Event, FinishReason
 
 
 @dataclass

@@ -6,7 +6,7 @@ Each rule names the offending field, so every dialect can render a precise 4xx.
 from __future__ import annotations
 
 from worker.engine.prepare_errors import RequestError
-from worker.protocol import SamplingParams
+from common.protocol import SamplingParams
 
 MAX_STOPS = 16
 MAX_STOP_LENGTH = 256

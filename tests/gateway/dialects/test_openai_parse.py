@@ -9,7 +9,7 @@ import pytest
 from gateway.dialects.openai import OpenAICompletions
 from gateway.dialects.openai_chat import OpenAIChat
 from gateway.errors import ValidationFailed
-from worker.protocol import Constraint
+from common.protocol import Constraint
 
 M = "m"
 COMPLETIONS = OpenAICompletions()

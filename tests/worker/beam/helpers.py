@@ -6,7 +6,7 @@ import threading
 import uuid
 
 from worker.engine.engine import Engine
-from worker.protocol import Done, Error, Finish, GenerateRequest, SamplingParams
+from common.protocol import Done, Error, Finish, GenerateRequest, SamplingParams
 
 
 class Collector:

@@ -8,7 +8,7 @@ import pytest
 from tests.worker.beam.helpers import request
 from tests.worker.beam.tiny import tiny_model
 from worker.engine.prepare import RequestError
-from worker.protocol import Constraint, GenerateRequest, SamplingParams
+from common.protocol import Constraint, GenerateRequest, SamplingParams
 
 PROMPT = [1, 2, 5]
 
@@ -16,7 +16,7 @@ PROMPT = [1, 2, 5]
 @pytest.fixture(scope="module")
 def engine():
     from worker.engine.engine import Engine
-    from worker.protocol import ModelConfig
+    from common.protocol import ModelConfig
 
     return Engine(tiny_model(), ModelConfig(max_batch_size=8, max_context=64))  # prepare needs no thread
 

@@ -21,7 +21,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def tiny_engine(tiny):
     from worker.engine.engine import Engine
-    from worker.protocol import ModelConfig
+    from common.protocol import ModelConfig
 
     running = Engine(tiny, ModelConfig(max_batch_size=64, max_context=64, max_queue=4096), "tiny-worker")
     running.start()
@@ -114,7 +114,7 @@ def test_deterministic_matches_transformers_on_a_tiny_vocabulary(tiny, tiny_engi
 
 def test_cancel_mid_search(tiny_engine):
     """A cancel that arrives while the beams run: usage for the steps done, no results, rows freed."""
-    from worker.protocol import Accepted
+    from common.protocol import Accepted
 
     class CancelOnAccept(Collector):
         def __call__(self, batch):

@@ -21,7 +21,7 @@ from transformers.generation.logits_process import (
 )
 
 from worker.decoding import RowSpec
-from worker.protocol import SamplingParams
+from common.protocol import SamplingParams
 
 
 def spec(prompt: list[int], seed: int = 0, eos: list[int] | None = None, bad_word_ids=None, **params) -> RowSpec:

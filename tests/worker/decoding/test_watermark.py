@@ -7,7 +7,7 @@ import torch
 from tests.worker.decoding.helpers import spec
 from worker.decoding import DecodingBatch, watermark_z_score
 from worker.decoding.watermark import green_mask, is_green
-from worker.protocol import Watermark
+from common.protocol import Watermark
 
 V = 1000
 

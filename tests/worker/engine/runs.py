@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from worker.protocol import (
+from common.protocol import (
     Accepted,
     Done,
     Error,

@@ -10,7 +10,7 @@ import jsonschema
 
 from tests.worker.engine.runs import Run
 from tests.worker.engine.runs import submit as engine_submit
-from worker.protocol import Constraint, Finish, GenerateRequest, SamplingParams
+from common.protocol import Constraint, Finish, GenerateRequest, SamplingParams
 
 _ids = itertools.count()
 

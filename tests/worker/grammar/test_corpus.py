@@ -15,7 +15,7 @@ from tests.worker.grammar.helpers import (
     schema_constraint,
     submit,
 )
-from worker.protocol import Constraint
+from common.protocol import Constraint
 
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.9, "top_p": 0.95, "seed": [7]}}
 MAX_TOKENS = 200

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
-from worker.protocol import (
+from common.protocol import (
     Constraint,
     Finish,
     GenerateRequest,

@@ -19,7 +19,7 @@ from tests.worker.grammar.helpers import (
 )
 from worker.decoding.batch import DecodingBatch
 from worker.decoding.rows import RowSpec
-from worker.protocol import Constraint, SamplingParams
+from common.protocol import Constraint, SamplingParams
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                            "age": {"type": "integer", "minimum": 0, "maximum": 120}},

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import xgrammar as xgr
 
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
-from worker.protocol import Constraint
+from common.protocol import Constraint
 
 _OBJECT = '{"type": "object"}'
 
