@@ -21,7 +21,14 @@ from gateway.config import Settings
 from gateway.errors import SluiceError
 from gateway.limits.base import open_limiter
 from gateway.logs import request_id_middleware
-from gateway.routes import public_routes
+from gateway import health, metrics
+from gateway.dialects import shared_paths
+from gateway.dialects.datacrunch import routes as datacrunch
+from gateway.dialects.friendli import routes as friendli
+from gateway.dialects.monster import routes as monster
+from gateway.dialects.openai import routes as openai
+from gateway.dialects.sglang import routes as sglang
+from gateway.dialects.tgi import routes as tgi
 from gateway.routing.pool import Router
 from gateway.routing.supervisor import Supervisor
 from gateway.secrets import load_pepper
@@ -76,6 +83,11 @@ def principal_for_billing(holder: dict):
             raise HTTPException(status_code=error.status, detail=error.message) from error
 
     return authenticate
+
+
+def public_routes() -> list:
+    return [*openai.routes(), *friendli.routes(), *monster.routes(), *tgi.routes(), *datacrunch.routes(),
+            *sglang.routes(), *shared_paths.routes(), health.health, metrics.prometheus_metrics]
 
 
 def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:

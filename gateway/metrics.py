@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from litestar import Response, get
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -60,5 +61,6 @@ def attach(accounting) -> None:
     accounting.finish = finish_and_observe
 
 
-def exposition() -> tuple[bytes, str]:
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+@get("/metrics", summary="Prometheus metrics", tags=["TGI"])
+async def prometheus_metrics() -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

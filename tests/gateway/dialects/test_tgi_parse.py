@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.dialects.tgi import TGI
+from gateway.dialects.tgi.dialect import TGI
 from gateway.errors import ValidationFailed
 
 GENERATE = TGI(100, stream=False)

@@ -5,7 +5,8 @@
 
 The client `json.loads` every non-empty line after stripping `data: `, so no `event:` or comment
 lines, the `complete` event must carry no `token` key (it would be read as one more token), and
-nothing may follow it: no `[DONE]`.
+nothing may follow it: no `[DONE]`. Those clients are recognised by `X-API-Dialect: friendli-legacy`
+or by the keys only they send (`is_legacy`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,20 @@ from collections.abc import AsyncIterator
 
 from gateway.dialects.base import incomplete, sse
 from common.protocol import Accepted, Done, Event, Finish, Token
+
+# keys only friendli-client <= 1.5 sends (even as null): their presence selects the legacy stream
+LEGACY_KEYS = ("num_beams", "beam_search_type", "beam_compat_pre_normalization", "beam_compat_no_post_normalization",
+               "include_output_logits", "include_output_logprobs", "timeout_microseconds")
+LEGACY_HEADER = "friendli-legacy"  # the value of `X-API-Dialect` that forces the legacy stream
+
+
+def wants_legacy(header: str | None) -> bool:
+    return bool(header) and header.strip().lower() == LEGACY_HEADER
+
+
+def is_legacy(payload, header: str | None) -> bool:
+    """friendli-client <= 1.5 (legacy `token_sampled`/`complete` stream): header, or its legacy-only keys."""
+    return wants_legacy(header) or (isinstance(payload, dict) and any(key in payload for key in LEGACY_KEYS))
 
 
 async def legacy_stream(events: AsyncIterator[tuple[int, Event]], n: int, logprobs: bool) -> AsyncIterator[bytes]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from gateway.dialects.base import documented
-from gateway.dialects.openai import CompletionBody, OpenAICompletions
-from gateway.dialects.openai_chat import ChatBody, OpenAIChat
-from gateway.flow import handle_generation
-from gateway.routes_openai import wants_legacy
+from gateway.dialects.friendli.legacy import wants_legacy
+from gateway.dialects.openai.chat import ChatBody, OpenAIChat
+from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
+from gateway.dialects.openapi import documented
+from gateway.generation import handle_generation
 
 COMPLETIONS = OpenAICompletions(friendli=True)
 COMPLETIONS_LEGACY = OpenAICompletions(friendli=True, legacy_header=True)
@@ -22,7 +22,8 @@ def _completions(path: str):
     @post(path, status_code=200, summary="Friendli completions", operation_class=documented(CompletionBody),
           name=f"friendli-completions-{path.split('/')[1]}")
     async def handler(request: Request) -> Response | Stream:
-        return await handle_generation(request, COMPLETIONS_LEGACY if wants_legacy(request) else COMPLETIONS, path)
+        legacy = wants_legacy(request.headers.get("x-api-dialect"))
+        return await handle_generation(request, COMPLETIONS_LEGACY if legacy else COMPLETIONS, path)
 
     return handler
 
@@ -36,6 +37,6 @@ def _chat(path: str):
     return handler
 
 
-def friendli_routes() -> list:
+def routes() -> list:
     return [_completions("/serverless/v1/completions"), _chat("/serverless/v1/chat/completions"),
             _completions("/dedicated/v1/completions"), _chat("/dedicated/v1/chat/completions")]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from gateway.dialects.base import documented
-from gateway.dialects.monster import MonsterBody, MonsterGenerate
-from gateway.flow import handle_generation
+from gateway.dialects.monster.dialect import MonsterBody, MonsterGenerate
+from gateway.dialects.openapi import documented
+from gateway.generation import handle_generation
 
 MONSTER = MonsterGenerate()
 
@@ -17,5 +17,5 @@ async def generate(request: Request) -> Response | Stream:
     return await handle_generation(request, MONSTER, "/v1/generate")
 
 
-def monster_routes() -> list:
+def routes() -> list:
     return [generate]

@@ -14,13 +14,9 @@ from dataclasses import dataclass
 
 from gateway.collect import Result
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
-from gateway.dialects.friendli_fields import (
-    OpenAIFamily,
-    SamplingFields,
-    deadline,
-    sampling_params,
-)
-from gateway.dialects.openai import FINISH, stream_end, usage
+from gateway.dialects.openai.completions import FINISH, stream_end, usage
+from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from gateway.errors import ValidationFailed
 from common.protocol import Done, Event, Finish, GenerateRequest, Token
 
@@ -29,7 +25,7 @@ MAX_TOP_LOGPROBS = 20
 FINGERPRINT = "fp_sluice"
 
 
-class ChatBody(SamplingFields, kw_only=True):
+class ChatBody(OpenAIRequest, kw_only=True):
     messages: list | None = None
     max_completion_tokens: int | None = None
     logprobs: bool | None = None

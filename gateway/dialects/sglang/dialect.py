@@ -13,11 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from gateway.collect import Result
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
-from gateway.dialects.sglang_request import (
+from gateway.dialects.sglang.request import (
     BodyInvalid,
     SGLangBody,
     SGLangSampling,
@@ -35,14 +33,6 @@ from common.protocol import (
     Token,
     TopLogprob,
 )
-
-
-class SGLangOutput(msgspec.Struct):
-    """Documentation of one output object (rendering builds plain dicts)."""
-
-    text: str
-    output_ids: list[int]
-    meta_info: dict
 
 
 @dataclass
@@ -184,9 +174,3 @@ def finish_reason(finish: Finish, length: int) -> dict:
 
 
 SGLANG = SGLang()
-
-
-def sglang_error(error: SluiceError):
-    from gateway.flow import error_response
-
-    return error_response(SGLANG, error)

@@ -22,8 +22,8 @@ import msgspec
 
 from gateway.collect import Result
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete
-from gateway.dialects.openai import FINISH, OpenAICompletions, Options, usage
-from gateway.dialects.openai_chat import normalise_messages
+from gateway.dialects.openai.chat import normalise_messages
+from gateway.dialects.openai.completions import FINISH, OpenAICompletions, Options, usage
 from common.protocol import GenerateRequest, SamplingParams
 
 MOCK_TEXT = "This is a mock response from Sluice; no model was run."

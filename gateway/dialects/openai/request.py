@@ -1,4 +1,5 @@
-"""The decoding fields OpenAI and Friendli bodies share, and their mapping to `SamplingParams`.
+"""The core of an OpenAI request: the decoding fields completions and chat share, their validation, and
+their mapping to `SamplingParams`.
 
 Friendli's completions and chat bodies are a superset of OpenAI's, so one struct serves both and the
 OpenAI routes accept the Friendli fields as extensions. JSON null always means "unset". Fields the
@@ -12,14 +13,11 @@ from typing import Literal
 
 import msgspec
 
-from gateway.dialects.base import Dialect, check
+from gateway.dialects.base import check
 from common.protocol import Constraint, SamplingParams, Watermark
 
 MAX_STOPS = 4
 MAX_BEAMS = 31
-# keys only friendli-client <= 1.5 sends (even as null): their presence selects the legacy stream
-LEGACY_KEYS = ("num_beams", "beam_search_type", "beam_compat_pre_normalization", "beam_compat_no_post_normalization",
-               "include_output_logits", "include_output_logprobs", "timeout_microseconds")
 
 
 class StreamOptions(msgspec.Struct):
@@ -35,8 +33,8 @@ class WatermarkOptions(msgspec.Struct):
     delta: float = 2.0
 
 
-class SamplingFields(msgspec.Struct, kw_only=True):
-    """Fields common to completions and chat (OpenAI + Friendli). Every optional field may be null."""
+class OpenAIRequest(msgspec.Struct, kw_only=True):
+    """The fields every completions and chat body has (OpenAI + Friendli). Every optional field may be null."""
 
     model: str | None = None
     max_tokens: int | None = None
@@ -156,7 +154,7 @@ def _token_lists(value: list[TokenSequence] | None, name: str) -> list[list[int]
     return lists
 
 
-def _ranges(body: SamplingFields, max_temperature: float | None) -> None:
+def _ranges(body: OpenAIRequest, max_temperature: float | None) -> None:
     t = body.temperature
     check(t is None or (t >= 0 and (max_temperature is None or t <= max_temperature)),
           f"temperature must be between 0 and {max_temperature}" if max_temperature else "temperature must be >= 0",
@@ -182,7 +180,7 @@ def _ranges(body: SamplingFields, max_temperature: float | None) -> None:
           "forced_output_tokens ids must be >= 0", "forced_output_tokens")
 
 
-def _lengths(body: SamplingFields, default_max: int | None) -> tuple[int | None, int | None, int]:
+def _lengths(body: OpenAIRequest, default_max: int | None) -> tuple[int | None, int | None, int]:
     check(body.max_tokens is None or body.max_total_tokens is None,
           "max_tokens and max_total_tokens are mutually exclusive", "max_total_tokens")
     check(body.min_tokens is None or body.min_total_tokens is None,
@@ -200,7 +198,7 @@ def _lengths(body: SamplingFields, default_max: int | None) -> tuple[int | None,
     return max_tokens, body.max_total_tokens, min_tokens
 
 
-def _beams(body: SamplingFields, n: int, stream: bool) -> int:
+def _beams(body: OpenAIRequest, n: int, stream: bool) -> int:
     beams = _set(body.num_beams, 1)
     check(1 <= beams <= MAX_BEAMS, f"num_beams must be between 1 and {MAX_BEAMS}", "num_beams")
     check(not (body.beam_compat_no_post_normalization and not body.beam_compat_pre_normalization),
@@ -215,7 +213,7 @@ def _beams(body: SamplingFields, n: int, stream: bool) -> int:
     return beams
 
 
-def sampling_params(body: SamplingFields, *, default_max_tokens: int | None, max_temperature: float | None,
+def sampling_params(body: OpenAIRequest, *, default_max_tokens: int | None, max_temperature: float | None,
                     logprobs: int | None) -> SamplingParams:
     """Validate the shared fields (naming the field on failure) and build the internal parameters."""
     _ranges(body, max_temperature)
@@ -259,34 +257,3 @@ def sampling_params(body: SamplingFields, *, default_max_tokens: int | None, max
         constraint=constraint(body.response_format),
         watermark=None if not watermark else (
             Watermark() if watermark is True else Watermark(watermark.gamma, watermark.delta)))
-
-
-class OpenAIFamily(Dialect):
-    """OpenAI-shaped dialects. `friendli=True` serves the /serverless and /dedicated routes: the dialect
-    is named "friendli" (in the ledger) and its 422s carry FastAPI's `detail` list as well."""
-
-    name = "openai"
-
-    def __init__(self, *, friendli: bool = False):
-        self.friendli = friendli
-        if friendli:
-            self.name = "friendli"
-
-    def error_body(self, error):
-        status, body = super().error_body(error)
-        return error_body_with_detail(status, body, error) if self.friendli else (status, body)
-
-
-def error_body_with_detail(status: int, body: dict, error) -> tuple[int, dict]:
-    """Friendli routes keep the OpenAI envelope and add FastAPI's `detail` list to a 422."""
-    if status == 422:
-        loc = ["body", error.param] if error.param else ["body"]
-        body["detail"] = [{"loc": loc, "msg": error.message, "type": "value_error"}]
-    return status, body
-
-
-def is_legacy(payload, header: str | None) -> bool:
-    """friendli-client <= 1.5 (legacy `token_sampled`/`complete` stream): header, or its legacy-only keys."""
-    if header and header.strip().lower() == "friendli-legacy":
-        return True
-    return isinstance(payload, dict) and any(key in payload for key in LEGACY_KEYS)

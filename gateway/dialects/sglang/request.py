@@ -1,5 +1,6 @@
 """SGLang native request bodies: the `text` / `input_ids` / `input_embeds` + `sampling_params` structs,
-their validation (SGLang's own rules and ranges) and the mapping to the internal SamplingParams."""
+their validation (SGLang's own rules and ranges) and the mapping to the internal SamplingParams; the
+tokenize and detokenize bodies."""
 
 from __future__ import annotations
 
@@ -63,6 +64,19 @@ class SGLangBody(msgspec.Struct, kw_only=True):
     custom_logit_processor: Any = None
     session_params: Any = None
     model: str | None = None  # filled in by the route: the first served model
+
+
+class TokenizeBody(msgspec.Struct, kw_only=True):
+    text: str | list[str] | None = None
+    prompt: str | list[str] | None = None
+    add_special_tokens: bool | None = None
+    model: str | None = None
+
+
+class DetokenizeBody(msgspec.Struct, kw_only=True):
+    tokens: list[int]
+    skip_special_tokens: bool | None = None
+    model: str | None = None
 
 
 class BodyInvalid(ValidationFailed):

@@ -1,7 +1,7 @@
 """OpenAI routes (also Friendli's container paths): `/v1/completions`, `/v1/chat/completions`, `/v1/models`.
 
 `X-API-Dialect: friendli-legacy` forces Friendli's legacy completions stream; the body's legacy-only
-keys select it too (see `gateway.dialects.friendli_fields.is_legacy`).
+keys select it too (see `gateway.dialects.friendli.legacy`).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
-from gateway.dialects.base import documented
-from gateway.dialects.openai import CompletionBody, OpenAICompletions
-from gateway.dialects.openai_chat import ChatBody, OpenAIChat
+from gateway.dialects.friendli.legacy import wants_legacy
+from gateway.dialects.openai.chat import ChatBody, OpenAIChat
+from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
+from gateway.dialects.openapi import documented
 from gateway.errors import SluiceError
-from gateway.flow import error_response, handle_generation
+from gateway.generation import error_response, handle_generation
 from gateway.state import AppState
 
 OPENAI = OpenAICompletions()
@@ -23,14 +24,11 @@ CHAT = OpenAIChat()
 _json = msgspec.json.Encoder()
 
 
-def wants_legacy(request: Request) -> bool:
-    return request.headers.get("x-api-dialect", "").strip().lower() == "friendli-legacy"
-
-
 @post("/v1/completions", status_code=200, summary="OpenAI completions (Friendli fields accepted)",
       operation_class=documented(CompletionBody))
 async def completions(request: Request) -> Response | Stream:
-    return await handle_generation(request, OPENAI_LEGACY if wants_legacy(request) else OPENAI, "/v1/completions")
+    legacy = wants_legacy(request.headers.get("x-api-dialect"))
+    return await handle_generation(request, OPENAI_LEGACY if legacy else OPENAI, "/v1/completions")
 
 
 @post("/v1/chat/completions", status_code=200, summary="OpenAI chat completions (Friendli fields accepted)",
@@ -51,5 +49,5 @@ async def models(request: Request) -> Response:
     return Response(_json.encode({"object": "list", "data": data}), media_type="application/json")
 
 
-def openai_routes() -> list:
+def routes() -> list:
     return [completions, chat_completions, models]

@@ -3,7 +3,7 @@
 The non-streamed shape is the superset every OpenAI and Friendli client accepts:
 `id, object, created, model, choices[{index, text, seed, tokens, finish_reason, logprobs}], usage`.
 Streams are OpenAI chunks (which carry Friendli's `token` too), or Friendli's legacy
-`token_sampled`/`complete` events for friendli-client <= 1.5 (see `friendli_fields.is_legacy`).
+`token_sampled`/`complete` events for friendli-client <= 1.5 (see `dialects.friendli.legacy`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,9 @@ from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
-from gateway.dialects.friendli_fields import (
-    OpenAIFamily,
-    SamplingFields,
-    deadline,
-    is_legacy,
-    sampling_params,
-)
-from gateway.dialects.friendli_legacy import legacy_stream
+from gateway.dialects.friendli.legacy import is_legacy, legacy_stream
+from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
@@ -30,7 +25,7 @@ MAX_LOGPROBS = 20
 DEFAULT_MODEL = "default"  # resolved by the router to the first served model
 
 
-class CompletionBody(SamplingFields, kw_only=True):
+class CompletionBody(OpenAIRequest, kw_only=True):
     """Explicit JSON null means "unset" for every optional field."""
 
     prompt: str | list | None = None  # str, list[str], list[int] or list[list[int]]: see split_prompts
