@@ -1,7 +1,7 @@
 """One generation request through the gateway, the same for every dialect:
 
-    authenticate -> read + parse (dialect) -> model + permission -> admit (limits) -> proxy to a worker
-    -> render (dialect) -> settle limits -> one ledger record
+    (authenticated by the middleware) -> read + parse (dialect) -> model + permission -> admit (limits)
+    -> proxy to a worker -> render (dialect) -> settle limits -> one ledger record
 
 Errors at any point are rendered in the dialect's own envelope. Streamed responses account in the
 generator's `finally`, so a client that disconnects is billed for what was generated until then.
@@ -18,68 +18,49 @@ import anyio
 import msgspec
 import structlog
 from litestar import Request, Response
-from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from gateway import metrics
+from auth import Principal
 from gateway.accounting import Accounting
 from gateway.collect import Result, merge
-from gateway.dialects.base import Dialect, Meta, Parsed
-from gateway.errors import InvalidJSON, NotFound, PayloadTooLarge, SluiceError
+from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
+from gateway.errors import NotFound, SluiceError
+from gateway.logs import request_id_of
 from gateway.proxy import stream_events
-from gateway.state import AppState, request_id_of
+from gateway.services import Services
+from common.json_body import read_json
 from common.protocol import Event
 
 log = structlog.get_logger("gateway")
 _json = msgspec.json.Encoder()
+UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
-def error_response(dialect: Dialect, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
-    status, body = dialect.error_body(error)
-    return Response(_json.encode(body), status_code=status, media_type="application/json",
-                    headers={**error.headers, **(headers or {})})
-
-
-async def read_json(request: Request, max_bytes: int) -> Any:
-    try:
-        raw = await request.body()
-    except HTTPException as exc:
-        if exc.status_code == 413:
-            raise PayloadTooLarge(f"the request body exceeds {max_bytes} bytes") from exc
-        raise
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"the request body exceeds {max_bytes} bytes")
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise InvalidJSON(f"the request body is not valid JSON: {exc}") from exc
-
-
-async def handle_generation(request: Request, dialect: Dialect, route: str,
-                            payload: Any = None) -> Response | Stream:
-    state: AppState = request.app.state.sluice
+async def handle_generation(request: Request, services: Services, dialect: Dialect, route: str,
+                            payload: Any = UNREAD) -> Response | Stream:
+    principal: Principal = request.user  # set by the authentication middleware
     request_id = request_id_of(request)
-    accounting = Accounting(state, request_id, dialect.name, route)
+    accounting = Accounting(services, principal, request_id, dialect.name, route)
     request.scope["state"].setdefault("finalizers", []).append(partial(accounting.finish, "cancelled"))
-    metrics.attach(accounting)
     try:
-        principal = await state.authenticate(request)
-        accounting.principal = principal
-        if payload is None:
-            payload = await read_json(request, state.settings.max_body_bytes)
+        if payload is UNREAD:
+            payload = await read_json(request)
+        if dialect.model_optional:
+            with_default_model(services.router, payload)
         if isinstance(payload, dict) and isinstance(payload.get("model"), str):
             accounting.model = payload["model"]  # a rejected request is still attributed to its model
         parsed = dialect.parse(payload, route)
         if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
             accounting.discard()
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
-        parsed.model = state.router.resolve(parsed.model)
+        router = services.router
+        parsed.model = router.resolve(parsed.model)
         accounting.model = parsed.model
         structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
-        pool = state.router.pool(parsed.model)
+        pool = router.pool(parsed.model)
         if pool is None:
             raise NotFound(f"the model {parsed.model!r} does not exist")
-        state.auth.check_model(principal, parsed.model)
+        services.auth.check_model(principal, parsed.model)
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
@@ -104,7 +85,7 @@ async def handle_generation(request: Request, dialect: Dialect, route: str,
         return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
     except SluiceError as error:
         await accounting.finish(accounting.failure_status(error), error)
-        return error_response(dialect, error, accounting.headers())
+        return dialect.error_response(error, accounting.headers())
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
         raise

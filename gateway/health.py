@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 
-from gateway.state import AppState
+from auth.middleware import PUBLIC
+from gateway.services import Services
 
 _json = msgspec.json.Encoder()
 
 
-@get("/health", summary="200 once every configured model has a ready worker")
-async def health(request: Request) -> Response:
-    state: AppState = request.app.state.sluice
-    missing = state.router.unready_models()
+@get("/health", summary="200 once every configured model has a ready worker", opt=PUBLIC)
+async def health(services: Services) -> Response:
+    missing = services.router.unready_models()
     if missing:
         body = {"status": "unavailable", "reason": f"no ready worker for: {', '.join(missing)}"}
         return Response(_json.encode(body), status_code=503, media_type="application/json")

@@ -1,6 +1,7 @@
 """Prometheus metrics of the gateway (`GET /metrics`, TGI's route): requests, tokens, latencies.
 
-One registry per process, fed when each request's accounting finishes, whatever path it took.
+One registry per process, fed when each request's accounting finishes (`gateway.accounting`), whatever path
+it took.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from auth.middleware import PUBLIC
 
 REGISTRY = CollectorRegistry()
 LABELS = ("dialect", "route", "model", "status")
@@ -48,19 +51,6 @@ def observe(accounting, status: str) -> None:
             PER_TOKEN.labels(accounting.dialect, model).observe(elapsed / accounting.completion_tokens)
 
 
-def attach(accounting) -> None:
-    """Wrap `accounting.finish` so its first (effective) call is also counted here."""
-    finish = accounting.finish
-
-    async def finish_and_observe(status: str, error=None) -> None:
-        first = not accounting._finished
-        await finish(status, error)
-        if first:
-            observe(accounting, status)
-
-    accounting.finish = finish_and_observe
-
-
-@get("/metrics", summary="Prometheus metrics", tags=["TGI"])
+@get("/metrics", summary="Prometheus metrics", tags=["TGI"], opt=PUBLIC)
 async def prometheus_metrics() -> Response:
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

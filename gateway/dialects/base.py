@@ -1,4 +1,10 @@
-"""What every public dialect provides: parse a body into internal requests, render results and errors."""
+"""What every public dialect provides: parse a body into internal requests, render results and errors.
+
+A dialect renders every error of its routes: mount its routes in a Litestar `Router` with
+`exception_handlers=DIALECT.exception_handlers()` and whatever a handler, a dependency, a guard or the
+authentication middleware raises is answered in the dialect's envelope. The base class answers in the
+OpenAI envelope, which is also the answer of the admin and usage APIs and of unknown paths.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from litestar import Request, Response
+from litestar.types import ExceptionHandlersMap
 
 from gateway.collect import Result
-from gateway.errors import SluiceError, ValidationFailed
+from gateway.errors import SluiceError, ValidationFailed, as_sluice_error
 from gateway.routing.pool import Router
 from common.protocol import Event, GenerateRequest
 
@@ -22,7 +30,6 @@ class Parsed:
     requests: list[GenerateRequest]
     stream: bool
     options: Any = None  # dialect-specific rendering options
-    reserve_tokens: int = 0  # upper bound of tokens this request may cost (limits reserve this)
     extra: dict = field(default_factory=dict)
 
 
@@ -36,6 +43,7 @@ class Meta:
 class Dialect:
     name = "base"
     stream_media_type = "text/event-stream"
+    model_optional = False  # True: a body that names no model is served by the first one (TGI, SGLang)
 
     def parse(self, payload: Any, route: str) -> Parsed:
         raise NotImplementedError
@@ -55,8 +63,18 @@ class Dialect:
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
         """(status, JSON body) of an error in this dialect's envelope."""
-        return error.status, {"error": {"message": error.message, "type": error.type, "param": error.param,
-                                        "code": error.code}}
+        return error.status, openai_envelope(error)
+
+    def error_response(self, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
+        status, body = self.error_body(error)
+        return Response(_encoder.encode(body), status_code=status, media_type="application/json",
+                         headers={**error.headers, **(headers or {})})
+
+    def exception_handlers(self) -> ExceptionHandlersMap:
+        def render(_: Request, exc: Exception) -> Response:
+            return self.error_response(as_sluice_error(exc))
+
+        return {Exception: render}
 
     def stream_error(self, error: SluiceError) -> bytes:
         """An error that happens after a stream started, framed for this dialect."""
@@ -64,6 +82,11 @@ class Dialect:
 
 
 _encoder = msgspec.json.Encoder()
+DEFAULT = Dialect()  # the OpenAI envelope, for routes outside every dialect
+
+
+def openai_envelope(error: SluiceError) -> dict:
+    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
 
 
 def sse(payload: Any, space: bool = True) -> bytes:

@@ -103,8 +103,7 @@ class MonsterGenerate(OpenAICompletions):
         messages = normalise_messages(body.messages) if body.messages is not None else None
         request = GenerateRequest(request_id="", model=body.model, prompt=_d(body.prompt, body.formatted_prompt),
                                   messages=messages, params=params, stream=stream)
-        parsed = Parsed(body.model, [request], stream, Options(False, False, None, n),
-                        reserve_tokens=max(best_of, n) * params.max_tokens)
+        parsed = Parsed(body.model, [request], stream, Options(False, False, None, n))
         if body.mock_response:
             check(not stream, "mock_response cannot be streamed", "mock_response")
             parsed.extra["mock_response"] = mock_body(body.model, n)

@@ -103,10 +103,8 @@ class OpenAIChat(OpenAIFamily):
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
                                   deadline_unix=deadline(body.timeout_microseconds), stream=bool(body.stream))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        candidates = max(params.best_of or params.n, params.num_beams)
-        return Parsed(body.model, [request], bool(body.stream), ChatOptions(include_usage, logprobs is not None,
-                                                                               params.n),
-                      reserve_tokens=candidates * (params.max_tokens or 0))
+        return Parsed(body.model, [request], bool(body.stream),
+                      ChatOptions(include_usage, logprobs is not None, params.n))
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         options: ChatOptions = parsed.options

@@ -102,10 +102,8 @@ class OpenAICompletions(OpenAIFamily):
                                     embedding_to_replace=list(body.embedding_to_replace or []))
                     for text, ids in prompts]
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        candidates = max(params.best_of or params.n, params.num_beams)
         return Parsed(model, requests, bool(body.stream),
-                      Options(echo, include_usage, params.logprobs, params.n, legacy),
-                      reserve_tokens=len(requests) * candidates * (params.max_tokens or 0))
+                      Options(echo, include_usage, params.logprobs, params.n, legacy))
 
     # ---- rendering ----
 

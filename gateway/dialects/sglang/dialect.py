@@ -52,6 +52,7 @@ class Options:
 
 class SGLang(Dialect):
     name = "sglang"
+    model_optional = True
 
     def parse(self, payload, route: str) -> Parsed:
         try:
@@ -81,8 +82,7 @@ class SGLang(Dialect):
                           prompt_from=start if start >= 0 else None,
                           with_text=bool(body.return_text_in_logprobs), hidden=bool(body.return_hidden_states),
                           no_stop_trim=[bool(s.no_stop_trim) for s in per_prompt], started=time.perf_counter())
-        reserve = sum(p.n * (p.max_tokens or 0) for p in params)
-        return Parsed(body.model or "", requests, bool(body.stream), options, reserve_tokens=reserve)
+        return Parsed(body.model or "", requests, bool(body.stream), options)
 
     # ---- rendering ----
 

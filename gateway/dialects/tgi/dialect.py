@@ -30,7 +30,7 @@ from common.protocol import (
 FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence",
           "stop_token": "eos_token", "cancelled": "length", "error": "length"}
 # status -> TGI error_type (TGI's own: validation 422, generation 424, overloaded 429, incomplete 500)
-ERROR_TYPES = {400: "validation", 413: "validation", 422: "validation", 401: "authentication",
+ERROR_TYPES = {400: "validation", 413: "validation", 415: "validation", 422: "validation", 401: "authentication",
                403: "permission", 404: "not_found", 429: "overloaded", 503: "overloaded", 502: "generation",
                500: "incomplete_generation"}
 
@@ -48,6 +48,7 @@ class Options:
 
 class TGI(Dialect):
     name = "tgi"
+    model_optional = True  # TGI has no model field; DataCrunch's is optional
 
     def __init__(self, default_max_new_tokens: int = 100, compat: bool = False, stream: bool | None = None):
         self.default_max_new_tokens = default_max_new_tokens
@@ -78,7 +79,7 @@ class TGI(Dialect):
         request = GenerateRequest(request_id="", model=body.model or "", prompt=body.inputs, params=params)
         options = Options(details, bool(p.decoder_input_details), p.top_n_tokens or None, best_of, sampling,
                           body.inputs if p.return_full_text else "", self.compat)
-        return Parsed(body.model or "", [request], stream, options, reserve_tokens=best_of * max_new)
+        return Parsed(body.model or "", [request], stream, options)
 
     # ---- rendering ----
 

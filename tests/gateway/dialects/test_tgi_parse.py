@@ -134,7 +134,6 @@ def test_outputs_mapping():
 def test_best_of_runs_every_candidate():
     parsed = parse({"best_of": 3, "do_sample": True})
     assert parsed.requests[0].params.n == 3 and parsed.options.best_of == 3
-    assert parsed.reserve_tokens == 300
 
 
 def test_grammar_maps_to_constraints():
