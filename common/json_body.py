@@ -40,7 +40,8 @@ def check_content_type(header: str | None) -> None:
     for parameter in parameters.split(";"):
         name, _, value = parameter.partition("=")
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-            raise UnsupportedMediaType(f"the request body must be UTF-8 JSON (got charset {value.strip()[:40]!r})")
+            raise UnsupportedMediaType(f"the request body must be UTF-8 JSON: send Content-Type: application/json "
+                                       f"(got charset {value.strip()[:40]!r})")
 
 
 def nesting_depth_exceeds(raw: bytes, limit: int) -> bool:

@@ -97,7 +97,7 @@ def stop_list(stop: str | list[str] | None) -> list[str]:
 def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
     result = {}
     for key, value in (bias or {}).items():
-        check(key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
+        check(key.isascii() and key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
         check(-100 <= value <= 100, "logit_bias values must be between -100 and 100", "logit_bias")
         result[int(key)] = value
     return result

@@ -112,7 +112,7 @@ def prompts_of(body: SGLangBody) -> tuple[list[dict], bool]:
 def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
     result = {}
     for key, value in (bias or {}).items():
-        check(key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
+        check(key.isascii() and key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
         result[int(key)] = value
     return result
 
