@@ -31,7 +31,6 @@ from gateway.services import Services
 from common.json_body import read_json
 from common.protocol import Event
 
-log = structlog.get_logger("gateway")
 _json = msgspec.json.Encoder()
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 

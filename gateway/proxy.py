@@ -59,7 +59,12 @@ async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncItera
                 async for line in response.aiter_lines():
                     if not line:
                         continue
-                    event = decode_event(line.encode())
+                    try:
+                        event = decode_event(line.encode())
+                    except msgspec.DecodeError as exc:
+                        # an event off the contract: the same request gets the same answer from any replica,
+                        # so no retry, and this replica stays healthy (other requests are not refused)
+                        raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
                     if isinstance(event, Error) and not relayed and event.kind in RETRYABLE_KINDS:
                         last_error = worker_error(event)
                         break

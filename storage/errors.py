@@ -13,7 +13,7 @@ from common.errors import StoreUnavailable
 
 # a refused write is the store's own business (auth maps it to Conflict): never "unavailable"
 INTEGRITY_ERRORS = (sqlite3.IntegrityError, asyncpg.IntegrityConstraintViolationError)
-DRIVER_FAILURES = (sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+DRIVER_FAILURES = (sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
 
 
 @contextlib.contextmanager
