@@ -39,9 +39,24 @@ class QuotaExceeded(RateLimited):
 
 
 class Overloaded(SluiceError):
-    """The model's workers cannot take the request now (queue full, deadline missed)."""
+    """The model's workers cannot take the request now (queue full)."""
 
     status, type, code = 429, "overloaded_error", "overloaded"
+
+
+class DeadlineExceeded(SluiceError):
+    """The client's own deadline (`timeout_microseconds`) passed before the answer was complete.
+
+    408 with `x-should-retry: false`: friendli and friendli-client never retry a 408, and openai-python,
+    which retries 408, 409, 429 and every 5xx, obeys that header first. A 429 or a 504 would be retried
+    with the same deadline, which would pass again.
+    """
+
+    status, type, code = 408, "timeout", "deadline_exceeded"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("x-should-retry", "false")
 
 
 class Unavailable(SluiceError):

@@ -13,6 +13,7 @@ import httpx
 import msgspec
 
 from gateway.errors import (
+    DeadlineExceeded,
     NotFound,
     Overloaded,
     SluiceError,
@@ -23,7 +24,7 @@ from gateway.errors import (
 from gateway.routing.pool import ModelPool
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 
-RETRYABLE_KINDS = {"overloaded", "unavailable", "internal"}
+RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
 def worker_error(error: Error) -> SluiceError:
@@ -35,6 +36,10 @@ def worker_error(error: Error) -> SluiceError:
         return NotFound(error.message)
     if error.kind == "overloaded":
         return Overloaded(error.message)
+    if error.kind == "timeout":
+        return DeadlineExceeded(error.message)
+    if error.kind == "unauthorized":  # our configuration, not the client's key: SLUICE_WORKER_SECRET differs
+        return UpstreamFailed(f"a worker refused this gateway's worker secret: {error.message}")
     if error.kind == "unavailable":
         return Unavailable(error.message)
     return UpstreamFailed(error.message)

@@ -45,6 +45,14 @@ class RequestState:
     cancelled: bool = False
     deadline_missed: bool = False
     done: bool = False
+    failure: str = ""  # why it failed alone in a step (engine.py, row_faults.py)
+
+    def end(self, failure: str = "") -> None:
+        """It ends without a result (it failed alone, or its deadline passed): its rows leave the batch."""
+        for sequence in self.sequences:
+            sequence.finish = sequence.finish or "error"
+        self.failure = failure
+        self.done = True
 
     @property
     def request_id(self) -> str:
