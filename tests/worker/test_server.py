@@ -71,10 +71,30 @@ def served(app):
         thread.join(timeout=10)
 
 
-async def test_a_long_tokenize_does_not_stall_the_event_loop(app):
-    """While a text of the largest size allowed is tokenized (over a second), /health is answered. The
-    server runs on this test's own event loop: on the loop, the tokenize held it (and this test) to the
-    end, and its answer came first. The short sleep only lets the upload land."""
+class _HeldTokenizer:
+    """The engine's real tokenizer, held at its first call until the test lets it go: a tokenize on the
+    event loop would hold the loop too, so /health could not answer while it waits."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, *args, **kwargs):
+        self.entered.set()
+        self.release.wait(timeout=20)
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+async def test_a_long_tokenize_does_not_stall_the_event_loop(engine, app, monkeypatch):
+    """While a tokenize is in progress, /health is answered. The server runs on this test's own event
+    loop: on the loop, the held tokenize held it (and this test) until its 20 s hold ran out, and its answer
+    came first."""
+    held = _HeldTokenizer(engine.tokenizer)
+    monkeypatch.setattr(engine, "tokenizer", held)
     text = "".join(random.Random(0).choice(string.ascii_letters) for _ in range(MAX_TOKENIZE_CHARS))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
@@ -91,11 +111,13 @@ async def test_a_long_tokenize_does_not_stall_the_event_loop(app):
                     return await response.aread()
 
             tokenizing = asyncio.create_task(tokenize())
-            await asyncio.sleep(0.3)
+            assert await asyncio.to_thread(held.entered.wait, 20), "the tokenize never reached the tokenizer"
             health = await client.get("/health")
             order.append("health answered")
+            held.release.set()
             spans = msgspec.json.decode(await tokenizing)
     finally:
+        held.release.set()
         server.should_exit = True
         await serving
     assert health.status_code == 200 and order == ["health answered", "tokenize answered"]
