@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 import structlog
 import torch
@@ -26,6 +27,7 @@ from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
+from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
 from worker.engine.outputs import StepEvents, finish_event, requested_ids, token_event, with_pieces
@@ -35,6 +37,8 @@ from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
+from worker.lora.errors import AdapterError
+from worker.lora.store import AdapterStore
 from common.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
 from worker.threads import decode_threads
 
@@ -42,7 +46,7 @@ log = structlog.get_logger(__name__)
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = ""):
+    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data")):
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
@@ -62,6 +66,10 @@ class Engine:
         self.by_id: dict[str, RequestState] = {}
         self.steps = 0
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
+        self.adapters = AdapterStore(self.runner.layers, self.runner.dtype, self.runner.device,
+                                     capacity=config.max_loaded_adapters, max_rank=config.max_adapter_rank,
+                                     data_dir=data_dir, wake=lambda: self.inbox.put(("wake", None)))
+        self._waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
@@ -90,7 +98,7 @@ class Engine:
                           queued=len(self.waiting) + (self.prefilling is not None), running_rows=rows,
                           max_rows=self.max_rows,
                           free_cache_tokens=(self.max_rows - rows) * self.runner.max_context,
-                          worker_id=self.worker_id)
+                          worker_id=self.worker_id, adapters=list(self.adapters.loaded_names))
 
     def start(self) -> None:
         self._thread.start()
@@ -107,7 +115,8 @@ class Engine:
         # mode: mixing inference tensors with in-place updates outside it is an error.
         with torch.inference_mode():
             while not self._stop.is_set():
-                self._drain_inbox(block=not (self.rows or self.waiting or self.prefilling))
+                idle = not (self.rows or self.prefilling)
+                self._drain_inbox(block=idle and (not self.waiting or self._waiting_for_adapters))
                 try:
                     self._prefill()
                     if self.rows:
@@ -152,9 +161,11 @@ class Engine:
         budget = self.config.max_batched_tokens
         while budget > 0:
             if self.prefilling is None:
-                if not self.waiting or len(self.rows) + self.waiting[0].prepared.candidates > self.max_rows:
+                state = next_admissible(self.waiting, self.adapters, self._adapters_in_use(), self._refuse_adapter)
+                self._waiting_for_adapters = state is None and bool(self.waiting)
+                if state is None or len(self.rows) + state.prepared.candidates > self.max_rows:
                     return
-                state = self.waiting.popleft()
+                self.waiting.remove(state)
                 deadline = state.prepared.request.deadline_unix
                 if deadline is not None and time.time() > deadline:
                     self._reject(state, "the request's deadline passed before it could start")
@@ -178,7 +189,8 @@ class Engine:
         ids = prepared.prompt_ids[start:start + chunk]
         embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:start + chunk]
         params = prepared.request.params
-        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs)
+        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs,
+                                  adapter=state.adapter)
         if params.prompt_logprobs:
             self._record_prompt_logprobs(state, out.logits, start, chunk)
         state.prefilled += chunk
@@ -285,7 +297,8 @@ class Engine:
             return out, scores, group.choose(scores)
 
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
-                                           want_hidden=want_hidden, embeds_override=overrides, then=choose)
+                                           want_hidden=want_hidden, embeds_override=overrides, then=choose,
+                                           adapters=[r.request.adapter for r in rows])
         out = StepOutput.concat([out for out, _, _ in groups])
         scores = groups[0][1] if len(groups) == 1 else torch.cat([scores for _, scores, _ in groups])  # one group: no copy
         choice = Choice.concat([choice for _, _, choice in groups])
@@ -370,10 +383,17 @@ class Engine:
         state.done = True
         self.by_id.pop(state.request_id, None)
 
-    def _reject(self, state: RequestState, message: str) -> None:
+    def _reject(self, state: RequestState, message: str, kind: str = "overloaded", field: str | None = None) -> None:
         state.done = True
         self.by_id.pop(state.request_id, None)
-        state.sink([Error(kind="overloaded", message=message)])
+        state.sink([Error(kind=kind, message=message, field=field)])
+
+    def _refuse_adapter(self, state: RequestState, error: AdapterError) -> None:
+        self._reject(state, error.message, error.kind, "adapter")
+
+    def _adapters_in_use(self) -> set[tuple[str, str]]:
+        """Adapters of the running rows: never evicted (admission runs when nothing is prefilling)."""
+        return {row.request.adapter.key for row in self.rows if row.request.adapter is not None}
 
     def _compact(self, gone: list[int]) -> None:
         """Drop finished rows; later rows fill their slots so 0..B-1 stay dense, ordinary rows first."""
