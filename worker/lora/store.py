@@ -83,9 +83,8 @@ class AdapterStore:
         return adapter
 
     def loading(self, ref: AdapterRef) -> bool:
-        """Whether the load of `ref` is still running (nothing for the engine to do about it yet)."""
-        future = self._loading.get(key_of(ref))
-        return future is not None and not future.done()
+        """Whether `ref` is being loaded (after `get` said None: else it waits for a free slot)."""
+        return key_of(ref) in self._loading
 
     def _make_room(self, reserved: set[Key]) -> bool:
         while len(self._resident) + len(self._loading) >= self.capacity:

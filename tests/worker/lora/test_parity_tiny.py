@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.worker.conftest import running_engine
+from tests.worker.beam.test_parity import reference as beam_reference
 from tests.worker.engine.runs import request, submit
 from tests.worker.lora.adapters import merged, references
 from worker.engine.runner import ModelRunner
@@ -119,3 +120,24 @@ def test_a_batch_mixing_three_adapters_and_the_base_model_equals_peft(tiny, tiny
         expected = references(tiny.model, directory, [tiny.tokenizer(p).input_ids for p in PROMPTS], 20, eos)
         assert [tokens for (_, d), tokens in zip(jobs, got) if d == directory] == expected, name
     assert {"attention", "mlp", "qv"} <= set(tiny_engine.load().adapters)
+
+
+def test_beam_search_with_an_adapter_equals_transformers_on_the_merged_model(tiny, tiny_adapters, tiny_engine):
+    """Beam rows of one request share its adapter while the search reorders them; an ordinary row of
+    another adapter decodes beside them."""
+    params = dict(num_beams=3, n=2, max_tokens=10)
+    ids = tiny.tokenizer(PROMPTS[2]).input_ids
+    beams = request(PROMPTS[2], **params)
+    beams.adapter = AdapterRef(name="every", source=str(tiny_adapters["every"]))
+    beside = request(PROMPTS[0], max_tokens=10, temperature=0)
+    beside.adapter = AdapterRef(name="qv", source=str(tiny_adapters["qv"]))
+    runs = [submit(tiny_engine, beams, strict=True), submit(tiny_engine, beside, strict=True)]
+    for run in runs:
+        run.wait()
+    expected, scores = beam_reference(merged(tiny.model, tiny_adapters["every"]), ids, params,
+                                      [tiny.tokenizer.eos_token_id])
+    assert [f.token_ids for f in runs[0].finishes] == expected
+    assert [f.score for f in runs[0].finishes] == pytest.approx(scores, abs=1e-3)
+    assert runs[1].finishes[0].token_ids == references(tiny.model, tiny_adapters["qv"],
+                                                       [tiny.tokenizer(PROMPTS[0]).input_ids], 10,
+                                                       tiny.tokenizer.eos_token_id)[0]
