@@ -35,7 +35,8 @@ UNSUPPORTED = {"use_dora": "DoRA", "lora_bias": "LoRA bias vectors", "alpha_patt
                "use_bdlora": "block-diagonal LoRA", "kasa_config": "KaSA", "velora_config": "VeLoRA",
                "monteclora_config": "MonteCLoRA", "megatron_config": "Megatron layers"}
 # base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight (older PEFT kept ".default" after lora_A)
-_KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.[\w-]+)?\.weight$")
+_KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)"
+                  r"\.lora_([AB])(?:\.[\w-]+)?\.weight$")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,11 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from tests.worker.engine.runs import request, submit
 from worker.loading import LoadedModel
+from worker.lora.adapter import LoraAdapter, lay_out, model_shape
+from worker.lora.peft_format import read_adapter
+from common.protocol import AdapterRef
 
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 EVERY = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
@@ -54,6 +58,13 @@ def edit_config(directory: Path, **changes) -> Path:
     return directory
 
 
+def laid_out(base: nn.Module, directory: Path) -> LoraAdapter:
+    """The adapter as the worker reads it, named after its directory, for a ModelRunner over `base`."""
+    shape = model_shape(base.model.layers)
+    return lay_out(directory.name, str(directory), read_adapter(directory, shape, 256), shape, base.dtype,
+                   base.device)
+
+
 def merged(base: nn.Module, directory: Path) -> nn.Module:
     """PEFT's reading of the adapter, merged into a copy of the base weights."""
     return PeftModel.from_pretrained(copy.deepcopy(base), directory).merge_and_unload().eval()
@@ -70,3 +81,15 @@ def references(base: nn.Module, directory: Path | None, prompts: list[list[int]]
     """Greedy continuations of each prompt by PEFT's merged model (by the base model for None)."""
     model = base if directory is None else merged(base, directory)
     return [greedy(model, ids, tokens, eos) for ids in prompts]
+
+
+def serve_greedy(engine, jobs: list[tuple[str, Path | None]], tokens: int) -> list[list[int]]:
+    """Submit every (prompt, adapter directory or None) as a greedy request at once, the adapter named
+    after its directory; the tokens of each."""
+    runs = []
+    for prompt, directory in jobs:
+        generate = request(prompt, max_tokens=tokens, temperature=0)
+        if directory is not None:
+            generate.adapter = AdapterRef(name=directory.name, source=str(directory))
+        runs.append(submit(engine, generate, strict=True))
+    return [run.wait().finishes[0].token_ids for run in runs]

@@ -10,20 +10,12 @@ import torch
 from tests.worker.conftest import running_engine
 from tests.worker.beam.test_parity import reference as beam_reference
 from tests.worker.engine.runs import request, submit
-from tests.worker.lora.adapters import merged, references
+from tests.worker.lora.adapters import laid_out, merged, references, serve_greedy
 from worker.engine.runner import ModelRunner
-from worker.lora.adapter import lay_out, model_shape
-from worker.lora.peft_format import read_adapter
 from common.protocol import AdapterRef
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "List three colors:"]
 ROWS = ["attention", None, "mlp", "every", "attention", "qv", None, "every", "mlp"]  # 9 rows: two row groups
-
-
-def laid_out(tiny, directory):
-    shape = model_shape(tiny.model.model.layers)
-    return lay_out(directory.name, str(directory), read_adapter(directory, shape, 64), shape, torch.float32,
-                   torch.device("cpu"))
 
 
 def step(tiny, adapters, prompts, decode_threads=2, python=False):
@@ -39,7 +31,7 @@ def step(tiny, adapters, prompts, decode_threads=2, python=False):
 
 @pytest.fixture(scope="module")
 def batch(tiny, tiny_adapters):
-    objects = {name: laid_out(tiny, directory) for name, directory in tiny_adapters.items()}
+    objects = {name: laid_out(tiny.model, directory) for name, directory in tiny_adapters.items()}
     adapters = [None if name is None else objects[name] for name in ROWS]
     prompts = [tiny.tokenizer(PROMPTS[i % len(PROMPTS)] * (1 + i % 3)).input_ids for i in range(len(ROWS))]
     return adapters, prompts
@@ -82,17 +74,6 @@ def test_rows_of_one_adapter_and_base_rows_are_untouched_by_the_others(tiny, bat
     torch.testing.assert_close(plain.logits[base_rows], mixed.logits[base_rows], atol=1e-5, rtol=0)
 
 
-def generate_all(engine, jobs, tokens: int):
-    """Submit every (prompt, adapter directory or None) at once; the greedy tokens of each."""
-    runs = []
-    for prompt, directory in jobs:
-        generate = request(prompt, max_tokens=tokens, temperature=0)
-        if directory is not None:
-            generate.adapter = AdapterRef(name=directory.name, source=str(directory))
-        runs.append(submit(engine, generate, strict=True))
-    return [run.wait().finishes[0].token_ids for run in runs]
-
-
 @pytest.fixture(scope="module")
 def tiny_engine(tiny):
     with running_engine(tiny, "lora-tiny", max_batch_size=16, max_context=256, decode_threads=2) as engine:
@@ -107,13 +88,13 @@ def test_each_adapter_alone_equals_peft_generate(tiny, tiny_adapters, tiny_engin
         expected = references(tiny.model, directory, ids, 16, eos)
         assert expected != base  # the adapter changes the output
         for prompt, tokens in zip(PROMPTS, expected):
-            assert generate_all(tiny_engine, [(prompt, directory)], 16) == [tokens], directory.name
+            assert serve_greedy(tiny_engine, [(prompt, directory)], 16) == [tokens], directory.name
 
 
 def test_a_batch_mixing_three_adapters_and_the_base_model_equals_peft(tiny, tiny_adapters, tiny_engine):
     names = [None, "attention", "mlp", "qv"]
     jobs = [(prompt, None if name is None else tiny_adapters[name]) for prompt in PROMPTS for name in names]
-    got = generate_all(tiny_engine, jobs, 20)  # 16 requests decode side by side, in two row groups
+    got = serve_greedy(tiny_engine, jobs, 20)  # 16 requests decode side by side, in two row groups
     eos = tiny.tokenizer.eos_token_id
     for name in names:
         directory = None if name is None else tiny_adapters[name]

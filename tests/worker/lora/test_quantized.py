@@ -12,14 +12,11 @@ import torch
 from peft import PeftModel
 
 from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import request, submit
-from tests.worker.lora.adapters import EVERY, greedy, merged, write_adapter
+from tests.worker.lora.adapters import EVERY, greedy, laid_out, merged, serve_greedy, write_adapter
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear, quantize_runner
 from worker.loading import load_model
-from worker.lora.adapter import lay_out, model_shape
-from worker.lora.peft_format import read_adapter
-from common.protocol import AdapterRef, ModelConfig
+from common.protocol import ModelConfig
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 TEXTS = ["The history of the river town begins with a ferry crossing, a mill and a handful of farms. Merchants",
@@ -39,17 +36,10 @@ def test_bitsandbytes_layers_with_adapters_equal_peft(tiny_dir, tiny_adapters, t
     config = ModelConfig(name="tiny", source=str(tiny_dir), quantization=quantization)
     served, reference = load_model(config, tmp_path), load_model(config, tmp_path)
     eos = served.tokenizer.eos_token_id
-    names = ["every", None, "attention"]
+    jobs = [(prompt, name) for prompt in PROMPTS for name in ["every", None, "attention"]]
     with running_engine(served, f"bnb-{quantization}", max_batch_size=8, max_context=256) as engine:
         assert engine.runner.scripted_layers() is None  # bitsandbytes keeps the Python path
-        jobs = [(prompt, name) for prompt in PROMPTS for name in names]
-        runs = []
-        for prompt, name in jobs:
-            generate = request(prompt, max_tokens=12, temperature=0)
-            if name is not None:
-                generate.adapter = AdapterRef(name=name, source=str(tiny_adapters[name]))
-            runs.append(submit(engine, generate, strict=True))
-        got = [run.wait().finishes[0].token_ids for run in runs]
+        got = serve_greedy(engine, [(p, name and tiny_adapters[name]) for p, name in jobs], 12)
     peft = PeftModel.from_pretrained(reference.model, tiny_adapters["every"], adapter_name="every").eval()
     peft.load_adapter(tiny_adapters["attention"], adapter_name="attention")
     for (prompt, name), tokens in zip(jobs, got):
@@ -81,9 +71,7 @@ def agreement(runner: ModelRunner, adapter, reference_model, tokenizer) -> tuple
 
 def test_w8a8_with_an_adapter_tracks_the_float32_merged_model(smol, tmp_path):
     directory = write_adapter(smol.model, tmp_path / "w8a8", 21, EVERY, rank=16, alpha=16, strength=0.1)
-    shape = model_shape(smol.model.model.layers)
-    adapter = lay_out("w8a8", str(directory), read_adapter(directory, shape, 64), shape, torch.float32,
-                      torch.device("cpu"))
+    adapter = laid_out(smol.model, directory)
     quantized = ModelRunner(smol.model, 1, 512)
     quantize_runner(quantized, smol.tokenizer)
     exact = merged(smol.model, directory)
@@ -104,13 +92,7 @@ def test_w8a8_engine_serves_a_batch_of_adapters_through_the_scripted_layers(tiny
         [(PROMPTS[1], name) for name in ("qv", None, "every", "mlp")]
     with running_engine(loaded, "w8a8-lora", max_batch_size=8, max_context=256, decode_threads=2) as engine:
         assert isinstance(engine.runner.fused[0].qkv, Int8Linear) and engine.runner.scripted_layers() is not None
-        runs = []
-        for prompt, name in jobs:
-            generate = request(prompt, max_tokens=12, temperature=0)
-            if name is not None:
-                generate.adapter = AdapterRef(name=name, source=str(tiny_adapters[name]))
-            runs.append(submit(engine, generate, strict=True))
-        got = [run.wait().finishes[0].token_ids for run in runs]
+        got = serve_greedy(engine, [(p, name and tiny_adapters[name]) for p, name in jobs], 12)
     assert all(len(tokens) == 12 or tokens[-1] == tiny.tokenizer.eos_token_id for tokens in got)
     for prompt in PROMPTS[:2]:  # every adapter changes what the model says to the same prompt
         outputs = [tuple(tokens) for (p, _), tokens in zip(jobs, got) if p == prompt]

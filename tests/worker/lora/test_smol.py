@@ -10,7 +10,7 @@ from litestar.testing import AsyncTestClient
 
 from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import request, submit
-from tests.worker.lora.adapters import ATTENTION, EVERY, references, write_adapter
+from tests.worker.lora.adapters import ATTENTION, EVERY, references, serve_greedy, write_adapter
 from worker.server import create_worker_app
 from common.protocol import AdapterRef, Done, Error, Finish, GenerateRequest, ModelInfo, SamplingParams, decode_event
 
@@ -63,13 +63,10 @@ def test_each_adapter_alone_equals_peft_generate(smol_engine, smol_adapters, exp
 
 def test_three_adapters_and_the_base_model_in_one_batch_equal_peft(smol_engine, smol_adapters, expected):
     jobs = [(name, index) for index in range(len(PROMPTS)) for name in [None, "support", "sql", "poet"]]
-    runs = []
-    for name, index in jobs:  # 8 rows: two row groups of four, each mixing adapters
-        generate = request(PROMPTS[index], max_tokens=TOKENS, temperature=0)
-        generate.adapter = ref(smol_adapters, name)
-        runs.append(submit(smol_engine, generate, strict=True))
-    for (name, index), run in zip(jobs, runs):
-        assert run.wait().finishes[0].token_ids == expected[name][index], (name, index)
+    # 8 rows: two row groups of four, each mixing adapters
+    got = serve_greedy(smol_engine, [(PROMPTS[index], name and smol_adapters[name]) for name, index in jobs], TOKENS)
+    for (name, index), tokens in zip(jobs, got):
+        assert tokens == expected[name][index], (name, index)
 
 
 @pytest.fixture(scope="module")
