@@ -16,8 +16,9 @@ FinishReason = Literal["length", "eos_token", "stop_sequence", "stop_token", "ca
 BeamSearchType = Literal["DETERMINISTIC", "NAIVE_SAMPLING", "STOCHASTIC"]
 ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf"]
 ErrorKind = Literal["validation", "not_found", "overloaded", "too_long", "unavailable", "internal"]
-# an adapter name as operators register it: also the "<adapter>" of OpenAI's model "<endpoint>:<adapter>"
-ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$"
+# an adapter name as operators register it: also the "<adapter>" of OpenAI's model "<endpoint>:<adapter>" and a
+# URL path segment of the admin API, so no ':' and no '/'
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 AdapterName = Annotated[str, msgspec.Meta(pattern=ADAPTER_NAME_PATTERN)]
 AdapterSource = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 

@@ -12,16 +12,17 @@ from common.protocol import AdapterRef, GenerateRequest, ModelConfig
 
 def test_defaults_and_a_valid_table():
     assert (ModelConfig().adapters, ModelConfig().max_loaded_adapters, ModelConfig().max_adapter_rank) == ({}, 8, 256)
-    config = msgspec.convert({"adapters": {"support": "/srv/lora/support", "acme/sql-v2": "s3://lora/sql/v2"},
+    config = msgspec.convert({"adapters": {"support": "/srv/lora/support", "acme.sql-v2": "s3://lora/sql/v2"},
                               "max_loaded_adapters": 2, "max_adapter_rank": 64}, ModelConfig)
-    assert config.adapters["acme/sql-v2"] == "s3://lora/sql/v2" and config.max_loaded_adapters == 2
+    assert config.adapters["acme.sql-v2"] == "s3://lora/sql/v2" and config.max_loaded_adapters == 2
 
 
 @pytest.mark.parametrize(("field", "value", "needle"), [
     ("adapters", {"a:b": "/x"}, "adapters"),  # ':' separates endpoint and adapter in OpenAI's model field
     ("adapters", {"../up": "/x"}, "adapters"),
+    ("adapters", {"acme/sql": "/x"}, "adapters"),  # a URL path segment of the admin API
     ("adapters", {"": "/x"}, "adapters"),
-    ("adapters", {"x" * 129: "/x"}, "adapters"),
+    ("adapters", {"x" * 65: "/x"}, "adapters"),
     ("adapters", {"fine": ""}, "adapters"),
     ("adapters", ["not", "a", "table"], "adapters"),
     ("max_loaded_adapters", 0, "max_loaded_adapters"),
