@@ -48,6 +48,11 @@ def finite_list(values: list[float] | None, what: str) -> None:
     # one sum first: exact per-element checks only when it overflowed or met a NaN
     if values is not None and not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):
         raise ValueError(f"{what} holds a value that is not a finite number")
+# an adapter name as operators register it: also the "<adapter>" of OpenAI's model "<endpoint>:<adapter>" and a
+# URL path segment of the admin API, so no ':' and no '/'
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+AdapterName = Annotated[str, msgspec.Meta(pattern=ADAPTER_NAME_PATTERN)]
+AdapterSource = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 
 class Constraint(msgspec.Struct, frozen=True):
@@ -120,6 +125,15 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     watermark: Watermark | None = None
 
 
+class AdapterRef(msgspec.Struct, frozen=True):
+    """A LoRA adapter the operator registered: its name and where its PEFT files are (a directory
+    holding adapter_config.json, or an s3://bucket/prefix). Only the gateway fills this; a client
+    names a registered adapter and never a path."""
+
+    name: AdapterName
+    source: AdapterSource
+
+
 class GenerateRequest(msgspec.Struct, kw_only=True):
     request_id: str
     model: str
@@ -135,6 +149,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     return_prompt_text: bool = False  # echo: the worker decodes the prompt into Accepted.prompt_text
     stream: bool = False  # the client streams the answer (the worker refuses it where it cannot, e.g. beams)
     tenant: str = ""  # who pays (the gateway's team id): the worker shares grammar compiles fairly among tenants
+    adapter: AdapterRef | None = None  # LoRA adapter applied to this request's rows; None = the base model
 
 
 class TopLogprob(msgspec.Struct, array_like=True):
@@ -248,6 +263,7 @@ class WorkerLoad(msgspec.Struct):
     max_rows: int
     free_cache_tokens: int
     worker_id: str = ""
+    adapters: list[str] = []  # LoRA adapters loaded right now (names): a request for one starts at once
 
 
 class ModelInfo(msgspec.Struct):
@@ -288,6 +304,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # would have alone (beam rows sit out some steps); 0 = beam rows join every step
     ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.8
     urls: list[str] = []  # remote workers instead of local ones
+    adapters: dict[AdapterName, AdapterSource] = {}  # LoRA adapters registered in the config: name -> source
+    max_loaded_adapters: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8  # LRU of adapters held in memory
+    max_adapter_rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256  # a larger LoRA rank is refused
 
 
 class TokenizeRequest(msgspec.Struct):

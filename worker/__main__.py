@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(torch_threads(config))
     loaded = load_model(config, Path(args.data_dir))
-    engine = Engine(loaded, config, worker_id)
+    engine = Engine(loaded, config, worker_id, data_dir=Path(args.data_dir))
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
                      device=str(loaded.device), quantization=loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,

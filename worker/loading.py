@@ -118,9 +118,10 @@ def _safe_relative(relative: str, shown: str) -> Path:
     return Path(*parts)
 
 
-def _s3_to_dir(url: str, data_dir: Path) -> Path:
-    """Download every object under s3://bucket/prefix into the data dir (once). Every key is checked
-    before anything is written."""
+def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") -> Path:
+    """Download every object under s3://bucket/prefix into the data dir (once: skipped when `marker`,
+    the file that shows a complete copy, is there; worker/lora reuses it for adapters). Every key is
+    checked before anything is written."""
     import boto3
 
     bucket, _, prefix = url.removeprefix("s3://").partition("/")
@@ -129,7 +130,7 @@ def _s3_to_dir(url: str, data_dir: Path) -> Path:
     target = root / _safe_relative(bucket, f"S3 bucket {bucket!r}")
     if prefix:
         target /= _safe_relative(prefix, f"S3 prefix {prefix!r}")
-    if (target / "config.json").exists():
+    if (target / marker).exists():
         return target
     client = boto3.client("s3", endpoint_url=os.environ.get("SLUICE_S3_ENDPOINT") or None)
     paginator = client.get_paginator("list_objects_v2")
@@ -157,7 +158,7 @@ def resolve_source(source: str, data_dir: Path) -> Path | str:
     if source in ("", "default"):
         return _gguf_to_hf_dir(default_gguf_path(), data_dir)
     if source.startswith("s3://"):
-        return _s3_to_dir(source, data_dir)
+        return download_s3_prefix(source, data_dir)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():

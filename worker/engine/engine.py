@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 import structlog
 import torch
@@ -26,6 +27,7 @@ from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
+from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
 from worker.engine.outputs import (StepEvents, accepted_event, failure_event, finish_event, requested_ids,
@@ -37,14 +39,17 @@ from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
-from common.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, WorkerLoad, floored_logprob
+from worker.lora.errors import AdapterError
+from worker.lora.store import AdapterStore
+from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad,
+                             floored_logprob)
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = ""):
+    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data")):
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
@@ -66,6 +71,10 @@ class Engine:
         self.by_id: dict[str, RequestState] = {}
         self.steps = 0
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
+        self.adapters = AdapterStore(self.runner.layers, self.runner.dtype, self.runner.device,
+                                     capacity=config.max_loaded_adapters, max_rank=config.max_adapter_rank,
+                                     data_dir=data_dir, wake=lambda: self.inbox.put(("wake", None)))
+        self._waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
@@ -96,7 +105,7 @@ class Engine:
                           queued=self._queued + (self.prefilling is not None), running_rows=rows,
                           max_rows=self.max_rows,
                           free_cache_tokens=(self.max_rows - rows) * self.runner.max_context,
-                          worker_id=self.worker_id)
+                          worker_id=self.worker_id, adapters=list(self.adapters.loaded_names))
 
     def start(self) -> None:
         self._thread.start()
@@ -113,7 +122,8 @@ class Engine:
         # mode: mixing inference tensors with in-place updates outside it is an error.
         with torch.inference_mode():
             while not self._stop.is_set():
-                self._drain_inbox(block=not (self.rows or self.waiting or self.prefilling))
+                idle = not (self.rows or self.prefilling)
+                self._drain_inbox(block=idle and (not self.waiting or self._waiting_for_adapters))
                 try:
                     self._prefill()
                     if self.rows:
@@ -159,13 +169,15 @@ class Engine:
         budget = self.config.max_batched_tokens
         while budget > 0:
             if self.prefilling is None:
-                if not self.waiting or len(self.rows) + self.waiting[0].prepared.candidates > self.max_rows:
+                state = next_admissible(self.waiting, self.adapters, self._adapters_in_use(), self._refuse_adapter)
+                self._waiting_for_adapters = state is None and bool(self.waiting)
+                if state is None or len(self.rows) + state.prepared.candidates > self.max_rows:
                     return
-                state = self.waiting.popleft()
+                self.waiting.remove(state)
                 self._dequeued()
                 deadline = state.prepared.request.deadline_unix
                 if deadline is not None and time.time() > deadline:
-                    self._reject(state, "the request's deadline passed before it could start")
+                    self._reject(state, "the request's deadline passed before it could start", "timeout")
                     continue
                 state.queue_s = time.perf_counter() - state.submitted
                 self.prefilling = state
@@ -199,7 +211,8 @@ class Engine:
         ids = prepared.prompt_ids[start:start + chunk]
         embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:start + chunk]
         params = prepared.request.params
-        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs)
+        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs,
+                                  adapter=state.adapter)
         if params.prompt_logprobs:
             self._record_prompt_logprobs(state, out.logits, start, chunk)
         state.prefilled += chunk
@@ -284,7 +297,8 @@ class Engine:
             return out, scores, choice, {first + i: why for i, why in faults.items()}
 
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
-                                           want_hidden=want_hidden, embeds_override=overrides, then=choose)
+                                           want_hidden=want_hidden, embeds_override=overrides, then=choose,
+                                           adapters=[r.request.adapter for r in rows])
         out = StepOutput.concat([group[0] for group in groups])
         scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
         choice = Choice.concat([group[2] for group in groups])
@@ -380,10 +394,18 @@ class Engine:
         self._end(state)
         events.add(state, Error(kind="timeout", message="the request's deadline passed before it finished"))
 
-    def _reject(self, state: RequestState, message: str) -> None:
+    def _reject(self, state: RequestState, message: str, kind: str = "overloaded", field: str | None = None) -> None:
         state.done = True
         self.by_id.pop(state.request_id, None)
-        state.sink([Error(kind="timeout", message=message)])
+        state.sink([Error(kind=kind, message=message, field=field)])
+
+    def _refuse_adapter(self, state: RequestState, error: AdapterError) -> None:
+        self._dequeued()
+        self._reject(state, error.message, error.kind, "adapter")
+
+    def _adapters_in_use(self) -> set[tuple[str, str]]:
+        """Adapters of the running rows: never evicted (admission runs when nothing is prefilling)."""
+        return {row.request.adapter.key for row in self.rows if row.request.adapter is not None}
 
     def _fail(self, state: RequestState, reason: str, events: StepEvents) -> None:
         """One request fails alone: its rows leave at the end of the step, its events so far are dropped."""

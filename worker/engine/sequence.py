@@ -40,6 +40,7 @@ class RequestState:
     prompt_ids_logprobs: list[list] = field(default_factory=list)  # per token 1..L-1: [(requested id, logprob)]
     last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
     beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
+    adapter: object = None  # worker.lora.adapter.LoraAdapter once admitted with one
     submitted: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0  # waited before its prefill started
     cancelled: bool = False
