@@ -1,4 +1,4 @@
-"""HTTP helpers shared by the admin router and the authentication middleware: the team header, the
+"""HTTP helpers shared by the admin router and the authentication middleware: the team header, the real
 client address, and a decoded admin body checked against its struct."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import msgspec
 from litestar.connection import ASGIConnection
 
 from auth.errors import RequestError
+from auth.forwarded import ClientAddresses
 
 TEAM_HEADERS = ("x-team-id", "x-friendli-team")  # X-Friendli-Team is accepted as an alias
 _PARAM = re.compile(r"at `\$\.([A-Za-z_][\w.]*)|field `([A-Za-z_]\w*)`")
@@ -25,8 +26,10 @@ def team_header(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def client_address(connection: ASGIConnection) -> str:
-    return connection.client.host if connection.client and connection.client.host else "unknown"
+def client_address(connection: ASGIConnection, clients: ClientAddresses) -> str:
+    """The real client: the peer, or the hop `X-Forwarded-For` names when the peer is a trusted proxy."""
+    peer = connection.client.host if connection.client and connection.client.host else "unknown"
+    return clients.client(peer, connection.headers.getall("x-forwarded-for", []))
 
 
 def body_as(payload: Any, type_: type):

@@ -30,8 +30,10 @@ def auth_service(state: State) -> AuthService:
 
 class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
-        principal = await auth_service(connection.app.state).authenticate(
-            connection.headers.get("authorization"), team_header(connection.headers), client_address(connection))
+        service = auth_service(connection.app.state)
+        principal = await service.authenticate(connection.headers.get("authorization"),
+                                               team_header(connection.headers),
+                                               client_address(connection, service.clients))
         return AuthenticationResult(user=principal, auth=principal.key_id)
 
 

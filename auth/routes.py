@@ -36,8 +36,8 @@ class ListOut(msgspec.Struct):
     data: list[Any]
 
 
-def actor_of(request: Request) -> Actor:
-    return Actor(id=request.user.key_id, source=client_address(request))
+def actor_of(request: Request, auth: AuthService) -> Actor:
+    return Actor(id=request.user.key_id, source=client_address(request, auth.clients))
 
 
 @post("/users", status_code=201)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterable
 
 import msgspec
 import structlog
@@ -13,6 +14,7 @@ from auth.admin import Actor, AdminOps, audit_entry, issue_key, new_id
 from auth.cache import MISS, TtlCache
 from auth.clock import now
 from auth.errors import AuthError
+from auth.forwarded import ClientAddresses
 from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.models import KeyRecord, Limits, TeamRecord
 from auth.store import Store, open_store
@@ -43,13 +45,16 @@ class Bootstrap(msgspec.Struct):
 
 class AuthService:
     def __init__(self, store: Store, hasher: KeyHasher, *, cache_ttl: float = 0.5, touch_interval: float = 30.0,
-                 throttle: FailureThrottle | None = None) -> None:
+                 throttle: FailureThrottle | None = None, trusted_proxies: Iterable[str] = (),
+                 default_team_limits: Limits | None = None) -> None:
         self._store = store
         self._hasher = hasher
         self._keys = TtlCache(cache_ttl)
         self._teams = TtlCache(cache_ttl)
         self._roles = TtlCache(cache_ttl)
         self._throttle = throttle or FailureThrottle()
+        self.clients = ClientAddresses(trusted_proxies)  # who the throttle and the audit log see
+        self._default_team_limits = default_team_limits  # the limits of a new deployment's "default" team
         self._touch_interval = touch_interval
         self._used: dict[str, float] = {}  # key id -> last use, written to the store in batches
         self._last_flush = now()
@@ -58,7 +63,8 @@ class AuthService:
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
-        """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle."""
+        """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, trusted_proxies (CIDRs whose
+        X-Forwarded-For names the client), default_team_limits."""
         hasher = KeyHasher(pepper)
         return cls(await open_store(database_url), hasher, **options)
 
@@ -68,28 +74,26 @@ class AuthService:
 
     # --- hot path ---
     async def authenticate(self, authorization: str | None, team_header: str | None, client: str) -> Principal:
+        """`client`: the real client (`clients.client`). A valid key is served whatever its client's failures:
+        the throttle turns that client's failed attempts into 429s, it never refuses a valid key."""
         mono = time.monotonic()
-        wait = self._throttle.retry_after(client, mono)
-        if wait is not None:
-            raise AuthError(429, "rate_limited", "Too many failed authentication attempts; retry later.", wait)
         token = bearer_token(authorization)
         if token is None:
             if authorization:
-                self._fail(client, mono, "malformed")
-                raise AuthError.invalid_key("Malformed Authorization header; expected 'Bearer <API key>'.")
+                raise self._fail(client, mono, "malformed", AuthError.invalid_key(
+                    "Malformed Authorization header; expected 'Bearer <API key>'."))
             raise AuthError(401, "missing_api_key", "Missing API key; send 'Authorization: Bearer <API key>'.")
         key_id = self._hasher.key_id(token)
         key = await self._key(key_id, mono) if key_id is not None else None
         if key is None or not self._hasher.matches(token, key.secret_hash):
-            self._fail(client, mono, "unknown", key_id)
-            raise AuthError.invalid_key()
+            raise self._fail(client, mono, "unknown", AuthError.invalid_key(), key_id)
         wall = now()
         if key.revoked_at is not None:
-            self._fail(client, mono, "revoked", key_id)
-            raise AuthError(401, "revoked_api_key", "This API key has been revoked.")
+            raise self._fail(client, mono, "revoked",
+                             AuthError(401, "revoked_api_key", "This API key has been revoked."), key_id)
         if key.expires_at is not None and key.expires_at <= wall:
-            self._fail(client, mono, "expired", key_id)
-            raise AuthError(401, "expired_api_key", "This API key has expired.")
+            raise self._fail(client, mono, "expired",
+                             AuthError(401, "expired_api_key", "This API key has expired."), key_id)
         team = await self._team_for(key, team_header, mono)
         self._note_use(key.id, wall)
         return Principal(key_id=key.id, team_id=team.id, user_id=key.user_id, is_admin=key.is_admin,
@@ -137,9 +141,15 @@ class AuthService:
             self._roles.put((team_id, user_id), hit, mono)
         return hit
 
-    def _fail(self, client: str, mono: float, reason: str, key_id: str | None = None) -> None:
+    def _fail(self, client: str, mono: float, reason: str, refusal: AuthError, key_id: str | None = None) -> AuthError:
+        """Count a failed attempt; the refusal to raise: `refusal`, or 429 once the client has failed too often
+        (so a throttled guesser learns nothing from the answer and must wait)."""
+        wait = self._throttle.retry_after(client, mono)
         self._throttle.failed(client, mono)
-        log.info("auth.failed", reason=reason, client=client, key_id=key_id)  # never the token
+        log.info("auth.failed", reason=reason, client=client, key_id=key_id, throttled=wait is not None)  # no token
+        if wait is not None:
+            return AuthError(429, "rate_limited", "Too many failed authentication attempts; retry later.", wait)
+        return refusal
 
     def _forget(self, key: str | None = None, team: str | None = None, user: str | None = None) -> None:
         if key is not None:
@@ -182,7 +192,8 @@ class AuthService:
             else:
                 created = True
                 if existing is None:
-                    await tx.insert_team(TeamRecord(id=team_id, name="default", limits=None, created_at=now()))
+                    await tx.insert_team(TeamRecord(id=team_id, name="default", limits=self._default_team_limits,
+                                                    created_at=now()))
                 admin, admin_clear = issue_key(self._hasher, name="bootstrap-admin", team_id=team_id,
                                                user_id=None, is_admin=True, clear_key=admin_key)
                 first, first_clear = issue_key(self._hasher, name="default", team_id=team_id, user_id=None)

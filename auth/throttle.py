@@ -1,8 +1,10 @@
 """Per-client throttling of failed authentication attempts (brute-force protection).
 
-A token bucket per client address: `burst` failures at once, then `per_minute` more each minute.
-While the bucket is empty every attempt from that client gets 429, valid keys included, so a
-guesser cannot learn from the answer. State is per process and bounded in size.
+A token bucket per client (the real client: `auth.forwarded`): `burst` failures at once, then
+`per_minute` more each minute. While the bucket is empty every failed attempt from that client gets
+429 instead of 401, so a guesser learns nothing and must wait; a valid key is never refused (many
+customers may share one address, and a 160-bit secret is not guessed anyway). State is per process
+and bounded in size.
 """
 
 from __future__ import annotations

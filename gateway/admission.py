@@ -13,8 +13,14 @@ from gateway.routing.pool import Router
 
 async def admit(limiter: Limiter, router: Router, principal: Principal, parsed: Parsed) -> Ticket:
     """Reserve against every limit of the key and the team, or raise the refusal."""
+    return await admit_tokens(limiter, principal, reservation(router, parsed))
+
+
+async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int) -> Ticket:
+    """One request and `tokens` tokens against every limit of the key and the team (a tokenizer call reserves
+    none: it counts against the request rate and concurrency only), or raise the refusal."""
     try:
-        return await limiter.admit(scopes(principal), reservation(router, parsed))
+        return await limiter.admit(scopes(principal), tokens)
     except LimitExceeded as refusal:
         kind = QuotaExceeded if refusal.kind == "budget" else RateLimited
         raise kind(refusal.message, headers=refusal.headers) from refusal

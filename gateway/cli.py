@@ -67,7 +67,10 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
-                                           timeout_graceful_shutdown=10))
+                                           timeout_graceful_shutdown=10,
+                                           # the client stays the TCP peer: X-Forwarded-For is read only from
+                                           # trusted_proxies (auth.forwarded), never rewritten by uvicorn
+                                           proxy_headers=False))
     quiet = LifespanFailureFilter(server)
     logging.getLogger("uvicorn.error").addFilter(quiet)
     try:

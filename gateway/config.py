@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
+from auth.forwarded import parse_networks
+from auth.models import Limits
 from common.protocol import ModelConfig
+
+DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -18,9 +23,15 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     database_url: str = ""  # "" = SQLite in the data dir; or postgresql://...
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
     limiter_fail_open: bool = False
+    # proxies (CIDRs) whose X-Forwarded-For names the client (failed-auth throttle, audit log); [] = none
+    trusted_proxies: list[str] = []
+    # the limits of the "default" team a new deployment creates (`sluice teams` / the admin API change them)
+    default_team_limits: Limits = msgspec.field(default_factory=lambda: Limits(**DEFAULT_TEAM_LIMITS))
     pricing_file: str = ""  # TOML pricing table, re-read on change
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     max_body_bytes: int = 4 * 1024 * 1024
+    # GET /health_generate (public) runs at most one real generation per interval; callers share its answer
+    health_generate_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0
     log_format: str = "json"  # "json" or "console"
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
 
@@ -33,8 +44,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.database_url or f"sqlite:///{self.data_path / 'sluice.db'}"
 
 
+def comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
-              "pricing_file": str, "log_format": str}
+              "pricing_file": str, "log_format": str, "trusted_proxies": comma_list}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
@@ -57,9 +72,12 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
                 raise SystemExit(f"sluice: invalid configuration: {variable}={value[:40]!r} is not "
                                  f"{'an integer' if kind is int else 'valid'}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    where = config_file or "the environment"
     try:
-        return msgspec.convert(raw, Settings)
-    except msgspec.ValidationError as exc:
-        where = config_file or "the environment"
-        raise SystemExit(f"sluice: invalid configuration in {where}: {exc} (the fields are listed under "
+        settings = msgspec.convert(raw, Settings)
+        parse_networks(settings.trusted_proxies)
+    except (msgspec.ValidationError, ValueError) as exc:
+        field = "trusted_proxies: " if not isinstance(exc, msgspec.ValidationError) else ""
+        raise SystemExit(f"sluice: invalid configuration in {where}: {field}{exc} (the fields are listed under "
                          "Configuration in README.md)") from exc
+    return settings

@@ -28,6 +28,7 @@ from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
 from common.errors import StoreUnavailable
 from gateway.config import Settings
+from gateway.health_probe import GenerationProbe
 from gateway.limits import open_limiter
 from gateway.routing.pool import Router
 from gateway.routing.supervisor import Supervisor
@@ -116,7 +117,8 @@ class GatewayServices(InitPluginProtocol):
                                "with --data-dir (or data_dir / SLUICE_DATA_DIR)") from error
         url = settings.resolved_database_url
         try:
-            auth = await AuthService.open(url, pepper)
+            auth = await AuthService.open(url, pepper, trusted_proxies=settings.trusted_proxies,
+                                          default_team_limits=settings.default_team_limits)
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(auth.close)
@@ -151,4 +153,6 @@ class GatewayServices(InitPluginProtocol):
                     router.add_replica(model.name, supervisor.add(model, index).url)
         await supervisor.start()
         await router.start()
-        return Services(settings, router, auth, limiter, ledger, started_at=time.time())
+        probe = GenerationProbe(router, settings.health_generate_interval_s)
+        opened.push_async_callback(probe.close)
+        return Services(settings, router, auth, limiter, ledger, started_at=time.time(), probe=probe)

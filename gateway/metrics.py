@@ -35,6 +35,8 @@ FIRST_TOKEN = Histogram("sluice_time_to_first_token_seconds", "Time to the first
 PER_TOKEN = Histogram("sluice_time_per_token_seconds", "Mean time per generated token of a request",
                       ("dialect", "model"), registry=REGISTRY,
                       buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
+HEALTH_PROBES = Counter("sluice_health_generate_probes", "Generations run for GET /health_generate, by outcome",
+                        ("outcome",), registry=REGISTRY)
 
 
 def observe(accounting, status: str) -> None:

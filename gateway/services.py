@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from auth import AuthService
 from billing.ledger import Ledger
 from gateway.config import Settings
+from gateway.health_probe import GenerationProbe
 from gateway.limits import Limiter
 from gateway.routing.pool import Router
 
@@ -21,3 +22,4 @@ class Services:
     limiter: Limiter
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
+    probe: GenerationProbe  # GET /health_generate

@@ -1,40 +1,47 @@
-"""Tokenize and detokenize on a ready worker of a model: the gateway holds no tokenizer."""
+"""Tokenize and detokenize on a ready worker of a model: the gateway holds no tokenizer.
+
+A tokenizer call is work on a worker like a generation: it needs the key's permission for the model and
+counts against the key's and the team's request rate and concurrency (no tokens reserved, none billed)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import msgspec
 
-from gateway.errors import NotFound, Unavailable, ValidationFailed
-from gateway.routing.pool import ModelPool, Replica, Router
+from auth import Principal
+from gateway.admission import admit_tokens
+from gateway.errors import Unavailable, ValidationFailed
+from gateway.routing.pool import ModelPool, Replica, model_pool, ready_replica
+from gateway.services import Services
 from common.protocol import Error, TokenSpan
 
 _json = msgspec.json.Encoder()
 JSON_HEADERS = {"content-type": "application/json"}
 
 
-def ready_replica(router: Router, name: str | None = None) -> tuple[ModelPool, Replica]:
-    """The pool of `name` (default: the first served model) and its least loaded ready replica."""
-    name = name or next(iter(router.pools), None)
-    pool = router.pool(name) if name else None
-    if pool is None:
-        raise NotFound(f"the model {name!r} does not exist")
-    replicas = pool.candidates()
-    if not replicas:
-        raise Unavailable(f"model {name!r} has no ready worker; retry shortly")
-    return pool, replicas[0]
+@asynccontextmanager
+async def tokenizer_call(services: Services, principal: Principal,
+                         model: str | None) -> AsyncIterator[tuple[ModelPool, Replica]]:
+    """A permitted, admitted tokenizer call on a ready replica of `model`; the limits settle on exit."""
+    services.auth.check_model(principal, model_pool(services.router, model).name)
+    ticket = await admit_tokens(services.limiter, principal, 0)
+    try:
+        yield ready_replica(services.router, model)
+    finally:
+        await services.limiter.settle(ticket, 0)
 
 
-async def tokenize(router: Router, model: str, text: str) -> list[TokenSpan]:
-    _, replica = ready_replica(router, model)
+async def tokenize(replica: Replica, text: str) -> list[TokenSpan]:
     response = await replica.client.post("/tokenize", content=_json.encode({"text": text}), headers=JSON_HEADERS)
     if response.status_code != 200:
         raise Unavailable(f"the worker could not tokenize ({response.status_code})")
     return msgspec.json.decode(response.content, type=list[TokenSpan])
 
 
-async def detokenize(router: Router, model: str | None, tokens: list[int], skip_special_tokens: bool) -> bytes:
+async def detokenize(replica: Replica, tokens: list[int], skip_special_tokens: bool) -> bytes:
     """The worker's `DetokenizeResponse` JSON, relayed as it is; ids outside the vocabulary are a 422."""
-    _, replica = ready_replica(router, model)
     sent = {"tokens": tokens, "skip_special_tokens": skip_special_tokens}
     response = await replica.client.post("/detokenize", content=_json.encode(sent), headers=JSON_HEADERS)
     if response.status_code != 200:

@@ -57,13 +57,13 @@ async def generate(request: Request, services: Services, payload: Any) -> Respon
 @post("/tokenize", status_code=200, tags=["TGI", "SGLang"],
       summary="TGI (`inputs` -> [{id,text,start,stop}]) or SGLang (`text` -> token ids) tokenization",
       operation_class=TOKENIZE_DOC)
-async def tokenize(services: Services, payload: Any) -> Response:
+async def tokenize(request: Request, services: Services, payload: Any) -> Response:
     if isinstance(payload, dict) and "inputs" not in payload and ("text" in payload or "prompt" in payload):
         try:
-            return Response(await tokenize_sglang(services, payload))
+            return Response(await tokenize_sglang(services, request.user, payload))
         except SluiceError as error:
             return SGLANG.error_response(error)
-    return Response(await tokenize_tgi(services, payload))
+    return Response(await tokenize_tgi(services, request.user, payload))
 
 
 def router() -> Router:

@@ -10,6 +10,7 @@ import msgspec
 import structlog
 
 from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
+from gateway.errors import NotFound, Unavailable
 from gateway.routing.worker_trust import worker_secret
 
 log = structlog.get_logger(__name__)
@@ -120,3 +121,21 @@ class Router:
             self._task.cancel()
         for client in self._clients:
             await client.aclose()
+
+
+def model_pool(router: Router, name: str | None = None) -> ModelPool:
+    """The pool of `name` (default: the first served model)."""
+    name = name or next(iter(router.pools), None)
+    pool = router.pool(name) if name else None
+    if pool is None:
+        raise NotFound(f"the model {name!r} does not exist")
+    return pool
+
+
+def ready_replica(router: Router, name: str | None = None) -> tuple[ModelPool, Replica]:
+    """The pool of `name` (default: the first served model) and its least loaded ready replica."""
+    pool = model_pool(router, name)
+    replicas = pool.candidates()
+    if not replicas:
+        raise Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
+    return pool, replicas[0]

@@ -34,10 +34,11 @@ async def chat_completions(request: Request, services: Services) -> Response | S
     return await handle_generation(request, services, CHAT, "/v1/chat/completions")
 
 
-@get("/v1/models", summary="List served models")
-async def models(services: Services) -> dict:
+@get("/v1/models", summary="List the served models this key may call")
+async def models(request: Request, services: Services) -> dict:
+    allowed = request.user.models  # the key's allow-list; empty = every model
     data = [{"id": name, "object": "model", "created": int(services.started_at), "owned_by": "sluice"}
-            for name in services.router.pools]
+            for name in services.router.pools if not allowed or name in allowed]
     return {"object": "list", "data": data}
 
 

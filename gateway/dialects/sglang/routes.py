@@ -9,25 +9,20 @@ from litestar import Request, Router, get, post
 from litestar.di import Provide
 from litestar.response import Response
 
+from auth import Principal
 from auth.middleware import PUBLIC
 from gateway.dialects.base import convert
 from gateway.dialects.openapi import documented
 from gateway.dialects.sglang.dialect import SGLANG
 from gateway.dialects.sglang.docs import ERRORS, ErrorDoc, ModelInfoDoc
 from gateway.dialects.sglang.request import BodyInvalid, DetokenizeBody, TokenizeBody
-from gateway.errors import SluiceError, ValidationFailed
-from gateway.proxy import stream_events
+from gateway.errors import ValidationFailed
+from gateway.routing.pool import ready_replica
 from gateway.services import Services
 from gateway.tokenizer import detokenize as worker_detokenize
-from gateway.tokenizer import ready_replica, tokenize
+from gateway.tokenizer import tokenize, tokenizer_call
 from common.json_body import read_json
-from common.protocol import (
-    DetokenizeResponse,
-    Done,
-    Error,
-    GenerateRequest,
-    SamplingParams,
-)
+from common.protocol import DetokenizeResponse
 
 
 def body_of(payload: Any, kind: type):
@@ -38,15 +33,15 @@ def body_of(payload: Any, kind: type):
         raise BodyInvalid(error.message, param=error.param) from error
 
 
-async def tokenize_sglang(services: Services, payload: Any) -> dict:
+async def tokenize_sglang(services: Services, principal: Principal, payload: Any) -> dict:
     """`POST /tokenize` with `text` (or `prompt`): SGLang's `{tokens, count, max_model_len}`."""
     body = body_of(payload, TokenizeBody)
     text = body.text if body.text is not None else body.prompt
     if text is None or text == []:
         raise BodyInvalid("`text` is required", param="text")
-    pool, _ = ready_replica(services.router, body.model)
     texts = [text] if isinstance(text, str) else text
-    tokens = [[span.id for span in await tokenize(services.router, pool.name, t)] for t in texts]
+    async with tokenizer_call(services, principal, body.model) as (pool, replica):
+        tokens = [[span.id for span in await tokenize(replica, t)] for t in texts]
     info = pool.info()
     single = isinstance(text, str)
     return {"tokens": tokens[0] if single else tokens, "count": len(tokens[0]) if single else [len(t) for t in tokens],
@@ -75,31 +70,23 @@ async def get_server_info(services: Services) -> dict:
             "model_path": models[0]["model_path"] if models else None}
 
 
-@get("/health_generate", summary="SGLang: 200 when a one-token generation succeeds, else 503", tags=["SGLang"],
+@get("/health_generate", summary="SGLang: 200 when a one-token generation succeeds, else 503 (cached)",
+     tags=["SGLang"],
      opt=PUBLIC, operation_class=documented(None, {200: ("Healthy", None), 503: ("Unhealthy", None)}))
-async def health_generate(request: Request, services: Services) -> Response:
-    try:
-        pool, _ = ready_replica(services.router)
-        probe = GenerateRequest(request_id=f"health-{id(request)}", model=pool.name, prompt_ids=[0],
-                                params=SamplingParams(max_tokens=1, temperature=0.0))
-        ok = False
-        async for event in stream_events(pool, probe):
-            ok = ok or isinstance(event, Done)
-            if isinstance(event, Error):
-                break
-    except SluiceError:
-        ok = False
-    return Response(b"", status_code=200 if ok else 503)
+async def health_generate(services: Services) -> Response:
+    """Served from the cached probe (`gateway.health_probe`): at most one generation per interval."""
+    return Response(b"", status_code=200 if await services.probe.healthy() else 503)
 
 
 @post("/detokenize", status_code=200, summary="SGLang: token ids -> text", tags=["SGLang"],
       operation_class=documented(DetokenizeBody, {200: ("Text", DetokenizeResponse), **ERRORS}))
-async def detokenize(services: Services, payload: Any) -> Response:
+async def detokenize(request: Request, services: Services, payload: Any) -> Response:
     body = body_of(payload, DetokenizeBody)
     if not all(t >= 0 for t in body.tokens):
         raise BodyInvalid("tokens must be non-negative token ids", param="tokens")
     try:
-        text = await worker_detokenize(services.router, body.model, body.tokens, body.skip_special_tokens is not False)
+        async with tokenizer_call(services, request.user, body.model) as (_, replica):
+            text = await worker_detokenize(replica, body.tokens, body.skip_special_tokens is not False)
     except ValidationFailed as error:
         raise BodyInvalid(error.message, param=error.param) from error
     return Response(text, media_type="application/json")

@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
+from auth import Principal
 from auth.middleware import PUBLIC
 from gateway.dialects.base import with_default_model
 from gateway.dialects.tgi.dialect import TGI
@@ -16,7 +17,7 @@ from gateway.dialects.tgi.request import MAX_BEST_OF, MAX_STOP_SEQUENCES
 from gateway.errors import Unavailable
 from gateway.generation import handle_generation
 from gateway.services import Services
-from gateway.tokenizer import tokenize
+from gateway.tokenizer import tokenize, tokenizer_call
 from common.protocol import TokenSpan
 
 GENERATE = TGI(100, stream=False)
@@ -24,10 +25,11 @@ GENERATE_STREAM = TGI(100, stream=True)
 COMPAT = TGI(100, compat=True)
 
 
-async def tokenize_tgi(services: Services, payload: Any) -> list[TokenSpan]:
+async def tokenize_tgi(services: Services, principal: Principal, payload: Any) -> list[TokenSpan]:
     """`POST /tokenize` with `inputs`: TGI's `[{id, text, start, stop}]`."""
     parsed = GENERATE.parse(with_default_model(services.router, payload), "/tokenize")
-    return await tokenize(services.router, parsed.model, parsed.requests[0].prompt or "")
+    async with tokenizer_call(services, principal, services.router.resolve(parsed.model)) as (_, replica):
+        return await tokenize(replica, parsed.requests[0].prompt or "")
 
 
 @post("/generate_stream", status_code=200, summary="TGI: stream generated tokens", tags=["TGI"],

@@ -1,0 +1,46 @@
+"""The client a request comes from, for the failed-auth throttle and the audit log.
+
+Behind a load balancer every request arrives from the balancer's address, so the real client is read from
+`X-Forwarded-For`, but only when the peer is one of the configured trusted proxies (anyone else could write
+any address there). The client is the rightmost hop that is not itself a trusted proxy: each trusted proxy
+appends the address it saw, so everything left of that hop was written by the client and proves nothing."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+MAX_HOP_CHARS = 64  # an unparsable hop is kept as the client's name, bounded
+
+
+def parse_networks(cidrs: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """CIDRs (or single addresses) → networks; a malformed one raises ValueError naming it."""
+    networks = []
+    for cidr in cidrs:
+        try:
+            networks.append(ipaddress.ip_network(cidr.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{cidr!r} is not an IP address or CIDR network (e.g. 10.0.0.0/8)") from None
+    return tuple(networks)
+
+
+class ClientAddresses:
+    def __init__(self, trusted_proxies: Iterable[str] = ()) -> None:
+        self._trusted = parse_networks(trusted_proxies)
+
+    def trusted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address.strip())
+        except ValueError:
+            return False
+        return any(ip in network for network in self._trusted)
+
+    def client(self, peer: str, forwarded_for: Sequence[str]) -> str:
+        """`peer`: the TCP peer's address; `forwarded_for`: every `X-Forwarded-For` header value, in order."""
+        if not self._trusted or not self.trusted(peer):
+            return peer
+        hops = [hop.strip() for value in forwarded_for for hop in value.split(",") if hop.strip()]
+        for hop in reversed(hops):
+            if not self.trusted(hop):
+                return hop[:MAX_HOP_CHARS]
+        return hops[0][:MAX_HOP_CHARS] if hops else peer  # only trusted proxies: the first of them
