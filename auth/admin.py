@@ -204,6 +204,14 @@ class AdminOps:
     async def list_keys(self, team_id: str | None = None) -> list[KeyOut]:
         return [views.key_out(k) for k in await self._store.list_keys(team_id)]
 
+    async def team_key(self, team_id: str, key_id: str) -> KeyRecord:
+        """A key of `team_id` that its owners may manage (admin keys are the operator's); else 404, the same
+        answer for "no such key" and "not your team's"."""
+        key = await self._store.get_key(key_id)
+        if key is None or key.team_id != team_id or key.is_admin:
+            raise RequestError(404, "key_not_found", f"No key {key_id!r} in this team.", "key_id")
+        return key
+
     async def revoke_key(self, actor: Actor, key_id: str) -> KeyOut:
         async with self._store.transaction() as tx:
             if await tx.get_key(key_id) is None:

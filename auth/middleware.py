@@ -4,7 +4,8 @@
   header) and `request.auth` to its key id, on every route except those whose handler opts out with
   `opt=PUBLIC` and the paths given as `exclude`. It raises `AuthError` (401, 403, 429 with Retry-After)
   or `StoreUnavailable` (503), which the app renders in the envelope of the route that was called.
-- `require_admin` is the guard of admin-only routes.
+- `require_admin` is the guard of admin-only routes; `require_owner` of team management (an owner of the billed
+  team, or an admin).
 - The app keeps its opened `AuthService` in `app.state.auth`; `auth_service` provides it to handlers
   (`Provide(auth_service)` under the name `auth`).
 """
@@ -45,3 +46,9 @@ def authentication(exclude: list[str] | None = None) -> DefineMiddleware:
 def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     if not connection.user.is_admin:
         raise AuthError.denied("This API needs an admin key.")
+
+
+def require_owner(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """Team management: an owner of the billed team (or an admin key)."""
+    if not connection.user.manages_team:
+        raise AuthError.denied("This API needs a key of an owner of the team.")

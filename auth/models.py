@@ -100,6 +100,17 @@ class CreateKey(msgspec.Struct, forbid_unknown_fields=True):
     is_admin: bool = False
 
 
+class CreateTeamKey(msgspec.Struct, forbid_unknown_fields=True):
+    """A key an owner creates for their own team: a service key, or a personal key of a team member; never
+    an admin key, never another team's."""
+
+    name: Name
+    user_id: str | None = None
+    models: list[Annotated[str, Meta(min_length=1, max_length=200)]] = []
+    expires_at: str | None = None
+    limits: Limits | None = None  # the team's limits apply as well: a key's limits only narrow them
+
+
 class RotateKey(msgspec.Struct, forbid_unknown_fields=True):
     grace_seconds: Annotated[int, Meta(ge=0, le=30 * 86400)] = 0
 

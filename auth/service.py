@@ -16,7 +16,7 @@ from auth.clock import now
 from auth.errors import AuthError
 from auth.forwarded import ClientAddresses
 from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
-from auth.models import KeyRecord, Limits, TeamRecord
+from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.store import Store, open_store
 from auth.throttle import FailureThrottle
 
@@ -35,6 +35,12 @@ class Principal(msgspec.Struct, frozen=True):
     models: tuple[str, ...] = ()  # allowed models, empty = all
     key_limits: Limits | None = None
     team_limits: Limits | None = None
+    role: Role | None = None  # the key's user's role in the billed team; None: a service or admin key
+
+    @property
+    def manages_team(self) -> bool:
+        """Owners manage their team's keys; admins manage everything; members and service keys use the API."""
+        return self.is_admin or self.role == "owner"
 
 
 class Bootstrap(msgspec.Struct):
@@ -94,31 +100,34 @@ class AuthService:
         if key.expires_at is not None and key.expires_at <= wall:
             raise self._fail(client, mono, "expired",
                              AuthError(401, "expired_api_key", "This API key has expired."), key_id)
-        team = await self._team_for(key, team_header, mono)
+        team, role = await self._team_for(key, team_header, mono)
         self._note_use(key.id, wall)
         return Principal(key_id=key.id, team_id=team.id, user_id=key.user_id, is_admin=key.is_admin,
-                         models=key.models, key_limits=key.limits, team_limits=team.limits)
+                         models=key.models, key_limits=key.limits, team_limits=team.limits, role=role)
 
     def check_model(self, principal: Principal, model: str) -> None:
         if principal.models and model not in principal.models:
             raise AuthError.denied(f"This API key may not use model {model!r}.")
 
-    async def _team_for(self, key: KeyRecord, team_header: str | None, mono: float) -> TeamRecord:
+    async def _team_for(self, key: KeyRecord, team_header: str | None, mono: float) -> tuple[TeamRecord, Role | None]:
+        """The billed team and the key's user's role in it."""
         requested = team_header.strip() if team_header else ""
         team_id = requested or key.team_id
+        role = None
         if key.is_admin:
             allowed = True  # operators may act for any existing team
         elif key.user_id is None:
             allowed = team_id == key.team_id  # a service key belongs to one team
         else:
-            allowed = await self._role(team_id, key.user_id, mono) is not None
+            role = await self._role(team_id, key.user_id, mono)
+            allowed = role is not None
         team = await self._team(team_id, mono) if allowed else None
         if team is None:
             # The same answer for "no such team" and "not yours", so existence is not revealed.
             if requested:
                 raise AuthError.denied(f"This API key may not use team {requested[:100]!r}.")
             raise AuthError.denied("This API key's default team is no longer available to it.")
-        return team
+        return team, role
 
     async def _key(self, key_id: str, mono: float) -> KeyRecord | None:
         hit = self._keys.get(key_id, mono)

@@ -10,6 +10,7 @@ from litestar.openapi import OpenAPIConfig
 
 from auth.middleware import authentication, require_admin
 from auth.routes import admin_router
+from auth.team_routes import team_router
 from billing.routes import admin_usage_router, usage_router
 from gateway import health, metrics
 from gateway.config import Settings
@@ -32,7 +33,7 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
              sglang.router(), shared_paths.router()]
     usage = [usage_router(), admin_usage_router(guards=[require_admin])] if settings.ledger_enabled else []
     return Litestar(
-        route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), *usage],
+        route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), team_router(), *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[request_id_middleware, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         exception_handlers=DEFAULT.exception_handlers(),

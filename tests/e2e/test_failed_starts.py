@@ -55,6 +55,18 @@ def test_environment_value_of_the_wrong_type(tmp_path):
     assert code == 1 and "SLUICE_PORT" in line and "integer" in line
 
 
+@pytest.mark.parametrize(("config", "env", "named"), [
+    ('trusted_proxies = ["10.0.0.0/33"]\n', {}, "10.0.0.0/33"),
+    ("", {"SLUICE_TRUSTED_PROXIES": "10.0.0.0/8, proxy.example"}, "proxy.example"),
+    ("health_generate_interval_s = 0\n", {}, "health_generate_interval_s"),
+    ("[default_team_limits]\nrpm = -1\n", {}, "default_team_limits.rpm"),
+    ("[default_team_limits]\nrequests = 5\n", {}, "requests"),
+])
+def test_invalid_tenancy_settings(tmp_path, config, env, named):
+    code, line = failed_start(tmp_path, config=config or None, env=env)
+    assert code == 1 and "invalid configuration" in line and named in line, line
+
+
 @pytest.mark.parametrize("key", ["sk-sluice-short", "too short", "sk-sluice-0123456789ab-" + "A" * 32])
 def test_unusable_admin_key(tmp_path, key):
     code, line = failed_start(tmp_path, env={"SLUICE_ADMIN_KEY": key})

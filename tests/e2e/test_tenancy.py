@@ -173,3 +173,68 @@ def test_throttle_is_keyed_by_the_client_a_trusted_proxy_names(server):
         assert attempt(proxy, "203.0.113.6", server.api_key) == 200
         # nor is the throttled client's own valid key
         assert attempt(proxy, "203.0.113.5", server.api_key) == 200
+
+
+def test_roles_members_use_the_api_and_owners_also_manage_the_teams_keys(server):
+    team = admin(server, "POST", "/admin/teams", name="roles")["id"]
+    other_team, other_key = team_key(server, "roles-other")
+    users = {role: admin(server, "POST", "/admin/users", name=f"roles-{role}")["id"] for role in ("owner", "member")}
+    keys = {}
+    for role, user in users.items():
+        admin(server, "PUT", f"/admin/teams/{team}/members/{user}", role=role)
+        keys[role] = admin(server, "POST", "/admin/keys", name=f"{role}-key", team_id=team, user_id=user)
+    service = admin(server, "POST", "/admin/keys", name="service-key", team_id=team)
+    owner, member = bearer(keys["owner"]["key"]), bearer(keys["member"]["key"])
+
+    def call(method: str, path: str, headers: dict, **body) -> httpx.Response:
+        return httpx.request(method, f"{server.url}{path}", headers=headers, json=body or None, timeout=30)
+
+    # every key of the team uses the API, reads its usage and sees its team and role
+    for role, headers in (("owner", owner), ("member", member), ("service", bearer(service["key"]))):
+        assert call("GET", "/v1/usage", headers).status_code == 200
+        assert call("GET", "/v1/team", headers).json() == {"id": team, "limits": None, "role": role}
+    # members and service keys manage nothing
+    for headers in (member, bearer(service["key"])):
+        for method, path, body in (("GET", "/v1/team/keys", {}), ("GET", "/v1/team/members", {}),
+                                   ("POST", "/v1/team/keys", {"name": "x"}),
+                                   ("DELETE", f"/v1/team/keys/{service['id']}", {}),
+                                   ("POST", f"/v1/team/keys/{service['id']}/rotate", {})):
+            assert call(method, path, headers, **body).status_code == 403, (method, path)
+        assert call("GET", "/admin/keys", headers).status_code == 403
+    assert call("GET", "/admin/keys", owner).status_code == 403  # owners are not operators
+
+    # owners: the team's members and keys (never another team's, never an admin key)
+    assert {m["user_id"] for m in call("GET", "/v1/team/members", owner).json()["data"]} == set(users.values())
+    listed = {k["id"] for k in call("GET", "/v1/team/keys", owner).json()["data"]}
+    assert listed == {keys["owner"]["id"], keys["member"]["id"], service["id"]}
+    created = call("POST", "/v1/team/keys", owner, name="ci", models=[MODEL])
+    assert created.status_code == 201 and created.json()["team_id"] == team and not created.json()["is_admin"]
+    assert call("GET", "/v1/models", bearer(created.json()["key"])).status_code == 200
+    personal = call("POST", "/v1/team/keys", owner, name="for-member", user_id=users["member"])
+    assert personal.status_code == 201 and personal.json()["user_id"] == users["member"]
+    refused = call("POST", "/v1/team/keys", owner, name="escalate", is_admin=True)
+    assert refused.status_code == 400 and "is_admin" in refused.text
+    assert call("POST", "/v1/team/keys", owner, name="x", team_id=other_team).status_code == 400
+    stranger = admin(server, "POST", "/admin/users", name="roles-stranger")["id"]
+    assert call("POST", "/v1/team/keys", owner, name="x", user_id=stranger).status_code == 400
+
+    rotated = call("POST", f"/v1/team/keys/{service['id']}/rotate", owner)
+    assert rotated.status_code == 201 and rotated.json()["replaces"] == service["id"]
+    assert call("DELETE", f"/v1/team/keys/{keys['member']['id']}", owner).status_code == 200
+    assert call("GET", "/v1/models", member).status_code == 401  # revoked by the owner
+    other_key_id = next(k["id"] for k in admin(server, "GET", f"/admin/keys?team_id={other_team}")["data"])
+    admin_key_id = next(k["id"] for k in admin(server, "GET", "/admin/keys")["data"] if k["is_admin"])
+    for foreign in (other_key_id, admin_key_id, "no-such-key"):
+        assert call("DELETE", f"/v1/team/keys/{foreign}", owner).status_code == 404
+        assert call("POST", f"/v1/team/keys/{foreign}/rotate", owner).status_code == 404
+    assert call("GET", "/v1/models", bearer(other_key)).status_code == 200
+
+    # a role is per team: the owner of one team is a member (or nothing) in another
+    member_team = admin(server, "POST", "/admin/teams", name="roles-second")["id"]
+    admin(server, "PUT", f"/admin/teams/{member_team}/members/{users['owner']}", role="member")
+    as_member = bearer(keys["owner"]["key"], **{"x-team-id": member_team})
+    assert call("GET", "/v1/team", as_member).json()["role"] == "member"
+    assert call("GET", "/v1/team/keys", as_member).status_code == 403
+    assert call("GET", "/v1/team/keys", bearer(keys["owner"]["key"], **{"x-team-id": other_team})).status_code == 403
+    # an admin key manages the team it names
+    assert call("GET", "/v1/team/keys", bearer(ADMIN_KEY, **{"x-team-id": team})).status_code == 200
