@@ -13,7 +13,6 @@ import time
 import structlog
 
 from common.protocol import Done, Error, GenerateRequest, SamplingParams
-from gateway.errors import SluiceError
 from gateway.metrics import HEALTH_PROBES
 from gateway.proxy import stream_events
 from gateway.routing.pool import Router, ready_replica
@@ -55,8 +54,8 @@ class GenerationProbe:
                 if isinstance(event, Error):
                     healthy = False
                     break
-        except SluiceError as error:
-            log.warning("health_generate_failed", error=str(error))
+        except Exception as error:  # noqa: BLE001 - whatever went wrong, generation does not work: 503, not 500
+            log.warning("health_generate_failed", error=str(error), kind=type(error).__name__)
         HEALTH_PROBES.labels("ok" if healthy else "failed").inc()
         return healthy
 
