@@ -52,6 +52,7 @@ def start_worker(data_dir: Path) -> tuple[subprocess.Popen, str]:
 
 def gateway(data_dir: Path, worker: str, ledger: bool, database_url: str):
     config = f"ledger_enabled = {'true' if ledger else 'false'}\nlog_format = \"json\"\n"
+    config += "default_team_limits = {}\n"  # measures the ledger, not the default team's rate limits
     if database_url:
         config += f'database_url = "{database_url}"\n'
     config += f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n'

@@ -47,6 +47,7 @@ def start_gateway(data_dir: Path, worker: str, database_url: str | None = None) 
     prices = data_dir / "prices.toml"
     prices.write_text(f'[pricing.models."{MODEL}"]\ninput = {PRICE_IN}\noutput = {PRICE_OUT}\n')
     config = f'pricing_file = "{prices}"\n'
+    config += "default_team_limits = {}\n"  # the load below hammers the default key: billing, not rate limits
     if database_url:
         config += f'database_url = "{database_url}"\n'
     config += f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n'
