@@ -7,7 +7,7 @@ is cached for the same interval (a broken worker is not retried by every caller)
 from __future__ import annotations
 
 import asyncio
-import itertools
+import secrets
 import time
 
 import structlog
@@ -26,7 +26,6 @@ class GenerationProbe:
         self.interval = interval
         self._answer: tuple[float, bool] | None = None  # (monotonic time it was taken, healthy)
         self._running: asyncio.Task[bool] | None = None
-        self._ids = itertools.count()
 
     async def healthy(self) -> bool:
         answer = self._answer
@@ -47,7 +46,7 @@ class GenerationProbe:
         healthy = False
         try:
             pool, _ = ready_replica(self._router)
-            probe = GenerateRequest(request_id=f"health-generate-{next(self._ids)}", model=pool.name,
+            probe = GenerateRequest(request_id=f"health-generate-{secrets.token_hex(8)}", model=pool.name,
                                     prompt_ids=[0], params=SamplingParams(max_tokens=1, temperature=0.0))
             async for event in stream_events(pool, probe):
                 healthy = healthy or isinstance(event, Done)
