@@ -1,23 +1,49 @@
-"""The usage API: `GET /v1/usage` for the caller's team, `GET /admin/usage` across teams (+ CSV),
-`GET /admin/usage/records` the raw priced records (audits, reconciliation)."""
+"""The usage API.
+
+- `GET /v1/usage`, `GET /admin/usage` (+ `format=csv`): sums grouped by day, hour, model, key, user,
+  dialect, status (or team, admin), for a window and filters.
+- `GET /v1/usage/requests`: the caller's team's latest requests, newest first, a page at a time.
+- `GET /admin/usage/records`: raw priced records of any team, oldest first, a page at a time
+  (`limit` up to 10,000, default 1,000; `cursor` from the previous page's `next_cursor`), or with
+  `format=csv` every record of the window as one streamed CSV body.
+- `GET /v1/usage/statement`, `GET /admin/usage/statement`: a monthly statement (JSON or CSV).
+
+Query parameters: `start`, `end` (ISO dates or datetimes, UTC), filters `model`, `key_id`,
+`user_id` (`-`: service keys), `dialect`, `status`, `adapter` (each may repeat), `tz` (IANA zone for
+day and hour groups). Every bad value answers 400 naming its parameter.
+"""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.exceptions import HTTPException
+from litestar.response import Stream
 
+from billing.exports.csv import records_csv, report_csv, statement_csv
+from billing.insights.requests import page
 from billing.ledger import Ledger
-from billing.params import UsageParamError, parse_choice, parse_window
-from billing.records import LedgerEntry
-from billing.usage import UsageQuery, UsageReport, UsageRow, micros_to_decimal
+from billing.params import (
+    UsageParamError,
+    parse_choice,
+    parse_cursor,
+    parse_filters,
+    parse_limit,
+    parse_selection,
+    parse_team,
+    parse_tz,
+    parse_window,
+)
+from billing.statements import monthly_statement
+from billing.usage import UsageQuery, UsageRow, micros_to_decimal
 
 Authenticate = Callable[[Request], Awaitable[object]]
+TEAM_GROUPS = ("day", "hour", "model", "key", "user", "dialect", "status", "none")
+RECORDS_PAGE = 1000
+REQUESTS_PAGE = 100
 
 
 class RowOut(msgspec.Struct):
@@ -49,6 +75,10 @@ def error(status: int, message: str, type_: str, param: str | None = None, code:
     return Response({"error": {"message": message, "type": type_, "param": param, "code": code}}, status_code=status)
 
 
+def _invalid(exc: UsageParamError) -> Response:
+    return error(400, exc.message, "invalid_request_error", exc.param, exc.code)
+
+
 async def _principal(authenticate: Authenticate, request: Request) -> object | Response:
     """The caller, or the error response; auth failures keep their status in our envelope."""
     try:
@@ -66,32 +96,57 @@ async def _principal(authenticate: Authenticate, request: Request) -> object | R
     return principal
 
 
-async def _answer(ledger: Ledger, request: Request, team_id: str | None, groups: tuple[str, ...],
-                  formats: tuple[str, ...]) -> Response:
+async def _usage(ledger: Ledger, request: Request, team_id: str | None, groups: tuple[str, ...],
+                 formats: tuple[str, ...]) -> Response:
+    q = request.query_params
     try:
-        start, end = parse_window(request.query_params)
-        group_by = parse_choice(request.query_params, "group_by", groups, "day")
-        fmt = parse_choice(request.query_params, "format", formats, "json")
+        start, end = parse_window(q)
+        group_by = parse_choice(q, "group_by", groups, "day")
+        fmt = parse_choice(q, "format", formats, "json")
+        query = UsageQuery(start.timestamp(), end.timestamp(), team_id, group_by, parse_filters(q), parse_tz(q))
     except UsageParamError as exc:
-        return error(400, exc.message, "invalid_request_error", exc.param, exc.code)
-    report = await ledger.usage(UsageQuery(start.timestamp(), end.timestamp(), team_id, group_by))
+        return _invalid(exc)
+    report = await ledger.usage(query)
     if fmt == "csv":
-        return _csv(report, group_by)
-    body = UsageOut("usage", team_id, start, end, group_by, [RowOut.of(r) for r in report.rows],
-                    RowOut.of(report.totals))
-    return Response(body)
+        return Response(report_csv(report, group_by), media_type="text/csv",
+                        headers={"content-disposition": 'attachment; filename="usage.csv"'})
+    return Response(UsageOut("usage", team_id, start, end, group_by, [RowOut.of(r) for r in report.rows],
+                             RowOut.of(report.totals)))
 
 
-def _csv(report: UsageReport, group_by: str) -> Response:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([group_by, "requests", "prompt_tokens", "completion_tokens", "compute_tokens",
-                     "cost_micros", "cost"])
-    for r in report.rows:
-        writer.writerow([r.key, r.requests, r.prompt_tokens, r.completion_tokens, r.compute_tokens,
-                         r.cost_micros, micros_to_decimal(r.cost_micros)])
-    return Response(out.getvalue(), media_type="text/csv",
-                    headers={"content-disposition": 'attachment; filename="usage.csv"'})
+async def _records(ledger: Ledger, request: Request, team_id: str | None, *, newest_first: bool,
+                   default_limit: int) -> Response:
+    """One page of records as JSON, or with format=csv every record of the selection, streamed."""
+    q = request.query_params
+    try:
+        selection = parse_selection(q, team_id)
+        fmt = parse_choice(q, "format", ("json", "csv"), "json")
+        limit = parse_limit(q, default_limit)
+        cursor = parse_cursor(q, newest_first=newest_first)
+    except UsageParamError as exc:
+        return _invalid(exc)
+    if fmt == "csv":
+        return Stream(records_csv(ledger.store, selection, newest_first=newest_first), media_type="text/csv",
+                      headers={"content-disposition": 'attachment; filename="usage-records.csv"'})
+    result = await page(ledger.store, selection, limit, cursor, newest_first=newest_first)
+    return Response({"object": "list", "data": [e.flat() for e in result.entries],
+                     "has_more": result.next_cursor is not None, "next_cursor": result.next_cursor})
+
+
+async def _statement(ledger: Ledger, request: Request, team_id: str) -> Response:
+    q = request.query_params
+    try:
+        fmt = parse_choice(q, "format", ("json", "csv"), "json")
+        month = q.get("month") or ""
+        statement = await monthly_statement(ledger.store, team_id, month)
+    except UsageParamError as exc:
+        return _invalid(exc)
+    except ValueError as exc:
+        return error(400, str(exc), "invalid_request_error", "month", "invalid_parameter")
+    if fmt == "csv":
+        return Response(statement_csv(statement), media_type="text/csv",
+                        headers={"content-disposition": f'attachment; filename="statement-{month}.csv"'})
+    return Response(statement)
 
 
 def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
@@ -100,9 +155,23 @@ def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
         principal = await _principal(authenticate, request)
         if isinstance(principal, Response):
             return principal
-        return await _answer(ledger, request, principal.team_id, ("day", "model", "key", "none"), ("json",))
+        return await _usage(ledger, request, principal.team_id, TEAM_GROUPS, ("json",))
 
-    return Router(path="/", route_handlers=[team_usage])
+    @get("/v1/usage/requests")
+    async def team_requests(request: Request) -> Response:
+        principal = await _principal(authenticate, request)
+        if isinstance(principal, Response):
+            return principal
+        return await _records(ledger, request, principal.team_id, newest_first=True, default_limit=REQUESTS_PAGE)
+
+    @get("/v1/usage/statement")
+    async def team_statement(request: Request) -> Response:
+        principal = await _principal(authenticate, request)
+        if isinstance(principal, Response):
+            return principal
+        return await _statement(ledger, request, principal.team_id)
+
+    return Router(path="/", route_handlers=[team_usage, team_requests, team_statement])
 
 
 async def _refuse_non_admin(authenticate: Authenticate, request: Request, message: str) -> Response | None:
@@ -121,8 +190,11 @@ def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
         refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
         if refused is not None:
             return refused
-        team_id = request.query_params.get("team_id") or None
-        return await _answer(ledger, request, team_id, ("day", "model", "key", "team", "none"), ("json", "csv"))
+        try:
+            team_id = parse_team(request.query_params)
+        except UsageParamError as exc:
+            return _invalid(exc)
+        return await _usage(ledger, request, team_id, (*TEAM_GROUPS, "team"), ("json", "csv"))
 
     @get("/admin/usage/records")
     async def admin_records(request: Request) -> Response:
@@ -130,18 +202,23 @@ def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
         if refused is not None:
             return refused
         try:
-            start, end = parse_window(request.query_params)
+            team_id = parse_team(request.query_params)
         except UsageParamError as exc:
-            return error(400, exc.message, "invalid_request_error", exc.param, exc.code)
-        team_id = request.query_params.get("team_id") or None
-        entries = await ledger.records(UsageQuery(start.timestamp(), end.timestamp(), team_id, "none"))
-        return Response({"object": "list", "data": [_record(e) for e in entries]})
+            return _invalid(exc)
+        return await _records(ledger, request, team_id, newest_first=False, default_limit=RECORDS_PAGE)
 
-    return Router(path="/", route_handlers=[admin_usage, admin_records])
+    @get("/admin/usage/statement")
+    async def admin_statement(request: Request) -> Response:
+        refused = await _refuse_non_admin(authenticate, request, "statements of other teams need an admin key")
+        if refused is not None:
+            return refused
+        try:
+            team_id = parse_team(request.query_params)
+        except UsageParamError as exc:
+            return _invalid(exc)
+        if team_id is None:
+            return error(400, "team_id is required", "invalid_request_error", "team_id", "missing_parameter")
+        return await _statement(ledger, request, team_id)
 
+    return Router(path="/", route_handlers=[admin_usage, admin_records, admin_statement])
 
-def _record(entry: LedgerEntry) -> dict:
-    """Named fields (the stored structs are array-like)."""
-    return {**msgspec.structs.asdict(entry.usage), "input_price_micros": entry.input_price_micros,
-            "output_price_micros": entry.output_price_micros, "cost_micros": entry.cost_micros,
-            "recorded_at": entry.recorded_at}

@@ -8,20 +8,13 @@ import time
 import asyncpg
 
 from billing.records import LedgerEntry
-from billing.store.base import (
-    COLUMNS,
-    MIGRATIONS_TABLE,
-    TABLE,
-    aggregate_sql,
-    entry_row,
-    records_sql,
-    row_entry,
-    to_rows,
-)
+from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
+from billing.store.sql import PostgresDialect
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
-                 "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8")
+                 "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8",
+                 "float8", "text", "int4", "text")
 # One statement per batch: unnest the column arrays; ON CONFLICT makes re-shipping harmless.
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
            + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_COLUMN_TYPES, start=1))
@@ -29,11 +22,9 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
 _MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
 
 
-def _dollar(i: int) -> str:
-    return f"${i}"
-
-
 class PostgresStore:
+    dialect = PostgresDialect()
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
@@ -66,15 +57,9 @@ class PostgresStore:
             status = await con.execute(_INSERT, *columns)
         return int(status.rsplit(" ", 1)[1])  # "INSERT 0 <n>"
 
-    async def aggregate(self, query) -> list:
-        sql, params = aggregate_sql(query, _dollar)
+    async def fetch(self, sql: str, params: list) -> list:
         async with self._pool.acquire() as con:
-            return to_rows(await con.fetch(sql, *params))
-
-    async def records(self, query) -> list[LedgerEntry]:
-        sql, params = records_sql(query, _dollar)
-        async with self._pool.acquire() as con:
-            return [row_entry(r) for r in await con.fetch(sql, *params)]
+            return await con.fetch(sql, *params)
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)

@@ -1,33 +1,27 @@
-"""The embedded usage store: one SQLite file (WAL journal), reached through aiosqlite."""
+"""The embedded usage store: one SQLite file (WAL journal), reached through aiosqlite. One
+connection writes; a few read-only ones answer queries, in parallel with each other and with the
+writer, and see committed data only."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
 import aiosqlite
 
 from billing.records import LedgerEntry
-from billing.store.base import (
-    COLUMNS,
-    MIGRATIONS_TABLE,
-    TABLE,
-    aggregate_sql,
-    entry_row,
-    records_sql,
-    row_entry,
-    to_rows,
-)
+from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
+from billing.store.sql import SqliteDialect
 from storage.sqlite_wal import connect_wal
 
+# no conflict target: a replayed entry collides with the primary key and the request_id index alike
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
-           "ON CONFLICT (request_id) DO NOTHING")
-
-
-def _qmark(_: int) -> str:
-    return "?"
+           "ON CONFLICT DO NOTHING")
+_READ_PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-65536", "PRAGMA mmap_size=268435456",
+                 "PRAGMA temp_store=MEMORY")
 
 
 def sqlite_path(url: str) -> Path:
@@ -39,41 +33,36 @@ def sqlite_path(url: str) -> Path:
 
 
 class SqliteStore:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    dialect = SqliteDialect()
+
+    def __init__(self, db: aiosqlite.Connection, readers: list[aiosqlite.Connection]) -> None:
         self._db = db
-        self._lock = asyncio.Lock()  # one connection: keep each transaction whole
+        self._lock = asyncio.Lock()  # one writing connection: keep each transaction whole
+        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        self._all_readers = readers
+        for reader in readers:
+            self._readers.put_nowait(reader)
 
     @classmethod
-    async def open(cls, url: str) -> SqliteStore:
+    async def open(cls, url: str, *, readers: int = 2) -> SqliteStore:
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        db = await connect_wal(path)  # the auth package may open the same file at the same moment
+        opened: list[aiosqlite.Connection] = []
         try:
+            db = await connect_wal(path)  # the auth package may open the same file at the same moment
+            opened.append(db)
             await db.execute("PRAGMA synchronous=FULL")  # the WAL segment is deleted once this commit returns
-            store = cls(db)
-            await store._migrate()
+            await _migrate(db)
+            for _ in range(readers):
+                reader = await connect_wal(path)
+                opened.append(reader)
+                for pragma in _READ_PRAGMAS:
+                    await reader.execute(pragma)
         except BaseException:
-            await db.close()  # an unclosed connection's thread would keep the process from exiting
+            for connection in opened:  # an unclosed connection's thread would keep the process from exiting
+                await connection.close()
             raise
-        return store
-
-    async def _migrate(self) -> None:
-        async with self._lock:
-            await self._db.execute("BEGIN IMMEDIATE")
-            try:
-                await self._db.execute(MIGRATIONS_DDL)
-                async with self._db.execute(f"SELECT version FROM {MIGRATIONS_TABLE}") as cur:
-                    done = {row[0] for row in await cur.fetchall()}
-                for version, statements in enumerate(SQLITE_MIGRATIONS, start=1):
-                    if version in done:
-                        continue
-                    for sql in statements:
-                        await self._db.execute(sql)
-                    await self._db.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?)", (version, time.time()))
-                await self._db.execute("COMMIT")
-            except BaseException:
-                await self._db.execute("ROLLBACK")
-                raise
+        return cls(db, opened[1:])
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         async with self._lock:
@@ -87,25 +76,47 @@ class SqliteStore:
                 raise
             return self._db.total_changes - before
 
-    async def aggregate(self, query) -> list:
-        sql, params = aggregate_sql(query, _qmark)
-        async with self._db.execute(sql, params) as cur:
-            return to_rows(await cur.fetchall())
-
-    async def records(self, query) -> list[LedgerEntry]:
-        sql, params = records_sql(query, _qmark)
-        async with self._db.execute(sql, params) as cur:
-            return [row_entry(r) for r in await cur.fetchall()]
+    async def fetch(self, sql: str, params: list) -> list[tuple]:
+        async with self._reader() as reader, reader.execute(sql, params) as cur:
+            return await cur.fetchall()
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)
         for i in range(0, len(request_ids), 500):
             chunk = request_ids[i:i + 500]
-            sql = f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id IN ({', '.join('?' * len(chunk))}) GROUP BY request_id"
-            async with self._db.execute(sql, chunk) as cur:
-                for rid, n in await cur.fetchall():
-                    counts[rid] = n
+            sql = (f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id IN ({', '.join('?' * len(chunk))}) "
+                   "GROUP BY request_id")
+            for rid, n in await self.fetch(sql, chunk):
+                counts[rid] = n
         return counts
 
     async def close(self) -> None:
+        for reader in self._all_readers:
+            await reader.close()
         await self._db.close()
+
+    @contextlib.asynccontextmanager
+    async def _reader(self):
+        reader = await self._readers.get()
+        try:
+            yield reader
+        finally:
+            self._readers.put_nowait(reader)
+
+
+async def _migrate(db: aiosqlite.Connection) -> None:
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        await db.execute(MIGRATIONS_DDL)
+        async with db.execute(f"SELECT version FROM {MIGRATIONS_TABLE}") as cur:
+            done = {row[0] for row in await cur.fetchall()}
+        for version, statements in enumerate(SQLITE_MIGRATIONS, start=1):
+            if version in done:
+                continue
+            for sql in statements:
+                await db.execute(sql)
+            await db.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, ?)", (version, time.time()))
+        await db.execute("COMMIT")
+    except BaseException:
+        await db.execute("ROLLBACK")
+        raise

@@ -1,0 +1,69 @@
+"""A team's monthly statement: one line item per model and price, at the price in force when each
+request ran (every ledger record carries its prices). A price change within the month therefore
+gives that model two line items, each with its own price and its own dates. A line's amount is the
+sum of its requests' costs, each rounded to the micro-unit when the ledger priced it, so the
+statement's total equals the usage API's cost for the month to the micro-unit."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import msgspec
+
+from billing.filters import Selection, where
+from billing.store.base import TABLE, UsageStore
+from billing.store.sql import Params
+from billing.usage import micros_to_decimal
+
+_MONTH = re.compile(r"(\d{4})-(\d{2})")
+
+
+class StatementLine(msgspec.Struct):
+    model: str
+    input_price_micros: int  # per million prompt tokens
+    output_price_micros: int  # per million output tokens
+    requests: int
+    prompt_tokens: int
+    output_tokens: int  # billed generated tokens: compute tokens (beams, best_of) or completion, the larger
+    cost_micros: int
+    cost: str  # the same amount as a decimal string
+    first_request_at: float  # when this price was first and last used this month (unix seconds UTC)
+    last_request_at: float
+
+
+class Statement(msgspec.Struct):
+    team_id: str
+    month: str  # "2025-03", a UTC calendar month
+    start: float
+    end: float
+    lines: list[StatementLine]  # by model, then by when each price was first used
+    total_micros: int
+    total: str
+
+
+def month_window(month: str) -> tuple[float, float]:
+    """[first instant, next month's first instant) of "YYYY-MM" (UTC); ValueError otherwise."""
+    match = _MONTH.fullmatch(month)
+    if not match or not 1 <= int(match[2]) <= 12 or int(match[1]) < 1970:
+        raise ValueError(f"month must look like 2025-03, got {month!r}")
+    year, number = int(match[1]), int(match[2])
+    first = datetime(year, number, 1, tzinfo=UTC)
+    following = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=UTC)
+    return first.timestamp(), following.timestamp()
+
+
+async def monthly_statement(store: UsageStore, team_id: str, month: str) -> Statement:
+    start, end = month_window(month)
+    params = Params(store.dialect)
+    output = store.dialect.greatest("compute_tokens", "completion_tokens")
+    rows = await store.fetch(
+        f"SELECT model, input_price_micros, output_price_micros, COUNT(*), SUM(prompt_tokens), SUM({output}), "
+        f"SUM(cost_micros), MIN(time), MAX(time) FROM {TABLE} WHERE {where(Selection(start, end, team_id), params)} "
+        "GROUP BY model, input_price_micros, output_price_micros", params.values)
+    lines = sorted((StatementLine(model, int(price_in), int(price_out), int(n), int(prompt), int(out), int(cost),
+                                  micros_to_decimal(int(cost)), first, last)
+                    for model, price_in, price_out, n, prompt, out, cost, first, last in rows),
+                   key=lambda line: (line.model, line.first_request_at))
+    total = sum(line.cost_micros for line in lines)
+    return Statement(team_id, month, start, end, lines, total, micros_to_decimal(total))
