@@ -38,18 +38,20 @@ class Selection(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, start=max(self.start, start), end=min(self.end, end))
 
 
-def where(selection: Selection, params: Params) -> str:
-    """The WHERE condition (without the keyword) selecting the view's rows."""
+def where(selection: Selection, params: Params, *, time_column: str = "time",
+          null_user: str = "user_id IS NULL") -> str:
+    """The WHERE condition (without the keyword) selecting the view's rows. A rollup passes the
+    column holding its period's start, and how it stores a request without a user."""
     parts = []
     if selection.team_id is not None:
         parts.append(f"team_id = {params(selection.team_id)}")
-    parts += [f"time >= {params(float(selection.start))}", f"time < {params(float(selection.end))}"]
+    parts += [f"{time_column} >= {params(float(selection.start))}", f"{time_column} < {params(float(selection.end))}"]
     dialect = params.dialect
     for column, values in selection.filters.columns():
         if column == "user_id" and NO_USER in values:
             named = [v for v in values if v != NO_USER]
             named_sql = f"{dialect.one_of(column, named, params)} OR " if named else ""
-            parts.append(f"({named_sql}user_id IS NULL)")
+            parts.append(f"({named_sql}{null_user})")
         else:
             parts.append(dialect.one_of(column, values, params))
     return " AND ".join(parts)

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from billing.filters import Selection, where
-from billing.store.base import TABLE, UsageStore
+from billing.filters import Selection
+from billing.insights.sources import Source, fetch_parts, for_totals
+from billing.store.base import UsageStore
 from billing.store.sql import Params
 from billing.usage import micros_to_decimal
 
@@ -28,8 +29,8 @@ class StatementLine(msgspec.Struct):
     output_tokens: int  # billed generated tokens: compute tokens (beams, best_of) or completion, the larger
     cost_micros: int
     cost: str  # the same amount as a decimal string
-    first_request_at: float  # when this price was first and last used this month (unix seconds UTC)
-    last_request_at: float
+    first_day: str  # the first and last UTC day this month when a request paid this price
+    last_day: str
 
 
 class Statement(msgspec.Struct):
@@ -55,15 +56,32 @@ def month_window(month: str) -> tuple[float, float]:
 
 async def monthly_statement(store: UsageStore, team_id: str, month: str) -> Statement:
     start, end = month_window(month)
-    params = Params(store.dialect)
-    output = store.dialect.greatest("compute_tokens", "completion_tokens")
-    rows = await store.fetch(
-        f"SELECT model, input_price_micros, output_price_micros, COUNT(*), SUM(prompt_tokens), SUM({output}), "
-        f"SUM(cost_micros), MIN(time), MAX(time) FROM {TABLE} WHERE {where(Selection(start, end, team_id), params)} "
-        "GROUP BY model, input_price_micros, output_price_micros", params.values)
-    lines = sorted((StatementLine(model, int(price_in), int(price_out), int(n), int(prompt), int(out), int(cost),
-                                  micros_to_decimal(int(cost)), first, last)
-                    for model, price_in, price_out, n, prompt, out, cost, first, last in rows),
-                   key=lambda line: (line.model, line.first_request_at))
-    total = sum(line.cost_micros for line in lines)
-    return Statement(team_id, month, start, end, lines, total, micros_to_decimal(total))
+
+    def statement(source: Source, part: Selection, params: Params) -> str:
+        return (f"SELECT model, input_price_micros, output_price_micros, {source.requests}, SUM(prompt_tokens), "
+                f"{source.output_tokens(store.dialect)}, SUM(cost_micros), MIN({source.time_column}), "
+                f"MAX({source.time_column}) FROM {source.table} WHERE {source.where(part, params)} "
+                "GROUP BY model, input_price_micros, output_price_micros")
+
+    lines: dict[tuple, StatementLine] = {}
+    for model, price_in, price_out, n, prompt, out, cost, first, last in await fetch_parts(
+            store, for_totals(Selection(start, end, team_id)), statement):
+        key = (model, int(price_in), int(price_out))
+        line = lines.get(key)
+        if line is None:
+            line = lines[key] = StatementLine(model, key[1], key[2], 0, 0, 0, 0, "", _day(first), _day(last))
+        line.requests += int(n)
+        line.prompt_tokens += int(prompt)
+        line.output_tokens += int(out)
+        line.cost_micros += int(cost)
+        line.first_day, line.last_day = min(line.first_day, _day(first)), max(line.last_day, _day(last))
+    ordered = sorted(lines.values(), key=lambda line: (line.model, line.first_day, line.input_price_micros,
+                                                       line.output_price_micros))
+    for line in ordered:
+        line.cost = micros_to_decimal(line.cost_micros)
+    total = sum(line.cost_micros for line in ordered)
+    return Statement(team_id, month, start, end, ordered, total, micros_to_decimal(total))
+
+
+def _day(unix: float) -> str:
+    return datetime.fromtimestamp(float(unix), UTC).date().isoformat()

@@ -93,17 +93,24 @@ class Bucketing:
         self.start, self.end = start, end
         self.spans = offset_spans(self.tz, start, end)
 
-    def sql(self, dialect: Dialect) -> tuple[str, str]:
-        """(key, span) expressions over the `time` column; their values go to `bucket`."""
+    def sql(self, dialect: Dialect, column: str = "time") -> tuple[str, str]:
+        """(key, span) expressions over a time column; their values go to `bucket`."""
         if len(self.spans) == 1:
             offset = self.spans[0].offset
-            shifted = f"time + {offset}" if offset else "time"
+            shifted = f"{column} + {offset}" if offset else column
             return dialect.floor_div(shifted, self.size), "0"
         edges = [s.end for s in self.spans[:-1]]
-        offset_case = " ".join(f"WHEN time < {int(t)} THEN {s.offset}" for t, s in zip(edges, self.spans, strict=False))
-        span_case = " ".join(f"WHEN time < {int(t)} THEN {i}" for i, t in enumerate(edges))
-        key = dialect.floor_div(f"time + CASE {offset_case} ELSE {self.spans[-1].offset} END", self.size)
+        offset_case = " ".join(f"WHEN {column} < {int(t)} THEN {s.offset}"
+                               for t, s in zip(edges, self.spans, strict=False))
+        span_case = " ".join(f"WHEN {column} < {int(t)} THEN {i}" for i, t in enumerate(edges))
+        key = dialect.floor_div(f"{column} + CASE {offset_case} ELSE {self.spans[-1].offset} END", self.size)
         return key, f"CASE {span_case} ELSE {len(edges)} END"
+
+    def aligned(self, period: int) -> bool:
+        """Whether every bucket is made of whole `period`s of UTC (so a rollup of them can fill it)."""
+        return self.size % period == 0 and all(
+            s.offset % period == 0 and all(math.isinf(edge) or edge % period == 0 for edge in (s.start, s.end))
+            for s in self.spans)
 
     def bucket(self, key: int, span: int) -> Bucket:
         if self.granularity == "day":
@@ -122,8 +129,9 @@ class Bucketing:
             lo, hi = max(s.start, self.start), min(s.end, self.end)
             if lo >= hi:
                 continue
-            first = math.floor((lo + s.offset) / self.size)
-            last = math.ceil((hi + s.offset) / self.size) - 1
+            first = int((lo + s.offset) // self.size)  # `//` is exact on floats, as the SQL's floor_div
+            upto = (hi + s.offset) // self.size
+            last = int(upto) - 1 if upto * self.size == hi + s.offset else int(upto)
             for key in range(first, last + 1):
                 b = self.bucket(key, index)
                 buckets.setdefault(f"{b.label}@{b.start}", b)

@@ -9,6 +9,8 @@ import io
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 
+import msgspec
+
 from billing.filters import Selection
 from billing.insights.requests import every_page
 from billing.insights.sums import Sums
@@ -22,7 +24,7 @@ _OUTCOMES = ("ok", "cancelled", "errors", "rejected", "rate_limited")
 RECORD_FIELDS: tuple[str, ...] = (*UsageRecord.__struct_fields__, "input_price_micros", "output_price_micros",
                                   "cost_micros", "recorded_at")
 _LINE_FIELDS = ("model", "input_price_micros", "output_price_micros", "requests", "prompt_tokens", "output_tokens",
-                "cost_micros", "cost", "first_request_at", "last_request_at")
+                "cost_micros", "cost", "first_day", "last_day")
 
 
 def csv_text(rows: Iterable[Iterable]) -> str:
@@ -50,8 +52,9 @@ def _iso(unix: float) -> str:
 
 
 def _record_row(entry: LedgerEntry) -> list:
-    flat = entry.flat()
-    return [*(flat[f] for f in RECORD_FIELDS), _iso(entry.usage.time), micros_to_decimal(entry.cost_micros)]
+    # RECORD_FIELDS' order: `LedgerEntry.flat()` without building the dict
+    return [*msgspec.structs.astuple(entry.usage), entry.input_price_micros, entry.output_price_micros,
+            entry.cost_micros, entry.recorded_at, _iso(entry.usage.time), micros_to_decimal(entry.cost_micros)]
 
 
 async def records_csv(store: UsageStore, selection: Selection, *, newest_first: bool = False,
@@ -64,8 +67,7 @@ async def records_csv(store: UsageStore, selection: Selection, *, newest_first: 
 
 def statement_csv(statement: Statement) -> str:
     """Line items, then a total row."""
-    lines = ([getattr(line, f) if not f.endswith("_at") else _iso(getattr(line, f)) for f in _LINE_FIELDS]
-             for line in statement.lines)
+    lines = ([getattr(line, f) for f in _LINE_FIELDS] for line in statement.lines)
     total = ["total", "", "", sum(x.requests for x in statement.lines), sum(x.prompt_tokens for x in statement.lines),
              sum(x.output_tokens for x in statement.lines), statement.total_micros, statement.total, "", ""]
     return csv_text([list(_LINE_FIELDS), *lines, total])

@@ -4,7 +4,7 @@ Months are UTC calendar months, as the limiter's monthly token budget (gateway/l
 budget tokens are counted as it counts them: prompt + compute tokens.
 
 Projection: the month so far plus the recent rate carried to the month's end. The rate is the
-usage of the trailing 7 days (or of the team's whole history when it is younger, but at least an
+usage of the trailing 7 days (or since the team's first day when it is younger, but at least an
 hour) per second: it follows a team whose traffic changed this month better than the month's own
 average, and a weekly window smooths weekends out. The projection is a forecast, not a bill.
 """
@@ -17,13 +17,15 @@ from datetime import UTC, datetime
 import msgspec
 
 from billing.filters import Filters, Selection, where
-from billing.insights.sums import SUMS_SQL, Sums
+from billing.insights.sources import Source, fetch_parts, for_totals
+from billing.insights.sums import Sums
 from billing.store.base import TABLE, UsageStore
 from billing.store.sql import Params
 
 TRAILING_S = 7 * 86400
 _MIN_RATE_WINDOW_S = 3600
 _BUDGET_TOKENS = "SUM(prompt_tokens + compute_tokens)"
+NO_FILTERS = Filters()
 
 
 class MonthToDate(msgspec.Struct):
@@ -50,26 +52,36 @@ def month_bounds(now: float) -> tuple[str, float, float]:
 
 
 async def month_to_date(store: UsageStore, team_id: str, now: float, *, budget_tokens: int | None = None,
-                        filters: Filters = Filters()) -> MonthToDate:
+                        filters: Filters = NO_FILTERS) -> MonthToDate:
     month, start, end = month_bounds(now)
     trailing_start = now - TRAILING_S
 
-    async def sums(selection: Selection, select: str) -> tuple:
-        params = Params(store.dialect)
-        (row,) = await store.fetch(f"SELECT {select} FROM {TABLE} WHERE {where(selection, params)}", params.values)
-        return tuple(row)
+    def so_far(source: Source, part: Selection, params: Params) -> str:
+        return f"SELECT {source.sums()}, {_BUDGET_TOKENS} FROM {source.table} WHERE {source.where(part, params)}"
 
-    so_far, (recent_tokens, recent_cost, first_recent), older = await asyncio.gather(
-        sums(Selection(start, now, team_id, filters), f"{SUMS_SQL}, {_BUDGET_TOKENS}"),
-        sums(Selection(trailing_start, now, team_id, filters), f"{_BUDGET_TOKENS}, SUM(cost_micros), MIN(time)"),
+    def recent(source: Source, part: Selection, params: Params) -> str:
+        return (f"SELECT {_BUDGET_TOKENS}, SUM(cost_micros), MIN({source.time_column}) FROM {source.table} "
+                f"WHERE {source.where(part, params)}")
+
+    month_rows, recent_rows, older = await asyncio.gather(
+        fetch_parts(store, for_totals(Selection(start, now, team_id, filters)), so_far),
+        fetch_parts(store, for_totals(Selection(trailing_start, now, team_id, filters)), recent),
         _any(store, Selection(0.0, trailing_start, team_id, filters)))
-    # a team younger than the trailing window is measured over its own life
-    since = trailing_start if older or first_recent is None else first_recent
-    usage = Sums.of("month", so_far[:-1])
-    used = int(so_far[-1] or 0)
+    usage = Sums("month")
+    used = recent_tokens = recent_cost = 0
+    for *values, tokens in month_rows:
+        if values[0]:
+            usage.add(Sums.of("month", values))
+            used += int(tokens)
+    firsts = []
+    for tokens, cost, first in recent_rows:
+        recent_tokens, recent_cost = recent_tokens + int(tokens or 0), recent_cost + int(cost or 0)
+        if first is not None:
+            firsts.append(float(first))
+    # a team younger than the trailing window is measured from its first day (rollups keep days)
+    since = trailing_start if older or not firsts else min(firsts)
     window = max(now - since, _MIN_RATE_WINDOW_S)
     remaining = max(end - now, 0.0)
-    recent_tokens, recent_cost = int(recent_tokens or 0), int(recent_cost or 0)
     projected_tokens = used + round(recent_tokens * remaining / window)
     out = MonthToDate(month, start, end, now, usage, used, window, projected_tokens,
                       usage.cost_micros + round(recent_cost * remaining / window))

@@ -1,10 +1,11 @@
 """One view's overview, as the dashboard shows it: tiles, time series stacked by model, breakdowns
 by model, key and user, 429 rejections and cold-start waits over time.
 
-Three statements answer it, run side by side: the sums grouped by (model, key, user) fold into the
+Three queries answer it, run side by side: the sums grouped by (model, key, user) fold into the
 tiles and the three breakdowns; the sums grouped by (time bucket, model) into the series; and the
-percentiles. Every sum is an exact integer sum of ledger rows, through the same `where` as the
-usage API, so the numbers equal `GET /v1/usage` for the same selection. Keys and users that were
+percentiles, exact, over the records. The sums come from the rollups for the whole days (hours)
+of the window and from the records at its edges (billing/insights/sources.py), through the same
+parts and `where` as the usage API, so every number equals `GET /v1/usage` for the same selection. Keys and users that were
 deleted since keep their rows: the ledger holds ids, and names come from the auth side.
 """
 
@@ -14,10 +15,12 @@ import asyncio
 
 import msgspec
 
-from billing.filters import NO_USER, Filters, Selection, where
+from billing.filters import Filters, Selection
+from billing.insights.aggregate import group_key
 from billing.insights.percentiles import Percentiles, percentiles
-from billing.insights.sums import SUMS_SQL, Sums, ranked
-from billing.store.base import TABLE, UsageStore
+from billing.insights.sources import Source, fetch_parts, for_buckets, for_totals
+from billing.insights.sums import Sums, ranked
+from billing.store.base import UsageStore
 from billing.store.sql import Params
 from billing.timebuckets import Bucket, Bucketing, Granularity
 
@@ -79,28 +82,28 @@ async def overview(store: UsageStore, selection: Selection, granularity: Granula
 
 
 async def _breakdowns(store: UsageStore, selection: Selection) -> tuple[Sums, list[Sums], list[Sums], list[Sums]]:
-    params = Params(store.dialect)
-    rows = await store.fetch(f"SELECT model, key_id, user_id, {SUMS_SQL} FROM {TABLE} "
-                             f"WHERE {where(selection, params)} GROUP BY model, key_id, user_id", params.values)
+    def statement(source: Source, part: Selection, params: Params) -> str:
+        return (f"SELECT model, key_id, user_id, {source.sums()} FROM {source.table} "
+                f"WHERE {source.where(part, params)} GROUP BY model, key_id, user_id")
+
     totals = Sums("total")
     models: dict[str, Sums] = {}
     keys: dict[str, Sums] = {}
     users: dict[str, Sums] = {}
-    for model, key_id, user_id, *values in rows:
-        for groups, name in ((models, model), (keys, key_id), (users, NO_USER if user_id is None else user_id)):
+    for model, key_id, user_id, *values in await fetch_parts(store, for_totals(selection), statement):
+        for groups, name in ((models, model), (keys, key_id), (users, group_key(user_id))):
             groups.setdefault(name, Sums(name)).add(Sums.of(name, values))
         totals.add(Sums.of("total", values))
     return totals, ranked(models.values()), ranked(keys.values()), ranked(users.values())
 
 
 async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing) -> Series:
-    params = Params(store.dialect)
-    key, span = bucketing.sql(store.dialect)
-    rows = await store.fetch(
-        f"SELECT {key} AS k, {span} AS s, model, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), "
-        "SUM(compute_tokens), SUM(cost_micros), SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END), "
-        f"COUNT(cold_start_ms), SUM(cold_start_ms), MAX(cold_start_ms) FROM {TABLE} WHERE {where(selection, params)} "
-        "GROUP BY k, s, model", params.values)
+    def statement(source: Source, part: Selection, params: Params) -> str:
+        key, span = bucketing.sql(store.dialect, source.time_column)
+        return (f"SELECT {key} AS k, {span} AS s, model, {source.series()} FROM {source.table} "
+                f"WHERE {source.where(part, params)} GROUP BY k, s, model")
+
+    rows = await fetch_parts(store, for_buckets(selection, bucketing), statement)
     buckets = bucketing.all()
     index = {b: i for i, b in enumerate(buckets)}
     width = len(buckets)
@@ -122,4 +125,3 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing)
             cold_max[i] = max(float(longest), cold_max[i] or 0.0)
     return Series(bucketing.granularity, bucketing.tz.key, buckets, [models[m] for m in sorted(models)],
                   rate_limited, cold, cold_total, cold_max)
-

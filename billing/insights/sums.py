@@ -6,13 +6,6 @@ from collections.abc import Iterable
 
 from billing.usage import UsageRow
 
-# select lists of one group's sums: a usage row's, and with how the requests ended (`Sums.of` reads them)
-ROW_SUMS_SQL = "COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(compute_tokens), SUM(cost_micros)"
-SUMS_SQL = (f"{ROW_SUMS_SQL}, SUM(CASE WHEN status = 'ok' THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END), SUM(CASE WHEN status = 'rejected' THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)")
-
 
 class Sums(UsageRow):
     """A usage row plus how its requests ended."""
@@ -25,6 +18,7 @@ class Sums(UsageRow):
 
     @classmethod
     def of(cls, key: str, values) -> Sums:
+        """From the columns of `Source.sums()`."""
         # PostgreSQL sums bigints as numeric (Decimal): int() is exact
         return cls(key, *(int(v or 0) for v in values))
 

@@ -9,6 +9,16 @@ import asyncpg
 
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
+from billing.store.rollups import (
+    DAILY,
+    DAILY_KEY,
+    DAILY_SUMS,
+    HOURLY,
+    HOURLY_KEY,
+    HOURLY_SUMS,
+    rollup_rows,
+    upsert_sql,
+)
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
 from billing.store.sql import PostgresDialect
 
@@ -18,12 +28,16 @@ _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text
 # One statement per batch: unnest the column arrays; ON CONFLICT makes re-shipping harmless.
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
            + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_COLUMN_TYPES, start=1))
-           + ") ON CONFLICT (request_id) DO NOTHING")
+           + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
+_DIALECT = PostgresDialect()
+_ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
+_UPSERT_DAILY = upsert_sql(_DIALECT, DAILY, DAILY_KEY, DAILY_SUMS, arrays=_ARRAYS)
+_UPSERT_HOURLY = upsert_sql(_DIALECT, HOURLY, HOURLY_KEY, HOURLY_SUMS, arrays=_ARRAYS)
 _MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
 
 
 class PostgresStore:
-    dialect = PostgresDialect()
+    dialect = _DIALECT
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -53,9 +67,17 @@ class PostgresStore:
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         columns = list(zip(*(entry_row(e) for e in entries), strict=True))
-        async with self._pool.acquire() as con:
-            status = await con.execute(_INSERT, *columns)
-        return int(status.rsplit(" ", 1)[1])  # "INSERT 0 <n>"
+        async with self._pool.acquire() as con, con.transaction():
+            inserted = {row[0] for row in await con.fetch(_INSERT, *columns)}
+            new = {}
+            for e in entries:  # the rollups add exactly the records the insert added
+                if e.usage.request_id in inserted:
+                    new.setdefault(e.usage.request_id, e)
+            daily, hourly = rollup_rows(list(new.values()))
+            if daily:  # one statement per rollup: an array per column, as the insert
+                await con.execute(_UPSERT_DAILY, *zip(*daily, strict=True))
+                await con.execute(_UPSERT_HOURLY, *zip(*hourly, strict=True))
+        return len(new)
 
     async def fetch(self, sql: str, params: list) -> list:
         async with self._pool.acquire() as con:

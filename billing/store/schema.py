@@ -5,6 +5,8 @@ add the next."""
 from __future__ import annotations
 
 from billing.store.base import MIGRATIONS_TABLE, TABLE
+from billing.store.rollups import migration as rollups_migration
+from billing.store.sql import PostgresDialect, SqliteDialect
 
 _V1_COLUMNS = """
     request_id TEXT {pk},
@@ -48,8 +50,8 @@ def _v1(real: str, integer: str) -> list[str]:
 # SQLite: the table is rebuilt clustered on (team_id, time): a team's window is one contiguous range
 # of the table's own b-tree, so a dashboard reads it without a lookup per row. request_id stays unique.
 _SQLITE_V2 = [
-    f"CREATE TABLE {TABLE}_v2 ({_V1_COLUMNS.format(pk='NOT NULL', real='REAL', integer='INTEGER')}"
-    f"{_V2_COLUMNS.format(real='REAL')},\n    PRIMARY KEY (team_id, time, request_id)\n) WITHOUT ROWID",
+    (f"CREATE TABLE {TABLE}_v2 ({_V1_COLUMNS.format(pk='NOT NULL', real='REAL', integer='INTEGER')}"
+     f"{_V2_COLUMNS.format(real='REAL')},\n    PRIMARY KEY (team_id, time, request_id)\n) WITHOUT ROWID"),
     f"INSERT INTO {TABLE}_v2 ({_V1_NAMES}) SELECT {_V1_NAMES} FROM {TABLE}",
     f"DROP TABLE {TABLE}",
     f"ALTER TABLE {TABLE}_v2 RENAME TO {TABLE}",
@@ -64,8 +66,8 @@ _DASHBOARD_COLUMNS = ("model, key_id, user_id, dialect, status, error_status, ad
                       "completion_tokens, compute_tokens, cost_micros, input_price_micros, output_price_micros, "
                       "latency_ms, ttft_ms, cold_start_ms")
 _POSTGRES_V2 = [
-    f"ALTER TABLE {TABLE} ADD COLUMN cold_start_ms DOUBLE PRECISION, ADD COLUMN error_code TEXT, "
-    "ADD COLUMN error_status INTEGER, ADD COLUMN adapter TEXT NOT NULL DEFAULT ''",
+    (f"ALTER TABLE {TABLE} ADD COLUMN cold_start_ms DOUBLE PRECISION, ADD COLUMN error_code TEXT, "
+     "ADD COLUMN error_status INTEGER, ADD COLUMN adapter TEXT NOT NULL DEFAULT ''"),
     f"DROP INDEX IF EXISTS {TABLE}_team_time",
     f"DROP INDEX IF EXISTS {TABLE}_time",
     f"CREATE INDEX {TABLE}_team_time ON {TABLE} (team_id, time, request_id) INCLUDE ({_DASHBOARD_COLUMNS})",
@@ -73,8 +75,11 @@ _POSTGRES_V2 = [
     f"ALTER TABLE {TABLE} SET (autovacuum_vacuum_insert_scale_factor = 0.01)",
 ]
 
-SQLITE_MIGRATIONS: list[list[str]] = [_v1("REAL", "INTEGER"), _SQLITE_V2]
-POSTGRES_MIGRATIONS: list[list[str]] = [_v1("DOUBLE PRECISION", "BIGINT"), _POSTGRES_V2]
+# schema 3: the rollups (billing/store/rollups.py), filled from the records already there
+SQLITE_MIGRATIONS: list[list[str]] = [
+    _v1("REAL", "INTEGER"), _SQLITE_V2, rollups_migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID")]
+POSTGRES_MIGRATIONS: list[list[str]] = [
+    _v1("DOUBLE PRECISION", "BIGINT"), _POSTGRES_V2, rollups_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")]
 
 MIGRATIONS_DDL = (f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} "
                   "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")

@@ -13,7 +13,8 @@ class Dialect:
         raise NotImplementedError
 
     def floor_div(self, expr: str, size: int) -> str:
-        """floor(expr / size) as an integer."""
+        """floor(expr / size) as an integer, exactly: the division rounds, so a time a hair before a
+        bucket's edge can come out as the edge; the correction puts it back, as Python's `//` would."""
         raise NotImplementedError
 
     def greatest(self, a: str, b: str) -> str:
@@ -30,9 +31,10 @@ class SqliteDialect(Dialect):
         return f"?{n}"
 
     def floor_div(self, expr: str, size: int) -> str:
-        # truncation is floor for the non-negative values bucketed here (times after 1970-01-02);
-        # SQLite's floor() exists only when it was built with its math functions
-        return f"CAST(({expr}) / {size} AS INTEGER)"
+        # SQLite's floor() exists only when it was built with its math functions; truncation is floor
+        # for the non-negative values bucketed here (times after 1970-01-02)
+        quotient = f"CAST(({expr}) / {size} AS INTEGER)"
+        return f"({quotient} - (({expr}) < {quotient} * {size}))"
 
     def greatest(self, a: str, b: str) -> str:
         return f"max({a}, {b})"
@@ -48,7 +50,8 @@ class PostgresDialect(Dialect):
         return f"${n}"
 
     def floor_div(self, expr: str, size: int) -> str:
-        return f"floor(({expr}) / {size})::bigint"
+        quotient = f"floor(({expr}) / {size})"
+        return f"({quotient}::bigint - (({expr}) < {quotient} * {size})::int)"
 
     def greatest(self, a: str, b: str) -> str:
         return f"GREATEST({a}, {b})"

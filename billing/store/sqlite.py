@@ -13,6 +13,16 @@ import aiosqlite
 
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
+from billing.store.rollups import (
+    DAILY,
+    DAILY_KEY,
+    DAILY_SUMS,
+    HOURLY,
+    HOURLY_KEY,
+    HOURLY_SUMS,
+    rollup_rows,
+    upsert_sql,
+)
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
 from billing.store.sql import SqliteDialect
 from storage.sqlite_wal import connect_wal
@@ -20,6 +30,9 @@ from storage.sqlite_wal import connect_wal
 # no conflict target: a replayed entry collides with the primary key and the request_id index alike
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT DO NOTHING")
+_DIALECT = SqliteDialect()
+_UPSERT_DAILY = upsert_sql(_DIALECT, DAILY, DAILY_KEY, DAILY_SUMS)
+_UPSERT_HOURLY = upsert_sql(_DIALECT, HOURLY, HOURLY_KEY, HOURLY_SUMS)
 _READ_PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-65536", "PRAGMA mmap_size=268435456",
                  "PRAGMA temp_store=MEMORY")
 
@@ -33,7 +46,7 @@ def sqlite_path(url: str) -> Path:
 
 
 class SqliteStore:
-    dialect = SqliteDialect()
+    dialect = _DIALECT
 
     def __init__(self, db: aiosqlite.Connection, readers: list[aiosqlite.Connection]) -> None:
         self._db = db
@@ -66,15 +79,34 @@ class SqliteStore:
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         async with self._lock:
-            before = self._db.total_changes
             await self._db.execute("BEGIN IMMEDIATE")
             try:
-                await self._db.executemany(_INSERT, [entry_row(e) for e in entries])
+                new = await self._new_entries(entries)
+                await self._db.executemany(_INSERT, [entry_row(e) for e in new])
+                daily, hourly = rollup_rows(new)
+                await self._db.executemany(_UPSERT_DAILY, daily)
+                await self._db.executemany(_UPSERT_HOURLY, hourly)
                 await self._db.execute("COMMIT")
             except BaseException:
                 await self._db.execute("ROLLBACK")
                 raise
-            return self._db.total_changes - before
+            return len(new)
+
+    async def _new_entries(self, entries: list[LedgerEntry]) -> list[LedgerEntry]:
+        """The entries whose request id is not stored yet, each once (inside the write transaction,
+        so the rollups add exactly the records that the insert adds)."""
+        ids = list({e.usage.request_id for e in entries})
+        stored: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            async with self._db.execute(f"SELECT request_id FROM {TABLE} WHERE request_id IN "
+                                        f"({', '.join('?' * len(chunk))})", chunk) as cur:
+                stored.update(row[0] for row in await cur.fetchall())
+        new = {}
+        for e in entries:
+            if e.usage.request_id not in stored:
+                new.setdefault(e.usage.request_id, e)
+        return list(new.values())
 
     async def fetch(self, sql: str, params: list) -> list[tuple]:
         async with self._reader() as reader, reader.execute(sql, params) as cur:
