@@ -2,7 +2,8 @@
 UsageParamError naming its parameter.
 
 Filters repeat to select several values (`?model=a&model=b`); an empty value is no filter;
-`user_id=-` (NO_USER) selects requests made with a service key (no user)."""
+`user_id=-` (NO_USER) selects requests made with a service key (no user), `adapter=-` requests to
+the base model (no LoRA adapter)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)  # bounds the work a window's time-zone buckets take
 MAX_FILTER_VALUES = 50
 MAX_VALUE_LENGTH = 256
+BASE_MODEL = ""  # the adapter of a request without one
 FILTER_PARAMS = {"model": "models", "key_id": "key_ids", "user_id": "user_ids", "dialect": "dialects",
                  "status": "statuses", "adapter": "adapters"}
 
@@ -91,6 +93,8 @@ def parse_filters(query) -> Filters:
             _check_value(param, value)
             if param == "status" and value not in STATUSES:
                 raise UsageParamError(param, f"status must be one of {', '.join(STATUSES)}; got {value!r}")
+        if param == "adapter":
+            values = [BASE_MODEL if v == "-" else v for v in values]
         if values:
             found[field] = tuple(dict.fromkeys(values))
     return Filters(**found)

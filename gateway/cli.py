@@ -49,8 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("worker_args", nargs=argparse.REMAINDER)
     worker.set_defaults(func=_worker)
     from auth.cli import register
+    from billing.cli import register as register_usage
 
     register(commands)
+    register_usage(commands)
     return parser
 
 

@@ -1,5 +1,5 @@
 """Every ledger test runs against both stores: a fresh SQLite file, or a fresh PostgreSQL database
-created on the session's server."""
+created on the session's server. S3 is moto's server, on loopback."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import boto3
 import pytest
+from moto.server import ThreadedMotoServer
 
 from billing.ledger import Ledger
 from billing.pricing import PricingTable
 from billing.records import Price
+from tests.fixtures.servers import free_port
 
 PRICES = {"small": Price(100_000, 400_000), "big": Price(3_000_000, 15_000_000), "default": Price(1_000, 2_000)}
 
@@ -49,3 +52,23 @@ async def ledger(database_url: str, wal_dir: Path, pricing: PricingTable):
     led = await Ledger.open(database_url, wal_dir, pricing)
     yield led
     await led.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3 API (moto's server) on a free loopback port, with throwaway credentials."""
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    return boto3.client("s3", endpoint_url=s3_endpoint)
