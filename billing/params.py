@@ -10,11 +10,13 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 from billing.filters import Filters, Selection
+from billing.insights.overview import bucketing_for
 from billing.insights.requests import MAX_PAGE_SIZE, Cursor, CursorError
 from billing.records import STATUSES
-from billing.timebuckets import ZoneError, zone
+from billing.timebuckets import GRANULARITIES, ZoneError, zone
 
 DEFAULT_WINDOW = timedelta(days=30)
+HOURLY_UP_TO = timedelta(days=3)  # the default series granularity: hours for windows this short, else days
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)  # bounds the work a window's time-zone buckets take
 MAX_FILTER_VALUES = 50
@@ -136,3 +138,15 @@ def parse_cursor(query, *, newest_first: bool) -> Cursor | None:
         return Cursor.decode(raw, newest_first)
     except CursorError as exc:
         raise UsageParamError("cursor", f"cursor: {exc}") from None
+
+
+def parse_granularity(query, selection: Selection, tz: str) -> str:
+    """`granularity` (hour or day; by default hours for windows up to 3 days), refused when the
+    window would have too many buckets."""
+    default = "hour" if selection.end - selection.start <= HOURLY_UP_TO.total_seconds() else "day"
+    granularity = parse_choice(query, "granularity", GRANULARITIES, default)
+    try:
+        bucketing_for(selection, granularity, tz)
+    except ValueError as exc:
+        raise UsageParamError("granularity", f"granularity: {exc}") from None
+    return granularity

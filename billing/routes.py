@@ -2,6 +2,9 @@
 
 - `GET /v1/usage`, `GET /admin/usage` (+ `format=csv`): sums grouped by day, hour, model, key, user,
   dialect, status (or team, admin), for a window and filters.
+- `GET /v1/usage/overview`, `GET /admin/usage/overview` (optional `team_id`): the dashboard's
+  overview (billing/insights/overview.py) as JSON; `granularity` hour or day, `tz` for local time.
+- `GET /admin/usage/teams`: every team's sums over the window, biggest spender first.
 - `GET /v1/usage/requests`: the caller's team's latest requests, newest first, a page at a time.
 - `GET /admin/usage/records`: raw priced records of any team, oldest first, a page at a time
   (`limit` up to 10,000, default 1,000; `cursor` from the previous page's `next_cursor`), or with
@@ -24,6 +27,8 @@ from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
 from billing.exports.csv import records_csv, report_csv, statement_csv
+from billing.insights.overview import overview
+from billing.insights.ranking import team_ranking
 from billing.insights.requests import page
 from billing.ledger import Ledger
 from billing.params import (
@@ -31,6 +36,7 @@ from billing.params import (
     parse_choice,
     parse_cursor,
     parse_filters,
+    parse_granularity,
     parse_limit,
     parse_selection,
     parse_team,
@@ -133,6 +139,17 @@ async def _records(ledger: Ledger, request: Request, team_id: str | None, *, new
                      "has_more": result.next_cursor is not None, "next_cursor": result.next_cursor})
 
 
+async def _overview(ledger: Ledger, request: Request, team_id: str | None) -> Response:
+    q = request.query_params
+    try:
+        selection = parse_selection(q, team_id)
+        tz = parse_tz(q)
+        granularity = parse_granularity(q, selection, tz)
+    except UsageParamError as exc:
+        return _invalid(exc)
+    return Response(await overview(ledger.store, selection, granularity, tz))
+
+
 async def _statement(ledger: Ledger, request: Request, team_id: str) -> Response:
     q = request.query_params
     try:
@@ -157,6 +174,13 @@ def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
             return principal
         return await _usage(ledger, request, principal.team_id, TEAM_GROUPS, ("json",))
 
+    @get("/v1/usage/overview")
+    async def team_overview(request: Request) -> Response:
+        principal = await _principal(authenticate, request)
+        if isinstance(principal, Response):
+            return principal
+        return await _overview(ledger, request, principal.team_id)
+
     @get("/v1/usage/requests")
     async def team_requests(request: Request) -> Response:
         principal = await _principal(authenticate, request)
@@ -171,7 +195,7 @@ def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
             return principal
         return await _statement(ledger, request, principal.team_id)
 
-    return Router(path="/", route_handlers=[team_usage, team_requests, team_statement])
+    return Router(path="/", route_handlers=[team_usage, team_overview, team_requests, team_statement])
 
 
 async def _refuse_non_admin(authenticate: Authenticate, request: Request, message: str) -> Response | None:
@@ -195,6 +219,30 @@ def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
         except UsageParamError as exc:
             return _invalid(exc)
         return await _usage(ledger, request, team_id, (*TEAM_GROUPS, "team"), ("json", "csv"))
+
+    @get("/admin/usage/overview")
+    async def admin_overview(request: Request) -> Response:
+        refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
+        if refused is not None:
+            return refused
+        try:
+            team_id = parse_team(request.query_params)
+        except UsageParamError as exc:
+            return _invalid(exc)
+        return await _overview(ledger, request, team_id)
+
+    @get("/admin/usage/teams")
+    async def admin_teams(request: Request) -> Response:
+        refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
+        if refused is not None:
+            return refused
+        try:
+            selection = parse_selection(request.query_params, None)
+        except UsageParamError as exc:
+            return _invalid(exc)
+        teams = await team_ranking(ledger.store, selection)
+        return Response({"object": "list", "data": [{**msgspec.structs.asdict(t), "error_rate": t.error_rate,
+                                                     "cost": micros_to_decimal(t.cost_micros)} for t in teams]})
 
     @get("/admin/usage/records")
     async def admin_records(request: Request) -> Response:
@@ -220,5 +268,5 @@ def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
             return error(400, "team_id is required", "invalid_request_error", "team_id", "missing_parameter")
         return await _statement(ledger, request, team_id)
 
-    return Router(path="/", route_handlers=[admin_usage, admin_records, admin_statement])
+    return Router(path="/", route_handlers=[admin_usage, admin_overview, admin_teams, admin_records, admin_statement])
 

@@ -57,7 +57,7 @@ class SqliteStore:
             self._readers.put_nowait(reader)
 
     @classmethod
-    async def open(cls, url: str, *, readers: int = 2) -> SqliteStore:
+    async def open(cls, url: str, *, readers: int = 3) -> SqliteStore:
         path = sqlite_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
         opened: list[aiosqlite.Connection] = []

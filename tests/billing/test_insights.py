@@ -183,3 +183,32 @@ async def test_month_to_date_of_a_young_team_measures_its_own_life(ledger):
     assert mtd.rate_window_s <= 3 * 86400  # since its first day, not a week of silence before it
     assert mtd.budget_tokens_used == 450 and mtd.projected_tokens > 450
     assert mtd.budget_tokens is None and mtd.exhausted_at is None
+
+
+async def test_overview_and_ranking_over_http(ledger, entries):
+    selection = Selection(*WINDOWS[0], "team-a", Filters(models=("big", "small")))
+    direct = await overview(ledger.store, selection, "day", "Europe/Paris")
+    params = [*query_params(selection), ("tz", "Europe/Paris"), ("granularity", "day")]
+    async with usage_client(ledger) as client:
+        mine = (await client.get("/v1/usage/overview", params=params, headers=auth("a"))).json()
+        as_admin = (await client.get("/admin/usage/overview", params=[*params, ("team_id", "team-a")],
+                                     headers=auth("root"))).json()
+        teams = (await client.get("/admin/usage/teams", params=query_params(Selection(*WINDOWS[0])),
+                                  headers=auth("root"))).json()
+        short = (await client.get("/v1/usage/overview", params={"start": "2025-03-05", "end": "2025-03-06"},
+                                  headers=auth("a"))).json()
+        refused = [await client.get(path, params=p, headers=auth(who)) for path, p, who in (
+            ("/v1/usage/overview", {"start": "2025-01-01", "end": "2026-12-31", "granularity": "hour"}, "a"),
+            ("/v1/usage/overview", {"granularity": "week"}, "a"),
+            ("/v1/usage/overview", {"tz": "Nowhere/Land"}, "a"),
+            ("/admin/usage/teams", {"start": "tomorrow"}, "root"))]
+        forbidden = await client.get("/admin/usage/overview", headers=auth("a"))
+    assert mine["totals"]["cost_micros"] == direct.totals.cost_micros
+    assert [b["label"] for b in mine["series"]["buckets"]] == [b.label for b in direct.series.buckets]
+    assert mine["series"]["tz"] == "Europe/Paris" and mine == as_admin
+    assert short["series"]["granularity"] == "hour" and len(short["series"]["buckets"]) == 48  # end date included
+    ranking = await team_ranking(ledger.store, Selection(*WINDOWS[0]))
+    assert [(t["key"], t["cost_micros"]) for t in teams["data"]] == [(t.key, t.cost_micros) for t in ranking]
+    assert [(r.status_code, r.json()["error"]["param"]) for r in refused] == [
+        (400, "granularity"), (400, "granularity"), (400, "tz"), (400, "start")]
+    assert forbidden.status_code == 403

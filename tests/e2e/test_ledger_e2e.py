@@ -302,6 +302,7 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
         assert r["route"] == CHAT and r["status"] in ("error", "cancelled"), r
         if r["status"] == "error":
             assert (r["prompt_tokens"], r["completion_tokens"], r["cost_micros"]) == (0, 0, 0), r
+            assert (r["error_status"], r["error_code"]) == (500, "internal_error"), r  # no error to name
         check_priced(r)
     by_id = {r["request_id"]: r for r in records}
     done_logs = [e["request_id"] for e in server.log_events("request_done")]
@@ -317,7 +318,9 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
         if c.expect in ("error", "rejected"):
             assert r["status"] == c.expect, (c, r)
             assert (r["prompt_tokens"], r["completion_tokens"], r["compute_tokens"], r["cost_micros"]) == (0, 0, 0, 0)
+            assert (r["error_status"], r["error_code"]) == (c.http_status, c.error), (c, r)  # what the client got
             continue
+        assert (r["error_status"], r["error_code"]) == (None, None), r
         assert r["model"] == MODEL, r
         assert r["compute_tokens"] == r["completion_tokens"], r  # no beams, no best_of in this load
         if c.expect == "ok":
