@@ -5,8 +5,9 @@ Three queries answer it, run side by side: the sums grouped by (model, key, user
 tiles and the three breakdowns; the sums grouped by (time bucket, model) into the series; and the
 percentiles, exact, over the records. The sums come from the rollups for the whole days (hours)
 of the window and from the records at its edges (billing/insights/sources.py), through the same
-parts and `where` as the usage API, so every number equals `GET /v1/usage` for the same selection. Keys and users that were
-deleted since keep their rows: the ledger holds ids, and names come from the auth side.
+parts and `where` as the usage API, so every number equals `GET /v1/usage` for the same selection.
+Keys and users that were deleted since keep their rows: the ledger holds ids, and names come from
+the auth side.
 """
 
 from __future__ import annotations

@@ -63,8 +63,9 @@ _ROLLUP_COLD = ("SUM(cold_starts)", "SUM(cold_start_ms_total)", "MAX(cold_start_
 DAILY_ROLLUP = Source(DAILY, "period", DAY, _ALL_DIMS, count="SUM(requests)", null_user="user_id = ''",
                       rate_limited="SUM(CASE WHEN error_status = 429 THEN requests ELSE 0 END)", cold=_ROLLUP_COLD,
                       output="SUM(output_tokens)")
+# no user (so no user filter) and no prices (so no statements)
 HOURLY_ROLLUP = Source(HOURLY, "period", HOUR, frozenset({"model"}), count="SUM(requests)", null_user="",
-                       rate_limited="SUM(rate_limited)", cold=_ROLLUP_COLD, output="")  # no prices: no statements
+                       rate_limited="SUM(rate_limited)", cold=_ROLLUP_COLD, output="")
 
 
 def split(selection: Selection, source: Source) -> list[tuple[Source, Selection]]:
@@ -92,10 +93,10 @@ def for_buckets(selection: Selection, bucketing: Bucketing) -> list[tuple[Source
     return [(RAW, selection)]
 
 
-Statement = Callable[[Source, Selection, Params], str]
+QueryText = Callable[[Source, Selection, Params], str]  # one part's SQL
 
 
-async def fetch_parts(store: UsageStore, parts: list[tuple[Source, Selection]], statement: Statement) -> list:
+async def fetch_parts(store: UsageStore, parts: list[tuple[Source, Selection]], statement: QueryText) -> list:
     """Every part's rows of `statement(source, selection, params)`, run side by side."""
     async def one(source: Source, selection: Selection) -> list:
         params = Params(store.dialect)

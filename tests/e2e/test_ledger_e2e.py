@@ -65,7 +65,14 @@ def admin(server: SluiceServer, method: str, path: str, **body) -> dict:
 
 
 def ledger_records(server: SluiceServer) -> list[dict]:
-    return admin(server, "GET", "/admin/usage/records")["data"]
+    """Every record of the last 30 days, page after page (the API answers one page at a time)."""
+    records, cursor = [], ""
+    while True:
+        body = admin(server, "GET", f"/admin/usage/records?limit=10000&cursor={cursor}")
+        records += body["data"]
+        if body["next_cursor"] is None:
+            return records
+        cursor = body["next_cursor"]
 
 
 def wait_for_records(server: SluiceServer, ids: set[str], timeout: float = 60.0) -> list[dict]:
