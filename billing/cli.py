@@ -61,20 +61,22 @@ def _quiet_logs() -> None:
         structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
 
 
+async def _with_store(database_url: str, work):
+    store = await open_store(database_url)
+    try:
+        return await work(store)
+    finally:
+        await store.close()
+
+
 def _run_export(args: argparse.Namespace) -> int:
     _quiet_logs()
     day = args.date or (datetime.now(UTC) - timedelta(days=1)).date()
     s3 = boto3.client("s3", endpoint_url=args.endpoint_url)
 
-    async def run():
-        store = await open_store(args.database_url)
-        try:
-            return await export_day(store, s3, args.bucket, day, prefix=args.prefix, team_ids=args.team_ids)
-        finally:
-            await store.close()
-
     try:
-        exported = asyncio.run(run())
+        exported = asyncio.run(_with_store(args.database_url, lambda store: export_day(
+            store, s3, args.bucket, day, prefix=args.prefix, team_ids=args.team_ids)))
     except _FAILURES as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -91,15 +93,9 @@ def _run_export(args: argparse.Namespace) -> int:
 def _run_statement(args: argparse.Namespace) -> int:
     _quiet_logs()
 
-    async def run():
-        store = await open_store(args.database_url)
-        try:
-            return await monthly_statement(store, args.team_id, args.month)
-        finally:
-            await store.close()
-
     try:
-        statement = asyncio.run(run())
+        statement = asyncio.run(_with_store(args.database_url,
+                                            lambda store: monthly_statement(store, args.team_id, args.month)))
     except _FAILURES as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -150,6 +150,16 @@ async def _overview(ledger: Ledger, request: Request, team_id: str | None) -> Re
     return Response(await overview(ledger.store, selection, granularity, tz))
 
 
+async def _ranking(ledger: Ledger, request: Request) -> Response:
+    try:
+        selection = parse_selection(request.query_params, None)
+    except UsageParamError as exc:
+        return _invalid(exc)
+    teams = await team_ranking(ledger.store, selection)
+    return Response({"object": "list", "data": [{**msgspec.structs.asdict(t), "error_rate": t.error_rate,
+                                                 "cost": micros_to_decimal(t.cost_micros)} for t in teams]})
+
+
 async def _statement(ledger: Ledger, request: Request, team_id: str) -> Response:
     q = request.query_params
     try:
@@ -166,107 +176,81 @@ async def _statement(ledger: Ledger, request: Request, team_id: str) -> Response
     return Response(statement)
 
 
-def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
-    @get("/v1/usage")
-    async def team_usage(request: Request) -> Response:
-        principal = await _principal(authenticate, request)
-        if isinstance(principal, Response):
-            return principal
-        return await _usage(ledger, request, principal.team_id, TEAM_GROUPS, ("json",))
-
-    @get("/v1/usage/overview")
-    async def team_overview(request: Request) -> Response:
-        principal = await _principal(authenticate, request)
-        if isinstance(principal, Response):
-            return principal
-        return await _overview(ledger, request, principal.team_id)
-
-    @get("/v1/usage/requests")
-    async def team_requests(request: Request) -> Response:
-        principal = await _principal(authenticate, request)
-        if isinstance(principal, Response):
-            return principal
-        return await _records(ledger, request, principal.team_id, newest_first=True, default_limit=REQUESTS_PAGE)
-
-    @get("/v1/usage/statement")
-    async def team_statement(request: Request) -> Response:
-        principal = await _principal(authenticate, request)
-        if isinstance(principal, Response):
-            return principal
-        return await _statement(ledger, request, principal.team_id)
-
-    return Router(path="/", route_handlers=[team_usage, team_overview, team_requests, team_statement])
+Answer = Callable[[Request, str | None], Awaitable[Response]]
 
 
-async def _refuse_non_admin(authenticate: Authenticate, request: Request, message: str) -> Response | None:
-    """The error response for a caller who is not an authenticated admin, or None to go on."""
+async def _as_team(authenticate: Authenticate, request: Request, answer: Answer) -> Response:
+    """`answer` for the caller's own team."""
+    principal = await _principal(authenticate, request)
+    if isinstance(principal, Response):
+        return principal
+    return await answer(request, principal.team_id)
+
+
+async def _as_admin(authenticate: Authenticate, request: Request, message: str, answer: Answer) -> Response:
+    """`answer` for the `team_id` an admin asks about (None: every team); 403 for anyone else."""
     principal = await _principal(authenticate, request)
     if isinstance(principal, Response):
         return principal
     if not getattr(principal, "is_admin", False):
         return error(403, message, "permission_error")
-    return None
+    try:
+        team_id = parse_team(request.query_params)
+    except UsageParamError as exc:
+        return _invalid(exc)
+    return await answer(request, team_id)
+
+
+def usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
+    @get("/v1/usage")
+    async def team_usage(request: Request) -> Response:
+        return await _as_team(authenticate, request,
+                              lambda r, team: _usage(ledger, r, team, TEAM_GROUPS, ("json",)))
+
+    @get("/v1/usage/overview")
+    async def team_overview(request: Request) -> Response:
+        return await _as_team(authenticate, request, lambda r, team: _overview(ledger, r, team))
+
+    @get("/v1/usage/requests")
+    async def team_requests(request: Request) -> Response:
+        return await _as_team(authenticate, request, lambda r, team: _records(
+            ledger, r, team, newest_first=True, default_limit=REQUESTS_PAGE))
+
+    @get("/v1/usage/statement")
+    async def team_statement(request: Request) -> Response:
+        return await _as_team(authenticate, request, lambda r, team: _statement(ledger, r, team))
+
+    return Router(path="/", route_handlers=[team_usage, team_overview, team_requests, team_statement])
 
 
 def admin_usage_router(ledger: Ledger, authenticate: Authenticate) -> Router:
     @get("/admin/usage")
     async def admin_usage(request: Request) -> Response:
-        refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
-        if refused is not None:
-            return refused
-        try:
-            team_id = parse_team(request.query_params)
-        except UsageParamError as exc:
-            return _invalid(exc)
-        return await _usage(ledger, request, team_id, (*TEAM_GROUPS, "team"), ("json", "csv"))
+        return await _as_admin(authenticate, request, "admin usage needs an admin key", lambda r, team: _usage(
+            ledger, r, team, (*TEAM_GROUPS, "team"), ("json", "csv")))
 
     @get("/admin/usage/overview")
     async def admin_overview(request: Request) -> Response:
-        refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
-        if refused is not None:
-            return refused
-        try:
-            team_id = parse_team(request.query_params)
-        except UsageParamError as exc:
-            return _invalid(exc)
-        return await _overview(ledger, request, team_id)
+        return await _as_admin(authenticate, request, "admin usage needs an admin key",
+                               lambda r, team: _overview(ledger, r, team))
 
     @get("/admin/usage/teams")
     async def admin_teams(request: Request) -> Response:
-        refused = await _refuse_non_admin(authenticate, request, "admin usage needs an admin key")
-        if refused is not None:
-            return refused
-        try:
-            selection = parse_selection(request.query_params, None)
-        except UsageParamError as exc:
-            return _invalid(exc)
-        teams = await team_ranking(ledger.store, selection)
-        return Response({"object": "list", "data": [{**msgspec.structs.asdict(t), "error_rate": t.error_rate,
-                                                     "cost": micros_to_decimal(t.cost_micros)} for t in teams]})
+        return await _as_admin(authenticate, request, "admin usage needs an admin key",
+                               lambda r, _team: _ranking(ledger, r))
 
     @get("/admin/usage/records")
     async def admin_records(request: Request) -> Response:
-        refused = await _refuse_non_admin(authenticate, request, "usage records need an admin key")
-        if refused is not None:
-            return refused
-        try:
-            team_id = parse_team(request.query_params)
-        except UsageParamError as exc:
-            return _invalid(exc)
-        return await _records(ledger, request, team_id, newest_first=False, default_limit=RECORDS_PAGE)
+        return await _as_admin(authenticate, request, "usage records need an admin key", lambda r, team: _records(
+            ledger, r, team, newest_first=False, default_limit=RECORDS_PAGE))
 
     @get("/admin/usage/statement")
     async def admin_statement(request: Request) -> Response:
-        refused = await _refuse_non_admin(authenticate, request, "statements of other teams need an admin key")
-        if refused is not None:
-            return refused
-        try:
-            team_id = parse_team(request.query_params)
-        except UsageParamError as exc:
-            return _invalid(exc)
-        if team_id is None:
-            return error(400, "team_id is required", "invalid_request_error", "team_id", "missing_parameter")
-        return await _statement(ledger, request, team_id)
+        async def answer(r: Request, team: str | None) -> Response:
+            if team is None:
+                return error(400, "team_id is required", "invalid_request_error", "team_id", "missing_parameter")
+            return await _statement(ledger, r, team)
+
+        return await _as_admin(authenticate, request, "statements of other teams need an admin key", answer)
 
     return Router(path="/", route_handlers=[admin_usage, admin_overview, admin_teams, admin_records, admin_statement])
-

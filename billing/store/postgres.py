@@ -9,16 +9,7 @@ import asyncpg
 
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
-from billing.store.rollups import (
-    DAILY,
-    DAILY_KEY,
-    DAILY_SUMS,
-    HOURLY,
-    HOURLY_KEY,
-    HOURLY_SUMS,
-    rollup_rows,
-    upsert_sql,
-)
+from billing.store.rollups import rollup_rows, upserts
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
 from billing.store.sql import PostgresDialect
 
@@ -31,8 +22,7 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
            + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
 _DIALECT = PostgresDialect()
 _ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
-_UPSERT_DAILY = upsert_sql(_DIALECT, DAILY, DAILY_KEY, DAILY_SUMS, arrays=_ARRAYS)
-_UPSERT_HOURLY = upsert_sql(_DIALECT, HOURLY, HOURLY_KEY, HOURLY_SUMS, arrays=_ARRAYS)
+_UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
 _MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
 
 

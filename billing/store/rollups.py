@@ -87,6 +87,12 @@ def upsert_sql(dialect: Dialect, name: str, key: tuple[str, ...], sums, *, array
             f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(updates)}")
 
 
+def upserts(dialect: Dialect, *, arrays: dict[str, str] | None = None) -> tuple[str, str]:
+    """(daily, hourly) upserts; see `upsert_sql`."""
+    return (upsert_sql(dialect, DAILY, DAILY_KEY, DAILY_SUMS, arrays=arrays),
+            upsert_sql(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, arrays=arrays))
+
+
 def rollup_rows(entries: list[LedgerEntry]) -> tuple[list[tuple], list[tuple]]:
     """The rollups' increments for newly stored entries: (daily rows, hourly rows), each sorted by
     key so that concurrent writers lock rollup rows in the same order (no deadlock)."""

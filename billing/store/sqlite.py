@@ -13,16 +13,7 @@ import aiosqlite
 
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
-from billing.store.rollups import (
-    DAILY,
-    DAILY_KEY,
-    DAILY_SUMS,
-    HOURLY,
-    HOURLY_KEY,
-    HOURLY_SUMS,
-    rollup_rows,
-    upsert_sql,
-)
+from billing.store.rollups import rollup_rows, upserts
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
 from billing.store.sql import SqliteDialect
 from storage.sqlite_wal import connect_wal
@@ -31,8 +22,7 @@ from storage.sqlite_wal import connect_wal
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
            "ON CONFLICT DO NOTHING")
 _DIALECT = SqliteDialect()
-_UPSERT_DAILY = upsert_sql(_DIALECT, DAILY, DAILY_KEY, DAILY_SUMS)
-_UPSERT_HOURLY = upsert_sql(_DIALECT, HOURLY, HOURLY_KEY, HOURLY_SUMS)
+_UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT)
 _READ_PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-65536", "PRAGMA mmap_size=268435456",
                  "PRAGMA temp_store=MEMORY")
 
