@@ -29,12 +29,24 @@ async def create_database(server_url: str) -> str:
     return server_url.rsplit("/", 1)[0] + "/" + name
 
 
+async def drop_database(server_url: str, url: str) -> None:
+    con = await asyncpg.connect(server_url)
+    try:
+        await con.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+    finally:
+        await con.close()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
-async def database_url(request, tmp_path: Path) -> str:
+async def database_url(request, tmp_path: Path):
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'billing.db'}"
+        yield f"sqlite:///{tmp_path / 'billing.db'}"
+        return
     server = request.getfixturevalue("postgres")
-    return await create_database(server.url)
+    url = await create_database(server.url)
+    yield url
+    # hundreds of leftover databases made the shared server's shutdown take minutes
+    await drop_database(server.url, url)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from billing.exports.s3 import export_day
+from billing.ledger import Ledger
 from billing.usage import UsageQuery
 from tests.billing.factory import usage
 from tests.billing.http import ts
@@ -83,9 +84,15 @@ def sluice(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           text=True, timeout=120, check=False)
 
 
-async def test_cli_exports_a_day_and_prints_a_statement(ledger, database_url, s3, s3_endpoint, bucket, tmp_path):
-    await record(ledger, [usage(request_id="cli-1", team_id="team-a", time=ts("2025-03-10T12:00:00"),
-                                model="small", prompt_tokens=1000, completion_tokens=10, compute_tokens=10)])
+async def test_cli_exports_a_day_and_prints_a_statement(s3, s3_endpoint, bucket, tmp_path, wal_dir, pricing):
+    # one store is enough here: the command runs the same export_day as above, which both stores pass
+    database_url = f"sqlite:///{tmp_path / 'cli.db'}"
+    ledger = await Ledger.open(database_url, wal_dir, pricing)
+    try:
+        await record(ledger, [usage(request_id="cli-1", team_id="team-a", time=ts("2025-03-10T12:00:00"),
+                                    model="small", prompt_tokens=1000, completion_tokens=10, compute_tokens=10)])
+    finally:
+        await ledger.close()
     env = {**os.environ, "SLUICE_DATABASE_URL": database_url, "SLUICE_DATA_DIR": str(tmp_path / "data")}
     run = sluice("usage", "export", "--date", "2025-03-10", "--bucket", bucket, "--endpoint-url", s3_endpoint,
                  "--json", env=env)
