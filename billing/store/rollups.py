@@ -32,7 +32,8 @@ DAILY_SUMS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
               ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
 HOURLY_SUMS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
                ("completion_tokens", "SUM(completion_tokens)"), ("compute_tokens", "SUM(compute_tokens)"),
-               ("cost_micros", "SUM(cost_micros)"), ("rate_limited", "SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)"),
+               ("cost_micros", "SUM(cost_micros)"),
+               ("rate_limited", "SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)"),
                ("cold_starts", "COUNT(cold_start_ms)"), ("cold_start_ms_total", "COALESCE(SUM(cold_start_ms), 0)"),
                ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
 _TEXT_KEYS = {"team_id", "model", "key_id", "user_id", "dialect", "status", "adapter"}
@@ -64,7 +65,8 @@ def _backfill(dialect: Dialect, name: str, key: tuple[str, ...], sums, period: i
 
 def backfill(dialect: Dialect) -> list[str]:
     """Statements that fill empty rollups from the stored records (a migration; a bulk load)."""
-    return [_backfill(dialect, DAILY, DAILY_KEY, DAILY_SUMS, DAY), _backfill(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, HOUR)]
+    return [_backfill(dialect, DAILY, DAILY_KEY, DAILY_SUMS, DAY),
+            _backfill(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, HOUR)]
 
 
 def migration(dialect: Dialect, integer: str, real: str, without_rowid: str = "") -> list[str]:
@@ -72,7 +74,8 @@ def migration(dialect: Dialect, integer: str, real: str, without_rowid: str = ""
             _table(HOURLY, HOURLY_KEY, HOURLY_SUMS, integer, real) + without_rowid, *backfill(dialect)]
 
 
-def upsert_sql(dialect: Dialect, name: str, key: tuple[str, ...], sums, *, arrays: dict[str, str] | None = None) -> str:
+def upsert_sql(dialect: Dialect, name: str, key: tuple[str, ...], sums, *,
+               arrays: dict[str, str] | None = None) -> str:
     """The upsert adding one increment row; with `arrays` (PostgreSQL type per kind) it takes one
     array per column and adds every row in one statement."""
     columns = [*key, *(c for c, _ in sums)]

@@ -51,7 +51,8 @@ async def test_export_is_per_team_and_day_and_idempotent(ledger, s3, bucket):
     await record(ledger, records)
     first = await export_day(ledger.store, s3, bucket, DAY, prefix="usage/")
     assert [(o.team_id, o.key, o.records, o.uploaded) for o in first] == [
-        ("team-a", "usage/team-a/2025-03-10.jsonl.gz", 20, True), ("team-b", "usage/team-b/2025-03-10.jsonl.gz", 1, True)]
+        ("team-a", "usage/team-a/2025-03-10.jsonl.gz", 20, True),
+        ("team-b", "usage/team-b/2025-03-10.jsonl.gz", 1, True)]
     lines = read_lines(s3, bucket, "usage/team-a/2025-03-10.jsonl.gz")
     assert [line["request_id"] for line in lines] == [f"a-{i}" for i in range(20)]  # oldest first
     stored = {e.usage.request_id: e.flat() for e in await ledger.records(UsageQuery(start=0.0, end=4e9))}

@@ -58,7 +58,8 @@ async def test_a_price_change_gives_two_lines(priced_ledger):
         ("small", 100_000, 400_000, 1, 5, 9, "2025-03-10", "2025-03-10")]  # output: completion beat compute
     # each line's amount is its requests' costs, each rounded when the ledger priced it
     assert [x.cost_micros for x in statement.lines] == [
-        (1000 * 3_000_000 + 400 * 15_000_000 + 500_000) // 10**6 + (333 * 3_000_000 + 77 * 15_000_000 + 500_000) // 10**6,
+        (1000 * 3_000_000 + 400 * 15_000_000 + 500_000) // 10**6
+        + (333 * 3_000_000 + 77 * 15_000_000 + 500_000) // 10**6,
         (1000 * 3_600_000 + 400 * 18_000_000 + 500_000) // 10**6 + (1 * 3_600_000 + 1 * 18_000_000 + 500_000) // 10**6,
         (5 * 100_000 + 9 * 400_000 + 500_000) // 10**6]
     assert statement.total_micros == sum(x.cost_micros for x in statement.lines)
