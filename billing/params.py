@@ -14,6 +14,7 @@ from billing.insights.overview import bucketing_for
 from billing.insights.requests import MAX_PAGE_SIZE, Cursor, CursorError
 from billing.records import STATUSES
 from billing.timebuckets import GRANULARITIES, ZoneError, zone
+from common.errors import BadRequest
 
 DEFAULT_WINDOW = timedelta(days=30)
 HOURLY_UP_TO = timedelta(days=3)  # the default series granularity: hours for windows this short, else days
@@ -26,10 +27,9 @@ FILTER_PARAMS = {"model": "models", "key_id": "key_ids", "user_id": "user_ids", 
                  "status": "statuses", "adapter": "adapters"}
 
 
-class UsageParamError(ValueError):
+class UsageParamError(BadRequest):
     def __init__(self, param: str, message: str, code: str = "invalid_parameter") -> None:
-        super().__init__(message)
-        self.param, self.message, self.code = param, message, code
+        super().__init__(message, param=param, code=code)
 
 
 def parse_instant(param: str, raw: str, *, is_end: bool) -> datetime:

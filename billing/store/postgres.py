@@ -12,6 +12,7 @@ from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
 from billing.store.sql import PostgresDialect
+from storage.errors import unavailable_when_down
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
                  "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8",
@@ -26,6 +27,10 @@ _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
 _MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
 
 
+def _unavailable():
+    return unavailable_when_down("usage store (billing database)", "usage_unavailable")
+
+
 class PostgresStore:
     dialect = _DIALECT
 
@@ -34,13 +39,14 @@ class PostgresStore:
 
     @classmethod
     async def open(cls, url: str, *, idle_seconds: float = 60.0) -> PostgresStore:
-        pool = await asyncpg.create_pool(url, min_size=0, max_size=4, max_inactive_connection_lifetime=idle_seconds)
-        store = cls(pool)
-        try:
-            await store._migrate()
-        except BaseException:
-            await pool.close()
-            raise
+        with _unavailable():
+            pool = await asyncpg.create_pool(url, min_size=0, max_size=4, max_inactive_connection_lifetime=idle_seconds)
+            store = cls(pool)
+            try:
+                await store._migrate()
+            except BaseException:
+                await pool.close()
+                raise
         return store
 
     async def _migrate(self) -> None:
@@ -57,27 +63,30 @@ class PostgresStore:
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         columns = list(zip(*(entry_row(e) for e in entries), strict=True))
-        async with self._pool.acquire() as con, con.transaction():
-            inserted = {row[0] for row in await con.fetch(_INSERT, *columns)}
-            new = {}
-            for e in entries:  # the rollups add exactly the records the insert added
-                if e.usage.request_id in inserted:
-                    new.setdefault(e.usage.request_id, e)
-            daily, hourly = rollup_rows(list(new.values()))
-            if daily:  # one statement per rollup: an array per column, as the insert
-                await con.execute(_UPSERT_DAILY, *zip(*daily, strict=True))
-                await con.execute(_UPSERT_HOURLY, *zip(*hourly, strict=True))
+        with _unavailable():
+            async with self._pool.acquire() as con, con.transaction():
+                inserted = {row[0] for row in await con.fetch(_INSERT, *columns)}
+                new = {}
+                for e in entries:  # the rollups add exactly the records the insert added
+                    if e.usage.request_id in inserted:
+                        new.setdefault(e.usage.request_id, e)
+                daily, hourly = rollup_rows(list(new.values()))
+                if daily:  # one statement per rollup: an array per column, as the insert
+                    await con.execute(_UPSERT_DAILY, *zip(*daily, strict=True))
+                    await con.execute(_UPSERT_HOURLY, *zip(*hourly, strict=True))
         return len(new)
 
     async def fetch(self, sql: str, params: list) -> list:
-        async with self._pool.acquire() as con:
-            return await con.fetch(sql, *params)
+        with _unavailable():
+            async with self._pool.acquire() as con:
+                return await con.fetch(sql, *params)
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)
-        async with self._pool.acquire() as con:
-            rows = await con.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
-                                   "GROUP BY request_id", request_ids)
+        with _unavailable():
+            async with self._pool.acquire() as con:
+                rows = await con.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
+                                       "GROUP BY request_id", request_ids)
         for rid, n in rows:
             counts[rid] = n
         return counts

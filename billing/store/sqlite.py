@@ -16,6 +16,7 @@ from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from billing.store.schema import MIGRATIONS_DDL, SQLITE_MIGRATIONS
 from billing.store.sql import SqliteDialect
+from storage.errors import unavailable_when_down
 from storage.sqlite_wal import connect_wal
 
 # no conflict target: a replayed entry collides with the primary key and the request_id index alike
@@ -25,6 +26,10 @@ _DIALECT = SqliteDialect()
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT)
 _READ_PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-65536", "PRAGMA mmap_size=268435456",
                  "PRAGMA temp_store=MEMORY")
+
+
+def _unavailable():
+    return unavailable_when_down("usage store (billing database)", "usage_unavailable")
 
 
 def sqlite_path(url: str) -> Path:
@@ -49,38 +54,40 @@ class SqliteStore:
     @classmethod
     async def open(cls, url: str, *, readers: int = 3) -> SqliteStore:
         path = sqlite_path(url)
-        path.parent.mkdir(parents=True, exist_ok=True)
         opened: list[aiosqlite.Connection] = []
-        try:
-            db = await connect_wal(path)  # the auth package may open the same file at the same moment
-            opened.append(db)
-            await db.execute("PRAGMA synchronous=FULL")  # the WAL segment is deleted once this commit returns
-            await _migrate(db)
-            for _ in range(readers):
-                reader = await connect_wal(path)
-                opened.append(reader)
-                for pragma in _READ_PRAGMAS:
-                    await reader.execute(pragma)
-        except BaseException:
-            for connection in opened:  # an unclosed connection's thread would keep the process from exiting
-                await connection.close()
-            raise
+        with _unavailable():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                db = await connect_wal(path)  # the auth package may open the same file at the same moment
+                opened.append(db)
+                await db.execute("PRAGMA synchronous=FULL")  # the WAL segment is deleted once this commit returns
+                await _migrate(db)
+                for _ in range(readers):
+                    reader = await connect_wal(path)
+                    opened.append(reader)
+                    for pragma in _READ_PRAGMAS:
+                        await reader.execute(pragma)
+            except BaseException:
+                for connection in opened:  # an unclosed connection's thread would keep the process from exiting
+                    await connection.close()
+                raise
         return cls(db, opened[1:])
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         async with self._lock:
-            await self._db.execute("BEGIN IMMEDIATE")
-            try:
-                new = await self._new_entries(entries)
-                await self._db.executemany(_INSERT, [entry_row(e) for e in new])
-                daily, hourly = rollup_rows(new)
-                await self._db.executemany(_UPSERT_DAILY, daily)
-                await self._db.executemany(_UPSERT_HOURLY, hourly)
-                await self._db.execute("COMMIT")
-            except BaseException:
-                await self._db.execute("ROLLBACK")
-                raise
-            return len(new)
+            with _unavailable():
+                await self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    new = await self._new_entries(entries)
+                    await self._db.executemany(_INSERT, [entry_row(e) for e in new])
+                    daily, hourly = rollup_rows(new)
+                    await self._db.executemany(_UPSERT_DAILY, daily)
+                    await self._db.executemany(_UPSERT_HOURLY, hourly)
+                    await self._db.execute("COMMIT")
+                except BaseException:
+                    await self._db.execute("ROLLBACK")
+                    raise
+                return len(new)
 
     async def _new_entries(self, entries: list[LedgerEntry]) -> list[LedgerEntry]:
         """The entries whose request id is not stored yet, each once (inside the write transaction,
@@ -99,8 +106,9 @@ class SqliteStore:
         return list(new.values())
 
     async def fetch(self, sql: str, params: list) -> list[tuple]:
-        async with self._reader() as reader, reader.execute(sql, params) as cur:
-            return await cur.fetchall()
+        with _unavailable():
+            async with self._reader() as reader, reader.execute(sql, params) as cur:
+                return await cur.fetchall()
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)
