@@ -1,0 +1,178 @@
+"""The dashboard's pages under /dashboard: sign in and out, the overview of a team, the admin's ranking.
+
+The pages authenticate by the dashboard session (gateway/dashboard/sessions.py), not by a bearer key, so
+they opt out of the API-key middleware (`opt=PUBLIC`). Every page reads through the auth and billing
+services only. Errors are pages: a `SluiceError` renders error.html with its status; a bad key at sign-in
+is a message on the sign-in page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from litestar import Request, Response, Router, get, post
+from litestar.datastructures import Cookie
+from litestar.di import Provide
+from litestar.response import Redirect, Template
+from litestar.static_files import create_static_files_router
+
+from auth.errors import AuthError
+from auth.http import client_address
+from auth.middleware import PUBLIC, auth_service
+from auth.service import AuthService
+from billing.insights.overview import overview
+from billing.insights.ranking import team_ranking
+from billing.ledger import Ledger
+from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
+from gateway.dashboard.filters import RANGES, read_view
+from gateway.dashboard.scope import Scope, key_is_live, resolve
+from gateway.dashboard.sessions import COOKIE, LIFETIME_SECONDS, Session, SessionStore
+
+BASE = "/dashboard"
+STATIC = Path(__file__).parent / "static"
+MAX_FORM_BYTES = 8192
+FORM = "application/x-www-form-urlencoded"
+MAX_KEY_CHARS = 512
+
+
+class Forbidden(SluiceError):
+    status, type, code = 403, "permission_error", "forbidden"
+
+
+def _cookie(request: Request, session: Session | None) -> Cookie:
+    secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+    if session is None:
+        return Cookie(key=COOKIE, value="", path=BASE, max_age=0, httponly=True, samesite="lax", secure=secure)
+    return Cookie(key=COOKIE, value=session.id, path=BASE, max_age=int(LIFETIME_SECONDS), httponly=True,
+                  samesite="lax", secure=secure)
+
+
+def _session(request: Request, sessions: SessionStore) -> Session | None:
+    return sessions.get(request.cookies.get(COOKIE))
+
+
+async def _form(request: Request, session: Session | None) -> dict[str, Any]:
+    """The posted form, once its CSRF token matched the session's."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != FORM:
+        raise UnsupportedMediaType(f"Dashboard forms are sent as {FORM}.")
+    length = request.headers.get("content-length") or "0"
+    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+        raise PayloadTooLarge(f"A dashboard form holds at most {MAX_FORM_BYTES} bytes.")
+    try:
+        form = await request.form()
+    except Exception as exc:  # the parser's own errors: nothing of ours went wrong
+        raise BadRequest(f"This form could not be read ({type(exc).__name__}).") from exc
+    token = form.get("csrf")
+    if session is None or not isinstance(token, str) or not session.csrf_matches(token):
+        raise Forbidden("This form has expired or did not come from this dashboard; reload the page and retry.")
+    return dict(form)
+
+
+async def _signed_in(request: Request, sessions: SessionStore, auth: AuthService) -> Session | None:
+    """The signed-in session whose key is still live; a revoked or expired key ends its sessions."""
+    session = _session(request, sessions)
+    if session is None or not session.signed_in:
+        return None
+    if not key_is_live(await auth.store.get_key(session.key_id)):
+        sessions.end_key(session.key_id)
+        return None
+    return session
+
+
+def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200) -> Template:
+    return Template("login.html.j2", context={"csrf": session.csrf, "message": message}, status_code=status,
+                    cookies=[_cookie(request, session)])
+
+
+@get("/", opt=PUBLIC)
+async def home() -> Redirect:
+    return Redirect(f"{BASE}/overview")
+
+
+@get("/login", opt=PUBLIC)
+async def login_form(request: Request, sessions: SessionStore) -> Template:
+    session = _session(request, sessions) or sessions.start()
+    return _login_page(request, session)
+
+
+@post("/login", opt=PUBLIC, status_code=303)
+async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
+    session = _session(request, sessions)
+    form = await _form(request, session)
+    key = form.get("api_key")
+    key = key.strip() if isinstance(key, str) else ""
+    if not key:
+        return _login_page(request, session, "Enter an API key.", 400)
+    if len(key) > MAX_KEY_CHARS:
+        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400)
+    try:
+        principal = await auth.authenticate(f"Bearer {key}", None, client_address(request))
+    except AuthError as exc:
+        return _login_page(request, session, exc.message, exc.status)
+    sessions.end(session.id)  # a new id once signed in: a planted cookie never becomes a signed-in one
+    signed = sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
+    return Redirect(f"{BASE}/overview", status_code=303, cookies=[_cookie(request, signed)])
+
+
+@post("/logout", opt=PUBLIC, status_code=303)
+async def logout(request: Request, sessions: SessionStore) -> Response:
+    session = _session(request, sessions)
+    await _form(request, session)
+    sessions.end(session.id)
+    return Redirect(f"{BASE}/login", status_code=303, cookies=[_cookie(request, None)])
+
+
+async def _scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope] | None:
+    session = await _signed_in(request, sessions, auth)
+    if session is None:
+        return None
+    key = await auth.store.get_key(session.key_id)
+    return session, await resolve(auth, key, request.query_params.get("team_id") or None)
+
+
+@get("/overview", opt=PUBLIC)
+async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    found = await _scope(request, sessions, auth)
+    if found is None:
+        return Redirect(f"{BASE}/login")
+    session, scope = found
+    view = read_view(request.query_params, scope.team.id)
+    result = await overview(ledger.store, view.selection, view.granularity, view.tz)
+    context = {"session": session, "scope": scope, "view": view, "ranges": RANGES, "o": result,
+               "page": "overview"}
+    partial = request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == "content"
+    return Template("overview_content.html.j2" if partial else "overview.html.j2", context=context)
+
+
+@get("/teams", opt=PUBLIC)
+async def teams_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    found = await _scope(request, sessions, auth)
+    if found is None:
+        return Redirect(f"{BASE}/login")
+    session, scope = found
+    if not scope.is_admin:
+        raise Forbidden("The ranking across teams needs the admin key.")
+    view = read_view(request.query_params, None)
+    names = {t.id: t.name for t in scope.teams}
+    ranking = await team_ranking(ledger.store, view.selection)
+    return Template("teams.html.j2", context={"session": session, "scope": scope, "view": view, "ranges": RANGES,
+                                              "ranking": ranking, "names": names, "page": "teams"})
+
+
+def _error_page(request: Request, exc: SluiceError) -> Template:
+    return Template("error.html.j2", context={"status": exc.status, "message": exc.message}, status_code=exc.status)
+
+
+def static_router() -> Router:
+    """The dashboard's CSS and the vendored browser libraries (no CDN: it works without internet)."""
+    return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static")
+
+
+def dashboard_router() -> Router:
+    sessions = SessionStore()  # one per app: the sessions of this gateway process
+    return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, teams_page],
+                  dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
+                                "auth": Provide(auth_service, sync_to_thread=False)},
+                  exception_handlers={SluiceError: _error_page})
