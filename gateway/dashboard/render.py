@@ -53,6 +53,15 @@ def series_rows(series: Series) -> list[SeriesRow]:
     return rows
 
 
+def chart_data(series: Series) -> dict:
+    """What the tokens chart draws: per model, the tokens of the models before it plus its own (a stack)."""
+    stacked, below = [], [0] * len(series.buckets)
+    for m in series.by_model:
+        below = [b + p + c for b, p, c in zip(below, m.prompt_tokens, m.completion_tokens, strict=True)]
+        stacked.append({"model": m.model, "tokens": below})
+    return {"x": [b.start for b in series.buckets], "stacked": stacked}
+
+
 def request_value(view, name: str) -> str:
     """The first value of a view parameter, for a form field."""
     return next((v for k, v in view.params if k == name), "")
@@ -61,7 +70,7 @@ def request_value(view, name: str) -> str:
 def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
     env.filters.update(count=count, money=money, ms=ms, when=when)
-    env.globals.update(series_rows=series_rows, request_value=request_value)
+    env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data)
 
 
 def template_config() -> TemplateConfig:

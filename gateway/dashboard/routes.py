@@ -14,7 +14,7 @@ from typing import Any
 from litestar import Request, Response, Router, get, post
 from litestar.datastructures import Cookie
 from litestar.di import Provide
-from litestar.response import Redirect, Template
+from litestar.response import Redirect, Stream, Template
 from litestar.static_files import create_static_files_router
 
 from auth.errors import AuthError
@@ -22,8 +22,11 @@ from auth.http import client_address
 from auth.middleware import PUBLIC, auth_service
 from auth.service import AuthService
 from billing.insights.overview import overview
+from billing.exports.csv import records_csv
 from billing.insights.ranking import team_ranking
+from billing.insights.requests import page
 from billing.ledger import Ledger
+from billing.params import parse_cursor
 from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
 from gateway.dashboard.filters import RANGES, read_view
 from gateway.dashboard.scope import Scope, key_is_live, resolve
@@ -34,6 +37,7 @@ STATIC = Path(__file__).parent / "static"
 MAX_FORM_BYTES = 8192
 FORM = "application/x-www-form-urlencoded"
 MAX_KEY_CHARS = 512
+REQUESTS_PAGE = 50
 
 
 class Forbidden(SluiceError):
@@ -142,8 +146,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     result = await overview(ledger.store, view.selection, view.granularity, view.tz)
     context = {"session": session, "scope": scope, "view": view, "ranges": RANGES, "o": result,
                "page": "overview"}
-    partial = request.headers.get("hx-request") == "true" and request.headers.get("hx-target") == "content"
-    return Template("overview_content.html.j2" if partial else "overview.html.j2", context=context)
+    return Template("overview.html.j2", context=context)  # htmx swaps its <main> in place
 
 
 @get("/teams", opt=PUBLIC)
@@ -161,6 +164,33 @@ async def teams_page(request: Request, sessions: SessionStore, auth: AuthService
                                               "ranking": ranking, "names": names, "page": "teams"})
 
 
+@get("/requests", opt=PUBLIC)
+async def requests_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    """The latest requests of the view, newest first, a page at a time (metadata only: the ledger holds no text)."""
+    found = await _scope(request, sessions, auth)
+    if found is None:
+        return Redirect(f"{BASE}/login")
+    session, scope = found
+    view = read_view(request.query_params, scope.team.id)
+    result = await page(ledger.store, view.selection, REQUESTS_PAGE,
+                        parse_cursor(request.query_params, newest_first=True), newest_first=True)
+    return Template("requests.html.j2", context={"session": session, "scope": scope, "view": view, "ranges": RANGES,
+                                                 "entries": [e.flat() for e in result.entries],
+                                                 "next_cursor": result.next_cursor, "page": "requests"})
+
+
+@get("/export.csv", opt=PUBLIC)
+async def export_csv(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    """Every record of exactly the view on screen (team, range, filters), as the usage API's CSV."""
+    found = await _scope(request, sessions, auth)
+    if found is None:
+        return Redirect(f"{BASE}/login")
+    _, scope = found
+    view = read_view(request.query_params, scope.team.id)
+    return Stream(records_csv(ledger.store, view.selection, newest_first=True), media_type="text/csv",
+                  headers={"content-disposition": f'attachment; filename="usage-{scope.team.id}.csv"'})
+
+
 def _error_page(request: Request, exc: SluiceError) -> Template:
     return Template("error.html.j2", context={"status": exc.status, "message": exc.message}, status_code=exc.status)
 
@@ -172,7 +202,8 @@ def static_router() -> Router:
 
 def dashboard_router() -> Router:
     sessions = SessionStore()  # one per app: the sessions of this gateway process
-    return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, teams_page],
+    return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
+                                                  teams_page],
                   dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page})

@@ -178,3 +178,46 @@ async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifact
         "table[data-ranking] tbody tr", "rows => rows.map(r => [r.cells[1].innerText, Number(r.cells[2].innerText)])")
     assert rows == [["Acme", 5], ["someone-else", 1], ["Beta", 1]]  # by cost, then requests
     await page.screenshot(path=artifacts / "teams.png", full_page=True)
+
+
+async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gateway, page, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    await sign_in(page, gateway, key)
+    # the chart is drawn (uPlot's canvas) from the same buckets as the table under it
+    await page.wait_for_selector("[data-chart=tokens] canvas")
+    chart = await page.eval_on_selector("[data-chart-data=tokens]", "e => JSON.parse(e.textContent)")
+    table_tokens = await page.eval_on_selector_all(
+        "table[data-series] tbody tr", "rows => rows.map(r => Number(r.cells[2].innerText.replaceAll(',', '')))")
+    assert chart["stacked"][-1]["tokens"] == table_tokens and sum(table_tokens) == 3013 + 300 + 5700
+
+    await page.click("nav >> text=Requests")
+    await page.wait_for_url("**/dashboard/requests**")
+    await page.screenshot(path=artifacts / "requests.png", full_page=True)
+    shown = await page.eval_on_selector_all("table[data-requests] tbody tr", "rows => rows.map(r => r.cells[10].innerText)")
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        api = await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
+                               headers={"authorization": f"Bearer {key}"})
+    assert shown == [r["request_id"] for r in api.json()["data"]] and len(shown) == 5  # newest first, same order
+
+    async with page.expect_download() as download_info:
+        await page.click("#export-csv")
+    download = await download_info.value
+    path = artifacts / "view.csv"
+    await download.save_as(path)
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    ids = [line.split(",")[header.index("request_id")] for line in lines[1:]]
+    assert ids == shown
+
+
+async def test_the_overview_is_usable_375_px_wide(gateway, page, artifacts):
+    data = await seed(gateway)
+    await page.set_viewport_size({"width": 375, "height": 800})
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    await page.wait_for_selector("[data-chart=tokens] canvas")
+    overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    await page.screenshot(path=artifacts / "overview-375px.png", full_page=True)
+    await page.keyboard.press("Tab")  # the first stop is a link of the bar, outlined
+    assert await page.evaluate("document.activeElement.tagName") == "A"
