@@ -10,7 +10,14 @@ from urllib.parse import urlencode
 import msgspec
 
 from billing.filters import Selection
-from billing.params import FILTER_PARAMS, UsageParamError, parse_filters, parse_granularity, parse_instant, parse_tz
+from billing.params import (
+    FILTER_PARAMS,
+    UsageParamError,
+    parse_filters,
+    parse_granularity,
+    parse_instant,
+    parse_tz,
+)
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 DEFAULT_RANGE = "7d"

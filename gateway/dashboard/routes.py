@@ -9,10 +9,8 @@ is a message on the sign-in page.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from litestar import Request, Response, Router, get, post
-from litestar.datastructures import Cookie
 from litestar.di import Provide
 from litestar.response import Redirect, Stream, Template
 from litestar.static_files import create_static_files_router
@@ -21,73 +19,33 @@ from auth.errors import AuthError
 from auth.http import client_address
 from auth.middleware import PUBLIC, auth_service
 from auth.service import AuthService
-from billing.insights.overview import overview
 from billing.exports.csv import records_csv
+from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking
 from billing.insights.requests import page
 from billing.ledger import Ledger
 from billing.params import parse_cursor
-from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
+from common.errors import SluiceError
+from gateway.dashboard.access import (
+    BASE,
+    Forbidden,
+    cookie,
+    current_session,
+    posted_form,
+    signed_in_scope,
+)
 from gateway.dashboard.filters import RANGES, read_view
-from gateway.dashboard.scope import Scope, key_is_live, resolve
-from gateway.dashboard.sessions import COOKIE, LIFETIME_SECONDS, Session, SessionStore
+from gateway.dashboard.keys import KEY_HANDLERS
+from gateway.dashboard.sessions import Session, SessionStore
 
-BASE = "/dashboard"
 STATIC = Path(__file__).parent / "static"
-MAX_FORM_BYTES = 8192
-FORM = "application/x-www-form-urlencoded"
 MAX_KEY_CHARS = 512
 REQUESTS_PAGE = 50
 
 
-class Forbidden(SluiceError):
-    status, type, code = 403, "permission_error", "forbidden"
-
-
-def _cookie(request: Request, session: Session | None) -> Cookie:
-    secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
-    if session is None:
-        return Cookie(key=COOKIE, value="", path=BASE, max_age=0, httponly=True, samesite="lax", secure=secure)
-    return Cookie(key=COOKIE, value=session.id, path=BASE, max_age=int(LIFETIME_SECONDS), httponly=True,
-                  samesite="lax", secure=secure)
-
-
-def _session(request: Request, sessions: SessionStore) -> Session | None:
-    return sessions.get(request.cookies.get(COOKIE))
-
-
-async def _form(request: Request, session: Session | None) -> dict[str, Any]:
-    """The posted form, once its CSRF token matched the session's."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type != FORM:
-        raise UnsupportedMediaType(f"Dashboard forms are sent as {FORM}.")
-    length = request.headers.get("content-length") or "0"
-    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
-        raise PayloadTooLarge(f"A dashboard form holds at most {MAX_FORM_BYTES} bytes.")
-    try:
-        form = await request.form()
-    except Exception as exc:  # the parser's own errors: nothing of ours went wrong
-        raise BadRequest(f"This form could not be read ({type(exc).__name__}).") from exc
-    token = form.get("csrf")
-    if session is None or not isinstance(token, str) or not session.csrf_matches(token):
-        raise Forbidden("This form has expired or did not come from this dashboard; reload the page and retry.")
-    return dict(form)
-
-
-async def _signed_in(request: Request, sessions: SessionStore, auth: AuthService) -> Session | None:
-    """The signed-in session whose key is still live; a revoked or expired key ends its sessions."""
-    session = _session(request, sessions)
-    if session is None or not session.signed_in:
-        return None
-    if not key_is_live(await auth.store.get_key(session.key_id)):
-        sessions.end_key(session.key_id)
-        return None
-    return session
-
-
 def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200) -> Template:
     return Template("login.html.j2", context={"csrf": session.csrf, "message": message}, status_code=status,
-                    cookies=[_cookie(request, session)])
+                    cookies=[cookie(request, session)])
 
 
 @get("/", opt=PUBLIC)
@@ -97,14 +55,14 @@ async def home() -> Redirect:
 
 @get("/login", opt=PUBLIC)
 async def login_form(request: Request, sessions: SessionStore) -> Template:
-    session = _session(request, sessions) or sessions.start()
+    session = current_session(request, sessions) or sessions.start()
     return _login_page(request, session)
 
 
 @post("/login", opt=PUBLIC, status_code=303)
 async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = _session(request, sessions)
-    form = await _form(request, session)
+    session = current_session(request, sessions)
+    form = await posted_form(request, session)
     key = form.get("api_key")
     key = key.strip() if isinstance(key, str) else ""
     if not key:
@@ -117,28 +75,20 @@ async def login(request: Request, sessions: SessionStore, auth: AuthService) -> 
         return _login_page(request, session, exc.message, exc.status)
     sessions.end(session.id)  # a new id once signed in: a planted cookie never becomes a signed-in one
     signed = sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
-    return Redirect(f"{BASE}/overview", status_code=303, cookies=[_cookie(request, signed)])
+    return Redirect(f"{BASE}/overview", status_code=303, cookies=[cookie(request, signed)])
 
 
 @post("/logout", opt=PUBLIC, status_code=303)
 async def logout(request: Request, sessions: SessionStore) -> Response:
-    session = _session(request, sessions)
-    await _form(request, session)
+    session = current_session(request, sessions)
+    await posted_form(request, session)
     sessions.end(session.id)
-    return Redirect(f"{BASE}/login", status_code=303, cookies=[_cookie(request, None)])
-
-
-async def _scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope] | None:
-    session = await _signed_in(request, sessions, auth)
-    if session is None:
-        return None
-    key = await auth.store.get_key(session.key_id)
-    return session, await resolve(auth, key, request.query_params.get("team_id") or None)
+    return Redirect(f"{BASE}/login", status_code=303, cookies=[cookie(request, None)])
 
 
 @get("/overview", opt=PUBLIC)
 async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
-    found = await _scope(request, sessions, auth)
+    found = await signed_in_scope(request, sessions, auth)
     if found is None:
         return Redirect(f"{BASE}/login")
     session, scope = found
@@ -151,7 +101,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
 
 @get("/teams", opt=PUBLIC)
 async def teams_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
-    found = await _scope(request, sessions, auth)
+    found = await signed_in_scope(request, sessions, auth)
     if found is None:
         return Redirect(f"{BASE}/login")
     session, scope = found
@@ -167,7 +117,7 @@ async def teams_page(request: Request, sessions: SessionStore, auth: AuthService
 @get("/requests", opt=PUBLIC)
 async def requests_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     """The latest requests of the view, newest first, a page at a time (metadata only: the ledger holds no text)."""
-    found = await _scope(request, sessions, auth)
+    found = await signed_in_scope(request, sessions, auth)
     if found is None:
         return Redirect(f"{BASE}/login")
     session, scope = found
@@ -182,7 +132,7 @@ async def requests_page(request: Request, sessions: SessionStore, auth: AuthServ
 @get("/export.csv", opt=PUBLIC)
 async def export_csv(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     """Every record of exactly the view on screen (team, range, filters), as the usage API's CSV."""
-    found = await _scope(request, sessions, auth)
+    found = await signed_in_scope(request, sessions, auth)
     if found is None:
         return Redirect(f"{BASE}/login")
     _, scope = found
@@ -203,7 +153,7 @@ def static_router() -> Router:
 def dashboard_router() -> Router:
     sessions = SessionStore()  # one per app: the sessions of this gateway process
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
-                                                  teams_page],
+                                                  teams_page, *KEY_HANDLERS],
                   dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page})

@@ -221,3 +221,50 @@ async def test_the_overview_is_usable_375_px_wide(gateway, page, artifacts):
     await page.screenshot(path=artifacts / "overview-375px.png", full_page=True)
     await page.keyboard.press("Tab")  # the first stop is a link of the bar, outlined
     assert await page.evaluate("document.activeElement.tagName") == "A"
+
+
+async def api_status(gateway, key: str) -> int:
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        return (await client.get("/v1/usage", headers={"authorization": f"Bearer {key}"})).status_code
+
+
+async def test_an_owner_creates_rotates_and_revokes_keys_from_the_page(gateway, page, artifacts):
+    data = await seed(gateway)
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    await page.click("nav >> text=Keys")
+    await page.wait_for_url("**/dashboard/keys**")
+    await page.fill("#key-name", "ci runner")
+    await page.click("#create-key")
+    created = (await page.inner_text("#new-key")).strip()
+    assert created.startswith("sk-sluice-") and await api_status(gateway, created) == 200
+    await page.screenshot(path=artifacts / "keys-created.png", full_page=True)
+
+    row = page.locator("tr", has_text="ci runner")
+    await row.locator("input[name=grace_seconds]").fill("0")
+    await row.locator("[data-action=rotate]").click()
+    rotated = (await page.inner_text("#new-key")).strip()
+    assert rotated != created and await api_status(gateway, rotated) == 200
+    assert await api_status(gateway, created) == 401  # no grace: the old key is done
+
+    await page.goto(f"{gateway.url}/dashboard/keys?team_id={data['acme']}")
+    new_id = rotated.split("-")[2]
+    await page.locator(f"tr[data-key-id='{new_id}'] [data-action=revoke]").click()
+    await page.wait_for_url("**/dashboard/keys**")
+    assert "revoked" in await page.inner_text(f"tr[data-key-id='{new_id}']")
+    assert await api_status(gateway, rotated) == 401
+    await page.screenshot(path=artifacts / "keys.png", full_page=True)
+
+
+async def test_a_member_cannot_manage_keys_nor_touch_another_teams(gateway, page):
+    data = await seed(gateway)
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    await page.goto(f"{gateway.url}/dashboard/overview?team_id={data['beta']}")
+    assert await page.locator("nav >> text=Keys").count() == 0  # alice is a member of Beta
+    csrf = await page.get_attribute("#sign-out-form input[name=csrf]", "value")
+    assert (await page.goto(f"{gateway.url}/dashboard/keys?team_id={data['beta']}")).status == 403
+    beta_key = data["beta_key"]["id"]
+    for team, status in ((data["beta"], 403), (data["acme"], 404)):  # a member; an owner of another team
+        response = await page.request.post(f"{gateway.url}/dashboard/keys/{beta_key}/revoke?team_id={team}",
+                                           form={"csrf": csrf}, max_redirects=0)
+        assert response.status == status
+    assert await api_status(gateway, data["beta_key"]["key"]) == 200

@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-from gateway.dashboard.routes import MAX_FORM_BYTES
+from gateway.dashboard.access import MAX_FORM_BYTES
 
 FORM = "application/x-www-form-urlencoded"
 
