@@ -8,6 +8,7 @@ is a message on the sign-in page.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from litestar import Request, Response, Router, get, post
@@ -20,6 +21,7 @@ from auth.http import client_address
 from auth.middleware import PUBLIC, auth_service
 from auth.service import AuthService
 from billing.exports.csv import records_csv
+from billing.insights.month import month_to_date
 from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking
 from billing.insights.requests import page
@@ -94,7 +96,10 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     session, scope = found
     view = read_view(request.query_params, scope.team.id)
     result = await overview(ledger.store, view.selection, view.granularity, view.tz)
-    context = {"session": session, "scope": scope, "view": view, "ranges": RANGES, "o": result,
+    team = await auth.store.get_team(scope.team.id)
+    budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
+    month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
+    context = {"month": month, "session": session, "scope": scope, "view": view, "ranges": RANGES, "o": result,
                "page": "overview"}
     return Template("overview.html.j2", context=context)  # htmx swaps its <main> in place
 

@@ -5,6 +5,7 @@ page are saved (tests/artifacts/dashboard/)."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlparse
 
 import httpx
@@ -89,6 +90,14 @@ async def test_sign_in_overview_equals_the_usage_api_and_sign_out(gateway, page,
     assert totals["requests"] == 5 and totals["prompt_tokens"] == 3003 + 5000 + 10
     assert {k: shown[k] for k in expected_tiles(totals)} == expected_tiles(totals)
     assert shown["error_rate"] == "20.00 %"
+    # the month's tiles: the budget counts prompt + compute tokens since the UTC month began, as the limiter
+    await gateway.admin("PATCH", f"/admin/teams/{data['acme']}", limits={"monthly_token_budget": 100_000})
+    await page.reload()
+    month_start = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    month = await api_totals(gateway, data["alice_key"]["key"], {"start": month_start.isoformat()})
+    used = month["prompt_tokens"] + month["compute_tokens"]
+    assert (await tiles(page))["budget"].startswith(f"{used:,} / 100,000 ({used / 1000:.0f} %")
+    assert (await tiles(page))["month_cost"] == f"${micros_to_decimal(month['cost_micros'])}"
     by_model = await page.inner_text("table[data-breakdown=model] tbody")
     assert "big" in by_model and "small" in by_model
     cookie = next(c for c in await page.context.cookies() if c["name"] == "sluice_session")
