@@ -63,9 +63,14 @@ async def signed_in(request: Request, sessions: SessionStore, auth: AuthService)
     return session
 
 
-async def signed_in_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope] | None:
+class NotSignedIn(Exception):
+    """A page asked for without a live signed-in session: the router answers with the sign-in page."""
+
+
+async def signed_in_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+    """The session and the scope of `?team_id=`; NotSignedIn without a live session."""
     session = await signed_in(request, sessions, auth)
     if session is None:
-        return None
+        raise NotSignedIn
     key = await auth.store.get_key(session.key_id)
     return session, await resolve(auth, key, request.query_params.get("team_id") or None)

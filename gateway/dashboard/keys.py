@@ -12,25 +12,32 @@ from auth.http import body_as, client_address
 from auth.middleware import PUBLIC
 from auth.models import CreateKey, KeyCreated, KeyRecord, RotateKey
 from auth.service import AuthService
-from gateway.dashboard.access import BASE, Forbidden, posted_form, signed_in_scope
+from gateway.dashboard.access import (
+    BASE,
+    Forbidden,
+    NotSignedIn,
+    posted_form,
+    signed_in_scope,
+)
 from gateway.dashboard.scope import Scope, key_is_live
 from gateway.dashboard.sessions import Session, SessionStore
 from gateway.errors import NotFound
 
 
-async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope] | None:
-    found = await signed_in_scope(request, sessions, auth)
-    if found is not None and not found[1].manages_keys:
+async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+    session, scope = await signed_in_scope(request, sessions, auth)
+    if not scope.manages_keys:
         raise Forbidden("Managing keys needs the team's owner role.")
-    return found
+    return session, scope
 
 
 async def _owner_form(request: Request, sessions: SessionStore, auth: AuthService):
     """(session, scope, form) of an owner's posted form with this session's CSRF token."""
-    found = await _owner_scope(request, sessions, auth)
-    if found is None:
-        raise Forbidden("Sign in to manage keys.")
-    return (*found, await posted_form(request, found[0]))
+    try:
+        session, scope = await _owner_scope(request, sessions, auth)
+    except NotSignedIn:
+        raise Forbidden("Sign in to manage keys.") from None
+    return session, scope, await posted_form(request, session)
 
 
 async def _team_key(auth: AuthService, scope: Scope, key_id: str):
@@ -62,10 +69,7 @@ def _status(key: KeyRecord) -> str:
 
 @get("/keys", opt=PUBLIC)
 async def keys_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    found = await _owner_scope(request, sessions, auth)
-    if found is None:
-        return Redirect(f"{BASE}/login")
-    return await _page(auth, *found)
+    return await _page(auth, *await _owner_scope(request, sessions, auth))
 
 
 @post("/keys/create", opt=PUBLIC, status_code=201)

@@ -31,13 +31,15 @@ from common.errors import SluiceError
 from gateway.dashboard.access import (
     BASE,
     Forbidden,
+    NotSignedIn,
     cookie,
     current_session,
     posted_form,
     signed_in_scope,
 )
-from gateway.dashboard.filters import RANGES, read_view
+from gateway.dashboard.filters import RANGES, View, read_view
 from gateway.dashboard.keys import KEY_HANDLERS
+from gateway.dashboard.scope import Scope
 from gateway.dashboard.sessions import Session, SessionStore
 
 STATIC = Path(__file__).parent / "static"
@@ -88,62 +90,57 @@ async def logout(request: Request, sessions: SessionStore) -> Response:
     return Redirect(f"{BASE}/login", status_code=303, cookies=[cookie(request, None)])
 
 
+def _page(name: str, session: Session, scope: Scope, view: View, **context) -> Template:
+    """A page of a team's view: the bar (team switcher, sign-out form) and the filter form need these."""
+    return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
+                                                "ranges": RANGES, **context})
+
+
 @get("/overview", opt=PUBLIC)
 async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
-    found = await signed_in_scope(request, sessions, auth)
-    if found is None:
-        return Redirect(f"{BASE}/login")
-    session, scope = found
+    session, scope = await signed_in_scope(request, sessions, auth)
     view = read_view(request.query_params, scope.team.id)
     result = await overview(ledger.store, view.selection, view.granularity, view.tz)
     team = await auth.store.get_team(scope.team.id)
     budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
     month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
-    context = {"month": month, "session": session, "scope": scope, "view": view, "ranges": RANGES, "o": result,
-               "page": "overview"}
-    return Template("overview.html.j2", context=context)  # htmx swaps its <main> in place
+    # htmx swaps the page's <main> in place
+    return _page("overview", session, scope, view, o=result, month=month)
 
 
 @get("/teams", opt=PUBLIC)
 async def teams_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
-    found = await signed_in_scope(request, sessions, auth)
-    if found is None:
-        return Redirect(f"{BASE}/login")
-    session, scope = found
+    session, scope = await signed_in_scope(request, sessions, auth)
     if not scope.is_admin:
         raise Forbidden("The ranking across teams needs the admin key.")
     view = read_view(request.query_params, None)
     names = {t.id: t.name for t in scope.teams}
     ranking = await team_ranking(ledger.store, view.selection)
-    return Template("teams.html.j2", context={"session": session, "scope": scope, "view": view, "ranges": RANGES,
-                                              "ranking": ranking, "names": names, "page": "teams"})
+    return _page("teams", session, scope, view, ranking=ranking, names=names)
 
 
 @get("/requests", opt=PUBLIC)
 async def requests_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     """The latest requests of the view, newest first, a page at a time (metadata only: the ledger holds no text)."""
-    found = await signed_in_scope(request, sessions, auth)
-    if found is None:
-        return Redirect(f"{BASE}/login")
-    session, scope = found
+    session, scope = await signed_in_scope(request, sessions, auth)
     view = read_view(request.query_params, scope.team.id)
     result = await page(ledger.store, view.selection, REQUESTS_PAGE,
                         parse_cursor(request.query_params, newest_first=True), newest_first=True)
-    return Template("requests.html.j2", context={"session": session, "scope": scope, "view": view, "ranges": RANGES,
-                                                 "entries": [e.flat() for e in result.entries],
-                                                 "next_cursor": result.next_cursor, "page": "requests"})
+    return _page("requests", session, scope, view, entries=[e.flat() for e in result.entries],
+                 next_cursor=result.next_cursor)
 
 
 @get("/export.csv", opt=PUBLIC)
 async def export_csv(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     """Every record of exactly the view on screen (team, range, filters), as the usage API's CSV."""
-    found = await signed_in_scope(request, sessions, auth)
-    if found is None:
-        return Redirect(f"{BASE}/login")
-    _, scope = found
+    _, scope = await signed_in_scope(request, sessions, auth)
     view = read_view(request.query_params, scope.team.id)
     return Stream(records_csv(ledger.store, view.selection, newest_first=True), media_type="text/csv",
                   headers={"content-disposition": f'attachment; filename="usage-{scope.team.id}.csv"'})
+
+
+def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
+    return Redirect(f"{BASE}/login")
 
 
 def _error_page(request: Request, exc: SluiceError) -> Template:
@@ -161,4 +158,4 @@ def dashboard_router() -> Router:
                                                   teams_page, *KEY_HANDLERS],
                   dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
-                  exception_handlers={SluiceError: _error_page})
+                  exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first})
