@@ -45,6 +45,7 @@ from gateway.dashboard.sessions import Session, SessionStore
 STATIC = Path(__file__).parent / "static"
 MAX_KEY_CHARS = 512
 REQUESTS_PAGE = 50
+MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
 
 
 def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200) -> Template:
@@ -90,6 +91,20 @@ async def logout(request: Request, sessions: SessionStore) -> Response:
     return Redirect(f"{BASE}/login", status_code=303, cookies=[cookie(request, None)])
 
 
+async def _labels(auth: AuthService, key_ids: list[str], user_ids: list[str]) -> dict[str, str]:
+    """Names for the ids of the breakdowns (the ledger keeps ids; revoked keys keep their names)."""
+    labels = {}
+    for key_id in key_ids[:MAX_LABELS]:
+        key = await auth.store.get_key(key_id)
+        if key is not None:
+            labels[key_id] = key.name
+    for user_id in user_ids[:MAX_LABELS]:
+        user = await auth.store.get_user(user_id)
+        if user is not None:
+            labels[user_id] = user.name
+    return labels
+
+
 def _page(name: str, session: Session, scope: Scope, view: View, **context) -> Template:
     """A page of a team's view: the bar (team switcher, sign-out form) and the filter form need these."""
     return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
@@ -104,8 +119,9 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     team = await auth.store.get_team(scope.team.id)
     budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
     month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
+    labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
     # htmx swaps the page's <main> in place
-    return _page("overview", session, scope, view, o=result, month=month)
+    return _page("overview", session, scope, view, o=result, month=month, labels=labels)
 
 
 @get("/teams", opt=PUBLIC)

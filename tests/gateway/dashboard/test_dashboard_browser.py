@@ -100,6 +100,8 @@ async def test_sign_in_overview_equals_the_usage_api_and_sign_out(gateway, page,
     assert (await tiles(page))["month_cost"] == f"${micros_to_decimal(month['cost_micros'])}"
     by_model = await page.inner_text("table[data-breakdown=model] tbody")
     assert "big" in by_model and "small" in by_model
+    assert await page.inner_text("table[data-breakdown=key] tbody th") == f"alice laptop {data['alice_key']['id']}"
+    assert (await page.inner_text("table[data-breakdown=user] tbody th")).startswith("alice ")
     cookie = next(c for c in await page.context.cookies() if c["name"] == "sluice_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/dashboard"
     await page.click("#sign-out")
