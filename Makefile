@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 	@command -v initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
+	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }  # dashboard tests
 
 serve: install
 	$(VENV)/bin/sluice serve

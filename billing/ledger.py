@@ -10,6 +10,8 @@ from pathlib import Path
 import msgspec
 import structlog
 
+from billing.insights.aggregate import usage_report
+from billing.insights.requests import every_page
 from billing.pricing import PricingTable
 from billing.records import LedgerEntry, UsageRecord
 from billing.shipper import Shipper
@@ -85,10 +87,12 @@ class Ledger:
         await asyncio.wait_for(ship(), timeout)
 
     async def usage(self, query: UsageQuery) -> UsageReport:
-        return UsageReport.from_rows(await self.store.aggregate(query))
+        return await usage_report(self.store, query)
 
     async def records(self, query: UsageQuery) -> list[LedgerEntry]:
-        return await self.store.records(query)
+        """Every record of the query's view, oldest first, in one list (tests and audits of small
+        windows; the API pages through `billing.insights.requests`)."""
+        return [e async for entries in every_page(self.store, query.selection) for e in entries]
 
     @property
     def caught_up(self) -> bool:

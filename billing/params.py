@@ -1,12 +1,30 @@
-"""Query-string parsing for the usage API: every bad value becomes a UsageParamError naming it."""
+"""Query-string parsing for the usage API and the dashboards: every bad value becomes a
+UsageParamError naming its parameter.
+
+Filters repeat to select several values (`?model=a&model=b`); an empty value is no filter;
+`user_id=-` (NO_USER) selects requests made with a service key (no user), `adapter=-` requests to
+the base model (no LoRA adapter)."""
 
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+from billing.filters import Filters, Selection
+from billing.insights.overview import bucketing_for
+from billing.insights.requests import MAX_PAGE_SIZE, Cursor, CursorError
+from billing.records import STATUSES
+from billing.timebuckets import GRANULARITIES, ZoneError, zone
 from common.errors import BadRequest
 
 DEFAULT_WINDOW = timedelta(days=30)
+HOURLY_UP_TO = timedelta(days=3)  # the default series granularity: hours for windows this short, else days
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)  # bounds the work a window's time-zone buckets take
+MAX_FILTER_VALUES = 50
+MAX_VALUE_LENGTH = 256
+BASE_MODEL = ""  # the adapter of a request without one
+FILTER_PARAMS = {"model": "models", "key_id": "key_ids", "user_id": "user_ids", "dialect": "dialects",
+                 "status": "statuses", "adapter": "adapters"}
 
 
 class UsageParamError(BadRequest):
@@ -20,20 +38,22 @@ def parse_instant(param: str, raw: str, *, is_end: bool) -> datetime:
     try:
         if len(text) == 10:
             day = datetime.combine(date.fromisoformat(text), datetime.min.time(), UTC)
-            return day + timedelta(days=1) if is_end else day
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+            moment = day + timedelta(days=1) if is_end else day
+        else:
+            moment = datetime.fromisoformat(text)
+            moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise UsageParamError(param, f"{param} must be an ISO-8601 date or datetime (UTC), got {raw!r}") from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    if not EARLIEST <= moment <= LATEST:
+        raise UsageParamError(param, f"{param} must lie between {EARLIEST.date()} and {LATEST.date()}")
+    return moment
 
 
 def parse_window(query, now: datetime | None = None) -> tuple[datetime, datetime]:
     now = now or datetime.now(UTC)
     raw_start, raw_end = query.get("start"), query.get("end")
     end = parse_instant("end", raw_end, is_end=True) if raw_end else now
-    start = parse_instant("start", raw_start, is_end=False) if raw_start else end - DEFAULT_WINDOW
+    start = parse_instant("start", raw_start, is_end=False) if raw_start else max(end - DEFAULT_WINDOW, EARLIEST)
     if end < start:
         raise UsageParamError("end", "end must not be before start")
     return start, end
@@ -46,3 +66,87 @@ def parse_choice(query, param: str, allowed: tuple[str, ...], default: str | Non
     if raw not in allowed:
         raise UsageParamError(param, f"{param} must be one of {', '.join(allowed)}; got {raw!r}")
     return raw
+
+
+def _check_value(param: str, value: str) -> str:
+    if len(value) > MAX_VALUE_LENGTH or not value.isprintable():
+        raise UsageParamError(param, f"{param} values must be printable and at most {MAX_VALUE_LENGTH} characters")
+    return value
+
+
+def parse_team(query) -> str | None:
+    raw = query.get("team_id")
+    return _check_value("team_id", raw) if raw else None
+
+
+def _values(query, param: str) -> list[str]:
+    getall = getattr(query, "getall", None)
+    raw = getall(param, []) if getall is not None else ([query[param]] if query.get(param) is not None else [])
+    return [v for v in raw if v != ""]
+
+
+def parse_filters(query) -> Filters:
+    found: dict[str, tuple[str, ...]] = {}
+    for param, field in FILTER_PARAMS.items():
+        values = _values(query, param)
+        if len(values) > MAX_FILTER_VALUES:
+            raise UsageParamError(param, f"{param} may be given at most {MAX_FILTER_VALUES} times")
+        for value in values:
+            _check_value(param, value)
+            if param == "status" and value not in STATUSES:
+                raise UsageParamError(param, f"status must be one of {', '.join(STATUSES)}; got {value!r}")
+        if param == "adapter":
+            values = [BASE_MODEL if v == "-" else v for v in values]
+        if values:
+            found[field] = tuple(dict.fromkeys(values))
+    return Filters(**found)
+
+
+def parse_selection(query, team_id: str | None, now: datetime | None = None) -> Selection:
+    start, end = parse_window(query, now)
+    return Selection(start.timestamp(), end.timestamp(), team_id, parse_filters(query))
+
+
+def parse_tz(query) -> str:
+    raw = query.get("tz")
+    if not raw:
+        return "UTC"
+    try:
+        return zone(raw).key
+    except ZoneError as exc:
+        raise UsageParamError("tz", f"tz: {exc}") from None
+
+
+def parse_limit(query, default: int) -> int:
+    raw = query.get("limit")
+    if raw is None or raw == "":
+        return default
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise UsageParamError("limit", f"limit must be an integer, got {raw[:40]!r}") from None
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise UsageParamError("limit", f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
+    return limit
+
+
+def parse_cursor(query, *, newest_first: bool) -> Cursor | None:
+    raw = query.get("cursor")
+    if not raw:
+        return None
+    try:
+        return Cursor.decode(raw, newest_first)
+    except CursorError as exc:
+        raise UsageParamError("cursor", f"cursor: {exc}") from None
+
+
+def parse_granularity(query, selection: Selection, tz: str) -> str:
+    """`granularity` (hour or day; by default hours for windows up to 3 days), refused when the
+    window would have too many buckets."""
+    default = "hour" if selection.end - selection.start <= HOURLY_UP_TO.total_seconds() else "day"
+    granularity = parse_choice(query, "granularity", GRANULARITIES, default)
+    try:
+        bucketing_for(selection, granularity, tz)
+    except ValueError as exc:
+        raise UsageParamError("granularity", f"granularity: {exc}") from None
+    return granularity

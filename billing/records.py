@@ -12,6 +12,8 @@ STATUSES: tuple[str, ...] = ("ok", "cancelled", "error", "rejected")
 # Token counts are validated when the ledger checks a record, so a bad value fails the caller
 # instead of poisoning the write-ahead log.
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
+Millis = Annotated[float, msgspec.Meta(ge=0)]
+HttpStatus = Annotated[int, msgspec.Meta(ge=100, le=599)]
 
 
 class UsageRecord(msgspec.Struct, array_like=True):
@@ -35,13 +37,20 @@ class UsageRecord(msgspec.Struct, array_like=True):
     latency_ms: float
     ttft_ms: float | None
     worker_id: str
+    # Added with the dashboards (schema 2). A record written to the log before them decodes with
+    # these defaults, so they stay last and optional.
+    cold_start_ms: Millis | None = None  # how long the request waited for its endpoint to wake
+    error_code: str | None = None  # the error a failed or rejected request ended with
+    error_status: HttpStatus | None = None  # that error's HTTP status (429: rate-limited)
+    adapter: str = ""  # LoRA adapter name; "" for the base model
 
     @classmethod
     def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,
-                 model: str, dialect: str, route: str, latency_ms: float = 0.0) -> UsageRecord:
+                 model: str, dialect: str, route: str, latency_ms: float = 0.0, error_code: str | None = None,
+                 error_status: int | None = None) -> UsageRecord:
         """A rate-limited or invalid request: counted as a request, zero tokens, never reached a worker."""
         return cls(request_id, time, team_id, key_id, user_id, model, dialect, route,
-                   0, 0, 0, "rejected", latency_ms, None, "")
+                   0, 0, 0, "rejected", latency_ms, None, "", error_code=error_code, error_status=error_status)
 
 
 class LedgerEntry(msgspec.Struct, array_like=True):
@@ -52,6 +61,13 @@ class LedgerEntry(msgspec.Struct, array_like=True):
     output_price_micros: int  # per million generated (compute) tokens
     cost_micros: int
     recorded_at: float  # unix seconds, UTC, when the ledger accepted it
+
+    def flat(self) -> dict:
+        """Named fields in a fixed order (the structs are array-like): what the records API, the CSV
+        and the S3 export write for one request. Metadata only; the ledger never holds text."""
+        return {**msgspec.structs.asdict(self.usage), "input_price_micros": self.input_price_micros,
+                "output_price_micros": self.output_price_micros, "cost_micros": self.cost_micros,
+                "recorded_at": self.recorded_at}
 
 
 class Price(msgspec.Struct, frozen=True):

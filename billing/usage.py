@@ -1,4 +1,4 @@
-"""Usage queries and reports: what the stores answer and the usage API returns."""
+"""Usage queries and reports: what the usage API asks the ledger and returns."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from typing import Literal
 
 import msgspec
 
-GroupBy = Literal["day", "model", "key", "team", "none"]
-GROUP_BY_FIELDS: tuple[str, ...] = ("day", "model", "key", "team", "none")
+from billing.filters import Filters, Selection
+
+GroupBy = Literal["day", "hour", "model", "key", "user", "team", "dialect", "status", "none"]
+GROUP_BY_FIELDS: tuple[str, ...] = ("day", "hour", "model", "key", "user", "team", "dialect", "status", "none")
 
 
 class UsageQuery(msgspec.Struct, frozen=True):
@@ -15,10 +17,16 @@ class UsageQuery(msgspec.Struct, frozen=True):
     end: float  # unix seconds UTC, exclusive
     team_id: str | None = None  # None: every team (admin)
     group_by: GroupBy = "day"
+    filters: Filters = Filters()
+    tz: str = "UTC"  # the clock whose days and hours `day` and `hour` group by
+
+    @property
+    def selection(self) -> Selection:
+        return Selection(self.start, self.end, self.team_id, self.filters)
 
 
 class UsageRow(msgspec.Struct):
-    key: str  # the day (YYYY-MM-DD), model, key id or team id; "" when not grouped
+    key: str  # the day (YYYY-MM-DD), hour, model, key id, user id ("" for none), ...; "" when not grouped
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -98,9 +98,11 @@ class Accounting:
         if ledger is None:
             return
         ttft = (self.first_token - self.started) * 1000 if self.first_token is not None else None
+        failed = error is not None or status == "error"  # an error without a SluiceError: an unexpected fault
         await ledger.record(UsageRecord(
             request_id=self.request_id, time=self.arrived, team_id=self.principal.team_id,
             key_id=self.principal.key_id, user_id=self.principal.user_id, model=self.model, dialect=self.dialect,
             route=self.route, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
             compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,
-            worker_id=self.worker_id))
+            worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
+            error_status=(error.status if error else 500) if failed else None))

@@ -14,6 +14,8 @@ from auth.team_routes import team_router
 from billing.routes import admin_usage_router, usage_router
 from gateway import health, metrics
 from gateway.config import Settings
+from gateway.dashboard.render import template_config
+from gateway.dashboard.routes import dashboard_router, static_router
 from gateway.dialects import shared_paths
 from gateway.dialects.base import DEFAULT
 from gateway.dialects.datacrunch import routes as datacrunch
@@ -31,13 +33,16 @@ OPENAPI_PATH = "/openapi"
 def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     rooms = [openai.router(), friendli.router(), monster.router(), tgi.router(), datacrunch.router(),
              sglang.router(), shared_paths.router()]
-    usage = [usage_router(), admin_usage_router(guards=[require_admin])] if settings.ledger_enabled else []
+    usage = ([usage_router(), admin_usage_router(guards=[require_admin]), dashboard_router(),
+              static_router()]
+             if settings.ledger_enabled else [])
     return Litestar(
         route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), team_router(), *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[request_id_middleware, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         exception_handlers=DEFAULT.exception_handlers(),
         request_max_body_size=settings.max_body_bytes,
+        template_config=template_config(),
         openapi_config=OpenAPIConfig(title="Sluice", version="0.1.0", path=OPENAPI_PATH),
         debug=False,
     )

@@ -16,6 +16,7 @@ import sys
 import uvicorn
 
 from auth.cli import register
+from billing.cli import register as register_usage
 from gateway.app import create_app
 from gateway.config import Settings, load_settings
 from gateway.lifespan import STATE_FAILURE
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("worker_args", nargs=argparse.REMAINDER)
     worker.set_defaults(func=_worker)
     register(commands)
+    register_usage(commands)
     return parser
 
 

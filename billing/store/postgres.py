@@ -8,25 +8,22 @@ import time
 import asyncpg
 
 from billing.records import LedgerEntry
-from billing.store.base import (
-    COLUMNS,
-    MIGRATIONS_TABLE,
-    TABLE,
-    aggregate_sql,
-    entry_row,
-    records_sql,
-    row_entry,
-    to_rows,
-)
+from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
+from billing.store.rollups import rollup_rows, upserts
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
+from billing.store.sql import PostgresDialect
 from storage.errors import unavailable_when_down
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
-                 "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8")
+                 "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8",
+                 "float8", "text", "int4", "text")
 # One statement per batch: unnest the column arrays; ON CONFLICT makes re-shipping harmless.
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
            + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_COLUMN_TYPES, start=1))
-           + ") ON CONFLICT (request_id) DO NOTHING")
+           + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
+_DIALECT = PostgresDialect()
+_ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
+_UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
 _MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
 
 
@@ -34,11 +31,9 @@ def _unavailable():
     return unavailable_when_down("usage store (billing database)", "usage_unavailable")
 
 
-def _dollar(i: int) -> str:
-    return f"${i}"
-
-
 class PostgresStore:
+    dialect = _DIALECT
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
@@ -69,21 +64,22 @@ class PostgresStore:
     async def insert(self, entries: list[LedgerEntry]) -> int:
         columns = list(zip(*(entry_row(e) for e in entries), strict=True))
         with _unavailable():
-            async with self._pool.acquire() as con:
-                status = await con.execute(_INSERT, *columns)
-        return int(status.rsplit(" ", 1)[1])  # "INSERT 0 <n>"
+            async with self._pool.acquire() as con, con.transaction():
+                inserted = {row[0] for row in await con.fetch(_INSERT, *columns)}
+                new = {}
+                for e in entries:  # the rollups add exactly the records the insert added
+                    if e.usage.request_id in inserted:
+                        new.setdefault(e.usage.request_id, e)
+                daily, hourly = rollup_rows(list(new.values()))
+                if daily:  # one statement per rollup: an array per column, as the insert
+                    await con.execute(_UPSERT_DAILY, *zip(*daily, strict=True))
+                    await con.execute(_UPSERT_HOURLY, *zip(*hourly, strict=True))
+        return len(new)
 
-    async def aggregate(self, query) -> list:
-        sql, params = aggregate_sql(query, _dollar)
+    async def fetch(self, sql: str, params: list) -> list:
         with _unavailable():
             async with self._pool.acquire() as con:
-                return to_rows(await con.fetch(sql, *params))
-
-    async def records(self, query) -> list[LedgerEntry]:
-        sql, params = records_sql(query, _dollar)
-        with _unavailable():
-            async with self._pool.acquire() as con:
-                return [row_entry(r) for r in await con.fetch(sql, *params)]
+                return await con.fetch(sql, *params)
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)

@@ -4,47 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
-import httpx
 import pytest
-from litestar import Litestar
-from litestar.connection import ASGIConnection
-from litestar.di import Provide
-from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
-from auth import AuthError
-from auth.middleware import require_admin
-from billing.routes import admin_usage_router, usage_router
-from gateway.dialects.base import DEFAULT
 from tests.billing.factory import usage
-
-
-@dataclass
-class Principal:
-    team_id: str
-    key_id: str
-    is_admin: bool = False
-
-
-PRINCIPALS = {"Bearer a": Principal("team-a", "key-a"), "Bearer b": Principal("team-b", "key-b"),
-              "Bearer root": Principal("ops", "key-root", is_admin=True)}
-
-
-class StandInAuthentication(AbstractAuthenticationMiddleware):
-    """Sets `request.user` as the gateway's API-key middleware does, from a fixed table (the usage API is
-    tested end to end through the real gateway in tests/e2e)."""
-
-    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
-        principal = PRINCIPALS.get(connection.headers.get("authorization", ""))
-        if principal is None:
-            raise AuthError.invalid_key()
-        return AuthenticationResult(user=principal, auth=principal.key_id)
-
-
-def ts(text: str) -> float:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+from tests.billing.http import auth, ts, usage_client
 
 
 @pytest.fixture
@@ -64,16 +28,8 @@ async def client(ledger):
     for r in records:
         await ledger.record(r)
     await ledger.flush(10)
-    app = Litestar(route_handlers=[usage_router(), admin_usage_router(guards=[require_admin])],
-                   middleware=[StandInAuthentication], exception_handlers=DEFAULT.exception_handlers(),
-                   dependencies={"ledger": Provide(lambda: ledger, sync_to_thread=False)})
-    # httpx's ASGI transport runs the app on this test's loop, where the database pool lives
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+    async with usage_client(ledger) as c:
         yield c
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {token}"}
 
 
 async def test_team_usage_by_day_only_sees_own_team(client):
@@ -104,7 +60,9 @@ async def test_end_date_includes_its_day_and_datetimes_are_instants(client):
 @pytest.mark.parametrize("params, param", [
     ({"start": "yesterday"}, "start"), ({"end": "2025-13-01"}, "end"), ({"group_by": "team"}, "group_by"),
     ({"start": "2025-03-05", "end": "2025-03-01"}, "end"), ({"group_by": "weekday"}, "group_by"),
-    ({"format": "csv"}, "format"),
+    ({"format": "csv"}, "format"), ({"tz": "Mars/Olympus"}, "tz"), ({"tz": "../etc/passwd"}, "tz"),
+    ({"status": "weird"}, "status"), ({"model": "bad\x01name"}, "model"), ({"key_id": "k" * 300}, "key_id"),
+    ({"dialect": ["d"] * 51}, "dialect"), ({"end": "9999-12-31"}, "end"), ({"start": "0001-01-01"}, "start"),
 ])
 async def test_bad_parameters_answer_400_naming_the_field(client, params, param):
     r = await client.get("/v1/usage", params=params, headers=auth("a"))
@@ -140,3 +98,28 @@ async def test_admin_csv_export_matches_json(client):
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert [(row["model"], int(row["requests"]), int(row["cost_micros"]), row["cost"]) for row in rows] == [
         (row["key"], row["requests"], row["cost_micros"], row["cost"]) for row in as_json["rows"]]
+
+
+async def test_filters_narrow_the_usage_api(client):
+    base = {"start": "2025-03-01", "end": "2025-03-02", "group_by": "none"}
+    r = await client.get("/v1/usage", params={**base, "model": "big"}, headers=auth("a"))
+    assert r.json()["totals"]["prompt_tokens"] == 200
+    r = await client.get("/v1/usage", params=[*base.items(), ("status", "ok"), ("status", "cancelled")],
+                         headers=auth("a"))
+    assert r.json()["totals"]["requests"] == 3
+    r = await client.get("/v1/usage", params={**base, "group_by": "status"}, headers=auth("a"))
+    assert [(row["key"], row["requests"]) for row in r.json()["rows"]] == [("cancelled", 1), ("ok", 2), ("rejected", 1)]
+    r = await client.get("/v1/usage", params={**base, "group_by": "user", "user_id": "-"}, headers=auth("a"))
+    assert [(row["key"], row["requests"]) for row in r.json()["rows"]] == [("-", 4)]  # service keys: no user
+    r = await client.get("/v1/usage", params={**base, "model": ""}, headers=auth("a"))  # empty: no filter
+    assert r.json()["totals"]["requests"] == 4
+
+
+async def test_admin_team_id_and_statement_need_valid_values(client):
+    r = await client.get("/admin/usage/statement", params={"month": "2025-03"}, headers=auth("root"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "team_id"
+    for month in ("2025-13", "March", "", "1969-12"):
+        r = await client.get("/v1/usage/statement", params={"month": month}, headers=auth("a"))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "month", month
+    r = await client.get("/admin/usage/statement", params={"month": "2025-03", "team_id": "team-b"}, headers=auth("a"))
+    assert r.status_code == 403

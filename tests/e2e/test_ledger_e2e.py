@@ -66,7 +66,14 @@ def admin(server: SluiceServer, method: str, path: str, **body) -> dict:
 
 
 def ledger_records(server: SluiceServer) -> list[dict]:
-    return admin(server, "GET", "/admin/usage/records")["data"]
+    """Every record of the last 30 days, page after page (the API answers one page at a time)."""
+    records, cursor = [], ""
+    while True:
+        body = admin(server, "GET", f"/admin/usage/records?limit=10000&cursor={cursor}")
+        records += body["data"]
+        if body["next_cursor"] is None:
+            return records
+        cursor = body["next_cursor"]
 
 
 def wait_for_records(server: SluiceServer, ids: set[str], timeout: float = 60.0) -> list[dict]:
@@ -303,6 +310,7 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
         assert r["route"] == CHAT and r["status"] in ("error", "cancelled"), r
         if r["status"] == "error":
             assert (r["prompt_tokens"], r["completion_tokens"], r["cost_micros"]) == (0, 0, 0), r
+            assert (r["error_status"], r["error_code"]) == (500, "internal_error"), r  # no error to name
         check_priced(r)
     by_id = {r["request_id"]: r for r in records}
     done_logs = [e["request_id"] for e in server.log_events("request_done")]
@@ -318,7 +326,9 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
         if c.expect in ("error", "rejected"):
             assert r["status"] == c.expect, (c, r)
             assert (r["prompt_tokens"], r["completion_tokens"], r["compute_tokens"], r["cost_micros"]) == (0, 0, 0, 0)
+            assert (r["error_status"], r["error_code"]) == (c.http_status, c.error), (c, r)  # what the client got
             continue
+        assert (r["error_status"], r["error_code"]) == (None, None), r
         assert r["model"] == MODEL, r
         assert r["compute_tokens"] == r["completion_tokens"], r  # no beams, no best_of in this load
         if c.expect == "ok":

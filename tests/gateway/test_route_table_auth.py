@@ -16,6 +16,8 @@ from tests.gateway.route_table import envelope, route_table
 
 PUBLIC = {"/health", "/metrics", "/info", "/get_model_info", "/get_server_info", "/health_generate",
           "/v1/completions/health"}
+DASHBOARD = "/dashboard"  # its pages sign in by the dashboard session instead (tests/gateway/dashboard)
+SIGNED_IN_PAGES = {"/dashboard/overview", "/dashboard/teams"}
 
 
 @pytest.fixture
@@ -35,13 +37,20 @@ def assert_401_envelope(method: str, path: str, response) -> None:
 async def test_every_route_but_the_public_ones_needs_a_key(client):
     public = set()
     for method, path, _ in route_table(create_app(Settings(), supervise=False)):
-        response = await client.request(method, path, content=b"{}")
+        response = await client.request(method, path, content=b"{}", follow_redirects=False)
+        if path.startswith(DASHBOARD):
+            if path in SIGNED_IN_PAGES:  # without a session: the sign-in page, and nothing of a team
+                assert response.status_code == 302 and response.headers["location"] == "/dashboard/login", path
+            elif method == "POST":  # not a form of a session (no session, no CSRF token, JSON)
+                assert response.status_code in (403, 415), (method, path, response.status_code)
+            public.add(DASHBOARD)
+            continue
         if path.startswith("/openapi") or path in PUBLIC:
             assert response.status_code != 401, (method, path)
             public.add("/openapi" if path.startswith("/openapi") else path)
             continue
         assert_401_envelope(method, path, response)
-    assert public == PUBLIC | {"/openapi"}
+    assert public == PUBLIC | {"/openapi", DASHBOARD}
 
 
 async def test_an_unknown_key_is_401_in_each_envelope(client):

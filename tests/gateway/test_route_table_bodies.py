@@ -43,7 +43,7 @@ def body_routes() -> list[tuple[str, str, bool]]:
     """(method, path, whether an empty body is allowed) of every route that takes a body."""
     found = []
     for method, path, handler in route_table(create_app(Settings(max_body_bytes=MAX_BODY))):
-        if method in BODY_METHODS:
+        if method in BODY_METHODS and not path.startswith("/dashboard"):  # forms: tests/gateway/dashboard
             provider = handler.resolve_dependencies().get("payload")
             found.append((method, path, provider is not None and provider.dependency is read_optional_json))
     return found

@@ -1,0 +1,106 @@
+"""Where a view's numbers are read from: the records themselves, or a rollup for the whole days
+(or hours) inside the window plus the records of the partial ones at its edges. Each source spells
+the same measures over its own columns, so a query is written once and its rows from every part
+fold together; the totals are the records' exact sums whichever parts were read."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from billing.filters import Selection, where
+from billing.store.base import TABLE, UsageStore
+from billing.store.rollups import DAILY, DAY, HOUR, HOURLY
+from billing.store.sql import Dialect, Params
+from billing.timebuckets import Bucketing
+
+_STATUS_COUNTS = ("ok", "cancelled", "error", "rejected")
+
+
+class Source:
+    def __init__(self, table: str, time_column: str, period: int, dims: frozenset[str], *, count: str,
+                 null_user: str, rate_limited: str, cold: tuple[str, str, str], output: str) -> None:
+        self.table, self.time_column, self.period, self.dims = table, time_column, period, dims
+        self.requests, self.null_user = count, null_user
+        self.rate_limited = rate_limited
+        self.cold = cold  # requests that waited, their total wait, the longest
+        self.output = output  # billed output tokens; {greatest} is the dialect's GREATEST(compute, completion)
+
+    def where(self, selection: Selection, params: Params) -> str:
+        return where(selection, params, time_column=self.time_column, null_user=self.null_user)
+
+    def row_sums(self) -> str:
+        """A usage row's sums: requests, prompt, completion, compute tokens, cost."""
+        return (f"{self.requests}, SUM(prompt_tokens), SUM(completion_tokens), SUM(compute_tokens), "
+                "SUM(cost_micros)")
+
+    def sums(self) -> str:
+        """`row_sums` and how the requests ended, as `Sums.of` reads them."""
+        one = "1" if self.requests == "COUNT(*)" else "requests"
+        ended = ", ".join(f"SUM(CASE WHEN status = '{s}' THEN {one} ELSE 0 END)" for s in _STATUS_COUNTS)
+        return f"{self.row_sums()}, {ended}, {self.rate_limited}"
+
+    def series(self) -> str:
+        """`row_sums`, 429s, and cold starts: count, total wait, longest wait (0 when none)."""
+        return f"{self.row_sums()}, {self.rate_limited}, {', '.join(self.cold)}"
+
+    def output_tokens(self, dialect: Dialect) -> str:
+        return self.output.format(greatest=dialect.greatest("compute_tokens", "completion_tokens"))
+
+    def usable(self, selection: Selection, bucketing: Bucketing | None = None) -> bool:
+        """Whether this source can answer the selection (and bucket it) exactly."""
+        if any(column not in self.dims for column, _ in selection.filters.columns()):
+            return False
+        return bucketing is None or self.period == 0 or bucketing.aligned(self.period)
+
+
+_ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "adapter"})
+RAW = Source(TABLE, "time", 0, _ALL_DIMS, count="COUNT(*)", null_user="user_id IS NULL",
+             rate_limited="SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)",
+             cold=("COUNT(cold_start_ms)", "COALESCE(SUM(cold_start_ms), 0)", "COALESCE(MAX(cold_start_ms), 0)"),
+             output="SUM({greatest})")
+_ROLLUP_COLD = ("SUM(cold_starts)", "SUM(cold_start_ms_total)", "MAX(cold_start_ms_max)")
+DAILY_ROLLUP = Source(DAILY, "period", DAY, _ALL_DIMS, count="SUM(requests)", null_user="user_id = ''",
+                      rate_limited="SUM(CASE WHEN error_status = 429 THEN requests ELSE 0 END)", cold=_ROLLUP_COLD,
+                      output="SUM(output_tokens)")
+# no user (so no user filter) and no prices (so no statements)
+HOURLY_ROLLUP = Source(HOURLY, "period", HOUR, frozenset({"model"}), count="SUM(requests)", null_user="",
+                       rate_limited="SUM(rate_limited)", cold=_ROLLUP_COLD, output="")
+
+
+def split(selection: Selection, source: Source) -> list[tuple[Source, Selection]]:
+    """The parts that together cover the selection's window exactly once."""
+    if source.period == 0:
+        return [(RAW, selection)]
+    first = -(-selection.start // source.period) * source.period  # exact on floats, as the writer's `//`
+    last = selection.end // source.period * source.period
+    if first >= last:
+        return [(RAW, selection)]
+    edges = [selection.narrowed(selection.start, first), selection.narrowed(last, selection.end)]
+    return [(source, selection.narrowed(first, last)), *((RAW, e) for e in edges if e.start < e.end)]
+
+
+def for_totals(selection: Selection) -> list[tuple[Source, Selection]]:
+    """Parts for sums that ignore time buckets (tiles, breakdowns, rankings)."""
+    return split(selection, DAILY_ROLLUP)
+
+
+def for_buckets(selection: Selection, bucketing: Bucketing) -> list[tuple[Source, Selection]]:
+    """Parts for sums grouped by `bucketing`'s buckets: the coarsest rollup whose periods fit them."""
+    for source in (DAILY_ROLLUP, HOURLY_ROLLUP):
+        if source.usable(selection, bucketing):
+            return split(selection, source)
+    return [(RAW, selection)]
+
+
+QueryText = Callable[[Source, Selection, Params], str]  # one part's SQL
+
+
+async def fetch_parts(store: UsageStore, parts: list[tuple[Source, Selection]], statement: QueryText) -> list:
+    """Every part's rows of `statement(source, selection, params)`, run side by side."""
+    async def one(source: Source, selection: Selection) -> list:
+        params = Params(store.dialect)
+        return await store.fetch(statement(source, selection, params), params.values)
+
+    results = await asyncio.gather(*(one(source, selection) for source, selection in parts))
+    return [row for rows in results for row in rows]

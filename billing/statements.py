@@ -1,0 +1,87 @@
+"""A team's monthly statement: one line item per model and price, at the price in force when each
+request ran (every ledger record carries its prices). A price change within the month therefore
+gives that model two line items, each with its own price and its own dates. A line's amount is the
+sum of its requests' costs, each rounded to the micro-unit when the ledger priced it, so the
+statement's total equals the usage API's cost for the month to the micro-unit."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import msgspec
+
+from billing.filters import Selection
+from billing.insights.sources import Source, fetch_parts, for_totals
+from billing.store.base import UsageStore
+from billing.store.sql import Params
+from billing.usage import micros_to_decimal
+
+_MONTH = re.compile(r"(\d{4})-(\d{2})")
+
+
+class StatementLine(msgspec.Struct):
+    model: str
+    input_price_micros: int  # per million prompt tokens
+    output_price_micros: int  # per million output tokens
+    requests: int
+    prompt_tokens: int
+    output_tokens: int  # billed generated tokens: compute tokens (beams, best_of) or completion, the larger
+    cost_micros: int
+    cost: str  # the same amount as a decimal string
+    first_day: str  # the first and last UTC day this month when a request paid this price
+    last_day: str
+
+
+class Statement(msgspec.Struct):
+    team_id: str
+    month: str  # "2025-03", a UTC calendar month
+    start: float
+    end: float
+    lines: list[StatementLine]  # by model, then by when each price was first used
+    total_micros: int
+    total: str
+
+
+def month_window(month: str) -> tuple[float, float]:
+    """[first instant, next month's first instant) of "YYYY-MM" (UTC); ValueError otherwise."""
+    match = _MONTH.fullmatch(month)
+    if not match or not 1 <= int(match[2]) <= 12 or int(match[1]) < 1970:
+        raise ValueError(f"month must look like 2025-03, got {month!r}")
+    year, number = int(match[1]), int(match[2])
+    first = datetime(year, number, 1, tzinfo=UTC)
+    following = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=UTC)
+    return first.timestamp(), following.timestamp()
+
+
+async def monthly_statement(store: UsageStore, team_id: str, month: str) -> Statement:
+    start, end = month_window(month)
+
+    def statement(source: Source, part: Selection, params: Params) -> str:
+        return (f"SELECT model, input_price_micros, output_price_micros, {source.requests}, SUM(prompt_tokens), "
+                f"{source.output_tokens(store.dialect)}, SUM(cost_micros), MIN({source.time_column}), "
+                f"MAX({source.time_column}) FROM {source.table} WHERE {source.where(part, params)} "
+                "GROUP BY model, input_price_micros, output_price_micros")
+
+    lines: dict[tuple, StatementLine] = {}
+    for model, price_in, price_out, n, prompt, out, cost, first, last in await fetch_parts(
+            store, for_totals(Selection(start, end, team_id)), statement):
+        key = (model, int(price_in), int(price_out))
+        line = lines.get(key)
+        if line is None:
+            line = lines[key] = StatementLine(model, key[1], key[2], 0, 0, 0, 0, "", _day(first), _day(last))
+        line.requests += int(n)
+        line.prompt_tokens += int(prompt)
+        line.output_tokens += int(out)
+        line.cost_micros += int(cost)
+        line.first_day, line.last_day = min(line.first_day, _day(first)), max(line.last_day, _day(last))
+    ordered = sorted(lines.values(), key=lambda line: (line.model, line.first_day, line.input_price_micros,
+                                                       line.output_price_micros))
+    for line in ordered:
+        line.cost = micros_to_decimal(line.cost_micros)
+    total = sum(line.cost_micros for line in ordered)
+    return Statement(team_id, month, start, end, ordered, total, micros_to_decimal(total))
+
+
+def _day(unix: float) -> str:
+    return datetime.fromtimestamp(float(unix), UTC).date().isoformat()

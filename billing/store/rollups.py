@@ -1,0 +1,126 @@
+"""Rollups of the ledger, kept by the writer in the transaction that inserts the records, so they
+always hold exactly the sums of the stored records (a replayed record is not new, and is not added).
+
+- `usage_daily`: per team and UTC day, one row per combination of everything a view filters or
+  breaks down by (model, key, user, dialect, status, error status, adapter) and the prices: tiles,
+  breakdowns, daily UTC series, rankings and statements of whole days read it instead of the
+  records. A team's records of a day share few such combinations (a key has one user, one SDK and
+  mostly one model), so a day of a busy team is tens of rows, not thousands.
+- `usage_hourly`: per team, UTC hour and model: the series by hour, and by local day in zones whose
+  offsets are whole hours, when no filter other than the model is set.
+
+Integer sums only, so a rollup is exact; NULL-free keys (a user-less request is user_id '', no error
+status 0), because NULLs never collide in a unique key.
+"""
+
+from __future__ import annotations
+
+from billing.records import LedgerEntry
+from billing.store.base import TABLE
+from billing.store.sql import Dialect
+
+DAILY, HOURLY = "usage_daily", "usage_hourly"
+DAY, HOUR = 86400, 3600
+DAILY_KEY = ("team_id", "period", "model", "key_id", "user_id", "dialect", "status", "error_status", "adapter",
+             "input_price_micros", "output_price_micros")
+HOURLY_KEY = ("team_id", "period", "model")
+# (column, how the raw records fill it); cold_start_ms_max merges by max, the others add up
+DAILY_SUMS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
+              ("completion_tokens", "SUM(completion_tokens)"), ("compute_tokens", "SUM(compute_tokens)"),
+              ("output_tokens", "SUM({output})"), ("cost_micros", "SUM(cost_micros)"),
+              ("cold_starts", "COUNT(cold_start_ms)"), ("cold_start_ms_total", "COALESCE(SUM(cold_start_ms), 0)"),
+              ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
+HOURLY_SUMS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
+               ("completion_tokens", "SUM(completion_tokens)"), ("compute_tokens", "SUM(compute_tokens)"),
+               ("cost_micros", "SUM(cost_micros)"),
+               ("rate_limited", "SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)"),
+               ("cold_starts", "COUNT(cold_start_ms)"), ("cold_start_ms_total", "COALESCE(SUM(cold_start_ms), 0)"),
+               ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
+_TEXT_KEYS = {"team_id", "model", "key_id", "user_id", "dialect", "status", "adapter"}
+
+
+def column_kinds(key: tuple[str, ...], sums) -> list[tuple[str, str]]:
+    """(column, "text" | "integer" | "real") of a rollup, in its upsert's order."""
+    return ([(c, "text" if c in _TEXT_KEYS else "integer") for c in key]
+            + [(c, "real" if c.startswith("cold_start_ms") else "integer") for c, _ in sums])
+
+
+def _table(name: str, key: tuple[str, ...], sums, integer: str, real: str) -> str:
+    types = {"text": "TEXT", "integer": integer, "real": real}
+    columns = [f"{c} {types[kind]} NOT NULL" for c, kind in column_kinds(key, sums)]
+    return f"CREATE TABLE {name} ({', '.join(columns)}, PRIMARY KEY ({', '.join(key)}))"
+
+
+def _backfill(dialect: Dialect, name: str, key: tuple[str, ...], sums, period: int) -> str:
+    """Fills a new rollup from the records already stored."""
+    from_raw = {"period": f"{dialect.floor_div('time', period)} * {period}", "user_id": "COALESCE(user_id, '')",
+                "error_status": "COALESCE(error_status, 0)"}
+    keys = [from_raw.get(c, c) for c in key]
+    output = dialect.greatest("compute_tokens", "completion_tokens")
+    values = [expr.format(output=output) for _, expr in sums]
+    group = ", ".join(str(i) for i in range(1, len(key) + 1))
+    return (f"INSERT INTO {name} ({', '.join(key)}, {', '.join(c for c, _ in sums)}) "
+            f"SELECT {', '.join(keys)}, {', '.join(values)} FROM {TABLE} GROUP BY {group}")
+
+
+def backfill(dialect: Dialect) -> list[str]:
+    """Statements that fill empty rollups from the stored records (a migration; a bulk load)."""
+    return [_backfill(dialect, DAILY, DAILY_KEY, DAILY_SUMS, DAY),
+            _backfill(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, HOUR)]
+
+
+def migration(dialect: Dialect, integer: str, real: str, without_rowid: str = "") -> list[str]:
+    return [_table(DAILY, DAILY_KEY, DAILY_SUMS, integer, real) + without_rowid,
+            _table(HOURLY, HOURLY_KEY, HOURLY_SUMS, integer, real) + without_rowid, *backfill(dialect)]
+
+
+def upsert_sql(dialect: Dialect, name: str, key: tuple[str, ...], sums, *,
+               arrays: dict[str, str] | None = None) -> str:
+    """The upsert adding one increment row; with `arrays` (PostgreSQL type per kind) it takes one
+    array per column and adds every row in one statement."""
+    columns = [*key, *(c for c, _ in sums)]
+    if arrays is None:
+        source = f"VALUES ({', '.join(dialect.mark(i) for i in range(1, len(columns) + 1))})"
+    else:
+        source = "SELECT * FROM unnest(" + ", ".join(
+            f"{dialect.mark(i)}::{arrays[kind]}[]" for i, (_, kind) in enumerate(column_kinds(key, sums), 1)) + ")"
+    updates = [f"{c} = {dialect.greatest(f'{name}.{c}', f'excluded.{c}')}" if c == "cold_start_ms_max"
+               else f"{c} = {name}.{c} + excluded.{c}" for c, _ in sums]
+    return (f"INSERT INTO {name} ({', '.join(columns)}) {source} "
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(updates)}")
+
+
+def upserts(dialect: Dialect, *, arrays: dict[str, str] | None = None) -> tuple[str, str]:
+    """(daily, hourly) upserts; see `upsert_sql`."""
+    return (upsert_sql(dialect, DAILY, DAILY_KEY, DAILY_SUMS, arrays=arrays),
+            upsert_sql(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, arrays=arrays))
+
+
+def rollup_rows(entries: list[LedgerEntry]) -> tuple[list[tuple], list[tuple]]:
+    """The rollups' increments for newly stored entries: (daily rows, hourly rows), each sorted by
+    key so that concurrent writers lock rollup rows in the same order (no deadlock)."""
+    daily: dict[tuple, list] = {}
+    hourly: dict[tuple, list] = {}
+    for e in entries:
+        u = e.usage
+        cold = u.cold_start_ms
+        waited = (1, cold, cold) if cold is not None else (0, 0.0, 0.0)
+        day = int(u.time // DAY) * DAY
+        key = (u.team_id, day, u.model, u.key_id, u.user_id or "", u.dialect, u.status, u.error_status or 0, u.adapter,
+               e.input_price_micros, e.output_price_micros)
+        _add(daily, key, (1, u.prompt_tokens, u.completion_tokens, u.compute_tokens,
+                          max(u.compute_tokens, u.completion_tokens), e.cost_micros, *waited))
+        _add(hourly, (u.team_id, int(u.time // HOUR) * HOUR, u.model),
+             (1, u.prompt_tokens, u.completion_tokens, u.compute_tokens, e.cost_micros, int(u.error_status == 429),
+              *waited))
+    return ([(*k, *v) for k, v in sorted(daily.items())], [(*k, *v) for k, v in sorted(hourly.items())])
+
+
+def _add(groups: dict[tuple, list], key: tuple, values: tuple) -> None:
+    current = groups.get(key)
+    if current is None:
+        groups[key] = list(values)
+        return
+    for i in range(len(values) - 1):
+        current[i] += values[i]
+    current[-1] = max(current[-1], values[-1])  # cold_start_ms_max

@@ -1,0 +1,72 @@
+"""The little that differs between the SQL dialects the usage stores speak, and numbered parameters
+(so a query's text can be assembled in any order)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class Dialect:
+    name = ""
+
+    def mark(self, n: int) -> str:
+        raise NotImplementedError
+
+    def floor_div(self, expr: str, size: int) -> str:
+        """floor(expr / size) as an integer, exactly: the division rounds, so a time a hair before a
+        bucket's edge can come out as the edge; the correction puts it back, as Python's `//` would."""
+        raise NotImplementedError
+
+    def greatest(self, a: str, b: str) -> str:
+        raise NotImplementedError
+
+    def one_of(self, column: str, values: Sequence[str], params: Params) -> str:
+        raise NotImplementedError
+
+
+class SqliteDialect(Dialect):
+    name = "sqlite"
+
+    def mark(self, n: int) -> str:
+        return f"?{n}"
+
+    def floor_div(self, expr: str, size: int) -> str:
+        # SQLite's floor() exists only when it was built with its math functions; truncation is floor
+        # for the non-negative values bucketed here (times after 1970-01-02)
+        quotient = f"CAST(({expr}) / {size} AS INTEGER)"
+        return f"({quotient} - (({expr}) < {quotient} * {size}))"
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"max({a}, {b})"
+
+    def one_of(self, column: str, values: Sequence[str], params: Params) -> str:
+        return f"{column} IN ({', '.join(params(v) for v in values)})"
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+
+    def mark(self, n: int) -> str:
+        return f"${n}"
+
+    def floor_div(self, expr: str, size: int) -> str:
+        quotient = f"floor(({expr}) / {size})"
+        return f"({quotient}::bigint - (({expr}) < {quotient} * {size})::int)"
+
+    def greatest(self, a: str, b: str) -> str:
+        return f"GREATEST({a}, {b})"
+
+    def one_of(self, column: str, values: Sequence[str], params: Params) -> str:
+        return f"{column} = ANY({params(list(values))}::text[])"
+
+
+class Params:
+    """The values bound to one statement: `params(value)` appends it and returns its placeholder."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.values: list = []
+
+    def __call__(self, value) -> str:
+        self.values.append(value)
+        return self.dialect.mark(len(self.values))

@@ -1,0 +1,76 @@
+"""What every dashboard request needs: its session (cookie), its signed-in key and scope, and its posted
+form once the CSRF token matched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request
+from litestar.datastructures import Cookie
+
+from auth.service import AuthService
+from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
+from gateway.dashboard.scope import Scope, key_is_live, resolve
+from gateway.dashboard.sessions import COOKIE, LIFETIME_SECONDS, Session, SessionStore
+
+BASE = "/dashboard"
+MAX_FORM_BYTES = 8192
+FORM = "application/x-www-form-urlencoded"
+
+
+class Forbidden(SluiceError):
+    status, type, code = 403, "permission_error", "forbidden"
+
+
+def cookie(request: Request, session: Session | None) -> Cookie:
+    secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+    if session is None:
+        return Cookie(key=COOKIE, value="", path=BASE, max_age=0, httponly=True, samesite="lax", secure=secure)
+    return Cookie(key=COOKIE, value=session.id, path=BASE, max_age=int(LIFETIME_SECONDS), httponly=True,
+                  samesite="lax", secure=secure)
+
+
+def current_session(request: Request, sessions: SessionStore) -> Session | None:
+    return sessions.get(request.cookies.get(COOKIE))
+
+
+async def posted_form(request: Request, session: Session | None) -> dict[str, Any]:
+    """The posted form, once its CSRF token matched the session's."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != FORM:
+        raise UnsupportedMediaType(f"Dashboard forms are sent as {FORM}.")
+    length = request.headers.get("content-length") or "0"
+    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+        raise PayloadTooLarge(f"A dashboard form holds at most {MAX_FORM_BYTES} bytes.")
+    try:
+        form = await request.form()
+    except Exception as exc:  # the parser's own errors: nothing of ours went wrong
+        raise BadRequest(f"This form could not be read ({type(exc).__name__}).") from exc
+    token = form.get("csrf")
+    if session is None or not isinstance(token, str) or not session.csrf_matches(token):
+        raise Forbidden("This form has expired or did not come from this dashboard; reload the page and retry.")
+    return dict(form)
+
+
+async def signed_in(request: Request, sessions: SessionStore, auth: AuthService) -> Session | None:
+    """The signed-in session whose key is still live; a revoked or expired key ends its sessions."""
+    session = current_session(request, sessions)
+    if session is None or not session.signed_in:
+        return None
+    if not key_is_live(await auth.store.get_key(session.key_id)):
+        sessions.end_key(session.key_id)
+        return None
+    return session
+
+
+class NotSignedIn(Exception):
+    """A page asked for without a live signed-in session: the router answers with the sign-in page."""
+
+
+async def signed_in_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+    """The session and the scope of `?team_id=`; NotSignedIn without a live session."""
+    session = await signed_in(request, sessions, auth)
+    if session is None:
+        raise NotSignedIn
+    key = await auth.store.get_key(session.key_id)
+    return session, await resolve(auth, key, request.query_params.get("team_id") or None)

@@ -1,0 +1,77 @@
+"""How the dashboard's templates show numbers: counts with separators, money from micro-units, times in
+the view's zone, and the series as table rows (every chart has a table)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.template import TemplateConfig
+
+from billing.insights.overview import Series
+from billing.timebuckets import zone
+from billing.usage import micros_to_decimal
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+class SeriesRow(msgspec.Struct):
+    label: str
+    requests: int
+    tokens: int
+    cost_micros: int
+    rate_limited: int
+    cold_starts: int
+
+
+def count(value: int) -> str:
+    return f"{value:,}"
+
+
+def money(micros: int) -> str:
+    return f"${micros_to_decimal(micros)}"
+
+
+def ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f} ms"
+
+
+def when(unix: float, tz: str) -> str:
+    return datetime.fromtimestamp(unix, zone(tz)).strftime("%Y-%m-%d %H:%M")
+
+
+def series_rows(series: Series) -> list[SeriesRow]:
+    """One row per bucket, summed over the models."""
+    rows = []
+    for i, bucket in enumerate(series.buckets):
+        models = series.by_model
+        rows.append(SeriesRow(bucket.label, sum(m.requests[i] for m in models),
+                              sum(m.prompt_tokens[i] + m.completion_tokens[i] for m in models),
+                              sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.cold_starts[i]))
+    return rows
+
+
+def chart_data(series: Series) -> dict:
+    """What the tokens chart draws: per model, the tokens of the models before it plus its own (a stack)."""
+    stacked, below = [], [0] * len(series.buckets)
+    for m in series.by_model:
+        below = [b + p + c for b, p, c in zip(below, m.prompt_tokens, m.completion_tokens, strict=True)]
+        stacked.append({"model": m.model, "tokens": below})
+    return {"x": [b.start for b in series.buckets], "stacked": stacked}
+
+
+def request_value(view, name: str) -> str:
+    """The first value of a view parameter, for a form field."""
+    return next((v for k, v in view.params if k == name), "")
+
+
+def _register(engine: JinjaTemplateEngine) -> None:
+    env = engine.engine
+    env.filters.update(count=count, money=money, ms=ms, when=when)
+    env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data)
+
+
+def template_config() -> TemplateConfig:
+    return TemplateConfig(directory=TEMPLATES, engine=JinjaTemplateEngine, engine_callback=_register)

@@ -1,0 +1,177 @@
+"""The dashboard's pages under /dashboard: sign in and out, the overview of a team, the admin's ranking.
+
+The pages authenticate by the dashboard session (gateway/dashboard/sessions.py), not by a bearer key, so
+they opt out of the API-key middleware (`opt=PUBLIC`). Every page reads through the auth and billing
+services only. Errors are pages: a `SluiceError` renders error.html with its status; a bad key at sign-in
+is a message on the sign-in page.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from litestar import Request, Response, Router, get, post
+from litestar.di import Provide
+from litestar.response import Redirect, Stream, Template
+from litestar.static_files import create_static_files_router
+
+from auth.errors import AuthError
+from auth.http import client_address
+from auth.middleware import PUBLIC, auth_service
+from auth.service import AuthService
+from billing.exports.csv import records_csv
+from billing.insights.month import month_to_date
+from billing.insights.overview import overview
+from billing.insights.ranking import team_ranking
+from billing.insights.requests import page
+from billing.ledger import Ledger
+from billing.params import parse_cursor
+from common.errors import SluiceError
+from gateway.dashboard.access import (
+    BASE,
+    Forbidden,
+    NotSignedIn,
+    cookie,
+    current_session,
+    posted_form,
+    signed_in_scope,
+)
+from gateway.dashboard.filters import RANGES, View, read_view
+from gateway.dashboard.keys import KEY_HANDLERS
+from gateway.dashboard.scope import Scope
+from gateway.dashboard.sessions import Session, SessionStore
+
+STATIC = Path(__file__).parent / "static"
+MAX_KEY_CHARS = 512
+REQUESTS_PAGE = 50
+MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
+
+
+def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200) -> Template:
+    return Template("login.html.j2", context={"csrf": session.csrf, "message": message}, status_code=status,
+                    cookies=[cookie(request, session)])
+
+
+@get("/", opt=PUBLIC)
+async def home() -> Redirect:
+    return Redirect(f"{BASE}/overview")
+
+
+@get("/login", opt=PUBLIC)
+async def login_form(request: Request, sessions: SessionStore) -> Template:
+    session = current_session(request, sessions) or sessions.start()
+    return _login_page(request, session)
+
+
+@post("/login", opt=PUBLIC, status_code=303)
+async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
+    session = current_session(request, sessions)
+    form = await posted_form(request, session)
+    key = form.get("api_key")
+    key = key.strip() if isinstance(key, str) else ""
+    if not key:
+        return _login_page(request, session, "Enter an API key.", 400)
+    if len(key) > MAX_KEY_CHARS:
+        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400)
+    try:
+        principal = await auth.authenticate(f"Bearer {key}", None, client_address(request))
+    except AuthError as exc:
+        return _login_page(request, session, exc.message, exc.status)
+    sessions.end(session.id)  # a new id once signed in: a planted cookie never becomes a signed-in one
+    signed = sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
+    return Redirect(f"{BASE}/overview", status_code=303, cookies=[cookie(request, signed)])
+
+
+@post("/logout", opt=PUBLIC, status_code=303)
+async def logout(request: Request, sessions: SessionStore) -> Response:
+    session = current_session(request, sessions)
+    await posted_form(request, session)
+    sessions.end(session.id)
+    return Redirect(f"{BASE}/login", status_code=303, cookies=[cookie(request, None)])
+
+
+async def _labels(auth: AuthService, key_ids: list[str], user_ids: list[str]) -> dict[str, str]:
+    """Names for the ids of the breakdowns (the ledger keeps ids; revoked keys keep their names)."""
+    labels = {}
+    for key_id in key_ids[:MAX_LABELS]:
+        key = await auth.store.get_key(key_id)
+        if key is not None:
+            labels[key_id] = key.name
+    for user_id in user_ids[:MAX_LABELS]:
+        user = await auth.store.get_user(user_id)
+        if user is not None:
+            labels[user_id] = user.name
+    return labels
+
+
+def _page(name: str, session: Session, scope: Scope, view: View, **context) -> Template:
+    """A page of a team's view: the bar (team switcher, sign-out form) and the filter form need these."""
+    return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
+                                                "ranges": RANGES, **context})
+
+
+@get("/overview", opt=PUBLIC)
+async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    session, scope = await signed_in_scope(request, sessions, auth)
+    view = read_view(request.query_params, scope.team.id)
+    result = await overview(ledger.store, view.selection, view.granularity, view.tz)
+    team = await auth.store.get_team(scope.team.id)
+    budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
+    month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
+    labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
+    # htmx swaps the page's <main> in place
+    return _page("overview", session, scope, view, o=result, month=month, labels=labels)
+
+
+@get("/teams", opt=PUBLIC)
+async def teams_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    session, scope = await signed_in_scope(request, sessions, auth)
+    if not scope.is_admin:
+        raise Forbidden("The ranking across teams needs the admin key.")
+    view = read_view(request.query_params, None)
+    names = {t.id: t.name for t in scope.teams}
+    ranking = await team_ranking(ledger.store, view.selection)
+    return _page("teams", session, scope, view, ranking=ranking, names=names)
+
+
+@get("/requests", opt=PUBLIC)
+async def requests_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    """The latest requests of the view, newest first, a page at a time (metadata only: the ledger holds no text)."""
+    session, scope = await signed_in_scope(request, sessions, auth)
+    view = read_view(request.query_params, scope.team.id)
+    result = await page(ledger.store, view.selection, REQUESTS_PAGE,
+                        parse_cursor(request.query_params, newest_first=True), newest_first=True)
+    return _page("requests", session, scope, view, entries=[e.flat() for e in result.entries],
+                 next_cursor=result.next_cursor)
+
+
+@get("/export.csv", opt=PUBLIC)
+async def export_csv(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    """Every record of exactly the view on screen (team, range, filters), as the usage API's CSV."""
+    _, scope = await signed_in_scope(request, sessions, auth)
+    view = read_view(request.query_params, scope.team.id)
+    return Stream(records_csv(ledger.store, view.selection, newest_first=True), media_type="text/csv",
+                  headers={"content-disposition": f'attachment; filename="usage-{scope.team.id}.csv"'})
+
+
+def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
+    return Redirect(f"{BASE}/login")
+
+
+def _error_page(request: Request, exc: SluiceError) -> Template:
+    return Template("error.html.j2", context={"status": exc.status, "message": exc.message}, status_code=exc.status)
+
+
+def static_router() -> Router:
+    """The dashboard's CSS and the vendored browser libraries (no CDN: it works without internet)."""
+    return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static")
+
+
+def dashboard_router() -> Router:
+    sessions = SessionStore()  # one per app: the sessions of this gateway process
+    return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
+                                                  teams_page, *KEY_HANDLERS],
+                  dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
+                                "auth": Provide(auth_service, sync_to_thread=False)},
+                  exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first})

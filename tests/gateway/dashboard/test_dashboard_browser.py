@@ -1,0 +1,281 @@
+"""Issue 14 in Chromium: sign in and out, a bad key, revocation, the team switcher and scope, the overview's
+tiles against the usage API, filters that survive a reload, CSRF, the admin's ranking. Screenshots of every
+page are saved (tests/artifacts/dashboard/)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+
+from billing.usage import micros_to_decimal
+from tests.billing.factory import usage
+from tests.gateway.dashboard.conftest import ADMIN_KEY
+
+pytestmark = pytest.mark.slow
+HOUR = 3600.0
+
+
+async def seed(gateway) -> dict:
+    """Two teams; alice owns Acme and is a member of Beta; Beta has a service key; usage in both."""
+    acme = (await gateway.admin("POST", "/admin/teams", name="Acme"))["id"]
+    beta = (await gateway.admin("POST", "/admin/teams", name="Beta"))["id"]
+    alice = (await gateway.admin("POST", "/admin/users", name="alice"))["id"]
+    await gateway.admin("PUT", f"/admin/teams/{acme}/members/{alice}", role="owner")
+    await gateway.admin("PUT", f"/admin/teams/{beta}/members/{alice}", role="member")
+    alice_key = await gateway.admin("POST", "/admin/keys", name="alice laptop", team_id=acme, user_id=alice)
+    beta_key = await gateway.admin("POST", "/admin/keys", name="beta service", team_id=beta)
+    now = time.time()
+    records = [usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="small", time=now - HOUR,
+                     prompt_tokens=1000 + i, completion_tokens=100, compute_tokens=100) for i in range(3)]
+    records += [usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="big", time=now - 2 * 24 * HOUR,
+                      prompt_tokens=5000, completion_tokens=700, compute_tokens=700, latency_ms=250.0),
+                usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="small", time=now - 3 * HOUR,
+                      status="error", error_code="upstream_failed", error_status=502, completion_tokens=0),
+                usage(team_id=beta, key_id=beta_key["id"], model="small", time=now - HOUR, prompt_tokens=42,
+                      completion_tokens=7, compute_tokens=7),
+                usage(team_id="someone-else", key_id="k-x", model="small", time=now - HOUR, prompt_tokens=9_999)]
+    for record in records:
+        await gateway.ledger.record(record)
+    await gateway.ledger.flush(10)
+    return {"acme": acme, "beta": beta, "alice_key": alice_key, "beta_key": beta_key}
+
+
+async def sign_in(page, gateway, key: str) -> None:
+    await page.goto(f"{gateway.url}/dashboard/login")
+    await page.fill("#api_key", key)
+    await page.click("button[type=submit]")
+
+
+async def tiles(page) -> dict[str, str]:
+    found = {}
+    for tile in await page.query_selector_all("[data-tile]"):
+        found[await tile.get_attribute("data-tile")] = (await tile.inner_text()).strip()
+    return found
+
+
+async def api_totals(gateway, key: str, params: dict, team: str | None = None) -> dict:
+    headers = {"authorization": f"Bearer {key}", **({"x-team-id": team} if team else {})}
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        response = await client.get("/v1/usage", params={**params, "group_by": "none"}, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()["totals"]
+
+
+def expected_tiles(totals: dict) -> dict[str, str]:
+    return {"requests": f"{totals['requests']:,}", "prompt_tokens": f"{totals['prompt_tokens']:,}",
+            "completion_tokens": f"{totals['completion_tokens']:,}",
+            "cost": f"${micros_to_decimal(totals['cost_micros'])}"}
+
+
+def view_params(page) -> dict:
+    """The page URL's parameters, the window as the usage API reads it."""
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+async def test_sign_in_overview_equals_the_usage_api_and_sign_out(gateway, page, artifacts):
+    data = await seed(gateway)
+    await page.goto(f"{gateway.url}/dashboard/overview")
+    assert page.url.endswith("/dashboard/login")
+    await page.screenshot(path=artifacts / "login.png", full_page=True)
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    assert "/dashboard/overview" in page.url
+    await page.screenshot(path=artifacts / "overview-acme.png", full_page=True)
+    shown = await tiles(page)
+    # 90 days holds every record; the page's 7-day default holds the same ones
+    totals = await api_totals(gateway, data["alice_key"]["key"], {"start": "2000-01-01"})
+    assert totals["requests"] == 5 and totals["prompt_tokens"] == 3003 + 5000 + 10
+    assert {k: shown[k] for k in expected_tiles(totals)} == expected_tiles(totals)
+    assert shown["error_rate"] == "20.00 %"
+    # the month's tiles: the budget counts prompt + compute tokens since the UTC month began, as the limiter
+    await gateway.admin("PATCH", f"/admin/teams/{data['acme']}", limits={"monthly_token_budget": 100_000})
+    await page.reload()
+    month_start = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    month = await api_totals(gateway, data["alice_key"]["key"], {"start": month_start.isoformat()})
+    used = month["prompt_tokens"] + month["compute_tokens"]
+    assert (await tiles(page))["budget"].startswith(f"{used:,} / 100,000 ({used / 1000:.0f} %")
+    assert (await tiles(page))["month_cost"] == f"${micros_to_decimal(month['cost_micros'])}"
+    by_model = await page.inner_text("table[data-breakdown=model] tbody")
+    assert "big" in by_model and "small" in by_model
+    assert await page.inner_text("table[data-breakdown=key] tbody th") == f"alice laptop {data['alice_key']['id']}"
+    assert (await page.inner_text("table[data-breakdown=user] tbody th")).startswith("alice ")
+    cookie = next(c for c in await page.context.cookies() if c["name"] == "sluice_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/dashboard"
+    await page.click("#sign-out")
+    assert page.url.endswith("/dashboard/login")
+    await page.goto(f"{gateway.url}/dashboard/overview")
+    assert page.url.endswith("/dashboard/login")
+
+
+async def test_a_bad_key_is_a_message_on_the_page(gateway, page, artifacts):
+    await seed(gateway)
+    responses = []
+    page.on("response", lambda r: responses.append(r.status) if r.request.method == "POST" else None)
+    await sign_in(page, gateway, "sk-sluice-000000000000-" + "a" * 32)
+    assert (await page.inner_text("#login-message")) == "Invalid API key."
+    assert responses == [401]
+    await page.screenshot(path=artifacts / "login-bad-key.png", full_page=True)
+
+
+async def test_the_team_switcher_changes_the_numbers_and_filters_survive_a_reload(gateway, page, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    await sign_in(page, gateway, key)
+    options = await page.eval_on_selector_all("#team-switch option", "els => els.map(e => e.textContent)")
+    assert options == ["Acme (owner)", "Beta (member)"]
+    await page.select_option("#team-switch", data["beta"])
+    await page.wait_for_url(f"**team_id={data['beta']}**")
+    beta = await api_totals(gateway, key, {"start": "2000-01-01"}, team=data["beta"])
+    assert beta["requests"] == 1
+    shown = await tiles(page)
+    assert {k: shown[k] for k in expected_tiles(beta)} == expected_tiles(beta)
+    await page.screenshot(path=artifacts / "overview-beta.png", full_page=True)
+
+    await page.select_option("#team-switch", data["acme"])
+    await page.wait_for_url(f"**team_id={data['acme']}**")
+    await page.select_option("#range", "30d")
+    await page.fill("#model", "big")
+    await page.click("#apply")
+    await page.wait_for_url("**model=big**")
+    params = view_params(page)
+    assert params["range"] == "30d" and params["model"] == "big" and params["team_id"] == data["acme"]
+    big = await api_totals(gateway, key, {"start": "2000-01-01", "model": "big"})
+    assert big["requests"] == 1
+    assert {k: (await tiles(page))[k] for k in expected_tiles(big)} == expected_tiles(big)
+    await page.reload()
+    assert await page.input_value("#model") == "big" and await page.input_value("#range") == "30d"
+    assert {k: (await tiles(page))[k] for k in expected_tiles(big)} == expected_tiles(big)
+    await page.screenshot(path=artifacts / "overview-filtered.png", full_page=True)
+
+
+async def test_a_member_reaches_no_other_team_and_forms_need_the_csrf_token(gateway, page, artifacts):
+    data = await seed(gateway)
+    await sign_in(page, gateway, data["beta_key"]["key"])  # a service key: its own team only
+    assert await page.eval_on_selector_all("#team-switch option", "els => els.length") == 1
+    response = await page.goto(f"{gateway.url}/dashboard/overview?team_id={data['acme']}")
+    assert response.status == 404
+    await page.screenshot(path=artifacts / "other-team-404.png", full_page=True)
+    response = await page.goto(f"{gateway.url}/dashboard/teams")
+    assert response.status == 403
+    # a form posted without this session's token (another site's form) changes nothing
+    cookies = {c["name"]: c["value"] for c in await page.context.cookies()}
+    async with httpx.AsyncClient(base_url=gateway.url, cookies=cookies) as client:
+        forged = await client.post("/dashboard/logout", data={"csrf": "forged"})
+        assert forged.status_code == 403
+        assert (await client.get("/dashboard/overview")).status_code == 200  # still signed in
+        assert (await client.post("/dashboard/login", data={"api_key": ADMIN_KEY})).status_code == 403
+
+
+async def test_revoking_the_key_ends_its_sessions(gateway, page):
+    data = await seed(gateway)
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    assert "/dashboard/overview" in page.url
+    await gateway.admin("DELETE", f"/admin/keys/{data['alice_key']['id']}")
+    await page.reload()
+    assert page.url.endswith("/dashboard/login")
+
+
+async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifacts):
+    data = await seed(gateway)
+    await sign_in(page, gateway, ADMIN_KEY)
+    options = await page.eval_on_selector_all("#team-switch option", "els => els.map(e => e.value)")
+    assert {data["acme"], data["beta"]} <= set(options)
+    await page.click("text=All teams")
+    await page.wait_for_url("**/dashboard/teams**")
+    rows = await page.eval_on_selector_all(
+        "table[data-ranking] tbody tr", "rows => rows.map(r => [r.cells[1].innerText, Number(r.cells[2].innerText)])")
+    assert rows == [["Acme", 5], ["someone-else", 1], ["Beta", 1]]  # by cost, then requests
+    await page.screenshot(path=artifacts / "teams.png", full_page=True)
+
+
+async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gateway, page, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    await sign_in(page, gateway, key)
+    # the chart is drawn (uPlot's canvas) from the same buckets as the table under it
+    await page.wait_for_selector("[data-chart=tokens] canvas")
+    chart = await page.eval_on_selector("[data-chart-data=tokens]", "e => JSON.parse(e.textContent)")
+    table_tokens = await page.eval_on_selector_all(
+        "table[data-series] tbody tr", "rows => rows.map(r => Number(r.cells[2].innerText.replaceAll(',', '')))")
+    assert chart["stacked"][-1]["tokens"] == table_tokens and sum(table_tokens) == 3013 + 300 + 5700
+
+    await page.click("nav >> text=Requests")
+    await page.wait_for_url("**/dashboard/requests**")
+    await page.screenshot(path=artifacts / "requests.png", full_page=True)
+    shown = await page.eval_on_selector_all("table[data-requests] tbody tr", "rows => rows.map(r => r.cells[10].innerText)")
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        api = await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
+                               headers={"authorization": f"Bearer {key}"})
+    assert shown == [r["request_id"] for r in api.json()["data"]] and len(shown) == 5  # newest first, same order
+
+    async with page.expect_download() as download_info:
+        await page.click("#export-csv")
+    download = await download_info.value
+    path = artifacts / "view.csv"
+    await download.save_as(path)
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    ids = [line.split(",")[header.index("request_id")] for line in lines[1:]]
+    assert ids == shown
+
+
+async def test_the_overview_is_usable_375_px_wide(gateway, page, artifacts):
+    data = await seed(gateway)
+    await page.set_viewport_size({"width": 375, "height": 800})
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    await page.wait_for_selector("[data-chart=tokens] canvas")
+    overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    await page.screenshot(path=artifacts / "overview-375px.png", full_page=True)
+    await page.keyboard.press("Tab")  # the first stop is a link of the bar, outlined
+    assert await page.evaluate("document.activeElement.tagName") == "A"
+
+
+async def api_status(gateway, key: str) -> int:
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        return (await client.get("/v1/usage", headers={"authorization": f"Bearer {key}"})).status_code
+
+
+async def test_an_owner_creates_rotates_and_revokes_keys_from_the_page(gateway, page, artifacts):
+    data = await seed(gateway)
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    await page.click("nav >> text=Keys")
+    await page.wait_for_url("**/dashboard/keys**")
+    await page.fill("#key-name", "ci runner")
+    await page.click("#create-key")
+    created = (await page.inner_text("#new-key")).strip()
+    assert created.startswith("sk-sluice-") and await api_status(gateway, created) == 200
+    await page.screenshot(path=artifacts / "keys-created.png", full_page=True)
+
+    row = page.locator("tr", has_text="ci runner")
+    await row.locator("input[name=grace_seconds]").fill("0")
+    await row.locator("[data-action=rotate]").click()
+    rotated = (await page.inner_text("#new-key")).strip()
+    assert rotated != created and await api_status(gateway, rotated) == 200
+    assert await api_status(gateway, created) == 401  # no grace: the old key is done
+
+    await page.goto(f"{gateway.url}/dashboard/keys?team_id={data['acme']}")
+    new_id = rotated.split("-")[2]
+    await page.locator(f"tr[data-key-id='{new_id}'] [data-action=revoke]").click()
+    await page.wait_for_url("**/dashboard/keys**")
+    assert "revoked" in await page.inner_text(f"tr[data-key-id='{new_id}']")
+    assert await api_status(gateway, rotated) == 401
+    await page.screenshot(path=artifacts / "keys.png", full_page=True)
+
+
+async def test_a_member_cannot_manage_keys_nor_touch_another_teams(gateway, page):
+    data = await seed(gateway)
+    await sign_in(page, gateway, data["alice_key"]["key"])
+    await page.goto(f"{gateway.url}/dashboard/overview?team_id={data['beta']}")
+    assert await page.locator("nav >> text=Keys").count() == 0  # alice is a member of Beta
+    csrf = await page.get_attribute("#sign-out-form input[name=csrf]", "value")
+    assert (await page.goto(f"{gateway.url}/dashboard/keys?team_id={data['beta']}")).status == 403
+    beta_key = data["beta_key"]["id"]
+    for team, status in ((data["beta"], 403), (data["acme"], 404)):  # a member; an owner of another team
+        response = await page.request.post(f"{gateway.url}/dashboard/keys/{beta_key}/revoke?team_id={team}",
+                                           form={"csrf": csrf}, max_redirects=0)
+        assert response.status == status
+    assert await api_status(gateway, data["beta_key"]["key"]) == 200

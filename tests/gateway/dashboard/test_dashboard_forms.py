@@ -1,0 +1,45 @@
+"""The dashboard's forms refuse what is not a form of this session, never with a 500: a missing or forged
+CSRF token, another content type, an oversized or undecodable body, an empty or absurd key."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from gateway.dashboard.access import MAX_FORM_BYTES
+
+FORM = "application/x-www-form-urlencoded"
+
+
+async def signed_out_session(client: httpx.AsyncClient) -> str:
+    page = await client.get("/dashboard/login")
+    assert page.status_code == 200 and "sluice_session" in client.cookies
+    return re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+
+
+@pytest.mark.parametrize("body, content_type, status, words", [
+    (b'{"api_key": "x"}', "application/json", 415, "application/x-www-form-urlencoded"),
+    (b"api_key=x", FORM, 403, "reload the page"),  # no token
+    (b"csrf=forged&api_key=x", FORM, 403, "reload the page"),
+    (b"csrf=TOKEN&api_key=" + b"x" * MAX_FORM_BYTES, FORM, 413, "at most"),
+    (b"csrf=TOKEN&api_key=", FORM, 400, "Enter an API key"),
+    (b"csrf=TOKEN&api_key=" + b"k" * 600, FORM, 400, "at most 512 characters"),
+    (b"csrf=TOKEN&api_key=\xff\xfe%FF", FORM, 401, "Invalid API key"),
+])
+async def test_bad_sign_in_forms_get_a_clear_page(gateway, body, content_type, status, words):
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        token = await signed_out_session(client)
+        response = await client.post("/dashboard/login", content=body.replace(b"TOKEN", token.encode()),
+                                     headers={"content-type": content_type})
+        assert response.status_code == status, response.text[:500]
+        assert words in response.text
+        assert (await client.get("/dashboard/overview", follow_redirects=False)).status_code == 302  # not signed in
+
+
+async def test_a_form_without_any_session_is_refused(gateway):
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        for path in ("/dashboard/login", "/dashboard/logout"):
+            response = await client.post(path, data={"csrf": "x", "api_key": "y"})
+            assert response.status_code == 403 and "reload the page" in response.text
