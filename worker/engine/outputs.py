@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from worker.engine.sequence import RequestState, Sequence
-from common.protocol import Event, Finish, SamplingParams, Token, TopLogprob
+from common.protocol import Event, Finish, SamplingParams, Token, ToolCall, TopLogprob
 
 
 class StepEvents:
@@ -53,6 +53,13 @@ def with_pieces(pairs: Iterable[tuple[int, float]], tokenizer) -> list[TopLogpro
 
 
 def finish_event(row: Sequence, index: int) -> Finish:
-    return Finish(index=index, reason=row.finish or "length", text=row.text, token_ids=list(row.output_ids),
+    reason = row.finish or "length"
+    calls = [] if row.call_parser is None else [ToolCall(c.id, c.name, c.arguments) for c in row.call_parser.calls]
+    if calls and reason in _ENDED_WELL and not row.call_parser.open:
+        reason = "tool_calls"
+    return Finish(index=index, reason=reason, text=row.text, token_ids=list(row.output_ids),
                   seed=row.seed, matched_stop=row.matched_stop, cumulative_logprob=row.cumulative_logprob,
-                  incomplete=row.incomplete)
+                  incomplete=row.incomplete, tool_calls=calls)
+
+
+_ENDED_WELL = ("eos_token", "stop_token", "stop_sequence")  # with calls made, these end as "tool_calls"
