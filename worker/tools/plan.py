@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from worker.decoding.grammar import GrammarError
+from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.tools.calls import CallParser
 from worker.tools.errors import ToolError
 from worker.tools.grammar import arguments_grammar, tools_constraint
@@ -71,6 +71,8 @@ def plan_tools(request: GenerateRequest, tokenizer, min_new: int, compile_gramma
     constraint = tools_constraint(spec, syntax, {name: grammars[name] for name in callable_names})
     try:
         grammar = compile_grammar(constraint)
+    except GrammarBusy:
+        raise  # not the request's fault: prepare tells the client to retry
     except GrammarError as exc:
         raise ToolError(f"cannot build the grammar of the tools: {exc}", "tools") from None
     return ToolPlan(syntax, tuple(callable_names), spec.choice != "auto", grammar)
