@@ -20,15 +20,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
-FinishReason = Literal["length", "eos_token", "stop_sequence", "stop_token", "cancelled", "error"]
+FinishReason = Literal["length", "eos_token", "stop_sequence", "stop_token", "cancelled", "error", "tool_calls"]
 BeamSearchType = Literal["DETERMINISTIC", "NAIVE_SAMPLING", "STOCHASTIC"]
-ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf"]
+# structural_tag: an xgrammar structural tag (JSON text); the worker builds these for tool calls
+ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf", "structural_tag"]
 # timeout: the request's own deadline passed (not retried); unauthorized: the caller lacks the worker secret
 ErrorKind = Literal["validation", "not_found", "overloaded", "too_long", "unavailable", "internal", "timeout",
                     "unauthorized"]
 LOGPROB_FLOOR = -9999.0
 WORKER_SECRET_HEADER = "x-sluice-worker-secret"  # the secret a gateway shares with its workers (worker/secret.py)
 WORKER_SECRET_ENV = "SLUICE_WORKER_SECRET"
+ToolChoiceMode = Literal["none", "auto", "required", "function"]
 
 
 def floored_logprob(value: float) -> float:
@@ -67,6 +69,33 @@ class Watermark(msgspec.Struct, frozen=True):
 
     gamma: float = 0.5
     delta: float = 2.0
+
+
+class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
+    """A function the model may call (OpenAI `tools[i].function`, TGI `FunctionDefinition`)."""
+
+    name: str  # the dialect checks ^[A-Za-z0-9_-]{1,64}$ and uniqueness; the worker re-checks both
+    description: str | None = None
+    parameters: dict | None = None  # JSON schema of the arguments; None = any JSON object
+
+
+class ToolSpec(msgspec.Struct, kw_only=True):
+    """Chat tool calling: the functions on offer and how the model must choose (worker/tools/README.md).
+
+    choice "none": no tools in the prompt, no calls; "auto": text or calls, the model decides;
+    "required": one call or more; "function": calls of `function` only. Calls are generated under
+    the grammar of the parameter schemas, so their arguments always parse and validate.
+
+    Earlier tool turns travel in `GenerateRequest.messages` in OpenAI's shapes, with or without tools:
+    {"role": "assistant", "content": str | None, "tool_calls": [{"id", "type": "function",
+    "function": {"name", "arguments": "<JSON text>"}}]} and {"role": "tool", "tool_call_id", "content"}.
+    """
+
+    functions: list[FunctionTool]
+    choice: ToolChoiceMode = "auto"
+    function: str | None = None  # the forced function's name when choice == "function"
+    parallel_calls: bool = True  # OpenAI parallel_tool_calls: more than one call per reply
+    prompt: str | None = None  # TGI tool_prompt; None = TGI's default text (templates without a tools slot)
 
 
 class SamplingParams(msgspec.Struct, kw_only=True):
@@ -150,6 +179,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     stream: bool = False  # the client streams the answer (the worker refuses it where it cannot, e.g. beams)
     tenant: str = ""  # who pays (the gateway's team id): the worker shares grammar compiles fairly among tenants
     adapter: AdapterRef | None = None  # LoRA adapter applied to this request's rows; None = the base model
+    tools: ToolSpec | None = None  # chat tool calling (needs messages)
 
 
 class TopLogprob(msgspec.Struct, array_like=True):
@@ -196,7 +226,8 @@ class Accepted(msgspec.Struct, tag="accepted"):
 
 
 class Token(msgspec.Struct, tag="token"):
-    """One generated token of choice `index` (with its text delta, possibly empty)."""
+    """One generated token of choice `index` (with its text delta, possibly empty; with tools, the content
+    delta only: text that belongs to a call comes as ToolCallDelta events)."""
 
     index: int
     token_id: int
@@ -216,8 +247,31 @@ class Token(msgspec.Struct, tag="token"):
         finite_list(self.logits, "logits")
 
 
+class ToolCall(msgspec.Struct):
+    """A complete (or, when the output was cut, partial) tool call of a finished choice."""
+
+    id: str  # "call_" + 24 hex digits, unique per call
+    name: str
+    arguments: str  # JSON text, valid against the function's parameters unless the choice was cut
+
+
+class ToolCallDelta(msgspec.Struct, tag="tool_call"):
+    """A piece of tool call `call` (0, 1, ... within choice `index`), in generation order: the first
+    piece of a call carries its `id` and `name`; `arguments` fragments concatenate to the call's JSON text."""
+
+    index: int
+    call: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
 class Finish(msgspec.Struct, tag="finish"):
-    """Choice `index` is complete; carries the whole result so non-streamed replies need no replay."""
+    """Choice `index` is complete; carries the whole result so non-streamed replies need no replay.
+
+    With tools, `text` is the content only (text outside the calls, as the Token events carry it) and
+    `tool_calls` the calls; `reason` is "tool_calls" when calls were made and the output ended normally.
+    """
 
     index: int
     reason: FinishReason
@@ -228,6 +282,7 @@ class Finish(msgspec.Struct, tag="finish"):
     cumulative_logprob: float = 0.0
     score: float | None = None  # length-normalised beam score
     incomplete: bool = False  # structured output cut before the grammar accepted
+    tool_calls: list[ToolCall] = []
 
     def __post_init__(self) -> None:
         finite(self.cumulative_logprob, "cumulative_logprob")  # a sum of floored logprobs
@@ -250,7 +305,7 @@ class Error(msgspec.Struct, tag="error"):
     field: str | None = None
 
 
-Event = Accepted | Token | Finish | Done | Error
+Event = Accepted | Token | ToolCallDelta | Finish | Done | Error
 
 
 class WorkerLoad(msgspec.Struct):

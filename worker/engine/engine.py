@@ -246,7 +246,8 @@ class Engine:
                                 next_input=prepared.prompt_ids[-1],
                                 detokenizer=IncrementalDetokenizer(self.tokenizer, prepared.prompt_ids,
                                                                    params.skip_special_tokens),
-                                stopper=StopMatcher(params.stop))
+                                stopper=StopMatcher(params.stop),
+                                call_parser=prepared.tools.parser(candidate) if prepared.tools else None)
             state.sequences.append(sequence)
             self.rows.append(sequence)
             self.batch.add(RowSpec(row_params(params), prepared.prompt_ids, seed, prepared.eos_token_ids,
@@ -358,6 +359,9 @@ class Engine:
             delta += tail + ("" if matched else row.stopper.flush())
             if matched is not None:
                 ended = ("stop_sequence", matched)
+        calls = []
+        if row.call_parser is not None:  # text inside a tool call leaves the content
+            delta, calls = row.call_parser.push(delta, final=ended is not None)
         row.text += delta
         if ended is not None:
             row.finish, row.matched_stop = ended
@@ -366,6 +370,8 @@ class Engine:
         if state.streams_tokens:
             params = state.prepared.request.params
             events.add(state, token_event(row, token, delta, choice, i, out, params, self.tokenizer))
+            for call in calls:
+                events.add(state, call)
             if row.finish:
                 events.add(state, finish_event(row, row.candidate))
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import structlog
 
 from worker.engine.sequence import RequestState, Sequence
-from common.protocol import Accepted, Error, Event, Finish, PromptToken, SamplingParams, Token, TopLogprob
+from common.protocol import Accepted, Error, Event, Finish, PromptToken, SamplingParams, Token, ToolCall, TopLogprob
 
 log = structlog.get_logger(__name__)
 
@@ -66,9 +66,16 @@ def with_pieces(pairs: Iterable[tuple[int, float]], tokenizer) -> list[TopLogpro
 
 
 def finish_event(row: Sequence, index: int) -> Finish:
-    return Finish(index=index, reason=row.finish or "length", text=row.text, token_ids=list(row.output_ids),
+    reason = row.finish or "length"
+    calls = [] if row.call_parser is None else [ToolCall(c.id, c.name, c.arguments) for c in row.call_parser.calls]
+    if calls and reason in _ENDED_WELL and not row.call_parser.open:
+        reason = "tool_calls"
+    return Finish(index=index, reason=reason, text=row.text, token_ids=list(row.output_ids),
                   seed=row.seed, matched_stop=row.matched_stop, cumulative_logprob=row.cumulative_logprob,
-                  incomplete=row.incomplete)
+                  incomplete=row.incomplete, tool_calls=calls)
+
+
+_ENDED_WELL = ("eos_token", "stop_token", "stop_sequence")  # with calls made, these end as "tool_calls"
 
 
 def failure_event(state: RequestState) -> Error:

@@ -6,6 +6,7 @@ queued, so a bad request is answered at once and never occupies a row.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.engine.beam_rules import validate_beams
 from worker.engine.prepare_errors import RequestError
 from worker.engine.validate import normalise_params, validate_params
+from worker.tools import ToolError, ToolPlan, check_tools, plan_tools, render_chat
 from common.protocol import GenerateRequest, SamplingParams
 
 __all__ = ["PreparedRequest", "RequestError", "prepare"]
@@ -34,6 +36,7 @@ class PreparedRequest:
     bad_word_ids: list[list[int]]
     grammar: object = None  # worker.decoding.grammar.Grammar when the request is constrained
     validation_s: float = 0.0  # how long prepare() took
+    tools: ToolPlan | None = None  # when the model may call tools (its grammar is `grammar`)
 
 
 def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[int]:
@@ -45,8 +48,9 @@ def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[in
         return ids
     if request.messages is not None:
         try:
-            rendered = tokenizer.apply_chat_template(request.messages, tokenize=False,
-                                                     add_generation_prompt=request.add_generation_prompt)
+            rendered = render_chat(tokenizer, request.messages, request.tools, request.add_generation_prompt)
+        except ToolError:
+            raise
         except Exception as exc:  # jinja errors on malformed messages are the client's problem
             raise RequestError(f"cannot apply the chat template: {exc}", "messages") from exc
         return tokenizer(rendered, add_special_tokens=False).input_ids
@@ -128,7 +132,11 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
     validate_params(params)
     validate_beams(request)
     normalise_params(params)
-    ids = _prompt_ids(request, tokenizer, vocab_size)
+    try:
+        check_tools(request)
+        ids = _prompt_ids(request, tokenizer, vocab_size)
+    except ToolError as exc:
+        raise RequestError(exc.message, exc.field) from None
     if params.truncate is not None and params.truncate < len(ids):
         ids = ids[len(ids) - params.truncate:]
     if not ids:
@@ -149,9 +157,21 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
             raise RequestError(f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})", field)
     eos = [] if params.ignore_eos else sorted(set(model_eos) | set(params.eos_token_ids))
     bad_word_ids = tokenize_bad_words(tokenizer, params.bad_words)
-    grammar = _grammar(params, min_new, compile_grammar, request.tenant)  # last: the only step that can be slow
-    return PreparedRequest(request, ids, embeds, max_new, min_new, candidates, params.n,
-                           _seeds(params, candidates), eos, bad_word_ids, grammar)
+    tools = _tools(request, tokenizer, min_new, compile_grammar)  # last: grammars are the only slow step
+    grammar = tools.grammar if tools else _grammar(params, min_new, compile_grammar, request.tenant)
+    return PreparedRequest(request, ids, embeds, max_new, min_new, candidates, params.n, _seeds(params, candidates),
+                           eos, bad_word_ids, grammar, tools=tools)
+
+
+def _tools(request: GenerateRequest, tokenizer, min_new: int, compile_grammar) -> ToolPlan | None:
+    if request.tools is None or compile_grammar is None:
+        return None
+    try:
+        return plan_tools(request, tokenizer, min_new, functools.partial(compile_grammar, tenant=request.tenant))
+    except GrammarBusy as exc:
+        raise RequestError(str(exc), "tools", kind="overloaded") from None
+    except ToolError as exc:
+        raise RequestError(exc.message, exc.field) from None
 
 
 def _grammar(params: SamplingParams, min_new: int, compile_grammar, tenant: str):

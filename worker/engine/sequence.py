@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.stops import StopMatcher
 from worker.engine.prepare import PreparedRequest
+from worker.tools import CallParser
 from common.protocol import Event, FinishReason
 
 
@@ -27,6 +28,7 @@ class Sequence:
     finish: FinishReason | None = None
     matched_stop: str | int | None = None
     incomplete: bool = False  # a constrained output that ended before its grammar accepted
+    call_parser: CallParser | None = None  # splits the text into content and tool calls when tools may be called
 
 
 @dataclass

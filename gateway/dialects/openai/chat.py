@@ -4,7 +4,7 @@
 `id, object, created, model, system_fingerprint, usage, choices[{index, message{role, content},
 finish_reason, logprobs}]` (the strictest clients, Speakeasy and text-generation, need all of them).
 Streams: a role delta per choice first, content deltas, an empty-delta finish chunk per choice, the
-usage chunk when `stream_options.include_usage`, then `[DONE]`.
+usage chunk when `stream_options.include_usage`, then `[DONE]`. Tool calling: `tools.py`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
+from gateway.dialects.openai.tools import delta_call, history_calls, message_calls, tool_spec
 from gateway.errors import ValidationFailed
-from common.protocol import Done, Event, Finish, GenerateRequest, Token
+from common.protocol import Done, Event, Finish, GenerateRequest, Token, ToolCallDelta
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOP_LOGPROBS = 20
@@ -33,6 +34,7 @@ class ChatBody(OpenAIRequest, kw_only=True):
     tools: list | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
+    tool_prompt: str | None = None  # TGI: the text that introduces the tools (templates without a tools slot)
     functions: list | None = None
     function_call: str | dict | None = None
     chat_template_kwargs: dict | None = None
@@ -66,19 +68,25 @@ def normalise_messages(messages) -> list[dict]:
         check(isinstance(message, dict), f"messages[{index}] must be an object", "messages")
         role = message.get("role")
         check(role in ROLES, f"messages[{index}].role must be one of {', '.join(ROLES)}", "messages")
-        check(not message.get("tool_calls"), "tool calls are not supported yet", "messages")
-        result.append({"role": "system" if role == "developer" else role,
-                       "content": text_of(message.get("content"), index)})
+        turn = {"role": "system" if role == "developer" else role, "content": text_of(message.get("content"), index)}
+        if message.get("tool_calls") is not None:
+            check(role == "assistant", f"messages[{index}]: only assistant turns carry tool_calls", "messages")
+            turn["tool_calls"] = history_calls(message["tool_calls"], index)
+            if message.get("content") is None:
+                turn["content"] = None
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            check(isinstance(call_id, str) and call_id != "",
+                  f"messages[{index}]: a tool turn needs tool_call_id (the id of the call it answers)", "messages")
+            turn["tool_call_id"] = call_id
+        result.append(turn)
     return result
 
 
-def refuse_tools(body: ChatBody) -> None:
-    if body.tools or body.functions:
-        raise ValidationFailed("tool calling (tools/functions) is not supported yet", param="tools",
-                               code="tools_not_supported")
-    check(body.tool_choice in (None, "none", "auto"), "tool_choice needs tools, which are not supported yet",
-          "tool_choice")
-    check(body.function_call in (None, "none", "auto"), "function_call is not supported yet", "function_call")
+def refuse_unsupported(body: ChatBody) -> None:
+    if body.functions is not None or body.function_call is not None:
+        raise ValidationFailed("functions and function_call are deprecated and not supported: use tools and "
+                               "tool_choice", param="functions", code="functions_not_supported")
     check(body.chat_template_kwargs is None, "chat_template_kwargs is not supported yet", "chat_template_kwargs")
 
 
@@ -88,7 +96,8 @@ class OpenAIChat(OpenAIFamily):
         body = convert(payload, ChatBody)
         check(bool(body.model), "model is required", "model")
         messages = normalise_messages(body.messages)
-        refuse_tools(body)
+        refuse_unsupported(body)
+        tools = tool_spec(body.tools, body.tool_choice, body.parallel_tool_calls, body.tool_prompt)
         check(body.max_tokens is None or body.max_completion_tokens is None,
               "max_tokens and max_completion_tokens are mutually exclusive", "max_completion_tokens")
         if body.max_completion_tokens is not None:
@@ -101,14 +110,15 @@ class OpenAIChat(OpenAIFamily):
         params = sampling_params(body, default_max_tokens=None, max_temperature=None if self.friendli else 2.0,
                                  logprobs=logprobs)
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
-                                  deadline_unix=deadline(body.timeout_microseconds), stream=bool(body.stream))
+                                  deadline_unix=deadline(body.timeout_microseconds), stream=bool(body.stream),
+                                  tools=tools)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Parsed(body.model, [request], bool(body.stream),
                       ChatOptions(include_usage, logprobs is not None, params.n))
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         options: ChatOptions = parsed.options
-        choices = [{"index": c.finish.index, "message": {"role": "assistant", "content": c.finish.text},
+        choices = [{"index": c.finish.index, "message": chat_message(c.finish),
                     "finish_reason": FINISH[c.finish.reason],
                     "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **incomplete(c.finish)}
                    for c in results[0].ordered()]
@@ -130,6 +140,9 @@ class OpenAIChat(OpenAIFamily):
                 yield sse({**head, "choices": [{"index": event.index, "delta": {"content": event.text},
                                                 "finish_reason": None,
                                                 "logprobs": chat_logprobs([event]) if options.logprobs else None}]})
+            elif isinstance(event, ToolCallDelta):
+                yield sse({**head, "choices": [{"index": event.index, "delta": {"tool_calls": [delta_call(event)]},
+                                                "finish_reason": None, "logprobs": None}]})
             elif isinstance(event, Finish):
                 yield sse({**head, "choices": [{"index": event.index, "delta": {},
                                                 "finish_reason": FINISH[event.reason], "logprobs": None,
@@ -138,6 +151,12 @@ class OpenAIChat(OpenAIFamily):
                 dones.append(event)
         for chunk in stream_end(head, dones, options.include_usage):
             yield chunk
+
+
+def chat_message(finish: Finish) -> dict:
+    if not finish.tool_calls:
+        return {"role": "assistant", "content": finish.text}
+    return {"role": "assistant", "content": finish.text or None, "tool_calls": message_calls(finish.tool_calls)}
 
 
 def _entry(text: str, logprob: float | None) -> dict:

@@ -20,7 +20,7 @@ from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_pa
 from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
-          "cancelled": "stop", "error": "stop"}
+          "cancelled": "stop", "error": "stop", "tool_calls": "tool_calls"}
 MAX_LOGPROBS = 20
 DEFAULT_MODEL = "default"  # resolved by the router to the first served model
 

@@ -241,9 +241,8 @@ def test_chat_accepts_friendli_client_nulls_and_tool_choice_auto():
     ({"messages": ["hi"]}, "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"functions": [{"name": "f"}]}, "tools"),
+    ({"functions": [{"name": "f"}]}, "functions"),
     ({"top_logprobs": 3}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens"),
@@ -255,7 +254,7 @@ def test_chat_validation_names_the_field(extra, param):
     assert refused({"model": M, "messages": USER, **extra}, CHAT) == param
 
 
-def test_tools_refusal_is_clear():
+def test_deprecated_functions_refusal_is_clear():
     with pytest.raises(ValidationFailed) as info:
-        CHAT.parse({"model": M, "messages": USER, "tools": [{"type": "function"}]}, "/v1/chat/completions")
-    assert "not supported yet" in info.value.message and info.value.status == 422
+        CHAT.parse({"model": M, "messages": USER, "functions": [{"name": "f"}]}, "/v1/chat/completions")
+    assert "use tools" in info.value.message and info.value.status == 422

@@ -161,6 +161,8 @@ class GrammarCompiler:
             if not value.strip():
                 raise GrammarError("the EBNF grammar is empty")
             return self._xgr.compile_grammar(value)
+        if kind == "structural_tag":  # built by the worker for tool calls (worker/tools/grammar.py)
+            return self._xgr.compile_structural_tag(value)
         raise GrammarError(f"unknown constraint kind {kind!r}")
 
     def close(self) -> None:
@@ -171,7 +173,8 @@ class GrammarCompiler:
             self._ready.notify_all()
 
 
-_NAMES = {"json_schema": "JSON schema", "json_object": "JSON object grammar", "regex": "regex", "ebnf": "EBNF grammar"}
+_NAMES = {"json_schema": "JSON schema", "json_object": "JSON object grammar", "regex": "regex", "ebnf": "EBNF grammar",
+          "structural_tag": "structural tag"}
 
 
 def _clean(exc: Exception) -> str:

@@ -1,0 +1,174 @@
+"""Tool calling through `sluice serve` with the real `openai` SDK and huggingface_hub's `chat_completion`.
+
+20 prompts x every tool_choice, streamed and not: every call parses and validates against its function's
+schema, named choices call only that function, required ones call at least one, none never calls; the
+streamed pieces rebuild a call the way the SDK's users do. A conversation continues with tool results;
+usage is counted as for any chat; bad tools are a 422 the SDK raises, naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from tests.fixtures.sluice import MODEL
+from tests.worker.tools.helpers import CHOICES, FLIGHTS, HISTORY, PROMPTS, SCHEMAS, WEATHER
+
+pytestmark = pytest.mark.slow
+TOOLS = [{"type": "function", "function": {"name": f.name, "description": f.description, "parameters": f.parameters}}
+         for f in (WEATHER, FLIGHTS)]
+NAMES = {t["function"]["name"] for t in TOOLS}
+SHORT_PROMPT = {"tool_prompt": "You can call these tools:\n"}  # TGI's field; its default text is long for CPU tests
+
+
+def tool_choice(choice: str, number: int):
+    if choice != "function":
+        return choice
+    return {"type": "function", "function": {"name": TOOLS[number % len(TOOLS)]["function"]["name"]}}
+
+
+@pytest.fixture(scope="module")
+def client(running_sluice):
+    return openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key, max_retries=0)
+
+
+async def _ask(client: openai.AsyncOpenAI, choice: str, number: int, stream: bool) -> dict:
+    """One request; the reply as {content, calls, finish_reason, usage}, rebuilt from the chunks when streamed."""
+    arguments = dict(model=MODEL, messages=[{"role": "user", "content": PROMPTS[number]}], tools=TOOLS,
+                     tool_choice=tool_choice(choice, number), parallel_tool_calls=number % 2 == 0, temperature=0,
+                     max_tokens=32, extra_body=SHORT_PROMPT)
+    if not stream:
+        reply = await client.chat.completions.create(**arguments)
+        message = reply.choices[0].message
+        calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                 for c in message.tool_calls or []]
+        return {"content": message.content or "", "calls": calls, "finish_reason": reply.choices[0].finish_reason,
+                "usage": reply.usage}
+    chunks = await client.chat.completions.create(**arguments, stream=True, stream_options={"include_usage": True})
+    content, calls, finish_reason, usage = "", {}, None, None
+    async for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice_delta in chunk.choices:
+            delta = choice_delta.delta
+            content += delta.content or ""
+            for piece in delta.tool_calls or []:
+                if piece.id is not None:
+                    assert piece.type == "function" and piece.index not in calls
+                    calls[piece.index] = {"id": piece.id, "name": piece.function.name, "arguments": ""}
+                calls[piece.index]["arguments"] += piece.function.arguments or ""
+            finish_reason = choice_delta.finish_reason or finish_reason
+    return {"content": content, "calls": [calls[i] for i in sorted(calls)], "finish_reason": finish_reason,
+            "usage": usage}
+
+
+@pytest.fixture(scope="module", params=CHOICES)
+def answers(request, running_sluice):
+    """(choice, {(prompt number, streamed): reply}) for every prompt, streamed and not, sent at once."""
+    async def run():
+        async with openai.AsyncOpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key,
+                                      max_retries=0, timeout=600) as client:
+            keys = [(n, s) for n in range(len(PROMPTS)) for s in (True, False)]
+            replies = await asyncio.gather(*(_ask(client, request.param, n, s) for n, s in keys))
+            return dict(zip(keys, replies))
+    return request.param, asyncio.run(run())
+
+
+def test_calls_validate_and_follow_the_choice(answers):
+    choice, replies = answers
+    for (number, _), reply in replies.items():
+        allowed = {tool_choice(choice, number)["function"]["name"]} if choice == "function" else NAMES
+        cut = reply["finish_reason"] == "length"
+        for index, call in enumerate(reply["calls"]):
+            assert call["name"] in allowed and call["id"].startswith("call_")
+            if cut and index == len(reply["calls"]) - 1:
+                continue  # max_tokens may cut the last call
+            jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+        if choice == "none":
+            assert not reply["calls"] and reply["finish_reason"] in ("stop", "length")
+        if choice in ("required", "function"):
+            assert reply["calls"] and reply["content"] == "", reply
+        if number % 2:
+            assert len(reply["calls"]) <= 1
+        if reply["calls"] and not cut:
+            assert reply["finish_reason"] == "tool_calls"
+
+
+def test_streamed_and_whole_replies_agree(answers):
+    _, replies = answers
+    for number in range(len(PROMPTS)):
+        streamed, whole = replies[(number, True)], replies[(number, False)]
+        assert [(c["name"], c["arguments"]) for c in streamed["calls"]] == \
+            [(c["name"], c["arguments"]) for c in whole["calls"]]
+        assert (streamed["content"], streamed["finish_reason"]) == (whole["content"], whole["finish_reason"])
+        assert streamed["usage"].model_dump() == whole["usage"].model_dump()
+
+
+def test_usage_counts_the_rendered_tools_as_prompt_tokens(client):
+    plain = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}],
+                                           max_tokens=4, temperature=0)
+    tooled = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}],
+                                            tools=TOOLS, tool_choice="required", max_tokens=32, temperature=0)
+    assert tooled.usage.prompt_tokens > plain.usage.prompt_tokens + 50  # the tool definitions
+    assert tooled.usage.total_tokens == tooled.usage.prompt_tokens + tooled.usage.completion_tokens
+
+
+def test_conversation_continues_with_tool_results(client):
+    reply = client.chat.completions.create(model=MODEL, messages=HISTORY, tools=TOOLS, tool_choice="none",
+                                           max_tokens=24, temperature=0)
+    assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls
+    # the SDK's own message objects go back into the history as they came out
+    first = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}],
+                                           tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                                           max_tokens=32, temperature=0)
+    message = first.choices[0].message
+    follow = client.chat.completions.create(
+        model=MODEL, temperature=0, max_tokens=16, tools=TOOLS,
+        messages=[{"role": "user", "content": PROMPTS[0]}, message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "18 C, sunny"}])
+    assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert follow.usage.prompt_tokens > first.usage.prompt_tokens
+
+
+@pytest.mark.parametrize(("tools", "choice", "param"), [
+    ([TOOLS[0], TOOLS[0]], "auto", "tools[1].function.name"),
+    ([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}], "auto",
+     "tools[0].function.parameters"),
+    (TOOLS, {"type": "function", "function": {"name": "nope"}}, "tool_choice"),
+])
+def test_bad_tools_are_a_422_naming_the_field(client, tools, choice, param):
+    with pytest.raises(openai.UnprocessableEntityError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], tools=tools,
+                                       tool_choice=choice)
+    assert info.value.body["param"] == param
+
+
+def test_a_schema_the_worker_cannot_enforce_is_a_422(client):
+    # valid JSON schema, but a keyword the grammar cannot enforce: the worker's refusal names the field
+    tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}}}}
+    with pytest.raises(openai.UnprocessableEntityError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], tools=[tool],
+                                       tool_choice="required", max_tokens=8)
+    assert info.value.body["param"] == "tools[0].function.parameters"
+
+
+def test_hf_hub_chat_completion_tools(running_sluice):
+    from huggingface_hub import InferenceClient
+    client = InferenceClient(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key)
+    reply = client.chat_completion(messages=[{"role": "user", "content": PROMPTS[0]}], tools=TOOLS,
+                                   tool_choice="required", max_tokens=32, temperature=0, tool_prompt="Tools:\n")
+    call = reply.choices[0].message.tool_calls[0]
+    arguments = call.function.arguments  # huggingface_hub parses the JSON text into an object when it can
+    arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+    jsonschema.validate(arguments, SCHEMAS[call.function.name])
+    assert reply.choices[0].finish_reason in ("tool_calls", "length")  # parallel calls may run to max_tokens
+    streamed = "".join(piece.function.arguments or ""
+                       for chunk in client.chat_completion(messages=[{"role": "user", "content": PROMPTS[0]}],
+                                                           tools=TOOLS, tool_choice="required", max_tokens=32,
+                                                           temperature=0, tool_prompt="Tools:\n", stream=True)
+                       for piece in chunk.choices[0].delta.tool_calls or [] if piece.index == 0)
+    assert json.loads(streamed) == arguments

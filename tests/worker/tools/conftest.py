@@ -1,0 +1,25 @@
+"""A real SmolLM2 engine and its worker app, shared by the tool-calling tests of a module."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.worker.conftest import running_engine
+from tests.worker.tools.helpers import serving
+from common.protocol import ModelInfo
+from worker.server import create_worker_app
+
+
+@pytest.fixture(scope="module")
+def tools_engine(smol):
+    with running_engine(smol, "tools-test", max_batch_size=16, max_context=1024) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def worker_url(tools_engine):
+    """The worker's HTTP API over the shared engine, served by uvicorn (concurrent requests share the batch)."""
+    info = ModelInfo(model_id="smol", model_dtype="float32", device="cpu", quantization="none", max_context=1024,
+                     max_rows=16, vocab_size=tools_engine.vocab_size, eos_token_ids=tools_engine.model_eos)
+    with serving(create_worker_app(tools_engine, info)) as url:
+        yield url

@@ -1,0 +1,59 @@
+"""The grammar of a reply with tools, as one xgrammar structural tag.
+
+Each callable function is a tag: its head (`{"name": "<name>", "arguments": `, in the call syntax) is
+literal text, its content the grammar of the function's parameter schema (compact JSON, as for
+json_schema constraints), its end the fixed tail. "required" and a named function allow only calls
+(`tags_with_separator`, at least one); "auto" allows free text in which the trigger starts a call
+(`triggered_tags`). Without parallel calls, generation ends after the first call.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import xgrammar as xgr
+
+from worker.decoding.grammar.compiler import _clean
+from worker.decoding.grammar.schema_check import SchemaError, parse_schema
+from worker.tools.errors import ToolError
+from worker.tools.syntax import CallSyntax
+from common.protocol import Constraint, FunctionTool, ToolSpec
+
+NO_PARAMETERS = {"type": "object", "properties": {}}  # OpenAI: no `parameters` means an empty list
+
+
+@functools.lru_cache(maxsize=512)
+def _arguments_grammar(schema_text: str) -> str:
+    """EBNF of one parameters schema; SchemaError or RuntimeError (xgrammar) when it cannot be enforced."""
+    schema = json.dumps(parse_schema(schema_text))
+    try:  # strict closes unlisted properties, as compiler.py does for json_schema constraints
+        grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
+    except RuntimeError:  # some valid schemas contradict strict closing (e.g. minItems without items)
+        grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=False)
+    return str(grammar)
+
+
+def arguments_grammar(function: FunctionTool, index: int) -> str:
+    """The EBNF of `function`'s arguments; ToolError naming tools[index] when its schema cannot be enforced."""
+    parameters = NO_PARAMETERS if function.parameters is None else function.parameters
+    field = f"tools[{index}].function.parameters"
+    try:
+        return _arguments_grammar(json.dumps(parameters))
+    except SchemaError as exc:
+        raise ToolError(f"{field}: {exc}", field) from None
+    except RuntimeError as exc:
+        raise ToolError(f"{field}: invalid JSON schema: {_clean(exc)}", field) from None
+
+
+def tools_constraint(spec: ToolSpec, syntax: CallSyntax, grammars: dict[str, str]) -> Constraint:
+    """The structural tag for `spec` over the callable functions' argument grammars (name -> EBNF)."""
+    tags = [{"type": "tag", "begin": syntax.head(name), "content": {"type": "grammar", "grammar": grammar},
+             "end": syntax.tail} for name, grammar in grammars.items()]
+    if spec.choice == "auto":
+        form = {"type": "triggered_tags", "triggers": [syntax.trigger], "tags": tags,
+                "stop_after_first": not spec.parallel_calls}
+    else:
+        form = {"type": "tags_with_separator", "tags": tags, "separator": syntax.separator, "at_least_one": True,
+                "stop_after_first": not spec.parallel_calls}
+    return Constraint("structural_tag", json.dumps({"type": "structural_tag", "format": form}))
