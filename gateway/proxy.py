@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import httpx
 import msgspec
 
+from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
     DeadlineExceeded,
     NotFound,
@@ -24,7 +25,6 @@ from gateway.errors import (
     ValidationFailed,
 )
 from gateway.routing.pool import ModelPool
-from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
