@@ -16,6 +16,7 @@ from common.errors import (
 )
 
 log = structlog.get_logger("gateway")
+UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
 __all__ = ["BadRequest", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded",
            "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnsupportedMediaType",
@@ -39,9 +40,10 @@ class QuotaExceeded(RateLimited):
 
 
 class Overloaded(SluiceError):
-    """The model's workers cannot take the request now (queue full)."""
+    """The model's workers cannot take the request now (queue full): a slot frees within a step or two."""
 
     status, type, code = 429, "overloaded_error", "overloaded"
+    retry_after_s = 1.0
 
 
 class DeadlineExceeded(SluiceError):
@@ -61,6 +63,7 @@ class DeadlineExceeded(SluiceError):
 
 class Unavailable(SluiceError):
     status, type, code = 503, "service_unavailable", "no_ready_worker"
+    retry_after_s = UNREADY_RETRY_S
 
 
 class UpstreamFailed(SluiceError):

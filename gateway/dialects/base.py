@@ -68,7 +68,7 @@ class Dialect:
     def error_response(self, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
         status, body = self.error_body(error)
         return Response(_encoder.encode(body), status_code=status, media_type="application/json",
-                         headers={**error.headers, **(headers or {})})
+                         headers={**error.response_headers(), **(headers or {})})
 
     def exception_handlers(self) -> ExceptionHandlersMap:
         def render(_: Request, exc: Exception) -> Response:

@@ -3,6 +3,9 @@ plays the protocol from a script (tests/fixtures/protocol_worker.py)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -12,6 +15,27 @@ from gateway.config import Settings
 from tests.fixtures.protocol_worker import MODEL, protocol_worker
 
 ADMIN_KEY = "gateway-tests-admin-key-0123456789abcdef"
+ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+async def new_key(client: AsyncTestClient, **fields) -> dict[str, str]:
+    """The headers of a new key of the default team (`fields`: limits, models...)."""
+    teams = (await client.get("/admin/teams", headers=ADMIN_HEADERS)).json()["data"]
+    team_id = next(team["id"] for team in teams if team["name"] == "default")
+    created = await client.post("/admin/keys", json={"name": "tests", "team_id": team_id, **fields},
+                                headers=ADMIN_HEADERS)
+    assert created.status_code == 201, created.text
+    return {"authorization": f"Bearer {created.json()['key']}"}
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[AsyncTestClient]:
+    """The app on `settings`, with `.key_headers` (a key of the default team) and `.admin_headers`.
+    Needs SLUICE_ADMIN_KEY=ADMIN_KEY in the environment (monkeypatch)."""
+    async with AsyncTestClient(app=create_app(settings, supervise=False), timeout=30) as client:
+        client.admin_headers = ADMIN_HEADERS
+        client.key_headers = await new_key(client)
+        yield client
 
 
 @pytest.fixture
@@ -21,18 +45,12 @@ def worker():
 
 
 @pytest.fixture
-async def gateway(worker, tmp_path, monkeypatch):
-    """An AsyncTestClient on the app, with `.key_headers` (a key of the default team) and `.admin_headers`."""
+def gateway_settings(worker, tmp_path, monkeypatch) -> Settings:
     monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
-    settings = Settings(data_dir=str(tmp_path), models=[ModelConfig(name=MODEL, urls=[worker.url])])
-    app = create_app(settings, supervise=False)
-    async with AsyncTestClient(app=app, timeout=30) as client:
-        client.admin_headers = {"authorization": f"Bearer {ADMIN_KEY}"}
-        teams = (await client.get("/admin/teams", headers=client.admin_headers)).json()["data"]
-        team_id = next(team["id"] for team in teams if team["name"] == "default")
-        created = await client.post("/admin/keys", json={"name": "tests", "team_id": team_id},
-                                    headers=client.admin_headers)
-        assert created.status_code == 201, created.text
-        client.key_headers = {"authorization": f"Bearer {created.json()['key']}"}
-        client.app_under_test = app
+    return Settings(data_dir=str(tmp_path), models=[ModelConfig(name=MODEL, urls=[worker.url])])
+
+
+@pytest.fixture
+async def gateway(gateway_settings):
+    async with serving(gateway_settings) as client:
         yield client

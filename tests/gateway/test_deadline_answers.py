@@ -10,25 +10,16 @@ import pytest
 
 from common.protocol import Error
 from tests.fixtures.protocol_worker import MODEL, Reply, tokens
+from tests.gateway.generation_bodies import BODIES, body
 
 TIMEOUT = Error(kind="timeout", message="the request's deadline passed before it finished")
-BODIES = {  # path: body (streamed when the route streams)
-    "/v1/completions": {"model": MODEL, "prompt": "Hi", "timeout_microseconds": 10_000_000},
-    "/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]},
-    "/serverless/v1/completions": {"model": MODEL, "prompt": "Hi"},
-    "/generate": {"text": "Hi"},
-    "/v1/generate": {"model": MODEL, "prompt": "Hi"},
-    "/generate_stream": {"inputs": "Hi"},
-    "/v1/completions/generate": {"inputs": "Hi"},
-}
 
 
 @pytest.mark.parametrize("path", list(BODIES))
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_deadline_missed_before_any_token_is_408_not_retried(gateway, worker, path, stream):
     worker.replies = [Reply([TIMEOUT])]  # inside a 200 stream, as the engine reports a request it never started
-    body = {**BODIES[path], **({"stream": True} if stream and path not in ("/generate_stream",) else {})}
-    response = await gateway.post(path, json=body, headers=gateway.key_headers)
+    response = await gateway.post(path, json=body(path, stream), headers=gateway.key_headers)
     assert response.status_code == 408, (path, response.status_code, response.text)
     assert response.headers["x-should-retry"] == "false"
     assert "deadline" in response.text
@@ -38,8 +29,7 @@ async def test_a_deadline_missed_before_any_token_is_408_not_retried(gateway, wo
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/generate", "/generate_stream"])
 async def test_a_deadline_missed_mid_stream_ends_the_stream_with_an_error(gateway, worker, path):
     worker.replies = [Reply([*tokens("one two three")[:3], TIMEOUT])]
-    body = {**BODIES[path], "stream": True} if path != "/generate_stream" else BODIES[path]
-    response = await gateway.post(path, json=body, headers=gateway.key_headers)
+    response = await gateway.post(path, json=body(path, stream=True), headers=gateway.key_headers)
     assert response.status_code == 200  # the tokens already went out
     payloads = [line.split(":", 1)[1].strip() for line in response.text.splitlines() if line.startswith("data:")]
     errors = [json.loads(p) for p in payloads if p != "[DONE]" and "error" in json.loads(p)]
