@@ -18,7 +18,7 @@ from common.errors import (
 log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
-__all__ = ["BadRequest", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded",
+__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded",
            "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnsupportedMediaType",
            "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
 
@@ -68,6 +68,12 @@ class Unavailable(SluiceError):
 
 class UpstreamFailed(SluiceError):
     status, type, code = 502, "upstream_error", "worker_failed"
+
+
+class GenerationFailed(UpstreamFailed):
+    """A choice ended by failing, not by a stop or a length (gateway.generation.honest)."""
+
+    code = "generation_failed"
 
 
 class Internal(SluiceError):

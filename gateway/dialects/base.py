@@ -44,6 +44,9 @@ class Dialect:
     name = "base"
     stream_media_type = "text/event-stream"
     model_optional = False  # True: a body that names no model is served by the first one (TGI, SGLang)
+    # True: its finish vocabulary says when a choice failed (SGLang's `abort`); else a failed choice fails
+    # the request (gateway.generation.honest)
+    reports_failed_choices = False
 
     def parse(self, payload: Any, route: str) -> Parsed:
         raise NotImplementedError

@@ -19,8 +19,8 @@ from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 
-FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
-          "cancelled": "stop", "error": "stop"}
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.generation.honest fails the request
+FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop"}
 MAX_LOGPROBS = 20
 DEFAULT_MODEL = "default"  # resolved by the router to the first served model
 

@@ -53,6 +53,7 @@ class Options:
 class SGLang(Dialect):
     name = "sglang"
     model_optional = True
+    reports_failed_choices = True  # finish_reason {"type": "abort", "message"}, as SGLang reports an aborted request
 
     def parse(self, payload, route: str) -> Parsed:
         try:
@@ -170,6 +171,8 @@ def finish_reason(finish: Finish, length: int) -> dict:
         return {"type": "stop", "matched": finish.matched_stop}
     if finish.reason == "eos_token":
         return {"type": "stop", "matched": finish.token_ids[-1] if finish.token_ids else None}
+    if finish.reason == "error":
+        return {"type": "abort", "message": "the structured-output grammar refused the model's next token"}
     return {"type": "abort", "message": f"the request ended: {finish.reason}"}
 
 
