@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Result
+from gateway.dialects import bounds
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
@@ -61,6 +62,7 @@ def text_of(content, index: int) -> str:
 def normalise_messages(messages) -> list[dict]:
     check(messages is not None, "messages is required", "messages")
     check(isinstance(messages, list) and len(messages) > 0, "messages must be a non-empty list", "messages")
+    bounds.at_most(messages, bounds.MAX_MESSAGES, "messages", "messages")
     result = []
     for index, message in enumerate(messages):
         check(isinstance(message, dict), f"messages[{index}] must be an object", "messages")

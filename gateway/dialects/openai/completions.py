@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
+from gateway.dialects import bounds
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.friendli.legacy import is_legacy, legacy_stream
 from gateway.dialects.openai.family import OpenAIFamily
@@ -92,6 +93,7 @@ class OpenAICompletions(OpenAIFamily):
             prompts = split_prompts(body.prompt)
         params = sampling_params(body, default_max_tokens=None if self.friendli else 16,
                                  max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
+        bounds.prompts(len(prompts), max(params.best_of or params.n, params.num_beams), "prompt")
         echo = bool(body.echo)
         # OpenAI's echo with logprobs scores the prompt too (how evaluation harnesses compute likelihoods)
         params.prompt_logprobs = echo and params.logprobs is not None

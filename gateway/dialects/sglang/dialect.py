@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.collect import Result
+from gateway.dialects import bounds
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.sglang.request import (
     BodyInvalid,
@@ -66,12 +67,14 @@ class SGLang(Dialect):
         refuse_unsupported(body)
         prompts, batched = prompts_of(body)
         count = len(prompts)
+        bounds.prompts(count, 1, next(k for k in ("text", "input_ids", "input_embeds") if getattr(body, k) is not None))
         raw = body.sampling_params
         per_prompt = raw if isinstance(raw, list) else [raw or SGLangSampling()] * count
         check(len(per_prompt) == count, f"sampling_params has {len(per_prompt)} entries for {count} prompts",
               "sampling_params")
         params = [sampling(s, body) for s in per_prompt]
         check(len({p.n for p in params}) == 1, "every prompt must use the same n", "sampling_params")
+        bounds.prompts(count, params[0].n, "sampling_params")
         rids = [body.rid] * count if isinstance(body.rid, str) or body.rid is None else body.rid
         check(len(rids) == count, f"rid has {len(rids)} entries for {count} prompts", "rid")
         requests = [GenerateRequest(request_id="", model=body.model or "", params=p, **prompt)
