@@ -18,13 +18,22 @@ from common.errors import (
 log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
-__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded",
-           "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnsupportedMediaType",
-           "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
+__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge",
+           "QuotaExceeded", "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnknownParameter",
+           "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
 
 
 class ValidationFailed(SluiceError):
     status, type, code = 422, "invalid_request_error", "invalid_value"
+
+
+class UnknownParameter(BadRequest):
+    """A body key the route does not know (OpenAI's own answer: 400, "Unrecognized request argument")."""
+
+    code = "unknown_parameter"
+
+    def __init__(self, name: str):
+        super().__init__(f"Unrecognized request argument supplied: {name}", param=name)
 
 
 class NotFound(SluiceError):

@@ -112,6 +112,15 @@ def convert(payload: Any, kind: type, what: str = "request body"):
         raise ValidationFailed(message, param=param) from exc
 
 
+def unknown_fields(payload: Any, kind: type[msgspec.Struct], tolerated: frozenset[str] = frozenset()) -> list[str]:
+    """The keys of a body object that `kind` does not declare and `tolerated` does not name, whose value is not
+    null (a null asks for nothing: clients that send every key they know, mostly null, stay welcome)."""
+    if not isinstance(payload, dict):
+        return []
+    return [key for key, value in payload.items()
+            if value is not None and key not in kind.__struct_fields__ and key not in tolerated]
+
+
 def incomplete(finish) -> dict:
     """`{"incomplete": true}` for a structured output cut before its grammar accepted, else nothing:
     merged into a finished choice so no dialect reports a silently invalid result."""

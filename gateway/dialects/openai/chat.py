@@ -87,6 +87,7 @@ def refuse_tools(body: ChatBody) -> None:
 class OpenAIChat(OpenAIFamily):
 
     def parse(self, payload, route: str) -> Parsed:
+        self.refuse_unknown(payload, ChatBody)
         body = convert(payload, ChatBody)
         check(bool(body.model), "model is required", "model")
         messages = normalise_messages(body.messages)

@@ -73,6 +73,7 @@ class OpenAICompletions(OpenAIFamily):
         self.legacy_header = legacy_header  # the route saw `X-API-Dialect: friendli-legacy`
 
     def parse(self, payload, route: str) -> Parsed:
+        self.refuse_unknown(payload, CompletionBody)
         body = convert(payload, CompletionBody)
         legacy = self.legacy_header or is_legacy(payload, None)
         # friendli-client 1.5 in container style names no model: it gets the default one (Friendli's

@@ -21,6 +21,7 @@ from gateway.dialects.sglang.request import (
     SGLangBody,
     SGLangSampling,
     prompts_of,
+    refuse_unknown_sampling,
     refuse_unsupported,
     sampling,
 )
@@ -63,6 +64,7 @@ class SGLang(Dialect):
             raise BodyInvalid(error.message, param=error.param) from error
 
     def _parse(self, payload) -> Parsed:
+        refuse_unknown_sampling(payload)
         body = convert(payload, SGLangBody)
         refuse_unsupported(body)
         prompts, batched = prompts_of(body)

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects import bounds
-from gateway.dialects.base import check
+from gateway.dialects.base import check, unknown_fields
 from gateway.errors import ValidationFailed
 from common.protocol import Constraint, SamplingParams
 
@@ -108,6 +108,15 @@ def prompts_of(body: SGLangBody) -> tuple[list[dict], bool]:
               for p in batch), "`input_embeds` must be [positions][hidden] numbers (or a list of those)",
           "input_embeds")
     return [{"input_embeds": p} for p in batch], batch is embeds
+
+
+def refuse_unknown_sampling(payload: Any) -> None:
+    """SGLang builds `SamplingParams(**sampling_params)`, so an unknown key there fails the request (a 500 in
+    SGLang itself, a 400 naming the key here); unknown top-level keys are ignored, as SGLang's dataclass does."""
+    raw = payload.get("sampling_params") if isinstance(payload, dict) else None
+    for entry in raw if isinstance(raw, list) else [raw]:
+        for name in unknown_fields(entry, SGLangSampling):
+            check(False, f"sampling_params got an unexpected keyword argument {name!r}", name)
 
 
 def _is_int(value) -> bool:
