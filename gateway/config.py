@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
 from common.protocol import ModelConfig
+
+LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -21,8 +24,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pricing_file: str = ""  # TOML pricing table, re-read on change
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     max_body_bytes: int = 4 * 1024 * 1024
+    # the longest one generation request may run once admitted (its worker reads included); its concurrency
+    # slot's lease is this plus LEASE_MARGIN_S, so a live request never loses its slot to the lease
+    request_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 840.0
     log_format: str = "json"  # "json" or "console"
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
+
+    @property
+    def concurrency_lease_s(self) -> float:
+        """How long an unsettled concurrency slot lives (a crashed gateway's slots come back after it)."""
+        return self.request_timeout_s + LEASE_MARGIN_S
 
     @property
     def data_path(self) -> Path:

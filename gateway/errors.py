@@ -19,7 +19,7 @@ log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
 __all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge",
-           "QuotaExceeded", "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnknownParameter",
+           "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError", "StoreUnavailable", "Unavailable", "UnknownParameter",
            "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
 
 
@@ -64,6 +64,18 @@ class DeadlineExceeded(SluiceError):
     """
 
     status, type, code = 408, "timeout", "deadline_exceeded"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("x-should-retry", "false")
+
+
+class RequestTimedOut(SluiceError):
+    """The request ran past the gateway's `request_timeout_s` (which keeps it inside its concurrency lease).
+
+    504, not retried (`x-should-retry: false`): the same request would run as long again."""
+
+    status, type, code = 504, "timeout", "request_timeout"
 
     def __init__(self, message: str, **kwargs):
         super().__init__(message, **kwargs)

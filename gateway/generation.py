@@ -9,6 +9,7 @@ generator's `finally`, so a client that disconnects is billed for what was gener
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -24,7 +25,7 @@ from auth import Principal
 from gateway.accounting import Accounting
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
-from gateway.errors import GenerationFailed, NotFound, SluiceError
+from gateway.errors import GenerationFailed, NotFound, RequestTimedOut, SluiceError
 from gateway.logs import request_id_of
 from gateway.proxy import stream_events
 from gateway.services import Services
@@ -71,6 +72,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             generate.model = parsed.model
         meta = Meta(request_id, int(time.time()), parsed.model)
         merged = honest(dialect, merge([stream_events(pool, r) for r in parsed.requests]))
+        merged = within(services.settings.request_timeout_s, merged)
         if parsed.stream:
             # a client that leaves before the stream starts never runs the generator: the request's
             # finalizer (gateway/logs.py) records it then, since finish runs exactly once
@@ -103,6 +105,25 @@ async def honest(dialect: Dialect, events: AsyncIterator[tuple[int, Event]]) -> 
             if isinstance(event, Finish) and event.reason in FAILED_FINISHES and not dialect.reports_failed_choices:
                 raise GenerationFailed(FAILED_FINISHES[event.reason].format(index=event.index))
             yield index, event
+    finally:
+        await events.aclose()
+
+
+async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """The events of a request that may run `seconds` in all (settings.request_timeout_s, from admission):
+    past that the workers are let go and RequestTimedOut is raised, before the concurrency lease expires."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(anext(events), max(deadline - loop.time(), 0.0))
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise RequestTimedOut(f"the request ran past this gateway's limit of {seconds:g} s "
+                                      "(request_timeout_s); ask for fewer tokens or split it") from None
+            yield item
     finally:
         await events.aclose()
 
