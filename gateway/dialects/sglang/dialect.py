@@ -69,7 +69,8 @@ class SGLang(Dialect):
         refuse_unsupported(body)
         prompts, batched = prompts_of(body)
         count = len(prompts)
-        bounds.prompts(count, 1, next(k for k in ("text", "input_ids", "input_embeds") if getattr(body, k) is not None))
+        given = next(k for k in ("text", "input_ids", "input_embeds") if getattr(body, k) is not None)
+        bounds.prompts(count, 1, given)
         raw = body.sampling_params
         per_prompt = raw if isinstance(raw, list) else [raw or SGLangSampling()] * count
         check(len(per_prompt) == count, f"sampling_params has {len(per_prompt)} entries for {count} prompts",
