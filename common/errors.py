@@ -18,7 +18,8 @@ class SluiceError(Exception):
     status = 500
     type = "internal_error"
     code: str | None = None
-    retry_after_s: float = 1.0  # the Retry-After of a 429 or 503 raised without one
+    # the Retry-After of a 429 or 503 raised without one; None: no wait can cure it (say x-should-retry: false)
+    retry_after_s: float | None = 1.0
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None):
@@ -32,7 +33,8 @@ class SluiceError(Exception):
     def response_headers(self) -> dict[str, str]:
         """Its headers as answered: a 429 or a 503 always carries Retry-After, so a client knows when to
         come back (SDKs honour it) instead of retrying at once or giving up."""
-        if self.status in RETRY_STATUSES and not any(name.lower() == "retry-after" for name in self.headers):
+        if self.status in RETRY_STATUSES and self.retry_after_s is not None \
+                and not any(name.lower() == "retry-after" for name in self.headers):
             return {**self.headers, **retry_after_header(self.retry_after_s)}
         return self.headers
 

@@ -18,9 +18,10 @@ from common.errors import (
 log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
-__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge",
-           "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError", "StoreUnavailable", "Unavailable", "UnknownParameter",
-           "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
+__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NeverFits", "NotFound", "Overloaded",
+           "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError", "StoreUnavailable",
+           "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed",
+           "as_sluice_error"]
 
 
 class ValidationFailed(SluiceError):
@@ -42,6 +43,17 @@ class NotFound(SluiceError):
 
 class RateLimited(SluiceError):
     status, type, code = 429, "rate_limit_exceeded", "rate_limit_exceeded"
+
+
+class NeverFits(RateLimited):
+    """The request alone exceeds a limit (its reservation is over the TPM or the budget itself): no wait
+    admits it, so no Retry-After, and `x-should-retry: false` keeps SDKs from retrying it."""
+
+    retry_after_s = None
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers = {**self.headers, "x-should-retry": "false"}
 
 
 class QuotaExceeded(RateLimited):

@@ -10,7 +10,7 @@ import pytest
 
 from billing.store.base import TABLE
 from common.protocol import ModelConfig
-from tests.fixtures.protocol_worker import MODEL, Reply
+from tests.fixtures.protocol_worker import MODEL, Reply, tokens
 from tests.fixtures.servers import free_port
 from tests.gateway.conftest import new_key, serving
 from tests.gateway.generation_bodies import BODIES, body
@@ -44,6 +44,23 @@ async def test_a_rate_limited_key_gets_retry_after(gateway):
     assert (await gateway.post("/generate", json=body("/generate"), headers=headers)).status_code == 200
     refused = await gateway.post("/generate", json=body("/generate"), headers=headers)
     assert_retry_after(refused, 429)
+
+
+async def test_a_spent_budget_says_when_it_resets(gateway, worker):
+    worker.replies = [Reply(tokens(" ".join(["w"] * 30)))]  # 33 tokens used of 60
+    headers = await new_key(gateway, limits={"monthly_token_budget": 60})
+    assert (await gateway.post("/generate", json=body("/generate", sampling_params={"max_new_tokens": 40}),
+                               headers=headers)).status_code == 200
+    refused = await gateway.post("/generate", json=body("/generate", sampling_params={"max_new_tokens": 20}),
+                                 headers=headers)
+    assert assert_retry_after(refused, 429) > 60  # the month's end, not "at once"
+
+
+async def test_a_request_no_wait_can_admit_says_not_to_retry(gateway):
+    headers = await new_key(gateway, limits={"tpm": 50})
+    refused = await gateway.post("/v1/completions", json=body("/v1/completions", max_tokens=500), headers=headers)
+    assert refused.status_code == 429, refused.text
+    assert "retry-after" not in refused.headers and refused.headers["x-should-retry"] == "false"
 
 
 async def test_the_usage_api_is_a_503_with_retry_after_when_its_store_is_away(gateway, tmp_path):
