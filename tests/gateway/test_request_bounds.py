@@ -37,6 +37,8 @@ OVER = [  # (path, body, the field named, words of the message)
     ("/serverless/v1/completions", {**COMPLETION, "prompt": ["Hi"] * 129}, "prompt", "at most 128 prompts"),
     ("/serverless/v1/chat/completions", {**CHAT, "bad_words": [LONG]}, "bad_words", "at most 256 characters"),
     ("/v1/generate", {"model": MODEL, "messages": HI * 1025}, "messages", "at most 1024 messages"),
+    ("/v1/generate", {"model": MODEL, "prompt": "Hi", "use_beam_search": True, "best_of": 32}, "best_of",
+     "at most 31 beams"),
     ("/generate_stream", {**TGI, "parameters": {"stop": [LONG]}}, "stop", "at most 256 characters"),
     ("/v1/completions/generate", {**TGI, "parameters": {"stop": [LONG]}}, "stop", "at most 256 characters"),
     ("/generate", {"text": ["Hi"] * 129}, "text", "at most 128 prompts"),
