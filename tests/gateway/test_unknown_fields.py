@@ -63,3 +63,13 @@ async def test_the_openai_sdk_gets_a_bad_request_for_a_misspelt_extra_body_key(g
     assert reply.choices[0].text
     with pytest.raises(openai.BadRequestError, match="max_token"):
         await client.completions.create(model=MODEL, prompt="Hi", extra_body={"max_token": 5})
+
+
+async def test_the_openapi_document_says_which_routes_refuse_unknown_keys(gateway):
+    paths = (await gateway.get("/openapi/openapi.json")).json()["paths"]
+
+    def closed(path: str):
+        return paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"].get("additionalProperties")
+
+    assert closed("/v1/completions") is False and closed("/v1/chat/completions") is False
+    assert closed("/serverless/v1/completions") is None
