@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import math
 
+RETRY_STATUSES = (429, 503)  # every answer with one of these says when to retry (Retry-After)
+
 
 class SluiceError(Exception):
     status = 500
     type = "internal_error"
     code: str | None = None
+    # the Retry-After of a 429 or 503 raised without one; None: no wait can cure it (say x-should-retry: false)
+    retry_after_s: float | None = 1.0
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None):
@@ -25,6 +29,14 @@ class SluiceError(Exception):
         if code is not None:
             self.code = code
         self.headers = headers or {}
+
+    def response_headers(self) -> dict[str, str]:
+        """Its headers as answered: a 429 or a 503 always carries Retry-After, so a client knows when to
+        come back (SDKs honour it) instead of retrying at once or giving up."""
+        if self.status in RETRY_STATUSES and self.retry_after_s is not None \
+                and not any(name.lower() == "retry-after" for name in self.headers):
+            return {**self.headers, **retry_after_header(self.retry_after_s)}
+        return self.headers
 
 
 def retry_after_header(seconds: float) -> dict[str, str]:
@@ -52,3 +64,4 @@ class StoreUnavailable(SluiceError):
     """A database the request needs cannot be reached (down, restarting, out of connections): retry later."""
 
     status, type, code = 503, "service_unavailable", "store_unavailable"
+    retry_after_s = 5.0

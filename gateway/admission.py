@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from auth import Principal
 from gateway.dialects.base import Parsed
-from gateway.errors import QuotaExceeded, RateLimited, Unavailable
+from gateway.errors import NeverFits, QuotaExceeded, RateLimited, Unavailable
 from gateway.limits import Limiter, LimiterUnavailable, Scope, Ticket, reservation_tokens
 from gateway.limits import RateLimited as LimitExceeded
 from gateway.routing.pool import Router
@@ -22,7 +22,7 @@ async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int) -> T
     try:
         return await limiter.admit(scopes(principal), tokens)
     except LimitExceeded as refusal:
-        kind = QuotaExceeded if refusal.kind == "budget" else RateLimited
+        kind = {"budget": QuotaExceeded, "never_fits": NeverFits}.get(refusal.kind, RateLimited)
         raise kind(refusal.message, headers=refusal.headers) from refusal
     except LimiterUnavailable as exc:
         raise Unavailable("rate limiting is unavailable; retry shortly", code="limiter_unavailable") from exc

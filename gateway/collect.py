@@ -6,8 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway.proxy import worker_error
-from common.protocol import Accepted, Done, Error, Event, Finish, Token
+from common.protocol import Accepted, Done, Event, Finish, Token
 
 
 @dataclass
@@ -31,8 +30,6 @@ class Result:
             self.choices.setdefault(event.index, Choice()).finish = event
         elif isinstance(event, Done):
             self.done = event
-        elif isinstance(event, Error):
-            raise worker_error(event)
 
     def ordered(self) -> list[Choice]:
         return [self.choices[i] for i in sorted(self.choices)]

@@ -14,6 +14,7 @@ from auth.models import Limits
 from common.protocol import ModelConfig
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
+LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -32,8 +33,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 4 * 1024 * 1024
     # GET /health_generate (public) runs at most one real generation per interval; callers share its answer
     health_generate_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0
+    # the longest one generation request may run once admitted (its worker reads included); its concurrency
+    # slot's lease is this plus LEASE_MARGIN_S, so a live request never loses its slot to the lease
+    request_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 840.0
     log_format: str = "json"  # "json" or "console"
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
+
+    @property
+    def concurrency_lease_s(self) -> float:
+        """How long an unsettled concurrency slot lives (a crashed gateway's slots come back after it)."""
+        return self.request_timeout_s + LEASE_MARGIN_S
 
     @property
     def data_path(self) -> Path:

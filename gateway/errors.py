@@ -16,14 +16,25 @@ from common.errors import (
 )
 
 log = structlog.get_logger("gateway")
+UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
-__all__ = ["BadRequest", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded",
-           "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnsupportedMediaType",
-           "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
+__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NeverFits", "NotFound", "Overloaded",
+           "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError", "StoreUnavailable",
+           "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed",
+           "as_sluice_error"]
 
 
 class ValidationFailed(SluiceError):
     status, type, code = 422, "invalid_request_error", "invalid_value"
+
+
+class UnknownParameter(BadRequest):
+    """A body key the route does not know (OpenAI's own answer: 400, "Unrecognized request argument")."""
+
+    code = "unknown_parameter"
+
+    def __init__(self, name: str):
+        super().__init__(f"Unrecognized request argument supplied: {name}", param=name)
 
 
 class NotFound(SluiceError):
@@ -34,14 +45,26 @@ class RateLimited(SluiceError):
     status, type, code = 429, "rate_limit_exceeded", "rate_limit_exceeded"
 
 
+class NeverFits(RateLimited):
+    """The request alone exceeds a limit (its reservation is over the TPM or the budget itself): no wait
+    admits it, so no Retry-After, and `x-should-retry: false` keeps SDKs from retrying it."""
+
+    retry_after_s = None
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers = {**self.headers, "x-should-retry": "false"}
+
+
 class QuotaExceeded(RateLimited):
     type = code = "insufficient_quota"
 
 
 class Overloaded(SluiceError):
-    """The model's workers cannot take the request now (queue full)."""
+    """The model's workers cannot take the request now (queue full): a slot frees within a step or two."""
 
     status, type, code = 429, "overloaded_error", "overloaded"
+    retry_after_s = 1.0
 
 
 class DeadlineExceeded(SluiceError):
@@ -59,12 +82,31 @@ class DeadlineExceeded(SluiceError):
         self.headers.setdefault("x-should-retry", "false")
 
 
+class RequestTimedOut(SluiceError):
+    """The request ran past the gateway's `request_timeout_s` (which keeps it inside its concurrency lease).
+
+    504, not retried (`x-should-retry: false`): the same request would run as long again."""
+
+    status, type, code = 504, "timeout", "request_timeout"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("x-should-retry", "false")
+
+
 class Unavailable(SluiceError):
     status, type, code = 503, "service_unavailable", "no_ready_worker"
+    retry_after_s = UNREADY_RETRY_S
 
 
 class UpstreamFailed(SluiceError):
     status, type, code = 502, "upstream_error", "worker_failed"
+
+
+class GenerationFailed(UpstreamFailed):
+    """A choice ended by failing, not by a stop or a length (gateway.generation.honest)."""
+
+    code = "generation_failed"
 
 
 class Internal(SluiceError):

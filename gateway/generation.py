@@ -9,6 +9,7 @@ generator's `finally`, so a client that disconnects is billed for what was gener
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -24,14 +25,19 @@ from auth import Principal
 from gateway.accounting import Accounting
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
-from gateway.errors import NotFound, SluiceError
+from gateway.errors import GenerationFailed, NotFound, RequestTimedOut, SluiceError
 from gateway.logs import request_id_of
 from gateway.proxy import stream_events
 from gateway.services import Services
 from common.json_body import read_json
-from common.protocol import Event
+from common.protocol import Event, Finish
 
 _json = msgspec.json.Encoder()
+FAILED_FINISHES = {
+    "error": "choice {index} failed: the structured-output grammar refused the model's next token, so the output "
+             "so far is not valid; retry, or loosen the schema",
+    "cancelled": "choice {index} was cancelled by the worker before it finished",
+}
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
@@ -65,18 +71,18 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             generate.request_id = f"{request_id}-{index}"
             generate.model = parsed.model
         meta = Meta(request_id, int(time.time()), parsed.model)
-        streams = [stream_events(pool, r) for r in parsed.requests]
+        merged = honest(dialect, merge([stream_events(pool, r) for r in parsed.requests]))
+        merged = within(services.settings.request_timeout_s, merged)
         if parsed.stream:
             # a client that leaves before the stream starts never runs the generator: the request's
             # finalizer (gateway/logs.py) records it then, since finish runs exactly once
-            merged = merge(streams)
             first = await _first_event(merged)  # errors before the first token keep their real status
             if first is not None:
                 accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
                           media_type=dialect.stream_media_type,
                           headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
-        results = await _collect(streams, len(parsed.requests), accounting)
+        results = await _collect(merged, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
@@ -90,9 +96,41 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         raise
 
 
-async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:
+async def honest(dialect: Dialect, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """A choice the worker ended by failing (a grammar that refused the model's token: its output is not
+    valid; or cancelled) fails the request in a dialect whose finish vocabulary has no word for it, rather
+    than pass for a normal finish ("stop", "length"): the error status, or the stream's error event."""
+    try:
+        async for index, event in events:
+            if isinstance(event, Finish) and event.reason in FAILED_FINISHES and not dialect.reports_failed_choices:
+                raise GenerationFailed(FAILED_FINISHES[event.reason].format(index=event.index))
+            yield index, event
+    finally:
+        await events.aclose()
+
+
+async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """The events of a request that may run `seconds` in all (settings.request_timeout_s, from admission):
+    past that the workers are let go and RequestTimedOut is raised, before the concurrency lease expires."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(anext(events), max(deadline - loop.time(), 0.0))
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise RequestTimedOut(f"the request ran past this gateway's limit of {seconds:g} s "
+                                      "(request_timeout_s); ask for fewer tokens or split it") from None
+            yield item
+    finally:
+        await events.aclose()
+
+
+async def _collect(merged: AsyncIterator[tuple[int, Event]], count: int, accounting: Accounting) -> list[Result]:
     results = [Result() for _ in range(count)]
-    async for index, event in merge(streams):
+    async for index, event in merged:
         accounting.observe(event)
         results[index].add(event)
     return results

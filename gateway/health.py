@@ -6,6 +6,8 @@ import msgspec
 from litestar import Response, get
 
 from auth.middleware import PUBLIC
+from common.errors import retry_after_header
+from gateway.errors import UNREADY_RETRY_S
 from gateway.services import Services
 
 _json = msgspec.json.Encoder()
@@ -16,5 +18,6 @@ async def health(services: Services) -> Response:
     missing = services.router.unready_models()
     if missing:
         body = {"status": "unavailable", "reason": f"no ready worker for: {', '.join(missing)}"}
-        return Response(_json.encode(body), status_code=503, media_type="application/json")
+        return Response(_json.encode(body), status_code=503, media_type="application/json",
+                        headers=retry_after_header(UNREADY_RETRY_S))
     return Response(_json.encode({"status": "ok"}), media_type="application/json")

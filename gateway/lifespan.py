@@ -126,7 +126,8 @@ class GatewayServices(InitPluginProtocol):
             announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
         except ValueError as error:  # an admin key of no usable shape
             raise StartupError(str(error)) from error
-        limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open)
+        limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open,
+                               concurrency_lease=settings.concurrency_lease_s)
         opened.push_async_callback(limiter.close)
         ledger = None
         if settings.ledger_enabled:
@@ -142,7 +143,7 @@ class GatewayServices(InitPluginProtocol):
             opened.push_async_callback(ledger.close)
         supervisor = Supervisor(data)
         opened.push_async_callback(supervisor.stop)
-        router = Router()
+        router = Router(read_timeout=settings.request_timeout_s)
         opened.push_async_callback(router.close)
         for model in settings.models:
             if model.urls:

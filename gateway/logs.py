@@ -1,10 +1,12 @@
 """structlog setup (JSON lines in production) and the request-id / access-log ASGI middleware.
 
-Headers are never logged, so the Authorization header cannot leak into a log line.
+Headers are never logged, so the Authorization header cannot leak into a log line; the one exception is a
+caller's `X-Request-Id` that passed CLIENT_ID_PATTERN.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -16,6 +18,9 @@ from common.logs import configure_logging  # shared with the workers
 __all__ = ["configure_logging", "request_id_middleware", "request_id_of"]
 
 log = structlog.get_logger("gateway")
+# a caller's X-Request-Id we honour: what load balancers and tracing send (UUIDs, hex, ALB-style ids), nothing
+# that could break a header, a log line or a CSV cell; anything else is replaced by our own id
+CLIENT_ID_PATTERN = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,127}")
 
 
 def request_id_of(connection) -> str:
@@ -23,17 +28,32 @@ def request_id_of(connection) -> str:
     return connection.scope["state"]["request_id"]
 
 
+def client_request_id(scope) -> str | None:
+    """The caller's own `X-Request-Id`, when it is one we can echo and log safely (CLIENT_ID_PATTERN)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-id":
+            return value.decode("latin-1") if CLIENT_ID_PATTERN.fullmatch(value) else None
+    return None
+
+
 def request_id_middleware(app):
-    """Give every request an id (also the ledger's idempotency key), echo it as `x-request-id`."""
+    """Give every request an id (also the ledger's idempotency key and the `id` of generation replies), and
+    answer `x-request-id`: the caller's own X-Request-Id when it sent a valid one (also logged with each line
+    as `client_request_id`, so one id follows the request through the caller's systems and ours), else ours.
+    The caller's id is never the ledger key: two requests that send the same one are still two records."""
 
     async def middleware(scope, receive, send):
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         request_id = uuid.uuid4().hex
+        client_id = client_request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
+        if client_id is not None:
+            structlog.contextvars.bind_contextvars(client_request_id=client_id)
+        answered = (client_id or request_id).encode()
         started = time.perf_counter()
         status = 0
 
@@ -42,7 +62,7 @@ def request_id_middleware(app):
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+                message["headers"] = [*message["headers"], (b"x-request-id", answered)]
             await send(message)
 
         try:

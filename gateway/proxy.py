@@ -2,7 +2,9 @@
 
 Replicas are tried least-loaded first. A request moves on to the next replica when the worker is
 unreachable, overloaded, or fails before it produced a token; once a token was relayed the client
-has seen output, so a broken connection becomes an error instead of a silent retry.
+has seen output, so a broken connection becomes an error instead of a silent retry. A worker's `Error`
+event is raised as the gateway's error, before the first token (a real status) or mid-stream (the
+dialect's stream error), never passed on as an event.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import AsyncIterator
 import httpx
 import msgspec
 
+from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
     DeadlineExceeded,
     NotFound,
@@ -22,7 +25,6 @@ from gateway.errors import (
     ValidationFailed,
 )
 from gateway.routing.pool import ModelPool
-from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
@@ -70,9 +72,11 @@ async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncItera
                         # an event off the contract: the same request gets the same answer from any replica,
                         # so no retry, and this replica stays healthy (other requests are not refused)
                         raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
-                    if isinstance(event, Error) and not relayed and event.kind in RETRYABLE_KINDS:
+                    if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
                         last_error = worker_error(event)
-                        break
+                        if not relayed and event.kind in RETRYABLE_KINDS:
+                            break
+                        raise last_error
                     if isinstance(event, Accepted) and not relayed:
                         pending = event
                         continue

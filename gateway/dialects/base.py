@@ -44,6 +44,9 @@ class Dialect:
     name = "base"
     stream_media_type = "text/event-stream"
     model_optional = False  # True: a body that names no model is served by the first one (TGI, SGLang)
+    # True: its finish vocabulary says when a choice failed (SGLang's `abort`); else a failed choice fails
+    # the request (gateway.generation.honest)
+    reports_failed_choices = False
 
     def parse(self, payload: Any, route: str) -> Parsed:
         raise NotImplementedError
@@ -68,7 +71,7 @@ class Dialect:
     def error_response(self, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
         status, body = self.error_body(error)
         return Response(_encoder.encode(body), status_code=status, media_type="application/json",
-                         headers={**error.headers, **(headers or {})})
+                         headers={**error.response_headers(), **(headers or {})})
 
     def exception_handlers(self) -> ExceptionHandlersMap:
         def render(_: Request, exc: Exception) -> Response:
@@ -107,6 +110,15 @@ def convert(payload: Any, kind: type, what: str = "request body"):
         elif "missing required field `" in message:
             param = message.split("missing required field `", 1)[1].split("`")[0]
         raise ValidationFailed(message, param=param) from exc
+
+
+def unknown_fields(payload: Any, kind: type[msgspec.Struct], tolerated: frozenset[str] = frozenset()) -> list[str]:
+    """The keys of a body object that `kind` does not declare and `tolerated` does not name, whose value is not
+    null (a null asks for nothing: clients that send every key they know, mostly null, stay welcome)."""
+    if not isinstance(payload, dict):
+        return []
+    return [key for key, value in payload.items()
+            if value is not None and key not in kind.__struct_fields__ and key not in tolerated]
 
 
 def incomplete(finish) -> dict:

@@ -60,18 +60,22 @@ def sse_event_schema(item: Any) -> Any:
 
 
 def documented(body: Any = None, responses: dict[int, tuple[str, Any]] | None = None,
-               stream_item: Any = None) -> type:
+               stream_item: Any = None, closed: bool = False) -> type:
     """An `operation_class` for a route decorator: documents its JSON body and responses.
 
     `responses` maps a status to (description, msgspec type or None); `stream_item` documents the
-    `text/event-stream` alternative of the 200 reply.
+    `text/event-stream` alternative of the 200 reply; `closed`: the route refuses body keys it does not
+    know (`additionalProperties: false`).
     """
     class DocumentedOperation(Operation):
         def __init__(self, *args, **kwargs) -> None:  # Operation is a dataclass without __post_init__
             super().__init__(*args, **kwargs)
             if body is not None:
+                schema = json_schema(body)
+                if closed:
+                    schema.additional_properties = False
                 self.request_body = RequestBody(
-                    content={"application/json": OpenAPIMediaType(schema=json_schema(body))}, required=True)
+                    content={"application/json": OpenAPIMediaType(schema=schema)}, required=True)
             if responses:
                 documented_responses = {}
                 for status, (description, kind) in responses.items():

@@ -75,15 +75,16 @@ class ModelPool:
 class Router:
     """Model name -> pool; polls every replica's load so routing and /health stay current."""
 
-    def __init__(self, poll_interval: float = 0.5):
+    def __init__(self, poll_interval: float = 0.5, read_timeout: float = 840.0):
         self.pools: dict[str, ModelPool] = {}
         self.poll_interval = poll_interval
+        self.read_timeout = read_timeout  # settings.request_timeout_s: no read outlives the concurrency lease
         self._task: asyncio.Task | None = None
         self._clients: list[httpx.AsyncClient] = []
 
     def add_replica(self, model: str, url: str) -> Replica:
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=None),
+        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
                                    headers={WORKER_SECRET_HEADER: worker_secret()})
         self._clients.append(client)
         replica = Replica(url, client)

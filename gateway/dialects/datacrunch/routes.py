@@ -12,8 +12,10 @@ from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
 from auth.middleware import PUBLIC
+from common.errors import retry_after_header
 from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import TGI_DOC, TGI_STREAM_DOC
+from gateway.errors import UNREADY_RETRY_S
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -41,7 +43,8 @@ async def health(services: Services) -> Response:
     missing = services.router.unready_models()
     if missing:
         body = {"error": f"no ready worker for: {', '.join(missing)}", "error_type": "healthcheck"}
-        return Response(_json.encode(body), status_code=503, media_type="application/json")
+        return Response(_json.encode(body), status_code=503, media_type="application/json",
+                        headers=retry_after_header(UNREADY_RETRY_S))
     return Response(_json.encode({"status": "ok"}), media_type="application/json")
 
 

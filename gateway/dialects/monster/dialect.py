@@ -24,6 +24,7 @@ from gateway.collect import Result
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete
 from gateway.dialects.openai.chat import normalise_messages
 from gateway.dialects.openai.completions import FINISH, OpenAICompletions, Options, usage
+from gateway.dialects.openai.request import MAX_BEAMS
 from common.protocol import GenerateRequest, SamplingParams
 
 MOCK_TEXT = "This is a mock response from Sluice; no model was run."
@@ -91,6 +92,8 @@ class MonsterGenerate(OpenAICompletions):
         check(n <= best_of <= 128, "best_of must be between n and 128", "best_of")
         beam = bool(body.use_beam_search)
         check(not beam or best_of > 1, "use_beam_search needs best_of > 1 (the number of beams)", "best_of")
+        check(not beam or best_of <= MAX_BEAMS, f"use_beam_search takes at most {MAX_BEAMS} beams (best_of)",
+              "best_of")
         stream = bool(body.stream)
         check(not (stream and (beam or best_of > n)), "beam search and best_of > n cannot be streamed", "stream")
         params = SamplingParams(

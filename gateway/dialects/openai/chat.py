@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Result
+from gateway.dialects import bounds
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
@@ -63,6 +64,7 @@ def text_of(content, index: int) -> str:
 def normalise_messages(messages) -> list[dict]:
     check(messages is not None, "messages is required", "messages")
     check(isinstance(messages, list) and len(messages) > 0, "messages must be a non-empty list", "messages")
+    bounds.at_most(messages, bounds.MAX_MESSAGES, "messages", "messages")
     result = []
     for index, message in enumerate(messages):
         check(isinstance(message, dict), f"messages[{index}] must be an object", "messages")
@@ -93,6 +95,7 @@ def refuse_unsupported(body: ChatBody) -> None:
 class OpenAIChat(OpenAIFamily):
 
     def parse(self, payload, route: str) -> Parsed:
+        self.refuse_unknown(payload, ChatBody)
         body = convert(payload, ChatBody)
         check(bool(body.model), "model is required", "model")
         messages = normalise_messages(body.messages)

@@ -13,14 +13,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
+from gateway.dialects import bounds
 from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.friendli.legacy import is_legacy, legacy_stream
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.generation.honest fails the request
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
-          "cancelled": "stop", "error": "stop", "tool_calls": "tool_calls"}
+          "tool_calls": "tool_calls"}
 MAX_LOGPROBS = 20
 DEFAULT_MODEL = "default"  # resolved by the router to the first served model
 
@@ -72,6 +74,7 @@ class OpenAICompletions(OpenAIFamily):
         self.legacy_header = legacy_header  # the route saw `X-API-Dialect: friendli-legacy`
 
     def parse(self, payload, route: str) -> Parsed:
+        self.refuse_unknown(payload, CompletionBody)
         body = convert(payload, CompletionBody)
         legacy = self.legacy_header or is_legacy(payload, None)
         # friendli-client 1.5 in container style names no model: it gets the default one (Friendli's
@@ -92,6 +95,7 @@ class OpenAICompletions(OpenAIFamily):
             prompts = split_prompts(body.prompt)
         params = sampling_params(body, default_max_tokens=None if self.friendli else 16,
                                  max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
+        bounds.prompts(len(prompts), max(params.best_of or params.n, params.num_beams), "prompt")
         echo = bool(body.echo)
         # OpenAI's echo with logprobs scores the prompt too (how evaluation harnesses compute likelihoods)
         params.prompt_logprobs = echo and params.logprobs is not None

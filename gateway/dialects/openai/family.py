@@ -1,12 +1,17 @@
 """The dialect base of OpenAI-shaped APIs (OpenAI, FriendliAI, MonsterAPI): the dialect's name in the
-ledger and its error envelope, where Friendli's 422 adds FastAPI's `detail` list."""
+ledger, its error envelope (Friendli's 422 adds FastAPI's `detail` list) and its rule for unknown body keys."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.dialects.base import Dialect
-from gateway.errors import SluiceError
+import msgspec
+
+from gateway.dialects.base import Dialect, unknown_fields
+from gateway.errors import SluiceError, UnknownParameter
+
+# OpenAI parameters that change nothing here (storage, tagging, caching hints): accepted and ignored
+OPENAI_TOLERATED = frozenset({"store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier"})
 
 
 class OpenAIFamily(Dialect):
@@ -18,6 +23,13 @@ class OpenAIFamily(Dialect):
         self.friendli = friendli
         if friendli:
             self.name = "friendli"
+
+    def refuse_unknown(self, payload: Any, kind: type[msgspec.Struct]) -> None:
+        """OpenAI answers a body key it does not know with 400 (a misspelt `max_token` must not pass for a
+        request without it); Friendli's FastAPI server ignores extra keys, so its routes do too."""
+        if not self.friendli:
+            for name in unknown_fields(payload, kind, OPENAI_TOLERATED):
+                raise UnknownParameter(name)
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
         status, body = super().error_body(error)

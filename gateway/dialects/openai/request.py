@@ -13,10 +13,11 @@ from typing import Literal
 
 import msgspec
 
+from gateway.dialects import bounds
 from gateway.dialects.base import check
 from common.protocol import Constraint, SamplingParams, Watermark
 
-MAX_STOPS = 4
+MAX_STOPS = 4  # OpenAI's own limit; the other bounds are gateway.dialects.bounds
 MAX_BEAMS = 31
 
 
@@ -89,18 +90,9 @@ def _set(value, default):
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    check(len(stops) <= MAX_STOPS, f"stop may hold at most {MAX_STOPS} sequences", "stop")
+    bounds.stops(stops, MAX_STOPS)
     check(all(stops), "stop sequences must not be empty", "stop")
     return stops
-
-
-def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
-    result = {}
-    for key, value in (bias or {}).items():
-        check(key.isascii() and key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
-        check(-100 <= value <= 100, "logit_bias values must be between -100 and 100", "logit_bias")
-        result[int(key)] = value
-    return result
 
 
 def seeds(seed: int | list[int] | None, choices: int) -> list[int] | None:
@@ -147,8 +139,10 @@ def deadline(timeout_microseconds: int | None) -> float | None:
     return time.time() + timeout_microseconds / 1e6
 
 
-def _token_lists(value: list[TokenSequence] | None, name: str) -> list[list[int]]:
+def _token_lists(value: list[TokenSequence] | None, name: str, limit: int) -> list[list[int]]:
+    bounds.at_most(value, limit, name, "token sequences")
     lists = [list(t.tokens) for t in value or []]
+    bounds.each_at_most(lists, bounds.MAX_SEQUENCE_TOKENS, name, "tokens")
     check(all(lists), f"every {name} entry needs at least one token", name)
     check(all(t >= 0 for ids in lists for t in ids), f"{name} token ids must be non-negative", name)
     return lists
@@ -175,6 +169,7 @@ def _ranges(body: OpenAIRequest, max_temperature: float | None) -> None:
     for name in ("no_repeat_ngram", "encoder_no_repeat_ngram"):
         value = getattr(body, name)
         check(value is None or value >= 1, f"{name} must be >= 1 (1 = off)", name)
+    bounds.at_most(body.eos_token, bounds.MAX_TOKEN_IDS, "eos_token", "token ids")
     check(body.eos_token is None or all(t >= 0 for t in body.eos_token), "eos_token ids must be >= 0", "eos_token")
     check(body.forced_output_tokens is None or all(t >= 0 for t in body.forced_output_tokens),
           "forced_output_tokens ids must be >= 0", "forced_output_tokens")
@@ -228,6 +223,8 @@ def sampling_params(body: OpenAIRequest, *, default_max_tokens: int | None, max_
     max_tokens, max_total, min_tokens = _lengths(body, default_max_tokens)
     check(not (min_tokens and body.response_format and body.response_format.get("type") != "text"),
           "min_tokens is not supported with response_format", "min_tokens")
+    bad_word_tokens = _token_lists(body.bad_word_tokens, "bad_word_tokens", bounds.MAX_BAD_WORDS)
+    bounds.bad_words(body.bad_words, bad_word_tokens)
     if body.include_output_logprobs and logprobs is None:
         logprobs = 0
     watermark = body.watermark
@@ -243,9 +240,9 @@ def sampling_params(body: OpenAIRequest, *, default_max_tokens: int | None, max_
         encoder_repetition_penalty=_set(body.encoder_repetition_penalty, 1.0),
         no_repeat_ngram_size=0 if _set(body.no_repeat_ngram, 1) <= 1 else body.no_repeat_ngram,
         encoder_no_repeat_ngram_size=0 if _set(body.encoder_no_repeat_ngram, 1) <= 1 else body.encoder_no_repeat_ngram,
-        bad_words=list(body.bad_words or []), bad_word_tokens=_token_lists(body.bad_word_tokens, "bad_word_tokens"),
-        logit_bias=logit_bias(body.logit_bias), stop=stop_list(body.stop),
-        stop_token_ids=[t for ids in _token_lists(body.stop_tokens, "stop_tokens") for t in ids],
+        bad_words=list(body.bad_words or []), bad_word_tokens=bad_word_tokens,
+        logit_bias=bounds.logit_bias(body.logit_bias), stop=stop_list(body.stop),
+        stop_token_ids=[t for ids in _token_lists(body.stop_tokens, "stop_tokens", bounds.MAX_TOKEN_IDS) for t in ids],
         eos_token_ids=list(body.eos_token or []), ignore_eos=bool(body.ignore_eos),
         n=n, best_of=best_of if best_of != n else None,
         num_beams=beams, beam_search_type=_set(body.beam_search_type, "DETERMINISTIC"),

@@ -22,14 +22,14 @@ CHAT = OpenAIChat()
 
 
 @post("/v1/completions", status_code=200, summary="OpenAI completions (Friendli fields accepted)",
-      operation_class=documented(CompletionBody))
+      operation_class=documented(CompletionBody, closed=True))
 async def completions(request: Request, services: Services) -> Response | Stream:
     dialect = OPENAI_LEGACY if wants_legacy(request.headers.get("x-api-dialect")) else OPENAI
     return await handle_generation(request, services, dialect, "/v1/completions")
 
 
 @post("/v1/chat/completions", status_code=200, summary="OpenAI chat completions (Friendli fields accepted)",
-      operation_class=documented(ChatBody))
+      operation_class=documented(ChatBody, closed=True))
 async def chat_completions(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, CHAT, "/v1/chat/completions")
 

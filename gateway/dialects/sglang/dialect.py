@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.collect import Result
+from gateway.dialects import bounds
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.sglang.request import (
     BodyInvalid,
     SGLangBody,
     SGLangSampling,
     prompts_of,
+    refuse_unknown_sampling,
     refuse_unsupported,
     sampling,
 )
@@ -53,6 +55,7 @@ class Options:
 class SGLang(Dialect):
     name = "sglang"
     model_optional = True
+    reports_failed_choices = True  # finish_reason {"type": "abort", "message"}, as SGLang reports an aborted request
 
     def parse(self, payload, route: str) -> Parsed:
         try:
@@ -61,16 +64,20 @@ class SGLang(Dialect):
             raise BodyInvalid(error.message, param=error.param) from error
 
     def _parse(self, payload) -> Parsed:
+        refuse_unknown_sampling(payload)
         body = convert(payload, SGLangBody)
         refuse_unsupported(body)
         prompts, batched = prompts_of(body)
         count = len(prompts)
+        given = next(k for k in ("text", "input_ids", "input_embeds") if getattr(body, k) is not None)
+        bounds.prompts(count, 1, given)
         raw = body.sampling_params
         per_prompt = raw if isinstance(raw, list) else [raw or SGLangSampling()] * count
         check(len(per_prompt) == count, f"sampling_params has {len(per_prompt)} entries for {count} prompts",
               "sampling_params")
         params = [sampling(s, body) for s in per_prompt]
         check(len({p.n for p in params}) == 1, "every prompt must use the same n", "sampling_params")
+        bounds.prompts(count, params[0].n, "sampling_params")
         rids = [body.rid] * count if isinstance(body.rid, str) or body.rid is None else body.rid
         check(len(rids) == count, f"rid has {len(rids)} entries for {count} prompts", "rid")
         requests = [GenerateRequest(request_id="", model=body.model or "", params=p, **prompt)
@@ -170,6 +177,8 @@ def finish_reason(finish: Finish, length: int) -> dict:
         return {"type": "stop", "matched": finish.matched_stop}
     if finish.reason == "eos_token":
         return {"type": "stop", "matched": finish.token_ids[-1] if finish.token_ids else None}
+    if finish.reason == "error":
+        return {"type": "abort", "message": "the structured-output grammar refused the model's next token"}
     return {"type": "abort", "message": f"the request ended: {finish.reason}"}
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects.base import check
+from gateway.dialects import bounds
+from gateway.dialects.base import check, unknown_fields
 from gateway.errors import ValidationFailed
 from common.protocol import Constraint, SamplingParams
 
@@ -109,12 +110,13 @@ def prompts_of(body: SGLangBody) -> tuple[list[dict], bool]:
     return [{"input_embeds": p} for p in batch], batch is embeds
 
 
-def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
-    result = {}
-    for key, value in (bias or {}).items():
-        check(key.isascii() and key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
-        result[int(key)] = value
-    return result
+def refuse_unknown_sampling(payload: Any) -> None:
+    """SGLang builds `SamplingParams(**sampling_params)`, so an unknown key there fails the request (a 500 in
+    SGLang itself, a 400 naming the key here); unknown top-level keys are ignored, as SGLang's dataclass does."""
+    raw = payload.get("sampling_params") if isinstance(payload, dict) else None
+    for entry in raw if isinstance(raw, list) else [raw]:
+        for name in unknown_fields(entry, SGLangSampling):
+            check(False, f"sampling_params got an unexpected keyword argument {name!r}", name)
 
 
 def _is_int(value) -> bool:
@@ -163,6 +165,7 @@ def sampling(s: SGLangSampling, body: SGLangBody) -> SamplingParams:
     n = s.n if s.n is not None else 1
     check(1 <= n <= 64, "n must be between 1 and 64", "n")
     stops = [s.stop] if isinstance(s.stop, str) else list(s.stop or [])
+    bounds.stops(stops, bounds.MAX_STOPS)
     check(all(stops), "stop strings must not be empty", "stop")
     check(s.stop_regex is None, "stop_regex is not supported by this server", "stop_regex")
     check(s.structural_tag is None, "structural_tag is not supported by this server", "structural_tag")
@@ -172,6 +175,7 @@ def sampling(s: SGLangSampling, body: SGLangBody) -> SamplingParams:
           "spaces_between_special_tokens")
     check(s.stream_interval is None or s.stream_interval >= 1, "stream_interval must be at least 1",
           "stream_interval")
+    bounds.at_most(s.stop_token_ids, bounds.MAX_TOKEN_IDS, "stop_token_ids", "token ids")
     check(all(t >= 0 for t in s.stop_token_ids or []), "stop_token_ids must be token ids", "stop_token_ids")
     constraints = [(k, v) for k, v in (("json_schema", s.json_schema), ("regex", s.regex), ("ebnf", s.ebnf))
                    if v is not None]
@@ -190,6 +194,7 @@ def sampling(s: SGLangSampling, body: SGLangBody) -> SamplingParams:
           "sampling_seed")
     top = body.top_logprobs_num or 0
     check(0 <= top <= 20, "top_logprobs_num must be between 0 and 20", "top_logprobs_num")
+    bounds.at_most(body.token_ids_logprob, bounds.MAX_TOKEN_IDS, "token_ids_logprob", "token ids")
     check(all(t >= 0 for t in body.token_ids_logprob or []), "token_ids_logprob must be token ids",
           "token_ids_logprob")
     start = body.logprob_start_len if body.logprob_start_len is not None else -1
@@ -201,7 +206,7 @@ def sampling(s: SGLangSampling, body: SGLangBody) -> SamplingParams:
         frequency_penalty=s.frequency_penalty or 0.0, presence_penalty=s.presence_penalty or 0.0,
         repetition_penalty=repetition, stop=stops, stop_token_ids=list(s.stop_token_ids or []),
         ignore_eos=bool(s.ignore_eos), skip_special_tokens=s.skip_special_tokens is not False, n=n,
-        logit_bias=logit_bias(s.logit_bias), seed=[s.sampling_seed] if s.sampling_seed is not None else None,
+        logit_bias=bounds.logit_bias(s.logit_bias), seed=[s.sampling_seed] if s.sampling_seed is not None else None,
         constraint=constraint, logprobs=top if want_logprob else None,
         prompt_logprobs=want_logprob and start >= 0, prompt_logprobs_start=max(start, 0),
         token_ids_logprob=list(body.token_ids_logprob or []) if want_logprob else [],

@@ -27,8 +27,8 @@ from common.protocol import (
     Watermark,
 )
 
-FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence",
-          "stop_token": "eos_token", "cancelled": "length", "error": "length"}
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.generation.honest fails the request
+FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence", "stop_token": "eos_token"}
 # status -> TGI error_type (TGI's own: validation 422, generation 424, overloaded 429, incomplete 500)
 ERROR_TYPES = {400: "validation", 413: "validation", 415: "validation", 422: "validation", 401: "authentication",
                403: "permission", 404: "not_found", 429: "overloaded", 503: "overloaded", 502: "generation",

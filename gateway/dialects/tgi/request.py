@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.dialects import bounds
 from gateway.dialects.base import check
 from common.protocol import Constraint
 
@@ -87,6 +88,7 @@ def validate(p: Parameters, stream: bool) -> None:
     check(p.truncate is None or p.truncate > 0, "`truncate` must be strictly positive", "truncate")
     check(len(p.stop or []) <= MAX_STOP_SEQUENCES,
           f"`stop` supports up to {MAX_STOP_SEQUENCES} stop sequences. Given: {len(p.stop or [])}", "stop")
+    bounds.each_at_most(p.stop, bounds.MAX_STOP_CHARS, "stop", "characters")
     check(all(p.stop or []), "stop sequences must not be empty", "stop")
     check(p.seed is None or 0 <= p.seed < 2**64, "`seed` must be an unsigned 64-bit integer", "seed")
     check(p.top_n_tokens is None or 0 <= p.top_n_tokens <= MAX_TOP_N_TOKENS,

@@ -1,0 +1,70 @@
+"""How much one request may ask for, in every dialect: the count of each list a body carries and the size of
+what it holds. Each prompt opens a worker stream, each choice a batch row, and every ban or bias entry is work
+the worker does at every step, so one tenant's request must not hold an unbounded number of them.
+
+The limits live here, one place for every dialect (documented in docs/api.md, "Bounds on one request"); a
+dialect whose real server has a tighter rule keeps it (OpenAI's and TGI's 4 stop sequences). A breach is the
+dialect's validation error (422, SGLang's 400) naming the field and the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+
+from gateway.dialects.base import check
+
+MAX_PROMPTS = 128  # prompts in one request (OpenAI `prompt` lists, SGLang `text` / `input_ids` batches)
+MAX_SEQUENCES = 256  # prompts x the candidates each one generates (best_of, n or beams): batch rows
+MAX_MESSAGES = 1024  # chat `messages`
+MAX_STOPS = 16  # stop strings where the dialect has no tighter rule (SGLang)
+MAX_STOP_CHARS = 256  # characters of one stop string
+MAX_BAD_WORDS = 64  # `bad_words` and `bad_word_tokens` entries: multi-token bans are checked at every step
+MAX_BAD_WORD_CHARS = 256  # characters of one `bad_words` entry
+MAX_SEQUENCE_TOKENS = 32  # tokens of one `bad_word_tokens` / `stop_tokens` entry
+MAX_TOKEN_IDS = 256  # `stop_tokens`, `stop_token_ids`, `eos_token`, `token_ids_logprob` entries
+MAX_LOGIT_BIAS = 300  # `logit_bias` entries (OpenAI's own limit)
+LOGIT_BIAS_RANGE = 100.0  # every bias in [-100, 100], as OpenAI requires
+
+
+def at_most(items: Sized | None, limit: int, param: str, what: str) -> None:
+    """`items` holds at most `limit` entries (None = none)."""
+    count = len(items) if items is not None else 0
+    check(count <= limit, f"{param} may hold at most {limit} {what}; this request has {count}", param)
+
+
+def each_at_most(items: list | None, limit: int, param: str, what: str) -> None:
+    """Every entry of `items` is at most `limit` long (characters of a string, or tokens of a list)."""
+    longest = max((len(item) for item in items or []), default=0)
+    check(longest <= limit, f"each {param} entry may be at most {limit} {what} long; one has {longest}", param)
+
+
+def prompts(count: int, candidates: int, param: str) -> None:
+    """A request's prompt count and the sequences they generate together."""
+    check(count <= MAX_PROMPTS, f"{param} may hold at most {MAX_PROMPTS} prompts; this request has {count}", param)
+    check(count * candidates <= MAX_SEQUENCES,
+          f"{count} prompts x {candidates} candidates each = {count * candidates} sequences; one request may "
+          f"generate at most {MAX_SEQUENCES}", param)
+
+
+def stops(values: list[str], limit: int, param: str = "stop") -> None:
+    at_most(values, limit, param, "stop sequences")
+    each_at_most(values, MAX_STOP_CHARS, param, "characters")
+
+
+def bad_words(words: list[str] | None, token_lists: list[list[int]] | None) -> None:
+    at_most(words, MAX_BAD_WORDS, "bad_words", "words")
+    each_at_most(words, MAX_BAD_WORD_CHARS, "bad_words", "characters")
+    at_most(token_lists, MAX_BAD_WORDS, "bad_word_tokens", "token sequences")
+    each_at_most(token_lists, MAX_SEQUENCE_TOKENS, "bad_word_tokens", "tokens")
+
+
+def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
+    """`{"<token id>": bias}` -> {id: bias}: at most MAX_LOGIT_BIAS entries, each bias within the range."""
+    at_most(bias, MAX_LOGIT_BIAS, "logit_bias", "entries")
+    result = {}
+    for key, value in (bias or {}).items():
+        check(key.isascii() and key.isdigit(), f"logit_bias key {key!r} is not a token id", "logit_bias")
+        check(-LOGIT_BIAS_RANGE <= value <= LOGIT_BIAS_RANGE,
+              f"logit_bias values must be between {-LOGIT_BIAS_RANGE:g} and {LOGIT_BIAS_RANGE:g}", "logit_bias")
+        result[int(key)] = value
+    return result

@@ -1,0 +1,58 @@
+"""A caller's `X-Request-Id` is honoured when it is safe (echoed, logged as `client_request_id`), replaced by our
+own id when it is not, and never becomes the ledger's key: the same id sent twice is still two records."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from tests.gateway.generation_bodies import body
+
+OURS = re.compile(r"[0-9a-f]{32}")
+
+
+@pytest.mark.parametrize("given", ["req-7f3a", "5f0c1e6a-8b7d-4c1e-9a2b-0d3e4f5a6b7c", "Root=1-abc/x+y:z.1_2",
+                                   "a" * 128])
+async def test_a_valid_request_id_is_echoed_and_logged(gateway, given):
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        response = await gateway.post("/v1/completions", json=body("/v1/completions"),
+                                      headers={**gateway.key_headers, "x-request-id": given})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-request-id"] == given
+    ours = response.json()["id"].removeprefix("cmpl-")
+    assert OURS.fullmatch(ours)  # the reply's own id stays ours
+    done = [line for line in logs if line["event"] == "request_done"]
+    assert done and done[0]["client_request_id"] == given and done[0]["request_id"] == ours
+
+
+@pytest.mark.parametrize("given", ["a" * 129, "has space", 'quote"d', "semi;colon", "-leading-dash", "é-accent",
+                                   "new\\nline", ""])
+async def test_an_unsafe_request_id_is_replaced_by_ours(gateway, given):
+    response = await gateway.post("/v1/completions", json=body("/v1/completions"),
+                                  headers={**gateway.key_headers, "x-request-id": given.encode("utf-8")})
+    assert response.status_code == 200, response.text
+    assert OURS.fullmatch(response.headers["x-request-id"])
+
+
+async def test_no_request_id_gets_ours(gateway):
+    response = await gateway.get("/v1/models", headers=gateway.key_headers)
+    assert OURS.fullmatch(response.headers["x-request-id"])
+
+
+async def test_the_same_request_id_twice_is_two_ledger_records(gateway, worker):
+    headers = {**gateway.key_headers, "x-request-id": "reused-id"}
+    for _ in range(2):
+        assert (await gateway.post("/generate", json=body("/generate"), headers=headers)).status_code == 200
+    shipped = []
+    for _ in range(200):  # the ledger ships its local log to the database in the background
+        records = (await gateway.get("/admin/usage/records", headers=gateway.admin_headers)).json()["data"]
+        shipped = [r for r in records if r["route"] == "/generate"]
+        if len(shipped) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(shipped) == 2 and shipped[0]["request_id"] != shipped[1]["request_id"]
+    assert len(worker.requests) == 2 and worker.requests[0]["request_id"] != worker.requests[1]["request_id"]

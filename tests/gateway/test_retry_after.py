@@ -1,0 +1,92 @@
+"""Every 429 and 503 says when to retry (Retry-After), in each dialect's envelope: a worker that is overloaded or
+not ready, a rate limit, a usage store that is away, a health check before the model is ready."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgspec
+import pytest
+
+from billing.store.base import TABLE
+from common.protocol import ModelConfig
+from tests.fixtures.protocol_worker import MODEL, Reply, tokens
+from tests.fixtures.servers import free_port
+from tests.gateway.conftest import new_key, serving
+from tests.gateway.generation_bodies import BODIES, body
+from tests.gateway.route_table import envelope
+
+
+def assert_retry_after(response, status: int) -> int:
+    assert response.status_code == status, response.text
+    seconds = int(response.headers["retry-after"])
+    assert seconds >= 1
+    return seconds
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_overloaded_worker_is_a_429_with_retry_after(gateway, worker, path, stream):
+    worker.replies = [Reply.refused(429, "overloaded", "the queue is full")]
+    response = await gateway.post(path, json=body(path, stream), headers=gateway.key_headers)
+    assert_retry_after(response, 429)
+    assert "queue is full" in response.text
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_a_worker_that_is_not_ready_is_a_503_with_retry_after(gateway, worker, path):
+    worker.replies = [Reply.refused(503, "unavailable", "the model is still loading")]
+    assert_retry_after(await gateway.post(path, json=body(path), headers=gateway.key_headers), 503)
+
+
+async def test_a_rate_limited_key_gets_retry_after(gateway):
+    headers = await new_key(gateway, limits={"rpm": 1})
+    assert (await gateway.post("/generate", json=body("/generate"), headers=headers)).status_code == 200
+    refused = await gateway.post("/generate", json=body("/generate"), headers=headers)
+    assert_retry_after(refused, 429)
+
+
+async def test_a_spent_budget_says_when_it_resets(gateway, worker):
+    worker.replies = [Reply(tokens(" ".join(["w"] * 30)))]  # 33 tokens used of 60
+    headers = await new_key(gateway, limits={"monthly_token_budget": 60})
+    assert (await gateway.post("/generate", json=body("/generate", sampling_params={"max_new_tokens": 40}),
+                               headers=headers)).status_code == 200
+    refused = await gateway.post("/generate", json=body("/generate", sampling_params={"max_new_tokens": 20}),
+                                 headers=headers)
+    assert assert_retry_after(refused, 429) > 60  # the month's end, not "at once"
+
+
+async def test_a_request_no_wait_can_admit_says_not_to_retry(gateway):
+    headers = await new_key(gateway, limits={"tpm": 50})
+    refused = await gateway.post("/v1/completions", json=body("/v1/completions", max_tokens=500), headers=headers)
+    assert refused.status_code == 429, refused.text
+    assert "retry-after" not in refused.headers and refused.headers["x-should-retry"] == "false"
+
+
+async def test_the_usage_api_is_a_503_with_retry_after_when_its_store_is_away(gateway, tmp_path):
+    assert (await gateway.get("/v1/usage", headers=gateway.key_headers)).status_code == 200
+    with sqlite3.connect(tmp_path / "sluice.db") as db:  # the usage table goes away under the running ledger
+        db.execute(f"ALTER TABLE {TABLE} RENAME TO gone")
+    for path, headers in (("/v1/usage", gateway.key_headers), ("/admin/usage", gateway.admin_headers)):
+        response = await gateway.get(path, headers=headers)
+        assert_retry_after(response, 503)
+        assert envelope(path, response.json())["kind"] == "service_unavailable"
+
+
+async def test_the_usage_api_throttle_is_a_429_with_retry_after(gateway):
+    bad = {"authorization": "Bearer sk-sluice-000000000000-" + "c" * 32}
+    for _ in range(12):
+        response = await gateway.get("/v1/usage", headers=bad)
+    assert_retry_after(response, 429)
+    assert envelope("/v1/usage", response.json())["kind"] == "rate_limit_exceeded"
+
+
+async def test_no_ready_worker_is_a_503_with_retry_after_on_every_route(gateway_settings):
+    nobody = ModelConfig(name=MODEL, urls=[f"http://127.0.0.1:{free_port()}"])  # nothing listens there
+    async with serving(msgspec.structs.replace(gateway_settings, models=[nobody])) as client:
+        for path in ("/health", "/v1/completions/health"):
+            assert_retry_after(await client.get(path), 503)
+        for path in BODIES:
+            response = await client.post(path, json=body(path), headers=client.key_headers)
+            assert_retry_after(response, 503)
+            assert "ready worker" in response.text, path
