@@ -1,0 +1,106 @@
+"""A real `sluice serve` in front of a protocol-playing stub worker (tests/faults/stub_worker.py), and the
+readings the load and fault tests take from them: the gateway's memory and descriptors, the ledger's records,
+the stub's row books."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from tests.faults.load import MODEL
+from tests.fixtures.servers import free_port
+from tests.fixtures.sluice import REPO, SluiceServer, running_sluice
+
+ADMIN_KEY = "faults-test-admin-key-0123456789abcdef"
+
+
+@dataclass
+class Stub:
+    url: str
+    process: subprocess.Popen
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/stats", timeout=10).json()
+
+
+@contextlib.contextmanager
+def stub_worker(token_delay: float = 0.01, token_bytes: int = 4) -> Iterator[Stub]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "tests.faults.stub_worker", "--port", str(port), "--model", MODEL,
+                                "--token-delay", str(token_delay), "--token-bytes", str(token_bytes)], cwd=REPO)
+    stub = Stub(f"http://127.0.0.1:{port}", process)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{stub.url}/health", timeout=1).status_code == 200:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the stub worker did not start")
+            time.sleep(0.1)
+        yield stub
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def gateway_config(stub: Stub, extra: str = "") -> str:
+    return f'{extra}\nlog_format = "json"\n[[models]]\nname = "{MODEL}"\nurls = ["{stub.url}"]\n'
+
+
+@contextlib.contextmanager
+def gateway(data_dir: Path, stub: Stub, extra: str = "", env: dict[str, str] | None = None) -> Iterator[SluiceServer]:
+    with running_sluice(data_dir, config=gateway_config(stub, extra),
+                        env={"SLUICE_ADMIN_KEY": ADMIN_KEY, **(env or {})}) as server:
+        yield server
+
+
+def host_port(server: SluiceServer) -> tuple[str, int]:
+    host, port = server.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def footprint(server: SluiceServer) -> tuple[int, int]:
+    """(resident bytes, open file descriptors) of the gateway process."""
+    process = psutil.Process(server.process.pid)
+    return process.memory_info().rss, process.num_fds()
+
+
+def admin_get(server: SluiceServer, path: str, **params) -> httpx.Response:
+    return httpx.get(f"{server.url}{path}", params=params, timeout=60,
+                     headers={"authorization": f"Bearer {ADMIN_KEY}"})
+
+
+def ledger_records(server: SluiceServer) -> list[dict]:
+    """Every record of the ledger, page after page where the records API pages."""
+    records: list[dict] = []
+    cursor = None
+    while True:
+        params = {"start": "2000-01-01", "end": "2100-01-01"}
+        if cursor:
+            params["cursor"] = cursor
+        response = admin_get(server, "/admin/usage/records", **params)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        records.extend(body["data"])
+        cursor = body.get("next_cursor")
+        if not cursor:
+            return records
+
+
+def wait_for_records(server: SluiceServer, count: int, timeout: float = 60.0) -> list[dict]:
+    """The ledger's records once it holds at least `count` (the shipper moves them from the WAL in batches)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = ledger_records(server)
+        if len(records) >= count or time.monotonic() > deadline:
+            return records
+        time.sleep(0.3)
