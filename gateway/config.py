@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -21,6 +22,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pricing_file: str = ""  # TOML pricing table, re-read on change
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     max_body_bytes: int = 4 * 1024 * 1024
+    # a client that takes longer to accept one write of a streamed answer is cut (gateway/write_timeout.py)
+    stream_write_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
     log_format: str = "json"  # "json" or "console"
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
 

@@ -80,32 +80,39 @@ async def stream_completion(host: str, port: int, key: str, *, max_tokens: int |
     return outcome
 
 
-async def stalled_client(host: str, port: int, key: str, *, seconds: float, byte_per_second: bool,
-                         max_tokens: int | None = None) -> tuple[int, bool]:
-    """A client with a 4 KiB receive buffer that reads one byte a second (`byte_per_second`) or nothing for
-    `seconds`; then drains what is left. Returns (bytes read while stalling, whether the server cut the
-    connection before the stream ended)."""
+async def stalled_client(host: str, port: int, key: str, *, seconds: float, bytes_per_second: int,
+                         max_tokens: int | None = None, receive_buffer: int | None = 4096) -> tuple[int, bool]:
+    """A client that reads `bytes_per_second` (0: nothing) for `seconds` through a small receive buffer (None:
+    the system's), then drains what is left. Returns (bytes read while stalling, whether the server cut the
+    stream short)."""
     loop = asyncio.get_running_loop()
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     sock.setblocking(False)
     read = 0
     try:
         await loop.sock_connect(sock, (host, port))
         await loop.sock_sendall(sock, completion_request(host, port, key, max_tokens))
         deadline = loop.time() + seconds
-        while loop.time() < deadline:
-            if byte_per_second:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(1.0):
-                        read += len(await loop.sock_recv(sock, 1))
-            await asyncio.sleep(1.0)
+        while loop.time() < deadline:  # a reset while trickling is the cut too: the drain below sees it
+            second = loop.time() + 1.0
+            want = bytes_per_second
+            with contextlib.suppress(TimeoutError, ConnectionResetError):
+                async with asyncio.timeout(1.0):
+                    while want > 0:
+                        chunk = await loop.sock_recv(sock, want)
+                        if not chunk:
+                            break
+                        read += len(chunk)
+                        want -= len(chunk)
+            await asyncio.sleep(max(0.0, second - loop.time()))
         tail = b""
         try:
             async with asyncio.timeout(30):
                 while chunk := await loop.sock_recv(sock, 65536):
                     tail += chunk
-        except (ConnectionResetError, TimeoutError):
+        except (OSError, TimeoutError):
             return read, True
         return read, b"data: [DONE]" not in tail
     finally:
