@@ -104,3 +104,20 @@ def wait_for_records(server: SluiceServer, count: int, timeout: float = 60.0) ->
         if len(records) >= count or time.monotonic() > deadline:
             return records
         time.sleep(0.3)
+
+
+def create_key(server: SluiceServer, name: str, **limits) -> str:
+    """A new service key of the default team with these limits; its clear value."""
+    teams = admin_get(server, "/admin/teams").json()["data"]
+    team_id = next(t["id"] for t in teams if t["name"] == "default")
+    response = httpx.post(f"{server.url}/admin/keys", json={"name": name, "team_id": team_id, "limits": limits},
+                          timeout=30,
+                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert response.status_code == 201, response.text
+    return response.json()["key"]
+
+
+def fire_completions(server: SluiceServer, key: str, count: int) -> list[int]:
+    """`count` non-streamed completions one after another; their statuses."""
+    return [httpx.post(f"{server.url}/v1/completions", timeout=30, headers={"authorization": f"Bearer {key}"},
+                       json={"model": MODEL, "prompt": "hi", "max_tokens": 4}).status_code for _ in range(count)]

@@ -22,6 +22,7 @@ class Outcome:
     cut: bool = False  # this client left mid-stream on purpose
     request_id: str = ""
     error: str = ""
+    body: bytes = b""  # the start of the body of an answer other than 200
 
 
 def completion_request(host: str, port: int, key: str, max_tokens: int | None = None, stream: bool = True) -> bytes:
@@ -73,6 +74,8 @@ async def stream_completion(host: str, port: int, key: str, *, max_tokens: int |
                         writer.transport.abort()
                         return outcome
                 outcome.done = b"data: [DONE]" in buffer
+                if outcome.status != 200:
+                    outcome.body = buffer[header_end + 4:][:600]
             finally:
                 writer.close()
     except (OSError, TimeoutError) as exc:
