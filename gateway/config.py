@@ -21,6 +21,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     limiter_fail_open: bool = False
     pricing_file: str = ""  # TOML pricing table, re-read on change
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
+    # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
+    ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     max_body_bytes: int = 4 * 1024 * 1024
     # a client that takes longer to accept one write of a streamed answer is cut (gateway/write_timeout.py)
     stream_write_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
