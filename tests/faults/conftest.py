@@ -17,7 +17,7 @@ import psutil
 
 from tests.faults.load import MODEL
 from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import REPO, SluiceServer, running_sluice
+from tests.fixtures.sluice import REPO, SluiceServer, running_sluice, wait_for_health
 
 ADMIN_KEY = "faults-test-admin-key-0123456789abcdef"
 
@@ -38,14 +38,7 @@ def stub_worker(token_delay: float = 0.01, token_bytes: int = 4) -> Iterator[Stu
                                 "--token-delay", str(token_delay), "--token-bytes", str(token_bytes)], cwd=REPO)
     stub = Stub(f"http://127.0.0.1:{port}", process)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{stub.url}/health", timeout=1).status_code == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the stub worker did not start")
-            time.sleep(0.1)
+        wait_for_health(process, stub.url, 60, "the stub worker")
         yield stub
     finally:
         process.terminate()

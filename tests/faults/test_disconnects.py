@@ -52,7 +52,7 @@ def test_a_tenth_of_the_clients_leave_mid_stream(tmp_path):
     cut = [o for o in outcomes if o.cut]
     whole = [o for o in outcomes if not o.cut]
     print(f"\ndisconnects: {len(outcomes)} requests in {elapsed:.1f} s ({len(outcomes) / elapsed:.1f}/s), "
-          f"{len(cut)} cut; stub {dict((k, v) for k, v in stats.items() if k != 'cancelled_ids')}")
+          f"{len(cut)} cut; stub { {k: v for k, v in stats.items() if k != 'cancelled_ids'} }")
     assert len(outcomes) == REQUESTS and len(cut) == sum(c is not None for c in plan)
     assert all(o.status == 200 and o.done and o.events == TOKENS + 2 for o in whole)
     assert all(o.status == 200 and o.request_id for o in cut)

@@ -26,7 +26,8 @@ RESERVE = 1 << 20
 @contextlib.contextmanager
 def small_disk(path: Path, size: str = "4m"):
     path.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                             check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
@@ -38,15 +39,14 @@ def small_disk(path: Path, size: str = "4m"):
 def fill(path: Path, leave: int) -> Path:
     """A file that takes the disk's free space down to about `leave` bytes (0: until it is full)."""
     filler = path / f"filler-{time.monotonic_ns()}"
-    with open(filler, "wb") as f:
-        with contextlib.suppress(OSError):  # ENOSPC when filling to the brim
-            while True:
-                stat = os.statvfs(path)
-                free = stat.f_bavail * stat.f_frsize
-                if free <= leave:
-                    break
-                f.write(b"\0" * min(free - leave, 1 << 16) if leave else b"\0" * 4096)
-                f.flush()
+    with open(filler, "wb") as f, contextlib.suppress(OSError):  # ENOSPC when filling to the brim
+        while True:
+            stat = os.statvfs(path)
+            free = stat.f_bavail * stat.f_frsize
+            if free <= leave:
+                break
+            f.write(b"\0" * min(free - leave, 1 << 16) if leave else b"\0" * 4096)
+            f.flush()
     return filler
 
 

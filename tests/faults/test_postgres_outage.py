@@ -15,45 +15,17 @@ import pytest
 from tests.auth.conftest import fresh_postgres_database
 from tests.billing.test_postgres_outage import take_down
 from tests.faults.conftest import gateway, host_port, stub_worker, wait_for_records
-from tests.faults.load import Outcome, stream_completion
+from tests.faults.outage import through_outage
 
 pytestmark = pytest.mark.slow
 CLIENTS = 16
 
 
-async def load_through_outage(server, postgres) -> tuple[list[tuple[str, Outcome]], list[httpx.Response], float]:
-    host, port = host_port(server)
-    key = server.api_key
-    phase = "before"
-    outcomes: list[tuple[str, Outcome]] = []
-    usage_during: list[httpx.Response] = []
-    stop = asyncio.Event()
-    caught_up = 0.0
-
-    async def client() -> None:
-        while not stop.is_set():
-            started_in = phase
-            outcomes.append((started_in, await stream_completion(host, port, key, max_tokens=32)))
-
-    async def conduct() -> None:
-        nonlocal phase, caught_up
-        await asyncio.sleep(1.5)
-        await asyncio.to_thread(take_down, postgres)
-        phase = "during"
-        async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {key}"}) as usage:
-            for _ in range(3):
-                await asyncio.sleep(0.7)
-                usage_during.append(await usage.get(f"{server.url}/v1/usage"))
-        phase = "restarting"
-        await asyncio.to_thread(postgres.start)
-        phase = "after"
-        restarted = time.monotonic()
-        await asyncio.sleep(2.0)
-        stop.set()
-        caught_up = restarted
-
-    await asyncio.gather(conduct(), *(client() for _ in range(CLIENTS)))
-    return outcomes, usage_during, caught_up
+async def usage_probes(server, answers: list[httpx.Response]) -> None:
+    async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {server.api_key}"}) as usage:
+        for _ in range(3):
+            await asyncio.sleep(0.7)
+            answers.append(await usage.get(f"{server.url}/v1/usage"))
 
 
 async def test_postgres_killed_and_restarted_under_load(tmp_path, postgres):
@@ -61,15 +33,20 @@ async def test_postgres_killed_and_restarted_under_load(tmp_path, postgres):
         try:
             with stub_worker(token_delay=0.01) as stub, \
                     gateway(tmp_path / "gw", stub, f'database_url = "{url}"') as server:
-                outcomes, usage_during, restarted = await load_through_outage(server, postgres)
-                records = await asyncio.to_thread(wait_for_records, server, len(outcomes), 120)
-                caught_up_after = time.monotonic() - restarted
+                usage_during: list[httpx.Response] = []
+                host, port = host_port(server)
+                run = await through_outage(host, port, server.api_key, clients=CLIENTS,
+                                           take_down=lambda: take_down(postgres),
+                                           away=lambda: usage_probes(server, usage_during), bring_back=postgres.start)
+                waited = time.monotonic()
+                records = await asyncio.to_thread(wait_for_records, server, len(run.outcomes), 120)
+                caught_up_after = time.monotonic() - waited
         finally:
             if postgres.process.poll() is not None:
                 postgres.start()
-    by_phase = {p: Counter(o.status for q, o in outcomes if q == p) for p in ("before", "during", "after")}
+    outcomes, by_phase = run.outcomes, run.by_phase()
     print(f"\npostgres outage: statuses by phase {by_phase}; usage API during the outage "
-          f"{[r.status_code for r in usage_during]}; ledger complete {caught_up_after:.1f} s after the restart")
+          f"{[r.status_code for r in usage_during]}; ledger complete {caught_up_after:.1f} s after the load ended")
     assert [o for _, o in outcomes if o.status != 200 or not o.done or o.error] == []
     assert by_phase["during"][200] > 0
     assert [r.status_code for r in usage_during] == [503] * 3

@@ -5,53 +5,27 @@ nothing else fails, and once Redis is back the limits are exact again."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections import Counter
 
 import pytest
 
-from tests.faults.conftest import create_key, fire_completions, gateway, host_port, stub_worker
-from tests.faults.load import Outcome, stream_completion
+from tests.faults.conftest import (
+    create_key,
+    fire_completions,
+    gateway,
+    host_port,
+    stub_worker,
+)
+from tests.faults.outage import through_outage
 
 pytestmark = pytest.mark.slow
 CLIENTS = 16
 
 
-async def load_through_outage(host: str, port: int, key: str, redis) -> tuple[list[tuple[str, Outcome]], float]:
-    """Streams before, during and after the outage, each tagged with the phase it started in; and the seconds
-    from the restart until the first request served again."""
-    phase = "before"
-    outcomes: list[tuple[str, Outcome]] = []
-    recovered_at: list[float] = []
-    stop = asyncio.Event()
-
-    async def client() -> None:
-        while not stop.is_set():
-            started_in = phase
-            outcome = await stream_completion(host, port, key, max_tokens=32)
-            outcomes.append((started_in, outcome))
-            if started_in == "after" and outcome.status == 200 and not recovered_at:
-                recovered_at.append(time.monotonic())
-            if outcome.status != 200:
-                await asyncio.sleep(0.05)
-
-    async def conduct() -> None:
-        nonlocal phase
-        await asyncio.sleep(1.5)
+def kill(redis):
+    def down() -> None:
         redis.process.kill()  # SIGKILL: no goodbye to the gateway's connections
         redis.process.wait()
-        phase = "during"
-        await asyncio.sleep(2.0)
-        phase = "restarting"
-        await asyncio.to_thread(redis.start)
-        phase = "after"
-        restarted = time.monotonic()
-        await asyncio.sleep(2.0)
-        stop.set()
-        recovered_at.insert(0, restarted)
-
-    await asyncio.gather(conduct(), *(client() for _ in range(CLIENTS)))
-    return outcomes, recovered_at[1] - recovered_at[0] if len(recovered_at) > 1 else float("inf")
+    return down
 
 
 @pytest.mark.parametrize("fail_open", [False, True], ids=["fail-closed", "fail-open"])
@@ -61,15 +35,16 @@ def test_redis_killed_and_restarted_under_load(tmp_path, redis, fail_open):
         with stub_worker(token_delay=0.01) as stub, gateway(tmp_path / "gw", stub, extra) as server:
             host, port = host_port(server)
             key = create_key(server, "load", rpm=1_000_000, tpm=1_000_000_000, max_concurrency=1000)
-            outcomes, recovery = asyncio.run(load_through_outage(host, port, key, redis))
+            run = asyncio.run(through_outage(host, port, key, clients=CLIENTS, take_down=kill(redis),
+                                             away=lambda: asyncio.sleep(2.0), bring_back=redis.start))
             exact = fire_completions(server, create_key(server, "exact", rpm=5), 8)
             health = server.log_events("limiter_backend_down"), server.log_events("limiter_backend_up")
     finally:
         if redis.process.poll() is not None:
             redis.start()
-    by_phase = {p: Counter(o.status for q, o in outcomes if q == p) for p in ("before", "during", "after")}
+    outcomes, by_phase = run.outcomes, run.by_phase()
     print(f"\nredis outage ({'fail open' if fail_open else 'fail closed'}): statuses by phase {by_phase}; "
-          f"served again {recovery:.2f} s after the restart")
+          f"served again {run.recovery_s:.2f} s after the restart")
     unexpected = [(p, o) for p, o in outcomes if o.status not in (200, 503)
                   or (o.status == 200 and not o.done) or o.error]
     assert unexpected == []

@@ -13,7 +13,13 @@ from collections import Counter
 
 import pytest
 
-from tests.faults.conftest import footprint, gateway, host_port, stub_worker, wait_for_records
+from tests.faults.conftest import (
+    footprint,
+    gateway,
+    host_port,
+    stub_worker,
+    wait_for_records,
+)
 from tests.faults.load import Outcome, stream_completion
 
 pytestmark = pytest.mark.slow
