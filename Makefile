@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 FUZZ_SECONDS ?= 600
 FUZZ_SCALE ?= 5
 
-.PHONY: install serve test test-fast fuzz bench system-deps clean
+.PHONY: install serve test test-fast fuzz faults-full bench system-deps clean
 
 install: $(STAMP)
 
@@ -45,6 +45,12 @@ fuzz: install system-deps
 		SLUICE_HYPOTHESIS_PROFILE=fuzz SLUICE_FUZZ_SCALE=$(FUZZ_SCALE) $(PY) -m pytest -q -m fuzz \
 			--hypothesis-seed=$$seed $(PYTEST_ARGS) || exit 1; \
 	done
+
+# The load and fault suite at full size: 1,000 streaming clients for 10 minutes, 10,000 requests of which 10%
+# disconnect (`make test` runs them CI-sized).
+faults-full: install system-deps
+	SLUICE_SOAK_CLIENTS=1000 SLUICE_SOAK_SECONDS=600 SLUICE_DISCONNECT_REQUESTS=10000 \
+		$(PY) -m pytest -s -o timeout=3600 tests/faults $(PYTEST_ARGS)
 
 bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from auth import views
+from auth import paging, views
 from auth.clock import now, parse_iso
 from auth.errors import RequestError
 from auth.keys import KeyHasher, new_key
@@ -32,6 +32,7 @@ from auth.models import (
     UserOut,
     UserRecord,
 )
+from auth.paging import PageOut, Position
 from auth.store import Conflict, Store
 
 log = structlog.get_logger("auth.admin")
@@ -40,6 +41,10 @@ log = structlog.get_logger("auth.admin")
 class Actor(msgspec.Struct, frozen=True):
     id: str  # admin key id, or "cli:<os user>", or "system"
     source: str  # client address, or "cli"
+
+
+def _position(record) -> Position:
+    return record.created_at, record.id
 
 
 def new_id(prefix: str) -> str:
@@ -91,6 +96,9 @@ class AdminOps:
     async def list_users(self) -> list[UserOut]:
         return [views.user_out(u) for u in await self._store.list_users()]
 
+    async def users_page(self, limit: int, after: Position | None) -> PageOut:
+        return paging.page("users", await self._store.list_users(limit + 1, after), limit, _position, views.user_out)
+
     # --- teams ---
     async def create_team(self, actor: Actor, body: CreateTeam) -> TeamOut:
         team = TeamRecord(id=new_id("team"), name=body.name.strip(), limits=body.limits, created_at=now())
@@ -124,6 +132,9 @@ class AdminOps:
 
     async def list_teams(self) -> list[TeamOut]:
         return [views.team_out(t) for t in await self._store.list_teams()]
+
+    async def teams_page(self, limit: int, after: Position | None) -> PageOut:
+        return paging.page("teams", await self._store.list_teams(limit + 1, after), limit, _position, views.team_out)
 
     async def list_members(self, team_id: str) -> list[MemberOut]:
         if await self._store.get_team(team_id) is None:
@@ -211,6 +222,9 @@ class AdminOps:
         if key is None or key.team_id != team_id or key.is_admin:
             raise RequestError(404, "key_not_found", f"No key {key_id!r} in this team.", "key_id")
         return key
+    async def keys_page(self, team_id: str | None, limit: int, after: Position | None) -> PageOut:
+        rows = await self._store.list_keys(team_id, limit + 1, after)
+        return paging.page("keys", rows, limit, _position, views.key_out)
 
     async def revoke_key(self, actor: Actor, key_id: str) -> KeyOut:
         async with self._store.transaction() as tx:
@@ -248,5 +262,10 @@ class AdminOps:
 
     # --- audit ---
     async def audit(self, limit: int = 100, before: str | None = None) -> list[AuditOut]:
-        return [views.audit_out(e) for e in await self._store.list_audit(max(1, min(limit, 1000)), before)]
+        return (await self.audit_page(max(1, min(limit, paging.MAX_LIMIT)), before)).data
+
+    async def audit_page(self, limit: int, before: str | None = None) -> PageOut:
+        """Newest first: `before` is the id of the last entry seen (a cursor's position)."""
+        rows = await self._store.list_audit(limit + 1, before)
+        return paging.page("audit", rows, limit, lambda e: (0.0, e.id), views.audit_out)
 

@@ -3,6 +3,10 @@
 This is how revocation, expiry changes and membership changes reach every gateway process:
 no process serves a decision older than `ttl` (0.5 s by default, under the 1 s promise),
 without any cross-process channel. The process that makes a change also drops its own entry.
+
+While the store cannot be reached, `last_known` still answers from an entry up to `outage_grace`
+seconds old: no key can be revoked or changed while the database is down either, so the last
+answer is still the truth, and traffic of keys seen recently keeps flowing through the outage.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ class TtlCache:
         """The value (None included, for negative entries), or MISS when absent or stale."""
         entry = self._data.get(key)
         if entry is None or now - entry[0] >= self.ttl:
+            return MISS
+        return entry[1]
+
+    def last_known(self, key: Hashable, now: float, outage_grace: float) -> Any:
+        """The value however stale, up to `outage_grace` seconds old (for a store outage), else MISS."""
+        entry = self._data.get(key)
+        if entry is None or now - entry[0] >= outage_grace:
             return MISS
         return entry[1]
 

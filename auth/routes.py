@@ -15,7 +15,6 @@ from auth.admin import Actor
 from auth.http import body_as, client_address
 from auth.middleware import auth_service, require_admin
 from auth.models import (
-    AuditOut,
     CreateKey,
     CreateTeam,
     CreateUser,
@@ -28,6 +27,7 @@ from auth.models import (
     TeamOut,
     UserOut,
 )
+from auth.paging import PageOut, parse_cursor, parse_limit
 from auth.service import AuthService
 from common.json_body import read_json, read_optional_json
 
@@ -46,8 +46,8 @@ async def create_user(auth: AuthService, actor: Actor, payload: Any) -> UserOut:
 
 
 @get("/users")
-async def list_users(auth: AuthService) -> ListOut:
-    return ListOut(await auth.admin.list_users())
+async def list_users(auth: AuthService, limit: str | None = None, cursor: str | None = None) -> PageOut:
+    return await auth.admin.users_page(parse_limit(limit), parse_cursor("users", cursor))
 
 
 @post("/teams", status_code=201)
@@ -56,8 +56,8 @@ async def create_team(auth: AuthService, actor: Actor, payload: Any) -> TeamOut:
 
 
 @get("/teams")
-async def list_teams(auth: AuthService) -> ListOut:
-    return ListOut(await auth.admin.list_teams())
+async def list_teams(auth: AuthService, limit: str | None = None, cursor: str | None = None) -> PageOut:
+    return await auth.admin.teams_page(parse_limit(limit), parse_cursor("teams", cursor))
 
 
 @patch("/teams/{team_id:str}")
@@ -87,8 +87,9 @@ async def create_key(auth: AuthService, actor: Actor, payload: Any) -> KeyCreate
 
 
 @get("/keys")
-async def list_keys(auth: AuthService, team_id: str | None = None) -> ListOut:
-    return ListOut(await auth.admin.list_keys(team_id))
+async def list_keys(auth: AuthService, team_id: str | None = None, limit: str | None = None,
+                    cursor: str | None = None) -> PageOut:
+    return await auth.admin.keys_page(team_id, parse_limit(limit), parse_cursor("keys", cursor))
 
 
 @delete("/keys/{key_id:str}", status_code=200)
@@ -102,9 +103,11 @@ async def rotate_key(auth: AuthService, actor: Actor, payload: Any, key_id: str)
 
 
 @get("/audit")
-async def audit(auth: AuthService, limit: int = 100, before: str | None = None) -> ListOut:
-    entries: list[AuditOut] = await auth.admin.audit(limit, before)
-    return ListOut(entries)
+async def audit(auth: AuthService, limit: str | None = None, cursor: str | None = None,
+                before: str | None = None) -> PageOut:
+    """Newest first; `before` (an entry id) is the older spelling of a cursor and still works."""
+    position = parse_cursor("audit", cursor)
+    return await auth.admin.audit_page(parse_limit(limit), position[1] if position else before)
 
 
 def admin_router() -> Router:

@@ -19,6 +19,7 @@ from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.store import Store, open_store
 from auth.throttle import FailureThrottle
+from common.errors import StoreUnavailable
 
 log = structlog.get_logger("auth")
 ADMIN_KEY_SHAPE = (f"SLUICE_ADMIN_KEY is not a usable key: a key starting with {PREFIX} must have the generated "
@@ -52,7 +53,7 @@ class Bootstrap(msgspec.Struct):
 class AuthService:
     def __init__(self, store: Store, hasher: KeyHasher, *, cache_ttl: float = 0.5, touch_interval: float = 30.0,
                  throttle: FailureThrottle | None = None, trusted_proxies: Iterable[str] = (),
-                 default_team_limits: Limits | None = None) -> None:
+                 default_team_limits: Limits | None = None, outage_grace: float = 3600.0) -> None:
         self._store = store
         self._hasher = hasher
         self._keys = TtlCache(cache_ttl)
@@ -62,6 +63,7 @@ class AuthService:
         self.clients = ClientAddresses(trusted_proxies)  # who the throttle and the audit log see
         self._default_team_limits = default_team_limits  # the limits of a new deployment's "default" team
         self._touch_interval = touch_interval
+        self._outage_grace = outage_grace  # how old a last answer may be served while the store is down
         self._used: dict[str, float] = {}  # key id -> last use, written to the store in batches
         self._last_flush = now()
         self._flush_task: asyncio.Task | None = None
@@ -70,7 +72,7 @@ class AuthService:
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
         """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, trusted_proxies (CIDRs whose
-        X-Forwarded-For names the client), default_team_limits."""
+        X-Forwarded-For names the client), default_team_limits, outage_grace."""
         hasher = KeyHasher(pepper)
         return cls(await open_store(database_url), hasher, **options)
 
@@ -130,24 +132,28 @@ class AuthService:
         return team, role
 
     async def _key(self, key_id: str, mono: float) -> KeyRecord | None:
-        hit = self._keys.get(key_id, mono)
-        if hit is MISS:
-            hit = await self._store.get_key(key_id)
-            self._keys.put(key_id, hit, mono)
-        return hit
+        return await self._cached(self._keys, key_id, mono, self._store.get_key, key_id)
 
     async def _team(self, team_id: str, mono: float) -> TeamRecord | None:
-        hit = self._teams.get(team_id, mono)
-        if hit is MISS:
-            hit = await self._store.get_team(team_id)
-            self._teams.put(team_id, hit, mono)
-        return hit
+        return await self._cached(self._teams, team_id, mono, self._store.get_team, team_id)
 
     async def _role(self, team_id: str, user_id: str, mono: float) -> str | None:
-        hit = self._roles.get((team_id, user_id), mono)
-        if hit is MISS:
-            hit = await self._store.get_role(team_id, user_id)
-            self._roles.put((team_id, user_id), hit, mono)
+        return await self._cached(self._roles, (team_id, user_id), mono, self._store.get_role, team_id, user_id)
+
+    async def _cached(self, cache: TtlCache, key, mono: float, read, *args):
+        """The fresh cached answer, else the store's; while the store is down, the last answer it gave
+        (auth/cache.py says why that is safe), and StoreUnavailable only for what was never seen."""
+        hit = cache.get(key, mono)
+        if hit is not MISS:
+            return hit
+        try:
+            hit = await read(*args)
+        except StoreUnavailable:
+            hit = cache.last_known(key, mono, self._outage_grace)
+            if hit is MISS:
+                raise
+            return hit
+        cache.put(key, hit, mono)
         return hit
 
     def _fail(self, client: str, mono: float, reason: str, refusal: AuthError, key_id: str | None = None) -> AuthError:

@@ -4,6 +4,7 @@ before `record()` returns, and ships it to the database in the background."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -18,22 +19,29 @@ from billing.shipper import Shipper
 from billing.store import UsageStore, open_store
 from billing.usage import UsageQuery, UsageReport
 from billing.wal import WalWriter, frame, list_segments
+from common.errors import LedgerUnavailable
 
 log = structlog.get_logger(__name__)
+SPACE_CHECK_INTERVAL = 0.25  # seconds between two looks at the log's free disk space
 
 
 class Ledger:
-    def __init__(self, store: UsageStore, writer: WalWriter, shipper: Shipper, pricing: PricingTable) -> None:
+    def __init__(self, store: UsageStore, writer: WalWriter, shipper: Shipper, pricing: PricingTable, *,
+                 min_free_bytes: int = 0) -> None:
         self.store, self.pricing = store, pricing
         self._writer, self._shipper = writer, shipper
+        self.min_free_bytes = min_free_bytes
+        self._space_checked = -SPACE_CHECK_INTERVAL
+        self._space_left = True
         self._encoder = msgspec.msgpack.Encoder()
         self._check = msgspec.msgpack.Decoder(LedgerEntry)
 
     @classmethod
     async def open(cls, database_url: str, wal_dir: Path, pricing: PricingTable, *,
-                   max_segment_bytes: int = 8 << 20) -> Ledger:
+                   max_segment_bytes: int = 8 << 20, min_free_bytes: int = 0) -> Ledger:
         """Connect, migrate, replay every WAL segment left by an earlier process (idempotent on
-        request id), then start the writer and the shipper."""
+        request id), then start the writer and the shipper. `min_free_bytes`: the disk space kept for
+        the records of requests already admitted (see `check_writable`)."""
         wal_dir = Path(wal_dir)
         wal_dir.mkdir(parents=True, exist_ok=True)
         store = await open_store(database_url)
@@ -54,11 +62,32 @@ class Ledger:
         if existing:
             log.info("billing.ledger.replayed", segments=len(existing), entries=shipper.shipped)
         shipper.start()
-        return cls(store, writer, shipper, pricing)
+        return cls(store, writer, shipper, pricing, min_free_bytes=min_free_bytes)
+
+    def check_writable(self) -> None:
+        """Raise LedgerUnavailable while the log's disk has less than `min_free_bytes` free: a request
+        admitted now might not be recordable when it ends. The space left is the reserve that the
+        records of requests already admitted are written into; new requests are admitted again as soon
+        as space returns."""
+        now = time.monotonic()
+        if now - self._space_checked >= SPACE_CHECK_INTERVAL:
+            self._space_checked = now
+            try:
+                stat = os.statvfs(self._writer.wal_dir)
+                left = stat.f_bavail * stat.f_frsize >= self.min_free_bytes
+            except OSError:
+                left = False
+            if left != self._space_left:
+                (log.info if left else log.error)("billing.ledger.disk_space", enough=left,
+                                                  min_free_bytes=self.min_free_bytes)
+            self._space_left = left
+        if not self._space_left:
+            raise LedgerUnavailable("the usage ledger's disk is full; requests resume once it has space again")
 
     async def record(self, rec: UsageRecord) -> None:
         """Returns once the priced record is on stable storage. Cancelling the caller does not
-        withdraw the record. Raises ValueError for a malformed record."""
+        withdraw the record. Raises ValueError for a malformed record, LedgerUnavailable when the log
+        cannot be written."""
         if rec.status == "rejected" and (rec.prompt_tokens or rec.completion_tokens or rec.compute_tokens):
             rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0)
         price = self.pricing.price(rec.model, rec.time)
@@ -70,7 +99,11 @@ class Ledger:
             self._check.decode(payload)  # types and ranges, checked before the record can poison the log
         except msgspec.ValidationError as exc:
             raise ValueError(f"invalid usage record {rec.request_id!r}: {exc}") from None
-        await asyncio.shield(self._writer.append(frame(payload)))
+        try:
+            await asyncio.shield(self._writer.append(frame(payload)))
+        except OSError as exc:  # the disk is full or failing: the record is not durable
+            self._space_checked = -SPACE_CHECK_INTERVAL  # look at the disk again before admitting more
+            raise LedgerUnavailable(f"the usage ledger cannot write its log ({exc.strerror or exc})") from exc
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until everything recorded so far is in the database (tests, shutdown, audits)."""

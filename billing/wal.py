@@ -8,6 +8,7 @@ readers stop there, and nothing after it was ever acknowledged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import struct
 import zlib
@@ -165,15 +166,25 @@ class WalWriter:
         try:
             self._write_all(data)
         except OSError:
-            # A partial write may have left a torn frame; never append after it. Retry once in a
-            # fresh segment (frames that did land are deduplicated by request id downstream).
+            # Retry once in a fresh segment; never append after what a failed write left behind.
+            self._discard_partial()
             self._close_fd()
             self._open_segment(self._file_seq + 1)
-            self._write_all(data)
+            try:
+                self._write_all(data)
+            except OSError:
+                self._discard_partial()
+                raise
         if self._file_offset >= self.max_segment_bytes:
             self._close_fd()
             self._open_segment(self._file_seq + 1)
         return self._file_seq, self._file_offset
+
+    def _discard_partial(self) -> None:
+        """Cut what a failed write left (a full disk writes part of a batch): the batch's waiters are told
+        it failed, so none of its frames may reach the database, whole frames included."""
+        with contextlib.suppress(OSError):  # the file may be gone with its disk; nothing more to undo then
+            os.ftruncate(self._fd, self._file_offset)
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)

@@ -60,6 +60,17 @@ class UnsupportedMediaType(SluiceError):
     status, type, code = 415, "invalid_request_error", "unsupported_media_type"
 
 
+class LedgerUnavailable(SluiceError):
+    """The usage ledger cannot make records durable (its disk is full or failing): nothing is served that
+    could not be billed. Service resumes by itself once the disk takes writes again."""
+
+    status, type, code = 503, "service_unavailable", "ledger_unavailable"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers.update(retry_after_header(5))
+
+
 class StoreUnavailable(SluiceError):
     """A database the request needs cannot be reached (down, restarting, out of connections): retry later."""
 

@@ -11,6 +11,7 @@ import structlog
 
 from auth import Principal
 from billing.records import UsageRecord
+from common.errors import LedgerUnavailable
 from gateway import admission, metrics
 from gateway.dialects.base import Parsed
 from gateway.errors import SluiceError
@@ -95,9 +96,18 @@ class Accounting:
                  prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                  latency_ms=round(latency, 2), error=error.code if error else None)
         ledger = self.services.ledger
-        if ledger is None:
+        if ledger is None or isinstance(error, LedgerUnavailable):  # refused for want of a ledger: nothing to add
             return
         ttft = (self.first_token - self.started) * 1000 if self.first_token is not None else None
+        try:
+            await self._record(ledger, status, latency, ttft, error)
+        except LedgerUnavailable as failure:
+            log.error("ledger_record_failed", request_id=self.request_id, status=status, error=failure.message)
+            if status == "ok":
+                raise  # the answer is withheld: never served unbilled
+
+    async def _record(self, ledger, status: str, latency: float, ttft: float | None,
+                      error: SluiceError | None) -> None:
         failed = error is not None or status == "error"  # an error without a SluiceError: an unexpected fault
         await ledger.record(UsageRecord(
             request_id=self.request_id, time=self.arrived, team_id=self.principal.team_id,

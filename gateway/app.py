@@ -26,6 +26,7 @@ from gateway.dialects.sglang import routes as sglang
 from gateway.dialects.tgi import routes as tgi
 from gateway.lifespan import GatewayServices
 from gateway.logs import request_id_middleware
+from gateway.write_timeout import write_timeout_middleware
 
 OPENAPI_PATH = "/openapi"
 
@@ -39,7 +40,8 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     return Litestar(
         route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), team_router(), *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
-        middleware=[request_id_middleware, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
+        middleware=[request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s),
+                    authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         exception_handlers=DEFAULT.exception_handlers(),
         request_max_body_size=settings.max_body_bytes,
         template_config=template_config(),

@@ -35,6 +35,9 @@ def listen(settings: Settings) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux; elsewhere the write timeout alone ends stalled streams
+            # inherited by accepted connections: data a client leaves unread this long aborts its connection
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(settings.stream_write_timeout_s * 1000))
         sock.bind((settings.host, settings.port))
     except BaseException:
         sock.close()

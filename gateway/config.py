@@ -30,12 +30,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_team_limits: Limits = msgspec.field(default_factory=lambda: Limits(**DEFAULT_TEAM_LIMITS))
     pricing_file: str = ""  # TOML pricing table, re-read on change
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
+    # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
+    ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     max_body_bytes: int = 4 * 1024 * 1024
     # GET /health_generate (public) runs at most one real generation per interval; callers share its answer
     health_generate_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0
     # the longest one generation request may run once admitted (its worker reads included); its concurrency
     # slot's lease is this plus LEASE_MARGIN_S, so a live request never loses its slot to the lease
     request_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 840.0
+    # a client that takes longer to accept one write of a streamed answer is cut (gateway/write_timeout.py)
+    stream_write_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
     log_format: str = "json"  # "json" or "console"
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
 

@@ -29,6 +29,7 @@ from gateway.errors import GenerationFailed, NotFound, RequestTimedOut, SluiceEr
 from gateway.logs import request_id_of
 from gateway.proxy import stream_events
 from gateway.services import Services
+from common.errors import LedgerUnavailable
 from common.json_body import read_json
 from common.protocol import Event, Finish
 
@@ -66,6 +67,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         if pool is None:
             raise NotFound(f"the model {parsed.model!r} does not exist")
         services.auth.check_model(principal, parsed.model)
+        if services.ledger is not None:
+            services.ledger.check_writable()  # never serve what could not be billed
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
@@ -170,9 +173,9 @@ async def _stream(dialect: Dialect, parsed: Parsed, first: tuple[int, Event] | N
         await accounting.finish("ok")
     except SluiceError as error:
         status = "error"
-        if held is not None:
+        if held is not None and not isinstance(error, LedgerUnavailable):  # unbilled: the end is withheld
             yield held
-            held = None
+        held = None
         await accounting.finish("error", error)
         yield dialect.stream_error(error)
     finally:

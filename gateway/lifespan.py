@@ -137,7 +137,8 @@ class GatewayServices(InitPluginProtocol):
                 raise StartupError(f"cannot read pricing_file {settings.pricing_file} ({_cause(error)}): fix the "
                                    "file, or unset pricing_file") from error
             try:
-                ledger = await Ledger.open(url, data / "billing-wal", pricing)
+                ledger = await Ledger.open(url, data / "billing-wal", pricing,
+                                           min_free_bytes=settings.ledger_min_free_bytes)
             except StoreUnavailable as error:
                 raise database_failure(url, error) from error
             opened.push_async_callback(ledger.close)

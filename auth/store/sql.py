@@ -32,6 +32,19 @@ def _key(row: tuple) -> KeyRecord:
                      replaced_by=row[12])
 
 
+def _in_order(conditions: list[str], params: list, after: tuple[float, str] | None, limit: int | None) -> str:
+    """WHERE (the conditions, and after `after` in (created_at, id) order), ORDER BY and LIMIT of a listing;
+    its parameters are appended to `params`."""
+    if after is not None:
+        conditions.append("(created_at > ? OR (created_at = ? AND id > ?))")
+        params += [after[0], after[0], after[1]]
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    if limit is None:
+        return f"{where} ORDER BY created_at, id"
+    params.append(limit)
+    return f"{where} ORDER BY created_at, id LIMIT ?"
+
+
 def _team(row: tuple) -> TeamRecord:
     return TeamRecord(id=row[0], name=row[1], limits=_limits(row[2]), created_at=row[3])
 
@@ -60,8 +73,10 @@ class Store:
         row = await self._x.fetchone("SELECT id, name, created_at FROM users WHERE id = ?", (user_id,))
         return UserRecord(*row) if row else None
 
-    async def list_users(self) -> list[UserRecord]:
-        rows = await self._x.fetchall("SELECT id, name, created_at FROM users ORDER BY created_at, id")
+    async def list_users(self, limit: int | None = None, after: tuple[float, str] | None = None) -> list[UserRecord]:
+        params: list = []
+        rows = await self._x.fetchall(f"SELECT id, name, created_at FROM users{_in_order([], params, after, limit)}",
+                                      tuple(params))
         return [UserRecord(*row) for row in rows]
 
     # --- teams ---
@@ -77,8 +92,10 @@ class Store:
         row = await self._x.fetchone("SELECT id, name, limits, created_at FROM teams WHERE name = ?", (name,))
         return _team(row) if row else None
 
-    async def list_teams(self) -> list[TeamRecord]:
-        rows = await self._x.fetchall("SELECT id, name, limits, created_at FROM teams ORDER BY created_at, id")
+    async def list_teams(self, limit: int | None = None, after: tuple[float, str] | None = None) -> list[TeamRecord]:
+        params: list = []
+        rows = await self._x.fetchall(
+            f"SELECT id, name, limits, created_at FROM teams{_in_order([], params, after, limit)}", tuple(params))
         return [_team(row) for row in rows]
 
     async def update_team(self, team: TeamRecord) -> None:
@@ -124,12 +141,11 @@ class Store:
         row = await self._x.fetchone(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,))
         return _key(row) if row else None
 
-    async def list_keys(self, team_id: str | None = None) -> list[KeyRecord]:
-        if team_id is None:
-            rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
-        else:
-            rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE team_id = ? "
-                                          "ORDER BY created_at, id", (team_id,))
+    async def list_keys(self, team_id: str | None = None, limit: int | None = None,
+                        after: tuple[float, str] | None = None) -> list[KeyRecord]:
+        conditions, params = (["team_id = ?"], [team_id]) if team_id is not None else ([], [])
+        rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys{_in_order(conditions, params, after, limit)}",
+                                      tuple(params))
         return [_key(row) for row in rows]
 
     async def revoke_key(self, key_id: str, at: float) -> None:

@@ -1,0 +1,68 @@
+"""Clients that read slowly or not at all: a stream's write that cannot complete within
+`stream_write_timeout_s` ends that stream as if the client had left.
+
+Each stream's buffering is already bounded: uvicorn's transport holds at most about 64 KiB before
+`send` waits, and the stream generator holds one chunk. What was missing is an end to the wait: a stalled
+client would hold its worker row, its concurrency slot and its connection forever. Here a body write that
+waits longer than the timeout marks the client gone: later writes are dropped, and the app's disconnect
+listener hears `http.disconnect`, which cancels the stream the same way a real disconnect does (the
+request is recorded as cancelled, the worker stream is closed). The socket itself is then cut by the
+kernel: `cli.listen` sets TCP_USER_TIMEOUT to the same value, so a connection whose unread data cannot
+be delivered for that long is aborted, and its buffers are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+log = structlog.get_logger("gateway")
+DISCONNECT = {"type": "http.disconnect"}
+
+
+def write_timeout_middleware(timeout: float):
+    def middleware(app):
+        async def guarded(scope, receive, send):
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            stalled = asyncio.Event()
+            body_read = False
+
+            async def timed_send(message):
+                if stalled.is_set():
+                    return  # the client counts as gone: nothing more is written
+                if message["type"] != "http.response.body":
+                    await send(message)
+                    return
+                try:
+                    async with asyncio.timeout(timeout):
+                        await send(message)
+                except TimeoutError:
+                    stalled.set()
+                    log.warning("client_write_timeout", path=scope["path"], timeout_s=timeout)
+
+            async def watched_receive():
+                nonlocal body_read
+                if stalled.is_set():
+                    return DISCONNECT
+                if not body_read:  # the body itself is read as usual
+                    message = await receive()
+                    body_read = message["type"] != "http.request" or not message.get("more_body", False)
+                    return message
+                # after the body only a disconnect can come (the app's listener waits for it): a stall counts
+                waiting = {asyncio.ensure_future(receive()), asyncio.ensure_future(stalled.wait())}
+                try:
+                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in waiting:
+                        task.cancel()
+                first = done.pop()
+                return DISCONNECT if first.result() is True else first.result()
+
+            await app(scope, watched_receive, timed_send)
+
+        return guarded
+
+    return middleware

@@ -1,0 +1,62 @@
+"""redis-server killed (SIGKILL) and restarted under streaming load: the configured policy holds (fail closed:
+new requests get 503 `limiter_unavailable`; fail open: they are served), streams already admitted finish,
+nothing else fails, and once Redis is back the limits are exact again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.faults.conftest import (
+    create_key,
+    fire_completions,
+    gateway,
+    host_port,
+    stub_worker,
+)
+from tests.faults.outage import through_outage
+
+pytestmark = pytest.mark.slow
+CLIENTS = 16
+
+
+def kill(redis):
+    def down() -> None:
+        redis.process.kill()  # SIGKILL: no goodbye to the gateway's connections
+        redis.process.wait()
+    return down
+
+
+@pytest.mark.parametrize("fail_open", [False, True], ids=["fail-closed", "fail-open"])
+def test_redis_killed_and_restarted_under_load(tmp_path, redis, fail_open):
+    extra = f'redis_url = "{redis.url}"\nlimiter_fail_open = {str(fail_open).lower()}'
+    try:
+        with stub_worker(token_delay=0.01) as stub, gateway(tmp_path / "gw", stub, extra) as server:
+            host, port = host_port(server)
+            key = create_key(server, "load", rpm=1_000_000, tpm=1_000_000_000, max_concurrency=1000)
+            run = asyncio.run(through_outage(host, port, key, clients=CLIENTS, take_down=kill(redis),
+                                             away=lambda: asyncio.sleep(2.0), bring_back=redis.start))
+            exact = fire_completions(server, create_key(server, "exact", rpm=5), 8)
+            health = server.log_events("limiter_backend_down"), server.log_events("limiter_backend_up")
+    finally:
+        if redis.process.poll() is not None:
+            redis.start()
+    outcomes, by_phase = run.outcomes, run.by_phase()
+    print(f"\nredis outage ({'fail open' if fail_open else 'fail closed'}): statuses by phase {by_phase}; "
+          f"served again {run.recovery_s:.2f} s after the restart")
+    unexpected = [(p, o) for p, o in outcomes if o.status not in (200, 503)
+                  or (o.status == 200 and not o.done) or o.error]
+    assert unexpected == []
+    refused = [o for _, o in outcomes if o.status == 503]
+    if fail_open:
+        assert refused == []
+    else:
+        assert refused and all(b"limiter_unavailable" in o.body for o in refused)
+        assert by_phase["during"][503] > 0
+    assert by_phase["before"] == {200: by_phase["before"].total()}
+    assert by_phase["during"][200] + by_phase["during"][503] == by_phase["during"].total()
+    assert by_phase["after"][200] > 0
+    assert exact == [200] * 5 + [429] * 3  # the limit holds exactly once Redis is back
+    down, up = health
+    assert len(down) == 1 and len(up) == 1  # the transition is logged once each way
