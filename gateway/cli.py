@@ -27,8 +27,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from worker.__main__ import main as worker_main
-
+    try:
+        from worker.__main__ import main as worker_main
+    except ImportError as exc:  # the gateway image installs `.[gateway]` only
+        raise SystemExit(f"the worker is not installed here ({exc}); install sluice[worker]") from None
     worker_main(args.worker_args)
     return 0
 
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:  # argparse's REMAINDER refuses options first: `sluice worker --port P`
+        return _worker(argparse.Namespace(worker_args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command not in ("serve", "worker"):
