@@ -1,8 +1,6 @@
 # The gateway image: the Litestar gateway with auth and billing, `pip install .[gateway]`, no torch.
 # Build from the repository root:  docker build -f infra/docker/gateway.Dockerfile -t sluice-gateway .
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
-
-FROM ${PYTHON_IMAGE} AS build
+FROM python:3.11.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway gateway
@@ -13,7 +11,7 @@ COPY storage storage
 COPY worker worker
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM ${PYTHON_IMAGE}
+FROM python:3.11.11-slim-bookworm
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     SLUICE_LOG_FORMAT=json \

@@ -1,8 +1,6 @@
 # The worker image: one model worker on a GPU, `pip install .[worker]` over torch's CUDA build.
 # Build from the repository root:  docker build -f infra/docker/worker.Dockerfile -t sluice-worker .
-ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
-
-FROM ${CUDA_IMAGE} AS build
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.12 python3.12-venv \
     && rm -rf /var/lib/apt/lists/*
@@ -17,7 +15,7 @@ COPY storage storage
 COPY worker worker
 RUN /opt/build/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
-FROM ${CUDA_IMAGE}
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 # torch's CUDA wheel index; must match a CUDA the base image's driver range supports
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
 ENV PYTHONUNBUFFERED=1 \
@@ -42,5 +40,8 @@ RUN python3.12 -m venv /opt/sluice \
     && chown sluice:sluice /var/lib/sluice /var/cache/sluice
 USER 10001:10001
 EXPOSE 8100
+# /health answers 200 once the model is loaded and warm (loading a large model takes minutes)
+HEALTHCHECK --interval=15s --timeout=3s --start-period=600s --retries=3 \
+    CMD ["python3.12", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8100/health', timeout=2)"]
 ENTRYPOINT ["sluice"]
 CMD ["worker", "--host", "0.0.0.0", "--port", "8100", "--data-dir", "/var/lib/sluice"]
