@@ -26,6 +26,7 @@ from gateway.routing.pool import Router
 from gateway.routing.supervisor import Supervisor
 from gateway.secrets import load_pepper
 from gateway.state import AppState
+from billing.wal_home import OrphanSweeper, WalHome
 
 log = structlog.get_logger("gateway")
 _json = msgspec.json.Encoder()
@@ -91,8 +92,10 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
         announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
         limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open)
         pricing = PricingTable(settings.pricing_file or None, section="pricing")
-        ledger = (await Ledger.open(settings.resolved_database_url, data / "billing-wal", pricing)
+        wal = WalHome.claim(data, settings.wal_root)
+        ledger = (await Ledger.open(settings.resolved_database_url, wal.path, pricing)
                   if settings.ledger_enabled else None)
+        sweeper = OrphanSweeper(wal, settings.resolved_database_url, pricing).start() if ledger else None
         state = AppState(settings, router, auth, limiter=limiter, ledger=ledger, started_at=time.time())
         holder["state"] = state
         app.state.sluice = state
@@ -112,7 +115,9 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
             await supervisor.stop()
             await limiter.close()
             if ledger is not None:
+                await sweeper.stop()
                 await ledger.close()
+                wal.release()
             await auth.close()
             log.info("gateway_stopped", workers=len(supervisor.workers))
 

@@ -20,6 +20,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     limiter_fail_open: bool = False
     pricing_file: str = ""  # TOML pricing table, re-read on change
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
+    wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
     log_format: str = "json"  # "json" or "console"
     workers_start_timeout: float = 600.0
@@ -35,17 +36,18 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
-              "pricing_file": str, "log_format": str}
+              "pricing_file": str, "log_format": str, "wal_root": str}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
     """Defaults < config file < SLUICE_<FIELD> environment < explicit overrides (CLI flags)."""
     raw: dict = {}
-    if config_file:
+    inline = os.environ.get("SLUICE_CONFIG_TOML")  # the whole file in one variable (ECS task definitions)
+    if config_file or inline:
         try:
-            raw = tomllib.loads(Path(config_file).read_text())
+            raw = tomllib.loads(Path(config_file).read_text() if config_file else inline)
         except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SystemExit(f"cannot read config {config_file}: {exc}") from exc
+            raise SystemExit(f"cannot read config {config_file or 'SLUICE_CONFIG_TOML'}: {exc}") from exc
     for name, kind in ENV_FIELDS.items():
         value = os.environ.get(f"SLUICE_{name.upper()}")
         if value:

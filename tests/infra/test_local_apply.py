@@ -96,6 +96,13 @@ def _assert_nothing_left(env: AppliedEnv) -> None:
 
 def test_worker_services_exist_at_zero_on_the_gpu_capacity_provider(applied_local_env: AppliedEnv):
     ecs = applied_local_env.aws.client("ecs")
+    cluster = ecs.describe_clusters(clusters=[applied_local_env.cluster])["clusters"][0]
+    assert set(cluster["capacityProviders"]) == {"FARGATE", "sluice-local-gpu"}
+    provider = ecs.describe_capacity_providers(capacityProviders=["sluice-local-gpu"])["capacityProviders"][0]
+    scaling = provider["autoScalingGroupProvider"]
+    assert scaling["managedScaling"]["status"] == "ENABLED"
+    group = applied_local_env.aws.client("autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"]
+    assert [(g["MinSize"], g["MaxSize"]) for g in group] == [(0, 2)]
     names = list(applied_local_env.worker_services.values())
     assert set(applied_local_env.worker_services) == {"HuggingFaceTB/SmolLM2-135M-Instruct", "tiny/random-llama"}
     services = ecs.describe_services(cluster=applied_local_env.cluster, services=names)["services"]
@@ -103,7 +110,6 @@ def test_worker_services_exist_at_zero_on_the_gpu_capacity_provider(applied_loca
     for service in services:
         assert service["desiredCount"] == 0
         assert service["status"] == "ACTIVE"
-        assert [p["capacityProvider"] for p in service["capacityProviderStrategy"]] == ["sluice-local-gpu"]
         definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
         container = definition["containerDefinitions"][0]
         assert container["resourceRequirements"] == [{"type": "GPU", "value": "1"}]
