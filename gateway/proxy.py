@@ -13,6 +13,7 @@ import httpx
 import msgspec
 
 from gateway.errors import (
+    DeadlineExceeded,
     NotFound,
     Overloaded,
     SluiceError,
@@ -23,7 +24,7 @@ from gateway.errors import (
 from gateway.routing.pool import ModelPool
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 
-RETRYABLE_KINDS = {"overloaded", "unavailable", "internal"}
+RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
 def worker_error(error: Error) -> SluiceError:
@@ -35,6 +36,10 @@ def worker_error(error: Error) -> SluiceError:
         return NotFound(error.message)
     if error.kind == "overloaded":
         return Overloaded(error.message)
+    if error.kind == "timeout":
+        return DeadlineExceeded(error.message)
+    if error.kind == "unauthorized":  # our configuration, not the client's key: SLUICE_WORKER_SECRET differs
+        return UpstreamFailed(f"a worker refused this gateway's worker secret: {error.message}")
     if error.kind == "unavailable":
         return Unavailable(error.message)
     return UpstreamFailed(error.message)
@@ -59,7 +64,12 @@ async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncItera
                 async for line in response.aiter_lines():
                     if not line:
                         continue
-                    event = decode_event(line.encode())
+                    try:
+                        event = decode_event(line.encode())
+                    except msgspec.DecodeError as exc:
+                        # an event off the contract: the same request gets the same answer from any replica,
+                        # so no retry, and this replica stays healthy (other requests are not refused)
+                        raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
                     if isinstance(event, Error) and not relayed and event.kind in RETRYABLE_KINDS:
                         last_error = worker_error(event)
                         break

@@ -14,7 +14,8 @@ import uvicorn
 from worker.engine.engine import Engine
 from common.logs import configure_logging
 from worker.loading import load_model
-from common.protocol import ModelConfig, ModelInfo
+from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
+from worker.secret import bind_refusal
 from worker.server import create_worker_app
 from worker.threads import torch_threads
 
@@ -27,6 +28,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", default=".data")
     parser.add_argument("--worker-id", default="")
     args = parser.parse_args(argv)
+    secret = os.environ.get(WORKER_SECRET_ENV) or None
+    refusal = bind_refusal(args.host, secret)
+    if refusal:
+        raise SystemExit(refusal)
     config = msgspec.json.decode(args.model_json.encode(), type=ModelConfig)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
     worker_id = args.worker_id or f"worker-{uuid.uuid4().hex[:8]}"
@@ -35,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(torch_threads(config))
     loaded = load_model(config, Path(args.data_dir))
-    engine = Engine(loaded, config, worker_id)
+    engine = Engine(loaded, config, worker_id, data_dir=Path(args.data_dir))
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
                      device=str(loaded.device), quantization=loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,
@@ -43,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     engine.start()
     log.info("worker_ready", port=args.port, dtype=info.model_dtype, quantization=info.quantization)
     try:
-        uvicorn.run(create_worker_app(engine, info), host=args.host, port=args.port, log_level="warning",
+        uvicorn.run(create_worker_app(engine, info, secret), host=args.host, port=args.port, log_level="warning",
                     loop="uvloop", http="httptools", lifespan="off")
     finally:
         engine.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import os
 import signal
 import socket
 import sys
@@ -18,6 +17,7 @@ import msgspec
 import structlog
 
 from common.protocol import ModelConfig
+from gateway.routing.worker_trust import worker_environment, worker_secret
 
 log = structlog.get_logger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -67,9 +67,8 @@ class Supervisor:
     async def _spawn(self, worker: LocalWorker) -> None:
         command = [sys.executable, "-m", "worker", "--model-json", msgspec.json.encode(worker.model).decode(),
                    "--port", str(worker.port), "--data-dir", str(self.data_dir), "--worker-id", worker.worker_id]
-        # passive OpenMP waits: spinning threads starve the gateway and each other on small hosts
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-        worker.process = await asyncio.create_subprocess_exec(*command, preexec_fn=_die_with_parent, env=env)
+        worker.process = await asyncio.create_subprocess_exec(*command, preexec_fn=_die_with_parent,
+                                                              env=worker_environment(worker_secret()))
         log.info("worker_started", worker_id=worker.worker_id, pid=worker.process.pid, port=worker.port)
 
     async def _watch(self, worker: LocalWorker) -> None:
