@@ -1,36 +1,23 @@
 """checkov over infra/ (Terraform and Dockerfiles): no failed check, and every skip carries its
-reason inline (`#checkov:skip=CKV_...:why`). checkov lives in its own venv under the git-ignored
-`.bench/checkov`, created on first use: its pins clash with the project's."""
+reason inline (`#checkov:skip=CKV_...:why`). checkov lives in its own venv, `.venv-checkov`, which
+`make checkov` creates (`make test` depends on it): its pins clash with the project's."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".bench" / "checkov"
-CHECKOV = "checkov==3.3.30"
 
 
 def checkov_binary() -> Path:
-    VENV.parent.mkdir(exist_ok=True)
-    binary = VENV / "bin" / "checkov"
-    marker = VENV / "sluice-requirement.txt"
-    with open(VENV.parent / ".checkov.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists() and marker.exists() and marker.read_text() == CHECKOV:
-            return binary
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True, capture_output=True)
-        done = subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", CHECKOV], capture_output=True, text=True,
-                              timeout=1200)
-        assert done.returncode == 0, f"pip install {CHECKOV} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-        marker.write_text(CHECKOV)
-    return binary
+    """The Makefile's checkov; `make checkov` is a no-op once it is installed."""
+    done = subprocess.run(["make", "-s", "checkov"], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, f"make checkov failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return REPO / ".venv-checkov" / "bin" / "checkov"
 
 
 @pytest.mark.slow

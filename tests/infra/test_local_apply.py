@@ -115,6 +115,9 @@ def test_worker_services_exist_at_zero_on_the_gpu_capacity_provider(applied_loca
         assert container["resourceRequirements"] == [{"type": "GPU", "value": "1"}]
         assert container["command"][:1] == ["worker"] and "--model-json" in container["command"]
         assert container["user"] == "10001:10001"
+        # the very secret the gateway sends: a worker on 0.0.0.0 refuses to start without it
+        secret_arn = applied_local_env.outputs["secret_arns"]["worker_secret"]
+        assert container["secrets"] == [{"name": "SLUICE_WORKER_SECRET", "valueFrom": secret_arn}]
 
 
 def test_the_gateway_service_gets_its_secrets_and_the_wal_volume(applied_local_env: AppliedEnv):
@@ -125,8 +128,9 @@ def test_the_gateway_service_gets_its_secrets_and_the_wal_volume(applied_local_e
     definition = ecs.describe_task_definition(taskDefinition=gateway["taskDefinition"])["taskDefinition"]
     container = definition["containerDefinitions"][0]
     secrets = {s["name"]: s["valueFrom"] for s in container["secrets"]}
-    assert secrets == {"SLUICE_ADMIN_KEY": applied_local_env.outputs["secret_arns"]["admin_key"],
-                       "SLUICE_KEY_PEPPER": applied_local_env.outputs["secret_arns"]["key_pepper"]}
+    arns = applied_local_env.outputs["secret_arns"]
+    assert secrets == {"SLUICE_ADMIN_KEY": arns["admin_key"], "SLUICE_KEY_PEPPER": arns["key_pepper"],
+                       "SLUICE_WORKER_SECRET": arns["worker_secret"]}
     environment = {e["name"]: e["value"] for e in container["environment"]}
     assert not any(word in name for name in environment for word in ("KEY", "PEPPER", "PASSWORD"))
     volume = definition["volumes"][0]["efsVolumeConfiguration"]
@@ -159,7 +163,7 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     actions = sorted({a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
                                                                    else s["Action"])})
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
-                              "secretsmanager:GetSecretValue", "s3:PutObject", "s3:AbortMultipartUpload",
+                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:AbortMultipartUpload",
                               "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
                               "elasticfilesystem:ClientWrite"])
 

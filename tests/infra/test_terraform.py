@@ -15,7 +15,7 @@ TESTED = [m for m in MODULES if any((TERRAFORM_SOURCE / "modules" / m / "tests")
 
 
 def test_every_module_has_a_terraform_test_suite():
-    assert set(TESTED) == set(MODULES) - {"platform"}  # platform composes the others; envs/* validate it
+    assert set(TESTED) == set(MODULES)
 
 
 def test_formatting(terraform: Terraform):

@@ -7,7 +7,7 @@ output "bucket_arns" {
 }
 
 output "secret_arns" {
-  description = "Gateway secrets by name: admin_key, key_pepper, and database_url, redis_url with managed databases."
+  description = "Gateway secrets by name: admin_key, key_pepper, worker_secret, and database_url, redis_url with managed databases."
   value       = { for key, secret in aws_secretsmanager_secret.gateway : key => secret.arn }
 }
 

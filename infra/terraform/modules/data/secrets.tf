@@ -11,6 +11,11 @@ data "aws_secretsmanager_random_password" "key_pepper" {
   exclude_punctuation = true
 }
 
+data "aws_secretsmanager_random_password" "worker_secret" {
+  password_length     = 48
+  exclude_punctuation = true # sent in an HTTP header
+}
+
 data "aws_secretsmanager_random_password" "database" {
   password_length     = 40
   exclude_punctuation = true # it sits inside a URL
@@ -26,6 +31,8 @@ locals {
     {
       admin_key  = data.aws_secretsmanager_random_password.admin_key.random_password
       key_pepper = data.aws_secretsmanager_random_password.key_pepper.random_password
+      # the gateway sends it on every call to a worker, which refuses calls without it (worker/secret.py)
+      worker_secret = data.aws_secretsmanager_random_password.worker_secret.random_password
     },
     var.managed_databases ? {
       database_url = "postgresql://sluice:${data.aws_secretsmanager_random_password.database.random_password}@${aws_db_instance.main[0].address}:5432/sluice?sslmode=require"
@@ -36,7 +43,7 @@ locals {
 
 resource "aws_secretsmanager_secret" "gateway" {
   #checkov:skip=CKV2_AWS_57:The key pepper keys every stored API-key hash and the URLs mirror live database passwords: rotation is an operator runbook step, not a timer (infra/README.md).
-  for_each                = toset(concat(["admin_key", "key_pepper"], var.managed_databases ? ["database_url", "redis_url"] : []))
+  for_each                = toset(concat(["admin_key", "key_pepper", "worker_secret"], var.managed_databases ? ["database_url", "redis_url"] : []))
   name                    = "${var.name}/gateway/${each.key}"
   kms_key_id              = var.kms_key_arn
   recovery_window_in_days = var.deletion_protection ? 30 : 0

@@ -1,9 +1,9 @@
 # Least privilege, one role per job:
-#   gateway task:      scale and describe the worker services, list/describe their tasks, read its own
+#   gateway task:      scale and describe the worker services, list/describe/stop their tasks, read its own
 #                      secrets, write usage exports, mount its WAL directory. Nothing else.
 #   gateway execution: pull the image, write its log group, inject its secrets.
 #   worker task:       read the weights bucket. Nothing else.
-#   worker execution:  pull the image, write its log group.
+#   worker execution:  pull the image, write its log group, inject the worker secret.
 #   worker instance:   the ECS agent on the GPU hosts.
 
 data "aws_caller_identity" "current" {}
@@ -47,7 +47,7 @@ locals {
       {
         Sid       = "DescribeWorkerTasks"
         Effect    = "Allow"
-        Action    = "ecs:DescribeTasks"
+        Action    = ["ecs:DescribeTasks", "ecs:StopTask"] # StopTask: scale-in stops the task it drained
         Resource  = "${local.ecs_arn}:task/${var.cluster_name}/*"
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
@@ -132,12 +132,27 @@ locals {
 
   worker_execution_policy = {
     Version = "2012-10-17"
-    Statement = concat(local.pull_image, [{
-      Sid      = "WriteLogs"
-      Effect   = "Allow"
-      Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
-      Resource = "${var.worker_log_group_arn}:*"
-    }])
+    Statement = concat(local.pull_image, [
+      {
+        Sid      = "WriteLogs"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+        Resource = "${var.worker_log_group_arn}:*"
+      },
+      {
+        Sid      = "InjectWorkerSecret"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = var.worker_secret_arn
+      },
+      {
+        Sid       = "DecryptWorkerSecret"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "secretsmanager.${local.region}.amazonaws.com" } }
+      },
+    ])
   }
 
   roles = {

@@ -28,6 +28,15 @@ variable "gateway_secret_arns" {
   }
 }
 
+variable "worker_secret_arn" {
+  description = "The one secret the workers' execution role may inject (the gateway reads it too)."
+  type        = string
+  validation {
+    condition     = !strcontains(var.worker_secret_arn, "*")
+    error_message = "worker_secret_arn: an exact ARN, no wildcards."
+  }
+}
+
 variable "export_bucket_arn" {
   type = string
 }

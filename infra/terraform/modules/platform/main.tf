@@ -56,6 +56,7 @@ module "iam" {
   cluster_name          = var.name
   worker_service_prefix = "${var.name}-worker-"
   gateway_secret_arns   = values(module.data.secret_arns)
+  worker_secret_arn     = module.data.secret_arns["worker_secret"]
   export_bucket_arn     = module.data.bucket_arns["exports"]
   weights_bucket_arn    = module.data.bucket_arns["weights"]
   kms_key_arn           = module.kms.key_arn
@@ -107,5 +108,6 @@ module "worker_pool" {
   execution_role_arn   = module.iam.worker_execution_role_arn
   task_role_arn        = module.iam.worker_task_role_arn
   log_group_name       = module.observability.log_group_names["worker"]
+  worker_secret_arn    = module.data.secret_arns["worker_secret"]
   worker_port          = local.worker_port
 }

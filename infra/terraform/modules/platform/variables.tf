@@ -63,6 +63,10 @@ variable "endpoint_settings" {
   description = "Per endpoint, the gateway-side fields of its [[models]] entry (min/max replicas, idle_seconds, ...)."
   type        = map(map(any))
   default     = {}
+  validation {
+    condition     = alltrue([for fields in values(var.endpoint_settings) : length(setintersection(keys(fields), ["name", "provisioner", "urls"])) == 0])
+    error_message = "endpoint_settings: name, provisioner and urls are set by the platform (the endpoint's ECS service)."
+  }
 }
 
 variable "gpu_instance_type" {

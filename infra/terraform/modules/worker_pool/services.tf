@@ -34,8 +34,10 @@ resource "aws_ecs_task_definition" "worker" {
     memoryReservation      = each.value.memory_mib
     readonlyRootFilesystem = true
     # writable scratch on the host's disk: downloaded weights, compiled-kernel caches, temp files
-    mountPoints          = [for volume, path in local.scratch : { sourceVolume = volume, containerPath = path, readOnly = false }]
-    environment          = [{ name = "HOME", value = "/var/cache/sluice" }]
+    mountPoints = [for volume, path in local.scratch : { sourceVolume = volume, containerPath = path, readOnly = false }]
+    environment = [{ name = "HOME", value = "/var/cache/sluice" }]
+    # the gateway's SLUICE_WORKER_SECRET: a worker bound to 0.0.0.0 refuses to start without it
+    secrets              = [{ name = "SLUICE_WORKER_SECRET", valueFrom = var.worker_secret_arn }]
     stopTimeout          = 120
     resourceRequirements = [{ type = "GPU", value = tostring(each.value.gpus) }]
     portMappings         = [{ containerPort = var.worker_port, protocol = "tcp" }]

@@ -115,3 +115,12 @@ variable "target_capacity_percent" {
     error_message = "target_capacity_percent: 1 to 100."
   }
 }
+
+variable "worker_secret_arn" {
+  description = "The Secrets Manager secret the gateway also reads as SLUICE_WORKER_SECRET (data module: secret_arns[\"worker_secret\"])."
+  type        = string
+  validation {
+    condition     = startswith(var.worker_secret_arn, "arn:") && !strcontains(var.worker_secret_arn, "*")
+    error_message = "worker_secret_arn: the exact ARN of a Secrets Manager secret."
+  }
+}

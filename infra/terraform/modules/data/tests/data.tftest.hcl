@@ -109,7 +109,7 @@ run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {
 run "secrets_are_generated_and_encrypted" {
   command = plan
   assert {
-    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "database_url", "redis_url"])
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "database_url", "redis_url"])
     error_message = "admin key, pepper, database and Redis URLs"
   }
   assert {
@@ -128,7 +128,7 @@ run "without_managed_databases" {
     error_message = "no RDS and no Redis"
   }
   assert {
-    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper"])
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret"])
     error_message = "only the gateway's own secrets"
   }
 }

@@ -15,6 +15,7 @@ variables {
   cluster_name          = "sluice-test"
   worker_service_prefix = "sluice-test-worker-"
   gateway_secret_arns   = ["arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/admin_key-AbCdEf"]
+  worker_secret_arn     = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/worker_secret-GhIjKl"
   export_bucket_arn     = "arn:aws:s3:::sluice-test-exports-123456789012"
   weights_bucket_arn    = "arn:aws:s3:::sluice-test-weights-123456789012"
   kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
@@ -28,7 +29,7 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
   command = plan
   assert {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
-      "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "secretsmanager:GetSecretValue",
+      "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "secretsmanager:GetSecretValue",
       "s3:PutObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
       "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
     ])
@@ -79,8 +80,12 @@ run "execution_roles_read_logs_and_secrets_only_for_their_service" {
     error_message = "gateway execution role writes only the gateway log group"
   }
   assert {
-    condition     = !strcontains(aws_iam_role_policy.task["worker-execution"].policy, "secretsmanager")
-    error_message = "workers get no secrets"
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["worker-execution"].policy).Statement : s.Resource if s.Action == "secretsmanager:GetSecretValue"]) == var.worker_secret_arn
+    error_message = "the workers' execution role injects the worker secret and no other"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["worker-task"].policy, "secretsmanager")
+    error_message = "worker code itself reads no secret"
   }
 }
 
@@ -98,4 +103,12 @@ run "wildcard_secret_is_refused" {
     gateway_secret_arns = ["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]
   }
   expect_failures = [var.gateway_secret_arns]
+}
+
+run "wildcard_worker_secret_is_refused" {
+  command = plan
+  variables {
+    worker_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:*"
+  }
+  expect_failures = [var.worker_secret_arn]
 }

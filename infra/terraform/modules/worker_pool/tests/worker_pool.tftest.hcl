@@ -18,6 +18,7 @@ variables {
   execution_role_arn   = "arn:aws:iam::123456789012:role/exec"
   task_role_arn        = "arn:aws:iam::123456789012:role/task"
   log_group_name       = "/sluice/sluice-test/worker"
+  worker_secret_arn    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/worker_secret-GhIjKl"
   endpoints = {
     "HuggingFaceTB/SmolLM2-135M-Instruct" = { source = "s3://weights/smollm2" }
     "meta-llama/Llama-3.1-8B-Instruct"    = { source = "s3://weights/llama", gpus = 2, quantization = "nf4" }
@@ -87,6 +88,10 @@ run "one_service_per_endpoint_reserving_gpus_at_zero" {
     error_message = "the worker is told its endpoint's model"
   }
   assert {
+    condition     = jsondecode(aws_ecs_task_definition.worker["meta-llama/Llama-3.1-8B-Instruct"].container_definitions)[0].secrets == [{ name = "SLUICE_WORKER_SECRET", valueFrom = var.worker_secret_arn }]
+    error_message = "every worker gets the gateway's worker secret (it binds 0.0.0.0 and refuses to start without one)"
+  }
+  assert {
     condition     = output.worker_service_names["meta-llama/Llama-3.1-8B-Instruct"] == "sluice-test-worker-meta-llama-llama-3-1-8b-instruct"
     error_message = "the output maps endpoint name to service name"
   }
@@ -133,4 +138,12 @@ run "unknown_quantization_is_refused" {
     endpoints = { "a" = { source = "s3://w/a", quantization = "int3" } }
   }
   expect_failures = [var.endpoints]
+}
+
+run "worker_secret_must_be_an_arn" {
+  command = plan
+  variables {
+    worker_secret_arn = "hunter2"
+  }
+  expect_failures = [var.worker_secret_arn]
 }
