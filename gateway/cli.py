@@ -67,7 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
-                                           timeout_graceful_shutdown=10))
+                                           timeout_graceful_shutdown=settings.shutdown_grace_seconds))
     quiet = LifespanFailureFilter(server)
     logging.getLogger("uvicorn.error").addFilter(quiet)
     try:

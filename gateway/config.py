@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -23,6 +24,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
     log_format: str = "json"  # "json" or "console"
+    # SIGTERM: requests in flight get this long to finish, then the usage log drains (up to 10 s more)
+    shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
 
     @property
@@ -35,7 +38,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
-              "pricing_file": str, "log_format": str, "wal_root": str}
+              "pricing_file": str, "log_format": str, "wal_root": str, "shutdown_grace_seconds": float}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:

@@ -8,6 +8,8 @@ locals {
       SLUICE_DATA_DIR   = "/var/lib/sluice"
       # each task's WAL in its own directory on EFS; a dead task's directory is replayed by a live one
       SLUICE_WAL_ROOT = "/var/lib/sluice/wal"
+      # SIGTERM to SIGKILL: requests in flight finish, then the usage log drains (10 s) with margin
+      SLUICE_SHUTDOWN_GRACE_SECONDS = tostring(var.stop_timeout_seconds - 20)
     },
     var.config_toml == "" ? {} : { SLUICE_CONFIG_TOML = var.config_toml },
   )

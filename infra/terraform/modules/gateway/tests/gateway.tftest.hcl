@@ -85,6 +85,10 @@ run "secrets_come_from_secrets_manager_and_the_wal_from_efs" {
     error_message = "the task gets Fargate's full stop timeout to drain its usage log"
   }
   assert {
+    condition     = one([for e in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment : e.value if e.name == "SLUICE_SHUTDOWN_GRACE_SECONDS"]) == "100"
+    error_message = "requests in flight get the stop timeout less the usage log's 10 s drain and a margin"
+  }
+  assert {
     condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].user == "10001:10001"
     error_message = "non-root"
   }
