@@ -3,10 +3,14 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# checkov (the infra policy scan) in its own venv: its pins clash with the project's
+CHECKOV_VENV := .venv-checkov
+CHECKOV_PIN  := checkov==3.3.30
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_PIN)
 FUZZ_SECONDS ?= 600
 FUZZ_SCALE ?= 5
 
-.PHONY: install serve test test-fast fuzz faults-full bench system-deps clean
+.PHONY: install serve test test-fast fuzz faults-full bench system-deps checkov clean
 
 install: $(STAMP)
 
@@ -26,10 +30,17 @@ system-deps:
 	@command -v initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }  # dashboard tests
 
+checkov: $(CHECKOV_STAMP)
+
+$(CHECKOV_STAMP):
+	python3 -m venv --clear $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q $(CHECKOV_PIN)
+	touch $(CHECKOV_STAMP)
+
 serve: install
 	$(VENV)/bin/sluice serve
 
-test: install system-deps
+test: install system-deps checkov
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install system-deps
@@ -56,4 +67,4 @@ bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .data .bench .pytest_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .data .bench .pytest_cache

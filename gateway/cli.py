@@ -71,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
-                                           timeout_graceful_shutdown=10,
+                                           timeout_graceful_shutdown=settings.shutdown_grace_seconds,
                                            # the client stays the TCP peer: X-Forwarded-For is read only from
                                            # trusted_proxies (auth.forwarded), never rewritten by uvicorn
                                            proxy_headers=False))
@@ -92,8 +92,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from worker.__main__ import main as worker_main  # only here: the gateway itself never loads the worker (torch)
-
+    try:
+        from worker.__main__ import main as worker_main  # only here: the gateway itself never loads the worker
+    except ImportError as exc:  # the gateway image installs `.[gateway]` only
+        raise SystemExit(f"sluice: the worker is not installed here ({exc}); install sluice[worker]") from None
     worker_main(args.worker_args)
     return 0
 
@@ -119,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:  # argparse's REMAINDER refuses options first: `sluice worker --port P`
+        return _worker(argparse.Namespace(worker_args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command not in ("serve", "worker"):

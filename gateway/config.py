@@ -32,6 +32,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
+    wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
     # GET /health_generate (public) runs at most one real generation per interval; callers share its answer
     health_generate_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0
@@ -41,6 +42,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # a client that takes longer to accept one write of a streamed answer is cut (gateway/write_timeout.py)
     stream_write_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
     log_format: str = "json"  # "json" or "console"
+    # SIGTERM: requests in flight get this long to finish, then the usage log drains (up to 10 s more)
+    shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
 
     @property
@@ -62,7 +65,8 @@ def comma_list(value: str) -> list[str]:
 
 
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
-              "pricing_file": str, "log_format": str, "trusted_proxies": comma_list}
+              "pricing_file": str, "log_format": str, "trusted_proxies": comma_list, "wal_root": str,
+              "shutdown_grace_seconds": float}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
@@ -70,11 +74,13 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
 
     Every mistake exits with one line naming it (SystemExit)."""
     raw: dict = {}
-    if config_file:
+    inline = os.environ.get("SLUICE_CONFIG_TOML")  # the whole file in one variable (ECS task definitions)
+    if config_file or inline:
         try:
-            raw = tomllib.loads(Path(config_file).read_text())
+            raw = tomllib.loads(Path(config_file).read_text() if config_file else inline)
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise SystemExit(f"sluice: cannot read the config file {config_file}: {exc}") from exc
+            where = config_file or "in SLUICE_CONFIG_TOML"
+            raise SystemExit(f"sluice: cannot read the config {where}: {exc}") from exc
     for name, kind in ENV_FIELDS.items():
         variable = f"SLUICE_{name.upper()}"
         value = os.environ.get(variable)

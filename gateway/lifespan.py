@@ -26,6 +26,7 @@ from auth import AuthService, Bootstrap
 from auth.middleware import STATE_KEY
 from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
+from billing.wal_home import OrphanSweeper, WalHome
 from common.errors import StoreUnavailable
 from gateway.config import Settings
 from gateway.health_probe import GenerationProbe
@@ -137,11 +138,17 @@ class GatewayServices(InitPluginProtocol):
                 raise StartupError(f"cannot read pricing_file {settings.pricing_file} ({_cause(error)}): fix the "
                                    "file, or unset pricing_file") from error
             try:
-                ledger = await Ledger.open(url, data / "billing-wal", pricing,
-                                           min_free_bytes=settings.ledger_min_free_bytes)
+                wal = WalHome.claim(data, settings.wal_root)
+            except OSError as error:
+                raise StartupError(f"cannot use wal_root {settings.wal_root} ({error.strerror}): mount the shared "
+                                   "volume there, or unset wal_root (SLUICE_WAL_ROOT)") from error
+            opened.callback(wal.release)  # after the ledger closed: a fully shipped log leaves nothing on disk
+            try:
+                ledger = await Ledger.open(url, wal.path, pricing, min_free_bytes=settings.ledger_min_free_bytes)
             except StoreUnavailable as error:
                 raise database_failure(url, error) from error
             opened.push_async_callback(ledger.close)
+            opened.push_async_callback(OrphanSweeper(wal, url, pricing).start().stop)
         supervisor = Supervisor(data)
         opened.push_async_callback(supervisor.stop)
         router = Router(read_timeout=settings.request_timeout_s)

@@ -88,3 +88,10 @@ def test_port_in_use(tmp_path):
         port = taken.getsockname()[1]
         code, line = failed_start(tmp_path, port=port)
     assert code == 1 and f"127.0.0.1:{port}" in line and "--port" in line
+
+
+def test_wal_root_that_is_not_a_directory(tmp_path):
+    blocker = tmp_path / "not-a-volume"
+    blocker.write_text("")
+    code, line = failed_start(tmp_path / "data", env={"SLUICE_WAL_ROOT": str(blocker)})
+    assert code == 1 and "wal_root" in line and str(blocker) in line and "SLUICE_WAL_ROOT" in line

@@ -1,0 +1,52 @@
+# The dev environment. State in S3 with a DynamoDB lock (create both once, see infra/README.md):
+#   terraform -chdir=infra/terraform/envs/dev init && terraform -chdir=infra/terraform/envs/dev apply
+
+terraform {
+  required_version = ">= 1.9"
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.100"
+    }
+  }
+  backend "s3" {
+    bucket         = "sluice-terraform-state"
+    key            = "dev/terraform.tfstate"
+    region         = "us-east-1"
+    dynamodb_table = "sluice-terraform-locks"
+    encrypt        = true
+  }
+}
+
+provider "aws" {
+  region = var.region
+  default_tags {
+    tags = { Project = "sluice", Environment = "dev", ManagedBy = "terraform" }
+  }
+}
+
+module "platform" {
+  source                = "../../modules/platform"
+  name                  = "sluice-dev"
+  availability_zones    = ["us-east-1a", "us-east-1b"]
+  certificate_arn       = var.certificate_arn
+  gateway_image         = var.gateway_image
+  worker_image          = var.worker_image
+  image_repository_arns = var.image_repository_arns
+  endpoints             = var.endpoints
+  endpoint_settings     = var.endpoint_settings
+  alarm_emails          = var.alarm_emails
+  nat_gateway           = "single"
+  gateway_min_tasks     = 1
+  gateway_max_tasks     = 3
+  gateway_cpu           = 512
+  gateway_memory        = 1024
+  gpu_instance_type     = "g4dn.xlarge"
+  gpu_max_instances     = 2
+  db_instance_class     = "db.t4g.micro"
+  db_multi_az           = false
+  cache_node_type       = "cache.t4g.micro"
+  cache_replicas        = 0
+  log_retention_days    = 30
+  deletion_protection   = false
+}

@@ -1,0 +1,32 @@
+variable "aws_endpoint" {
+  description = "The local AWS (moto server) URL, e.g. http://127.0.0.1:5000."
+  type        = string
+  validation {
+    condition     = can(regex("^http://(127\\.0\\.0\\.1|localhost):[0-9]+$", var.aws_endpoint))
+    error_message = "aws_endpoint: a loopback URL (http://127.0.0.1:<port>); this env never talks to real AWS."
+  }
+}
+
+variable "region" {
+  type    = string
+  default = "us-east-1"
+}
+
+variable "certificate_arn" {
+  description = "A certificate imported into the local ACM by the test."
+  type        = string
+}
+
+variable "endpoints" {
+  type = map(object({
+    source         = string
+    quantization   = optional(string, "auto")
+    max_batch_size = optional(number, 32)
+    gpus           = optional(number, 1)
+    memory_mib     = optional(number, 14336)
+  }))
+  default = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct" = { source = "s3://weights/smollm2", quantization = "none" }
+    "tiny/random-llama"                   = { source = "s3://weights/tiny", gpus = 1 }
+  }
+}

@@ -1,0 +1,52 @@
+# The prod environment. State in S3 with a DynamoDB lock (create both once, see infra/README.md):
+#   terraform -chdir=infra/terraform/envs/prod init && terraform -chdir=infra/terraform/envs/prod apply
+
+terraform {
+  required_version = ">= 1.9"
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.100"
+    }
+  }
+  backend "s3" {
+    bucket         = "sluice-terraform-state"
+    key            = "prod/terraform.tfstate"
+    region         = "us-east-1"
+    dynamodb_table = "sluice-terraform-locks"
+    encrypt        = true
+  }
+}
+
+provider "aws" {
+  region = var.region
+  default_tags {
+    tags = { Project = "sluice", Environment = "prod", ManagedBy = "terraform" }
+  }
+}
+
+module "platform" {
+  source                = "../../modules/platform"
+  name                  = "sluice-prod"
+  availability_zones    = ["us-east-1a", "us-east-1b", "us-east-1c"]
+  certificate_arn       = var.certificate_arn
+  gateway_image         = var.gateway_image
+  worker_image          = var.worker_image
+  image_repository_arns = var.image_repository_arns
+  endpoints             = var.endpoints
+  endpoint_settings     = var.endpoint_settings
+  alarm_emails          = var.alarm_emails
+  nat_gateway           = "per_az"
+  gateway_min_tasks     = 2
+  gateway_max_tasks     = 12
+  gateway_cpu           = 1024
+  gateway_memory        = 2048
+  gpu_instance_type     = "g5.xlarge"
+  gpu_max_instances     = 8
+  db_instance_class     = "db.r6g.large"
+  db_multi_az           = true
+  cache_node_type       = "cache.r7g.large"
+  cache_replicas        = 1
+  log_retention_days    = 365
+  deletion_protection   = true
+}

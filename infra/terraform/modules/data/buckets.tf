@@ -1,0 +1,117 @@
+# weights: model files the workers read; exports: usage exports the gateway writes; access-logs:
+# server access logs of the other two. All private, KMS-encrypted, versioned, TLS-only.
+
+locals {
+  buckets = toset(["weights", "exports", "access-logs"])
+}
+
+data "aws_caller_identity" "current" {}
+
+resource "aws_s3_bucket" "main" {
+  #checkov:skip=CKV_AWS_144:Cross-region replication doubles storage of multi-GB weights that are re-uploadable; exports are also in PostgreSQL.
+  #checkov:skip=CKV2_AWS_62:No consumer reacts to object events; notifications would have nowhere to go.
+  for_each      = local.buckets
+  bucket        = "${var.name}-${each.key}-${data.aws_caller_identity.current.account_id}"
+  force_destroy = !var.deletion_protection
+}
+
+resource "aws_s3_bucket_public_access_block" "main" {
+  for_each                = local.buckets
+  bucket                  = aws_s3_bucket.main[each.key].id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_ownership_controls" "main" {
+  for_each = local.buckets
+  bucket   = aws_s3_bucket.main[each.key].id
+  rule {
+    object_ownership = "BucketOwnerEnforced"
+  }
+}
+
+resource "aws_s3_bucket_versioning" "main" {
+  for_each = local.buckets
+  bucket   = aws_s3_bucket.main[each.key].id
+  versioning_configuration {
+    status = "Enabled"
+  }
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "main" {
+  for_each = local.buckets
+  bucket   = aws_s3_bucket.main[each.key].id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm     = "aws:kms"
+      kms_master_key_id = var.kms_key_arn
+    }
+    bucket_key_enabled = true
+  }
+}
+
+resource "aws_s3_bucket_lifecycle_configuration" "main" {
+  for_each = local.buckets
+  bucket   = aws_s3_bucket.main[each.key].id
+  rule {
+    id     = "tidy"
+    status = "Enabled"
+    filter {}
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 7
+    }
+    noncurrent_version_expiration {
+      noncurrent_days = each.key == "exports" ? 365 : 30
+    }
+    dynamic "transition" {
+      for_each = each.key == "exports" ? [1] : []
+      content {
+        days          = 90
+        storage_class = "GLACIER"
+      }
+    }
+    dynamic "expiration" {
+      for_each = each.key == "weights" ? [] : [1]
+      content {
+        days = each.key == "exports" ? var.export_retention_days : 400
+      }
+    }
+  }
+}
+
+resource "aws_s3_bucket_logging" "main" {
+  for_each      = toset(["weights", "exports"]) # access-logs cannot log to itself
+  bucket        = aws_s3_bucket.main[each.key].id
+  target_bucket = aws_s3_bucket.main["access-logs"].id
+  target_prefix = "${each.key}/"
+  depends_on    = [aws_s3_bucket_policy.main] # the log bucket must admit the logging service first
+}
+
+resource "aws_s3_bucket_policy" "main" {
+  for_each = local.buckets
+  bucket   = aws_s3_bucket.main[each.key].id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = concat(
+      [{
+        Sid       = "DenyInsecureTransport"
+        Effect    = "Deny"
+        Principal = { AWS = "*" } # moto reads Principal as a map; the same meaning as "*"
+        Action    = "s3:*"
+        Resource  = [aws_s3_bucket.main[each.key].arn, "${aws_s3_bucket.main[each.key].arn}/*"]
+        Condition = { Bool = { "aws:SecureTransport" = "false" } }
+      }],
+      each.key == "access-logs" ? [{
+        Sid       = "ServerAccessLogs"
+        Effect    = "Allow"
+        Principal = { Service = "logging.s3.amazonaws.com" }
+        Action    = "s3:PutObject"
+        Resource  = "${aws_s3_bucket.main[each.key].arn}/*"
+        Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
+      }] : [],
+    )
+  })
+  depends_on = [aws_s3_bucket_public_access_block.main]
+}

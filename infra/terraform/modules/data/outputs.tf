@@ -1,0 +1,32 @@
+output "bucket_names" {
+  value = { for key, bucket in aws_s3_bucket.main : key => bucket.bucket }
+}
+
+output "bucket_arns" {
+  value = { for key, bucket in aws_s3_bucket.main : key => bucket.arn }
+}
+
+output "secret_arns" {
+  description = "Gateway secrets by name: admin_key, key_pepper, worker_secret, and database_url, redis_url with managed databases."
+  value       = { for key, secret in aws_secretsmanager_secret.gateway : key => secret.arn }
+}
+
+output "wal_file_system_id" {
+  value = aws_efs_file_system.wal.id
+}
+
+output "wal_file_system_arn" {
+  value = aws_efs_file_system.wal.arn
+}
+
+output "wal_access_point_id" {
+  value = aws_efs_access_point.gateway.id
+}
+
+output "wal_access_point_arn" {
+  value = aws_efs_access_point.gateway.arn
+}
+
+output "db_instance_id" {
+  value = var.managed_databases ? aws_db_instance.main[0].identifier : null
+}

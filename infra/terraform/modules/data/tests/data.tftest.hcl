@@ -1,0 +1,158 @@
+mock_provider "aws" {
+  mock_data "aws_secretsmanager_random_password" {
+    defaults = { random_password = "generatedgeneratedgeneratedgeneratedgeneratedgeneratedgenerated0" }
+  }
+  mock_resource "aws_s3_bucket" {
+    defaults = { arn = "arn:aws:s3:::sluice-test-bucket" }
+  }
+  mock_data "aws_caller_identity" {
+    defaults = { account_id = "123456789012" }
+  }
+}
+
+variables {
+  name               = "sluice-test"
+  kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+  private_subnet_ids = ["subnet-a", "subnet-b"]
+  security_group_ids = { database = "sg-db", cache = "sg-cache", wal = "sg-wal" }
+}
+
+run "postgres_is_encrypted_private_and_tls_only" {
+  command = plan
+  assert {
+    condition     = aws_db_instance.main[0].storage_encrypted && aws_db_instance.main[0].kms_key_id == var.kms_key_arn
+    error_message = "RDS storage must be encrypted with the platform key"
+  }
+  assert {
+    condition     = aws_db_instance.main[0].publicly_accessible == false
+    error_message = "RDS must not be publicly accessible"
+  }
+  assert {
+    condition     = aws_db_instance.main[0].multi_az
+    error_message = "multi-AZ by default"
+  }
+  assert {
+    condition     = one([for p in aws_db_parameter_group.main[0].parameter : p.value if p.name == "rds.force_ssl"]) == "1"
+    error_message = "PostgreSQL must refuse clients without TLS"
+  }
+  assert {
+    condition     = aws_db_instance.main[0].vpc_security_group_ids == toset(["sg-db"])
+    error_message = "RDS sits in the database security group only"
+  }
+}
+
+run "single_az_when_asked" {
+  command = plan
+  variables {
+    db_multi_az = false
+  }
+  assert {
+    condition     = aws_db_instance.main[0].multi_az == false
+    error_message = "db_multi_az = false gives a single-AZ instance"
+  }
+}
+
+run "redis_has_tls_auth_and_encryption" {
+  command = plan
+  assert {
+    condition     = aws_elasticache_replication_group.main[0].transit_encryption_enabled && aws_elasticache_replication_group.main[0].at_rest_encryption_enabled
+    error_message = "Redis: TLS in transit and encryption at rest"
+  }
+  assert {
+    condition     = aws_elasticache_replication_group.main[0].auth_token != null && length(aws_elasticache_replication_group.main[0].auth_token) > 0
+    error_message = "Redis requires an auth token"
+  }
+}
+
+run "buckets_are_private_encrypted_and_versioned" {
+  command = apply
+  assert {
+    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "access-logs"])
+    error_message = "weights, exports and access-logs buckets"
+  }
+  assert {
+    condition = alltrue([for b in aws_s3_bucket_public_access_block.main :
+    b.block_public_acls && b.block_public_policy && b.ignore_public_acls && b.restrict_public_buckets])
+    error_message = "every bucket blocks all public access"
+  }
+  assert {
+    condition = alltrue([for e in aws_s3_bucket_server_side_encryption_configuration.main :
+    one(e.rule).apply_server_side_encryption_by_default[0].sse_algorithm == "aws:kms"])
+    error_message = "every bucket is KMS-encrypted"
+  }
+  assert {
+    condition     = alltrue([for v in aws_s3_bucket_versioning.main : v.versioning_configuration[0].status == "Enabled"])
+    error_message = "every bucket is versioned"
+  }
+  assert {
+    condition     = alltrue([for p in aws_s3_bucket_policy.main : jsondecode(p.policy).Statement[0].Effect == "Deny" && jsondecode(p.policy).Statement[0].Condition.Bool["aws:SecureTransport"] == "false"])
+    error_message = "every bucket refuses plain HTTP"
+  }
+}
+
+run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {
+  command = plan
+  assert {
+    condition     = aws_efs_file_system.wal.encrypted
+    error_message = "the WAL file system is encrypted"
+  }
+  assert {
+    condition     = aws_efs_access_point.gateway.posix_user[0].uid == 10001 && aws_efs_access_point.gateway.root_directory[0].creation_info[0].owner_uid == 10001
+    error_message = "the access point maps to the image's non-root user"
+  }
+  assert {
+    condition     = length(aws_efs_mount_target.wal) == 2
+    error_message = "a mount target per private subnet"
+  }
+}
+
+run "secrets_are_generated_and_encrypted" {
+  command = plan
+  assert {
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "database_url", "redis_url"])
+    error_message = "admin key, pepper, database and Redis URLs"
+  }
+  assert {
+    condition     = alltrue([for s in aws_secretsmanager_secret.gateway : s.kms_key_id == var.kms_key_arn])
+    error_message = "secrets are encrypted with the platform key"
+  }
+}
+
+run "without_managed_databases" {
+  command = plan
+  variables {
+    managed_databases = false
+  }
+  assert {
+    condition     = length(aws_db_instance.main) == 0 && length(aws_elasticache_replication_group.main) == 0
+    error_message = "no RDS and no Redis"
+  }
+  assert {
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret"])
+    error_message = "only the gateway's own secrets"
+  }
+}
+
+run "short_backup_retention_is_refused" {
+  command = plan
+  variables {
+    db_backup_retention_days = 1
+  }
+  expect_failures = [var.db_backup_retention_days]
+}
+
+run "one_subnet_is_refused" {
+  command = plan
+  variables {
+    private_subnet_ids = ["subnet-a"]
+  }
+  expect_failures = [var.private_subnet_ids]
+}
+
+run "short_export_retention_is_refused" {
+  command = plan
+  variables {
+    export_retention_days = 30
+  }
+  expect_failures = [var.export_retention_days]
+}

@@ -1,0 +1,7 @@
+resource "aws_ecs_cluster" "main" {
+  name = var.name
+  setting {
+    name  = "containerInsights"
+    value = "enabled"
+  }
+}

@@ -1,0 +1,19 @@
+output "cluster_name" {
+  value = aws_ecs_cluster.main.name
+}
+
+output "cluster_arn" {
+  value = aws_ecs_cluster.main.arn
+}
+
+output "service_name" {
+  value = aws_ecs_service.gateway.name
+}
+
+output "alb_dns_name" {
+  value = aws_lb.main.dns_name
+}
+
+output "alb_arn_suffix" {
+  value = aws_lb.main.arn_suffix
+}

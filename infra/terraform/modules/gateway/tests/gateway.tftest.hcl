@@ -1,0 +1,147 @@
+mock_provider "aws" {
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_resource "aws_lb" {
+    defaults = { arn_suffix = "app/sluice-test/0123456789abcdef" }
+  }
+  mock_resource "aws_lb_target_group" {
+    defaults = { arn_suffix = "targetgroup/sluice-test-gw/0123456789abcdef" }
+  }
+}
+
+variables {
+  name                = "sluice-test"
+  vpc_id              = "vpc-1"
+  public_subnet_ids   = ["subnet-pub-a", "subnet-pub-b"]
+  private_subnet_ids  = ["subnet-a", "subnet-b"]
+  security_group_ids  = { alb = "sg-alb", gateway = "sg-gw" }
+  certificate_arn     = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  image               = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-gateway:0.1.0"
+  execution_role_arn  = "arn:aws:iam::123456789012:role/exec"
+  task_role_arn       = "arn:aws:iam::123456789012:role/task"
+  log_group_name      = "/sluice/sluice-test/gateway"
+  secret_arns         = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+  wal_file_system_id  = "fs-12345678"
+  wal_access_point_id = "fsap-12345678"
+}
+
+run "https_listener_with_a_tls13_policy_and_http_redirect" {
+  command = plan
+  assert {
+    condition     = aws_lb_listener.https.protocol == "HTTPS" && aws_lb_listener.https.port == 443
+    error_message = "HTTPS on 443"
+  }
+  assert {
+    condition     = aws_lb_listener.https.ssl_policy == "ELBSecurityPolicy-TLS13-1-2-2021-06" && aws_lb_listener.https.certificate_arn == var.certificate_arn
+    error_message = "a modern TLS policy and the given certificate"
+  }
+  assert {
+    condition     = aws_lb_listener.http.port == 80 && aws_lb_listener.http.default_action[0].type == "redirect"
+    error_message = "HTTP only redirects"
+  }
+  assert {
+    condition     = aws_lb_listener.http.default_action[0].redirect[0].protocol == "HTTPS" && aws_lb_listener.http.default_action[0].redirect[0].status_code == "HTTP_301"
+    error_message = "the redirect goes to HTTPS, permanently"
+  }
+  assert {
+    condition     = aws_lb.main.drop_invalid_header_fields
+    error_message = "the ALB drops invalid headers"
+  }
+}
+
+run "health_check_and_fargate_service_in_private_subnets" {
+  command = plan
+  assert {
+    condition     = aws_lb_target_group.gateway.health_check[0].path == "/health"
+    error_message = "the target group checks /health"
+  }
+  assert {
+    condition     = aws_ecs_service.gateway.launch_type == "FARGATE" && aws_ecs_service.gateway.network_configuration[0].assign_public_ip == false
+    error_message = "Fargate tasks without public IPs"
+  }
+  assert {
+    condition     = toset(aws_ecs_service.gateway.network_configuration[0].subnets) == toset(var.private_subnet_ids)
+    error_message = "tasks run in the private subnets"
+  }
+}
+
+run "secrets_come_from_secrets_manager_and_the_wal_from_efs" {
+  command = plan
+  assert {
+    condition     = { for s in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].secrets : s.name => s.valueFrom } == { SLUICE_ADMIN_KEY = var.secret_arns.admin_key, SLUICE_KEY_PEPPER = var.secret_arns.key_pepper, SLUICE_DATABASE_URL = var.secret_arns.database_url }
+    error_message = "admin key, pepper and database URL are injected from Secrets Manager"
+  }
+  assert {
+    condition     = alltrue([for e in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment : length(regexall("KEY|PEPPER|PASSWORD|DATABASE_URL", e.name)) == 0])
+    error_message = "no secret in plain environment variables"
+  }
+  assert {
+    condition     = one(aws_ecs_task_definition.gateway.volume).efs_volume_configuration[0].transit_encryption == "ENABLED"
+    error_message = "the WAL volume is EFS with TLS"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].stopTimeout == 120
+    error_message = "the task gets Fargate's full stop timeout to drain its usage log"
+  }
+  assert {
+    condition     = one([for e in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment : e.value if e.name == "SLUICE_SHUTDOWN_GRACE_SECONDS"]) == "100"
+    error_message = "requests in flight get the stop timeout less the usage log's 10 s drain and a margin"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].user == "10001:10001"
+    error_message = "non-root"
+  }
+}
+
+run "target_tracking_autoscaling" {
+  command = plan
+  assert {
+    condition     = aws_appautoscaling_target.gateway[0].min_capacity == 2 && aws_appautoscaling_target.gateway[0].max_capacity == 10
+    error_message = "2 to 10 tasks by default"
+  }
+  assert {
+    condition     = aws_appautoscaling_policy.requests[0].policy_type == "TargetTrackingScaling"
+    error_message = "target tracking"
+  }
+}
+
+run "weak_tls_policy_is_refused" {
+  command = plan
+  variables {
+    ssl_policy = "ELBSecurityPolicy-2016-08"
+  }
+  expect_failures = [var.ssl_policy]
+}
+
+run "non_acm_certificate_is_refused" {
+  command = plan
+  variables {
+    certificate_arn = "not-a-certificate"
+  }
+  expect_failures = [var.certificate_arn]
+}
+
+run "latest_image_is_refused" {
+  command = plan
+  variables {
+    image = "sluice-gateway:latest"
+  }
+  expect_failures = [var.image]
+}
+
+run "scale_to_zero_gateway_is_refused" {
+  command = plan
+  variables {
+    min_tasks = 0
+  }
+  expect_failures = [var.min_tasks]
+}
+
+run "stop_timeout_beyond_fargate_is_refused" {
+  command = plan
+  variables {
+    stop_timeout_seconds = 300
+  }
+  expect_failures = [var.stop_timeout_seconds]
+}

@@ -1,0 +1,153 @@
+variable "name" {
+  description = "Environment name, e.g. sluice-prod."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,23}$", var.name))
+    error_message = "name: 3-24 characters, lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "vpc_id" {
+  type = string
+}
+
+variable "public_subnet_ids" {
+  type = list(string)
+  validation {
+    condition     = length(var.public_subnet_ids) >= 2
+    error_message = "public_subnet_ids: an ALB needs subnets in at least two AZs."
+  }
+}
+
+variable "private_subnet_ids" {
+  type = list(string)
+}
+
+variable "security_group_ids" {
+  description = "From the network module: alb and gateway are used here."
+  type        = map(string)
+}
+
+variable "certificate_arn" {
+  description = "ACM certificate for the HTTPS listener."
+  type        = string
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:acm:[a-z0-9-]+:[0-9]{12}:certificate/[0-9a-f-]+$", var.certificate_arn))
+    error_message = "certificate_arn: an ACM certificate ARN (arn:aws:acm:<region>:<account>:certificate/<id>)."
+  }
+}
+
+variable "ssl_policy" {
+  type    = string
+  default = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+  validation {
+    condition     = can(regex("^ELBSecurityPolicy-TLS13-", var.ssl_policy))
+    error_message = "ssl_policy: a TLS 1.3 policy (ELBSecurityPolicy-TLS13-*); older policies allow TLS 1.0/1.1 or weak ciphers."
+  }
+}
+
+variable "image" {
+  description = "Gateway image, pinned by digest or version tag (built from infra/docker/gateway.Dockerfile)."
+  type        = string
+  validation {
+    condition     = can(regex("(@sha256:[0-9a-f]{64}|:[A-Za-z0-9._-]+)$", var.image)) && !endswith(var.image, ":latest")
+    error_message = "image: pin a tag or a digest; :latest is refused."
+  }
+}
+
+variable "cpu" {
+  type    = number
+  default = 1024
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096, 8192, 16384], var.cpu)
+    error_message = "cpu: a Fargate size (256, 512, 1024, 2048, 4096, 8192, 16384)."
+  }
+}
+
+variable "memory" {
+  type    = number
+  default = 2048
+}
+
+variable "min_tasks" {
+  type    = number
+  default = 2
+  validation {
+    condition     = var.min_tasks >= 1
+    error_message = "min_tasks: at least 1 (the gateway is the activator; it never scales to zero)."
+  }
+}
+
+variable "max_tasks" {
+  type    = number
+  default = 10
+}
+
+variable "target_requests_per_task" {
+  description = "ALB requests per target per minute the autoscaler aims for."
+  type        = number
+  default     = 600
+}
+
+variable "port" {
+  type    = number
+  default = 8000
+}
+
+variable "stop_timeout_seconds" {
+  description = "SIGTERM to SIGKILL: the gateway finishes requests, then drains its usage log to PostgreSQL."
+  type        = number
+  default     = 120
+  validation {
+    condition     = var.stop_timeout_seconds >= 30 && var.stop_timeout_seconds <= 120
+    error_message = "stop_timeout_seconds: 30 to 120 (Fargate's maximum); the drain needs the time."
+  }
+}
+
+variable "execution_role_arn" {
+  type = string
+}
+
+variable "task_role_arn" {
+  type = string
+}
+
+variable "log_group_name" {
+  type = string
+}
+
+variable "secret_arns" {
+  description = "From the data module: admin_key, key_pepper, database_url, redis_url (each becomes SLUICE_<NAME>)."
+  type        = map(string)
+}
+
+variable "wal_file_system_id" {
+  type = string
+}
+
+variable "wal_access_point_id" {
+  type = string
+}
+
+variable "config_toml" {
+  description = "The gateway's config file (endpoints and their ECS services), passed as SLUICE_CONFIG_TOML."
+  type        = string
+  default     = ""
+}
+
+variable "access_log_bucket" {
+  description = "Bucket for ALB access logs (empty: off)."
+  type        = string
+  default     = ""
+}
+
+variable "deletion_protection" {
+  type    = bool
+  default = true
+}
+
+variable "autoscaling" {
+  description = "Target-tracking autoscaling of the gateway tasks (false only for the local moto env)."
+  type        = bool
+  default     = true
+}

@@ -1,0 +1,198 @@
+# Least privilege, one role per job:
+#   gateway task:      scale and describe the worker services, list/describe/stop their tasks, read its own
+#                      secrets, write usage exports, mount its WAL directory. Nothing else.
+#   gateway execution: pull the image, write its log group, inject its secrets.
+#   worker task:       read the weights bucket. Nothing else.
+#   worker execution:  pull the image, write its log group, inject the worker secret.
+#   worker instance:   the ECS agent on the GPU hosts.
+
+data "aws_caller_identity" "current" {}
+data "aws_region" "current" {}
+data "aws_partition" "current" {}
+
+locals {
+  account     = data.aws_caller_identity.current.account_id
+  region      = data.aws_region.current.name
+  partition   = data.aws_partition.current.partition
+  ecs_arn     = "arn:${local.partition}:ecs:${local.region}:${local.account}"
+  cluster_arn = "${local.ecs_arn}:cluster/${var.cluster_name}"
+  ecs_tasks   = { Version = "2012-10-17", Statement = [{ Effect = "Allow", Principal = { Service = "ecs-tasks.amazonaws.com" }, Action = "sts:AssumeRole" }] }
+
+  pull_image = concat(
+    [{ Sid = "EcrLogin", Effect = "Allow", Action = "ecr:GetAuthorizationToken", Resource = "*" }],
+    length(var.image_repository_arns) > 0 ? [{
+      Sid      = "PullImage"
+      Effect   = "Allow"
+      Action   = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+      Resource = var.image_repository_arns
+    }] : [],
+  )
+
+  gateway_task_policy = {
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid      = "ScaleWorkerServices"
+        Effect   = "Allow"
+        Action   = ["ecs:UpdateService", "ecs:DescribeServices"]
+        Resource = "${local.ecs_arn}:service/${var.cluster_name}/${var.worker_service_prefix}*"
+      },
+      {
+        Sid       = "ListWorkerTasks"
+        Effect    = "Allow"
+        Action    = "ecs:ListTasks"
+        Resource  = "${local.ecs_arn}:container-instance/${var.cluster_name}/*"
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        Sid       = "DescribeWorkerTasks"
+        Effect    = "Allow"
+        Action    = ["ecs:DescribeTasks", "ecs:StopTask"] # StopTask: scale-in stops the task it drained
+        Resource  = "${local.ecs_arn}:task/${var.cluster_name}/*"
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        Sid      = "ReadOwnSecrets"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = var.gateway_secret_arns
+      },
+      {
+        Sid      = "WriteUsageExports"
+        Effect   = "Allow"
+        Action   = ["s3:PutObject", "s3:AbortMultipartUpload"]
+        Resource = "${var.export_bucket_arn}/*"
+      },
+      {
+        Sid       = "UseDataKey"
+        Effect    = "Allow"
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey"]
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = ["secretsmanager.${local.region}.amazonaws.com", "s3.${local.region}.amazonaws.com"] } }
+      },
+      {
+        Sid       = "MountWalDirectory"
+        Effect    = "Allow"
+        Action    = ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"]
+        Resource  = var.wal_file_system_arn
+        Condition = { StringEquals = { "elasticfilesystem:AccessPointArn" = var.wal_access_point_arn } }
+      },
+    ]
+  }
+
+  gateway_execution_policy = {
+    Version = "2012-10-17"
+    Statement = concat(local.pull_image, [
+      {
+        Sid      = "WriteLogs"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+        Resource = "${var.gateway_log_group_arn}:*"
+      },
+      {
+        Sid      = "InjectSecrets"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = var.gateway_secret_arns
+      },
+      {
+        Sid       = "DecryptSecrets"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "secretsmanager.${local.region}.amazonaws.com" } }
+      },
+    ])
+  }
+
+  worker_task_policy = {
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid      = "ListWeights"
+        Effect   = "Allow"
+        Action   = "s3:ListBucket"
+        Resource = var.weights_bucket_arn
+      },
+      {
+        Sid      = "ReadWeights"
+        Effect   = "Allow"
+        Action   = "s3:GetObject"
+        Resource = "${var.weights_bucket_arn}/*"
+      },
+      {
+        Sid       = "DecryptWeights"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
+      },
+    ]
+  }
+
+  worker_execution_policy = {
+    Version = "2012-10-17"
+    Statement = concat(local.pull_image, [
+      {
+        Sid      = "WriteLogs"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+        Resource = "${var.worker_log_group_arn}:*"
+      },
+      {
+        Sid      = "InjectWorkerSecret"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = var.worker_secret_arn
+      },
+      {
+        Sid       = "DecryptWorkerSecret"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "secretsmanager.${local.region}.amazonaws.com" } }
+      },
+    ])
+  }
+
+  roles = {
+    gateway-task      = local.gateway_task_policy
+    gateway-execution = local.gateway_execution_policy
+    worker-task       = local.worker_task_policy
+    worker-execution  = local.worker_execution_policy
+  }
+}
+
+resource "aws_iam_role" "task" {
+  for_each           = local.roles
+  name               = "${var.name}-${each.key}"
+  assume_role_policy = jsonencode(local.ecs_tasks)
+}
+
+resource "aws_iam_role_policy" "task" {
+  for_each = local.roles
+  name     = each.key
+  role     = aws_iam_role.task[each.key].id
+  policy   = jsonencode(each.value)
+}
+
+# -- GPU hosts: the ECS agent's own role (AWS's managed policy for container instances)
+
+resource "aws_iam_role" "worker_instance" {
+  name = "${var.name}-worker-instance"
+  assume_role_policy = jsonencode({
+    Version   = "2012-10-17"
+    Statement = [{ Effect = "Allow", Principal = { Service = "ec2.amazonaws.com" }, Action = "sts:AssumeRole" }]
+  })
+}
+
+resource "aws_iam_role_policy_attachment" "worker_instance" {
+  for_each   = toset(["service-role/AmazonEC2ContainerServiceforEC2Role", "AmazonSSMManagedInstanceCore"])
+  role       = aws_iam_role.worker_instance.name
+  policy_arn = "arn:${local.partition}:iam::aws:policy/${each.key}"
+}
+
+resource "aws_iam_instance_profile" "worker" {
+  name = "${var.name}-worker-instance"
+  role = aws_iam_role.worker_instance.name
+}

@@ -1,0 +1,114 @@
+mock_provider "aws" {
+  mock_data "aws_caller_identity" {
+    defaults = { account_id = "123456789012" }
+  }
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_data "aws_partition" {
+    defaults = { partition = "aws" }
+  }
+}
+
+variables {
+  name                  = "sluice-test"
+  cluster_name          = "sluice-test"
+  worker_service_prefix = "sluice-test-worker-"
+  gateway_secret_arns   = ["arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/admin_key-AbCdEf"]
+  worker_secret_arn     = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/worker_secret-GhIjKl"
+  export_bucket_arn     = "arn:aws:s3:::sluice-test-exports-123456789012"
+  weights_bucket_arn    = "arn:aws:s3:::sluice-test-weights-123456789012"
+  kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+  wal_file_system_arn   = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/fs-12345678"
+  wal_access_point_arn  = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/fsap-12345678"
+  gateway_log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/gateway"
+  worker_log_group_arn  = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/worker"
+}
+
+run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
+  command = plan
+  assert {
+    condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
+      "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "secretsmanager:GetSecretValue",
+      "s3:PutObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
+      "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+    ])
+    error_message = "the gateway task role has exactly the actions the platform needs"
+  }
+  assert {
+    condition     = alltrue([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Effect == "Allow" && !contains(flatten([s.Resource]), "*")])
+    error_message = "no statement of the gateway task role applies to every resource"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ScaleWorkerServices"]) == "arn:aws:ecs:us-east-1:123456789012:service/sluice-test/sluice-test-worker-*"
+    error_message = "UpdateService only on this cluster's worker services"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Condition.ArnEquals["ecs:cluster"] if s.Sid == "DescribeWorkerTasks"]) == "arn:aws:ecs:us-east-1:123456789012:cluster/sluice-test"
+    error_message = "DescribeTasks only in this cluster"
+  }
+  assert {
+    condition     = toset(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ReadOwnSecrets"])) == toset(var.gateway_secret_arns)
+    error_message = "the gateway reads exactly its own secrets"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "WriteUsageExports"]) == "${var.export_bucket_arn}/*"
+    error_message = "the gateway writes only the export bucket"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "weights")
+    error_message = "the gateway cannot read the weights bucket"
+  }
+}
+
+run "worker_task_role_only_reads_weights" {
+  command = plan
+  assert {
+    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["worker-task"].policy).Statement : s.Action])) == toset(["s3:ListBucket", "s3:GetObject", "kms:Decrypt"])
+    error_message = "workers may only read"
+  }
+  assert {
+    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["worker-task"].policy).Statement : s.Resource if startswith(s.Action, "s3:")])) == toset([var.weights_bucket_arn, "${var.weights_bucket_arn}/*"])
+    error_message = "workers read only the weights bucket"
+  }
+}
+
+run "execution_roles_read_logs_and_secrets_only_for_their_service" {
+  command = plan
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-execution"].policy).Statement : s.Resource if s.Sid == "WriteLogs"]) == "${var.gateway_log_group_arn}:*"
+    error_message = "gateway execution role writes only the gateway log group"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["worker-execution"].policy).Statement : s.Resource if s.Action == "secretsmanager:GetSecretValue"]) == var.worker_secret_arn
+    error_message = "the workers' execution role injects the worker secret and no other"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["worker-task"].policy, "secretsmanager")
+    error_message = "worker code itself reads no secret"
+  }
+}
+
+run "wildcard_service_prefix_is_refused" {
+  command = plan
+  variables {
+    worker_service_prefix = "*"
+  }
+  expect_failures = [var.worker_service_prefix]
+}
+
+run "wildcard_secret_is_refused" {
+  command = plan
+  variables {
+    gateway_secret_arns = ["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]
+  }
+  expect_failures = [var.gateway_secret_arns]
+}
+
+run "wildcard_worker_secret_is_refused" {
+  command = plan
+  variables {
+    worker_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:*"
+  }
+  expect_failures = [var.worker_secret_arn]
+}

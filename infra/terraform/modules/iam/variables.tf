@@ -1,0 +1,72 @@
+variable "name" {
+  description = "Environment name, e.g. sluice-prod."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,23}$", var.name))
+    error_message = "name: 3-24 characters, lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "cluster_name" {
+  type = string
+}
+
+variable "worker_service_prefix" {
+  description = "Every worker service's name starts with this; the gateway may scale only those services."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{3,}$", var.worker_service_prefix))
+    error_message = "worker_service_prefix: at least 3 letters, digits, hyphens or underscores (no wildcard)."
+  }
+}
+
+variable "gateway_secret_arns" {
+  type = list(string)
+  validation {
+    condition     = length(var.gateway_secret_arns) > 0 && alltrue([for arn in var.gateway_secret_arns : !strcontains(arn, "*")])
+    error_message = "gateway_secret_arns: exact ARNs, no wildcards."
+  }
+}
+
+variable "worker_secret_arn" {
+  description = "The one secret the workers' execution role may inject (the gateway reads it too)."
+  type        = string
+  validation {
+    condition     = !strcontains(var.worker_secret_arn, "*")
+    error_message = "worker_secret_arn: an exact ARN, no wildcards."
+  }
+}
+
+variable "export_bucket_arn" {
+  type = string
+}
+
+variable "weights_bucket_arn" {
+  type = string
+}
+
+variable "kms_key_arn" {
+  type = string
+}
+
+variable "wal_file_system_arn" {
+  type = string
+}
+
+variable "wal_access_point_arn" {
+  type = string
+}
+
+variable "gateway_log_group_arn" {
+  type = string
+}
+
+variable "worker_log_group_arn" {
+  type = string
+}
+
+variable "image_repository_arns" {
+  description = "ECR repositories the tasks pull from (gateway and worker images)."
+  type        = list(string)
+  default     = []
+}

@@ -1,0 +1,11 @@
+output "log_group_names" {
+  value = { for key, group in aws_cloudwatch_log_group.service : key => group.name }
+}
+
+output "log_group_arns" {
+  value = { for key, group in aws_cloudwatch_log_group.service : key => group.arn }
+}
+
+output "alarm_topic_arn" {
+  value = aws_sns_topic.alarms.arn
+}

@@ -1,0 +1,67 @@
+variable "name" {
+  description = "Environment name, e.g. sluice-prod."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,23}$", var.name))
+    error_message = "name: 3-24 characters, lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "kms_key_arn" {
+  type = string
+}
+
+variable "log_retention_days" {
+  type    = number
+  default = 90
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days: one of the values CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, ...)."
+  }
+}
+
+variable "alb_alarms" {
+  description = "Create the 5xx-rate alarm (needs alb_arn_suffix)."
+  type        = bool
+  default     = true
+}
+
+variable "alb_arn_suffix" {
+  type    = string
+  default = ""
+}
+
+variable "max_5xx_percent" {
+  type    = number
+  default = 2
+  validation {
+    condition     = var.max_5xx_percent > 0 && var.max_5xx_percent <= 100
+    error_message = "max_5xx_percent: above 0, at most 100."
+  }
+}
+
+variable "max_activator_queue" {
+  description = "Requests waiting for a cold endpoint, summed over endpoints, that pages someone."
+  type        = number
+  default     = 100
+}
+
+variable "rds_alarm" {
+  type    = bool
+  default = true
+}
+
+variable "db_instance_id" {
+  type    = string
+  default = ""
+}
+
+variable "max_rds_cpu_percent" {
+  type    = number
+  default = 80
+}
+
+variable "alarm_emails" {
+  type    = list(string)
+  default = []
+}

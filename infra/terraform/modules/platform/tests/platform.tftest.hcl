@@ -1,0 +1,114 @@
+# The seams between the modules: what the gateway is told about the worker services, and the secret
+# both sides share. The modules' own suites assert on their resources.
+
+mock_provider "aws" {
+  mock_data "aws_region" {
+    defaults = { name = "eu-west-1" }
+  }
+  mock_data "aws_caller_identity" {
+    defaults = { account_id = "123456789012" }
+  }
+  mock_data "aws_partition" {
+    defaults = { partition = "aws" }
+  }
+  mock_data "aws_ssm_parameter" {
+    defaults = { value = "ami-0123456789abcdef0" }
+  }
+  mock_data "aws_secretsmanager_random_password" {
+    defaults = { random_password = "generatedgeneratedgeneratedgeneratedgeneratedgeneratedgenerated0" }
+  }
+  mock_resource "aws_secretsmanager_secret" {
+    defaults = { arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:sluice-test/gateway/some-AbCdEf" }
+  }
+  mock_resource "aws_s3_bucket" {
+    defaults = { arn = "arn:aws:s3:::sluice-test-bucket" }
+  }
+  mock_resource "aws_kms_key" {
+    defaults = { arn = "arn:aws:kms:eu-west-1:123456789012:key/11111111-2222-3333-4444-555555555555" }
+  }
+  mock_resource "aws_efs_file_system" {
+    defaults = { arn = "arn:aws:elasticfilesystem:eu-west-1:123456789012:file-system/fs-12345678" }
+  }
+  mock_resource "aws_efs_access_point" {
+    defaults = { arn = "arn:aws:elasticfilesystem:eu-west-1:123456789012:access-point/fsap-12345678" }
+  }
+  mock_resource "aws_cloudwatch_log_group" {
+    defaults = { arn = "arn:aws:logs:eu-west-1:123456789012:log-group:/sluice/sluice-test/any" }
+  }
+  mock_resource "aws_iam_role" {
+    defaults = { arn = "arn:aws:iam::123456789012:role/sluice-test-any" }
+  }
+  mock_resource "aws_iam_instance_profile" {
+    defaults = { arn = "arn:aws:iam::123456789012:instance-profile/sluice-test-worker-instance" }
+  }
+  mock_resource "aws_ecs_cluster" {
+    defaults = { arn = "arn:aws:ecs:eu-west-1:123456789012:cluster/sluice-test" }
+  }
+  mock_resource "aws_ecs_task_definition" {
+    defaults = { arn = "arn:aws:ecs:eu-west-1:123456789012:task-definition/sluice-test:1" }
+  }
+  mock_resource "aws_lb" {
+    defaults = { arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:loadbalancer/app/sluice-test/0123456789abcdef", arn_suffix = "app/sluice-test/0123456789abcdef" }
+  }
+  mock_resource "aws_lb_target_group" {
+    defaults = { arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/sluice-test/0123456789abcdef", arn_suffix = "targetgroup/sluice-test/0123456789abcdef" }
+  }
+  mock_resource "aws_sns_topic" {
+    defaults = { arn = "arn:aws:sns:eu-west-1:123456789012:sluice-test-alarms" }
+  }
+  mock_resource "aws_autoscaling_group" {
+    defaults = { arn = "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:0:autoScalingGroupName/sluice-test-gpu" }
+  }
+}
+
+variables {
+  name               = "sluice-test"
+  availability_zones = ["eu-west-1a", "eu-west-1b"]
+  certificate_arn    = "arn:aws:acm:eu-west-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  gateway_image      = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/sluice-gateway:0.1.0"
+  worker_image       = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/sluice-worker:0.1.0"
+  endpoints = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct" = { source = "s3://weights/smollm2" }
+  }
+  endpoint_settings = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct" = { min_replicas = 0, max_replicas = 2 }
+  }
+}
+
+run "the_gateway_config_names_each_endpoints_ecs_service" {
+  command = plan
+  assert {
+    condition = output.gateway_config_toml == join("\n", [
+      "# Rendered by Terraform (modules/platform); passed to the gateway tasks as SLUICE_CONFIG_TOML.",
+      "# One endpoint per worker service: the gateway's ECS provisioner (gateway/endpoints/provisioners/ecs.py)",
+      "# scales that service's desired count and routes to its tasks' private addresses on `port`.",
+      "data_dir = \"/var/lib/sluice\"",
+      "",
+      "[[models]]",
+      "name = \"HuggingFaceTB/SmolLM2-135M-Instruct\"",
+      "max_replicas = 2",
+      "min_replicas = 0",
+      "",
+      "[models.provisioner]",
+      "kind = \"ecs\"",
+      "cluster = \"sluice-test\"",
+      "service = \"sluice-test-worker-huggingfacetb-smollm2-135m-instruct\"",
+      "region = \"eu-west-1\"",
+      "port = 8100",
+      "",
+    ])
+    error_message = "the endpoint's [models.provisioner] table names the worker_pool service: ${output.gateway_config_toml}"
+  }
+  assert {
+    condition     = output.ecs_cluster_name == "sluice-test" && output.worker_service_names["HuggingFaceTB/SmolLM2-135M-Instruct"] == "sluice-test-worker-huggingfacetb-smollm2-135m-instruct"
+    error_message = "the outputs the gateway's ECS provisioner is configured from"
+  }
+}
+
+run "platform_fields_cannot_be_overridden_per_endpoint" {
+  command = plan
+  variables {
+    endpoint_settings = { "HuggingFaceTB/SmolLM2-135M-Instruct" = { provisioner = "local" } }
+  }
+  expect_failures = [var.endpoint_settings]
+}

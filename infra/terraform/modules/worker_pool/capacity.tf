@@ -1,0 +1,91 @@
+# GPU hosts: a launch template with the ECS GPU-optimized AMI, an autoscaling group that starts at
+# zero, and a capacity provider whose managed scaling adds hosts when worker tasks need them.
+
+data "aws_ssm_parameter" "gpu_ami" {
+  count = var.ami_id == "" ? 1 : 0
+  name  = var.ami_ssm_parameter
+}
+
+locals {
+  ami_id = var.ami_id != "" ? var.ami_id : nonsensitive(data.aws_ssm_parameter.gpu_ami[0].value)
+}
+
+resource "aws_launch_template" "gpu" {
+  name_prefix   = "${var.name}-gpu-"
+  image_id      = local.ami_id
+  instance_type = var.instance_type
+  user_data = base64encode(join("\n", [
+    "#!/bin/bash",
+    "cat >> /etc/ecs/ecs.config <<'CONFIG'",
+    "ECS_CLUSTER=${var.cluster_name}",
+    "ECS_ENABLE_GPU_SUPPORT=true",
+    "ECS_ENABLE_CONTAINER_METADATA=true",
+    "ECS_CONTAINER_STOP_TIMEOUT=120s",
+    "CONFIG",
+  ]))
+  iam_instance_profile {
+    arn = var.instance_profile_arn
+  }
+  vpc_security_group_ids = [var.security_group_ids["worker"]]
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1 # tasks use their own task role, never the host's
+  }
+  monitoring {
+    enabled = true
+  }
+  block_device_mappings {
+    device_name = "/dev/xvda"
+    ebs {
+      volume_size           = 200 # images with CUDA torch, and model weights
+      volume_type           = "gp3"
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+}
+
+resource "aws_autoscaling_group" "gpu" {
+  name_prefix               = "${var.name}-gpu-"
+  min_size                  = 0
+  max_size                  = var.max_instances
+  vpc_zone_identifier       = var.private_subnet_ids
+  protect_from_scale_in     = true # managed termination protection: never drain a host with a worker on it
+  health_check_type         = "EC2"
+  health_check_grace_period = 300
+  launch_template {
+    id      = aws_launch_template.gpu.id
+    version = aws_launch_template.gpu.latest_version
+  }
+  tag {
+    key                 = "AmazonECSManaged"
+    value               = "true"
+    propagate_at_launch = true
+  }
+  lifecycle {
+    ignore_changes = [desired_capacity] # the capacity provider owns it
+  }
+}
+
+resource "aws_ecs_capacity_provider" "gpu" {
+  name = "${var.name}-gpu"
+  auto_scaling_group_provider {
+    auto_scaling_group_arn         = aws_autoscaling_group.gpu.arn
+    managed_termination_protection = "ENABLED"
+    managed_draining               = "ENABLED"
+    managed_scaling {
+      status                    = "ENABLED"
+      target_capacity           = var.target_capacity_percent
+      minimum_scaling_step_size = 1
+      maximum_scaling_step_size = var.max_instances
+      instance_warmup_period    = 180
+    }
+  }
+}
+
+# the gateway runs on Fargate, the workers on the GPU provider
+resource "aws_ecs_cluster_capacity_providers" "main" {
+  cluster_name       = var.cluster_name
+  capacity_providers = ["FARGATE", aws_ecs_capacity_provider.gpu.name]
+}

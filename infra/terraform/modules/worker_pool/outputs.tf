@@ -1,0 +1,16 @@
+output "worker_service_names" {
+  description = "Endpoint name => its ECS service name (what the gateway's ECS provisioner scales)."
+  value       = { for name, service in aws_ecs_service.worker : name => service.name }
+}
+
+output "worker_service_prefix" {
+  value = "${var.name}-worker-"
+}
+
+output "capacity_provider_name" {
+  value = aws_ecs_capacity_provider.gpu.name
+}
+
+output "autoscaling_group_name" {
+  value = aws_autoscaling_group.gpu.name
+}

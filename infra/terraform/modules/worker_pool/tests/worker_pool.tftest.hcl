@@ -1,0 +1,149 @@
+mock_provider "aws" {
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_data "aws_ssm_parameter" {
+    defaults = { value = "ami-0123456789abcdef0" }
+  }
+}
+
+variables {
+  name                 = "sluice-test"
+  cluster_name         = "sluice-test"
+  cluster_arn          = "arn:aws:ecs:us-east-1:123456789012:cluster/sluice-test"
+  private_subnet_ids   = ["subnet-a", "subnet-b"]
+  security_group_ids   = { worker = "sg-worker" }
+  image                = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-worker:0.1.0"
+  instance_profile_arn = "arn:aws:iam::123456789012:instance-profile/worker"
+  execution_role_arn   = "arn:aws:iam::123456789012:role/exec"
+  task_role_arn        = "arn:aws:iam::123456789012:role/task"
+  log_group_name       = "/sluice/sluice-test/worker"
+  worker_secret_arn    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/worker_secret-GhIjKl"
+  endpoints = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct" = { source = "s3://weights/smollm2" }
+    "meta-llama/Llama-3.1-8B-Instruct"    = { source = "s3://weights/llama", gpus = 2, quantization = "nf4" }
+  }
+}
+
+run "gpu_ami_from_ssm_and_an_asg_that_starts_at_zero" {
+  command = plan
+  assert {
+    condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+    error_message = "the ECS GPU-optimized AMI, read from SSM"
+  }
+  assert {
+    condition     = aws_launch_template.gpu.image_id == "ami-0123456789abcdef0"
+    error_message = "the launch template uses the SSM AMI"
+  }
+  assert {
+    condition     = aws_autoscaling_group.gpu.min_size == 0
+    error_message = "the GPU pool can shrink to zero hosts"
+  }
+  assert {
+    condition     = aws_launch_template.gpu.metadata_options[0].http_tokens == "required" && aws_launch_template.gpu.metadata_options[0].http_put_response_hop_limit == 1
+    error_message = "IMDSv2 only, unreachable from task containers"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_ENABLE_GPU_SUPPORT=true")
+    error_message = "the ECS agent exposes the GPUs"
+  }
+}
+
+run "managed_scaling_capacity_provider" {
+  command = plan
+  assert {
+    condition     = aws_ecs_capacity_provider.gpu.auto_scaling_group_provider[0].managed_scaling[0].status == "ENABLED"
+    error_message = "managed scaling adds hosts for pending worker tasks"
+  }
+  assert {
+    condition     = aws_ecs_capacity_provider.gpu.auto_scaling_group_provider[0].managed_termination_protection == "ENABLED" && aws_autoscaling_group.gpu.protect_from_scale_in
+    error_message = "a host running a worker is never terminated by a scale-in"
+  }
+  assert {
+    condition     = contains(aws_ecs_cluster_capacity_providers.main.capacity_providers, "sluice-test-gpu")
+    error_message = "the cluster has the GPU provider"
+  }
+}
+
+run "one_service_per_endpoint_reserving_gpus_at_zero" {
+  command = plan
+  assert {
+    condition     = length(aws_ecs_service.worker) == 2
+    error_message = "a service per endpoint"
+  }
+  assert {
+    condition     = aws_ecs_service.worker["HuggingFaceTB/SmolLM2-135M-Instruct"].name == "sluice-test-worker-huggingfacetb-smollm2-135m-instruct"
+    error_message = "service names are the endpoint name, slugged, after the prefix the gateway role is scoped to"
+  }
+  assert {
+    condition     = alltrue([for s in aws_ecs_service.worker : s.desired_count == 0])
+    error_message = "created at zero; the gateway's provisioner scales them"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.worker["meta-llama/Llama-3.1-8B-Instruct"].container_definitions)[0].resourceRequirements == [{ type = "GPU", value = "2" }]
+    error_message = "the task definition reserves the endpoint's GPUs"
+  }
+  assert {
+    condition     = jsondecode(jsondecode(aws_ecs_task_definition.worker["meta-llama/Llama-3.1-8B-Instruct"].container_definitions)[0].command[10]).name == "meta-llama/Llama-3.1-8B-Instruct"
+    error_message = "the worker is told its endpoint's model"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.worker["meta-llama/Llama-3.1-8B-Instruct"].container_definitions)[0].secrets == [{ name = "SLUICE_WORKER_SECRET", valueFrom = var.worker_secret_arn }]
+    error_message = "every worker gets the gateway's worker secret (it binds 0.0.0.0 and refuses to start without one)"
+  }
+  assert {
+    condition     = output.worker_service_names["meta-llama/Llama-3.1-8B-Instruct"] == "sluice-test-worker-meta-llama-llama-3-1-8b-instruct"
+    error_message = "the output maps endpoint name to service name"
+  }
+}
+
+run "ami_override_skips_ssm" {
+  command = plan
+  variables {
+    ami_id = "ami-override"
+  }
+  assert {
+    condition     = length(data.aws_ssm_parameter.gpu_ami) == 0 && aws_launch_template.gpu.image_id == "ami-override"
+    error_message = "an explicit AMI wins"
+  }
+}
+
+run "cpu_instance_type_is_refused" {
+  command = plan
+  variables {
+    instance_type = "m5.large"
+  }
+  expect_failures = [var.instance_type]
+}
+
+run "zero_gpus_is_refused" {
+  command = plan
+  variables {
+    endpoints = { "a" = { source = "s3://w/a", gpus = 0 } }
+  }
+  expect_failures = [var.endpoints]
+}
+
+run "colliding_service_names_are_refused" {
+  command = plan
+  variables {
+    endpoints = { "org/model" = { source = "s3://w/a" }, "org-model" = { source = "s3://w/b" } }
+  }
+  expect_failures = [var.endpoints]
+}
+
+run "unknown_quantization_is_refused" {
+  command = plan
+  variables {
+    endpoints = { "a" = { source = "s3://w/a", quantization = "int3" } }
+  }
+  expect_failures = [var.endpoints]
+}
+
+run "worker_secret_must_be_an_arn" {
+  command = plan
+  variables {
+    worker_secret_arn = "hunter2"
+  }
+  expect_failures = [var.worker_secret_arn]
+}

@@ -1,0 +1,126 @@
+variable "name" {
+  description = "Environment name, e.g. sluice-prod."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,23}$", var.name))
+    error_message = "name: 3-24 characters, lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "cluster_name" {
+  type = string
+}
+
+variable "cluster_arn" {
+  type = string
+}
+
+variable "private_subnet_ids" {
+  type = list(string)
+}
+
+variable "security_group_ids" {
+  description = "From the network module: worker is used here."
+  type        = map(string)
+}
+
+variable "image" {
+  description = "Worker image, pinned by digest or version tag (built from infra/docker/worker.Dockerfile)."
+  type        = string
+  validation {
+    condition     = can(regex("(@sha256:[0-9a-f]{64}|:[A-Za-z0-9._-]+)$", var.image)) && !endswith(var.image, ":latest")
+    error_message = "image: pin a tag or a digest; :latest is refused."
+  }
+}
+
+variable "endpoints" {
+  description = "Endpoint name (the served model name, may contain '/') => its deployment. One ECS service each."
+  type = map(object({
+    source         = string # s3://<weights bucket>/<prefix>, or a hub id baked into the image
+    quantization   = optional(string, "auto")
+    max_batch_size = optional(number, 32)
+    gpus           = optional(number, 1)
+    memory_mib     = optional(number, 14336)
+  }))
+  validation {
+    condition     = alltrue([for name, e in var.endpoints : e.gpus >= 1 && e.gpus <= 8])
+    error_message = "endpoints: gpus must be 1 to 8 (each worker reserves whole GPUs)."
+  }
+  validation {
+    condition     = alltrue([for name, e in var.endpoints : contains(["auto", "none", "int8", "nf4", "fp4", "w8a8"], e.quantization)])
+    error_message = "endpoints: quantization must be one of auto, none, int8, nf4, fp4, w8a8."
+  }
+  validation {
+    condition     = length(distinct([for name in keys(var.endpoints) : substr(trim(replace(lower(name), "/[^a-z0-9]+/", "-"), "-"), 0, 40)])) == length(var.endpoints)
+    error_message = "endpoints: two endpoint names map to the same service name; rename one."
+  }
+}
+
+variable "instance_type" {
+  type    = string
+  default = "g5.xlarge"
+  validation {
+    condition     = can(regex("^(g4dn|g5|g6|g6e|p3|p4d|p5)\\.[0-9a-z]+$", var.instance_type))
+    error_message = "instance_type: a GPU instance type (g4dn, g5, g6, g6e, p3, p4d, p5 families)."
+  }
+}
+
+variable "max_instances" {
+  type    = number
+  default = 4
+  validation {
+    condition     = var.max_instances >= 1
+    error_message = "max_instances: at least 1."
+  }
+}
+
+variable "ami_id" {
+  description = "Override the GPU AMI (default: the ECS GPU-optimized AMI, read from SSM at plan time)."
+  type        = string
+  default     = ""
+}
+
+variable "ami_ssm_parameter" {
+  type    = string
+  default = "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+}
+
+variable "instance_profile_arn" {
+  type = string
+}
+
+variable "execution_role_arn" {
+  type = string
+}
+
+variable "task_role_arn" {
+  type = string
+}
+
+variable "log_group_name" {
+  type = string
+}
+
+variable "worker_port" {
+  type    = number
+  default = 8100
+}
+
+variable "target_capacity_percent" {
+  description = "Managed scaling keeps the GPU hosts this full; 100 = no idle host kept warm."
+  type        = number
+  default     = 100
+  validation {
+    condition     = var.target_capacity_percent > 0 && var.target_capacity_percent <= 100
+    error_message = "target_capacity_percent: 1 to 100."
+  }
+}
+
+variable "worker_secret_arn" {
+  description = "The Secrets Manager secret the gateway also reads as SLUICE_WORKER_SECRET (data module: secret_arns[\"worker_secret\"])."
+  type        = string
+  validation {
+    condition     = startswith(var.worker_secret_arn, "arn:") && !strcontains(var.worker_secret_arn, "*")
+    error_message = "worker_secret_arn: the exact ARN of a Secrets Manager secret."
+  }
+}

@@ -1,0 +1,48 @@
+"""Where settings come from on ECS: the whole config in SLUICE_CONFIG_TOML (a task definition has no
+file to mount), and SLUICE_WAL_ROOT; mistakes in either exit with one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import load_settings
+
+CONFIG = '[[models]]\nname = "tiny"\nurls = ["http://10.0.0.5:8100"]\n'
+
+
+def test_the_whole_config_from_one_variable(monkeypatch):
+    monkeypatch.setenv("SLUICE_CONFIG_TOML", 'max_body_bytes = 1024\n' + CONFIG)
+    monkeypatch.setenv("SLUICE_WAL_ROOT", "/var/lib/sluice/wal")
+    settings = load_settings()
+    assert [m.name for m in settings.models] == ["tiny"] and settings.models[0].urls == ["http://10.0.0.5:8100"]
+    assert settings.wal_root == "/var/lib/sluice/wal" and settings.max_body_bytes == 1024
+
+
+def test_a_config_file_wins_over_the_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("SLUICE_CONFIG_TOML", CONFIG)
+    path = tmp_path / "sluice.toml"
+    path.write_text('[[models]]\nname = "from-file"\n')
+    assert [m.name for m in load_settings(str(path)).models] == ["from-file"]
+
+
+@pytest.mark.parametrize(("inline", "words"), [
+    ("port = \n", ["cannot read the config in SLUICE_CONFIG_TOML"]),
+    ("max_body_byte = 10\n", ["invalid configuration", "max_body_byte"]),
+    ("wal_root = 7\n", ["invalid configuration", "wal_root"]),
+    ("shutdown_grace_seconds = -1\n", ["invalid configuration", "shutdown_grace_seconds", ">= 0"]),
+    ("shutdown_grace_seconds = 86400\n", ["invalid configuration", "shutdown_grace_seconds", "<= 3600"]),
+])
+def test_a_bad_variable_is_one_line(monkeypatch, inline, words):
+    monkeypatch.setenv("SLUICE_CONFIG_TOML", inline)
+    with pytest.raises(SystemExit) as failure:
+        load_settings()
+    message = str(failure.value)
+    assert message.startswith("sluice: ") and "\n" not in message and all(w in message for w in words), message
+
+
+def test_shutdown_grace_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SLUICE_SHUTDOWN_GRACE_SECONDS", "95")
+    assert load_settings().shutdown_grace_seconds == 95.0
+    monkeypatch.setenv("SLUICE_SHUTDOWN_GRACE_SECONDS", "soon")
+    with pytest.raises(SystemExit, match="SLUICE_SHUTDOWN_GRACE_SECONDS"):
+        load_settings()

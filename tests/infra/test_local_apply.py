@@ -1,0 +1,179 @@
+"""The `local` env applied to AWS served by a moto server on this machine, checked with boto3,
+then destroyed, leaving nothing behind.
+
+`applied_local_env` yields the applied env's outputs (moto endpoint, region, cluster, worker service
+names): a test that drives the gateway's ECS provisioner against the created services slots in
+beside the ones here, between apply and destroy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from tests.fixtures.servers import free_port
+from tests.infra.terraform import Terraform
+
+pytestmark = pytest.mark.slow
+REGION = "us-east-1"
+CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local", "region_name": REGION}
+
+
+@dataclass
+class LocalAws:
+    endpoint_url: str
+    region: str
+
+    def client(self, service: str):
+        return boto3.client(service, endpoint_url=self.endpoint_url, **CREDENTIALS)
+
+
+@dataclass
+class AppliedEnv:
+    aws: LocalAws
+    cluster: str
+    worker_services: dict[str, str]  # endpoint name -> ECS service name
+    outputs: dict
+
+
+@pytest.fixture(scope="module")
+def local_aws() -> Iterator[LocalAws]:
+    # AWS-managed policies (the ECS container-instance role) exist in moto only when loaded
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield LocalAws(f"http://{host}:{port}", REGION)
+    finally:
+        server.stop()
+        patch.undo()
+
+
+def _state_resources(terraform: Terraform) -> list[str]:
+    done = terraform.run("envs/local", "state", "list", check=False)
+    return [line for line in done.stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def applied_local_env(terraform: Terraform, local_aws: LocalAws) -> Iterator[AppliedEnv]:
+    """`terraform apply` of envs/local against moto; `terraform destroy` afterwards, checked empty."""
+    certificate = local_aws.client("acm").request_certificate(DomainName="api.sluice.test")["CertificateArn"]
+    variables = ["-var", f"aws_endpoint={local_aws.endpoint_url}", "-var", f"certificate_arn={certificate}"]
+    terraform.init("envs/local")
+    terraform.run("envs/local", "apply", "-auto-approve", "-input=false", *variables, timeout=900)
+    outputs = {k: v["value"] for k, v in json.loads(terraform.run("envs/local", "output", "-json").stdout).items()}
+    applied = AppliedEnv(local_aws, outputs["ecs_cluster_name"], outputs["worker_service_names"], outputs)
+    yield applied
+    terraform.run("envs/local", "destroy", "-auto-approve", "-input=false", *variables, timeout=900)
+    assert _state_resources(terraform) == []
+    _assert_nothing_left(applied)
+
+
+def _assert_nothing_left(env: AppliedEnv) -> None:
+    aws = env.aws
+    ecs = aws.client("ecs")
+    clusters = ecs.describe_clusters(clusters=[env.cluster])["clusters"]
+    assert all(c["status"] == "INACTIVE" for c in clusters), clusters
+    assert aws.client("s3").list_buckets()["Buckets"] == []
+    assert [v for v in aws.client("ec2").describe_vpcs()["Vpcs"] if not v.get("IsDefault")] == []
+    roles = [r["RoleName"] for r in aws.client("iam").list_roles()["Roles"] if r["RoleName"].startswith("sluice-")]
+    assert roles == []
+    secrets = aws.client("secretsmanager").list_secrets()["SecretList"]
+    assert [s["Name"] for s in secrets if "DeletedDate" not in s] == []
+    groups = aws.client("logs").describe_log_groups(logGroupNamePrefix="/sluice/")["logGroups"]
+    assert groups == []
+    assert aws.client("efs").describe_file_systems()["FileSystems"] == []
+    active = ecs.list_task_definitions(status="ACTIVE")["taskDefinitionArns"]
+    assert active == []
+
+
+def test_worker_services_exist_at_zero_on_the_gpu_capacity_provider(applied_local_env: AppliedEnv):
+    ecs = applied_local_env.aws.client("ecs")
+    cluster = ecs.describe_clusters(clusters=[applied_local_env.cluster])["clusters"][0]
+    assert set(cluster["capacityProviders"]) == {"FARGATE", "sluice-local-gpu"}
+    provider = ecs.describe_capacity_providers(capacityProviders=["sluice-local-gpu"])["capacityProviders"][0]
+    scaling = provider["autoScalingGroupProvider"]
+    assert scaling["managedScaling"]["status"] == "ENABLED"
+    group = applied_local_env.aws.client("autoscaling").describe_auto_scaling_groups()["AutoScalingGroups"]
+    assert [(g["MinSize"], g["MaxSize"]) for g in group] == [(0, 2)]
+    names = list(applied_local_env.worker_services.values())
+    assert set(applied_local_env.worker_services) == {"HuggingFaceTB/SmolLM2-135M-Instruct", "tiny/random-llama"}
+    services = ecs.describe_services(cluster=applied_local_env.cluster, services=names)["services"]
+    assert {s["serviceName"] for s in services} == set(names)
+    for service in services:
+        assert service["desiredCount"] == 0
+        assert service["status"] == "ACTIVE"
+        definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+        container = definition["containerDefinitions"][0]
+        assert container["resourceRequirements"] == [{"type": "GPU", "value": "1"}]
+        assert container["command"][:1] == ["worker"] and "--model-json" in container["command"]
+        assert container["user"] == "10001:10001"
+        # the very secret the gateway sends: a worker on 0.0.0.0 refuses to start without it
+        secret_arn = applied_local_env.outputs["secret_arns"]["worker_secret"]
+        assert container["secrets"] == [{"name": "SLUICE_WORKER_SECRET", "valueFrom": secret_arn}]
+
+
+def test_the_gateway_service_gets_its_secrets_and_the_wal_volume(applied_local_env: AppliedEnv):
+    ecs = applied_local_env.aws.client("ecs")
+    gateway = ecs.describe_services(cluster=applied_local_env.cluster,
+                                    services=[applied_local_env.outputs["gateway_service_name"]])["services"][0]
+    assert gateway["launchType"] == "FARGATE" and gateway["desiredCount"] == 1
+    definition = ecs.describe_task_definition(taskDefinition=gateway["taskDefinition"])["taskDefinition"]
+    container = definition["containerDefinitions"][0]
+    secrets = {s["name"]: s["valueFrom"] for s in container["secrets"]}
+    arns = applied_local_env.outputs["secret_arns"]
+    assert secrets == {"SLUICE_ADMIN_KEY": arns["admin_key"], "SLUICE_KEY_PEPPER": arns["key_pepper"],
+                       "SLUICE_WORKER_SECRET": arns["worker_secret"]}
+    environment = {e["name"]: e["value"] for e in container["environment"]}
+    assert not any(word in name for name in environment for word in ("KEY", "PEPPER", "PASSWORD"))
+    volume = definition["volumes"][0]["efsVolumeConfiguration"]
+    assert volume["transitEncryption"] == "ENABLED"
+    assert container["mountPoints"][0]["containerPath"] == "/var/lib/sluice"
+    value = applied_local_env.aws.client("secretsmanager").get_secret_value(
+        SecretId=secrets["SLUICE_KEY_PEPPER"])["SecretString"]
+    assert len(value) == 64  # generated by Secrets Manager, never in a tfvars file
+
+
+def test_buckets_block_public_access_and_are_encrypted_and_versioned(applied_local_env: AppliedEnv):
+    s3 = applied_local_env.aws.client("s3")
+    for name in applied_local_env.outputs["bucket_names"].values():
+        block = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
+        assert all(block.values()) and len(block) == 4, block
+        rule = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]["Rules"][0]
+        assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+        assert s3.get_bucket_versioning(Bucket=name)["Status"] == "Enabled"
+        policy = json.loads(s3.get_bucket_policy(Bucket=name)["Policy"])
+        assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: AppliedEnv):
+    iam = applied_local_env.aws.client("iam")
+    document = iam.get_role_policy(RoleName="sluice-local-gateway-task", PolicyName="gateway-task")["PolicyDocument"]
+    if isinstance(document, str):
+        document = json.loads(document)
+    scale = next(s for s in document["Statement"] if s["Sid"] == "ScaleWorkerServices")
+    assert scale["Resource"].endswith(":service/sluice-local/sluice-local-worker-*")
+    actions = sorted({a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
+                                                                   else s["Action"])})
+    assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
+                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:AbortMultipartUpload",
+                              "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
+                              "elasticfilesystem:ClientWrite"])
+
+
+def test_the_network_admits_the_internet_only_at_the_alb(applied_local_env: AppliedEnv):
+    ec2 = applied_local_env.aws.client("ec2")
+    groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["sluice-local-*"]}])
+    open_ports = []
+    for group in groups["SecurityGroups"]:
+        for permission in group["IpPermissions"]:
+            if any(r.get("CidrIp") == "0.0.0.0/0" for r in permission.get("IpRanges", [])):
+                open_ports.append((group["GroupName"], permission["FromPort"], permission["ToPort"]))
+    assert sorted(open_ports) == [("sluice-local-alb", 80, 80), ("sluice-local-alb", 443, 443)]

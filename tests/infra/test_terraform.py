@@ -1,0 +1,66 @@
+"""Terraform, checked offline: formatting, `init` + `validate` of every module and env, and each
+module's `terraform test` suite (mock AWS provider, assertions on the plan)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.infra.terraform import TERRAFORM_SOURCE, Terraform
+
+MODULES = sorted(p.name for p in (TERRAFORM_SOURCE / "modules").iterdir() if p.is_dir())
+ENVS = sorted(p.name for p in (TERRAFORM_SOURCE / "envs").iterdir() if p.is_dir())
+TESTED = [m for m in MODULES if any((TERRAFORM_SOURCE / "modules" / m / "tests").glob("*.tftest.hcl"))]
+
+
+def test_every_module_has_a_terraform_test_suite():
+    assert set(TESTED) == set(MODULES)
+
+
+def test_formatting(terraform: Terraform):
+    done = terraform.run(".", "fmt", "-check", "-recursive", "-diff", check=False)
+    assert done.returncode == 0, f"run `terraform fmt -recursive infra/terraform`:\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.parametrize("directory", [f"modules/{m}" for m in MODULES] + [f"envs/{e}" for e in ENVS])
+def test_init_and_validate(terraform: Terraform, directory: str):
+    terraform.init(directory)
+    done = terraform.run(directory, "validate", "-json", check=False)
+    assert '"valid": true' in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", TESTED)
+def test_module_suite(terraform: Terraform, module: str):
+    terraform.init(f"modules/{module}")
+    done = terraform.run(f"modules/{module}", "test", check=False, timeout=900)
+    summary = re.search(r"(Success|Failure)! (\d+) passed, (\d+) failed", done.stdout)
+    assert done.returncode == 0 and summary and summary.group(1) == "Success", done.stdout[-8000:] + done.stderr
+    assert int(summary.group(2)) >= 2
+
+
+def test_dev_and_prod_keep_state_in_s3_with_a_lock_table():
+    for env in ("dev", "prod"):
+        text = (TERRAFORM_SOURCE / "envs" / env / "main.tf").read_text()
+        backend = re.search(r'backend "s3" \{(.*?)\n  \}', text, re.S)
+        assert backend, env
+        for setting in ("bucket", "key", "region", "dynamodb_table", "encrypt"):
+            assert re.search(rf"^\s*{setting}\s*=", backend.group(1), re.M), (env, setting)
+        assert f'key            = "{env}/terraform.tfstate"' in backend.group(1)
+    assert "backend" not in (TERRAFORM_SOURCE / "envs" / "local" / "main.tf").read_text()
+
+
+def test_no_ingress_rule_anywhere_opens_a_cidr_to_the_world_except_the_alb():
+    """A static sweep over every .tf file, on top of the plan assertions of modules/network."""
+    offenders = []
+    for path in TERRAFORM_SOURCE.rglob("*.tf"):
+        text = path.read_text()
+        for match in re.finditer(r'resource "(aws_vpc_security_group_ingress_rule|aws_security_group_rule|'
+                                 r'aws_security_group)" "(\w+)" \{(.*?)\n\}', text, re.S):
+            kind, name, body = match.groups()
+            world = re.search(r'cidr_(ipv4|blocks)\s*=\s*\[?"0\.0\.0\.0/0"', body) or "::/0" in body
+            ingress = kind != "aws_security_group" or "ingress {" in body
+            if world and ingress and name not in {"alb_https", "alb_http"}:
+                offenders.append(f"{path.relative_to(TERRAFORM_SOURCE)}: {kind}.{name}")
+    assert offenders == []
