@@ -41,7 +41,7 @@ from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
 from worker.lora.errors import AdapterError
 from worker.lora.store import AdapterStore
-from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad,
+from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, WorkerLoad,
                              floored_logprob)
 from worker.threads import decode_threads
 
