@@ -196,11 +196,15 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
     key = data["alice_key"]["key"]
     await sign_in(page, gateway, key)
     # the chart is drawn (uPlot's canvas) from the same buckets as the table under it
-    await page.wait_for_selector("[data-chart=tokens] canvas")
-    chart = await page.eval_on_selector("[data-chart-data=tokens]", "e => JSON.parse(e.textContent)")
+    for name in ("tokens", "cost", "events"):
+        await page.wait_for_selector(f"[data-chart={name}] canvas")
+    chart = await page.eval_on_selector("[data-chart-data]", "e => JSON.parse(e.textContent)")
     table_tokens = await page.eval_on_selector_all(
         "table[data-series] tbody tr", "rows => rows.map(r => Number(r.cells[2].innerText.replaceAll(',', '')))")
-    assert chart["stacked"][-1]["tokens"] == table_tokens and sum(table_tokens) == 3013 + 300 + 5700
+    assert chart["tokens"][-1]["values"] == table_tokens and sum(table_tokens) == 3013 + 300 + 5700
+    table_cost = await page.eval_on_selector_all("table[data-series] tbody tr",
+                                                 "rows => rows.map(r => Number(r.cells[3].dataset.micros))")
+    assert [round(v * 1e6) for v in chart["cost"][-1]["values"]] == table_cost
 
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
