@@ -283,3 +283,20 @@ async def test_a_member_cannot_manage_keys_nor_touch_another_teams(gateway, page
                                            form={"csrf": csrf}, max_redirects=0)
         assert response.status == status
     assert await api_status(gateway, data["beta_key"]["key"]) == 200
+
+
+async def test_the_monthly_statement_downloads_as_the_api_writes_it(gateway, page, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    await sign_in(page, gateway, key)
+    month = await page.input_value("#statement-month")
+    async with page.expect_download() as download_info:
+        await page.click("#statement-download")
+    path = artifacts / "statement.csv"
+    await (await download_info.value).save_as(path)
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        api = await client.get("/v1/usage/statement", params={"month": month, "format": "csv"},
+                               headers={"authorization": f"Bearer {key}"})
+    assert api.status_code == 200 and path.read_text() == api.text
+    response = await page.goto(f"{gateway.url}/dashboard/statement.csv?team_id={data['acme']}&month=2025-13")
+    assert response.status == 400 and "month" in await page.inner_text("#error-message")
