@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 import msgspec
-from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 
 from billing.insights.overview import Series
