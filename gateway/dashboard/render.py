@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 import msgspec
-from litestar.contrib.jinja import JinjaTemplateEngine
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 
 from billing.insights.overview import Series
@@ -53,13 +53,23 @@ def series_rows(series: Series) -> list[SeriesRow]:
     return rows
 
 
-def chart_data(series: Series) -> dict:
-    """What the tokens chart draws: per model, the tokens of the models before it plus its own (a stack)."""
-    stacked, below = [], [0] * len(series.buckets)
+def _stacked(series: Series, per_model) -> list[dict]:
+    """Per model, its values plus those of the models before it (a stack: the last line is the total)."""
+    lines, below = [], [0] * len(series.buckets)
     for m in series.by_model:
-        below = [b + p + c for b, p, c in zip(below, m.prompt_tokens, m.completion_tokens, strict=True)]
-        stacked.append({"model": m.model, "tokens": below})
-    return {"x": [b.start for b in series.buckets], "stacked": stacked}
+        below = [b + v for b, v in zip(below, per_model(m), strict=True)]
+        lines.append({"label": m.model, "values": below})
+    return lines
+
+
+def chart_data(series: Series) -> dict:
+    """What the charts draw; the table under them holds the same numbers."""
+    return {"x": [b.start for b in series.buckets],
+            "tokens": _stacked(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
+                                                                          strict=True)]),
+            "cost": _stacked(series, lambda m: [c / 1e6 for c in m.cost_micros]),
+            "events": [{"label": "429 rejections", "values": series.rate_limited},
+                       {"label": "cold starts", "values": series.cold_starts}]}
 
 
 def request_value(view, name: str) -> str:

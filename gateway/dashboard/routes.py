@@ -20,13 +20,14 @@ from auth.errors import AuthError
 from auth.http import client_address
 from auth.middleware import PUBLIC, auth_service
 from auth.service import AuthService
-from billing.exports.csv import records_csv
+from billing.exports.csv import records_csv, statement_csv
 from billing.insights.month import month_to_date
 from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking
 from billing.insights.requests import page
 from billing.ledger import Ledger
-from billing.params import parse_cursor
+from billing.params import UsageParamError, parse_cursor
+from billing.statements import monthly_statement
 from common.errors import SluiceError
 from gateway.dashboard.access import (
     BASE,
@@ -155,6 +156,19 @@ async def export_csv(request: Request, sessions: SessionStore, auth: AuthService
                   headers={"content-disposition": f'attachment; filename="usage-{scope.team.id}.csv"'})
 
 
+@get("/statement.csv", opt=PUBLIC)
+async def statement_download(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    """The team's monthly statement (line items per model and price), as the usage API's CSV."""
+    _, scope = await signed_in_scope(request, sessions, auth)
+    month = request.query_params.get("month") or ""
+    try:
+        statement = await monthly_statement(ledger.store, scope.team.id, month)
+    except ValueError as exc:
+        raise UsageParamError("month", str(exc)) from exc
+    return Response(statement_csv(statement), media_type="text/csv",
+                    headers={"content-disposition": f'attachment; filename="statement-{scope.team.id}-{month}.csv"'})
+
+
 def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
     return Redirect(f"{BASE}/login")
 
@@ -171,6 +185,7 @@ def static_router() -> Router:
 def dashboard_router() -> Router:
     sessions = SessionStore()  # one per app: the sessions of this gateway process
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
+                                                  statement_download,
                                                   teams_page, *KEY_HANDLERS],
                   dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},

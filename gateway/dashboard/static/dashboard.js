@@ -1,29 +1,32 @@
-// Draws each chart from the JSON the server rendered beside it (the table below it holds the same numbers).
+// Draws each chart from the JSON the server rendered beside it (the table below holds the same numbers).
 "use strict";
 const COLORS = ["#3a7bd5", "#e07b39", "#2e9e6a", "#b04fb0", "#c9a227", "#5b6b8c", "#d64545", "#3fb5c4"];
 
-function drawTokens(box, data) {
+function draw(box, x, lines, stacked) {
   box.replaceChildren();
   const series = [{}];
-  const columns = [data.x];
-  // the last model's line is the total: draw from the top so each fill shows one model's share
-  [...data.stacked].reverse().forEach((s, i) => {
-    const color = COLORS[(data.stacked.length - 1 - i) % COLORS.length];
-    series.push({label: s.model, stroke: color, fill: color + "55", points: {show: false},
-                 value: (u, v, si, idx) => v == null ? "–" : v.toLocaleString()});
-    columns.push(s.tokens);
-  });
-  const width = Math.max(280, box.clientWidth);
-  new uPlot({width: width, height: 240, series: series, axes: [{}, {size: 70}],
-             scales: {x: {time: true}}, legend: {live: true}}, columns, box);
+  const columns = [x];
+  // a stack's last line is the total: draw from the top so each fill shows one line's share
+  const order = stacked ? [...lines.keys()].reverse() : [...lines.keys()];
+  for (const i of order) {
+    const color = COLORS[i % COLORS.length];
+    series.push({label: lines[i].label, stroke: color, fill: stacked ? color + "55" : undefined,
+                 points: {show: !stacked}, value: (u, v) => v == null ? "–" : v.toLocaleString()});
+    columns.push(lines[i].values);
+  }
+  const width = Math.max(260, box.clientWidth - 8);
+  new uPlot({width: width, height: 220, series: series, axes: [{}, {size: 70}], scales: {x: {time: true}}},
+            columns, box);
 }
 
 function drawCharts(root) {
-  root.querySelectorAll("[data-chart=tokens]").forEach((box) => {
-    const source = box.parentElement.querySelector("[data-chart-data=tokens]");
-    if (source && window.uPlot) drawTokens(box, JSON.parse(source.textContent));
+  const source = (root.querySelector ? root : document).querySelector("[data-chart-data]");
+  if (!source || !window.uPlot) return;
+  const data = JSON.parse(source.textContent);
+  document.querySelectorAll("[data-chart]").forEach((box) => {
+    draw(box, data.x, data[box.dataset.chart], box.dataset.stacked === "true");
   });
 }
 
 document.addEventListener("DOMContentLoaded", () => drawCharts(document));
-document.addEventListener("htmx:afterSettle", (event) => drawCharts(event.detail.elt || document));
+document.addEventListener("htmx:afterSettle", () => drawCharts(document));

@@ -196,11 +196,15 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
     key = data["alice_key"]["key"]
     await sign_in(page, gateway, key)
     # the chart is drawn (uPlot's canvas) from the same buckets as the table under it
-    await page.wait_for_selector("[data-chart=tokens] canvas")
-    chart = await page.eval_on_selector("[data-chart-data=tokens]", "e => JSON.parse(e.textContent)")
+    for name in ("tokens", "cost", "events"):
+        await page.wait_for_selector(f"[data-chart={name}] canvas")
+    chart = await page.eval_on_selector("[data-chart-data]", "e => JSON.parse(e.textContent)")
     table_tokens = await page.eval_on_selector_all(
         "table[data-series] tbody tr", "rows => rows.map(r => Number(r.cells[2].innerText.replaceAll(',', '')))")
-    assert chart["stacked"][-1]["tokens"] == table_tokens and sum(table_tokens) == 3013 + 300 + 5700
+    assert chart["tokens"][-1]["values"] == table_tokens and sum(table_tokens) == 3013 + 300 + 5700
+    table_cost = await page.eval_on_selector_all("table[data-series] tbody tr",
+                                                 "rows => rows.map(r => Number(r.cells[3].dataset.micros))")
+    assert [round(v * 1e6) for v in chart["cost"][-1]["values"]] == table_cost
 
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
@@ -279,3 +283,20 @@ async def test_a_member_cannot_manage_keys_nor_touch_another_teams(gateway, page
                                            form={"csrf": csrf}, max_redirects=0)
         assert response.status == status
     assert await api_status(gateway, data["beta_key"]["key"]) == 200
+
+
+async def test_the_monthly_statement_downloads_as_the_api_writes_it(gateway, page, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    await sign_in(page, gateway, key)
+    month = await page.input_value("#statement-month")
+    async with page.expect_download() as download_info:
+        await page.click("#statement-download")
+    path = artifacts / "statement.csv"
+    await (await download_info.value).save_as(path)
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        api = await client.get("/v1/usage/statement", params={"month": month, "format": "csv"},
+                               headers={"authorization": f"Bearer {key}"})
+    assert api.status_code == 200 and path.read_text() == api.text
+    response = await page.goto(f"{gateway.url}/dashboard/statement.csv?team_id={data['acme']}&month=2025-13")
+    assert response.status == 400 and "month" in await page.inner_text("#error-message")
