@@ -25,7 +25,7 @@ from gateway.dialects.openai import routes as openai
 from gateway.dialects.sglang import routes as sglang
 from gateway.dialects.tgi import routes as tgi
 from gateway.lifespan import GatewayServices
-from gateway.logs import request_id_middleware
+from gateway.logs import answer_request_id, request_id_middleware
 from gateway.write_timeout import write_timeout_middleware
 
 OPENAPI_PATH = "/openapi"
@@ -42,6 +42,7 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s),
                     authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
+        before_send=[answer_request_id],
         exception_handlers=DEFAULT.exception_handlers(),
         request_max_body_size=settings.max_body_bytes,
         template_config=template_config(),

@@ -15,7 +15,7 @@ import structlog
 
 from common.logs import configure_logging  # shared with the workers
 
-__all__ = ["configure_logging", "request_id_middleware", "request_id_of"]
+__all__ = ["answer_request_id", "configure_logging", "request_id_middleware", "request_id_of"]
 
 log = structlog.get_logger("gateway")
 # a caller's X-Request-Id we honour: what load balancers and tracing send (UUIDs, hex, ALB-style ids), nothing
@@ -53,27 +53,26 @@ def request_id_middleware(app):
         structlog.contextvars.bind_contextvars(request_id=request_id)
         if client_id is not None:
             structlog.contextvars.bind_contextvars(client_request_id=client_id)
-        answered = (client_id or request_id).encode()
+        scope["state"]["answered_request_id"] = (client_id or request_id).encode()
         started = time.perf_counter()
-        status = 0
-
-        async def send_with_id(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", answered)]
-            await send(message)
-
         try:
-            await app(scope, receive, send_with_id)
+            await app(scope, receive, send)
         finally:
             # whatever path the request took (a stream that never started, a client gone mid-body),
             # its finalizers run once it is over: accounting can never be skipped
             with anyio.CancelScope(shield=True):
                 for finalize in scope["state"].get("finalizers", ()):
                     await finalize()
-            log.info("http_request", method=scope["method"], path=scope["path"], status=status,
+            log.info("http_request", method=scope["method"], path=scope["path"],
+                     status=scope["state"].get("status", 0),  # 0: refused in a middleware, rendered after this
                      duration_ms=round((time.perf_counter() - started) * 1000, 2))
 
     return middleware
+
+
+async def answer_request_id(message, scope) -> None:
+    """Every response names its request (`x-request-id`). A Litestar `before_send` hook, not the middleware's
+    own send: a refusal raised in a middleware (authentication) is rendered outside the middleware stack."""
+    if message["type"] == "http.response.start" and "answered_request_id" in scope.get("state", {}):
+        scope["state"]["status"] = message["status"]
+        message["headers"] = [*message.get("headers", ()), (b"x-request-id", scope["state"]["answered_request_id"])]

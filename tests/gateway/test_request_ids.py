@@ -56,3 +56,13 @@ async def test_the_same_request_id_twice_is_two_ledger_records(gateway, worker):
         await asyncio.sleep(0.05)
     assert len(shipped) == 2 and shipped[0]["request_id"] != shipped[1]["request_id"]
     assert len(worker.requests) == 2 and worker.requests[0]["request_id"] != worker.requests[1]["request_id"]
+
+
+@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer sk-sluice-not-a-key"}])
+async def test_a_refused_request_still_answers_its_id(gateway, headers):
+    """The authentication middleware refuses before any route runs: its 401 carries the id too (support
+    asks for it first)."""
+    response = await gateway.post("/v1/completions", json=body("/v1/completions"),
+                                  headers={**headers, "x-request-id": "refused-1"})
+    assert response.status_code == 401, response.text
+    assert response.headers["x-request-id"] == "refused-1"
