@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -60,7 +61,8 @@ class WalHome:
         root.mkdir(parents=True, exist_ok=True)
         name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         fd = _try_lock(root / f"{name}{_LOCK}")
-        assert fd is not None, "a fresh instance name is never locked"
+        if fd is None:  # a random name nobody else uses: only a broken file system gets here
+            raise OSError(errno.ENOLCK, "a fresh WAL directory cannot be locked", str(root))
         return cls(root / name, root, fd)
 
     def release(self) -> None:

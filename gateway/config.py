@@ -79,7 +79,7 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         try:
             raw = tomllib.loads(Path(config_file).read_text() if config_file else inline)
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            where = config_file or "in SLUICE_CONFIG_TOML"
+            where = f"file {config_file}" if config_file else "in SLUICE_CONFIG_TOML"
             raise SystemExit(f"sluice: cannot read the config {where}: {exc}") from exc
     for name, kind in ENV_FIELDS.items():
         variable = f"SLUICE_{name.upper()}"

@@ -116,6 +116,14 @@ class GatewayServices(InitPluginProtocol):
         except OSError as error:
             raise StartupError(f"cannot use the data directory {data} ({error.strerror}): choose a writable one "
                                "with --data-dir (or data_dir / SLUICE_DATA_DIR)") from error
+        wal = None
+        if settings.ledger_enabled:  # claimed before anything prints keys: a bad wal_root fails alone
+            try:
+                wal = WalHome.claim(data, settings.wal_root)
+            except OSError as error:
+                raise StartupError(f"cannot use wal_root {settings.wal_root} ({error.strerror}): mount the shared "
+                                   "volume there, or unset wal_root (SLUICE_WAL_ROOT)") from error
+            opened.callback(wal.release)  # runs after the ledger closed: a fully shipped log leaves nothing on disk
         url = settings.resolved_database_url
         try:
             auth = await AuthService.open(url, pepper, trusted_proxies=settings.trusted_proxies,
@@ -137,12 +145,6 @@ class GatewayServices(InitPluginProtocol):
             except (OSError, PricingError, ValueError) as error:
                 raise StartupError(f"cannot read pricing_file {settings.pricing_file} ({_cause(error)}): fix the "
                                    "file, or unset pricing_file") from error
-            try:
-                wal = WalHome.claim(data, settings.wal_root)
-            except OSError as error:
-                raise StartupError(f"cannot use wal_root {settings.wal_root} ({error.strerror}): mount the shared "
-                                   "volume there, or unset wal_root (SLUICE_WAL_ROOT)") from error
-            opened.callback(wal.release)  # after the ledger closed: a fully shipped log leaves nothing on disk
             try:
                 ledger = await Ledger.open(url, wal.path, pricing, min_free_bytes=settings.ledger_min_free_bytes)
             except StoreUnavailable as error:

@@ -52,7 +52,7 @@ resource "aws_cloudwatch_metric_alarm" "gateway_5xx_rate" {
   }
 }
 
-# published by the gateway's metrics exporter (Prometheus `sluice_activator_waiting` -> CloudWatch EMF)
+# the gateway's Prometheus `sluice_endpoint_queue_depth`, once a CloudWatch exporter publishes it (infra/README.md)
 resource "aws_cloudwatch_metric_alarm" "activator_queue" {
   alarm_name          = "${var.name}-activator-queue-depth"
   alarm_description   = "Requests waiting for endpoints to wake stay above ${var.max_activator_queue} for 3 minutes"
