@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import msgspec
+import structlog
 
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
@@ -26,6 +27,7 @@ from gateway.errors import (
 )
 from gateway.routing.pool import ModelPool
 
+log = structlog.get_logger("gateway")
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
@@ -93,6 +95,7 @@ async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncItera
         except (httpx.TransportError, msgspec.DecodeError) as exc:
             if relayed:
                 raise UpstreamFailed(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
+            log.warning("replica_unreachable", url=replica.url, error=repr(exc))
             replica.healthy = False  # the poller brings it back once it answers again
             last_error = Unavailable(f"worker {replica.url} is unreachable")
         finally:

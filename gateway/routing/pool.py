@@ -15,6 +15,9 @@ from gateway.routing.worker_trust import worker_secret
 
 log = structlog.get_logger(__name__)
 DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
+# polls in a row that may fail by timing out before a replica counts as down: one slow answer from a worker
+# busy streaming (or from a gateway loop busy relaying) is not an outage; a refused connection is at once
+MISSED_POLLS_TOLERATED = 2
 
 
 @dataclass(eq=False)
@@ -26,6 +29,7 @@ class Replica:
     info: ModelInfo | None = None
     in_flight: int = 0  # requests this gateway has open on it, between two polls
     refuses_secret: bool = False  # it answered 401: its SLUICE_WORKER_SECRET is not ours
+    missed_polls: int = 0  # polls in a row that timed out
 
     @property
     def pressure(self) -> int:
@@ -46,13 +50,21 @@ class Replica:
                 self.info = msgspec.json.decode(info.content, type=ModelInfo)
             became = not self.healthy and self.load.ready
             self.healthy = self.load.ready
+            self.missed_polls = 0
             if became:
                 log.info("replica_ready", url=self.url)
+        except httpx.TimeoutException:
+            self.missed_polls += 1
+            if self.missed_polls > MISSED_POLLS_TOLERATED:
+                self._down()
         except (httpx.HTTPError, msgspec.DecodeError):
-            if self.healthy:
-                log.warning("replica_unhealthy", url=self.url)
-            self.healthy = False
-            self.info = None
+            self._down()
+
+    def _down(self) -> None:
+        if self.healthy:
+            log.warning("replica_unhealthy", url=self.url)
+        self.healthy = False
+        self.info = None
 
 
 @dataclass(eq=False)
@@ -83,7 +95,9 @@ class Router:
         self._clients: list[httpx.AsyncClient] = []
 
     def add_replica(self, model: str, url: str) -> Replica:
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        # idle connections are dropped well before the worker's own keep-alive timeout (uvicorn: 5 s): a request
+        # sent on a connection the worker is closing fails before any answer, which reads as an unreachable worker
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
         client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
                                    headers={WORKER_SECRET_HEADER: worker_secret()})
         self._clients.append(client)

@@ -59,6 +59,7 @@ def test_soak_streaming_clients(tmp_path):
         statuses = Counter(o.status for o in outcomes)
         records = wait_for_records(server, len(outcomes), timeout=120)
         stats = stub.stats()
+        flaps = server.log_events("replica_unhealthy") + server.log_events("replica_unreachable")
     steady = [s for s in samples if s[0] >= WARMUP]
     warm_rss = steady[0][1]
     peak_rss = max(s[1] for s in steady)
@@ -66,8 +67,9 @@ def test_soak_streaming_clients(tmp_path):
     print(f"\nsoak: {CLIENTS} clients, {WARMUP + SECONDS:.0f} s, {len(outcomes)} requests ({rate:.1f}/s), "
           f"statuses {dict(statuses)}; rss idle {idle_before[0] >> 20} MiB, after warm-up {warm_rss >> 20} MiB, "
           f"steady peak {peak_rss >> 20} MiB, idle after {idle_after[0] >> 20} MiB; fds idle {idle_before[1]}, "
-          f"under load max {max(s[2] for s in samples)}, idle after {idle_after[1]}")
-    assert statuses == {200: len(outcomes)}, [o for o in outcomes if o.status != 200][:5]
+          f"under load max {max(s[2] for s in samples)}, idle after {idle_after[1]}; worker marked down {len(flaps)} times")
+    assert flaps == [], flaps[:3]  # the worker was never taken for down (a keep-alive race did that once)
+    assert statuses == {200: len(outcomes)}, ([o for o in outcomes if o.status != 200][:3], flaps[:3])
     assert all(o.done and o.events == TOKENS + 2 for o in outcomes)  # 64 tokens, the finish chunk, [DONE]
     assert peak_rss < warm_rss * 1.10
     # the gateway keeps up to 256 idle connections to the worker between loads; nothing else may stay open
