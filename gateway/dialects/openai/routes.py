@@ -13,6 +13,7 @@ from gateway.dialects.friendli.legacy import wants_legacy
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
 from gateway.dialects.openapi import documented
+from gateway.adapters import SEPARATOR, registered
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -36,8 +37,12 @@ async def chat_completions(request: Request, services: Services) -> Response | S
 
 @get("/v1/models", summary="List served models")
 async def models(services: Services) -> dict:
-    data = [{"id": name, "object": "model", "created": int(services.started_at), "owned_by": "sluice"}
-            for name in services.router.pools]
+    """Endpoints, then each endpoint's registered LoRA adapters as "<endpoint>:<adapter>" (what `model` takes)."""
+    created = int(services.started_at)
+    data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in services.router.pools]
+    data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
+              "parent": endpoint} for endpoint, adapters in registered(services.settings.models).items()
+             for adapter in adapters if endpoint in services.router.pools]
     return {"object": "list", "data": data}
 
 
