@@ -22,7 +22,7 @@ from litestar.response import Stream
 
 from auth import Principal
 from gateway.accounting import Accounting
-from gateway.adapters import adapter_ref, split_model
+from gateway.adapters import split_model
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
 from gateway.errors import NotFound, SluiceError
@@ -63,8 +63,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             raise NotFound(f"the model {parsed.model!r} does not exist")
         services.auth.check_model(principal, parsed.model)
         adapter_name = named_adapter or parsed.adapter
-        adapter = None if adapter_name is None else adapter_ref(
-            services.settings.models, parsed.model, adapter_name, "model" if named_adapter else parsed.adapter_field)
+        adapter = None if adapter_name is None else services.adapters.ref(
+            parsed.model, adapter_name, "model" if named_adapter else parsed.adapter_field)
         accounting.adapter = adapter_name
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):

@@ -27,6 +27,7 @@ from auth.middleware import STATE_KEY
 from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
 from common.errors import StoreUnavailable
+from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
 from gateway.limits import open_limiter
 from gateway.routing.pool import Router
@@ -151,4 +152,5 @@ class GatewayServices(InitPluginProtocol):
                     router.add_replica(model.name, supervisor.add(model, index).url)
         await supervisor.start()
         await router.start()
-        return Services(settings, router, auth, limiter, ledger, started_at=time.time())
+        return Services(settings, router, auth, limiter, ledger, started_at=time.time(),
+                        adapters=AdapterRegistry.from_models(settings.models))

@@ -82,3 +82,41 @@ def test_tgi_adapter_id_and_sglang_lora_path(server, built):
 def test_models_list_the_adapter(server):
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
     assert {m.id for m in client.models.list()} >= {MODEL, f"{MODEL}:poet"}
+
+
+def test_admin_api_registers_lists_and_removes_adapters(server, built):
+    directory, adapted, _ = built
+    admin = {"authorization": f"Bearer {server.admin_key}"}
+    base = f"{server.url}/admin/endpoints/{MODEL}/adapters"
+    created = httpx.post(base, json={"name": "verse", "source": str(directory)}, headers=admin)
+    assert created.status_code == 201 and created.json()["model"] == f"{MODEL}:verse"
+    listed = httpx.get(base, headers=admin).json()["data"]
+    assert {a["name"] for a in listed} == {"poet", "verse"}
+    reply = post(server, "/v1/completions", {"model": f"{MODEL}:verse", "prompt": PROMPT, "max_tokens": TOKENS,
+                                             "temperature": 0})
+    assert reply.json()["choices"][0]["text"] == adapted
+    assert httpx.delete(f"{base}/verse", headers=admin).json()["deleted"] is True
+    gone = post(server, "/v1/completions", {"model": f"{MODEL}:verse", "prompt": PROMPT, "max_tokens": 2})
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "adapter_not_found"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "words"), [
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "relative/dir"}, 422, "PEFT adapter"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "/nonexistent"}, 422, "PEFT adapter"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a/b", "source": "s3://b/p"}, 422, "name"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "s3://"}, 422, "s3://"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a"}, 422, "source"),
+    ("post", "/admin/endpoints/no-such-model/adapters", {"name": "a", "source": "s3://b/p"}, 404, "does not exist"),
+    ("get", f"/admin/endpoints/{MODEL}/lora", None, 404, "no such admin path"),
+    ("delete", f"/admin/endpoints/{MODEL}/adapters/never", None, 404, "not registered"),
+])
+def test_admin_api_refusals(server, method, path, body, status, words):
+    admin = {"authorization": f"Bearer {server.admin_key}"}
+    reply = httpx.request(method, f"{server.url}{path}", json=body, headers=admin)
+    assert reply.status_code == status and words in reply.json()["error"]["message"], reply.text
+
+
+def test_admin_api_needs_an_admin_key(server):
+    reply = httpx.get(f"{server.url}/admin/endpoints/{MODEL}/adapters",
+                      headers={"authorization": f"Bearer {server.api_key}"})
+    assert reply.status_code == 403

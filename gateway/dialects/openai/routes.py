@@ -13,7 +13,7 @@ from gateway.dialects.friendli.legacy import wants_legacy
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
 from gateway.dialects.openapi import documented
-from gateway.adapters import SEPARATOR, registered
+from gateway.adapters import SEPARATOR
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -41,7 +41,7 @@ async def models(services: Services) -> dict:
     created = int(services.started_at)
     data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in services.router.pools]
     data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
-              "parent": endpoint} for endpoint, adapters in registered(services.settings.models).items()
+              "parent": endpoint} for endpoint, adapters in services.adapters.by_endpoint.items()
              for adapter in adapters if endpoint in services.router.pools]
     return {"object": "list", "data": data}
 
