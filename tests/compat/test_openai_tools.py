@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -174,3 +175,20 @@ def test_hf_hub_chat_completion_tools(running_sluice):
                                                            temperature=0, tool_prompt="Tools:\n", stream=True)
                        for piece in chunk.choices[0].delta.tool_calls or [] if piece.index == 0)
     assert json.loads(streamed) == arguments
+
+
+def test_friendli_chat_route_calls_tools(running_sluice):
+    reply = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=300,
+                       headers={"authorization": f"Bearer {running_sluice.api_key}"},
+                       json={"model": MODEL, "messages": [{"role": "user", "content": PROMPTS[0]}], "tools": TOOLS,
+                             "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                             "parallel_tool_calls": False, "max_tokens": 32, "temperature": 0, **SHORT_PROMPT})
+    choice = reply.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS["get_weather"])
+    bad = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=60,
+                     headers={"authorization": f"Bearer {running_sluice.api_key}"},
+                     json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS * 2})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "tools[2].function.name"]
