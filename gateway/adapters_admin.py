@@ -1,5 +1,5 @@
 """The admin API of LoRA adapters: `POST /admin/endpoints/{endpoint}/adapters` with `{"name", "source"}`,
-`GET` to list, `DELETE .../adapters/{name}`. A source is a PEFT adapter directory (holding
+`GET` to list, `DELETE .../adapters/{name}`. Registering a name again replaces its source. A source is a PEFT adapter directory (holding
 adapter_config.json) or an s3:// prefix; the worker reads and checks the weights on first use."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from litestar import Router, delete, get, post
 from litestar.di import Provide
 
 from auth.middleware import require_admin
+from gateway.adapters import SEPARATOR
 from gateway.dialects.base import DEFAULT, convert
 from gateway.errors import NotFound, ValidationFailed
 from gateway.services import Services
@@ -41,7 +42,7 @@ def _check_source(source: str) -> None:
 
 
 def _listing(services: Services, endpoint: str) -> dict:
-    return {"data": [{"name": name, "source": source, "model": f"{endpoint}:{name}"}
+    return {"data": [{"name": name, "source": source, "model": f"{endpoint}{SEPARATOR}{name}"}
                      for name, source in sorted(services.adapters.of(endpoint).items())]}
 
 
@@ -62,7 +63,7 @@ async def register_adapter(services: Services, payload: Any, rest: str) -> dict:
     body = convert(payload, RegisterAdapter)
     _check_source(body.source)
     services.adapters.add(endpoint, body.name, body.source)
-    return {"endpoint": endpoint, "name": body.name, "source": body.source, "model": f"{endpoint}:{body.name}"}
+    return {"endpoint": endpoint, "name": body.name, "source": body.source, "model": f"{endpoint}{SEPARATOR}{body.name}"}
 
 
 @get("/{rest:path}")
