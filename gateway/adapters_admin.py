@@ -63,7 +63,8 @@ async def register_adapter(services: Services, payload: Any, rest: str) -> dict:
     body = convert(payload, RegisterAdapter)
     _check_source(body.source)
     services.adapters.add(endpoint, body.name, body.source)
-    return {"endpoint": endpoint, "name": body.name, "source": body.source, "model": f"{endpoint}{SEPARATOR}{body.name}"}
+    return {"endpoint": endpoint, "name": body.name, "source": body.source,
+            "model": f"{endpoint}{SEPARATOR}{body.name}"}
 
 
 @get("/{rest:path}")
