@@ -1,6 +1,7 @@
 """The admin API of LoRA adapters: `POST /admin/endpoints/{endpoint}/adapters` with `{"name", "source"}`,
-`GET` to list, `DELETE .../adapters/{name}`. Registering a name again replaces its source. A source is a PEFT adapter directory (holding
-adapter_config.json) or an s3:// prefix; the worker reads and checks the weights on first use."""
+`GET` to list, `DELETE .../adapters/{name}`; registering a name again replaces its source. A source is a PEFT
+adapter directory (holding adapter_config.json) or an s3:// prefix; the worker reads and checks the weights on
+first use."""
 
 from __future__ import annotations
 
