@@ -26,6 +26,7 @@ class Accounting:
         self.services, self.principal = services, principal
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.model = ""
+        self.adapter: str | None = None  # the LoRA adapter (the ledger's `adapter` column on billing-data)
         self.arrived = time.time()  # selects the price in force
         self.started = time.perf_counter()
         self.dispatched = self.started  # set when admitted: what came before is the gateway's validation
@@ -94,7 +95,7 @@ class Accounting:
         metrics.observe(self, status)
         log.info("request_done", request_id=self.request_id, status=status, route=self.route,
                  prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                 latency_ms=round(latency, 2), error=error.code if error else None)
+                 latency_ms=round(latency, 2), error=error.code if error else None, adapter=self.adapter)
         ledger = self.services.ledger
         if ledger is None or isinstance(error, LedgerUnavailable):  # refused for want of a ledger: nothing to add
             return

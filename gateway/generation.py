@@ -23,6 +23,7 @@ from litestar.response import Stream
 
 from auth import Principal
 from gateway.accounting import Accounting
+from gateway.adapters import split_model
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
 from gateway.errors import GenerationFailed, NotFound, RequestTimedOut, SluiceError
@@ -60,7 +61,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             accounting.discard()
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
         router = services.router
-        parsed.model = router.resolve(parsed.model)
+        endpoint, named_adapter = split_model(parsed.model, router.pools)
+        parsed.model = router.resolve(endpoint)
         accounting.model = parsed.model
         structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
         pool = router.pool(parsed.model)
@@ -69,10 +71,15 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         services.auth.check_model(principal, parsed.model)
         if services.ledger is not None:
             services.ledger.check_writable()  # never serve what could not be billed
+        adapter_name = named_adapter or parsed.adapter
+        adapter = None if adapter_name is None else services.adapters.ref(
+            parsed.model, adapter_name, "model" if named_adapter else parsed.adapter_field)
+        accounting.adapter = adapter_name
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
             generate.model = parsed.model
+            generate.adapter = adapter
         meta = Meta(request_id, int(time.time()), parsed.model)
         merged = honest(dialect, merge([stream_events(pool, r) for r in parsed.requests]))
         merged = within(services.settings.request_timeout_s, merged)

@@ -28,6 +28,7 @@ from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
 from billing.wal_home import OrphanSweeper, WalHome
 from common.errors import StoreUnavailable
+from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
 from gateway.health_probe import GenerationProbe
 from gateway.limits import open_limiter
@@ -166,4 +167,5 @@ class GatewayServices(InitPluginProtocol):
         await router.start()
         probe = GenerationProbe(router, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
-        return Services(settings, router, auth, limiter, ledger, started_at=time.time(), probe=probe)
+        return Services(settings, router, auth, limiter, ledger, started_at=time.time(), probe=probe,
+                        adapters=AdapterRegistry.from_models(settings.models))

@@ -4,10 +4,11 @@ admin routes `auth`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from auth import AuthService
 from billing.ledger import Ledger
+from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
 from gateway.health_probe import GenerationProbe
 from gateway.limits import Limiter
@@ -23,3 +24,4 @@ class Services:
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
     probe: GenerationProbe  # GET /health_generate
+    adapters: AdapterRegistry = field(default_factory=AdapterRegistry)  # LoRA adapters per endpoint

@@ -31,6 +31,8 @@ class Parsed:
     stream: bool
     options: Any = None  # dialect-specific rendering options
     extra: dict = field(default_factory=dict)
+    adapter: str | None = None  # a registered LoRA adapter named by the body (TGI adapter_id, SGLang lora_path)
+    adapter_field: str = "model"  # the field that named it, for the 404
 
 
 @dataclass

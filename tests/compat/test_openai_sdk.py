@@ -152,13 +152,6 @@ def test_chat_logprobs_layout(client):
         assert entry.top_logprobs[0].logprob >= entry.logprob - 1e-4  # greedy: the chosen token is the best
 
 
-def test_chat_tools_are_a_clear_422(client):
-    with pytest.raises(openai.UnprocessableEntityError) as info:
-        client.chat.completions.create(model=MODEL, messages=HELLO, tools=[
-            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
-    assert "not supported yet" in info.value.message and info.value.body["param"] == "tools"
-
-
 def test_chat_response_format_is_passed_to_the_worker(client):
     # the mapping is tested at the parse level; here the route must accept every documented form
     for fmt in ({"type": "text"}, {"type": "json_object"},

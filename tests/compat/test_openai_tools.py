@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.slow
 TOOLS = [{"type": "function", "function": {"name": f.name, "description": f.description, "parameters": f.parameters}}
          for f in (WEATHER, FLIGHTS)]
 NAMES = {t["function"]["name"] for t in TOOLS}
+COUNT = int(os.environ.get("SLUICE_TOOL_PROOF_PROMPTS", len(PROMPTS)))  # fewer for a quick local look
 SHORT_PROMPT = {"tool_prompt": "You can call these tools:\n"}  # TGI's field; its default text is long for CPU tests
 
 
@@ -71,7 +74,7 @@ def answers(request, running_sluice):
     async def run():
         async with openai.AsyncOpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key,
                                       max_retries=0, timeout=600) as client:
-            keys = [(n, s) for n in range(len(PROMPTS)) for s in (True, False)]
+            keys = [(n, s) for n in range(COUNT) for s in (True, False)]
             replies = await asyncio.gather(*(_ask(client, request.param, n, s) for n, s in keys))
             return dict(zip(keys, replies))
     return request.param, asyncio.run(run())
@@ -99,7 +102,7 @@ def test_calls_validate_and_follow_the_choice(answers):
 
 def test_streamed_and_whole_replies_agree(answers):
     _, replies = answers
-    for number in range(len(PROMPTS)):
+    for number in range(COUNT):
         streamed, whole = replies[(number, True)], replies[(number, False)]
         assert [(c["name"], c["arguments"]) for c in streamed["calls"]] == \
             [(c["name"], c["arguments"]) for c in whole["calls"]]
@@ -172,3 +175,20 @@ def test_hf_hub_chat_completion_tools(running_sluice):
                                                            temperature=0, tool_prompt="Tools:\n", stream=True)
                        for piece in chunk.choices[0].delta.tool_calls or [] if piece.index == 0)
     assert json.loads(streamed) == arguments
+
+
+def test_friendli_chat_route_calls_tools(running_sluice):
+    reply = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=300,
+                       headers={"authorization": f"Bearer {running_sluice.api_key}"},
+                       json={"model": MODEL, "messages": [{"role": "user", "content": PROMPTS[0]}], "tools": TOOLS,
+                             "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                             "parallel_tool_calls": False, "max_tokens": 32, "temperature": 0, **SHORT_PROMPT})
+    choice = reply.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS["get_weather"])
+    bad = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=60,
+                     headers={"authorization": f"Bearer {running_sluice.api_key}"},
+                     json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS * 2})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "tools[2].function.name"]

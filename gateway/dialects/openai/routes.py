@@ -13,6 +13,7 @@ from gateway.dialects.friendli.legacy import wants_legacy
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
 from gateway.dialects.openapi import documented
+from gateway.adapters import SEPARATOR
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -36,9 +37,14 @@ async def chat_completions(request: Request, services: Services) -> Response | S
 
 @get("/v1/models", summary="List the served models this key may call")
 async def models(request: Request, services: Services) -> dict:
-    allowed = request.user.models  # the key's allow-list; empty = every model
-    data = [{"id": name, "object": "model", "created": int(services.started_at), "owned_by": "sluice"}
-            for name in services.router.pools if not allowed or name in allowed]
+    """Endpoints the key may call (its allow-list; empty = every one), then each one's registered LoRA adapters
+    as "<endpoint>:<adapter>" (what `model` takes)."""
+    allowed = request.user.models
+    created = int(services.started_at)
+    endpoints = [name for name in services.router.pools if not allowed or name in allowed]
+    data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in endpoints]
+    data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
+              "parent": endpoint} for endpoint in endpoints for adapter in services.adapters.by_endpoint.get(endpoint, ())]
     return {"object": "list", "data": data}
 
 

@@ -20,6 +20,7 @@ from gateway.dialects.sglang.request import (
     BodyInvalid,
     SGLangBody,
     SGLangSampling,
+    lora_adapter,
     prompts_of,
     refuse_unknown_sampling,
     refuse_unsupported,
@@ -89,7 +90,8 @@ class SGLang(Dialect):
                           prompt_from=start if start >= 0 else None,
                           with_text=bool(body.return_text_in_logprobs), hidden=bool(body.return_hidden_states),
                           no_stop_trim=[bool(s.no_stop_trim) for s in per_prompt], started=time.perf_counter())
-        return Parsed(body.model or "", requests, bool(body.stream), options)
+        return Parsed(body.model or "", requests, bool(body.stream), options, adapter=lora_adapter(body),
+                      adapter_field="lora_path")
 
     # ---- rendering ----
 

@@ -127,17 +127,26 @@ def _is_num(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def lora_names(body: SGLangBody) -> list:
+    return body.lora_path if isinstance(body.lora_path, list) else [body.lora_path] if body.lora_path else []
+
+
+def lora_adapter(body: SGLangBody) -> str | None:
+    """The one registered adapter a body names (a list names one per prompt; they must agree here)."""
+    names = set(lora_names(body))
+    check(all(n is None or isinstance(n, str) for n in names), "lora_path must be a name or a list of names",
+          "lora_path")
+    check(len(names) <= 1, "every prompt of a request must use the same lora_path", "lora_path")
+    return next(iter(names), None)
+
+
 def refuse_unsupported(body: SGLangBody) -> None:
     check(body.custom_logit_processor is None, "custom_logit_processor is refused: it is serialized client code "
           "and this server never executes code sent by clients", "custom_logit_processor")
-    if body.lora_path is not None:
-        names = body.lora_path if isinstance(body.lora_path, list) else [body.lora_path]
-        for name in names:
-            if isinstance(name, str) and ("/" in name or "\\" in name or name.startswith(".")):
-                check(False, f"lora_path {name!r} looks like a filesystem path; only a registered adapter name "
-                      "is accepted", "lora_path")
-            check(name is None, f"lora_path {name!r} is not a registered adapter (none are registered)",
-                  "lora_path")
+    for name in lora_names(body):
+        if isinstance(name, str) and ("/" in name or "\\" in name or name.startswith(".")):
+            check(False, f"lora_path {name!r} looks like a filesystem path; only a registered adapter name "
+                  "is accepted", "lora_path")
     for field in UNSUPPORTED_INPUTS:
         check(getattr(body, field) is None, f"{field} is not supported by this model", field)
     check(body.session_params is None, "session_params is not supported by this server", "session_params")

@@ -79,7 +79,7 @@ class TGI(Dialect):
         request = GenerateRequest(request_id="", model=body.model or "", prompt=body.inputs, params=params)
         options = Options(details, bool(p.decoder_input_details), p.top_n_tokens or None, best_of, sampling,
                           body.inputs if p.return_full_text else "", self.compat)
-        return Parsed(body.model or "", [request], stream, options)
+        return Parsed(body.model or "", [request], stream, options, adapter=p.adapter_id, adapter_field="adapter_id")
 
     # ---- rendering ----
 

@@ -95,7 +95,6 @@ def validate(p: Parameters, stream: bool) -> None:
           f"`top_n_tokens` must be >= 0 and <= {MAX_TOP_N_TOKENS}", "top_n_tokens")
     check(not (stream and p.decoder_input_details), "`decoder_input_details` == true is not supported when "
           "streaming tokens", "decoder_input_details")
-    check(p.adapter_id is None, f"adapter {p.adapter_id!r} is not registered", "adapter_id")
     if p.best_of is not None:
         check(0 < p.best_of <= MAX_BEST_OF, f"`best_of` must be > 0 and <= {MAX_BEST_OF}", "best_of")
         if p.best_of > 1:

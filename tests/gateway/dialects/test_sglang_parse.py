@@ -134,7 +134,10 @@ def test_refusals_say_why():
                                           "custom_logit_processor")
     assert "filesystem path" in fails({"text": "x", "lora_path": "/models/adapter"}, "lora_path")
     assert "filesystem path" in fails({"text": "x", "lora_path": "../adapter"}, "lora_path")
-    assert "not a registered adapter" in fails({"text": "x", "lora_path": "my-adapter"}, "lora_path")
+    assert "same lora_path" in fails({"text": ["x", "y"], "lora_path": ["a", "b"]}, "lora_path")
+    assert "a name or a list" in fails({"text": "x", "lora_path": [3]}, "lora_path")
+    assert parse({"text": "x", "lora_path": "my-adapter"}).adapter == "my-adapter"
+    assert parse({"text": ["x", "y"], "lora_path": ["a", "a"]}).adapter == "a"
     for field in ("image_data", "audio_data", "video_data"):
         assert "not supported by this model" in fails({"text": "x", field: "http://x/y.png"}, field)
     parse({"text": "x", "lora_path": None, "image_data": None})  # explicit nulls are unset

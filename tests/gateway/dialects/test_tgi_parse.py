@@ -78,7 +78,6 @@ def test_sampling_is_implied_by_warpers():
     ({"grammar": {"type": "json", "value": "{not json"}}, "grammar"),
     ({"grammar": {"type": "json", "value": 3}}, "grammar"),
     ({"grammar": {"type": "regex", "value": ""}}, "grammar"),
-    ({"adapter_id": "my-lora"}, "adapter_id"),
     ({"max_new_tokens": "ten"}, "max_new_tokens"),
 ])
 def test_validation_rules(parameters, field):
@@ -144,3 +143,9 @@ def test_grammar_maps_to_constraints():
     assert json.loads(text.value) == schema
     regex = parse({"grammar": {"type": "regex", "value": "[0-9]+"}}).requests[0].params.constraint
     assert (regex.kind, regex.value) == ("regex", "[0-9]+")
+
+
+def test_adapter_id_names_the_adapter_the_gateway_resolves():
+    parsed = parse({"adapter_id": "my-lora"})
+    assert (parsed.adapter, parsed.adapter_field) == ("my-lora", "adapter_id")
+    assert parse({}).adapter is None

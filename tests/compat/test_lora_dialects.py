@@ -1,0 +1,122 @@
+"""LoRA adapters through `sluice serve` and its real worker: a PEFT adapter built in the test for SmolLM2 and
+registered on the endpoint in the config, named by OpenAI's `model: "<endpoint>:<adapter>"` (the real SDK),
+TGI's `adapter_id` and SGLang's `lora_path`; greedy output equals PEFT's merged model; unknown names are a 404
+in each dialect's envelope; /v1/models lists the adapter."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.fixtures import sluice
+from tests.fixtures.sluice import MODEL, MODEL_CACHE
+from tests.worker.lora.adapters import ATTENTION, references, write_adapter
+from worker.loading import load_model
+from common.protocol import ModelConfig
+
+pytestmark = pytest.mark.slow
+PROMPT = "The capital of France is"
+TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, monkeypatch_module):
+    """(adapter directory, PEFT merged-model greedy tokens, base greedy tokens, tokenizer)."""
+    monkeypatch_module.setenv("SLUICE_MODEL_CACHE", str(MODEL_CACHE))
+    smol = load_model(ModelConfig(), tmp_path_factory.mktemp("lora-data"))
+    directory = write_adapter(smol.model, tmp_path_factory.mktemp("lora") / "poet", 13, ATTENTION, rank=8, alpha=16,
+                              strength=0.3)
+    ids = [smol.tokenizer(PROMPT).input_ids]
+    eos = smol.tokenizer.eos_token_id
+    with_adapter = references(smol.model, directory, ids, TOKENS, eos)[0]
+    base = references(smol.model, None, ids, TOKENS, eos)[0]
+    assert with_adapter != base  # the adapter changes what the model says
+    return directory, smol.tokenizer.decode(with_adapter), smol.tokenizer.decode(base)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def server(built, tmp_path_factory):
+    directory = built[0]
+    config = f'[[models]]\nname = "{MODEL}"\nadapters = {{ poet = "{directory}" }}\n'
+    with sluice.running_sluice(tmp_path_factory.mktemp("lora-gateway"), config=config) as running:
+        yield running
+
+
+def post(server, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.url}{path}", json=body, headers={"authorization": f"Bearer {server.api_key}"},
+                      timeout=300)
+
+
+def test_openai_model_names_the_adapter(server, built):
+    _, adapted, base = built
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
+    reply = client.completions.create(model=f"{MODEL}:poet", prompt=PROMPT, max_tokens=TOKENS, temperature=0)
+    assert reply.choices[0].text == adapted
+    plain = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=TOKENS, temperature=0)
+    assert plain.choices[0].text == base
+    with pytest.raises(openai.NotFoundError) as info:
+        client.completions.create(model=f"{MODEL}:nope", prompt=PROMPT, max_tokens=2)
+    assert info.value.body["param"] == "model" and "poet" in info.value.message
+
+
+def test_tgi_adapter_id_and_sglang_lora_path(server, built):
+    _, adapted, _ = built
+    tgi = post(server, "/generate", {"inputs": PROMPT, "parameters": {"adapter_id": "poet", "max_new_tokens": TOKENS}})
+    assert tgi.status_code == 200 and tgi.json()["generated_text"] == adapted
+    sglang = post(server, "/generate", {"text": PROMPT, "lora_path": "poet",
+                                        "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0}})
+    assert sglang.status_code == 200 and sglang.json()["text"] == adapted
+    missing = post(server, "/generate", {"inputs": PROMPT, "parameters": {"adapter_id": "nope"}})
+    assert missing.status_code == 404 and missing.json()["error_type"] and "nope" in missing.json()["error"]
+    missing = post(server, "/generate", {"text": PROMPT, "lora_path": "nope"})
+    assert missing.status_code == 404
+
+
+def test_models_list_the_adapter(server):
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
+    assert {m.id for m in client.models.list()} >= {MODEL, f"{MODEL}:poet"}
+
+
+def test_admin_api_registers_lists_and_removes_adapters(server, built):
+    directory, adapted, _ = built
+    admin = {"authorization": f"Bearer {server.admin_key}"}
+    base = f"{server.url}/admin/endpoints/{MODEL}/adapters"
+    created = httpx.post(base, json={"name": "verse", "source": str(directory)}, headers=admin)
+    assert created.status_code == 201 and created.json()["model"] == f"{MODEL}:verse"
+    listed = httpx.get(base, headers=admin).json()["data"]
+    assert {a["name"] for a in listed} == {"poet", "verse"}
+    reply = post(server, "/v1/completions", {"model": f"{MODEL}:verse", "prompt": PROMPT, "max_tokens": TOKENS,
+                                             "temperature": 0})
+    assert reply.json()["choices"][0]["text"] == adapted
+    assert httpx.delete(f"{base}/verse", headers=admin).json()["deleted"] is True
+    gone = post(server, "/v1/completions", {"model": f"{MODEL}:verse", "prompt": PROMPT, "max_tokens": 2})
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "adapter_not_found"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status", "words"), [
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "relative/dir"}, 422, "PEFT adapter"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "/nonexistent"}, 422, "PEFT adapter"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a/b", "source": "s3://b/p"}, 422, "name"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "s3://"}, 422, "s3://"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a"}, 422, "source"),
+    ("post", "/admin/endpoints/no-such-model/adapters", {"name": "a", "source": "s3://b/p"}, 404, "does not exist"),
+    ("get", f"/admin/endpoints/{MODEL}/lora", None, 404, "no such admin path"),
+    ("delete", f"/admin/endpoints/{MODEL}/adapters/never", None, 404, "not registered"),
+])
+def test_admin_api_refusals(server, method, path, body, status, words):
+    admin = {"authorization": f"Bearer {server.admin_key}"}
+    reply = httpx.request(method, f"{server.url}{path}", json=body, headers=admin)
+    assert reply.status_code == status and words in reply.json()["error"]["message"], reply.text
+
+
+def test_admin_api_needs_an_admin_key(server):
+    reply = httpx.get(f"{server.url}/admin/endpoints/{MODEL}/adapters",
+                      headers={"authorization": f"Bearer {server.api_key}"})
+    assert reply.status_code == 403
