@@ -26,7 +26,7 @@ class Accounting:
         self.services, self.principal = services, principal
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.model = ""
-        self.adapter: str | None = None  # the LoRA adapter (the ledger's `adapter` column on billing-data)
+        self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
         self.arrived = time.time()  # selects the price in force
         self.started = time.perf_counter()
         self.dispatched = self.started  # set when admitted: what came before is the gateway's validation
@@ -116,4 +116,4 @@ class Accounting:
             route=self.route, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
             compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,
             worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
-            error_status=(error.status if error else 500) if failed else None))
+            error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or ""))

@@ -5,6 +5,8 @@ in each dialect's envelope; /v1/models lists the adapter."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -77,6 +79,22 @@ def test_tgi_adapter_id_and_sglang_lora_path(server, built):
     assert missing.status_code == 404 and missing.json()["error_type"] and "nope" in missing.json()["error"]
     missing = post(server, "/generate", {"text": PROMPT, "lora_path": "nope"})
     assert missing.status_code == 404
+
+
+def test_the_ledger_records_the_adapter(server):
+    """Each request's usage record names the adapter it ran with ("" for the base model)."""
+    named = post(server, "/generate", {"inputs": PROMPT, "parameters": {"adapter_id": "poet", "max_new_tokens": 2}})
+    plain = post(server, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 2}})
+    assert named.status_code == plain.status_code == 200
+    wanted = {named.headers["x-request-id"]: "poet", plain.headers["x-request-id"]: ""}
+    found: dict[str, str] = {}
+    deadline = time.monotonic() + 60  # records ship to the database in the background
+    while set(found) != set(wanted) and time.monotonic() < deadline:
+        records = httpx.get(f"{server.url}/admin/usage/records?limit=10000",
+                            headers={"authorization": f"Bearer {server.admin_key}"}).json()["data"]
+        found = {r["request_id"]: r["adapter"] for r in records if r["request_id"] in wanted}
+        time.sleep(0.2)
+    assert found == wanted
 
 
 def test_models_list_the_adapter(server):
