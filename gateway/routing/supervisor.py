@@ -1,37 +1,23 @@
 """Local worker processes: started per configured model, restarted when they die, stopped with us.
 
-Each worker gets PR_SET_PDEATHSIG, so even a gateway killed with SIGKILL leaves no orphan behind.
+A worker whose model cannot load (common/worker_exit.py) is not restarted: when it serves the only
+configured model, the gateway stops with that worker's one line as its reason (gateway/shutdown.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import os
-import signal
-import socket
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import structlog
 
 from common.protocol import ModelConfig
+from gateway import shutdown
+from gateway.routing.worker_process import WorkerProcess, free_port
 
 log = structlog.get_logger(__name__)
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 @dataclass(eq=False)
@@ -39,7 +25,7 @@ class LocalWorker:
     model: ModelConfig
     port: int
     worker_id: str
-    process: asyncio.subprocess.Process | None = None
+    process: WorkerProcess | None = None
     restarts: int = 0
 
     @property
@@ -48,8 +34,9 @@ class LocalWorker:
 
 
 class Supervisor:
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, on_fatal: Callable[[str], None] = shutdown.fail):
         self.data_dir = data_dir
+        self.on_fatal = on_fatal
         self.workers: list[LocalWorker] = []
         self._watchers: list[asyncio.Task] = []
         self._stopping = False
@@ -65,17 +52,15 @@ class Supervisor:
             self._watchers.append(asyncio.create_task(self._watch(worker)))
 
     async def _spawn(self, worker: LocalWorker) -> None:
-        command = [sys.executable, "-m", "worker", "--model-json", msgspec.json.encode(worker.model).decode(),
-                   "--port", str(worker.port), "--data-dir", str(self.data_dir), "--worker-id", worker.worker_id]
-        # passive OpenMP waits: spinning threads starve the gateway and each other on small hosts
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
-        worker.process = await asyncio.create_subprocess_exec(*command, preexec_fn=_die_with_parent, env=env)
-        log.info("worker_started", worker_id=worker.worker_id, pid=worker.process.pid, port=worker.port)
+        worker.process = await WorkerProcess.spawn(worker.model, self.data_dir, worker.worker_id, worker.port)
 
     async def _watch(self, worker: LocalWorker) -> None:
         while not self._stopping:
             code = await worker.process.wait()
             if self._stopping:
+                return
+            if worker.process.load_failed:
+                self._unloadable(worker)
                 return
             worker.restarts += 1
             delay = min(30.0, 0.5 * 2 ** min(worker.restarts - 1, 6))
@@ -84,17 +69,15 @@ class Supervisor:
             if not self._stopping:
                 await self._spawn(worker)
 
+    def _unloadable(self, worker: LocalWorker) -> None:
+        """Starting it again cannot help. With one model there is nothing left to serve: stop the gateway."""
+        reason = worker.process.last_line
+        log.error("worker_model_unloadable", worker_id=worker.worker_id, model=worker.model.name, reason=reason)
+        if len({w.model.name for w in self.workers}) == 1:
+            self.on_fatal(reason.removeprefix("sluice worker: "))
+
     async def stop(self) -> None:
         self._stopping = True
         for task in self._watchers:
             task.cancel()
-        for worker in self.workers:
-            if worker.process and worker.process.returncode is None:
-                worker.process.terminate()
-        for worker in self.workers:
-            if worker.process and worker.process.returncode is None:
-                try:
-                    await asyncio.wait_for(worker.process.wait(), timeout=15)
-                except TimeoutError:
-                    worker.process.kill()
-                    await worker.process.wait()
+        await asyncio.gather(*(worker.process.stop() for worker in self.workers if worker.process))
