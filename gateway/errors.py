@@ -66,3 +66,10 @@ class Unavailable(SluiceError):
 
 class UpstreamFailed(SluiceError):
     status, type, code = 502, "upstream_error", "worker_failed"
+
+
+class WorkerLost(UpstreamFailed):
+    """The worker went away after part of the answer reached the client: the client gets an error
+    event after the tokens it has, and the ledger records exactly those tokens."""
+
+    code = "worker_lost"

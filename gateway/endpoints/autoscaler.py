@@ -89,8 +89,8 @@ class Autoscaler:
             desired = max(math.ceil(panic / target), needed_now, current)
         else:
             desired = math.ceil(stable / target)
-            if desired < current:  # down: as far as the present demand allows too
-                desired = max(desired, needed_now)
+            if desired < current:  # down: only as far as the present demand allows too
+                desired = min(current, max(desired, needed_now))
         if desired == 0 and self.idle_for(now) < bounds.idle_seconds:
             desired = min(current, 1)  # keep the last replica until the endpoint has been idle long enough
         elif self.idle_for(now) >= bounds.idle_seconds and demand == 0:

@@ -10,7 +10,7 @@ from gateway.errors import BadRequest
 
 SCALE_UP_TIMEOUT_HEADER = "x-scale-up-timeout"
 MAX_SCALE_UP_TIMEOUT_S = 86400.0
-_SECONDS = re.compile(r"\d{1,12}(\.\d{1,9})?")
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 
 
 def parse_scale_up_timeout(value: str | None) -> float | None:

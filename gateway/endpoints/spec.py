@@ -65,9 +65,9 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
     def __post_init__(self) -> None:
         _check_name(self.name)
         self._adopt_old_fields()
+        _check_provisioner(self.provisioner)
         _check_worker_fields(self)
         _check_scaling(self)
-        _check_provisioner(self.provisioner)
         if self.team_id is not None and not self.team_id.strip():
             raise ValueError("`team_id` must be a team id, or absent for a public endpoint")
 
