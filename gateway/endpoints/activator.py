@@ -24,7 +24,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 
 from gateway.endpoints import metrics
@@ -91,9 +91,10 @@ class Activator:
         self.release_limit = max(1, math.ceil(target_concurrency * burst_factor))
         self.pump()
 
-    async def acquire(self, deadline: float) -> Lease:
-        """A lease on a replica, waiting in the queue until `deadline` (on `clock`) if none is free."""
-        waiting = self.wait(deadline, keepalive_s=math.inf)
+    async def acquire(self, deadline: float, avoid: Collection[Replica] = ()) -> Lease:
+        """A lease on a replica, waiting in the queue until `deadline` (on `clock`) if none is free.
+        `avoid`: replicas this request already failed on, taken only when no other is free."""
+        waiting = self.wait(deadline, keepalive_s=math.inf, avoid=avoid)
         try:
             async for step in waiting:
                 if isinstance(step, Lease):
@@ -102,10 +103,11 @@ class Activator:
             await waiting.aclose()
         raise AssertionError("the activator's wait ended without a lease or an error")
 
-    async def wait(self, deadline: float, keepalive_s: float = 10.0) -> AsyncIterator[StillWaiting | Lease]:
+    async def wait(self, deadline: float, keepalive_s: float = 10.0,
+                   avoid: Collection[Replica] = ()) -> AsyncIterator[StillWaiting | Lease]:
         """`StillWaiting` every `keepalive_s` while queued, then the `Lease` (or EndpointUnavailable).
         Close the iterator when leaving early (`contextlib.aclosing`): that takes the request out."""
-        replica = self._free_replica() if not self._queue else None
+        replica = self._free_replica(avoid) if not self._queue else None
         if replica is not None:
             yield self._lease(replica, 0.0)
             return
@@ -183,9 +185,9 @@ class Activator:
         elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
             self.release(Lease(waiter.future.result(), 0.0))  # handed a replica as it left: give it back
 
-    def _free_replica(self) -> Replica | None:
+    def _free_replica(self, avoid: Collection[Replica]) -> Replica | None:
         candidates = self.pool.candidates()
-        return candidates[0] if candidates else None
+        return next((r for r in candidates if r not in avoid), candidates[0] if candidates else None)
 
     def _replica_with_room(self) -> Replica | None:
         return next((r for r in self.pool.candidates() if r.in_flight < self.release_limit), None)

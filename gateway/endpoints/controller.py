@@ -40,6 +40,7 @@ log = structlog.get_logger(__name__)
 FIRST_START_GUESS_S = 10.0  # Retry-After before any replica of the endpoint has started
 FAILED_RETRY_AFTER_S = 30.0
 DRAIN_CHECK_S = 0.05
+BUSY_TICK_S = 0.05
 
 
 @dataclass(eq=False)
@@ -142,8 +143,10 @@ class EndpointController:
                 await self.tick()
             except Exception:  # a provisioner's API error must not end the endpoint's loop
                 log.exception("endpoint_tick_failed", endpoint=self.name)
+            # a replica starting or requests waiting: look again soon (readiness is seen within 50 ms)
+            busy = self.activator.waiting or any(not m.ready for m in self.members.values())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.tick_seconds)
+                await asyncio.wait_for(self._wake.wait(), BUSY_TICK_S if busy else self.settings.tick_seconds)
             self._wake.clear()
 
     # ---- one tick ----
@@ -202,11 +205,10 @@ class EndpointController:
         exited = {e.replica_id for e in observation.exits}
         for member in [m for m in self.members.values() if m.replica_id not in seen | exited]:
             await self._forget(member)  # gone without an exit report (an ECS placeholder filled)
-        for exit in observation.exits:
-            member = self.members.get(exit.replica_id)
-            if member is not None:
-                await self._forget(member)
-                self._exited(member, exit)
+        for exit in observation.exits:  # one that died before it was ever seen counts too
+            member = self.members.get(exit.replica_id) or Member(exit.replica_id, now)
+            await self._forget(member)
+            self._exited(member, exit)
 
     def _exited(self, member: Member, exit: ReplicaExit) -> None:
         if member.draining or self.stopping:

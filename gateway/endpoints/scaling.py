@@ -19,6 +19,7 @@ class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     start_timeout_seconds: Positive = 600.0  # a replica not ready by then counts as a failed start
     ejection_seconds: Positive = 5.0  # a replica that failed a request sits out this long (doubling, max 60 s)
     health_interval_seconds: Positive = 0.5  # /load polling of ready replicas (starting ones: every tick)
+    standby_worker: bool = True  # keep one local worker imported and waiting while some endpoint can scale
 
     def __post_init__(self) -> None:
         if self.panic_window_seconds > self.stable_window_seconds:

@@ -66,6 +66,7 @@ from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.ecs import EcsProvisioner
 from gateway.endpoints.provisioners.local import LocalProvisioner
+from gateway.endpoints.provisioners.standby import StandbyWorkers
 from gateway.endpoints.provisioners.static import StaticProvisioner
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.scaling import ScalingSettings
@@ -82,26 +83,29 @@ log = structlog.get_logger(__name__)
 ProvisionerFactory = Callable[[EndpointSpec], Provisioner]
 
 
-def default_provisioners(data_dir: Path) -> ProvisionerFactory:
+def default_provisioners(data_dir: Path, standby: StandbyWorkers | None) -> ProvisionerFactory:
     def build(spec: EndpointSpec) -> Provisioner:
         provisioning = spec.provisioner
         if isinstance(provisioning, StaticProvisioning):
             return StaticProvisioner(provisioning.urls)
         if isinstance(provisioning, EcsProvisioning):
             return EcsProvisioner(provisioning)
-        return LocalProvisioner(spec.worker_config(), data_dir)
+        if standby is not None and (spec.min_replicas == 0 or spec.min_replicas < spec.max_replicas):
+            standby.want()
+        return LocalProvisioner(spec.worker_config(), data_dir, standby)
 
     return build
 
 
 class Endpoints:
     def __init__(self, registry: EndpointRegistry, store: EndpointStore, settings: ScalingSettings,
-                 provisioners: ProvisionerFactory, *, on_fatal: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 provisioners: ProvisionerFactory, *, standby: StandbyWorkers | None = None,
+                 on_fatal: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
         self.registry = registry
         self.store = store
         self.settings = settings
         self.provisioners = provisioners
+        self.standby = standby
         self.on_fatal = on_fatal
         self.clock = clock
         self.router = Router()
@@ -114,9 +118,11 @@ class Endpoints:
                    on_fatal: Callable[[str], None] | None = None) -> Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits)."""
+        settings = settings or ScalingSettings()
+        standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
         store = await EndpointStore.open(database_url)
-        return cls(EndpointRegistry(store, declared), store, settings or ScalingSettings(),
-                   provisioners or default_provisioners(data_dir), on_fatal=on_fatal)
+        return cls(EndpointRegistry(store, declared), store, settings,
+                   provisioners or default_provisioners(data_dir, standby), standby=standby, on_fatal=on_fatal)
 
     # ---- lifecycle ----
 
@@ -127,6 +133,8 @@ class Endpoints:
     async def drain_and_stop(self) -> None:
         controllers, self.controllers = list(self.controllers.values()), {}
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))
+        if self.standby is not None:
+            await self.standby.close()
         await self.router.close()
         await self.store.close()
 
@@ -176,7 +184,7 @@ class Endpoints:
             if retrying:
                 metrics.RETRIES.labels(endpoint.name).inc()
 
-        return stream_with_failover(request, lease, reacquire=lambda: endpoint.activator.acquire(deadline),
+        return stream_with_failover(request, lease, reacquire=lambda tried: endpoint.activator.acquire(deadline, tried),
                                     release=endpoint.activator.release, ejection_s=self.settings.ejection_seconds,
                                     on_failure=failed)
 

@@ -26,15 +26,17 @@ class Leased(Protocol):
 
 
 async def stream_with_failover(request: GenerateRequest, lease: Leased, *,
-                               reacquire: Callable[[], Awaitable[Leased]],
+                               reacquire: Callable[[set[Replica]], Awaitable[Leased]],
                                release: Callable[[Leased], None],
                                ejection_s: float,
                                on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
                                retries: int = RETRIES) -> AsyncIterator[Event]:
     """Relay the request's events. Owns `lease` (and any lease it takes after a failure) and releases
-    it when the stream ends, fails or is closed. `on_failure(replica, ejected, retrying)` hears of
-    each attempt that failed before its first event."""
+    it when the stream ends, fails or is closed. `reacquire(tried)` leases another replica, avoiding
+    those tried; `on_failure(replica, ejected, retrying)` hears of each attempt that failed before its
+    first event."""
     body = msgspec.json.encode(request)
+    tried: set[Replica] = set()
     try:
         for tries_left in range(retries, -1, -1):
             try:
@@ -44,6 +46,7 @@ async def stream_with_failover(request: GenerateRequest, lease: Leased, *,
                 return
             except RetryElsewhere as retry:
                 failed = lease.replica
+                tried.add(failed)
                 if retry.replica_fault:
                     failed.eject(time.monotonic(), ejection_s)
                 release(lease)
@@ -53,7 +56,7 @@ async def stream_with_failover(request: GenerateRequest, lease: Leased, *,
                     raise retry.error from retry
                 log.warning("request_retried", request_id=request.request_id, replica=failed.url,
                             reason=retry.error.message)
-                lease = await reacquire()
+                lease = await reacquire(tried)
     finally:
         if lease is not None:
             release(lease)

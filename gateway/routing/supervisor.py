@@ -1,6 +1,6 @@
 """Local worker processes: started per configured model, restarted when they die, stopped with us.
 
-A worker whose model cannot load (common/worker_exit.py) is not restarted: when it serves the only
+A worker whose model cannot load (common/worker_launch.py) is not restarted: when it serves the only
 configured model, the gateway stops with that worker's one line as its reason (gateway/shutdown.py).
 """
 

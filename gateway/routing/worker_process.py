@@ -1,6 +1,9 @@
 """One local `python -m worker` process: started with the model's config on a free port, dying with
 the gateway (PR_SET_PDEATHSIG: even a gateway killed with SIGKILL leaves no orphan), its stderr
-passed through to ours with the last line kept (why it exited, when it does)."""
+passed through to ours with the last line kept (why it exited, when it does).
+
+A standby process (`spawn_standby`) imports everything and waits; `assign` gives it its model and port
+(common/worker_launch.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import msgspec
 import structlog
 
 from common.protocol import ModelConfig
-from common.worker_exit import MODEL_LOAD_FAILED_EXIT
+from common.worker_launch import MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, Assignment
 
 log = structlog.get_logger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -45,7 +48,7 @@ def worker_command(model: ModelConfig, port: int, data_dir: Path, worker_id: str
 
 def worker_env() -> dict[str, str]:
     # passive OpenMP waits: spinning threads starve the gateway and each other on small hosts
-    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, SPAWNED_AT_ENV: repr(time.time())}
 
 
 @dataclass(eq=False)
@@ -60,12 +63,34 @@ class WorkerProcess:
     @classmethod
     async def spawn(cls, model: ModelConfig, data_dir: Path, worker_id: str, port: int | None = None) -> WorkerProcess:
         port = port or free_port()
-        process = await asyncio.create_subprocess_exec(
-            *worker_command(model, port, data_dir, worker_id), preexec_fn=die_with_parent, env=worker_env(),
-            stderr=asyncio.subprocess.PIPE)
+        worker = await cls._launch(worker_command(model, port, data_dir, worker_id), worker_id, port)
+        log.info("worker_started", worker_id=worker_id, pid=worker.pid, port=port, model=model.name)
+        return worker
+
+    @classmethod
+    async def spawn_standby(cls) -> WorkerProcess:
+        """A worker that imports everything, then waits for `assign`."""
+        worker = await cls._launch([sys.executable, "-m", "worker", "--standby"], "standby", 0,
+                                   stdin=asyncio.subprocess.PIPE)
+        log.info("worker_standby", pid=worker.pid)
+        return worker
+
+    async def assign(self, model: ModelConfig, data_dir: Path, worker_id: str, port: int | None = None) -> None:
+        self.worker_id, self.port = worker_id, port or free_port()
+        self.started_at = time.monotonic()
+        job = Assignment(model=model, port=self.port, worker_id=worker_id, data_dir=str(data_dir),
+                         assigned_at=time.time())
+        self.process.stdin.write(msgspec.json.encode(job) + b"\n")
+        await self.process.stdin.drain()
+        self.process.stdin.close()
+        log.info("worker_started", worker_id=worker_id, pid=self.pid, port=self.port, model=model.name, standby=True)
+
+    @classmethod
+    async def _launch(cls, command: list[str], worker_id: str, port: int, stdin=None) -> WorkerProcess:
+        process = await asyncio.create_subprocess_exec(*command, preexec_fn=die_with_parent, env=worker_env(),
+                                                       stdin=stdin, stderr=asyncio.subprocess.PIPE)
         worker = cls(worker_id, port, process)
         worker._relay = asyncio.create_task(worker._pass_stderr())
-        log.info("worker_started", worker_id=worker_id, pid=process.pid, port=port, model=model.name)
         return worker
 
     @property

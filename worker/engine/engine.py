@@ -35,20 +35,26 @@ from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
-from common.protocol import Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, WorkerLoad
+from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, SamplingParams,
+                             WorkerLoad)
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = ""):
+    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", *, compile_later: bool = False):
+        """`compile_later`: leave the scripted decode layers to the caller (`runner.script_in_background`
+        once the worker is warm): until then decode steps take the Python path, same logits, one row group."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer)
-        self.runner.scripted_layers()  # compiled now rather than on the first request
+        if compile_later:
+            self.runner.defer_scripting()
+        else:
+            self.runner.scripted_layers()  # compiled now rather than on the first request
         self.max_rows = config.max_batch_size
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
@@ -94,6 +100,21 @@ class Engine:
 
     def start(self) -> None:
         self._thread.start()
+
+    def warm_up(self, timeout_s: float = 60.0) -> None:
+        """One tiny greedy request through the whole path (tokenizer, prefill, a decode step,
+        detokenizer) after `start` and before the worker takes traffic: the first real request then
+        pays no first-call costs."""
+        finished = threading.Event()
+
+        def sink(batch: list) -> None:
+            if any(isinstance(event, (Done, Error)) for event in batch):
+                finished.set()
+
+        request = GenerateRequest(request_id="warm-up", model=self.config.name, prompt="Hello",
+                                  params=SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+        self.submit(self.prepare(request), sink)
+        finished.wait(timeout_s)
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,6 +1,7 @@
 """Worker processes on this machine (`python -m worker`), started and stopped on demand.
 
-Each replica is one process on a free port, dying with the gateway (gateway/routing/worker_process.py).
+Each replica is one process on a free port, dying with the gateway (gateway/routing/worker_process.py):
+the standby spare when there is one (already imported: standby.py), a new process otherwise.
 A process that exits is reported once by `observe`, with its last stderr line; the controller decides
 whether to start another (crash loop and load failures make the endpoint `failed` instead).
 """
@@ -13,13 +14,15 @@ from pathlib import Path
 
 from common.protocol import ModelConfig
 from gateway.endpoints.provisioners.base import Observation, Provisioner, ReplicaAddress, ReplicaExit
+from gateway.endpoints.provisioners.standby import StandbyWorkers
 from gateway.routing.worker_process import WorkerProcess
 
 
 class LocalProvisioner(Provisioner):
-    def __init__(self, model: ModelConfig, data_dir: Path):
+    def __init__(self, model: ModelConfig, data_dir: Path, standby: StandbyWorkers | None = None):
         self.model = model
         self.data_dir = data_dir
+        self.standby = standby
         self._processes: dict[str, WorkerProcess] = {}
         self._numbers = itertools.count()
 
@@ -42,7 +45,12 @@ class LocalProvisioner(Provisioner):
         short = self.model.name.rsplit("/", 1)[-1]
         for _ in range(count):
             replica_id = f"{short}-{next(self._numbers)}"
-            self._processes[replica_id] = await WorkerProcess.spawn(self.model, self.data_dir, replica_id)
+            spare = self.standby.take() if self.standby is not None else None
+            if spare is not None:
+                await spare.assign(self.model, self.data_dir, replica_id)
+                self._processes[replica_id] = spare
+            else:
+                self._processes[replica_id] = await WorkerProcess.spawn(self.model, self.data_dir, replica_id)
 
     async def remove(self, replica_id: str) -> None:
         process = self._processes.pop(replica_id, None)

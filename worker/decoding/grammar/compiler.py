@@ -44,14 +44,19 @@ class Grammar:
     stop_ids: tuple[int, ...]  # tokens that end the output once the grammar accepts
 
 
+def _xgr_compiler(tokenizer, vocab_size: int, stop_ids: list[int]) -> xgr.GrammarCompiler:
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
+    return xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+
+
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
                  cache_size: int = 256, threads: int = 2):
-        self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
         self.stop_ids = tuple(stop_ids)
         self.timeout_s, self.cache_size = timeout_s, cache_size
-        self._xgr = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sluice-grammar")
+        # the tokenizer's vocabulary table takes ~0.35 s: built in the pool, off the worker's start
+        self._xgr_ready = self._pool.submit(_xgr_compiler, tokenizer, vocab_size, stop_ids)
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -95,6 +100,13 @@ class GrammarCompiler:
         except RuntimeError as exc:  # xgrammar reports parse errors as RuntimeError with a C++ prefix
             raise GrammarError(f"invalid {_NAMES[constraint.kind]}: {_clean(exc)}") from None
         return Grammar(key, constraint.kind, compiled, self.stop_ids)
+
+    @property
+    def _xgr(self) -> xgr.GrammarCompiler:
+        try:
+            return self._xgr_ready.result()
+        except Exception as exc:  # not the constraint's fault: say what is
+            raise GrammarError(f"structured output is unavailable for this model's tokenizer: {exc}") from None
 
     def _build(self, constraint: Constraint) -> xgr.CompiledGrammar:
         kind, value = constraint.kind, constraint.value
