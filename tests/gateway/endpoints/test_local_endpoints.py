@@ -13,21 +13,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from common.protocol import Accepted, Done, GenerateRequest, SamplingParams, Token
+from common.protocol import Accepted, Done, Token
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease
 from gateway.endpoints.errors import EndpointUnavailable
-from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import parse_endpoint
 from gateway.errors import WorkerLost
 from tests.fixtures.sluice import pid_alive
 from tests.fixtures.tiny_model import write_tiny_model
+from tests.gateway.endpoints.helpers import FAST, START_S, complete, generate, open_endpoints, until
 
 pytestmark = pytest.mark.slow
-FAST = ScalingSettings(stable_window_seconds=3, panic_window_seconds=1, tick_seconds=0.1, standby_worker=False,
-                       health_interval_seconds=0.2)
-START_S = 180  # the longest a test waits for a worker to start (two shared cores, other suites running)
 
 
 @pytest.fixture(scope="module")
@@ -38,37 +34,6 @@ def tiny(tmp_path_factory) -> Path:
 def endpoint_spec(tiny: Path, name: str = "tiny/llama", **fields):
     return parse_endpoint({"name": name, "source": str(tiny), "threads": 1, "decode_threads": 1,
                            "max_batch_size": 8, "max_context": 256, **fields})
-
-
-async def open_endpoints(tmp_path: Path, *specs, settings: ScalingSettings = FAST, **options) -> Endpoints:
-    endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db", specs, tmp_path, settings, **options)
-    await endpoints.start()
-    return endpoints
-
-
-def generate(index: int, tokens: int = 8) -> GenerateRequest:
-    return GenerateRequest(request_id=f"req-{index}", model="tiny/llama", prompt="Hello there",
-                           params=SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True), stream=True)
-
-
-async def complete(endpoints: Endpoints, endpoint, index: int, tokens: int = 8, pause: float = 0.0):
-    """One request through the activator and the failover proxy: (events, lease)."""
-    deadline = time.monotonic() + START_S
-    lease = await endpoints.acquire(endpoint, deadline)
-    events = []
-    async for event in endpoints.stream(endpoint, lease, generate(index, tokens), deadline):
-        events.append(event)
-        if pause:
-            await asyncio.sleep(pause)
-    return events, lease
-
-
-async def until(condition, timeout: float = START_S, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not hold within {timeout} s")
-        await asyncio.sleep(0.05)
 
 
 def processes(endpoint):
