@@ -20,6 +20,7 @@ import structlog
 import torch
 
 from common.protocol import ModelConfig
+from worker.direct_load import load_direct
 
 log = structlog.get_logger(__name__)
 
@@ -187,9 +188,11 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     offline = {"local_files_only": True}
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **offline)
-        model = AutoModelForCausalLM.from_pretrained(
-            location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
-            device_map={"": str(device)} if bitsandbytes else None, **offline)
+        model = None if bitsandbytes else load_direct(location, dtype)
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
+                device_map={"": str(device)} if bitsandbytes else None, **offline)
     except OSError as exc:
         raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
     if not bitsandbytes:
