@@ -132,12 +132,19 @@ async def test_replicas_that_keep_exiting_while_starting_are_a_crash_loop(tmp_pa
         await endpoints.drain_and_stop()
 
 
-async def test_a_scale_down_during_running_streams_cuts_none(tmp_path, tiny):
-    endpoints = await open_endpoints(tmp_path, endpoint_spec(tiny, min_replicas=2, max_replicas=2,
-                                                             drain_seconds=60))
-    endpoint = endpoints.resolve("tiny/llama", None)
+async def two_ready_replicas(tmp_path: Path, tiny: Path, **fields):
+    endpoints = await open_endpoints(tmp_path, endpoint_spec(tiny, min_replicas=2, max_replicas=2, **fields))
     try:
         await until(lambda: endpoints.get("tiny/llama").replicas.ready == 2, START_S, "two ready replicas")
+    except BaseException:
+        await endpoints.drain_and_stop()
+        raise
+    return endpoints, endpoints.resolve("tiny/llama", None)
+
+
+async def test_a_scale_down_during_running_streams_cuts_none(tmp_path, tiny):
+    endpoints, endpoint = await two_ready_replicas(tmp_path, tiny, drain_seconds=60)
+    try:
         streams = [asyncio.create_task(complete(endpoints, endpoint, i, tokens=24, pause=0.1)) for i in range(8)]
         await until(lambda: sum(r.in_flight for r in endpoint.pool.replicas) == 8, 30, "eight streams")
         before = {p.pid for p in processes(endpoint)}
@@ -154,11 +161,8 @@ async def test_a_scale_down_during_running_streams_cuts_none(tmp_path, tiny):
 
 
 async def test_sigkill_of_a_replica_moves_waiting_requests_and_cuts_the_streaming_one_cleanly(tmp_path, tiny):
-    endpoints = await open_endpoints(tmp_path, endpoint_spec(tiny, min_replicas=2, max_replicas=2,
-                                                             max_batch_size=1))
-    endpoint = endpoints.resolve("tiny/llama", None)
+    endpoints, endpoint = await two_ready_replicas(tmp_path, tiny, max_batch_size=1)
     try:
-        await until(lambda: endpoints.get("tiny/llama").replicas.ready == 2, START_S, "two ready replicas")
         doomed = endpoint.pool.replicas[0]
         survivor = endpoint.pool.replicas[1]
         deadline = time.monotonic() + START_S
