@@ -38,7 +38,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--standby", action="store_true", help="import, then read an Assignment line from stdin")
     args = parser.parse_args(argv)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
-    imported = time.time()
     if args.standby:
         preload_model_code()
         structlog.get_logger("worker").info(STANDBY_READY)
@@ -50,8 +49,9 @@ def main(argv: list[str] | None = None) -> None:
         serve(job.model, args.host, job.port, job.worker_id or _new_id(), Path(job.data_dir), job.assigned_at,
               timings)
         return
+    preload_model_code()  # counted as imports, not as the weights' load that would run them lazily
     spawned = float(os.environ.get(SPAWNED_AT_ENV) or IMPORTED_AT)
-    timings = {"process_start": round(IMPORTED_AT - spawned, 3), "imports": round(imported - IMPORTED_AT, 3)}
+    timings = {"process_start": round(IMPORTED_AT - spawned, 3), "imports": round(time.time() - IMPORTED_AT, 3)}
     config = msgspec.json.decode(args.model_json.encode(), type=ModelConfig)
     serve(config, args.host, args.port, args.worker_id or _new_id(), Path(args.data_dir), spawned, timings)
 
@@ -73,7 +73,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
         sys.exit(MODEL_LOAD_FAILED_EXIT)
     engine.start()
     engine.warm_up()
-    engine.runner.script_in_background()  # after the warm-up, which it would slow down
+    engine.finish_start()  # after the warm-up, which it would slow down
     timings["warm_up"] = round(time.time() - mark, 3)
     timings["total"] = round(time.time() - began, 3)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),

@@ -44,8 +44,9 @@ log = structlog.get_logger(__name__)
 
 class Engine:
     def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", *, compile_later: bool = False):
-        """`compile_later`: leave the scripted decode layers to the caller (`runner.script_in_background`
-        once the worker is warm): until then decode steps take the Python path, same logits, one row group."""
+        """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
+        once the worker is warm: until then decode steps take the Python path (same logits, one row
+        group), and a first constrained request builds the vocabulary itself."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
@@ -59,7 +60,7 @@ class Engine:
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
-                                        timeout_s=config.grammar_compile_timeout_s)
+                                        timeout_s=config.grammar_compile_timeout_s, build_later=compile_later)
         self.batch = DecodingBatch(self.vocab_size, "cpu")
         self.rows: list[Sequence] = []
         self.waiting: deque[RequestState] = deque()
@@ -100,6 +101,11 @@ class Engine:
 
     def start(self) -> None:
         self._thread.start()
+
+    def finish_start(self) -> None:
+        """What `compile_later` left: built in low-priority threads while the worker already serves."""
+        self.runner.script_in_background()
+        self.grammars.build_in_background()
 
     def warm_up(self, timeout_s: float = 60.0) -> None:
         """One tiny greedy request through the whole path (tokenizer, prefill, a decode step,

@@ -24,7 +24,7 @@ from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.kv_cache import KVCache
 from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
-from worker.threads import intra_op_threads
+from worker.threads import in_background, intra_op_threads
 
 _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
 _HEAD_CHUNK = 2048  # vocabulary rows per slice of the output projection (bench: 1024-2048 best)
@@ -218,7 +218,7 @@ class ModelRunner:
         self._decode_layers = None
 
     def script_in_background(self) -> threading.Thread:
-        """Compile the scripted layers in a thread of their own; decode steps switch to them once ready."""
+        """Compile the scripted layers in a low-priority thread; decode steps switch to them once ready."""
         generation = self._generation
         self._decode_layers = None
 
@@ -227,9 +227,7 @@ class ModelRunner:
             if self._generation == generation:  # the projections did not change meanwhile
                 self._decode_layers = layers
 
-        thread = threading.Thread(target=build, name="sluice-script", daemon=True)
-        thread.start()
-        return thread
+        return in_background(build, "sluice-script")
 
     def projections_changed(self) -> None:
         """Called after a projection was swapped (w8a8.py): the scripted layers are built again."""

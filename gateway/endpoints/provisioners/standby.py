@@ -17,7 +17,7 @@ from gateway.routing.worker_process import WorkerProcess
 
 
 class StandbyWorkers:
-    def __init__(self, refill_delay_s: float = 5.0):
+    def __init__(self, refill_delay_s: float = 10.0):
         self.refill_delay_s = refill_delay_s
         self.wanted = False
         self._spare: WorkerProcess | None = None

@@ -17,10 +17,12 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 
 import xgrammar as xgr
 
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
+from worker.threads import in_background
 from common.protocol import Constraint
 
 _OBJECT = '{"type": "object"}'
@@ -51,14 +53,31 @@ def _xgr_compiler(tokenizer, vocab_size: int, stop_ids: list[int]) -> xgr.Gramma
 
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
-                 cache_size: int = 256, threads: int = 2):
+                 cache_size: int = 256, threads: int = 2, build_later: bool = False):
+        """The tokenizer's vocabulary table takes ~0.35 s: it is built in a low-priority thread, now or,
+        with `build_later`, when `build_in_background` is called (a worker does once it is warm)."""
         self.stop_ids = tuple(stop_ids)
         self.timeout_s, self.cache_size = timeout_s, cache_size
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sluice-grammar")
-        # the tokenizer's vocabulary table takes ~0.35 s: built in the pool, off the worker's start
-        self._xgr_ready = self._pool.submit(_xgr_compiler, tokenizer, vocab_size, stop_ids)
+        self._vocabulary = partial(_xgr_compiler, tokenizer, vocab_size, stop_ids)
+        self._xgr_ready: Future = Future()
+        self._building = threading.Lock()
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._lock = threading.Lock()
+        if not build_later:
+            self.build_in_background()
+
+    def build_in_background(self) -> None:
+        in_background(self._build_vocabulary, "sluice-grammar-vocabulary")
+
+    def _build_vocabulary(self) -> None:
+        with self._building:  # a compile that comes first builds it, or waits for the thread doing so
+            if self._xgr_ready.done():
+                return
+            try:
+                self._xgr_ready.set_result(self._vocabulary())
+            except Exception as exc:  # reported by the first compile
+                self._xgr_ready.set_exception(exc)
 
     @staticmethod
     def key(constraint: Constraint) -> str:
@@ -103,6 +122,7 @@ class GrammarCompiler:
 
     @property
     def _xgr(self) -> xgr.GrammarCompiler:
+        self._build_vocabulary()
         try:
             return self._xgr_ready.result()
         except Exception as exc:  # not the constraint's fault: say what is
