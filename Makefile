@@ -3,8 +3,10 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+FUZZ_SECONDS ?= 600
+FUZZ_SCALE ?= 5
 
-.PHONY: install serve test test-fast bench system-deps clean
+.PHONY: install serve test test-fast fuzz bench system-deps clean
 
 install: $(STAMP)
 
@@ -31,6 +33,17 @@ test: install system-deps
 
 test-fast: install system-deps
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# `make test` runs the fuzzers (-m fuzz) on fixed seeds; this explores fresh seeds, FUZZ_SCALE times the
+# examples, round after round for FUZZ_SECONDS. A failure prints its seed (rerun with the same
+# --hypothesis-seed) and the falsifying example; keep it as an @example of the test.
+fuzz: install system-deps
+	@end=$$(( $$(date +%s) + $(FUZZ_SECONDS) )); \
+	while [ $$(date +%s) -lt $$end ]; do \
+		seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); echo "== fuzz round, --hypothesis-seed=$$seed"; \
+		SLUICE_HYPOTHESIS_PROFILE=fuzz SLUICE_FUZZ_SCALE=$(FUZZ_SCALE) $(PY) -m pytest -q -m fuzz \
+			--hypothesis-seed=$$seed $(PYTEST_ARGS) || exit 1; \
+	done
 
 bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -1,20 +1,19 @@
-"""The /admin router: every handler needs an admin key (a router guard); errors use the JSON envelope."""
+"""The /admin router: users, teams, members, keys and the audit log. Every route needs an admin key (the
+`require_admin` guard, after the app's `ApiKeyAuthentication`); bodies are read by the shared JSON step
+(`common.json_body`) and checked against their struct; errors are `AuthError` / `RequestError`, which the
+app renders in the OpenAI envelope."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import structlog
-from litestar import Request, Response, Router, delete, get, patch, post, put
-from litestar.connection import ASGIConnection
-from litestar.exceptions import HTTPException
-from litestar.handlers import BaseRouteHandler
+from litestar import Request, Router, delete, get, patch, post, put
+from litestar.di import Provide
 
 from auth.admin import Actor
-from auth.errors import AuthError, RequestError
-from auth.http import client_address, decode_body, error_response, team_header
+from auth.http import body_as, client_address
+from auth.middleware import auth_service, require_admin
 from auth.models import (
     AuditOut,
     CreateKey,
@@ -30,114 +29,90 @@ from auth.models import (
     UserOut,
 )
 from auth.service import AuthService
-
-log = structlog.get_logger("auth.admin")
+from common.json_body import read_json, read_optional_json
 
 
 class ListOut(msgspec.Struct):
     data: list[Any]
 
 
-def _auth_error(_: Request, exc: AuthError | RequestError) -> Response:
-    return error_response(exc)
+def actor_of(request: Request) -> Actor:
+    return Actor(id=request.user.key_id, source=client_address(request))
 
 
-def _http_error(_: Request, exc: HTTPException) -> Response:
-    # Litestar's own 4xx (bad path or query parameter, wrong method) in the same envelope.
-    status = exc.status_code if exc.status_code < 500 else 500
-    message = exc.detail if isinstance(exc.detail, str) else "Request failed."
-    if exc.extra and isinstance(exc.extra, list):
-        message = f"{message}: {exc.extra}"
-    return error_response(RequestError(status, "invalid_request", message))
+@post("/users", status_code=201)
+async def create_user(auth: AuthService, actor: Actor, payload: Any) -> UserOut:
+    return await auth.admin.create_user(actor, body_as(payload, CreateUser))
 
 
-def _internal_error(_: Request, exc: Exception) -> Response:
-    log.error("auth.admin_error", error=type(exc).__name__)  # the type only: messages may quote values
-    return error_response(RequestError(500, "internal_error", "Internal error."))
+@get("/users")
+async def list_users(auth: AuthService) -> ListOut:
+    return ListOut(await auth.admin.list_users())
 
 
-def admin_router(service: AuthService | Callable[[], AuthService]) -> Router:
-    """Pass the service, or a callable returning it when the service is opened later (in the app's lifespan)."""
-    current: Callable[[], AuthService] = service if callable(service) else (lambda: service)
+@post("/teams", status_code=201)
+async def create_team(auth: AuthService, actor: Actor, payload: Any) -> TeamOut:
+    return await auth.admin.create_team(actor, body_as(payload, CreateTeam))
 
-    class _Admin:  # resolves the service at request time, so the router can be built before it opens
-        def __getattr__(self, name: str):
-            return getattr(current().admin, name)
 
-    admin = _Admin()
+@get("/teams")
+async def list_teams(auth: AuthService) -> ListOut:
+    return ListOut(await auth.admin.list_teams())
 
-    async def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-        client = client_address(connection)
-        principal = await current().authenticate(connection.headers.get("authorization"),
-                                               team_header(connection.headers), client)
-        if not principal.is_admin:
-            raise AuthError.denied("The admin API needs an admin key.")
-        connection.state.actor = Actor(id=principal.key_id, source=client)
 
-    def actor(request: Request) -> Actor:
-        return request.state.actor
+@patch("/teams/{team_id:str}")
+async def update_team(auth: AuthService, actor: Actor, payload: Any, team_id: str) -> TeamOut:
+    return await auth.admin.update_team(actor, team_id, body_as(payload, PatchTeam))
 
-    @post("/users", status_code=201)
-    async def create_user(request: Request) -> UserOut:
-        return await admin.create_user(actor(request), decode_body(await request.body(), CreateUser))
 
-    @get("/users")
-    async def list_users() -> ListOut:
-        return ListOut(await admin.list_users())
+@get("/teams/{team_id:str}/members")
+async def list_members(auth: AuthService, team_id: str) -> ListOut:
+    return ListOut(await auth.admin.list_members(team_id))
 
-    @post("/teams", status_code=201)
-    async def create_team(request: Request) -> TeamOut:
-        return await admin.create_team(actor(request), decode_body(await request.body(), CreateTeam))
 
-    @get("/teams")
-    async def list_teams() -> ListOut:
-        return ListOut(await admin.list_teams())
+@put("/teams/{team_id:str}/members/{user_id:str}")
+async def put_member(auth: AuthService, actor: Actor, payload: Any, team_id: str, user_id: str) -> MemberOut:
+    return await auth.admin.put_member(actor, team_id, user_id, body_as(payload, PutMember))
 
-    @patch("/teams/{team_id:str}")
-    async def update_team(request: Request, team_id: str) -> TeamOut:
-        return await admin.update_team(actor(request), team_id, decode_body(await request.body(), PatchTeam))
 
-    @get("/teams/{team_id:str}/members")
-    async def list_members(team_id: str) -> ListOut:
-        return ListOut(await admin.list_members(team_id))
+@delete("/teams/{team_id:str}/members/{user_id:str}", status_code=200)
+async def delete_member(auth: AuthService, actor: Actor, team_id: str, user_id: str) -> dict:
+    await auth.admin.delete_member(actor, team_id, user_id)
+    return {"team_id": team_id, "user_id": user_id, "deleted": True}
 
-    @put("/teams/{team_id:str}/members/{user_id:str}")
-    async def put_member(request: Request, team_id: str, user_id: str) -> MemberOut:
-        body = decode_body(await request.body(), PutMember)
-        return await admin.put_member(actor(request), team_id, user_id, body)
 
-    @delete("/teams/{team_id:str}/members/{user_id:str}", status_code=200)
-    async def delete_member(request: Request, team_id: str, user_id: str) -> dict:
-        await admin.delete_member(actor(request), team_id, user_id)
-        return {"team_id": team_id, "user_id": user_id, "deleted": True}
+@post("/keys", status_code=201)
+async def create_key(auth: AuthService, actor: Actor, payload: Any) -> KeyCreated:
+    return await auth.admin.create_key(actor, body_as(payload, CreateKey))
 
-    @post("/keys", status_code=201)
-    async def create_key(request: Request) -> KeyCreated:
-        return await admin.create_key(actor(request), decode_body(await request.body(), CreateKey))
 
-    @get("/keys")
-    async def list_keys(team_id: str | None = None) -> ListOut:
-        return ListOut(await admin.list_keys(team_id))
+@get("/keys")
+async def list_keys(auth: AuthService, team_id: str | None = None) -> ListOut:
+    return ListOut(await auth.admin.list_keys(team_id))
 
-    @delete("/keys/{key_id:str}", status_code=200)
-    async def revoke_key(request: Request, key_id: str) -> KeyOut:
-        return await admin.revoke_key(actor(request), key_id)
 
-    @post("/keys/{key_id:str}/rotate", status_code=201)
-    async def rotate_key(request: Request, key_id: str) -> KeyCreated:
-        body = decode_body(await request.body(), RotateKey, empty_ok=True)
-        return await admin.rotate_key(actor(request), key_id, body)
+@delete("/keys/{key_id:str}", status_code=200)
+async def revoke_key(auth: AuthService, actor: Actor, key_id: str) -> KeyOut:
+    return await auth.admin.revoke_key(actor, key_id)
 
-    @get("/audit")
-    async def audit(limit: int = 100, before: str | None = None) -> ListOut:
-        entries: list[AuditOut] = await admin.audit(limit, before)
-        return ListOut(entries)
 
+@post("/keys/{key_id:str}/rotate", status_code=201, dependencies={"payload": Provide(read_optional_json)})
+async def rotate_key(auth: AuthService, actor: Actor, payload: Any, key_id: str) -> KeyCreated:
+    return await auth.admin.rotate_key(actor, key_id, body_as(payload, RotateKey))
+
+
+@get("/audit")
+async def audit(auth: AuthService, limit: int = 100, before: str | None = None) -> ListOut:
+    entries: list[AuditOut] = await auth.admin.audit(limit, before)
+    return ListOut(entries)
+
+
+def admin_router() -> Router:
     return Router(
         path="/admin",
         route_handlers=[create_user, list_users, create_team, list_teams, update_team, list_members, put_member,
                         delete_member, create_key, list_keys, revoke_key, rotate_key, audit],
         guards=[require_admin],
-        exception_handlers={AuthError: _auth_error, RequestError: _auth_error, HTTPException: _http_error,
-                            Exception: _internal_error},
+        dependencies={"auth": Provide(auth_service, sync_to_thread=False),
+                      "actor": Provide(actor_of, sync_to_thread=False), "payload": Provide(read_json)},
     )

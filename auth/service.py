@@ -13,12 +13,16 @@ from auth.admin import Actor, AdminOps, audit_entry, issue_key, new_id
 from auth.cache import MISS, TtlCache
 from auth.clock import now
 from auth.errors import AuthError
-from auth.keys import KeyHasher, bearer_token
+from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.models import KeyRecord, Limits, TeamRecord
 from auth.store import Store, open_store
 from auth.throttle import FailureThrottle
 
 log = structlog.get_logger("auth")
+ADMIN_KEY_SHAPE = (f"SLUICE_ADMIN_KEY is not a usable key: a key starting with {PREFIX} must have the generated "
+                   f"shape {PREFIX}<12 hex digits>-<32 characters a-z, 2-7>; any other key needs {MIN_CUSTOM_LENGTH} "
+                   "to 256 printable ASCII characters without spaces. Fix it, or unset it to have an admin key "
+                   "generated and printed once")
 
 
 class Principal(msgspec.Struct, frozen=True):
@@ -167,8 +171,7 @@ class AuthService:
         if admin_key is not None:
             admin_key = admin_key.strip()
             if self._hasher.key_id(admin_key) is None:
-                raise ValueError("SLUICE_ADMIN_KEY must be a sk-sluice- key or >= 32 printable characters "
-                                 "without spaces")
+                raise ValueError(ADMIN_KEY_SHAPE)
         system = Actor(id="system", source="bootstrap")
         async with self._store.transaction() as tx:
             existing = await tx.get_team_by_name("default")

@@ -116,7 +116,8 @@ def make_requests(tokenizer, count: int, tokens: int, seed: int = 0) -> list[tup
     return out
 
 
-def run_engine(engine: Engine, requests, tokens: int) -> Timing:
+def run_engine(engine: Engine, requests, tokens: int, adapters: list | None = None) -> Timing:
+    """The requests submitted at once; `adapters`: each one's AdapterRef or None (bench/lora.py)."""
     timing = Timing(rows=len(requests))
     ended = threading.Event()
     remaining = [len(requests)]
@@ -145,11 +146,11 @@ def run_engine(engine: Engine, requests, tokens: int) -> Timing:
         return sink
 
     prepared = []
-    for ids, settings in requests:
+    for index, (ids, settings) in enumerate(requests):
         params = SamplingParams(max_tokens=tokens, min_tokens=tokens, **{k: v for k, v in settings.items() if k != "seed"},
                                 seed=[settings["seed"]])
         prepared.append(engine.prepare(GenerateRequest(request_id=uuid.uuid4().hex, model="bench", prompt_ids=ids,
-                                                       params=params)))
+                                                       params=params, adapter=adapters[index] if adapters else None)))
     start = time.perf_counter()
     for item in prepared:
         engine.submit(item, sink_for([time.perf_counter()]))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+from common.errors import BadRequest
+
 DEFAULT_WINDOW = timedelta(days=30)
 
 
-class UsageParamError(ValueError):
+class UsageParamError(BadRequest):
     def __init__(self, param: str, message: str, code: str = "invalid_parameter") -> None:
-        super().__init__(message)
-        self.param, self.message, self.code = param, message, code
+        super().__init__(message, param=param, code=code)
 
 
 def parse_instant(param: str, raw: str, *, is_end: bool) -> datetime:

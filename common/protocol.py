@@ -3,11 +3,19 @@
 The gateway turns every public dialect into one `GenerateRequest`; the worker answers with a
 stream of `Event`s, one JSON object per line (`application/x-ndjson`). Every field here is already
 validated and normalised by the dialect layer: the worker re-checks only what needs the model
-(token ids in range, context length, tokenizing stop/bad words).
+(token ids in range, context length, tokenizing stop/bad words) and the bounds its float32 arithmetic
+needs.
+
+Every float in an event is finite, so every event the worker can build decodes on the gateway: JSON
+has no NaN or infinity (msgspec writes them as `null`, which a `float` field refuses). A logprob of
+-inf (a token the processors ruled out) travels as LOGPROB_FLOOR, the value OpenAI and vLLM report
+for it; any other non-finite value is refused where the event is built, and the worker answers that
+request with an `Error` instead.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 import msgspec
@@ -15,7 +23,36 @@ import msgspec
 FinishReason = Literal["length", "eos_token", "stop_sequence", "stop_token", "cancelled", "error"]
 BeamSearchType = Literal["DETERMINISTIC", "NAIVE_SAMPLING", "STOCHASTIC"]
 ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf"]
-ErrorKind = Literal["validation", "not_found", "overloaded", "too_long", "unavailable", "internal"]
+# timeout: the request's own deadline passed (not retried); unauthorized: the caller lacks the worker secret
+ErrorKind = Literal["validation", "not_found", "overloaded", "too_long", "unavailable", "internal", "timeout",
+                    "unauthorized"]
+LOGPROB_FLOOR = -9999.0
+WORKER_SECRET_HEADER = "x-sluice-worker-secret"  # the secret a gateway shares with its workers (worker/secret.py)
+WORKER_SECRET_ENV = "SLUICE_WORKER_SECRET"
+
+
+def floored_logprob(value: float) -> float:
+    """A logprob as events carry it: at least LOGPROB_FLOOR (-inf included); NaN or +inf is refused."""
+    if math.isnan(value) or value == math.inf:
+        raise ValueError(f"a logprob of {value}: the scores it came from are broken")
+    return max(value, LOGPROB_FLOOR)
+
+
+def finite(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"{what} is {value}, not a finite number")
+    return value
+
+
+def finite_list(values: list[float] | None, what: str) -> None:
+    # one sum first: exact per-element checks only when it overflowed or met a NaN
+    if values is not None and not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):
+        raise ValueError(f"{what} holds a value that is not a finite number")
+# an adapter name as operators register it: also the "<adapter>" of OpenAI's model "<endpoint>:<adapter>" and a
+# URL path segment of the admin API, so no ':' and no '/'
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+AdapterName = Annotated[str, msgspec.Meta(pattern=ADAPTER_NAME_PATTERN)]
+AdapterSource = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 
 class Constraint(msgspec.Struct, frozen=True):
@@ -88,6 +125,15 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     watermark: Watermark | None = None
 
 
+class AdapterRef(msgspec.Struct, frozen=True):
+    """A LoRA adapter the operator registered: its name and where its PEFT files are (a directory
+    holding adapter_config.json, or an s3://bucket/prefix). Only the gateway fills this; a client
+    names a registered adapter and never a path."""
+
+    name: AdapterName
+    source: AdapterSource
+
+
 class GenerateRequest(msgspec.Struct, kw_only=True):
     request_id: str
     model: str
@@ -99,15 +145,20 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     token_index_to_replace: list[int] = []  # Friendli: prompt positions whose embedding is replaced
     embedding_to_replace: list[float] = []  # flattened, len = positions x hidden size
     params: SamplingParams = msgspec.field(default_factory=SamplingParams)
-    deadline_unix: float | None = None  # absolute deadline; missed -> error kind "overloaded"
+    deadline_unix: float | None = None  # absolute deadline; missed -> error kind "timeout"
     return_prompt_text: bool = False  # echo: the worker decodes the prompt into Accepted.prompt_text
     stream: bool = False  # the client streams the answer (the worker refuses it where it cannot, e.g. beams)
+    tenant: str = ""  # who pays (the gateway's team id): the worker shares grammar compiles fairly among tenants
+    adapter: AdapterRef | None = None  # LoRA adapter applied to this request's rows; None = the base model
 
 
 class TopLogprob(msgspec.Struct, array_like=True):
     token_id: int
     logprob: float
     text: str = ""  # the token decoded on its own
+
+    def __post_init__(self) -> None:
+        self.logprob = floored_logprob(self.logprob)
 
 
 class PromptToken(msgspec.Struct):
@@ -118,6 +169,10 @@ class PromptToken(msgspec.Struct):
     # SamplingParams.token_ids_logprob ids (None for the first token and when not asked for)
     top_logprobs: list[TopLogprob] | None = None
     token_ids_logprobs: list[TopLogprob] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprob is not None:
+            self.logprob = floored_logprob(self.logprob)
 
 
 # ---- events, worker -> gateway, tagged by "type" ----
@@ -135,6 +190,10 @@ class Accepted(msgspec.Struct, tag="accepted"):
     queue_time_s: float = 0.0  # from submission until the engine started its prefill
     worker_id: str = ""  # also on Done; here too so a stream cut before Done is still attributed
 
+    def __post_init__(self) -> None:
+        finite(self.validation_time_s, "validation_time_s")
+        finite(self.queue_time_s, "queue_time_s")
+
 
 class Token(msgspec.Struct, tag="token"):
     """One generated token of choice `index` (with its text delta, possibly empty)."""
@@ -150,6 +209,12 @@ class Token(msgspec.Struct, tag="token"):
     logits: list[float] | None = None
     token_ids_logprobs: list[TopLogprob] | None = None  # SamplingParams.token_ids_logprob, model distribution
 
+    def __post_init__(self) -> None:
+        if self.logprob is not None:
+            self.logprob = floored_logprob(self.logprob)
+        finite_list(self.hidden_state, "hidden_state")
+        finite_list(self.logits, "logits")
+
 
 class Finish(msgspec.Struct, tag="finish"):
     """Choice `index` is complete; carries the whole result so non-streamed replies need no replay."""
@@ -163,6 +228,11 @@ class Finish(msgspec.Struct, tag="finish"):
     cumulative_logprob: float = 0.0
     score: float | None = None  # length-normalised beam score
     incomplete: bool = False  # structured output cut before the grammar accepted
+
+    def __post_init__(self) -> None:
+        finite(self.cumulative_logprob, "cumulative_logprob")  # a sum of floored logprobs
+        if self.score is not None:
+            finite(self.score, "score")
 
 
 class Done(msgspec.Struct, tag="done"):
@@ -193,6 +263,7 @@ class WorkerLoad(msgspec.Struct):
     max_rows: int
     free_cache_tokens: int
     worker_id: str = ""
+    adapters: list[str] = []  # LoRA adapters loaded right now (names): a request for one starts at once
 
 
 class ModelInfo(msgspec.Struct):
@@ -228,13 +299,16 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # torch threads; 0 = as many as the cores hold (cores // torch threads)
     decode_threads: Annotated[int, msgspec.Meta(ge=0)] = 0
     max_context: int = 4096
-    max_queue: int = 256  # waiting requests before the worker answers "overloaded"
+    max_queue: int = 256  # requests submitted but not yet started before the worker answers "overloaded"
     replicas: int = 1  # local worker processes
     grammar_compile_timeout_s: float = 10.0  # structured output: a slower constraint compile is refused (422)
     # while beam requests run beside ordinary ones, the ordinary rows keep this share of the speed they
     # would have alone (beam rows sit out some steps); 0 = beam rows join every step
     ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.8
     urls: list[str] = []  # remote workers instead of local ones
+    adapters: dict[AdapterName, AdapterSource] = {}  # LoRA adapters registered in the config: name -> source
+    max_loaded_adapters: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8  # LRU of adapters held in memory
+    max_adapter_rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256  # a larger LoRA rank is refused
 
 
 class TokenizeRequest(msgspec.Struct):

@@ -6,24 +6,24 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import structlog
 
+from auth import Principal
+from billing.records import UsageRecord
+from gateway import admission, metrics
+from gateway.dialects.base import Parsed
 from gateway.errors import SluiceError
+from gateway.services import Services
 from common.protocol import Accepted, Done, Event, Token
-
-if TYPE_CHECKING:
-    from gateway.dialects.base import Parsed
-    from gateway.state import AppState
 
 log = structlog.get_logger("gateway")
 
 
 class Accounting:
-    def __init__(self, state: AppState, request_id: str, dialect: str, route: str):
-        self.state, self.request_id, self.dialect, self.route = state, request_id, dialect, route
-        self.principal = None
+    def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str):
+        self.services, self.principal = services, principal
+        self.request_id, self.dialect, self.route = request_id, dialect, route
         self.model = ""
         self.arrived = time.time()  # selects the price in force
         self.started = time.perf_counter()
@@ -45,8 +45,7 @@ class Accounting:
 
     async def admit(self, parsed: Parsed) -> None:
         self.expected_dones = len(parsed.requests)
-        if self.state.limiter is not None and self.principal is not None:
-            self.ticket = await self.state.admit(self.principal, parsed)
+        self.ticket = await admission.admit(self.services.limiter, self.services.router, self.principal, parsed)
         self.reached_worker = True
         self.dispatched = time.perf_counter()
 
@@ -89,16 +88,15 @@ class Accounting:
             self.compute_tokens = max(self.compute_tokens, self.completion_tokens)
         used = self.prompt_tokens + self.compute_tokens
         if self.ticket is not None:
-            await self.state.limiter.settle(self.ticket, used)
+            await self.services.limiter.settle(self.ticket, used)
         latency = (time.perf_counter() - self.started) * 1000
+        metrics.observe(self, status)
         log.info("request_done", request_id=self.request_id, status=status, route=self.route,
                  prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                  latency_ms=round(latency, 2), error=error.code if error else None)
-        ledger = self.state.ledger
-        if ledger is None or self.principal is None:
+        ledger = self.services.ledger
+        if ledger is None:
             return
-        from billing.records import UsageRecord
-
         ttft = (self.first_token - self.started) * 1000 if self.first_token is not None else None
         await ledger.record(UsageRecord(
             request_id=self.request_id, time=self.arrived, team_id=self.principal.team_id,

@@ -1,37 +1,93 @@
-"""The `sluice` command: `serve`, `worker`, and the operator's `users`, `teams`, `keys` commands."""
+"""The `sluice` command: `serve`, `worker`, and the operator's `users`, `teams`, `keys` commands.
+
+A `serve` that cannot start (bad configuration, unusable admin key, unreachable database, port in use, or
+any `StartupError` of the lifespan) prints one line saying what and how to fix it, and exits 1; the
+lifespan has closed whatever it opened, local workers included.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import socket
 import sys
 
-from gateway.config import load_settings
+import uvicorn
+
+from auth.cli import register
+from gateway.app import create_app
+from gateway.config import Settings, load_settings
+from gateway.lifespan import STATE_FAILURE
+from gateway.logs import configure_logging
+from gateway.secrets import load_pepper, pepper_path
+from gateway.shutdown import exit_status, on_failure
+
+
+def fail(message: str) -> int:
+    print(f"sluice: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def listen(settings: Settings) -> socket.socket:
+    """Bind before anything starts, so a taken port fails at once and leaves no worker behind."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((settings.host, settings.port))
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class LifespanFailureFilter(logging.Filter):
+    """uvicorn logs a failed start as a traceback plus "Application startup failed": `serve` prints the
+    lifespan's one line instead. Its other messages (and a failed shutdown) pass."""
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self.server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.server.started or "lifespan" not in record.pathname
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.app import create_app
-    from gateway.logs import configure_logging
-    from gateway.shutdown import exit_status, on_failure
-
     settings = load_settings(args.config, host=args.host, port=args.port, data_dir=args.data_dir)
     configure_logging(settings.log_format)
     os.environ["SLUICE_LOG_FORMAT"] = settings.log_format  # the workers log the same way
+    try:
+        sock = listen(settings)
+    except (OSError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return fail(f"cannot listen on {settings.host}:{settings.port} ({reason}): stop the program that uses "
+                    "it, or choose another address with --host / --port")
     app = create_app(settings)
-    print(f"Sluice gateway listening on http://{settings.host}:{settings.port} "
-          f"(models: {', '.join(m.name for m in settings.models)})", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
                                            timeout_graceful_shutdown=10))
     on_failure(lambda: setattr(server, "should_exit", True))
-    server.run()
+    quiet = LifespanFailureFilter(server)
+    logging.getLogger("uvicorn.error").addFilter(quiet)
+    try:
+        server.run(sockets=[sock])
+    except SystemExit:  # uvicorn's exit after a failed lifespan: the lifespan said why
+        if app.state.get(STATE_FAILURE) is None:
+            raise
+    finally:
+        logging.getLogger("uvicorn.error").removeFilter(quiet)
+        sock.close()
+    failure = app.state.get(STATE_FAILURE)
+    if failure is not None:
+        return fail(f"cannot start: {failure}")
     return exit_status()
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from worker.__main__ import main as worker_main
+    from worker.__main__ import main as worker_main  # only here: the gateway itself never loads the worker (torch)
 
     worker_main(args.worker_args)
     return 0
@@ -52,8 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run one model worker (for remote workers)")
     worker.add_argument("worker_args", nargs=argparse.REMAINDER)
     worker.set_defaults(func=_worker)
-    from auth.cli import register
-
     register(commands)
     return parser
 
@@ -62,8 +116,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command not in ("serve", "worker"):
-        from gateway.secrets import load_pepper, pepper_path
-
         settings = load_settings(args.config, data_dir=args.data_dir)
         args.database_url = settings.resolved_database_url
         load_pepper(settings.data_path)

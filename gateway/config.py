@@ -22,7 +22,6 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     max_body_bytes: int = 4 * 1024 * 1024
     log_format: str = "json"  # "json" or "console"
-    workers_start_timeout: float = 600.0
     models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
 
     @property
@@ -39,19 +38,28 @@ ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "r
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
-    """Defaults < config file < SLUICE_<FIELD> environment < explicit overrides (CLI flags)."""
+    """Defaults < config file < SLUICE_<FIELD> environment < explicit overrides (CLI flags).
+
+    Every mistake exits with one line naming it (SystemExit)."""
     raw: dict = {}
     if config_file:
         try:
             raw = tomllib.loads(Path(config_file).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SystemExit(f"cannot read config {config_file}: {exc}") from exc
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"sluice: cannot read the config file {config_file}: {exc}") from exc
     for name, kind in ENV_FIELDS.items():
-        value = os.environ.get(f"SLUICE_{name.upper()}")
+        variable = f"SLUICE_{name.upper()}"
+        value = os.environ.get(variable)
         if value:
-            raw[name] = kind(value)
+            try:
+                raw[name] = kind(value)
+            except ValueError:
+                raise SystemExit(f"sluice: invalid configuration: {variable}={value[:40]!r} is not "
+                                 f"{'an integer' if kind is int else 'valid'}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return msgspec.convert(raw, Settings)
     except msgspec.ValidationError as exc:
-        raise SystemExit(f"invalid configuration: {exc}") from exc
+        where = config_file or "the environment"
+        raise SystemExit(f"sluice: invalid configuration in {where}: {exc} (the fields are listed under "
+                         "Configuration in README.md)") from exc

@@ -1,49 +1,33 @@
-"""One error hierarchy for the gateway; each dialect maps these to its own status codes and envelope."""
+"""The gateway's errors, on the shared hierarchy (`common.errors`); each dialect maps them to its own status
+codes and envelope. `as_sluice_error` brings whatever else a handler raised into the hierarchy."""
 
 from __future__ import annotations
 
+import structlog
+from litestar.exceptions import HTTPException
 
-class SluiceError(Exception):
-    status = 500
-    type = "internal_error"
-    code: str | None = None
+from common.errors import (
+    BadRequest,
+    InvalidJSON,
+    PayloadTooLarge,
+    SluiceError,
+    StoreUnavailable,
+    UnsupportedMediaType,
+)
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        if code is not None:
-            self.code = code
-        self.headers = headers or {}
+log = structlog.get_logger("gateway")
 
-
-class BadRequest(SluiceError):
-    status, type, code = 400, "invalid_request_error", "bad_request"
-
-
-class InvalidJSON(BadRequest):
-    code = "invalid_json"
+__all__ = ["BadRequest", "InvalidJSON", "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded",
+           "RateLimited", "SluiceError", "StoreUnavailable", "Unavailable", "UnsupportedMediaType",
+           "UpstreamFailed", "ValidationFailed", "as_sluice_error"]
 
 
 class ValidationFailed(SluiceError):
     status, type, code = 422, "invalid_request_error", "invalid_value"
 
 
-class Unauthorized(SluiceError):
-    status, type, code = 401, "authentication_error", "invalid_api_key"
-
-
-class Forbidden(SluiceError):
-    status, type, code = 403, "permission_error", "permission_denied"
-
-
 class NotFound(SluiceError):
     status, type, code = 404, "not_found_error", "model_not_found"
-
-
-class PayloadTooLarge(SluiceError):
-    status, type, code = 413, "invalid_request_error", "payload_too_large"
 
 
 class RateLimited(SluiceError):
@@ -55,9 +39,24 @@ class QuotaExceeded(RateLimited):
 
 
 class Overloaded(SluiceError):
-    """The model's workers cannot take the request now (queue full, deadline missed)."""
+    """The model's workers cannot take the request now (queue full)."""
 
     status, type, code = 429, "overloaded_error", "overloaded"
+
+
+class DeadlineExceeded(SluiceError):
+    """The client's own deadline (`timeout_microseconds`) passed before the answer was complete.
+
+    408 with `x-should-retry: false`: friendli and friendli-client never retry a 408, and openai-python,
+    which retries 408, 409, 429 and every 5xx, obeys that header first. A 429 or a 504 would be retried
+    with the same deadline, which would pass again.
+    """
+
+    status, type, code = 408, "timeout", "deadline_exceeded"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("x-should-retry", "false")
 
 
 class Unavailable(SluiceError):
@@ -73,3 +72,31 @@ class WorkerLost(UpstreamFailed):
     event after the tokens it has, and the ledger records exactly those tokens."""
 
     code = "worker_lost"
+
+
+class Internal(SluiceError):
+    code = "internal_error"
+
+
+class HTTPError(SluiceError):
+    """One of Litestar's own refusals (unknown path, wrong method, bad path or query parameter)."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message, headers=headers)
+        self.status = status
+
+
+def as_sluice_error(exc: Exception) -> SluiceError:
+    if isinstance(exc, SluiceError):
+        return exc
+    if isinstance(exc, HTTPException) and exc.status_code < 500:
+        message = exc.detail if isinstance(exc.detail, str) else "request refused"
+        if exc.extra and isinstance(exc.extra, list):  # which parameter failed validation, and why
+            message = f"{message}: {exc.extra}"
+        if exc.status_code == 413:
+            return PayloadTooLarge(message)
+        return HTTPError(exc.status_code, message, headers=exc.headers)
+    log.exception("unhandled_error", error=type(exc).__name__, exc_info=exc)
+    return Internal("internal server error")

@@ -13,9 +13,14 @@ import structlog
 
 from common.logs import configure_logging  # shared with the workers
 
-__all__ = ["configure_logging", "request_id_middleware"]
+__all__ = ["configure_logging", "request_id_middleware", "request_id_of"]
 
 log = structlog.get_logger("gateway")
+
+
+def request_id_of(connection) -> str:
+    """The id `request_id_middleware` gave this request."""
+    return connection.scope["state"]["request_id"]
 
 
 def request_id_middleware(app):

@@ -1,12 +1,14 @@
 """Prometheus metrics of the gateway (`GET /metrics`, TGI's route): requests, tokens, latencies.
 
-One registry per process, fed when each request's accounting finishes, whatever path it took.
+One registry per process, fed when each request's accounting finishes (`gateway.accounting`), whatever path
+it took.
 """
 
 from __future__ import annotations
 
 import time
 
+from litestar import Response, get
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -14,6 +16,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from auth.middleware import PUBLIC
 
 REGISTRY = CollectorRegistry()
 LABELS = ("dialect", "route", "model", "status")
@@ -47,18 +51,6 @@ def observe(accounting, status: str) -> None:
             PER_TOKEN.labels(accounting.dialect, model).observe(elapsed / accounting.completion_tokens)
 
 
-def attach(accounting) -> None:
-    """Wrap `accounting.finish` so its first (effective) call is also counted here."""
-    finish = accounting.finish
-
-    async def finish_and_observe(status: str, error=None) -> None:
-        first = not accounting._finished
-        await finish(status, error)
-        if first:
-            observe(accounting, status)
-
-    accounting.finish = finish_and_observe
-
-
-def exposition() -> tuple[bytes, str]:
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+@get("/metrics", summary="Prometheus metrics", tags=["TGI"], opt=PUBLIC)
+async def prometheus_metrics() -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -18,6 +18,7 @@ import httpx
 import msgspec
 
 from gateway.errors import (
+    DeadlineExceeded,
     NotFound,
     Overloaded,
     SluiceError,
@@ -30,7 +31,7 @@ from gateway.routing.pool import ModelPool, Replica
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 
 EJECTION_S = 5.0  # a replica that failed a request sits out this long (doubling while it keeps failing)
-RETRYABLE_KINDS = {"overloaded", "unavailable", "internal"}
+RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
 def worker_error(error: Error) -> SluiceError:
@@ -42,6 +43,10 @@ def worker_error(error: Error) -> SluiceError:
         return NotFound(error.message)
     if error.kind == "overloaded":
         return Overloaded(error.message)
+    if error.kind == "timeout":
+        return DeadlineExceeded(error.message)
+    if error.kind == "unauthorized":  # our configuration, not the client's key: SLUICE_WORKER_SECRET differs
+        return UpstreamFailed(f"a worker refused this gateway's worker secret: {error.message}")
     if error.kind == "unavailable":
         return Unavailable(error.message)
     return UpstreamFailed(error.message)
@@ -68,7 +73,12 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
             async for line in response.aiter_lines():
                 if not line:
                     continue
-                event = decode_event(line.encode())
+                try:
+                    event = decode_event(line.encode())
+                except msgspec.DecodeError as exc:
+                    # an event off the contract: the same request gets the same answer from any replica,
+                    # so no retry, and this replica stays healthy (other requests are not refused)
+                    raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
                 if isinstance(event, Error) and not relayed and event.kind in RETRYABLE_KINDS:
                     raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
                 if isinstance(event, Accepted) and not relayed:
@@ -84,10 +94,6 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
         if relayed:
             raise WorkerLost(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
         raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
-    except msgspec.DecodeError as exc:
-        if relayed:
-            raise UpstreamFailed(f"the worker sent an unreadable event mid-generation ({exc})") from exc
-        raise RetryElsewhere(UpstreamFailed(f"worker {replica.url} sent an unreadable event"), True) from exc
     if not relayed:
         raise RetryElsewhere(UpstreamFailed("the worker closed the stream without a result"), replica_fault=True)
 

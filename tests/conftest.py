@@ -7,8 +7,17 @@ import sys
 import threading
 
 import pytest
+from hypothesis import settings
 
 from tests.fixtures.servers import postgres_server, redis_server
+
+# `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
+# derives (derandomized) and keeps no example database, so the verdict is the same on every run and every
+# machine; a failure found once stays as an explicit `@example`. `make fuzz` loads "fuzz": a fresh seed per
+# round (`--hypothesis-seed`, printed by the Makefile), SLUICE_FUZZ_SCALE times the examples.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("SLUICE_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -19,11 +19,12 @@ import torch
 import uvicorn
 
 from common.logs import configure_logging
-from common.protocol import ModelConfig, ModelInfo
+from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
 from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
 from worker import IMPORTED_AT
 from worker.engine.engine import Engine
 from worker.loading import load_model, preload_model_code
+from worker.secret import bind_refusal
 from worker.server import create_worker_app
 from worker.threads import torch_threads
 
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker-id", default="")
     parser.add_argument("--standby", action="store_true", help="import, then read an Assignment line from stdin")
     args = parser.parse_args(argv)
+    secret = os.environ.get(WORKER_SECRET_ENV) or None
+    refusal = bind_refusal(args.host, secret)
+    if refusal:
+        raise SystemExit(refusal)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
     if args.standby:
         preload_model_code()
@@ -47,17 +52,17 @@ def main(argv: list[str] | None = None) -> None:
         job = msgspec.json.decode(line, type=Assignment)
         timings = {"process_start": 0.0, "imports": 0.0, "standby_imports": round(time.time() - IMPORTED_AT, 3)}
         serve(job.model, args.host, job.port, job.worker_id or _new_id(), Path(job.data_dir), job.assigned_at,
-              timings)
+              timings, secret)
         return
     preload_model_code()  # counted as imports, not as the weights' load that would run them lazily
     spawned = float(os.environ.get(SPAWNED_AT_ENV) or IMPORTED_AT)
     timings = {"process_start": round(IMPORTED_AT - spawned, 3), "imports": round(time.time() - IMPORTED_AT, 3)}
     config = msgspec.json.decode(args.model_json.encode(), type=ModelConfig)
-    serve(config, args.host, args.port, args.worker_id or _new_id(), Path(args.data_dir), spawned, timings)
+    serve(config, args.host, args.port, args.worker_id or _new_id(), Path(args.data_dir), spawned, timings, secret)
 
 
 def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: Path, began: float,
-          timings: dict[str, float]) -> None:
+          timings: dict[str, float], secret: str | None) -> None:
     """Load, warm up and serve; `began` (unix time) is when the gateway asked for this worker."""
     log = structlog.get_logger("worker").bind(worker_id=worker_id, model=config.name)
     torch.set_num_threads(torch_threads(config))
@@ -65,7 +70,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
         mark = time.time()
         loaded = load_model(config, data_dir)
         timings["weights"], mark = round(time.time() - mark, 3), time.time()
-        engine = Engine(loaded, config, worker_id, compile_later=True)
+        engine = Engine(loaded, config, worker_id, data_dir=data_dir, compile_later=True)
         timings["engine"], mark = round(time.time() - mark, 3), time.time()
     except Exception as error:  # whatever the cause, this model will not serve: say so in one line
         log.exception("model_load_failed")
@@ -83,7 +88,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
                      start_seconds=timings)
     log.info("worker_ready", port=port, dtype=info.model_dtype, quantization=info.quantization, start_seconds=timings)
     try:
-        uvicorn.run(create_worker_app(engine, info), host=host, port=port, log_level="warning",
+        uvicorn.run(create_worker_app(engine, info, secret), host=host, port=port, log_level="warning",
                     loop="uvloop", http="httptools", lifespan="off")
     finally:
         engine.stop()

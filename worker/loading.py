@@ -120,28 +120,47 @@ def _gguf_to_hf_dir(gguf: Path, data_dir: Path) -> Path:
     return target
 
 
-def _s3_to_dir(url: str, data_dir: Path) -> Path:
-    """Download every object under s3://bucket/prefix into the data dir (once)."""
+def _safe_relative(relative: str, shown: str) -> Path:
+    """The part of an S3 key under the prefix as a relative path that stays where it is joined: keys are
+    free text, and `../`, a leading `/` or an empty segment would write outside the cache."""
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") or "\0" in part for part in parts):
+        raise ModelLoadError(f"refusing {shown}: a model file path's segments must not be empty, '.' or '..'")
+    return Path(*parts)
+
+
+def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") -> Path:
+    """Download every object under s3://bucket/prefix into the data dir (once: skipped when `marker`,
+    the file that shows a complete copy, is there; worker/lora reuses it for adapters). Every key is
+    checked before anything is written."""
     import boto3
 
     bucket, _, prefix = url.removeprefix("s3://").partition("/")
-    target = data_dir / "s3" / bucket / prefix.strip("/")
-    if (target / "config.json").exists():
+    prefix = prefix.strip("/")
+    root = data_dir / "s3"
+    target = root / _safe_relative(bucket, f"S3 bucket {bucket!r}")
+    if prefix:
+        target /= _safe_relative(prefix, f"S3 prefix {prefix!r}")
+    if (target / marker).exists():
         return target
     client = boto3.client("s3", endpoint_url=os.environ.get("SLUICE_S3_ENDPOINT") or None)
     paginator = client.get_paginator("list_objects_v2")
-    found = False
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+    listed = prefix + "/" if prefix else ""  # "models/v1" must not take "models/v10/..." too
+    files = []
+    for page in paginator.paginate(Bucket=bucket, Prefix=listed):
         for item in page.get("Contents", []):
-            relative = item["Key"][len(prefix):].lstrip("/")
-            if not relative:
+            key = item["Key"]
+            if key.endswith("/"):  # a folder marker, no content
                 continue
-            destination = target / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            client.download_file(bucket, item["Key"], str(destination))
-            found = True
-    if not found:
+            destination = target / _safe_relative(key[len(listed):], f"S3 object key {key!r} under {url}")
+            if not destination.resolve().is_relative_to(root.resolve()):  # a symlink in the cache
+                raise ModelLoadError(f"refusing S3 object key {key!r}: it resolves outside {root}")
+            files.append((key, destination))
+    if not files:
         raise ModelLoadError(f"no objects under {url}")
+    for key, destination in files:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        client.download_file(bucket, key, str(destination))
     return target
 
 
@@ -150,7 +169,7 @@ def resolve_source(source: str, data_dir: Path) -> Path | str:
     if source in ("", "default"):
         return _gguf_to_hf_dir(default_gguf_path(), data_dir)
     if source.startswith("s3://"):
-        return _s3_to_dir(source, data_dir)
+        return download_s3_prefix(source, data_dir)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():

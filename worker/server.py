@@ -1,13 +1,20 @@
 """The worker's HTTP face: submit a generation and stream its events back as NDJSON.
 
 A client that disconnects mid-stream cancels the request (its rows leave the batch at the next step).
-Bodies and events are the msgspec structs of `common.protocol`.
+Bodies and events are the msgspec structs of `common.protocol`. With a secret, every route but
+`/health` needs it (worker/secret.py).
+
+Tokenizing runs off the event loop, one call at a time, so a long text never stalls the streams of
+this worker nor takes the threads that prepare generations. Its input is bounded: /tokenize takes at
+most MAX_TOKENIZE_CHARS characters (about 100k tokens of English, 0.5 s on one core; a million took
+2 s and answered 20 MB of spans), /detokenize at most MAX_DETOKENIZE_TOKENS ids.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
@@ -15,11 +22,14 @@ from litestar.response import Stream
 
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
+from worker.secret import secret_guard
 from common.protocol import (DetokenizeRequest, DetokenizeResponse, Done, Error, GenerateRequest, ModelInfo,
                              TokenizeRequest, TokenSpan, WorkerLoad, encode_event)
 
 ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
-                "unavailable": 503, "internal": 500}
+                "unavailable": 503, "internal": 500, "timeout": 408, "unauthorized": 401}
+MAX_TOKENIZE_CHARS = 1 << 18
+MAX_DETOKENIZE_TOKENS = 1 << 17
 _json = msgspec.json.Encoder()
 
 
@@ -28,8 +38,13 @@ def _error(kind: str, message: str, field: str | None = None) -> Response:
     return Response(body, status_code=ERROR_STATUS[kind], media_type="application/json")
 
 
-def create_worker_app(engine: Engine, info: ModelInfo) -> Litestar:
+def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None) -> Litestar:
     decoder = msgspec.json.Decoder(GenerateRequest)
+    tokenizing = asyncio.Semaphore(1)
+
+    async def off_loop(function, *args):
+        async with tokenizing:
+            return await asyncio.to_thread(function, *args)
 
     @post("/generate", status_code=200)
     async def generate(request: Request) -> Response | Stream:
@@ -68,19 +83,28 @@ def create_worker_app(engine: Engine, info: ModelInfo) -> Litestar:
         return Response(b"", status_code=200 if ready else 503)
 
     @post("/tokenize", status_code=200)
-    async def tokenize(data: TokenizeRequest) -> list[TokenSpan]:
-        return tokenize_spans(engine.tokenizer, data)
+    async def tokenize(data: TokenizeRequest) -> Response:
+        try:
+            spans = await off_loop(tokenize_spans, engine.tokenizer, data)
+        except RequestError as exc:
+            return _error(exc.kind, exc.message, exc.field)
+        return Response(_json.encode(spans), media_type="application/json")
 
     @post("/detokenize", status_code=200)
     async def detokenize(data: DetokenizeRequest) -> Response:
         vocab = engine.vocab_size
+        if len(data.tokens) > MAX_DETOKENIZE_TOKENS:
+            return _error("validation", f"{len(data.tokens)} token ids; /detokenize takes at most "
+                          f"{MAX_DETOKENIZE_TOKENS}", "tokens")
         bad = [t for t in data.tokens if not 0 <= t < vocab]
         if bad:
             return _error("validation", f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})", "tokens")
-        text = engine.tokenizer.decode(data.tokens, skip_special_tokens=data.skip_special_tokens)
+        text = await off_loop(partial(engine.tokenizer.decode, skip_special_tokens=data.skip_special_tokens),
+                              data.tokens)
         return Response(_json.encode(DetokenizeResponse(text)), media_type="application/json")
 
-    return Litestar([generate, load, model_info, health, tokenize, detokenize], debug=False)
+    return Litestar([generate, load, model_info, health, tokenize, detokenize], debug=False,
+                    before_request=secret_guard(secret) if secret else None)
 
 
 async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> AsyncIterator[bytes]:
@@ -98,10 +122,16 @@ async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> Asyn
 
 def tokenize_spans(tokenizer, data: TokenizeRequest) -> list[TokenSpan]:
     if data.messages is not None:
-        text = tokenizer.apply_chat_template(data.messages, tokenize=False, add_generation_prompt=True)
+        try:
+            text = tokenizer.apply_chat_template(data.messages, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # jinja errors on malformed messages are the client's problem
+            raise RequestError(f"cannot apply the chat template: {exc}", "messages") from exc
         add_special = False
     else:
         text, add_special = data.text or "", data.add_special_tokens
+    if len(text) > MAX_TOKENIZE_CHARS:
+        raise RequestError(f"the text has {len(text)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
+                           "messages" if data.messages is not None else "text")
     encoded = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
     return [TokenSpan(id=token, text=text[start:stop], start=start, stop=stop)
             for token, (start, stop) in zip(encoded.input_ids, encoded.offset_mapping)]

@@ -1,6 +1,8 @@
 """Thin async drivers with one shape for SQLite (aiosqlite) and PostgreSQL (asyncpg).
 
-Queries are written once with `?` placeholders; the PostgreSQL driver numbers them ($1, $2…).
+Queries are written once with `?` placeholders; the PostgreSQL driver numbers them ($1, $2…). A refused
+write raises `Conflict`; a database that cannot be reached raises `StoreUnavailable` (503), never a driver
+error.
 """
 
 from __future__ import annotations
@@ -15,14 +17,21 @@ from typing import Protocol
 import aiosqlite
 import asyncpg
 
+from common.errors import StoreUnavailable
+from storage.errors import unavailable_when_down
 from storage.sqlite_wal import connect_wal
 
 _POOL_SIZE = 4
+_CONNECT_TIMEOUT = 10.0  # seconds: an unreachable server fails the start quickly instead of hanging
 _PG_LOCK_ID = 0x5A17_A0B1  # advisory lock serialising migrations and bootstrap across processes
 
 
 class Conflict(Exception):
     """A unique or foreign-key constraint refused a write."""
+
+
+def _unavailable():
+    return unavailable_when_down("key store (auth database)", "auth_unavailable")
 
 
 class Executor(Protocol):
@@ -47,24 +56,28 @@ class _SqliteExec:
 
     async def execute(self, sql: str, args: Sequence = ()) -> None:
         try:
-            await self._conn.execute(sql, tuple(args))
+            with _unavailable():
+                await self._conn.execute(sql, tuple(args))
         except sqlite3.IntegrityError as exc:
             raise Conflict(str(exc)) from exc
 
     async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
-        await self._conn.executemany(sql, [tuple(r) for r in rows])
+        with _unavailable():
+            await self._conn.executemany(sql, [tuple(r) for r in rows])
 
     async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
         try:
-            async with self._conn.execute(sql, tuple(args)) as cur:
-                row = await cur.fetchone()
+            with _unavailable():
+                async with self._conn.execute(sql, tuple(args)) as cur:
+                    row = await cur.fetchone()
         except sqlite3.IntegrityError as exc:
             raise Conflict(str(exc)) from exc
         return tuple(row) if row is not None else None
 
     async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
-        async with self._conn.execute(sql, tuple(args)) as cur:
-            return [tuple(r) for r in await cur.fetchall()]
+        with _unavailable():
+            async with self._conn.execute(sql, tuple(args)) as cur:
+                return [tuple(r) for r in await cur.fetchall()]
 
 
 class SqliteDatabase:
@@ -79,13 +92,14 @@ class SqliteDatabase:
 
     @classmethod
     async def connect(cls, path: str) -> SqliteDatabase:
-        conn = await connect_wal(path)
-        try:
-            for pragma in ("foreign_keys=ON", "synchronous=NORMAL"):
-                await conn.execute(f"PRAGMA {pragma}")
-        except BaseException:
-            await conn.close()  # an unclosed connection's thread would keep the process from exiting
-            raise
+        with _unavailable():
+            conn = await connect_wal(path)
+            try:
+                for pragma in ("foreign_keys=ON", "synchronous=NORMAL"):
+                    await conn.execute(f"PRAGMA {pragma}")
+            except BaseException:
+                await conn.close()  # an unclosed connection's thread would keep the process from exiting
+                raise
         return cls(conn)
 
     async def execute(self, sql: str, args: Sequence = ()) -> None:
@@ -108,13 +122,16 @@ class SqliteDatabase:
     async def transaction(self) -> AsyncIterator[Executor]:
         async with self._lock:
             # IMMEDIATE takes the write lock up front, so concurrent processes queue instead of failing.
-            await self._conn.execute("BEGIN IMMEDIATE")
+            with _unavailable():
+                await self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._exec
             except BaseException:
-                await self._conn.execute("ROLLBACK")
+                with _unavailable():
+                    await self._conn.execute("ROLLBACK")
                 raise
-            await self._conn.execute("COMMIT")
+            with _unavailable():
+                await self._conn.execute("COMMIT")
 
     async def close(self) -> None:
         await self._conn.close()
@@ -137,22 +154,26 @@ class _PgExec:
 
     async def execute(self, sql: str, args: Sequence = ()) -> None:
         try:
-            await self._conn.execute(_numbered(sql), *args)
+            with _unavailable():
+                await self._conn.execute(_numbered(sql), *args)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise Conflict(str(exc)) from exc
 
     async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
-        await self._conn.executemany(_numbered(sql), [tuple(r) for r in rows])
+        with _unavailable():
+            await self._conn.executemany(_numbered(sql), [tuple(r) for r in rows])
 
     async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
         try:
-            row = await self._conn.fetchrow(_numbered(sql), *args)
+            with _unavailable():
+                row = await self._conn.fetchrow(_numbered(sql), *args)
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise Conflict(str(exc)) from exc
         return tuple(row) if row is not None else None
 
     async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
-        return [tuple(r) for r in await self._conn.fetch(_numbered(sql), *args)]
+        with _unavailable():
+            return [tuple(r) for r in await self._conn.fetch(_numbered(sql), *args)]
 
 
 # What a connection ended by the server (restart, failover, pg_terminate_backend) raises on next use.
@@ -171,7 +192,8 @@ class PostgresDatabase(_PgExec):
 
     @classmethod
     async def connect(cls, url: str) -> PostgresDatabase:
-        return cls(await asyncpg.create_pool(url, min_size=1, max_size=_POOL_SIZE))
+        with _unavailable():
+            return cls(await asyncpg.create_pool(url, min_size=1, max_size=_POOL_SIZE, timeout=_CONNECT_TIMEOUT))
 
     async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
         return await self._read(super().fetchone, sql, args)
@@ -185,15 +207,17 @@ class PostgresDatabase(_PgExec):
         for _ in range(_POOL_SIZE):
             try:
                 return await method(sql, args)
-            except _RECONNECT_ERRORS:
-                continue
+            except StoreUnavailable as exc:
+                if not isinstance(exc.__cause__, _RECONNECT_ERRORS):
+                    raise
         return await method(sql, args)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK_ID)
-            yield _PgExec(conn)
+        with _unavailable():  # the block's own errors are already translated by _PgExec
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _PG_LOCK_ID)
+                yield _PgExec(conn)
 
     async def close(self) -> None:
         await self._pool.close()

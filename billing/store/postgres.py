@@ -19,6 +19,7 @@ from billing.store.base import (
     to_rows,
 )
 from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
+from storage.errors import unavailable_when_down
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
                  "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8")
@@ -27,6 +28,10 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
            + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_COLUMN_TYPES, start=1))
            + ") ON CONFLICT (request_id) DO NOTHING")
 _MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
+
+
+def _unavailable():
+    return unavailable_when_down("usage store (billing database)", "usage_unavailable")
 
 
 def _dollar(i: int) -> str:
@@ -39,13 +44,14 @@ class PostgresStore:
 
     @classmethod
     async def open(cls, url: str, *, idle_seconds: float = 60.0) -> PostgresStore:
-        pool = await asyncpg.create_pool(url, min_size=0, max_size=4, max_inactive_connection_lifetime=idle_seconds)
-        store = cls(pool)
-        try:
-            await store._migrate()
-        except BaseException:
-            await pool.close()
-            raise
+        with _unavailable():
+            pool = await asyncpg.create_pool(url, min_size=0, max_size=4, max_inactive_connection_lifetime=idle_seconds)
+            store = cls(pool)
+            try:
+                await store._migrate()
+            except BaseException:
+                await pool.close()
+                raise
         return store
 
     async def _migrate(self) -> None:
@@ -62,25 +68,29 @@ class PostgresStore:
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         columns = list(zip(*(entry_row(e) for e in entries), strict=True))
-        async with self._pool.acquire() as con:
-            status = await con.execute(_INSERT, *columns)
+        with _unavailable():
+            async with self._pool.acquire() as con:
+                status = await con.execute(_INSERT, *columns)
         return int(status.rsplit(" ", 1)[1])  # "INSERT 0 <n>"
 
     async def aggregate(self, query) -> list:
         sql, params = aggregate_sql(query, _dollar)
-        async with self._pool.acquire() as con:
-            return to_rows(await con.fetch(sql, *params))
+        with _unavailable():
+            async with self._pool.acquire() as con:
+                return to_rows(await con.fetch(sql, *params))
 
     async def records(self, query) -> list[LedgerEntry]:
         sql, params = records_sql(query, _dollar)
-        async with self._pool.acquire() as con:
-            return [row_entry(r) for r in await con.fetch(sql, *params)]
+        with _unavailable():
+            async with self._pool.acquire() as con:
+                return [row_entry(r) for r in await con.fetch(sql, *params)]
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)
-        async with self._pool.acquire() as con:
-            rows = await con.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
-                                   "GROUP BY request_id", request_ids)
+        with _unavailable():
+            async with self._pool.acquire() as con:
+                rows = await con.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
+                                       "GROUP BY request_id", request_ids)
         for rid, n in rows:
             counts[rid] = n
         return counts

@@ -1,4 +1,10 @@
-"""What every public dialect provides: parse a body into internal requests, render results and errors."""
+"""What every public dialect provides: parse a body into internal requests, render results and errors.
+
+A dialect renders every error of its routes: mount its routes in a Litestar `Router` with
+`exception_handlers=DIALECT.exception_handlers()` and whatever a handler, a dependency, a guard or the
+authentication middleware raises is answered in the dialect's envelope. The base class answers in the
+OpenAI envelope, which is also the answer of the admin and usage APIs and of unknown paths.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from litestar import Request, Response
+from litestar.types import ExceptionHandlersMap
 
 from gateway.collect import Result
-from gateway.errors import SluiceError, ValidationFailed
+from gateway.errors import SluiceError, ValidationFailed, as_sluice_error
+from gateway.routing.pool import Router
 from common.protocol import Event, GenerateRequest
 
 
@@ -21,7 +30,6 @@ class Parsed:
     requests: list[GenerateRequest]
     stream: bool
     options: Any = None  # dialect-specific rendering options
-    reserve_tokens: int = 0  # upper bound of tokens this request may cost (limits reserve this)
     extra: dict = field(default_factory=dict)
 
 
@@ -35,6 +43,7 @@ class Meta:
 class Dialect:
     name = "base"
     stream_media_type = "text/event-stream"
+    model_optional = False  # True: a body that names no model is served by the first one (TGI, SGLang)
 
     def parse(self, payload: Any, route: str) -> Parsed:
         raise NotImplementedError
@@ -54,8 +63,18 @@ class Dialect:
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
         """(status, JSON body) of an error in this dialect's envelope."""
-        return error.status, {"error": {"message": error.message, "type": error.type, "param": error.param,
-                                        "code": error.code}}
+        return error.status, openai_envelope(error)
+
+    def error_response(self, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
+        status, body = self.error_body(error)
+        return Response(_encoder.encode(body), status_code=status, media_type="application/json",
+                         headers={**error.headers, **(headers or {})})
+
+    def exception_handlers(self) -> ExceptionHandlersMap:
+        def render(_: Request, exc: Exception) -> Response:
+            return self.error_response(as_sluice_error(exc))
+
+        return {Exception: render}
 
     def stream_error(self, error: SluiceError) -> bytes:
         """An error that happens after a stream started, framed for this dialect."""
@@ -63,6 +82,11 @@ class Dialect:
 
 
 _encoder = msgspec.json.Encoder()
+DEFAULT = Dialect()  # the OpenAI envelope, for routes outside every dialect
+
+
+def openai_envelope(error: SluiceError) -> dict:
+    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
 
 
 def sse(payload: Any, space: bool = True) -> bytes:
@@ -96,86 +120,8 @@ def check(condition: bool, message: str, param: str) -> None:
         raise ValidationFailed(message, param=param)
 
 
-# ---- OpenAPI documentation of routes that read their body themselves ----
-
-
-def json_schema(kind: Any) -> Any:
-    """A Litestar `Schema` for a msgspec type (a Struct, `list[Struct]`...), `$ref`s inlined; a tuple of
-    types means any of them (msgspec cannot express a union of untagged Structs)."""
-    from litestar.openapi.spec import Schema
-
-    if isinstance(kind, tuple):
-        return Schema(any_of=[json_schema(k) for k in kind])
-    raw = msgspec.json.schema(kind)
-    defs = raw.pop("$defs", {})
-    names = {"anyOf": "any_of", "oneOf": "one_of", "allOf": "all_of", "additionalProperties": "additional_properties",
-             "exclusiveMinimum": "exclusive_minimum", "exclusiveMaximum": "exclusive_maximum", "minItems": "min_items",
-             "maxItems": "max_items", "minLength": "min_length", "maxLength": "max_length"}
-    plain = {"type", "enum", "const", "minimum", "maximum", "format", "title", "description", "default", "pattern"}
-
-    def build(node: dict) -> Schema:
-        if "$ref" in node:
-            return build(defs[node["$ref"].rsplit("/", 1)[1]])
-        fields: dict = {}
-        for key, value in node.items():
-            if key == "properties":
-                fields["properties"] = {k: build(v) for k, v in value.items()}
-            elif key == "items":
-                fields["items"] = build(value)
-            elif key == "required":
-                fields["required"] = list(value)
-            elif key in ("anyOf", "oneOf", "allOf"):
-                fields[names[key]] = [build(v) for v in value]
-            elif key == "additionalProperties":
-                fields[names[key]] = value if isinstance(value, bool) else build(value)
-            elif key in names:
-                fields[names[key]] = value
-            elif key in plain:
-                fields[key] = value
-        return Schema(**fields)
-
-    return build(raw)
-
-
-def sse_event_schema(item: Any) -> Any:
-    """One server-sent event: its `data` is the JSON text of `item` (OpenAPI 3.2's itemSchema layout)."""
-    from litestar.openapi.spec import OpenAPIType, Schema
-
-    data = Schema(type=OpenAPIType.STRING, content_media_type="application/json", content_schema=json_schema(item))
-    return Schema(type=OpenAPIType.OBJECT, required=["data"],
-                  properties={"data": data, "event": Schema(type=OpenAPIType.STRING)})
-
-
-def documented(body: Any = None, responses: dict[int, tuple[str, Any]] | None = None,
-               stream_item: Any = None) -> type:
-    """An `operation_class` for a route decorator: documents its JSON body and responses.
-
-    `responses` maps a status to (description, msgspec type or None); `stream_item` documents the
-    `text/event-stream` alternative of the 200 reply.
-    """
-    from litestar.openapi.spec import (
-        OpenAPIMediaType,
-        OpenAPIResponse,
-        Operation,
-        RequestBody,
-    )
-
-    class DocumentedOperation(Operation):
-        def __init__(self, *args, **kwargs) -> None:  # Operation is a dataclass without __post_init__
-            super().__init__(*args, **kwargs)
-            if body is not None:
-                self.request_body = RequestBody(
-                    content={"application/json": OpenAPIMediaType(schema=json_schema(body))}, required=True)
-            if responses:
-                documented_responses = {}
-                for status, (description, kind) in responses.items():
-                    content = {}
-                    if kind is not None:
-                        content["application/json"] = OpenAPIMediaType(schema=json_schema(kind))
-                    if status == 200 and stream_item is not None:
-                        content["text/event-stream"] = OpenAPIMediaType(schema=sse_event_schema(stream_item))
-                    documented_responses[str(status)] = OpenAPIResponse(description=description,
-                                                                        content=content or None)
-                self.responses = documented_responses
-
-    return DocumentedOperation
+def with_default_model(router: Router, payload: Any) -> Any:
+    """TGI and SGLang bodies name no model (DataCrunch's `model` is optional): unset = the first served model."""
+    if isinstance(payload, dict) and payload.get("model") is None and router.pools:
+        payload["model"] = next(iter(router.pools))
+    return payload

@@ -15,7 +15,8 @@ import httpx
 import msgspec
 import structlog
 
-from common.protocol import ModelInfo, WorkerLoad
+from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
+from gateway.routing.worker_trust import worker_secret
 
 log = structlog.get_logger(__name__)
 DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
@@ -35,6 +36,7 @@ class Replica:
     draining: bool = False
     ejected_until: float = 0.0  # time.monotonic() until which it takes no new request
     ejections: int = 0  # failures in a row, each doubling the time it sits out
+    refuses_secret: bool = False  # it answered 401: its SLUICE_WORKER_SECRET is not ours
 
     @property
     def pressure(self) -> int:
@@ -59,6 +61,10 @@ class Replica:
     async def poll(self) -> None:
         try:
             response = await self.client.get("/load", timeout=2.0)
+            if response.status_code == 401 and not self.refuses_secret:  # said once, not at every poll
+                log.error("replica_refuses_worker_secret", url=self.url,
+                          fix=f"give the gateway and this worker the same {WORKER_SECRET_ENV}")
+            self.refuses_secret = response.status_code == 401
             response.raise_for_status()
             self.load = msgspec.json.decode(response.content, type=WorkerLoad)
             if self.info is None:
@@ -105,7 +111,8 @@ class Router:
 
     def add_replica(self, model: str, url: str, replica_id: str = "") -> Replica:
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=None))
+        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=None),
+                                   headers={WORKER_SECRET_HEADER: worker_secret()})
         self._clients.append(client)
         replica = Replica(url, client, replica_id=replica_id)
         self.ensure_pool(model).replicas.append(replica)

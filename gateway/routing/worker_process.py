@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import os
 import signal
 import socket
 import sys
@@ -22,6 +21,7 @@ import structlog
 
 from common.protocol import ModelConfig
 from common.worker_launch import MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, Assignment
+from gateway.routing.worker_trust import worker_environment, worker_secret
 
 log = structlog.get_logger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -47,8 +47,8 @@ def worker_command(model: ModelConfig, port: int, data_dir: Path, worker_id: str
 
 
 def worker_env() -> dict[str, str]:
-    # passive OpenMP waits: spinning threads starve the gateway and each other on small hosts
-    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, SPAWNED_AT_ENV: repr(time.time())}
+    """The allow-listed environment and the worker secret (worker_trust.py), and when it was spawned."""
+    return {**worker_environment(worker_secret()), SPAWNED_AT_ENV: repr(time.time())}
 
 
 @dataclass(eq=False)

@@ -10,9 +10,10 @@ import pytest
 from litestar import Litestar, Request, get
 from litestar.testing import AsyncTestClient
 
-from auth import AuthError, AuthService, RequestError
-from auth.http import client_address, error_response, team_header
+from auth import AuthService, Principal
+from auth.middleware import PUBLIC, authentication
 from auth.routes import admin_router
+from gateway.dialects.base import DEFAULT
 
 PEPPER = b"test-pepper-0123456789abcdef"
 
@@ -64,25 +65,22 @@ async def boot(service):
 
 
 def build_app(store_url: str, **options) -> Litestar:
-    """The admin router plus one tiny authenticated route, composed as the gateway will compose them.
+    """The admin router plus one tiny authenticated route and one public one, composed as the gateway composes
+    them: the authentication middleware, the service in `app.state.auth`, the gateway's error envelope.
 
     AsyncTestClient runs the app on its own event loop (a portal thread), so the service is opened
-    in the app's lifespan there, and the router gets a callable that returns it.
+    in the app's lifespan there.
     """
-
-    def current() -> AuthService:
-        return app.state.auth
 
     @get("/v1/whoami")
     async def whoami(request: Request, model: str | None = None) -> dict:
-        principal = await current().authenticate(request.headers.get("authorization"),
-                                                 team_header(request.headers), client_address(request))
+        principal: Principal = request.user
         if model is not None:
-            current().check_model(principal, model)
+            request.app.state.auth.check_model(principal, model)
         return {"key_id": principal.key_id, "team_id": principal.team_id, "user_id": principal.user_id,
                 "is_admin": principal.is_admin, "models": list(principal.models)}
 
-    @get("/v1/open")
+    @get("/v1/open", opt=PUBLIC)
     async def open_route() -> dict:
         return {"ok": True}
 
@@ -95,9 +93,8 @@ def build_app(store_url: str, **options) -> Litestar:
         finally:
             await app.state.auth.close()
 
-    handlers = {AuthError: lambda _, exc: error_response(exc), RequestError: lambda _, exc: error_response(exc)}
-    app = Litestar([whoami, open_route, admin_router(current)], exception_handlers=handlers, lifespan=[lifespan])
-    return app
+    return Litestar([whoami, open_route, admin_router()], middleware=[authentication()],
+                    exception_handlers=DEFAULT.exception_handlers(), lifespan=[lifespan])
 
 
 @pytest.fixture

@@ -7,8 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 from litestar import Litestar
+from litestar.datastructures import State
 
+from auth.middleware import STATE_KEY, authentication
 from auth.routes import admin_router
+from gateway.dialects.base import DEFAULT
 from tests.auth.helpers import add_member, assert_envelope, bearer, make_key, make_team, make_user
 
 
@@ -103,10 +106,11 @@ async def test_revoke_key(client):
     assert_envelope(await client.delete("/admin/keys/nope", headers=client.admin_headers), 404, "key_not_found")
 
 
-async def test_router_built_from_an_open_service(service):
-    """admin_router(service) with the instance itself, the app served on the service's own loop."""
+async def test_router_with_an_already_open_service(service):
+    """An app given the open service in its state (no lifespan), served on the service's own loop."""
     boot = await service.bootstrap(None)
-    app = Litestar([admin_router(service)])
+    app = Litestar([admin_router()], middleware=[authentication()], exception_handlers=DEFAULT.exception_handlers(),
+                   state=State({STATE_KEY: service}))
     transport = httpx.ASGITransport(app=app, client=("10.1.2.3", 5555))
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
         response = await http.post("/admin/users", json={"name": "zed"}, headers=bearer(boot.admin_key))

@@ -17,7 +17,7 @@ async def test_brute_force_is_throttled_over_http(client):
         assert_envelope(await client.get("/v1/whoami", headers=bearer(BAD)), 401)
     response = await client.get("/v1/whoami", headers=bearer(BAD))
     error = assert_envelope(response, 429, "rate_limited")
-    assert error["type"] == "rate_limit_error" and int(response.headers["retry-after"]) >= 1
+    assert error["type"] == "rate_limit_exceeded" and int(response.headers["retry-after"]) >= 1
     # While throttled even a valid key is refused, so guesses teach nothing.
     assert_envelope(await client.get("/v1/whoami", headers=bearer(client.boot.first_key)), 429)
     assert_envelope(await client.get("/admin/keys", headers=client.admin_headers), 429)

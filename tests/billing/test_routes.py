@@ -10,9 +10,14 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 from litestar import Litestar
-from litestar.exceptions import NotAuthorizedException
+from litestar.connection import ASGIConnection
+from litestar.di import Provide
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
+from auth import AuthError
+from auth.middleware import require_admin
 from billing.routes import admin_usage_router, usage_router
+from gateway.dialects.base import DEFAULT
 from tests.billing.factory import usage
 
 
@@ -27,12 +32,15 @@ PRINCIPALS = {"Bearer a": Principal("team-a", "key-a"), "Bearer b": Principal("t
               "Bearer root": Principal("ops", "key-root", is_admin=True)}
 
 
-async def authenticate(request):
-    # stands in for the auth package's service, which the gateway adapts to this signature
-    principal = PRINCIPALS.get(request.headers.get("authorization", ""))
-    if principal is None:
-        raise NotAuthorizedException("invalid API key")
-    return principal
+class StandInAuthentication(AbstractAuthenticationMiddleware):
+    """Sets `request.user` as the gateway's API-key middleware does, from a fixed table (the usage API is
+    tested end to end through the real gateway in tests/e2e)."""
+
+    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
+        principal = PRINCIPALS.get(connection.headers.get("authorization", ""))
+        if principal is None:
+            raise AuthError.invalid_key()
+        return AuthenticationResult(user=principal, auth=principal.key_id)
 
 
 def ts(text: str) -> float:
@@ -56,7 +64,9 @@ async def client(ledger):
     for r in records:
         await ledger.record(r)
     await ledger.flush(10)
-    app = Litestar(route_handlers=[usage_router(ledger, authenticate), admin_usage_router(ledger, authenticate)])
+    app = Litestar(route_handlers=[usage_router(), admin_usage_router(guards=[require_admin])],
+                   middleware=[StandInAuthentication], exception_handlers=DEFAULT.exception_handlers(),
+                   dependencies={"ledger": Provide(lambda: ledger, sync_to_thread=False)})
     # httpx's ASGI transport runs the app on this test's loop, where the database pool lives
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
         yield c

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.dialects.monster import MOCK_TEXT
+from gateway.dialects.monster.dialect import MOCK_TEXT
 from tests.compat.sdk_pins import MONSTERAPI
 from tests.compat.venvs import run_in_venv
 from tests.fixtures.sluice import MODEL

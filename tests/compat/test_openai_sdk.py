@@ -211,14 +211,25 @@ def test_streaming_is_chosen_by_the_body_never_by_accept(running_sluice):
     assert sse_payloads(streamed)[-1] == "[DONE]"
 
 
-def test_missed_deadline_is_429_in_the_envelope(running_sluice):
+def test_missed_deadline_is_a_408_timeout_the_sdk_does_not_retry(running_sluice):
+    """Not a 429: SDKs retry those, and a retry with the same deadline misses it again. openai retries a
+    408 too, unless told not to (x-should-retry: false); friendli never retries a 408."""
     for path, body in (("/v1/completions", {"prompt": "Count to one hundred:"}),
                        ("/v1/chat/completions", {"messages": HELLO})):
-        for stream in (False, True):  # a stream's headers wait for the first token, so it gets the 429 too
+        for stream in (False, True):  # a stream's headers wait for the first token, so it gets the 408 too
             response = post(running_sluice, path, {"model": MODEL, "max_tokens": 200, "ignore_eos": True,
                                                    "timeout_microseconds": 1, "stream": stream, **body})
-            assert response.status_code == 429, response.text
-            assert response.json()["error"]["type"] == "overloaded_error"
+            assert response.status_code == 408, response.text
+            assert response.json()["error"]["type"] == "timeout"
+            assert response.headers["x-should-retry"] == "false"
+    seen: list[int] = []
+    http = httpx.Client(event_hooks={"response": [lambda r: seen.append(r.status_code)]})
+    client = openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key, max_retries=2,
+                           http_client=http)
+    with pytest.raises(openai.APIStatusError) as info:
+        client.completions.create(model=MODEL, prompt="Count:", max_tokens=200,
+                                  extra_body={"ignore_eos": True, "timeout_microseconds": 1})
+    assert info.value.status_code == 408 and seen == [408]  # one attempt, no retry
 
 
 def test_streamed_refusals_before_the_first_token_keep_their_status(running_sluice):

@@ -164,7 +164,7 @@ def test_keys_never_logged(server):
 
 
 def test_disconnect_cancels_the_worker_request(server):
-    worker = server.worker_url()
+    worker = (server.worker_url(), server.worker_headers())
     with httpx.stream("POST", f"{server.url}/v1/completions", headers={"authorization": f"Bearer {server.api_key}"},
                       json={"model": MODEL, "prompt": "Count slowly:", "max_tokens": 2000, "stream": True,
                             "temperature": 0.7, "ignore_eos": True}, timeout=30) as response:
@@ -176,11 +176,13 @@ def test_disconnect_cancels_the_worker_request(server):
     assert wait_for_rows(worker, lambda rows: rows == 0)  # the gateway's disconnect reached the engine
 
 
-def wait_for_rows(worker: str, condition, timeout: float = 30.0) -> bool:
-    """Poll the worker's load until `condition(running_rows)` holds (a loaded CI box can lag)."""
+def wait_for_rows(worker: tuple[str, dict[str, str]], condition, timeout: float = 30.0) -> bool:
+    """Poll the worker's load (URL, headers with its secret) until `condition(running_rows)` holds (a
+    loaded CI box can lag)."""
+    url, headers = worker
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition(httpx.get(f"{worker}/load").json()["running_rows"]):
+        if condition(httpx.get(f"{url}/load", headers=headers).json()["running_rows"]):
             return True
         time.sleep(0.05)
     return False

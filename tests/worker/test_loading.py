@@ -131,7 +131,9 @@ def test_hub_id_loads_from_the_local_cache_offline(tiny_model_dir, tmp_path):
     assert missing.returncode != 0 and "ModelLoadError" in missing.stderr
 
 
-def test_s3_source_downloads_once(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def s3(monkeypatch):
+    """A real S3 API (moto's server) that model sources are read from; yields a boto3 client."""
     from moto.server import ThreadedMotoServer
 
     port = free_port()
@@ -142,20 +144,48 @@ def test_s3_source_downloads_once(tiny_model_dir, tmp_path, monkeypatch):
         for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                             "AWS_DEFAULT_REGION": "us-east-1", "SLUICE_S3_ENDPOINT": endpoint}.items():
             monkeypatch.setenv(name, value)
-        s3 = boto3.client("s3", endpoint_url=endpoint)
-        s3.create_bucket(Bucket="models")
-        for item in tiny_model_dir.iterdir():
-            s3.upload_file(str(item), "models", f"tiny/v1/{item.name}")
-        loaded = load_model(ModelConfig(name="tiny", source="s3://models/tiny/v1"), tmp_path)
-        assert loaded.model.config.hidden_size == 64
-        local = tmp_path / "s3" / "models" / "tiny" / "v1"
-        assert (local / "config.json").exists()
-        s3.delete_object(Bucket="models", Key="tiny/v1/config.json")  # a second load must not need S3
-        assert resolve_source("s3://models/tiny/v1", tmp_path) == local
-        with pytest.raises(ModelLoadError):
-            resolve_source("s3://models/empty-prefix", tmp_path)
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket="models")
+        yield client
     finally:
         server.stop()
+
+
+def test_s3_source_downloads_once(tiny_model_dir, tmp_path, s3):
+    for item in tiny_model_dir.iterdir():
+        s3.upload_file(str(item), "models", f"tiny/v1/{item.name}")
+    s3.put_object(Bucket="models", Key="tiny/v1/notes/", Body=b"")  # a folder marker: no file
+    s3.put_object(Bucket="models", Key="tiny/v10/config.json", Body=b"{}")  # a sibling prefix: not ours
+    loaded = load_model(ModelConfig(name="tiny", source="s3://models/tiny/v1"), tmp_path)
+    assert loaded.model.config.hidden_size == 64
+    local = tmp_path / "s3" / "models" / "tiny" / "v1"
+    assert (local / "config.json").exists() and not (local / "0").exists() and not (local / "notes").exists()
+    s3.delete_object(Bucket="models", Key="tiny/v1/config.json")  # a second load must not need S3
+    assert resolve_source("s3://models/tiny/v1", tmp_path) == local
+    with pytest.raises(ModelLoadError):
+        resolve_source("s3://models/empty-prefix", tmp_path)
+
+
+@pytest.mark.parametrize(("source", "key"), [
+    ("s3://models/tiny/v1", "tiny/v1/../../../../../escaped.txt"),
+    ("s3://models/tiny/v1", "tiny/v1/sub/../../../../../../escaped.txt"),
+    ("s3://models/tiny/v1", "tiny/v1//escaped.txt"),
+    ("s3://models/tiny/v1", "tiny/v1/./escaped.txt"),
+    ("s3://models", "/escaped.txt"),
+])
+def test_s3_keys_that_would_leave_the_cache_are_refused_before_any_download(tmp_path, s3, source, key):
+    data_dir = tmp_path / "data"
+    s3.put_object(Bucket="models", Key="tiny/v1/config.json", Body=b"{}")
+    s3.put_object(Bucket="models", Key=key, Body=b"written outside the model cache")
+    with pytest.raises(ModelLoadError, match="refusing S3 object key"):
+        resolve_source(source, data_dir)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # not even the harmless config.json
+
+
+@pytest.mark.parametrize("source", ["s3://models/tiny/../../..", "s3://../models/x", "s3://models/a//b"])
+def test_s3_sources_with_dot_segments_are_refused(tmp_path, source):
+    with pytest.raises(ModelLoadError, match="refusing S3"):
+        resolve_source(source, tmp_path)
 
 
 @pytest.mark.parametrize("source", ["/no/such/dir", "./missing.gguf", "/no/such/model.gguf"])

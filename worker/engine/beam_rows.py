@@ -10,6 +10,7 @@ log-softmax, which together reproduce transformers' scores exactly.
 from __future__ import annotations
 
 import msgspec
+import structlog
 import torch
 
 from worker.decoding.batch import DecodingBatch
@@ -18,6 +19,8 @@ from worker.engine.beams import BeamSearch
 from worker.engine.kv_cache import KVCache
 from worker.engine.sequence import RequestState, Sequence
 from common.protocol import Done, Event, Finish, SamplingParams
+
+log = structlog.get_logger(__name__)
 
 
 def new_beam_search(state: RequestState) -> BeamSearch | None:
@@ -36,12 +39,13 @@ def row_params(params: SamplingParams) -> SamplingParams:
     return params
 
 
-def _blocks(rows: list[Sequence]) -> list[tuple[BeamSearch, list[int]]]:
-    """Each beam request with its row positions in slot order (rows move when others leave)."""
+def _blocks(rows: list[Sequence], skip: set[int]) -> list[tuple[BeamSearch, list[int]]]:
+    """Each beam request with its row positions in slot order (rows move when others leave), but the
+    requests whose id() is in `skip`."""
     found: dict[int, tuple[BeamSearch, list[int | None]]] = {}
     for position, row in enumerate(rows):
         beam = row.request.beam
-        if beam is not None:
+        if beam is not None and id(row.request) not in skip:
             found.setdefault(id(beam), (beam, [None] * beam.k))[1][row.candidate] = position
     return list(found.values())
 
@@ -58,17 +62,25 @@ def prenormalize(rows: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
 
 
 def step_beams(rows: list[Sequence], scores: torch.Tensor, batch: DecodingBatch, cache: KVCache,
-               tokens: torch.Tensor) -> None:
+               tokens: torch.Tensor, skip: set[int] = frozenset()) -> list[tuple[RequestState, str]]:
     """Advance every beam request by one step: choose its beams, move its rows, and write each
-    beam row's new token into `tokens` (the step's tokens, in row order) before they are appended."""
+    beam row's new token into `tokens` (the step's tokens, in row order) before they are appended.
+    Requests in `skip` (by id()) stay where they are; those whose beam step fails are returned with
+    the reason, untouched too, for the engine to fail them alone."""
     order = list(range(len(rows)))
     targets, sources, start, end = [], [], None, 0
     positions_all, tokens_all = [], []
-    for beam, positions in _blocks(rows):
+    failed = []
+    for beam, positions in _blocks(rows, skip):
         block = scores[torch.tensor(positions, device=scores.device)]
         if beam.post_normalization:
             block = torch.log_softmax(block, dim=-1)
-        result = beam.step(block)
+        try:
+            result = beam.step(block)
+        except Exception as exc:  # this request's beam state is broken; the others are not
+            log.exception("beam_step_failed")
+            failed.append((rows[positions[0]].request, f"its beam step failed ({type(exc).__name__})"))
+            continue
         moved = [j for j in range(beam.k) if result.parents[j] != j]
         if moved:
             for j in moved:
@@ -93,6 +105,7 @@ def step_beams(rows: list[Sequence], scores: torch.Tensor, batch: DecodingBatch,
         batch.reorder(order)
     if positions_all:
         tokens[torch.tensor(positions_all, device=tokens.device)] = torch.tensor(tokens_all, device=tokens.device)
+    return failed
 
 
 def beam_events(state: RequestState, tokenizer, worker_id: str) -> list[Event]:

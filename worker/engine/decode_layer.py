@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from worker.engine.layers import FusedLayer, decode_attention, plain_rms_norm, rotate, weighted_rms_norm
+from worker.lora.delta import add_lora
 
 log = structlog.get_logger(__name__)
 
@@ -39,22 +40,37 @@ class DecodeLayer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, keep: torch.Tensor | None,
                 slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, first: int,
-                longest: int) -> torch.Tensor:
+                longest: int, lora_rows: list[torch.Tensor], lora: list[torch.Tensor]) -> torch.Tensor:
         """hidden [B, 1, hidden] of slots first..first+B-1; writes their new key/value at `slots`
-        (KVCache.decode_slots) into this layer's cache tensors and attends over positions 0..longest-1."""
+        (KVCache.decode_slots) into this layer's cache tensors and attends over positions 0..longest-1.
+        `lora_rows` / `lora`: the rows' LoRA segments (worker/lora/delta.py; empty = base model only)."""
         batch = hidden.shape[0]
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+        adapted = len(lora_rows) > 0
         normed = weighted_rms_norm(hidden, self.input_norm, self.input_eps)
-        qkv = self.qkv(normed).view(batch, 1, heads + 2 * kv_heads, dim)
+        qkv = self.qkv(normed)
+        if adapted:
+            add_lora(normed.view(batch, -1), qkv.view(batch, -1), lora_rows, lora, 0)
+        qkv = qkv.view(batch, 1, heads + 2 * kv_heads, dim)
         query_key = rotate(qkv[:, :, : heads + kv_heads], cos, signed_sin)
         keys.view(-1, dim).index_copy_(0, slots, query_key[:, :, heads:].reshape(-1, dim))
         values.view(-1, dim).index_copy_(0, slots, qkv[:, :, heads + kv_heads:].reshape(-1, dim))
         out = decode_attention(query_key[:, :, :heads], keys[first:first + batch, :, :longest],
                                values[first:first + batch, :, :longest], keep, self.scale)
-        hidden = hidden + self.o_proj(out)
+        projected = self.o_proj(out)
+        if adapted:
+            add_lora(out.view(batch, -1), projected.view(batch, -1), lora_rows, lora, 1)
+        hidden = hidden + projected
         normed = weighted_rms_norm(hidden, self.post_norm, self.post_eps)
-        gate, up = self.gate_up(normed).chunk(2, dim=-1)
-        return hidden + self.down_proj(self.act(gate) * up)
+        gate_up = self.gate_up(normed)
+        if adapted:
+            add_lora(normed.view(batch, -1), gate_up.view(batch, -1), lora_rows, lora, 2)
+        gate, up = gate_up.chunk(2, dim=-1)
+        inner = self.act(gate) * up
+        projected = self.down_proj(inner)
+        if adapted:
+            add_lora(inner.view(batch, -1), projected.view(batch, -1), lora_rows, lora, 3)
+        return hidden + projected
 
 
 def script_decode_layers(runner) -> list[torch.jit.ScriptModule] | None:

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 import structlog
 import torch
@@ -26,24 +27,30 @@ from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarCompiler
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
+from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
-from worker.engine.outputs import StepEvents, finish_event, requested_ids, token_event, with_pieces
+from worker.engine.outputs import (StepEvents, accepted_event, failure_event, finish_event, requested_ids,
+                                   token_event)
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
+from worker.engine.row_faults import broken_rows, choose_isolating
 from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import compacted_order, joining_swaps
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
+from worker.lora.errors import AdapterError
+from worker.lora.store import AdapterStore
 from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, PromptToken, SamplingParams,
-                             WorkerLoad)
+                             WorkerLoad, floored_logprob)
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", *, compile_later: bool = False):
+    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data"),
+                 *, compile_later: bool = False):
         """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
         once the worker is warm: until then decode steps take the Python path (same logits, one row
         group), and a first constrained request builds the vocabulary itself."""
@@ -66,9 +73,15 @@ class Engine:
         self.waiting: deque[RequestState] = deque()
         self.prefilling: RequestState | None = None
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued = 0  # submitted and not yet started (in the inbox or waiting): max_queue bounds it
+        self._queued_lock = threading.Lock()
         self.by_id: dict[str, RequestState] = {}
         self.steps = 0
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
+        self.adapters = AdapterStore(self.runner.layers, self.runner.dtype, self.runner.device,
+                                     capacity=config.max_loaded_adapters, max_rank=config.max_adapter_rank,
+                                     data_dir=data_dir, wake=lambda: self.inbox.put(("wake", None)))
+        self._waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
@@ -84,8 +97,10 @@ class Engine:
         return prepared
 
     def submit(self, prepared: PreparedRequest, sink) -> None:
-        if len(self.waiting) >= self.config.max_queue:
-            raise RequestError("the worker queue is full, retry later", kind="overloaded")
+        with self._queued_lock:
+            if self._queued >= self.config.max_queue:
+                raise RequestError("the worker queue is full, retry later", kind="overloaded")
+            self._queued += 1
         self.inbox.put(("submit", RequestState(prepared, sink)))
 
     def cancel(self, request_id: str) -> None:
@@ -94,10 +109,10 @@ class Engine:
     def load(self) -> WorkerLoad:
         rows = len(self.rows)
         return WorkerLoad(ready=self._thread.is_alive(), model=self.config.name,
-                          queued=len(self.waiting) + (self.prefilling is not None), running_rows=rows,
+                          queued=self._queued + (self.prefilling is not None), running_rows=rows,
                           max_rows=self.max_rows,
                           free_cache_tokens=(self.max_rows - rows) * self.runner.max_context,
-                          worker_id=self.worker_id)
+                          worker_id=self.worker_id, adapters=list(self.adapters.loaded_names))
 
     def start(self) -> None:
         self._thread.start()
@@ -134,12 +149,13 @@ class Engine:
         # mode: mixing inference tensors with in-place updates outside it is an error.
         with torch.inference_mode():
             while not self._stop.is_set():
-                self._drain_inbox(block=not (self.rows or self.waiting or self.prefilling))
+                idle = not (self.rows or self.prefilling)
+                self._drain_inbox(block=idle and (not self.waiting or self._waiting_for_adapters))
                 try:
                     self._prefill()
                     if self.rows:
                         self._decode_step()
-                except Exception as exc:  # a bug must not kill the worker: fail the batch, keep serving
+                except Exception as exc:  # the forward itself, or shared state: fail the batch, keep serving
                     log.exception("engine_step_failed")
                     self._fail_all(f"internal engine error: {type(exc).__name__}")
 
@@ -167,6 +183,7 @@ class Engine:
         state.cancelled = True
         if state in self.waiting:
             self.waiting.remove(state)
+            self._dequeued()
         if self.prefilling is state:
             self.prefilling = None
         gone = [i for i, row in enumerate(self.rows) if row.request is state]
@@ -179,12 +196,15 @@ class Engine:
         budget = self.config.max_batched_tokens
         while budget > 0:
             if self.prefilling is None:
-                if not self.waiting or len(self.rows) + self.waiting[0].prepared.candidates > self.max_rows:
+                state = next_admissible(self.waiting, self.adapters, self._adapters_in_use(), self._refuse_adapter)
+                self._waiting_for_adapters = state is None and bool(self.waiting)
+                if state is None or len(self.rows) + state.prepared.candidates > self.max_rows:
                     return
-                state = self.waiting.popleft()
+                self.waiting.remove(state)
+                self._dequeued()
                 deadline = state.prepared.request.deadline_unix
                 if deadline is not None and time.time() > deadline:
-                    self._reject(state, "the request's deadline passed before it could start")
+                    self._reject(state, "the request's deadline passed before it could start", "timeout")
                     continue
                 state.queue_s = time.perf_counter() - state.submitted
                 self.prefilling = state
@@ -192,12 +212,25 @@ class Engine:
             prompt = state.prepared.prompt_ids
             target = len(prompt) - 1  # the last prompt token is fed by the first decode step
             chunk = min(budget, target - state.prefilled)
-            if chunk > 0:
-                self._prefill_chunk(state, chunk)
-                budget -= chunk
-            if state.prefilled >= target:
+            budget -= max(chunk, 0)
+            try:  # this request's own forward and first event: a failure there is its own
+                if chunk > 0:
+                    self._prefill_chunk(state, chunk)
+                accepted = None if state.prefilled < target else accepted_event(state, self.tokenizer, self.worker_id)
+            except Exception as exc:
+                log.exception("prefill_failed", request_id=state.request_id)
                 self.prefilling = None
-                self._start(state)
+                self.runner.cache.clear(len(self.rows))  # the slot it was prefilled into
+                self._end(state, f"prefilling its prompt failed ({type(exc).__name__})")
+                state.sink([failure_event(state)])
+                continue
+            if accepted is not None:
+                self.prefilling = None
+                self._start(state, accepted)
+
+    def _dequeued(self) -> None:
+        with self._queued_lock:
+            self._queued -= 1
 
     def _prefill_chunk(self, state: RequestState, chunk: int) -> None:
         prepared = state.prepared
@@ -205,7 +238,8 @@ class Engine:
         ids = prepared.prompt_ids[start:start + chunk]
         embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:start + chunk]
         params = prepared.request.params
-        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs)
+        out = self.runner.prefill(len(self.rows), ids, start=start, embeds=embeds, all_logits=params.prompt_logprobs,
+                                  adapter=state.adapter)
         if params.prompt_logprobs:
             self._record_prompt_logprobs(state, out.logits, start, chunk)
         state.prefilled += chunk
@@ -225,7 +259,7 @@ class Engine:
         if wanted:
             state.prompt_ids_logprobs += [list(zip(wanted, row)) for row in logprobs[:, wanted].tolist()]
 
-    def _start(self, state: RequestState) -> None:
+    def _start(self, state: RequestState, accepted: Accepted) -> None:
         prepared = state.prepared
         params = prepared.request.params
         state.beam = new_beam_search(state)
@@ -248,29 +282,7 @@ class Engine:
             self._move_ahead_of_beams(ordinary, slot)
         if prepared.prompt_embeds is not None:
             state.last_embed = prepared.prompt_embeds[-1]
-        prompt_text = None
-        if prepared.request.return_prompt_text:
-            prompt_text = prepared.request.prompt
-            if prompt_text is None:
-                prompt_text = self.tokenizer.decode(prepared.prompt_ids, skip_special_tokens=False)
-        state.sink([Accepted(len(prepared.prompt_ids), prepared.prompt_ids, prepared.seeds[: prepared.returned],
-                             self._prompt_details(state), prompt_text, validation_time_s=prepared.validation_s,
-                             queue_time_s=state.queue_s, worker_id=self.worker_id)])
-
-    def _prompt_details(self, state: RequestState) -> list[PromptToken] | None:
-        prepared = state.prepared
-        params = prepared.request.params
-        if not params.prompt_logprobs:
-            return None
-        details = [PromptToken(token, self.tokenizer.decode([token]), None) for token in prepared.prompt_ids]
-        for i in range(max(1, params.prompt_logprobs_start), len(details)):
-            detail, before = details[i], i - 1  # the logits of position i-1 predicted token i
-            detail.logprob = state.prompt_logprobs[before]
-            if state.prompt_top:
-                detail.top_logprobs = with_pieces(state.prompt_top[before], self.tokenizer)
-            if state.prompt_ids_logprobs:
-                detail.token_ids_logprobs = with_pieces(state.prompt_ids_logprobs[before], self.tokenizer)
-        return details
+        state.sink([accepted])
 
     def _ordinary_rows(self) -> int:
         """How many rows lead the batch before the first beam row."""
@@ -307,23 +319,33 @@ class Engine:
                      if not r.output_ids and r.request.last_embed is not None}
 
         def choose(first: int, end: int, out: StepOutput):  # in each row group's thread, after its forward
-            group = batch.slice(first, end)
-            scores = group.process(prenormalize(rows[first:end], out.logits))
-            return out, scores, group.choose(scores)
+            logits = prenormalize(rows[first:end], out.logits)
+            scores, choice, faults = choose_isolating(batch.slice(first, end), logits)
+            return out, scores, choice, {first + i: why for i, why in faults.items()}
 
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
-                                           want_hidden=want_hidden, embeds_override=overrides, then=choose)
-        out = StepOutput.concat([out for out, _, _ in groups])
-        scores = groups[0][1] if len(groups) == 1 else torch.cat([scores for _, scores, _ in groups])  # one group: no copy
-        choice = Choice.concat([choice for _, _, choice in groups])
-        step_beams(rows, scores, batch, self.runner.cache, choice.tokens)  # beam rows: reorder, own tokens
+                                           want_hidden=want_hidden, embeds_override=overrides, then=choose,
+                                           adapters=[r.request.adapter for r in rows])
+        out = StepOutput.concat([group[0] for group in groups])
+        scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
+        choice = Choice.concat([group[2] for group in groups])
+        events = StepEvents()
+        faults = {i: why for group in groups for i, why in group[3].items()} | broken_rows(choice, scores)
+        for i, why in faults.items():
+            self._fail(rows[i].request, why, events)
+        failed = {id(r.request) for r in rows if r.request.done}
+        for state, why in step_beams(rows, scores, batch, self.runner.cache, choice.tokens, failed):
+            self._fail(state, why, events)  # beam rows: reorder, own tokens
         batch.append(choice.tokens)
         self.steps += 1
-        events = StepEvents()
         for i, row in enumerate(rows):
             row.length += 1
-            if row.request.beam is None:  # beams stay private until the search ends
-                self._advance(i, row, choice, out, events)
+            if row.request.beam is None and not row.request.done:  # beams stay private until the search ends
+                try:
+                    self._advance(i, row, choice, out, events)
+                except Exception as exc:  # detokenizing, stop strings, its events: this request's own
+                    log.exception("row_advance_failed", request_id=row.request.request_id)
+                    self._fail(row.request, f"building its output failed ({type(exc).__name__})", events)
         now = time.time()
         for row in self.rows:
             deadline = row.request.prepared.request.deadline_unix
@@ -331,19 +353,24 @@ class Engine:
                 row.request.deadline_missed = True
         touched = {id(r.request): r.request for r in self.rows if r.finish or r.request.deadline_missed}
         for state in touched.values():
+            if state.done:
+                continue
             if state.deadline_missed:
                 self._expire(state, events)
             elif all(s.finish for s in state.sequences):
-                self._complete(state, events)
+                try:
+                    self._complete(state, events)
+                except Exception as exc:
+                    log.exception("request_completion_failed", request_id=state.request_id)
+                    self._fail(state, f"building its result failed ({type(exc).__name__})", events)
         events.deliver()
         self._compact([i for i, r in enumerate(self.rows) if r.finish])
 
     def _advance(self, i: int, row: Sequence, choice, out, events: StepEvents) -> None:
         token = choice.token_ids[i]
-        logprob = choice.logprobs[i]
         spec = self.batch.rows[i].spec
         row.output_ids.append(token)
-        row.cumulative_logprob += logprob
+        row.cumulative_logprob += floored_logprob(choice.logprobs[i])  # a ruled-out forced token is -inf
         row.next_input = token
         grammar = self.batch.rows[i].grammar
         ended = finish_reason(spec, token, len(row.output_ids), self.runner.max_context, grammar)
@@ -391,16 +418,36 @@ class Engine:
             events.deliver()
 
     def _expire(self, state: RequestState, events: StepEvents) -> None:
-        for sequence in state.sequences:
-            sequence.finish = sequence.finish or "error"
-        events.add(state, Error(kind="overloaded", message="the request's deadline passed before it finished"))
-        state.done = True
-        self.by_id.pop(state.request_id, None)
+        self._end(state)
+        events.add(state, Error(kind="timeout", message="the request's deadline passed before it finished"))
 
-    def _reject(self, state: RequestState, message: str) -> None:
+    def _reject(self, state: RequestState, message: str, kind: str = "overloaded", field: str | None = None) -> None:
         state.done = True
         self.by_id.pop(state.request_id, None)
-        state.sink([Error(kind="overloaded", message=message)])
+        state.sink([Error(kind=kind, message=message, field=field)])
+
+    def _refuse_adapter(self, state: RequestState, error: AdapterError) -> None:
+        self._dequeued()
+        self._reject(state, error.message, error.kind, "adapter")
+
+    def _adapters_in_use(self) -> set[tuple[str, str]]:
+        """Adapters of the running rows: never evicted (admission runs when nothing is prefilling)."""
+        return {row.request.adapter.key for row in self.rows if row.request.adapter is not None}
+
+    def _fail(self, state: RequestState, reason: str, events: StepEvents) -> None:
+        """One request fails alone: its rows leave at the end of the step, its events so far are dropped."""
+        if state.done:
+            return
+        log.error("request_failed", request_id=state.request_id, reason=reason)
+        for slot, row in enumerate(self.rows):
+            if row.request is state:
+                self.runner.cache.clear(slot)
+        self._end(state, reason)
+        events.replace(state, [failure_event(state)])
+
+    def _end(self, state: RequestState, failure: str = "") -> None:
+        state.end(failure)
+        self.by_id.pop(state.request_id, None)
 
     def _compact(self, gone: list[int]) -> None:
         """Drop finished rows; later rows fill their slots so 0..B-1 stay dense, ordinary rows first."""
@@ -427,6 +474,8 @@ class Engine:
             state.done = True
             self.by_id.pop(state.request_id, None)
             state.sink([Error(kind="internal", message=message)])
+        for slot in range(len(self.rows) + 1):
+            self.runner.cache.clear(slot)
         self.rows, self.prefilling = [], None
         self.batch = DecodingBatch(self.vocab_size, "cpu")
 

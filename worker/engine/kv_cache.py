@@ -57,6 +57,13 @@ class KVCache:
             for layer in store:
                 layer[target, :, :length] = layer[source, :, :length]
 
+    def clear(self, slot: int) -> None:
+        """Zero a slot. A row that failed may leave NaN there, and the next row placed in it attends over
+        the positions past its own length masked: a masked NaN is still NaN (0 x NaN)."""
+        for store in (self.keys, self.values):
+            for layer in store:
+                layer[slot].zero_()
+
     def swap(self, first: int, second: int, length: int) -> None:
         """Slots `first` and `second` trade contents (first `length` positions), through the spare slot."""
         self.move(first, self.spare, length)

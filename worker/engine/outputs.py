@@ -1,11 +1,16 @@
-"""Events a decode step produces, grouped per request so each sink is called once per step."""
+"""Events the engine produces: a request's Accepted, and each step's, grouped per request so each sink
+is called once per step."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+import structlog
+
 from worker.engine.sequence import RequestState, Sequence
-from common.protocol import Event, Finish, SamplingParams, Token, TopLogprob
+from common.protocol import Accepted, Error, Event, Finish, PromptToken, SamplingParams, Token, TopLogprob
+
+log = structlog.get_logger(__name__)
 
 
 class StepEvents:
@@ -15,31 +20,39 @@ class StepEvents:
     def add(self, state: RequestState, event: Event) -> None:
         self._by_request.setdefault(id(state), (state, []))[1].append(event)
 
+    def replace(self, state: RequestState, events: list[Event]) -> None:
+        """This step's events of `state` become `events` (a request that failed alone: only its Error)."""
+        self._by_request[id(state)] = (state, list(events))
+
     def deliver(self) -> None:
         for state, events in self._by_request.values():
-            state.sink(events)
+            try:
+                state.sink(events)
+            except Exception:  # its HTTP side is gone (loop closed): the other requests still get theirs
+                log.exception("event_delivery_failed", request_id=state.request_id)
         self._by_request.clear()
 
 
 def token_event(row: Sequence, token: int, delta: str, choice, position: int, out, params: SamplingParams,
                 tokenizer) -> Token:
-    event = Token(index=row.candidate, token_id=token, text=delta,
-                  special=token in tokenizer.all_special_ids)
+    """Built in one call, so the protocol's checks (finite floats, floored logprobs) see every field."""
+    fields = {}
     if params.logprobs is not None:
-        event.logprob = choice.logprobs[position]
-        event.piece = tokenizer.decode([token])
+        fields["logprob"] = choice.logprobs[position]
+        fields["piece"] = tokenizer.decode([token])
         top = choice.top_logprobs[position]
         if top is not None:
-            event.top_logprobs = with_pieces(top, tokenizer)
+            fields["top_logprobs"] = with_pieces(top, tokenizer)
     if params.token_ids_logprob:  # the model's own distribution
         logprobs = out.logits[position].float().log_softmax(dim=-1)
         wanted = requested_ids(params.token_ids_logprob, logprobs.shape[-1])
-        event.token_ids_logprobs = with_pieces(zip(wanted, logprobs[wanted].tolist()), tokenizer)
+        fields["token_ids_logprobs"] = with_pieces(zip(wanted, logprobs[wanted].tolist()), tokenizer)
     if params.return_hidden_states and out.hidden is not None:
-        event.hidden_state = out.hidden[position].tolist()
+        fields["hidden_state"] = out.hidden[position].tolist()
     if params.include_output_logits:
-        event.logits = out.logits[position].tolist()
-    return event
+        fields["logits"] = out.logits[position].tolist()
+    return Token(index=row.candidate, token_id=token, text=delta, special=token in tokenizer.all_special_ids,
+                 **fields)
 
 
 def requested_ids(ids: list[int], vocab: int) -> list[int]:
@@ -56,3 +69,38 @@ def finish_event(row: Sequence, index: int) -> Finish:
     return Finish(index=index, reason=row.finish or "length", text=row.text, token_ids=list(row.output_ids),
                   seed=row.seed, matched_stop=row.matched_stop, cumulative_logprob=row.cumulative_logprob,
                   incomplete=row.incomplete)
+
+
+def failure_event(state: RequestState) -> Error:
+    """The last event of a request that failed alone (RequestState.failure says why)."""
+    return Error(kind="internal", message=f"generation failed for this request: {state.failure}")
+
+
+def accepted_event(state: RequestState, tokenizer, worker_id: str) -> Accepted:
+    """The first event of a request whose prompt is prefilled: what the worker made of the prompt."""
+    prepared = state.prepared
+    prompt_text = None
+    if prepared.request.return_prompt_text:
+        prompt_text = prepared.request.prompt
+        if prompt_text is None:
+            prompt_text = tokenizer.decode(prepared.prompt_ids, skip_special_tokens=False)
+    return Accepted(len(prepared.prompt_ids), prepared.prompt_ids, prepared.seeds[: prepared.returned],
+                    _prompt_details(state, tokenizer), prompt_text, validation_time_s=prepared.validation_s,
+                    queue_time_s=state.queue_s, worker_id=worker_id)
+
+
+def _prompt_details(state: RequestState, tokenizer) -> list[PromptToken] | None:
+    prepared = state.prepared
+    params = prepared.request.params
+    if not params.prompt_logprobs:
+        return None
+    start = max(1, params.prompt_logprobs_start)
+    details = [PromptToken(token, tokenizer.decode([token]), None) for token in prepared.prompt_ids[:start]]
+    for i in range(start, len(prepared.prompt_ids)):
+        before = i - 1  # the logits of position i-1 predicted token i
+        token = prepared.prompt_ids[i]
+        details.append(PromptToken(
+            token, tokenizer.decode([token]), state.prompt_logprobs[before],
+            with_pieces(state.prompt_top[before], tokenizer) if state.prompt_top else None,
+            with_pieces(state.prompt_ids_logprobs[before], tokenizer) if state.prompt_ids_logprobs else None))
+    return details

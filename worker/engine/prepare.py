@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from worker.decoding.grammar import GrammarError
+from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.engine.beam_rules import validate_beams
 from worker.engine.prepare_errors import RequestError
-from worker.engine.validate import validate_params
+from worker.engine.validate import normalise_params, validate_params
 from common.protocol import GenerateRequest, SamplingParams
 
 __all__ = ["PreparedRequest", "RequestError", "prepare"]
@@ -57,11 +57,18 @@ def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[in
     raise RequestError("a prompt is required", "prompt")
 
 
+def _float32_values(values: list[list[float]] | list[float], field: str) -> torch.Tensor:
+    tensor = torch.tensor(values, dtype=torch.float32)
+    if not bool(torch.isfinite(tensor).all()):  # 1e39 is +inf in float32, and the model's output NaN
+        raise RequestError(f"{field} values must be finite float32 numbers", field)
+    return tensor
+
+
 def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embed) -> torch.Tensor | None:
     if request.input_embeds is not None:
         if any(len(row) != hidden_size for row in request.input_embeds):
             raise RequestError(f"every input_embeds vector must have {hidden_size} values", "input_embeds")
-        return torch.tensor(request.input_embeds, dtype=torch.float32)
+        return _float32_values(request.input_embeds, "input_embeds")
     positions = request.token_index_to_replace
     if not positions:
         if request.embedding_to_replace:
@@ -72,7 +79,8 @@ def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embe
                            "embedding_to_replace")
     if any(not 0 <= p < len(ids) for p in positions):
         raise RequestError("token_index_to_replace names a position outside the prompt", "token_index_to_replace")
-    replacement = torch.tensor(request.embedding_to_replace, dtype=torch.float32).view(len(positions), hidden_size)
+    replacement = _float32_values(request.embedding_to_replace, "embedding_to_replace")
+    replacement = replacement.view(len(positions), hidden_size)
     with torch.inference_mode():
         base = embed(torch.tensor(ids)).float()
         base[torch.tensor(positions)] = replacement
@@ -119,6 +127,7 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
     params = request.params
     validate_params(params)
     validate_beams(request)
+    normalise_params(params)
     ids = _prompt_ids(request, tokenizer, vocab_size)
     if params.truncate is not None and params.truncate < len(ids):
         ids = ids[len(ids) - params.truncate:]
@@ -133,18 +142,21 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
     extra_eos = [t for t in params.eos_token_ids + params.stop_token_ids if not 0 <= t < vocab_size]
     if extra_eos:
         raise RequestError(f"token id {extra_eos[0]} is outside the vocabulary", "stop_token_ids")
-    forced = [t for t in params.forced_output_tokens if not 0 <= t < vocab_size]
-    if forced:
-        raise RequestError(f"token id {forced[0]} is outside the vocabulary", "forced_output_tokens")
+    for field, tokens in (("forced_output_tokens", params.forced_output_tokens), ("logit_bias", params.logit_bias),
+                          ("bad_word_tokens", [t for phrase in params.bad_word_tokens for t in phrase])):
+        outside = [t for t in tokens if not 0 <= t < vocab_size]
+        if outside:  # an index past the batch's score columns would fail every request in the step
+            raise RequestError(f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})", field)
     eos = [] if params.ignore_eos else sorted(set(model_eos) | set(params.eos_token_ids))
     bad_word_ids = tokenize_bad_words(tokenizer, params.bad_words)
-    grammar = _grammar(params, min_new, compile_grammar)  # last: the only step that can be slow
+    grammar = _grammar(params, min_new, compile_grammar, request.tenant)  # last: the only step that can be slow
     return PreparedRequest(request, ids, embeds, max_new, min_new, candidates, params.n,
                            _seeds(params, candidates), eos, bad_word_ids, grammar)
 
 
-def _grammar(params: SamplingParams, min_new: int, compile_grammar):
-    """Compile the structured-output constraint (cached); every problem is a 422 on response_format."""
+def _grammar(params: SamplingParams, min_new: int, compile_grammar, tenant: str):
+    """Compile the structured-output constraint (cached) in the tenant's turn; every problem is a 422 on
+    response_format, but a tenant with too many compiles waiting is told to retry (429)."""
     if params.constraint is None or compile_grammar is None:
         return None
     if params.num_beams > 1:
@@ -153,6 +165,8 @@ def _grammar(params: SamplingParams, min_new: int, compile_grammar):
         raise RequestError("min_tokens cannot be combined with structured output: the grammar decides where "
                            "the output ends", "min_tokens")
     try:
-        return compile_grammar(params.constraint)
+        return compile_grammar(params.constraint, tenant=tenant)
+    except GrammarBusy as exc:
+        raise RequestError(str(exc), "response_format", kind="overloaded") from None
     except GrammarError as exc:
         raise RequestError(str(exc), "response_format") from None

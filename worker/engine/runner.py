@@ -24,6 +24,8 @@ from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.kv_cache import KVCache
 from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
+from worker.lora.adapter import LoraAdapter
+from worker.lora.delta import NO_LORA, LoraRows, add_lora, lora_rows
 from worker.threads import in_background, intra_op_threads
 
 _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
@@ -109,17 +111,19 @@ class ModelRunner:
         return self.embed_tokens(token_ids)
 
     def prefill(self, slot: int, token_ids: list[int], start: int = 0, embeds: torch.Tensor | None = None,
-                all_logits: bool = False, want_hidden: bool = False) -> StepOutput:
-        """Run positions start..start+L-1 of the row in `slot`; logits of the last (or every) position.
+                all_logits: bool = False, want_hidden: bool = False, adapter: LoraAdapter | None = None) -> StepOutput:
+        """Run positions start..start+L-1 of the row in `slot` (with a LoRA `adapter`); logits of the
+        last (or every) position.
 
         The decode threads' cores are idle meanwhile, so prefill's large matmuls get them as torch
         threads (512 prompt tokens on two cores: 1.5 -> 1.05 s in w8a8, 1.8 -> 1.2 s in float32)."""
         with intra_op_threads(self._prefill_threads):
-            return self._prefill(slot, token_ids, start, embeds, all_logits, want_hidden)
+            return self._prefill(slot, token_ids, start, embeds, all_logits, want_hidden,
+                                 lora_rows([adapter], self.device))
 
     @torch.inference_mode()
     def _prefill(self, slot: int, token_ids: list[int], start: int, embeds: torch.Tensor | None,
-                 all_logits: bool, want_hidden: bool) -> StepOutput:
+                 all_logits: bool, want_hidden: bool, lora: LoraRows) -> StepOutput:
         length = len(token_ids)
         end = start + length
         self.cache.ensure(end)
@@ -136,7 +140,8 @@ class ModelRunner:
                 values[slot, :, start:end] = v[0].transpose(0, 1)
 
             hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
-                                 keys[slot:slot + 1, :, :end], values[slot:slot + 1, :, :end])
+                                 keys[slot:slot + 1, :, :end], values[slot:slot + 1, :, :end],
+                                 lora.rows, lora.weights(index))
         hidden = rms_norm(self.final_norm, hidden)[0]
         if not all_logits:
             hidden = hidden[-1:]
@@ -144,15 +149,19 @@ class ModelRunner:
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
     def decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
-               embeds_override: dict[int, torch.Tensor] | None = None) -> StepOutput:
+               embeds_override: dict[int, torch.Tensor] | None = None,
+               adapters: list[LoraAdapter | None] | None = None) -> StepOutput:
         """One token for each of rows 0..B-1; row b writes position lengths[b] and attends to 0..lengths[b].
 
-        `embeds_override` feeds a given input embedding instead of the token's for some rows."""
-        return StepOutput.concat(self.decode_groups(token_ids, lengths, want_hidden, embeds_override))
+        `embeds_override` feeds a given input embedding instead of the token's for some rows;
+        `adapters` names each row's LoRA adapter (None = the base model)."""
+        return StepOutput.concat(self.decode_groups(token_ids, lengths, want_hidden, embeds_override,
+                                                    adapters=adapters))
 
     def decode_groups(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                       embeds_override: dict[int, torch.Tensor] | None = None,
-                      then: Callable[[int, int, StepOutput], T] | None = None) -> list[T]:
+                      then: Callable[[int, int, StepOutput], T] | None = None,
+                      adapters: list[LoraAdapter | None] | None = None) -> list[T]:
         """`decode`, by row group: with `decode_threads` > 1 and enough rows, contiguous groups of rows
         run their whole forward in parallel threads (decode_layer.py says why that needs the scripted
         layers). `then(first, end, output)` runs in the group's thread right after its forward (the
@@ -161,8 +170,10 @@ class ModelRunner:
         overrides = embeds_override or {}
 
         def group(first: int, end: int):
+            lora = NO_LORA if adapters is None else lora_rows(adapters[first:end], self.device)
             out = self._decode_rows(first, token_ids[first:end], lengths[first:end], want_hidden,
-                                    {row - first: vector for row, vector in overrides.items() if first <= row < end})
+                                    {row - first: vector for row, vector in overrides.items() if first <= row < end},
+                                    lora)
             return out if then is None else then(first, end, out)
 
         return self._helpers.run([partial(group, first, end) for first, end in self._row_groups(len(token_ids))])
@@ -174,7 +185,7 @@ class ModelRunner:
 
     @torch.inference_mode()  # per thread: the helpers run this too
     def _decode_rows(self, first: int, token_ids: list[int], lengths: list[int], want_hidden: bool,
-                     overrides: dict[int, torch.Tensor]) -> StepOutput:
+                     overrides: dict[int, torch.Tensor], lora: LoraRows = NO_LORA) -> StepOutput:
         """The forward of slots first..first+B-1 (rows of the batch at those slots)."""
         rows = len(token_ids)
         longest = max(lengths) + 1
@@ -192,14 +203,16 @@ class ModelRunner:
         for index, layer in enumerate(self.layers):
             keys, values = self.cache.keys[index], self.cache.values[index]
             if scripted is not None:
-                hidden = scripted[index](hidden, *rope, mask, slots, keys, values, first, longest)
+                hidden = scripted[index](hidden, *rope, mask, slots, keys, values, first, longest, lora.rows,
+                                         lora.weights(index))
                 continue
 
             def write(k, v, keys=keys, values=values):  # k, v: [B, 1, kv_heads, head_dim]
                 self.cache.write_decode(keys, values, slots, k, v)
 
             hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
-                                 keys[first:first + rows, :, :longest], values[first:first + rows, :, :longest])
+                                 keys[first:first + rows, :, :longest], values[first:first + rows, :, :longest],
+                                 lora.rows, lora.weights(index))
         hidden = rms_norm(self.final_norm, hidden)[:, 0]
         logits = self._head(hidden).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
@@ -250,18 +263,20 @@ class ModelRunner:
             torch.mm(hidden, chunk.t(), out=logits[:, index * _HEAD_CHUNK:index * _HEAD_CHUNK + chunk.shape[0]])
         return logits
 
-    def _layer(self, fused: FusedLayer, layer, hidden, rope, mask, write, keys, values) -> torch.Tensor:
-        attention = layer.self_attn
+    def _layer(self, fused: FusedLayer, layer, hidden, rope, mask, write, keys, values,
+               lora_rows: list[torch.Tensor], lora: list[torch.Tensor]) -> torch.Tensor:
+        """One decoder layer; `lora_rows` / `lora`: the LoRA segments of the rows (delta.py)."""
+        attention, mlp = layer.self_attn, layer.mlp
         batch, length, _ = hidden.shape
         heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
         normed = rms_norm(layer.input_layernorm, hidden)
         if fused.qkv is not None:
-            qkv = fused.qkv(normed).view(batch, length, heads + 2 * kv_heads, head_dim)
-            query_key, value = qkv[:, :, : heads + kv_heads], qkv[:, :, heads + kv_heads:]
+            qkv = fused.qkv(normed)
         else:
-            query_key = torch.cat([attention.q_proj(normed).view(batch, length, heads, head_dim),
-                                   attention.k_proj(normed).view(batch, length, kv_heads, head_dim)], dim=2)
-            value = attention.v_proj(normed).view(batch, length, kv_heads, head_dim)
+            qkv = torch.cat([attention.q_proj(normed), attention.k_proj(normed), attention.v_proj(normed)], dim=-1)
+        _add_lora(normed, qkv, lora_rows, lora, 0)
+        qkv = qkv.view(batch, length, heads + 2 * kv_heads, head_dim)
+        query_key, value = qkv[:, :, : heads + kv_heads], qkv[:, :, heads + kv_heads:]
         if hasattr(attention, "q_norm"):  # Qwen3-style per-head norms, before the rotation
             query_key = torch.cat([attention.q_norm(query_key[:, :, :heads]),
                                    attention.k_norm(query_key[:, :, heads:])], dim=2)
@@ -274,9 +289,27 @@ class ModelRunner:
             query = query_key[:, :, :heads].transpose(1, 2)
             out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, enable_gqa=True, scale=scale)
             out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
-        hidden = hidden + fused.o_proj(out)
+        projected = fused.o_proj(out)
+        _add_lora(out, projected, lora_rows, lora, 1)
+        hidden = hidden + projected
         normed = rms_norm(layer.post_attention_layernorm, hidden)
-        if fused.gate_up is None:
-            return hidden + layer.mlp(normed)
-        gate, up = fused.gate_up(normed).chunk(2, dim=-1)
-        return hidden + fused.down_proj(fused.act(gate) * up)
+        if fused.gate_up is not None:
+            gate_up, act, down_proj = fused.gate_up(normed), fused.act, fused.down_proj
+        elif lora_rows:  # bitsandbytes: the MLP's modules one by one, so the adapter reaches each of them
+            gate_up, act, down_proj = torch.cat([mlp.gate_proj(normed), mlp.up_proj(normed)], dim=-1), \
+                mlp.act_fn, mlp.down_proj
+        else:
+            return hidden + mlp(normed)
+        _add_lora(normed, gate_up, lora_rows, lora, 2)
+        gate, up = gate_up.chunk(2, dim=-1)
+        inner = act(gate) * up
+        projected = down_proj(inner)
+        _add_lora(inner, projected, lora_rows, lora, 3)
+        return hidden + projected
+
+
+def _add_lora(x: torch.Tensor, out: torch.Tensor, rows: list[torch.Tensor], weights: list[torch.Tensor],
+              group: int) -> None:
+    """delta.add_lora on the flattened rows of a projection's input and output (any leading shape)."""
+    if rows:
+        add_lora(x.reshape(-1, x.shape[-1]), out.view(-1, out.shape[-1]), rows, weights, group)

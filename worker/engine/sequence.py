@@ -40,11 +40,20 @@ class RequestState:
     prompt_ids_logprobs: list[list] = field(default_factory=list)  # per token 1..L-1: [(requested id, logprob)]
     last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
     beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
+    adapter: object = None  # worker.lora.adapter.LoraAdapter once admitted with one
     submitted: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0  # waited before its prefill started
     cancelled: bool = False
     deadline_missed: bool = False
     done: bool = False
+    failure: str = ""  # why it failed alone in a step (engine.py, row_faults.py)
+
+    def end(self, failure: str = "") -> None:
+        """It ends without a result (it failed alone, or its deadline passed): its rows leave the batch."""
+        for sequence in self.sequences:
+            sequence.finish = sequence.finish or "error"
+        self.failure = failure
+        self.done = True
 
     @property
     def request_id(self) -> str:

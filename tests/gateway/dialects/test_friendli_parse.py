@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dialects.friendli_fields import LEGACY_KEYS, is_legacy
-from gateway.dialects.openai import OpenAICompletions
-from gateway.dialects.openai_chat import OpenAIChat
+from gateway.dialects.friendli.legacy import LEGACY_KEYS, is_legacy
+from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.dialects.openai.chat import OpenAIChat
 from gateway.errors import ValidationFailed
 
 FRIENDLI = OpenAICompletions(friendli=True)
@@ -68,7 +68,7 @@ def test_dedicated_model_is_the_endpoint_id():
 
 
 def test_legacy_container_client_may_omit_the_model_on_v1():
-    from gateway.dialects.openai import DEFAULT_MODEL, OpenAICompletions
+    from gateway.dialects.openai.completions import DEFAULT_MODEL, OpenAICompletions
 
     legacy = {"prompt": "Hi", "model": None, "num_beams": None, "soft_prompts": None, "max_tokens": 3}
     assert OpenAICompletions().parse(legacy, "/v1/completions").model == DEFAULT_MODEL

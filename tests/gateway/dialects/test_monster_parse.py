@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dialects.monster import MOCK_TEXT, MonsterGenerate
+from gateway.dialects.monster.dialect import MOCK_TEXT, MonsterGenerate
 from gateway.errors import ValidationFailed
 
 MONSTER = MonsterGenerate()

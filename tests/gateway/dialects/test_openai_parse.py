@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway.dialects.openai import OpenAICompletions
-from gateway.dialects.openai_chat import OpenAIChat
+from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.dialects.openai.chat import OpenAIChat
 from gateway.errors import ValidationFailed
 from common.protocol import Constraint
 

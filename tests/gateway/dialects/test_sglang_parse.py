@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dialects.sglang import SGLANG
-from gateway.dialects.sglang_request import BodyInvalid
+from gateway.dialects.sglang.dialect import SGLANG
+from gateway.dialects.sglang.request import BodyInvalid
 from gateway.errors import UpstreamFailed, ValidationFailed
 
 

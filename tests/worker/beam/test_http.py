@@ -28,7 +28,7 @@ def worker_generate(server, **params) -> httpx.Response:
     stream = params.pop("stream", None)
     if stream is not None:
         body["stream"] = stream
-    return httpx.post(f"{server.worker_url()}/generate", json=body, timeout=300)
+    return httpx.post(f"{server.worker_url()}/generate", json=body, headers=server.worker_headers(), timeout=300)
 
 
 WORKER_REFUSED = [

@@ -79,3 +79,14 @@ def hf_processors(row: RowSpec) -> LogitsProcessorList:
 def hf_scores(row: RowSpec, history: list[int], logits: torch.Tensor) -> torch.Tensor:
     """transformers' processed scores for one row alone ([V] in, [V] out)."""
     return hf_processors(row)(torch.tensor([history]), logits[None].clone())[0]
+
+
+def first_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
+    """What a stop-string matcher must give for the whole text: the text before the stop that completes
+    first (ties: the one starting first), and that stop; or the text and None."""
+    best = None
+    for stop in stops:
+        start = text.find(stop) if stop else -1
+        if start >= 0 and (best is None or (start + len(stop), start) < best[:2]):
+            best = (start + len(stop), start, stop)
+    return (text, None) if best is None else (text[: best[1]], best[2])

@@ -1,28 +1,25 @@
-"""SentencePiece-style decoding (Metaspace + byte fallback, as Llama/Mistral): a tiny tokenizer built here."""
+"""SentencePiece-style decoding (Metaspace + byte fallback, as Llama/Mistral), on a tiny tokenizer built in
+memory (sentencepiece_style.py)."""
 
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, decoders, models
-from transformers import PreTrainedTokenizerFast
 
+from tests.worker.decoding.sentencepiece_style import (
+    BANG,
+    EMOJI,
+    HELLO,
+    SAY,
+    SPACE,
+    WORLD,
+    sentencepiece_style_tokenizer,
+)
 from worker.decoding import IncrementalDetokenizer
-
-SAY, HELLO, WORLD, BANG, SPACE = 3, 4, 5, 6, 7
-EMOJI = [8, 9, 10, 11]  # the four UTF-8 bytes of 😀 as <0x..> byte-fallback tokens
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "▁Say": SAY, "▁Hello": HELLO, "▁world": WORLD, "!": BANG, "▁": SPACE}
-    for i, byte in enumerate("😀".encode()):
-        vocab[f"<0x{byte:02X}>"] = EMOJI[i]
-    model = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>"))
-    # the Llama decoder: ▁ -> space, bytes fused, and the first leading space of a decode stripped
-    model.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    return PreTrainedTokenizerFast(tokenizer_object=model, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    return sentencepiece_style_tokenizer()
 
 
 GENERATED = [HELLO, WORLD, SPACE, *EMOJI, BANG, 2, HELLO]

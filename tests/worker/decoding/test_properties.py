@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.worker.decoding.helpers import spec
+from tests.worker.decoding.helpers import first_stop, spec
 from worker.decoding import DecodingBatch, StopMatcher
 
 V = 30
@@ -103,16 +103,6 @@ def test_bad_words_never_completed(prompt, phrases, steps, seed):
                 assert history[max(0, end - len(phrase)) : end] != phrase, (history, phrase)
 
 
-def _reference(text: str, stops: list[str]) -> tuple[str, str | None]:
-    """The stop that completes first in the whole text (ties: the one starting first)."""
-    best = None
-    for stop in stops:
-        start = text.find(stop)
-        if start >= 0 and (best is None or (start + len(stop), start) < best[:2]):
-            best = (start + len(stop), start, stop)
-    return (text, None) if best is None else (text[: best[1]], best[2])
-
-
 alphabet = st.text(alphabet="ab \n😀", max_size=40)
 
 
@@ -122,7 +112,7 @@ def test_stop_matcher_any_chunking(text, stops, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=10)))
     chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
     matcher = StopMatcher(stops)
-    expected_text, expected_stop = _reference(text, stops)
+    expected_text, expected_stop = first_stop(text, stops)
     out, matched = "", None
     for chunk in chunks:
         emitted, matched = matcher.push(chunk)

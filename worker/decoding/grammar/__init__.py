@@ -3,6 +3,7 @@ as a per-row token mask inside the decoding batch."""
 
 from worker.decoding.grammar.compiler import (
     Grammar,
+    GrammarBusy,
     GrammarCompiler,
     GrammarError,
     GrammarTimeout,
@@ -10,4 +11,5 @@ from worker.decoding.grammar.compiler import (
 from worker.decoding.grammar.mask import GrammarMasker
 from worker.decoding.grammar.matcher import GrammarState
 
-__all__ = ["Grammar", "GrammarCompiler", "GrammarError", "GrammarMasker", "GrammarState", "GrammarTimeout"]
+__all__ = ["Grammar", "GrammarBusy", "GrammarCompiler", "GrammarError", "GrammarMasker", "GrammarState",
+           "GrammarTimeout"]

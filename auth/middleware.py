@@ -1,0 +1,45 @@
+"""How a Litestar app authenticates with this package.
+
+- `ApiKeyAuthentication` (middleware) sets `request.user` to the caller's `Principal` (bearer key + team
+  header) and `request.auth` to its key id, on every route except those whose handler opts out with
+  `opt=PUBLIC` and the paths given as `exclude`. It raises `AuthError` (401, 403, 429 with Retry-After)
+  or `StoreUnavailable` (503), which the app renders in the envelope of the route that was called.
+- `require_admin` is the guard of admin-only routes.
+- The app keeps its opened `AuthService` in `app.state.auth`; `auth_service` provides it to handlers
+  (`Provide(auth_service)` under the name `auth`).
+"""
+
+from __future__ import annotations
+
+from litestar.connection import ASGIConnection
+from litestar.datastructures import State
+from litestar.handlers import BaseRouteHandler
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult, DefineMiddleware
+
+from auth.errors import AuthError
+from auth.http import client_address, team_header
+from auth.service import AuthService
+
+PUBLIC = {"exclude_from_auth": True}  # `opt` of a route anyone may call without a key
+STATE_KEY = "auth"
+
+
+def auth_service(state: State) -> AuthService:
+    return state[STATE_KEY]
+
+
+class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
+    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
+        principal = await auth_service(connection.app.state).authenticate(
+            connection.headers.get("authorization"), team_header(connection.headers), client_address(connection))
+        return AuthenticationResult(user=principal, auth=principal.key_id)
+
+
+def authentication(exclude: list[str] | None = None) -> DefineMiddleware:
+    """The middleware for an app's `middleware` list; `exclude`: path patterns served without a key."""
+    return DefineMiddleware(ApiKeyAuthentication, exclude=exclude)
+
+
+def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    if not connection.user.is_admin:
+        raise AuthError.denied("This API needs an admin key.")

@@ -1,0 +1,50 @@
+"""DataCrunch (Verda) inference endpoints: `POST /v1/completions/generate` and `/generate_stream`, and
+`GET /v1/completions/health`.
+
+A room of its own because it is a public API of its own (its paths, a 20-token default, an optional `model`,
+its health reply, its SDK), while its bodies, replies and errors are TGI's: the routes serve the TGI dialect.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, Router, get, post
+from litestar.response import Response, Stream
+
+from auth.middleware import PUBLIC
+from gateway.dialects.tgi.dialect import TGI
+from gateway.dialects.tgi.docs import TGI_DOC, TGI_STREAM_DOC
+from gateway.generation import handle_generation
+from gateway.services import Services
+
+DEFAULT_MAX_NEW_TOKENS = 20
+GENERATE = TGI(DEFAULT_MAX_NEW_TOKENS, stream=False)
+GENERATE_STREAM = TGI(DEFAULT_MAX_NEW_TOKENS, stream=True)
+_json = msgspec.json.Encoder()
+
+
+@post("/v1/completions/generate", status_code=200, summary="DataCrunch: generate (TGI dialect with `model`)",
+      tags=["DataCrunch"], operation_class=TGI_DOC)
+async def generate(request: Request, services: Services) -> Response | Stream:
+    return await handle_generation(request, services, GENERATE, "/v1/completions/generate")
+
+
+@post("/v1/completions/generate_stream", status_code=200, summary="DataCrunch: stream generated tokens",
+      tags=["DataCrunch"], operation_class=TGI_STREAM_DOC)
+async def generate_stream(request: Request, services: Services) -> Response | Stream:
+    return await handle_generation(request, services, GENERATE_STREAM, "/v1/completions/generate_stream")
+
+
+@get("/v1/completions/health", summary="DataCrunch: 200 once every model has a ready worker", tags=["DataCrunch"],
+     opt=PUBLIC)
+async def health(services: Services) -> Response:
+    missing = services.router.unready_models()
+    if missing:
+        body = {"error": f"no ready worker for: {', '.join(missing)}", "error_type": "healthcheck"}
+        return Response(_json.encode(body), status_code=503, media_type="application/json")
+    return Response(_json.encode({"status": "ok"}), media_type="application/json")
+
+
+def router() -> Router:
+    return Router(path="/", route_handlers=[generate, generate_stream, health],
+                  exception_handlers=GENERATE.exception_handlers())

@@ -1,0 +1,154 @@
+"""OpenAI `POST /v1/chat/completions` (Friendli chat fields as extensions), also Friendli's chat routes.
+
+`messages` go to the worker, which applies the model's chat template. Replies always carry
+`id, object, created, model, system_fingerprint, usage, choices[{index, message{role, content},
+finish_reason, logprobs}]` (the strictest clients, Speakeasy and text-generation, need all of them).
+Streams: a role delta per choice first, content deltas, an empty-delta finish chunk per choice, the
+usage chunk when `stream_options.include_usage`, then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gateway.collect import Result
+from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
+from gateway.dialects.openai.completions import FINISH, stream_end, usage
+from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
+from gateway.errors import ValidationFailed
+from common.protocol import Done, Event, Finish, GenerateRequest, Token
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_TOP_LOGPROBS = 20
+FINGERPRINT = "fp_sluice"
+
+
+class ChatBody(OpenAIRequest, kw_only=True):
+    messages: list | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list | None = None
+    function_call: str | dict | None = None
+    chat_template_kwargs: dict | None = None
+
+
+@dataclass
+class ChatOptions:
+    include_usage: bool
+    logprobs: bool
+    n: int
+
+
+def text_of(content, index: int) -> str:
+    """Message content: a string, null, or a list of `{"type": "text", "text": ...}` parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    check(isinstance(content, list), f"messages[{index}].content must be a string or a list of parts", "messages")
+    texts = []
+    for part in content:
+        check(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str),
+              f"messages[{index}]: only text content parts are supported by this model", "messages")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def normalise_messages(messages) -> list[dict]:
+    check(messages is not None, "messages is required", "messages")
+    check(isinstance(messages, list) and len(messages) > 0, "messages must be a non-empty list", "messages")
+    result = []
+    for index, message in enumerate(messages):
+        check(isinstance(message, dict), f"messages[{index}] must be an object", "messages")
+        role = message.get("role")
+        check(role in ROLES, f"messages[{index}].role must be one of {', '.join(ROLES)}", "messages")
+        check(not message.get("tool_calls"), "tool calls are not supported yet", "messages")
+        result.append({"role": "system" if role == "developer" else role,
+                       "content": text_of(message.get("content"), index)})
+    return result
+
+
+def refuse_tools(body: ChatBody) -> None:
+    if body.tools or body.functions:
+        raise ValidationFailed("tool calling (tools/functions) is not supported yet", param="tools",
+                               code="tools_not_supported")
+    check(body.tool_choice in (None, "none", "auto"), "tool_choice needs tools, which are not supported yet",
+          "tool_choice")
+    check(body.function_call in (None, "none", "auto"), "function_call is not supported yet", "function_call")
+    check(body.chat_template_kwargs is None, "chat_template_kwargs is not supported yet", "chat_template_kwargs")
+
+
+class OpenAIChat(OpenAIFamily):
+
+    def parse(self, payload, route: str) -> Parsed:
+        body = convert(payload, ChatBody)
+        check(bool(body.model), "model is required", "model")
+        messages = normalise_messages(body.messages)
+        refuse_tools(body)
+        check(body.max_tokens is None or body.max_completion_tokens is None,
+              "max_tokens and max_completion_tokens are mutually exclusive", "max_completion_tokens")
+        if body.max_completion_tokens is not None:
+            body.max_tokens = body.max_completion_tokens
+        top = body.top_logprobs
+        check(top is None or 0 <= top <= MAX_TOP_LOGPROBS, f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}",
+              "top_logprobs")
+        check(top is None or top == 0 or body.logprobs, "top_logprobs needs logprobs: true", "top_logprobs")
+        logprobs = (top or 0) if body.logprobs else None
+        params = sampling_params(body, default_max_tokens=None, max_temperature=None if self.friendli else 2.0,
+                                 logprobs=logprobs)
+        request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
+                                  deadline_unix=deadline(body.timeout_microseconds), stream=bool(body.stream))
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return Parsed(body.model, [request], bool(body.stream),
+                      ChatOptions(include_usage, logprobs is not None, params.n))
+
+    def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
+        options: ChatOptions = parsed.options
+        choices = [{"index": c.finish.index, "message": {"role": "assistant", "content": c.finish.text},
+                    "finish_reason": FINISH[c.finish.reason],
+                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **incomplete(c.finish)}
+                   for c in results[0].ordered()]
+        return {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion", "created": meta.created,
+                "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices, "usage": usage(results)}
+
+    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+        options: ChatOptions = parsed.options
+        head = {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion.chunk", "created": meta.created,
+                "model": meta.model, "system_fingerprint": FINGERPRINT}
+        for index in range(options.n):
+            yield sse({**head, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                            "finish_reason": None, "logprobs": None}]})
+        dones: list[Done] = []
+        async for _, event in events:
+            if isinstance(event, Token):
+                if not event.text and not options.logprobs:
+                    continue  # a token whose text is still incomplete UTF-8: nothing to show yet
+                yield sse({**head, "choices": [{"index": event.index, "delta": {"content": event.text},
+                                                "finish_reason": None,
+                                                "logprobs": chat_logprobs([event]) if options.logprobs else None}]})
+            elif isinstance(event, Finish):
+                yield sse({**head, "choices": [{"index": event.index, "delta": {},
+                                                "finish_reason": FINISH[event.reason], "logprobs": None,
+                                                **incomplete(event)}]})
+            elif isinstance(event, Done):
+                dones.append(event)
+        for chunk in stream_end(head, dones, options.include_usage):
+            yield chunk
+
+
+def _entry(text: str, logprob: float | None) -> dict:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+
+def chat_logprobs(tokens: list[Token]) -> dict:
+    """OpenAI chat layout: `content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]`."""
+    content = []
+    for token in tokens:
+        entry = _entry(token.piece if token.piece is not None else token.text, token.logprob)
+        entry["top_logprobs"] = [_entry(t.text, t.logprob) for t in token.top_logprobs or []]
+        content.append(entry)
+    return {"content": content, "refusal": None}

@@ -1,0 +1,46 @@
+"""OpenAI routes (also Friendli's container paths): `/v1/completions`, `/v1/chat/completions`, `/v1/models`.
+
+`X-API-Dialect: friendli-legacy` forces Friendli's legacy completions stream; the body's legacy-only
+keys select it too (see `gateway.dialects.friendli.legacy`).
+"""
+
+from __future__ import annotations
+
+from litestar import Request, Router, get, post
+from litestar.response import Response, Stream
+
+from gateway.dialects.friendli.legacy import wants_legacy
+from gateway.dialects.openai.chat import ChatBody, OpenAIChat
+from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
+from gateway.dialects.openapi import documented
+from gateway.generation import handle_generation
+from gateway.services import Services
+
+OPENAI = OpenAICompletions()
+OPENAI_LEGACY = OpenAICompletions(legacy_header=True)
+CHAT = OpenAIChat()
+
+
+@post("/v1/completions", status_code=200, summary="OpenAI completions (Friendli fields accepted)",
+      operation_class=documented(CompletionBody))
+async def completions(request: Request, services: Services) -> Response | Stream:
+    dialect = OPENAI_LEGACY if wants_legacy(request.headers.get("x-api-dialect")) else OPENAI
+    return await handle_generation(request, services, dialect, "/v1/completions")
+
+
+@post("/v1/chat/completions", status_code=200, summary="OpenAI chat completions (Friendli fields accepted)",
+      operation_class=documented(ChatBody))
+async def chat_completions(request: Request, services: Services) -> Response | Stream:
+    return await handle_generation(request, services, CHAT, "/v1/chat/completions")
+
+
+@get("/v1/models", summary="List served models")
+async def models(services: Services) -> dict:
+    data = [{"id": name, "object": "model", "created": int(services.started_at), "owned_by": "sluice"}
+            for name in services.router.pools]
+    return {"object": "list", "data": data}
+
+
+def router() -> Router:
+    return Router(path="/", route_handlers=[completions, chat_completions, models],
+                  exception_handlers=OPENAI.exception_handlers())

@@ -1,0 +1,148 @@
+"""One generation request through the gateway, the same for every dialect:
+
+    (authenticated by the middleware) -> read + parse (dialect) -> model + permission -> admit (limits)
+    -> proxy to a worker -> render (dialect) -> settle limits -> one ledger record
+
+Errors at any point are rendered in the dialect's own envelope. Streamed responses account in the
+generator's `finally`, so a client that disconnects is billed for what was generated until then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+from litestar import Request, Response
+from litestar.response import Stream
+
+from auth import Principal
+from gateway.accounting import Accounting
+from gateway.collect import Result, merge
+from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
+from gateway.errors import NotFound, SluiceError
+from gateway.logs import request_id_of
+from gateway.proxy import stream_events
+from gateway.services import Services
+from common.json_body import read_json
+from common.protocol import Event
+
+_json = msgspec.json.Encoder()
+UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
+
+
+async def handle_generation(request: Request, services: Services, dialect: Dialect, route: str,
+                            payload: Any = UNREAD) -> Response | Stream:
+    principal: Principal = request.user  # set by the authentication middleware
+    request_id = request_id_of(request)
+    accounting = Accounting(services, principal, request_id, dialect.name, route)
+    request.scope["state"].setdefault("finalizers", []).append(partial(accounting.finish, "cancelled"))
+    try:
+        if payload is UNREAD:
+            payload = await read_json(request)
+        if dialect.model_optional:
+            with_default_model(services.router, payload)
+        if isinstance(payload, dict) and isinstance(payload.get("model"), str):
+            accounting.model = payload["model"]  # a rejected request is still attributed to its model
+        parsed = dialect.parse(payload, route)
+        if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
+            accounting.discard()
+            return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
+        router = services.router
+        parsed.model = router.resolve(parsed.model)
+        accounting.model = parsed.model
+        structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
+        pool = router.pool(parsed.model)
+        if pool is None:
+            raise NotFound(f"the model {parsed.model!r} does not exist")
+        services.auth.check_model(principal, parsed.model)
+        await accounting.admit(parsed)
+        for index, generate in enumerate(parsed.requests):
+            generate.request_id = f"{request_id}-{index}"
+            generate.model = parsed.model
+        meta = Meta(request_id, int(time.time()), parsed.model)
+        streams = [stream_events(pool, r) for r in parsed.requests]
+        if parsed.stream:
+            # a client that leaves before the stream starts never runs the generator: the request's
+            # finalizer (gateway/logs.py) records it then, since finish runs exactly once
+            merged = merge(streams)
+            first = await _first_event(merged)  # errors before the first token keep their real status
+            if first is not None:
+                accounting.observe(first[1])
+            return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
+                          media_type=dialect.stream_media_type,
+                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
+        results = await _collect(streams, len(parsed.requests), accounting)
+        body = dialect.render(parsed, results, meta)
+        await accounting.finish("ok")
+        extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
+                                         accounting.dispatched - accounting.started)
+        return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
+    except SluiceError as error:
+        await accounting.finish(accounting.failure_status(error), error)
+        return dialect.error_response(error, accounting.headers())
+    except Exception:  # e.g. the client left while its body was read: still one record, limits settled
+        await accounting.finish("error")
+        raise
+
+
+async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:
+    results = [Result() for _ in range(count)]
+    async for index, event in merge(streams):
+        accounting.observe(event)
+        results[index].add(event)
+    return results
+
+
+async def _first_event(merged: AsyncIterator[tuple[int, Event]]) -> tuple[int, Event] | None:
+    """Wait for the workers' first event before any header goes out, so a refusal that comes before
+    the first token (deadline missed, prompt too long, worker validation) is a real 4xx, not a 200
+    with an error event. The proxy holds `Accepted` back until the first token, so nothing is lost."""
+    try:
+        return await anext(merged)
+    except StopAsyncIteration:
+        return None
+    except BaseException:
+        await merged.aclose()
+        raise
+
+
+async def _stream(dialect: Dialect, parsed: Parsed, first: tuple[int, Event] | None, merged, meta: Meta,
+                  accounting: Accounting) -> AsyncIterator[bytes]:
+    async def observed() -> AsyncIterator[tuple[int, Event]]:
+        if first is not None:  # observed when it arrived
+            yield first
+        async for index, event in merged:
+            accounting.observe(event)
+            yield index, event
+
+    status = "cancelled"
+    rendered = dialect.stream(parsed, observed(), meta)
+    held: bytes | None = None  # the last chunk waits until the usage record is durable
+    try:
+        async for chunk in rendered:
+            if held is not None:
+                yield held
+            held = chunk
+        status = "ok"
+        await accounting.finish("ok")
+    except SluiceError as error:
+        status = "error"
+        if held is not None:
+            yield held
+            held = None
+        await accounting.finish("error", error)
+        yield dialect.stream_error(error)
+    finally:
+        # a client disconnect cancels this task's scope: shield the cleanup, or settle and the ledger
+        # record would be cancelled too (the concurrency slot would leak until its lease expires)
+        with anyio.CancelScope(shield=True):
+            await rendered.aclose()
+            await merged.aclose()
+            await accounting.finish(status)
+    if held is not None:
+        yield held

@@ -1,0 +1,154 @@
+"""The gateway's lifespan as a Litestar plugin: it opens the services (auth, limiter, pricing, ledger, model
+router, local workers) when the app starts, closes whatever it opened in reverse order when it stops or
+when a later step fails, and provides them to handlers by dependency injection (`services`, `ledger`;
+the auth package reads `app.state.auth`).
+
+A step that fails at start raises `StartupError` with one line saying what failed and how to fix it; the
+line is kept in `app.state.startup_failure` for `sluice serve`, which prints it and exits 1. A new start-up
+step (a model source that cannot load, say) raises `StartupError` the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import structlog
+from litestar import Litestar
+from litestar.config.app import AppConfig
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.plugins import InitPluginProtocol
+
+from auth import AuthService, Bootstrap
+from auth.middleware import STATE_KEY
+from billing.ledger import Ledger
+from billing.pricing import PricingError, PricingTable
+from common.errors import StoreUnavailable
+from gateway.config import Settings
+from gateway.limits import open_limiter
+from gateway.routing.pool import Router
+from gateway.routing.supervisor import Supervisor
+from gateway.secrets import load_pepper
+from gateway.services import Services
+
+log = structlog.get_logger("gateway")
+STATE_FAILURE = "startup_failure"
+
+
+class StartupError(Exception):
+    """A start-up step failed in a way the operator must fix; the message says what and how, in one line."""
+
+
+def redacted(url: str) -> str:
+    """A database URL without its password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _cause(error: BaseException) -> str:
+    cause = error.__cause__ or error
+    return f"{type(cause).__name__}: {cause}".strip().rstrip(":")
+
+
+def database_failure(url: str, error: BaseException) -> StartupError:
+    return StartupError(f"cannot open the database {redacted(url)} ({_cause(error)}): check database_url "
+                        "(or SLUICE_DATABASE_URL) and that the database server is running and reachable")
+
+
+def announce(bootstrap: Bootstrap) -> None:
+    """Clear keys are shown once, on stdout, never logged."""
+    if bootstrap.admin_key:
+        print(f"Sluice admin key (shown once, store it now): {bootstrap.admin_key}", flush=True)
+    if bootstrap.first_key:
+        print(f"Sluice API key for team 'default' (shown once): {bootstrap.first_key}", flush=True)
+
+
+def provide_services(state: State) -> Services:
+    return state.services
+
+
+def provide_ledger(state: State) -> Ledger | None:
+    return state.services.ledger
+
+
+class GatewayServices(InitPluginProtocol):
+    """`supervise=False` starts no local worker (the models' `urls` name remote ones, or tests run none)."""
+
+    def __init__(self, settings: Settings, *, supervise: bool = True) -> None:
+        self.settings = settings
+        self.supervise = supervise
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.lifespan.append(self.lifespan)
+        app_config.dependencies.update(services=Provide(provide_services, sync_to_thread=False),
+                                       ledger=Provide(provide_ledger, sync_to_thread=False))
+        return app_config
+
+    @asynccontextmanager
+    async def lifespan(self, app: Litestar):
+        async with AsyncExitStack() as opened:
+            try:
+                app.state.services = await self._open(opened)
+            except StartupError as error:
+                app.state[STATE_FAILURE] = str(error)
+                raise
+            except Exception as error:
+                log.exception("startup_failed")
+                app.state[STATE_FAILURE] = f"start-up failed unexpectedly ({_cause(error)}); see the log above"
+                raise
+            app.state[STATE_KEY] = app.state.services.auth
+            settings = self.settings
+            print(f"Sluice gateway listening on http://{settings.host}:{settings.port} "
+                  f"(models: {', '.join(m.name for m in settings.models)})", flush=True)
+            yield
+        log.info("gateway_stopped")
+
+    async def _open(self, opened: AsyncExitStack) -> Services:
+        settings = self.settings
+        data = settings.data_path
+        try:
+            data.mkdir(parents=True, exist_ok=True)
+            pepper = load_pepper(data)
+        except OSError as error:
+            raise StartupError(f"cannot use the data directory {data} ({error.strerror}): choose a writable one "
+                               "with --data-dir (or data_dir / SLUICE_DATA_DIR)") from error
+        url = settings.resolved_database_url
+        try:
+            auth = await AuthService.open(url, pepper)
+        except (StoreUnavailable, ValueError) as error:
+            raise database_failure(url, error) from error
+        opened.push_async_callback(auth.close)
+        try:
+            announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
+        except ValueError as error:  # an admin key of no usable shape
+            raise StartupError(str(error)) from error
+        limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open)
+        opened.push_async_callback(limiter.close)
+        ledger = None
+        if settings.ledger_enabled:
+            try:
+                pricing = PricingTable(settings.pricing_file or None, section="pricing")
+            except (OSError, PricingError, ValueError) as error:
+                raise StartupError(f"cannot read pricing_file {settings.pricing_file} ({_cause(error)}): fix the "
+                                   "file, or unset pricing_file") from error
+            try:
+                ledger = await Ledger.open(url, data / "billing-wal", pricing)
+            except StoreUnavailable as error:
+                raise database_failure(url, error) from error
+            opened.push_async_callback(ledger.close)
+        supervisor = Supervisor(data)
+        opened.push_async_callback(supervisor.stop)
+        router = Router()
+        opened.push_async_callback(router.close)
+        for model in settings.models:
+            if model.urls:
+                for url in model.urls:
+                    router.add_replica(model.name, url)
+            elif self.supervise:
+                for index in range(model.replicas):
+                    router.add_replica(model.name, supervisor.add(model, index).url)
+        await supervisor.start()
+        await router.start()
+        return Services(settings, router, auth, limiter, ledger, started_at=time.time())

@@ -1,0 +1,23 @@
+"""What the request handlers share, opened once per app by its lifespan (`gateway.lifespan`). Handlers reach
+it through dependency injection: a parameter `services: Services` (the billing routes take `ledger`, the
+admin routes `auth`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from auth import AuthService
+from billing.ledger import Ledger
+from gateway.config import Settings
+from gateway.limits import Limiter
+from gateway.routing.pool import Router
+
+
+@dataclass
+class Services:
+    settings: Settings
+    router: Router
+    auth: AuthService
+    limiter: Limiter
+    ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
+    started_at: float  # unix time, `created` of /v1/models

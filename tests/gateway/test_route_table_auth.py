@@ -1,0 +1,61 @@
+"""Authentication over the app's own route table: every route needs a key except the public ones listed
+here (so a new route is authenticated unless someone decides otherwise), and a missing or wrong key is a
+401 in the envelope of the route's own dialect. Through the real ASGI app and its lifespan (SQLite auth and
+ledger in a temporary data dir; the model's worker address answers nothing, which no check here needs)."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from common.protocol import ModelConfig
+from gateway.app import create_app
+from gateway.config import Settings
+from tests.fixtures.servers import free_port
+from tests.gateway.route_table import envelope, route_table
+
+PUBLIC = {"/health", "/metrics", "/info", "/get_model_info", "/get_server_info", "/health_generate",
+          "/v1/completions/health"}
+
+
+@pytest.fixture
+async def client(tmp_path):
+    model = ModelConfig(name="m", urls=[f"http://127.0.0.1:{free_port()}"])
+    app = create_app(Settings(data_dir=str(tmp_path), models=[model]), supervise=False)
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client
+
+
+def assert_401_envelope(method: str, path: str, response) -> None:
+    assert response.status_code == 401, (method, path, response.status_code, response.text)
+    error = envelope(path, response.json())
+    assert error["message"] and error["kind"] in ("authentication", "authentication_error", None), (path, error)
+
+
+async def test_every_route_but_the_public_ones_needs_a_key(client):
+    public = set()
+    for method, path, _ in route_table(create_app(Settings(), supervise=False)):
+        response = await client.request(method, path, content=b"{}")
+        if path.startswith("/openapi") or path in PUBLIC:
+            assert response.status_code != 401, (method, path)
+            public.add("/openapi" if path.startswith("/openapi") else path)
+            continue
+        assert_401_envelope(method, path, response)
+    assert public == PUBLIC | {"/openapi"}
+
+
+async def test_an_unknown_key_is_401_in_each_envelope(client):
+    unknown = {"authorization": "Bearer sk-sluice-000000000000-" + "a" * 32}
+    for method, path in (("POST", "/v1/completions"), ("POST", "/serverless/v1/chat/completions"),
+                         ("POST", "/generate"), ("POST", "/detokenize"), ("GET", "/admin/keys"),
+                         ("GET", "/v1/usage")):
+        assert_401_envelope(method, path, await client.request(method, path, headers=unknown, content=b"{}"))
+
+
+async def test_throttled_client_gets_retry_after_in_each_envelope(client):
+    bad = {"authorization": "Bearer sk-sluice-000000000000-" + "b" * 32}
+    for _ in range(10):
+        await client.get("/v1/models", headers=bad)
+    for method, path in (("GET", "/v1/models"), ("POST", "/generate"), ("POST", "/detokenize")):
+        response = await client.request(method, path, headers=bad, content=b"{}")
+        assert response.status_code == 429 and int(response.headers["retry-after"]) >= 1, (path, response.text)

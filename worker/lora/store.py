@@ -1,0 +1,120 @@
+"""The adapters a worker holds: an LRU of at most `capacity`, filled lazily on a background thread.
+
+The engine thread is the only caller (besides `loaded_names`). It asks `get` for a waiting request's
+adapter: a resident one comes back at once; otherwise a load starts on the loader thread (reading,
+checking and laying out the files: disk or S3 time that must not stall the rows that are decoding)
+and the request keeps waiting. A finished load calls `wake` so an idle engine looks again. A slot is
+freed by evicting the least recently used adapter that no running row and no request ahead in the
+queue needs; when there is none, the request waits for rows to finish.
+
+A failed load answers every request that was waiting for it (they came before the failure); a later
+request tries again, so an operator who fixes the files needs no restart.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+import structlog
+import torch
+
+from common.protocol import AdapterRef
+from worker.lora.adapter import LoraAdapter, lay_out, model_shape
+from worker.lora.errors import AdapterError
+from worker.lora.peft_format import read_adapter
+from worker.lora.sources import adapter_directory
+
+log = structlog.get_logger(__name__)
+Key = tuple[str, str]  # (name, source): a name registered again with another source is another adapter
+
+
+def key_of(ref: AdapterRef) -> Key:
+    return ref.name, ref.source
+
+
+class AdapterStore:
+    def __init__(self, decoder_layers: list[torch.nn.Module], dtype: torch.dtype, device: torch.device, *,
+                 capacity: int, max_rank: int, data_dir: Path, wake: Callable[[], None] = lambda: None):
+        self._shape = model_shape(decoder_layers)
+        self._dtype, self._device = dtype, device
+        self.capacity, self._max_rank, self._data_dir, self._wake = capacity, max_rank, data_dir, wake
+        self._resident: OrderedDict[Key, LoraAdapter] = OrderedDict()  # least recently used first
+        self._loading: dict[Key, Future] = {}
+        self._failed: dict[Key, tuple[AdapterError, float]] = {}  # the error and when the load ended
+        self.loaded_names: tuple[str, ...] = ()  # read by /load from other threads: replaced, never mutated
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="sluice-lora-loader", daemon=True).start()
+
+    def get(self, ref: AdapterRef, since: float, reserved: set[Key]) -> LoraAdapter | None:
+        """The adapter if resident (now the most recently used), else None while it loads; raises the
+        AdapterError of a load that failed after `since` (perf_counter of the request's arrival).
+        `reserved`: adapters that must not be evicted to make room (in use, or wanted earlier)."""
+        key = key_of(ref)
+        if key in self._resident:
+            self._resident.move_to_end(key)
+            return self._resident[key]
+        failed = self._failed.get(key)
+        if failed is not None:
+            if since <= failed[1]:
+                raise failed[0]
+            del self._failed[key]
+        future = self._loading.get(key)
+        if future is None:
+            if self._make_room(reserved):
+                self._loading[key] = future = Future()
+                self._jobs.put((ref, future))
+            return None
+        if not future.done():
+            return None
+        del self._loading[key]
+        try:
+            adapter = future.result()
+        except AdapterError as error:
+            self._failed[key] = (error, time.perf_counter())
+            raise
+        self._resident[key] = adapter
+        self.loaded_names = tuple(name for name, _ in self._resident)
+        return adapter
+
+    def loading(self, ref: AdapterRef) -> bool:
+        """Whether `ref` is being loaded (after `get` said None: else it waits for a free slot)."""
+        return key_of(ref) in self._loading
+
+    def _make_room(self, reserved: set[Key]) -> bool:
+        while len(self._resident) + len(self._loading) >= self.capacity:
+            victim = next((key for key in self._resident if key not in reserved), None)
+            if victim is None:
+                return False
+            evicted = self._resident.pop(victim)
+            log.info("adapter_evicted", adapter=evicted.name, source=evicted.source)
+        self.loaded_names = tuple(name for name, _ in self._resident)
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            ref, future = self._jobs.get()
+            try:
+                future.set_result(self._load(ref))
+            except AdapterError as error:
+                log.warning("adapter_load_failed", adapter=ref.name, source=ref.source, kind=error.kind,
+                            reason=error.message)
+                future.set_exception(error)
+            except Exception as error:  # a bug or an odd file must not end the loader thread
+                log.exception("adapter_load_crashed", adapter=ref.name, source=ref.source)
+                future.set_exception(AdapterError(f"cannot load adapter {ref.name!r}: {type(error).__name__}",
+                                                  kind="internal"))
+            self._wake()
+
+    def _load(self, ref: AdapterRef) -> LoraAdapter:
+        started = time.perf_counter()
+        weights = read_adapter(adapter_directory(ref.source, self._data_dir), self._shape, self._max_rank)
+        adapter = lay_out(ref.name, ref.source, weights, self._shape, self._dtype, self._device)
+        log.info("adapter_loaded", adapter=ref.name, source=ref.source, rank=adapter.rank,
+                 mib=round(adapter.nbytes / 2**20, 1), seconds=round(time.perf_counter() - started, 3))
+        return adapter
