@@ -37,6 +37,7 @@ class Accounting:
         self.dones = 0
         self.expected_dones = 0
         self.worker_id = ""
+        self.cold_start_ms = 0.0  # how long the request waited for a replica (the endpoint was waking)
         self._finished = False
 
     @property
@@ -93,7 +94,8 @@ class Accounting:
         metrics.observe(self, status)
         log.info("request_done", request_id=self.request_id, status=status, route=self.route,
                  prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                 latency_ms=round(latency, 2), error=error.code if error else None)
+                 latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
+                 error=error.code if error else None)
         ledger = self.services.ledger
         if ledger is None:
             return

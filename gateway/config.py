@@ -8,7 +8,8 @@ from pathlib import Path
 
 import msgspec
 
-from common.protocol import ModelConfig
+from gateway.endpoints.scaling import ScalingSettings
+from gateway.endpoints.spec import EndpointSpec, as_endpoint
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -22,7 +23,11 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_enabled: bool = True  # False: no usage records, no usage API (benchmarks only)
     max_body_bytes: int = 4 * 1024 * 1024
     log_format: str = "json"  # "json" or "console"
-    models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
+    models: list[EndpointSpec] = msgspec.field(default_factory=lambda: [EndpointSpec()])  # each one an endpoint
+    scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+
+    def __post_init__(self) -> None:
+        self.models = [as_endpoint(model) for model in self.models]
 
     @property
     def data_path(self) -> Path:

@@ -1,7 +1,8 @@
 """One generation request through the gateway, the same for every dialect:
 
-    (authenticated by the middleware) -> read + parse (dialect) -> model + permission -> admit (limits)
-    -> proxy to a worker -> render (dialect) -> settle limits -> one ledger record
+    (authenticated by the middleware) -> read + parse (dialect) -> endpoint + permission -> admit (limits)
+    -> a replica from the endpoint's activator (waiting while it wakes) -> proxy to the worker, with
+    failover -> render (dialect) -> settle limits -> one ledger record (with the wait, `cold_start_ms`)
 
 Errors at any point are rendered in the dialect's own envelope. Streamed responses account in the
 generator's `finally`, so a client that disconnects is billed for what was generated until then.
@@ -24,9 +25,11 @@ from auth import Principal
 from gateway.accounting import Accounting
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
-from gateway.errors import NotFound, SluiceError
+from gateway.endpoints.activator import Lease
+from gateway.endpoints.controller import EndpointController
+from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
+from gateway.errors import SluiceError
 from gateway.logs import request_id_of
-from gateway.proxy import stream_events
 from gateway.services import Services
 from common.json_body import read_json
 from common.protocol import Event
@@ -52,20 +55,23 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
             accounting.discard()
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
-        router = services.router
-        parsed.model = router.resolve(parsed.model)
+        endpoints = services.endpoints
+        endpoint = endpoints.resolve(parsed.model, principal)
+        parsed.model = endpoint.name
         accounting.model = parsed.model
         structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
-        pool = router.pool(parsed.model)
-        if pool is None:
-            raise NotFound(f"the model {parsed.model!r} does not exist")
         services.auth.check_model(principal, parsed.model)
+        header_s = parse_scale_up_timeout(request.headers.get(SCALE_UP_TIMEOUT_HEADER))
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
             generate.model = parsed.model
+        deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
+                                 header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
+        leases = await _leases(services, endpoint, len(parsed.requests), deadline)
+        accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
         meta = Meta(request_id, int(time.time()), parsed.model)
-        streams = [stream_events(pool, r) for r in parsed.requests]
+        streams = [endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
         if parsed.stream:
             # a client that leaves before the stream starts never runs the generator: the request's
             # finalizer (gateway/logs.py) records it then, since finish runs exactly once
@@ -88,6 +94,20 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
         raise
+
+
+async def _leases(services: Services, endpoint: EndpointController, count: int, deadline: float) -> list[Lease]:
+    """One lease per GenerateRequest of the client's request; none is kept when one cannot be had (a
+    client that leaves while waiting cancels this: its place in the queue goes with it)."""
+    leases: list[Lease] = []
+    try:
+        for _ in range(count):
+            leases.append(await services.endpoints.acquire(endpoint, deadline))
+    except BaseException:
+        for lease in leases:
+            services.endpoints.release(endpoint, lease)
+        raise
+    return leases
 
 
 async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from auth import AuthService
 from billing.ledger import Ledger
 from gateway.config import Settings
+from gateway.endpoints.service import Endpoints
 from gateway.limits import Limiter
 from gateway.routing.pool import Router
 
@@ -16,8 +17,13 @@ from gateway.routing.pool import Router
 @dataclass
 class Services:
     settings: Settings
-    router: Router
+    endpoints: Endpoints
     auth: AuthService
     limiter: Limiter
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
+
+    @property
+    def router(self) -> Router:
+        """Every endpoint's replica pool (the routes that read a worker's info or tokenizer)."""
+        return self.endpoints.router

@@ -26,10 +26,12 @@ class EndpointUnavailable(Unavailable):
     """No replica could take the request: the queue is full, the wait ran out, or the endpoint failed.
 
     Carries the endpoint's state (`scaled_to_zero`, `starting`, `ready`, `draining`, `failed`), the
-    failure reason if any, and a Retry-After value, which dialect envelopes show to the client."""
+    failure reason if any, and a Retry-After value, which every dialect envelope shows to the client
+    (`endpoint_state`, `endpoint_reason`)."""
 
     def __init__(self, message: str, *, code: str, state: str, retry_after: float, reason: str | None = None):
         self.retry_after = max(1, math.ceil(retry_after))
         super().__init__(message, code=code, headers={"retry-after": str(self.retry_after)})
         self.state = state
         self.reason = reason
+        self.fields = {"endpoint_state": state, **({"endpoint_reason": reason} if reason else {})}

@@ -117,6 +117,13 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         return msgspec.convert({**msgspec.to_builtins(self), **changes}, EndpointSpec)
 
 
+def as_endpoint(model: ModelConfig) -> EndpointSpec:
+    """A plain ModelConfig (code that builds settings by hand) as the endpoint an old config entry makes."""
+    if isinstance(model, EndpointSpec):
+        return model
+    return EndpointSpec(**{name: getattr(model, name) for name in ModelConfig.__struct_fields__})
+
+
 def parse_endpoint(raw: Any) -> EndpointSpec:
     """A spec from decoded JSON or TOML; msgspec.ValidationError names the field that is wrong."""
     return msgspec.convert(raw, EndpointSpec)
