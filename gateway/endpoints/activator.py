@@ -117,6 +117,8 @@ class Activator:
             while True:
                 remaining = deadline - self.clock()
                 if remaining <= 0:
+                    self.turned_away += 1  # demand the next sample must see, if it left before one
+                    self.on_demand()
                     raise self._refusal("scale_up_timeout", "no replica became ready in time")
                 done, _ = await asyncio.wait({waiter.future}, timeout=min(keepalive_s, remaining))
                 if done:

@@ -55,7 +55,7 @@ def test_twenty_requests_at_zero_start_one_worker_and_all_succeed(tmp_path, tiny
 
 def test_refusals_carry_retry_after_and_the_endpoint_state_in_each_envelope(tmp_path, tiny):
     config = (endpoint("tiny/sleepy", tiny, min_replicas=0, max_replicas=1, idle_seconds=600)
-              + endpoint("org/broken", tmp_path / "missing", min_replicas=0, max_replicas=1))
+              + endpoint("org/broken", tmp_path / "missing", min_replicas=0, max_replicas=1, max_wait_seconds=600))
     with running_sluice(tmp_path / "data", config=config) as server:
         auth = {"authorization": f"Bearer {server.api_key}"}
         now = {**auth, "x-scale-up-timeout": "0"}
@@ -75,7 +75,7 @@ def test_refusals_carry_retry_after_and_the_endpoint_state_in_each_envelope(tmp_
         # a source that cannot load: the endpoint fails on its first start, then answers at once
         first = httpx.post(f"{server.url}/v1/completions", headers=auth, timeout=300,
                            json={**body, "model": "org/broken"})
-        assert first.status_code == 503 and first.json()["error"]["endpoint_state"] == "failed"
+        assert first.status_code == 503 and first.json()["error"]["endpoint_state"] == "failed", first.text
         again = httpx.post(f"{server.url}/v1/completions/generate", headers=auth, timeout=5,
                            json={"model": "org/broken", "inputs": "hi", "parameters": {"max_new_tokens": 2}})
         assert again.status_code == 503 and again.json()["endpoint_state"] == "failed"
