@@ -21,6 +21,7 @@ from gateway.dialects.monster import routes as monster
 from gateway.dialects.openai import routes as openai
 from gateway.dialects.sglang import routes as sglang
 from gateway.dialects.tgi import routes as tgi
+from gateway.endpoints.routes import admin_endpoints_router, visible_endpoints
 from gateway.lifespan import GatewayServices
 from gateway.logs import request_id_middleware
 
@@ -32,7 +33,8 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
              sglang.router(), shared_paths.router()]
     usage = [usage_router(), admin_usage_router(guards=[require_admin])] if settings.ledger_enabled else []
     return Litestar(
-        route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), *usage],
+        route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), admin_endpoints_router(),
+                        visible_endpoints, *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[request_id_middleware, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         exception_handlers=DEFAULT.exception_handlers(),

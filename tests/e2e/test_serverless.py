@@ -81,3 +81,44 @@ def test_refusals_carry_retry_after_and_the_endpoint_state_in_each_envelope(tmp_
         assert again.status_code == 503 and again.json()["endpoint_state"] == "failed"
         assert "cannot load model" in again.json()["endpoint_reason"] and "retry-after" in again.headers
         assert httpx.get(f"{server.url}/health").status_code == 503  # a failed endpoint is not healthy
+
+
+def test_admin_api_creates_patches_deletes_and_a_restart_keeps_them(tmp_path, tiny):
+    config = endpoint("tiny/declared", tiny, min_replicas=0, max_replicas=1)
+    name = "HuggingFaceTB/tiny-private"
+
+    admin_key = []  # shown once, by the first start
+
+    def call(server, method: str, path: str, key: str | None = None, **body) -> httpx.Response:
+        admin_key[:] = admin_key or [server.admin_key]
+        headers = {"authorization": f"Bearer {key or admin_key[0]}"}
+        return httpx.request(method, f"{server.url}{path}", headers=headers, json=body or None, timeout=60)
+
+    with running_sluice(tmp_path, config=config) as server:
+        team = call(server, "POST", "/admin/teams", name="owners").json()
+        owner_key = call(server, "POST", "/admin/keys", name="owner", team_id=team["id"]).json()["key"]
+        created = call(server, "POST", "/admin/endpoints", name=name, source=str(tiny), min_replicas=0,
+                       max_replicas=2, idle_seconds=60, team_id=team["id"])
+        assert created.status_code == 201 and created.json()["state"] == "scaled_to_zero", created.text
+        assert call(server, "POST", "/admin/endpoints", name=name, source=str(tiny)).status_code == 409
+        bad = call(server, "POST", "/admin/endpoints", name="x/y", source=str(tiny), min_replicas=3, max_replicas=1)
+        assert bad.status_code == 422 and "replicas" in bad.json()["error"]["message"]
+        patched = call(server, "PATCH", f"/admin/endpoints/{name}", max_replicas=3, idle_seconds=30)
+        assert patched.status_code == 200 and patched.json()["spec"]["max_replicas"] == 3
+        fixed = call(server, "PATCH", f"/admin/endpoints/{name}", source="elsewhere")
+        assert fixed.status_code == 422 and "cannot change" in fixed.json()["error"]["message"]
+        assert call(server, "GET", f"/admin/endpoints/{name}", key=server.api_key).status_code in (401, 403)
+        # private: the owning team sees and calls it; another team gets the 404 of a model that does not exist
+        owned = {e["id"] for e in call(server, "GET", "/v1/endpoints", key=owner_key).json()["data"]}
+        others = {e["id"] for e in call(server, "GET", "/v1/endpoints", key=server.api_key).json()["data"]}
+        assert owned == {name, "tiny/declared"} and others == {"tiny/declared"}
+        hidden = call(server, "POST", "/v1/completions", key=server.api_key, model=name, prompt="hi", max_tokens=2)
+        assert hidden.status_code == 404
+        assert call(server, "DELETE", "/admin/endpoints/tiny/declared").status_code == 409  # the config's own
+
+    with running_sluice(tmp_path, config=config) as server:  # the store kept it, patched
+        kept = call(server, "GET", f"/admin/endpoints/{name}")
+        assert kept.status_code == 200 and kept.json()["spec"]["max_replicas"] == 3
+        assert call(server, "DELETE", f"/admin/endpoints/{name}").status_code == 204
+        assert call(server, "GET", f"/admin/endpoints/{name}").status_code == 404
+        assert [e["name"] for e in call(server, "GET", "/admin/endpoints").json()["data"]] == ["tiny/declared"]
