@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from functools import partial
 from typing import Any
 
@@ -25,7 +26,7 @@ from auth import Principal
 from gateway.accounting import Accounting
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
-from gateway.endpoints.activator import Lease
+from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import SluiceError
@@ -35,6 +36,9 @@ from common.json_body import read_json
 from common.protocol import Event
 
 _json = msgspec.json.Encoder()
+SSE_MEDIA_TYPE = "text/event-stream"
+KEEPALIVE_S = 10.0  # below the idle timeouts of common proxies (nginx 60 s, AWS ALB 60 s)
+KEEPALIVE = b": waiting for a replica\n\n"  # an SSE comment: every SSE client skips it
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
@@ -68,9 +72,18 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             generate.model = parsed.model
         deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
                                  header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
-        leases = await _leases(services, endpoint, len(parsed.requests), deadline)
-        accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
         meta = Meta(request_id, int(time.time()), parsed.model)
+        first_lease = None
+        if parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
+            waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S)
+            step = await _next_step(waiting)
+            if isinstance(step, StillWaiting):  # the endpoint is waking: answer now, keep the connection open
+                return Stream(_stream_after_wait(services, dialect, parsed, endpoint, waiting, deadline, meta,
+                                                 accounting),
+                              media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
+            first_lease = step
+        leases = await _leases(services, endpoint, len(parsed.requests), deadline, first_lease)
+        accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
         streams = [endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
         if parsed.stream:
             # a client that leaves before the stream starts never runs the generator: the request's
@@ -80,8 +93,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             if first is not None:
                 accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
-                          media_type=dialect.stream_media_type,
-                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
+                          media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
         results = await _collect(streams, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
@@ -96,18 +108,65 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         raise
 
 
-async def _leases(services: Services, endpoint: EndpointController, count: int, deadline: float) -> list[Lease]:
-    """One lease per GenerateRequest of the client's request; none is kept when one cannot be had (a
-    client that leaves while waiting cancels this: its place in the queue goes with it)."""
-    leases: list[Lease] = []
+def _stream_headers(accounting: Accounting) -> dict[str, str]:
+    return {**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+async def _next_step(waiting: AsyncIterator[StillWaiting | Lease]) -> StillWaiting | Lease:
+    """The first thing the activator says: a lease, or that the request still waits after KEEPALIVE_S."""
     try:
-        for _ in range(count):
+        step = await anext(waiting)
+    except BaseException:
+        await waiting.aclose()
+        raise
+    if isinstance(step, Lease):
+        await waiting.aclose()
+    return step
+
+
+async def _leases(services: Services, endpoint: EndpointController, count: int, deadline: float,
+                  first: Lease | None = None) -> list[Lease]:
+    """One lease per GenerateRequest of the client's request (`first` already taken); none is kept when one
+    cannot be had (a client that leaves while waiting cancels this: its place in the queue goes with it)."""
+    leases: list[Lease] = [first] if first is not None else []
+    try:
+        while len(leases) < count:
             leases.append(await services.endpoints.acquire(endpoint, deadline))
     except BaseException:
         for lease in leases:
             services.endpoints.release(endpoint, lease)
         raise
     return leases
+
+
+async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parsed, endpoint: EndpointController,
+                             waiting: AsyncIterator[StillWaiting | Lease], deadline: float, meta: Meta,
+                             accounting: Accounting) -> AsyncIterator[bytes]:
+    """A stream whose endpoint is still waking after KEEPALIVE_S: an SSE comment every KEEPALIVE_S keeps
+    idle-timeout proxies from closing the connection; a refusal then comes as the dialect's error event. A
+    client that leaves while waiting leaves the queue and is recorded as cancelled, with nothing billed and
+    its rate-limit reservation settled at zero."""
+    yield KEEPALIVE
+    try:
+        async with aclosing(waiting):
+            async for step in waiting:
+                if isinstance(step, StillWaiting):
+                    yield KEEPALIVE
+                else:
+                    first = step
+        leases = await _leases(services, endpoint, len(parsed.requests), deadline, first)
+    except SluiceError as error:
+        await accounting.finish(accounting.failure_status(error), error)
+        yield dialect.stream_error(error)
+        return
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await accounting.finish("cancelled")
+        raise
+    accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
+    streams = [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
+    async for chunk in _stream(dialect, parsed, None, merge(streams), meta, accounting):
+        yield chunk
 
 
 async def _collect(streams, count: int, accounting: Accounting) -> list[Result]:

@@ -6,11 +6,15 @@ dialect's envelope."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import running_sluice
 from tests.fixtures.tiny_model import write_tiny_model
 
@@ -26,6 +30,17 @@ def tiny(tmp_path_factory) -> Path:
 def endpoint(name: str, source: Path | str, **fields) -> str:
     lines = "".join(f"{key} = {value}\n" for key, value in fields.items())
     return f'[[models]]\nname = "{name}"\nsource = "{source}"\n{WORKER}{lines}'
+
+
+def until_listening(server, timeout: float = 120.0) -> None:
+    """Up, though not healthy: its endpoint has no ready replica."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 503:
+                return
+        time.sleep(0.25)
+    raise TimeoutError(server.output[-3000:])
 
 
 async def complete(client: httpx.AsyncClient, model: str, index: int, headers: dict | None = None) -> httpx.Response:
@@ -122,3 +137,35 @@ def test_admin_api_creates_patches_deletes_and_a_restart_keeps_them(tmp_path, ti
         assert call(server, "DELETE", f"/admin/endpoints/{name}").status_code == 204
         assert call(server, "GET", f"/admin/endpoints/{name}").status_code == 404
         assert [e["name"] for e in call(server, "GET", "/admin/endpoints").json()["data"]] == ["tiny/declared"]
+
+
+def test_a_waiting_stream_gets_keepalive_comments_and_a_client_that_leaves_is_not_billed(tmp_path):
+    # a static endpoint whose only replica never answers stays `starting`: requests wait in its queue
+    config = (f'[[models]]\nname = "remote/asleep"\nurls = ["http://127.0.0.1:{free_port()}"]\n'
+              'max_wait_seconds = 25\n')
+    with running_sluice(tmp_path, config=config, wait=False) as server:
+        until_listening(server)
+        admin = {"authorization": f"Bearer {server.admin_key}"}
+        team = httpx.post(f"{server.url}/admin/teams", headers=admin,
+                          json={"name": "one-at-a-time", "limits": {"max_concurrency": 1}}).json()
+        key = httpx.post(f"{server.url}/admin/keys", headers=admin, json={"name": "k", "team_id": team["id"]}).json()
+        headers = {"authorization": f"Bearer {key['key']}"}
+        body = {"model": "remote/asleep", "prompt": "hi", "max_tokens": 2, "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", headers=headers, json=body, timeout=60) as reply:
+            assert reply.status_code == 200
+            lines = [line for line in reply.iter_lines() if line]
+        comments = [line for line in lines if line.startswith(":")]
+        assert len(comments) >= 2 and lines[:len(comments)] == comments  # every 10 s, before anything else
+        error = json.loads(lines[len(comments)].removeprefix("data: "))["error"]
+        assert error["code"] == "scale_up_timeout" and error["endpoint_state"] == "starting"
+
+        # leave while waiting: out of the queue, recorded as cancelled with no tokens, the slot given back
+        with httpx.stream("POST", f"{server.url}/v1/completions", headers=headers, json=body, timeout=60) as reply:
+            assert next(reply.iter_lines()).startswith(":")
+        status = httpx.get(f"{server.url}/admin/endpoints/remote/asleep", headers=admin).json()
+        assert status["waiting"] == 0 and status["state"] == "starting"
+        cancelled = [e for e in server.log_events("request_done") if e["status"] == "cancelled"]
+        assert len(cancelled) == 1 and cancelled[0]["completion_tokens"] == 0
+        refused = httpx.post(f"{server.url}/v1/completions", headers={**headers, "x-scale-up-timeout": "0"},
+                             json={**body, "stream": False})
+        assert refused.status_code == 503  # not 429: the cancelled request's concurrency slot was refunded
