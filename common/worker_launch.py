@@ -5,7 +5,7 @@
   (a JSON line on stdin) and goes on as if started with it: a model scaled to zero then skips the
   seconds of imports when it wakes.
 - A worker whose model cannot load writes one plain line, prefixed `MODEL_LOAD_FAILED`, to stderr and
-  exits with `MODEL_LOAD_FAILED_EXIT`. Starting it again cannot help, so a supervisor marks the
+  exits with `MODEL_LOAD_FAILED_EXIT`. Starting it again cannot help, so the endpoint controller marks the
   endpoint failed instead of restarting it.
 - `SPAWNED_AT_ENV` carries the unix time the gateway spawned (or assigned) the process, so the worker
   can report how long its start took from the gateway's point of view.
