@@ -66,9 +66,11 @@ def _serve(args: argparse.Namespace) -> int:
         return fail(f"cannot listen on {settings.host}:{settings.port} ({reason}): stop the program that uses "
                     "it, or choose another address with --host / --port")
     app = create_app(settings)
+    # SIGTERM: running streams finish (up to the longest drain_seconds) before the endpoints drain and stop
+    drain_s = max([10.0, *(model.drain_seconds for model in settings.models)])
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
-                                           timeout_graceful_shutdown=10))
+                                           timeout_graceful_shutdown=drain_s))
     on_failure(lambda: setattr(server, "should_exit", True))
     quiet = LifespanFailureFilter(server)
     logging.getLogger("uvicorn.error").addFilter(quiet)

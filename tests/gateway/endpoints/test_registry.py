@@ -23,69 +23,69 @@ async def closed(registry: EndpointRegistry) -> None:
     await registry._store.close()
 
 
-async def test_created_patched_and_deleted_endpoints_survive_a_restart(database_url):
-    registry = await opened(database_url)
+async def test_created_patched_and_deleted_endpoints_survive_a_restart(store_url):
+    registry = await opened(store_url)
     await registry.create(parse_endpoint({"name": "org/model-a", "min_replicas": 0, "source": "/m/a"}))
     await registry.create(parse_endpoint({"name": "org/model-b", "urls": ["http://w:8100"]}))
     await registry.patch("org/model-a", {"max_replicas": 4, "idle_seconds": 12})
     await registry.delete("org/model-b")
     await closed(registry)
 
-    again = await opened(database_url)
+    again = await opened(store_url)
     assert [s.name for s in again.all()] == ["org/model-a"]
     spec = again.get("org/model-a")
     assert (spec.min_replicas, spec.max_replicas, spec.idle_seconds, spec.source) == (0, 4, 12, "/m/a")
     await closed(again)
 
 
-async def test_a_declared_endpoint_keeps_its_patches_and_takes_the_files_other_edits(database_url):
+async def test_a_declared_endpoint_keeps_its_patches_and_takes_the_files_other_edits(store_url):
     declared = [parse_endpoint({"name": SMOL, "min_replicas": 1, "max_replicas": 2, "max_batch_size": 8})]
-    registry = await opened(database_url, declared)
+    registry = await opened(store_url, declared)
     await registry.patch(SMOL, {"min_replicas": 0})
     await registry.patch(SMOL, {"idle_seconds": 30})
     await closed(registry)
 
     edited = [parse_endpoint({"name": SMOL, "min_replicas": 1, "max_replicas": 2, "max_batch_size": 16})]
-    again = await opened(database_url, edited)
+    again = await opened(store_url, edited)
     spec = again.get(SMOL)
     assert (spec.min_replicas, spec.idle_seconds, spec.max_batch_size) == (0, 30, 16)
     await closed(again)
 
 
-async def test_a_patch_that_no_longer_fits_the_edited_file_is_dropped(database_url):
-    registry = await opened(database_url, [parse_endpoint({"name": SMOL, "max_replicas": 4})])
+async def test_a_patch_that_no_longer_fits_the_edited_file_is_dropped(store_url):
+    registry = await opened(store_url, [parse_endpoint({"name": SMOL, "max_replicas": 4})])
     await registry.patch(SMOL, {"min_replicas": 3})
     await closed(registry)
 
-    again = await opened(database_url, [parse_endpoint({"name": SMOL, "max_replicas": 2})])
+    again = await opened(store_url, [parse_endpoint({"name": SMOL, "max_replicas": 2})])
     assert (again.get(SMOL).min_replicas, again.get(SMOL).max_replicas) == (1, 2)
     await closed(again)
-    third = await opened(database_url, [parse_endpoint({"name": SMOL, "max_replicas": 4})])
+    third = await opened(store_url, [parse_endpoint({"name": SMOL, "max_replicas": 4})])
     assert third.get(SMOL).min_replicas == 1  # the dropped patch is gone from the store too
     await closed(third)
 
 
-async def test_the_file_wins_over_a_stored_endpoint_of_the_same_name(database_url):
-    registry = await opened(database_url)
+async def test_the_file_wins_over_a_stored_endpoint_of_the_same_name(store_url):
+    registry = await opened(store_url)
     await registry.create(parse_endpoint({"name": SMOL, "min_replicas": 0, "source": "/api/made"}))
     await closed(registry)
 
-    again = await opened(database_url, [parse_endpoint({"name": SMOL, "source": "/from/file"})])
+    again = await opened(store_url, [parse_endpoint({"name": SMOL, "source": "/from/file"})])
     assert again.get(SMOL).source == "/from/file" and again.get(SMOL).min_replicas == 1
     await closed(again)
 
 
-async def test_patches_of_an_endpoint_the_file_no_longer_declares_are_dropped(database_url):
-    registry = await opened(database_url, [parse_endpoint({"name": SMOL})])
+async def test_patches_of_an_endpoint_the_file_no_longer_declares_are_dropped(store_url):
+    registry = await opened(store_url, [parse_endpoint({"name": SMOL})])
     await registry.patch(SMOL, {"idle_seconds": 5})
     await closed(registry)
-    again = await opened(database_url)
+    again = await opened(store_url)
     assert again.all() == []
     await closed(again)
 
 
-async def test_refusals(database_url):
-    registry = await opened(database_url, [parse_endpoint({"name": SMOL})])
+async def test_refusals(store_url):
+    registry = await opened(store_url, [parse_endpoint({"name": SMOL})])
     with pytest.raises(EndpointConflict, match="exists already"):
         await registry.create(parse_endpoint({"name": SMOL}))
     with pytest.raises(EndpointConflict, match="declared in the config file"):

@@ -36,8 +36,8 @@ async def opened(database_url: str, tmp_path, declared=()) -> Endpoints:
     return endpoints
 
 
-async def test_create_patch_delete_and_a_restart_keeps_them(database_url, tmp_path, workers):
-    endpoints = await opened(database_url, tmp_path)
+async def test_create_patch_delete_and_a_restart_keeps_them(store_url, tmp_path, workers):
+    endpoints = await opened(store_url, tmp_path)
     try:
         created = await endpoints.create({"name": "org/model-a", "urls": [workers[0].url], "max_wait_seconds": 5})
         assert created.name == "org/model-a" and created.spec.max_wait_seconds == 5
@@ -52,7 +52,7 @@ async def test_create_patch_delete_and_a_restart_keeps_them(database_url, tmp_pa
     finally:
         await endpoints.drain_and_stop()
 
-    again = await opened(database_url, tmp_path)
+    again = await opened(store_url, tmp_path)
     try:
         (status,) = again.list()
         assert (status.name, status.spec.max_wait_seconds, status.spec.team_id) == ("org/model-a", 9, "team-a")
@@ -61,9 +61,9 @@ async def test_create_patch_delete_and_a_restart_keeps_them(database_url, tmp_pa
         await again.drain_and_stop()
 
 
-async def test_admin_refusals_name_the_problem(database_url, tmp_path, workers):
+async def test_admin_refusals_name_the_problem(store_url, tmp_path, workers):
     declared = parse_endpoint({"name": "org/declared", "urls": [workers[0].url]})
-    endpoints = await opened(database_url, tmp_path, [declared])
+    endpoints = await opened(store_url, tmp_path, [declared])
     try:
         with pytest.raises(InvalidEndpoint, match=r"`min_replicas` \(3\) must not exceed"):
             await endpoints.create({"name": "org/x", "min_replicas": 3, "max_replicas": 1})
@@ -86,8 +86,8 @@ async def test_admin_refusals_name_the_problem(database_url, tmp_path, workers):
         await endpoints.drain_and_stop()
 
 
-async def test_a_private_endpoint_is_a_404_for_other_teams(database_url, tmp_path, workers):
-    endpoints = await opened(database_url, tmp_path)
+async def test_a_private_endpoint_is_a_404_for_other_teams(store_url, tmp_path, workers):
+    endpoints = await opened(store_url, tmp_path)
     try:
         await endpoints.create({"name": "org/public", "urls": [workers[0].url]})
         await endpoints.create({"name": "team-a/private", "urls": [workers[1].url], "team_id": "team-a"})
@@ -106,9 +106,9 @@ async def test_a_private_endpoint_is_a_404_for_other_teams(database_url, tmp_pat
         await endpoints.drain_and_stop()
 
 
-async def test_a_request_through_the_seam_and_the_health_rule(database_url, tmp_path, workers):
+async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_path, workers):
     sleeping = parse_endpoint({"name": "org/sleepy", "source": str(tmp_path / "unused"), "min_replicas": 0})
-    endpoints = await opened(database_url, tmp_path, [sleeping])
+    endpoints = await opened(store_url, tmp_path, [sleeping])
     try:
         assert endpoints.healthy()  # asleep on purpose
         await endpoints.create({"name": "org/unreachable", "urls": [f"http://127.0.0.1:{free_port()}"]})
