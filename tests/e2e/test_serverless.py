@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import running_sluice
+from tests.fixtures.sluice import pid_alive, running_sluice
 from tests.fixtures.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -48,24 +48,36 @@ async def complete(client: httpx.AsyncClient, model: str, index: int, headers: d
                              json={"model": model, "prompt": f"request {index}", "max_tokens": 4})
 
 
-def test_twenty_requests_at_zero_start_one_worker_and_all_succeed(tmp_path, tiny):
-    config = endpoint("tiny/llama", tiny, min_replicas=0, max_replicas=1, idle_seconds=600)
+def test_twenty_requests_at_zero_start_one_worker_then_idle_stops_it_and_a_request_wakes_it(tmp_path, tiny):
+    config = (endpoint("tiny/llama", tiny, min_replicas=0, max_replicas=1, idle_seconds=3)
+              + "[scaling]\nstable_window_seconds = 2\npanic_window_seconds = 1\n")
     with running_sluice(tmp_path, config=config) as server:
         assert server.worker_pids() == []  # healthy while asleep: nothing was started
         health = httpx.get(f"{server.url}/health").json()
         assert health["endpoints"] == {"tiny/llama": "scaled_to_zero"}
+        headers = {"authorization": f"Bearer {server.api_key}"}
 
-        async def burst() -> list[httpx.Response]:
-            headers = {"authorization": f"Bearer {server.api_key}"}
+        async def burst(count: int) -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=server.url, headers=headers) as client:
-                return await asyncio.gather(*(complete(client, "tiny/llama", i) for i in range(20)))
+                return await asyncio.gather(*(complete(client, "tiny/llama", i) for i in range(count)))
 
-        responses = asyncio.run(burst())
+        responses = asyncio.run(burst(20))
         assert [r.status_code for r in responses] == [200] * 20, responses[0].text
         assert len(server.worker_pids()) == 1
         done = [e for e in server.log_events("request_done") if e.get("status") == "ok"]
         assert len(done) == 20 and all(e["cold_start_ms"] > 0 for e in done)
-        assert httpx.get(f"{server.url}/health").json()["endpoints"] == {"tiny/llama": "ready"}
+        metrics = httpx.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {server.admin_key}"}).text
+        assert 'sluice_endpoint_cold_start_seconds_count{endpoint="tiny/llama"} 20.0' in metrics
+
+        # idle: the worker process is gone and the endpoint says so; the next request wakes it
+        pid = server.worker_pids()[0]
+        deadline = time.monotonic() + 120
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not pid_alive(pid)
+        assert httpx.get(f"{server.url}/health").json()["endpoints"] == {"tiny/llama": "scaled_to_zero"}
+        assert [r.status_code for r in asyncio.run(burst(1))] == [200]
+        assert len(server.worker_pids()) == 2
 
 
 def test_refusals_carry_retry_after_and_the_endpoint_state_in_each_envelope(tmp_path, tiny):
