@@ -39,11 +39,12 @@ sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != 
 import httpx  # noqa: E402
 import msgspec  # noqa: E402
 
-from common.protocol import GenerateRequest, ModelInfo, SamplingParams, Token  # noqa: E402
+from common.protocol import WORKER_SECRET_HEADER, GenerateRequest, ModelInfo, SamplingParams, Token  # noqa: E402
 from gateway.endpoints.scaling import ScalingSettings  # noqa: E402
 from gateway.endpoints.service import Endpoints  # noqa: E402
 from gateway.endpoints.spec import parse_endpoint  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
+from gateway.routing.worker_trust import worker_secret  # noqa: E402
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 CACHE = Path(os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache")))
@@ -114,12 +115,14 @@ async def warm(endpoints: Endpoints, endpoint, url: str, count: int) -> dict:
         acquire.append(time.perf_counter() - started)
     through, direct = [], []
     body = msgspec.json.encode(request(1))
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+    # straight to the worker: with the secret the gateway gave it (worker_trust.py), or it refuses
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers={WORKER_SECRET_HEADER: worker_secret()}) as client:
         for index in range(max(10, count // 10)):
             seconds, _, _ = await first_token(endpoints, endpoint, index + 2)
             through.append(seconds)
             started = time.monotonic()
             async with client.stream("POST", "/generate", content=body) as response:
+                response.raise_for_status()
                 async for line in response.aiter_lines():
                     if '"type":"token"' in line:
                         direct.append(time.monotonic() - started)
