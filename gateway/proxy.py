@@ -79,8 +79,10 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                     # an event off the contract: the same request gets the same answer from any replica,
                     # so no retry, and this replica stays healthy (other requests are not refused)
                     raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
-                if isinstance(event, Error) and not relayed and event.kind in RETRYABLE_KINDS:
-                    raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
+                if isinstance(event, Error) and not relayed:  # nothing went out: keep the error's real status
+                    if event.kind in RETRYABLE_KINDS:
+                        raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
+                    raise worker_error(event)
                 if isinstance(event, Accepted) and not relayed:
                     pending = event
                     continue
