@@ -1,7 +1,8 @@
 """The one error hierarchy of the gateway, auth and billing packages.
 
 An error carries what any envelope needs: the HTTP `status`, an OpenAI-style `type` and `code`, the
-offending `param`, and response `headers` (Retry-After). It never renders itself: each gateway dialect
+offending `param`, response `headers` (Retry-After), and `fields` every envelope adds beside its message
+(an endpoint's state when it cannot serve). It never renders itself: each gateway dialect
 turns it into its own envelope (`gateway.dialects`), so auth and billing raise these and stay free of HTTP
 shapes. Here too are the errors more than one package raises: a body that cannot be read as JSON
 (`common.json_body`) and a store that cannot be reached.
@@ -29,6 +30,7 @@ class SluiceError(Exception):
         if code is not None:
             self.code = code
         self.headers = headers or {}
+        self.fields: dict[str, str] = {}
 
     def response_headers(self) -> dict[str, str]:
         """Its headers as answered: a 429 or a 503 always carries Retry-After, so a client knows when to

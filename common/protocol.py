@@ -333,6 +333,8 @@ class ModelInfo(msgspec.Struct):
     vocab_size: int
     eos_token_ids: list[int]
     worker_id: str = ""
+    # how long each phase of this worker's start took: process_start, imports, weights, engine, warm_up, total
+    start_seconds: dict[str, float] = {}
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -39,6 +39,7 @@ class Accounting:
         self.dones = 0
         self.expected_dones = 0
         self.worker_id = ""
+        self.cold_start_ms = 0.0  # how long the request waited for a replica (the endpoint was waking)
         self._finished = False
 
     @property
@@ -95,7 +96,8 @@ class Accounting:
         metrics.observe(self, status)
         log.info("request_done", request_id=self.request_id, status=status, route=self.route,
                  prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                 latency_ms=round(latency, 2), error=error.code if error else None, adapter=self.adapter)
+                 latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
+                 error=error.code if error else None, adapter=self.adapter)
         ledger = self.services.ledger
         if ledger is None or isinstance(error, LedgerUnavailable):  # refused for want of a ledger: nothing to add
             return

@@ -27,7 +27,7 @@ class RegisterAdapter(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _endpoint(services: Services, endpoint: str) -> str:
-    if endpoint not in services.router.pools:
+    if endpoint not in services.endpoints.controllers:
         raise NotFound(f"the endpoint {endpoint!r} does not exist", param="endpoint", code="endpoint_not_found")
     return endpoint
 

@@ -22,6 +22,7 @@ from gateway.config import Settings, load_settings
 from gateway.lifespan import STATE_FAILURE
 from gateway.logs import configure_logging
 from gateway.secrets import load_pepper, pepper_path
+from gateway.shutdown import exit_status, on_failure
 
 
 def fail(message: str) -> int:
@@ -69,12 +70,16 @@ def _serve(args: argparse.Namespace) -> int:
         return fail(f"cannot listen on {settings.host}:{settings.port} ({reason}): stop the program that uses "
                     "it, or choose another address with --host / --port")
     app = create_app(settings)
+    # SIGTERM: running streams finish (up to shutdown_grace_seconds or the longest drain_seconds) before the
+    # endpoints drain and stop and the usage log drains
+    drain_s = max([settings.shutdown_grace_seconds, *(model.drain_seconds for model in settings.models)])
     server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
-                                           timeout_graceful_shutdown=settings.shutdown_grace_seconds,
+                                           timeout_graceful_shutdown=drain_s,
                                            # the client stays the TCP peer: X-Forwarded-For is read only from
                                            # trusted_proxies (auth.forwarded), never rewritten by uvicorn
                                            proxy_headers=False))
+    on_failure(lambda: setattr(server, "should_exit", True))
     quiet = LifespanFailureFilter(server)
     logging.getLogger("uvicorn.error").addFilter(quiet)
     try:
@@ -88,7 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
     failure = app.state.get(STATE_FAILURE)
     if failure is not None:
         return fail(f"cannot start: {failure}")
-    return 0
+    return exit_status()
 
 
 def _worker(args: argparse.Namespace) -> int:

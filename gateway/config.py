@@ -11,7 +11,8 @@ import msgspec
 
 from auth.forwarded import parse_networks
 from auth.models import Limits
-from common.protocol import ModelConfig
+from gateway.endpoints.scaling import ScalingSettings
+from gateway.endpoints.spec import EndpointSpec, as_endpoint
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
 LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
@@ -44,7 +45,11 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_format: str = "json"  # "json" or "console"
     # SIGTERM: requests in flight get this long to finish, then the usage log drains (up to 10 s more)
     shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
-    models: list[ModelConfig] = msgspec.field(default_factory=lambda: [ModelConfig()])
+    models: list[EndpointSpec] = msgspec.field(default_factory=lambda: [EndpointSpec()])  # each one an endpoint
+    scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+
+    def __post_init__(self) -> None:
+        self.models = [as_endpoint(model) for model in self.models]
 
     @property
     def concurrency_lease_s(self) -> float:

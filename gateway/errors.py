@@ -109,6 +109,13 @@ class GenerationFailed(UpstreamFailed):
     code = "generation_failed"
 
 
+class WorkerLost(UpstreamFailed):
+    """The worker went away after part of the answer reached the client: the client gets an error
+    event after the tokens it has, and the ledger records exactly those tokens."""
+
+    code = "worker_lost"
+
+
 class Internal(SluiceError):
     code = "internal_error"
 

@@ -1,7 +1,8 @@
 """One generation request through the gateway, the same for every dialect:
 
-    (authenticated by the middleware) -> read + parse (dialect) -> model + permission -> admit (limits)
-    -> proxy to a worker -> render (dialect) -> settle limits -> one ledger record
+    (authenticated by the middleware) -> read + parse (dialect) -> endpoint + permission -> admit (limits)
+    -> a replica from the endpoint's activator (waiting while it wakes) -> proxy to the worker, with
+    failover -> render (dialect) -> settle limits -> one ledger record (with the wait, `cold_start_ms`)
 
 Errors at any point are rendered in the dialect's own envelope. Streamed responses account in the
 generator's `finally`, so a client that disconnects is billed for what was generated until then.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from functools import partial
 from typing import Any
 
@@ -26,9 +28,11 @@ from gateway.accounting import Accounting
 from gateway.adapters import split_model
 from gateway.collect import Result, merge
 from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
-from gateway.errors import GenerationFailed, NotFound, RequestTimedOut, SluiceError
+from gateway.endpoints.activator import Lease, StillWaiting
+from gateway.endpoints.controller import EndpointController
+from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
+from gateway.errors import GenerationFailed, RequestTimedOut, SluiceError
 from gateway.logs import request_id_of
-from gateway.proxy import stream_events
 from gateway.services import Services
 from common.errors import LedgerUnavailable
 from common.json_body import read_json
@@ -40,6 +44,9 @@ FAILED_FINISHES = {
              "so far is not valid; retry, or loosen the schema",
     "cancelled": "choice {index} was cancelled by the worker before it finished",
 }
+SSE_MEDIA_TYPE = "text/event-stream"
+KEEPALIVE_S = 10.0  # below the idle timeouts of common proxies (nginx 60 s, AWS ALB 60 s)
+KEEPALIVE = b": waiting for a replica\n\n"  # an SSE comment: every SSE client skips it
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
@@ -60,14 +67,12 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
             accounting.discard()
             return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
-        router = services.router
-        endpoint, named_adapter = split_model(parsed.model, router.pools)
-        parsed.model = router.resolve(endpoint)
+        endpoints = services.endpoints
+        endpoint_name, named_adapter = split_model(parsed.model, endpoints.controllers)
+        endpoint = endpoints.resolve(endpoint_name, principal)
+        parsed.model = endpoint.name
         accounting.model = parsed.model
         structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
-        pool = router.pool(parsed.model)
-        if pool is None:
-            raise NotFound(f"the model {parsed.model!r} does not exist")
         services.auth.check_model(principal, parsed.model)
         if services.ledger is not None:
             services.ledger.check_writable()  # never serve what could not be billed
@@ -75,14 +80,27 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         adapter = None if adapter_name is None else services.adapters.ref(
             parsed.model, adapter_name, "model" if named_adapter else parsed.adapter_field)
         accounting.adapter = adapter_name
+        header_s = parse_scale_up_timeout(request.headers.get(SCALE_UP_TIMEOUT_HEADER))
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
             generate.model = parsed.model
             generate.adapter = adapter
+        deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
+                                 header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
         meta = Meta(request_id, int(time.time()), parsed.model)
-        merged = honest(dialect, merge([stream_events(pool, r) for r in parsed.requests]))
-        merged = within(services.settings.request_timeout_s, merged)
+        first_lease = None
+        if parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
+            waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S)
+            step = await _next_step(waiting)
+            if isinstance(step, StillWaiting):  # the endpoint is waking: answer now, keep the connection open
+                return Stream(_stream_after_wait(services, dialect, parsed, endpoint, waiting, deadline, meta,
+                                                 accounting),
+                              media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
+            first_lease = step
+        leases = await _leases(services, endpoint, len(parsed.requests), deadline, first_lease)
+        accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
+        merged = _events(services, dialect, endpoint, leases, parsed, deadline)
         if parsed.stream:
             # a client that leaves before the stream starts never runs the generator: the request's
             # finalizer (gateway/logs.py) records it then, since finish runs exactly once
@@ -90,8 +108,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             if first is not None:
                 accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
-                          media_type=dialect.stream_media_type,
-                          headers={**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"})
+                          media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
         results = await _collect(merged, len(parsed.requests), accounting)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
@@ -104,6 +121,14 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
         raise
+
+
+def _events(services: Services, dialect: Dialect, endpoint: EndpointController, leases: list[Lease],
+            parsed: Parsed, deadline: float) -> AsyncIterator[tuple[int, Event]]:
+    """The merged events of every GenerateRequest on its lease, failed choices failing the request
+    (`honest`), the whole bounded by request_timeout_s (`within`)."""
+    streams = [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
+    return within(services.settings.request_timeout_s, honest(dialect, merge(streams)))
 
 
 async def honest(dialect: Dialect, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
@@ -136,6 +161,67 @@ async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> As
             yield item
     finally:
         await events.aclose()
+
+
+def _stream_headers(accounting: Accounting) -> dict[str, str]:
+    return {**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+async def _next_step(waiting: AsyncIterator[StillWaiting | Lease]) -> StillWaiting | Lease:
+    """The first thing the activator says: a lease, or that the request still waits after KEEPALIVE_S."""
+    try:
+        step = await anext(waiting)
+    except BaseException:
+        await waiting.aclose()
+        raise
+    if isinstance(step, Lease):
+        await waiting.aclose()
+    return step
+
+
+async def _leases(services: Services, endpoint: EndpointController, count: int, deadline: float,
+                  first: Lease | None = None) -> list[Lease]:
+    """One lease per GenerateRequest of the client's request (`first` already taken); none is kept when one
+    cannot be had (a client that leaves while waiting cancels this: its place in the queue goes with it)."""
+    leases: list[Lease] = [first] if first is not None else []
+    try:
+        while len(leases) < count:
+            leases.append(await services.endpoints.acquire(endpoint, deadline))
+    except BaseException:
+        for lease in leases:
+            services.endpoints.release(endpoint, lease)
+        raise
+    return leases
+
+
+async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parsed, endpoint: EndpointController,
+                             waiting: AsyncIterator[StillWaiting | Lease], deadline: float, meta: Meta,
+                             accounting: Accounting) -> AsyncIterator[bytes]:
+    """A stream whose endpoint is still waking after KEEPALIVE_S: an SSE comment every KEEPALIVE_S keeps
+    idle-timeout proxies from closing the connection; a refusal then comes as the dialect's error event. A
+    client that leaves while waiting leaves the queue and is recorded as cancelled, with nothing billed and
+    its rate-limit reservation settled at zero."""
+    yield KEEPALIVE
+    try:
+        async with aclosing(waiting):
+            async for step in waiting:
+                if isinstance(step, StillWaiting):
+                    yield KEEPALIVE
+                else:
+                    first = step
+        leases = await _leases(services, endpoint, len(parsed.requests), deadline, first)
+    except SluiceError as error:
+        await accounting.finish(accounting.failure_status(error), error)
+        yield dialect.stream_error(error)
+        return
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await accounting.finish("cancelled")
+        raise
+    accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
+    merged = _events(services, dialect, endpoint, leases, parsed, deadline)
+    async for chunk in _stream(dialect, parsed, None, merged, meta, accounting):
+        yield chunk
 
 
 async def _collect(merged: AsyncIterator[tuple[int, Event]], count: int, accounting: Accounting) -> list[Result]:

@@ -1,4 +1,5 @@
-"""`GET /health`: 200 once every configured model has a ready worker (orchestrators poll it)."""
+"""`GET /health`: 200 once every endpoint is ready or may sleep (min_replicas 0) and has not failed; the body
+lists each endpoint's state (orchestrators poll it)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from gateway.services import Services
 _json = msgspec.json.Encoder()
 
 
-@get("/health", summary="200 once every configured model has a ready worker", opt=PUBLIC)
+@get("/health", summary="200 once every endpoint is ready, or scaled to zero on purpose", opt=PUBLIC)
 async def health(services: Services) -> Response:
-    missing = services.router.unready_models()
-    if missing:
-        body = {"status": "unavailable", "reason": f"no ready worker for: {', '.join(missing)}"}
+    states = services.endpoints.states()
+    detail = {status.name: status.state for status in states}
+    unready = [status for status in states if not status.healthy]
+    if unready:
+        reasons = ", ".join(f"{s.name} ({s.state}{': ' + s.reason if s.reason else ''})" for s in unready)
+        body = {"status": "unavailable", "reason": f"no ready worker for: {reasons}", "endpoints": detail}
         return Response(_json.encode(body), status_code=503, media_type="application/json",
                         headers=retry_after_header(UNREADY_RETRY_S))
-    return Response(_json.encode({"status": "ok"}), media_type="application/json")
+    return Response(_json.encode({"status": "ok", "endpoints": detail}), media_type="application/json")

@@ -1,5 +1,5 @@
-"""The gateway's lifespan as a Litestar plugin: it opens the services (auth, limiter, pricing, ledger, model
-router, local workers) when the app starts, closes whatever it opened in reverse order when it stops or
+"""The gateway's lifespan as a Litestar plugin: it opens the services (auth, limiter, pricing, ledger, the
+endpoints with their replicas) when the app starts, closes whatever it opened in reverse order when it stops or
 when a later step fails, and provides them to handlers by dependency injection (`services`, `ledger`;
 the auth package reads `app.state.auth`).
 
@@ -14,6 +14,7 @@ import os
 import re
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import structlog
 from litestar import Litestar
@@ -28,12 +29,15 @@ from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
 from billing.wal_home import OrphanSweeper, WalHome
 from common.errors import StoreUnavailable
+from gateway import shutdown
 from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
+from gateway.endpoints.provisioners.base import Provisioner
+from gateway.endpoints.provisioners.static import StaticProvisioner
+from gateway.endpoints.service import Endpoints, ProvisionerFactory, default_provisioners
+from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.health_probe import GenerationProbe
 from gateway.limits import open_limiter
-from gateway.routing.pool import Router
-from gateway.routing.supervisor import Supervisor
 from gateway.secrets import load_pepper
 from gateway.services import Services
 
@@ -77,7 +81,8 @@ def provide_ledger(state: State) -> Ledger | None:
 
 
 class GatewayServices(InitPluginProtocol):
-    """`supervise=False` starts no local worker (the models' `urls` name remote ones, or tests run none)."""
+    """`supervise=False` starts no local worker: an endpoint of the local provisioner then has no replica (tests
+    of the routes themselves), while static and ECS endpoints work as configured."""
 
     def __init__(self, settings: Settings, *, supervise: bool = True) -> None:
         self.settings = settings
@@ -152,20 +157,28 @@ class GatewayServices(InitPluginProtocol):
                 raise database_failure(url, error) from error
             opened.push_async_callback(ledger.close)
             opened.push_async_callback(OrphanSweeper(wal, url, pricing).start().stop)
-        supervisor = Supervisor(data)
-        opened.push_async_callback(supervisor.stop)
-        router = Router(read_timeout=settings.request_timeout_s)
-        opened.push_async_callback(router.close)
-        for model in settings.models:
-            if model.urls:
-                for url in model.urls:
-                    router.add_replica(model.name, url)
-            elif self.supervise:
-                for index in range(model.replicas):
-                    router.add_replica(model.name, supervisor.add(model, index).url)
-        await supervisor.start()
-        await router.start()
-        probe = GenerationProbe(router, settings.health_generate_interval_s)
+        try:
+            endpoints = await Endpoints.open(url, settings.models, data, settings.scaling,
+                                             provisioners=None if self.supervise else _no_local_workers(data),
+                                             on_fatal=shutdown.fail, read_timeout=settings.request_timeout_s)
+        except StoreUnavailable as error:
+            raise database_failure(url, error) from error
+        opened.push_async_callback(endpoints.drain_and_stop)
+        try:
+            await endpoints.start()
+        except Exception as error:  # e.g. the ECS service of a stored endpoint is gone
+            raise StartupError(f"an endpoint cannot start ({_cause(error)}): fix its provisioner settings, or "
+                               "delete it with DELETE /admin/endpoints/{name}") from error
+        probe = GenerationProbe(endpoints.router, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
-        return Services(settings, router, auth, limiter, ledger, started_at=time.time(), probe=probe,
+        return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), probe=probe,
                         adapters=AdapterRegistry.from_models(settings.models))
+
+
+def _no_local_workers(data: Path) -> ProvisionerFactory:
+    local = default_provisioners(data, standby=None)
+
+    def build(spec: EndpointSpec) -> Provisioner:
+        return StaticProvisioner([]) if isinstance(spec.provisioner, LocalProvisioning) else local(spec)
+
+    return build

@@ -1,14 +1,19 @@
 """Send a GenerateRequest to a replica of its model and relay the worker's events.
 
-Replicas are tried least-loaded first. A request moves on to the next replica when the worker is
-unreachable, overloaded, or fails before it produced a token; once a token was relayed the client
-has seen output, so a broken connection becomes an error instead of a silent retry. A worker's `Error`
+One `attempt` is one try on one replica. Its failures before the first event reached the caller are
+`RetryElsewhere` (the worker is unreachable, answered a 5xx, is overloaded, or closed without a
+result): nothing was relayed, so another replica can take the request invisibly. Once an event was
+relayed the client has seen output, and a broken connection is `WorkerLost` instead. A worker's `Error`
 event is raised as the gateway's error, before the first token (a real status) or mid-stream (the
 dialect's stream error), never passed on as an event.
+
+`stream_events` tries a pool's replicas least-loaded first; gateway/routing/failover.py does the same
+over activator leases, at most twice more.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -24,10 +29,12 @@ from gateway.errors import (
     Unavailable,
     UpstreamFailed,
     ValidationFailed,
+    WorkerLost,
 )
-from gateway.routing.pool import ModelPool
+from gateway.routing.pool import ModelPool, Replica
 
 log = structlog.get_logger("gateway")
+EJECTION_S = 5.0  # a replica that failed a request sits out this long (doubling while it keeps failing)
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
@@ -49,55 +56,83 @@ def worker_error(error: Error) -> SluiceError:
     return UpstreamFailed(error.message)
 
 
+class RetryElsewhere(Exception):
+    """The attempt failed before anything was relayed; `replica_fault`: eject the replica for a while."""
+
+    def __init__(self, error: SluiceError, replica_fault: bool):
+        super().__init__(error.message)
+        self.error = error
+        self.replica_fault = replica_fault
+
+
+async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
+    """One try of an encoded GenerateRequest on one replica (the caller counts it in `in_flight`)."""
+    relayed = False
+    pending: Accepted | None = None  # held until the first token so a retry stays invisible
+    try:
+        async with replica.client.stream("POST", "/generate", content=body,
+                                         headers={"content-type": "application/json"}) as response:
+            if response.status_code != 200:
+                raise _refusal(response.status_code, await response.aread())
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                try:
+                    event = decode_event(line.encode())
+                except msgspec.DecodeError as exc:
+                    # an event off the contract: the same request gets the same answer from any replica,
+                    # so no retry, and this replica stays healthy (other requests are not refused)
+                    raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
+                if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
+                    if not relayed and event.kind in RETRYABLE_KINDS:
+                        raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
+                    raise worker_error(event)  # before the first token its real status; after, the stream's error
+                if isinstance(event, Accepted) and not relayed:
+                    pending = event
+                    continue
+                if pending is not None:
+                    relayed = True
+                    yield pending
+                    pending = None
+                relayed = True
+                yield event
+    except httpx.TransportError as exc:
+        if relayed:
+            raise WorkerLost(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
+        log.warning("replica_unreachable", url=replica.url, error=repr(exc))
+        raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
+    if not relayed:
+        raise RetryElsewhere(UpstreamFailed("the worker closed the stream without a result"), replica_fault=True)
+
+
+def _refusal(status: int, body: bytes) -> SluiceError | RetryElsewhere:
+    """A non-200 answer: the worker's own Error (retried when its kind allows), or a bare 5xx from
+    whatever stands in front of it."""
+    try:
+        error = msgspec.json.decode(body, type=Error)
+    except msgspec.DecodeError:
+        if status >= 500:
+            return RetryElsewhere(Unavailable(f"the worker answered {status}"), replica_fault=True)
+        return UpstreamFailed(f"the worker answered {status}")
+    if error.kind in RETRYABLE_KINDS:
+        return RetryElsewhere(worker_error(error), replica_fault=error.kind != "overloaded")
+    return worker_error(error)
+
+
 async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncIterator[Event]:
     body = msgspec.json.encode(request)
     last_error: SluiceError = Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
     for replica in pool.candidates():
-        relayed = False
-        pending: Accepted | None = None  # held until the first token so a retry stays invisible
         replica.in_flight += 1
         try:
-            async with replica.client.stream("POST", "/generate", content=body,
-                                             headers={"content-type": "application/json"}) as response:
-                if response.status_code != 200:
-                    error = msgspec.json.decode(await response.aread(), type=Error)
-                    last_error = worker_error(error)
-                    if error.kind in RETRYABLE_KINDS:
-                        continue
-                    raise last_error
-                async for line in response.aiter_lines():
-                    if not line:
-                        continue
-                    try:
-                        event = decode_event(line.encode())
-                    except msgspec.DecodeError as exc:
-                        # an event off the contract: the same request gets the same answer from any replica,
-                        # so no retry, and this replica stays healthy (other requests are not refused)
-                        raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
-                    if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
-                        last_error = worker_error(event)
-                        if not relayed and event.kind in RETRYABLE_KINDS:
-                            break
-                        raise last_error
-                    if isinstance(event, Accepted) and not relayed:
-                        pending = event
-                        continue
-                    if pending is not None:
-                        relayed = True
-                        yield pending
-                        pending = None
-                    relayed = True
-                    yield event
-                else:
-                    if relayed:
-                        return
-                    last_error = UpstreamFailed("the worker closed the stream without a result")
-        except (httpx.TransportError, msgspec.DecodeError) as exc:
-            if relayed:
-                raise UpstreamFailed(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
-            log.warning("replica_unreachable", url=replica.url, error=repr(exc))
-            replica.healthy = False  # the poller brings it back once it answers again
-            last_error = Unavailable(f"worker {replica.url} is unreachable")
+            async for event in attempt(replica, body):
+                yield event
+            replica.served()
+            return
+        except RetryElsewhere as retry:
+            last_error = retry.error
+            if retry.replica_fault:
+                replica.eject(time.monotonic(), EJECTION_S)
         finally:
             replica.in_flight -= 1
     raise last_error

@@ -10,6 +10,7 @@ from auth import AuthService
 from billing.ledger import Ledger
 from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
+from gateway.endpoints.service import Endpoints
 from gateway.health_probe import GenerationProbe
 from gateway.limits import Limiter
 from gateway.routing.pool import Router
@@ -18,10 +19,15 @@ from gateway.routing.pool import Router
 @dataclass
 class Services:
     settings: Settings
-    router: Router
+    endpoints: Endpoints
     auth: AuthService
     limiter: Limiter
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
     probe: GenerationProbe  # GET /health_generate
     adapters: AdapterRegistry = field(default_factory=AdapterRegistry)  # LoRA adapters per endpoint
+
+    @property
+    def router(self) -> Router:
+        """Every endpoint's replica pool (the routes that read a worker's info or tokenizer)."""
+        return self.endpoints.router

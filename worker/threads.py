@@ -1,9 +1,12 @@
-"""How many threads a worker's engine uses: torch's intra-op threads and the decode row groups."""
+"""How many threads a worker's engine uses: torch's intra-op threads and the decode row groups; and
+the low-priority threads that finish a worker's start after it began to serve."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from collections.abc import Callable
 
 import torch
 
@@ -36,3 +39,20 @@ def intra_op_threads(count: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+BACKGROUND_NICENESS = 10
+
+
+def in_background(work: Callable[[], None], name: str) -> threading.Thread:
+    """Run `work` in a daemon thread the OS schedules after the engine's (Linux niceness is per
+    thread): start-up work that is not needed yet must not slow the first requests."""
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICENESS)
+        work()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread

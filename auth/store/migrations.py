@@ -6,6 +6,7 @@ Append new versions; never edit an applied one. The SQL is valid for SQLite and 
 from __future__ import annotations
 
 from auth.store.db import Database
+from storage.migrations import apply_migrations
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "users, teams, memberships, api keys, audit log", [
@@ -35,17 +36,4 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 
 async def migrate(db: Database, now: float) -> list[int]:
     """Apply pending versions in one locked transaction; returns the versions applied."""
-    async with db.transaction() as tx:
-        await tx.execute("""CREATE TABLE IF NOT EXISTS auth_schema_migrations (
-            version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)""")
-        done = {row[0] for row in await tx.fetchall("SELECT version FROM auth_schema_migrations")}
-        applied = []
-        for version, description, statements in MIGRATIONS:
-            if version in done:
-                continue
-            for statement in statements:
-                await tx.execute(statement)
-            await tx.execute("INSERT INTO auth_schema_migrations (version, description, applied_at) "
-                             "VALUES (?, ?, ?)", (version, description, now))
-            applied.append(version)
-        return applied
+    return await apply_migrations(db, "auth_schema_migrations", MIGRATIONS, now)

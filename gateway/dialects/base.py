@@ -91,7 +91,8 @@ DEFAULT = Dialect()  # the OpenAI envelope, for routes outside every dialect
 
 
 def openai_envelope(error: SluiceError) -> dict:
-    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code,
+                      **error.fields}}
 
 
 def sse(payload: Any, space: bool = True) -> bytes:

@@ -1,8 +1,14 @@
-"""Replicas of one model and the choice among them: healthy first, then least loaded."""
+"""Replicas of one model and the choice among them: healthy first, then least loaded.
+
+A replica takes requests only while its worker reports ready (active health, `/load` polling), it is
+not draining (chosen for removal: it finishes what it has and takes nothing new), and it is not
+ejected (passive health: a request just failed on it, so it sits out a backoff period).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -18,6 +24,7 @@ DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
 # polls in a row that may fail by timing out before a replica counts as down: one slow answer from a worker
 # busy streaming (or from a gateway loop busy relaying) is not an outage; a refused connection is at once
 MISSED_POLLS_TOLERATED = 2
+MAX_EJECTION_S = 60.0
 
 
 @dataclass(eq=False)
@@ -28,6 +35,11 @@ class Replica:
     load: WorkerLoad | None = None
     info: ModelInfo | None = None
     in_flight: int = 0  # requests this gateway has open on it, between two polls
+    replica_id: str = ""  # the provisioner's name for it (worker id, ECS task ARN)
+    ever_ready: bool = False  # false while the replica is starting
+    draining: bool = False
+    ejected_until: float = 0.0  # time.monotonic() until which it takes no new request
+    ejections: int = 0  # failures in a row, each doubling the time it sits out
     refuses_secret: bool = False  # it answered 401: its SLUICE_WORKER_SECRET is not ours
     missed_polls: int = 0  # polls in a row that timed out
 
@@ -35,6 +47,21 @@ class Replica:
     def pressure(self) -> int:
         load = self.load
         return self.in_flight + (load.queued + load.running_rows if load else 0)
+
+    def available(self, now: float) -> bool:
+        return self.healthy and not self.draining and now >= self.ejected_until
+
+    def eject(self, now: float, base_seconds: float) -> float:
+        """Passive health: a request failed here. Returns how long the replica sits out."""
+        self.ejections += 1
+        seconds = min(MAX_EJECTION_S, base_seconds * 2 ** (self.ejections - 1))
+        self.ejected_until = now + seconds
+        log.warning("replica_ejected", url=self.url, seconds=seconds)
+        return seconds
+
+    def served(self) -> None:
+        """A request went through: the ejection backoff starts over."""
+        self.ejections = 0
 
     async def poll(self) -> None:
         try:
@@ -51,6 +78,7 @@ class Replica:
             became = not self.healthy and self.load.ready
             self.healthy = self.load.ready
             self.missed_polls = 0
+            self.ever_ready = self.ever_ready or self.healthy
             if became:
                 log.info("replica_ready", url=self.url)
         except httpx.TimeoutException:
@@ -80,8 +108,9 @@ class ModelPool:
         return next((r.info for r in self.replicas if r.healthy and r.info), None)
 
     def candidates(self) -> list[Replica]:
-        """Healthy replicas, least loaded first (the order the proxy tries them in)."""
-        return sorted((r for r in self.replicas if r.healthy), key=lambda r: r.pressure)
+        """Replicas that take requests now, least loaded first (the order the proxy tries them in)."""
+        now = time.monotonic()
+        return sorted((r for r in self.replicas if r.available(now)), key=lambda r: r.pressure)
 
 
 class Router:
@@ -94,16 +123,32 @@ class Router:
         self._task: asyncio.Task | None = None
         self._clients: list[httpx.AsyncClient] = []
 
-    def add_replica(self, model: str, url: str) -> Replica:
+    def add_replica(self, model: str, url: str, replica_id: str = "") -> Replica:
         # idle connections are dropped well before the worker's own keep-alive timeout (uvicorn: 5 s): a request
         # sent on a connection the worker is closing fails before any answer, which reads as an unreachable worker
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
         client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
                                    headers={WORKER_SECRET_HEADER: worker_secret()})
         self._clients.append(client)
-        replica = Replica(url, client)
-        self.pools.setdefault(model, ModelPool(model)).replicas.append(replica)
+        replica = Replica(url, client, replica_id=replica_id)
+        self.ensure_pool(model).replicas.append(replica)
         return replica
+
+    async def remove_replica(self, model: str, replica: Replica) -> None:
+        """Forget a replica that is gone (stopped, or its process exited) and close its connections."""
+        pool = self.pools.get(model)
+        if pool is not None and replica in pool.replicas:
+            pool.replicas.remove(replica)
+        if replica.client in self._clients:
+            self._clients.remove(replica.client)
+        await replica.client.aclose()
+
+    def ensure_pool(self, model: str) -> ModelPool:
+        """The model's pool, created empty if it has none yet (an endpoint scaled to zero)."""
+        return self.pools.setdefault(model, ModelPool(model))
+
+    def drop_pool(self, model: str) -> None:
+        self.pools.pop(model, None)
 
     def pool(self, model: str) -> ModelPool | None:
         return self.pools.get(model)

@@ -32,7 +32,7 @@ from common.protocol import (
 )
 from gateway.proxy import stream_events
 from gateway.routing.pool import Router
-from gateway.routing.supervisor import Supervisor
+from gateway.routing.worker_process import WorkerProcess
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE, REPO, pid_alive
 from worker.server import MAX_DETOKENIZE_TOKENS, MAX_TOKENIZE_CHARS, create_worker_app
@@ -216,7 +216,7 @@ def test_a_worker_bound_beyond_loopback_without_a_secret_exits_with_one_line(hos
 
 
 async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_path, monkeypatch):
-    """The supervisor's real spawn: the worker's environment holds what it runs on and the generated
+    """The real spawn (local provisioner and standby workers): the worker's environment holds what it runs on and the generated
     secret, never the key pepper, the admin key or the database URL."""
     monkeypatch.delenv(WORKER_SECRET_ENV, raising=False)
     monkeypatch.setenv("SLUICE_KEY_PEPPER", "pepper-must-stay")
@@ -224,16 +224,14 @@ async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_p
     monkeypatch.setenv("SLUICE_DATABASE_URL", "postgresql://user:password@db/sluice")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.setenv("SLUICE_MODEL_CACHE", str(MODEL_CACHE))
-    supervisor = Supervisor(tmp_path)
-    worker = supervisor.add(ModelConfig(), 0)
     monkeypatch.chdir(REPO)
-    await supervisor.start()
+    worker = await WorkerProcess.spawn(ModelConfig(), tmp_path, "environment-test")
     try:
         environ = dict(item.split("=", 1) for item in
-                       Path(f"/proc/{worker.process.pid}/environ").read_text().split("\0") if "=" in item)
+                       Path(f"/proc/{worker.pid}/environ").read_text().split("\0") if "=" in item)
     finally:
-        await supervisor.stop()
-    assert not pid_alive(worker.process.pid)
+        await worker.stop()
+    assert not pid_alive(worker.pid)
     assert not {"SLUICE_KEY_PEPPER", "SLUICE_ADMIN_KEY", "SLUICE_DATABASE_URL"} & environ.keys()
     assert environ["AWS_REGION"] == "eu-west-1" and environ["SLUICE_MODEL_CACHE"] == str(MODEL_CACHE)
     assert environ["PATH"] == os.environ["PATH"] and environ["OMP_WAIT_POLICY"] == "PASSIVE"

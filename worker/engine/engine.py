@@ -41,26 +41,33 @@ from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
 from worker.lora.errors import AdapterError
 from worker.lora.store import AdapterStore
-from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, WorkerLoad,
-                             floored_logprob)
+from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, SamplingParams,
+                             WorkerLoad, floored_logprob)
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data")):
+    def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data"),
+                 *, compile_later: bool = False):
+        """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
+        once the worker is warm: until then decode steps take the Python path (same logits, one row
+        group), and a first constrained request builds the vocabulary itself."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer)
-        self.runner.scripted_layers()  # compiled now rather than on the first request
+        if compile_later:
+            self.runner.defer_scripting()
+        else:
+            self.runner.scripted_layers()  # compiled now rather than on the first request
         self.max_rows = config.max_batch_size
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
-                                        timeout_s=config.grammar_compile_timeout_s)
+                                        timeout_s=config.grammar_compile_timeout_s, build_later=compile_later)
         self.batch = DecodingBatch(self.vocab_size, "cpu")
         self.rows: list[Sequence] = []
         self.waiting: deque[RequestState] = deque()
@@ -109,6 +116,26 @@ class Engine:
 
     def start(self) -> None:
         self._thread.start()
+
+    def finish_start(self) -> None:
+        """What `compile_later` left: built in low-priority threads while the worker already serves."""
+        self.runner.script_in_background()
+        self.grammars.build_in_background()
+
+    def warm_up(self, timeout_s: float = 60.0) -> None:
+        """One tiny greedy request through the whole path (tokenizer, prefill, a decode step,
+        detokenizer) after `start` and before the worker takes traffic: the first real request then
+        pays no first-call costs."""
+        finished = threading.Event()
+
+        def sink(batch: list) -> None:
+            if any(isinstance(event, (Done, Error)) for event in batch):
+                finished.set()
+
+        request = GenerateRequest(request_id="warm-up", model=self.config.name, prompt="Hello",
+                                  params=SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+        self.submit(self.prepare(request), sink)
+        finished.wait(timeout_s)
 
     def stop(self) -> None:
         self._stop.set()

@@ -37,11 +37,12 @@ async def chat_completions(request: Request, services: Services) -> Response | S
 
 @get("/v1/models", summary="List the served models this key may call")
 async def models(request: Request, services: Services) -> dict:
-    """Endpoints the key may call (its allow-list; empty = every one), then each one's registered LoRA adapters
+    """Endpoints the key may call (its allow-list, empty = every one; asleep ones too), then each one's registered LoRA adapters
     as "<endpoint>:<adapter>" (what `model` takes)."""
     allowed = request.user.models
     created = int(services.started_at)
-    endpoints = [name for name in services.router.pools if not allowed or name in allowed]
+    endpoints = [status.name for status in services.endpoints.visible(request.user)
+                 if not allowed or status.name in allowed]  # private endpoints only to their team
     data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in endpoints]
     data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
               "parent": endpoint} for endpoint in endpoints for adapter in services.adapters.by_endpoint.get(endpoint, ())]

@@ -162,10 +162,10 @@ class SGLang(Dialect):
             return 400, {"object": "error", "message": error.message, "type": "Bad Request", "param": error.param,
                          "code": 400}
         status = 400 if error.status in (400, 422) else error.status
-        return status, {"error": {"message": error.message}}
+        return status, {"error": {"message": error.message, **error.fields}}
 
     def stream_error(self, error: SluiceError) -> bytes:
-        return sse({"error": {"message": error.message}}) + b"data: [DONE]\n\n"
+        return sse({"error": {"message": error.message, **error.fields}}) + b"data: [DONE]\n\n"
 
 
 def _triples(items: list[TopLogprob] | None, triple) -> list | None:

@@ -145,7 +145,8 @@ class TGI(Dialect):
                 held = None
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
-        return error.status, {"error": error.message, "error_type": ERROR_TYPES.get(error.status, "generation")}
+        return error.status, {"error": error.message, "error_type": ERROR_TYPES.get(error.status, "generation"),
+                              **error.fields}
 
     def stream_error(self, error: SluiceError) -> bytes:
         return sse(self.error_body(error)[1], space=False)

@@ -24,11 +24,13 @@ from collections import OrderedDict
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 
 import xgrammar as xgr
 
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
+from worker.threads import in_background
 from common.protocol import Constraint
 
 _OBJECT = '{"type": "object"}'
@@ -56,13 +58,21 @@ class Grammar:
     stop_ids: tuple[int, ...]  # tokens that end the output once the grammar accepts
 
 
+def _xgr_compiler(tokenizer, vocab_size: int, stop_ids: list[int]) -> xgr.GrammarCompiler:
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
+    return xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+
+
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
-                 cache_size: int = 256, threads: int = 2, waiting_per_tenant: int = 4):
-        self.info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
+                 cache_size: int = 256, threads: int = 2, waiting_per_tenant: int = 4, build_later: bool = False):
+        """The tokenizer's vocabulary table takes ~0.35 s: it is built in a low-priority thread, now or,
+        with `build_later`, when `build_in_background` is called (a worker does once it is warm)."""
         self.stop_ids = tuple(stop_ids)
         self.timeout_s, self.cache_size = timeout_s, cache_size
-        self._xgr = xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
+        self._vocabulary = partial(_xgr_compiler, tokenizer, vocab_size, stop_ids)
+        self._xgr_ready: Future = Future()
+        self._building = threading.Lock()
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
@@ -70,6 +80,28 @@ class GrammarCompiler:
         self._closed = False
         for index in range(threads):  # daemons: a compile that never ends must not hold the process at exit
             threading.Thread(target=self._work, name=f"sluice-grammar-{index}", daemon=True).start()
+        if not build_later:
+            self.build_in_background()
+
+    def build_in_background(self) -> None:
+        in_background(self._build_vocabulary, "sluice-grammar-vocabulary")
+
+    def _build_vocabulary(self) -> None:
+        with self._building:  # a compile that comes first builds it, or waits for the thread doing so
+            if self._xgr_ready.done():
+                return
+            try:
+                self._xgr_ready.set_result(self._vocabulary())
+            except Exception as exc:  # reported by the first compile
+                self._xgr_ready.set_exception(exc)
+
+    @property
+    def _xgr(self) -> xgr.GrammarCompiler:
+        self._build_vocabulary()
+        try:
+            return self._xgr_ready.result()
+        except Exception as exc:  # not the constraint's fault: say what is
+            raise GrammarError(f"structured output is unavailable for this model's tokenizer: {exc}") from None
 
     @staticmethod
     def key(constraint: Constraint) -> str:

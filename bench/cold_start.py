@@ -1,0 +1,198 @@
+"""Cold start: a request to the default model scaled to zero, until its first token; and what the
+activator adds once the endpoint is warm.
+
+    .venv/bin/python bench/cold_start.py [--runs 3] [--warm-requests 200] [--quick]
+
+Each run builds the gateway's `Endpoints` service in this process (its SQLite store in a temporary
+data dir; the weights' cache shared through SLUICE_MODEL_CACHE, so they are cached) with one local
+endpoint, min_replicas 0, and sends one streamed request through the activator and the failover
+proxy to the worker that wakes for it, timing the request until its first token. The worker reports
+its own start phase by phase (`/info` start_seconds): process start, imports, weight load, engine
+(lean runner, KV cache; the TorchScript layers compile in the background), warm-up. Two ways to wake:
+- standby: the default, a spare worker process already imported waits for an assignment;
+- cold: `[scaling] standby_worker = false`, a new process imports everything first.
+The peer, measured in the same run: a fresh Python process loading the same cached weights with
+transformers (`from_pretrained`) and generating one token, what a plain transformers server pays.
+
+Then, warm: the activator's own latency (acquire + release of a lease on the ready endpoint, p50/p99)
+and the time to first token through the service against the same request sent to the worker directly.
+The issue's target on this machine: <= 3 s from the request to its first token. No assertions; other
+processes share the cores, so each figure is a median with its spread over `--runs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# run as a script: this checkout first, and not bench/ (bench/worker.py would shadow the worker package)
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import httpx  # noqa: E402
+import msgspec  # noqa: E402
+
+from common.protocol import WORKER_SECRET_HEADER, GenerateRequest, ModelInfo, SamplingParams, Token  # noqa: E402
+from gateway.endpoints.scaling import ScalingSettings  # noqa: E402
+from gateway.endpoints.service import Endpoints  # noqa: E402
+from gateway.endpoints.spec import parse_endpoint  # noqa: E402
+from gateway.logs import configure_logging  # noqa: E402
+from gateway.routing.worker_trust import worker_secret  # noqa: E402
+
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+CACHE = Path(os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache")))
+PHASES = ("process_start", "imports", "weights", "engine", "warm_up")
+PEER = """
+import sys, time
+began = float(sys.argv[1])
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
+model = AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.float32)
+ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+model.generate(ids, max_new_tokens=1, do_sample=False)
+print(time.time() - began)
+"""
+
+
+def request(index: int) -> GenerateRequest:
+    return GenerateRequest(request_id=f"cold-{index}", model=MODEL, prompt="The capital of France is",
+                           params=SamplingParams(max_tokens=4, temperature=0.0), stream=True)
+
+
+async def first_token(endpoints: Endpoints, endpoint, index: int) -> tuple[float, object]:
+    """Seconds from the request to its first token, and the lease it ran on."""
+    started = time.monotonic()
+    deadline = started + 300
+    lease = await endpoints.acquire(endpoint, deadline)
+    waited = lease.waited_s
+    events = endpoints.stream(endpoint, lease, request(index), deadline)
+    try:
+        async for event in events:
+            if isinstance(event, Token):
+                return time.monotonic() - started, lease, waited
+    finally:
+        await events.aclose()
+    raise RuntimeError("no token")
+
+
+async def cold_run(data_dir: Path, standby: bool, warm_requests: int) -> dict:
+    settings = ScalingSettings(standby_worker=standby)
+    spec = parse_endpoint({"name": MODEL, "min_replicas": 0, "max_replicas": 1, "idle_seconds": 3600})
+    endpoints = await Endpoints.open(f"sqlite:///{data_dir}/sluice.db", [spec], data_dir, settings)
+    await endpoints.start()
+    try:
+        if standby:
+            deadline = time.monotonic() + 300
+            while not endpoints.standby.ready:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the standby worker did not finish importing")
+                await asyncio.sleep(0.1)
+        endpoint = endpoints.resolve(MODEL, None)
+        seconds, lease, waited = await first_token(endpoints, endpoint, 0)
+        info = msgspec.json.decode((await lease.replica.client.get("/info")).content, type=ModelInfo)
+        result = {"first_token": seconds, "waited": waited, **info.start_seconds}
+        if warm_requests:
+            result.update(await warm(endpoints, endpoint, lease.replica.url, warm_requests))
+        return result
+    finally:
+        await endpoints.drain_and_stop()
+
+
+async def warm(endpoints: Endpoints, endpoint, url: str, count: int) -> dict:
+    acquire = []
+    for _ in range(count):
+        started = time.perf_counter()
+        lease = await endpoints.acquire(endpoint, time.monotonic() + 10)
+        endpoints.release(endpoint, lease)
+        acquire.append(time.perf_counter() - started)
+    through, direct = [], []
+    body = msgspec.json.encode(request(1))
+    # straight to the worker: with the secret the gateway gave it (worker_trust.py), or it refuses
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers={WORKER_SECRET_HEADER: worker_secret()}) as client:
+        for index in range(max(10, count // 10)):
+            seconds, _, _ = await first_token(endpoints, endpoint, index + 2)
+            through.append(seconds)
+            started = time.monotonic()
+            async with client.stream("POST", "/generate", content=body) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if '"type":"token"' in line:
+                        direct.append(time.monotonic() - started)
+                        break
+    return {"acquire": acquire, "through": through, "direct": direct}
+
+
+def peer_run() -> float:
+    weights = next(p for p in CACHE.iterdir() if (p / "config.json").exists())
+    began = time.time()
+    out = subprocess.run([sys.executable, "-c", PEER, repr(began), str(weights)], capture_output=True, text=True,
+                         env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def spread(values: list[float], unit: float = 1.0, digits: int = 2) -> str:
+    scaled = [v * unit for v in values]
+    median = statistics.median(scaled)
+    return f"{median:.{digits}f} ({min(scaled):.{digits}f}-{max(scaled):.{digits}f})"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warm-requests", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", default=bool(os.environ.get("SLUICE_BENCH_QUICK")))
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.warm_requests = 1, 50
+    configure_logging("json", level=30)  # warnings only: the workers' own lines go to stderr
+    os.environ["SLUICE_LOG_FORMAT"] = "json"
+    results: dict[str, list[dict]] = {"standby": [], "cold": []}
+    peers = []
+    for run in range(args.runs):
+        for mode in ("standby", "cold"):
+            with tempfile.TemporaryDirectory(prefix="sluice-cold-") as data:
+                warm_count = args.warm_requests if mode == "standby" and run == 0 else 0
+                results[mode].append(asyncio.run(cold_run(Path(data), mode == "standby", warm_count)))
+        peers.append(peer_run())
+        print(f"run {run + 1}/{args.runs}: standby {results['standby'][-1]['first_token']:.2f} s, "
+              f"cold {results['cold'][-1]['first_token']:.2f} s, transformers {peers[-1]:.2f} s", flush=True)
+
+    print(f"\nrequest -> first token, default model scaled to zero, cached weights; median (min-max) of {args.runs}")
+    print(f"{'':28}{'standby':>22}{'cold':>22}")
+    rows = [("request -> first token (s)", "first_token"), ("  activator wait (s)", "waited")]
+    rows += [(f"  worker: {phase} (s)", phase) for phase in PHASES]
+    rows += [("  worker: total to ready (s)", "total")]
+    for label, key in rows:
+        cells = [spread([r.get(key, 0.0) for r in results[mode]]) for mode in ("standby", "cold")]
+        print(f"{label:28}{cells[0]:>22}{cells[1]:>22}")
+    print(f"{'transformers, fresh process (s)':28}{spread(peers):>22}")
+    for mode in ("standby", "cold"):
+        ours = statistics.median(r["first_token"] for r in results[mode])
+        print(f"{mode}: {ours:.2f} s = {ours / statistics.median(peers):.2f}x the transformers peer; "
+              f"target <= 3 s: {'met' if ours <= 3 else 'missed'}")
+    warm_run = results["standby"][0]
+    acquire = warm_run["acquire"]
+    print(f"\nwarm activator: acquire + release p50 {percentile(acquire, 0.5) * 1e6:.0f} us, "
+          f"p99 {percentile(acquire, 0.99) * 1e6:.0f} us over {len(acquire)}")
+    through, direct = warm_run["through"], warm_run["direct"]
+    print(f"warm first token: through the service p50 {percentile(through, 0.5) * 1e3:.1f} ms "
+          f"p99 {percentile(through, 0.99) * 1e3:.1f} ms; straight to the worker p50 "
+          f"{percentile(direct, 0.5) * 1e3:.1f} ms p99 {percentile(direct, 0.99) * 1e3:.1f} ms "
+          f"(ratio p50 {percentile(through, 0.5) / percentile(direct, 0.5):.2f})")
+
+
+if __name__ == "__main__":
+    main()

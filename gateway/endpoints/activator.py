@@ -1,0 +1,207 @@
+"""The activator: requests that find no replica to take them wait here, in the endpoint's FIFO queue.
+
+- A request goes straight to the least-loaded available replica when nobody is queued before it.
+  Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_queue`, and the
+  endpoint's controller is told once per request that demand grew (it samples demand, the autoscaler
+  decides: one scale-up however many requests arrive together).
+- Queued requests are released oldest first, each onto a replica that has fewer than
+  `ceil(target_concurrency x burst_factor)` requests in flight: a replica that just became ready gets
+  that many at once, the rest follow as requests finish (no stampede onto the first replica).
+- The wait ends at the request's deadline (the earliest of the endpoint's `max_wait_seconds`, the
+  request's own deadline and its X-Scale-Up-Timeout); queue full, wait over, or a failed endpoint end
+  it with `EndpointUnavailable`, which carries the endpoint's state and a Retry-After. A failed
+  endpoint answers at once.
+- A waiter that is cancelled (its client went away) leaves the queue; a replica handed to it in the
+  same instant is handed back.
+
+Each released request holds a `Lease` on its replica (one count of the replica's `in_flight`) until
+`release`: that count is how the activator and the autoscaler see load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass, field
+
+from gateway.endpoints import metrics
+from gateway.endpoints.errors import EndpointUnavailable
+from gateway.routing.pool import ModelPool, Replica
+
+
+@dataclass(eq=False)
+class Lease:
+    """One request's hold on one replica, from acquisition until `Activator.release`."""
+
+    replica: Replica
+    waited_s: float  # time spent queued (the ledger's cold start); 0 when a replica was free at once
+    released: bool = False
+
+    @property
+    def cold_start_ms(self) -> float:
+        return self.waited_s * 1000
+
+
+@dataclass(frozen=True)
+class StillWaiting:
+    """Yielded every keep-alive interval while a request waits (a streaming reply sends a comment)."""
+
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class Availability:
+    """What the activator needs to know of its endpoint at the moment a request arrives or times out."""
+
+    state: str  # scaled_to_zero | starting | ready | draining | failed
+    reason: str | None  # why it failed
+    retry_after: float  # seconds a refused client should wait before trying again
+
+
+@dataclass(eq=False)
+class _Waiter:
+    enqueued: float
+    future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Activator:
+    def __init__(self, name: str, pool: ModelPool, availability: Callable[[], Availability],
+                 on_demand: Callable[[], None], *, max_queue: int, release_limit: int,
+                 clock: Callable[[], float] = time.monotonic):
+        self.name = name
+        self.pool = pool
+        self.availability = availability
+        self.on_demand = on_demand
+        self.max_queue = max_queue
+        self.release_limit = release_limit  # requests in flight per replica while a queue is released
+        self.clock = clock
+        self.turned_away = 0  # refused for a full queue since the controller last sampled demand
+        self._queue: deque[_Waiter] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def configure(self, *, max_queue: int, target_concurrency: float, burst_factor: float) -> None:
+        """Apply the endpoint's (possibly patched) bounds."""
+        self.max_queue = max_queue
+        self.release_limit = max(1, math.ceil(target_concurrency * burst_factor))
+        self.pump()
+
+    async def acquire(self, deadline: float, avoid: Collection[Replica] = ()) -> Lease:
+        """A lease on a replica, waiting in the queue until `deadline` (on `clock`) if none is free.
+        `avoid`: replicas this request already failed on, taken only when no other is free."""
+        waiting = self.wait(deadline, keepalive_s=math.inf, avoid=avoid)
+        try:
+            async for step in waiting:
+                if isinstance(step, Lease):
+                    return step
+        finally:
+            await waiting.aclose()
+        raise AssertionError("the activator's wait ended without a lease or an error")
+
+    async def wait(self, deadline: float, keepalive_s: float = 10.0,
+                   avoid: Collection[Replica] = ()) -> AsyncIterator[StillWaiting | Lease]:
+        """`StillWaiting` every `keepalive_s` while queued, then the `Lease` (or EndpointUnavailable).
+        Close the iterator when leaving early (`contextlib.aclosing`): that takes the request out."""
+        replica = self._free_replica(avoid) if not self._queue else None
+        if replica is not None:
+            yield self._lease(replica, 0.0)
+            return
+        waiter = self._enqueue()
+        delivered = False
+        try:
+            while True:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    self.turned_away += 1  # demand the next sample must see, if it left before one
+                    self.on_demand()
+                    raise self._refusal("scale_up_timeout", "no replica became ready in time")
+                done, _ = await asyncio.wait({waiter.future}, timeout=min(keepalive_s, remaining))
+                if done:
+                    replica = waiter.future.result()  # raises what reject_all set
+                    waited = self.clock() - waiter.enqueued
+                    metrics.COLD_START.labels(self.name).observe(waited)
+                    delivered = True
+                    yield Lease(replica, waited)
+                    return
+                if self.clock() < deadline:
+                    yield StillWaiting(self.clock() - waiter.enqueued)
+        finally:
+            if not delivered:
+                self._leave(waiter)
+
+    def release(self, lease: Lease) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        lease.replica.in_flight -= 1
+        self.pump()
+
+    def pump(self) -> int:
+        """Hand queued requests, oldest first, to replicas with room under the release limit."""
+        released = 0
+        while self._queue:
+            replica = self._replica_with_room()
+            if replica is None:
+                break
+            waiter = self._queue.popleft()
+            replica.in_flight += 1
+            waiter.future.set_result(replica)
+            released += 1
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        return released
+
+    def reject_all(self, code: str, message: str) -> None:
+        """End every wait now (the endpoint failed or is going away)."""
+        while self._queue:
+            waiter = self._queue.popleft()
+            waiter.future.set_exception(self._refusal(code, message))
+        metrics.QUEUE_DEPTH.labels(self.name).set(0)
+
+    # ---- internals ----
+
+    def _enqueue(self) -> _Waiter:
+        availability = self.availability()
+        if availability.state == "failed":
+            raise self._refusal("endpoint_failed", "the endpoint failed", availability)
+        if availability.state == "draining":
+            raise self._refusal("endpoint_draining", "the endpoint is shutting down", availability)
+        if len(self._queue) >= self.max_queue:
+            self.turned_away += 1  # still demand: with `max_queue = 0` this is what wakes the endpoint
+            self.on_demand()
+            raise self._refusal("queue_full", f"{len(self._queue)} requests are already waiting", availability)
+        waiter = _Waiter(self.clock())
+        self._queue.append(waiter)
+        metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        self.on_demand()
+        return waiter
+
+    def _leave(self, waiter: _Waiter) -> None:
+        if waiter in self._queue:
+            self._queue.remove(waiter)
+            metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
+        elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
+            self.release(Lease(waiter.future.result(), 0.0))  # handed a replica as it left: give it back
+
+    def _free_replica(self, avoid: Collection[Replica]) -> Replica | None:
+        candidates = self.pool.candidates()
+        return next((r for r in candidates if r not in avoid), candidates[0] if candidates else None)
+
+    def _replica_with_room(self) -> Replica | None:
+        return next((r for r in self.pool.candidates() if r.in_flight < self.release_limit), None)
+
+    def _lease(self, replica: Replica, waited: float) -> Lease:
+        replica.in_flight += 1
+        return Lease(replica, waited)
+
+    def _refusal(self, code: str, message: str, availability: Availability | None = None) -> EndpointUnavailable:
+        availability = availability or self.availability()
+        metrics.REFUSED.labels(self.name, code).inc()
+        reason = f": {availability.reason}" if availability.reason else ""
+        return EndpointUnavailable(f"the model {self.name!r} is {availability.state.replace('_', ' ')}; "
+                                   f"{message}{reason}", code=code, state=availability.state,
+                                   reason=availability.reason, retry_after=availability.retry_after)

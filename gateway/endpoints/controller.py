@@ -1,0 +1,330 @@
+"""One endpoint at run time: its replicas, activator and autoscaler, and the loop that keeps them agreeing.
+
+Every tick (and at once when a request starts waiting) the loop:
+1. looks at what the provisioner runs (new replicas join the pool; exits are counted: a replica that
+   exits before it was ever ready extends the start-failure streak, `start_failures` in a row or a
+   worker that says its model cannot load make the endpoint `failed`);
+2. polls `/load` of starting replicas (every tick) and ready ones (every `health_interval_seconds`): a
+   replica is ready only when its worker says so; one not ready after `start_timeout_seconds` is a
+   failed start too;
+3. samples demand (in flight + waiting), asks the autoscaler for the replica count, and starts
+   replicas or drains ready ones (never one that is starting);
+4. releases queued requests onto replicas with room.
+
+A drained replica takes no new request, finishes what it has (up to the endpoint's `drain_seconds`),
+then is stopped. A failed endpoint refuses requests at once and stops its replicas; a PATCH of its
+spec is the operator's retry and clears the failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.endpoints import metrics
+from gateway.endpoints.activator import Activator, Availability
+from gateway.endpoints.autoscaler import Autoscaler, Bounds, plan
+from gateway.endpoints.provisioners.base import Observation, Provisioner, ReplicaExit
+from gateway.endpoints.scaling import ScalingSettings
+from gateway.endpoints.spec import EndpointSpec
+from gateway.endpoints.status import EndpointStatus, ReplicaCounts
+from gateway.routing.pool import Replica, Router
+
+log = structlog.get_logger(__name__)
+FIRST_START_GUESS_S = 10.0  # Retry-After before any replica of the endpoint has started
+FAILED_RETRY_AFTER_S = 30.0
+DRAIN_CHECK_S = 0.05
+BUSY_TICK_S = 0.05
+
+
+@dataclass(eq=False)
+class Member:
+    """A replica the provisioner reported, with or without an address yet."""
+
+    replica_id: str
+    since: float
+    replica: Replica | None = None
+    last_poll: float = -math.inf
+    started: bool = False  # its readiness was counted
+
+    @property
+    def ready(self) -> bool:
+        return self.replica is not None and self.replica.ever_ready
+
+    @property
+    def draining(self) -> bool:
+        return self.replica is not None and self.replica.draining
+
+
+class EndpointController:
+    def __init__(self, spec: EndpointSpec, provisioner: Provisioner, router: Router, settings: ScalingSettings, *,
+                 on_failed: Callable[[EndpointController], None] = lambda controller: None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.spec = spec
+        self.name = spec.name
+        self.provisioner = provisioner
+        self.router = router
+        self.pool = router.ensure_pool(spec.name)
+        self.settings = settings
+        self.on_failed = on_failed
+        self.clock = clock
+        self.autoscaler = Autoscaler(settings, clock())
+        self.activator = Activator(spec.name, self.pool, self.availability, self.poke, max_queue=spec.max_queue,
+                                   release_limit=1, clock=clock)
+        self.activator.configure(max_queue=spec.max_queue, target_concurrency=spec.target_concurrency,
+                                 burst_factor=settings.burst_factor)
+        self.members: dict[str, Member] = {}
+        self.failure: str | None = None
+        self.stopping = False
+        self.desired = 0
+        self.start_streak = 0
+        self.expected_start_s = FIRST_START_GUESS_S  # how long a replica takes to become ready (for Retry-After)
+        self._starts_seen = 0
+        self._next_start = -math.inf  # backoff after failed starts
+        self._next_observe = -math.inf
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task | None = None
+        self._drains: set[asyncio.Task] = set()
+
+    # ---- lifecycle ----
+
+    async def start(self) -> None:
+        await self.provisioner.open()
+        await self.tick()
+        self._loop = asyncio.create_task(self._run(), name=f"endpoint {self.name}")
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    @property
+    def ever_started(self) -> bool:
+        """A replica of this endpoint was ready at least once."""
+        return self._starts_seen > 0
+
+    def update(self, spec: EndpointSpec) -> None:
+        """A PATCH: bounds, target and idle time apply from the next tick; a failure is cleared."""
+        self.spec = spec
+        self.activator.configure(max_queue=spec.max_queue, target_concurrency=spec.target_concurrency,
+                                 burst_factor=self.settings.burst_factor)
+        if self.failure is not None:
+            log.info("endpoint_failure_cleared", endpoint=self.name)
+            self.failure, self.start_streak, self._next_start = None, 0, -math.inf
+        self.poke()
+
+    async def drain_and_stop(self) -> None:
+        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop."""
+        self.stopping = True
+        self.activator.reject_all("endpoint_draining", "the endpoint is shutting down")
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        for member in list(self.members.values()):
+            if member.replica is not None and not member.draining:
+                self._begin_drain(member)
+            elif member.replica is None:
+                await self._remove(member)
+        while self._drains:
+            await asyncio.gather(*self._drains, return_exceptions=True)
+        await self.provisioner.close()
+        for member in list(self.members.values()):
+            await self._forget(member)
+        self._publish()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:  # a provisioner's API error must not end the endpoint's loop
+                log.exception("endpoint_tick_failed", endpoint=self.name)
+            # a replica starting or requests waiting: look again soon (readiness is seen within 50 ms)
+            busy = self.activator.waiting or any(not m.ready for m in self.members.values())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), BUSY_TICK_S if busy else self.settings.tick_seconds)
+            self._wake.clear()
+
+    # ---- one tick ----
+
+    async def tick(self) -> None:
+        now = self.clock()
+        if now >= self._next_observe:
+            self._next_observe = now + self.provisioner.observe_interval_s
+            await self._sync(await self.provisioner.observe(), now)
+        await self._poll(now)
+        await self._time_out_starts(now)
+        demand = sum(r.in_flight for r in self.pool.replicas) + self.activator.waiting + self.activator.turned_away
+        self.activator.turned_away = 0
+        self.autoscaler.record(now, demand)
+        if not self.provisioner.scalable:
+            self.desired = len(self.members)
+        elif self.failure is None and not self.stopping:
+            await self._scale(now)
+        self.activator.pump()
+        self._publish()
+
+    async def _scale(self, now: float) -> None:
+        ready, starting = self._counts()
+        spec = self.spec
+        bounds = Bounds(spec.min_replicas, spec.max_replicas, spec.target_concurrency, spec.idle_seconds)
+        decision = self.autoscaler.decide(now, bounds, ready, starting)
+        self.desired = decision.desired
+        actions = plan(decision.desired, ready, starting)
+        if actions.start and now >= self._next_start:
+            log.info("endpoint_scale_up", endpoint=self.name, replicas=ready + starting, desired=decision.desired,
+                     panicking=decision.panicking)
+            await self.provisioner.add(actions.start)
+            metrics.STARTS.labels(self.name).inc(actions.start)
+            self._next_observe = -math.inf  # see the new replicas before deciding again
+        if actions.remove:
+            log.info("endpoint_scale_down", endpoint=self.name, replicas=ready + starting, desired=decision.desired)
+            idle_first = sorted((m for m in self.members.values() if m.ready and not m.draining),
+                                key=lambda m: m.replica.in_flight)
+            for member in idle_first[:actions.remove]:
+                self._begin_drain(member)
+
+    def _counts(self) -> tuple[int, int]:
+        live = [m for m in self.members.values() if not m.draining]
+        ready = sum(1 for m in live if m.ready)
+        return ready, len(live) - ready
+
+    # ---- what the provisioner runs ----
+
+    async def _sync(self, observation: Observation, now: float) -> None:
+        seen = set()
+        for address in observation.replicas:
+            seen.add(address.replica_id)
+            member = self.members.setdefault(address.replica_id, Member(address.replica_id, now))
+            if address.url is not None and member.replica is None:
+                member.replica = self.router.add_replica(self.name, address.url, address.replica_id)
+        exited = {e.replica_id for e in observation.exits}
+        for member in [m for m in self.members.values() if m.replica_id not in seen | exited]:
+            await self._forget(member)  # gone without an exit report (an ECS placeholder filled)
+        for exit in observation.exits:  # one that died before it was ever seen counts too
+            member = self.members.get(exit.replica_id) or Member(exit.replica_id, now)
+            await self._forget(member)
+            self._exited(member, exit)
+
+    def _exited(self, member: Member, exit: ReplicaExit) -> None:
+        if member.draining or self.stopping:
+            return
+        if member.ready:
+            log.warning("replica_lost", endpoint=self.name, replica=member.replica_id, reason=exit.reason)
+            return
+        if exit.load_failed:
+            self._fail(f"weights failed to load: {exit.reason}")
+            return
+        self._start_failed(member, exit.reason)
+
+    def _start_failed(self, member: Member, reason: str) -> None:
+        self.start_streak += 1
+        log.warning("replica_start_failed", endpoint=self.name, replica=member.replica_id, streak=self.start_streak,
+                    reason=reason)
+        if self.start_streak >= self.settings.start_failures:
+            self._fail(f"crash loop: {self.start_streak} replicas in a row exited while starting; last: {reason}")
+        else:
+            self._next_start = self.clock() + min(30.0, 0.5 * 2 ** (self.start_streak - 1))
+
+    async def _poll(self, now: float) -> None:
+        due = [m for m in self.members.values() if m.replica is not None and
+               (not m.ready or now - m.last_poll >= self.settings.health_interval_seconds)]
+        for member in due:
+            member.last_poll = now
+        await asyncio.gather(*(m.replica.poll() for m in due))
+        for member in due:
+            if member.ready and not member.started:
+                member.started = True
+                took = self.clock() - member.since
+                self.expected_start_s = took if self._starts_seen == 0 else 0.7 * self.expected_start_s + 0.3 * took
+                self._starts_seen += 1
+                self.start_streak = 0
+                log.info("replica_ready", endpoint=self.name, replica=member.replica_id, start_s=round(took, 3))
+
+    async def _time_out_starts(self, now: float) -> None:
+        limit = self.settings.start_timeout_seconds
+        for member in [m for m in self.members.values() if not m.ready and now - m.since > limit]:
+            what = "no capacity: it got no address" if member.replica is None else "its worker never reported ready"
+            await self._remove(member)
+            self._start_failed(member, f"{what} in {limit:g} s")
+
+    # ---- removal ----
+
+    def _begin_drain(self, member: Member) -> None:
+        member.replica.draining = True
+        task = asyncio.create_task(self._drain(member))
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _drain(self, member: Member) -> None:
+        replica = member.replica
+        deadline = self.clock() + self.spec.drain_seconds
+        while replica.in_flight > 0 and self.clock() < deadline:
+            await asyncio.sleep(DRAIN_CHECK_S)
+        if replica.in_flight:
+            log.warning("drain_timed_out", endpoint=self.name, replica=member.replica_id, in_flight=replica.in_flight)
+        if self.members.get(member.replica_id) is member:
+            await self._remove(member)
+        self.poke()
+
+    async def _remove(self, member: Member) -> None:
+        await self._forget(member)
+        await self.provisioner.remove(member.replica_id)
+
+    async def _forget(self, member: Member) -> None:
+        if self.members.get(member.replica_id) is member:
+            del self.members[member.replica_id]
+        if member.replica is not None:
+            await self.router.remove_replica(self.name, member.replica)
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        log.error("endpoint_failed", endpoint=self.name, reason=reason)
+        self.activator.reject_all("endpoint_failed", "the endpoint failed")
+        for member in list(self.members.values()):
+            task = asyncio.create_task(self._remove(member))
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
+        self.on_failed(self)
+
+    # ---- what it looks like ----
+
+    @property
+    def state(self) -> str:
+        if self.failure is not None:
+            return "failed"
+        if self.stopping:
+            return "draining"
+        if any(r.healthy and not r.draining for r in self.pool.replicas):
+            return "ready"
+        if any(not m.draining for m in self.members.values()) or self.desired > 0:
+            return "starting"
+        return "scaled_to_zero"
+
+    def availability(self) -> Availability:
+        state = self.state
+        if state == "failed":
+            return Availability(state, self.failure, FAILED_RETRY_AFTER_S)
+        if state in ("starting", "scaled_to_zero"):
+            starts = [self.clock() - m.since for m in self.members.values() if not m.ready]
+            return Availability(state, None, max(1.0, self.expected_start_s - max(starts, default=0.0)))
+        return Availability(state, None, 1.0)
+
+    def status(self) -> EndpointStatus:
+        ready, starting = self._counts()
+        draining = sum(1 for m in self.members.values() if m.draining)
+        return EndpointStatus(name=self.name, state=self.state, reason=self.failure,
+                              replicas=ReplicaCounts(ready, starting, draining), desired_replicas=self.desired,
+                              in_flight=sum(r.in_flight for r in self.pool.replicas), waiting=self.activator.waiting,
+                              spec=self.spec)
+
+    def _publish(self) -> None:
+        status = self.status()
+        metrics.set_state(self.name, status.state)
+        for phase in metrics.PHASES:
+            metrics.REPLICAS.labels(self.name, phase).set(getattr(status.replicas, phase))
+        metrics.DESIRED.labels(self.name).set(status.desired_replicas)

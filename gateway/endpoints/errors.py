@@ -1,0 +1,37 @@
+"""Errors of the endpoint layer, in the gateway's one hierarchy (each dialect renders them its own way)."""
+
+from __future__ import annotations
+
+import math
+
+from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
+
+
+class EndpointNotFound(NotFound):
+    """No such endpoint, or a private one of another team (which must not learn that it exists)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"the model {name!r} does not exist")
+
+
+class EndpointConflict(SluiceError):
+    status, type, code = 409, "invalid_request_error", "endpoint_conflict"
+
+
+class InvalidEndpoint(ValidationFailed):
+    code = "invalid_endpoint"
+
+
+class EndpointUnavailable(Unavailable):
+    """No replica could take the request: the queue is full, the wait ran out, or the endpoint failed.
+
+    Carries the endpoint's state (`scaled_to_zero`, `starting`, `ready`, `draining`, `failed`), the
+    failure reason if any, and a Retry-After value, which every dialect envelope shows to the client
+    (`endpoint_state`, `endpoint_reason`)."""
+
+    def __init__(self, message: str, *, code: str, state: str, retry_after: float, reason: str | None = None):
+        self.retry_after = max(1, math.ceil(retry_after))
+        super().__init__(message, code=code, headers={"retry-after": str(self.retry_after)})
+        self.state = state
+        self.reason = reason
+        self.fields = {"endpoint_state": state, **({"endpoint_reason": reason} if reason else {})}

@@ -1,0 +1,1 @@
+"""Provisioners start and stop an endpoint's replicas; the controller drives them through one interface."""

@@ -1,0 +1,53 @@
+"""The one interface every provisioner offers the endpoint controller.
+
+The controller never knows which provisioner it drives. It asks for replicas (`add`), drains a replica
+itself before asking for its removal (`remove`), and watches what exists (`observe`): each replica's
+id and URL (None while it has no address yet) and the replicas that exited since the last look, with
+the last thing they said. Whether a replica is ready is the controller's business (`/load` polling).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ReplicaAddress:
+    replica_id: str
+    url: str | None  # None while the replica has no reachable address yet (an ECS task provisioning)
+
+
+@dataclass(frozen=True)
+class ReplicaExit:
+    replica_id: str
+    reason: str  # the worker's last line, or the platform's stop reason
+    load_failed: bool = False  # the worker said its model cannot load: starting it again cannot help
+
+
+@dataclass(frozen=True)
+class Observation:
+    replicas: list[ReplicaAddress] = field(default_factory=list)
+    exits: list[ReplicaExit] = field(default_factory=list)
+
+
+class Provisioner(ABC):
+    scalable = True  # False: a fixed set of replicas (add and remove do nothing)
+    observe_interval_s = 0.0  # the least time between two `observe` calls (remote APIs cost a round trip)
+
+    async def open(self) -> None:
+        """Connect, and adopt replicas that already exist (an ECS service that kept running)."""
+
+    @abstractmethod
+    async def observe(self) -> Observation: ...
+
+    @abstractmethod
+    async def add(self, count: int) -> None:
+        """Start `count` more replicas."""
+
+    @abstractmethod
+    async def remove(self, replica_id: str) -> None:
+        """Stop this replica (the controller drained it first) and lower the replica count by one."""
+
+    async def close(self) -> None:
+        """Let go: stop what this gateway started and owns alone (local processes)."""

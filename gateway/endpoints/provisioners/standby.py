@@ -1,0 +1,64 @@
+"""A spare local worker process kept imported and waiting, so that a model waking from zero skips the
+imports (torch, transformers, the engine: several seconds of a cold start on a small host).
+
+One spare serves every local endpoint; it holds no model and takes no CPU while it waits (a few
+hundred MB of memory). When an endpoint takes it, the next spare is spawned after `refill_delay_s`,
+so its imports do not compete with the start of the worker just assigned. It is only kept while some
+local endpoint can scale (min_replicas < max_replicas, or 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from common.worker_launch import STANDBY_READY
+from gateway.routing.worker_process import WorkerProcess
+
+
+class StandbyWorkers:
+    def __init__(self, refill_delay_s: float = 10.0):
+        self.refill_delay_s = refill_delay_s
+        self.wanted = False
+        self._spare: WorkerProcess | None = None
+        self._refill: asyncio.Task | None = None
+
+    def want(self) -> None:
+        """Some endpoint can scale: keep a spare from now on."""
+        if not self.wanted:
+            self.wanted = True
+            self._schedule(0.0)
+
+    @property
+    def ready(self) -> bool:
+        """A spare has imported everything and waits (its last line says so)."""
+        spare = self._spare
+        return spare is not None and spare.returncode is None and STANDBY_READY in spare.last_line
+
+    def take(self) -> WorkerProcess | None:
+        """The spare (still importing, perhaps: it is ahead all the same), or None."""
+        spare, self._spare = self._spare, None
+        if self.wanted:
+            self._schedule(self.refill_delay_s)
+        if spare is None or spare.returncode is not None:
+            return None
+        return spare
+
+    async def close(self) -> None:
+        self.wanted = False
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.stop()
+
+    def _schedule(self, delay: float) -> None:
+        if self._refill is None or self._refill.done():
+            self._refill = asyncio.create_task(self._spawn_after(delay))
+
+    async def _spawn_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self._spare is None or self._spare.returncode is not None:
+            self._spare = await WorkerProcess.spawn_standby()

@@ -1,0 +1,100 @@
+"""Which endpoints exist and what their specs are: the config file's entries and the store's rows.
+
+Precedence, decided once at start:
+- A name the config file declares belongs to the file. Its spec is the file's entry with the fields
+  patched at run time laid over it, so a restart keeps the patches and an edit of any other field in
+  the file takes effect. It cannot be deleted through the API (remove it from the file instead).
+- Endpoints created through the API live in the store alone.
+- A stored API endpoint whose name the file now declares gives way to the file's entry (logged);
+  patches stored for a name the file no longer declares are dropped, and so are patches that no longer
+  fit the edited entry (a `min_replicas` above the file's new `max_replicas`, say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+import structlog
+
+from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, InvalidEndpoint
+from gateway.endpoints.spec import EndpointSpec
+from gateway.endpoints.store import EndpointStore
+
+log = structlog.get_logger(__name__)
+
+
+class EndpointRegistry:
+    def __init__(self, store: EndpointStore, declared: Iterable[EndpointSpec]):
+        self._store = store
+        self._declared = {spec.name: spec for spec in declared}
+        self._specs: dict[str, EndpointSpec] = {}
+        self._overlays: dict[str, dict[str, Any]] = {}  # name -> patched fields of a declared endpoint
+
+    async def load(self) -> list[EndpointSpec]:
+        specs = dict(self._declared)
+        for row in await self._store.rows():
+            if row.origin == "config" and row.name in self._declared:
+                try:
+                    specs[row.name] = self._declared[row.name].patched(row.body)
+                    self._overlays[row.name] = row.body
+                    continue
+                except (ValueError, msgspec.ValidationError) as error:
+                    log.warning("endpoint_patch_dropped", endpoint=row.name, reason=str(error))
+            elif row.origin == "api" and row.name not in self._declared:
+                try:
+                    specs[row.name] = msgspec.convert(row.body, EndpointSpec)
+                    continue
+                except msgspec.ValidationError as error:
+                    log.error("endpoint_unreadable", endpoint=row.name, reason=str(error))
+                    continue  # kept in the store: a later version may read it
+            else:
+                log.warning("endpoint_row_superseded", endpoint=row.name, origin=row.origin)
+            await self._store.remove(row.name)
+        self._specs = specs
+        return list(specs.values())
+
+    def get(self, name: str) -> EndpointSpec | None:
+        return self._specs.get(name)
+
+    def all(self) -> list[EndpointSpec]:
+        return list(self._specs.values())
+
+    def declared(self, name: str) -> bool:
+        return name in self._declared
+
+    async def create(self, spec: EndpointSpec) -> EndpointSpec:
+        if spec.name in self._specs:
+            raise EndpointConflict(f"the endpoint {spec.name!r} exists already; PATCH it or DELETE it first")
+        await self._store.put(spec.name, "api", msgspec.to_builtins(spec))
+        self._specs[spec.name] = spec
+        return spec
+
+    async def patch(self, name: str, changes: dict[str, Any]) -> EndpointSpec:
+        current = self._specs.get(name)
+        if current is None:
+            raise EndpointNotFound(name)
+        try:
+            updated = current.patched(changes)
+        except (ValueError, msgspec.ValidationError) as error:
+            raise InvalidEndpoint(str(error)) from error
+        if name in self._declared:
+            overlay = {**self._overlays.get(name, {}), **changes}
+            await self._store.put(name, "config", overlay)
+            self._overlays[name] = overlay
+        else:
+            await self._store.put(name, "api", msgspec.to_builtins(updated))
+        self._specs[name] = updated
+        return updated
+
+    def check_deletable(self, name: str) -> None:
+        if name not in self._specs:
+            raise EndpointNotFound(name)
+        if name in self._declared:
+            raise EndpointConflict(f"the endpoint {name!r} is declared in the config file; remove it there")
+
+    async def delete(self, name: str) -> None:
+        self.check_deletable(name)
+        await self._store.remove(name)
+        del self._specs[name]

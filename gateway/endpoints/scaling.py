@@ -1,0 +1,27 @@
+"""Gateway-wide scaling settings (the `[scaling]` table of the config): windows, thresholds, backoffs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    stable_window_seconds: Positive = 60.0  # demand averaged over this long decides scaling down (and slow up)
+    panic_window_seconds: Positive = 6.0  # demand averaged over this long decides scaling up at once
+    panic_threshold: Annotated[float, msgspec.Meta(ge=1)] = 2.0  # panic when demand passes this x capacity
+    burst_factor: Annotated[float, msgspec.Meta(ge=1)] = 2.0  # queued requests released per replica: target x this
+    tick_seconds: Positive = 0.25  # how often each endpoint samples its demand and reconciles
+    start_failures: Annotated[int, msgspec.Meta(ge=1)] = 3  # replicas exiting during start in a row -> failed
+    start_timeout_seconds: Positive = 600.0  # a replica not ready by then counts as a failed start
+    ejection_seconds: Positive = 5.0  # a replica that failed a request sits out this long (doubling, max 60 s)
+    health_interval_seconds: Positive = 0.5  # /load polling of ready replicas (starting ones: every tick)
+    standby_worker: bool = True  # keep one local worker imported and waiting while some endpoint can scale
+
+    def __post_init__(self) -> None:
+        if self.panic_window_seconds > self.stable_window_seconds:
+            raise ValueError(f"`panic_window_seconds` ({self.panic_window_seconds}) must not exceed "
+                             f"`stable_window_seconds` ({self.stable_window_seconds})")

@@ -1,0 +1,253 @@
+"""`Endpoints`: the one object the request flow, the health route, the endpoint routes and the admin API
+call. This docstring is the contract.
+
+Lifecycle
+    endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings)
+    await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop
+    ...
+    await endpoints.drain_and_stop()  # SIGTERM: no new request; every stream finishes (each replica up
+                                      # to its endpoint's drain_seconds); replicas stopped; store closed
+
+One request
+    endpoint = endpoints.resolve(model, principal)   # EndpointNotFound (404) if absent, or private to
+                                                     # another team; "tgi"/"dummy"/"default" name the
+                                                     # first endpoint the principal may see
+    deadline = wait_deadline(...)                    # deadline.py: max_wait_seconds, the request's own
+                                                     # deadline, X-Scale-Up-Timeout (time.monotonic clock)
+    lease = await endpoints.acquire(endpoint, deadline)
+        # or, to send SSE keep-alives while waiting:
+        # async with aclosing(endpoints.wait(endpoint, deadline, keepalive_s=10)) as steps:
+        #     async for step in steps: StillWaiting -> write a comment line; Lease -> go on
+        # EndpointUnavailable (503 + Retry-After, .state, .reason, .code: queue_full | scale_up_timeout |
+        # endpoint_failed | endpoint_draining); a failed endpoint raises at once
+    lease.cold_start_ms                              # the wait, for the ledger (0 when a replica was free)
+    events = endpoints.stream(endpoint, lease, generate_request, deadline)
+        # owns the lease from here (releases it when the stream ends or is closed); retries on another
+        # replica, at most twice, while nothing was relayed; WorkerLost (502, code worker_lost) when the
+        # worker dies after the first event: render the dialect's error event after the tokens sent and
+        # record exactly the tokens delivered with outcome worker_lost
+    endpoints.release(endpoint, lease)               # only for a lease that never went to `stream`
+
+Several GenerateRequests of one client request (n > 1 fan-out): one lease each.
+
+Views
+    endpoints.states() -> list[EndpointStatus]       # every endpoint: state, reason, replica counts
+    endpoints.visible(principal) -> list[...]        # GET /v1/endpoints: public ones and the team's own
+    endpoints.healthy() -> bool                      # /health: every endpoint ready, or allowed to sleep
+                                                     # (min_replicas 0) and not failed
+    endpoints.router                                 # model -> pool, for the routes that read worker info
+
+Admin (POST/GET/PATCH/DELETE /admin/endpoints[/{name}], names taken whole, `/` included)
+    await endpoints.create(body) -> EndpointStatus   # InvalidEndpoint (422) naming the field;
+                                                     # EndpointConflict (409) if the name exists
+    endpoints.get(name) / endpoints.list()
+    await endpoints.patch(name, changes)             # PATCHABLE fields only; bounds and idle time apply
+                                                     # at the next tick, no restart; clears a failure
+    await endpoints.delete(name)                     # drains the replicas first; 409 for an endpoint
+                                                     # the config file declares
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import structlog
+
+from common.protocol import Event, GenerateRequest
+from gateway.endpoints import metrics
+from gateway.endpoints.activator import Lease, StillWaiting
+from gateway.endpoints.controller import EndpointController
+from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
+from gateway.endpoints.provisioners.base import Provisioner
+from gateway.endpoints.provisioners.ecs import EcsProvisioner
+from gateway.endpoints.provisioners.local import LocalProvisioner
+from gateway.endpoints.provisioners.standby import StandbyWorkers
+from gateway.endpoints.provisioners.static import StaticProvisioner
+from gateway.endpoints.registry import EndpointRegistry
+from gateway.endpoints.scaling import ScalingSettings
+from gateway.endpoints.spec import EcsProvisioning, EndpointSpec, LocalProvisioning, StaticProvisioning, parse_endpoint
+from gateway.endpoints.status import EndpointStatus
+from gateway.endpoints.store import EndpointStore
+from gateway.routing.failover import stream_with_failover
+from gateway.routing.pool import DEFAULT_MODEL_ALIASES, Replica, Router
+
+if TYPE_CHECKING:
+    from auth.service import Principal
+
+log = structlog.get_logger(__name__)
+ProvisionerFactory = Callable[[EndpointSpec], Provisioner]
+
+
+def default_provisioners(data_dir: Path, standby: StandbyWorkers | None) -> ProvisionerFactory:
+    def build(spec: EndpointSpec) -> Provisioner:
+        provisioning = spec.provisioner
+        if isinstance(provisioning, StaticProvisioning):
+            return StaticProvisioner(provisioning.urls)
+        if isinstance(provisioning, EcsProvisioning):
+            return EcsProvisioner(provisioning)
+        if standby is not None and (spec.min_replicas == 0 or spec.min_replicas < spec.max_replicas):
+            standby.want()
+        return LocalProvisioner(spec.worker_config(), data_dir, standby)
+
+    return build
+
+
+class Endpoints:
+    def __init__(self, registry: EndpointRegistry, store: EndpointStore, settings: ScalingSettings,
+                 provisioners: ProvisionerFactory, *, standby: StandbyWorkers | None = None,
+                 on_fatal: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 read_timeout: float = 840.0):
+        self.registry = registry
+        self.store = store
+        self.settings = settings
+        self.provisioners = provisioners
+        self.standby = standby
+        self.on_fatal = on_fatal
+        self.clock = clock
+        self.router = Router(read_timeout=read_timeout)  # settings.request_timeout_s
+        self.controllers: dict[str, EndpointController] = {}
+        self._admin = asyncio.Lock()  # one admin change at a time
+
+    @classmethod
+    async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
+                   settings: ScalingSettings | None = None, *, provisioners: ProvisionerFactory | None = None,
+                   on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0) -> Endpoints:
+        """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
+        workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
+        `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s)."""
+        settings = settings or ScalingSettings()
+        standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
+        store = await EndpointStore.open(database_url)
+        return cls(EndpointRegistry(store, declared), store, settings,
+                   provisioners or default_provisioners(data_dir, standby), standby=standby, on_fatal=on_fatal,
+                   read_timeout=read_timeout)
+
+    # ---- lifecycle ----
+
+    async def start(self) -> None:
+        for spec in await self.registry.load():
+            await self._launch(spec)
+
+    async def drain_and_stop(self) -> None:
+        controllers, self.controllers = list(self.controllers.values()), {}
+        await asyncio.gather(*(c.drain_and_stop() for c in controllers))
+        if self.standby is not None:
+            await self.standby.close()
+        await self.router.close()
+        await self.store.close()
+
+    async def _launch(self, spec: EndpointSpec) -> EndpointController:
+        controller = EndpointController(spec, self.provisioners(spec), self.router, self.settings,
+                                        on_failed=self._failed, clock=self.clock)
+        self.controllers[spec.name] = controller
+        try:
+            await controller.start()
+        except BaseException:
+            del self.controllers[spec.name]
+            await controller.drain_and_stop()
+            raise
+        return controller
+
+    def _failed(self, controller: EndpointController) -> None:
+        embedded = (len(self.controllers) == 1 and self.registry.declared(controller.name)
+                    and isinstance(controller.spec.provisioner, LocalProvisioning) and controller.spec.min_replicas > 0)
+        if embedded and self.on_fatal is not None and not controller.ever_started:
+            self.on_fatal(f"the endpoint {controller.name!r} failed: {controller.failure}")
+
+    # ---- one request ----
+
+    def resolve(self, model: str, principal: Principal | None) -> EndpointController:
+        controller = self.controllers.get(model)
+        if controller is None and model in DEFAULT_MODEL_ALIASES:
+            controller = next((c for c in self.controllers.values() if _may_see(c.spec, principal)), None)
+        if controller is None or not _may_see(controller.spec, principal):
+            raise EndpointNotFound(model)
+        return controller
+
+    async def acquire(self, endpoint: EndpointController, deadline: float) -> Lease:
+        return await endpoint.activator.acquire(deadline)
+
+    def wait(self, endpoint: EndpointController, deadline: float,
+             keepalive_s: float = 10.0) -> AsyncIterator[StillWaiting | Lease]:
+        return endpoint.activator.wait(deadline, keepalive_s)
+
+    def release(self, endpoint: EndpointController, lease: Lease) -> None:
+        endpoint.activator.release(lease)
+
+    def stream(self, endpoint: EndpointController, lease: Lease, request: GenerateRequest,
+               deadline: float) -> AsyncIterator[Event]:
+        def failed(replica: Replica, ejected: bool, retrying: bool) -> None:
+            if ejected:
+                metrics.EJECTIONS.labels(endpoint.name).inc()
+            if retrying:
+                metrics.RETRIES.labels(endpoint.name).inc()
+
+        return stream_with_failover(request, lease, reacquire=lambda tried: endpoint.activator.acquire(deadline, tried),
+                                    release=endpoint.activator.release, ejection_s=self.settings.ejection_seconds,
+                                    on_failure=failed)
+
+    # ---- views ----
+
+    def states(self) -> list[EndpointStatus]:
+        return [c.status() for c in self.controllers.values()]
+
+    def visible(self, principal: Principal | None) -> list[EndpointStatus]:
+        return [c.status() for c in self.controllers.values() if _may_see(c.spec, principal)]
+
+    def healthy(self) -> bool:
+        return all(status.healthy for status in self.states())
+
+    # ---- admin ----
+
+    def get(self, name: str) -> EndpointStatus:
+        controller = self.controllers.get(name)
+        if controller is None:
+            raise EndpointNotFound(name)
+        return controller.status()
+
+    def list(self) -> list[EndpointStatus]:
+        return self.states()
+
+    async def create(self, body: Any) -> EndpointStatus:
+        try:
+            spec = body if isinstance(body, EndpointSpec) else parse_endpoint(body)
+        except (msgspec.ValidationError, ValueError) as error:
+            raise InvalidEndpoint(str(error)) from error
+        async with self._admin:
+            await self.registry.create(spec)
+            try:
+                controller = await self._launch(spec)
+            except Exception as error:  # e.g. its ECS service does not exist: nothing is kept
+                await self.registry.delete(spec.name)
+                raise InvalidEndpoint(f"the endpoint {spec.name!r} cannot start: {error}") from error
+            log.info("endpoint_created", endpoint=spec.name)
+            return controller.status()
+
+    async def patch(self, name: str, changes: dict[str, Any]) -> EndpointStatus:
+        async with self._admin:
+            spec = await self.registry.patch(name, changes)
+            controller = self.controllers[name]
+            controller.update(spec)
+            log.info("endpoint_patched", endpoint=name, fields=sorted(changes))
+            return controller.status()
+
+    async def delete(self, name: str) -> None:
+        async with self._admin:
+            self.registry.check_deletable(name)
+            controller = self.controllers.pop(name)
+            await controller.drain_and_stop()
+            await self.registry.delete(name)
+            self.router.drop_pool(name)
+            metrics.forget(name)
+            log.info("endpoint_deleted", endpoint=name)
+
+
+def _may_see(spec: EndpointSpec, principal: Principal | None) -> bool:
+    if spec.team_id is None:
+        return True
+    return principal is not None and (principal.is_admin or principal.team_id == spec.team_id)

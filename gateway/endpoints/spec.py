@@ -1,0 +1,192 @@
+"""An endpoint: a served model name, the worker settings of its replicas, and how it scales.
+
+An `EndpointSpec` is a `ModelConfig` (what each worker loads and how it batches) plus the deployment:
+replica bounds, the autoscaler's target, the idle time before scaling to zero, the activator's queue
+and wait bounds, the provisioner, and an optional owning team. Each `[[models]]` entry of the config
+file is one, and so is each body of `POST /admin/endpoints`.
+
+Old config entries keep working: `replicas = N` means N always-on local replicas (min = max = N) and
+`urls = [...]` means a static provisioner over those workers. `max_queue` bounds both the requests
+waiting in the gateway for a replica and those waiting inside each worker (it meant the latter alone
+before endpoints existed).
+
+Every rule raises a `ValueError` naming its field; msgspec reports it with the entry's path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import msgspec
+
+from common.protocol import ModelConfig
+
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+NAME_LIMIT = 256
+# fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
+PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_queue",
+             "max_wait_seconds", "drain_seconds", "team_id")
+
+
+class LocalProvisioning(msgspec.Struct, tag="local", tag_field="kind", forbid_unknown_fields=True):
+    """Worker processes on this machine, started and stopped on demand (the embedded default)."""
+
+
+class StaticProvisioning(msgspec.Struct, tag="static", tag_field="kind", forbid_unknown_fields=True):
+    """Fixed worker URLs, run by someone else: never scaled."""
+
+    urls: list[str]
+
+
+class EcsProvisioning(msgspec.Struct, tag="ecs", tag_field="kind", forbid_unknown_fields=True, kw_only=True):
+    """One ECS service per endpoint: its desired count is the replica count, its tasks the replicas."""
+
+    cluster: str
+    service: str
+    region: str = "us-east-1"
+    endpoint_url: str = ""  # "" = AWS itself; a moto or LocalStack URL otherwise
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8100  # the worker container's port
+
+
+Provisioning = LocalProvisioning | StaticProvisioning | EcsProvisioning
+
+
+class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    min_replicas: int | msgspec.UnsetType = msgspec.UNSET  # unset: `replicas` (old files), else 1
+    max_replicas: int | msgspec.UnsetType = msgspec.UNSET  # unset: max(min_replicas, 1)
+    target_concurrency: float = 16.0  # in-flight requests per replica the autoscaler aims for
+    idle_seconds: Seconds = 300.0  # no request for this long -> scale to zero (when min_replicas is 0)
+    max_wait_seconds: Seconds = 120.0  # the longest a request waits in the activator's queue
+    drain_seconds: Seconds = 120.0  # a replica being removed finishes its streams for at most this long
+    provisioner: Provisioning = msgspec.field(default_factory=LocalProvisioning)
+    team_id: str | None = None  # a private endpoint: visible and callable by this team only
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        self._adopt_old_fields()
+        _check_provisioner(self.provisioner)
+        _check_worker_fields(self)
+        _check_scaling(self)
+        if self.team_id is not None and not self.team_id.strip():
+            raise ValueError("`team_id` must be a team id, or absent for a public endpoint")
+
+    def _adopt_old_fields(self) -> None:
+        """`urls` and `replicas` predate endpoints: fold them into the provisioner and the bounds."""
+        bounds_given = self.min_replicas is not msgspec.UNSET or self.max_replicas is not msgspec.UNSET
+        if self.replicas != 1 and bounds_given:
+            raise ValueError("`replicas` is the old spelling of `min_replicas` = `max_replicas`; give one or the other")
+        if self.replicas < 1:
+            raise ValueError(f"`replicas` must be at least 1 (got {self.replicas})")
+        if self.urls:
+            if not isinstance(self.provisioner, LocalProvisioning):
+                raise ValueError("`urls` is the old spelling of a static provisioner; give one or the other")
+            self.provisioner = StaticProvisioning(urls=list(self.urls))
+        if isinstance(self.provisioner, StaticProvisioning):  # its size is its URL list
+            size = len(self.provisioner.urls)
+            if {self.min_replicas, self.max_replicas} - {msgspec.UNSET, size}:
+                raise ValueError("a static provisioner is never scaled: drop `min_replicas` and `max_replicas`")
+            self.min_replicas = self.max_replicas = size
+        elif not bounds_given:
+            self.min_replicas = self.max_replicas = self.replicas
+        elif self.max_replicas is msgspec.UNSET:
+            self.max_replicas = max(self.min_replicas, 1)
+        elif self.min_replicas is msgspec.UNSET:
+            self.min_replicas = min(1, self.max_replicas)
+        self.replicas, self.urls = 1, []  # canonical: the information now lives in the fields above
+
+    @property
+    def private(self) -> bool:
+        return self.team_id is not None
+
+    @property
+    def scalable(self) -> bool:
+        return not isinstance(self.provisioner, StaticProvisioning)
+
+    def worker_config(self) -> ModelConfig:
+        """What each replica's worker is started with (the worker knows nothing of scaling)."""
+        return ModelConfig(**{name: getattr(self, name) for name in ModelConfig.__struct_fields__
+                              if name not in ("replicas", "urls")})
+
+    def patched(self, changes: dict[str, Any]) -> EndpointSpec:
+        """This spec with run-time `changes` applied and every rule checked again."""
+        fixed = [name for name in changes if name not in PATCHABLE]
+        if fixed:
+            raise ValueError(f"`{fixed[0]}` cannot change on a running endpoint (only {', '.join(PATCHABLE)}); "
+                             "delete the endpoint and create it again")
+        return msgspec.convert({**msgspec.to_builtins(self), **changes}, EndpointSpec)
+
+
+def as_endpoint(model: ModelConfig) -> EndpointSpec:
+    """A plain ModelConfig (code that builds settings by hand) as the endpoint an old config entry makes."""
+    if isinstance(model, EndpointSpec):
+        return model
+    return EndpointSpec(**{name: getattr(model, name) for name in ModelConfig.__struct_fields__})
+
+
+def parse_endpoint(raw: Any) -> EndpointSpec:
+    """A spec from decoded JSON or TOML; msgspec.ValidationError names the field that is wrong."""
+    return msgspec.convert(raw, EndpointSpec)
+
+
+def _check_name(name: str) -> None:
+    if not name or len(name) > NAME_LIMIT:
+        raise ValueError(f"`name` must be 1 to {NAME_LIMIT} characters")
+    if any(c.isspace() or not c.isprintable() for c in name):
+        raise ValueError("`name` must not contain spaces or control characters")
+    if name.startswith("/") or name.endswith("/") or "//" in name:
+        raise ValueError("`name` may contain `/` only between two parts (as in `org/model`)")
+
+
+# (field, test, what it must be): the worker settings that ModelConfig itself leaves unchecked
+_WORKER_RULES = (
+    ("max_batch_size", lambda v: v >= 1, "at least 1"),
+    ("max_batched_tokens", lambda v: v >= 1, "at least 1"),
+    ("threads", lambda v: v >= 0, "0 (automatic) or more"),
+    ("max_context", lambda v: v >= 2, "at least 2"),
+    ("max_queue", lambda v: v >= 0, "0 (no waiting) or more"),
+    ("grammar_compile_timeout_s", lambda v: v > 0, "more than 0"),
+)
+
+
+def _check_worker_fields(spec: EndpointSpec) -> None:
+    for field, ok, rule in _WORKER_RULES:
+        if not ok(getattr(spec, field)):
+            raise ValueError(f"`{field}` must be {rule} (got {getattr(spec, field)})")
+
+
+def _check_scaling(spec: EndpointSpec) -> None:
+    if spec.min_replicas < 0:
+        raise ValueError(f"`min_replicas` must be 0 (scale to zero) or more (got {spec.min_replicas})")
+    if spec.max_replicas < 1:
+        raise ValueError(f"`max_replicas` must be at least 1 (got {spec.max_replicas})")
+    if spec.min_replicas > spec.max_replicas:
+        raise ValueError(f"`min_replicas` ({spec.min_replicas}) must not exceed `max_replicas` ({spec.max_replicas})")
+    if not spec.target_concurrency > 0:
+        raise ValueError(f"`target_concurrency` must be more than 0 (got {spec.target_concurrency})")
+    if not spec.max_wait_seconds > 0:
+        raise ValueError(f"`max_wait_seconds` must be more than 0 (got {spec.max_wait_seconds})")
+
+
+def _check_provisioner(provisioner: Provisioning) -> None:
+    if isinstance(provisioner, StaticProvisioning):
+        if not provisioner.urls:
+            raise ValueError("`provisioner.urls` must list at least one worker URL")
+        for url in provisioner.urls:
+            _check_url("provisioner.urls", url)
+    elif isinstance(provisioner, EcsProvisioning):
+        for field in ("cluster", "service", "region"):
+            if not getattr(provisioner, field).strip():
+                raise ValueError(f"`provisioner.{field}` must not be empty")
+        if provisioner.endpoint_url:
+            _check_url("provisioner.endpoint_url", provisioner.endpoint_url)
+
+
+def _check_url(field: str, url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number
+        valid = False
+    if not valid:
+        raise ValueError(f"`{field}` must hold http(s)://host[:port] URLs (got {url!r})")

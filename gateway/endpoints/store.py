@@ -1,0 +1,66 @@
+"""Endpoints changed at run time, kept in the gateway's database (SQLite file or PostgreSQL URL).
+
+One row per endpoint name. `origin = "api"`: the endpoint was created through the admin API and the
+row holds its whole spec. `origin = "config"`: the config file declares it and the row holds only the
+fields a PATCH changed (registry.py says how the two combine).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import msgspec
+
+from auth.store.db import Database, connect
+from storage.migrations import apply_migrations
+
+Origin = Literal["api", "config"]
+MIGRATIONS = [
+    (1, "endpoints created or patched at run time", [
+        """CREATE TABLE endpoints (
+            name TEXT PRIMARY KEY, origin TEXT NOT NULL, body TEXT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL)""",
+    ]),
+]
+_body = msgspec.json.Decoder(dict[str, Any])
+
+
+class StoredEndpoint(msgspec.Struct, frozen=True):
+    name: str
+    origin: Origin
+    body: dict[str, Any]  # the spec (api) or the patched fields (config), as JSON builtins
+    updated_at: float
+
+
+class EndpointStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @classmethod
+    async def open(cls, database_url: str) -> EndpointStore:
+        db = await connect(database_url)
+        try:
+            await apply_migrations(db, "endpoint_schema_migrations", MIGRATIONS, time.time())
+        except BaseException:
+            await db.close()  # an unclosed SQLite connection's thread keeps the process alive
+            raise
+        return cls(db)
+
+    async def rows(self) -> list[StoredEndpoint]:
+        found = await self._db.fetchall("SELECT name, origin, body, updated_at FROM endpoints ORDER BY name")
+        return [StoredEndpoint(name, origin, _body.decode(body), updated_at)
+                for name, origin, body, updated_at in found]
+
+    async def put(self, name: str, origin: Origin, body: dict[str, Any]) -> None:
+        text = msgspec.json.encode(body).decode()
+        async with self._db.transaction() as tx:  # an upsert both databases spell the same way
+            await tx.execute("DELETE FROM endpoints WHERE name = ?", (name,))
+            await tx.execute("INSERT INTO endpoints (name, origin, body, updated_at) VALUES (?, ?, ?, ?)",
+                             (name, origin, text, time.time()))
+
+    async def remove(self, name: str) -> None:
+        await self._db.execute("DELETE FROM endpoints WHERE name = ?", (name,))
+
+    async def close(self) -> None:
+        await self._db.close()

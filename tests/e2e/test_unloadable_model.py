@@ -1,0 +1,31 @@
+"""`sluice serve` with the embedded single-model setup whose model cannot load: it exits non-zero
+within seconds with one line saying what and how to fix it, and leaves no worker behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.sluice import pid_alive, start_sluice
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("broken", ["missing", "not-a-model"])
+def test_a_model_that_cannot_load_stops_sluice_serve_with_one_line(tmp_path, broken):
+    source = tmp_path / broken
+    if broken == "not-a-model":
+        source.mkdir()
+        (source / "config.json").write_text("{ this is not json")
+    config = f'[[models]]\nname = "org/broken"\nsource = "{source}"\n'
+    server = start_sluice(tmp_path / "data", config=config, wait=False)
+    try:
+        code = server.process.wait(timeout=120)
+    finally:
+        server.stop()
+    assert code == 1
+    lines = [line for line in server.lines if line.startswith("sluice serve: ")]
+    assert len(lines) == 1, server.output[-3000:]
+    assert "cannot load model 'org/broken'" in lines[0] and str(source) in lines[0]
+    assert "set its `source` to" in lines[0]
+    pids = server.worker_pids()
+    assert pids and not any(pid_alive(pid) for pid in pids)

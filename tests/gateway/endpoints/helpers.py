@@ -1,0 +1,47 @@
+"""Shared by the endpoint tests that run real workers: the service in the test's loop, one request
+through it, and a poll for a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from common.protocol import GenerateRequest, SamplingParams
+from gateway.endpoints.scaling import ScalingSettings
+from gateway.endpoints.service import Endpoints
+
+FAST = ScalingSettings(stable_window_seconds=3, panic_window_seconds=1, tick_seconds=0.1, standby_worker=False,
+                       health_interval_seconds=0.2)
+START_S = 180  # the longest a test waits for a worker to start (two shared cores, other suites running)
+
+
+async def open_endpoints(tmp_path: Path, *specs, settings: ScalingSettings = FAST, **options) -> Endpoints:
+    endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db", specs, tmp_path, settings, **options)
+    await endpoints.start()
+    return endpoints
+
+
+def generate(index: int, tokens: int = 8) -> GenerateRequest:
+    return GenerateRequest(request_id=f"req-{index}", model="tiny/llama", prompt="Hello there",
+                           params=SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True), stream=True)
+
+
+async def complete(endpoints: Endpoints, endpoint, index: int, tokens: int = 8, pause: float = 0.0):
+    """One request through the activator and the failover proxy: (events, lease)."""
+    deadline = time.monotonic() + START_S
+    lease = await endpoints.acquire(endpoint, deadline)
+    events = []
+    async for event in endpoints.stream(endpoint, lease, generate(index, tokens), deadline):
+        events.append(event)
+        if pause:
+            await asyncio.sleep(pause)
+    return events, lease
+
+
+async def until(condition, timeout: float = START_S, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not hold within {timeout} s")
+        await asyncio.sleep(0.05)

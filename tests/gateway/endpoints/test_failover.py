@@ -1,0 +1,147 @@
+"""Failover over real HTTP: stub workers that refuse, fail with a 5xx, or die mid-stream. Before the
+first event the request moves to another replica (at most twice) and the failed one sits out; after
+it, the caller gets the events relayed so far and then `WorkerLost`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from common.protocol import Accepted, Done, GenerateRequest, Token
+from gateway.endpoints.activator import Activator, Availability, Lease
+from gateway.errors import Overloaded, Unavailable, WorkerLost
+from gateway.proxy import stream_events
+from gateway.routing.failover import stream_with_failover
+from gateway.routing.pool import Router
+from tests.gateway.endpoints.stub_worker import TOKENS, StubWorker
+
+REQUEST = GenerateRequest(request_id="r1", model="stub", prompt="hi")
+
+
+class Stubs:
+    def __init__(self, router: Router, workers: list[StubWorker]):
+        self.router = router
+        self.workers = workers
+        self.pool = router.pool("stub")
+        self.activator = Activator("stub", self.pool, lambda: Availability("ready", None, 1.0), lambda: None,
+                                   max_queue=10, release_limit=8)
+
+    def replica(self, worker: StubWorker):
+        return next(r for r in self.pool.replicas if r.url == worker.url)
+
+    def stream(self, lease, ejection_s: float = 30.0):
+        deadline = time.monotonic() + 5
+        return stream_with_failover(REQUEST, lease, reacquire=lambda tried: self.activator.acquire(deadline, tried),
+                                    release=self.activator.release, ejection_s=ejection_s)
+
+    async def lease_on(self, worker: StubWorker):
+        """A lease on this worker's replica, as if the activator had picked it."""
+        replica = self.replica(worker)
+        replica.in_flight += 1
+        return Lease(replica, 0.0)
+
+
+@pytest.fixture
+async def stubs():
+    workers = [await StubWorker(f"stub-{i}").start() for i in range(4)]
+    router = Router()
+    for worker in workers:
+        router.add_replica("stub", worker.url, worker.name)
+    await router.poll_all()
+    yield Stubs(router, workers)
+    await router.close()
+    for worker in workers:
+        await worker.stop()
+
+
+async def collect(events) -> list:
+    return [event async for event in events]
+
+
+@pytest.mark.parametrize("mode", ["refuse", "unavailable", "bare_502", "internal_event"])
+async def test_a_failure_before_the_first_event_moves_the_request_and_ejects_the_replica(stubs, mode):
+    bad, good = stubs.workers[0], stubs.workers[1]
+    bad.mode = mode
+    for worker in stubs.workers[2:]:
+        stubs.replica(worker).draining = True  # only `good` is left to retry on
+    events = await collect(stubs.stream(await stubs.lease_on(bad)))
+    assert [type(e) for e in events].count(Accepted) == 1  # the retry is invisible
+    assert sum(isinstance(e, Token) for e in events) == TOKENS and isinstance(events[-1], Done)
+    assert events[-1].worker_id == good.name
+    assert bad.generate_calls == 1 and good.generate_calls == 1
+    bad_replica = stubs.replica(bad)
+    assert bad_replica.ejected_until > time.monotonic() + 25 and not bad_replica.available(time.monotonic())
+    assert all(r.in_flight == 0 for r in stubs.pool.replicas)
+
+
+async def test_an_overloaded_replica_is_retried_elsewhere_but_not_ejected(stubs):
+    busy = stubs.workers[0]
+    busy.mode = "overloaded"
+    events = await collect(stubs.stream(await stubs.lease_on(busy)))
+    assert isinstance(events[-1], Done)
+    assert stubs.replica(busy).ejected_until == 0
+
+
+async def test_at_most_two_retries_then_the_last_error(stubs):
+    for worker in stubs.workers:
+        worker.mode = "unavailable"
+    with pytest.raises(Unavailable, match="stub is down"):
+        await collect(stubs.stream(await stubs.lease_on(stubs.workers[0])))
+    assert sum(w.generate_calls for w in stubs.workers) == 3
+    assert all(r.in_flight == 0 for r in stubs.pool.replicas)
+
+
+async def test_a_worker_dying_mid_stream_is_worker_lost_after_the_tokens_sent(stubs):
+    dying = stubs.workers[0]
+    dying.mode = "drop_after:3"
+    relayed = []
+    with pytest.raises(WorkerLost) as caught:
+        async for event in stubs.stream(await stubs.lease_on(dying)):
+            relayed.append(event)
+    assert [type(e) for e in relayed] == [Accepted, Token, Token, Token]
+    assert caught.value.code == "worker_lost" and caught.value.status == 502
+    assert sum(w.generate_calls for w in stubs.workers) == 1  # no retry after output
+    assert stubs.replica(dying).in_flight == 0
+
+
+async def test_closing_the_stream_early_releases_the_lease(stubs):
+    holding = stubs.workers[0]
+    holding.mode = "hold"
+    events = stubs.stream(await stubs.lease_on(holding))
+    assert isinstance(await anext(events), Accepted)
+    assert isinstance(await anext(events), Token)
+    assert stubs.replica(holding).in_flight == 1
+    await events.aclose()  # the client went away
+    assert stubs.replica(holding).in_flight == 0
+    holding.release.set()
+
+
+async def test_an_ejection_doubles_while_the_replica_keeps_failing_and_ends_after_a_success(stubs):
+    flaky = stubs.workers[0]
+    flaky.mode = "unavailable"
+    replica = stubs.replica(flaky)
+    await collect(stubs.stream(await stubs.lease_on(flaky), ejection_s=0.1))
+    first = replica.ejected_until - time.monotonic()
+    await asyncio.sleep(0.15)
+    assert replica.available(time.monotonic())
+    await collect(stubs.stream(await stubs.lease_on(flaky), ejection_s=0.1))
+    second = replica.ejected_until - time.monotonic()
+    assert 0.05 < first <= 0.1 and 0.15 < second <= 0.2
+    await asyncio.sleep(0.25)
+    flaky.mode = "ok"
+    await collect(stubs.stream(await stubs.lease_on(flaky), ejection_s=0.1))
+    assert replica.ejections == 0
+
+
+async def test_todays_pool_proxy_fails_over_and_ejects_too(stubs):
+    stubs.workers[0].mode = "refuse"
+    stubs.workers[1].mode = "overloaded"
+    for worker in stubs.workers[2:]:
+        stubs.replica(worker).draining = True
+    with pytest.raises(Overloaded):
+        await collect(stream_events(stubs.pool, REQUEST))
+    assert stubs.replica(stubs.workers[0]).ejected_until > time.monotonic()
+    assert stubs.replica(stubs.workers[1]).ejected_until == 0
+    assert all(r.in_flight == 0 for r in stubs.pool.replicas)

@@ -1,0 +1,174 @@
+"""Endpoint specs: every validation rule names its field, old config entries map onto endpoints, and a
+PATCH changes only what may change on a running endpoint."""
+
+from __future__ import annotations
+
+import tomllib
+
+import msgspec
+import pytest
+
+from common.protocol import ModelConfig
+from gateway.endpoints.spec import (
+    PATCHABLE,
+    EcsProvisioning,
+    EndpointSpec,
+    LocalProvisioning,
+    StaticProvisioning,
+    parse_endpoint,
+)
+
+NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def refused(raw: dict) -> str:
+    with pytest.raises(msgspec.ValidationError) as caught:
+        parse_endpoint({"name": NAME, **raw})
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"name": ""}, "`name`"),
+    ({"name": "x" * 257}, "`name`"),
+    ({"name": "org/ model"}, "`name`"),
+    ({"name": "org/\x07model"}, "`name`"),
+    ({"name": "/model"}, "`name`"),
+    ({"name": "org/"}, "`name`"),
+    ({"name": "org//model"}, "`name`"),
+    ({"min_replicas": -1}, "`min_replicas`"),
+    ({"max_replicas": 0}, "`max_replicas`"),
+    ({"min_replicas": 3, "max_replicas": 2}, "`min_replicas` (3) must not exceed `max_replicas` (2)"),
+    ({"target_concurrency": 0}, "`target_concurrency`"),
+    ({"target_concurrency": -2.5}, "`target_concurrency`"),
+    ({"idle_seconds": -1}, "$.idle_seconds"),
+    ({"max_wait_seconds": 0}, "`max_wait_seconds`"),
+    ({"max_wait_seconds": -3}, "$.max_wait_seconds"),
+    ({"drain_seconds": -1}, "$.drain_seconds"),
+    ({"max_queue": -1}, "`max_queue`"),
+    ({"max_batch_size": 0}, "`max_batch_size`"),
+    ({"max_batched_tokens": 0}, "`max_batched_tokens`"),
+    ({"threads": -1}, "`threads`"),
+    ({"decode_threads": -1}, "$.decode_threads"),
+    ({"max_context": 1}, "`max_context`"),
+    ({"grammar_compile_timeout_s": 0}, "`grammar_compile_timeout_s`"),
+    ({"ordinary_share_beside_beams": 1.0}, "$.ordinary_share_beside_beams"),
+    ({"quantization": "int3"}, "$.quantization"),
+    ({"dtype": "float8"}, "$.dtype"),
+    ({"team_id": "  "}, "`team_id`"),
+    ({"replicas": 0}, "`replicas`"),
+    ({"replicas": 2, "min_replicas": 1}, "`replicas`"),
+    ({"urls": ["http://w:8100"], "provisioner": {"kind": "ecs", "cluster": "c", "service": "s"}}, "`urls`"),
+    ({"provisioner": {"kind": "static", "urls": []}}, "`provisioner.urls`"),
+    ({"provisioner": {"kind": "static", "urls": ["ftp://w"]}}, "`provisioner.urls`"),
+    ({"provisioner": {"kind": "static", "urls": ["http://"]}}, "`provisioner.urls`"),
+    ({"provisioner": {"kind": "static", "urls": ["http://w:port"]}}, "`provisioner.urls`"),
+    ({"provisioner": {"kind": "static", "urls": ["http://w:1"]}, "max_replicas": 3}, "never scaled"),
+    ({"provisioner": {"kind": "ecs", "service": "s"}}, "`cluster`"),
+    ({"provisioner": {"kind": "ecs", "cluster": " ", "service": "s"}}, "`provisioner.cluster`"),
+    ({"provisioner": {"kind": "ecs", "cluster": "c", "service": ""}}, "`provisioner.service`"),
+    ({"provisioner": {"kind": "ecs", "cluster": "c", "service": "s", "region": ""}}, "`provisioner.region`"),
+    ({"provisioner": {"kind": "ecs", "cluster": "c", "service": "s", "port": 0}}, "$.provisioner.port"),
+    ({"provisioner": {"kind": "ecs", "cluster": "c", "service": "s", "port": 70000}}, "$.provisioner.port"),
+    ({"provisioner": {"kind": "ecs", "cluster": "c", "service": "s", "endpoint_url": "moto"}},
+     "`provisioner.endpoint_url`"),
+    ({"provisioner": {"kind": "kubernetes"}}, "$.provisioner"),
+    ({"provisioner": {"kind": "local", "urls": ["http://w:1"]}}, "$.provisioner"),
+    ({"min_replica": 0}, "min_replica"),
+    ({"min_replicas": "zero"}, "$.min_replicas"),
+])
+def test_every_rule_names_its_field(raw, field):
+    assert field in refused(raw)
+
+
+def test_defaults_are_one_always_on_local_replica():
+    spec = parse_endpoint({"name": NAME})
+    assert (spec.min_replicas, spec.max_replicas) == (1, 1)
+    assert isinstance(spec.provisioner, LocalProvisioning)
+    assert spec.team_id is None and not spec.private and spec.scalable
+
+
+def test_min_alone_sets_max_to_at_least_one_and_max_alone_keeps_min_one():
+    assert (parse_endpoint({"name": NAME, "min_replicas": 0}).max_replicas) == 1
+    assert (parse_endpoint({"name": NAME, "min_replicas": 3}).max_replicas) == 3
+    spec = parse_endpoint({"name": NAME, "max_replicas": 4})
+    assert (spec.min_replicas, spec.max_replicas) == (1, 4)
+
+
+def test_an_old_config_file_keeps_working():
+    config = tomllib.loads(f"""
+        [[models]]
+        name = "{NAME}"
+        replicas = 2
+        max_batch_size = 16
+
+        [[models]]
+        name = "remote/model"
+        urls = ["http://10.0.0.5:8100", "http://10.0.0.6:8100"]
+    """)
+    local, remote = msgspec.convert(config["models"], list[EndpointSpec])
+    assert (local.min_replicas, local.max_replicas, local.max_batch_size) == (2, 2, 16)
+    assert isinstance(local.provisioner, LocalProvisioning)
+    assert remote.provisioner == StaticProvisioning(urls=["http://10.0.0.5:8100", "http://10.0.0.6:8100"])
+    assert (remote.min_replicas, remote.max_replicas) == (2, 2) and not remote.scalable
+
+
+def test_an_endpoint_config_entry_with_every_new_field():
+    config = tomllib.loads(f"""
+        [[models]]
+        name = "{NAME}"
+        min_replicas = 0
+        max_replicas = 3
+        target_concurrency = 4
+        idle_seconds = 30
+        max_queue = 50
+        max_wait_seconds = 20
+        drain_seconds = 15
+        team_id = "team-a"
+        [models.provisioner]
+        kind = "ecs"
+        cluster = "sluice"
+        service = "smollm2"
+        region = "eu-west-1"
+        port = 8100
+    """)
+    spec = msgspec.convert(config["models"][0], EndpointSpec)
+    assert spec.provisioner == EcsProvisioning(cluster="sluice", service="smollm2", region="eu-west-1", port=8100)
+    assert (spec.min_replicas, spec.max_replicas, spec.target_concurrency) == (0, 3, 4.0)
+    assert (spec.idle_seconds, spec.max_queue, spec.max_wait_seconds, spec.drain_seconds) == (30, 50, 20, 15)
+    assert spec.private
+
+
+def test_the_worker_gets_its_model_config_and_nothing_of_scaling():
+    spec = parse_endpoint({"name": NAME, "min_replicas": 0, "max_batch_size": 8, "source": "/models/x"})
+    worker = spec.worker_config()
+    assert type(worker) is ModelConfig
+    assert (worker.name, worker.max_batch_size, worker.source) == (NAME, 8, "/models/x")
+    decoded = msgspec.json.decode(msgspec.json.encode(worker), type=ModelConfig)  # the worker's own decoder
+    assert decoded == worker
+
+
+def test_the_stored_form_round_trips_and_omits_defaults():
+    spec = parse_endpoint({"name": NAME, "urls": ["http://w:1"], "team_id": "t"})
+    stored = msgspec.to_builtins(spec)
+    assert "urls" not in stored and "replicas" not in stored
+    assert msgspec.convert(stored, EndpointSpec) == spec
+
+
+def test_a_patch_changes_bounds_and_checks_every_rule_again():
+    spec = parse_endpoint({"name": NAME, "min_replicas": 0, "max_replicas": 2})
+    patched = spec.patched({"max_replicas": 5, "idle_seconds": 10, "team_id": "t"})
+    assert (patched.min_replicas, patched.max_replicas, patched.idle_seconds, patched.team_id) == (0, 5, 10, "t")
+    with pytest.raises(msgspec.ValidationError, match="must not exceed"):
+        spec.patched({"min_replicas": 4})
+    with pytest.raises(ValueError, match="`source` cannot change on a running endpoint"):
+        spec.patched({"source": "/elsewhere"})
+    with pytest.raises(ValueError, match="`name` cannot change"):
+        spec.patched({"name": "other"})
+    assert set(PATCHABLE) <= set(EndpointSpec.__struct_fields__)
+
+
+def test_a_static_endpoint_patches_everything_but_its_size():
+    spec = parse_endpoint({"name": NAME, "urls": ["http://w:1"]})
+    assert spec.patched({"max_wait_seconds": 3}).max_wait_seconds == 3
+    with pytest.raises(msgspec.ValidationError, match="never scaled"):
+        spec.patched({"max_replicas": 2})

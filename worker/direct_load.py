@@ -1,0 +1,55 @@
+"""Build a plain (unquantized) model straight from a local safetensors directory, skipping
+`from_pretrained`'s machinery: on a two-core host that machinery (checkpoint conversion rules compiled
+as ~1,000 regular expressions, loading reports) costs ~1-2 s of a cold start, the tensors themselves a
+tenth of a second.
+
+The model is built on the meta device, the file's tensors are assigned to it as they are (no copy),
+the tied head is tied again, and the rotary embedding (the one module whose buffers are computed, not
+stored) is rebuilt from the config. Anything else left unfilled, or a key that does not match, means
+the checkpoint needs `from_pretrained`'s conversions: `load_direct` returns None and the caller uses it.
+The weights are those `from_pretrained` loads, tensor for tensor (tests/worker/test_direct_load.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+log = structlog.get_logger(__name__)
+
+
+def load_direct(location: Path | str, dtype: torch.dtype) -> torch.nn.Module | None:
+    """The model of a local HF directory, or None when this directory needs `from_pretrained`."""
+    directory = Path(location)
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if not files:
+        return None
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(file))
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        log.info("direct_load_declined", reason="checkpoint keys differ", missing=sorted(missing)[:3],
+                 unexpected=sorted(unexpected)[:3])
+        return None
+    model.tie_weights()
+    model.to(dtype)  # the file's own dtype may differ; the rotary buffers below stay float32, as in from_pretrained
+    inner = getattr(model, "model", None)
+    rotary = getattr(inner, "rotary_emb", None)
+    if rotary is not None:
+        inner.rotary_emb = type(rotary)(config=config)
+    unfilled = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if unfilled:
+        log.info("direct_load_declined", reason="tensors left unfilled", tensors=unfilled[:3])
+        return None
+    if (directory / "generation_config.json").exists():
+        model.generation_config = GenerationConfig.from_pretrained(directory, local_files_only=True)
+    return model
