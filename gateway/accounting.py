@@ -118,4 +118,5 @@ class Accounting:
             route=self.route, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
             compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,
             worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
-            error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or ""))
+            error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or "",
+            cold_start_ms=self.cold_start_ms or None))  # None: it did not wait for its endpoint to wake

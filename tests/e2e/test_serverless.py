@@ -66,6 +66,16 @@ def test_twenty_requests_at_zero_start_one_worker_then_idle_stops_it_and_a_reque
         assert len(server.worker_pids()) == 1
         done = [e for e in server.log_events("request_done") if e.get("status") == "ok"]
         assert len(done) == 20 and all(e["cold_start_ms"] > 0 for e in done)
+        waited = {r.headers["x-request-id"] for r in responses}
+        deadline = time.monotonic() + 60  # the ledger ships its records to the database in the background
+        while True:
+            records = httpx.get(f"{server.url}/admin/usage/records?limit=1000",
+                                headers={"authorization": f"Bearer {server.admin_key}"}).json()["data"]
+            records = [r for r in records if r["request_id"] in waited]
+            if len(records) == 20 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(records) == 20 and all(r["cold_start_ms"] > 0 for r in records)  # the wait, in the ledger
         metrics = httpx.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {server.admin_key}"}).text
         assert 'sluice_endpoint_cold_start_seconds_count{endpoint="tiny/llama"} 20.0' in metrics
 

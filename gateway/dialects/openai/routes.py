@@ -37,8 +37,8 @@ async def chat_completions(request: Request, services: Services) -> Response | S
 
 @get("/v1/models", summary="List the served models this key may call")
 async def models(request: Request, services: Services) -> dict:
-    """Endpoints the key may call (its allow-list, empty = every one; asleep ones too), then each one's registered LoRA adapters
-    as "<endpoint>:<adapter>" (what `model` takes)."""
+    """Endpoints the key may call (its allow-list, empty = every one; asleep ones too), then each one's
+    registered LoRA adapters as "<endpoint>:<adapter>" (what `model` takes)."""
     allowed = request.user.models
     created = int(services.started_at)
     endpoints = [status.name for status in services.endpoints.visible(request.user)
