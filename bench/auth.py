@@ -33,13 +33,14 @@ def build_app(service: AuthService) -> Litestar:
     @get("/headers")
     async def headers_route(request: Request) -> dict:
         # Same Request injection and header reads as /authed, without the key check.
-        request.headers.get("authorization"), team_header(request.headers), client_address(request)
+        request.headers.get("authorization"), team_header(request.headers)
+        client_address(request, service.clients)
         return {"ok": True, "team": "-"}
 
     @get("/authed")
     async def authed_route(request: Request) -> dict:
         principal = await service.authenticate(request.headers.get("authorization"), team_header(request.headers),
-                                               client_address(request))
+                                               client_address(request, service.clients))
         return {"ok": True, "team": principal.team_id}
 
     return Litestar([open_route, headers_route, authed_route])

@@ -47,8 +47,8 @@ async def _team_key(auth: AuthService, scope: Scope, key_id: str):
     return key
 
 
-def _actor(request: Request, session: Session) -> Actor:
-    return Actor(id=session.key_id, source=f"dashboard:{client_address(request)}")
+def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
+    return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
 async def _page(auth: AuthService, session: Session, scope: Scope, created: KeyCreated | None = None,
@@ -77,7 +77,7 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
     session, scope, form = await _owner_form(request, sessions, auth)
     body = body_as({"name": form.get("name", ""), "team_id": scope.team.id,
                     "expires_at": form.get("expires_at") or None}, CreateKey)  # a service key of this team
-    created = await auth.admin.create_key(_actor(request, session), body)
+    created = await auth.admin.create_key(_actor(request, session, auth), body)
     return await _page(auth, session, scope, created, status=201)
 
 
@@ -87,7 +87,7 @@ async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService
     await _team_key(auth, scope, key_id)
     grace = form.get("grace_seconds") or "0"
     body = body_as({"grace_seconds": int(grace) if grace.isdigit() else grace}, RotateKey)
-    created = await auth.admin.rotate_key(_actor(request, session), key_id, body)
+    created = await auth.admin.rotate_key(_actor(request, session, auth), key_id, body)
     return await _page(auth, session, scope, created, status=201)
 
 
@@ -95,7 +95,7 @@ async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService
 async def revoke_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, _ = await _owner_form(request, sessions, auth)
     await _team_key(auth, scope, key_id)
-    await auth.admin.revoke_key(_actor(request, session), key_id)
+    await auth.admin.revoke_key(_actor(request, session, auth), key_id)
     return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
 
 

@@ -76,7 +76,7 @@ async def login(request: Request, sessions: SessionStore, auth: AuthService) -> 
     if len(key) > MAX_KEY_CHARS:
         return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400)
     try:
-        principal = await auth.authenticate(f"Bearer {key}", None, client_address(request))
+        principal = await auth.authenticate(f"Bearer {key}", None, client_address(request, auth.clients))
     except AuthError as exc:
         return _login_page(request, session, exc.message, exc.status)
     sessions.end(session.id)  # a new id once signed in: a planted cookie never becomes a signed-in one

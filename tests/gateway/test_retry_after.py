@@ -10,6 +10,7 @@ import pytest
 
 from billing.store.base import TABLE
 from common.protocol import ModelConfig
+from gateway.endpoints.spec import as_endpoint
 from tests.fixtures.protocol_worker import MODEL, Reply, tokens
 from tests.fixtures.servers import free_port
 from tests.gateway.conftest import new_key, serving
@@ -83,10 +84,12 @@ async def test_the_usage_api_throttle_is_a_429_with_retry_after(gateway):
 
 async def test_no_ready_worker_is_a_503_with_retry_after_on_every_route(gateway_settings):
     nobody = ModelConfig(name=MODEL, urls=[f"http://127.0.0.1:{free_port()}"])  # nothing listens there
-    async with serving(msgspec.structs.replace(gateway_settings, models=[nobody])) as client:
+    # the activator holds a request up to max_wait_seconds for a replica to become ready
+    endpoint = msgspec.structs.replace(as_endpoint(nobody), max_wait_seconds=0.5)
+    async with serving(msgspec.structs.replace(gateway_settings, models=[endpoint])) as client:
         for path in ("/health", "/v1/completions/health"):
             assert_retry_after(await client.get(path), 503)
         for path in BODIES:
             response = await client.post(path, json=body(path), headers=client.key_headers)
             assert_retry_after(response, 503)
-            assert "ready worker" in response.text, path
+            assert "no replica became ready" in response.text, path
