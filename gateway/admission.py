@@ -56,6 +56,9 @@ def reservation(router: Router, parsed: Parsed) -> int:
         new = params.max_tokens if params.max_tokens is not None else context - prompt
         if params.max_total_tokens is not None:
             new = params.max_total_tokens - prompt
+        # no candidate outgrows the context: an impossible max_tokens is the worker's 422 naming the field,
+        # not a limiter refusal for a reservation nothing could ever use
+        new = min(new, context - prompt)
         total += reservation_tokens(prompt, max(new, 0), n=params.n, best_of=params.best_of,
                                     num_beams=params.num_beams)
     return total
