@@ -14,7 +14,8 @@ def test_the_whole_config_from_one_variable(monkeypatch):
     monkeypatch.setenv("SLUICE_CONFIG_TOML", 'max_body_bytes = 1024\n' + CONFIG)
     monkeypatch.setenv("SLUICE_WAL_ROOT", "/var/lib/sluice/wal")
     settings = load_settings()
-    assert [m.name for m in settings.models] == ["tiny"] and settings.models[0].urls == ["http://10.0.0.5:8100"]
+    assert [m.name for m in settings.models] == ["tiny"]
+    assert settings.models[0].provisioner.urls == ["http://10.0.0.5:8100"]  # old `urls`: a static endpoint
     assert settings.wal_root == "/var/lib/sluice/wal" and settings.max_body_bytes == 1024
 
 
