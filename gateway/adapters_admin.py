@@ -1,5 +1,6 @@
 """The admin API of LoRA adapters: `POST /admin/endpoints/{endpoint}/adapters` with `{"name", "source"}`,
-`GET` to list, `DELETE .../adapters/{name}`; registering a name again replaces its source. A source is a PEFT
+`GET` to list, `DELETE .../adapters/{name}`; registering a name again replaces its source. Served by the
+endpoints' admin routes (gateway/endpoints/routes.py), which own every path under /admin/endpoints. A source is a PEFT
 adapter directory (holding adapter_config.json) or an s3:// prefix; the worker reads and checks the weights on
 first use."""
 
@@ -9,15 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from litestar import Router, delete, get, post
-from litestar.di import Provide
-
-from auth.middleware import require_admin
 from gateway.adapters import SEPARATOR
-from gateway.dialects.base import DEFAULT, convert
+from gateway.dialects.base import convert
 from gateway.errors import NotFound, ValidationFailed
 from gateway.services import Services
-from common.json_body import read_json
 from common.protocol import AdapterName, AdapterSource
 
 
@@ -47,41 +43,29 @@ def _listing(services: Services, endpoint: str) -> dict:
                      for name, source in sorted(services.adapters.of(endpoint).items())]}
 
 
-def _split(services: Services, rest: str, with_name: bool) -> tuple[str, str | None]:
-    """(endpoint, adapter name) of the path after /admin/endpoints: endpoint names hold '/' (hub ids), so the
-    path is read from its end: `<endpoint>/adapters` or `<endpoint>/adapters/<name>`."""
+def adapter_path(rest: str) -> tuple[str, str | None] | None:
+    """(endpoint, adapter name or None) when the path after /admin/endpoints is `<endpoint>/adapters` or
+    `<endpoint>/adapters/<name>`; else None. Endpoint names hold '/' (hub ids), so the path is read from its
+    end; the caller first checks whether the whole path is an endpoint's name."""
     parts = rest.strip("/").split("/")
-    name = parts.pop() if with_name and len(parts) > 2 else None
-    if len(parts) < 2 or parts[-1] != "adapters" or (with_name and name is None):
-        raise NotFound("no such admin path: use /admin/endpoints/<endpoint>/adapters[/<name>]",
-                       code="not_found")
-    return _endpoint(services, "/".join(parts[:-1])), name
+    for cut in (1, 2):  # ".../adapters" or ".../adapters/<name>"
+        if len(parts) > cut and parts[-cut] == "adapters":
+            return "/".join(parts[:-cut]), parts[-1] if cut == 2 else None
+    return None
 
 
-@post("/{rest:path}", status_code=201)
-async def register_adapter(services: Services, payload: Any, rest: str) -> dict:
-    endpoint, _ = _split(services, rest, with_name=False)
+def register_adapter(services: Services, endpoint: str, payload: Any) -> dict:
     body = convert(payload, RegisterAdapter)
     _check_source(body.source)
-    services.adapters.add(endpoint, body.name, body.source)
+    services.adapters.add(_endpoint(services, endpoint), body.name, body.source)
     return {"endpoint": endpoint, "name": body.name, "source": body.source,
             "model": f"{endpoint}{SEPARATOR}{body.name}"}
 
 
-@get("/{rest:path}")
-async def list_adapters(services: Services, rest: str) -> dict:
-    endpoint, _ = _split(services, rest, with_name=False)
-    return _listing(services, endpoint)
+def list_adapters(services: Services, endpoint: str) -> dict:
+    return _listing(services, _endpoint(services, endpoint))
 
 
-@delete("/{rest:path}", status_code=200)
-async def remove_adapter(services: Services, rest: str) -> dict:
-    endpoint, name = _split(services, rest, with_name=True)
-    services.adapters.remove(endpoint, name)
+def remove_adapter(services: Services, endpoint: str, name: str) -> dict:
+    services.adapters.remove(_endpoint(services, endpoint), name)
     return {"endpoint": endpoint, "name": name, "deleted": True}
-
-
-def adapters_router() -> Router:
-    return Router(path="/admin/endpoints", route_handlers=[register_adapter, list_adapters, remove_adapter],
-                  guards=[require_admin], dependencies={"payload": Provide(read_json)},
-                  exception_handlers=DEFAULT.exception_handlers())

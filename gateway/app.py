@@ -24,7 +24,6 @@ from gateway.dialects.monster import routes as monster
 from gateway.dialects.openai import routes as openai
 from gateway.dialects.sglang import routes as sglang
 from gateway.dialects.tgi import routes as tgi
-from gateway.adapters_admin import adapters_router
 from gateway.endpoints.routes import admin_endpoints_router, visible_endpoints
 from gateway.lifespan import GatewayServices
 from gateway.logs import answer_request_id, request_id_middleware
@@ -41,7 +40,7 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
              if settings.ledger_enabled else [])
     return Litestar(
         route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), team_router(),
-                        admin_endpoints_router(), adapters_router(), visible_endpoints, *usage],
+                        admin_endpoints_router(), visible_endpoints, *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s),
                     authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],

@@ -1,4 +1,5 @@
-"""The endpoints over HTTP: `POST/GET/PATCH/DELETE /admin/endpoints[/{name}]` (admin key) and `GET /v1/endpoints`
+"""The endpoints over HTTP: `POST/GET/PATCH/DELETE /admin/endpoints[/{name}]` (admin key), their LoRA adapters
+under `/admin/endpoints/{name}/adapters` (gateway/adapters_admin.py), and `GET /v1/endpoints`
 (a team key sees the public endpoints and its team's own, with their state). A name is a model name and may
 hold `/` (`HuggingFaceTB/SmolLM2-135M-Instruct`): the routes take the rest of the path as the name, whole.
 Errors come in the OpenAI envelope (the app's default)."""
@@ -13,8 +14,10 @@ from litestar.di import Provide
 
 from auth.middleware import require_admin
 from common.json_body import read_json
+from gateway.adapters_admin import adapter_path, list_adapters, register_adapter, remove_adapter
 from gateway.endpoints.errors import InvalidEndpoint
 from gateway.endpoints.status import EndpointStatus
+from gateway.errors import NotFound
 from gateway.services import Services
 
 _json = msgspec.json.Encoder()
@@ -38,8 +41,20 @@ async def list_endpoints(services: Services) -> Response:
     return Response(_json.encode({"object": "list", "data": services.endpoints.list()}), media_type="application/json")
 
 
-@get("/{name:path}", summary="One endpoint with its state")
+@post("/{name:path}", status_code=201, summary="Register a LoRA adapter: /admin/endpoints/{endpoint}/adapters")
+async def create_adapter(services: Services, name: str, payload: Any) -> Response:
+    target = adapter_path(name)
+    if target is None or target[1] is not None:
+        raise NotFound("no such admin path: use /admin/endpoints/<endpoint>/adapters[/<name>]", code="not_found")
+    return Response(_json.encode(register_adapter(services, target[0], payload)), status_code=201,
+                    media_type="application/json")
+
+
+@get("/{name:path}", summary="One endpoint with its state, or its LoRA adapters (.../adapters)")
 async def get_endpoint(services: Services, name: str) -> Response:
+    target = None if _name(name) in services.endpoints.controllers else adapter_path(name)
+    if target is not None and target[1] is None:
+        return Response(_json.encode(list_adapters(services, target[0])), media_type="application/json")
     return _one(services.endpoints.get(_name(name)))
 
 
@@ -50,9 +65,13 @@ async def patch_endpoint(services: Services, name: str, payload: Any) -> Respons
     return _one(await services.endpoints.patch(_name(name), payload))
 
 
-@delete("/{name:path}", status_code=204, summary="Drain an endpoint's replicas and delete it")
-async def delete_endpoint(services: Services, name: str) -> None:
+@delete("/{name:path}", status_code=204, summary="Drain an endpoint's replicas and delete it, or remove an adapter")
+async def delete_endpoint(services: Services, name: str) -> Response:
+    target = None if _name(name) in services.endpoints.controllers else adapter_path(name)
+    if target is not None and target[1] is not None:
+        return Response(_json.encode(remove_adapter(services, *target)), media_type="application/json")
     await services.endpoints.delete(_name(name))
+    return Response(b"", status_code=204)
 
 
 @get("/v1/endpoints", summary="The endpoints this key may call, with their state")
@@ -65,4 +84,5 @@ async def visible_endpoints(request: Request, services: Services) -> Response:
 
 def admin_endpoints_router() -> Router:
     return Router(path="/admin/endpoints", guards=[require_admin], dependencies={"payload": Provide(read_json)},
-                  route_handlers=[create_endpoint, list_endpoints, get_endpoint, patch_endpoint, delete_endpoint])
+                  route_handlers=[create_endpoint, create_adapter, list_endpoints, get_endpoint, patch_endpoint,
+                                  delete_endpoint])

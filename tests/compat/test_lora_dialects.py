@@ -125,7 +125,8 @@ def test_admin_api_registers_lists_and_removes_adapters(server, built):
     ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a", "source": "s3://"}, 422, "s3://"),
     ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "a"}, 422, "source"),
     ("post", "/admin/endpoints/no-such-model/adapters", {"name": "a", "source": "s3://b/p"}, 404, "does not exist"),
-    ("get", f"/admin/endpoints/{MODEL}/lora", None, 404, "no such admin path"),
+    ("get", f"/admin/endpoints/{MODEL}/lora", None, 404, "does not exist"),
+    ("post", f"/admin/endpoints/{MODEL}", {"name": "a", "source": "s3://b/p"}, 404, "no such admin path"),
     ("delete", f"/admin/endpoints/{MODEL}/adapters/never", None, 404, "not registered"),
 ])
 def test_admin_api_refusals(server, method, path, body, status, words):

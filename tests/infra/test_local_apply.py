@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import boto3
+import httpx
 import pytest
 from moto.server import ThreadedMotoServer
 
@@ -49,6 +50,9 @@ def local_aws() -> Iterator[LocalAws]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto's backends are the process's: an earlier test's in-process moto (the ECS provisioner's) may have
+    # built the IAM backend before the variable was set; a reset builds every backend again
+    httpx.post(f"http://{host}:{port}/moto-api/reset", timeout=30).raise_for_status()
     try:
         yield LocalAws(f"http://{host}:{port}", REGION)
     finally:
