@@ -463,9 +463,9 @@ async def test_sigkill_under_load_bills_every_completed_request_exactly_once(bac
 
 
 async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_once(postgres, worker, tmp_path):
-    """While PostgreSQL is down, a key whose cached lookup expired (0.5 s) cannot be authenticated:
-    those requests get 503 `auth_unavailable` and are not billed (no team to bill). Requests already
-    admitted finish, and their records wait in the local WAL until the database is back."""
+    """While PostgreSQL is down, the key is answered from its last known record (auth's outage_grace), so
+    completions keep being served; their records wait in the local WAL until the database is back and then
+    land exactly once. A 503 is allowed only as `auth_unavailable` (a lookup never seen before)."""
     server = start_gateway(tmp_path / "gateway", worker, await create_database(postgres.url))
     key = server.api_key
     calls: list[Call] = []
@@ -478,11 +478,10 @@ async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_onc
                 assert not runner.done(), runner
             down_at = time.monotonic()
             await asyncio.to_thread(take_down, postgres)
-            # stay down until new requests were refused and admitted ones completed (the WAL path)
-            while not (any(c.http_status == 503 for c in calls)
-                       and any(c.complete and c.ended > down_at + 0.5 for c in calls)):
+            # stay down until requests that started during the outage completed (the WAL path)
+            while sum(c.complete and c.started > down_at + 0.5 for c in calls) < 10:
                 await asyncio.sleep(0.1)
-                assert time.monotonic() - down_at < 90, "the outage showed neither 503s nor completions"
+                assert time.monotonic() - down_at < 90, "no request completed while PostgreSQL was down"
             up_at = time.monotonic()
             await asyncio.to_thread(postgres.start)
             back_at = time.monotonic()
@@ -498,7 +497,7 @@ async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_onc
     statuses = {c.http_status for c in calls}
     assert statuses <= {200, 503}, timeline
     unavailable = [c for c in calls if c.http_status == 503]
-    assert unavailable and {c.error for c in unavailable} == {"auth_unavailable"}, timeline
+    assert {c.error for c in unavailable} <= {"auth_unavailable"}, timeline
     assert all(c.complete for c in calls if c.http_status == 200)
     # responses that completed while the database was down: their records went through the WAL
     assert any(down_at + 0.5 < c.ended < up_at for c in calls if c.complete), timeline

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import re
 
+import time
+
 import httpx
 import pytest
 
@@ -127,6 +129,9 @@ def test_usage_is_isolated_by_team_whatever_the_team_header_says(server):
         return httpx.get(f"{server.url}/v1/usage", params={"group_by": "key"}, headers=bearer(key, **headers),
                          timeout=30)
 
+    deadline = time.monotonic() + 60  # the ledger ships its records to the database in the background
+    while usage(b_key).json()["totals"]["requests"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
     own = usage(a_key).json()
     assert own["team_id"] == a_id and own["totals"]["requests"] == 1 and len(own["rows"]) == 1
     assert usage(a_key, **{"x-team-id": a_id}).json()["totals"]["requests"] == 1
