@@ -66,7 +66,7 @@ async def patch_endpoint(services: Services, name: str, payload: Any) -> Respons
 
 
 # the status comes with each answer: 204 for a deleted endpoint, 200 and a body for a removed adapter
-@delete("/{name:path}", status_code=200, summary="Drain an endpoint's replicas and delete it (204), or remove an adapter")
+@delete("/{name:path}", status_code=200, summary="Delete an endpoint (204, after draining), or remove an adapter")
 async def delete_endpoint(services: Services, name: str) -> Response:
     target = None if _name(name) in services.endpoints.controllers else adapter_path(name)
     if target is not None and target[1] is not None:
