@@ -1,11 +1,10 @@
 """A start-up failure found once the server is already listening (a worker whose model cannot load):
 say it in one line on stderr, stop the way SIGTERM does (workers stopped, stores closed), and make
-`sluice serve` exit non-zero."""
+`sluice serve` exit non-zero. An app run any other way (in-process by a test, under another server) only
+records the failure: signalling the host process would take down whatever else it runs."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from collections.abc import Callable
 
@@ -24,8 +23,6 @@ def fail(message: str) -> None:
     _failures.append(message)
     if _stop:
         _stop[0]()
-    else:  # no server loop to tell: the default SIGTERM handling stops the process
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def exit_status() -> int:

@@ -3,6 +3,10 @@ within seconds with one line saying what and how to fix it, and leaves no worker
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.fixtures.sluice import pid_alive, start_sluice
@@ -29,3 +33,18 @@ def test_a_model_that_cannot_load_stops_sluice_serve_with_one_line(tmp_path, bro
     assert "set its `source` to" in lines[0]
     pids = server.worker_pids()
     assert pids and not any(pid_alive(pid) for pid in pids)
+
+
+
+def test_a_failure_outside_sluice_serve_is_recorded_without_signalling_the_host():
+    """An app run in-process (by a test, under another server) has no `serve` loop to stop: the failure is
+    recorded and said, and the host process lives on. A child interpreter hosts it, so a regression fails
+    this test instead of killing pytest."""
+    script = ("from gateway import shutdown\n"
+              "shutdown.fail('the endpoint failed')\n"
+              "import time; time.sleep(0.5)\n"
+              "print('HOST-ALIVE', shutdown.exit_status(), flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "HOST-ALIVE 1" in done.stdout, done.stdout + done.stderr
+    assert "sluice serve: the endpoint failed" in done.stderr
