@@ -35,9 +35,12 @@ async def test_an_overloaded_worker_is_a_429_with_retry_after(gateway, worker, p
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-async def test_a_worker_that_is_not_ready_is_a_503_with_retry_after(gateway, worker, path):
+async def test_a_worker_that_is_not_ready_is_a_503_with_retry_after(gateway_settings, worker, path):
     worker.replies = [Reply.refused(503, "unavailable", "the model is still loading")]
-    assert_retry_after(await gateway.post(path, json=body(path), headers=gateway.key_headers), 503)
+    # the refusing replica sits out its ejection; the request waits for another only max_wait_seconds
+    endpoint = msgspec.structs.replace(as_endpoint(gateway_settings.models[0]), max_wait_seconds=0.5)
+    async with serving(msgspec.structs.replace(gateway_settings, models=[endpoint])) as gateway:
+        assert_retry_after(await gateway.post(path, json=body(path), headers=gateway.key_headers), 503)
 
 
 async def test_a_rate_limited_key_gets_retry_after(gateway):
