@@ -36,6 +36,6 @@ variable "endpoint_settings" {
   type        = map(map(any))
   default = {
     "HuggingFaceTB/SmolLM2-135M-Instruct" = { min_replicas = 0, max_replicas = 1 }
-    "tiny/random-llama"                   = { min_replicas = 0, max_replicas = 1 }
+    "tiny/random-llama"                   = { min_replicas = 0, max_replicas = 1, idle_seconds = 1 }
   }
 }
