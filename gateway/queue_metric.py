@@ -69,14 +69,23 @@ class QueueDepthPublisher:
                 await self._task
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            send_at = loop.time() + self.settings.interval_seconds
-            highest = self.depth()
-            while loop.time() < send_at:
-                await asyncio.sleep(min(self.settings.sample_seconds, max(0.0, send_at - loop.time())))
-                highest = max(highest, self.depth())
-            await self.publish(highest)
+            try:
+                await self.publish(await self._highest_of_interval())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let one bad interval end the publishing
+                log.exception("queue_metric_interval_failed")
+                await asyncio.sleep(self.settings.interval_seconds)
+
+    async def _highest_of_interval(self) -> int:
+        loop = asyncio.get_running_loop()
+        send_at = loop.time() + self.settings.interval_seconds
+        highest = self.depth()
+        while loop.time() < send_at:
+            await asyncio.sleep(min(self.settings.sample_seconds, max(0.0, send_at - loop.time())))
+            highest = max(highest, self.depth())
+        return highest
 
     async def publish(self, value: int) -> None:
         try:

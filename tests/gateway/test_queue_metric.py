@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import logging
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from litestar.testing import AsyncTestClient
 from structlog.testing import capture_logs
 
@@ -18,6 +16,7 @@ from gateway.app import create_app
 from gateway.config import load_settings
 from gateway.lifespan import STATE_FAILURE
 from gateway.queue_metric import METRIC_NAME, CloudWatchSettings, QueueDepthPublisher
+from tests.fixtures.local_aws import moto_server
 from tests.fixtures.servers import free_port
 from tests.gateway.conftest import serving
 
@@ -26,12 +25,8 @@ NAMESPACE = "Sluice/sluice-test"
 
 @pytest.fixture(scope="module")
 def cloudwatch_url():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture
@@ -129,7 +124,7 @@ async def test_off_unless_a_namespace_is_set(gateway_settings, monkeypatch):
         assert (await client.get("/health")).status_code == 200
     gateway_settings.cloudwatch = CloudWatchSettings(namespace="Sluice/x")
     app = create_app(gateway_settings, supervise=False)
-    with pytest.raises(Exception):
+    with pytest.raises(ExceptionGroup):  # the lifespan's StartupError, through the test client's task group
         async with AsyncTestClient(app=app):
             pass
     failure = app.state[STATE_FAILURE]

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from gateway.queue_metric import METRIC_NAME
-from tests.fixtures.servers import free_port
+from tests.fixtures.local_aws import moto_server
 from tests.fixtures.sluice import running_sluice
 from tests.infra.terraform import Terraform
 
@@ -53,16 +52,13 @@ def local_aws() -> Iterator[LocalAws]:
     # AWS-managed policies (the ECS container-instance role) exist in moto only when loaded
     patch = pytest.MonkeyPatch()
     patch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    # moto's backends are the process's: an earlier test's in-process moto (the ECS provisioner's) may have
-    # built the IAM backend before the variable was set; a reset builds every backend again
-    httpx.post(f"http://{host}:{port}/moto-api/reset", timeout=30).raise_for_status()
     try:
-        yield LocalAws(f"http://{host}:{port}", REGION)
+        with moto_server() as url:
+            # moto's backends are the process's: an earlier test's in-process moto (the ECS provisioner's) may
+            # have built the IAM backend before the variable was set; a reset builds every backend again
+            httpx.post(f"{url}/moto-api/reset", timeout=30).raise_for_status()
+            yield LocalAws(url, REGION)
     finally:
-        server.stop()
         patch.undo()
 
 
