@@ -59,7 +59,8 @@ class QueueDepthPublisher:
 
     def start(self) -> QueueDepthPublisher:
         self._task = asyncio.create_task(self._run(), name="cloudwatch queue depth")
-        log.info("queue_metric_publishing", namespace=self.settings.namespace, interval_s=self.settings.interval_seconds)
+        log.info("queue_metric_publishing", namespace=self.settings.namespace,
+                 interval_s=self.settings.interval_seconds)
         return self
 
     async def stop(self) -> None:

@@ -129,3 +129,25 @@ async def test_off_unless_a_namespace_is_set(gateway_settings, monkeypatch):
             pass
     failure = app.state[STATE_FAILURE]
     assert failure.startswith("cannot publish to CloudWatch") and "cloudwatch.region" in failure, failure
+
+
+async def test_a_failing_sample_is_logged_and_the_next_interval_publishes(cloudwatch_url, credentials):
+    settings = CloudWatchSettings(namespace="Sluice/after-a-failure", region="us-east-1", endpoint_url=cloudwatch_url,
+                                  interval_seconds=0.2, sample_seconds=0.1)
+    calls = []
+
+    def depth() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the endpoints could not be read")
+        return 4
+
+    with capture_logs() as logs:
+        publisher = QueueDepthPublisher(settings, depth).start()
+        try:
+            while publisher.sent < 1:
+                await asyncio.sleep(0.05)
+        finally:
+            await publisher.stop()
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["queue_metric_interval_failed"]
+    assert published(cloudwatch_url, "Sluice/after-a-failure")[0]["Maximum"] == 4.0

@@ -214,14 +214,16 @@ def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishe
     ecs = aws.client("ecs")
     gateway = ecs.describe_services(cluster=applied_local_env.cluster, services=[outputs["gateway_service_name"]])
     definition = ecs.describe_task_definition(taskDefinition=gateway["services"][0]["taskDefinition"])
-    environment = {e["name"]: e["value"] for e in definition["taskDefinition"]["containerDefinitions"][0]["environment"]}
+    container = definition["taskDefinition"]["containerDefinitions"][0]
+    environment = {e["name"]: e["value"] for e in container["environment"]}
     config = environment["SLUICE_CONFIG_TOML"]  # what ECS hands the gateway task
     assert config == outputs["gateway_config_toml"]
     config = config.replace("[cloudwatch]\n", "[cloudwatch]\ninterval_seconds = 0.5\nsample_seconds = 0.1\n")
     service = applied_local_env.worker_services[ENDPOINT]
 
     def desired() -> int:
-        return ecs.describe_services(cluster=applied_local_env.cluster, services=[service])["services"][0]["desiredCount"]
+        found = ecs.describe_services(cluster=applied_local_env.cluster, services=[service])["services"]
+        return found[0]["desiredCount"]
 
     env = {"SLUICE_CONFIG_TOML": config + TEST_TIMERS, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
     with running_sluice(tmp_path / "gateway", env=env) as sluice:
@@ -252,11 +254,12 @@ def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishe
         given_up = sluice.log_events("replica_start_failed")
         assert [e["reason"] for e in given_up] == ["no capacity: it got no address in 3 s"]
         assert desired() == 0 and httpx.get(f"{sluice.url}/health", timeout=10).status_code == 200
-    alarm = aws.client("cloudwatch").describe_alarms(AlarmNames=["sluice-local-activator-queue-depth"])["MetricAlarms"][0]
+    cloudwatch = aws.client("cloudwatch")
+    alarm = cloudwatch.describe_alarms(AlarmNames=["sluice-local-activator-queue-depth"])["MetricAlarms"][0]
     assert (alarm["Namespace"], alarm["MetricName"], alarm["Dimensions"]) == (
         outputs["activator_queue_metric_namespace"], METRIC_NAME, [])
     now = datetime.datetime.now(datetime.UTC)
-    points = aws.client("cloudwatch").get_metric_statistics(
+    points = cloudwatch.get_metric_statistics(
         Namespace=alarm["Namespace"], MetricName=alarm["MetricName"], Dimensions=alarm["Dimensions"],
         StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5), Period=60,
         Statistics=[alarm["Statistic"]])["Datapoints"]

@@ -53,7 +53,8 @@ resource "aws_cloudwatch_metric_alarm" "gateway_5xx_rate" {
 }
 
 # the requests waiting in the gateways' activators, summed over endpoints: each gateway task sends the highest
-# depth it saw in each minute (gateway/queue_metric.py, `[cloudwatch]` in the rendered config), no dimensions
+# depth it saw in each minute (gateway/queue_metric.py, `[cloudwatch]` in the rendered config), no dimensions;
+# `Maximum` is the fullest queue of any one task
 resource "aws_cloudwatch_metric_alarm" "activator_queue" {
   alarm_name          = "${var.name}-activator-queue-depth"
   alarm_description   = "Requests waiting for endpoints to wake stay above ${var.max_activator_queue} for 3 minutes"
