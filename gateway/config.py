@@ -13,6 +13,7 @@ from auth.forwarded import parse_networks
 from auth.models import Limits
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EndpointSpec, as_endpoint
+from gateway.queue_metric import CloudWatchSettings
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
 LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
@@ -47,6 +48,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     models: list[EndpointSpec] = msgspec.field(default_factory=lambda: [EndpointSpec()])  # each one an endpoint
     scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+    # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
+    cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
 
     def __post_init__(self) -> None:
         self.models = [as_endpoint(model) for model in self.models]

@@ -38,6 +38,7 @@ from gateway.endpoints.service import Endpoints, ProvisionerFactory, default_pro
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.health_probe import GenerationProbe
 from gateway.limits import open_limiter
+from gateway.queue_metric import QueueDepthPublisher
 from gateway.secrets import load_pepper
 from gateway.services import Services
 
@@ -169,6 +170,13 @@ class GatewayServices(InitPluginProtocol):
         except Exception as error:  # e.g. the ECS service of a stored endpoint is gone
             raise StartupError(f"an endpoint cannot start ({_cause(error)}): fix its provisioner settings, or "
                                "delete it with DELETE /admin/endpoints/{name}") from error
+        if settings.cloudwatch.namespace:
+            try:
+                publisher = QueueDepthPublisher(settings.cloudwatch, lambda: sum(s.waiting for s in endpoints.states()))
+            except Exception as error:  # botocore: no region, an unknown one
+                raise StartupError(f"cannot publish to CloudWatch ({_cause(error)}): set cloudwatch.region (or "
+                                   "AWS_REGION), or unset cloudwatch.namespace") from error
+            opened.push_async_callback(publisher.start().stop)
         probe = GenerationProbe(endpoints.router, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
         return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), probe=probe,

@@ -173,16 +173,16 @@ def _check_provisioner(provisioner: Provisioning) -> None:
         if not provisioner.urls:
             raise ValueError("`provisioner.urls` must list at least one worker URL")
         for url in provisioner.urls:
-            _check_url("provisioner.urls", url)
+            check_url("provisioner.urls", url)
     elif isinstance(provisioner, EcsProvisioning):
         for field in ("cluster", "service", "region"):
             if not getattr(provisioner, field).strip():
                 raise ValueError(f"`provisioner.{field}` must not be empty")
         if provisioner.endpoint_url:
-            _check_url("provisioner.endpoint_url", provisioner.endpoint_url)
+            check_url("provisioner.endpoint_url", provisioner.endpoint_url)
 
 
-def _check_url(field: str, url: str) -> None:
+def check_url(field: str, url: str) -> None:
     try:
         parts = urlsplit(url)
         valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0

@@ -2,22 +2,27 @@
 then destroyed, leaving nothing behind.
 
 `applied_local_env` yields the applied env's outputs (moto endpoint, region, cluster, worker service
-names): a test that drives the gateway's ECS provisioner against the created services slots in
-beside the ones here, between apply and destroy.
+names, the rendered gateway config). Between apply and destroy, a real `sluice serve` started from the
+SLUICE_CONFIG_TOML of the gateway's task definition scales a created worker service through its ECS
+provisioner and publishes the queue depth the alarm reads.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
-from tests.fixtures.servers import free_port
+from gateway.queue_metric import METRIC_NAME
+from tests.fixtures.local_aws import moto_server
+from tests.fixtures.sluice import running_sluice
 from tests.infra.terraform import Terraform
 
 pytestmark = pytest.mark.slow
@@ -47,16 +52,13 @@ def local_aws() -> Iterator[LocalAws]:
     # AWS-managed policies (the ECS container-instance role) exist in moto only when loaded
     patch = pytest.MonkeyPatch()
     patch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    # moto's backends are the process's: an earlier test's in-process moto (the ECS provisioner's) may have
-    # built the IAM backend before the variable was set; a reset builds every backend again
-    httpx.post(f"http://{host}:{port}/moto-api/reset", timeout=30).raise_for_status()
     try:
-        yield LocalAws(f"http://{host}:{port}", REGION)
+        with moto_server() as url:
+            # moto's backends are the process's: an earlier test's in-process moto (the ECS provisioner's) may
+            # have built the IAM backend before the variable was set; a reset builds every backend again
+            httpx.post(f"{url}/moto-api/reset", timeout=30).raise_for_status()
+            yield LocalAws(url, REGION)
     finally:
-        server.stop()
         patch.undo()
 
 
@@ -169,7 +171,10 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
                               "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:AbortMultipartUpload",
                               "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
-                              "elasticfilesystem:ClientWrite"])
+                              "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData"])
+    publish = next(s for s in document["Statement"] if s["Sid"] == "PublishQueueMetric")
+    namespace = applied_local_env.outputs["activator_queue_metric_namespace"]
+    assert publish["Condition"] == {"StringEquals": {"cloudwatch:namespace": namespace}}
 
 
 def test_the_network_admits_the_internet_only_at_the_alb(applied_local_env: AppliedEnv):
@@ -181,3 +186,81 @@ def test_the_network_admits_the_internet_only_at_the_alb(applied_local_env: Appl
             if any(r.get("CidrIp") == "0.0.0.0/0" for r in permission.get("IpRanges", [])):
                 open_ports.append((group["GroupName"], permission["FromPort"], permission["ToPort"]))
     assert sorted(open_ports) == [("sluice-local-alb", 80, 80), ("sluice-local-alb", 443, 443)]
+
+
+# the test's timers laid into the rendered config: a task has 3 s to become reachable (600 s by default),
+# the queue depth is sent every half second (60 s)
+TEST_TIMERS = ("\n[scaling]\nstable_window_seconds = 1\npanic_window_seconds = 0.5\ntick_seconds = 0.1\n"
+               "start_timeout_seconds = 3\nstandby_worker = false\n")
+ENDPOINT = "tiny/random-llama"
+
+
+def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout} s")
+        time.sleep(0.05)
+
+
+def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishes_its_queue(
+        applied_local_env: AppliedEnv, tmp_path):
+    """moto runs no containers, so ECS never places a task: the gateway asks for one (desiredCount 0 -> 1),
+    the request waits in the activator (the queue depth the alarm reads), gets the 503 a client sees when
+    no replica becomes ready in time, and the replica nobody placed is given up after the start timeout
+    (desiredCount back to 0, the endpoint asleep again). Routing to a task's address is proven against a
+    played ECS in tests/gateway/endpoints/test_ecs.py."""
+    aws, outputs = applied_local_env.aws, applied_local_env.outputs
+    ecs = aws.client("ecs")
+    gateway = ecs.describe_services(cluster=applied_local_env.cluster, services=[outputs["gateway_service_name"]])
+    definition = ecs.describe_task_definition(taskDefinition=gateway["services"][0]["taskDefinition"])
+    container = definition["taskDefinition"]["containerDefinitions"][0]
+    environment = {e["name"]: e["value"] for e in container["environment"]}
+    config = environment["SLUICE_CONFIG_TOML"]  # what ECS hands the gateway task
+    assert config == outputs["gateway_config_toml"]
+    config = config.replace("[cloudwatch]\n", "[cloudwatch]\ninterval_seconds = 0.5\nsample_seconds = 0.1\n")
+    service = applied_local_env.worker_services[ENDPOINT]
+
+    def desired() -> int:
+        found = ecs.describe_services(cluster=applied_local_env.cluster, services=[service])["services"]
+        return found[0]["desiredCount"]
+
+    env = {"SLUICE_CONFIG_TOML": config + TEST_TIMERS, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    with running_sluice(tmp_path / "gateway", env=env) as sluice:
+        headers = {"authorization": f"Bearer {sluice.api_key}"}
+
+        def state() -> dict:
+            listed = httpx.get(f"{sluice.url}/v1/endpoints", headers=headers, timeout=10).json()["data"]
+            return next(e for e in listed if e["id"] == ENDPOINT)
+
+        assert state()["state"] == "scaled_to_zero" and desired() == 0
+        answers = []
+        request = threading.Thread(target=lambda: answers.append(httpx.post(
+            f"{sluice.url}/v1/completions", headers={**headers, "x-scale-up-timeout": "2"}, timeout=30,
+            json={"model": ENDPOINT, "prompt": "Hi", "max_tokens": 4})))
+        request.start()
+        try:
+            _until(lambda: desired() == 1, 10, "the service's scale-up")
+            waiting = state()
+            assert waiting["state"] == "starting" and waiting["waiting"] == 1
+        finally:
+            request.join(timeout=30)
+        (answer,) = answers
+        assert answer.status_code == 503 and "retry-after" in answer.headers, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "scale_up_timeout" and error["endpoint_state"] == "starting"
+        _until(lambda: desired() == 0, 15, "the service's scale-in")
+        _until(lambda: state()["state"] == "scaled_to_zero", 5, "the endpoint's sleep")
+        given_up = sluice.log_events("replica_start_failed")
+        assert [e["reason"] for e in given_up] == ["no capacity: it got no address in 3 s"]
+        assert desired() == 0 and httpx.get(f"{sluice.url}/health", timeout=10).status_code == 200
+    cloudwatch = aws.client("cloudwatch")
+    alarm = cloudwatch.describe_alarms(AlarmNames=["sluice-local-activator-queue-depth"])["MetricAlarms"][0]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Dimensions"]) == (
+        outputs["activator_queue_metric_namespace"], METRIC_NAME, [])
+    now = datetime.datetime.now(datetime.UTC)
+    points = cloudwatch.get_metric_statistics(
+        Namespace=alarm["Namespace"], MetricName=alarm["MetricName"], Dimensions=alarm["Dimensions"],
+        StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=5), Period=60,
+        Statistics=[alarm["Statistic"]])["Datapoints"]
+    assert max(p[alarm["Statistic"]] for p in points) == 1.0  # the one request that waited

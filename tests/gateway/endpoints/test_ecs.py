@@ -12,7 +12,6 @@ provisioner found through ListTasks / DescribeTasks.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -23,13 +22,13 @@ from pathlib import Path
 import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from common.protocol import Done
 from gateway.endpoints.errors import InvalidEndpoint
 from gateway.endpoints.provisioners.ecs import PENDING, EcsProvisioner, EcsProvisionerError
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import EcsProvisioning, parse_endpoint
+from tests.fixtures.local_aws import moto_server
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import REPO, pid_alive
 from tests.fixtures.tiny_model import write_tiny_model
@@ -40,16 +39,12 @@ CLUSTER, SERVICE, PORT = "sluice", "tiny-llama", 8100
 
 @pytest.fixture(scope="module")
 def moto_url():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    # moto moves a task one state towards STOPPED on every DescribeTasks unless told not to
-    httpx.post(f"{url}/moto-api/state-manager/set-transition",
-               json={"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}}).raise_for_status()
-    yield url
-    server.stop()
+    with moto_server() as url:
+        # moto moves a task one state towards STOPPED on every DescribeTasks unless told not to
+        httpx.post(f"{url}/moto-api/state-manager/set-transition",
+                   json={"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}}
+                   ).raise_for_status()
+        yield url
 
 
 @pytest.fixture

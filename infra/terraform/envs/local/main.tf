@@ -14,7 +14,19 @@ terraform {
 locals {
   services = ["acm", "applicationautoscaling", "autoscaling", "cloudwatch", "ec2", "ecs", "efs", "elbv2", "iam",
   "kms", "logs", "s3", "secretsmanager", "sns", "ssm", "sts"]
-  name = "sluice-local"
+  name        = "sluice-local"
+  worker_port = 8100
+  # what the gateway tasks get as SLUICE_CONFIG_TOML: the same template as the platform's, with every AWS
+  # call (ECS scaling, CloudWatch) sent to the local endpoint
+  gateway_config_toml = templatefile("${path.module}/../../modules/platform/gateway.toml.tftpl", {
+    cluster          = module.gateway.cluster_name
+    region           = var.region
+    worker_port      = local.worker_port
+    services         = module.worker_pool.worker_service_names
+    settings         = var.endpoint_settings
+    aws_endpoint     = var.aws_endpoint
+    metric_namespace = module.observability.activator_queue_metric_namespace
+  })
 }
 
 provider "aws" {
@@ -94,6 +106,7 @@ module "iam" {
   wal_access_point_arn  = module.data.wal_access_point_arn
   gateway_log_group_arn = module.observability.log_group_arns["gateway"]
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
+  metric_namespace      = module.observability.activator_queue_metric_namespace
 }
 
 module "gateway" {
@@ -117,6 +130,7 @@ module "gateway" {
   wal_access_point_id = module.data.wal_access_point_id
   deletion_protection = false
   autoscaling         = false # the provider never sees moto's scalable target as created
+  config_toml         = local.gateway_config_toml
 }
 
 module "worker_pool" {
@@ -136,4 +150,5 @@ module "worker_pool" {
   task_role_arn        = module.iam.worker_task_role_arn
   log_group_name       = module.observability.log_group_names["worker"]
   worker_secret_arn    = module.data.secret_arns["worker_secret"]
+  worker_port          = local.worker_port
 }

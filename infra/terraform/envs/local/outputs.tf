@@ -21,3 +21,12 @@ output "secret_arns" {
 output "region" {
   value = var.region
 }
+
+output "gateway_config_toml" {
+  description = "The config the gateway tasks receive as SLUICE_CONFIG_TOML."
+  value       = local.gateway_config_toml
+}
+
+output "activator_queue_metric_namespace" {
+  value = module.observability.activator_queue_metric_namespace
+}

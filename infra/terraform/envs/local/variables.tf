@@ -30,3 +30,12 @@ variable "endpoints" {
     "tiny/random-llama"                   = { source = "s3://weights/tiny", gpus = 1 }
   }
 }
+
+variable "endpoint_settings" {
+  description = "Per endpoint, the gateway-side fields of its [[models]] entry: both asleep until called."
+  type        = map(map(any))
+  default = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct" = { min_replicas = 0, max_replicas = 1 }
+    "tiny/random-llama"                   = { min_replicas = 0, max_replicas = 1, idle_seconds = 1 }
+  }
+}

@@ -77,6 +77,14 @@ locals {
         Resource  = var.wal_file_system_arn
         Condition = { StringEquals = { "elasticfilesystem:AccessPointArn" = var.wal_access_point_arn } }
       },
+      {
+        # PutMetricData names no resource: the namespace condition is its only bound
+        Sid       = "PublishQueueMetric"
+        Effect    = "Allow"
+        Action    = "cloudwatch:PutMetricData"
+        Resource  = "*"
+        Condition = { StringEquals = { "cloudwatch:namespace" = var.metric_namespace } }
+      },
     ]
   }
 

@@ -65,6 +65,15 @@ variable "worker_log_group_arn" {
   type = string
 }
 
+variable "metric_namespace" {
+  description = "The CloudWatch namespace the gateway publishes its activator queue depth in (the alarm's)."
+  type        = string
+  validation {
+    condition     = can(regex("^[0-9A-Za-z.\\-_/#:]{1,255}$", var.metric_namespace)) && !startswith(var.metric_namespace, "AWS/")
+    error_message = "metric_namespace: 1-255 of A-Z a-z 0-9 . - _ / # :, not starting with AWS/."
+  }
+}
+
 variable "image_repository_arns" {
   description = "ECR repositories the tasks pull from (gateway and worker images)."
   type        = list(string)

@@ -52,7 +52,9 @@ resource "aws_cloudwatch_metric_alarm" "gateway_5xx_rate" {
   }
 }
 
-# the gateway's Prometheus `sluice_endpoint_queue_depth`, once a CloudWatch exporter publishes it (infra/README.md)
+# the requests waiting in the gateways' activators, summed over endpoints: each gateway task sends the highest
+# depth it saw in each minute (gateway/queue_metric.py, `[cloudwatch]` in the rendered config), no dimensions;
+# `Maximum` is the fullest queue of any one task
 resource "aws_cloudwatch_metric_alarm" "activator_queue" {
   alarm_name          = "${var.name}-activator-queue-depth"
   alarm_description   = "Requests waiting for endpoints to wake stay above ${var.max_activator_queue} for 3 minutes"

@@ -9,3 +9,8 @@ output "log_group_arns" {
 output "alarm_topic_arn" {
   value = aws_sns_topic.alarms.arn
 }
+
+output "activator_queue_metric_namespace" {
+  description = "Where the gateways publish ActivatorQueueDepth (gateway/queue_metric.py) for the queue alarm."
+  value       = aws_cloudwatch_metric_alarm.activator_queue.namespace
+}

@@ -41,7 +41,7 @@ variable "max_5xx_percent" {
 }
 
 variable "max_activator_queue" {
-  description = "Requests waiting for a cold endpoint, summed over endpoints, that pages someone."
+  description = "Requests waiting for cold endpoints in one gateway task (summed over its endpoints) that page someone."
   type        = number
   default     = 100
 }

@@ -4,11 +4,13 @@ locals {
   worker_port = 8100
   # the gateway's endpoints: each one scaled by its ECS provisioner through its own worker service
   gateway_config_toml = templatefile("${path.module}/gateway.toml.tftpl", {
-    cluster     = var.name
-    region      = data.aws_region.current.name
-    worker_port = local.worker_port
-    services    = module.worker_pool.worker_service_names
-    settings    = var.endpoint_settings
+    cluster          = var.name
+    region           = data.aws_region.current.name
+    worker_port      = local.worker_port
+    services         = module.worker_pool.worker_service_names
+    settings         = var.endpoint_settings
+    aws_endpoint     = ""
+    metric_namespace = module.observability.activator_queue_metric_namespace
   })
 }
 
@@ -65,6 +67,7 @@ module "iam" {
   gateway_log_group_arn = module.observability.log_group_arns["gateway"]
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
   image_repository_arns = var.image_repository_arns
+  metric_namespace      = module.observability.activator_queue_metric_namespace
 }
 
 module "gateway" {

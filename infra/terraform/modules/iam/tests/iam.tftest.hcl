@@ -23,6 +23,7 @@ variables {
   wal_access_point_arn  = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/fsap-12345678"
   gateway_log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/gateway"
   worker_log_group_arn  = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/worker"
+  metric_namespace      = "Sluice/sluice-test"
 }
 
 run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
@@ -31,13 +32,17 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
       "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "secretsmanager:GetSecretValue",
       "s3:PutObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
-      "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+      "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData",
     ])
     error_message = "the gateway task role has exactly the actions the platform needs"
   }
   assert {
-    condition     = alltrue([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Effect == "Allow" && !contains(flatten([s.Resource]), "*")])
-    error_message = "no statement of the gateway task role applies to every resource"
+    condition     = alltrue([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Effect == "Allow" && !contains(flatten([s.Resource]), "*") if s.Sid != "PublishQueueMetric"])
+    error_message = "no statement of the gateway task role applies to every resource (but PutMetricData, which names none)"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Condition.StringEquals["cloudwatch:namespace"] if s.Sid == "PublishQueueMetric"]) == "Sluice/sluice-test"
+    error_message = "the gateway publishes metrics in its own namespace only"
   }
   assert {
     condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ScaleWorkerServices"]) == "arn:aws:ecs:us-east-1:123456789012:service/sluice-test/sluice-test-worker-*"
@@ -111,4 +116,20 @@ run "wildcard_worker_secret_is_refused" {
     worker_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:*"
   }
   expect_failures = [var.worker_secret_arn]
+}
+
+run "an_aws_or_wildcard_metric_namespace_is_refused" {
+  command = plan
+  variables {
+    metric_namespace = "AWS/ECS"
+  }
+  expect_failures = [var.metric_namespace]
+}
+
+run "a_wildcard_metric_namespace_is_refused" {
+  command = plan
+  variables {
+    metric_namespace = "Sluice/*"
+  }
+  expect_failures = [var.metric_namespace]
 }

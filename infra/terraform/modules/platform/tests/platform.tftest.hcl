@@ -79,7 +79,7 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
   command = plan
   assert {
     condition = output.gateway_config_toml == join("\n", [
-      "# Rendered by Terraform (modules/platform); passed to the gateway tasks as SLUICE_CONFIG_TOML.",
+      "# Rendered by Terraform (modules/platform, envs/local); passed to the gateway tasks as SLUICE_CONFIG_TOML.",
       "# One endpoint per worker service: the gateway's ECS provisioner (gateway/endpoints/provisioners/ecs.py)",
       "# scales that service's desired count and routes to its tasks' private addresses on `port`.",
       "data_dir = \"/var/lib/sluice\"",
@@ -95,6 +95,11 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
       "service = \"sluice-test-worker-huggingfacetb-smollm2-135m-instruct\"",
       "region = \"eu-west-1\"",
       "port = 8100",
+      "",
+      "# the activator's queue depth, for the alarm modules/observability sets (gateway/queue_metric.py)",
+      "[cloudwatch]",
+      "namespace = \"Sluice/sluice-test\"",
+      "region = \"eu-west-1\"",
       "",
     ])
     error_message = "the endpoint's [models.provisioner] table names the worker_pool service: ${output.gateway_config_toml}"
