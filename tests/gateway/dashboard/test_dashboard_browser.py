@@ -190,6 +190,24 @@ async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifact
     assert rows == [["Acme", 5], ["someone-else", 1], ["Beta", 1]]  # by cost, then requests
     await page.screenshot(path=artifacts / "teams.png", full_page=True)
 
+    # the admin's keys page: every team's keys with their team, narrowed by a team, any of them revoked
+    await page.goto(f"{gateway.url}/dashboard/keys")
+    listed = await page.eval_on_selector_all("table[data-keys] tbody tr", "rows => rows.map(r => r.dataset.keyId)")
+    assert {data["alice_key"]["id"], data["beta_key"]["id"]} <= set(listed)
+    assert await page.inner_text(f"tr[data-key-id='{data['beta_key']['id']}'] [data-team]") == "Beta"
+    await page.screenshot(path=artifacts / "keys-admin.png", full_page=True)
+    await page.select_option("#keys-of", data["beta"])
+    await page.wait_for_url(f"**keys_of={data['beta']}**")
+    teams = await page.eval_on_selector_all("table[data-keys] tbody [data-team]", "cells => cells.map(c => c.innerText)")
+    assert teams == ["Beta"]
+    await page.fill("#key-name", "beta batch")
+    await page.click("#create-key")
+    created = (await page.inner_text("#new-key")).strip()
+    assert await page.inner_text(f"tr[data-key-id='{created.split('-')[2]}'] [data-team]") == "Beta"
+    await page.locator(f"tr[data-key-id='{data['beta_key']['id']}'] [data-action=revoke]").click()
+    await page.wait_for_url("**/dashboard/keys**")
+    assert await api_status(gateway, data["beta_key"]["key"]) == 401 and await api_status(gateway, created) == 200
+
 
 async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gateway, page, artifacts):
     data = await seed(gateway)
