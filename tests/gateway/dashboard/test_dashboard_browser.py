@@ -17,6 +17,8 @@ from tests.gateway.dashboard.conftest import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
 HOUR = 3600.0
+COLD_WAITS_LAST_HOUR = (1200.0, 800.0, None)  # None: a replica was ready
+COLD_WAIT_TWO_DAYS_AGO = 3000.0
 
 
 async def seed(gateway) -> dict:
@@ -30,9 +32,11 @@ async def seed(gateway) -> dict:
     beta_key = await gateway.admin("POST", "/admin/keys", name="beta service", team_id=beta)
     now = time.time()
     records = [usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="small", time=now - HOUR,
-                     prompt_tokens=1000 + i, completion_tokens=100, compute_tokens=100) for i in range(3)]
+                     prompt_tokens=1000 + i, completion_tokens=100, compute_tokens=100, cold_start_ms=cold)
+               for i, cold in enumerate(COLD_WAITS_LAST_HOUR)]
     records += [usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="big", time=now - 2 * 24 * HOUR,
-                      prompt_tokens=5000, completion_tokens=700, compute_tokens=700, latency_ms=250.0),
+                      prompt_tokens=5000, completion_tokens=700, compute_tokens=700, latency_ms=250.0,
+                      cold_start_ms=COLD_WAIT_TWO_DAYS_AGO),
                 usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="small", time=now - 3 * HOUR,
                       status="error", error_code="upstream_failed", error_status=502, completion_tokens=0),
                 usage(team_id=beta, key_id=beta_key["id"], model="small", time=now - HOUR, prompt_tokens=42,
@@ -223,6 +227,15 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
     table_cost = await page.eval_on_selector_all("table[data-series] tbody tr",
                                                  "rows => rows.map(r => Number(r.cells[3].dataset.micros))")
     assert [round(v * 1e6) for v in chart["cost"][-1]["values"]] == table_cost
+    # cold-start waits per day (one day two days ago, one day an hour ago), drawn as the table holds them
+    await page.wait_for_selector("[data-chart=waits] canvas")
+    waits = await page.eval_on_selector_all("table[data-series] tbody tr", """rows => rows
+        .filter(r => Number(r.cells[5].innerText) > 0)
+        .map(r => [Number(r.cells[5].innerText), Number(r.cells[6].dataset.ms), Number(r.cells[7].dataset.ms)])""")
+    assert waits == [[1, COLD_WAIT_TWO_DAYS_AGO, COLD_WAIT_TWO_DAYS_AGO], [2, 1000.0, 1200.0]]
+    mean, longest = ([v for v in line["values"] if v is not None] for line in chart["waits"])
+    assert mean == [COLD_WAIT_TWO_DAYS_AGO, 1000.0] and longest == [COLD_WAIT_TWO_DAYS_AGO, 1200.0]
+    assert (await tiles(page))["cold_starts"] == "3 (1,667 ms / 3,000 ms)"
 
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
