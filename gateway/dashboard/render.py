@@ -85,7 +85,7 @@ def _stacked(series: Series, per_model) -> list[dict]:
 
 def chart_data(series: Series) -> dict:
     """What the charts draw; the table under them holds the same numbers."""
-    return {"x": [b.start for b in series.buckets],
+    return {"x": [b.start for b in series.buckets], "tz": series.tz,
             "tokens": _stacked(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
                                                                           strict=True)]),
             "cost": _stacked(series, lambda m: [c / 1e6 for c in m.cost_micros]),

@@ -81,18 +81,25 @@ async def gateway(tmp_path, monkeypatch):
         yield gateway
 
 
-@pytest.fixture
-async def page():
+@contextlib.asynccontextmanager
+async def chromium_page(**context_options) -> AsyncIterator:
+    """A page of a fresh Chromium context (1280x900 unless told)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = await browser.new_context(viewport={"width": 1280, "height": 900})
+        context = await browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context_options})
         try:
             yield await context.new_page()
         finally:
             await context.close()
             await browser.close()
+
+
+@pytest.fixture
+async def page():
+    async with chromium_page() as page:
+        yield page
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlparse
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 
 from billing.usage import micros_to_decimal
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import ADMIN_KEY
+from tests.gateway.dashboard.conftest import ADMIN_KEY, chromium_page
 
 pytestmark = pytest.mark.slow
 HOUR = 3600.0
@@ -331,3 +332,69 @@ async def test_the_monthly_statement_downloads_as_the_api_writes_it(gateway, pag
     assert api.status_code == 200 and path.read_text() == api.text
     response = await page.goto(f"{gateway.url}/dashboard/statement.csv?team_id={data['acme']}&month=2025-13")
     assert response.status == 400 and "month" in await page.inner_text("#error-message")
+
+
+LOCAL_ZONE = "Asia/Kolkata"  # +05:30: its days and hours both differ from UTC's
+
+
+async def day_rows(page) -> list[list]:
+    """The over-time table's days that saw requests: [day, requests, tokens]."""
+    return await page.eval_on_selector_all("table[data-series] tbody tr", """rows => rows
+        .map(r => [r.cells[0].innerText, Number(r.cells[1].innerText), Number(r.cells[2].innerText.replaceAll(',', ''))])
+        .filter(r => r[1] > 0)""")
+
+
+async def api_days(gateway, key: str, tz: str) -> list[list]:
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        response = await client.get("/v1/usage", params={"start": "2000-01-01", "group_by": "day", "tz": tz},
+                                    headers={"authorization": f"Bearer {key}"})
+    return [[r["key"], r["requests"], r["prompt_tokens"] + r["completion_tokens"]]
+            for r in response.json()["rows"] if r["requests"]]
+
+
+async def chart_time_label(page) -> str:
+    """The chart legend's time of the point under the cursor (uPlot formats it in the chart's zone)."""
+    box = await page.query_selector("[data-chart=tokens] .u-over")
+    await box.scroll_into_view_if_needed()
+    bounds = await box.bounding_box()
+    await page.mouse.move(bounds["x"] + 1, bounds["y"] + 1)
+    await page.mouse.move(bounds["x"] + bounds["width"] - 2, bounds["y"] + bounds["height"] / 2, steps=4)
+    return await page.inner_text("[data-chart=tokens] .u-legend .u-series:first-child .u-value")
+
+
+async def test_the_local_time_toggle_shows_the_browsers_zone(gateway, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    async with chromium_page(timezone_id=LOCAL_ZONE) as page:
+        await sign_in(page, gateway, key)
+        assert "(UTC)" in await page.inner_text("h1 small")  # UTC by default, whatever the browser's zone
+        assert await day_rows(page) == await api_days(gateway, key, "UTC")
+        await page.wait_for_selector("[data-chart=tokens] canvas")
+        assert (await chart_time_label(page)).endswith("12:00am")  # a UTC day starts at the UTC midnight
+
+        zone = await page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")  # ICU's name: Asia/Calcutta
+        assert ZoneInfo(zone).utcoffset(datetime.now()) == ZoneInfo(LOCAL_ZONE).utcoffset(datetime.now())
+        await page.click("#local-time")
+        await page.wait_for_url("**tz=**")
+        await page.wait_for_selector("#utc-time")
+        assert view_params(page)["tz"] == zone and f"({zone})" in await page.inner_text("h1 small")
+        local = await api_days(gateway, key, zone)
+        assert await day_rows(page) == local and sum(r[1] for r in local) == 5
+        await page.wait_for_selector("[data-chart=tokens] canvas")
+        assert (await chart_time_label(page)).endswith("12:00am")  # and now the Kolkata midnight
+        now_local = datetime.now(ZoneInfo(LOCAL_ZONE))
+        assert now_local.strftime("%Y-%m-%d %H:") in await page.inner_text("h1 small")  # the window's end, local
+        await page.screenshot(path=artifacts / "overview-local-time.png", full_page=True)
+
+        await page.reload()  # the zone is in the URL
+        assert f"({zone})" in await page.inner_text("h1 small")
+        await page.click("nav >> text=Requests")
+        first = await page.inner_text("table[data-requests] tbody tr th")
+        async with httpx.AsyncClient(base_url=gateway.url) as client:
+            newest = (await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
+                                       headers={"authorization": f"Bearer {key}"})).json()["data"][0]
+        assert first == datetime.fromtimestamp(newest["time"], ZoneInfo(LOCAL_ZONE)).strftime("%Y-%m-%d %H:%M")
+        await page.goto(f"{gateway.url}/dashboard/overview?tz={LOCAL_ZONE}")
+        await page.click("#utc-time")
+        await page.wait_for_url("**tz=UTC**")
+        assert "(UTC)" in await page.inner_text("h1 small")
