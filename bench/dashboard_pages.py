@@ -88,6 +88,11 @@ LOAD = """() => { const n = performance.getEntriesByType("navigation")[0];
                  return [n.responseStart - n.startTime, n.domContentLoadedEventEnd - n.startTime]; }"""
 
 
+FETCH_JSON = """async ([url, key]) => { const t = performance.now();
+    const r = await fetch(url, {headers: {authorization: "Bearer " + key}});
+    await r.json(); return performance.now() - t; }"""
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):7.1f} ms ({min(values):.1f}..{max(values):.1f})"
 
@@ -102,6 +107,7 @@ async def measure(base: str, teams: list[tuple[str, str, int]], runs: int) -> No
         for label, team, records in teams:
             for tz in ("UTC", "America/New_York"):
                 url = f"{base}/dashboard/overview?team_id={team}&{WINDOW}&tz={tz}"
+                api_url = f"/admin/usage/overview?team_id={team}&{WINDOW}&tz={tz}&granularity=day"
                 first_byte, ready, drawn, api = [], [], [], []
                 for run in range(runs + 1):  # the first load warms the caches
                     started = time.perf_counter()
@@ -110,10 +116,7 @@ async def measure(base: str, teams: list[tuple[str, str, int]], runs: int) -> No
                     await page.wait_for_function("document.querySelectorAll('[data-chart] canvas').length == 4")
                     total = (time.perf_counter() - started) * 1000
                     byte, dom = await page.evaluate(LOAD)
-                    json_ms = await page.evaluate("""async (url) => { const t = performance.now();
-                        const r = await fetch(url, {headers: {authorization: "Bearer %s"}});
-                        await r.json(); return performance.now() - t; }""" % ADMIN_KEY,
-                        f"/admin/usage/overview?{WINDOW}&tz={tz}&granularity=day&team_id={team}")
+                    json_ms = await page.evaluate(FETCH_JSON, [api_url, ADMIN_KEY])
                     if run:
                         first_byte.append(byte), ready.append(dom), drawn.append(total), api.append(json_ms)
                 print(f"  {label} team {team} ({records} records), 90 days daily, {tz}:")

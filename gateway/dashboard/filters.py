@@ -13,7 +13,6 @@ from urllib.parse import urlencode
 import msgspec
 
 from billing.filters import Selection
-from billing.timebuckets import zone
 from billing.params import (
     FILTER_PARAMS,
     UsageParamError,
@@ -22,6 +21,7 @@ from billing.params import (
     parse_instant,
     parse_tz,
 )
+from billing.timebuckets import zone
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 DEFAULT_RANGE = "7d"

@@ -118,7 +118,7 @@ async def keys_page(request: Request, sessions: SessionStore, auth: AuthService)
 @post("/keys/create", opt=PUBLIC, status_code=201)
 async def create_key(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
-    team_id = form.get("team_id") if scope.is_admin else scope.team.id  # the admin picks any team
+    team_id = (form.get("team_id") or scope.team.id) if scope.is_admin else scope.team.id  # the admin: any team
     if team_id not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
     body = body_as({"name": form.get("name", ""), "team_id": team_id,
