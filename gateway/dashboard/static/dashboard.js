@@ -17,8 +17,21 @@ function draw(box, x, lines, stacked, tz) {
   const width = Math.max(260, box.clientWidth - 8);
   // times in the view's zone (UTC unless the local-time toggle chose the browser's), as the table below
   const tzDate = (ts) => uPlot.tzDate(new Date(ts * 1e3), tz);
-  new uPlot({width: width, height: 220, series: series, axes: [{}, {size: 70}], scales: {x: {time: true}}, tzDate},
-            columns, box);
+  const plot = new uPlot({width: width, height: 220, series: series, axes: [{}, {size: 70}], scales: {x: {time: true}},
+                          tzDate}, columns, box);
+  // keyboard: the arrows, Home and End move the cursor from bucket to bucket; the legend reads out its values
+  box.tabIndex = 0;
+  box.onkeydown = (event) => {
+    const last = x.length - 1;
+    const step = {ArrowLeft: -1, ArrowRight: 1}[event.key];
+    let idx = plot.cursor.idx;
+    if (step) idx = idx == null ? (step > 0 ? 0 : last) : Math.min(last, Math.max(0, idx + step));
+    else if (event.key === "Home") idx = 0;
+    else if (event.key === "End") idx = last;
+    else return;
+    event.preventDefault();
+    plot.setCursor({left: plot.valToPos(x[idx], "x"), top: plot.bbox.height / devicePixelRatio / 2});
+  };
 }
 
 function drawCharts(root) {

@@ -237,6 +237,14 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
     mean, longest = ([v for v in line["values"] if v is not None] for line in chart["waits"])
     assert mean == [COLD_WAIT_TWO_DAYS_AGO, 1000.0] and longest == [COLD_WAIT_TWO_DAYS_AGO, 1200.0]
     assert (await tiles(page))["cold_starts"] == "3 (1,667 ms / 3,000 ms)"
+    # the keyboard walks the chart's buckets; the legend says what the table's row says
+    labels = await page.eval_on_selector_all("table[data-series] tbody th", "cells => cells.map(c => c.innerText)")
+    await page.focus("[data-chart=tokens]")
+    legend = "[data-chart=tokens] .u-legend .u-series"
+    for press, row in (("End", -1), ("ArrowLeft", -2), ("Home", 0), ("ArrowRight", 1)):
+        await page.keyboard.press(press)
+        shown = await page.eval_on_selector_all(legend, "rows => rows.map(r => r.querySelector('.u-value').innerText)")
+        assert shown[0] == f"{labels[row]} 12:00am" and shown[1] == f"{table_tokens[row]:,}", (press, shown)
 
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
