@@ -48,11 +48,12 @@ class Gateway:
         return self.app.state.services.ledger
 
 
-def settings_in(folder: Path) -> Settings:
-    """A gateway on SQLite in `folder` (auth and ledger); two gateways given the same folder share both."""
+def settings_in(folder: Path, database_url: str = "") -> Settings:
+    """A gateway on SQLite in `folder` (auth and ledger), or on `database_url`; two gateways given the same
+    folder (and URL) share both."""
     (folder / "prices.toml").write_text(PRICES)
     model = ModelConfig(name="small", urls=[f"http://127.0.0.1:{free_port()}"])
-    return Settings(data_dir=str(folder / "data"), port=free_port(), models=[model],
+    return Settings(data_dir=str(folder / "data"), port=free_port(), models=[model], database_url=database_url,
                     pricing_file=str(folder / "prices.toml"), log_format="console")
 
 

@@ -1,6 +1,7 @@
 """Dashboard sessions live in the auth store: on SQLite and PostgreSQL two gateways' stores share them, expiry
-(idle and absolute) is enforced, revocation ends them; through the real app, a session survives a restart and
-works on a second gateway over the same database, and a key revoked through one ends it on the other."""
+(idle and absolute) is enforced, revocation ends them; through the real app (on either database), a session
+survives a restart and works on a second gateway over the same database, and a key revoked through one ends
+it on the other."""
 
 from __future__ import annotations
 
@@ -120,16 +121,27 @@ async def overview_status(url: str, cookies: httpx.Cookies) -> int:
         return (await client.get("/dashboard/overview", follow_redirects=False)).status_code
 
 
-async def test_a_session_survives_a_restart_and_serves_on_a_second_gateway(tmp_path, monkeypatch):
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database_url(request):
+    """The gateways' database: "" is SQLite in their data dir."""
+    if request.param == "sqlite":
+        yield ""
+        return
+    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
+        yield url
+
+
+async def test_a_session_survives_a_restart_and_serves_on_a_second_gateway(tmp_path, monkeypatch, database_url):
     monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
-    async with serving(settings_in(tmp_path)) as first:
+    async with serving(settings_in(tmp_path, database_url)) as first:
         team = (await first.admin("POST", "/admin/teams", name="Acme"))["id"]
         key = await first.admin("POST", "/admin/keys", name="k", team_id=team)
         async with httpx.AsyncClient(base_url=first.url) as client:
             await sign_in(client, key["key"])
             cookies = httpx.Cookies({COOKIE: client.cookies[COOKIE]})
         assert await overview_status(first.url, cookies) == 200
-    async with serving(settings_in(tmp_path)) as restarted, serving(settings_in(tmp_path)) as beside:
+    async with serving(settings_in(tmp_path, database_url)) as restarted, \
+            serving(settings_in(tmp_path, database_url)) as beside:
         assert await overview_status(restarted.url, cookies) == 200  # the restart signed nobody out
         assert await overview_status(beside.url, cookies) == 200  # another gateway on the same database
         await beside.admin("DELETE", f"/admin/keys/{key['id']}")
