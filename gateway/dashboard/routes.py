@@ -145,8 +145,10 @@ async def requests_page(request: Request, sessions: SessionStore, auth: AuthServ
     view = read_view(request.query_params, scope.team.id)
     result = await page(ledger.store, view.selection, REQUESTS_PAGE,
                         parse_cursor(request.query_params, newest_first=True), newest_first=True)
-    return _page("requests", session, scope, view, entries=[e.flat() for e in result.entries],
-                 next_cursor=result.next_cursor)
+    entries = [e.flat() for e in result.entries]
+    labels = await _labels(auth, list(dict.fromkeys(e["key_id"] for e in entries)),
+                           list(dict.fromkeys(e["user_id"] for e in entries if e["user_id"])))
+    return _page("requests", session, scope, view, entries=entries, labels=labels, next_cursor=result.next_cursor)
 
 
 @get("/export.csv", opt=PUBLIC)

@@ -254,6 +254,8 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
         api = await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
                                headers={"authorization": f"Bearer {key}"})
     assert shown == [r["request_id"] for r in api.json()["data"]] and len(shown) == 5  # newest first, same order
+    keys = await page.eval_on_selector_all("table[data-requests] tbody tr", "rows => rows.map(r => r.cells[1].innerText)")
+    assert keys == ["alice laptop"] * 5  # names, as the breakdowns show them
 
     async with page.expect_download() as download_info:
         await page.click("#export-csv")
