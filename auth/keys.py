@@ -52,6 +52,10 @@ class KeyHasher:
             return self.custom_id(clear_key)
         return None
 
+    def tag(self, purpose: str, value: str) -> str:
+        """A keyed tag of `value` for `purpose` (CSRF tokens); its message starts with NUL, which no key does."""
+        return hmac.new(self._pepper, b"\0" + purpose.encode() + b"\0" + value.encode(), hashlib.sha256).hexdigest()
+
     def custom_id(self, clear_key: str) -> str:
         # Distinct message prefix, so the id never equals a prefix of the stored hash.
         mac = hmac.new(self._pepper, b"id:" + clear_key.encode(), hashlib.sha256).hexdigest()

@@ -30,6 +30,16 @@ class UserRecord(msgspec.Struct, frozen=True):
     created_at: float
 
 
+class SessionRecord(msgspec.Struct, frozen=True):
+    """A signed-in dashboard session; the browser's cookie holds the id whose SHA-256 is `id_hash`."""
+
+    id_hash: str
+    key_id: str
+    is_admin: bool
+    created_at: float
+    seen_at: float
+
+
 class TeamRecord(msgspec.Struct, frozen=True):
     id: str
     name: str

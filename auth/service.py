@@ -80,6 +80,10 @@ class AuthService:
     def store(self) -> Store:
         return self._store
 
+    def tag(self, purpose: str, value: str) -> str:
+        """A tag of `value` keyed by the pepper: every gateway sharing the store computes the same one."""
+        return self._hasher.tag(purpose, value)
+
     # --- hot path ---
     async def authenticate(self, authorization: str | None, team_header: str | None, client: str) -> Principal:
         """`client`: the real client (`clients.client`). A valid key is served whatever its client's failures:

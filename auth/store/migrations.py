@@ -31,6 +31,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             source TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, detail TEXT NOT NULL)""",
         "CREATE TABLE auth_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ]),
+    (2, "dashboard sessions", [
+        """CREATE TABLE dashboard_sessions (
+            id_hash TEXT PRIMARY KEY, key_id TEXT NOT NULL REFERENCES api_keys(id),
+            is_admin INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL,
+            seen_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX dashboard_sessions_key ON dashboard_sessions(key_id)",
+    ]),
 ]
 
 

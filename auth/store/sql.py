@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import msgspec
 
-from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, TeamRecord, UserRecord
+from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, SessionRecord, TeamRecord, UserRecord
 from auth.store.db import Database, Executor
 
 _KEY_COLUMNS = ("id, secret_hash, name, user_id, team_id, is_admin, models, limits, expires_at, "
@@ -176,6 +176,31 @@ class Store:
             rows = await self._x.fetchall(f"SELECT {columns} FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?",
                                           (before, limit))
         return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
+
+    # --- dashboard sessions ---
+    async def insert_session(self, session: SessionRecord) -> None:
+        await self._x.execute(
+            "INSERT INTO dashboard_sessions (id_hash, key_id, is_admin, created_at, seen_at) VALUES (?, ?, ?, ?, ?)",
+            (session.id_hash, session.key_id, int(session.is_admin), session.created_at, session.seen_at))
+
+    async def get_session(self, id_hash: str) -> SessionRecord | None:
+        row = await self._x.fetchone("SELECT id_hash, key_id, is_admin, created_at, seen_at FROM dashboard_sessions "
+                                     "WHERE id_hash = ?", (id_hash,))
+        return SessionRecord(row[0], row[1], bool(row[2]), row[3], row[4]) if row else None
+
+    async def touch_session(self, id_hash: str, at: float) -> None:
+        await self._x.execute("UPDATE dashboard_sessions SET seen_at = ? WHERE id_hash = ?", (at, id_hash))
+
+    async def delete_session(self, id_hash: str) -> None:
+        await self._x.execute("DELETE FROM dashboard_sessions WHERE id_hash = ?", (id_hash,))
+
+    async def delete_key_sessions(self, key_id: str) -> None:
+        await self._x.execute("DELETE FROM dashboard_sessions WHERE key_id = ?", (key_id,))
+
+    async def delete_sessions_before(self, seen_before: float, created_before: float) -> None:
+        """The sessions idle since `seen_before` or older than `created_before` (expired either way)."""
+        await self._x.execute("DELETE FROM dashboard_sessions WHERE seen_at < ? OR created_at < ?",
+                              (seen_before, created_before))
 
     # --- settings ---
     async def claim_setting(self, name: str, value: str) -> bool:

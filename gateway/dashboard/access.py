@@ -30,8 +30,8 @@ def cookie(request: Request, session: Session | None) -> Cookie:
                   samesite="lax", secure=secure)
 
 
-def current_session(request: Request, sessions: SessionStore) -> Session | None:
-    return sessions.get(request.cookies.get(COOKIE))
+async def current_session(request: Request, sessions: SessionStore) -> Session | None:
+    return await sessions.get(request.cookies.get(COOKIE))
 
 
 async def posted_form(request: Request, session: Session | None) -> dict[str, Any]:
@@ -54,11 +54,11 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, An
 
 async def signed_in(request: Request, sessions: SessionStore, auth: AuthService) -> Session | None:
     """The signed-in session whose key is still live; a revoked or expired key ends its sessions."""
-    session = current_session(request, sessions)
+    session = await current_session(request, sessions)
     if session is None or not session.signed_in:
         return None
     if not key_is_live(await auth.store.get_key(session.key_id)):
-        sessions.end_key(session.key_id)
+        await sessions.end_key(session.key_id)
         return None
     return session
 

@@ -1,6 +1,9 @@
 """The dashboard's view of a URL: the range (24h, 7d, 30d, 90d or custom start/end), the zone and the
 usage filters, read by the usage API's own parsers so a page and `GET /v1/usage` agree on every value; and
-the query string that reproduces the view (links, the team switcher, CSV)."""
+the query string that reproduces the view (links, the team switcher, CSV).
+
+The zone (`tz`, UTC unless the local-time toggle put the browser's there) places the buckets, the times
+shown and the days of a custom range: `start=2026-11-20` in Asia/Kolkata is that day's local midnight."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from billing.params import (
     parse_instant,
     parse_tz,
 )
+from billing.timebuckets import zone
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 DEFAULT_RANGE = "7d"
@@ -38,12 +42,19 @@ class View(msgspec.Struct, frozen=True):
         return urlencode(kept + [(k, v) for k, v in changes.items() if v])
 
 
+def _instant(query, param: str, tz: str, *, is_end: bool) -> datetime:
+    """A custom bound; a date alone is a whole day of the view's zone."""
+    moment = parse_instant(param, query[param], is_end=is_end)
+    return moment.replace(tzinfo=zone(tz)) if len(query[param].strip()) == 10 else moment
+
+
 def read_view(query, team_id: str | None, now: datetime | None = None) -> View:
     now = now or datetime.now(UTC)
+    tz = parse_tz(query)
     chosen = query.get("range") or (CUSTOM if query.get("start") or query.get("end") else DEFAULT_RANGE)
     if chosen == CUSTOM:
-        end = parse_instant("end", query["end"], is_end=True) if query.get("end") else now
-        start = parse_instant("start", query["start"], is_end=False) if query.get("start") else end - RANGES["7d"]
+        end = _instant(query, "end", tz, is_end=True) if query.get("end") else now
+        start = _instant(query, "start", tz, is_end=False) if query.get("start") else end - RANGES["7d"]
         if end < start:
             raise UsageParamError("end", "end must not be before start")
     elif chosen in RANGES:
@@ -51,7 +62,6 @@ def read_view(query, team_id: str | None, now: datetime | None = None) -> View:
     else:
         raise UsageParamError("range", f"range must be one of {', '.join([*RANGES, CUSTOM])}; got {chosen!r}")
     selection = Selection(start.timestamp(), end.timestamp(), team_id, parse_filters(query))
-    tz = parse_tz(query)
     granularity = parse_granularity(query, selection, tz)
     params = [(k, v) for k, v in query.multi_items() if k in VIEW_PARAMS and v]
     return View(chosen, selection, tz, granularity, params)

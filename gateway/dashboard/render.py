@@ -24,6 +24,8 @@ class SeriesRow(msgspec.Struct):
     cost_micros: int
     rate_limited: int
     cold_starts: int
+    cold_wait_mean_ms: float | None  # None: no request waited in this bucket
+    cold_wait_max_ms: float | None
 
 
 def count(value: int) -> str:
@@ -49,8 +51,27 @@ def series_rows(series: Series) -> list[SeriesRow]:
         models = series.by_model
         rows.append(SeriesRow(bucket.label, sum(m.requests[i] for m in models),
                               sum(m.prompt_tokens[i] + m.completion_tokens[i] for m in models),
-                              sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.cold_starts[i]))
+                              sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.cold_starts[i],
+                              _mean_wait(series, i), series.cold_start_ms_max[i]))
     return rows
+
+
+def _mean_wait(series: Series, i: int) -> float | None:
+    return series.cold_start_ms_total[i] / series.cold_starts[i] if series.cold_starts[i] else None
+
+
+class ColdStarts(msgspec.Struct):
+    count: int
+    mean_ms: float | None
+    max_ms: float | None
+
+
+def cold_starts(series: Series) -> ColdStarts:
+    """The window's cold starts: how many requests waited for their endpoint, how long on average, the longest."""
+    count = sum(series.cold_starts)
+    longest = [m for m in series.cold_start_ms_max if m is not None]
+    return ColdStarts(count, sum(series.cold_start_ms_total) / count if count else None,
+                      max(longest) if longest else None)
 
 
 def _stacked(series: Series, per_model) -> list[dict]:
@@ -64,12 +85,15 @@ def _stacked(series: Series, per_model) -> list[dict]:
 
 def chart_data(series: Series) -> dict:
     """What the charts draw; the table under them holds the same numbers."""
-    return {"x": [b.start for b in series.buckets],
+    return {"x": [b.start for b in series.buckets], "tz": series.tz,
             "tokens": _stacked(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
                                                                           strict=True)]),
             "cost": _stacked(series, lambda m: [c / 1e6 for c in m.cost_micros]),
             "events": [{"label": "429 rejections", "values": series.rate_limited},
-                       {"label": "cold starts", "values": series.cold_starts}]}
+                       {"label": "cold starts", "values": series.cold_starts}],
+            "waits": [{"label": "mean cold-start wait (ms)",
+                       "values": [_mean_wait(series, i) for i in range(len(series.buckets))]},
+                      {"label": "longest cold-start wait (ms)", "values": series.cold_start_ms_max}]}
 
 
 def request_value(view, name: str) -> str:
@@ -80,7 +104,8 @@ def request_value(view, name: str) -> str:
 def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
     env.filters.update(count=count, money=money, ms=ms, when=when)
-    env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data)
+    env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data,
+                       cold_starts=cold_starts)
 
 
 def template_config() -> TemplateConfig:

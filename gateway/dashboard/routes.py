@@ -61,13 +61,13 @@ async def home() -> Redirect:
 
 @get("/login", opt=PUBLIC)
 async def login_form(request: Request, sessions: SessionStore) -> Template:
-    session = current_session(request, sessions) or sessions.start()
+    session = await current_session(request, sessions) or sessions.anonymous()
     return _login_page(request, session)
 
 
 @post("/login", opt=PUBLIC, status_code=303)
 async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = current_session(request, sessions)
+    session = await current_session(request, sessions)
     form = await posted_form(request, session)
     key = form.get("api_key")
     key = key.strip() if isinstance(key, str) else ""
@@ -79,16 +79,18 @@ async def login(request: Request, sessions: SessionStore, auth: AuthService) -> 
         principal = await auth.authenticate(f"Bearer {key}", None, client_address(request, auth.clients))
     except AuthError as exc:
         return _login_page(request, session, exc.message, exc.status)
-    sessions.end(session.id)  # a new id once signed in: a planted cookie never becomes a signed-in one
-    signed = sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
+    if session.signed_in:
+        await sessions.end(session.id)
+    # a new id once signed in: a planted cookie never becomes a signed-in one
+    signed = await sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
     return Redirect(f"{BASE}/overview", status_code=303, cookies=[cookie(request, signed)])
 
 
 @post("/logout", opt=PUBLIC, status_code=303)
 async def logout(request: Request, sessions: SessionStore) -> Response:
-    session = current_session(request, sessions)
+    session = await current_session(request, sessions)
     await posted_form(request, session)
-    sessions.end(session.id)
+    await sessions.end(session.id)
     return Redirect(f"{BASE}/login", status_code=303, cookies=[cookie(request, None)])
 
 
@@ -143,8 +145,10 @@ async def requests_page(request: Request, sessions: SessionStore, auth: AuthServ
     view = read_view(request.query_params, scope.team.id)
     result = await page(ledger.store, view.selection, REQUESTS_PAGE,
                         parse_cursor(request.query_params, newest_first=True), newest_first=True)
-    return _page("requests", session, scope, view, entries=[e.flat() for e in result.entries],
-                 next_cursor=result.next_cursor)
+    entries = [e.flat() for e in result.entries]
+    labels = await _labels(auth, list(dict.fromkeys(e["key_id"] for e in entries)),
+                           list(dict.fromkeys(e["user_id"] for e in entries if e["user_id"])))
+    return _page("requests", session, scope, view, entries=entries, labels=labels, next_cursor=result.next_cursor)
 
 
 @get("/export.csv", opt=PUBLIC)
@@ -182,11 +186,14 @@ def static_router() -> Router:
     return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static")
 
 
+def _sessions(auth: AuthService) -> SessionStore:
+    return SessionStore(auth)  # the sessions live in the auth store, shared by every gateway on it
+
+
 def dashboard_router() -> Router:
-    sessions = SessionStore()  # one per app: the sessions of this gateway process
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
                                                   statement_download,
                                                   teams_page, *KEY_HANDLERS],
-                  dependencies={"sessions": Provide(lambda: sessions, sync_to_thread=False),
+                  dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first})

@@ -1,30 +1,40 @@
-"""Dashboard sessions, kept on the server: the browser holds only a random id in an HttpOnly,
-SameSite=Lax cookie (Secure behind https). A session names the key that signed in, never the key itself,
-so every page checks that key again in the auth store: a revoked or expired key ends its sessions at once.
+"""Dashboard sessions, kept in the auth store (SQLite or PostgreSQL): the browser holds only a random id in
+an HttpOnly, SameSite=Lax cookie (Secure behind https); the store holds its SHA-256, so a copy of the
+database signs nobody in. Sessions survive a gateway restart and every gateway sharing the store knows them.
 
-Every session, signed in or not, carries the CSRF token its forms echo back; sign-in replaces the id (no
-fixation). Sessions live in the gateway process: a restart signs everyone out.
+A session names the key that signed in, never the key itself, so every page checks that key again in the
+auth store: a revoked or expired key ends its sessions at once. Idle and absolute expiry are enforced on
+read; `seen_at` is written at most once a minute per session, so a page view is not a write.
+
+A visitor who has not signed in has no row: the cookie's id alone carries the CSRF token of the sign-in
+form, an HMAC of the id keyed by the pepper every gateway shares (anonymous visitors cost no storage).
+Sign-in replaces the id (no fixation).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import re
 import secrets
 import time
+from collections.abc import Callable
 
 import msgspec
+
+from auth.models import SessionRecord
+from auth.service import AuthService
 
 COOKIE = "sluice_session"
 IDLE_SECONDS = 3600.0
 LIFETIME_SECONDS = 12 * 3600.0
-MAX_SESSIONS = 100_000  # bounds the memory anonymous visitors can take
+TOUCH_SECONDS = 60.0  # how stale `seen_at` may get before a read writes it (idle expiry is this coarse)
+_ID = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
 
 
-class Session(msgspec.Struct, kw_only=True):
+class Session(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     csrf: str
-    created: float
-    seen: float
     key_id: str | None = None  # None until signed in
     is_admin: bool = False
 
@@ -36,44 +46,52 @@ class Session(msgspec.Struct, kw_only=True):
         return bool(token) and hmac.compare_digest(self.csrf, token)
 
 
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
 class SessionStore:
-    def __init__(self, *, idle: float = IDLE_SECONDS, lifetime: float = LIFETIME_SECONDS,
-                 capacity: int = MAX_SESSIONS) -> None:
-        self._sessions: dict[str, Session] = {}
-        self._idle, self._lifetime, self._capacity = idle, lifetime, capacity
+    def __init__(self, auth: AuthService, *, idle: float = IDLE_SECONDS, lifetime: float = LIFETIME_SECONDS,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._auth, self._store = auth, auth.store
+        self._idle, self._lifetime, self._clock = idle, lifetime, clock
 
-    def get(self, session_id: str | None) -> Session | None:
-        session = self._sessions.get(session_id) if session_id else None
-        if session is None:
+    def _session(self, session_id: str, key_id: str | None = None, is_admin: bool = False) -> Session:
+        return Session(id=session_id, csrf=self._auth.tag("dashboard-csrf", session_id), key_id=key_id,
+                       is_admin=is_admin)
+
+    def anonymous(self) -> Session:
+        """A new visitor's session: nothing stored until it signs in."""
+        return self._session(secrets.token_urlsafe(32))
+
+    async def get(self, session_id: str | None) -> Session | None:
+        """The cookie's session: signed in while its row lives and has not expired, else anonymous; None for a
+        missing or malformed cookie."""
+        if not session_id or not _ID.fullmatch(session_id):
             return None
-        now = time.time()
-        if now - session.seen > self._idle or now - session.created > self._lifetime:
-            self.end(session.id)
-            return None
-        session.seen = now
+        id_hash = _digest(session_id)
+        row = await self._store.get_session(id_hash)
+        if row is None:
+            return self._session(session_id)
+        now = self._clock()
+        if now - row.seen_at > self._idle or now - row.created_at > self._lifetime:
+            await self._store.delete_session(id_hash)
+            return self._session(session_id)
+        if now - row.seen_at > TOUCH_SECONDS:
+            await self._store.touch_session(id_hash, now)
+        return self._session(session_id, row.key_id, row.is_admin)
+
+    async def start(self, *, key_id: str, is_admin: bool = False) -> Session:
+        """A signed-in session under a new id; expired sessions are swept on the way."""
+        now = self._clock()
+        await self._store.delete_sessions_before(now - self._idle, now - self._lifetime)
+        session = self._session(secrets.token_urlsafe(32), key_id, is_admin)
+        await self._store.insert_session(SessionRecord(_digest(session.id), key_id, is_admin, now, now))
         return session
 
-    def start(self, *, key_id: str | None = None, is_admin: bool = False) -> Session:
-        if len(self._sessions) >= self._capacity:
-            self._evict()
-        now = time.time()
-        session = Session(id=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32), created=now, seen=now,
-                          key_id=key_id, is_admin=is_admin)
-        self._sessions[session.id] = session
-        return session
+    async def end(self, session_id: str) -> None:
+        await self._store.delete_session(_digest(session_id))
 
-    def end(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-
-    def end_key(self, key_id: str) -> None:
+    async def end_key(self, key_id: str) -> None:
         """Every session the key signed in (it was revoked or expired)."""
-        for session in [s for s in self._sessions.values() if s.key_id == key_id]:
-            self.end(session.id)
-
-    def _evict(self) -> None:
-        now = time.time()
-        for session in [s for s in self._sessions.values() if now - s.seen > self._idle]:
-            self.end(session.id)
-        if len(self._sessions) >= self._capacity:  # still full: drop the least recently seen tenth
-            for session in sorted(self._sessions.values(), key=lambda s: s.seen)[:max(1, self._capacity // 10)]:
-                self.end(session.id)
+        await self._store.delete_key_sessions(key_id)

@@ -6,8 +6,10 @@ Chromium driven by Playwright. Screenshots go to tests/artifacts/dashboard/ (or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,40 +48,59 @@ class Gateway:
         return self.app.state.services.ledger
 
 
-@pytest.fixture
-async def gateway(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
-    (tmp_path / "prices.toml").write_text(PRICES)
-    port = free_port()
+def settings_in(folder: Path, database_url: str = "") -> Settings:
+    """A gateway on SQLite in `folder` (auth and ledger), or on `database_url`; two gateways given the same
+    folder (and URL) share both."""
+    (folder / "prices.toml").write_text(PRICES)
     model = ModelConfig(name="small", urls=[f"http://127.0.0.1:{free_port()}"])
-    settings = Settings(data_dir=str(tmp_path / "data"), port=port, models=[model],
-                        pricing_file=str(tmp_path / "prices.toml"), log_format="console")
+    return Settings(data_dir=str(folder / "data"), port=free_port(), models=[model], database_url=database_url,
+                    pricing_file=str(folder / "prices.toml"), log_format="console")
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[Gateway]:
+    """The gateway app served by uvicorn on this test's loop until the block ends."""
     app = create_app(settings, supervise=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=settings.port, log_level="warning",
+                                           lifespan="on"))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
             task.result()
         await asyncio.sleep(0.05)
     try:
-        yield Gateway(f"http://127.0.0.1:{port}", app)
+        yield Gateway(f"http://127.0.0.1:{settings.port}", app)
     finally:
         server.should_exit = True
         await task
 
 
 @pytest.fixture
-async def page():
+async def gateway(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
+    async with serving(settings_in(tmp_path)) as gateway:
+        yield gateway
+
+
+@contextlib.asynccontextmanager
+async def chromium_page(**context_options) -> AsyncIterator:
+    """A page of a fresh Chromium context (1280x900 unless told)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = await browser.new_context(viewport={"width": 1280, "height": 900})
+        context = await browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context_options})
         try:
             yield await context.new_page()
         finally:
             await context.close()
             await browser.close()
+
+
+@pytest.fixture
+async def page():
+    async with chromium_page() as page:
+        yield page
 
 
 @pytest.fixture(scope="session")

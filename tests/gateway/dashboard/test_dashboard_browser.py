@@ -7,16 +7,19 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlparse
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 
 from billing.usage import micros_to_decimal
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import ADMIN_KEY
+from tests.gateway.dashboard.conftest import ADMIN_KEY, chromium_page
 
 pytestmark = pytest.mark.slow
 HOUR = 3600.0
+COLD_WAITS_LAST_HOUR = (1200.0, 800.0, None)  # None: a replica was ready
+COLD_WAIT_TWO_DAYS_AGO = 3000.0
 
 
 async def seed(gateway) -> dict:
@@ -30,9 +33,11 @@ async def seed(gateway) -> dict:
     beta_key = await gateway.admin("POST", "/admin/keys", name="beta service", team_id=beta)
     now = time.time()
     records = [usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="small", time=now - HOUR,
-                     prompt_tokens=1000 + i, completion_tokens=100, compute_tokens=100) for i in range(3)]
+                     prompt_tokens=1000 + i, completion_tokens=100, compute_tokens=100, cold_start_ms=cold)
+               for i, cold in enumerate(COLD_WAITS_LAST_HOUR)]
     records += [usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="big", time=now - 2 * 24 * HOUR,
-                      prompt_tokens=5000, completion_tokens=700, compute_tokens=700, latency_ms=250.0),
+                      prompt_tokens=5000, completion_tokens=700, compute_tokens=700, latency_ms=250.0,
+                      cold_start_ms=COLD_WAIT_TWO_DAYS_AGO),
                 usage(team_id=acme, key_id=alice_key["id"], user_id=alice, model="small", time=now - 3 * HOUR,
                       status="error", error_code="upstream_failed", error_status=502, completion_tokens=0),
                 usage(team_id=beta, key_id=beta_key["id"], model="small", time=now - HOUR, prompt_tokens=42,
@@ -190,6 +195,24 @@ async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifact
     assert rows == [["Acme", 5], ["someone-else", 1], ["Beta", 1]]  # by cost, then requests
     await page.screenshot(path=artifacts / "teams.png", full_page=True)
 
+    # the admin's keys page: every team's keys with their team, narrowed by a team, any of them revoked
+    await page.goto(f"{gateway.url}/dashboard/keys")
+    listed = await page.eval_on_selector_all("table[data-keys] tbody tr", "rows => rows.map(r => r.dataset.keyId)")
+    assert {data["alice_key"]["id"], data["beta_key"]["id"]} <= set(listed)
+    assert await page.inner_text(f"tr[data-key-id='{data['beta_key']['id']}'] [data-team]") == "Beta"
+    await page.screenshot(path=artifacts / "keys-admin.png", full_page=True)
+    await page.select_option("#keys-of", data["beta"])
+    await page.wait_for_url(f"**keys_of={data['beta']}**")
+    teams = await page.eval_on_selector_all("table[data-keys] tbody [data-team]", "cells => cells.map(c => c.innerText)")
+    assert teams == ["Beta"]
+    await page.fill("#key-name", "beta batch")
+    await page.click("#create-key")
+    created = (await page.inner_text("#new-key")).strip()
+    assert await page.inner_text(f"tr[data-key-id='{created.split('-')[2]}'] [data-team]") == "Beta"
+    await page.locator(f"tr[data-key-id='{data['beta_key']['id']}'] [data-action=revoke]").click()
+    await page.wait_for_url("**/dashboard/keys**")
+    assert await api_status(gateway, data["beta_key"]["key"]) == 401 and await api_status(gateway, created) == 200
+
 
 async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gateway, page, artifacts):
     data = await seed(gateway)
@@ -205,6 +228,23 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
     table_cost = await page.eval_on_selector_all("table[data-series] tbody tr",
                                                  "rows => rows.map(r => Number(r.cells[3].dataset.micros))")
     assert [round(v * 1e6) for v in chart["cost"][-1]["values"]] == table_cost
+    # cold-start waits per day (one day two days ago, one day an hour ago), drawn as the table holds them
+    await page.wait_for_selector("[data-chart=waits] canvas")
+    waits = await page.eval_on_selector_all("table[data-series] tbody tr", """rows => rows
+        .filter(r => Number(r.cells[5].innerText) > 0)
+        .map(r => [Number(r.cells[5].innerText), Number(r.cells[6].dataset.ms), Number(r.cells[7].dataset.ms)])""")
+    assert waits == [[1, COLD_WAIT_TWO_DAYS_AGO, COLD_WAIT_TWO_DAYS_AGO], [2, 1000.0, 1200.0]]
+    mean, longest = ([v for v in line["values"] if v is not None] for line in chart["waits"])
+    assert mean == [COLD_WAIT_TWO_DAYS_AGO, 1000.0] and longest == [COLD_WAIT_TWO_DAYS_AGO, 1200.0]
+    assert (await tiles(page))["cold_starts"] == "3 (1,667 ms / 3,000 ms)"
+    # the keyboard walks the chart's buckets; the legend says what the table's row says
+    labels = await page.eval_on_selector_all("table[data-series] tbody th", "cells => cells.map(c => c.innerText)")
+    await page.focus("[data-chart=tokens]")
+    legend = "[data-chart=tokens] .u-legend .u-series"
+    for press, row in (("End", -1), ("ArrowLeft", -2), ("Home", 0), ("ArrowRight", 1)):
+        await page.keyboard.press(press)
+        shown = await page.eval_on_selector_all(legend, "rows => rows.map(r => r.querySelector('.u-value').innerText)")
+        assert shown[0] == f"{labels[row]} 12:00am" and shown[1] == f"{table_tokens[row]:,}", (press, shown)
 
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
@@ -214,6 +254,8 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
         api = await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
                                headers={"authorization": f"Bearer {key}"})
     assert shown == [r["request_id"] for r in api.json()["data"]] and len(shown) == 5  # newest first, same order
+    keys = await page.eval_on_selector_all("table[data-requests] tbody tr", "rows => rows.map(r => r.cells[1].innerText)")
+    assert keys == ["alice laptop"] * 5  # names, as the breakdowns show them
 
     async with page.expect_download() as download_info:
         await page.click("#export-csv")
@@ -300,3 +342,69 @@ async def test_the_monthly_statement_downloads_as_the_api_writes_it(gateway, pag
     assert api.status_code == 200 and path.read_text() == api.text
     response = await page.goto(f"{gateway.url}/dashboard/statement.csv?team_id={data['acme']}&month=2025-13")
     assert response.status == 400 and "month" in await page.inner_text("#error-message")
+
+
+LOCAL_ZONE = "Asia/Kolkata"  # +05:30: its days and hours both differ from UTC's
+
+
+async def day_rows(page) -> list[list]:
+    """The over-time table's days that saw requests: [day, requests, tokens]."""
+    return await page.eval_on_selector_all("table[data-series] tbody tr", """rows => rows
+        .map(r => [r.cells[0].innerText, Number(r.cells[1].innerText), Number(r.cells[2].innerText.replaceAll(',', ''))])
+        .filter(r => r[1] > 0)""")
+
+
+async def api_days(gateway, key: str, tz: str) -> list[list]:
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        response = await client.get("/v1/usage", params={"start": "2000-01-01", "group_by": "day", "tz": tz},
+                                    headers={"authorization": f"Bearer {key}"})
+    return [[r["key"], r["requests"], r["prompt_tokens"] + r["completion_tokens"]]
+            for r in response.json()["rows"] if r["requests"]]
+
+
+async def chart_time_label(page) -> str:
+    """The chart legend's time of the point under the cursor (uPlot formats it in the chart's zone)."""
+    box = await page.query_selector("[data-chart=tokens] .u-over")
+    await box.scroll_into_view_if_needed()
+    bounds = await box.bounding_box()
+    await page.mouse.move(bounds["x"] + 1, bounds["y"] + 1)
+    await page.mouse.move(bounds["x"] + bounds["width"] - 2, bounds["y"] + bounds["height"] / 2, steps=4)
+    return await page.inner_text("[data-chart=tokens] .u-legend .u-series:first-child .u-value")
+
+
+async def test_the_local_time_toggle_shows_the_browsers_zone(gateway, artifacts):
+    data = await seed(gateway)
+    key = data["alice_key"]["key"]
+    async with chromium_page(timezone_id=LOCAL_ZONE) as page:
+        await sign_in(page, gateway, key)
+        assert "(UTC)" in await page.inner_text("h1 small")  # UTC by default, whatever the browser's zone
+        assert await day_rows(page) == await api_days(gateway, key, "UTC")
+        await page.wait_for_selector("[data-chart=tokens] canvas")
+        assert (await chart_time_label(page)).endswith("12:00am")  # a UTC day starts at the UTC midnight
+
+        zone = await page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")  # ICU's name: Asia/Calcutta
+        assert ZoneInfo(zone).utcoffset(datetime.now()) == ZoneInfo(LOCAL_ZONE).utcoffset(datetime.now())
+        await page.click("#local-time")
+        await page.wait_for_url("**tz=**")
+        await page.wait_for_selector("#utc-time")
+        assert view_params(page)["tz"] == zone and f"({zone})" in await page.inner_text("h1 small")
+        local = await api_days(gateway, key, zone)
+        assert await day_rows(page) == local and sum(r[1] for r in local) == 5
+        await page.wait_for_selector("[data-chart=tokens] canvas")
+        assert (await chart_time_label(page)).endswith("12:00am")  # and now the Kolkata midnight
+        now_local = datetime.now(ZoneInfo(LOCAL_ZONE))
+        assert now_local.strftime("%Y-%m-%d %H:") in await page.inner_text("h1 small")  # the window's end, local
+        await page.screenshot(path=artifacts / "overview-local-time.png", full_page=True)
+
+        await page.reload()  # the zone is in the URL
+        assert f"({zone})" in await page.inner_text("h1 small")
+        await page.click("nav >> text=Requests")
+        first = await page.inner_text("table[data-requests] tbody tr th")
+        async with httpx.AsyncClient(base_url=gateway.url) as client:
+            newest = (await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
+                                       headers={"authorization": f"Bearer {key}"})).json()["data"][0]
+        assert first == datetime.fromtimestamp(newest["time"], ZoneInfo(LOCAL_ZONE)).strftime("%Y-%m-%d %H:%M")
+        await page.goto(f"{gateway.url}/dashboard/overview?tz={LOCAL_ZONE}")
+        await page.click("#utc-time")
+        await page.wait_for_url("**tz=UTC**")
+        assert "(UTC)" in await page.inner_text("h1 small")

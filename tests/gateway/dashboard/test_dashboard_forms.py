@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from gateway.dashboard.access import MAX_FORM_BYTES
+from tests.gateway.dashboard.conftest import ADMIN_KEY
 
 FORM = "application/x-www-form-urlencoded"
 
@@ -43,3 +44,17 @@ async def test_a_form_without_any_session_is_refused(gateway):
         for path in ("/dashboard/login", "/dashboard/logout"):
             response = await client.post(path, data={"csrf": "x", "api_key": "y"})
             assert response.status_code == 403 and "reload the page" in response.text
+
+
+async def test_the_admins_keys_page_refuses_an_unknown_team_or_cursor(gateway):
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        token = await signed_out_session(client)
+        signed = await client.post("/dashboard/login", data={"csrf": token, "api_key": ADMIN_KEY})
+        assert signed.status_code == 303
+        for query, status, words in (("keys_of=team_nope", 404, "No such team"), ("cursor=%%%", 400, "cursor"),
+                                     ("cursor=" + "A" * 2000, 400, "cursor")):
+            response = await client.get(f"/dashboard/keys?{query}")
+            assert response.status_code == status and words in response.text, (query, response.text[:300])
+        csrf = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/dashboard/keys")).text).group(1)
+        created = await client.post("/dashboard/keys/create", data={"csrf": csrf, "name": "x", "team_id": "team_nope"})
+        assert created.status_code == 404 and "No such team" in created.text
