@@ -3,6 +3,10 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# test processes: most tests wait on real servers and worker processes, so two share the two cores well;
+# whole files go to one process (module fixtures: one server per file, as run alone). 0 = one process.
+TEST_WORKERS ?= 2
+TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 # checkov (the infra policy scan) in its own venv: its pins clash with the project's
 CHECKOV_VENV := .venv-checkov
 CHECKOV_PIN  := checkov==3.3.30
@@ -41,10 +45,10 @@ serve: install
 	$(VENV)/bin/sluice serve
 
 test: install system-deps checkov
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(TEST_PARALLEL) $(PYTEST_ARGS)
 
 test-fast: install system-deps
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(TEST_PARALLEL) -m "not slow" $(PYTEST_ARGS)
 
 # `make test` runs the fuzzers (-m fuzz) on fixed seeds; this explores fresh seeds, FUZZ_SCALE times the
 # examples, round after round for FUZZ_SECONDS. A failure prints its seed (rerun with the same
