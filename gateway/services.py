@@ -4,7 +4,7 @@ admin routes `auth`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from auth import AuthService
 from billing.ledger import Ledger
@@ -25,7 +25,11 @@ class Services:
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
     probe: GenerationProbe  # GET /health_generate
-    adapters: AdapterRegistry = field(default_factory=AdapterRegistry)  # LoRA adapters per endpoint
+
+    @property
+    def adapters(self) -> AdapterRegistry:
+        """Every endpoint's LoRA adapters."""
+        return self.endpoints.adapters
 
     @property
     def router(self) -> Router:

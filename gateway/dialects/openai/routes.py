@@ -45,7 +45,7 @@ async def models(request: Request, services: Services) -> dict:
                  if not allowed or status.name in allowed]  # private endpoints only to their team
     data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in endpoints]
     data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
-              "parent": endpoint} for endpoint in endpoints for adapter in services.adapters.by_endpoint.get(endpoint, ())]
+              "parent": endpoint} for endpoint in endpoints for adapter in sorted(services.adapters.of(endpoint))]
     return {"object": "list", "data": data}
 
 
