@@ -33,6 +33,7 @@ Several GenerateRequests of one client request (n > 1 fan-out): one lease each.
 Views
     endpoints.states() -> list[EndpointStatus]       # every endpoint: state, reason, replica counts
     endpoints.visible(principal) -> list[...]        # GET /v1/endpoints: public ones and the team's own
+    endpoints.callable(principal) -> list[...]       # those the key's allow-list names too (/v1/models)
     endpoints.healthy() -> bool                      # /health: every endpoint ready, or allowed to sleep
                                                      # (min_replicas 0) and not failed
     endpoints.router                                 # model -> pool, for the routes that read worker info
@@ -208,6 +209,11 @@ class Endpoints:
 
     def visible(self, principal: Principal | None) -> list[EndpointStatus]:
         return [c.status() for c in self.controllers.values() if _may_see(c.spec, principal)]
+
+    def callable(self, principal: Principal | None) -> list[EndpointStatus]:
+        """The visible endpoints that the key's allow-list (empty: every one) names too."""
+        allowed = principal.models if principal is not None else ()
+        return [status for status in self.visible(principal) if not allowed or status.name in allowed]
 
     def healthy(self) -> bool:
         return all(status.healthy for status in self.states())
