@@ -139,6 +139,8 @@ def test_admin_api_registers_lists_and_removes_adapters(server, built):
     ("get", f"/admin/endpoints/{MODEL}/lora", None, 404, "does not exist"),
     ("post", f"/admin/endpoints/{MODEL}", {"name": "a", "source": "s3://b/p"}, 404, "no such admin path"),
     ("delete", f"/admin/endpoints/{MODEL}/adapters/never", None, 404, "not registered"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "poet", "source": "s3://b/p"}, 409, "declared"),
+    ("delete", f"/admin/endpoints/{MODEL}/adapters/poet", None, 409, "declared"),
 ])
 def test_admin_api_refusals(server, method, path, body, status, words):
     admin = {"authorization": f"Bearer {server.admin_key}"}
