@@ -17,7 +17,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from huggingface_hub import AsyncInferenceClient, InferenceClient
+from huggingface_hub import AsyncInferenceClient
 
 from tests.fixtures.sluice import MODEL
 from tests.worker.tools.helpers import CHOICES, FLIGHTS, HISTORY, PROMPTS, SCHEMAS, WEATHER
@@ -212,23 +212,6 @@ def test_a_schema_the_worker_cannot_enforce_is_a_422(client):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], tools=[tool],
                                        tool_choice="required", max_tokens=8)
     assert info.value.body["param"] == "tools[0].function.parameters"
-
-
-def test_hf_hub_chat_completion_tools(running_sluice):
-    client = InferenceClient(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key)
-    reply = client.chat_completion(messages=[{"role": "user", "content": PROMPTS[0]}], tools=TOOLS,
-                                   tool_choice="required", max_tokens=32, temperature=0, tool_prompt="Tools:\n")
-    call = reply.choices[0].message.tool_calls[0]
-    arguments = call.function.arguments  # huggingface_hub parses the JSON text into an object when it can
-    arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-    jsonschema.validate(arguments, SCHEMAS[call.function.name])
-    assert reply.choices[0].finish_reason in ("tool_calls", "length")  # parallel calls may run to max_tokens
-    streamed = "".join(piece.function.arguments or ""
-                       for chunk in client.chat_completion(messages=[{"role": "user", "content": PROMPTS[0]}],
-                                                           tools=TOOLS, tool_choice="required", max_tokens=32,
-                                                           temperature=0, tool_prompt="Tools:\n", stream=True)
-                       for piece in chunk.choices[0].delta.tool_calls or [] if piece.index == 0)
-    assert json.loads(streamed) == arguments
 
 
 def test_friendli_chat_route_calls_tools(running_sluice):
