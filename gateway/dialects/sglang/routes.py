@@ -49,7 +49,9 @@ async def tokenize_sglang(services: Services, principal: Principal, payload: Any
 
 
 @get("/get_model_info", summary="SGLang: the served model", tags=["SGLang"], opt=PUBLIC,
-     operation_class=documented(None, {200: ("Model info", ModelInfoDoc), 503: ("No ready worker", ErrorDoc)}))
+     operation_class=documented(None, {200: ("Model info", ModelInfoDoc), 401: ("Invalid API key", ErrorDoc),
+                                       403: ("Model not allowed for this key", ErrorDoc), 404: ("No model", ErrorDoc),
+                                       503: ("No ready worker", ErrorDoc)}))
 async def get_model_info(request: Request, services: Services) -> dict:
     """Public, as SGLang's; a caller's key (when sent) sees only what it may call."""
     pool, _ = ready_replica(services.router, services.described_model(await optional_principal(request)))
@@ -58,7 +60,7 @@ async def get_model_info(request: Request, services: Services) -> dict:
 
 
 @get("/get_server_info", summary="SGLang: server arguments and limits", tags=["SGLang"], opt=PUBLIC,
-     operation_class=documented(None, {200: ("Server info", dict)}))
+     operation_class=documented(None, {200: ("Server info", dict), 401: ("Invalid API key", ErrorDoc)}))
 async def get_server_info(request: Request, services: Services) -> dict:
     """Every endpoint the caller may see (public ones without a key) and its key may call."""
     models = []
