@@ -3,8 +3,8 @@
 Prompts x every tool_choice, streamed and not, through both SDKs (3 prompts in `make test`; the issue's proof is
 SLUICE_TOOL_PROOF_PROMPTS=20): every call parses and validates against its function's schema, named choices
 call only that function, required ones call at least one, none never calls; the streamed pieces rebuild a call
-the way the SDK's users do, and every way of asking gets the same answer. A conversation continues with tool results;
-usage is counted as for any chat; bad tools are a 422 the SDK raises, naming the field.
+the way the SDK's users do, and every way of asking gets the same answer. A conversation continues with tool
+results; usage is counted as for any chat; bad tools are a 422 the SDK raises, naming the field.
 """
 
 from __future__ import annotations
@@ -103,10 +103,9 @@ def answers(request, running_sluice):
     """(choice, {(prompt number, streamed, sdk): reply}) for every prompt, streamed and not, through both SDKs,
     sent at once."""
     async def run():
-        async with openai.AsyncOpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key,
-                                      max_retries=0, timeout=600) as openai_client:
-            hub_client = AsyncInferenceClient(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key,
-                                              timeout=600)
+        url, key = f"{running_sluice.url}/v1", running_sluice.api_key
+        async with (openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, timeout=600) as openai_client,
+                    AsyncInferenceClient(base_url=url, api_key=key, timeout=600) as hub_client):
             clients = {"openai": openai_client, "huggingface_hub": hub_client}
             keys = [(n, s, sdk) for n in range(COUNT) for s in (True, False) for sdk in clients]
             room = asyncio.Semaphore(32)  # under the team's 64 concurrent requests (the full proof sends 80)
