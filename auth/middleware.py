@@ -2,7 +2,8 @@
 
 - `ApiKeyAuthentication` (middleware) sets `request.user` to the caller's `Principal` (bearer key + team
   header) and `request.auth` to its key id, on every route except those whose handler opts out with
-  `opt=PUBLIC` and the paths given as `exclude`. It raises `AuthError` (401, 403, 429 with Retry-After)
+  `opt=PUBLIC` and the paths given as `exclude`; a public route that tells a key apart calls
+  `optional_principal`. It raises `AuthError` (401, 403, 429 with Retry-After)
   or `StoreUnavailable` (503), which the app renders in the envelope of the route that was called.
 - `require_admin` is the guard of admin-only routes; `require_owner` of team management (an owner of the billed
   team, or an admin).
@@ -19,7 +20,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 
 from auth.errors import AuthError
 from auth.http import client_address, team_header
-from auth.service import AuthService
+from auth.service import AuthService, Principal
 
 PUBLIC = {"exclude_from_auth": True}  # `opt` of a route anyone may call without a key
 STATE_KEY = "auth"
@@ -29,13 +30,24 @@ def auth_service(state: State) -> AuthService:
     return state[STATE_KEY]
 
 
+async def _principal(connection: ASGIConnection) -> Principal:
+    service = auth_service(connection.app.state)
+    return await service.authenticate(connection.headers.get("authorization"), team_header(connection.headers),
+                                      client_address(connection, service.clients))
+
+
 class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
-        service = auth_service(connection.app.state)
-        principal = await service.authenticate(connection.headers.get("authorization"),
-                                               team_header(connection.headers),
-                                               client_address(connection, service.clients))
+        principal = await _principal(connection)
         return AuthenticationResult(user=principal, auth=principal.key_id)
+
+
+async def optional_principal(connection: ASGIConnection) -> Principal | None:
+    """The caller of a PUBLIC route: None without a key; with one, its principal (whose allow-list and team
+    then apply), and a bad key the same 401 as on any route."""
+    if "authorization" not in connection.headers:
+        return None
+    return await _principal(connection)
 
 
 def authentication(exclude: list[str] | None = None) -> DefineMiddleware:

@@ -1,7 +1,7 @@
 """The usage API.
 
 - `GET /v1/usage`, `GET /admin/usage` (+ `format=csv`): sums grouped by day, hour, model, key, user,
-  dialect, status (or team, admin), for a window and filters.
+  dialect, status, LoRA adapter (`-`: the base model) (or team, admin), for a window and filters.
 - `GET /v1/usage/overview`, `GET /admin/usage/overview` (optional `team_id`): the dashboard's
   overview (billing/insights/overview.py) as JSON; `granularity` hour or day, `tz` for local time.
 - `GET /admin/usage/teams`: every team's sums over the window, biggest spender first.
@@ -50,7 +50,7 @@ from billing.params import (
 from billing.statements import monthly_statement
 from billing.usage import UsageQuery, UsageRow, micros_to_decimal
 
-TEAM_GROUPS = ("day", "hour", "model", "key", "user", "dialect", "status", "none")
+TEAM_GROUPS = ("day", "hour", "model", "key", "user", "dialect", "status", "adapter", "none")
 RECORDS_PAGE = 1000
 REQUESTS_PAGE = 100
 

@@ -8,8 +8,9 @@ import msgspec
 
 from billing.filters import Filters, Selection
 
-GroupBy = Literal["day", "hour", "model", "key", "user", "team", "dialect", "status", "none"]
-GROUP_BY_FIELDS: tuple[str, ...] = ("day", "hour", "model", "key", "user", "team", "dialect", "status", "none")
+GroupBy = Literal["day", "hour", "model", "key", "user", "team", "dialect", "status", "adapter", "none"]
+GROUP_BY_FIELDS: tuple[str, ...] = ("day", "hour", "model", "key", "user", "team", "dialect", "status", "adapter",
+                                     "none")
 
 
 class UsageQuery(msgspec.Struct, frozen=True):
@@ -26,7 +27,7 @@ class UsageQuery(msgspec.Struct, frozen=True):
 
 
 class UsageRow(msgspec.Struct):
-    key: str  # the day (YYYY-MM-DD), hour, model, key id, user id ("" for none), ...; "" when not grouped
+    key: str  # the day (YYYY-MM-DD), hour, model, key id, user id or adapter ("-" for none), ...; "" when not grouped
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -1,20 +1,26 @@
 """The LoRA adapters registered per endpoint, and which one a request asks for.
 
-The operator registers adapters in the config (`adapters = { <name> = "<source>" }` on an endpoint) and
-through the admin API (gateway/adapters_admin.py); a source is a PEFT adapter directory or an s3:// prefix.
+An endpoint declares adapters in its spec (`adapters = { <name> = "<source>" }` on its config entry, or in the
+body that created it through the API); those change only with the spec. The operator registers more through
+the admin API (gateway/adapters_admin.py): those are kept in the endpoint store, so a restart keeps them, and
+go with their endpoint when it is deleted. A source is a PEFT adapter directory or an s3:// prefix.
 A client only ever names a registered adapter: OpenAI-style bodies as `model: "<endpoint>:<adapter>"`, TGI
 as `adapter_id`, SGLang as `lora_path`. The gateway turns the name into an `AdapterRef` (name and source)
-for the worker; an unknown name is a 404 in the dialect's envelope. Registrations made through the API live
-in memory (the config is the durable list).
+for the worker; an unknown name is a 404 in the dialect's envelope.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 
+import structlog
+
+from common.protocol import AdapterRef
+from gateway.endpoints.errors import EndpointConflict
+from gateway.endpoints.store import EndpointStore
 from gateway.errors import NotFound
-from common.protocol import AdapterRef, ModelConfig
 
+log = structlog.get_logger(__name__)
 SEPARATOR = ":"  # adapter names never hold one (common.protocol.ADAPTER_NAME_PATTERN)
 
 
@@ -26,16 +32,25 @@ def split_model(model: str, endpoints) -> tuple[str, str | None]:
     return endpoint, adapter
 
 
-@dataclass
 class AdapterRegistry:
-    by_endpoint: dict[str, dict[str, str]] = field(default_factory=dict)  # endpoint -> adapter name -> source
+    def __init__(self, store: EndpointStore, declared: Callable[[str], dict[str, str]]):
+        """`declared(endpoint)`: the adapters the endpoint's spec names (name -> source)."""
+        self._store = store
+        self._declared = declared
+        self._registered: dict[str, dict[str, str]] = {}  # endpoint -> adapter name -> source, through the API
 
-    @classmethod
-    def from_models(cls, models: list[ModelConfig]) -> AdapterRegistry:
-        return cls({model.name: dict(model.adapters) for model in models})
+    async def load(self, endpoints: Collection[str]) -> None:
+        """The stored registrations of these endpoints. A row of an endpoint that is gone, or of a name its spec
+        now declares itself (the spec wins), is dropped, as the registry drops patches of a vanished endpoint."""
+        for row in await self._store.adapters():
+            if row.endpoint in endpoints and row.name not in self._declared(row.endpoint):
+                self._registered.setdefault(row.endpoint, {})[row.name] = row.source
+                continue
+            log.warning("adapter_registration_dropped", endpoint=row.endpoint, adapter=row.name)
+            await self._store.remove_adapter(row.endpoint, row.name)
 
     def of(self, endpoint: str) -> dict[str, str]:
-        return self.by_endpoint.get(endpoint, {})
+        return {**self._registered.get(endpoint, {}), **self._declared(endpoint)}
 
     def ref(self, endpoint: str, name: str, field_name: str) -> AdapterRef:
         adapters = self.of(endpoint)
@@ -45,9 +60,24 @@ class AdapterRegistry:
                            code="adapter_not_found")
         return AdapterRef(name=name, source=adapters[name])
 
-    def add(self, endpoint: str, name: str, source: str) -> None:
-        self.by_endpoint.setdefault(endpoint, {})[name] = source
+    async def add(self, endpoint: str, name: str, source: str) -> None:
+        """Registers `name`, or gives it a new source."""
+        self._check_not_declared(endpoint, name)
+        await self._store.put_adapter(endpoint, name, source)
+        self._registered.setdefault(endpoint, {})[name] = source
 
-    def remove(self, endpoint: str, name: str) -> None:
+    async def remove(self, endpoint: str, name: str) -> None:
         self.ref(endpoint, name, "name")
-        del self.by_endpoint[endpoint][name]
+        self._check_not_declared(endpoint, name)
+        await self._store.remove_adapter(endpoint, name)
+        del self._registered[endpoint][name]
+
+    async def forget(self, endpoint: str) -> None:
+        """The endpoint is deleted: its registrations go with it (one of the same name later starts with none)."""
+        await self._store.remove_adapters(endpoint)
+        self._registered.pop(endpoint, None)
+
+    def _check_not_declared(self, endpoint: str, name: str) -> None:
+        if name in self._declared(endpoint):
+            raise EndpointConflict(f"the adapter {name!r} is declared in the spec of {endpoint!r} (its config entry "
+                                   "or creating body); change it there", param="name", code="adapter_declared")

@@ -1,11 +1,13 @@
 """The admin API of LoRA adapters: `POST /admin/endpoints/{endpoint}/adapters` with `{"name", "source"}`,
-`GET` to list, `DELETE .../adapters/{name}`; registering a name again replaces its source. Served by the
-endpoints' admin routes (gateway/endpoints/routes.py), which own every path under /admin/endpoints. A source is a PEFT
-adapter directory (holding adapter_config.json) or an s3:// prefix; the worker reads and checks the weights on
-first use."""
+`GET` to list, `DELETE .../adapters/{name}`; registering a name again replaces its source. Registrations are kept
+in the endpoint store (a restart keeps them); a name the endpoint's spec declares is a 409 (change the spec).
+Served by the endpoints' admin routes (gateway/endpoints/routes.py), which own every path under /admin/endpoints.
+A source is a PEFT adapter directory (holding adapter_config.json) or an s3:// prefix; the worker reads and checks
+the weights on first use."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +45,12 @@ def _listing(services: Services, endpoint: str) -> dict:
                      for name, source in sorted(services.adapters.of(endpoint).items())]}
 
 
-def adapter_path(rest: str) -> tuple[str, str | None] | None:
+def adapter_path(rest: str, endpoints: Collection[str]) -> tuple[str, str | None] | None:
     """(endpoint, adapter name or None) when the path after /admin/endpoints is `<endpoint>/adapters` or
-    `<endpoint>/adapters/<name>`; else None. Endpoint names hold '/' (hub ids), so the path is read from its
-    end; the caller first checks whether the whole path is an endpoint's name."""
+    `<endpoint>/adapters/<name>`; None when it is an endpoint's whole name (`org/adapters` may be a model) or
+    neither. Endpoint names hold '/' (hub ids), so the path is read from its end."""
+    if rest.strip("/") in endpoints:
+        return None
     parts = rest.strip("/").split("/")
     for cut in (1, 2):  # ".../adapters" or ".../adapters/<name>"
         if len(parts) > cut and parts[-cut] == "adapters":
@@ -54,10 +58,10 @@ def adapter_path(rest: str) -> tuple[str, str | None] | None:
     return None
 
 
-def register_adapter(services: Services, endpoint: str, payload: Any) -> dict:
+async def register_adapter(services: Services, endpoint: str, payload: Any) -> dict:
     body = convert(payload, RegisterAdapter)
     _check_source(body.source)
-    services.adapters.add(_endpoint(services, endpoint), body.name, body.source)
+    await services.adapters.add(_endpoint(services, endpoint), body.name, body.source)
     return {"endpoint": endpoint, "name": body.name, "source": body.source,
             "model": f"{endpoint}{SEPARATOR}{body.name}"}
 
@@ -66,6 +70,6 @@ def list_adapters(services: Services, endpoint: str) -> dict:
     return _listing(services, _endpoint(services, endpoint))
 
 
-def remove_adapter(services: Services, endpoint: str, name: str) -> dict:
-    services.adapters.remove(_endpoint(services, endpoint), name)
+async def remove_adapter(services: Services, endpoint: str, name: str) -> dict:
+    await services.adapters.remove(_endpoint(services, endpoint), name)
     return {"endpoint": endpoint, "name": name, "deleted": True}

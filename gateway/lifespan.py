@@ -30,7 +30,6 @@ from billing.pricing import PricingError, PricingTable
 from billing.wal_home import OrphanSweeper, WalHome
 from common.errors import StoreUnavailable
 from gateway import shutdown
-from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.static import StaticProvisioner
@@ -179,8 +178,7 @@ class GatewayServices(InitPluginProtocol):
             opened.push_async_callback(publisher.start().stop)
         probe = GenerationProbe(endpoints.router, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
-        return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), probe=probe,
-                        adapters=AdapterRegistry.from_models(settings.models))
+        return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), probe=probe)
 
 
 def _no_local_workers(data: Path) -> ProvisionerFactory:

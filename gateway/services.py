@@ -4,9 +4,9 @@ admin routes `auth`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from auth import AuthService
+from auth import AuthService, Principal
 from billing.ledger import Ledger
 from gateway.adapters import AdapterRegistry
 from gateway.config import Settings
@@ -14,6 +14,8 @@ from gateway.endpoints.service import Endpoints
 from gateway.health_probe import GenerationProbe
 from gateway.limits import Limiter
 from gateway.routing.pool import Router
+
+DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.routing.pool)
 
 
 @dataclass
@@ -25,7 +27,19 @@ class Services:
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
     probe: GenerationProbe  # GET /health_generate
-    adapters: AdapterRegistry = field(default_factory=AdapterRegistry)  # LoRA adapters per endpoint
+
+    @property
+    def adapters(self) -> AdapterRegistry:
+        """Every endpoint's LoRA adapters."""
+        return self.endpoints.adapters
+
+    def described_model(self, principal: Principal | None) -> str:
+        """The model the info route of a one-model API (TGI's /info, SGLang's /get_model_info) describes: the first
+        endpoint the caller may see (404 when none); a key's allow-list applies as on any call (403)."""
+        name = self.endpoints.resolve(DEFAULT_MODEL, principal).name
+        if principal is not None:
+            self.auth.check_model(principal, name)
+        return name
 
     @property
     def router(self) -> Router:

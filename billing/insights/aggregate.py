@@ -10,12 +10,12 @@ from billing.usage import UsageQuery, UsageReport, UsageRow
 
 # group_by -> column; a fixed whitelist, never user text in SQL
 GROUP_COLUMNS = {"model": "model", "key": "key_id", "user": "user_id", "team": "team_id", "dialect": "dialect",
-                 "status": "status", "none": "''"}
+                 "status": "status", "adapter": "adapter", "none": "''"}
 
 
 def group_key(value) -> str:
     """A group's key as the API shows it: requests without a user (NULL in the records, '' in the
-    rollups) are NO_USER."""
+    rollups) or without an adapter ('') are NO_USER, the `-` that selects them in a filter."""
     return NO_USER if value is None or value == "" else str(value)
 
 

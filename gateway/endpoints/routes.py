@@ -41,18 +41,23 @@ async def list_endpoints(services: Services) -> Response:
     return Response(_json.encode({"object": "list", "data": services.endpoints.list()}), media_type="application/json")
 
 
+def _adapters(services: Services, name: str) -> tuple[str, str | None] | None:
+    """(endpoint, adapter name or None) when the path names an endpoint's adapters, not an endpoint."""
+    return adapter_path(name, services.endpoints.controllers)
+
+
 @post("/{name:path}", status_code=201, summary="Register a LoRA adapter: /admin/endpoints/{endpoint}/adapters")
 async def create_adapter(services: Services, name: str, payload: Any) -> Response:
-    target = adapter_path(name)
+    target = _adapters(services, name)
     if target is None or target[1] is not None:
         raise NotFound("no such admin path: use /admin/endpoints/<endpoint>/adapters[/<name>]", code="not_found")
-    return Response(_json.encode(register_adapter(services, target[0], payload)), status_code=201,
+    return Response(_json.encode(await register_adapter(services, target[0], payload)), status_code=201,
                     media_type="application/json")
 
 
 @get("/{name:path}", summary="One endpoint with its state, or its LoRA adapters (.../adapters)")
 async def get_endpoint(services: Services, name: str) -> Response:
-    target = None if _name(name) in services.endpoints.controllers else adapter_path(name)
+    target = _adapters(services, name)
     if target is not None and target[1] is None:
         return Response(_json.encode(list_adapters(services, target[0])), media_type="application/json")
     return _one(services.endpoints.get(_name(name)))
@@ -68,9 +73,9 @@ async def patch_endpoint(services: Services, name: str, payload: Any) -> Respons
 # the status comes with each answer: 204 for a deleted endpoint, 200 and a body for a removed adapter
 @delete("/{name:path}", status_code=200, summary="Delete an endpoint (204, after draining), or remove an adapter")
 async def delete_endpoint(services: Services, name: str) -> Response:
-    target = None if _name(name) in services.endpoints.controllers else adapter_path(name)
+    target = _adapters(services, name)
     if target is not None and target[1] is not None:
-        return Response(_json.encode(remove_adapter(services, *target)), media_type="application/json")
+        return Response(_json.encode(await remove_adapter(services, *target)), media_type="application/json")
     await services.endpoints.delete(_name(name))
     return Response(b"", status_code=204)
 

@@ -33,9 +33,12 @@ Several GenerateRequests of one client request (n > 1 fan-out): one lease each.
 Views
     endpoints.states() -> list[EndpointStatus]       # every endpoint: state, reason, replica counts
     endpoints.visible(principal) -> list[...]        # GET /v1/endpoints: public ones and the team's own
+    endpoints.callable(principal) -> list[...]       # those the key's allow-list names too (/v1/models)
     endpoints.healthy() -> bool                      # /health: every endpoint ready, or allowed to sleep
                                                      # (min_replicas 0) and not failed
     endpoints.router                                 # model -> pool, for the routes that read worker info
+    endpoints.adapters                               # LoRA adapters per endpoint (gateway/adapters.py): the
+                                                     # spec's and the admin API's (stored; deleted with it)
 
 Admin (POST/GET/PATCH/DELETE /admin/endpoints[/{name}], names taken whole, `/` included)
     await endpoints.create(body) -> EndpointStatus   # InvalidEndpoint (422) naming the field;
@@ -59,6 +62,7 @@ import msgspec
 import structlog
 
 from common.protocol import Event, GenerateRequest
+from gateway.adapters import AdapterRegistry
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
@@ -111,6 +115,7 @@ class Endpoints:
         self.clock = clock
         self.router = Router(read_timeout=read_timeout)  # settings.request_timeout_s
         self.controllers: dict[str, EndpointController] = {}
+        self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
         self._admin = asyncio.Lock()  # one admin change at a time
 
     @classmethod
@@ -130,7 +135,9 @@ class Endpoints:
     # ---- lifecycle ----
 
     async def start(self) -> None:
-        for spec in await self.registry.load():
+        specs = await self.registry.load()
+        await self.adapters.load({spec.name for spec in specs})
+        for spec in specs:
             await self._launch(spec)
 
     async def drain_and_stop(self) -> None:
@@ -158,6 +165,10 @@ class Endpoints:
                     and isinstance(controller.spec.provisioner, LocalProvisioning) and controller.spec.min_replicas > 0)
         if embedded and self.on_fatal is not None and not controller.ever_started:
             self.on_fatal(f"the endpoint {controller.name!r} failed: {controller.failure}")
+
+    def _declared_adapters(self, name: str) -> dict[str, str]:
+        spec = self.registry.get(name)
+        return spec.adapters if spec is not None else {}
 
     # ---- one request ----
 
@@ -198,6 +209,11 @@ class Endpoints:
 
     def visible(self, principal: Principal | None) -> list[EndpointStatus]:
         return [c.status() for c in self.controllers.values() if _may_see(c.spec, principal)]
+
+    def callable(self, principal: Principal | None) -> list[EndpointStatus]:
+        """The visible endpoints that the key's allow-list (empty: every one) names too."""
+        allowed = principal.models if principal is not None else ()
+        return [status for status in self.visible(principal) if not allowed or status.name in allowed]
 
     def healthy(self) -> bool:
         return all(status.healthy for status in self.states())
@@ -242,6 +258,7 @@ class Endpoints:
             controller = self.controllers.pop(name)
             await controller.drain_and_stop()
             await self.registry.delete(name)
+            await self.adapters.forget(name)
             self.router.drop_pool(name)
             metrics.forget(name)
             log.info("endpoint_deleted", endpoint=name)

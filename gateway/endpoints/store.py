@@ -1,8 +1,11 @@
-"""Endpoints changed at run time, kept in the gateway's database (SQLite file or PostgreSQL URL).
+"""Endpoints changed at run time, and the LoRA adapters registered on them through the admin API, kept in the
+gateway's database (SQLite file or PostgreSQL URL).
 
-One row per endpoint name. `origin = "api"`: the endpoint was created through the admin API and the
+`endpoints`: one row per endpoint name. `origin = "api"`: the endpoint was created through the admin API and the
 row holds its whole spec. `origin = "config"`: the config file declares it and the row holds only the
 fields a PATCH changed (registry.py says how the two combine).
+`endpoint_adapters`: one row per (endpoint, adapter name) registered through the API (gateway/adapters.py says
+how they combine with the adapters an endpoint's spec declares).
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ MIGRATIONS = [
             name TEXT PRIMARY KEY, origin TEXT NOT NULL, body TEXT NOT NULL,
             updated_at DOUBLE PRECISION NOT NULL)""",
     ]),
+    (2, "LoRA adapters registered through the admin API", [
+        """CREATE TABLE endpoint_adapters (
+            endpoint TEXT NOT NULL, name TEXT NOT NULL, source TEXT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (endpoint, name))""",
+    ]),
 ]
 _body = msgspec.json.Decoder(dict[str, Any])
 
@@ -31,6 +39,12 @@ class StoredEndpoint(msgspec.Struct, frozen=True):
     origin: Origin
     body: dict[str, Any]  # the spec (api) or the patched fields (config), as JSON builtins
     updated_at: float
+
+
+class StoredAdapter(msgspec.Struct, frozen=True):
+    endpoint: str
+    name: str
+    source: str
 
 
 class EndpointStore:
@@ -61,6 +75,22 @@ class EndpointStore:
 
     async def remove(self, name: str) -> None:
         await self._db.execute("DELETE FROM endpoints WHERE name = ?", (name,))
+
+    async def adapters(self) -> list[StoredAdapter]:
+        found = await self._db.fetchall("SELECT endpoint, name, source FROM endpoint_adapters ORDER BY endpoint, name")
+        return [StoredAdapter(endpoint, name, source) for endpoint, name, source in found]
+
+    async def put_adapter(self, endpoint: str, name: str, source: str) -> None:
+        async with self._db.transaction() as tx:
+            await tx.execute("DELETE FROM endpoint_adapters WHERE endpoint = ? AND name = ?", (endpoint, name))
+            await tx.execute("INSERT INTO endpoint_adapters (endpoint, name, source, updated_at) VALUES (?, ?, ?, ?)",
+                             (endpoint, name, source, time.time()))
+
+    async def remove_adapter(self, endpoint: str, name: str) -> None:
+        await self._db.execute("DELETE FROM endpoint_adapters WHERE endpoint = ? AND name = ?", (endpoint, name))
+
+    async def remove_adapters(self, endpoint: str) -> None:
+        await self._db.execute("DELETE FROM endpoint_adapters WHERE endpoint = ?", (endpoint,))
 
     async def close(self) -> None:
         await self._db.close()

@@ -28,6 +28,7 @@ records_strategy = st.lists(
         "dialect": st.sampled_from(["openai", "tgi"]),
         "replayed": st.booleans(),
         "model": st.sampled_from(["small", "big", "other"]),
+        "adapter": st.sampled_from(["", "poet"]),
         "status": st.sampled_from(["ok", "cancelled", "error", "rejected"]),
         "prompt_tokens": st.integers(0, 200_000),
         "completion_tokens": st.integers(0, 50_000),
@@ -39,6 +40,7 @@ records_strategy = st.lists(
 KEY = {"day": lambda e: utc_day(e.usage.time), "model": lambda e: e.usage.model, "key": lambda e: e.usage.key_id,
        "team": lambda e: e.usage.team_id, "none": lambda e: "", "user": lambda e: e.usage.user_id or "-",
        "dialect": lambda e: e.usage.dialect, "status": lambda e: e.usage.status,
+       "adapter": lambda e: e.usage.adapter or "-",
        "hour": lambda e: time.strftime("%Y-%m-%dT%H:00:00+00:00", time.gmtime(e.usage.time))}
 
 
@@ -62,6 +64,7 @@ async def test_aggregates_equal_raw_sums(ledger: Ledger, specs, cut, team):
     for spec in specs:
         record = usage(time=base + spec["offset"], team_id=spec["team_id"], key_id=spec["key_id"],
                        user_id=spec["user_id"], dialect=spec["dialect"], model=spec["model"], status=spec["status"],
+                       adapter=spec["adapter"],
                        prompt_tokens=spec["prompt_tokens"], completion_tokens=spec["completion_tokens"],
                        compute_tokens=spec["completion_tokens"] + spec["extra_compute"])
         await ledger.record(record)

@@ -82,7 +82,8 @@ def test_tgi_adapter_id_and_sglang_lora_path(server, built):
 
 
 def test_the_ledger_records_the_adapter(server):
-    """Each request's usage record names the adapter it ran with ("" for the base model)."""
+    """Each request's usage record names the adapter it ran with ("" for the base model); the usage API groups
+    by it (`-`: the base model), the team's view, the admin's and its CSV export alike."""
     named = post(server, "/generate", {"inputs": PROMPT, "parameters": {"adapter_id": "poet", "max_new_tokens": 2}})
     plain = post(server, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 2}})
     assert named.status_code == plain.status_code == 200
@@ -95,6 +96,16 @@ def test_the_ledger_records_the_adapter(server):
         found = {r["request_id"]: r["adapter"] for r in records if r["request_id"] in wanted}
         time.sleep(0.2)
     assert found == wanted
+    team = {"authorization": f"Bearer {server.api_key}"}
+    listed = httpx.get(f"{server.url}/v1/usage/requests?limit=1000", headers=team).json()["data"]
+    counts = {"poet": sum(r["adapter"] == "poet" for r in listed), "-": sum(r["adapter"] == "" for r in listed)}
+    grouped = httpx.get(f"{server.url}/v1/usage?group_by=adapter", headers=team).json()["rows"]
+    assert {row["key"]: row["requests"] for row in grouped} == counts
+    poet_only = httpx.get(f"{server.url}/v1/usage?group_by=none&adapter=poet", headers=team).json()["totals"]
+    assert poet_only["requests"] == counts["poet"]
+    exported = httpx.get(f"{server.url}/admin/usage?group_by=adapter&format=csv",
+                         headers={"authorization": f"Bearer {server.admin_key}"}).text.splitlines()
+    assert exported[0].startswith("adapter,requests,") and any(line.startswith("poet,") for line in exported)
 
 
 def test_models_list_the_adapter(server):
@@ -128,6 +139,8 @@ def test_admin_api_registers_lists_and_removes_adapters(server, built):
     ("get", f"/admin/endpoints/{MODEL}/lora", None, 404, "does not exist"),
     ("post", f"/admin/endpoints/{MODEL}", {"name": "a", "source": "s3://b/p"}, 404, "no such admin path"),
     ("delete", f"/admin/endpoints/{MODEL}/adapters/never", None, 404, "not registered"),
+    ("post", f"/admin/endpoints/{MODEL}/adapters", {"name": "poet", "source": "s3://b/p"}, 409, "declared"),
+    ("delete", f"/admin/endpoints/{MODEL}/adapters/poet", None, 409, "declared"),
 ])
 def test_admin_api_refusals(server, method, path, body, status, words):
     admin = {"authorization": f"Bearer {server.admin_key}"}

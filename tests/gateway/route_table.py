@@ -8,8 +8,8 @@ import re
 from litestar import Litestar
 
 TGI_PATHS = {"/", "/generate", "/generate_stream", "/tokenize", "/v1/completions/generate",
-             "/v1/completions/generate_stream"}
-SGLANG_PATHS = {"/detokenize"}  # every other path answers in the OpenAI envelope
+             "/v1/completions/generate_stream", "/info"}
+SGLANG_PATHS = {"/detokenize", "/get_model_info", "/get_server_info"}  # every other path answers in the OpenAI envelope
 
 
 def route_table(app: Litestar) -> list[tuple[str, str, object]]:

@@ -39,13 +39,11 @@ async def chat_completions(request: Request, services: Services) -> Response | S
 async def models(request: Request, services: Services) -> dict:
     """Endpoints the key may call (its allow-list, empty = every one; asleep ones too), then each one's
     registered LoRA adapters as "<endpoint>:<adapter>" (what `model` takes)."""
-    allowed = request.user.models
     created = int(services.started_at)
-    endpoints = [status.name for status in services.endpoints.visible(request.user)
-                 if not allowed or status.name in allowed]  # private endpoints only to their team
+    endpoints = [status.name for status in services.endpoints.callable(request.user)]
     data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in endpoints]
     data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
-              "parent": endpoint} for endpoint in endpoints for adapter in services.adapters.by_endpoint.get(endpoint, ())]
+              "parent": endpoint} for endpoint in endpoints for adapter in sorted(services.adapters.of(endpoint))]
     return {"object": "list", "data": data}
 
 

@@ -10,7 +10,7 @@ from litestar.di import Provide
 from litestar.response import Response
 
 from auth import Principal
-from auth.middleware import PUBLIC
+from auth.middleware import PUBLIC, optional_principal
 from gateway.dialects.base import convert
 from gateway.dialects.openapi import documented
 from gateway.dialects.sglang.dialect import SGLANG
@@ -49,18 +49,25 @@ async def tokenize_sglang(services: Services, principal: Principal, payload: Any
 
 
 @get("/get_model_info", summary="SGLang: the served model", tags=["SGLang"], opt=PUBLIC,
-     operation_class=documented(None, {200: ("Model info", ModelInfoDoc), 503: ("No ready worker", ErrorDoc)}))
-async def get_model_info(services: Services) -> dict:
-    pool, _ = ready_replica(services.router)
+     operation_class=documented(None, {200: ("Model info", ModelInfoDoc), 401: ("Invalid API key", ErrorDoc),
+                                       403: ("Model not allowed for this key", ErrorDoc), 404: ("No model", ErrorDoc),
+                                       503: ("No ready worker", ErrorDoc)}))
+async def get_model_info(request: Request, services: Services) -> dict:
+    """Public, as SGLang's; a caller's key (when sent) sees only what it may call."""
+    pool, _ = ready_replica(services.router, services.described_model(await optional_principal(request)))
     return {"model_path": pool.name, "tokenizer_path": pool.name, "is_generation": True,
             "preferred_sampling_params": None, "weight_version": "default"}
 
 
 @get("/get_server_info", summary="SGLang: server arguments and limits", tags=["SGLang"], opt=PUBLIC,
-     operation_class=documented(None, {200: ("Server info", dict)}))
-async def get_server_info(services: Services) -> dict:
+     operation_class=documented(None, {200: ("Server info", dict), 401: ("Invalid API key", ErrorDoc)}))
+async def get_server_info(request: Request, services: Services) -> dict:
+    """Every endpoint the caller may see (public ones without a key) and its key may call."""
     models = []
-    for name, pool in services.router.pools.items():
+    for status in services.endpoints.callable(await optional_principal(request)):
+        name, pool = status.name, services.router.pool(status.name)
+        if pool is None:
+            continue
         info = pool.info()
         models.append({"model_path": name, "ready": pool.ready, "replicas": len(pool.replicas),
                        "context_length": info.max_context if info else None,

@@ -98,4 +98,7 @@ TGI_STREAM_DOC = documented(GenerateBody, {200: ("A stream of tokens (text/event
                             stream_item=StreamDoc)
 COMPAT_DOC = documented(GenerateBody, {200: ("A one-element array, or a token stream when stream is true",
                                              list[GenerateDoc]), **ERRORS}, stream_item=StreamDoc)
-INFO_DOC = documented(None, {200: ("Served model info", InfoDoc), 503: ("No ready worker", ErrorDoc)})
+# public; a key that is sent holds (401 bad, 403 a model outside its allow-list, 404 nothing it may see)
+INFO_DOC = documented(None, {200: ("Served model info", InfoDoc), 401: ("Invalid API key", ErrorDoc),
+                             403: ("Model not allowed for this key", ErrorDoc), 404: ("No model", ErrorDoc),
+                             503: ("No ready worker", ErrorDoc)})

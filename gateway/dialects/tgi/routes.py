@@ -9,7 +9,7 @@ from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
 from auth import Principal
-from auth.middleware import PUBLIC
+from auth.middleware import PUBLIC, optional_principal
 from gateway.dialects.base import with_default_model
 from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import COMPAT_DOC, INFO_DOC, TGI_STREAM_DOC
@@ -45,9 +45,10 @@ async def compat_generate(request: Request, services: Services) -> Response | St
 
 
 @get("/info", summary="TGI: model and router information", tags=["TGI"], operation_class=INFO_DOC, opt=PUBLIC)
-async def info(services: Services) -> dict:
-    name = next(iter(services.router.pools), None)
-    model = services.router.pool(name).info() if name else None
+async def info(request: Request, services: Services) -> dict:
+    """Public, as TGI's; a caller's key (when sent) sees only what it may call."""
+    pool = services.router.pool(services.described_model(await optional_principal(request)))
+    model = pool.info() if pool is not None else None
     if model is None:
         raise Unavailable("no ready worker; retry shortly")
     return {"model_id": model.model_id, "model_sha": None, "model_dtype": model.model_dtype,
