@@ -118,6 +118,18 @@ async def test_closing_the_stream_early_releases_the_lease(stubs):
     holding.release.set()
 
 
+async def test_closing_a_stream_that_never_started_releases_its_lease(stubs):
+    # a client gone before its response began, or a fan-out closed before its other choices ran: the
+    # relay never ran, so no `finally` of its own could give the lease back
+    idle = stubs.workers[0]
+    events = stubs.stream(await stubs.lease_on(idle))
+    assert stubs.replica(idle).in_flight == 1
+    await events.aclose()
+    assert stubs.replica(idle).in_flight == 0 and idle.generate_calls == 0
+    await events.aclose()  # twice is once
+    assert stubs.replica(idle).in_flight == 0
+
+
 async def test_an_ejection_doubles_while_the_replica_keeps_failing_and_ends_after_a_success(stubs):
     flaky = stubs.workers[0]
     flaky.mode = "unavailable"
