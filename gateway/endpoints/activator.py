@@ -1,7 +1,7 @@
 """The activator: requests that find no replica to take them wait here, in the endpoint's FIFO queue.
 
 - A request goes straight to the least-loaded available replica when nobody is queued before it.
-  Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_queue`, and the
+  Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_waiting`, and the
   endpoint's controller is told once per request that demand grew (it samples demand, the autoscaler
   decides: one scale-up however many requests arrive together).
 - Queued requests are released oldest first, each onto a replica that has fewer than
@@ -69,13 +69,13 @@ class _Waiter:
 
 class Activator:
     def __init__(self, name: str, pool: ModelPool, availability: Callable[[], Availability],
-                 on_demand: Callable[[], None], *, max_queue: int, release_limit: int,
+                 on_demand: Callable[[], None], *, max_waiting: int, release_limit: int,
                  clock: Callable[[], float] = time.monotonic):
         self.name = name
         self.pool = pool
         self.availability = availability
         self.on_demand = on_demand
-        self.max_queue = max_queue
+        self.max_waiting = max_waiting
         self.release_limit = release_limit  # requests in flight per replica while a queue is released
         self.clock = clock
         self.turned_away = 0  # refused for a full queue since the controller last sampled demand
@@ -85,9 +85,9 @@ class Activator:
     def waiting(self) -> int:
         return len(self._queue)
 
-    def configure(self, *, max_queue: int, target_concurrency: float, burst_factor: float) -> None:
+    def configure(self, *, max_waiting: int, target_concurrency: float, burst_factor: float) -> None:
         """Apply the endpoint's (possibly patched) bounds."""
-        self.max_queue = max_queue
+        self.max_waiting = max_waiting
         self.release_limit = max(1, math.ceil(target_concurrency * burst_factor))
         self.pump()
 
@@ -170,8 +170,8 @@ class Activator:
             raise self._refusal("endpoint_failed", "the endpoint failed", availability)
         if availability.state == "draining":
             raise self._refusal("endpoint_draining", "the endpoint is shutting down", availability)
-        if len(self._queue) >= self.max_queue:
-            self.turned_away += 1  # still demand: with `max_queue = 0` this is what wakes the endpoint
+        if len(self._queue) >= self.max_waiting:
+            self.turned_away += 1  # still demand: with `max_waiting = 0` this is what wakes the endpoint
             self.on_demand()
             raise self._refusal("queue_full", f"{len(self._queue)} requests are already waiting", availability)
         waiter = _Waiter(self.clock())

@@ -75,9 +75,9 @@ class EndpointController:
         self.on_failed = on_failed
         self.clock = clock
         self.autoscaler = Autoscaler(settings, clock())
-        self.activator = Activator(spec.name, self.pool, self.availability, self.poke, max_queue=spec.max_queue,
+        self.activator = Activator(spec.name, self.pool, self.availability, self.poke, max_waiting=spec.max_waiting,
                                    release_limit=1, clock=clock)
-        self.activator.configure(max_queue=spec.max_queue, target_concurrency=spec.target_concurrency,
+        self.activator.configure(max_waiting=spec.max_waiting, target_concurrency=spec.target_concurrency,
                                  burst_factor=settings.burst_factor)
         self.members: dict[str, Member] = {}
         self.failure: str | None = None
@@ -110,7 +110,7 @@ class EndpointController:
     def update(self, spec: EndpointSpec) -> None:
         """A PATCH: bounds, target and idle time apply from the next tick; a failure is cleared."""
         self.spec = spec
-        self.activator.configure(max_queue=spec.max_queue, target_concurrency=spec.target_concurrency,
+        self.activator.configure(max_waiting=spec.max_waiting, target_concurrency=spec.target_concurrency,
                                  burst_factor=self.settings.burst_factor)
         if self.failure is not None:
             log.info("endpoint_failure_cleared", endpoint=self.name)

@@ -26,7 +26,7 @@ class Stubs:
         self.workers = workers
         self.pool = router.pool("stub")
         self.activator = Activator("stub", self.pool, lambda: Availability("ready", None, 1.0), lambda: None,
-                                   max_queue=10, release_limit=8)
+                                   max_waiting=10, release_limit=8)
 
     def replica(self, worker: StubWorker):
         return next(r for r in self.pool.replicas if r.url == worker.url)
