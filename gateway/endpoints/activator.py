@@ -107,6 +107,7 @@ class Activator:
                    avoid: Collection[Replica] = ()) -> AsyncIterator[StillWaiting | Lease]:
         """`StillWaiting` every `keepalive_s` while queued, then the `Lease` (or EndpointUnavailable).
         Close the iterator when leaving early (`contextlib.aclosing`): that takes the request out."""
+        self._refuse_if_closed(self.availability())
         replica = self._free_replica(avoid) if not self._queue else None
         if replica is not None:
             yield self._lease(replica, 0.0)
@@ -164,12 +165,16 @@ class Activator:
 
     # ---- internals ----
 
-    def _enqueue(self) -> _Waiter:
-        availability = self.availability()
+    def _refuse_if_closed(self, availability: Availability) -> None:
+        """A failed endpoint, or one shutting down, takes nothing, not even onto a replica that is free."""
         if availability.state == "failed":
             raise self._refusal("endpoint_failed", "the endpoint failed", availability)
         if availability.state == "draining":
             raise self._refusal("endpoint_draining", "the endpoint is shutting down", availability)
+
+    def _enqueue(self) -> _Waiter:
+        availability = self.availability()
+        self._refuse_if_closed(availability)
         if len(self._queue) >= self.max_waiting:
             self.turned_away += 1  # still demand: with `max_waiting = 0` this is what wakes the endpoint
             self.on_demand()

@@ -117,10 +117,18 @@ class EndpointController:
             self.failure, self.start_streak, self._next_start = None, 0, -math.inf
         self.poke()
 
-    async def drain_and_stop(self) -> None:
-        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop."""
+    def stop_accepting(self) -> None:
+        """No new request from now on (503, `draining`), and none waiting; running streams go on."""
         self.stopping = True
         self.activator.reject_all("endpoint_draining", "the endpoint is shutting down")
+
+    @property
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.pool.replicas)
+
+    async def drain_and_stop(self) -> None:
+        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop."""
+        self.stop_accepting()
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -319,7 +327,7 @@ class EndpointController:
         draining = sum(1 for m in self.members.values() if m.draining)
         return EndpointStatus(name=self.name, state=self.state, reason=self.failure,
                               replicas=ReplicaCounts(ready, starting, draining), desired_replicas=self.desired,
-                              in_flight=sum(r.in_flight for r in self.pool.replicas), waiting=self.activator.waiting,
+                              in_flight=self.in_flight, waiting=self.activator.waiting,
                               spec=self.spec)
 
     def _publish(self) -> None:

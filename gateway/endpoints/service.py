@@ -133,6 +133,17 @@ class Endpoints:
         for spec in await self.registry.load():
             await self._launch(spec)
 
+    def stop_accepting(self) -> None:
+        """SIGTERM's first step (gateway/draining.py): every endpoint refuses new requests with a 503 in
+        state `draining`; the requests already on a replica go on."""
+        for controller in self.controllers.values():
+            controller.stop_accepting()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests holding a replica, over every endpoint."""
+        return sum(controller.in_flight for controller in self.controllers.values())
+
     async def drain_and_stop(self) -> None:
         controllers, self.controllers = list(self.controllers.values()), {}
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))
