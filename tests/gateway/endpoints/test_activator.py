@@ -166,6 +166,16 @@ async def test_a_failed_endpoint_answers_at_once_and_ends_every_wait():
     assert caught.value.reason == "weights failed to load: no such file"
 
 
+async def test_an_endpoint_shutting_down_takes_nothing_even_onto_a_free_replica():
+    endpoint = Endpoint("stopping")
+    replica = endpoint.replica()
+    endpoint.state = "draining"  # SIGTERM's first step: the replica is still there, busy with its streams
+    with pytest.raises(EndpointUnavailable) as caught:
+        await endpoint.activator.acquire(soon())
+    assert (caught.value.code, caught.value.state) == ("endpoint_draining", "draining")
+    assert replica.in_flight == 0 and "retry-after" in caught.value.headers
+
+
 async def test_a_cancelled_waiter_leaves_the_queue():
     endpoint = Endpoint("cancel")
     tasks = [asyncio.create_task(endpoint.activator.acquire(soon())) for _ in range(3)]
