@@ -29,13 +29,13 @@ DRAIN_CHECK_S = 0.05
 class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: Litestar, drain_s: float):
         super().__init__(config)
-        self.app = app
+        self.gateway_app = app
         self.drain_s = drain_s
         self._drain_started = False
         self._drain: asyncio.Task | None = None  # held: a task nobody references may be collected
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        services = getattr(self.app.state, "services", None)
+        services = getattr(self.gateway_app.state, "services", None)
         if sig != signal.SIGTERM or self._drain_started or self.should_exit or services is None:
             super().handle_exit(sig, frame)
             return
