@@ -204,7 +204,8 @@ def main() -> None:
     configure_logging("json", level=30)  # warnings only: the workers' own lines go to stderr
     os.environ["SLUICE_LOG_FORMAT"] = "json"
     if args.model in ("tiny", "both"):
-        from tests.fixtures.tiny_model import write_tiny_model  # the test suite's tiny model, built the same way
+        # the test suite's tiny model, built the same way (imported only when asked for)
+        from tests.fixtures.tiny_model import write_tiny_model
 
         with tempfile.TemporaryDirectory(prefix="sluice-tiny-") as tiny:
             write_tiny_model(Path(tiny))

@@ -96,7 +96,6 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         # (a client gone before its stream began), or its replica would count a request forever
         held: list[Lease] = []
         finalizers.append(partial(_release_unused, services, endpoint, held))
-        first_lease = None
         if parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
             waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S)
             finalizers.append(waiting.aclose)  # leaves the queue if the stream below never starts
@@ -105,7 +104,6 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                 return Stream(_stream_after_wait(services, dialect, parsed, endpoint, waiting, deadline, meta,
                                                  accounting, held),
                               media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-            first_lease = step
             held.append(step)
         leases = await _unless_gone(request, _leases(services, endpoint, len(parsed.requests), deadline, held))
         accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)

@@ -18,7 +18,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import pytest
@@ -160,8 +159,8 @@ def test_sustained_load_scales_up_then_the_autoscaler_scales_down_during_8_strea
             with stopped(live_workers(server, ELASTIC)):
                 assert status(server, ELASTIC)["in_flight"] == 8 and not any(s.done for s in streams)
                 # 8 in flight now fit one replica: once its stable window agrees, the autoscaler drains one
-                patched = httpx.patch(f"{server.url}/admin/endpoints/{ELASTIC}", headers=admin(server),
-                                      json={"target_concurrency": 8})
+                patched = await http.patch(f"/admin/endpoints/{ELASTIC}", headers=admin(server),
+                                           json={"target_concurrency": 8})
                 assert patched.status_code == 200
                 while status(server, ELASTIC)["replicas"]["draining"] != 1:
                     await asyncio.sleep(0.05)

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from gateway.endpoints.spec import parse_endpoint
 from gateway.config import Settings
+from gateway.endpoints.spec import parse_endpoint
 from tests.fixtures.servers import free_port
 from tests.gateway.conftest import ADMIN_HEADERS, ADMIN_KEY, new_key, serving
 
