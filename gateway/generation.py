@@ -96,7 +96,10 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         # (a client gone before its stream began), or its replica would count a request forever
         held: list[Lease] = []
         finalizers.append(partial(_release_unused, services, endpoint, held))
-        if parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
+        count = len(parsed.requests)
+        while len(held) < count and (free := endpoints.take_free(endpoint)) is not None:
+            held.append(free)  # the usual case: nothing to wait for, nothing to watch
+        if not held and parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
             waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S)
             finalizers.append(waiting.aclose)  # leaves the queue if the stream below never starts
             step = await _unless_gone(request, _next_step(waiting))
@@ -105,7 +108,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                                                  accounting, held),
                               media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
             held.append(step)
-        leases = await _unless_gone(request, _leases(services, endpoint, len(parsed.requests), deadline, held))
+        leases = held if len(held) == count else await _unless_gone(request, _leases(services, endpoint, count,
+                                                                                        deadline, held))
         accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
         merged = _events(services, dialect, endpoint, leases, parsed, deadline)
         if parsed.stream:

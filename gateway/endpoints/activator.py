@@ -107,10 +107,9 @@ class Activator:
                    avoid: Collection[Replica] = ()) -> AsyncIterator[StillWaiting | Lease]:
         """`StillWaiting` every `keepalive_s` while queued, then the `Lease` (or EndpointUnavailable).
         Close the iterator when leaving early (`contextlib.aclosing`): that takes the request out."""
-        self._refuse_if_closed(self.availability())
-        replica = self._free_replica(avoid) if not self._queue else None
-        if replica is not None:
-            yield self._lease(replica, 0.0)
+        lease = self.take_free(avoid)
+        if lease is not None:
+            yield lease
             return
         waiter = self._enqueue()
         delivered = False
@@ -134,6 +133,13 @@ class Activator:
         finally:
             if not delivered:
                 self._leave(waiter)
+
+    def take_free(self, avoid: Collection[Replica] = ()) -> Lease | None:
+        """A lease at once when a replica is available and nobody waits before this request, else None
+        (EndpointUnavailable for an endpoint that failed or is shutting down)."""
+        self._refuse_if_closed(self.availability())
+        replica = self._free_replica(avoid) if not self._queue else None
+        return None if replica is None else self._lease(replica, 0.0)
 
     def release(self, lease: Lease) -> None:
         if lease.released:

@@ -15,6 +15,7 @@ One request
     deadline = wait_deadline(...)                    # deadline.py: max_wait_seconds, the request's own
                                                      # deadline, X-Scale-Up-Timeout (time.monotonic clock)
     lease = await endpoints.acquire(endpoint, deadline)
+        # or endpoints.take_free(endpoint): a lease at once, or None when the request would have to wait
         # or, to send SSE keep-alives while waiting:
         # async with aclosing(endpoints.wait(endpoint, deadline, keepalive_s=10)) as steps:
         #     async for step in steps: StillWaiting -> write a comment line; Lease -> go on
@@ -182,6 +183,9 @@ class Endpoints:
 
     async def acquire(self, endpoint: EndpointController, deadline: float) -> Lease:
         return await endpoint.activator.acquire(deadline)
+
+    def take_free(self, endpoint: EndpointController) -> Lease | None:
+        return endpoint.activator.take_free()
 
     def wait(self, endpoint: EndpointController, deadline: float,
              keepalive_s: float = 10.0) -> AsyncIterator[StillWaiting | Lease]:

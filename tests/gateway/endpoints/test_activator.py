@@ -166,6 +166,25 @@ async def test_a_failed_endpoint_answers_at_once_and_ends_every_wait():
     assert caught.value.reason == "weights failed to load: no such file"
 
 
+async def test_take_free_leases_at_once_or_says_the_request_would_wait():
+    endpoint = Endpoint("no-wait")
+    assert endpoint.activator.take_free() is None and endpoint.activator.waiting == 0  # nothing ready: no lease,
+    assert endpoint.demands == 0  # and no place taken in the queue, no demand counted
+    replica = endpoint.replica()
+    lease = endpoint.activator.take_free()
+    assert lease.replica is replica and lease.waited_s == 0 and replica.in_flight == 1
+    queued = asyncio.create_task(endpoint.activator.acquire(soon()))
+    replica.healthy = False
+    await settle()
+    replica.healthy = True
+    assert endpoint.activator.waiting == 1
+    assert endpoint.activator.take_free() is None  # someone waits before it: it would queue behind them
+    endpoint.activator.pump()
+    endpoint.activator.release(await queued)
+    endpoint.activator.release(lease)
+    assert replica.in_flight == 0
+
+
 async def test_an_endpoint_shutting_down_takes_nothing_even_onto_a_free_replica():
     endpoint = Endpoint("stopping")
     replica = endpoint.replica()
