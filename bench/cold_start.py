@@ -1,7 +1,11 @@
-"""Cold start: a request to the default model scaled to zero, until its first token; and what the
-activator adds once the endpoint is warm.
+"""Cold start: a request to a model scaled to zero, until its first token; and what the activator adds
+once the endpoint is warm.
 
-    .venv/bin/python bench/cold_start.py [--runs 3] [--warm-requests 200] [--quick]
+    .venv/bin/python bench/cold_start.py [--model default|tiny|both] [--runs 3] [--warm-requests 200] [--quick]
+
+`--model default` is SmolLM2-135M-Instruct (its dequantized copy cached); `tiny` the tiny random Llama the
+tests use (tests/fixtures/tiny_model.py, written to a temporary directory): what is left when the weights
+cost nothing, i.e. the activator, the process and the engine.
 
 Each run builds the gateway's `Endpoints` service in this process (its SQLite store in a temporary
 data dir; the weights' cache shared through SLUICE_MODEL_CACHE, so they are cached) with one local
@@ -47,6 +51,7 @@ from gateway.logs import configure_logging  # noqa: E402
 from gateway.routing.worker_trust import worker_secret  # noqa: E402
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+TINY = "tiny/llama"
 CACHE = Path(os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache")))
 PHASES = ("process_start", "imports", "weights", "engine", "warm_up")
 PEER = """
@@ -62,8 +67,8 @@ print(time.time() - began)
 """
 
 
-def request(index: int) -> GenerateRequest:
-    return GenerateRequest(request_id=f"cold-{index}", model=MODEL, prompt="The capital of France is",
+def request(index: int, model: str) -> GenerateRequest:
+    return GenerateRequest(request_id=f"cold-{index}", model=model, prompt="The capital of France is",
                            params=SamplingParams(max_tokens=4, temperature=0.0), stream=True)
 
 
@@ -73,7 +78,7 @@ async def first_token(endpoints: Endpoints, endpoint, index: int) -> tuple[float
     deadline = started + 300
     lease = await endpoints.acquire(endpoint, deadline)
     waited = lease.waited_s
-    events = endpoints.stream(endpoint, lease, request(index), deadline)
+    events = endpoints.stream(endpoint, lease, request(index, endpoint.name), deadline)
     try:
         async for event in events:
             if isinstance(event, Token):
@@ -83,9 +88,9 @@ async def first_token(endpoints: Endpoints, endpoint, index: int) -> tuple[float
     raise RuntimeError("no token")
 
 
-async def cold_run(data_dir: Path, standby: bool, warm_requests: int) -> dict:
+async def cold_run(data_dir: Path, model: dict, standby: bool, warm_requests: int) -> dict:
     settings = ScalingSettings(standby_worker=standby)
-    spec = parse_endpoint({"name": MODEL, "min_replicas": 0, "max_replicas": 1, "idle_seconds": 3600})
+    spec = parse_endpoint({**model, "min_replicas": 0, "max_replicas": 1, "idle_seconds": 3600})
     endpoints = await Endpoints.open(f"sqlite:///{data_dir}/sluice.db", [spec], data_dir, settings)
     await endpoints.start()
     try:
@@ -95,7 +100,7 @@ async def cold_run(data_dir: Path, standby: bool, warm_requests: int) -> dict:
                 if time.monotonic() > deadline:
                     raise TimeoutError("the standby worker did not finish importing")
                 await asyncio.sleep(0.1)
-        endpoint = endpoints.resolve(MODEL, None)
+        endpoint = endpoints.resolve(spec.name, None)
         seconds, lease, waited = await first_token(endpoints, endpoint, 0)
         info = msgspec.json.decode((await lease.replica.client.get("/info")).content, type=ModelInfo)
         result = {"first_token": seconds, "waited": waited, **info.start_seconds}
@@ -114,7 +119,7 @@ async def warm(endpoints: Endpoints, endpoint, url: str, count: int) -> dict:
         endpoints.release(endpoint, lease)
         acquire.append(time.perf_counter() - started)
     through, direct = [], []
-    body = msgspec.json.encode(request(1))
+    body = msgspec.json.encode(request(1, endpoint.name))
     # straight to the worker: with the secret the gateway gave it (worker_trust.py), or it refuses
     async with httpx.AsyncClient(base_url=url, timeout=60, headers={WORKER_SECRET_HEADER: worker_secret()}) as client:
         for index in range(max(10, count // 10)):
@@ -130,8 +135,7 @@ async def warm(endpoints: Endpoints, endpoint, url: str, count: int) -> dict:
     return {"acquire": acquire, "through": through, "direct": direct}
 
 
-def peer_run() -> float:
-    weights = next(p for p in CACHE.iterdir() if (p / "config.json").exists())
+def peer_run(weights: Path) -> float:
     began = time.time()
     out = subprocess.run([sys.executable, "-c", PEER, repr(began), str(weights)], capture_output=True, text=True,
                          env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, check=True)
@@ -149,40 +153,34 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--warm-requests", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", default=bool(os.environ.get("SLUICE_BENCH_QUICK")))
-    args = parser.parse_args()
-    if args.quick:
-        args.runs, args.warm_requests = 1, 50
-    configure_logging("json", level=30)  # warnings only: the workers' own lines go to stderr
-    os.environ["SLUICE_LOG_FORMAT"] = "json"
+def bench_model(label: str, model: dict, weights: Path, args: argparse.Namespace) -> None:
     results: dict[str, list[dict]] = {"standby": [], "cold": []}
     peers = []
     for run in range(args.runs):
         for mode in ("standby", "cold"):
             with tempfile.TemporaryDirectory(prefix="sluice-cold-") as data:
                 warm_count = args.warm_requests if mode == "standby" and run == 0 else 0
-                results[mode].append(asyncio.run(cold_run(Path(data), mode == "standby", warm_count)))
-        peers.append(peer_run())
-        print(f"run {run + 1}/{args.runs}: standby {results['standby'][-1]['first_token']:.2f} s, "
+                results[mode].append(asyncio.run(cold_run(Path(data), model, mode == "standby", warm_count)))
+        peers.append(peer_run(weights))
+        print(f"{label} run {run + 1}/{args.runs}: standby {results['standby'][-1]['first_token']:.2f} s, "
               f"cold {results['cold'][-1]['first_token']:.2f} s, transformers {peers[-1]:.2f} s", flush=True)
 
-    print(f"\nrequest -> first token, default model scaled to zero, cached weights; median (min-max) of {args.runs}")
-    print(f"{'':28}{'standby':>22}{'cold':>22}")
+    print(f"\nrequest -> first token, {label} scaled to zero, cached weights; median (min-max) of {args.runs}; "
+          f"load average before: {os.getloadavg()[0]:.1f}")
+    print(f"{'':32}{'standby':>22}{'cold':>22}")
     rows = [("request -> first token (s)", "first_token"), ("  activator wait (s)", "waited")]
     rows += [(f"  worker: {phase} (s)", phase) for phase in PHASES]
     rows += [("  worker: total to ready (s)", "total")]
-    for label, key in rows:
+    for label_, key in rows:
         cells = [spread([r.get(key, 0.0) for r in results[mode]]) for mode in ("standby", "cold")]
-        print(f"{label:28}{cells[0]:>22}{cells[1]:>22}")
-    print(f"{'transformers, fresh process (s)':28}{spread(peers):>22}")
+        print(f"{label_:32}{cells[0]:>22}{cells[1]:>22}")
+    print(f"{'transformers, fresh process (s)':32}{spread(peers):>22}")
     for mode in ("standby", "cold"):
         ours = statistics.median(r["first_token"] for r in results[mode])
-        print(f"{mode}: {ours:.2f} s = {ours / statistics.median(peers):.2f}x the transformers peer; "
+        print(f"{label} {mode}: {ours:.2f} s = {ours / statistics.median(peers):.2f}x the transformers peer; "
               f"target <= 3 s: {'met' if ours <= 3 else 'missed'}")
+    if not args.warm_requests:
+        return
     warm_run = results["standby"][0]
     acquire = warm_run["acquire"]
     print(f"\nwarm activator: acquire + release p50 {percentile(acquire, 0.5) * 1e6:.0f} us, "
@@ -191,7 +189,31 @@ def main() -> None:
     print(f"warm first token: through the service p50 {percentile(through, 0.5) * 1e3:.1f} ms "
           f"p99 {percentile(through, 0.99) * 1e3:.1f} ms; straight to the worker p50 "
           f"{percentile(direct, 0.5) * 1e3:.1f} ms p99 {percentile(direct, 0.99) * 1e3:.1f} ms "
-          f"(ratio p50 {percentile(through, 0.5) / percentile(direct, 0.5):.2f})")
+          f"(ratio p50 {percentile(through, 0.5) / percentile(direct, 0.5):.2f})\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=("default", "tiny", "both"), default="both")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warm-requests", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", default=bool(os.environ.get("SLUICE_BENCH_QUICK")))
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.warm_requests = 1, 50
+    configure_logging("json", level=30)  # warnings only: the workers' own lines go to stderr
+    os.environ["SLUICE_LOG_FORMAT"] = "json"
+    if args.model in ("tiny", "both"):
+        # the test suite's tiny model, built the same way (imported only when asked for)
+        from tests.fixtures.tiny_model import write_tiny_model
+
+        with tempfile.TemporaryDirectory(prefix="sluice-tiny-") as tiny:
+            write_tiny_model(Path(tiny))
+            bench_model("the tiny random Llama", {"name": TINY, "source": tiny, "threads": 1, "decode_threads": 1},
+                        Path(tiny), args)
+    if args.model in ("default", "both"):
+        weights = next(p for p in CACHE.iterdir() if (p / "config.json").exists())
+        bench_model("SmolLM2-135M", {"name": MODEL}, weights, args)
 
 
 if __name__ == "__main__":

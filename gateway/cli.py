@@ -19,6 +19,7 @@ from auth.cli import register
 from billing.cli import register as register_usage
 from gateway.app import create_app
 from gateway.config import Settings, load_settings
+from gateway.draining import DrainingServer
 from gateway.lifespan import STATE_FAILURE
 from gateway.logs import configure_logging
 from gateway.secrets import load_pepper, pepper_path
@@ -70,15 +71,15 @@ def _serve(args: argparse.Namespace) -> int:
         return fail(f"cannot listen on {settings.host}:{settings.port} ({reason}): stop the program that uses "
                     "it, or choose another address with --host / --port")
     app = create_app(settings)
-    # SIGTERM: running streams finish (up to shutdown_grace_seconds or the longest drain_seconds) before the
-    # endpoints drain and stop and the usage log drains
+    # SIGTERM: new requests get a 503 while running streams finish (up to shutdown_grace_seconds or the longest
+    # drain_seconds); then the endpoints stop and the usage log drains (gateway/draining.py)
     drain_s = max([settings.shutdown_grace_seconds, *(model.drain_seconds for model in settings.models)])
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+    server = DrainingServer(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
                                            timeout_graceful_shutdown=drain_s,
                                            # the client stays the TCP peer: X-Forwarded-For is read only from
                                            # trusted_proxies (auth.forwarded), never rewritten by uvicorn
-                                           proxy_headers=False))
+                                           proxy_headers=False), app, drain_s)
     on_failure(lambda: setattr(server, "should_exit", True))
     quiet = LifespanFailureFilter(server)
     logging.getLogger("uvicorn.error").addFilter(quiet)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -47,6 +47,8 @@ FAILED_FINISHES = {
 SSE_MEDIA_TYPE = "text/event-stream"
 KEEPALIVE_S = 10.0  # below the idle timeouts of common proxies (nginx 60 s, AWS ALB 60 s)
 KEEPALIVE = b": waiting for a replica\n\n"  # an SSE comment: every SSE client skips it
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the answer; nobody reads it
+T = TypeVar("T")
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
@@ -55,7 +57,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     principal: Principal = request.user  # set by the authentication middleware
     request_id = request_id_of(request)
     accounting = Accounting(services, principal, request_id, dialect.name, route)
-    request.scope["state"].setdefault("finalizers", []).append(partial(accounting.finish, "cancelled"))
+    finalizers = request.scope["state"].setdefault("finalizers", [])
+    finalizers.append(partial(accounting.finish, "cancelled"))
     try:
         if payload is UNREAD:
             payload = await read_json(request)
@@ -89,16 +92,24 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
                                  header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
         meta = Meta(request_id, int(time.time()), parsed.model)
-        first_lease = None
-        if parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
+        # every lease this request takes: the last finalizer hands back any that no stream took over
+        # (a client gone before its stream began), or its replica would count a request forever
+        held: list[Lease] = []
+        finalizers.append(partial(_release_unused, services, endpoint, held))
+        count = len(parsed.requests)
+        while len(held) < count and (free := endpoints.take_free(endpoint)) is not None:
+            held.append(free)  # the usual case: nothing to wait for, nothing to watch
+        if not held and parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
             waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S)
-            step = await _next_step(waiting)
+            finalizers.append(waiting.aclose)  # leaves the queue if the stream below never starts
+            step = await _unless_gone(request, _next_step(waiting))
             if isinstance(step, StillWaiting):  # the endpoint is waking: answer now, keep the connection open
                 return Stream(_stream_after_wait(services, dialect, parsed, endpoint, waiting, deadline, meta,
-                                                 accounting),
+                                                 accounting, held),
                               media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-            first_lease = step
-        leases = await _leases(services, endpoint, len(parsed.requests), deadline, first_lease)
+            held.append(step)
+        leases = held if len(held) == count else await _unless_gone(request, _leases(services, endpoint, count,
+                                                                                        deadline, held))
         accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
         merged = _events(services, dialect, endpoint, leases, parsed, deadline)
         if parsed.stream:
@@ -118,6 +129,9 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     except SluiceError as error:
         await accounting.finish(accounting.failure_status(error), error)
         return dialect.error_response(error, accounting.headers())
+    except ClientGone:  # left while waiting for a replica: out of the queue, nothing billed
+        await accounting.finish("cancelled")
+        return Response(b"", status_code=CLIENT_CLOSED_REQUEST)
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
         raise
@@ -180,10 +194,10 @@ async def _next_step(waiting: AsyncIterator[StillWaiting | Lease]) -> StillWaiti
 
 
 async def _leases(services: Services, endpoint: EndpointController, count: int, deadline: float,
-                  first: Lease | None = None) -> list[Lease]:
-    """One lease per GenerateRequest of the client's request (`first` already taken); none is kept when one
-    cannot be had (a client that leaves while waiting cancels this: its place in the queue goes with it)."""
-    leases: list[Lease] = [first] if first is not None else []
+                  leases: list[Lease]) -> list[Lease]:
+    """`leases` (those already taken) filled up to one per GenerateRequest of the client's request; none is
+    kept when one cannot be had (a client that leaves while waiting cancels this: its place in the queue
+    goes with it)."""
     try:
         while len(leases) < count:
             leases.append(await services.endpoints.acquire(endpoint, deadline))
@@ -194,9 +208,42 @@ async def _leases(services: Services, endpoint: EndpointController, count: int, 
     return leases
 
 
+async def _release_unused(services: Services, endpoint: EndpointController, leases: list[Lease]) -> None:
+    for lease in leases:
+        services.endpoints.release(endpoint, lease)  # a no-op for a lease its stream already released
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited for a replica."""
+
+
+async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """`work` (a wait for a replica), cancelled when the client disconnects first: its place in the queue
+    is freed at once, not when a replica would have come or the wait ran out. No response has begun, so
+    nothing else is listening for the disconnect. Raises ClientGone."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise ClientGone
+    return task.result()  # what the wait ended with, if it ended as the client left
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (its body was read already: a disconnect is all that can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parsed, endpoint: EndpointController,
                              waiting: AsyncIterator[StillWaiting | Lease], deadline: float, meta: Meta,
-                             accounting: Accounting) -> AsyncIterator[bytes]:
+                             accounting: Accounting, held: list[Lease]) -> AsyncIterator[bytes]:
     """A stream whose endpoint is still waking after KEEPALIVE_S: an SSE comment every KEEPALIVE_S keeps
     idle-timeout proxies from closing the connection; a refusal then comes as the dialect's error event. A
     client that leaves while waiting leaves the queue and is recorded as cancelled, with nothing billed and
@@ -208,8 +255,8 @@ async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parse
                 if isinstance(step, StillWaiting):
                     yield KEEPALIVE
                 else:
-                    first = step
-        leases = await _leases(services, endpoint, len(parsed.requests), deadline, first)
+                    held.append(step)
+        leases = await _leases(services, endpoint, len(parsed.requests), deadline, held)
     except SluiceError as error:
         await accounting.finish(accounting.failure_status(error), error)
         yield dialect.stream_error(error)

@@ -1,7 +1,7 @@
 """The activator: requests that find no replica to take them wait here, in the endpoint's FIFO queue.
 
 - A request goes straight to the least-loaded available replica when nobody is queued before it.
-  Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_queue`, and the
+  Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_waiting`, and the
   endpoint's controller is told once per request that demand grew (it samples demand, the autoscaler
   decides: one scale-up however many requests arrive together).
 - Queued requests are released oldest first, each onto a replica that has fewer than
@@ -69,13 +69,13 @@ class _Waiter:
 
 class Activator:
     def __init__(self, name: str, pool: ModelPool, availability: Callable[[], Availability],
-                 on_demand: Callable[[], None], *, max_queue: int, release_limit: int,
+                 on_demand: Callable[[], None], *, max_waiting: int, release_limit: int,
                  clock: Callable[[], float] = time.monotonic):
         self.name = name
         self.pool = pool
         self.availability = availability
         self.on_demand = on_demand
-        self.max_queue = max_queue
+        self.max_waiting = max_waiting
         self.release_limit = release_limit  # requests in flight per replica while a queue is released
         self.clock = clock
         self.turned_away = 0  # refused for a full queue since the controller last sampled demand
@@ -85,9 +85,9 @@ class Activator:
     def waiting(self) -> int:
         return len(self._queue)
 
-    def configure(self, *, max_queue: int, target_concurrency: float, burst_factor: float) -> None:
+    def configure(self, *, max_waiting: int, target_concurrency: float, burst_factor: float) -> None:
         """Apply the endpoint's (possibly patched) bounds."""
-        self.max_queue = max_queue
+        self.max_waiting = max_waiting
         self.release_limit = max(1, math.ceil(target_concurrency * burst_factor))
         self.pump()
 
@@ -107,9 +107,9 @@ class Activator:
                    avoid: Collection[Replica] = ()) -> AsyncIterator[StillWaiting | Lease]:
         """`StillWaiting` every `keepalive_s` while queued, then the `Lease` (or EndpointUnavailable).
         Close the iterator when leaving early (`contextlib.aclosing`): that takes the request out."""
-        replica = self._free_replica(avoid) if not self._queue else None
-        if replica is not None:
-            yield self._lease(replica, 0.0)
+        lease = self.take_free(avoid)
+        if lease is not None:
+            yield lease
             return
         waiter = self._enqueue()
         delivered = False
@@ -133,6 +133,13 @@ class Activator:
         finally:
             if not delivered:
                 self._leave(waiter)
+
+    def take_free(self, avoid: Collection[Replica] = ()) -> Lease | None:
+        """A lease at once when a replica is available and nobody waits before this request, else None
+        (EndpointUnavailable for an endpoint that failed or is shutting down)."""
+        self._refuse_if_closed(self.availability())
+        replica = self._free_replica(avoid) if not self._queue else None
+        return None if replica is None else self._lease(replica, 0.0)
 
     def release(self, lease: Lease) -> None:
         if lease.released:
@@ -164,14 +171,18 @@ class Activator:
 
     # ---- internals ----
 
-    def _enqueue(self) -> _Waiter:
-        availability = self.availability()
+    def _refuse_if_closed(self, availability: Availability) -> None:
+        """A failed endpoint, or one shutting down, takes nothing, not even onto a replica that is free."""
         if availability.state == "failed":
             raise self._refusal("endpoint_failed", "the endpoint failed", availability)
         if availability.state == "draining":
             raise self._refusal("endpoint_draining", "the endpoint is shutting down", availability)
-        if len(self._queue) >= self.max_queue:
-            self.turned_away += 1  # still demand: with `max_queue = 0` this is what wakes the endpoint
+
+    def _enqueue(self) -> _Waiter:
+        availability = self.availability()
+        self._refuse_if_closed(availability)
+        if len(self._queue) >= self.max_waiting:
+            self.turned_away += 1  # still demand: with `max_waiting = 0` this is what wakes the endpoint
             self.on_demand()
             raise self._refusal("queue_full", f"{len(self._queue)} requests are already waiting", availability)
         waiter = _Waiter(self.clock())

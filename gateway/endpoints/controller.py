@@ -75,9 +75,9 @@ class EndpointController:
         self.on_failed = on_failed
         self.clock = clock
         self.autoscaler = Autoscaler(settings, clock())
-        self.activator = Activator(spec.name, self.pool, self.availability, self.poke, max_queue=spec.max_queue,
+        self.activator = Activator(spec.name, self.pool, self.availability, self.poke, max_waiting=spec.max_waiting,
                                    release_limit=1, clock=clock)
-        self.activator.configure(max_queue=spec.max_queue, target_concurrency=spec.target_concurrency,
+        self.activator.configure(max_waiting=spec.max_waiting, target_concurrency=spec.target_concurrency,
                                  burst_factor=settings.burst_factor)
         self.members: dict[str, Member] = {}
         self.failure: str | None = None
@@ -110,17 +110,25 @@ class EndpointController:
     def update(self, spec: EndpointSpec) -> None:
         """A PATCH: bounds, target and idle time apply from the next tick; a failure is cleared."""
         self.spec = spec
-        self.activator.configure(max_queue=spec.max_queue, target_concurrency=spec.target_concurrency,
+        self.activator.configure(max_waiting=spec.max_waiting, target_concurrency=spec.target_concurrency,
                                  burst_factor=self.settings.burst_factor)
         if self.failure is not None:
             log.info("endpoint_failure_cleared", endpoint=self.name)
             self.failure, self.start_streak, self._next_start = None, 0, -math.inf
         self.poke()
 
-    async def drain_and_stop(self) -> None:
-        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop."""
+    def stop_accepting(self) -> None:
+        """No new request from now on (503, `draining`), and none waiting; running streams go on."""
         self.stopping = True
         self.activator.reject_all("endpoint_draining", "the endpoint is shutting down")
+
+    @property
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.pool.replicas)
+
+    async def drain_and_stop(self) -> None:
+        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop."""
+        self.stop_accepting()
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -319,7 +327,7 @@ class EndpointController:
         draining = sum(1 for m in self.members.values() if m.draining)
         return EndpointStatus(name=self.name, state=self.state, reason=self.failure,
                               replicas=ReplicaCounts(ready, starting, draining), desired_replicas=self.desired,
-                              in_flight=sum(r.in_flight for r in self.pool.replicas), waiting=self.activator.waiting,
+                              in_flight=self.in_flight, waiting=self.activator.waiting,
                               spec=self.spec)
 
     def _publish(self) -> None:

@@ -15,6 +15,7 @@ One request
     deadline = wait_deadline(...)                    # deadline.py: max_wait_seconds, the request's own
                                                      # deadline, X-Scale-Up-Timeout (time.monotonic clock)
     lease = await endpoints.acquire(endpoint, deadline)
+        # or endpoints.take_free(endpoint): a lease at once, or None when the request would have to wait
         # or, to send SSE keep-alives while waiting:
         # async with aclosing(endpoints.wait(endpoint, deadline, keepalive_s=10)) as steps:
         #     async for step in steps: StillWaiting -> write a comment line; Lease -> go on
@@ -140,6 +141,17 @@ class Endpoints:
         for spec in specs:
             await self._launch(spec)
 
+    def stop_accepting(self) -> None:
+        """SIGTERM's first step (gateway/draining.py): every endpoint refuses new requests with a 503 in
+        state `draining`; the requests already on a replica go on."""
+        for controller in self.controllers.values():
+            controller.stop_accepting()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests holding a replica, over every endpoint."""
+        return sum(controller.in_flight for controller in self.controllers.values())
+
     async def drain_and_stop(self) -> None:
         controllers, self.controllers = list(self.controllers.values()), {}
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))
@@ -182,6 +194,9 @@ class Endpoints:
 
     async def acquire(self, endpoint: EndpointController, deadline: float) -> Lease:
         return await endpoint.activator.acquire(deadline)
+
+    def take_free(self, endpoint: EndpointController) -> Lease | None:
+        return endpoint.activator.take_free()
 
     def wait(self, endpoint: EndpointController, deadline: float,
              keepalive_s: float = 10.0) -> AsyncIterator[StillWaiting | Lease]:

@@ -6,9 +6,10 @@ and wait bounds, the provisioner, and an optional owning team. Each `[[models]]`
 file is one, and so is each body of `POST /admin/endpoints`.
 
 Old config entries keep working: `replicas = N` means N always-on local replicas (min = max = N) and
-`urls = [...]` means a static provisioner over those workers. `max_queue` bounds both the requests
-waiting in the gateway for a replica and those waiting inside each worker (it meant the latter alone
-before endpoints existed).
+`urls = [...]` means a static provisioner over those workers. Two queues, two bounds: `max_queue` keeps
+its old meaning, the requests waiting inside each worker (a worker setting: it shapes the replicas), and
+`max_waiting` bounds the requests waiting in the gateway's activator for a replica (patchable at run
+time). An entry that gives `max_queue` alone gets the same number for both, as before the split.
 
 Every rule raises a `ValueError` naming its field; msgspec reports it with the entry's path.
 """
@@ -25,7 +26,7 @@ from common.protocol import ModelConfig
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 NAME_LIMIT = 256
 # fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
-PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_queue",
+PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting",
              "max_wait_seconds", "drain_seconds", "team_id")
 
 
@@ -57,6 +58,7 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
     max_replicas: int | msgspec.UnsetType = msgspec.UNSET  # unset: max(min_replicas, 1)
     target_concurrency: float = 16.0  # in-flight requests per replica the autoscaler aims for
     idle_seconds: Seconds = 300.0  # no request for this long -> scale to zero (when min_replicas is 0)
+    max_waiting: int | msgspec.UnsetType = msgspec.UNSET  # the activator's queue; unset: `max_queue`
     max_wait_seconds: Seconds = 120.0  # the longest a request waits in the activator's queue
     drain_seconds: Seconds = 120.0  # a replica being removed finishes its streams for at most this long
     provisioner: Provisioning = msgspec.field(default_factory=LocalProvisioning)
@@ -67,6 +69,8 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         self._adopt_old_fields()
         _check_provisioner(self.provisioner)
         _check_worker_fields(self)
+        if self.max_waiting is msgspec.UNSET:  # one number for both queues, as before they were two settings
+            self.max_waiting = self.max_queue
         _check_scaling(self)
         if self.team_id is not None and not self.team_id.strip():
             raise ValueError("`team_id` must be a team id, or absent for a public endpoint")
@@ -164,6 +168,8 @@ def _check_scaling(spec: EndpointSpec) -> None:
         raise ValueError(f"`min_replicas` ({spec.min_replicas}) must not exceed `max_replicas` ({spec.max_replicas})")
     if not spec.target_concurrency > 0:
         raise ValueError(f"`target_concurrency` must be more than 0 (got {spec.target_concurrency})")
+    if spec.max_waiting < 0:
+        raise ValueError(f"`max_waiting` must be 0 (no waiting for a replica) or more (got {spec.max_waiting})")
     if not spec.max_wait_seconds > 0:
         raise ValueError(f"`max_wait_seconds` must be more than 0 (got {spec.max_wait_seconds})")
 

@@ -25,16 +25,47 @@ class Leased(Protocol):
     replica: Replica
 
 
-async def stream_with_failover(request: GenerateRequest, lease: Leased, *,
-                               reacquire: Callable[[set[Replica]], Awaitable[Leased]],
-                               release: Callable[[Leased], None],
-                               ejection_s: float,
-                               on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
-                               retries: int = RETRIES) -> AsyncIterator[Event]:
+def stream_with_failover(request: GenerateRequest, lease: Leased, *,
+                         reacquire: Callable[[set[Replica]], Awaitable[Leased]],
+                         release: Callable[[Leased], None],
+                         ejection_s: float,
+                         on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
+                         retries: int = RETRIES) -> FailoverStream:
     """Relay the request's events. Owns `lease` (and any lease it takes after a failure) and releases
-    it when the stream ends, fails or is closed. `reacquire(tried)` leases another replica, avoiding
+    it when the stream ends, fails or is closed (started or not). `reacquire(tried)` leases another replica, avoiding
     those tried; `on_failure(replica, ejected, retrying)` hears of each attempt that failed before its
     first event."""
+    return FailoverStream(_relay(request, lease, reacquire=reacquire, release=release, ejection_s=ejection_s,
+                                 on_failure=on_failure, retries=retries), lease, release)
+
+
+class FailoverStream:
+    """The events of `stream_with_failover`. It owns its lease before its first event too: closing a stream
+    that never started (a client gone before the response began, a fan-out whose other choice failed first)
+    releases the lease, where a bare async generator that never ran would skip its `finally`."""
+
+    def __init__(self, events: AsyncIterator[Event], lease: Leased, release: Callable[[Leased], None]):
+        self._events = events
+        self._lease: Leased | None = lease  # until the relay runs and takes it over
+        self._release = release
+
+    def __aiter__(self) -> FailoverStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        self._lease = None
+        return await anext(self._events)
+
+    async def aclose(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            self._release(lease)
+        await self._events.aclose()
+
+
+async def _relay(request: GenerateRequest, lease: Leased, *, reacquire: Callable[[set[Replica]], Awaitable[Leased]],
+                 release: Callable[[Leased], None], ejection_s: float,
+                 on_failure: Callable[[Replica, bool, bool], None], retries: int) -> AsyncIterator[Event]:
     body = msgspec.json.encode(request)
     tried: set[Replica] = set()
     try:

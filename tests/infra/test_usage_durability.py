@@ -76,6 +76,10 @@ async def test_sigterm_under_load_loses_no_answered_request(postgres, worker, tm
             if response.status_code == 200:
                 assert response.json()["usage"]["completion_tokens"] > 0
                 answered.append(response.headers["x-request-id"])
+            elif stopping.is_set() and response.status_code == 503:  # draining: it answers, and says so
+                assert response.json()["error"]["endpoint_state"] == "draining", response.text
+                refused += 1
+                await asyncio.sleep(0.05)
             else:
                 other.append(f"{response.status_code} {response.text[:200]}")
 

@@ -20,6 +20,7 @@ from worker.loading import (
     ModelLoadError,
     default_gguf_path,
     file_sha256,
+    remembered_sha256,
     load_model,
     resolve_source,
 )
@@ -73,6 +74,21 @@ def test_gguf_is_dequantized_once_and_then_cached(smol, tmp_path):
 
 def test_gguf_path_given_explicitly_uses_the_same_cache(tmp_path):
     assert resolve_source(str(default_gguf_path()), tmp_path) == MODEL_CACHE / file_sha256(default_gguf_path())
+
+
+def test_a_files_hash_is_remembered_until_the_file_changes(tmp_path):
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"first")
+    cache = tmp_path / "cache"
+    assert remembered_sha256(source, cache) == file_sha256(source)
+    [memo] = (cache / ".sha256").iterdir()
+    memo.write_text("f" * 64)  # what a later start reads instead of hashing the file again
+    assert remembered_sha256(source, cache) == "f" * 64
+    source.write_bytes(b"second, longer")  # changed in place: a new size (and mtime), so hashed again
+    assert remembered_sha256(source, cache) == file_sha256(source)
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")  # a cache it cannot write to still answers
+    assert remembered_sha256(source, blocked) == file_sha256(source)
 
 
 def test_default_model_matches_transformers_generate(smol):

@@ -19,15 +19,15 @@ from gateway.routing.pool import ModelPool, Replica
 class Endpoint:
     """A pool, an activator over it, and the state the activator asks about."""
 
-    def __init__(self, name: str, *, max_queue: int = 100, target: float = 2, burst: float = 1.5):
+    def __init__(self, name: str, *, max_waiting: int = 100, target: float = 2, burst: float = 1.5):
         self.name = name
         self.pool = ModelPool(name)
         self.state = "scaled_to_zero"
         self.reason: str | None = None
         self.demands = 0
-        self.activator = Activator(name, self.pool, self.availability, self.on_demand, max_queue=max_queue,
+        self.activator = Activator(name, self.pool, self.availability, self.on_demand, max_waiting=max_waiting,
                                    release_limit=1)
-        self.activator.configure(max_queue=max_queue, target_concurrency=target, burst_factor=burst)
+        self.activator.configure(max_waiting=max_waiting, target_concurrency=target, burst_factor=burst)
 
     def availability(self) -> Availability:
         return Availability(self.state, self.reason, 7.0)
@@ -116,7 +116,7 @@ def test_with_nobody_waiting_a_busy_replica_still_takes_requests_directly():
 
 
 async def test_a_full_queue_refuses_with_the_state_and_retry_after_and_still_wakes_the_endpoint():
-    endpoint = Endpoint("full", max_queue=2)
+    endpoint = Endpoint("full", max_waiting=2)
     tasks = [asyncio.create_task(endpoint.activator.acquire(soon())) for _ in range(2)]
     await settle()
     with pytest.raises(EndpointUnavailable) as caught:
@@ -130,7 +130,7 @@ async def test_a_full_queue_refuses_with_the_state_and_retry_after_and_still_wak
 
 
 async def test_no_queue_at_all_refuses_at_once_but_counts_as_demand():
-    endpoint = Endpoint("no-queue", max_queue=0)
+    endpoint = Endpoint("no-queue", max_waiting=0)
     with pytest.raises(EndpointUnavailable, match="already waiting"):
         await endpoint.activator.acquire(soon())
     assert endpoint.activator.turned_away == 1
@@ -164,6 +164,35 @@ async def test_a_failed_endpoint_answers_at_once_and_ends_every_wait():
         await endpoint.activator.acquire(soon(60))
     assert time.monotonic() - started < 1 and caught.value.code == "endpoint_failed"
     assert caught.value.reason == "weights failed to load: no such file"
+
+
+async def test_take_free_leases_at_once_or_says_the_request_would_wait():
+    endpoint = Endpoint("no-wait")
+    assert endpoint.activator.take_free() is None and endpoint.activator.waiting == 0  # nothing ready: no lease,
+    assert endpoint.demands == 0  # and no place taken in the queue, no demand counted
+    replica = endpoint.replica()
+    lease = endpoint.activator.take_free()
+    assert lease.replica is replica and lease.waited_s == 0 and replica.in_flight == 1
+    queued = asyncio.create_task(endpoint.activator.acquire(soon()))
+    replica.healthy = False
+    await settle()
+    replica.healthy = True
+    assert endpoint.activator.waiting == 1
+    assert endpoint.activator.take_free() is None  # someone waits before it: it would queue behind them
+    endpoint.activator.pump()
+    endpoint.activator.release(await queued)
+    endpoint.activator.release(lease)
+    assert replica.in_flight == 0
+
+
+async def test_an_endpoint_shutting_down_takes_nothing_even_onto_a_free_replica():
+    endpoint = Endpoint("stopping")
+    replica = endpoint.replica()
+    endpoint.state = "draining"  # SIGTERM's first step: the replica is still there, busy with its streams
+    with pytest.raises(EndpointUnavailable) as caught:
+        await endpoint.activator.acquire(soon())
+    assert (caught.value.code, caught.value.state) == ("endpoint_draining", "draining")
+    assert replica.in_flight == 0 and "retry-after" in caught.value.headers
 
 
 async def test_a_cancelled_waiter_leaves_the_queue():

@@ -26,7 +26,7 @@ class Stubs:
         self.workers = workers
         self.pool = router.pool("stub")
         self.activator = Activator("stub", self.pool, lambda: Availability("ready", None, 1.0), lambda: None,
-                                   max_queue=10, release_limit=8)
+                                   max_waiting=10, release_limit=8)
 
     def replica(self, worker: StubWorker):
         return next(r for r in self.pool.replicas if r.url == worker.url)
@@ -116,6 +116,18 @@ async def test_closing_the_stream_early_releases_the_lease(stubs):
     await events.aclose()  # the client went away
     assert stubs.replica(holding).in_flight == 0
     holding.release.set()
+
+
+async def test_closing_a_stream_that_never_started_releases_its_lease(stubs):
+    # a client gone before its response began, or a fan-out closed before its other choices ran: the
+    # relay never ran, so no `finally` of its own could give the lease back
+    idle = stubs.workers[0]
+    events = stubs.stream(await stubs.lease_on(idle))
+    assert stubs.replica(idle).in_flight == 1
+    await events.aclose()
+    assert stubs.replica(idle).in_flight == 0 and idle.generate_calls == 0
+    await events.aclose()  # twice is once
+    assert stubs.replica(idle).in_flight == 0
 
 
 async def test_an_ejection_doubles_while_the_replica_keeps_failing_and_ends_after_a_success(stubs):

@@ -45,6 +45,8 @@ def refused(raw: dict) -> str:
     ({"max_wait_seconds": -3}, "$.max_wait_seconds"),
     ({"drain_seconds": -1}, "$.drain_seconds"),
     ({"max_queue": -1}, "`max_queue`"),
+    ({"max_waiting": -1}, "`max_waiting`"),
+    ({"max_waiting": "many"}, "$.max_waiting"),
     ({"max_batch_size": 0}, "`max_batch_size`"),
     ({"max_batched_tokens": 0}, "`max_batched_tokens`"),
     ({"threads": -1}, "`threads`"),
@@ -165,6 +167,20 @@ def test_a_patch_changes_bounds_and_checks_every_rule_again():
     with pytest.raises(ValueError, match="`name` cannot change"):
         spec.patched({"name": "other"})
     assert set(PATCHABLE) <= set(EndpointSpec.__struct_fields__)
+
+
+def test_the_gateways_queue_and_each_workers_queue_are_two_settings():
+    old = parse_endpoint({"name": NAME, "max_queue": 7})  # an old entry: one number, both bounds, as before
+    assert (old.max_waiting, old.worker_config().max_queue) == (7, 7)
+    split = parse_endpoint({"name": NAME, "max_queue": 7, "max_waiting": 0})  # refuse at once when no replica is free
+    assert (split.max_waiting, split.worker_config().max_queue) == (0, 7)
+    assert "max_waiting" not in msgspec.to_builtins(split.worker_config())  # the worker knows its own queue only
+    patched = old.patched({"max_waiting": 50})  # the gateway's queue changes at run time; the workers' does not
+    assert (patched.max_waiting, patched.worker_config().max_queue) == (50, 7)
+    assert old.patched({"min_replicas": 0}).max_waiting == 7  # the resolved bound is kept, not re-derived
+    with pytest.raises(ValueError, match="`max_queue` cannot change on a running endpoint"):
+        old.patched({"max_queue": 9})
+    assert msgspec.convert(msgspec.to_builtins(split), EndpointSpec) == split
 
 
 def test_a_static_endpoint_patches_everything_but_its_size():
