@@ -153,14 +153,6 @@ class Router:
     def pool(self, model: str) -> ModelPool | None:
         return self.pools.get(model)
 
-    def resolve(self, model: str) -> str:
-        """Clients that name no model ("tgi" from text-generation, "dummy" from huggingface_hub's
-        chat_completion with a URL, "default" for a Friendli container call without one) get the first
-        served model, as TGI and Friendli containers do. Other names stay as given."""
-        if model in DEFAULT_MODEL_ALIASES and model not in self.pools and self.pools:
-            return next(iter(self.pools))
-        return model
-
     def unready_models(self) -> list[str]:
         return [name for name, pool in self.pools.items() if not pool.ready]
 
