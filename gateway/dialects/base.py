@@ -132,5 +132,3 @@ def incomplete(finish) -> dict:
 def check(condition: bool, message: str, param: str) -> None:
     if not condition:
         raise ValidationFailed(message, param=param)
-
-
