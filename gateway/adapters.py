@@ -52,6 +52,10 @@ class AdapterRegistry:
     def of(self, endpoint: str) -> dict[str, str]:
         return {**self._registered.get(endpoint, {}), **self._declared(endpoint)}
 
+    def origin(self, endpoint: str, name: str) -> str:
+        """Where `name` comes from: "declared" (the endpoint's spec) or "registered" (the admin API)."""
+        return "declared" if name in self._declared(endpoint) else "registered"
+
     def ref(self, endpoint: str, name: str, field_name: str) -> AdapterRef:
         adapters = self.of(endpoint)
         if name not in adapters:

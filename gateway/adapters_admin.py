@@ -8,12 +8,12 @@ the weights on first use."""
 from __future__ import annotations
 
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from gateway.adapters import SEPARATOR
 from gateway.dialects.base import convert
+from gateway.endpoints.spec import check_adapter_source
 from gateway.errors import NotFound, ValidationFailed
 from gateway.services import Services
 from common.protocol import AdapterName, AdapterSource
@@ -30,18 +30,9 @@ def _endpoint(services: Services, endpoint: str) -> str:
     return endpoint
 
 
-def _check_source(source: str) -> None:
-    if source.startswith("s3://"):
-        if len(source) <= len("s3://") or source[len("s3://"):].startswith("/"):
-            raise ValidationFailed("source must be s3://<bucket>/<prefix>", param="source")
-        return
-    if not Path(source).is_absolute() or not (Path(source) / "adapter_config.json").is_file():
-        raise ValidationFailed("source must be an absolute path to a PEFT adapter directory (holding "
-                               "adapter_config.json) or an s3:// prefix", param="source")
-
-
 def _listing(services: Services, endpoint: str) -> dict:
-    return {"data": [{"name": name, "source": source, "model": f"{endpoint}{SEPARATOR}{name}"}
+    return {"data": [{"name": name, "source": source, "model": f"{endpoint}{SEPARATOR}{name}",
+                      "origin": services.adapters.origin(endpoint, name)}
                      for name, source in sorted(services.adapters.of(endpoint).items())]}
 
 
@@ -60,10 +51,13 @@ def adapter_path(rest: str, endpoints: Collection[str]) -> tuple[str, str | None
 
 async def register_adapter(services: Services, endpoint: str, payload: Any) -> dict:
     body = convert(payload, RegisterAdapter)
-    _check_source(body.source)
+    try:
+        check_adapter_source(body.source)
+    except ValueError as error:
+        raise ValidationFailed(f"source {error}", param="source") from None
     await services.adapters.add(_endpoint(services, endpoint), body.name, body.source)
     return {"endpoint": endpoint, "name": body.name, "source": body.source,
-            "model": f"{endpoint}{SEPARATOR}{body.name}"}
+            "model": f"{endpoint}{SEPARATOR}{body.name}", "origin": "registered"}
 
 
 def list_adapters(services: Services, endpoint: str) -> dict:

@@ -27,13 +27,13 @@ from auth import Principal
 from gateway.accounting import Accounting
 from gateway.adapters import split_model
 from gateway.collect import Result, merge
-from gateway.dialects.base import Dialect, Meta, Parsed, with_default_model
+from gateway.dialects.base import Dialect, Meta, Parsed
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import GenerationFailed, RequestTimedOut, SluiceError
 from gateway.logs import request_id_of
-from gateway.services import Services
+from gateway.services import DEFAULT_MODEL, Services
 from common.errors import LedgerUnavailable
 from common.json_body import read_json
 from common.protocol import Event, Finish
@@ -62,8 +62,9 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     try:
         if payload is UNREAD:
             payload = await read_json(request)
-        if dialect.model_optional:
-            with_default_model(services.router, payload)
+        if dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
+            # TGI and SGLang bodies name no model: the first endpoint the caller may see
+            payload["model"] = services.endpoints.resolve(DEFAULT_MODEL, principal).name
         if isinstance(payload, dict) and isinstance(payload.get("model"), str):
             accounting.model = payload["model"]  # a rejected request is still attributed to its model
         parsed = dialect.parse(payload, route)

@@ -36,7 +36,12 @@ class Services:
     def described_model(self, principal: Principal | None) -> str:
         """The model the info route of a one-model API (TGI's /info, SGLang's /get_model_info) describes: the first
         endpoint the caller may see (404 when none); a key's allow-list applies as on any call (403)."""
-        name = self.endpoints.resolve(DEFAULT_MODEL, principal).name
+        return self.callable_model(principal, None)
+
+    def callable_model(self, principal: Principal | None, model: str | None) -> str:
+        """The endpoint `model` names (unset or an alias: the first one the caller may see), by generation's rule:
+        another team's private endpoint is a 404, one the sent key's allow-list leaves out a 403."""
+        name = self.endpoints.resolve(model or DEFAULT_MODEL, principal).name
         if principal is not None:
             self.auth.check_model(principal, name)
         return name

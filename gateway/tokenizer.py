@@ -13,7 +13,7 @@ import msgspec
 from auth import Principal
 from gateway.admission import admit_tokens
 from gateway.errors import Unavailable, ValidationFailed
-from gateway.routing.pool import ModelPool, Replica, model_pool, ready_replica
+from gateway.routing.pool import ModelPool, Replica, ready_replica
 from gateway.services import Services
 from common.protocol import Error, TokenSpan
 
@@ -24,11 +24,12 @@ JSON_HEADERS = {"content-type": "application/json"}
 @asynccontextmanager
 async def tokenizer_call(services: Services, principal: Principal,
                          model: str | None) -> AsyncIterator[tuple[ModelPool, Replica]]:
-    """A permitted, admitted tokenizer call on a ready replica of `model`; the limits settle on exit."""
-    services.auth.check_model(principal, model_pool(services.router, model).name)
+    """A permitted, admitted tokenizer call on a ready replica of `model` (unset: the first endpoint the caller may
+    see), which the caller may see and call as for a generation; the limits settle on exit."""
+    name = services.callable_model(principal, model)
     ticket = await admit_tokens(services.limiter, principal, 0)
     try:
-        yield ready_replica(services.router, model)
+        yield ready_replica(services.router, name)
     finally:
         await services.limiter.settle(ticket, 0)
 

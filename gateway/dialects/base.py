@@ -18,7 +18,6 @@ from litestar.types import ExceptionHandlersMap
 
 from gateway.collect import Result
 from gateway.errors import SluiceError, ValidationFailed, as_sluice_error
-from gateway.routing.pool import Router
 from common.protocol import Event, GenerateRequest
 
 
@@ -133,10 +132,3 @@ def incomplete(finish) -> dict:
 def check(condition: bool, message: str, param: str) -> None:
     if not condition:
         raise ValidationFailed(message, param=param)
-
-
-def with_default_model(router: Router, payload: Any) -> Any:
-    """TGI and SGLang bodies name no model (DataCrunch's `model` is optional): unset = the first served model."""
-    if isinstance(payload, dict) and payload.get("model") is None and router.pools:
-        payload["model"] = next(iter(router.pools))
-    return payload

@@ -16,6 +16,7 @@ Every rule raises a `ValueError` naming its field; msgspec reports it with the e
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -25,6 +26,7 @@ from common.protocol import ModelConfig
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 NAME_LIMIT = 256
+S3_SCHEME = "s3://"
 # fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
 PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting",
              "max_wait_seconds", "drain_seconds", "team_id")
@@ -72,6 +74,7 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         if self.max_waiting is msgspec.UNSET:  # one number for both queues, as before they were two settings
             self.max_waiting = self.max_queue
         _check_scaling(self)
+        _check_adapters(self.adapters)
         if self.team_id is not None and not self.team_id.strip():
             raise ValueError("`team_id` must be a team id, or absent for a public endpoint")
 
@@ -172,6 +175,26 @@ def _check_scaling(spec: EndpointSpec) -> None:
         raise ValueError(f"`max_waiting` must be 0 (no waiting for a replica) or more (got {spec.max_waiting})")
     if not spec.max_wait_seconds > 0:
         raise ValueError(f"`max_wait_seconds` must be more than 0 (got {spec.max_wait_seconds})")
+
+
+def check_adapter_source(source: str) -> None:
+    """A LoRA adapter's source is an s3://<bucket>/<prefix> or an absolute path to a PEFT adapter directory (one
+    holding adapter_config.json): the rule for the adapters a spec declares and those the admin API registers."""
+    if source.startswith(S3_SCHEME):
+        if len(source) <= len(S3_SCHEME) or source[len(S3_SCHEME):].startswith("/"):
+            raise ValueError("must be s3://<bucket>/<prefix>")
+        return
+    if not Path(source).is_absolute() or not (Path(source) / "adapter_config.json").is_file():
+        raise ValueError("must be an absolute path to a PEFT adapter directory (holding adapter_config.json) or an "
+                         "s3:// prefix")
+
+
+def _check_adapters(adapters: dict[str, str]) -> None:
+    for name, source in adapters.items():
+        try:
+            check_adapter_source(source)
+        except ValueError as error:
+            raise ValueError(f"`adapters.{name}` {error} (got {source[:200]!r})") from None
 
 
 def _check_provisioner(provisioner: Provisioning) -> None:

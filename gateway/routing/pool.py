@@ -20,6 +20,8 @@ from gateway.errors import NotFound, Unavailable
 from gateway.routing.worker_trust import worker_secret
 
 log = structlog.get_logger(__name__)
+# model names of clients that name none ("tgi" from text-generation, "dummy" from huggingface_hub's chat_completion
+# with a URL, "default" for a Friendli container call without one): the first endpoint the caller may see
 DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
 # polls in a row that may fail by timing out before a replica counts as down: one slow answer from a worker
 # busy streaming (or from a gateway loop busy relaying) is not an outage; a refused connection is at once
@@ -152,14 +154,6 @@ class Router:
 
     def pool(self, model: str) -> ModelPool | None:
         return self.pools.get(model)
-
-    def resolve(self, model: str) -> str:
-        """Clients that name no model ("tgi" from text-generation, "dummy" from huggingface_hub's
-        chat_completion with a URL, "default" for a Friendli container call without one) get the first
-        served model, as TGI and Friendli containers do. Other names stay as given."""
-        if model in DEFAULT_MODEL_ALIASES and model not in self.pools and self.pools:
-            return next(iter(self.pools))
-        return model
 
     def unready_models(self) -> list[str]:
         return [name for name, pool in self.pools.items() if not pool.ready]

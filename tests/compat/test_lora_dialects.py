@@ -5,12 +5,15 @@ in each dialect's envelope; /v1/models lists the adapter."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 import openai
 import pytest
 
+from tests.compat.sdk_pins import FRIENDLI
+from tests.compat.venvs import run_in_venv
 from tests.fixtures import sluice
 from tests.fixtures.sluice import MODEL, MODEL_CACHE
 from tests.worker.lora.adapters import ATTENTION, references, write_adapter
@@ -81,6 +84,61 @@ def test_tgi_adapter_id_and_sglang_lora_path(server, built):
     assert missing.status_code == 404
 
 
+FRIENDLI_SCRIPT = """
+import json, os
+from friendli import SyncFriendli
+from friendli.core.models import SDKError
+from friendli.core.utils.retries import BackoffStrategy, RetryConfig
+c = SyncFriendli(token=os.environ["KEY"], server_url=os.environ["URL"])
+body = {"model": os.environ["ADAPTER"], "prompt": os.environ["PROMPT"], "max_tokens": int(os.environ["TOKENS"]),
+        "temperature": 0}
+serverless = c.serverless.completions.complete(serverless_completions_body=body)
+dedicated = c.dedicated.completions.complete(dedicated_completions_body=body)
+try:
+    c.dedicated.completions.complete(dedicated_completions_body={**body, "model": os.environ["ADAPTER"] + "x"},
+                                     retries=RetryConfig("backoff", BackoffStrategy(100, 200, 1.5, 500), False))
+    missing = None
+except SDKError as e:
+    missing = {"status": e.status_code, "body": json.loads(e.body)}
+print(json.dumps({"serverless": serverless.choices[0].text, "dedicated": dedicated.choices[0].text,
+                  "missing": missing}))
+"""
+
+
+def test_friendli_model_names_the_adapter(server, built):
+    """Friendli names an adapter by `model: "<endpoint>:<adapter>"` on /serverless and /dedicated (the real SDK);
+    an unknown one is a 404 in the Friendli envelope (OpenAI's, naming `model`), on completions and chat."""
+    _, adapted, _ = built
+    out = run_in_venv("friendli", FRIENDLI, FRIENDLI_SCRIPT, {"URL": server.url, "KEY": server.api_key,
+                                                             "ADAPTER": f"{MODEL}:poet", "PROMPT": PROMPT,
+                                                             "TOKENS": str(TOKENS)})
+    assert out["serverless"] == out["dedicated"] == adapted
+    error = out["missing"]["body"]["error"]
+    assert out["missing"]["status"] == 404 and error["code"] == "adapter_not_found" and error["param"] == "model"
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert post(server, "/serverless/v1/chat/completions", {**chat, "model": f"{MODEL}:poet"}).status_code == 200
+    for path in ("/serverless/v1/chat/completions", "/dedicated/v1/completions"):
+        missing = post(server, path, {**chat, "prompt": PROMPT, "model": f"{MODEL}:nope"})
+        error = missing.json()["error"]
+        assert missing.status_code == 404 and error["code"] == "adapter_not_found" and "poet" in error["message"]
+
+
+def test_datacrunch_adapter_id(server, built):
+    """DataCrunch's paths take TGI bodies with a `model`: `adapter_id` picks the adapter, streamed and not; an
+    unknown one is a 404 in TGI's envelope naming the adapters there are."""
+    _, adapted, _ = built
+    body = {"model": MODEL, "inputs": PROMPT, "parameters": {"adapter_id": "poet", "max_new_tokens": TOKENS}}
+    reply = post(server, "/v1/completions/generate", body)
+    assert reply.status_code == 200 and reply.json()["generated_text"] == adapted, reply.text
+    streamed = post(server, "/v1/completions/generate_stream", body)
+    final = [json.loads(line[len("data:"):]) for line in streamed.text.splitlines() if line.startswith("data:")][-1]
+    assert streamed.status_code == 200 and final["generated_text"] == adapted
+    for path in ("/v1/completions/generate", "/v1/completions/generate_stream"):
+        missing = post(server, path, {**body, "parameters": {"adapter_id": "nope"}})
+        assert missing.status_code == 404 and missing.json()["error_type"] == "not_found", missing.text
+        assert "'nope' is not registered" in missing.json()["error"] and "poet" in missing.json()["error"]
+
+
 def test_the_ledger_records_the_adapter(server):
     """Each request's usage record names the adapter it ran with ("" for the base model); the usage API groups
     by it (`-`: the base model), the team's view, the admin's and its CSV export alike."""
@@ -120,7 +178,7 @@ def test_admin_api_registers_lists_and_removes_adapters(server, built):
     created = httpx.post(base, json={"name": "verse", "source": str(directory)}, headers=admin)
     assert created.status_code == 201 and created.json()["model"] == f"{MODEL}:verse"
     listed = httpx.get(base, headers=admin).json()["data"]
-    assert {a["name"] for a in listed} == {"poet", "verse"}
+    assert {a["name"]: a["origin"] for a in listed} == {"poet": "declared", "verse": "registered"}
     reply = post(server, "/v1/completions", {"model": f"{MODEL}:verse", "prompt": PROMPT, "max_tokens": TOKENS,
                                              "temperature": 0})
     assert reply.json()["choices"][0]["text"] == adapted

@@ -32,6 +32,8 @@ def test_a_config_file_wins_over_the_variable(monkeypatch, tmp_path):
     ("wal_root = 7\n", ["invalid configuration", "wal_root"]),
     ("shutdown_grace_seconds = -1\n", ["invalid configuration", "shutdown_grace_seconds", ">= 0"]),
     ("shutdown_grace_seconds = 86400\n", ["invalid configuration", "shutdown_grace_seconds", "<= 3600"]),
+    (CONFIG + 'adapters = { poet = "lora/poet" }\n', ["invalid configuration", "`adapters.poet`", "absolute path"]),
+    (CONFIG + 'adapters = { poet = "s3://" }\n', ["invalid configuration", "`adapters.poet`", "s3://<bucket>"]),
 ])
 def test_a_bad_variable_is_one_line(monkeypatch, inline, words):
     monkeypatch.setenv("SLUICE_CONFIG_TOML", inline)

@@ -10,7 +10,6 @@ from litestar.response import Response, Stream
 
 from auth import Principal
 from auth.middleware import PUBLIC, optional_principal
-from gateway.dialects.base import with_default_model
 from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import COMPAT_DOC, INFO_DOC, TGI_STREAM_DOC
 from gateway.dialects.tgi.request import MAX_BEST_OF, MAX_STOP_SEQUENCES
@@ -27,8 +26,8 @@ COMPAT = TGI(100, compat=True)
 
 async def tokenize_tgi(services: Services, principal: Principal, payload: Any) -> list[TokenSpan]:
     """`POST /tokenize` with `inputs`: TGI's `[{id, text, start, stop}]`."""
-    parsed = GENERATE.parse(with_default_model(services.router, payload), "/tokenize")
-    async with tokenizer_call(services, principal, services.router.resolve(parsed.model)) as (_, replica):
+    parsed = GENERATE.parse(payload, "/tokenize")
+    async with tokenizer_call(services, principal, parsed.model or None) as (_, replica):
         return await tokenize(replica, parsed.requests[0].prompt or "")
 
 

@@ -19,10 +19,14 @@ def settings_on(gateway_settings: Settings, store_url: str, worker, declared: di
     return msgspec.structs.replace(gateway_settings, database_url=store_url, models=[model])
 
 
-async def listed(client, path: str = ADAPTERS) -> dict[str, str]:
+async def listing(client, path: str = ADAPTERS) -> list[dict]:
     reply = await client.get(path, headers=client.admin_headers)
     assert reply.status_code == 200, reply.text
-    return {adapter["name"]: adapter["source"] for adapter in reply.json()["data"]}
+    return reply.json()["data"]
+
+
+async def listed(client, path: str = ADAPTERS) -> dict[str, str]:
+    return {adapter["name"]: adapter["source"] for adapter in await listing(client, path)}
 
 
 async def test_registrations_survive_a_restart(store_url, gateway_settings, worker, tmp_path):
@@ -49,6 +53,7 @@ async def test_registrations_survive_a_restart(store_url, gateway_settings, work
 
     async with serving(settings_on(gateway_settings, store_url, worker, declared)) as client:
         assert await listed(client) == {"poet": "s3://bucket/poet", "verse": str(verse)}
+        assert {a["name"]: a["origin"] for a in await listing(client)} == {"poet": "declared", "verse": "registered"}
         reply = await client.post("/v1/completions", json={"model": f"{MODEL}:verse", "prompt": "Hi", "max_tokens": 2},
                                   headers=client.key_headers)
         assert reply.status_code == 200, reply.text
@@ -63,3 +68,22 @@ async def test_registrations_survive_a_restart(store_url, gateway_settings, work
         assert await listed(client) == {"verse": "s3://bucket/spec"}
     async with serving(settings_on(gateway_settings, store_url, worker, {})) as client:
         assert await listed(client) == {}
+
+
+async def test_an_endpoint_body_declares_adapters_by_the_same_source_rule(gateway, worker, tmp_path):
+    """The adapters in the body of POST /admin/endpoints are checked as the admin adapters API checks a source:
+    a 422 naming the field; good ones are the endpoint's declared adapters."""
+    (tmp_path / "adapter_config.json").write_text("{}")
+    for source in ("relative/poet", str(tmp_path / "missing"), "s3://", "s3:///prefix"):
+        body = {"name": "org/lora", "urls": [worker.url], "adapters": {"poet": source}}
+        reply = await gateway.post("/admin/endpoints", json=body, headers=gateway.admin_headers)
+        error = reply.json()["error"]
+        assert reply.status_code == 422 and "`adapters.poet`" in error["message"], reply.text
+        assert error["code"] == "invalid_endpoint"
+    body = {"name": "org/lora", "urls": [worker.url], "adapters": {"poet": str(tmp_path), "verse": "s3://b/verse"}}
+    assert (await gateway.post("/admin/endpoints", json=body, headers=gateway.admin_headers)).status_code == 201
+    assert {a["name"]: a["origin"] for a in await listing(gateway, "/admin/endpoints/org/lora/adapters")} == {
+        "poet": "declared", "verse": "declared"}
+    reply = await gateway.post("/admin/endpoints/org/lora/adapters", json={"name": "extra", "source": "s3://b/x"},
+                               headers=gateway.admin_headers)
+    assert reply.status_code == 201 and reply.json()["origin"] == "registered", reply.text

@@ -75,6 +75,12 @@ def refused(raw: dict) -> str:
      "`provisioner.endpoint_url`"),
     ({"provisioner": {"kind": "kubernetes"}}, "$.provisioner"),
     ({"provisioner": {"kind": "local", "urls": ["http://w:1"]}}, "$.provisioner"),
+    ({"adapters": {"poet": "relative/poet"}}, "`adapters.poet` must be an absolute path"),
+    ({"adapters": {"poet": "/nonexistent/poet"}}, "`adapters.poet` must be an absolute path"),
+    ({"adapters": {"poet": "s3://"}}, "`adapters.poet` must be s3://<bucket>/<prefix>"),
+    ({"adapters": {"poet": "s3:///prefix"}}, "`adapters.poet` must be s3://<bucket>/<prefix>"),
+    ({"adapters": {"poet": ""}}, "$.adapters"),
+    ({"adapters": {"a/b": "s3://b/p"}}, "$.adapters"),
     ({"min_replica": 0}, "min_replica"),
     ({"min_replicas": "zero"}, "$.min_replicas"),
 ])
@@ -188,3 +194,11 @@ def test_a_static_endpoint_patches_everything_but_its_size():
     assert spec.patched({"max_wait_seconds": 3}).max_wait_seconds == 3
     with pytest.raises(msgspec.ValidationError, match="never scaled"):
         spec.patched({"max_replicas": 2})
+
+
+def test_declared_adapters_are_an_s3_prefix_or_a_peft_directory(tmp_path):
+    (tmp_path / "adapter_config.json").write_text("{}")
+    spec = parse_endpoint({"name": NAME, "adapters": {"poet": str(tmp_path), "verse": "s3://bucket/verse"}})
+    assert spec.adapters == {"poet": str(tmp_path), "verse": "s3://bucket/verse"}
+    with pytest.raises(msgspec.ValidationError, match="adapters.poet"):  # a directory without adapter_config.json
+        parse_endpoint({"name": NAME, "adapters": {"poet": str(tmp_path.parent)}})
