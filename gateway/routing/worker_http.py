@@ -46,6 +46,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.complete = False
+        self.keep_alive = False  # read when the answer completes: the parser forgets it after
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
         self.paused = False
@@ -80,6 +81,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()
 
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -87,8 +89,7 @@ class _Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return (self.complete and not self.lost and self.parser.should_keep_alive()
-                and not self.transport.is_closing())
+        return self.complete and self.keep_alive and not self.lost and not self.transport.is_closing()
 
     async def wait(self, timeout: float) -> None:
         """Until more of the response arrived (headers, body, its end) or the connection was lost."""
