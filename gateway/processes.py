@@ -83,15 +83,15 @@ class Siblings:
                     [sys.executable, "-m", "gateway.cli", *self.argv], env=env, pass_fds=(self.sock.fileno(),),
                     preexec_fn=_die_with_parent, cwd=Path.cwd()))
         reported = False
-        while any(process.poll() is None for process in self.processes):
-            ended = [process for process in self.processes if process.returncode is not None]
-            if ended and not self.stopping and not reported:
+        while True:
+            running = [process for process in self.processes if process.poll() is None]
+            if len(running) < len(self.processes) and not self.stopping and not reported:
                 reported = True
-                self.fail(f"gateway process {ended[0].pid} exited with status {ended[0].returncode}; "
-                          "stopping the others")
+                ended = next(process for process in self.processes if process.returncode is not None)
+                self.fail(f"gateway process {ended.pid} exited with status {ended.returncode}; stopping the others")
+            if not running:
+                return
             time.sleep(0.1)
-        if not self.stopping and not reported and self.processes:
-            self.fail("every other gateway process exited; stopping")
 
     @contextlib.contextmanager
     def signals_held(self) -> Iterator[None]:

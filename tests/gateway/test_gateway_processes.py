@@ -48,21 +48,38 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def test_two_processes_share_the_port_the_limits_and_the_ledger(tmp_path, redis):
-    worker_port = free_port()
-    worker = subprocess.Popen([sys.executable, "-m", "tests.faults.stub_worker", "--port", str(worker_port),
+@pytest.fixture(scope="module")
+def worker_url():
+    """A protocol stub worker that answers at once (tests/faults/stub_worker.py)."""
+    port = free_port()
+    worker = subprocess.Popen([sys.executable, "-m", "tests.faults.stub_worker", "--port", str(port),
                                "--token-delay", "0"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = None
     try:
-        wait_for_port(worker_port)
-        config = (f'gateway_processes = 2\nredis_url = "{redis.url}"\nlog_format = "json"\n'
-                  f'[[models]]\nname = "stub-model"\nurls = ["http://127.0.0.1:{worker_port}"]\n')
-        server = start_sluice(tmp_path / "data", config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY})
-        deadline = time.monotonic() + 120
-        while server.output.count("Sluice gateway listening") < 2:  # the second process serves too
-            assert time.monotonic() < deadline and server.process.poll() is None, server.output[-3000:]
-            time.sleep(0.2)
-        [sibling] = children(server.process.pid)
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def two_processes(data_dir, redis, worker_url):
+    """`sluice serve` with gateway_processes = 2, once both processes serve; and the second one's pid."""
+    config = (f'gateway_processes = 2\nredis_url = "{redis.url}"\nlog_format = "json"\n'
+              f'[[models]]\nname = "stub-model"\nurls = ["{worker_url}"]\n')
+    server = start_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY})
+    deadline = time.monotonic() + 120
+    while server.output.count("Sluice gateway listening") < 2:
+        if time.monotonic() > deadline or server.process.poll() is not None:
+            server.stop()
+            raise AssertionError(server.output[-3000:])
+        time.sleep(0.2)
+    [sibling] = children(server.process.pid)
+    return server, sibling
+
+
+def test_two_processes_share_the_port_the_limits_and_the_ledger(tmp_path, redis, worker_url):
+    server, sibling = two_processes(tmp_path / "data", redis, worker_url)
+    try:
         admin = {"authorization": f"Bearer {ADMIN_KEY}"}
         teams = httpx.get(f"{server.url}/admin/teams", headers=admin).json()["data"]
         team_id = next(team["id"] for team in teams if team["name"] == "default")
@@ -80,12 +97,19 @@ def test_two_processes_share_the_port_the_limits_and_the_ledger(tmp_path, redis)
         assert server.stop() == -signal.SIGTERM  # as one process does: uvicorn re-raises the signal it stopped on
         assert not os.path.exists(f"/proc/{sibling}")
     finally:
-        if server is not None:
-            server.stop()
-        worker.terminate()
-        worker.wait(timeout=30)
+        server.stop()
     with sqlite3.connect(tmp_path / "data" / "sluice.db") as db:
         rows = db.execute("SELECT request_id, status FROM usage_records").fetchall()
     billed = {request_id: status for request_id, status in rows if request_id in ids}
     assert len(billed) == len([r for r, _ in rows if r in ids]) == 10  # each request once
     assert sorted(billed.values()) == ["ok"] * 6 + ["rejected"] * 4
+
+
+def test_a_process_that_dies_stops_the_others_with_a_failure(tmp_path, redis, worker_url):
+    server, sibling = two_processes(tmp_path / "data", redis, worker_url)
+    try:
+        os.kill(sibling, signal.SIGKILL)
+        assert server.wait_exit(timeout=60) == 1
+        assert f"gateway process {sibling} exited with status -9; stopping the others" in server.output
+    finally:
+        server.stop()
