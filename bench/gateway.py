@@ -47,7 +47,7 @@ from bench.harness.processes import (
     wait_http,
 )
 from common.protocol import GenerateRequest, SamplingParams
-from tests.fixtures.servers import free_port
+from tests.fixtures.servers import free_port, wait_for_port
 from tests.fixtures.sluice import start_sluice
 
 MODEL = "stub-model"
@@ -104,13 +104,13 @@ def create_key(data_dir: Path) -> str:
     return json.loads(made)["key"]
 
 
-def sluice_config(worker: str, processes: int) -> str:
+def sluice_config(worker: str, processes: int, redis_url: str) -> str:
     config = ('log_format = "json"\n'
               # limits stay on (every request is counted and checked) but never refuse during the bench
               "default_team_limits = { rpm = 100000000, tpm = 100000000000, max_concurrency = 100000 }\n"
               f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n')
-    if processes > 1:
-        config = f"gateway_processes = {processes}\n" + config
+    if processes > 1:  # the processes share the limits through Redis
+        config = f'gateway_processes = {processes}\nredis_url = "{redis_url}"\n' + config
     return config
 
 
@@ -227,9 +227,20 @@ def main() -> None:
                             str(openai_port)], root / "openai.log")
             started.append(openai)
             wait_http(f"http://127.0.0.1:{openai_port}/health", openai, root / "openai.log")
+            redis_url = ""
+            if args.gateway_processes > 1:
+                redis_port = free_port()
+                redis = spawn(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no"], root / "redis.log")
+                started.append(redis)
+                wait_for_port(redis_port)
+                redis_url = f"redis://127.0.0.1:{redis_port}/0"
             sluice = start_sluice(root / "sluice", config=sluice_config(f"http://127.0.0.1:{stub_port}",
-                                                                        args.gateway_processes))
+                                                                        args.gateway_processes, redis_url))
             started.append(sluice.process)
+            if args.gateway_processes > 1:  # every process serving before the clock starts
+                while sluice.output.count("Sluice gateway listening") < args.gateway_processes:
+                    time.sleep(0.2)
             key = create_key(root / "sluice")
             chat = {mode: chat_body(mode) for mode in TOKENS}
             targets = [Target("stub", stub_port, "/generate", "", [], {m: generate_body(m) for m in TOKENS}),
