@@ -223,8 +223,8 @@ def main() -> None:
                           "--token-delay", "0", "--model", MODEL], root / "stub.log")
             started.append(stub)
             wait_http(f"http://127.0.0.1:{stub_port}/health", stub, root / "stub.log")
-            openai = spawn([sys.executable, str(REPO / "bench" / "harness" / "openai_stub.py"), "--port",
-                            str(openai_port)], root / "openai.log")
+            openai = spawn([sys.executable, "-m", "bench.harness.openai_stub", "--port", str(openai_port)],
+                           root / "openai.log")
             started.append(openai)
             wait_http(f"http://127.0.0.1:{openai_port}/health", openai, root / "openai.log")
             redis_url = ""

@@ -2,7 +2,7 @@
 tests/faults/stub_worker.py is what Sluice fronts. `POST /v1/chat/completions` answers `max_tokens` tokens
 (one chat.completion, or that many SSE chunks and `[DONE]` when `stream` is true).
 
-Run: python bench/harness/openai_stub.py --port P
+Run (from the repository root): python -m bench.harness.openai_stub --port P
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import time
 
 import msgspec
 import uvicorn
+
+from tests.fixtures.servers import read_body
 
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -50,12 +52,7 @@ async def app(scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": JSON})
         await send({"type": "http.response.body", "body": b'{"status":"ok"}'})
         return
-    raw = b""
-    while True:
-        message = await receive()
-        raw += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    raw = await read_body(receive)
     body = msgspec.json.decode(raw, type=ChatBody)
     if not body.stream:
         await send({"type": "http.response.start", "status": 200, "headers": JSON})
