@@ -97,7 +97,7 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                 yield event
     except WorkerConnectionError as exc:
         if relayed:
-            raise WorkerLost(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
+            raise WorkerLost(f"the worker connection broke mid-generation ({exc})") from exc
         log.warning("replica_unreachable", url=replica.url, error=repr(exc))
         raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
     if not relayed:
