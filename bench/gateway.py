@@ -132,8 +132,9 @@ def run_wrk(wrk: str, target: Target, mode: str, connections: int, duration: flo
     line = next(line for line in out.splitlines() if line.startswith("BENCH "))
     stats = json.loads(line[len("BENCH "):])
     ok = stats["requests"] - stats["non2xx"]
-    return Point(rps=ok / (stats["duration_us"] / 1e6), p50_ms=stats["p50"] / 1e3, p99_ms=stats["p99"] / 1e3,
-                 p999_ms=stats["p999"] / 1e3, errors=stats["non2xx"] + stats["socket_errors"],
+    scale = 1e3 if ok else float("nan")  # no answer finished inside the window: no latency to show
+    return Point(rps=ok / (stats["duration_us"] / 1e6), p50_ms=stats["p50"] / scale, p99_ms=stats["p99"] / scale,
+                 p999_ms=stats["p999"] / scale, errors=stats["non2xx"] + stats["socket_errors"],
                  cpu_ms=1000 * spent / ok if target.pids and ok else float("nan"))
 
 
