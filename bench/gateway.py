@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +80,7 @@ class Point:
     errors: int
     cpu_ms: float  # per request; nan for a stub
     gap_p99_ms: float = float("nan")  # open loop, streamed: p99 gap between reads that carried events
+    failures: str = ""  # open loop: what the errors were
 
 
 def chat_body(mode: str) -> bytes:
@@ -154,7 +156,8 @@ def run_open(target: Target, mode: str, rate: int, duration: float) -> Point:
     return Point(rps=result.rps, p50_ms=percentile(ms, 0.5), p99_ms=percentile(ms, 0.99),
                  p999_ms=percentile(ms, 0.999), errors=result.errors,
                  cpu_ms=1000 * spent / result.ok if target.pids and result.ok else float("nan"),
-                 gap_p99_ms=1000 * percentile(result.gaps_s, 0.99))
+                 gap_p99_ms=1000 * percentile(result.gaps_s, 0.99),
+                 failures=", ".join(f"{count} {what}" for what, count in result.failures.most_common()))
 
 
 def ratio(ours: float, theirs: float) -> str:
@@ -177,7 +180,8 @@ def report(title: str, settings: list, points: dict[tuple, Point], mode: str, ha
                      for f in ("p50_ms", "p99_ms", "p999_ms")]
             print(f"{setting:>8} {name:<9} {point.rps:8.0f} {point.p50_ms:8.2f} {point.p99_ms:8.2f} "
                   f"{point.p999_ms:8.2f} {added[0]:7.2f} {added[1]:7.2f} {added[2]:7.2f} {point.cpu_ms:8.2f} "
-                  f"{point.gap_p99_ms if mode == 'stream' else float('nan'):8.2f} {point.errors:5d}")
+                  f"{point.gap_p99_ms if mode == 'stream' else float('nan'):8.2f} {point.errors:5d}"
+                  + (f"  ({point.failures})" if point.failures else ""))
         ours, theirs = points.get(("sluice", mode, setting)), points.get(("litellm", mode, setting))
         if ours and theirs and have_litellm:
             stub, upstream = points[("stub", mode, setting)], points[("openai", mode, setting)]
@@ -283,7 +287,9 @@ def main() -> None:
                     for target in targets:
                         opened[(target.name, mode, rate)] = run_open(target, mode, rate, args.duration)
                 report("open loop (asyncio generator), offered RPS", args.rates, opened, mode, litellm is not None)
-            print(f"\nload average at the end {os.getloadavg()[0]:.1f}; latencies in ms, cpu in ms per request")
+            errors = Counter(event["error"] for event in sluice.log_events("request_done") if event.get("error"))
+            print(f"\nload average at the end {os.getloadavg()[0]:.1f}; latencies in ms, cpu in ms per request; "
+                  f"Sluice's errors by code: {dict(errors) or 'none'}")
         finally:
             for process in reversed(started):
                 stop(process)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import httptools
@@ -27,6 +28,7 @@ class OpenLoopResult:
     latencies_s: list[float] = field(default_factory=list)
     gaps_s: list[float] = field(default_factory=list)  # between successive reads that carried stream events
     max_lag_s: float = 0.0  # how late the generator itself sent its most delayed request
+    failures: Counter = field(default_factory=Counter)  # what the errors were: "status 503", "OSError", ...
 
     @property
     def rps(self) -> float:
@@ -84,6 +86,7 @@ async def run_open_loop(host: str, port: int, path: str, body: bytes, key: str, 
             if connection is None:
                 if open_count >= MAX_CONNECTIONS:
                     result.errors += 1
+                    result.failures["no connection left"] += 1
                     return
                 open_count += 1
                 connection = _Connection(*await asyncio.open_connection(host, port))
@@ -101,6 +104,7 @@ async def run_open_loop(host: str, port: int, path: str, body: bytes, key: str, 
             result.gaps_s.extend(b - a for a, b in zip(events, events[1:]))
         else:
             result.errors += 1
+            result.failures[f"status {status}"] += 1
         if keep:
             idle.append(connection)
         else:
@@ -124,6 +128,8 @@ async def run_open_loop(host: str, port: int, path: str, body: bytes, key: str, 
     for task in late:  # still unanswered well after the schedule ended: counted as failures
         task.cancel()
     result.errors += len(late)
+    if late:
+        result.failures["unanswered 30 s after the schedule"] += len(late)
     for connection in idle:
         connection.writer.close()
     return result
