@@ -20,8 +20,8 @@ The PostgreSQL + Redis profile is not run here yet.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -161,7 +161,7 @@ def run_open(target: Target, mode: str, rate: int, duration: float) -> Point:
 
 
 def ratio(ours: float, theirs: float) -> str:
-    if theirs != theirs or ours != ours or theirs == 0:
+    if math.isnan(theirs) or math.isnan(ours) or theirs == 0:
         return "   -"
     return f"{ours / theirs:6.2f}x"
 

@@ -27,15 +27,23 @@ from billing.wal import list_segments
 from gateway.config import Settings
 
 LISTEN_FD_ENV = "SLUICE_LISTEN_FD"  # set in the processes the first one starts: the socket they inherit
+PARENT_ENV = "SLUICE_FIRST_GATEWAY_PID"
 SHARED_WAL = "billing-wal-processes"
 PR_SET_PDEATHSIG = 1
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def inherited_socket() -> socket.socket | None:
-    """The listening socket this process was handed by the first gateway process, if it was."""
+    """The listening socket this process was handed by the first gateway process, if it was. Such a process
+    ends when the first one does, even by SIGKILL (Linux: PR_SET_PDEATHSIG, set here rather than between fork
+    and exec, which is unsafe in a process with threads)."""
     fd = os.environ.pop(LISTEN_FD_ENV, None)
-    return socket.socket(fileno=int(fd)) if fd else None
+    if not fd:
+        return None
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(os.environ.pop(PARENT_ENV, "0")):  # the first one died before the line above
+        raise SystemExit("sluice: the first gateway process is gone")
+    return socket.socket(fileno=int(fd))
 
 
 def shared_wal_root(settings: Settings) -> str:
@@ -48,11 +56,6 @@ def shared_wal_root(settings: Settings) -> str:
         raise ValueError(f"the usage log {single} of a single-process run still holds records: start once with "
                          "gateway_processes = 1 to ship them")
     return str(settings.data_path / SHARED_WAL)
-
-
-def _die_with_parent() -> None:
-    """In a started process: SIGTERM when the first process dies, even by SIGKILL (Linux)."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Siblings:
@@ -74,14 +77,14 @@ class Siblings:
             if self.stopping:
                 return
             time.sleep(0.05)
-        env = {**os.environ, LISTEN_FD_ENV: str(self.sock.fileno())}
+        env = {**os.environ, LISTEN_FD_ENV: str(self.sock.fileno()), PARENT_ENV: str(os.getpid())}
         for _ in range(self.count):
             with self._lock:
                 if self.stopping:
                     break
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "gateway.cli", *self.argv], env=env, pass_fds=(self.sock.fileno(),),
-                    preexec_fn=_die_with_parent, cwd=Path.cwd()))
+                    cwd=Path.cwd()))
         reported = False
         while True:
             running = [process for process in self.processes if process.poll() is None]
@@ -121,5 +124,5 @@ class Siblings:
             except subprocess.TimeoutExpired:
                 process.kill()
                 code = process.wait()
-            worst = worst or (code if code > 0 else 0)
+            worst = worst or (max(0, code))
         return worst

@@ -10,6 +10,7 @@ machine's cores with the server it measures; its schedule lag is reported so a s
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -101,7 +102,7 @@ async def run_open_loop(host: str, port: int, path: str, body: bytes, key: str, 
         if status == 200:
             result.ok += 1
             result.latencies_s.append(done - due)
-            result.gaps_s.extend(b - a for a, b in zip(events, events[1:]))
+            result.gaps_s.extend(b - a for a, b in itertools.pairwise(events))
         else:
             result.errors += 1
             result.failures[f"status {status}"] += 1

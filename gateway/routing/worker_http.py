@@ -203,7 +203,7 @@ class WorkerHTTP:
         try:
             _, connection = await asyncio.wait_for(
                 loop.create_connection(_Connection, self.host, self.port, ssl=self._ssl), CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise WorkerConnectionError(f"cannot connect to {self.host}:{self.port} ({exc!r})") from exc
         return connection
 
