@@ -8,6 +8,7 @@ lifespan has closed whatever it opened, local workers included.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import socket
@@ -22,8 +23,10 @@ from gateway.config import Settings, load_settings
 from gateway.draining import DrainingServer
 from gateway.lifespan import STATE_FAILURE
 from gateway.logs import configure_logging
+from gateway.processes import Siblings, inherited_socket, shared_wal_root
 from gateway.secrets import load_pepper, pepper_path
 from gateway.shutdown import exit_status, on_failure
+from gateway.shutdown import fail as stop_with_failure
 
 
 def fail(message: str) -> int:
@@ -64,12 +67,22 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, host=args.host, port=args.port, data_dir=args.data_dir)
     configure_logging(settings.log_format)
     os.environ["SLUICE_LOG_FORMAT"] = settings.log_format  # the workers log the same way
-    try:
-        sock = listen(settings)
-    except (OSError, OverflowError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return fail(f"cannot listen on {settings.host}:{settings.port} ({reason}): stop the program that uses "
-                    "it, or choose another address with --host / --port")
+    if settings.gateway_processes > 1:
+        try:
+            settings.wal_root = shared_wal_root(settings)
+        except ValueError as exc:
+            return fail(str(exc))
+    sock = inherited_socket()  # one of several processes, started by the first (gateway/processes.py)
+    siblings = None
+    if sock is None:
+        try:
+            sock = listen(settings)
+        except (OSError, OverflowError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return fail(f"cannot listen on {settings.host}:{settings.port} ({reason}): stop the program that uses "
+                        "it, or choose another address with --host / --port")
+        if settings.gateway_processes > 1:
+            siblings = Siblings(sock, args.argv, settings.gateway_processes - 1, stop_with_failure)
     app = create_app(settings)
     # SIGTERM: new requests get a 503 while running streams finish (up to shutdown_grace_seconds or the longest
     # drain_seconds); then the endpoints stop and the usage log drains (gateway/draining.py)
@@ -83,18 +96,24 @@ def _serve(args: argparse.Namespace) -> int:
     on_failure(lambda: setattr(server, "should_exit", True))
     quiet = LifespanFailureFilter(server)
     logging.getLogger("uvicorn.error").addFilter(quiet)
-    try:
-        server.run(sockets=[sock])
-    except SystemExit:  # uvicorn's exit after a failed lifespan: the lifespan said why
-        if app.state.get(STATE_FAILURE) is None:
-            raise
-    finally:
-        logging.getLogger("uvicorn.error").removeFilter(quiet)
-        sock.close()
+    others = 0
+    with siblings.signals_held() if siblings is not None else contextlib.nullcontext():
+        if siblings is not None:
+            siblings.start_when(lambda: server.started)
+        try:
+            server.run(sockets=[sock])
+        except SystemExit:  # uvicorn's exit after a failed lifespan: the lifespan said why
+            if app.state.get(STATE_FAILURE) is None:
+                raise
+        finally:
+            logging.getLogger("uvicorn.error").removeFilter(quiet)
+            if siblings is not None:
+                others = siblings.stop(timeout=drain_s + 30)
+            sock.close()
     failure = app.state.get(STATE_FAILURE)
     if failure is not None:
         return fail(f"cannot start: {failure}")
-    return exit_status()
+    return exit_status() or others
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -132,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return _worker(argparse.Namespace(worker_args=argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = argv  # the processes `serve` may start run the same command
     if args.command not in ("serve", "worker"):
         settings = load_settings(args.config, data_dir=args.data_dir)
         args.database_url = settings.resolved_database_url

@@ -12,7 +12,7 @@ import msgspec
 from auth.forwarded import parse_networks
 from auth.models import Limits
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.spec import EndpointSpec, as_endpoint
+from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, as_endpoint
 from gateway.queue_metric import CloudWatchSettings
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
@@ -43,6 +43,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     request_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 840.0
     # a client that takes longer to accept one write of a streamed answer is cut (gateway/write_timeout.py)
     stream_write_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
+    # gateway processes accepting on the one listening socket (gateway/processes.py); more than 1 needs redis_url
+    # (limits shared through Redis) and no local workers
+    gateway_processes: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     log_format: str = "json"  # "json" or "console"
     # SIGTERM: requests in flight get this long to finish, then the usage log drains (up to 10 s more)
     shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
@@ -68,13 +71,31 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return self.database_url or f"sqlite:///{self.data_path / 'sluice.db'}"
 
 
+class ProcessesError(ValueError):
+    pass
+
+
+def check_processes(settings: Settings) -> None:
+    """Several gateway processes must share what one process keeps in memory: the limits (through Redis) and
+    the local workers (which one process alone starts and knows)."""
+    if settings.gateway_processes == 1:
+        return
+    if not settings.redis_url:
+        raise ProcessesError("gateway_processes > 1 needs redis_url: each process would otherwise keep its own "
+                             "count of every limit")
+    local = [model.name for model in settings.models if isinstance(model.provisioner, LocalProvisioning)]
+    if local:
+        raise ProcessesError(f"gateway_processes > 1 serves remote workers only (urls or ECS); {local[0]!r} has "
+                             "local workers, which one gateway process alone can start")
+
+
 def comma_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
               "pricing_file": str, "log_format": str, "trusted_proxies": comma_list, "wal_root": str,
-              "shutdown_grace_seconds": float}
+              "shutdown_grace_seconds": float, "gateway_processes": int}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
@@ -103,8 +124,9 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
     try:
         settings = msgspec.convert(raw, Settings)
         parse_networks(settings.trusted_proxies)
+        check_processes(settings)
     except (msgspec.ValidationError, ValueError) as exc:
-        field = "trusted_proxies: " if not isinstance(exc, msgspec.ValidationError) else ""
+        field = "" if isinstance(exc, (msgspec.ValidationError, ProcessesError)) else "trusted_proxies: "
         raise SystemExit(f"sluice: invalid configuration in {where}: {field}{exc} (the fields are listed under "
                          "Configuration in README.md)") from exc
     return settings

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import httpx
 import msgspec
 import structlog
 
@@ -32,6 +31,7 @@ from gateway.errors import (
     WorkerLost,
 )
 from gateway.routing.pool import ModelPool, Replica
+from gateway.routing.worker_http import WorkerConnectionError
 
 log = structlog.get_logger("gateway")
 EJECTION_S = 5.0  # a replica that failed a request sits out this long (doubling while it keeps failing)
@@ -70,15 +70,14 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
     relayed = False
     pending: Accepted | None = None  # held until the first token so a retry stays invisible
     try:
-        async with replica.client.stream("POST", "/generate", content=body,
-                                         headers={"content-type": "application/json"}) as response:
+        async with replica.worker.post("/generate", body) as response:
             if response.status_code != 200:
                 raise _refusal(response.status_code, await response.aread())
-            async for line in response.aiter_lines():
-                if not line:
+            async for line in response.lines():
+                if not line.strip():
                     continue
                 try:
-                    event = decode_event(line.encode())
+                    event = decode_event(line)
                 except msgspec.DecodeError as exc:
                     # an event off the contract: the same request gets the same answer from any replica,
                     # so no retry, and this replica stays healthy (other requests are not refused)
@@ -96,9 +95,9 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                     pending = None
                 relayed = True
                 yield event
-    except httpx.TransportError as exc:
+    except WorkerConnectionError as exc:
         if relayed:
-            raise WorkerLost(f"the worker connection broke mid-generation ({type(exc).__name__})") from exc
+            raise WorkerLost(f"the worker connection broke mid-generation ({exc})") from exc
         log.warning("replica_unreachable", url=replica.url, error=repr(exc))
         raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
     if not relayed:

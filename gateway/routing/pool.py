@@ -17,6 +17,7 @@ import structlog
 
 from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
 from gateway.errors import NotFound, Unavailable
+from gateway.routing.worker_http import WorkerHTTP
 from gateway.routing.worker_trust import worker_secret
 
 log = structlog.get_logger(__name__)
@@ -27,12 +28,14 @@ DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
 # busy streaming (or from a gateway loop busy relaying) is not an outage; a refused connection is at once
 MISSED_POLLS_TOLERATED = 2
 MAX_EJECTION_S = 60.0
+DEFAULT_READ_TIMEOUT_S = 840.0  # Settings.request_timeout_s's default
 
 
 @dataclass(eq=False)
 class Replica:
     url: str
-    client: httpx.AsyncClient
+    client: httpx.AsyncClient  # polls and tokenizer calls
+    worker: WorkerHTTP | None = None  # generations (gateway/routing/worker_http.py); None: made from `url`
     healthy: bool = False
     load: WorkerLoad | None = None
     info: ModelInfo | None = None
@@ -44,6 +47,10 @@ class Replica:
     ejections: int = 0  # failures in a row, each doubling the time it sits out
     refuses_secret: bool = False  # it answered 401: its SLUICE_WORKER_SECRET is not ours
     missed_polls: int = 0  # polls in a row that timed out
+
+    def __post_init__(self) -> None:
+        if self.worker is None:
+            self.worker = WorkerHTTP(self.url, {WORKER_SECRET_HEADER: worker_secret()}, DEFAULT_READ_TIMEOUT_S)
 
     @property
     def pressure(self) -> int:
@@ -118,7 +125,7 @@ class ModelPool:
 class Router:
     """Model name -> pool; polls every replica's load so routing and /health stay current."""
 
-    def __init__(self, poll_interval: float = 0.5, read_timeout: float = 840.0):
+    def __init__(self, poll_interval: float = 0.5, read_timeout: float = DEFAULT_READ_TIMEOUT_S):
         self.pools: dict[str, ModelPool] = {}
         self.poll_interval = poll_interval
         self.read_timeout = read_timeout  # settings.request_timeout_s: no read outlives the concurrency lease
@@ -132,7 +139,8 @@ class Router:
         client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
                                    headers={WORKER_SECRET_HEADER: worker_secret()})
         self._clients.append(client)
-        replica = Replica(url, client, replica_id=replica_id)
+        worker = WorkerHTTP(url, {WORKER_SECRET_HEADER: worker_secret()}, self.read_timeout)
+        replica = Replica(url, client, worker, replica_id=replica_id)
         self.ensure_pool(model).replicas.append(replica)
         return replica
 
@@ -144,6 +152,7 @@ class Router:
         if replica.client in self._clients:
             self._clients.remove(replica.client)
         await replica.client.aclose()
+        await replica.worker.aclose()
 
     def ensure_pool(self, model: str) -> ModelPool:
         """The model's pool, created empty if it has none yet (an endpoint scaled to zero)."""
@@ -175,6 +184,9 @@ class Router:
             self._task.cancel()
         for client in self._clients:
             await client.aclose()
+        for pool in self.pools.values():
+            for replica in pool.replicas:
+                await replica.worker.aclose()
 
 
 def model_pool(router: Router, name: str | None = None) -> ModelPool:

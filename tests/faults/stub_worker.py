@@ -26,6 +26,7 @@ from common.protocol import (
     WorkerLoad,
     encode_event,
 )
+from tests.fixtures.servers import read_body
 
 DEFAULT_TOKENS = 64
 MAX_ROWS = 4096
@@ -69,12 +70,7 @@ class StubWorker:
             await _json(send, Error("not_found", f"no route {path}"), status=404)
 
     async def generate(self, receive, send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         request = msgspec.json.decode(body, type=GenerateRequest)
         count = request.params.max_tokens if request.params.max_tokens is not None else DEFAULT_TOKENS
         stats = self.stats

@@ -1,0 +1,299 @@
+"""Gateway overhead, Sluice vs LiteLLM, same box, same load generators, one run (issue #16).
+
+    .venv/bin/python bench/gateway.py [--quick] [--duration S] [--connections 8,32,128]
+                                      [--rates 100,500,1000,2000] [--modes plain,stream] [--no-litellm]
+                                      [--gateway-processes N]
+
+Starts, each in its own process:
+- a protocol stub worker (tests/faults/stub_worker.py: answers at once with the worker protocol's NDJSON);
+- `sluice serve` in front of it: embedded profile (SQLite), authentication, team limits (set high enough never
+  to refuse) and the usage ledger on, called with an API key made by `sluice keys create`;
+- an OpenAI-shaped stub (bench/harness/openai_stub.py) and LiteLLM (pinned 1.106, 2 workers, no database, a
+  master key) in front of it, in its own venv under .bench/ (created on first run);
+and drives each, and each stub alone, with POST chat completions: `wrk` closed loop at each connection count,
+and the open-loop generator of bench/harness/open_loop.py at each rate. "plain" asks for 1 output token,
+"stream" for 64 tokens streamed. Added latency is a gateway's latency minus its stub's alone in the same
+setting; CPU ms per request comes from /proc of the gateway's processes (all LiteLLM workers included).
+The PostgreSQL + Redis profile is not run here yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import msgspec
+import uvloop
+
+from bench.harness.open_loop import run_open_loop
+from bench.harness.processes import (
+    REPO,
+    cpu_seconds,
+    ensure_litellm,
+    ensure_wrk,
+    process_tree,
+    spawn,
+    stop,
+    wait_http,
+)
+from common.protocol import GenerateRequest, SamplingParams
+from tests.fixtures.servers import free_port, wait_for_port
+from tests.fixtures.sluice import start_sluice
+
+MODEL = "stub-model"
+LITELLM_KEY = "sk-bench-litellm-master-key"
+LUA = REPO / "bench" / "harness" / "chat.lua"
+TOKENS = {"plain": 1, "stream": 64}
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    path: str
+    key: str
+    pids: list[int]  # whose CPU counts ([] for the stubs: they are the floor, not a gateway)
+    body: dict[str, bytes]  # per mode
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Point:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    errors: int
+    cpu_ms: float  # per request; nan for a stub
+    gap_p99_ms: float = float("nan")  # open loop, streamed: p99 gap between reads that carried events
+    failures: str = ""  # open loop: what the errors were
+
+
+def chat_body(mode: str) -> bytes:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": TOKENS[mode]}
+    if mode == "stream":
+        body["stream"] = True
+    return json.dumps(body).encode()
+
+
+def generate_body(mode: str) -> bytes:
+    return msgspec.json.encode(GenerateRequest(request_id="bench", model=MODEL, prompt="Say hello",
+                                               params=SamplingParams(max_tokens=TOKENS[mode])))
+
+
+def create_key(data_dir: Path) -> str:
+    """An API key of the default team, made the way an operator makes one."""
+    team = subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(data_dir), "teams", "list",
+                           "--json"], cwd=REPO, check=True, capture_output=True, text=True).stdout
+    team_id = next(t["id"] for t in json.loads(team) if t["name"] == "default")
+    made = subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(data_dir), "keys", "create",
+                           "--name", "bench", "--team-id", team_id, "--json"], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout
+    return json.loads(made)["key"]
+
+
+def sluice_config(worker: str, processes: int, redis_url: str) -> str:
+    config = ('log_format = "json"\n'
+              # limits stay on (every request is counted and checked) but never refuse during the bench
+              "default_team_limits = { rpm = 100000000, tpm = 100000000000, max_concurrency = 100000 }\n"
+              f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n')
+    if processes > 1:  # the processes share the limits through Redis
+        config = f'gateway_processes = {processes}\nredis_url = "{redis_url}"\n' + config
+    return config
+
+
+def litellm_config(upstream: str) -> str:
+    return (f"model_list:\n  - model_name: {MODEL}\n    litellm_params:\n      model: openai/{MODEL}\n"
+            f"      api_base: {upstream}/v1\n      api_key: stub\n"
+            f"general_settings:\n  master_key: {LITELLM_KEY}\n"
+            "litellm_settings:\n  drop_params: true\n  set_verbose: false\n")
+
+
+def run_wrk(wrk: str, target: Target, mode: str, connections: int, duration: float) -> Point:
+    env = {**os.environ, "BENCH_PATH": target.path, "BENCH_BODY": target.body[mode].decode(),
+           "BENCH_AUTH": target.key}
+    before = cpu_seconds(target.pids)
+    out = subprocess.run([wrk, "-t", str(min(2, connections)), "-c", str(connections), "-d", f"{duration:g}s",
+                          "--timeout", "30s", "-s", str(LUA), target.url], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    spent = cpu_seconds(target.pids) - before
+    line = next(line for line in out.splitlines() if line.startswith("BENCH "))
+    stats = json.loads(line[len("BENCH "):])
+    ok = stats["requests"] - stats["non2xx"]
+    scale = 1e3 if ok else float("nan")  # no answer finished inside the window: no latency to show
+    return Point(rps=ok / (stats["duration_us"] / 1e6), p50_ms=stats["p50"] / scale, p99_ms=stats["p99"] / scale,
+                 p999_ms=stats["p999"] / scale, errors=stats["non2xx"] + stats["socket_errors"],
+                 cpu_ms=1000 * spent / ok if target.pids and ok else float("nan"))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_open(target: Target, mode: str, rate: int, duration: float) -> Point:
+    before = cpu_seconds(target.pids)
+    result = uvloop.run(run_open_loop("127.0.0.1", target.port, target.path, target.body[mode], target.key,
+                                      rate, duration))
+    spent = cpu_seconds(target.pids) - before
+    ms = [1000 * s for s in result.latencies_s]
+    return Point(rps=result.rps, p50_ms=percentile(ms, 0.5), p99_ms=percentile(ms, 0.99),
+                 p999_ms=percentile(ms, 0.999), errors=result.errors,
+                 cpu_ms=1000 * spent / result.ok if target.pids and result.ok else float("nan"),
+                 gap_p99_ms=1000 * percentile(result.gaps_s, 0.99),
+                 failures=", ".join(f"{count} {what}" for what, count in result.failures.most_common()))
+
+
+def ratio(ours: float, theirs: float) -> str:
+    if math.isnan(theirs) or math.isnan(ours) or theirs == 0:
+        return "   -"
+    return f"{ours / theirs:6.2f}x"
+
+
+def report(title: str, settings: list, points: dict[tuple, Point], mode: str, have_litellm: bool) -> None:
+    print(f"\n## {title}, {mode} ({TOKENS[mode]} token{'s' if TOKENS[mode] > 1 else ''})")
+    print(f"{'setting':>8} {'target':<9} {'RPS':>8} {'p50':>8} {'p99':>8} {'p99.9':>8} {'+p50':>7} {'+p99':>7} "
+          f"{'+p99.9':>7} {'cpu/req':>8} {'gap p99':>8} {'err':>5}")
+    for setting in settings:
+        for name, stub in (("stub", None), ("sluice", "stub"), ("openai", None), ("litellm", "openai")):
+            point = points.get((name, mode, setting))
+            if point is None:
+                continue
+            floor = points.get((stub, mode, setting)) if stub else None
+            added = [(getattr(point, f) - getattr(floor, f)) if floor else float("nan")
+                     for f in ("p50_ms", "p99_ms", "p999_ms")]
+            print(f"{setting:>8} {name:<9} {point.rps:8.0f} {point.p50_ms:8.2f} {point.p99_ms:8.2f} "
+                  f"{point.p999_ms:8.2f} {added[0]:7.2f} {added[1]:7.2f} {added[2]:7.2f} {point.cpu_ms:8.2f} "
+                  f"{point.gap_p99_ms if mode == 'stream' else float('nan'):8.2f} {point.errors:5d}"
+                  + (f"  ({point.failures})" if point.failures else ""))
+        ours, theirs = points.get(("sluice", mode, setting)), points.get(("litellm", mode, setting))
+        if ours and theirs and have_litellm:
+            stub, upstream = points[("stub", mode, setting)], points[("openai", mode, setting)]
+            print(f"{setting:>8} {'ratio':<9} RPS sluice/litellm {ratio(ours.rps, theirs.rps)}, added p50 "
+                  f"{ratio(ours.p50_ms - stub.p50_ms, theirs.p50_ms - upstream.p50_ms)}, added p99 "
+                  f"{ratio(ours.p99_ms - stub.p99_ms, theirs.p99_ms - upstream.p99_ms)}, added p99.9 "
+                  f"{ratio(ours.p999_ms - stub.p999_ms, theirs.p999_ms - upstream.p999_ms)}, CPU/request "
+                  f"{ratio(ours.cpu_ms, theirs.cpu_ms)}")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="3 s per point, 8 and 32 connections, 100 and 500 RPS")
+    parser.add_argument("--duration", type=float, help="seconds per measured point (10; --quick: 3)")
+    parser.add_argument("--connections", help="wrk connection counts (8,32,128; --quick: 8,32)")
+    parser.add_argument("--rates", help="open-loop request rates (100,500,1000,2000; --quick: 100,500)")
+    parser.add_argument("--modes", default="plain,stream")
+    parser.add_argument("--no-litellm", action="store_true", help="only the stubs and Sluice")
+    parser.add_argument("--gateway-processes", type=int, default=1, help="gateway_processes of sluice serve")
+    args = parser.parse_args()
+    quick = {"duration": 3.0, "connections": "8,32", "rates": "100,500"}
+    full = {"duration": 10.0, "connections": "8,32,128", "rates": "100,500,1000,2000"}
+    for name, default in (quick if args.quick else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    args.connections = [int(c) for c in args.connections.split(",") if c]
+    args.rates = [int(r) for r in args.rates.split(",") if r]
+    args.modes = [m for m in args.modes.split(",") if m]
+    if any(m not in TOKENS for m in args.modes) or args.duration <= 0 or args.gateway_processes < 1:
+        parser.error("modes are plain and stream; duration and processes are positive")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    wrk = ensure_wrk()
+    litellm = None if args.no_litellm else ensure_litellm()
+    started = []
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        root = Path(tmp)
+        try:
+            stub_port, openai_port = free_port(), free_port()
+            stub = spawn([sys.executable, "-m", "tests.faults.stub_worker", "--port", str(stub_port),
+                          "--token-delay", "0", "--model", MODEL], root / "stub.log")
+            started.append(stub)
+            wait_http(f"http://127.0.0.1:{stub_port}/health", stub, root / "stub.log")
+            openai = spawn([sys.executable, "-m", "bench.harness.openai_stub", "--port", str(openai_port)],
+                           root / "openai.log")
+            started.append(openai)
+            wait_http(f"http://127.0.0.1:{openai_port}/health", openai, root / "openai.log")
+            redis_url = ""
+            if args.gateway_processes > 1:
+                redis_port = free_port()
+                redis = spawn(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no"], root / "redis.log")
+                started.append(redis)
+                wait_for_port(redis_port)
+                redis_url = f"redis://127.0.0.1:{redis_port}/0"
+            sluice = start_sluice(root / "sluice", config=sluice_config(f"http://127.0.0.1:{stub_port}",
+                                                                        args.gateway_processes, redis_url))
+            started.append(sluice.process)
+            if args.gateway_processes > 1:  # every process serving before the clock starts
+                while sluice.output.count("Sluice gateway listening") < args.gateway_processes:
+                    time.sleep(0.2)
+            key = create_key(root / "sluice")
+            chat = {mode: chat_body(mode) for mode in TOKENS}
+            targets = [Target("stub", stub_port, "/generate", "", [], {m: generate_body(m) for m in TOKENS}),
+                       Target("sluice", int(sluice.url.rsplit(":", 1)[1]), "/v1/chat/completions", key,
+                              process_tree(sluice.process.pid), chat)]
+            if litellm is not None:
+                (root / "litellm.yaml").write_text(litellm_config(f"http://127.0.0.1:{openai_port}"))
+                litellm_port = free_port()
+                proxy = spawn([str(litellm), "--config", str(root / "litellm.yaml"), "--port", str(litellm_port),
+                               "--num_workers", "2",
+                               # on a busy box its import outlasts uvicorn's 5 s worker health check
+                               "--timeout_worker_healthcheck", "120"], root / "litellm.log",
+                              # no network for the price list: its bundled copy
+                              env={"LITELLM_LOG": "ERROR", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+                started.append(proxy)
+                wait_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", proxy, root / "litellm.log")
+                targets += [Target("openai", openai_port, "/v1/chat/completions", "", [], chat),
+                            Target("litellm", litellm_port, "/v1/chat/completions", LITELLM_KEY,
+                                   process_tree(proxy.pid), chat)]
+            for target in targets:  # warm up (LiteLLM's first requests take seconds), and fail loudly on a broken setup
+                for _ in range(10):
+                    point = run_wrk(wrk, target, "plain", 4, 3)
+                    if point.rps > 0 and not point.errors:
+                        break
+                else:
+                    raise SystemExit(f"bench: {target.name} did not answer cleanly while warming up: {point}")
+            print(f"bench: {time.strftime('%H:%M:%S', time.gmtime())} UTC, {os.cpu_count()} cores, load average "
+                  f"{os.getloadavg()[0]:.1f}, {args.duration:g} s per point, sluice gateway_processes="
+                  f"{args.gateway_processes}", flush=True)
+            closed: dict[tuple, Point] = {}
+            opened: dict[tuple, Point] = {}
+            for mode in args.modes:
+                for connections in args.connections:
+                    for target in targets:
+                        closed[(target.name, mode, connections)] = run_wrk(wrk, target, mode, connections,
+                                                                            args.duration)
+                report("closed loop (wrk), connections", args.connections, closed, mode, litellm is not None)
+                for rate in args.rates:
+                    for target in targets:
+                        opened[(target.name, mode, rate)] = run_open(target, mode, rate, args.duration)
+                report("open loop (asyncio generator), offered RPS", args.rates, opened, mode, litellm is not None)
+            errors = Counter(event["error"] for event in sluice.log_events("request_done") if event.get("error"))
+            print(f"\nload average at the end {os.getloadavg()[0]:.1f}; latencies in ms, cpu in ms per request; "
+                  f"Sluice's errors by code: {dict(errors) or 'none'}")
+        finally:
+            for process in reversed(started):
+                stop(process)
+
+
+if __name__ == "__main__":
+    main()
