@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
 # positive cases reach the model (slow on CPU), negative ones mostly stop at validation (fast): together
 # they stay above MIN_REQUESTS, which test_enough_requests_were_generated checks
-EXAMPLES_PER_OPERATION = {GenerationMode.POSITIVE: 22, GenerationMode.NEGATIVE: 60}
+EXAMPLES_PER_OPERATION = {GenerationMode.POSITIVE: 12, GenerationMode.NEGATIVE: 60}
 MIN_REQUESTS = 1000
 LENGTH_FIELDS = {"max_new_tokens": 3, "max_tokens": 3, "max_total_tokens": 24, "min_tokens": 2,
                  "min_new_tokens": 2, "min_total_tokens": 8}
