@@ -74,7 +74,7 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         if self.max_waiting is msgspec.UNSET:  # one number for both queues, as before they were two settings
             self.max_waiting = self.max_queue
         _check_scaling(self)
-        _check_adapters(self.adapters)
+        _check_adapters(self)
         if self.team_id is not None and not self.team_id.strip():
             raise ValueError("`team_id` must be a team id, or absent for a public endpoint")
 
@@ -177,22 +177,24 @@ def _check_scaling(spec: EndpointSpec) -> None:
         raise ValueError(f"`max_wait_seconds` must be more than 0 (got {spec.max_wait_seconds})")
 
 
-def check_adapter_source(source: str) -> None:
+def check_adapter_source(source: str, *, on_this_machine: bool) -> None:
     """A LoRA adapter's source is an s3://<bucket>/<prefix> or an absolute path to a PEFT adapter directory (one
-    holding adapter_config.json): the rule for the adapters a spec declares and those the admin API registers."""
+    holding adapter_config.json): the rule for the adapters a spec declares and those the admin API registers.
+    The directory itself is checked only when the endpoint's workers run on this machine (local provisioning):
+    remote workers read their own filesystem."""
     if source.startswith(S3_SCHEME):
         if len(source) <= len(S3_SCHEME) or source[len(S3_SCHEME):].startswith("/"):
             raise ValueError("must be s3://<bucket>/<prefix>")
         return
-    if not Path(source).is_absolute() or not (Path(source) / "adapter_config.json").is_file():
+    if not Path(source).is_absolute() or (on_this_machine and not (Path(source) / "adapter_config.json").is_file()):
         raise ValueError("must be an absolute path to a PEFT adapter directory (holding adapter_config.json) or an "
                          "s3:// prefix")
 
 
-def _check_adapters(adapters: dict[str, str]) -> None:
-    for name, source in adapters.items():
+def _check_adapters(spec: EndpointSpec) -> None:
+    for name, source in spec.adapters.items():
         try:
-            check_adapter_source(source)
+            check_adapter_source(source, on_this_machine=isinstance(spec.provisioner, LocalProvisioning))
         except ValueError as error:
             raise ValueError(f"`adapters.{name}` {error} (got {source[:200]!r})") from None
 

@@ -202,3 +202,8 @@ def test_declared_adapters_are_an_s3_prefix_or_a_peft_directory(tmp_path):
     assert spec.adapters == {"poet": str(tmp_path), "verse": "s3://bucket/verse"}
     with pytest.raises(msgspec.ValidationError, match="adapters.poet"):  # a directory without adapter_config.json
         parse_endpoint({"name": NAME, "adapters": {"poet": str(tmp_path.parent)}})
+    # workers elsewhere (static, ECS) read their own disks: only the path's shape is checked here
+    remote = parse_endpoint({"name": NAME, "urls": ["http://w:1"], "adapters": {"poet": "/srv/lora/poet"}})
+    assert remote.adapters == {"poet": "/srv/lora/poet"}
+    with pytest.raises(msgspec.ValidationError, match="adapters.poet"):
+        parse_endpoint({"name": NAME, "urls": ["http://w:1"], "adapters": {"poet": "lora/poet"}})

@@ -36,11 +36,22 @@ def test_bad_values_are_refused_naming_the_field(field, value, needle):
 
 
 def test_the_config_file_takes_adapters_per_endpoint(tmp_path):
+    support = tmp_path / "support"
+    support.mkdir()
+    (support / "adapter_config.json").write_text("{}")
     good = tmp_path / "good.toml"
     good.write_text('[[models]]\nname = "smol"\nmax_loaded_adapters = 4\n'
-                    'adapters = { support = "/srv/lora/support", sql = "s3://lora/sql" }\n')
-    (model,) = load_settings(str(good)).models
-    assert model.adapters == {"support": "/srv/lora/support", "sql": "s3://lora/sql"}
+                    f'adapters = {{ support = "{support}", sql = "s3://lora/sql" }}\n'
+                    # remote workers read their own disks: only the path's shape is checked here
+                    '[[models]]\nname = "remote"\nadapters = { support = "/srv/lora/support" }\n'
+                    '[models.provisioner]\nkind = "static"\nurls = ["http://10.0.0.7:8001"]\n')
+    local, remote = load_settings(str(good)).models
+    assert local.adapters == {"support": str(support), "sql": "s3://lora/sql"}
+    assert remote.adapters == {"support": "/srv/lora/support"}
+    missing = tmp_path / "missing.toml"
+    missing.write_text('[[models]]\nname = "smol"\nadapters = { support = "/srv/lora/support" }\n')
+    with pytest.raises(SystemExit, match="invalid configuration.*adapters.support.*adapter_config.json"):
+        load_settings(str(missing))
     bad = tmp_path / "bad.toml"
     bad.write_text('[[models]]\nname = "smol"\nmax_loaded_adapters = 0\n')
     with pytest.raises(SystemExit, match="invalid configuration.*max_loaded_adapters"):
