@@ -169,25 +169,30 @@ async def test_sigkill_of_a_replica_moves_waiting_requests_and_cuts_the_streamin
     try:
         doomed = endpoint.pool.replicas[0]
         survivor = endpoint.pool.replicas[1]
+        pid = next(p.pid for p in processes(endpoint) if p.url == doomed.url)
         deadline = time.monotonic() + START_S
+        frozen = asyncio.Event()
 
-        async def on_doomed(index: int, tokens: int, pause: float = 0.0):
+        async def on_doomed(index: int, tokens: int, freeze: bool = False):
             doomed.in_flight += 1  # the test places the request: a lease on the doomed replica
             relayed = []
             try:
                 async for event in endpoints.stream(endpoint, Lease(doomed, 0.0), generate(index, tokens), deadline):
                     relayed.append(event)
-                    if pause:
-                        await asyncio.sleep(pause)
+                    if freeze and isinstance(event, Token):
+                        # the worker stops mid-stream, however fast this machine would have finished it
+                        os.kill(pid, signal.SIGSTOP)
+                        frozen.set()
+                        freeze = False
             except WorkerLost as lost:
                 return relayed, lost
             return relayed, None
 
-        streaming = asyncio.create_task(on_doomed(0, tokens=200, pause=0.05))  # holds the only batch row
-        await until(lambda: doomed.load is not None and doomed.load.running_rows == 1, 30, "the first stream")
+        streaming = asyncio.create_task(on_doomed(0, tokens=200, freeze=True))
+        await asyncio.wait_for(frozen.wait(), 30)
         waiting = [asyncio.create_task(on_doomed(i, tokens=6)) for i in range(1, 5)]
-        await until(lambda: doomed.load.queued == 4, 30, "four queued requests")
-        pid = next(p.pid for p in processes(endpoint) if p.url == doomed.url)
+        await until(lambda: doomed.in_flight == 5, 30, "four more requests on the frozen replica")
+        await asyncio.sleep(0.5)  # their bodies reach the frozen worker's socket; none can get a first token
         os.kill(pid, signal.SIGKILL)
         relayed, lost = await streaming
         assert lost is not None and lost.code == "worker_lost"
