@@ -45,8 +45,11 @@ async def collect(events: AsyncIterator[Event]) -> Result:
 async def merge(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
     """Interleave several event streams as (stream index, event), in arrival order."""
     if len(streams) == 1:
-        async for event in streams[0]:
-            yield 0, event
+        try:
+            async for event in streams[0]:
+                yield 0, event
+        finally:  # closed now, not when the collector finds it: it holds a worker connection
+            await streams[0].aclose()
         return
     queue: asyncio.Queue = asyncio.Queue()
     end = object()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import msgspec
 import structlog
@@ -124,8 +125,9 @@ async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncItera
     for replica in pool.candidates():
         replica.in_flight += 1
         try:
-            async for event in attempt(replica, body):
-                yield event
+            async with aclosing(attempt(replica, body)) as events:  # closes the worker stream at once
+                async for event in events:
+                    yield event
             replica.served()
             return
         except RetryElsewhere as retry:

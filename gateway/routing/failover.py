@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Protocol
 
 import msgspec
@@ -71,8 +72,9 @@ async def _relay(request: GenerateRequest, lease: Leased, *, reacquire: Callable
     try:
         for tries_left in range(retries, -1, -1):
             try:
-                async for event in attempt(lease.replica, body):
-                    yield event
+                async with aclosing(attempt(lease.replica, body)) as events:  # closes the worker stream at once
+                    async for event in events:
+                        yield event
                 lease.replica.served()
                 return
             except RetryElsewhere as retry:
