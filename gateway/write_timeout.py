@@ -31,8 +31,9 @@ def write_timeout_middleware(timeout: float):
             body_read = False
 
             async def timed_send(message):
-                if stalled.is_set():
-                    return  # the client counts as gone: nothing more is written
+                if stalled.is_set():  # the client counts as gone: nothing more is written
+                    await asyncio.sleep(0)  # and the stream yields, so the disconnect's cancellation lands now
+                    return
                 if message["type"] != "http.response.body":
                     await send(message)
                     return

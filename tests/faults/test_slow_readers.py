@@ -23,7 +23,12 @@ from tests.faults.conftest import (
 from tests.faults.load import Outcome, stalled_client, stream_completion
 
 pytestmark = pytest.mark.slow
-STALLED_TOKENS = 2048  # x 4 KiB: 8 MiB per stalled stream, 160 MiB for all twenty if the gateway buffered it
+# x 16 KiB: 32 MiB per stalled stream, 640 MiB for all twenty if the gateway buffered it. At 5 ms a token the
+# worker needs over 10 s for one, so every stalled stream is still running when the gateway cuts it (the
+# kernel's socket buffers take a few MiB before a write stalls, then the 2 s timeout)
+STALLED_TOKENS = 2048
+TOKEN_BYTES = 16384
+TOKEN_DELAY_S = 0.005
 NORMAL_TOKENS = 16
 STALL_SECONDS = 12.0
 RATES = [0] * 10 + [1] * 10  # bytes a second: never reading, and one byte a second
@@ -49,7 +54,7 @@ async def run(host: str, port: int, key: str) -> tuple[list[tuple[int, bool]], l
 
 
 def test_slow_and_silent_readers_are_cut_and_hold_nothing(tmp_path):
-    with stub_worker(token_delay=0.002, token_bytes=4096) as stub, \
+    with stub_worker(token_delay=TOKEN_DELAY_S, token_bytes=TOKEN_BYTES) as stub, \
             gateway(tmp_path / "gw", stub, "stream_write_timeout_s = 2.0") as server:
         host, port = host_port(server)
         # the same readers alone first: the memory they need is the baseline
@@ -66,7 +71,7 @@ def test_slow_and_silent_readers_are_cut_and_hold_nothing(tmp_path):
     assert all(cut for _, cut in stalled)  # every stalled stream was ended by the gateway
     assert all(o.status == 200 and o.done and o.events == NORMAL_TOKENS + 2 for o in warm + normal)
     assert len(normal) >= 8
-    assert growth < 32  # what the stalled clients left unread: 160 MiB
+    assert growth < 32  # what the stalled clients left unread: 640 MiB
     statuses = Counter(r["status"] for r in records)
     assert statuses == {"ok": len(warm) + len(normal), "cancelled": len(RATES)}
-    assert stats["cancelled"] == len(RATES) and stats["running"] == 0
+    assert stats["cancelled"] == len(RATES) and stats["running"] == 0, stats
