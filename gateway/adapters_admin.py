@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from gateway.adapters import SEPARATOR
 from gateway.dialects.base import convert
-from gateway.endpoints.spec import LocalProvisioning, check_adapter_source
+from gateway.endpoints.spec import check_adapter_source
 from gateway.errors import NotFound, ValidationFailed
 from gateway.services import Services
 from common.protocol import AdapterName, AdapterSource
@@ -53,7 +53,7 @@ async def register_adapter(services: Services, endpoint: str, payload: Any) -> d
     body = convert(payload, RegisterAdapter)
     spec = services.endpoints.controllers[_endpoint(services, endpoint)].spec
     try:
-        check_adapter_source(body.source, on_this_machine=isinstance(spec.provisioner, LocalProvisioning))
+        check_adapter_source(body.source, spec.provisioner)
     except ValueError as error:
         raise ValidationFailed(f"source {error}", param="source") from None
     await services.adapters.add(endpoint, body.name, body.source)

@@ -171,7 +171,7 @@ class GatewayServices(InitPluginProtocol):
                                "delete it with DELETE /admin/endpoints/{name}") from error
         if settings.cloudwatch.namespace:
             try:
-                publisher = QueueDepthPublisher(settings.cloudwatch, lambda: sum(s.waiting for s in endpoints.states()))
+                publisher = QueueDepthPublisher(settings.cloudwatch, lambda: endpoints.waiting)
             except Exception as error:  # botocore: no region, an unknown one
                 raise StartupError(f"cannot publish to CloudWatch ({_cause(error)}): set cloudwatch.region (or "
                                    "AWS_REGION), or unset cloudwatch.namespace") from error

@@ -152,6 +152,11 @@ class Endpoints:
         """Requests holding a replica, over every endpoint."""
         return sum(controller.in_flight for controller in self.controllers.values())
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting in an activator for a replica, over every endpoint."""
+        return sum(controller.activator.waiting for controller in self.controllers.values())
+
     async def drain_and_stop(self) -> None:
         controllers, self.controllers = list(self.controllers.values()), {}
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))

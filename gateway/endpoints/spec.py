@@ -177,11 +177,12 @@ def _check_scaling(spec: EndpointSpec) -> None:
         raise ValueError(f"`max_wait_seconds` must be more than 0 (got {spec.max_wait_seconds})")
 
 
-def check_adapter_source(source: str, *, on_this_machine: bool) -> None:
+def check_adapter_source(source: str, provisioner: Provisioning) -> None:
     """A LoRA adapter's source is an s3://<bucket>/<prefix> or an absolute path to a PEFT adapter directory (one
     holding adapter_config.json): the rule for the adapters a spec declares and those the admin API registers.
     The directory itself is checked only when the endpoint's workers run on this machine (local provisioning):
     remote workers read their own filesystem."""
+    on_this_machine = isinstance(provisioner, LocalProvisioning)
     if source.startswith(S3_SCHEME):
         if len(source) <= len(S3_SCHEME) or source[len(S3_SCHEME):].startswith("/"):
             raise ValueError("must be s3://<bucket>/<prefix>")
@@ -194,7 +195,7 @@ def check_adapter_source(source: str, *, on_this_machine: bool) -> None:
 def _check_adapters(spec: EndpointSpec) -> None:
     for name, source in spec.adapters.items():
         try:
-            check_adapter_source(source, on_this_machine=isinstance(spec.provisioner, LocalProvisioning))
+            check_adapter_source(source, spec.provisioner)
         except ValueError as error:
             raise ValueError(f"`adapters.{name}` {error} (got {source[:200]!r})") from None
 

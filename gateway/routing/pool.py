@@ -136,10 +136,11 @@ class Router:
         # idle connections are dropped well before the worker's own keep-alive timeout (uvicorn: 5 s): a request
         # sent on a connection the worker is closing fails before any answer, which reads as an unreachable worker
         limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
+        headers = {WORKER_SECRET_HEADER: worker_secret()}
         client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
-                                   headers={WORKER_SECRET_HEADER: worker_secret()})
+                                   headers=headers)
         self._clients.append(client)
-        worker = WorkerHTTP(url, {WORKER_SECRET_HEADER: worker_secret()}, self.read_timeout)
+        worker = WorkerHTTP(url, headers, self.read_timeout)
         replica = Replica(url, client, worker, replica_id=replica_id)
         self.ensure_pool(model).replicas.append(replica)
         return replica
