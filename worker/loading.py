@@ -2,7 +2,8 @@
 
 GGUF files are dequantized by transformers on load, which takes ~20 s for SmolLM2; the result is
 cached as a plain HF directory (safetensors) under `<data_dir>/models/<sha256 of the file>` so the
-next start loads it in a couple of seconds.
+next start loads it in a couple of seconds. Workers that start together build it once between them
+(worker/build_once.py), as they do an S3 prefix's download.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import hashlib
 import importlib
 import importlib.util
 import os
-import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import structlog
 import torch
 
 from common.protocol import ModelConfig
+from worker.build_once import build_once
 from worker.direct_load import load_direct
 
 log = structlog.get_logger(__name__)
@@ -113,32 +113,25 @@ def remembered_sha256(path: Path, cache: Path) -> str:
     return digest
 
 
-def _gguf_to_hf_dir(gguf: Path, data_dir: Path) -> Path:
-    """Dequantize a GGUF file once into a safetensors HF directory keyed by the file's hash."""
+def dequantized_gguf_dir(gguf: Path, cache: Path) -> Path:
+    """Dequantize a GGUF file once into a safetensors HF directory under `cache`, keyed by the file's hash."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    target = model_cache_dir(data_dir) / remembered_sha256(gguf, model_cache_dir(data_dir))
-    if (target / "config.json").exists():
-        return target
-    log.info("gguf_dequantize", file=str(gguf), cache=str(target))
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # save_pretrained refuses a GGUF-loaded model: rebuild a plain one from its config
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config.quantization_config = None
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
-    try:
+    def dequantize(staging: Path) -> None:
+        log.info("gguf_dequantize", file=str(gguf), cache=str(cache))
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # save_pretrained refuses a GGUF-loaded model: rebuild a plain one from its config
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config.quantization_config = None
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(loaded.state_dict())
         plain.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        os.replace(staging, target)  # atomic: a crash never leaves a half-written cache
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return build_once(cache / remembered_sha256(gguf, cache), "config.json", dequantize)
 
 
 def _safe_relative(relative: str, shown: str) -> Path:
@@ -167,35 +160,40 @@ def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") ->
     client = boto3.client("s3", endpoint_url=os.environ.get("SLUICE_S3_ENDPOINT") or None)
     paginator = client.get_paginator("list_objects_v2")
     listed = prefix + "/" if prefix else ""  # "models/v1" must not take "models/v10/..." too
-    files = []
+    files: dict[str, Path] = {}  # key -> path under the copy
     for page in paginator.paginate(Bucket=bucket, Prefix=listed):
         for item in page.get("Contents", []):
             key = item["Key"]
             if key.endswith("/"):  # a folder marker, no content
                 continue
-            destination = target / _safe_relative(key[len(listed):], f"S3 object key {key!r} under {url}")
-            if not destination.resolve().is_relative_to(root.resolve()):  # a symlink in the cache
+            relative = _safe_relative(key[len(listed):], f"S3 object key {key!r} under {url}")
+            if not (target / relative).resolve().is_relative_to(root.resolve()):  # a symlink in the cache
                 raise ModelLoadError(f"refusing S3 object key {key!r}: it resolves outside {root}")
-            files.append((key, destination))
+            files[key] = relative
     if not files:
         raise ModelLoadError(f"no objects under {url}")
-    for key, destination in files:
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        client.download_file(bucket, key, str(destination))
-    return target
+    if Path(marker) not in files.values():
+        raise ModelLoadError(f"no {marker} under {url}")
+
+    def download(staging: Path) -> None:
+        for key, relative in files.items():
+            (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, key, str(staging / relative))
+
+    return build_once(target, marker, download)
 
 
 def resolve_source(source: str, data_dir: Path) -> Path | str:
     """Map a configured source to a local HF directory, or a hub id to load offline."""
     if source in ("", "default"):
-        return _gguf_to_hf_dir(default_gguf_path(), data_dir)
+        return dequantized_gguf_dir(default_gguf_path(), model_cache_dir(data_dir))
     if source.startswith("s3://"):
         return download_s3_prefix(source, data_dir)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
-        return _gguf_to_hf_dir(path, data_dir)
+        return dequantized_gguf_dir(path, model_cache_dir(data_dir))
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelLoadError(f"{path} is not a Hugging Face model directory (no config.json)")

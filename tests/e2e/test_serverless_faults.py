@@ -76,7 +76,8 @@ def records(server: SluiceServer, request_ids: set[str]) -> list[dict]:
 
 
 class Stream:
-    """One streamed OpenAI completion, read event by event; `logprobs` names every token delivered."""
+    """One streamed OpenAI completion, read event by event; `logprobs` names every token delivered. It runs
+    to `max_tokens` (ignore_eos): a random model's greedy path may meet EOS in one batch and not in another."""
 
     def __init__(self, client: httpx.AsyncClient, model: str, max_tokens: int):
         self.client, self.model, self.max_tokens = client, model, max_tokens
@@ -89,7 +90,7 @@ class Stream:
 
     async def run(self) -> Stream:
         body = {"model": self.model, "prompt": "Once upon a time", "max_tokens": self.max_tokens, "stream": True,
-                "logprobs": 1, "temperature": 0}
+                "logprobs": 1, "temperature": 0, "ignore_eos": True}
         async with self.client.stream("POST", "/v1/completions", json=body, timeout=WAIT_S) as reply:
             self.status, self.request_id = reply.status_code, reply.headers["x-request-id"]
             async for line in reply.aiter_lines():
@@ -151,13 +152,15 @@ def test_sustained_load_scales_up_then_the_autoscaler_scales_down_during_8_strea
                 await asyncio.sleep(0.1)
             stop.set()
             await asyncio.gather(*clients)
-            assert len(live_workers(server, ELASTIC)) == 2
+            assert len(live_workers(server, ELASTIC)) == 2, server.log_events("worker_started")
             # the load is over; 8 long streams run on the two replicas, held mid-flight
-            streams = [Stream(http, ELASTIC, 200) for _ in range(8)]
+            # (400 tokens: long enough that none ends before the last one has its first token)
+            streams = [Stream(http, ELASTIC, 400) for _ in range(8)]
             tasks = [asyncio.create_task(s.run()) for s in streams]
             await asyncio.gather(*(s.first.wait() for s in streams))
             with stopped(live_workers(server, ELASTIC)):
-                assert status(server, ELASTIC)["in_flight"] == 8 and not any(s.done for s in streams)
+                assert not any(s.done for s in streams), [s.tokens for s in streams]
+                assert status(server, ELASTIC)["in_flight"] == 8, status(server, ELASTIC)
                 # 8 in flight now fit one replica: once its stable window agrees, the autoscaler drains one
                 patched = await http.patch(f"/admin/endpoints/{ELASTIC}", headers=admin(server),
                                            json={"target_concurrency": 8})

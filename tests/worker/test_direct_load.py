@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from tests.fixtures.sluice import MODEL_CACHE
+from tests.fixtures.sluice import default_model_dir
 from tests.fixtures.tiny_model import write_tiny_model
 from worker.direct_load import load_direct
 
@@ -25,7 +25,7 @@ def assert_same_model(direct, reference) -> None:
 
 
 def test_the_default_model_loads_directly_as_from_pretrained_loads_it():
-    cached = next(p for p in MODEL_CACHE.iterdir() if (p / "config.json").exists())
+    cached = default_model_dir()
     direct = load_direct(cached, torch.float32)
     assert direct is not None and direct.lm_head.weight is direct.model.embed_tokens.weight
     assert_same_model(direct, AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32))

@@ -182,6 +182,13 @@ def test_s3_source_downloads_once(tiny_model_dir, tmp_path, s3):
         resolve_source("s3://models/empty-prefix", tmp_path)
 
 
+def test_an_s3_prefix_without_a_config_is_refused_before_any_download(tmp_path, s3):
+    s3.put_object(Bucket="models", Key="weights-only/model.safetensors", Body=b"not a model on its own")
+    with pytest.raises(ModelLoadError, match="no config.json under s3://models/weights-only"):
+        resolve_source("s3://models/weights-only", tmp_path)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 @pytest.mark.parametrize(("source", "key"), [
     ("s3://models/tiny/v1", "tiny/v1/../../../../../escaped.txt"),
     ("s3://models/tiny/v1", "tiny/v1/sub/../../../../../../escaped.txt"),
