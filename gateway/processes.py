@@ -124,5 +124,5 @@ class Siblings:
             except subprocess.TimeoutExpired:
                 process.kill()
                 code = process.wait()
-            worst = worst or (max(0, code))
+            worst = worst or max(0, code)
         return worst

@@ -117,8 +117,10 @@ def dequantized_gguf_dir(gguf: Path, cache: Path) -> Path:
     """Dequantize a GGUF file once into a safetensors HF directory under `cache`, keyed by the file's hash."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    target = cache / remembered_sha256(gguf, cache)
+
     def dequantize(staging: Path) -> None:
-        log.info("gguf_dequantize", file=str(gguf), cache=str(cache))
+        log.info("gguf_dequantize", file=str(gguf), cache=str(target))
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         # save_pretrained refuses a GGUF-loaded model: rebuild a plain one from its config
@@ -131,7 +133,7 @@ def dequantized_gguf_dir(gguf: Path, cache: Path) -> Path:
         plain.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
 
-    return build_once(cache / remembered_sha256(gguf, cache), "config.json", dequantize)
+    return build_once(target, "config.json", dequantize)
 
 
 def _safe_relative(relative: str, shown: str) -> Path:
