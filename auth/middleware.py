@@ -30,7 +30,8 @@ def auth_service(state: State) -> AuthService:
     return state[STATE_KEY]
 
 
-async def _principal(connection: ASGIConnection) -> Principal:
+async def principal(connection: ASGIConnection) -> Principal:
+    """The caller a request's key and team header name; raises AuthError or StoreUnavailable."""
     service = auth_service(connection.app.state)
     return await service.authenticate(connection.headers.get("authorization"), team_header(connection.headers),
                                       client_address(connection, service.clients))
@@ -38,8 +39,8 @@ async def _principal(connection: ASGIConnection) -> Principal:
 
 class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
-        principal = await _principal(connection)
-        return AuthenticationResult(user=principal, auth=principal.key_id)
+        caller = await principal(connection)
+        return AuthenticationResult(user=caller, auth=caller.key_id)
 
 
 async def optional_principal(connection: ASGIConnection) -> Principal | None:
@@ -47,7 +48,7 @@ async def optional_principal(connection: ASGIConnection) -> Principal | None:
     then apply), and a bad key the same 401 as on any route."""
     if "authorization" not in connection.headers:
         return None
-    return await _principal(connection)
+    return await principal(connection)
 
 
 def authentication(exclude: list[str] | None = None) -> DefineMiddleware:

@@ -2,19 +2,22 @@
 
     .venv/bin/python bench/gateway.py [--quick] [--duration S] [--connections 8,32,128]
                                       [--rates 100,500,1000,2000] [--modes plain,stream] [--no-litellm]
-                                      [--gateway-processes N]
+                                      [--profiles embedded,postgres] [--gateway-processes 1,2]
 
 Starts, each in its own process:
 - a protocol stub worker (tests/faults/stub_worker.py: answers at once with the worker protocol's NDJSON);
-- `sluice serve` in front of it: embedded profile (SQLite), authentication, team limits (set high enough never
-  to refuse) and the usage ledger on, called with an API key made by `sluice keys create`;
+- `sluice serve` in front of it, once per profile and process count: the embedded profile (SQLite; with Redis for
+  the limits when it runs 2+ processes) and the PostgreSQL + Redis profile (auth and ledger in PostgreSQL,
+  limits in Redis, both started here); authentication, team limits (set high enough never to refuse) and the
+  usage ledger on, called with an API key made by `sluice keys create`;
 - an OpenAI-shaped stub (bench/harness/openai_stub.py) and LiteLLM (pinned 1.106, 2 workers, no database, a
   master key) in front of it, in its own venv under .bench/ (created on first run);
 and drives each, and each stub alone, with POST chat completions: `wrk` closed loop at each connection count,
 and the open-loop generator of bench/harness/open_loop.py at each rate. "plain" asks for 1 output token,
 "stream" for 64 tokens streamed. Added latency is a gateway's latency minus its stub's alone in the same
 setting; CPU ms per request comes from /proc of the gateway's processes (all LiteLLM workers included).
-The PostgreSQL + Redis profile is not run here yet.
+The Sluice targets are named `sluice` (embedded, one process), `sluice-pg` (PostgreSQL + Redis) and `-Np` for N
+processes; the issue's targets are for one process.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +52,7 @@ from bench.harness.processes import (
     wait_http,
 )
 from common.protocol import GenerateRequest, SamplingParams
-from tests.fixtures.servers import free_port, wait_for_port
+from tests.fixtures.servers import free_port, postgres_server, redis_server
 from tests.fixtures.sluice import start_sluice
 
 MODEL = "stub-model"
@@ -96,24 +100,30 @@ def generate_body(mode: str) -> bytes:
 
 
 def create_key(data_dir: Path) -> str:
-    """An API key of the default team, made the way an operator makes one."""
-    team = subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(data_dir), "teams", "list",
-                           "--json"], cwd=REPO, check=True, capture_output=True, text=True).stdout
+    """An API key of the default team, made the way an operator makes one (`sluice.toml` names the database)."""
+    cli = [sys.executable, "-m", "gateway.cli", "--data-dir", str(data_dir), "--config", str(data_dir / "sluice.toml")]
+    team = subprocess.run([*cli, "teams", "list", "--json"], cwd=REPO, check=True, capture_output=True,
+                          text=True).stdout
     team_id = next(t["id"] for t in json.loads(team) if t["name"] == "default")
-    made = subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(data_dir), "keys", "create",
-                           "--name", "bench", "--team-id", team_id, "--json"], cwd=REPO, check=True,
-                          capture_output=True, text=True).stdout
+    made = subprocess.run([*cli, "keys", "create", "--name", "bench", "--team-id", team_id, "--json"], cwd=REPO,
+                          check=True, capture_output=True, text=True).stdout
     return json.loads(made)["key"]
 
 
-def sluice_config(worker: str, processes: int, redis_url: str) -> str:
+def sluice_config(worker: str, processes: int, redis_url: str, database_url: str = "") -> str:
     config = ('log_format = "json"\n'
               # limits stay on (every request is counted and checked) but never refuse during the bench
               "default_team_limits = { rpm = 100000000, tpm = 100000000000, max_concurrency = 100000 }\n"
               f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n')
-    if processes > 1:  # the processes share the limits through Redis
-        config = f'gateway_processes = {processes}\nredis_url = "{redis_url}"\n' + config
-    return config
+    if redis_url:  # the processes share the limits through Redis (the PostgreSQL profile's limits live there too)
+        config = f'redis_url = "{redis_url}"\n' + config
+    if database_url:
+        config = f'database_url = "{database_url}"\n' + config
+    return f"gateway_processes = {processes}\n" + config
+
+
+def variant_name(profile: str, processes: int) -> str:
+    return "sluice" + ("-pg" if profile == "postgres" else "") + (f"-{processes}p" if processes > 1 else "")
 
 
 def litellm_config(upstream: str) -> str:
@@ -171,7 +181,8 @@ def report(title: str, settings: list, points: dict[tuple, Point], mode: str, ha
     print(f"{'setting':>8} {'target':<9} {'RPS':>8} {'p50':>8} {'p99':>8} {'p99.9':>8} {'+p50':>7} {'+p99':>7} "
           f"{'+p99.9':>7} {'cpu/req':>8} {'gap p99':>8} {'err':>5}")
     for setting in settings:
-        for name, stub in (("stub", None), ("sluice", "stub"), ("openai", None), ("litellm", "openai")):
+        sluices = sorted({name for name, _, _ in points if name.startswith("sluice")}, key=len)
+        for name, stub in (("stub", None), *((n, "stub") for n in sluices), ("openai", None), ("litellm", "openai")):
             point = points.get((name, mode, setting))
             if point is None:
                 continue
@@ -182,14 +193,15 @@ def report(title: str, settings: list, points: dict[tuple, Point], mode: str, ha
                   f"{point.p999_ms:8.2f} {added[0]:7.2f} {added[1]:7.2f} {added[2]:7.2f} {point.cpu_ms:8.2f} "
                   f"{point.gap_p99_ms if mode == 'stream' else float('nan'):8.2f} {point.errors:5d}"
                   + (f"  ({point.failures})" if point.failures else ""))
-        ours, theirs = points.get(("sluice", mode, setting)), points.get(("litellm", mode, setting))
-        if ours and theirs and have_litellm:
-            stub, upstream = points[("stub", mode, setting)], points[("openai", mode, setting)]
-            print(f"{setting:>8} {'ratio':<9} RPS sluice/litellm {ratio(ours.rps, theirs.rps)}, added p50 "
-                  f"{ratio(ours.p50_ms - stub.p50_ms, theirs.p50_ms - upstream.p50_ms)}, added p99 "
-                  f"{ratio(ours.p99_ms - stub.p99_ms, theirs.p99_ms - upstream.p99_ms)}, added p99.9 "
-                  f"{ratio(ours.p999_ms - stub.p999_ms, theirs.p999_ms - upstream.p999_ms)}, CPU/request "
-                  f"{ratio(ours.cpu_ms, theirs.cpu_ms)}")
+        for name in sluices:
+            ours, theirs = points.get((name, mode, setting)), points.get(("litellm", mode, setting))
+            if ours and theirs and have_litellm:
+                stub, upstream = points[("stub", mode, setting)], points[("openai", mode, setting)]
+                print(f"{setting:>8} {'ratio':<9} RPS {name}/litellm {ratio(ours.rps, theirs.rps)}, added p50 "
+                      f"{ratio(ours.p50_ms - stub.p50_ms, theirs.p50_ms - upstream.p50_ms)}, added p99 "
+                      f"{ratio(ours.p99_ms - stub.p99_ms, theirs.p99_ms - upstream.p99_ms)}, added p99.9 "
+                      f"{ratio(ours.p999_ms - stub.p999_ms, theirs.p999_ms - upstream.p999_ms)}, CPU/request "
+                      f"{ratio(ours.cpu_ms, theirs.cpu_ms)}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -200,7 +212,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rates", help="open-loop request rates (100,500,1000,2000; --quick: 100,500)")
     parser.add_argument("--modes", default="plain,stream")
     parser.add_argument("--no-litellm", action="store_true", help="only the stubs and Sluice")
-    parser.add_argument("--gateway-processes", type=int, default=1, help="gateway_processes of sluice serve")
+    parser.add_argument("--profiles", default="embedded,postgres", help="embedded (SQLite), postgres (+ Redis)")
+    parser.add_argument("--gateway-processes", default="1", help="gateway_processes of sluice serve, e.g. 1,2")
     args = parser.parse_args()
     quick = {"duration": 3.0, "connections": "8,32", "rates": "100,500"}
     full = {"duration": 10.0, "connections": "8,32,128", "rates": "100,500,1000,2000"}
@@ -210,8 +223,15 @@ def parse_args() -> argparse.Namespace:
     args.connections = [int(c) for c in args.connections.split(",") if c]
     args.rates = [int(r) for r in args.rates.split(",") if r]
     args.modes = [m for m in args.modes.split(",") if m]
-    if any(m not in TOKENS for m in args.modes) or args.duration <= 0 or args.gateway_processes < 1:
-        parser.error("modes are plain and stream; duration and processes are positive")
+    args.profiles = [p for p in args.profiles.split(",") if p]
+    try:
+        args.gateway_processes = [int(n) for n in args.gateway_processes.split(",") if n]
+    except ValueError:
+        parser.error("--gateway-processes takes counts, e.g. 1,2")
+    if (any(m not in TOKENS for m in args.modes) or args.duration <= 0 or not args.gateway_processes
+            or min(args.gateway_processes) < 1 or not args.profiles
+            or any(p not in ("embedded", "postgres") for p in args.profiles)):
+        parser.error("modes are plain and stream; profiles embedded and postgres; duration and processes positive")
     return args
 
 
@@ -220,7 +240,7 @@ def main() -> None:
     wrk = ensure_wrk()
     litellm = None if args.no_litellm else ensure_litellm()
     started = []
-    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp, ExitStack() as servers:
         root = Path(tmp)
         try:
             stub_port, openai_port = free_port(), free_port()
@@ -232,25 +252,25 @@ def main() -> None:
                            root / "openai.log")
             started.append(openai)
             wait_http(f"http://127.0.0.1:{openai_port}/health", openai, root / "openai.log")
-            redis_url = ""
-            if args.gateway_processes > 1:
-                redis_port = free_port()
-                redis = spawn(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no"], root / "redis.log")
-                started.append(redis)
-                wait_for_port(redis_port)
-                redis_url = f"redis://127.0.0.1:{redis_port}/0"
-            sluice = start_sluice(root / "sluice", config=sluice_config(f"http://127.0.0.1:{stub_port}",
-                                                                        args.gateway_processes, redis_url))
-            started.append(sluice.process)
-            if args.gateway_processes > 1:  # every process serving before the clock starts
-                while sluice.output.count("Sluice gateway listening") < args.gateway_processes:
-                    time.sleep(0.2)
-            key = create_key(root / "sluice")
             chat = {mode: chat_body(mode) for mode in TOKENS}
-            targets = [Target("stub", stub_port, "/generate", "", [], {m: generate_body(m) for m in TOKENS}),
-                       Target("sluice", int(sluice.url.rsplit(":", 1)[1]), "/v1/chat/completions", key,
-                              process_tree(sluice.process.pid), chat)]
+            targets = [Target("stub", stub_port, "/generate", "", [], {m: generate_body(m) for m in TOKENS})]
+            sluices = []
+            for profile in args.profiles:
+                for processes in args.gateway_processes:
+                    name = variant_name(profile, processes)
+                    database_url = redis_url = ""
+                    if profile == "postgres":
+                        database_url = servers.enter_context(postgres_server()).url
+                    if profile == "postgres" or processes > 1:
+                        redis_url = servers.enter_context(redis_server()).url
+                    sluice = start_sluice(root / name, config=sluice_config(f"http://127.0.0.1:{stub_port}",
+                                                                            processes, redis_url, database_url))
+                    started.append(sluice.process)
+                    sluices.append(sluice)
+                    while sluice.output.count("Sluice gateway listening") < processes:  # all serving first
+                        time.sleep(0.2)
+                    targets.append(Target(name, int(sluice.url.rsplit(":", 1)[1]), "/v1/chat/completions",
+                                          create_key(root / name), process_tree(sluice.process.pid), chat))
             if litellm is not None:
                 (root / "litellm.yaml").write_text(litellm_config(f"http://127.0.0.1:{openai_port}"))
                 litellm_port = free_port()
@@ -273,8 +293,9 @@ def main() -> None:
                 else:
                     raise SystemExit(f"bench: {target.name} did not answer cleanly while warming up: {point}")
             print(f"bench: {time.strftime('%H:%M:%S', time.gmtime())} UTC, {os.cpu_count()} cores, load average "
-                  f"{os.getloadavg()[0]:.1f}, {args.duration:g} s per point, sluice gateway_processes="
-                  f"{args.gateway_processes}", flush=True)
+                  f"{os.getloadavg()[0]:.1f}, {args.duration:g} s per point, sluice profiles "
+                  f"{','.join(args.profiles)}, gateway_processes {','.join(map(str, args.gateway_processes))}",
+                  flush=True)
             closed: dict[tuple, Point] = {}
             opened: dict[tuple, Point] = {}
             for mode in args.modes:
@@ -287,7 +308,8 @@ def main() -> None:
                     for target in targets:
                         opened[(target.name, mode, rate)] = run_open(target, mode, rate, args.duration)
                 report("open loop (asyncio generator), offered RPS", args.rates, opened, mode, litellm is not None)
-            errors = Counter(event["error"] for event in sluice.log_events("request_done") if event.get("error"))
+            errors = Counter(event["error"] for sluice in sluices for event in sluice.log_events("request_done")
+                             if event.get("error"))
             print(f"\nload average at the end {os.getloadavg()[0]:.1f}; latencies in ms, cpu in ms per request; "
                   f"Sluice's errors by code: {dict(errors) or 'none'}")
         finally:

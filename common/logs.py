@@ -13,18 +13,21 @@ import structlog
 _encoder = msgspec.json.Encoder(enc_hook=repr)
 
 
-def _dumps(event: dict, **_options) -> str:
-    return _encoder.encode(event).decode()
+def _dumps(event: dict, **_options) -> bytes:
+    return _encoder.encode(event)
 
 
 def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
-    renderer = structlog.processors.JSONRenderer(_dumps) if fmt == "json" else structlog.dev.ConsoleRenderer()
+    if fmt == "json":  # bytes straight to the stream: no str round trip, one write per line
+        renderer, output = structlog.processors.JSONRenderer(_dumps), structlog.BytesLoggerFactory(sys.stderr.buffer)
+    else:
+        renderer, output = structlog.dev.ConsoleRenderer(), structlog.PrintLoggerFactory(sys.stderr)
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
                     structlog.processors.TimeStamper(fmt="iso", utc=True), structlog.processors.format_exc_info,
                     renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=output,
         cache_logger_on_first_use=True)
     # one access-log line per request is ours; the HTTP client's own INFO line per call is noise
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -22,8 +22,10 @@ log = structlog.get_logger("gateway")
 
 
 class Accounting:
-    def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str):
+    def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
+                 outcome: dict):
         self.services, self.principal = services, principal
+        self.outcome = outcome  # the request's log line (`request_done`, gateway.logs) gets these fields
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
@@ -94,10 +96,10 @@ class Accounting:
             await self.services.limiter.settle(self.ticket, used)
         latency = (time.perf_counter() - self.started) * 1000
         metrics.observe(self, status)
-        log.info("request_done", request_id=self.request_id, status=status, route=self.route,
-                 prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                 latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
-                 error=error.code if error else None, adapter=self.adapter)
+        self.outcome.update(request_id=self.request_id, status=status, route=self.route,
+                            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                            latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
+                            error=error.code if error else None, adapter=self.adapter)
         ledger = self.services.ledger
         if ledger is None or isinstance(error, LedgerUnavailable):  # refused for want of a ledger: nothing to add
             return

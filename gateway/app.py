@@ -1,7 +1,7 @@
 """The Litestar app factory: mounts every dialect room, the admin and usage APIs, and the cross-cutting
 parts: the services plugin (lifespan + dependency injection), the request-id middleware, API-key
 authentication (`request.user` is the caller's Principal) and the OpenAI envelope for everything no
-dialect claims."""
+dialect claims. The generation routes are answered ahead of Litestar's router (`gateway.direct_routes`)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from gateway.dialects.monster import routes as monster
 from gateway.dialects.openai import routes as openai
 from gateway.dialects.sglang import routes as sglang
 from gateway.dialects.tgi import routes as tgi
+from gateway.direct_routes import serve_directly
 from gateway.endpoints.routes import admin_endpoints_router, visible_endpoints
 from gateway.lifespan import GatewayServices
 from gateway.logs import answer_request_id, request_id_middleware
@@ -38,12 +39,13 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     usage = ([usage_router(), admin_usage_router(guards=[require_admin]), dashboard_router(),
               static_router()]
              if settings.ledger_enabled else [])
-    return Litestar(
+    # outermost first; the direct routes run the same ones, then authenticate themselves
+    wrappers = [request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s)]
+    app = Litestar(
         route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), team_router(),
                         admin_endpoints_router(), visible_endpoints, *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
-        middleware=[request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s),
-                    authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
+        middleware=[*wrappers, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         before_send=[answer_request_id],
         exception_handlers=DEFAULT.exception_handlers(),
         request_max_body_size=settings.max_body_bytes,
@@ -51,3 +53,5 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
         openapi_config=OpenAPIConfig(title="Sluice", version="0.1.0", path=OPENAPI_PATH),
         debug=False,
     )
+    serve_directly(app, wrappers)
+    return app

@@ -32,7 +32,7 @@ from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import GenerationFailed, RequestTimedOut, SluiceError
-from gateway.logs import request_id_of
+from gateway.logs import outcome_of, request_id_of
 from gateway.services import DEFAULT_MODEL, Services
 from common.errors import LedgerUnavailable
 from common.json_body import read_json
@@ -56,7 +56,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                             payload: Any = UNREAD) -> Response | Stream:
     principal: Principal = request.user  # set by the authentication middleware
     request_id = request_id_of(request)
-    accounting = Accounting(services, principal, request_id, dialect.name, route)
+    accounting = Accounting(services, principal, request_id, dialect.name, route, outcome_of(request))
     finalizers = request.scope["state"].setdefault("finalizers", [])
     finalizers.append(partial(accounting.finish, "cancelled"))
     try:
@@ -121,7 +121,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                 accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
                           media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-        results = await _collect(merged, len(parsed.requests), accounting)
+        results = await _collect(merged, len(parsed.requests), accounting, services.settings.request_timeout_s)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
@@ -143,7 +143,9 @@ def _events(services: Services, dialect: Dialect, endpoint: EndpointController, 
     """The merged events of every GenerateRequest on its lease, failed choices failing the request
     (`honest`), the whole bounded by request_timeout_s (`within`)."""
     streams = [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
-    return within(services.settings.request_timeout_s, honest(dialect, merge(streams)))
+    events = honest(dialect, merge(streams))
+    # a collected answer is bounded as a whole, by _collect: one timer per request instead of one per event
+    return within(services.settings.request_timeout_s, events) if parsed.stream else events
 
 
 async def honest(dialect: Dialect, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
@@ -160,22 +162,43 @@ async def honest(dialect: Dialect, events: AsyncIterator[tuple[int, Event]]) -> 
 
 
 async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
-    """The events of a request that may run `seconds` in all (settings.request_timeout_s, from admission):
-    past that the workers are let go and RequestTimedOut is raised, before the concurrency lease expires."""
+    """The events of a stream that may run `seconds` in all (settings.request_timeout_s, from admission):
+    past that the workers are let go and RequestTimedOut is raised, before the concurrency lease expires.
+    One timer for the whole stream: asyncio.timeout per event cost a tenth of a streamed token's relay."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
+    expired = False
+    reading: asyncio.Task | None = None  # the task waiting for the next event, cancelled when time runs out
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        if reading is not None:
+            reading.cancel()
+
+    timer = loop.call_later(seconds, expire)
     try:
-        while True:
+        while not expired:
+            reading = asyncio.current_task()
             try:
-                item = await asyncio.wait_for(anext(events), max(deadline - loop.time(), 0.0))
+                item = await anext(events)
             except StopAsyncIteration:
                 return
-            except TimeoutError:
-                raise RequestTimedOut(f"the request ran past this gateway's limit of {seconds:g} s "
-                                      "(request_timeout_s); ask for fewer tokens or split it") from None
+            except asyncio.CancelledError:
+                if expired and reading.uncancel() == 0:  # ours alone; a client's disconnect stays a cancel
+                    break
+                raise
+            finally:
+                reading = None
             yield item
+        raise past_limit(seconds)
     finally:
+        timer.cancel()
         await events.aclose()
+
+
+def past_limit(seconds: float) -> RequestTimedOut:
+    return RequestTimedOut(f"the request ran past this gateway's limit of {seconds:g} s (request_timeout_s); "
+                           "ask for fewer tokens or split it")
 
 
 def _stream_headers(accounting: Accounting) -> dict[str, str]:
@@ -272,11 +295,17 @@ async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parse
         yield chunk
 
 
-async def _collect(merged: AsyncIterator[tuple[int, Event]], count: int, accounting: Accounting) -> list[Result]:
+async def _collect(merged: AsyncIterator[tuple[int, Event]], count: int, accounting: Accounting,
+                   seconds: float) -> list[Result]:
+    """Every event of a non-streamed answer, within `seconds` (request_timeout_s) in all."""
     results = [Result() for _ in range(count)]
-    async for index, event in merged:
-        accounting.observe(event)
-        results[index].add(event)
+    try:
+        async with aclosing(merged), asyncio.timeout(seconds):
+            async for index, event in merged:
+                accounting.observe(event)
+                results[index].add(event)
+    except TimeoutError:
+        raise past_limit(seconds) from None
     return results
 
 

@@ -15,17 +15,24 @@ import structlog
 
 from common.logs import configure_logging  # shared with the workers
 
-__all__ = ["answer_request_id", "configure_logging", "request_id_middleware", "request_id_of"]
+__all__ = ["answer_request_id", "configure_logging", "outcome_of", "request_id_middleware", "request_id_of"]
 
 log = structlog.get_logger("gateway")
 # a caller's X-Request-Id we honour: what load balancers and tracing send (UUIDs, hex, ALB-style ids), nothing
 # that could break a header, a log line or a CSV cell; anything else is replaced by our own id
 CLIENT_ID_PATTERN = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,127}")
+OUTCOME = "outcome"
 
 
 def request_id_of(connection) -> str:
     """The id `request_id_middleware` gave this request."""
     return connection.scope["state"]["request_id"]
+
+
+def outcome_of(connection) -> dict:
+    """What a generation request's accounting adds to its line: the middleware then writes `request_done`
+    (the outcome, tokens, latency, error code) instead of the plain access line, one line per request."""
+    return connection.scope["state"].setdefault(OUTCOME, {})
 
 
 def client_request_id(scope) -> str | None:
@@ -63,9 +70,15 @@ def request_id_middleware(app):
             with anyio.CancelScope(shield=True):
                 for finalize in scope["state"].get("finalizers", ()):
                     await finalize()
-            log.info("http_request", method=scope["method"], path=scope["path"],
-                     status=scope["state"].get("status", 0),  # 0: refused in a middleware, rendered after this
-                     duration_ms=round((time.perf_counter() - started) * 1000, 2))
+            duration_ms = round((time.perf_counter() - started) * 1000, 2)
+            http_status = scope["state"].get("status", 0)  # 0: refused in a middleware, rendered after this
+            outcome = scope["state"].get(OUTCOME)
+            if outcome:  # a generation request: one line with its accounting (status is the outcome there)
+                log.info("request_done", method=scope["method"], path=scope["path"], http_status=http_status,
+                         duration_ms=duration_ms, **outcome)
+            else:
+                log.info("http_request", method=scope["method"], path=scope["path"], status=http_status,
+                         duration_ms=duration_ms)
 
     return middleware
 

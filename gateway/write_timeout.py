@@ -27,22 +27,48 @@ def write_timeout_middleware(timeout: float):
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return
+            loop = asyncio.get_running_loop()
             stalled = asyncio.Event()
             body_read = False
+            # one watchdog timer per response, not an asyncio.timeout per write (a stream writes once per token):
+            # it checks the write in progress, if any, and re-arms for that write's own deadline
+            writing_since: float | None = None
+            writer: asyncio.Task | None = None
+            watchdog: asyncio.TimerHandle | None = None
+            overdue = False
+
+            def check() -> None:
+                nonlocal watchdog, overdue
+                watchdog = None
+                if writing_since is None:
+                    return  # nothing waits: the next write arms it again
+                left = writing_since + timeout - loop.time()
+                if left > 0:
+                    watchdog = loop.call_later(left, check)
+                    return
+                overdue = True
+                writer.cancel()  # the write itself marks the client gone, as a timeout inside it would
 
             async def timed_send(message):
+                nonlocal writing_since, writer, watchdog
                 if stalled.is_set():  # the client counts as gone: nothing more is written
                     await asyncio.sleep(0)  # and the stream yields, so the disconnect's cancellation lands now
                     return
                 if message["type"] != "http.response.body":
                     await send(message)
                     return
+                writing_since, writer = loop.time(), asyncio.current_task()
+                if watchdog is None:
+                    watchdog = loop.call_later(timeout, check)
                 try:
-                    async with asyncio.timeout(timeout):
-                        await send(message)
-                except TimeoutError:
+                    await send(message)
+                except asyncio.CancelledError:
+                    if not (overdue and writer.uncancel() == 0):  # the watchdog's cancel alone is the stall
+                        raise
                     stalled.set()
                     log.warning("client_write_timeout", path=scope["path"], timeout_s=timeout)
+                finally:
+                    writing_since = writer = None  # a finished task is not kept: its frames hold the stream
 
             async def watched_receive():
                 nonlocal body_read
@@ -62,7 +88,11 @@ def write_timeout_middleware(timeout: float):
                 first = done.pop()
                 return DISCONNECT if first.result() is True else first.result()
 
-            await app(scope, watched_receive, timed_send)
+            try:
+                await app(scope, watched_receive, timed_send)
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
 
         return guarded
 

@@ -23,6 +23,7 @@ from gateway.dialects.tgi.docs import ErrorDoc as TGIErrorDoc
 from gateway.dialects.tgi.request import GenerateBody
 from gateway.dialects.tgi.routes import GENERATE, tokenize_tgi
 from gateway.errors import SluiceError, ValidationFailed
+from gateway.direct_routes import DIRECT
 from gateway.generation import handle_generation
 from gateway.services import Services
 from common.json_body import read_json
@@ -39,7 +40,7 @@ TOKENIZE_DOC = documented((GenerateBody, TokenizeBody), {200: ("TGI tokens or SG
 
 @route("/generate", http_method=["POST", "PUT"], status_code=200, tags=["TGI", "SGLang"],
        summary="TGI generate (body with `inputs`) or SGLang generate (`text`/`input_ids`/...)",
-       operation_class=GENERATE_DOC)
+       operation_class=GENERATE_DOC, opt=DIRECT)
 async def generate(request: Request, services: Services, payload: Any) -> Response | Stream:
     keys = set(payload) if isinstance(payload, dict) else set()
     tgi, sglang = "inputs" in keys, bool(keys & SGLANG_KEYS)

@@ -8,6 +8,7 @@ import getpass
 import json
 
 import pytest
+import structlog
 
 from auth import AuthService, cli
 from tests.auth.conftest import PEPPER
@@ -24,6 +25,9 @@ def sluice(store_url, tmp_path, capsys):
     cli.register(parser.add_subparsers(dest="command", required=True))
 
     def run(*argv: str) -> tuple[int, str]:
+        # as in a fresh `sluice` process: a test before this one in the same process (structlog's capture_logs)
+        # leaves structlog "configured" with stdout output, and the CLI would then not move its lines to stderr
+        structlog.reset_defaults()
         capsys.readouterr()
         args = parser.parse_args(argv)
         code = args.func(args)

@@ -15,6 +15,7 @@ from auth.middleware import PUBLIC
 from common.errors import retry_after_header
 from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import TGI_DOC, TGI_STREAM_DOC
+from gateway.direct_routes import DIRECT
 from gateway.errors import UNREADY_RETRY_S
 from gateway.generation import handle_generation
 from gateway.services import Services
@@ -26,13 +27,13 @@ _json = msgspec.json.Encoder()
 
 
 @post("/v1/completions/generate", status_code=200, summary="DataCrunch: generate (TGI dialect with `model`)",
-      tags=["DataCrunch"], operation_class=TGI_DOC)
+      tags=["DataCrunch"], operation_class=TGI_DOC, opt=DIRECT)
 async def generate(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, GENERATE, "/v1/completions/generate")
 
 
 @post("/v1/completions/generate_stream", status_code=200, summary="DataCrunch: stream generated tokens",
-      tags=["DataCrunch"], operation_class=TGI_STREAM_DOC)
+      tags=["DataCrunch"], operation_class=TGI_STREAM_DOC, opt=DIRECT)
 async def generate_stream(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, GENERATE_STREAM, "/v1/completions/generate_stream")
 

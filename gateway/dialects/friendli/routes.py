@@ -11,6 +11,7 @@ from gateway.dialects.friendli.legacy import wants_legacy
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
 from gateway.dialects.openapi import documented
+from gateway.direct_routes import DIRECT
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -21,7 +22,7 @@ CHAT = OpenAIChat(friendli=True)
 
 def _completions(path: str):
     @post(path, status_code=200, summary="Friendli completions", operation_class=documented(CompletionBody),
-          name=f"friendli-completions-{path.split('/')[1]}")
+          name=f"friendli-completions-{path.split('/')[1]}", opt=DIRECT)
     async def handler(request: Request, services: Services) -> Response | Stream:
         dialect = COMPLETIONS_LEGACY if wants_legacy(request.headers.get("x-api-dialect")) else COMPLETIONS
         return await handle_generation(request, services, dialect, path)
@@ -31,7 +32,7 @@ def _completions(path: str):
 
 def _chat(path: str):
     @post(path, status_code=200, summary="Friendli chat completions", operation_class=documented(ChatBody),
-          name=f"friendli-chat-{path.split('/')[1]}")
+          name=f"friendli-chat-{path.split('/')[1]}", opt=DIRECT)
     async def handler(request: Request, services: Services) -> Response | Stream:
         return await handle_generation(request, services, CHAT, path)
 

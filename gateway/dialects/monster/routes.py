@@ -7,13 +7,15 @@ from litestar.response import Response, Stream
 
 from gateway.dialects.monster.dialect import MonsterBody, MonsterGenerate
 from gateway.dialects.openapi import documented
+from gateway.direct_routes import DIRECT
 from gateway.generation import handle_generation
 from gateway.services import Services
 
 MONSTER = MonsterGenerate()
 
 
-@post("/v1/generate", status_code=200, summary="MonsterAPI generate", operation_class=documented(MonsterBody))
+@post("/v1/generate", status_code=200, summary="MonsterAPI generate", operation_class=documented(MonsterBody),
+      opt=DIRECT)
 async def generate(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, MONSTER, "/v1/generate")
 

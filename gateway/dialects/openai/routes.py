@@ -14,6 +14,7 @@ from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
 from gateway.dialects.openapi import documented
 from gateway.adapters import SEPARATOR
+from gateway.direct_routes import DIRECT
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -23,14 +24,14 @@ CHAT = OpenAIChat()
 
 
 @post("/v1/completions", status_code=200, summary="OpenAI completions (Friendli fields accepted)",
-      operation_class=documented(CompletionBody, closed=True))
+      operation_class=documented(CompletionBody, closed=True), opt=DIRECT)
 async def completions(request: Request, services: Services) -> Response | Stream:
     dialect = OPENAI_LEGACY if wants_legacy(request.headers.get("x-api-dialect")) else OPENAI
     return await handle_generation(request, services, dialect, "/v1/completions")
 
 
 @post("/v1/chat/completions", status_code=200, summary="OpenAI chat completions (Friendli fields accepted)",
-      operation_class=documented(ChatBody, closed=True))
+      operation_class=documented(ChatBody, closed=True), opt=DIRECT)
 async def chat_completions(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, CHAT, "/v1/chat/completions")
 

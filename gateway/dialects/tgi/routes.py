@@ -14,6 +14,7 @@ from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import COMPAT_DOC, INFO_DOC, TGI_STREAM_DOC
 from gateway.dialects.tgi.request import MAX_BEST_OF, MAX_STOP_SEQUENCES
 from gateway.errors import Unavailable
+from gateway.direct_routes import DIRECT
 from gateway.generation import handle_generation
 from gateway.services import Services
 from gateway.tokenizer import tokenize, tokenizer_call
@@ -32,13 +33,13 @@ async def tokenize_tgi(services: Services, principal: Principal, payload: Any) -
 
 
 @post("/generate_stream", status_code=200, summary="TGI: stream generated tokens", tags=["TGI"],
-      operation_class=TGI_STREAM_DOC)
+      operation_class=TGI_STREAM_DOC, opt=DIRECT)
 async def generate_stream(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, GENERATE_STREAM, "/generate_stream")
 
 
 @post("/", status_code=200, summary="TGI compat: generate, or stream when `stream` is true", tags=["TGI"],
-      operation_class=COMPAT_DOC)
+      operation_class=COMPAT_DOC, opt=DIRECT)
 async def compat_generate(request: Request, services: Services) -> Response | Stream:
     return await handle_generation(request, services, COMPAT, "/")
 

@@ -1,0 +1,97 @@
+"""The generation routes, answered without Litestar's per-request machinery (issue #16).
+
+A profile under load put Litestar's layers around our handler (the router, the exception middleware, the
+authentication middleware, the signature model and dependency injection, the response handler lookup) at
+about 40 % of the event loop's time, more than the generation's own work. The routes marked `opt=DIRECT`
+all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
+the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
+Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
+(`auth.middleware.principal`), the route's own exception handler, and Litestar's response handling for streams (a whole body is sent here). What is skipped is
+the generic work of finding and assembling those parts on every request.
+
+Everything else (another path or method, a path that only matches after normalisation, websockets) goes
+through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
+405 answers are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import reduce
+from typing import Any
+
+from litestar import Litestar, Request, Response
+from litestar.handlers import HTTPRouteHandler
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from auth.middleware import principal
+from common.json_body import read_json
+
+DIRECT = {"direct": True}  # `opt` of a generation route answered here
+PARAMETERS = {"request", "services", "payload"}
+
+Middleware = Callable[[ASGIApp], ASGIApp]
+
+
+def serve_directly(app: Litestar, middleware: Sequence[Middleware]) -> None:
+    """Answer the app's DIRECT routes ahead of its router, through `middleware` (outermost first: the app's own
+    list minus authentication, which the route does itself)."""
+    routes: dict[tuple[str, str], ASGIApp] = {}
+    for route in app.routes:
+        for method, (handler, _) in getattr(route, "route_handler_map", {}).items():
+            if handler.opt.get("direct"):
+                routes[(method, route.path)] = reduce(lambda inner, wrap: wrap(inner), reversed(middleware),
+                                                      _answer(app, handler))
+    litestar = app.asgi_handler
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        direct = routes.get((scope.get("method", ""), scope["path"])) if scope["type"] == "http" else None
+        await (litestar if direct is None else direct)(scope, receive, send)
+
+    app.asgi_handler = dispatch
+
+
+def _answer(app: Litestar, handler: HTTPRouteHandler) -> ASGIApp:
+    parameters = set(handler.parsed_fn_signature.parameters)
+    if not parameters <= PARAMETERS:  # a route that needs Litestar's injection is not one for this path
+        raise TypeError(f"{handler.fn.__name__} is marked DIRECT but takes {sorted(parameters - PARAMETERS)}")
+    render = handler.resolve_exception_handlers()[Exception]  # every dialect router renders every exception
+    call = handler.fn
+    wants_payload = "payload" in parameters
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route_handler"] = handler
+        scope["path_params"] = {}
+        request: Request[Any, Any, Any] = Request(scope, receive, send)
+        try:
+            caller = await principal(request)
+            scope["user"], scope["auth"] = caller, caller.key_id
+            arguments: dict[str, Any] = {"request": request, "services": app.state.services}
+            if wants_payload:
+                arguments["payload"] = await read_json(request)
+            response = await call(**arguments)
+        except Exception as exc:  # noqa: BLE001 - rendered in the route's envelope, as Litestar's handler would
+            response = render(request, exc)
+        if _plain(response):
+            await _send_plain(response, response.status_code or handler.status_code, send)
+        else:  # a stream (its disconnect listener and all): Litestar's own response handling
+            await (await handler.to_response(app=app, data=response, request=request))(scope, receive, send)
+
+    return answer
+
+
+def _plain(response: object) -> bool:
+    """A whole body of bytes, nothing to run after it: what a generation or an error answers when not streamed."""
+    return (type(response) is Response and isinstance(response.content, bytes) and not response.cookies
+            and response.background is None)
+
+
+async def _send_plain(response: Response, status: int, send: Send) -> None:
+    """What Litestar's ASGIResponse sends for such a response (`status`: its own, else the route's), without
+    building one."""
+    body: bytes = response.content
+    media_type = response.media_type if isinstance(response.media_type, str) else response.media_type.value
+    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
+    headers += [(b"content-type", media_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
