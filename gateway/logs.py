@@ -6,9 +6,9 @@ caller's `X-Request-Id` that passed CLIENT_ID_PATTERN.
 
 from __future__ import annotations
 
+import os
 import re
 import time
-import uuid
 
 import anyio
 import structlog
@@ -53,7 +53,7 @@ def request_id_middleware(app):
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        request_id = uuid.uuid4().hex
+        request_id = os.urandom(16).hex()  # 128 random bits as uuid4().hex, without building a UUID
         client_id = client_request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         structlog.contextvars.clear_contextvars()

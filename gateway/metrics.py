@@ -7,6 +7,7 @@ it took.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from litestar import Response, get
 from prometheus_client import (
@@ -16,6 +17,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics import MetricWrapperBase
 
 from auth.middleware import PUBLIC
 
@@ -39,18 +41,29 @@ HEALTH_PROBES = Counter("sluice_health_generate_probes", "Generations run for GE
                         ("outcome",), registry=REGISTRY)
 
 
+_children: dict[tuple, Any] = {}  # (metric, label values) -> its child: `labels()` validates and locks each call
+
+
+def _child(metric: MetricWrapperBase, *values: str) -> Any:
+    child = _children.get((metric, values))
+    if child is None:
+        child = _children[(metric, values)] = metric.labels(*values)
+    return child
+
+
 def observe(accounting, status: str) -> None:
     """Record one finished request from its `gateway.accounting.Accounting`."""
     model = accounting.model or "unknown"
+    dialect, route = accounting.dialect, accounting.route
     elapsed = time.perf_counter() - accounting.started
-    REQUESTS.labels(accounting.dialect, accounting.route, model, status).inc()
-    LATENCY.labels(accounting.dialect, accounting.route, model).observe(elapsed)
-    PROMPT_TOKENS.labels(accounting.dialect, model).inc(accounting.prompt_tokens)
-    GENERATED_TOKENS.labels(accounting.dialect, model).inc(accounting.completion_tokens)
+    _child(REQUESTS, dialect, route, model, status).inc()
+    _child(LATENCY, dialect, route, model).observe(elapsed)
+    _child(PROMPT_TOKENS, dialect, model).inc(accounting.prompt_tokens)
+    _child(GENERATED_TOKENS, dialect, model).inc(accounting.completion_tokens)
     if accounting.first_token is not None:
-        FIRST_TOKEN.labels(accounting.dialect, model).observe(accounting.first_token - accounting.started)
+        _child(FIRST_TOKEN, dialect, model).observe(accounting.first_token - accounting.started)
         if accounting.completion_tokens:
-            PER_TOKEN.labels(accounting.dialect, model).observe(elapsed / accounting.completion_tokens)
+            _child(PER_TOKEN, dialect, model).observe(elapsed / accounting.completion_tokens)
 
 
 @get("/metrics", summary="Prometheus metrics", tags=["TGI"], opt=PUBLIC)

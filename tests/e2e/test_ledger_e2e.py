@@ -467,42 +467,42 @@ async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_onc
     completions keep being served; their records wait in the local WAL until the database is back and then
     land exactly once. A 503 is allowed only as `auth_unavailable` (a lookup never seen before)."""
     server = start_gateway(tmp_path / "gateway", worker, await create_database(postgres.url))
-    key = server.api_key
-    calls: list[Call] = []
-    stop = asyncio.Event()
-    with restarted_at_exit(postgres):
-        runner = asyncio.create_task(load(server, key, calls, stop, max_tokens=16, probes=2))
-        try:
-            while sum(c.complete for c in calls) < 10:
-                await asyncio.sleep(0.1)
-                assert not runner.done(), runner
-            down_at = time.monotonic()
-            await asyncio.to_thread(take_down, postgres)
-            # stay down until requests that started during the outage completed (the WAL path)
-            while sum(c.complete and c.started > down_at + 0.5 for c in calls) < 10:
-                await asyncio.sleep(0.1)
-                assert time.monotonic() - down_at < 90, "no request completed while PostgreSQL was down"
-            up_at = time.monotonic()
-            await asyncio.to_thread(postgres.start)
-            back_at = time.monotonic()
-            while sum(c.complete and c.started > back_at for c in calls) < 10:  # service resumes
-                await asyncio.sleep(0.1)
-                assert time.monotonic() - back_at < 60, "no request succeeded after PostgreSQL came back"
-        finally:
-            stop.set()
-            await runner
+    try:  # a failure anywhere below must not leave the gateway running
+        key = server.api_key
+        calls: list[Call] = []
+        stop = asyncio.Event()
+        with restarted_at_exit(postgres):
+            runner = asyncio.create_task(load(server, key, calls, stop, max_tokens=16, probes=2))
+            try:
+                while sum(c.complete for c in calls) < 10:
+                    await asyncio.sleep(0.1)
+                    assert not runner.done(), runner
+                down_at = time.monotonic()
+                await asyncio.to_thread(take_down, postgres)
+                # stay down until requests that started during the outage completed (the WAL path)
+                while sum(c.complete and c.started > down_at + 0.5 for c in calls) < 10:
+                    await asyncio.sleep(0.1)
+                    assert time.monotonic() - down_at < 90, "no request completed while PostgreSQL was down"
+                up_at = time.monotonic()
+                await asyncio.to_thread(postgres.start)
+                back_at = time.monotonic()
+                while sum(c.complete and c.started > back_at for c in calls) < 10:  # service resumes
+                    await asyncio.sleep(0.1)
+                    assert time.monotonic() - back_at < 60, "no request succeeded after PostgreSQL came back"
+            finally:
+                stop.set()
+                await runner
 
-    timeline = [(round(c.started - down_at, 2), round(c.ended - down_at, 2), c.http_status, c.error)
-                for c in calls if c.ended > down_at - 1]
-    statuses = {c.http_status for c in calls}
-    assert statuses <= {200, 503}, timeline
-    unavailable = [c for c in calls if c.http_status == 503]
-    assert {c.error for c in unavailable} <= {"auth_unavailable"}, timeline
-    assert all(c.complete for c in calls if c.http_status == 200)
-    # responses that completed while the database was down: their records went through the WAL
-    assert any(down_at + 0.5 < c.ended < up_at for c in calls if c.complete), timeline
-    complete = {c.request_id for c in calls if c.complete}
-    try:
+        timeline = [(round(c.started - down_at, 2), round(c.ended - down_at, 2), c.http_status, c.error)
+                    for c in calls if c.ended > down_at - 1]
+        statuses = {c.http_status for c in calls}
+        assert statuses <= {200, 503}, timeline
+        unavailable = [c for c in calls if c.http_status == 503]
+        assert {c.error for c in unavailable} <= {"auth_unavailable"}, timeline
+        assert all(c.complete for c in calls if c.http_status == 200)
+        # responses that completed while the database was down: their records went through the WAL
+        assert any(down_at + 0.5 < c.ended < up_at for c in calls if c.complete), timeline
+        complete = {c.request_id for c in calls if c.complete}
         records = await asyncio.to_thread(wait_for_records, server, complete, 90.0)
         check_complete_billed_once(calls, records)
         billed = {r["request_id"] for r in records}
