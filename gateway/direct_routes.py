@@ -6,8 +6,9 @@ about 40 % of the event loop's time, more than the generation's own work. The ro
 all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
 the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
 Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
-(`auth.middleware.principal`), the route's own exception handler, and Litestar's response handling for streams (a whole body is sent here). What is skipped is
-the generic work of finding and assembling those parts on every request.
+(`auth.middleware.principal`), the route's own exception handler, and Litestar's response handling for a
+stream (a whole body is sent here, as Litestar would send it). What is skipped is the generic work of finding
+and assembling those parts on every request.
 
 Everything else (another path or method, a path that only matches after normalisation, websockets) goes
 through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
