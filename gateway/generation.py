@@ -178,7 +178,7 @@ async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> As
     timer = loop.call_later(seconds, expire)
     try:
         while not expired:
-            reading = asyncio.current_task()
+            reading = asyncio.current_task(loop)
             try:
                 item = await anext(events)
             except StopAsyncIteration:

@@ -57,7 +57,7 @@ def write_timeout_middleware(timeout: float):
                 if message["type"] != "http.response.body":
                     await send(message)
                     return
-                writing_since, writer = loop.time(), asyncio.current_task()
+                writing_since, writer = loop.time(), asyncio.current_task(loop)
                 if watchdog is None:
                     watchdog = loop.call_later(timeout, check)
                 try:

@@ -53,9 +53,9 @@ class FailoverStream:
     def __aiter__(self) -> FailoverStream:
         return self
 
-    async def __anext__(self) -> Event:
+    def __anext__(self) -> Awaitable[Event]:
         self._lease = None
-        return await anext(self._events)
+        return anext(self._events)  # the relay's own awaitable: no coroutine of ours per event
 
     async def aclose(self) -> None:
         lease, self._lease = self._lease, None
