@@ -6,9 +6,8 @@ about 40 % of the event loop's time, more than the generation's own work. The ro
 all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
 the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
 Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
-(`auth.middleware.principal`), the route's own exception handler, and Litestar's response handling for a
-stream (a whole body is sent here, as Litestar would send it). What is skipped is the generic work of finding
-and assembling those parts on every request.
+(`auth.middleware.principal`), the route's own exception handler and response handling. What is skipped is
+the generic work of finding and assembling those parts on every request.
 
 Everything else (another path or method, a path that only matches after normalisation, websockets) goes
 through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
@@ -21,7 +20,7 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any
 
-from litestar import Litestar, Request, Response
+from litestar import Litestar, Request
 from litestar.handlers import HTTPRouteHandler
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -73,26 +72,7 @@ def _answer(app: Litestar, handler: HTTPRouteHandler) -> ASGIApp:
             response = await call(**arguments)
         except Exception as exc:  # noqa: BLE001 - rendered in the route's envelope, as Litestar's handler would
             response = render(request, exc)
-        if _plain(response):
-            await _send_plain(response, response.status_code or handler.status_code, send)
-        else:  # a stream (its disconnect listener and all): Litestar's own response handling
-            await (await handler.to_response(app=app, data=response, request=request))(scope, receive, send)
+        await (await handler.to_response(app=app, data=response, request=request))(scope, receive, send)
 
     return answer
 
-
-def _plain(response: object) -> bool:
-    """A whole body of bytes, nothing to run after it: what a generation or an error answers when not streamed."""
-    return (type(response) is Response and isinstance(response.content, bytes) and not response.cookies
-            and response.background is None)
-
-
-async def _send_plain(response: Response, status: int, send: Send) -> None:
-    """What Litestar's ASGIResponse sends for such a response (`status`: its own, else the route's), without
-    building one."""
-    body: bytes = response.content
-    media_type = response.media_type if isinstance(response.media_type, str) else response.media_type.value
-    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
-    headers += [(b"content-type", media_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
