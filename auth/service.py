@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
+from functools import partial
 
 import msgspec
 import structlog
@@ -149,16 +150,16 @@ class AuthService:
         (auth/cache.py says why that is safe), and StoreUnavailable only for what was never seen."""
         hit = cache.get(key, mono)
         if hit is not MISS:
+            if cache.due(key, mono):
+                cache.refresh(key, mono, partial(read, *args))
             return hit
         try:
-            hit = await read(*args)
+            return await cache.load(key, mono, partial(read, *args))
         except StoreUnavailable:
             hit = cache.last_known(key, mono, self._outage_grace)
             if hit is MISS:
                 raise
             return hit
-        cache.put(key, hit, mono)
-        return hit
 
     def _fail(self, client: str, mono: float, reason: str, refusal: AuthError, key_id: str | None = None) -> AuthError:
         """Count a failed attempt; the refusal to raise: `refusal`, or 429 once the client has failed too often
