@@ -17,7 +17,10 @@ and the open-loop generator of bench/harness/open_loop.py at each rate. "plain" 
 "stream" for 64 tokens streamed. Added latency is a gateway's latency minus its stub's alone in the same
 setting; CPU ms per request comes from /proc of the gateway's processes (all LiteLLM workers included).
 The Sluice targets are named `sluice` (embedded, one process), `sluice-pg` (PostgreSQL + Redis) and `-Np` for N
-processes; the issue's targets are for one process.
+processes; the issue's targets are for one process, and the run ends with each one-process variant judged against
+them: its best non-streamed RPS against LiteLLM's best (>= 10x), the added p99 at 500 RPS open loop (<= 5 ms), and,
+at the open-loop stream rate that offers 10,000 tokens/s (157 streams/s, always run), the relayed tokens per
+CPU-second (>= 10,000) and the added p99 gap between a stream's reads (<= 1 ms).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -59,6 +63,11 @@ MODEL = "stub-model"
 LITELLM_KEY = "sk-bench-litellm-master-key"
 LUA = REPO / "bench" / "harness" / "chat.lua"
 TOKENS = {"plain": 1, "stream": 64}
+# the issue's targets, for one gateway process, judged in `verdicts`
+RPS_TIMES_LITELLM = 10.0  # non-streamed: the best closed-loop RPS, against LiteLLM's best
+P99_RATE, ADDED_P99_MS = 500, 5.0  # non-streamed, open loop
+TOKENS_PER_CPU_S, ADDED_GAP_MS = 10_000, 1.0  # streamed: relayed tokens per CPU-second, added p99 inter-token gap
+STREAM_RATE = math.ceil(TOKENS_PER_CPU_S / TOKENS["stream"])  # streams/s that offer 10,000 tokens/s: 157
 
 
 @dataclass
@@ -204,6 +213,41 @@ def report(title: str, settings: list, points: dict[tuple, Point], mode: str, ha
                       f"{ratio(ours.cpu_ms, theirs.cpu_ms)}")
 
 
+def verdicts(closed: dict[tuple, Point], opened: dict[tuple, Point]) -> None:
+    """Each one-process Sluice variant against the issue's targets, from this run's points."""
+    print("\n## targets (issue #16): one gateway process, this run")
+    for name in sorted({n for n, _, _ in closed | opened if n.startswith("sluice") and not re.search(r"-\d+p$", n)}, key=len):
+        for target, value, met in _judged(name, closed, opened):
+            print(f"{name:<9} {target:<62} {value:<38} {'met' if met else 'NOT MET' if met is False else '-'}")
+
+
+def _judged(name: str, closed: dict[tuple, Point], opened: dict[tuple, Point]) -> list[tuple[str, str, bool | None]]:
+    def best(who: str) -> float:  # the most a target sustained without errors, over the connection counts
+        return max((p.rps for (n, mode, _), p in closed.items() if n == who and mode == "plain" and not p.errors),
+                   default=float("nan"))
+
+    judged = []
+    ours, theirs = best(name), best("litellm")
+    judged.append((f"non-streamed RPS >= {RPS_TIMES_LITELLM:g}x LiteLLM's (best closed loop each)",
+                   f"{ours:.0f} / {theirs:.0f} = {ours / theirs:.1f}x" if theirs == theirs else "no LiteLLM in this run",
+                   ours / theirs >= RPS_TIMES_LITELLM if theirs == theirs else None))
+    point, stub = opened.get((name, "plain", P99_RATE)), opened.get(("stub", "plain", P99_RATE))
+    added = point.p99_ms - stub.p99_ms if point and stub and not point.errors else float("nan")
+    judged.append((f"added p99 at {P99_RATE} RPS open loop, non-streamed <= {ADDED_P99_MS:g} ms",
+                   f"{added:.2f} ms" if point else "not measured", added <= ADDED_P99_MS if point else None))
+    point, stub = opened.get((name, "stream", STREAM_RATE)), opened.get(("stub", "stream", STREAM_RATE))
+    kept_up = point is not None and not point.errors and point.rps >= 0.95 * STREAM_RATE
+    tokens = TOKENS["stream"] * 1000 / point.cpu_ms if point else float("nan")
+    judged.append((f"relayed tokens per CPU-second at {STREAM_RATE} streams/s >= {TOKENS_PER_CPU_S:,}",
+                   f"{tokens:,.0f} ({point.rps:.0f} of {STREAM_RATE} streams/s served)" if point else "not measured",
+                   kept_up and tokens >= TOKENS_PER_CPU_S if point else None))
+    gap = point.gap_p99_ms - stub.gap_p99_ms if point and stub else float("nan")
+    judged.append((f"added p99 inter-token gap at {STREAM_RATE} streams/s <= {ADDED_GAP_MS:g} ms",
+                   f"{gap:.2f} ms ({point.gap_p99_ms:.2f} - stub's {stub.gap_p99_ms:.2f})" if point and stub
+                   else "not measured", kept_up and gap <= ADDED_GAP_MS if point and stub else None))
+    return judged
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 s per point, 8 and 32 connections, 100 and 500 RPS")
@@ -304,10 +348,12 @@ def main() -> None:
                         closed[(target.name, mode, connections)] = run_wrk(wrk, target, mode, connections,
                                                                             args.duration)
                 report("closed loop (wrk), connections", args.connections, closed, mode, litellm is not None)
-                for rate in args.rates:
+                rates = sorted({*args.rates, STREAM_RATE}) if mode == "stream" else args.rates
+                for rate in rates:
                     for target in targets:
                         opened[(target.name, mode, rate)] = run_open(target, mode, rate, args.duration)
-                report("open loop (asyncio generator), offered RPS", args.rates, opened, mode, litellm is not None)
+                report("open loop (asyncio generator), offered RPS", rates, opened, mode, litellm is not None)
+            verdicts(closed, opened)
             errors = Counter(event["error"] for sluice in sluices for event in sluice.log_events("request_done")
                              if event.get("error"))
             print(f"\nload average at the end {os.getloadavg()[0]:.1f}; latencies in ms, cpu in ms per request; "

@@ -94,6 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
     drain_s = max([settings.shutdown_grace_seconds, *(model.drain_seconds for model in settings.models)])
     server = DrainingServer(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", http="httptools", lifespan="on",
+                                           access_log=False,  # our own line per request (gateway/logs.py)
                                            timeout_graceful_shutdown=drain_s,
                                            # the client stays the TCP peer: X-Forwarded-For is read only from
                                            # trusted_proxies (auth.forwarded), never rewritten by uvicorn

@@ -143,21 +143,25 @@ def _events(services: Services, dialect: Dialect, endpoint: EndpointController, 
     """The merged events of every GenerateRequest on its lease, failed choices failing the request
     (`honest`), the whole bounded by request_timeout_s (`within`)."""
     streams = [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
-    events = honest(dialect, merge(streams))
+    events = honest(dialect, streams)
     # a collected answer is bounded as a whole, by _collect: one timer per request instead of one per event
     return within(services.settings.request_timeout_s, events) if parsed.stream else events
 
 
-async def honest(dialect: Dialect, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
-    """A choice the worker ended by failing (a grammar that refused the model's token: its output is not
-    valid; or cancelled) fails the request in a dialect whose finish vocabulary has no word for it, rather
-    than pass for a normal finish ("stop", "length"): the error status, or the stream's error event."""
+async def honest(dialect: Dialect, streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
+    """The streams' events merged as (stream index, event). A choice the worker ended by failing (a grammar
+    that refused the model's token: its output is not valid; or cancelled) fails the request in a dialect
+    whose finish vocabulary has no word for it, rather than pass for a normal finish ("stop", "length"): the
+    error status, or the stream's error event."""
+    single = len(streams) == 1  # the usual case: read it here, without a merging generator in between
+    events = streams[0] if single else merge(streams)
     try:
-        async for index, event in events:
+        async for item in events:
+            index, event = (0, item) if single else item
             if isinstance(event, Finish) and event.reason in FAILED_FINISHES and not dialect.reports_failed_choices:
                 raise GenerationFailed(FAILED_FINISHES[event.reason].format(index=event.index))
             yield index, event
-    finally:
+    finally:  # closed now, not when the collector finds it: it holds a worker connection
         await events.aclose()
 
 

@@ -18,7 +18,6 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import httptools
@@ -156,6 +155,33 @@ class WorkerResponse:
             yield rest
 
 
+class _Exchange:
+    """One request and its answer on a pooled connection (`WorkerHTTP.post`); a class, not a generator-based
+    context manager: it runs once per generation request."""
+
+    __slots__ = ("_client", "_request", "_connection")
+
+    def __init__(self, client: WorkerHTTP, request: bytes) -> None:
+        self._client, self._request = client, request
+        self._connection: _Connection | None = None
+
+    async def __aenter__(self) -> WorkerResponse:
+        connection = self._connection = await self._client._checkout()
+        connection.transport.write(self._request)
+        try:
+            status = await connection.status_line(self._client.read_timeout)
+        except BaseException:
+            connection.transport.close()
+            raise
+        return WorkerResponse(connection, status, self._client.read_timeout)
+
+    async def __aexit__(self, kind, error, traceback) -> None:
+        if kind is None:
+            self._client._checkin(self._connection)
+        else:
+            self._connection.transport.close()
+
+
 class WorkerHTTP:
     """Persistent connections to one worker, for `POST` calls whose answers may stream."""
 
@@ -169,24 +195,19 @@ class WorkerHTTP:
         host = parts.netloc.rsplit("@", 1)[-1]
         self._head = "".join(f"{name}: {value}\r\n" for name, value in {"host": host, **headers}.items())
         self._idle: list[_Connection] = []
+        self._heads: dict[tuple[str, str], bytes] = {}  # the request line and fixed headers per (path, type)
         self._ssl = ssl.create_default_context() if self.tls else None
         self._closed = False
 
-    @asynccontextmanager
-    async def post(self, path: str, body: bytes, content_type: str = "application/json"):
+    def post(self, path: str, body: bytes, content_type: str = "application/json") -> _Exchange:
         """`async with worker.post(path, body) as response`: the connection goes back to the pool only if its
         answer was read to the end; leaving early (a client gone, an error) closes it."""
-        connection = await self._checkout()
-        head = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}content-type: {content_type}\r\n"
-                f"content-length: {len(body)}\r\n\r\n").encode("latin-1")
-        connection.transport.write(head + body)
-        try:
-            status = await connection.status_line(self.read_timeout)
-            yield WorkerResponse(connection, status, self.read_timeout)
-        except BaseException:
-            connection.transport.close()
-            raise
-        self._checkin(connection)
+        head = self._heads.get((path, content_type))
+        if head is None:
+            head = self._heads[(path, content_type)] = (
+                f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}content-type: {content_type}\r\n"
+                "content-length: ").encode("latin-1")
+        return _Exchange(self, head + b"%d\r\n\r\n" % len(body) + body)
 
     async def _checkout(self) -> _Connection:
         now = time.monotonic()
