@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import os
 import struct
+import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
@@ -77,9 +77,22 @@ def _fsync_dir(path: Path) -> None:
 _sync = getattr(os, "fdatasync", os.fsync)
 
 
+def _resolve(batch: asyncio.Future[None], error: Exception | None) -> None:
+    if error is None:
+        batch.set_result(None)
+    else:
+        batch.set_exception(error)
+        batch.exception()  # retrieved here too, so an abandoned waiter does not warn
+
+
 class WalWriter:
     """Appends frames to the newest segment; `append` returns a future that resolves once the
-    frame is on stable storage."""
+    frame is on stable storage.
+
+    One thread of its own writes and syncs, batch after batch: frames appended while a commit runs are the
+    next batch, started by the thread the moment the commit before it returns. Before, each commit was handed
+    to an executor by a task on the event loop, so under load a record could wait for the loop twice (to
+    start its commit, then to hear of it) on top of the fsyncs themselves."""
 
     def __init__(self, wal_dir: Path, seq: int, max_segment_bytes: int = 8 << 20) -> None:
         self.wal_dir = wal_dir
@@ -88,68 +101,84 @@ class WalWriter:
         self.durable_offset = 0  # bytes of the current segment known to be on disk
         self.durable = asyncio.Event()  # set after every commit; the shipper waits on it
         self._fd = -1
-        self._file_seq, self._file_offset = seq, 0  # executor thread's view
+        self._file_seq, self._file_offset = seq, 0  # the writer thread's view
+        self._lock = threading.Lock()  # guards _buf, _batch and _closing between the loop and the thread
         self._buf: list[bytes] = []
         self._batch: asyncio.Future[None] | None = None  # waiters of the frames in _buf
         self._inflight: asyncio.Future[None] | None = None  # waiters of the commit under way
-        self._wake = asyncio.Event()
+        self._work = threading.Event()  # set while _buf may hold frames (or the writer is closing)
         self._closing = False
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="billing-wal")
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self.seq, self.durable_offset = await loop.run_in_executor(self._io, self._open_segment, self.seq)
-        self._task = asyncio.create_task(self._run(), name="billing-wal-writer")
+        self._loop = asyncio.get_running_loop()
+        self.seq, self.durable_offset = await asyncio.to_thread(self._open_segment, self.seq)
+        self._thread = threading.Thread(target=self._serve, name="billing-wal-writer", daemon=True)
+        self._thread.start()
 
     def append(self, data: bytes) -> asyncio.Future[None]:
-        if self._closing:
-            raise RuntimeError("the ledger is closed")
-        self._buf.append(data)
-        batch = self._batch
-        if batch is None:
-            batch = self._batch = asyncio.get_running_loop().create_future()
-            self._wake.set()
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the ledger is closed")
+            self._buf.append(data)
+            batch = self._batch
+            if batch is None:
+                batch = self._batch = asyncio.get_running_loop().create_future()
+                self._work.set()
         return batch
 
     async def settle(self) -> None:
         """Wait until every frame appended so far has been committed (or has failed)."""
-        for batch in (self._inflight, self._batch):
+        with self._lock:  # both at once: the thread moves a batch from one to the other
+            batches = (self._inflight, self._batch)
+        for batch in batches:
             if batch is not None:
                 await asyncio.wait([batch])
 
     async def close(self) -> None:
-        self._closing = True
-        self._wake.set()
-        if self._task is not None:
-            await self._task
-        await asyncio.get_running_loop().run_in_executor(self._io, self._close_fd)
-        self._io.shutdown(wait=True)
+        with self._lock:
+            self._closing = True
+            self._work.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)  # it commits what was appended, then returns
+        await asyncio.to_thread(self._close_fd)
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _settled(self, batch: asyncio.Future[None], position: tuple[int, int] | None, error: Exception | None) -> None:
+        """On the writer's loop, in commit order: publish the position (seq and offset together, for the
+        shipper) and tell the batch's waiters, on their own loop if they append from another (tests do)."""
+        if error is not None:
+            log.error("billing.wal.write_failed", error=repr(error))
+        else:
+            self.seq, self.durable_offset = position
+        if batch.get_loop() is self._loop:
+            _resolve(batch, error)
+        else:
+            batch.get_loop().call_soon_threadsafe(_resolve, batch, error)
+        if self._inflight is batch:
+            self._inflight = None
+        self.durable.set()
+
+    # -- the writer thread only below --
+
+    def _serve(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._buf:
+            self._work.wait()
+            with self._lock:
+                if not self._buf:
+                    if self._closing:
+                        return
+                    self._work.clear()  # under the lock: an append after this sets it again
+                    continue
                 data, batch = b"".join(self._buf), self._batch
                 self._buf, self._batch = [], None
-                assert batch is not None
                 self._inflight = batch
-                try:
-                    # position is published here, on the loop, so readers see seq and offset together
-                    self.seq, self.durable_offset = await loop.run_in_executor(self._io, self._commit, data)
-                except Exception as exc:  # noqa: BLE001 - reported to every waiter of the batch
-                    log.error("billing.wal.write_failed", error=repr(exc))
-                    batch.set_exception(exc)
-                    batch.exception()  # retrieved here too, so an abandoned waiter does not warn
-                else:
-                    batch.set_result(None)
-                self.durable.set()
-            if self._closing:
-                return
-
-    # -- executor thread only below --
+            position, error = None, None
+            try:
+                position = self._commit(data)
+            except Exception as exc:  # noqa: BLE001 - reported to every waiter of the batch
+                error = exc
+            self._loop.call_soon_threadsafe(self._settled, batch, position, error)
 
     def _open_segment(self, seq: int) -> tuple[int, int]:
         self._fd = os.open(segment_path(self.wal_dir, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import msgspec
 import structlog
@@ -17,6 +18,25 @@ def _dumps(event: dict, **_options) -> bytes:
     return _encoder.encode(event)
 
 
+class UtcStamp:
+    """structlog processor: `timestamp`, ISO 8601 in UTC with microseconds ("2026-11-24T13:05:09.041805Z"), the
+    date and time of day formatted once per second. structlog's TimeStamper builds a datetime per line: about
+    2 % of the gateway's event loop under load, where every request writes a line."""
+
+    def __init__(self) -> None:
+        self._second = (-1, "")  # (unix second, its formatted prefix): one tuple, so threads never see half
+
+    def __call__(self, _logger, _method: str, event_dict: dict) -> dict:
+        now = time.time()
+        second, prefix = self._second
+        if int(now) != second:
+            second = int(now)
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, prefix)
+        event_dict["timestamp"] = f"{prefix}.{min(int((now - second) * 1_000_000), 999_999):06d}Z"
+        return event_dict
+
+
 def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
     if fmt == "json":  # bytes straight to the stream: no str round trip, one write per line
         renderer, output = structlog.processors.JSONRenderer(_dumps), structlog.BytesLoggerFactory(sys.stderr.buffer)
@@ -24,7 +44,7 @@ def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
         renderer, output = structlog.dev.ConsoleRenderer(), structlog.PrintLoggerFactory(sys.stderr)
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso", utc=True), structlog.processors.format_exc_info,
+                    UtcStamp(), structlog.processors.format_exc_info,
                     renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=output,

@@ -86,6 +86,19 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def wait_idle(pids: list[int], busy: float = 0.05, interval: float = 0.5, limit_s: float = 120.0) -> float:
+    """Until these processes use less than `busy` of a core over `interval`, at most `limit_s`: a gateway still
+    working off the backlog of an overloaded point (LiteLLM answers for half a minute after 2,000 RPS) would
+    slow the next point. Returns the seconds waited."""
+    started = time.monotonic()
+    while pids and time.monotonic() - started < limit_s:
+        before = cpu_seconds(pids)
+        time.sleep(interval)
+        if cpu_seconds(pids) - before < busy * interval:
+            break
+    return time.monotonic() - started
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of these processes so far (a process that ended meanwhile counts nothing)."""
     total = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 from litestar import Request, Response
@@ -132,3 +132,9 @@ def incomplete(finish) -> dict:
 def check(condition: bool, message: str, param: str) -> None:
     if not condition:
         raise ValidationFailed(message, param=param)
+
+
+def fail(message: str, param: str) -> NoReturn:
+    """For a message that must be formatted: `if not ok: fail(f"...")` formats it only when it is needed
+    (`check(ok, f"...")` formats it on every request, and these checks run many times per request)."""
+    raise ValidationFailed(message, param=param)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sized
 
-from gateway.dialects.base import check
+from gateway.dialects.base import check, fail
 
 MAX_PROMPTS = 128  # prompts in one request (OpenAI `prompt` lists, SGLang `text` / `input_ids` batches)
 MAX_SEQUENCES = 256  # prompts x the candidates each one generates (best_of, n or beams): batch rows
@@ -28,22 +28,23 @@ LOGIT_BIAS_RANGE = 100.0  # every bias in [-100, 100], as OpenAI requires
 
 def at_most(items: Sized | None, limit: int, param: str, what: str) -> None:
     """`items` holds at most `limit` entries (None = none)."""
-    count = len(items) if items is not None else 0
-    check(count <= limit, f"{param} may hold at most {limit} {what}; this request has {count}", param)
+    if items is not None and len(items) > limit:
+        fail(f"{param} may hold at most {limit} {what}; this request has {len(items)}", param)
 
 
 def each_at_most(items: list | None, limit: int, param: str, what: str) -> None:
     """Every entry of `items` is at most `limit` long (characters of a string, or tokens of a list)."""
-    longest = max((len(item) for item in items or []), default=0)
-    check(longest <= limit, f"each {param} entry may be at most {limit} {what} long; one has {longest}", param)
+    if items and (longest := max(map(len, items))) > limit:
+        fail(f"each {param} entry may be at most {limit} {what} long; one has {longest}", param)
 
 
 def prompts(count: int, candidates: int, param: str) -> None:
     """A request's prompt count and the sequences they generate together."""
-    check(count <= MAX_PROMPTS, f"{param} may hold at most {MAX_PROMPTS} prompts; this request has {count}", param)
-    check(count * candidates <= MAX_SEQUENCES,
-          f"{count} prompts x {candidates} candidates each = {count * candidates} sequences; one request may "
-          f"generate at most {MAX_SEQUENCES}", param)
+    if count > MAX_PROMPTS:
+        fail(f"{param} may hold at most {MAX_PROMPTS} prompts; this request has {count}", param)
+    if count * candidates > MAX_SEQUENCES:
+        fail(f"{count} prompts x {candidates} candidates each = {count * candidates} sequences; one request may "
+             f"generate at most {MAX_SEQUENCES}", param)
 
 
 def stops(values: list[str], limit: int, param: str = "stop") -> None:

@@ -159,7 +159,7 @@ class _Exchange:
     """One request and its answer on a pooled connection (`WorkerHTTP.post`); a class, not a generator-based
     context manager: it runs once per generation request."""
 
-    __slots__ = ("_client", "_request", "_connection")
+    __slots__ = ("_client", "_connection", "_request")
 
     def __init__(self, client: WorkerHTTP, request: bytes) -> None:
         self._client, self._request = client, request

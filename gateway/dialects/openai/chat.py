@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.collect import Result
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
+from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
@@ -52,11 +52,12 @@ def text_of(content, index: int) -> str:
     """Message content: a string, null, or a list of `{"type": "text", "text": ...}` parts."""
     if content is None or isinstance(content, str):
         return content or ""
-    check(isinstance(content, list), f"messages[{index}].content must be a string or a list of parts", "messages")
+    if not isinstance(content, list):
+        fail(f"messages[{index}].content must be a string or a list of parts", "messages")
     texts = []
     for part in content:
-        check(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str),
-              f"messages[{index}]: only text content parts are supported by this model", "messages")
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            fail(f"messages[{index}]: only text content parts are supported by this model", "messages")
         texts.append(part["text"])
     return "".join(texts)
 
@@ -67,12 +68,15 @@ def normalise_messages(messages) -> list[dict]:
     bounds.at_most(messages, bounds.MAX_MESSAGES, "messages", "messages")
     result = []
     for index, message in enumerate(messages):
-        check(isinstance(message, dict), f"messages[{index}] must be an object", "messages")
+        if not isinstance(message, dict):
+            fail(f"messages[{index}] must be an object", "messages")
         role = message.get("role")
-        check(role in ROLES, f"messages[{index}].role must be one of {', '.join(ROLES)}", "messages")
+        if role not in ROLES:
+            fail(f"messages[{index}].role must be one of {', '.join(ROLES)}", "messages")
         turn = {"role": "system" if role == "developer" else role, "content": text_of(message.get("content"), index)}
         if message.get("tool_calls") is not None:
-            check(role == "assistant", f"messages[{index}]: only assistant turns carry tool_calls", "messages")
+            if role != "assistant":
+                fail(f"messages[{index}]: only assistant turns carry tool_calls", "messages")
             turn["tool_calls"] = history_calls(message["tool_calls"], index)
             if message.get("content") is None:
                 turn["content"] = None
@@ -106,8 +110,8 @@ class OpenAIChat(OpenAIFamily):
         if body.max_completion_tokens is not None:
             body.max_tokens = body.max_completion_tokens
         top = body.top_logprobs
-        check(top is None or 0 <= top <= MAX_TOP_LOGPROBS, f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}",
-              "top_logprobs")
+        if not (top is None or 0 <= top <= MAX_TOP_LOGPROBS):
+            fail(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}", "top_logprobs")
         check(top is None or top == 0 or body.logprobs, "top_logprobs needs logprobs: true", "top_logprobs")
         logprobs = (top or 0) if body.logprobs else None
         params = sampling_params(body, default_max_tokens=None, max_temperature=None if self.friendli else 2.0,

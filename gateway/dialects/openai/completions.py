@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, incomplete, sse
+from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, sse
 from gateway.dialects.friendli.legacy import is_legacy, legacy_stream
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
@@ -82,7 +82,8 @@ class OpenAICompletions(OpenAIFamily):
         check(bool(body.model) or (legacy and not self.friendli), "model is required", "model")
         model = body.model or DEFAULT_MODEL
         for field in ("soft_prompts", "position_ids", "generation_offset"):
-            check(getattr(body, field) is None, f"{field} is a gRPC-only field this server does not support", field)
+            if getattr(body, field) is not None:
+                fail(f"{field} is a gRPC-only field this server does not support", field)
         check(body.suffix is None, "suffix is not supported by this model", "suffix")
         check(body.logprobs is None or 0 <= body.logprobs <= MAX_LOGPROBS,
               f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")

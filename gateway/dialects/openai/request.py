@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 
 from gateway.dialects import bounds
-from gateway.dialects.base import check
+from gateway.dialects.base import check, fail
 from common.protocol import Constraint, SamplingParams, Watermark
 
 MAX_STOPS = 4  # OpenAI's own limit; the other bounds are gateway.dialects.bounds
@@ -102,7 +102,8 @@ def seeds(seed: int | list[int] | None, choices: int) -> list[int] | None:
     values = [seed] if isinstance(seed, int) else list(seed)
     check(len(values) > 0, "seed must not be an empty list", "seed")
     check(all(0 <= s < 2**63 for s in values), "seed must be a non-negative 63-bit integer", "seed")
-    check(len(values) in (1, choices), f"seed lists must hold one seed per choice ({choices})", "seed")
+    if len(values) not in (1, choices):
+        fail(f"seed lists must hold one seed per choice ({choices})", "seed")
     return values
 
 
@@ -143,8 +144,10 @@ def _token_lists(value: list[TokenSequence] | None, name: str, limit: int) -> li
     bounds.at_most(value, limit, name, "token sequences")
     lists = [list(t.tokens) for t in value or []]
     bounds.each_at_most(lists, bounds.MAX_SEQUENCE_TOKENS, name, "tokens")
-    check(all(lists), f"every {name} entry needs at least one token", name)
-    check(all(t >= 0 for ids in lists for t in ids), f"{name} token ids must be non-negative", name)
+    if not all(lists):
+        fail(f"every {name} entry needs at least one token", name)
+    if not all(t >= 0 for ids in lists for t in ids):
+        fail(f"{name} token ids must be non-negative", name)
     return lists
 
 
@@ -159,16 +162,20 @@ def _ranges(body: OpenAIRequest, max_temperature: float | None) -> None:
     check(body.typical_p is None or 0 < body.typical_p <= 1, "typical_p must be in (0, 1]", "typical_p")
     for name in ("xtc_threshold", "xtc_probability"):
         value = getattr(body, name)
-        check(value is None or 0 <= value <= 1, f"{name} must be in [0, 1]", name)
+        if not (value is None or 0 <= value <= 1):
+            fail(f"{name} must be in [0, 1]", name)
     for name in ("presence_penalty", "frequency_penalty"):
         value = getattr(body, name)
-        check(value is None or -2 <= value <= 2, f"{name} must be between -2 and 2", name)
+        if not (value is None or -2 <= value <= 2):
+            fail(f"{name} must be between -2 and 2", name)
     for name in ("repetition_penalty", "encoder_repetition_penalty"):
         value = getattr(body, name)
-        check(value is None or value > 0, f"{name} must be > 0 (1.0 = none)", name)
+        if not (value is None or value > 0):
+            fail(f"{name} must be > 0 (1.0 = none)", name)
     for name in ("no_repeat_ngram", "encoder_no_repeat_ngram"):
         value = getattr(body, name)
-        check(value is None or value >= 1, f"{name} must be >= 1 (1 = off)", name)
+        if not (value is None or value >= 1):
+            fail(f"{name} must be >= 1 (1 = off)", name)
     bounds.at_most(body.eos_token, bounds.MAX_TOKEN_IDS, "eos_token", "token ids")
     check(body.eos_token is None or all(t >= 0 for t in body.eos_token), "eos_token ids must be >= 0", "eos_token")
     check(body.forced_output_tokens is None or all(t >= 0 for t in body.forced_output_tokens),
