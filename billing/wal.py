@@ -74,7 +74,10 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-_sync = getattr(os, "fdatasync", os.fsync)
+# Each write is durable when it returns (O_DSYNC: as if fdatasync followed it), so a commit is one syscall: the
+# writer thread retakes the GIL from the busy event loop once per commit, not twice (up to the 5 ms switch
+# interval each time, under load). Where there is no O_DSYNC, an fsync after the writes.
+_DSYNC = getattr(os, "O_DSYNC", 0)
 
 
 def _resolve(batch: asyncio.Future[None], error: Exception | None) -> None:
@@ -102,7 +105,7 @@ class WalWriter:
         self.durable = asyncio.Event()  # set after every commit; the shipper waits on it
         self._fd = -1
         self._file_seq, self._file_offset = seq, 0  # the writer thread's view
-        self._lock = threading.Lock()  # guards _buf, _batch and _closing between the loop and the thread
+        self._lock = threading.Lock()  # guards _buf, _batch, _inflight and _closing between the loop and the thread
         self._buf: list[bytes] = []
         self._batch: asyncio.Future[None] | None = None  # waiters of the frames in _buf
         self._inflight: asyncio.Future[None] | None = None  # waiters of the commit under way
@@ -155,8 +158,9 @@ class WalWriter:
             _resolve(batch, error)
         else:
             batch.get_loop().call_soon_threadsafe(_resolve, batch, error)
-        if self._inflight is batch:
-            self._inflight = None
+        with self._lock:  # the thread may be handing over the next batch
+            if self._inflight is batch:
+                self._inflight = None
         self.durable.set()
 
     # -- the writer thread only below --
@@ -181,7 +185,8 @@ class WalWriter:
             self._loop.call_soon_threadsafe(self._settled, batch, position, error)
 
     def _open_segment(self, seq: int) -> tuple[int, int]:
-        self._fd = os.open(segment_path(self.wal_dir, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = os.open(segment_path(self.wal_dir, seq), os.O_WRONLY | os.O_CREAT | os.O_APPEND | _DSYNC,
+                           0o600)
         self._file_seq, self._file_offset = seq, os.fstat(self._fd).st_size
         _fsync_dir(self.wal_dir)  # the new name must survive a power cut too
         return self._file_seq, self._file_offset
@@ -220,5 +225,6 @@ class WalWriter:
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
-        _sync(self._fd)
+        if not _DSYNC:
+            os.fsync(self._fd)
         self._file_offset += len(data)
