@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 
 import structlog
 
@@ -72,6 +73,10 @@ class Accounting:
     def discard(self) -> None:
         """A canned answer (MonsterAPI mock_response): no limits, no record, not even by the finalizer."""
         self._finished = True
+
+    def finalizer(self) -> Awaitable[None] | None:
+        """The request's finalizer (gateway/logs.py): a request that ended before finishing is `cancelled`."""
+        return None if self._finished else self.finish("cancelled")
 
     def failure_status(self, error: SluiceError) -> str:
         """Refused before anything was generated (invalid, rate-limited, over a limit): `rejected`, billed

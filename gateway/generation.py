@@ -58,7 +58,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     request_id = request_id_of(request)
     accounting = Accounting(services, principal, request_id, dialect.name, route, outcome_of(request))
     finalizers = request.scope["state"].setdefault("finalizers", [])
-    finalizers.append(partial(accounting.finish, "cancelled"))
+    finalizers.append(accounting.finalizer)
     try:
         if payload is UNREAD:
             payload = await read_json(request)
@@ -236,7 +236,7 @@ async def _leases(services: Services, endpoint: EndpointController, count: int, 
     return leases
 
 
-async def _release_unused(services: Services, endpoint: EndpointController, leases: list[Lease]) -> None:
+def _release_unused(services: Services, endpoint: EndpointController, leases: list[Lease]) -> None:
     for lease in leases:
         services.endpoints.release(endpoint, lease)  # a no-op for a lease its stream already released
 

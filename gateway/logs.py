@@ -66,10 +66,13 @@ def request_id_middleware(app):
             await app(scope, receive, send)
         finally:
             # whatever path the request took (a stream that never started, a client gone mid-body),
-            # its finalizers run once it is over: accounting can never be skipped
-            with anyio.CancelScope(shield=True):
-                for finalize in scope["state"].get("finalizers", ()):
-                    await finalize()
+            # its finalizers run once it is over: accounting can never be skipped. A finalizer returns what is
+            # left to await, or None when it had nothing left to do (the usual case: the request finished)
+            for finalize in scope["state"].get("finalizers", ()):
+                left = finalize()
+                if left is not None:
+                    with anyio.CancelScope(shield=True):  # a shield only when needed: it costs ~3 % of a request
+                        await left
             duration_ms = round((time.perf_counter() - started) * 1000, 2)
             http_status = scope["state"].get("status", 0)  # 0: refused in a middleware, rendered after this
             outcome = scope["state"].get(OUTCOME)

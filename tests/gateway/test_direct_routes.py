@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import pytest
 import structlog
-from litestar import Litestar, Request, post
+from litestar import Litestar, MediaType, Request, Response, post
+from litestar.background_tasks import BackgroundTask
+from litestar.datastructures import Cookie
+from litestar.response import Stream
 from structlog.testing import capture_logs
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.direct_routes import DIRECT, serve_directly
+from gateway.direct_routes import DIRECT, _plain, layers_add_nothing, serve_directly
 from tests.gateway.generation_bodies import BODIES, body
 from tests.gateway.route_table import route_table
 
@@ -70,3 +73,74 @@ async def test_a_path_outside_the_table_is_still_litestars(gateway):
     """Only exact matches are taken: anything else is routed (and refused) by Litestar as before."""
     response = await gateway.get("/v1/chat/completions", headers=gateway.key_headers)
     assert response.status_code == 405 and response.json()["error"]["message"], response.text
+
+
+def _route_handler(path: str = "/v1/chat/completions"):
+    app = create_app(Settings(), supervise=False)
+    return app, next(handler for method, route, handler in route_table(app) if (method, route) == ("POST", path))
+
+
+async def _litestar_sends(app, handler, response) -> list[dict]:
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b"", "app": app,
+             "state": {}, "path_params": {}, "route_handler": handler}
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    asgi = await handler.to_response(app=app, data=response, request=Request(scope))
+    await asgi(scope, None, send)
+    return sent
+
+
+@pytest.mark.parametrize("response", [
+    Response(b'{"ok":true}', media_type="application/json"),
+    Response(b"{}", media_type=MediaType.JSON, status_code=429,
+             headers={"Retry-After": "3", "X-RateLimit-Remaining-Requests": "0"}),
+    Response(b"hello", media_type="text/plain", status_code=400),
+    Response(b"", status_code=499),
+    Response(b"{}", headers={"Content-Type": "application/problem+json", "content-length": "2"}),
+    Response(b"{}"),  # the route's own media type
+], ids=["json", "enum-media-type-headers", "text-charset", "empty-499", "own-content-headers", "default-media"])
+async def test_a_plain_response_is_sent_exactly_as_litestar_sends_it(response):
+    app, handler = _route_handler()
+    status, headers, body = _plain(response, handler)
+    assert [{"type": "http.response.start", "status": status, "headers": headers},
+            {"type": "http.response.body", "body": body, "more_body": False}] == await _litestar_sends(
+        app, handler, response)
+
+
+@pytest.mark.parametrize("response", [
+    Stream(iter([b"x"])),
+    Response(b"{}", cookies=[Cookie("session", "1")]),
+    Response(b"{}", background=BackgroundTask(print)),
+    Response({"a": 1}),  # content Litestar must render
+    Response(b"", status_code=204),
+], ids=["stream", "cookies", "background", "not-bytes", "no-body-status"])
+def test_anything_else_is_left_to_litestar(response):
+    _, handler = _route_handler()
+    assert _plain(response, handler) is None
+
+
+def test_every_generation_route_sends_plain_responses_itself():
+    app = create_app(Settings(), supervise=False)
+    assert all(layers_add_nothing(handler) for _, _, handler in route_table(app)
+               if handler is not None and handler.opt.get("direct"))
+
+
+async def _after(response):
+    return response
+
+
+@pytest.mark.parametrize("layer", [{"response_headers": {"X-Layer": "1"}},
+                                   {"response_cookies": [Cookie("session", "1")]},
+                                   {"after_request": _after},
+                                   {"background": BackgroundTask(print)}],
+                         ids=["headers", "cookies", "after-request", "background"])
+def test_a_route_whose_layers_add_to_its_responses_leaves_them_to_litestar(layer):
+    @post("/odd", opt=DIRECT, **layer)
+    async def odd(request: Request) -> Response:
+        return Response(b"{}")
+
+    Litestar([odd])  # resolves the handler's layers
+    assert not layers_add_nothing(odd)
