@@ -7,7 +7,8 @@ all have one shape: parameters among `request`, `services`, `payload` (the JSON 
 the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
 Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
 (`auth.middleware.principal`), the route's own exception handler and response handling. What is skipped is
-the generic work of finding and assembling those parts on every request.
+the generic work of finding and assembling those parts on every request, and, for a plain `Response` of bytes
+(`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
 
 Everything else (another path or method, a path that only matches after normalisation, websockets) goes
 through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
