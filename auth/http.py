@@ -4,7 +4,6 @@ client address, and a decoded admin body checked against its struct."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -12,15 +11,16 @@ from litestar.connection import ASGIConnection
 
 from auth.errors import RequestError
 from auth.forwarded import ClientAddresses
+from common.headers import header, header_values
 
-TEAM_HEADERS = ("x-team-id", "x-friendli-team")  # X-Friendli-Team is accepted as an alias
+TEAM_HEADERS = (b"x-team-id", b"x-friendli-team")  # X-Friendli-Team is accepted as an alias
 _PARAM = re.compile(r"at `\$\.([A-Za-z_][\w.]*)|field `([A-Za-z_]\w*)`")
 
 
-def team_header(headers: Mapping[str, str]) -> str | None:
+def team_header(connection: ASGIConnection) -> str | None:
     """The team a request asks to be billed to: the first non-empty team header."""
     for name in TEAM_HEADERS:
-        value = headers.get(name)
+        value = header(connection, name)
         if value:
             return value
     return None
@@ -28,8 +28,8 @@ def team_header(headers: Mapping[str, str]) -> str | None:
 
 def client_address(connection: ASGIConnection, clients: ClientAddresses) -> str:
     """The real client: the peer, or the hop `X-Forwarded-For` names when the peer is a trusted proxy."""
-    peer = connection.client.host if connection.client and connection.client.host else "unknown"
-    return clients.client(peer, connection.headers.getall("x-forwarded-for", []))
+    peer = connection.scope.get("client") or ("unknown",)
+    return clients.client(peer[0] or "unknown", header_values(connection, b"x-forwarded-for"))
 
 
 def body_as(payload: Any, type_: type):

@@ -21,6 +21,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from auth.errors import AuthError
 from auth.http import client_address, team_header
 from auth.service import AuthService, Principal
+from common.headers import header
 
 PUBLIC = {"exclude_from_auth": True}  # `opt` of a route anyone may call without a key
 STATE_KEY = "auth"
@@ -33,7 +34,7 @@ def auth_service(state: State) -> AuthService:
 async def principal(connection: ASGIConnection) -> Principal:
     """The caller a request's key and team header name; raises AuthError or StoreUnavailable."""
     service = auth_service(connection.app.state)
-    return await service.authenticate(connection.headers.get("authorization"), team_header(connection.headers),
+    return await service.authenticate(header(connection, b"authorization"), team_header(connection),
                                       client_address(connection, service.clients))
 
 
@@ -46,7 +47,7 @@ class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
 async def optional_principal(connection: ASGIConnection) -> Principal | None:
     """The caller of a PUBLIC route: None without a key; with one, its principal (whose allow-list and team
     then apply), and a bad key the same 401 as on any route."""
-    if "authorization" not in connection.headers:
+    if header(connection, b"authorization") is None:
         return None
     return await principal(connection)
 

@@ -20,6 +20,7 @@ from litestar import Request
 from litestar.exceptions import HTTPException
 
 from common.errors import InvalidJSON, PayloadTooLarge, UnsupportedMediaType
+from common.headers import header
 
 MAX_DEPTH = 64  # arrays and objects inside each other; real bodies stay under 10, a JSON schema under 30
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)  # possessive: an unterminated string fails in linear time
@@ -92,7 +93,7 @@ async def read_optional_json(request: Request) -> Any:
 
 
 async def _read(request: Request, optional: bool) -> Any:
-    check_content_type(request.headers.get("content-type"))
+    check_content_type(header(request, b"content-type"))
     limit = request.route_handler.resolve_request_max_body_size()
     try:
         raw = await request.body()

@@ -35,6 +35,7 @@ from gateway.errors import GenerationFailed, RequestTimedOut, SluiceError
 from gateway.logs import outcome_of, request_id_of
 from gateway.services import DEFAULT_MODEL, Services
 from common.errors import LedgerUnavailable
+from common.headers import header
 from common.json_body import read_json
 from common.protocol import Event, Finish
 
@@ -84,7 +85,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         adapter = None if adapter_name is None else services.adapters.ref(
             parsed.model, adapter_name, "model" if named_adapter else parsed.adapter_field)
         accounting.adapter = adapter_name
-        header_s = parse_scale_up_timeout(request.headers.get(SCALE_UP_TIMEOUT_HEADER))
+        header_s = parse_scale_up_timeout(header(request, SCALE_UP_TIMEOUT_HEADER))
         await accounting.admit(parsed)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
@@ -112,8 +113,9 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         leases = held if len(held) == count else await _unless_gone(request, _leases(services, endpoint, count,
                                                                                         deadline, held))
         accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
-        merged = _events(services, dialect, endpoint, leases, parsed, deadline)
+        streams = _worker_streams(services, endpoint, leases, parsed, deadline)
         if parsed.stream:
+            merged = _events(services, dialect, streams)
             # a client that leaves before the stream starts never runs the generator: the request's
             # finalizer (gateway/logs.py) records it then, since finish runs exactly once
             first = await _first_event(merged)  # errors before the first token keep their real status
@@ -121,7 +123,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                 accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
                           media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-        results = await _collect(merged, len(parsed.requests), accounting, services.settings.request_timeout_s)
+        results = await _collect(dialect, streams, accounting, services.settings.request_timeout_s)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
@@ -138,28 +140,41 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         raise
 
 
-def _events(services: Services, dialect: Dialect, endpoint: EndpointController, leases: list[Lease],
-            parsed: Parsed, deadline: float) -> AsyncIterator[tuple[int, Event]]:
-    """The merged events of every GenerateRequest on its lease, failed choices failing the request
-    (`honest`), the whole bounded by request_timeout_s (`within`)."""
-    streams = [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
-    events = honest(dialect, streams)
-    # a collected answer is bounded as a whole, by _collect: one timer per request instead of one per event
-    return within(services.settings.request_timeout_s, events) if parsed.stream else events
+def _worker_streams(services: Services, endpoint: EndpointController, leases: list[Lease], parsed: Parsed,
+                    deadline: float) -> list[AsyncIterator[Event]]:
+    """One worker stream per GenerateRequest, each on its lease, with failover."""
+    return [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
+
+
+def _events(services: Services, dialect: Dialect, streams: list[AsyncIterator[Event]]
+            ) -> AsyncIterator[tuple[int, Event]]:
+    """A stream's events, merged, failed choices failing the request (`honest`), the whole bounded by
+    request_timeout_s (`within`). A collected answer reads its streams in `_collect` instead."""
+    return within(services.settings.request_timeout_s, honest(dialect, streams))
+
+
+def _merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[Event] | AsyncIterator[tuple[int, Event]]:
+    """The usual single worker stream as it is (its items are events: no merging generator in between), or
+    several merged into (stream index, event) pairs."""
+    return streams[0] if len(streams) == 1 else merge(streams)
+
+
+def refuse_failed_choice(dialect: Dialect, event: Event) -> None:
+    """A choice the worker ended by failing (a grammar that refused the model's token: its output is not valid;
+    or cancelled) fails the request in a dialect whose finish vocabulary has no word for it, rather than pass for
+    a normal finish ("stop", "length"): the error status, or the stream's error event."""
+    if isinstance(event, Finish) and event.reason in FAILED_FINISHES and not dialect.reports_failed_choices:
+        raise GenerationFailed(FAILED_FINISHES[event.reason].format(index=event.index))
 
 
 async def honest(dialect: Dialect, streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
-    """The streams' events merged as (stream index, event). A choice the worker ended by failing (a grammar
-    that refused the model's token: its output is not valid; or cancelled) fails the request in a dialect
-    whose finish vocabulary has no word for it, rather than pass for a normal finish ("stop", "length"): the
-    error status, or the stream's error event."""
-    single = len(streams) == 1  # the usual case: read it here, without a merging generator in between
-    events = streams[0] if single else merge(streams)
+    """The streams' events as (stream index, event), a failed choice failing the request (`refuse_failed_choice`)."""
+    single = len(streams) == 1
+    events = _merged(streams)
     try:
         async for item in events:
             index, event = (0, item) if single else item
-            if isinstance(event, Finish) and event.reason in FAILED_FINISHES and not dialect.reports_failed_choices:
-                raise GenerationFailed(FAILED_FINISHES[event.reason].format(index=event.index))
+            refuse_failed_choice(dialect, event)
             yield index, event
     finally:  # closed now, not when the collector finds it: it holds a worker connection
         await events.aclose()
@@ -294,22 +309,40 @@ async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parse
             await accounting.finish("cancelled")
         raise
     accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
-    merged = _events(services, dialect, endpoint, leases, parsed, deadline)
+    merged = _events(services, dialect, _worker_streams(services, endpoint, leases, parsed, deadline))
     async for chunk in _stream(dialect, parsed, None, merged, meta, accounting):
         yield chunk
 
 
-async def _collect(merged: AsyncIterator[tuple[int, Event]], count: int, accounting: Accounting,
+async def _collect(dialect: Dialect, streams: list[AsyncIterator[Event]], accounting: Accounting,
                    seconds: float) -> list[Result]:
-    """Every event of a non-streamed answer, within `seconds` (request_timeout_s) in all."""
-    results = [Result() for _ in range(count)]
+    """Every event of a non-streamed answer, a failed choice failing it (`refuse_failed_choice`), within `seconds`
+    (request_timeout_s) in all. The streams are read here, not through `honest`: a generator less per event.
+    The limit is one timer that cancels this task: asyncio.timeout was about 2 % of a request."""
+    results = [Result() for _ in streams]
+    single = len(streams) == 1
+    task = asyncio.current_task()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
     try:
-        async with aclosing(merged), asyncio.timeout(seconds):
-            async for index, event in merged:
+        async with aclosing(_merged(streams)) as events:  # closed now: it holds worker connections
+            async for item in events:
+                index, event = (0, item) if single else item
+                refuse_failed_choice(dialect, event)
                 accounting.observe(event)
                 results[index].add(event)
-    except TimeoutError:
-        raise past_limit(seconds) from None
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:  # ours alone; a client's disconnect stays a cancel
+            raise past_limit(seconds) from None
+        raise
+    finally:
+        timer.cancel()
     return results
 
 

@@ -74,28 +74,29 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
         async with replica.worker.post("/generate", body) as response:
             if response.status_code != 200:
                 raise _refusal(response.status_code, await response.aread())
-            async for line in response.lines():
-                if not line.strip():
-                    continue
-                try:
-                    event = decode_event(line)
-                except msgspec.DecodeError as exc:
-                    # an event off the contract: the same request gets the same answer from any replica,
-                    # so no retry, and this replica stays healthy (other requests are not refused)
-                    raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
-                if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
-                    if not relayed and event.kind in RETRYABLE_KINDS:
-                        raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
-                    raise worker_error(event)  # before the first token its real status; after, the stream's error
-                if isinstance(event, Accepted) and not relayed:
-                    pending = event
-                    continue
-                if pending is not None:
+            while (lines := await response.next_lines()) is not None:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        event = decode_event(line)
+                    except msgspec.DecodeError as exc:
+                        # an event off the contract: the same request gets the same answer from any replica,
+                        # so no retry, and this replica stays healthy (other requests are not refused)
+                        raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
+                    if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
+                        if not relayed and event.kind in RETRYABLE_KINDS:
+                            raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
+                        raise worker_error(event)  # before the first token its real status; after, the stream's
+                    if isinstance(event, Accepted) and not relayed:
+                        pending = event
+                        continue
+                    if pending is not None:
+                        relayed = True
+                        yield pending
+                        pending = None
                     relayed = True
-                    yield pending
-                    pending = None
-                relayed = True
-                yield event
+                    yield event
     except WorkerConnectionError as exc:
         if relayed:
             raise WorkerLost(f"the worker connection broke mid-generation ({exc})") from exc

@@ -8,7 +8,7 @@ import re
 
 from gateway.errors import BadRequest
 
-SCALE_UP_TIMEOUT_HEADER = "x-scale-up-timeout"
+SCALE_UP_TIMEOUT_HEADER = b"x-scale-up-timeout"  # as ASGI gives header names: lowercase bytes
 MAX_SCALE_UP_TIMEOUT_S = 86400.0
 _SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 

@@ -17,7 +17,6 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import httptools
@@ -135,6 +134,7 @@ class WorkerResponse:
         self._connection = connection
         self.status_code = status
         self._read_timeout = read_timeout
+        self._rest = b""  # a line begun but not yet ended
 
     async def aread(self) -> bytes:
         parts = []
@@ -142,17 +142,18 @@ class WorkerResponse:
             parts.append(data)
         return b"".join(parts)
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        """Each complete line of the body, without its newline (a last line without one included)."""
-        rest = b""
-        while (data := await self._connection.chunk(self._read_timeout)) is not None:
-            if rest:
-                data = rest + data
-            *complete, rest = data.split(b"\n")
-            for line in complete:
-                yield line
-        if rest:
-            yield rest
+    async def next_lines(self) -> list[bytes] | None:
+        """The lines (without their newlines) that the next piece of the body completed, perhaps none; None
+        once the body ended (a last line without a newline comes before that). A list per read, not a line per
+        step of a generator: the events of a short answer mostly arrive together."""
+        data = await self._connection.chunk(self._read_timeout)
+        if data is None:
+            rest, self._rest = self._rest, b""
+            return [rest] if rest else None
+        if self._rest:
+            data = self._rest + data
+        *complete, self._rest = data.split(b"\n")
+        return complete
 
 
 class _Exchange:

@@ -5,6 +5,7 @@ worker that refuses, goes silent or hangs up mid-answer, and a consumer slower t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -61,10 +62,17 @@ async def split_events(writer: asyncio.StreamWriter) -> None:
     writer.write(b"0\r\n\r\n")
 
 
+async def lines_of(response) -> AsyncIterator[bytes]:
+    """The body's lines one by one, as `next_lines` hands them over."""
+    while (lines := await response.next_lines()) is not None:
+        for line in lines:
+            yield line
+
+
 async def read_lines(worker: WorkerHTTP) -> list[bytes]:
     async with worker.post("/generate", b'{"x":1}') as response:
         assert response.status_code == 200
-        return [line async for line in response.lines()]
+        return [line async for line in lines_of(response)]
 
 
 async def test_lines_split_anywhere_arrive_whole_and_the_connection_is_reused():
@@ -89,7 +97,7 @@ async def test_an_answer_left_unread_closes_its_connection_and_a_refusal_is_read
     async with server as url:
         worker = WorkerHTTP(url, {}, read_timeout=5)
         async with worker.post("/generate", b"{}") as response:
-            async for _ in response.lines():
+            async for _ in lines_of(response):
                 break  # the client went away after the first event
         assert await read_lines(worker) == [b'{"a":1}', b'{"b":2}', b"", b'{"c":3}']
         assert server.connections == 2
@@ -119,7 +127,7 @@ async def test_a_silent_worker_is_a_connection_error_after_the_read_timeout():
         lines = []
         with pytest.raises(WorkerConnectionError, match="read timeout"):
             async with worker.post("/generate", b"{}") as response:
-                async for line in response.lines():
+                async for line in lines_of(response):
                     lines.append(line)
         assert lines == [b'{"a":1}']
         await worker.aclose()
@@ -168,7 +176,7 @@ async def test_a_slow_consumer_stops_the_reads_instead_of_buffering_the_answer()
         worker = WorkerHTTP(url, {}, read_timeout=5)
         most = count = 0
         async with worker.post("/generate", b"{}") as response:
-            async for _ in response.lines():
+            async for _ in lines_of(response):
                 if count == 0:
                     await asyncio.sleep(0.3)  # the worker writes on meanwhile
                 count += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 from litestar import Request, Router, post
 from litestar.response import Response, Stream
 
+from common.headers import header
 from gateway.dialects.friendli.legacy import wants_legacy
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
@@ -24,7 +25,7 @@ def _completions(path: str):
     @post(path, status_code=200, summary="Friendli completions", operation_class=documented(CompletionBody),
           name=f"friendli-completions-{path.split('/')[1]}", opt=DIRECT)
     async def handler(request: Request, services: Services) -> Response | Stream:
-        dialect = COMPLETIONS_LEGACY if wants_legacy(request.headers.get("x-api-dialect")) else COMPLETIONS
+        dialect = COMPLETIONS_LEGACY if wants_legacy(header(request, b"x-api-dialect")) else COMPLETIONS
         return await handle_generation(request, services, dialect, path)
 
     return handler

@@ -9,6 +9,7 @@ from __future__ import annotations
 from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
+from common.headers import header
 from gateway.dialects.friendli.legacy import wants_legacy
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
@@ -26,7 +27,7 @@ CHAT = OpenAIChat()
 @post("/v1/completions", status_code=200, summary="OpenAI completions (Friendli fields accepted)",
       operation_class=documented(CompletionBody, closed=True), opt=DIRECT)
 async def completions(request: Request, services: Services) -> Response | Stream:
-    dialect = OPENAI_LEGACY if wants_legacy(request.headers.get("x-api-dialect")) else OPENAI
+    dialect = OPENAI_LEGACY if wants_legacy(header(request, b"x-api-dialect")) else OPENAI
     return await handle_generation(request, services, dialect, "/v1/completions")
 
 
