@@ -77,5 +77,7 @@ async def merge(streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int,
     finally:
         for task in tasks:
             task.cancel()
+        # a pump still inside its stream's next event would make that stream's aclose fail ("already running")
+        await asyncio.gather(*tasks, return_exceptions=True)
         for stream in streams:
             await stream.aclose()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from functools import partial
 from typing import Any, TypeVar
@@ -123,7 +123,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                 accounting.observe(first[1])
             return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
                           media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-        results = await _collect(dialect, streams, accounting, services.settings.request_timeout_s)
+        results = await collect_answer(dialect, streams, accounting.observe, services.settings.request_timeout_s)
         body = dialect.render(parsed, results, meta)
         await accounting.finish("ok")
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
@@ -149,7 +149,7 @@ def _worker_streams(services: Services, endpoint: EndpointController, leases: li
 def _events(services: Services, dialect: Dialect, streams: list[AsyncIterator[Event]]
             ) -> AsyncIterator[tuple[int, Event]]:
     """A stream's events, merged, failed choices failing the request (`honest`), the whole bounded by
-    request_timeout_s (`within`). A collected answer reads its streams in `_collect` instead."""
+    request_timeout_s (`within`). A collected answer reads its streams in `collect_answer` instead."""
     return within(services.settings.request_timeout_s, honest(dialect, streams))
 
 
@@ -314,10 +314,11 @@ async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parse
         yield chunk
 
 
-async def _collect(dialect: Dialect, streams: list[AsyncIterator[Event]], accounting: Accounting,
-                   seconds: float) -> list[Result]:
-    """Every event of a non-streamed answer, a failed choice failing it (`refuse_failed_choice`), within `seconds`
-    (request_timeout_s) in all. The streams are read here, not through `honest`: a generator less per event.
+async def collect_answer(dialect: Dialect, streams: list[AsyncIterator[Event]], observe: Callable[[Event], None],
+                         seconds: float) -> list[Result]:
+    """Every event of a non-streamed answer, each `observe`d (accounting) and gathered per stream, a failed choice
+    failing it (`refuse_failed_choice`), within `seconds` (request_timeout_s) in all: past that RequestTimedOut,
+    every stream closed. The streams are read here, not through `honest`: a generator less per event.
     The limit is one timer that cancels this task: asyncio.timeout was about 2 % of a request."""
     results = [Result() for _ in streams]
     single = len(streams) == 1
@@ -335,7 +336,7 @@ async def _collect(dialect: Dialect, streams: list[AsyncIterator[Event]], accoun
             async for item in events:
                 index, event = (0, item) if single else item
                 refuse_failed_choice(dialect, event)
-                accounting.observe(event)
+                observe(event)
                 results[index].add(event)
     except asyncio.CancelledError:
         if expired and task.uncancel() == 0:  # ours alone; a client's disconnect stays a cancel
