@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request
-from litestar.exceptions import HTTPException
+from litestar.exceptions import InternalServerException
 
 from common.errors import InvalidJSON, PayloadTooLarge, UnsupportedMediaType
 from common.headers import header
@@ -95,12 +95,31 @@ async def read_optional_json(request: Request) -> Any:
 async def _read(request: Request, optional: bool) -> Any:
     check_content_type(header(request, b"content-type"))
     limit = request.route_handler.resolve_request_max_body_size()
-    try:
-        raw = await request.body()
-    except HTTPException as exc:
-        if exc.status_code == 413:
-            raise PayloadTooLarge(f"the request body exceeds {limit} bytes") from exc
-        raise
+    raw = await read_body(request, limit)
     if optional and not raw.strip():
         return {}
     return decode_json(raw, limit)
+
+
+async def read_body(request: Request, limit: int | None) -> bytes:
+    """The request's body from its ASGI messages, refused (413) past `limit` bytes the way Litestar's
+    `request.body()` refuses it: by the announced content-length before anything is read, then by the bytes that
+    came. Litestar's version built its multi-dict of every header first and gathered the chunks through a
+    generator: about 4 % of a generation request (issue #16). A client that leaves before the body ended is
+    Litestar's "client disconnected prematurely", as before."""
+    announced = header(request, b"content-length")
+    if limit is not None and announced is not None and announced.isdigit() and int(announced) > limit:
+        raise PayloadTooLarge(f"the request body exceeds {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise InternalServerException("client disconnected prematurely")
+        if chunk := message.get("body", b""):
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise PayloadTooLarge(f"the request body exceeds {limit} bytes")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -3,14 +3,17 @@ nesting limit is exact, and no bytes whatsoever make it raise anything but a `Sl
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from litestar import Request
+from litestar.exceptions import InternalServerException
 
 from common.errors import InvalidJSON, PayloadTooLarge, SluiceError, UnsupportedMediaType
-from common.json_body import MAX_DEPTH, check_content_type, decode_json, nesting_depth_exceeds
+from common.json_body import MAX_DEPTH, check_content_type, decode_json, nesting_depth_exceeds, read_body
 from tests.fixtures.fuzzing import examples
 
 MALFORMED = [  # body, what the message must name
@@ -112,3 +115,47 @@ def test_any_bytes_decode_or_raise_a_sluice_error(raw):
         decode_json(raw, 1 << 16)
     except SluiceError as error:
         assert 400 <= error.status < 500
+
+
+def request_of(messages: list[dict], headers: list[tuple[bytes, bytes]]) -> Request:
+    """A Litestar request whose ASGI `receive` hands over `messages`, then waits like a quiet client."""
+    pending = list(messages)
+
+    async def receive():
+        if pending:
+            return pending.pop(0)
+        await asyncio.Event().wait()
+
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": headers, "state": {},
+                    "query_string": b"", "path_params": {}}, receive)
+
+
+def part(body: bytes, more: bool) -> dict:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+async def test_a_body_in_several_messages_is_read_whole():
+    request = request_of([part(b'{"a": ', True), part(b"", True), part(b"1}", False)], [])
+    assert await read_body(request, 64) == b'{"a": 1}'
+    assert await read_body(request_of([part(b"{}", False)], [(b"content-length", b"2")]), 2) == b"{}"
+    assert await read_body(request_of([part(b"", False)], []), None) == b""
+
+
+async def test_an_announced_length_over_the_limit_is_413_before_anything_is_read():
+    request = request_of([], [(b"content-length", b"65")])  # receive would wait forever
+    with pytest.raises(PayloadTooLarge, match="64 bytes"):
+        await asyncio.wait_for(read_body(request, 64), 5)
+
+
+async def test_a_body_without_a_length_is_413_once_its_bytes_pass_the_limit():
+    """Chunked, or a content-length that undersells it: the bytes that came are what count."""
+    for headers in ([], [(b"content-length", b"10")]):
+        request = request_of([part(b"x" * 40, True), part(b"x" * 40, True)], headers)  # never ends: refused first
+        with pytest.raises(PayloadTooLarge, match="64 bytes"):
+            await asyncio.wait_for(read_body(request, 64), 5)
+
+
+async def test_a_client_gone_mid_body_is_litestars_disconnect_error():
+    request = request_of([part(b"{", True), {"type": "http.disconnect"}], [])
+    with pytest.raises(InternalServerException, match="disconnected"):
+        await read_body(request, 64)
