@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import logging
 import os
 import socket
@@ -85,10 +84,6 @@ def _serve(args: argparse.Namespace) -> int:
         if settings.gateway_processes > 1:
             siblings = Siblings(sock, args.argv, settings.gateway_processes - 1, stop_with_failure)
     app = create_app(settings)
-    # what is imported and built by now lives as long as the process: the collector need not walk it again on
-    # every full collection (about 7 % of the CPU per request under load, bench/README.md)
-    gc.collect()
-    gc.freeze()
     # SIGTERM: new requests get a 503 while running streams finish (up to shutdown_grace_seconds or the longest
     # drain_seconds); then the endpoints stop and the usage log drains (gateway/draining.py)
     drain_s = max([settings.shutdown_grace_seconds, *(model.drain_seconds for model in settings.models)])

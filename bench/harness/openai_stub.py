@@ -8,6 +8,7 @@ Run (from the repository root): python -m bench.harness.openai_stub --port P
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import msgspec
@@ -70,6 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
+    gc.collect()
+    gc.freeze()  # as Sluice's stub worker and the gateway itself do: no collector pauses that are the stub's own
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", loop="uvloop", http="httptools",
                 backlog=4096, access_log=False)
 

@@ -5,6 +5,7 @@ server whose socket stops accepting writes after the first chunk."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 from litestar import Litestar, get
 from litestar.response import Stream
@@ -80,3 +81,27 @@ async def test_a_reader_that_keeps_up_is_never_cut():
     written = await serve(streaming_app(closed), write)
     assert len(written) == 1001 and written[-1] == b""  # every chunk, then the end of the body
 
+
+
+async def test_a_response_leaves_no_reference_cycle_behind():
+    """Its watchdog and timer must not hold each other: a cycle per request is garbage only the collector frees,
+    and under load its collections were pauses of 5-20 ms."""
+    async def answer(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        pass
+
+    guarded = write_timeout_middleware(5.0)(answer)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(50):
+            await guarded(dict(SCOPE), receive, send)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
