@@ -20,9 +20,12 @@ log = structlog.get_logger(__name__)
 
 class Shipper:
     def __init__(self, wal_dir: Path, writer: WalWriter, store: UsageStore, *, first_seq: int,
-                 batch_size: int = 2000, max_backoff: float = 5.0, linger: float = 0.2) -> None:
+                 batch_size: int = 2000, max_backoff: float = 5.0, linger: float = 1.0) -> None:
         self.wal_dir, self.writer, self.store = wal_dir, writer, store
-        self.linger = linger  # gather records into bigger transactions; the WAL already made them safe
+        # gather records into bigger transactions; the WAL already made them safe. Each transaction is an fsync of
+        # the database's own log on the disk the WAL's commits wait on: at 0.2 s, five a second under load, the
+        # WAL's commit (which every answer waits for) stalled 24-144 ms in 2 of 5 bench runs, at 1 s in none of 4
+        self.linger = linger
         self.batch_size, self.max_backoff = batch_size, max_backoff
         self.seq, self.offset = first_seq, 0  # cursor: everything before it is in the database
         self.shipped = 0  # entries the database confirmed in this process (new or already there)
