@@ -87,7 +87,8 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                     if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
                         if not relayed and event.kind in RETRYABLE_KINDS:
                             raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
-                        raise worker_error(event)  # before the first token its real status; after, the stream's
+                        # before the first token its real status; after, the stream's error
+                        raise worker_error(event)
                     if isinstance(event, Accepted) and not relayed:
                         pending = event
                         continue
