@@ -241,5 +241,19 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
         raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
     if not bitsandbytes:
         model = model.to(device)
+    if quantization in ("nf4", "fp4"):
+        keep_4bit_layout(model)
     model.eval()
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization)
+
+
+def keep_4bit_layout(model: torch.nn.Module) -> None:
+    """On a CPU with AVX512-BF16, bitsandbytes repacks a 4-bit layer's weights for its own kernel on the first
+    forward, and that repacking fails ("shape ... is invalid") when the layer's input width is not a multiple of
+    the quantization block: every prefill of such a model would fail. Those layers keep the portable layout."""
+    for module in model.modules():
+        quant_state = getattr(getattr(module, "weight", None), "quant_state", None)
+        if getattr(module, "support_avx512bf16_for_cpu", False) and quant_state is not None \
+                and module.in_features % quant_state.blocksize:
+            module.support_avx512bf16_for_cpu = False
+

@@ -61,6 +61,32 @@ def tiny_model_dir(tmp_path_factory, smol) -> Path:
     return directory
 
 
+@pytest.fixture(scope="module")
+def narrow_block_model_dir(tmp_path_factory, smol) -> Path:
+    """The same, with an MLP 96 wide: its down projection's input is not a multiple of a 4-bit block (64)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(smol.tokenizer), hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, eos_token_id=smol.tokenizer.eos_token_id)
+    directory = tmp_path_factory.mktemp("narrow-block-llama")
+    LlamaForCausalLM(config).save_pretrained(directory)
+    smol.tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("quantization", ["nf4", "fp4"])
+def test_a_4bit_layer_off_the_block_size_keeps_the_portable_layout_and_answers(narrow_block_model_dir, tmp_path,
+                                                                               quantization):
+    """bitsandbytes' AVX512-BF16 repacking fails on such a layer at the first forward (every prefill failed on
+    CPUs that have it); `keep_4bit_layout` leaves those layers out of it, and only those."""
+    loaded = load_model(ModelConfig(name="tiny", source=str(narrow_block_model_dir), quantization=quantization),
+                        tmp_path)
+    mlp = loaded.model.model.layers[0].mlp
+    assert mlp.down_proj.in_features == 96 and not mlp.down_proj.support_avx512bf16_for_cpu
+    assert mlp.up_proj.support_avx512bf16_for_cpu == type(mlp.up_proj)(64, 96).support_avx512bf16_for_cpu
+    assert greedy(loaded, "Hello there", 6) == hf_greedy(loaded, "Hello there", 6)
+
+
 def test_gguf_is_dequantized_once_and_then_cached(smol, tmp_path):
     gguf = default_gguf_path()
     cached = MODEL_CACHE / file_sha256(gguf)
