@@ -113,4 +113,3 @@ def _plain(response: Any, handler: HTTPRouteHandler) -> tuple[int, list[tuple[by
     if b"content-length" not in named:
         headers.append((b"content-length", str(len(body)).encode("latin-1")))
     return status, headers, body
-

@@ -256,4 +256,3 @@ def keep_4bit_layout(model: torch.nn.Module) -> None:
         if getattr(module, "support_avx512bf16_for_cpu", False) and quant_state is not None \
                 and module.in_features % quant_state.blocksize:
             module.support_avx512bf16_for_cpu = False
-

@@ -48,30 +48,28 @@ def hf_greedy(loaded, prompt: str, steps: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+def write_tiny_llama(tmp_path_factory, tokenizer, name: str, intermediate_size: int) -> Path:
+    """A random two-layer Llama with `tokenizer`, written as a plain HF directory."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=intermediate_size,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, eos_token_id=tokenizer.eos_token_id)
+    directory = tmp_path_factory.mktemp(name)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory, smol) -> Path:
-    """A random two-layer Llama with SmolLM2's tokenizer, written as a plain HF directory."""
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(smol.tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, eos_token_id=smol.tokenizer.eos_token_id)
-    directory = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(directory)
-    smol.tokenizer.save_pretrained(directory)
-    return directory
+    """A random two-layer Llama with SmolLM2's tokenizer."""
+    return write_tiny_llama(tmp_path_factory, smol.tokenizer, "tiny-llama", intermediate_size=128)
 
 
 @pytest.fixture(scope="module")
 def narrow_block_model_dir(tmp_path_factory, smol) -> Path:
     """The same, with an MLP 96 wide: its down projection's input is not a multiple of a 4-bit block (64)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(smol.tokenizer), hidden_size=64, intermediate_size=96,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, eos_token_id=smol.tokenizer.eos_token_id)
-    directory = tmp_path_factory.mktemp("narrow-block-llama")
-    LlamaForCausalLM(config).save_pretrained(directory)
-    smol.tokenizer.save_pretrained(directory)
-    return directory
+    return write_tiny_llama(tmp_path_factory, smol.tokenizer, "narrow-block-llama", intermediate_size=96)
 
 
 @pytest.mark.parametrize("quantization", ["nf4", "fp4"])
