@@ -47,12 +47,16 @@ class Shipper:
         return (self.seq, self.offset) >= (self.writer.seq, self.writer.durable_offset)
 
     async def drain(self) -> None:
-        """Ship until the cursor reaches what is durable now; raises on a database error."""
+        """Ship until the cursor reaches what was durable when it was called; raises on a database error.
+
+        Not what became durable meanwhile: under load, chasing the writer shipped a few records per
+        transaction, back to back, each an fsync of the database's log, and the WAL's own commits (which
+        every answer waits for) queued behind them on the disk; those wait for the next linger."""
         loop = asyncio.get_running_loop()
         async with self._lock:
-            while True:
-                current = self.writer.seq
-                limit = self.writer.durable_offset if self.seq == current else None
+            current, durable = self.writer.seq, self.writer.durable_offset
+            while (self.seq, self.offset) < (current, durable):
+                limit = durable if self.seq == current else None
                 path = segment_path(self.wal_dir, self.seq)
                 try:
                     payloads, end = await loop.run_in_executor(None, read_frames, path, self.offset, limit,
@@ -72,7 +76,7 @@ class Shipper:
                     self.shipped += len(entries)
                     continue
                 if self.seq >= current:
-                    return  # caught up with the writer
+                    return  # nothing whole to read before the mark
                 # an older segment read to its end: everything in it is in the database
                 await loop.run_in_executor(None, _unlink, path)
                 later = [s for s in list_segments(self.wal_dir) if s > self.seq]

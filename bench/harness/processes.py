@@ -86,15 +86,17 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def wait_idle(pids: list[int], busy: float = 0.05, interval: float = 0.5, limit_s: float = 120.0) -> float:
-    """Until these processes use less than `busy` of a core over `interval`, at most `limit_s`: a gateway still
-    working off the backlog of an overloaded point (LiteLLM answers for half a minute after 2,000 RPS) would
-    slow the next point. Returns the seconds waited."""
+def wait_idle(pids: list[int], busy: float = 0.05, writing: int = 256 << 10, interval: float = 0.5,
+              limit_s: float = 120.0) -> float:
+    """Until these processes use less than `busy` of a core and write less than `writing` bytes to disk over
+    `interval`, at most `limit_s`: a gateway still working off the backlog of an overloaded point (LiteLLM
+    answers for half a minute after 2,000 RPS; Sluice ships the point's usage records into its database, which
+    waits on the disk more than on the CPU) would slow the next point. Returns the seconds waited."""
     started = time.monotonic()
     while pids and time.monotonic() - started < limit_s:
-        before = cpu_seconds(pids)
+        cpu, written = cpu_seconds(pids), written_bytes(pids)
         time.sleep(interval)
-        if cpu_seconds(pids) - before < busy * interval:
+        if cpu_seconds(pids) - cpu < busy * interval and written_bytes(pids) - written < writing:
             break
     return time.monotonic() - started
 
@@ -109,3 +111,15 @@ def cpu_seconds(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])
     return total / TICKS
+
+
+def written_bytes(pids: list[int]) -> int:
+    """Bytes these processes have sent to storage so far, their threads' included."""
+    total = 0
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/io").read_text().splitlines()
+        except OSError:
+            continue
+        total += next(int(line.split()[1]) for line in lines if line.startswith("write_bytes:"))
+    return total

@@ -147,3 +147,25 @@ async def test_segments_rotate_and_are_deleted_once_shipped(database_url, wal_di
     assert list_segments(wal_dir) == [led._writer.seq]  # shipped segments are gone
     assert len(await stored(led)) == 400
     await led.close()
+
+
+async def test_a_drain_ships_what_was_durable_when_it_began(database_url, wal_dir, pricing):
+    """Records made durable while a drain runs wait for the next one: chasing the writer under load shipped a
+    few records per transaction, back to back, each an fsync on the disk the answers' own commits wait for."""
+    led = await Ledger.open(database_url, wal_dir, pricing)
+    await led._shipper.stop()  # drains by hand only
+    led._shipper.batch_size = 10  # a drain of ten transactions: time for the later records to become durable
+    before = [usage() for _ in range(100)]
+    await asyncio.gather(*(led.record(r) for r in before))
+    drain = asyncio.create_task(led._shipper.drain())
+    await asyncio.sleep(0)  # the drain has taken its mark
+    later = [usage() for _ in range(50)]
+    await asyncio.gather(*(led.record(r) for r in later))
+    await drain
+    assert led._shipper.shipped == 100
+    assert set(await stored(led)) == {r.request_id for r in before}
+    assert not led.caught_up
+    await led._shipper.drain()
+    assert set(await stored(led)) == {r.request_id for r in before + later}
+    assert led.caught_up
+    await led.close()
