@@ -4,6 +4,7 @@ logs the transition once and counts every affected call."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -29,6 +30,11 @@ WINDOW_US = 60_000_000
 _BUDGET_GRACE_MS = 7 * 86_400_000  # keep last month's counter a week for late refunds and inspection
 _OUTAGE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 _PER_SCOPE = 9  # values per scope in the admit script's reply
+# Redis runs one script at a time, so more connections buy no throughput: calls past this many in flight wait
+# for a free connection (up to the timeout) instead of failing. redis-py 8's pool refuses past its own limit
+# with MaxConnectionsError, which a fail-closed limiter turned into a 503 for every request past the hundredth
+# in flight (hundreds per run of the gateway bench at 128 connections).
+MAX_CONNECTIONS = 64
 
 
 class RedisLimiter:
@@ -39,8 +45,10 @@ class RedisLimiter:
         # One quick reconnect covers a pooled connection that died with a restarted server; a read
         # timeout is never retried, since the script may have run and a retry would reserve twice.
         self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout,
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, max_connections=MAX_CONNECTIONS,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)), retry_on_timeout=False)
+        self._connections = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._timeout = timeout
         self._admit_script = self._redis.register_script(lua.ADMIT)
         self._settle_script = self._redis.register_script(lua.SETTLE)
         self._clock = clock  # None: the Redis server's TIME is the clock, shared by every replica
@@ -84,7 +92,7 @@ class RedisLimiter:
             keys.append(f"{self._prefix}:{s.id}:bud:{month.key}")
             args.extend((_arg(s.rpm), _arg(s.tpm), _arg(s.max_concurrency), _arg(s.monthly_token_budget)))
         try:
-            reply = await self._admit_script(keys=keys, args=args)
+            reply = await self._run(self._admit_script, keys, args)
         except _OUTAGE as exc:
             return self._outage("admit", exc, ticket_id, tokens)
         self._recovered()
@@ -118,13 +126,28 @@ class RedisLimiter:
         ticket.settled = True
         keys, budget_flags = ticket._hold
         try:
-            await self._settle_script(keys=keys, args=[ticket.id, used_tokens - ticket.tokens, *budget_flags])
+            await self._run(self._settle_script, keys, [ticket.id, used_tokens - ticket.tokens, *budget_flags])
         except _OUTAGE as exc:
             # The slot's lease and the window's expiry bound the damage: nothing to hand to the caller.
             BACKEND_ERRORS.labels("settle", "dropped").inc()
             self._went_down("settle", exc)
             return
         self._recovered()
+
+    async def _run(self, script, keys: list[str], args: list) -> list:
+        """The script on a connection of the pool, once one is free; none free within the timeout is an outage."""
+        if self._connections.locked():
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await self._connections.acquire()
+            except TimeoutError:
+                raise RedisTimeoutError(f"no Redis connection free within {self._timeout:g} s") from None
+        else:
+            await self._connections.acquire()  # free: returns at once, without a timer per call
+        try:
+            return await script(keys=keys, args=args)
+        finally:
+            self._connections.release()
 
     async def close(self) -> None:
         await self._redis.aclose()

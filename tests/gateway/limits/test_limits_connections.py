@@ -1,0 +1,56 @@
+"""The Redis limiter's connections: more calls in flight than connections wait for one instead of failing,
+and a wait that outlasts the timeout is an outage (refused when failing closed), never a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis as syncredis
+
+from gateway.limits import LimiterUnavailable, Scope, open_limiter
+from gateway.limits.redis_limiter import MAX_CONNECTIONS, RedisLimiter
+from tests.fixtures.servers import redis_server
+
+CROWD = 5 * MAX_CONNECTIONS
+SCOPES = [Scope("key:crowd", rpm=1_000_000, max_concurrency=CROWD)]
+
+
+def client_connections(url: str) -> int:
+    with syncredis.Redis.from_url(url) as admin:
+        return len(admin.client_list(_type="normal")) - 1  # less this one
+
+
+async def test_a_crowd_larger_than_the_pool_is_admitted_and_settled(redis):
+    lim = open_limiter(redis.url, key_prefix=f"t:{uuid.uuid4().hex}")
+    try:
+        for _ in range(2):  # the second crowd fits only if the first gave every concurrency slot back
+            tickets = await asyncio.gather(*(lim.admit(SCOPES, 5) for _ in range(CROWD)))
+            assert not any(t.degraded for t in tickets)
+            await asyncio.gather(*(lim.settle(t, 3) for t in tickets))
+        assert 0 < client_connections(redis.url) <= MAX_CONNECTIONS
+    finally:
+        await lim.close()
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+async def test_a_wait_for_a_connection_past_the_timeout_is_an_outage(fail_open):
+    with redis_server() as server:
+        lim = RedisLimiter(server.url, key_prefix=f"t:{uuid.uuid4().hex}", fail_open=fail_open, timeout=0.5)
+        try:
+            await lim.settle(await lim.admit(SCOPES, 1), 1)  # scripts loaded, one connection open
+            with syncredis.Redis.from_url(server.url) as admin:
+                admin.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+            # the first MAX_CONNECTIONS wait on the paused server, the rest on them; all answer, none hangs
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(lim.admit(SCOPES, 1) for _ in range(CROWD)), return_exceptions=True), 30)
+            if fail_open:
+                assert all(not isinstance(o, BaseException) and o.degraded for o in outcomes)
+            else:
+                assert all(isinstance(o, LimiterUnavailable) for o in outcomes)
+                assert any("no Redis connection free" in str(o.__cause__) for o in outcomes)
+            await asyncio.sleep(3)  # the pause is over: admitted again
+            assert not (await lim.admit(SCOPES, 1)).degraded
+        finally:
+            await lim.close()
