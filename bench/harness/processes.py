@@ -98,6 +98,10 @@ def wait_idle(pids: list[int], busy: float = 0.05, writing: int = 256 << 10, int
         time.sleep(interval)
         if cpu_seconds(pids) - cpu < busy * interval and written_bytes(pids) - written < writing:
             break
+    # and what every process left in the page cache written out now, not by the kernel's writeback up to 30 s
+    # later, in the middle of another target's point: PostgreSQL runs with fsync=off here, and each buffered
+    # megabyte flushed meanwhile stalls that point's durable writes (a Sluice answer waits for one)
+    os.sync()
     return time.monotonic() - started
 
 
