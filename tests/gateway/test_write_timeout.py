@@ -82,7 +82,6 @@ async def test_a_reader_that_keeps_up_is_never_cut():
     assert len(written) == 1001 and written[-1] == b""  # every chunk, then the end of the body
 
 
-
 async def test_a_response_leaves_no_reference_cycle_behind():
     """Its watchdog and timer must not hold each other: a cycle per request is garbage only the collector frees,
     and under load its collections were pauses of 5-20 ms."""
