@@ -15,13 +15,23 @@ import structlog
 
 from common.logs import configure_logging  # shared with the workers
 
-__all__ = ["answer_request_id", "configure_logging", "outcome_of", "request_id_middleware", "request_id_of"]
+__all__ = ["answer_request_id", "configure_logging", "new_request_id", "outcome_of", "request_id_middleware",
+           "request_id_of"]
 
 log = structlog.get_logger("gateway")
 # a caller's X-Request-Id we honour: what load balancers and tracing send (UUIDs, hex, ALB-style ids), nothing
 # that could break a header, a log line or a CSV cell; anything else is replaced by our own id
 CLIENT_ID_PATTERN = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,127}")
 OUTCOME = "outcome"
+
+
+def new_request_id() -> str:
+    """32 hex digits: the Unix time in milliseconds (12), then 80 random bits (20), so ids sort by time.
+
+    It is the ledger's unique key: random ids landed each shipped batch on a random page of that index, so
+    a 500-record transaction rewrote 1.2-2.5 MB of index pages where time-ordered ids append about 220 KB,
+    and every answer's WAL commit waits behind the fsync of what the database writes."""
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
 def request_id_of(connection) -> str:
@@ -53,7 +63,7 @@ def request_id_middleware(app):
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        request_id = os.urandom(16).hex()  # 128 random bits as uuid4().hex, without building a UUID
+        request_id = new_request_id()
         client_id = client_request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         structlog.contextvars.clear_contextvars()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from gateway.logs import new_request_id
 from tests.gateway.generation_bodies import body
 
 OURS = re.compile(r"[0-9a-f]{32}")
@@ -39,8 +41,25 @@ async def test_an_unsafe_request_id_is_replaced_by_ours(gateway, given):
 
 
 async def test_no_request_id_gets_ours(gateway):
+    before = time.time_ns() // 1_000_000
     response = await gateway.get("/v1/models", headers=gateway.key_headers)
-    assert OURS.fullmatch(response.headers["x-request-id"])
+    after = time.time_ns() // 1_000_000
+    ours = response.headers["x-request-id"]
+    assert OURS.fullmatch(ours)
+    assert before <= int(ours[:12], 16) <= after  # it starts with when it was made
+
+
+def test_our_ids_sort_by_time_and_never_repeat():
+    """The ledger's unique index on them appends instead of landing each record on a random page."""
+    ids = []
+    for _ in range(3):
+        ids += [new_request_id() for _ in range(20_000)]
+        time.sleep(0.002)
+    assert len(set(ids)) == len(ids)
+    assert all(OURS.fullmatch(i) for i in ids)
+    millis = [int(i[:12], 16) for i in ids]
+    assert millis == sorted(millis) and millis[-1] > millis[0]
+    assert len({i[12:] for i in ids}) == len(ids)  # the random part alone is unique too
 
 
 async def test_the_same_request_id_twice_is_two_ledger_records(gateway, worker):
