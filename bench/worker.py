@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/worker.py [--quick] [--concurrency 1,4,16,64] [--tokens 128]
                                      [--baseline-requests 4] [--threads N] [--peer-threads 1,2]
-                                     [--dtype float32] [--quantization none,w8a8]
+                                     [--dtype float32] [--quantization none,w8a8] [--device auto]
 
 Our engine is driven in-process (Engine.submit with a sink) with 1, 4, 16 and 64 requests submitted
 at once: prompts of 64-256 tokens, `--tokens` new tokens each (min_tokens = max_tokens), a mix of
@@ -13,7 +13,9 @@ process, llama.cpp (llama-cpp-python, built into .bench/llamacpp on first use) o
 in a subprocess. Prints tok/s, time to first token, inter-token latency (p50/p99), peak RSS and the
 ratios against each peer at its fastest thread count. No assertions; the issue's targets: at 16
 concurrent >= 10x transformers and >= 2x llama.cpp, at 1 request >= transformers. `--quick` (or
-SLUICE_BENCH_QUICK=1) runs a small version for `make bench`.
+SLUICE_BENCH_QUICK=1) runs a small version for `make bench`. On a CUDA device (`--device cuda`, or `auto`
+where one is present) measure `--dtype bfloat16 --quantization none,nf4,int8 --no-llamacpp`: each
+bitsandbytes mode is loaded as its own model, and the transformers peer runs the unquantized weights.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from common.protocol import (
 from worker.threads import decode_threads, intra_op_threads
 
 REPO = Path(__file__).resolve().parents[1]
+BITSANDBYTES = ("nf4", "fp4", "int8")  # quantized at load time: each mode is a model of its own
 LLAMACPP = REPO / ".bench" / "llamacpp"
 TEXT = ("The history of the river town begins with a ferry crossing, a mill and a handful of farms. "
         "Merchants came for the grain, stayed for the trade, and built warehouses along the quay. "
@@ -71,6 +74,7 @@ class Timing:
     tokens: int = 0
     wall: float = 0.0
     peak_rss_mb: float = 0.0
+    peak_device_mb: float = 0.0  # CUDA memory allocated at the peak (0 on CPU)
 
     rows: int = 1  # sequences decoding side by side (1 for the sequential peers)
 
@@ -82,8 +86,17 @@ class Timing:
         gaps = sorted(self.gaps) or [0.0]
         p99 = gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))]
         return (f"{name:<34} {self.tokens / self.wall:8.1f} {self.decode_rate():8.1f} "
-                f"{1000 * statistics.median(self.ttft):9.0f} {1000 * statistics.median(gaps):8.0f} "
-                f"{1000 * p99:8.0f} {self.peak_rss_mb:8.0f}")
+                f"{1000 * statistics.median(self.ttft):9.1f} {1000 * statistics.median(gaps):8.1f} "
+                f"{1000 * p99:8.1f} {self.peak_rss_mb:8.0f} {self.peak_device_mb:8.0f}")
+
+
+def device_peak_mb(device: torch.device) -> float:
+    """The CUDA allocator's peak since the last call (0 on CPU)."""
+    if device.type != "cuda":
+        return 0.0
+    peak = torch.cuda.max_memory_allocated(device) / 2**20
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak
 
 
 class RssPeak:
@@ -185,7 +198,8 @@ def run_transformers(model, requests, tokens: int) -> Timing:
         streamer = StampStreamer()
         start = time.perf_counter()
         with torch.inference_mode():
-            model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            model.generate(torch.tensor([ids], device=model.device),
+                           attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=model.device),
                            max_new_tokens=tokens, min_new_tokens=tokens, streamer=streamer,
                            repetition_penalty=settings.get("repetition_penalty", 1.0),
                            pad_token_id=model.generation_config.eos_token_id, **extra)
@@ -245,7 +259,9 @@ def main() -> None:
                              "ratios are against each peer's fastest")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--quantization", default="none",
-                        help="comma-separated engine modes, each measured: none (float32) and/or w8a8")
+                        help="comma-separated engine modes, each measured: none, w8a8 (CPU float32), "
+                             "nf4, fp4, int8 (bitsandbytes, loaded as models of their own)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda where present)")
     parser.add_argument("--no-llamacpp", action="store_true")
     args = parser.parse_args()
     modes = args.quantization.split(",")
@@ -258,24 +274,30 @@ def main() -> None:
     os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
     torch.set_num_threads(args.threads)
     llamacpp = None if args.no_llamacpp else ensure_llamacpp()
-    loaded = load_model(ModelConfig(dtype=args.dtype), REPO / ".bench" / "worker")
+    data_dir = REPO / ".bench" / "worker"
+    # quantization "none" pinned: "auto" would load nf4 on CUDA, and the peer runs these weights
+    loaded = load_model(ModelConfig(dtype=args.dtype, device=args.device, quantization="none"), data_dir)
     requests = make_requests(loaded.tokenizer, max(concurrency + [baseline_requests]), tokens)
-    print(f"SmolLM2-135M {args.dtype}, engine: {args.threads} torch threads x {decode_threads(ModelConfig())} "
+    print(f"SmolLM2-135M {args.dtype} on {loaded.device}, engine: {args.threads} torch threads x {decode_threads(ModelConfig())} "
           f"decode threads, peers: {', '.join(map(str, peer_threads))} threads; {tokens} new tokens, prompts "
           f"64-256 tokens; load average at start {os.getloadavg()[0]:.1f} on {cores} cores")
     results: dict[str, Timing] = {}
     for mode in modes:  # the transformers peer always runs the float32 weights
-        engine = Engine(dataclasses.replace(loaded, quantization=mode),
-                        ModelConfig(dtype=args.dtype, max_batch_size=max(concurrency), max_context=1024))
+        weights = (load_model(ModelConfig(dtype=args.dtype, device=args.device, quantization=mode), data_dir)
+                   if mode in BITSANDBYTES else dataclasses.replace(loaded, quantization=mode))
+        engine = Engine(weights, ModelConfig(dtype=args.dtype, device=args.device, max_batch_size=max(concurrency),
+                                             max_context=1024))
         engine.start()
         try:
             run_engine(engine, requests[:2], 4)  # warm-up
             for count in concurrency:
+                device_peak_mb(weights.device)  # the peak of this point alone
                 with RssPeak() as rss:
                     timing = run_engine(engine, requests[:count], tokens)
                 timing.peak_rss_mb = rss.peak
+                timing.peak_device_mb = device_peak_mb(weights.device)
                 results[_engine_row(mode, count)] = timing
-                print(f"  engine {mode} x{count} done, load {os.getloadavg()[0]:.1f}", flush=True)
+                print(f"  {timing.row(_engine_row(mode, count))}  load {os.getloadavg()[0]:.1f}", flush=True)
         finally:
             engine.stop()
     peers: dict[str, list[Timing]] = {"transformers": [], "llama.cpp": []}
@@ -294,7 +316,7 @@ def main() -> None:
     print(f"load average at end {os.getloadavg()[0]:.1f}\n")
     print("tok/s: generated tokens over wall time, prefill included; decode: rows / mean inter-token gap; "
           "peers run one request at a time")
-    print(f"{'':<34} {'tok/s':>8} {'decode':>8} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} {'RSS MB':>8}")
+    print(f"{'':<34} {'tok/s':>8} {'decode':>8} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} {'RSS MB':>8} {'GPU MB':>8}")
     for name, timing in results.items():
         print(timing.row(name))
     print()

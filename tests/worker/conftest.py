@@ -25,11 +25,26 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def smol(tmp_path_factory):
+    """float32 and unquantized, pinned: parity with transformers is exact there. On CUDA `auto` would load
+    nf4 in bfloat16, whose kernels differ between a batch and a single row (bench/worker.py measures it)."""
     from worker.loading import load_model
     from common.protocol import ModelConfig
 
     os.environ["SLUICE_MODEL_CACHE"] = str(MODEL_CACHE)
-    return load_model(ModelConfig(), Path(tmp_path_factory.mktemp("data")))
+    return load_model(ModelConfig(dtype="float32", quantization="none"), Path(tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="session")
+def smol_cpu(smol, tmp_path_factory):
+    """The same weights on the CPU, for what runs there alone (W8A8 is FBGEMM's CPU kernels): `smol` itself
+    unless a GPU holds it."""
+    from worker.loading import load_model
+    from common.protocol import ModelConfig
+
+    if smol.device.type == "cpu":
+        return smol
+    return load_model(ModelConfig(dtype="float32", quantization="none", device="cpu"),
+                      Path(tmp_path_factory.mktemp("data")))
 
 
 @contextlib.contextmanager

@@ -249,7 +249,7 @@ class Engine:
         for about that distribution (the top N and a list of chosen ids)."""
         prepared = state.prepared
         params = prepared.request.params
-        following = torch.tensor(prepared.prompt_ids[start + 1:start + chunk + 1])
+        following = torch.tensor(prepared.prompt_ids[start + 1:start + chunk + 1], device=logits.device)
         logprobs = torch.log_softmax(logits[: len(following)].float(), dim=-1)
         state.prompt_logprobs += logprobs.gather(1, following[:, None])[:, 0].tolist()
         if params.logprobs:

@@ -86,7 +86,8 @@ def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embe
     replacement = _float32_values(request.embedding_to_replace, "embedding_to_replace")
     replacement = replacement.view(len(positions), hidden_size)
     with torch.inference_mode():
-        base = embed(torch.tensor(ids)).float()
+        # the lookup runs where the weights are (CUDA too); back on the CPU like caller-given input_embeds
+        base = embed(torch.tensor(ids)).float().cpu()
         base[torch.tensor(positions)] = replacement
     return base
 

@@ -108,7 +108,7 @@ class ModelRunner:
         return cos.unsqueeze(2), sin.unsqueeze(2)
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(token_ids)
+        return self.embed_tokens(token_ids.to(self.device))
 
     def prefill(self, slot: int, token_ids: list[int], start: int = 0, embeds: torch.Tensor | None = None,
                 all_logits: bool = False, want_hidden: bool = False, adapter: LoraAdapter | None = None) -> StepOutput:

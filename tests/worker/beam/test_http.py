@@ -17,9 +17,13 @@ pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"
 
 
+# float32 pinned as `smol` pins it (the reference): on CUDA `auto` would serve nf4 in bfloat16
+PINNED = f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n'
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_sluice(tmp_path_factory.mktemp("beam-serve")) as running:
+    with running_sluice(tmp_path_factory.mktemp("beam-serve"), config=PINNED) as running:
         yield running
 
 

@@ -131,8 +131,9 @@ def test_prompt_logprobs_match_a_full_forward(engine, smol):
     details = run.accepted.prompt_details
     ids = smol.tokenizer(prompt).input_ids
     with torch.inference_mode():
-        logits = smol.model(torch.tensor([ids])).logits[0].float()
-    expected = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        logits = smol.model(torch.tensor([ids], device=smol.model.device)).logits[0].float()
+    expected = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:], device=logits.device)[:, None])[:, 0]
+    expected = expected.cpu()
     assert details[0].logprob is None
     assert [d.id for d in details] == ids
     assert torch.allclose(torch.tensor([d.logprob for d in details[1:]]), expected, atol=1e-4)
@@ -147,7 +148,8 @@ def test_prompt_top_and_requested_logprobs_match_a_full_forward(engine, smol):
                    logprobs=3, token_ids_logprob=asked)
     details = run.accepted.prompt_details
     with torch.inference_mode():
-        expected = torch.log_softmax(smol.model(torch.tensor([ids])).logits[0].float(), -1)
+        expected = torch.log_softmax(smol.model(torch.tensor([ids], device=smol.model.device)).logits[0].float(), -1)
+    expected = expected.cpu()
     assert all(d.logprob is None and d.top_logprobs is None and d.token_ids_logprobs is None for d in details[:2])
     for position, detail in enumerate(details[2:], start=2):
         row = expected[position - 1]  # the logits that predicted this position
@@ -172,7 +174,7 @@ def test_input_embeddings_reproduce_the_token_prompt(engine, smol):
     prompt = "The capital of France is"
     ids = smol.tokenizer(prompt).input_ids
     with torch.inference_mode():
-        embeds = smol.model.get_input_embeddings()(torch.tensor(ids)).tolist()
+        embeds = smol.model.get_input_embeddings()(torch.tensor(ids, device=smol.model.device)).tolist()
     by_ids = generate(engine, prompt, max_tokens=8, temperature=0).finishes[0]
     by_embeds = generate(engine, input_embeds=embeds, max_tokens=8, temperature=0).finishes[0]
     assert by_embeds.token_ids == by_ids.token_ids

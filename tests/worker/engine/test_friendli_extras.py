@@ -14,7 +14,7 @@ PROMPT = "The capital of France is"
 def model_logprobs(smol, ids: list[int]) -> torch.Tensor:
     """log_softmax of the plain model at every position of `ids`."""
     with torch.inference_mode():
-        return torch.log_softmax(smol.model(torch.tensor([ids])).logits[0].float(), dim=-1)
+        return torch.log_softmax(smol.model(torch.tensor([ids], device=smol.model.device)).logits[0].float(), dim=-1)
 
 
 def test_forced_outputs_come_first_with_the_models_logprobs(engine, smol):

@@ -133,12 +133,12 @@ def test_a_layer_that_fails_to_script_falls_back_to_the_python_path():
     assert torch.allclose(_decode(runner, prompts).logits, _decode(_runner(model, prompts), prompts).logits, atol=1e-6)
 
 
-def test_w8a8_scripted_step_is_its_python_path_on_the_real_weights(smol):
-    prompts = [smol.tokenizer(text).input_ids for text in ("The river town", "def parse(line):", "Dear team,",
+def test_w8a8_scripted_step_is_its_python_path_on_the_real_weights(smol_cpu):
+    prompts = [smol_cpu.tokenizer(text).input_ids for text in ("The river town", "def parse(line):", "Dear team,",
                                                            "Once upon a time there was", "1, 2, 3,")]
-    runners = [ModelRunner(smol.model, len(prompts), 64) for _ in range(2)]
+    runners = [ModelRunner(smol_cpu.model, len(prompts), 64) for _ in range(2)]
     for runner in runners:
-        quantize_runner(runner, smol.tokenizer)
+        quantize_runner(runner, smol_cpu.tokenizer)
         for slot, prompt in enumerate(prompts):
             runner.prefill(slot, prompt[:-1])
     scripted, python = _decode(runners[0], prompts), _decode(_python_path(runners[1]), prompts)

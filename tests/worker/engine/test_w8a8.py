@@ -49,15 +49,15 @@ def test_a_rows_result_does_not_depend_on_the_other_rows():
     assert torch.allclose(layer(x.view(2, 3, 96)).view(6, 48), together, rtol=1e-6, atol=1e-6)  # any leading shape
 
 
-def test_close_to_float32_on_the_real_weights(smol):
-    exact, quantized = ModelRunner(smol.model, 1, 512), ModelRunner(smol.model, 1, 512)
-    quantize_runner(quantized, smol.tokenizer)
+def test_close_to_float32_on_the_real_weights(smol_cpu):
+    exact, quantized = ModelRunner(smol_cpu.model, 1, 512), ModelRunner(smol_cpu.model, 1, 512)
+    quantize_runner(quantized, smol_cpu.tokenizer)
     agree = kl = positions = 0
     for text in TEXTS:
-        ids = smol.tokenizer(text).input_ids
+        ids = smol_cpu.tokenizer(text).input_ids
         with torch.inference_mode():
-            ids = smol.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
-                                      pad_token_id=smol.tokenizer.eos_token_id)[0].tolist()
+            ids = smol_cpu.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
+                                      pad_token_id=smol_cpu.tokenizer.eos_token_id)[0].tolist()
         reference = exact.prefill(0, ids, all_logits=True).logits.log_softmax(-1)
         ours = quantized.prefill(0, ids, all_logits=True).logits.log_softmax(-1)
         agree += int((reference.argmax(-1) == ours.argmax(-1)).sum())
@@ -69,13 +69,13 @@ def test_close_to_float32_on_the_real_weights(smol):
     assert exact.fused[0].qkv is not quantized.fused[0].qkv  # the float32 runner is untouched
 
 
-def test_engine_serves_a_mixed_batch_deterministically(smol):
+def test_engine_serves_a_mixed_batch_deterministically(smol_cpu):
     """Greedy, sampled and penalised rows share int8 steps; the same batch gives the same tokens twice
     (across batch compositions it may not: see the module docstring of w8a8.py)."""
-    loaded = dataclasses.replace(smol, quantization="w8a8")
+    loaded = dataclasses.replace(smol_cpu, quantization="w8a8")
     settings = [dict(temperature=0.0), dict(temperature=0.9, top_p=0.95, seed=[21]),
                 dict(temperature=0.0, repetition_penalty=1.2), dict(temperature=0.7, presence_penalty=0.5, seed=[4])]
-    ids = [smol.tokenizer(text).input_ids for text in TEXTS]
+    ids = [smol_cpu.tokenizer(text).input_ids for text in TEXTS]
     with running_engine(loaded, "w8a8-worker", max_batch_size=8, max_context=512) as engine:
         assert isinstance(engine.runner.fused[0].qkv, Int8Linear) and isinstance(engine.runner.lm_head, Int8Linear)
         runs = [run_all(engine, [request(i, max_tokens=12, min_tokens=12, **s) for i, s in zip(ids, settings)])
