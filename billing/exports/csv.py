@@ -31,16 +31,16 @@ _LINE_FIELDS = ("model", "input_price_micros", "output_price_micros", "requests"
                 "cost_micros", "cost", "first_day", "last_day")
 
 
-# What spreadsheets read as the start of a formula (OWASP's "CSV injection" list); a plain number (our decimal
-# cost strings, "-1.500000") is no formula and stays a number.
+# What spreadsheets read as the start of a formula (OWASP's "CSV injection" list). A plain number (our decimal
+# cost strings, "-1.500000") is no formula and stays a number; nor is a lone "-", the breakdowns' "none" key.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_PLAIN_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+_NO_FORMULA = re.compile(r"-|-?[0-9]+(\.[0-9]+)?")
 
 
 def safe_cell(value):
     """`value`, with a text cell that a spreadsheet would evaluate led by `'` (shown as text, not run);
-    numbers, and text that is a plain number, as they are."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _PLAIN_NUMBER.fullmatch(value):
+    numbers, text that is a plain number, and "-" as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NO_FORMULA.fullmatch(value):
         return "'" + value
     return value
 

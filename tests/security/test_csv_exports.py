@@ -59,7 +59,7 @@ def test_a_carriage_return_inside_a_cell_starts_no_row():
     assert text.count("\r") == 2 and text.endswith("\r\n")  # the cell's own CR is inside quotes
 
 
-@pytest.mark.parametrize("value", [-5, 0, 12, -1.5, "-1.500000", "-12", "12.5", "model", "", None, "a=b"])
+@pytest.mark.parametrize("value", [-5, 0, 12, -1.5, "-1.500000", "-12", "12.5", "model", "", None, "a=b", "-"])
 def test_numbers_and_plain_text_stay_as_they_are(value):
     assert safe_cell(value) == value
 
