@@ -72,6 +72,10 @@ def issue_key(hasher: KeyHasher, *, name: str, team_id: str, user_id: str | None
     return record, clear_key
 
 
+def _via(team_id: str | None) -> dict:
+    return {"team_id": team_id} if team_id is not None else {}
+
+
 def audit_entry(actor: Actor, action: str, target: str, detail: dict | None = None) -> AuditRecord:
     at = now()
     return AuditRecord(id=_audit_id(at), at=at, actor=actor.id, source=actor.source, action=action,
@@ -215,30 +219,24 @@ class AdminOps:
     async def list_keys(self, team_id: str | None = None) -> list[KeyOut]:
         return [views.key_out(k) for k in await self._store.list_keys(team_id)]
 
-    async def team_key(self, team_id: str, key_id: str) -> KeyRecord:
-        """A key of `team_id` that its owners may manage (admin keys are the operator's); else 404, the same
-        answer for "no such key" and "not your team's"."""
-        key = await self._store.get_key(key_id)
-        if key is None or key.team_id != team_id or key.is_admin:
-            raise RequestError(404, "key_not_found", f"No key {key_id!r} in this team.", "key_id")
-        return key
     async def keys_page(self, team_id: str | None, limit: int, after: Position | None) -> PageOut:
         rows = await self._store.list_keys(team_id, limit + 1, after)
         return paging.page("keys", rows, limit, _position, views.key_out)
 
-    async def revoke_key(self, actor: Actor, key_id: str) -> KeyOut:
+    async def revoke_key(self, actor: Actor, key_id: str, via_team: str | None = None) -> KeyOut:
+        """`via_team`: the team whose owners revoked it (auth/team_keys.py), for the audit log."""
         async with self._store.transaction() as tx:
             if await tx.get_key(key_id) is None:
                 raise RequestError(404, "key_not_found", f"No key {key_id!r}.", "key_id")
             await tx.revoke_key(key_id, now())
             key = await tx.get_key(key_id)
-            await tx.insert_audit(audit_entry(actor, "keys.revoke", key_id))
+            await tx.insert_audit(audit_entry(actor, "keys.revoke", key_id, _via(via_team)))
         self._forget(key=key_id)
         log.info("auth.key_revoked", key_id=key_id, actor=actor.id)
         return views.key_out(key)
 
-    async def rotate_key(self, actor: Actor, key_id: str, body: RotateKey) -> KeyCreated:
-        """A new key with the same grants; the old one keeps working for `grace_seconds`."""
+    async def rotate_key(self, actor: Actor, key_id: str, body: RotateKey, via_team: str | None = None) -> KeyCreated:
+        """A new key with the same grants and per-team blocks; the old one keeps working for `grace_seconds`."""
         at = now()
         async with self._store.transaction() as tx:
             old = await tx.get_key(key_id)
@@ -253,9 +251,11 @@ class AdminOps:
             if old.expires_at is not None:
                 grace_end = min(grace_end, old.expires_at)
             await tx.insert_key(new)
+            await tx.copy_blocks(key_id, new.id, at)
             await tx.retire_key(key_id, grace_end, new.id)
             await tx.insert_audit(audit_entry(actor, "keys.rotate", key_id,
-                                              {"new_key_id": new.id, "grace_seconds": body.grace_seconds}))
+                                              {"new_key_id": new.id, "grace_seconds": body.grace_seconds,
+                                               **_via(via_team)}))
         self._forget(key=key_id)
         log.info("auth.key_rotated", key_id=key_id, new_key_id=new.id, actor=actor.id)
         return views.key_created(new, clear, replaces=key_id)

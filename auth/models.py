@@ -111,14 +111,20 @@ class CreateKey(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class CreateTeamKey(msgspec.Struct, forbid_unknown_fields=True):
-    """A key an owner creates for their own team: a service key, or a personal key of a team member; never
-    an admin key, never another team's."""
+    """A key an owner creates for their own team: a service key; never a personal key (auth/policy.py), an
+    admin key or another team's."""
 
     name: Name
-    user_id: str | None = None
+    user_id: str | None = None  # refused with a 403 that says why (auth/policy.py), rather than "unknown field"
     models: list[Annotated[str, Meta(min_length=1, max_length=200)]] = []
     expires_at: str | None = None
     limits: Limits | None = None  # the team's limits apply as well: a key's limits only narrow them
+
+
+class BlockKey(msgspec.Struct, forbid_unknown_fields=True):
+    """`POST /v1/team/keys/{id}/block`: the body may be left out."""
+
+    reason: Annotated[str, Meta(max_length=200)] | None = None  # kept in the audit entry
 
 
 class RotateKey(msgspec.Struct, forbid_unknown_fields=True):
@@ -161,6 +167,12 @@ class KeyOut(msgspec.Struct):
     created_at: str
     last_used_at: str | None
     replaced_by: str | None
+
+
+class TeamKeyOut(KeyOut):
+    """A key as the owners of a team see it (`GET /v1/team/keys`)."""
+
+    blocked: bool = False  # blocked in this team by its owners: it cannot act here (its other teams unaffected)
 
 
 class KeyCreated(KeyOut):

@@ -19,6 +19,7 @@ from auth.forwarded import ClientAddresses
 from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.store import Store, open_store
+from auth.team_keys import TeamKeys
 from auth.throttle import FailureThrottle
 from common.errors import StoreUnavailable
 
@@ -60,6 +61,7 @@ class AuthService:
         self._keys = TtlCache(cache_ttl)
         self._teams = TtlCache(cache_ttl)
         self._roles = TtlCache(cache_ttl)
+        self._blocks = TtlCache(cache_ttl)  # (team, key) -> whether the team's owners blocked the key there
         self._throttle = throttle or FailureThrottle()
         self.clients = ClientAddresses(trusted_proxies)  # who the throttle and the audit log see
         self._default_team_limits = default_team_limits  # the limits of a new deployment's "default" team
@@ -69,6 +71,7 @@ class AuthService:
         self._last_flush = now()
         self._flush_task: asyncio.Task | None = None
         self.admin = AdminOps(store, hasher, self._forget)
+        self.team_keys = TeamKeys(store, self.admin, self._forget)  # what owners may do (auth/policy.py)
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
@@ -128,6 +131,9 @@ class AuthService:
         else:
             role = await self._role(team_id, key.user_id, mono)
             allowed = role is not None
+            if allowed and await self._blocked(team_id, key.id, mono):
+                # the user is a member (so the team's existence is theirs to know): say why
+                raise AuthError.denied(f"This API key is blocked in team {team_id[:100]!r} by the team's owners.")
         team = await self._team(team_id, mono) if allowed else None
         if team is None:
             # The same answer for "no such team" and "not yours", so existence is not revealed.
@@ -144,6 +150,9 @@ class AuthService:
 
     async def _role(self, team_id: str, user_id: str, mono: float) -> str | None:
         return await self._cached(self._roles, (team_id, user_id), mono, self._store.get_role, team_id, user_id)
+
+    async def _blocked(self, team_id: str, key_id: str, mono: float) -> bool:
+        return await self._cached(self._blocks, (team_id, key_id), mono, self._store.is_blocked, team_id, key_id)
 
     async def _cached(self, cache: TtlCache, key, mono: float, read, *args):
         """The fresh cached answer, else the store's; while the store is down, the last answer it gave
@@ -171,7 +180,10 @@ class AuthService:
             return AuthError(429, "rate_limited", "Too many failed authentication attempts; retry later.", wait)
         return refusal
 
-    def _forget(self, key: str | None = None, team: str | None = None, user: str | None = None) -> None:
+    def _forget(self, key: str | None = None, team: str | None = None, user: str | None = None,
+                block: tuple[str, str] | None = None) -> None:
+        if block is not None:
+            self._blocks.forget(block)
         if key is not None:
             self._keys.forget(key)
         if team is not None:

@@ -12,6 +12,7 @@ from auth.models import (
     KeyRecord,
     MemberOut,
     MemberRecord,
+    TeamKeyOut,
     TeamOut,
     TeamRecord,
     UserOut,
@@ -41,6 +42,10 @@ def _key_fields(key: KeyRecord) -> dict:
 
 def key_out(key: KeyRecord) -> KeyOut:
     return KeyOut(**_key_fields(key))
+
+
+def team_key_out(key: KeyRecord, blocked: bool) -> TeamKeyOut:
+    return TeamKeyOut(**_key_fields(key), blocked=blocked)
 
 
 def key_created(key: KeyRecord, clear_key: str, replaces: str | None = None) -> KeyCreated:

@@ -38,6 +38,13 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             seen_at DOUBLE PRECISION NOT NULL)""",
         "CREATE INDEX dashboard_sessions_key ON dashboard_sessions(key_id)",
     ]),
+    (3, "per-team key blocks; keys by user (a team's keys include its members' personal keys)", [
+        """CREATE TABLE key_blocks (
+            team_id TEXT NOT NULL REFERENCES teams(id), key_id TEXT NOT NULL REFERENCES api_keys(id),
+            blocked_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (team_id, key_id))""",
+        "CREATE INDEX key_blocks_key ON key_blocks(key_id)",
+        "CREATE INDEX api_keys_user ON api_keys(user_id)",
+    ]),
 ]
 
 

@@ -148,6 +148,17 @@ class Store:
                                       tuple(params))
         return [_key(row) for row in rows]
 
+    async def list_team_keys(self, team_id: str, limit: int | None = None,
+                             after: tuple[float, str] | None = None) -> list[KeyRecord]:
+        """Every key but admin keys that belongs to or can act in `team_id`: its service keys, the keys whose
+        default team it is, and the personal keys of its members (a personal key acts in all its user's teams)."""
+        conditions = ["is_admin = 0",
+                      "(team_id = ? OR user_id IN (SELECT user_id FROM memberships WHERE team_id = ?))"]
+        params: list = [team_id, team_id]
+        order = _in_order(conditions, params, after, limit)
+        rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys{order}", tuple(params))
+        return [_key(row) for row in rows]
+
     async def revoke_key(self, key_id: str, at: float) -> None:
         await self._x.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
                               (at, key_id))
@@ -160,6 +171,36 @@ class Store:
         rows = [(at, key_id) for key_id, at in used]
         if rows:
             await self._x.executemany("UPDATE api_keys SET last_used_at = ? WHERE id = ?", rows)
+
+    # --- per-team blocks of personal keys ---
+    async def block_key(self, team_id: str, key_id: str, at: float) -> bool:
+        """True when this call blocked it (False: it already was)."""
+        row = await self._x.fetchone("INSERT INTO key_blocks (team_id, key_id, blocked_at) VALUES (?, ?, ?) "
+                                     "ON CONFLICT (team_id, key_id) DO NOTHING RETURNING key_id", (team_id, key_id, at))
+        return row is not None
+
+    async def unblock_key(self, team_id: str, key_id: str) -> bool:
+        row = await self._x.fetchone("DELETE FROM key_blocks WHERE team_id = ? AND key_id = ? RETURNING key_id",
+                                     (team_id, key_id))
+        return row is not None
+
+    async def is_blocked(self, team_id: str, key_id: str) -> bool:
+        return await self._x.fetchone("SELECT 1 FROM key_blocks WHERE team_id = ? AND key_id = ?",
+                                      (team_id, key_id)) is not None
+
+    async def blocked_keys(self, team_id: str) -> list[str]:
+        rows = await self._x.fetchall("SELECT key_id FROM key_blocks WHERE team_id = ? ORDER BY key_id", (team_id,))
+        return [row[0] for row in rows]
+
+    async def blocked_teams(self, key_id: str) -> list[str]:
+        rows = await self._x.fetchall("SELECT team_id FROM key_blocks WHERE key_id = ? ORDER BY team_id", (key_id,))
+        return [row[0] for row in rows]
+
+    async def copy_blocks(self, from_key: str, to_key: str, at: float) -> None:
+        """A rotated key's successor stays blocked where it was (a rotation is no way out of a block)."""
+        await self._x.execute("INSERT INTO key_blocks (team_id, key_id, blocked_at) SELECT team_id, ?, ? "
+                              "FROM key_blocks WHERE key_id = ? ON CONFLICT (team_id, key_id) DO NOTHING",
+                              (to_key, at, from_key))
 
     # --- audit ---
     async def insert_audit(self, entry: AuditRecord) -> None:

@@ -1,11 +1,15 @@
 """CSV renderings of the usage views: each has the JSON's rows and values, in the same order, plus a
 decimal `cost` column for people. Record listings stream page by page, so an export of any window
-holds one page in memory."""
+holds one page in memory.
+
+Every cell goes through `safe_cell` (by `csv_text`, the one writer): text a tenant chose (a model name, a key's
+name) that a spreadsheet would run as a formula is written as text instead."""
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 
@@ -27,9 +31,26 @@ _LINE_FIELDS = ("model", "input_price_micros", "output_price_micros", "requests"
                 "cost_micros", "cost", "first_day", "last_day")
 
 
+# What spreadsheets read as the start of a formula (OWASP's "CSV injection" list). A plain number (our decimal
+# cost strings, "-1.500000") is no formula and stays a number; nor is a lone "-", the breakdowns' "none" key.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NO_FORMULA = re.compile(r"-|-?[0-9]+(\.[0-9]+)?")
+
+
+def safe_cell(value):
+    """`value`, with a text cell that a spreadsheet would evaluate led by `'` (shown as text, not run);
+    numbers, text that is a plain number, and "-" as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NO_FORMULA.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def csv_text(rows: Iterable[Iterable]) -> str:
+    """The one CSV writer of the project: every cell through `safe_cell`. Rows end in CRLF (RFC 4180), which
+    also makes the writer quote a cell holding a lone CR (with "\\n" it did not, and a reader that ends rows at
+    a CR saw a row the tenant wrote)."""
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(rows)
+    csv.writer(out, lineterminator="\r\n").writerows([safe_cell(cell) for cell in row] for row in rows)
     return out.getvalue()
 
 

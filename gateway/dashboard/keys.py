@@ -1,8 +1,10 @@
-"""The keys page: owners list, create, rotate and revoke their team's keys through the auth service's admin
-operations, which audit them; members get a 403 page. The admin sees the keys of every team (a team column,
-and `?keys_of=<team id>` narrows the list) and acts on any of them; an owner's key of another team answers 404.
-A new key's clear value is shown once, on the page that answers the form, and never stored. The list is paged
-on the server (`cursor`, as the admin API's)."""
+"""The keys page: owners see every key that can act in their team and act on it through the auth service's
+team-key operations (auth/team_keys.py), under the same rule as the team API (auth/policy.py): create, rotate
+and revoke the team's service keys, block a member's personal key in this team; every action is audited.
+Members get a 403 page. The admin sees the keys of every team (a team column, and `?keys_of=<team id>` narrows
+the list) and acts on any of them; a key the owner's team cannot use answers 404. Each row offers exactly the
+actions the rule allows. A new key's clear value is shown once, on the page that answers the form, and never
+stored. The list is paged on the server (`cursor`, as the admin API's)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from auth.admin import Actor
 from auth.http import body_as, client_address
 from auth.keys import display_prefix
 from auth.middleware import PUBLIC
-from auth.models import CreateKey, KeyCreated, KeyRecord, RotateKey
+from auth.models import CreateTeamKey, KeyCreated, KeyRecord, RotateKey
 from auth.paging import page, parse_cursor
+from auth.policy import Manager
 from auth.service import AuthService
+from auth.team_keys import ListedKey
 from gateway.dashboard.access import (
     BASE,
     Forbidden,
@@ -42,6 +46,7 @@ class KeyRow(msgspec.Struct, frozen=True):
     last_used: str
     expires: str
     status: str
+    actions: tuple[str, ...]  # what the viewer may do to it (auth/policy.py)
 
 
 async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
@@ -60,27 +65,29 @@ async def _owner_form(request: Request, sessions: SessionStore, auth: AuthServic
     return session, scope, await posted_form(request, session)
 
 
-async def _team_key(auth: AuthService, scope: Scope, key_id: str):
-    """A key the scope may act on: the admin any key, an owner a non-admin key of the team on screen."""
-    key = await auth.store.get_key(key_id)
-    if key is None or not scope.is_admin and (key.team_id != scope.team.id or key.is_admin):
-        raise NotFound("No such key in this team.", param="key_id", code="key_not_found")
-    return key
+def _manager(scope: Scope) -> Manager:
+    return Manager(user_id=scope.key.user_id, is_admin=scope.is_admin, role=scope.team.role)
+
+
+def _acting_team(scope: Scope) -> str | None:
+    """The team whose keys a form may name: the team on screen for an owner; any team (None) for the admin."""
+    return None if scope.is_admin else scope.team.id
 
 
 def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
     return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
-async def _rows(auth: AuthService, scope: Scope, keys: list[KeyRecord]) -> list[KeyRow]:
+async def _rows(auth: AuthService, scope: Scope, listed: list[ListedKey]) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
     users: dict[str, str] = {}
-    for user_id in {k.user_id for k in keys if k.user_id is not None}:
+    for user_id in {item.key.user_id for item in listed if item.key.user_id is not None}:
         user = await auth.store.get_user(user_id)
         users[user_id] = user.name if user is not None else user_id
     return [KeyRow(k.id, display_prefix(k.id), k.name, teams.get(k.team_id, k.team_id),
                    users[k.user_id] if k.user_id else "service", _at(k.created_at), _at(k.last_used_at),
-                   _at(k.expires_at), _status(k)) for k in keys]
+                   _at(k.expires_at), _status(k, item.blocked), item.actions)
+            for item in listed for k in (item.key,)]
 
 
 def _at(unix: float | None) -> str:
@@ -94,19 +101,24 @@ async def _page(request: Request, auth: AuthService, session: Session, scope: Sc
     if keys_of is not None and keys_of not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="keys_of", code="team_not_found")
     after = parse_cursor("keys", request.query_params.get("cursor"))
-    listed = page("keys", await auth.store.list_keys(keys_of, PAGE + 1, after), PAGE, lambda k: (k.created_at, k.id),
-                  lambda k: k)
-    keys = [k for k in listed.data if scope.is_admin or not k.is_admin]
+    manager = _manager(scope)
+    if scope.is_admin:
+        found = await auth.team_keys.every_key(manager, keys_of, PAGE + 1, after)
+    else:
+        found = await auth.team_keys.listed(manager, scope.team.id, PAGE + 1, after)
+    listed = page("keys", found, PAGE, lambda item: (item.key.created_at, item.key.id), lambda item: item)
     return Template("keys.html.j2", status_code=status, context={
-        "session": session, "scope": scope, "rows": await _rows(auth, scope, keys), "keys_of": keys_of,
+        "session": session, "scope": scope, "rows": await _rows(auth, scope, listed.data), "keys_of": keys_of,
         "next_cursor": listed.next_cursor, "created": created, "page": "keys"})
 
 
-def _status(key: KeyRecord) -> str:
+def _status(key: KeyRecord, blocked: bool) -> str:
     if key.revoked_at is not None:
         return "revoked"
     if not key_is_live(key):
         return "expired"
+    if blocked:
+        return "blocked in this team"
     return "replaced (grace)" if key.replaced_by else "active"
 
 
@@ -121,28 +133,44 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
     team_id = (form.get("team_id") or scope.team.id) if scope.is_admin else scope.team.id  # the admin: any team
     if team_id not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
-    body = body_as({"name": form.get("name", ""), "team_id": team_id,
-                    "expires_at": form.get("expires_at") or None}, CreateKey)  # a service key of this team
-    created = await auth.admin.create_key(_actor(request, session, auth), body)
+    body = body_as({"name": form.get("name", ""), "expires_at": form.get("expires_at") or None},
+                   CreateTeamKey)  # a service key of this team
+    created = await auth.team_keys.create(_actor(request, session, auth), _manager(scope), team_id, body)
     return await _page(request, auth, session, scope, created, status=201)
 
 
 @post("/keys/{key_id:str}/rotate", opt=PUBLIC, status_code=201)
 async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
-    await _team_key(auth, scope, key_id)
     grace = form.get("grace_seconds") or "0"
     body = body_as({"grace_seconds": int(grace) if grace.isdigit() else grace}, RotateKey)
-    created = await auth.admin.rotate_key(_actor(request, session, auth), key_id, body)
+    created = await auth.team_keys.rotate(_actor(request, session, auth), _manager(scope), _acting_team(scope),
+                                          key_id, body)
     return await _page(request, auth, session, scope, created, status=201)
 
 
 @post("/keys/{key_id:str}/revoke", opt=PUBLIC, status_code=303)
 async def revoke_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, _ = await _owner_form(request, sessions, auth)
-    await _team_key(auth, scope, key_id)
-    await auth.admin.revoke_key(_actor(request, session, auth), key_id)
+    await auth.team_keys.revoke(_actor(request, session, auth), _manager(scope), _acting_team(scope), key_id)
     return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
 
 
-KEY_HANDLERS = [keys_page, create_key, rotate_key, revoke_key]
+async def _block(request: Request, sessions: SessionStore, auth: AuthService, key_id: str, blocked: bool) -> Response:
+    """Block (or unblock) a personal key in the team on screen only."""
+    session, scope, _ = await _owner_form(request, sessions, auth)
+    await auth.team_keys.block(_actor(request, session, auth), _manager(scope), scope.team.id, key_id, blocked=blocked)
+    return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
+
+
+@post("/keys/{key_id:str}/block", opt=PUBLIC, status_code=303)
+async def block_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
+    return await _block(request, sessions, auth, key_id, blocked=True)
+
+
+@post("/keys/{key_id:str}/unblock", opt=PUBLIC, status_code=303)
+async def unblock_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
+    return await _block(request, sessions, auth, key_id, blocked=False)
+
+
+KEY_HANDLERS = [keys_page, create_key, rotate_key, revoke_key, block_key, unblock_key]

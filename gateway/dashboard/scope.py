@@ -1,8 +1,9 @@
 """What a signed-in key may see on the dashboard: its teams, the one on screen and its role there.
 
-A user's key reaches the teams its user belongs to; a service key its own team; the admin key every team
-(and the ranking across them). Members see usage; owners (and the admin) also manage keys. A team the key
-may not reach answers 404, the same as a team that does not exist, so existence is not revealed.
+A user's key reaches the teams its user belongs to, except those whose owners blocked it there; a service key
+its own team; the admin key every team (and the ranking across them). Members see usage; owners (and the
+admin) also manage keys. A team the key may not reach answers 404, the same as a team that does not exist,
+so existence is not revealed.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ async def teams_of(auth: AuthService, key: KeyRecord) -> list[TeamChoice]:
         team = await store.get_team(key.team_id)
         return [TeamChoice(team.id, team.name, "service")] if team is not None else []
     choices = []
-    for team_id in await store.teams_of(key.user_id):
+    blocked = set(await store.blocked_teams(key.id))  # as the API refuses it there (auth/service.py)
+    for team_id in set(await store.teams_of(key.user_id)) - blocked:
         team, role = await store.get_team(team_id), await store.get_role(team_id, key.user_id)
         if team is not None and role is not None:
             choices.append(TeamChoice(team.id, team.name, role))

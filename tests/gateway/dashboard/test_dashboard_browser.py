@@ -339,7 +339,7 @@ async def test_the_monthly_statement_downloads_as_the_api_writes_it(gateway, pag
     async with httpx.AsyncClient(base_url=gateway.url) as client:
         api = await client.get("/v1/usage/statement", params={"month": month, "format": "csv"},
                                headers={"authorization": f"Bearer {key}"})
-    assert api.status_code == 200 and path.read_text() == api.text
+    assert api.status_code == 200 and path.read_bytes() == api.content  # byte for byte (CRLF rows)
     response = await page.goto(f"{gateway.url}/dashboard/statement.csv?team_id={data['acme']}&month=2025-13")
     assert response.status == 400 and "month" in await page.inner_text("#error-message")
 

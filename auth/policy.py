@@ -1,0 +1,81 @@
+"""Who may do what with a team's keys: the one rule that the team API (`/v1/team/keys`, auth/team_routes.py) and
+the dashboard's keys page (gateway/dashboard/keys.py) both apply, through auth/team_keys.py, so that neither can
+become a side door.
+
+A personal key acts in every team its user belongs to, so handing its secret to an owner of one team made that
+owner a member (or owner) of the user's other teams. Hence:
+
+- A key's clear value goes only to whoever the key already speaks for: the team's owners for a service key of
+  the team, the key's own user for a personal key, and the operator (an admin key) for any key. So owners create
+  and rotate the team's service keys and rotate their own personal key; personal keys are created by the
+  operator (`/admin/keys`), who decides which user holds which key.
+- An owner's power ends at the team: they revoke the team's service keys (and their own personal key); another
+  user's personal key they may only block *in this team* (auth/team_keys.py), which leaves that user's other
+  teams untouched.
+- Admin keys are the operator's: owners never see or touch them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from auth.errors import AuthError
+from auth.models import KeyRecord
+
+Action = Literal["create", "rotate", "revoke", "block", "unblock"]
+KEY_ACTIONS: tuple[Action, ...] = ("rotate", "revoke", "block", "unblock")
+
+
+class Manager(msgspec.Struct, frozen=True):
+    """Who acts on a team's keys: their key's user (None: a service or admin key), whether it is an admin key,
+    and their role in the team acted on."""
+
+    user_id: str | None
+    is_admin: bool
+    role: str | None
+
+    @property
+    def manages_keys(self) -> bool:
+        return self.is_admin or self.role == "owner"
+
+
+NOT_AN_OWNER = "Managing keys needs the team's owner role."
+
+
+def check_manages(manager: Manager) -> None:
+    """Listing a team's keys: its owners and the operator."""
+    if not manager.manages_keys:
+        raise AuthError.denied(NOT_AN_OWNER)
+
+
+def refusal(manager: Manager, action: Action, key_user_id: str | None) -> str | None:
+    """Why `manager` may not do `action` to a key of user `key_user_id` (None: a service key) that can act in the
+    team, or None when they may. `create` asks about the key to be created."""
+    if not manager.manages_keys:
+        return NOT_AN_OWNER
+    if action in ("block", "unblock"):
+        return None if key_user_id is not None else "Only a personal key is blocked in a team; revoke a service key."
+    if manager.is_admin or key_user_id is None or key_user_id == manager.user_id:
+        return None  # the operator; the team's own service keys; the caller's own personal key
+    if action == "create":
+        return "An owner creates the team's service keys; a personal key is created by the operator for its user."
+    return (f"Only a personal key's own user (or the operator) may {action} it: it also acts in the user's other "
+            "teams. Block it in this team instead.")
+
+
+def check(manager: Manager, action: Action, key_user_id: str | None) -> None:
+    """Raise 403 (`permission_denied`, saying why) unless `manager` may do `action`."""
+    reason = refusal(manager, action, key_user_id)
+    if reason is not None:
+        raise AuthError.denied(reason)
+
+
+def allowed_actions(manager: Manager, key: KeyRecord, *, live: bool, blocked: bool | None) -> tuple[Action, ...]:
+    """What `manager` may do to `key` now (the dashboard offers exactly these). `blocked`: whether the key is
+    blocked in the team on screen; None when no one team is on screen (the operator's list of every key)."""
+    offered = ["rotate", "revoke"] if live else []
+    if blocked is not None and (live or blocked):
+        offered.append("unblock" if blocked else "block")
+    return tuple(action for action in offered if refusal(manager, action, key.user_id) is None)

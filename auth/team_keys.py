@@ -1,0 +1,109 @@
+"""A team's keys as its owners (and the operator) manage them: the operations behind `/v1/team/keys` and the
+dashboard's keys page. Each checks auth/policy.py first and is audited (create, rotate and revoke through
+AdminOps, in its transaction; blocks here).
+
+A team's keys are every key that can act in it, admin keys excepted: its service keys and its members' personal
+keys, wherever those were created. A block (`key_blocks`) stops one personal key in one team: the
+authentication path refuses it there within the cache's TTL, the user's other teams keep working, and the key's
+rotations inherit it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from auth import views
+from auth.admin import Actor, AdminOps, audit_entry
+from auth.clock import now
+from auth.errors import RequestError
+from auth.models import CreateKey, CreateTeamKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
+from auth.paging import Position
+from auth.policy import Action, Manager, allowed_actions, check, check_manages
+from auth.store import Store
+
+
+class ListedKey(msgspec.Struct, frozen=True):
+    key: KeyRecord
+    blocked: bool  # blocked in the team listed (False in the operator's list of every key)
+    actions: tuple[Action, ...]  # what the manager who listed it may do to it
+
+
+def _live(key: KeyRecord, at: float) -> bool:
+    return key.revoked_at is None and (key.expires_at is None or key.expires_at > at)
+
+
+class TeamKeys:
+    def __init__(self, store: Store, admin: AdminOps, forget: Callable[..., None]) -> None:
+        self._store = store
+        self._admin = admin
+        self._forget = forget
+
+    # --- reading ---
+    async def key(self, manager: Manager, team_id: str | None, key_id: str) -> KeyRecord:
+        """A key that can act in `team_id` (no admin key); `team_id` None: any key, for the operator only.
+        404 otherwise: the same answer for "no such key" and "not this team's"."""
+        key = await self._store.get_key(key_id)
+        if key is None or not (manager.is_admin if team_id is None else await self._acts_in(key, team_id)):
+            raise RequestError(404, "key_not_found", f"No key {key_id!r} in this team.", "key_id")
+        return key
+
+    async def _acts_in(self, key: KeyRecord, team_id: str) -> bool:
+        if key.is_admin:
+            return False
+        if key.team_id == team_id:
+            return True
+        return key.user_id is not None and await self._store.get_role(team_id, key.user_id) is not None
+
+    async def listed(self, manager: Manager, team_id: str, limit: int | None = None,
+                     after: Position | None = None) -> list[ListedKey]:
+        """The team's keys in creation order (`limit` + `after`: a page of them), with their block in the team."""
+        check_manages(manager)
+        keys = await self._store.list_team_keys(team_id, limit, after)
+        blocked = set(await self._store.blocked_keys(team_id))
+        at = now()
+        return [ListedKey(k, k.id in blocked, allowed_actions(manager, k, live=_live(k, at), blocked=k.id in blocked))
+                for k in keys]
+
+    async def every_key(self, manager: Manager, team_id: str | None, limit: int,
+                        after: Position | None) -> list[ListedKey]:
+        """The operator's list: every key (of `team_id`'s default team when given), admin keys included."""
+        if not manager.is_admin:
+            raise RequestError(404, "team_not_found", "No such team.", "team_id")
+        at = now()
+        return [ListedKey(k, False, allowed_actions(manager, k, live=_live(k, at), blocked=None))
+                for k in await self._store.list_keys(team_id, limit, after)]
+
+    async def outs(self, manager: Manager, team_id: str) -> list[TeamKeyOut]:
+        return [views.team_key_out(k.key, k.blocked) for k in await self.listed(manager, team_id)]
+
+    # --- changes ---
+    async def create(self, actor: Actor, manager: Manager, team_id: str, body: CreateTeamKey) -> KeyCreated:
+        check(manager, "create", body.user_id)
+        return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id))
+
+    async def rotate(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str,
+                     body: RotateKey) -> KeyCreated:
+        key = await self.key(manager, team_id, key_id)
+        check(manager, "rotate", key.user_id)
+        return await self._admin.rotate_key(actor, key_id, body, via_team=team_id)
+
+    async def revoke(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str) -> KeyOut:
+        key = await self.key(manager, team_id, key_id)
+        check(manager, "revoke", key.user_id)
+        return await self._admin.revoke_key(actor, key_id, via_team=team_id)
+
+    async def block(self, actor: Actor, manager: Manager, team_id: str, key_id: str, *, blocked: bool,
+                    reason: str | None = None) -> TeamKeyOut:
+        """Block (or unblock) a personal key in this team only; idempotent, audited (with the owner's `reason`)
+        when it changed anything."""
+        key = await self.key(manager, team_id, key_id)
+        check(manager, "block" if blocked else "unblock", key.user_id)
+        async with self._store.transaction() as tx:
+            changed = (await tx.block_key(team_id, key_id, now()) if blocked
+                       else await tx.unblock_key(team_id, key_id))
+            if changed:
+                detail = {"team_id": team_id, "user_id": key.user_id, **({"reason": reason} if reason else {})}
+                await tx.insert_audit(audit_entry(actor, "keys.block" if blocked else "keys.unblock", key_id, detail))
+        self._forget(block=(team_id, key_id))
+        return views.team_key_out(key, blocked)

@@ -1,0 +1,206 @@
+"""Tenant ↔ tenant through a shared member, against the real `sluice serve`: the owner of team A, whose team
+shares a user with team B, tries every path of the team API and of the dashboard to get a key's secret or any
+power in B, and gets none. B's owners see every key that can act in B; a block of a personal key in A leaves
+the user's B access intact; every action is in the audit log (auth/policy.py states the rule).
+
+The cast: Ann owns A. Sam is a member of A and an owner of B; Sam's personal key was made in A (its default
+team is A, so B's old listing did not show it). Bea owns B. B also has a service key."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from tests.security.stub_served import MODEL, csrf_of, sign_in, stub_served
+
+ADMIN_KEY = "tenant-keys-admin-key-0123456789abcdef"
+SECRET = re.compile(r"sk-sluice-[0-9a-f]{12}-[a-z2-7]{32}")
+
+
+@dataclass
+class Cast:
+    team_a: str
+    team_b: str
+    sam: str  # Sam's user id
+    ann_key: str
+    sam_key: dict  # as the operator created it (id, key)
+    bea_key: str
+    b_service: dict
+
+
+def call(server, key: str, method: str, path: str, team: str | None = None, **body) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}", **({"x-team-id": team} if team else {})}
+    return httpx.request(method, f"{server.url}{path}", headers=headers, json=body or None, timeout=30)
+
+
+def admin(server, method: str, path: str, **body) -> dict:
+    response = call(server, ADMIN_KEY, method, path, **body)
+    assert response.status_code < 300, response.text
+    return response.json()
+
+
+def acts_in(server, key: str, team: str) -> bool:
+    """Whether `key` is served in `team`: its team view, and a completion billed to it."""
+    view = call(server, key, "GET", "/v1/team", team)
+    completion = call(server, key, "POST", "/v1/chat/completions", team, model=MODEL, max_tokens=1,
+                      messages=[{"role": "user", "content": "hi"}])
+    assert view.status_code == completion.status_code, (view.text, completion.text)
+    return view.status_code == 200
+
+
+def key_id(clear: str) -> str:
+    return clear.split("-")[2]  # sk-sluice-<id>-<secret>
+
+
+def listed_ids(server, key: str, team: str | None = None) -> dict[str, dict]:
+    response = call(server, key, "GET", "/v1/team/keys", team)
+    assert response.status_code == 200, response.text
+    return {k["id"]: k for k in response.json()["data"]}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with stub_served(tmp_path_factory.mktemp("tenant-keys"), ADMIN_KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def cast(server, request) -> Cast:
+    tag = request.node.name[-40:]
+    team_a = admin(server, "POST", "/admin/teams", name=f"A-{tag}")["id"]
+    team_b = admin(server, "POST", "/admin/teams", name=f"B-{tag}")["id"]
+    users = {name: admin(server, "POST", "/admin/users", name=f"{name}-{tag}")["id"] for name in ("ann", "sam", "bea")}
+    for team, user, role in ((team_a, "ann", "owner"), (team_a, "sam", "member"), (team_b, "sam", "owner"),
+                             (team_b, "bea", "owner")):
+        admin(server, "PUT", f"/admin/teams/{team}/members/{users[user]}", role=role)
+    key = {name: admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team, user_id=users[name])
+           for name, team in (("ann", team_a), ("sam", team_a), ("bea", team_b))}
+    b_service = admin(server, "POST", "/admin/keys", name="b-service", team_id=team_b)
+    return Cast(team_a, team_b, users["sam"], key["ann"]["key"], key["sam"], key["bea"]["key"], b_service)
+
+
+def test_the_owner_of_a_gets_no_secret_and_no_power_in_b_through_the_team_api(server, cast):
+    ann, sam_id = cast.ann_key, cast.sam_key["id"]
+    before_b = listed_ids(server, cast.bea_key)
+    # minting a personal key for the shared member: the old back door
+    minted = call(server, ann, "POST", "/v1/team/keys", name="backdoor", user_id=cast.sam)
+    assert minted.status_code == 403 and "operator" in minted.text and not SECRET.search(minted.text)
+    # rotating the member's key, to receive its successor's secret
+    rotated = call(server, ann, "POST", f"/v1/team/keys/{sam_id}/rotate")
+    assert rotated.status_code == 403 and "Block it in this team" in rotated.text and not SECRET.search(rotated.text)
+    # revoking it, which would cut the member off in B as well
+    assert call(server, ann, "DELETE", f"/v1/team/keys/{sam_id}").status_code == 403
+    # B's own keys, named from A, are not A's to touch
+    for path in (f"/v1/team/keys/{cast.b_service['id']}", f"/v1/team/keys/{cast.b_service['id']}/block"):
+        assert call(server, ann, "DELETE", path).status_code == 404
+    assert call(server, ann, "POST", f"/v1/team/keys/{cast.b_service['id']}/rotate").status_code == 404
+    # nor does Ann's key reach B at all, nor a service key she makes in A
+    own_service = call(server, ann, "POST", "/v1/team/keys", name="a-ci")
+    assert own_service.status_code == 201 and own_service.json()["user_id"] is None
+    for key in (ann, own_service.json()["key"]):
+        assert not acts_in(server, key, cast.team_b)
+        assert call(server, key, "GET", "/v1/team/keys", cast.team_b).status_code == 403
+    # the member's key still works everywhere, unchanged; B holds exactly the keys it held
+    assert acts_in(server, cast.sam_key["key"], cast.team_a) and acts_in(server, cast.sam_key["key"], cast.team_b)
+    after_b = listed_ids(server, cast.bea_key)
+    assert after_b.keys() == before_b.keys() and not after_b[sam_id]["revoked_at"]
+
+
+def test_bs_owners_see_every_key_that_can_act_in_b_without_secrets(server, cast):
+    listing = call(server, cast.bea_key, "GET", "/v1/team/keys")
+    assert listing.status_code == 200 and not SECRET.search(listing.text)
+    listed = {k["id"]: k for k in listing.json()["data"]}
+    # Sam's key was made in A, yet it acts in B: B's owners see it
+    assert cast.sam_key["id"] in listed and listed[cast.sam_key["id"]]["team_id"] == cast.team_a
+    assert cast.b_service["id"] in listed and not any(k["is_admin"] for k in listed.values())
+    # a new personal key of Sam's, wherever the operator makes it, shows up in B too
+    later = admin(server, "POST", "/admin/keys", name="sam-second", team_id=cast.team_a, user_id=cast.sam)
+    assert later["id"] in listed_ids(server, cast.bea_key)
+    # and Ann's key, which cannot act in B, does not
+    assert key_id(cast.ann_key) not in listed and key_id(cast.ann_key) in listed_ids(server, cast.ann_key)
+
+
+def test_a_block_in_a_leaves_the_members_b_access_intact_and_survives_rotation(server, cast):
+    sam_key, sam_id = cast.sam_key["key"], cast.sam_key["id"]
+    blocked = call(server, cast.ann_key, "POST", f"/v1/team/keys/{sam_id}/block")
+    assert blocked.status_code == 200 and blocked.json()["blocked"] is True and not SECRET.search(blocked.text)
+    assert call(server, sam_key, "GET", "/v1/team", cast.team_a).status_code == 403
+    assert "blocked in team" in call(server, sam_key, "GET", "/v1/team").text  # its default team is A
+    assert not acts_in(server, sam_key, cast.team_a)
+    assert acts_in(server, sam_key, cast.team_b)
+    assert listed_ids(server, cast.ann_key)[sam_id]["blocked"] is True
+    assert listed_ids(server, cast.bea_key)[sam_id]["blocked"] is False
+    # Sam, an owner in B, may rotate Sam's own key there (and gets its secret); the successor stays blocked in A
+    rotated = call(server, sam_key, "POST", f"/v1/team/keys/{sam_id}/rotate", cast.team_b, grace_seconds=0)
+    assert rotated.status_code == 201, rotated.text
+    successor = rotated.json()["key"]
+    assert acts_in(server, successor, cast.team_b) and not acts_in(server, successor, cast.team_a)
+    # a service key is revoked, not blocked; blocking is idempotent; unblocking restores A only for that key
+    a_service = call(server, cast.ann_key, "POST", "/v1/team/keys", name="a-svc").json()
+    assert call(server, cast.ann_key, "POST", f"/v1/team/keys/{a_service['id']}/block").status_code == 403
+    new_id = rotated.json()["id"]
+    assert call(server, cast.ann_key, "POST", f"/v1/team/keys/{new_id}/block").status_code == 200
+    assert call(server, cast.ann_key, "DELETE", f"/v1/team/keys/{new_id}/block").json()["blocked"] is False
+    assert acts_in(server, successor, cast.team_a)
+    # members cannot block
+    assert call(server, successor, "POST", f"/v1/team/keys/{new_id}/block", cast.team_a).status_code == 403
+
+
+def test_the_dashboard_is_no_second_back_door(server, cast):
+    sam_id = cast.sam_key["id"]
+    with sign_in(server.url, cast.ann_key) as ann, sign_in(server.url, cast.sam_key["key"]) as sam:
+        page = ann.get("/dashboard/keys")
+        assert page.status_code == 200 and sam_id in page.text and not SECRET.search(page.text)
+        row = re.search(rf'<tr data-key-id="{sam_id}">.*?</tr>', page.text, re.S).group(0)
+        assert 'data-action="block"' in row and "rotate" not in row and "revoke" not in row
+        csrf = csrf_of(page.text)
+        for action in ("rotate", "revoke"):
+            refused = ann.post(f"/dashboard/keys/{sam_id}/{action}", data={"csrf": csrf, "grace_seconds": "0"})
+            assert refused.status_code == 403 and not SECRET.search(refused.text), (action, refused.text[:300])
+        # the create form makes a service key of A, whatever else it is sent
+        made = ann.post("/dashboard/keys/create", data={"csrf": csrf, "name": "form", "user_id": cast.sam,
+                                                        "team_id": cast.team_b})
+        assert made.status_code == 201
+        service = [k for k in listed_ids(server, cast.ann_key).values() if k["name"] == "form"]
+        assert [(k["user_id"], k["team_id"]) for k in service] == [(None, cast.team_a)]
+        # B, and B's keys, are not on A's owner's dashboard
+        assert ann.get("/dashboard/keys", params={"team_id": cast.team_b}).status_code == 404
+        for action in ("rotate", "revoke", "block"):
+            for query in ("", f"?team_id={cast.team_b}"):
+                assert ann.post(f"/dashboard/keys/{cast.b_service['id']}/{action}{query}",
+                                data={"csrf": csrf, "grace_seconds": "0"}).status_code == 404, (action, query)
+        assert sam.get("/dashboard/overview", params={"team_id": cast.team_a}).status_code == 200
+        blocked = ann.post(f"/dashboard/keys/{sam_id}/block", data={"csrf": csrf}, follow_redirects=True)
+        assert blocked.status_code == 200 and "blocked in this team" in blocked.text
+        # Sam's signed-in session loses A at once, and keeps B
+        assert sam.get("/dashboard/overview", params={"team_id": cast.team_a}).status_code == 404
+        assert sam.get("/dashboard/overview", params={"team_id": cast.team_b}).status_code == 200
+    assert not acts_in(server, cast.sam_key["key"], cast.team_a) and acts_in(server, cast.sam_key["key"], cast.team_b)
+    # B's owners see Sam's key on their keys page, without its secret
+    with sign_in(server.url, cast.bea_key) as bea:
+        page = bea.get("/dashboard/keys")
+        assert sam_id in page.text and not SECRET.search(page.text)
+
+
+def test_every_action_is_in_the_audit_log(server, cast):
+    sam_id = cast.sam_key["id"]
+    created = call(server, cast.ann_key, "POST", "/v1/team/keys", name="audited").json()
+    call(server, cast.ann_key, "POST", f"/v1/team/keys/{created['id']}/rotate")
+    call(server, cast.ann_key, "DELETE", f"/v1/team/keys/{created['id']}")
+    for bad in ({"reason": "x" * 201}, {"until": "forever"}):  # a clear 400, nothing blocked
+        refused = call(server, cast.ann_key, "POST", f"/v1/team/keys/{sam_id}/block", **bad)
+        assert refused.status_code == 400 and "Invalid body" in refused.text, refused.text
+    assert listed_ids(server, cast.ann_key)[sam_id]["blocked"] is False
+    call(server, cast.ann_key, "POST", f"/v1/team/keys/{sam_id}/block", reason="left the project")
+    call(server, cast.ann_key, "DELETE", f"/v1/team/keys/{sam_id}/block")
+    entries = [e for e in admin(server, "GET", "/admin/audit?limit=200")["data"]
+               if e["actor"] == key_id(cast.ann_key)]
+    seen = {(e["action"], e["target"], e["detail"].get("team_id")) for e in entries}
+    assert {("keys.create", created["id"], cast.team_a), ("keys.rotate", created["id"], cast.team_a),
+            ("keys.revoke", created["id"], cast.team_a), ("keys.block", sam_id, cast.team_a),
+            ("keys.unblock", sam_id, cast.team_a)} <= seen
+    assert [e["detail"]["reason"] for e in entries if e["action"] == "keys.block"] == ["left the project"]
+    assert all(not SECRET.search(str(e)) for e in entries)
