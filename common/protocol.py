@@ -302,7 +302,10 @@ class Done(msgspec.Struct, tag="done"):
 class Error(msgspec.Struct, tag="error"):
     kind: ErrorKind
     message: str
+    # "adapter": the request's LoRA adapter could not be loaded (the message names its source: for the
+    # log, never for the caller); the worker's other rows are fine, so this is no fault of the replica
     field: str | None = None
+    retry_after_s: float | None = None  # when the worker will try again (an adapter load's backoff)
 
 
 Event = Accepted | Token | ToolCallDelta | Finish | Done | Error
@@ -364,6 +367,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     adapters: dict[AdapterName, AdapterSource] = {}  # LoRA adapters registered in the config: name -> source
     max_loaded_adapters: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8  # LRU of adapters held in memory
     max_adapter_rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256  # a larger LoRA rank is refused
+    # after an adapter load fails, requests for it are refused (503 adapter_unavailable) this long before
+    # the next try; doubling while loads keep failing, up to 10 minutes; 0 = try again at the next request
+    adapter_retry_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] = 30.0
 
 
 class TokenizeRequest(msgspec.Struct):

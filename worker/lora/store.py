@@ -7,8 +7,10 @@ and the request keeps waiting. A finished load calls `wake` so an idle engine lo
 freed by evicting the least recently used adapter that no running row and no request ahead in the
 queue needs; when there is none, the request waits for rows to finish.
 
-A failed load answers every request that was waiting for it (they came before the failure); a later
-request tries again, so an operator who fixes the files needs no restart.
+A failed load answers every request that was waiting for it (they came before the failure) and every
+request for it during a backoff (`retry_s`, doubling while loads keep failing, up to RETRY_MAX_S): a
+broken or unreachable source costs one load per backoff, not one per call. The first request after the
+backoff tries again, so an operator who fixes the files needs no restart.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -32,6 +35,15 @@ from worker.lora.sources import adapter_directory
 
 log = structlog.get_logger(__name__)
 Key = tuple[str, str]  # (name, source): a name registered again with another source is another adapter
+RETRY_MAX_S = 600.0  # the longest backoff after repeated failures (unless `retry_s` itself is longer)
+
+
+@dataclass
+class Failure:
+    error: AdapterError
+    ended: float  # perf_counter when the load failed: requests that came earlier were waiting for it
+    retry_at: float  # perf_counter before which no new load starts
+    failures: int  # loads that failed in a row (the backoff doubles with each)
 
 
 def key_of(ref: AdapterRef) -> Key:
@@ -40,30 +52,34 @@ def key_of(ref: AdapterRef) -> Key:
 
 class AdapterStore:
     def __init__(self, decoder_layers: list[torch.nn.Module], dtype: torch.dtype, device: torch.device, *,
-                 capacity: int, max_rank: int, data_dir: Path, wake: Callable[[], None] = lambda: None):
+                 capacity: int, max_rank: int, data_dir: Path, retry_s: float = 30.0,
+                 wake: Callable[[], None] = lambda: None):
         self._shape = model_shape(decoder_layers)
         self._dtype, self._device = dtype, device
         self.capacity, self._max_rank, self._data_dir, self._wake = capacity, max_rank, data_dir, wake
+        self._retry_s = retry_s
         self._resident: OrderedDict[Key, LoraAdapter] = OrderedDict()  # least recently used first
         self._loading: dict[Key, Future] = {}
-        self._failed: dict[Key, tuple[AdapterError, float]] = {}  # the error and when the load ended
+        self._failed: dict[Key, Failure] = {}  # kept after the backoff too: a new failure doubles it
         self.loaded_names: tuple[str, ...] = ()  # read by /load from other threads: replaced, never mutated
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._serve, name="sluice-lora-loader", daemon=True).start()
 
     def get(self, ref: AdapterRef, since: float, reserved: set[Key]) -> LoraAdapter | None:
         """The adapter if resident (now the most recently used), else None while it loads; raises the
-        AdapterError of a load that failed after `since` (perf_counter of the request's arrival).
+        AdapterError of a load that failed after `since` (perf_counter of the request's arrival) or whose
+        backoff still runs (its `retry_after_s` says how long).
         `reserved`: adapters that must not be evicted to make room (in use, or wanted earlier)."""
         key = key_of(ref)
         if key in self._resident:
             self._resident.move_to_end(key)
             return self._resident[key]
         failed = self._failed.get(key)
-        if failed is not None:
-            if since <= failed[1]:
-                raise failed[0]
-            del self._failed[key]
+        if failed is not None and key not in self._loading:
+            now = time.perf_counter()
+            if since <= failed.ended or now < failed.retry_at:
+                failed.error.retry_after_s = max(failed.retry_at - now, 0.0)
+                raise failed.error
         future = self._loading.get(key)
         if future is None:
             if self._make_room(reserved):
@@ -76,11 +92,20 @@ class AdapterStore:
         try:
             adapter = future.result()
         except AdapterError as error:
-            self._failed[key] = (error, time.perf_counter())
+            self._remember(key, error)
             raise
+        self._failed.pop(key, None)
         self._resident[key] = adapter
         self.loaded_names = tuple(name for name, _ in self._resident)
         return adapter
+
+    def _remember(self, key: Key, error: AdapterError) -> None:
+        now = time.perf_counter()
+        before = self._failed.get(key)
+        failures = before.failures + 1 if before is not None else 1
+        backoff = min(self._retry_s * 2 ** (failures - 1), max(self._retry_s, RETRY_MAX_S))
+        self._failed[key] = Failure(error, now, now + backoff, failures)
+        error.retry_after_s = backoff
 
     def loading(self, ref: AdapterRef) -> bool:
         """Whether `ref` is being loaded (after `get` said None: else it waits for a free slot)."""
