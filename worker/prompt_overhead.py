@@ -2,9 +2,10 @@
 
 The gateway reserves tokens before admission without a tokenizer: a byte-level BPE token (SmolLM2's, GPT-2's,
 Llama 3's) is at least one byte, so the bytes of the rendered prompt bound its tokens. The client's own text
-(contents, roles, tool definitions) the gateway counts itself; what the template adds around it (framing per
-message, a default system prompt, the tool prompt and call format) is measured here once, by rendering probe
-chats with empty contents, and published in `/info` (`ModelInfo.prompt_overhead`).
+(messages and tool definitions, as JSON: common/prompt_size.py) the gateway counts itself; what the template
+adds beyond it (framing per message, a default system prompt, the tool prompt and call format) is measured
+here once, by rendering probe chats with empty contents, and published in `/info`
+(`ModelInfo.prompt_overhead`). It holds for templates that render each message's strings once, as they are.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 
 from worker.tools import render_chat
-from common.prompt_size import function_bytes
+from common.prompt_size import function_bytes, message_bytes
 from common.protocol import FunctionTool, PromptOverhead, ToolSpec
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -31,8 +32,11 @@ def measure(tokenizer) -> PromptOverhead:
     def empty(role: str) -> dict:
         return {"role": role, "content": ""}
 
-    one = max(size([empty(role)]) for role in ROLES)
-    two = max(size([empty(a), empty(b)]) for a, b in itertools.product(ROLES, repeat=2))
+    # the gateway counts each message's JSON, which holds its role and content: what the template adds
+    # beyond that JSON is the overhead (none, when the JSON's keys and quotes outweigh the framing)
+    one = max(size([empty(role)]) - message_bytes(empty(role)) for role in ROLES)
+    further = max(size([empty(a), empty(b)]) - size([empty(a)]) - message_bytes(empty(b))
+                  for a, b in itertools.product(ROLES, repeat=2))
     user = [empty("user")]
     plain = size(user)
     first, both = list(PROBES[:1]), list(PROBES)
@@ -41,5 +45,5 @@ def measure(tokenizer) -> PromptOverhead:
     tools = max(with_tools - plain - function_bytes(PROBES[0]), 0)
     second = size(user, ToolSpec(functions=both)) - size(user, ToolSpec(functions=first))
     per_tool = max(second - function_bytes(PROBES[1]), 0)
-    return PromptOverhead(fixed=one, per_message=max(two - one, 0), tools=tools, per_tool=per_tool,
-                          text=len(tokenizer("").input_ids))
+    return PromptOverhead(fixed=max(one, 0), per_message=max(further, 0), tools=tools, per_tool=per_tool,
+                          text=len(tokenizer("").input_ids) + 1)  # + a SentencePiece-style dummy prefix
