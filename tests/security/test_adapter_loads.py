@@ -33,9 +33,10 @@ def server(tmp_path_factory):
     base = LlamaForCausalLM.from_pretrained(tiny)
     good = write_adapter(base, root / "good", 1, ATTENTION, rank=4, alpha=8)
     slow = write_adapter(base, root / "slow", 2, ATTENTION, rank=4, alpha=8)
+    fresh = write_adapter(base, root / "fresh", 3, ATTENTION, rank=4, alpha=8)
     config = (f'[[models]]\nname = "{MODEL}"\nsource = "{tiny}"\nthreads = 1\ndecode_threads = 1\n'
               f'max_batch_size = 8\nmax_context = 256\n'
-              f'adapters = {{ good = "{good}", slow = "{slow}", broken = "{BROKEN}" }}\n')
+              f'adapters = {{ good = "{good}", slow = "{slow}", fresh = "{fresh}", broken = "{BROKEN}" }}\n')
     env = {"SLUICE_S3_ENDPOINT": f"http://127.0.0.1:{free_port()}", "AWS_ACCESS_KEY_ID": "test",
            "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1", "SLUICE_LOG_FORMAT": "json"}
     with running_sluice(root / "data", config=config, env=env) as running:
@@ -66,7 +67,8 @@ def test_a_failing_adapter_is_loaded_once_per_backoff_and_its_caller_learns_no_s
 
 def test_a_load_in_progress_holds_only_its_own_requests(server):
     """The slow adapter's config becomes a FIFO after the start-up check: its load blocks on reading it until the
-    test writes it, as on a stalled disk or network. Meanwhile plain and other adapters' requests complete."""
+    test writes it, as on a stalled disk or network. Meanwhile plain requests and other adapters' complete, the
+    first request of an adapter never loaded before ("fresh") among them: its load does not queue behind."""
     server, slow = server
     config = Path(slow) / "adapter_config.json"
     text = config.read_text()
@@ -76,7 +78,7 @@ def test_a_load_in_progress_holds_only_its_own_requests(server):
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(complete, server, f"{MODEL}:slow")
-            for model in (MODEL, f"{MODEL}:good", MODEL):
+            for model in (MODEL, f"{MODEL}:good", f"{MODEL}:fresh", MODEL):
                 assert complete(server, model).status_code == 200
                 assert not waiting.done()  # still loading: it held up nobody
             released.set()

@@ -1,11 +1,13 @@
-"""The adapters a worker holds: an LRU of at most `capacity`, filled lazily on a background thread.
+"""The adapters a worker holds: an LRU of at most `capacity`, filled lazily on background threads.
 
 The engine thread is the only caller (besides `loaded_names`). It asks `get` for a waiting request's
-adapter: a resident one comes back at once; otherwise a load starts on the loader thread (reading,
-checking and laying out the files: disk or S3 time that must not stall the rows that are decoding)
-and the request keeps waiting. A finished load calls `wake` so an idle engine looks again. A slot is
-freed by evicting the least recently used adapter that no running row and no request ahead in the
-queue needs; when there is none, the request waits for rows to finish.
+adapter: a resident one comes back at once; otherwise a load starts on a thread of its own (reading,
+checking and laying out the files: disk or S3 time that must not stall the rows that are decoding, nor
+the loads of other adapters: one stalled source holds up only its own requests) and the request keeps
+waiting. Loads in flight count against `capacity`, which so bounds the loader threads too. A finished
+load calls `wake` so an idle engine looks again. A slot is freed by evicting the least recently used
+adapter that no running row and no request ahead in the queue needs; when there is none, the request
+waits for rows to finish.
 
 A failed load answers every request that was waiting for it (they came before the failure) and every
 request for it during a backoff (`retry_s`, doubling while loads keep failing, up to RETRY_MAX_S): a
@@ -15,7 +17,6 @@ backoff tries again, so an operator who fixes the files needs no restart.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import OrderedDict
@@ -62,8 +63,8 @@ class AdapterStore:
         self._loading: dict[Key, Future] = {}
         self._failed: dict[Key, Failure] = {}  # kept after the backoff too: a new failure doubles it
         self.loaded_names: tuple[str, ...] = ()  # read by /load from other threads: replaced, never mutated
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="sluice-lora-loader", daemon=True).start()
+        self._sources: dict[str, threading.Lock] = {}  # one download at a time into a source's directory
+        self._sources_lock = threading.Lock()
 
     def get(self, ref: AdapterRef, since: float, reserved: set[Key]) -> LoraAdapter | None:
         """The adapter if resident (now the most recently used), else None while it loads; raises the
@@ -84,7 +85,8 @@ class AdapterStore:
         if future is None:
             if self._make_room(reserved):
                 self._loading[key] = future = Future()
-                self._jobs.put((ref, future))
+                threading.Thread(target=self._serve, args=(ref, future), name=f"sluice-lora-load-{ref.name}",
+                                 daemon=True).start()
             return None
         if not future.done():
             return None
@@ -121,24 +123,26 @@ class AdapterStore:
         self.loaded_names = tuple(name for name, _ in self._resident)
         return True
 
-    def _serve(self) -> None:
-        while True:
-            ref, future = self._jobs.get()
-            try:
-                future.set_result(self._load(ref))
-            except AdapterError as error:
-                log.warning("adapter_load_failed", adapter=ref.name, source=ref.source, kind=error.kind,
-                            reason=error.message)
-                future.set_exception(error)
-            except Exception as error:  # a bug or an odd file must not end the loader thread
-                log.exception("adapter_load_crashed", adapter=ref.name, source=ref.source)
-                future.set_exception(AdapterError(f"cannot load adapter {ref.name!r}: {type(error).__name__}",
-                                                  kind="internal"))
-            self._wake()
+    def _serve(self, ref: AdapterRef, future: Future) -> None:
+        try:
+            future.set_result(self._load(ref))
+        except AdapterError as error:
+            log.warning("adapter_load_failed", adapter=ref.name, source=ref.source, kind=error.kind,
+                        reason=error.message)
+            future.set_exception(error)
+        except Exception as error:  # a bug or an odd file: the request's error, never a lost wake-up
+            log.exception("adapter_load_crashed", adapter=ref.name, source=ref.source)
+            future.set_exception(AdapterError(f"cannot load adapter {ref.name!r}: {type(error).__name__}",
+                                              kind="internal"))
+        self._wake()
 
     def _load(self, ref: AdapterRef) -> LoraAdapter:
         started = time.perf_counter()
-        weights = read_adapter(adapter_directory(ref.source, self._data_dir), self._shape, self._max_rank)
+        with self._sources_lock:  # two names for one source: one download into its directory
+            source_lock = self._sources.setdefault(ref.source, threading.Lock())
+        with source_lock:
+            directory = adapter_directory(ref.source, self._data_dir)
+        weights = read_adapter(directory, self._shape, self._max_rank)
         adapter = lay_out(ref.name, ref.source, weights, self._shape, self._dtype, self._device)
         log.info("adapter_loaded", adapter=ref.name, source=ref.source, rank=adapter.rank,
                  mib=round(adapter.nbytes / 2**20, 1), seconds=round(time.perf_counter() - started, 3))
