@@ -122,3 +122,36 @@ def test_an_ordinary_chat_still_fits(server):
                         headers={"authorization": f"Bearer {key}"})
     assert answer.status_code == 200, answer.text
     assert sum(tokens for _, tokens in charged(server, team_id, [answer.headers["x-request-id"]])) > 0
+
+
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "tool_0", "arguments": '{"q": "7 7 7 7"}'}}]}
+ODD = [
+    [{"role": "user", "content": " ".join(str(i % 10) for i in range(2000))}],  # a token per byte or so
+    [{"role": "system", "content": "日本語🙂é\n\t" * 200}, {"role": "user", "content": "\u00ad\u200b" * 300}],
+    [{"role": "user", "content": [{"type": "text", "text": "a b " * 300}]}],
+    [{"role": "user", "content": "x"}, CALL, {"role": "tool", "tool_call_id": "c1", "content": "1 2 3 " * 100}],
+    [{"role": "u" * 500, "content": ""}] * 20,
+]
+
+
+@pytest.mark.parametrize("messages", ODD, ids=["digits", "unicode", "parts", "tool turns", "odd roles"])
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_the_bound_holds_for_odd_chats_on_the_real_tokenizer(messages, with_tools):
+    """The prompt bound the gateway reserves against, next to the count the worker makes: SmolLM2's tokenizer and
+    chat template rendering these chats, the template's overhead measured as a worker measures it at start."""
+    from transformers import AutoTokenizer
+
+    from common.protocol import FunctionTool, GenerateRequest, ToolSpec
+    from gateway.limits.tokens import prompt_bounds
+    from tests.fixtures.sluice import default_model_dir
+    from worker.prompt_overhead import measure
+    from worker.tools import render_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    tools = ToolSpec(functions=[FunctionTool(name=f"tool_{i}", description="Ü" * 50 + "数" * 50,
+                                             parameters={"type": "object", "properties": {"q": {"enum": ["7"] * 40}}})
+                                for i in range(3)], prompt="Use 1 2 3 tools. " * 20) if with_tools else None
+    actual = len(tokenizer(render_chat(tokenizer, messages, tools, True), add_special_tokens=False).input_ids)
+    request = GenerateRequest(request_id="r", model=MODEL, messages=messages, tools=tools)
+    assert prompt_bounds(request, measure(tokenizer))[1] >= actual

@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import threading
+import time
 
 import boto3
 import pytest
@@ -139,6 +140,15 @@ def test_a_failed_load_is_remembered_for_its_backoff(tiny, tiny_adapters, tmp_pa
         assert (again.kind, again.field) == ("not_found", "adapter") and 0 < again.retry_after_s <= first.retry_after_s
         assert engine.load().adapters == []
         assert start(engine).wait().finishes  # the base model is served meanwhile
+
+
+def test_the_backoff_doubles_while_loads_keep_failing(tiny, tmp_path):
+    missing = tmp_path / "never"
+    with running_engine(tiny, "doubling", max_batch_size=16, max_context=256, adapter_retry_s=0.2) as engine:
+        (first,) = start(engine, missing).wait().events
+        time.sleep(0.3)  # past the first backoff: the next request loads again, and fails again
+        (second,) = start(engine, missing).wait().events
+        assert first.retry_after_s == pytest.approx(0.2) and second.retry_after_s == pytest.approx(0.4)
 
 
 @contextlib.contextmanager
