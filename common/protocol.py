@@ -302,7 +302,10 @@ class Done(msgspec.Struct, tag="done"):
 class Error(msgspec.Struct, tag="error"):
     kind: ErrorKind
     message: str
+    # "adapter": the request's LoRA adapter could not be loaded (the message names its source: for the
+    # log, never for the caller); the worker's other rows are fine, so this is no fault of the replica
     field: str | None = None
+    retry_after_s: float | None = None  # when the worker will try again (an adapter load's backoff)
 
 
 Event = Accepted | Token | ToolCallDelta | Finish | Done | Error
@@ -321,6 +324,19 @@ class WorkerLoad(msgspec.Struct):
     adapters: list[str] = []  # LoRA adapters loaded right now (names): a request for one starts at once
 
 
+class PromptOverhead(msgspec.Struct):
+    """UTF-8 bytes a chat prompt holds beyond what the client sent, measured by the worker on its own chat
+    template (worker/prompt_overhead.py). With them the gateway bounds a request's prompt tokens before
+    admission (gateway/limits/tokens.py): a byte-level BPE token is at least one byte. The defaults are
+    for a model no worker has described yet: generous, since the unused part is refunded at settle."""
+
+    fixed: int = 1024  # in every chat: one message's framing, a default system prompt, the generation prompt
+    per_message: int = 64  # each further message's framing (its role and content counted apart)
+    tools: int = 1024  # the tool prompt, the call format and their framing when tools are offered
+    per_tool: int = 128  # each tool's framing beyond its definition's JSON
+    text: int = 16  # special tokens a plain text prompt gets (BOS, EOS)
+
+
 class ModelInfo(msgspec.Struct):
     """`GET /info` on a worker."""
 
@@ -335,6 +351,7 @@ class ModelInfo(msgspec.Struct):
     worker_id: str = ""
     # how long each phase of this worker's start took: process_start, imports, weights, engine, warm_up, total
     start_seconds: dict[str, float] = {}
+    prompt_overhead: PromptOverhead = msgspec.field(default_factory=PromptOverhead)
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -364,6 +381,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     adapters: dict[AdapterName, AdapterSource] = {}  # LoRA adapters registered in the config: name -> source
     max_loaded_adapters: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8  # LRU of adapters held in memory
     max_adapter_rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256  # a larger LoRA rank is refused
+    # after an adapter load fails, requests for it are refused (503 adapter_unavailable) this long before
+    # the next try; doubling while loads keep failing, up to 10 minutes; 0 = try again at the next request
+    adapter_retry_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] = 30.0
 
 
 class TokenizeRequest(msgspec.Struct):

@@ -6,9 +6,13 @@ from __future__ import annotations
 from auth import Principal
 from gateway.dialects.base import Parsed
 from gateway.errors import NeverFits, QuotaExceeded, RateLimited, Unavailable
-from gateway.limits import Limiter, LimiterUnavailable, Scope, Ticket, reservation_tokens
+from common.protocol import PromptOverhead
+from gateway.limits import Limiter, LimiterUnavailable, Scope, Ticket
 from gateway.limits import RateLimited as LimitExceeded
+from gateway.limits.tokens import request_reservation
 from gateway.routing.pool import Router
+
+DEFAULT_CONTEXT = 4096  # a model no worker has described yet (ModelConfig's default max_context)
 
 
 async def admit(limiter: Limiter, router: Router, principal: Principal, parsed: Parsed) -> Ticket:
@@ -40,25 +44,10 @@ def scopes(principal: Principal) -> list[Scope]:
 
 
 def reservation(router: Router, parsed: Parsed) -> int:
-    """Tokens to reserve: a prompt upper bound plus every candidate's maximum new tokens."""
+    """Tokens to reserve: the most every prompt of the request can be charged (gateway/limits/tokens.py), on the
+    model's context and chat template as its workers describe them (defaults for a model none has described)."""
     pool = router.pool(parsed.model)
-    info = pool.info() if pool else None
-    context = info.max_context if info else 4096
-    total = 0
-    for request in parsed.requests:
-        if request.prompt_ids is not None:
-            prompt = len(request.prompt_ids)
-        else:  # a token is at least one UTF-8 byte, plus a few special tokens
-            text = request.prompt or "".join(str(m.get("content", "")) for m in request.messages or [])
-            prompt = len(text.encode()) + 16
-        prompt = min(prompt, context)
-        params = request.params
-        new = params.max_tokens if params.max_tokens is not None else context - prompt
-        if params.max_total_tokens is not None:
-            new = params.max_total_tokens - prompt
-        # no candidate outgrows the context: an impossible max_tokens is the worker's 422 naming the field,
-        # not a limiter refusal for a reservation nothing could ever use
-        new = min(new, context - prompt)
-        total += reservation_tokens(prompt, max(new, 0), n=params.n, best_of=params.best_of,
-                                    num_beams=params.num_beams)
-    return total
+    info = pool.described() if pool else None
+    context = info.max_context if info else DEFAULT_CONTEXT
+    overhead = info.prompt_overhead if info else PromptOverhead()
+    return sum(request_reservation(request, context, overhead) for request in parsed.requests)

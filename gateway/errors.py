@@ -18,7 +18,7 @@ from common.errors import (
 log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
-__all__ = ["BadRequest", "GenerationFailed", "InvalidJSON", "NeverFits", "NotFound", "Overloaded",
+__all__ = ["AdapterUnavailable", "BadRequest", "GenerationFailed", "InvalidJSON", "NeverFits", "NotFound", "Overloaded",
            "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError", "StoreUnavailable",
            "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed",
            "as_sluice_error"]
@@ -97,6 +97,18 @@ class RequestTimedOut(SluiceError):
 class Unavailable(SluiceError):
     status, type, code = 503, "service_unavailable", "no_ready_worker"
     retry_after_s = UNREADY_RETRY_S
+
+
+class AdapterUnavailable(Unavailable):
+    """The request's LoRA adapter could not be loaded (the worker's log and ours name its source; the caller
+    only learns when to retry). 503, not 4xx: the name is registered, so the fault is the operator's files or
+    storage, and the same request can succeed once they are fixed and the worker's backoff has run."""
+
+    code = "adapter_unavailable"
+
+    def __init__(self, message: str, retry_after_s: float | None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s if retry_after_s is not None else UNREADY_RETRY_S
 
 
 class UpstreamFailed(SluiceError):

@@ -22,6 +22,7 @@ import structlog
 
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
+    AdapterUnavailable,
     DeadlineExceeded,
     NotFound,
     Overloaded,
@@ -39,8 +40,18 @@ EJECTION_S = 5.0  # a replica that failed a request sits out this long (doubling
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
+def retried_elsewhere(error: Error) -> bool:
+    """Whether another replica may answer better. Not an adapter that failed to load: its source fails the
+    same everywhere, the replica's other requests are fine, and ejecting it would stall every other team."""
+    return error.kind in RETRYABLE_KINDS and error.field != "adapter"
+
+
 def worker_error(error: Error) -> SluiceError:
     """Map a worker `Error` event to the gateway's error hierarchy."""
+    if error.field == "adapter":  # its message names the adapter's source: logged, never answered
+        log.warning("adapter_unavailable", kind=error.kind, reason=error.message, retry_after_s=error.retry_after_s)
+        return AdapterUnavailable("the requested adapter cannot be loaded now; retry later",
+                                  retry_after_s=error.retry_after_s)
     if error.kind in ("validation", "too_long"):
         return ValidationFailed(error.message, param=error.field,
                                 code="context_length_exceeded" if error.kind == "too_long" else None)
@@ -85,7 +96,7 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                         # so no retry, and this replica stays healthy (other requests are not refused)
                         raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
                     if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
-                        if not relayed and event.kind in RETRYABLE_KINDS:
+                        if not relayed and retried_elsewhere(event):
                             raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
                         # before the first token its real status; after, the stream's error
                         raise worker_error(event)
@@ -116,7 +127,7 @@ def _refusal(status: int, body: bytes) -> SluiceError | RetryElsewhere:
         if status >= 500:
             return RetryElsewhere(Unavailable(f"the worker answered {status}"), replica_fault=True)
         return UpstreamFailed(f"the worker answered {status}")
-    if error.kind in RETRYABLE_KINDS:
+    if retried_elsewhere(error):
         return RetryElsewhere(worker_error(error), replica_fault=error.kind != "overloaded")
     return worker_error(error)
 

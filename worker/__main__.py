@@ -24,6 +24,7 @@ from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAW
 from worker import IMPORTED_AT
 from worker.engine.engine import Engine
 from worker.loading import load_model, preload_model_code
+from worker.prompt_overhead import measure
 from worker.secret import bind_refusal
 from worker.server import create_worker_app
 from worker.threads import torch_threads
@@ -85,7 +86,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
                      device=str(loaded.device), quantization=loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,
                      vocab_size=engine.vocab_size, eos_token_ids=engine.model_eos, worker_id=worker_id,
-                     start_seconds=timings)
+                     start_seconds=timings, prompt_overhead=measure(loaded.tokenizer))
     log.info("worker_ready", port=port, dtype=info.model_dtype, quantization=info.quantization, start_seconds=timings)
     try:
         uvicorn.run(create_worker_app(engine, info, secret), host=host, port=port, log_level="warning",

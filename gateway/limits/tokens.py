@@ -4,13 +4,57 @@ every dialect reserves the same way.
 reserve = prompt tokens + max new tokens x sequences that cost compute, where sequences is
 ``num_beams`` under beam search (every beam decodes, whatever n returns), else ``max(n, best_of)``
 (best_of candidates are all generated even if only n come back). The prompt counts once: the sequences
-share it. Settle with what was actually processed: prompt + completion tokens of all sequences.
+share it, and the worker bills it once. Settle with what was actually processed: prompt + completion
+tokens of all sequences.
+
+The reservation is an upper bound of that charge, so that no body overruns tpm or a budget: the prompt's
+tokens are bounded by the UTF-8 bytes of everything that reaches it (a byte-level BPE token is at least one
+byte): the messages' JSON, the tools' JSON and tool prompt, and what the model's chat template adds
+(`PromptOverhead`, measured by the worker). Where the prompt's length decides how many tokens may be
+generated (no max_tokens: up to the context or max_total_tokens), the worst case is the shortest prompt.
 """
 
 from __future__ import annotations
+
+from common.prompt_size import function_bytes, message_bytes
+from common.protocol import GenerateRequest, PromptOverhead
 
 
 def reservation_tokens(prompt_tokens: int, max_new_tokens: int, *, n: int = 1, best_of: int | None = None,
                        num_beams: int = 1) -> int:
     sequences = num_beams if num_beams > 1 else max(n, best_of or 1)
     return prompt_tokens + max_new_tokens * sequences
+
+
+def prompt_bounds(request: GenerateRequest, overhead: PromptOverhead) -> tuple[int, int]:
+    """(fewest, most) prompt tokens the worker can count for `request`."""
+    if request.prompt_ids is not None:
+        fewest = most = len(request.prompt_ids)
+    elif request.input_embeds is not None:
+        fewest = most = len(request.input_embeds)
+    elif request.messages is not None:
+        fewest = 1
+        most = overhead.fixed + sum(message_bytes(m) + overhead.per_message for m in request.messages)
+        tools = request.tools
+        if tools is not None and tools.choice != "none" and tools.functions:
+            most += overhead.tools + len((tools.prompt or "").encode())
+            most += sum(function_bytes(f) + overhead.per_tool for f in tools.functions)
+    else:
+        fewest, most = 1, len((request.prompt or "").encode()) + overhead.text
+    truncate = request.params.truncate
+    if truncate is not None:
+        fewest, most = min(fewest, truncate), min(most, truncate)
+    return fewest, most
+
+
+def request_reservation(request: GenerateRequest, context: int, overhead: PromptOverhead) -> int:
+    """The most one request (one prompt, all its sequences) can be charged on a model of `context` tokens; the
+    worker refuses a prompt and length that do not fit the context, which are charged nothing."""
+    params = request.params
+    fewest, most = prompt_bounds(request, overhead)
+    if params.max_tokens is not None:  # the charge grows with the prompt, as far as max_tokens leaves room
+        prompt, new = max(fewest, min(most, context - params.max_tokens)), params.max_tokens
+    else:  # up to max_total_tokens or the context: the shorter the prompt, the more every sequence may generate
+        limit = params.max_total_tokens if params.max_total_tokens is not None else context
+        prompt, new = fewest, max(limit - fewest, 0)
+    return reservation_tokens(prompt, new, n=params.n, best_of=params.best_of, num_beams=params.num_beams)

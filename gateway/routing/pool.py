@@ -108,13 +108,22 @@ class Replica:
 class ModelPool:
     name: str
     replicas: list[Replica] = field(default_factory=list)
+    _described: ModelInfo | None = None
 
     @property
     def ready(self) -> bool:
         return any(r.healthy for r in self.replicas)
 
     def info(self) -> ModelInfo | None:
-        return next((r.info for r in self.replicas if r.healthy and r.info), None)
+        found = next((r.info for r in self.replicas if r.healthy and r.info), None)
+        if found is not None:
+            self._described = found
+        return found
+
+    def described(self) -> ModelInfo | None:
+        """The info of a ready replica, else the last one seen (a model scaled to zero keeps its context and
+        chat template): what admission bounds a request's tokens with."""
+        return self.info() or self._described
 
     def candidates(self) -> list[Replica]:
         """Replicas that take requests now, least loaded first (the order the proxy tries them in)."""

@@ -80,7 +80,8 @@ class Engine:
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
         self.adapters = AdapterStore(self.runner.layers, self.runner.dtype, self.runner.device,
                                      capacity=config.max_loaded_adapters, max_rank=config.max_adapter_rank,
-                                     data_dir=data_dir, wake=lambda: self.inbox.put(("wake", None)))
+                                     data_dir=data_dir, retry_s=config.adapter_retry_s,
+                                     wake=lambda: self.inbox.put(("wake", None)))
         self._waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
@@ -427,14 +428,15 @@ class Engine:
         self._end(state)
         events.add(state, Error(kind="timeout", message="the request's deadline passed before it finished"))
 
-    def _reject(self, state: RequestState, message: str, kind: str = "overloaded", field: str | None = None) -> None:
+    def _reject(self, state: RequestState, message: str, kind: str = "overloaded", field: str | None = None,
+                retry_after_s: float | None = None) -> None:
         state.done = True
         self.by_id.pop(state.request_id, None)
-        state.sink([Error(kind=kind, message=message, field=field)])
+        state.sink([Error(kind=kind, message=message, field=field, retry_after_s=retry_after_s)])
 
     def _refuse_adapter(self, state: RequestState, error: AdapterError) -> None:
         self._dequeued()
-        self._reject(state, error.message, error.kind, "adapter")
+        self._reject(state, error.message, error.kind, "adapter", error.retry_after_s)
 
     def _adapters_in_use(self) -> set[tuple[str, str]]:
         """Adapters of the running rows: never evicted (admission runs when nothing is prefilling)."""

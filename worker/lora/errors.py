@@ -11,3 +11,4 @@ class AdapterError(Exception):
     def __init__(self, message: str, kind: str = "validation"):
         super().__init__(message)
         self.message, self.kind = message, kind
+        self.retry_after_s: float | None = None  # set by the store: how long until it tries loading again

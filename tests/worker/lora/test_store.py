@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import threading
+import time
 
 import boto3
 import pytest
@@ -109,7 +110,7 @@ def test_a_cold_load_does_not_stall_running_rows(tiny, tiny_adapters, tmp_path):
 def test_bad_adapters_get_a_clean_error_and_the_worker_keeps_serving(tiny, tiny_adapters, tmp_path):
     dora = write_adapter(tiny.model, tmp_path / "dora", 9, ["q_proj", "v_proj"], rank=4, use_dora=True)
     missing = tmp_path / "later"
-    with running_engine(tiny, "bad", max_batch_size=16, max_context=256) as engine:
+    with running_engine(tiny, "bad", max_batch_size=16, max_context=256, adapter_retry_s=0) as engine:
         lost = [start(engine, missing) for _ in range(3)]  # all waiting for the same failed load
         broken = start(engine, dora)
         fine = start(engine, tiny_adapters["qv"])
@@ -121,10 +122,33 @@ def test_bad_adapters_get_a_clean_error_and_the_worker_keeps_serving(tiny, tiny_
         (error,) = broken.events
         assert (error.kind, error.field) == ("validation", "adapter") and "DoRA" in error.message
         assert fine.finishes[0].token_ids == expected_tokens(tiny, tiny_adapters["qv"])
-        # a failure is not remembered: once the files are there, the next request loads them
+        # no backoff (adapter_retry_s = 0): once the files are there, the next request loads them
         shutil.copytree(tiny_adapters["mlp"], missing)
         assert start(engine, missing).wait().finishes[0].token_ids == expected_tokens(tiny, tiny_adapters["mlp"])
         assert engine.load().ready and engine.load().queued == 0
+
+
+def test_a_failed_load_is_remembered_for_its_backoff(tiny, tiny_adapters, tmp_path):
+    """Requests during the backoff get the failure at once, with how long it still runs; fixing the files does
+    not start a load before it ends."""
+    missing = tmp_path / "later"
+    with running_engine(tiny, "backoff", max_batch_size=16, max_context=256, adapter_retry_s=3600) as engine:
+        (first,) = start(engine, missing).wait().events
+        assert first.field == "adapter" and 3500 < first.retry_after_s <= 3600
+        shutil.copytree(tiny_adapters["mlp"], missing)
+        (again,) = start(engine, missing).wait().events  # cached: the files are not read again
+        assert (again.kind, again.field) == ("not_found", "adapter") and 0 < again.retry_after_s <= first.retry_after_s
+        assert engine.load().adapters == []
+        assert start(engine).wait().finishes  # the base model is served meanwhile
+
+
+def test_the_backoff_doubles_while_loads_keep_failing(tiny, tmp_path):
+    missing = tmp_path / "never"
+    with running_engine(tiny, "doubling", max_batch_size=16, max_context=256, adapter_retry_s=0.2) as engine:
+        (first,) = start(engine, missing).wait().events
+        time.sleep(0.3)  # past the first backoff: the next request loads again, and fails again
+        (second,) = start(engine, missing).wait().events
+        assert first.retry_after_s == pytest.approx(0.2) and second.retry_after_s == pytest.approx(0.4)
 
 
 @contextlib.contextmanager
