@@ -51,6 +51,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     models: list[EndpointSpec] = msgspec.field(default_factory=lambda: [EndpointSpec()])  # each one an endpoint
     scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+    # GET /metrics answers this bearer token (Prometheus' `authorization`) or an admin key; "" = an admin key only
+    metrics_token: Annotated[str, msgspec.Meta(max_length=512)] = ""
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
 
@@ -95,7 +97,8 @@ def comma_list(value: str) -> list[str]:
 
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
               "pricing_file": str, "log_format": str, "trusted_proxies": comma_list, "wal_root": str,
-              "shutdown_grace_seconds": float, "gateway_processes": int}
+              "shutdown_grace_seconds": float, "gateway_processes": int,
+              "metrics_token": str}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
