@@ -23,6 +23,7 @@ import asyncio
 from typing import Any
 
 import msgspec
+import structlog
 from prometheus_client import Counter
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -32,6 +33,7 @@ from gateway.config import HttpSettings
 from gateway.dialects.base import openai_envelope
 from gateway.metrics import REGISTRY
 
+log = structlog.get_logger("gateway")
 SWEEP_S = 0.25
 HEAD_FRAMING = 4  # ": " and CRLF around each header, counted in the exact size of a head
 REASONS = ("too_many_connections", "header_too_large", "header_timeout", "body_timeout")
@@ -195,9 +197,13 @@ def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[Http
 
 
 def _sweep(loop: asyncio.AbstractEventLoop, connections: set) -> None:
+    loop.call_later(SWEEP_S, _sweep, loop, connections)  # first: whatever one connection does, the sweeps go on
     now = loop.time()
     for connection in list(connections):
         deadline = connection._deadline
         if deadline and deadline <= now:
-            connection.expire()
-    loop.call_later(SWEEP_S, _sweep, loop, connections)
+            try:
+                connection.expire()
+            except Exception:  # noqa: BLE001 - one connection's failure must not spare the others
+                log.exception("http_expire_failed")
+                connection.transport.abort()

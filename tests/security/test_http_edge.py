@@ -162,6 +162,17 @@ def test_a_head_that_trickles_in_is_cut_at_the_header_timeout(server):
             assert status == 408 and "header_timeout_s" in body["error"]["message"]
 
 
+def test_the_next_request_on_a_kept_alive_connection_has_the_same_header_timeout(server):
+    with sockets() as held:
+        sock = connect(server, "127.0.0.10")
+        held.append(sock)
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: sluice\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(PARTIAL_HEAD)  # the next request starts and stalls
+        status, _, body = answer(read_until_closed(sock, CUT_WITHIN_S))
+    assert status == 408 and body["error"]["code"] == "header_timeout"
+
+
 def test_a_silent_connection_is_closed_without_an_answer(server):
     with sockets() as held:
         sock = connect(server, "127.0.0.6")
