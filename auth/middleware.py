@@ -52,6 +52,12 @@ async def optional_principal(connection: ASGIConnection) -> Principal | None:
     return await principal(connection)
 
 
+async def is_admin_caller(connection: ASGIConnection) -> bool:
+    """Whether a PUBLIC route's caller holds an admin key (a bad key is the usual 401)."""
+    caller = await optional_principal(connection)
+    return caller is not None and caller.is_admin
+
+
 def authentication(exclude: list[str] | None = None) -> DefineMiddleware:
     """The middleware for an app's `middleware` list; `exclude`: path patterns served without a key."""
     return DefineMiddleware(ApiKeyAuthentication, exclude=exclude)

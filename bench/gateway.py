@@ -125,6 +125,8 @@ def sluice_config(worker: str, processes: int, redis_url: str, database_url: str
     config = ('log_format = "json"\n'
               # limits stay on (every request is counted and checked) but never refuse during the bench
               "default_team_limits = { rpm = 100000000, tpm = 100000000000, max_concurrency = 100000 }\n"
+              # the load generator is one address standing for many clients (as a load balancer would be)
+              "http = { max_connections_per_client = 0 }\n"
               f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n')
     if redis_url:  # the processes share the limits through Redis (the PostgreSQL profile's limits live there too)
         config = f'redis_url = "{redis_url}"\n' + config

@@ -54,6 +54,13 @@ class InvalidJSON(BadRequest):
     code = "invalid_json"
 
 
+class BodyIncomplete(SluiceError):
+    """The connection ended before the body did: the client left, or the gateway cut it at its body read
+    timeout (and answered 408 itself). A refusal, not a fault: nobody reads this answer."""
+
+    status, type, code = 408, "timeout", "body_incomplete"
+
+
 class PayloadTooLarge(SluiceError):
     status, type, code = 413, "invalid_request_error", "payload_too_large"
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import msgspec
 from litestar import Request
-from litestar.exceptions import InternalServerException
 
-from common.errors import InvalidJSON, PayloadTooLarge, UnsupportedMediaType
+from common.errors import BodyIncomplete, InvalidJSON, PayloadTooLarge, UnsupportedMediaType
 from common.headers import header
 
 MAX_DEPTH = 64  # arrays and objects inside each other; real bodies stay under 10, a JSON schema under 30
@@ -105,8 +104,8 @@ async def read_body(request: Request, limit: int | None) -> bytes:
     """The request's body from its ASGI messages, refused (413) past `limit` bytes the way Litestar's
     `request.body()` refuses it: by the announced content-length before anything is read, then by the bytes that
     came. Litestar's version built its multi-dict of every header first and gathered the chunks through a
-    generator: about 4 % of a generation request (issue #16). A client that leaves before the body ended is
-    Litestar's "client disconnected prematurely", as before."""
+    generator: about 4 % of a generation request (issue #16). A connection that ends before the body did (the
+    client left, or `[http] body_timeout_s` cut it) is BodyIncomplete, a 408 nobody reads, not a fault."""
     announced = header(request, b"content-length")
     if limit is not None and announced is not None and announced.isdigit() and int(announced) > limit:
         raise PayloadTooLarge(f"the request body exceeds {limit} bytes")
@@ -115,7 +114,7 @@ async def read_body(request: Request, limit: int | None) -> bytes:
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            raise InternalServerException("client disconnected prematurely")
+            raise BodyIncomplete("the connection ended before the request body did")
         if chunk := message.get("body", b""):
             size += len(chunk)
             if limit is not None and size > limit:

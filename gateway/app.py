@@ -12,7 +12,7 @@ from auth.middleware import authentication, require_admin
 from auth.routes import admin_router
 from auth.team_routes import team_router
 from billing.routes import admin_usage_router, usage_router
-from gateway import health, metrics
+from gateway import health, metrics_route
 from gateway.config import Settings
 from gateway.dashboard.render import template_config
 from gateway.dashboard.routes import dashboard_router, static_router
@@ -42,7 +42,7 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     # outermost first; the direct routes run the same ones, then authenticate themselves
     wrappers = [request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s)]
     app = Litestar(
-        route_handlers=[*rooms, health.health, metrics.prometheus_metrics, admin_router(), team_router(),
+        route_handlers=[*rooms, health.health, metrics_route.prometheus_metrics, admin_router(), team_router(),
                         admin_endpoints_router(), visible_endpoints, *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[*wrappers, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],

@@ -21,6 +21,7 @@ from billing.cli import register as register_usage
 from gateway.app import create_app
 from gateway.config import Settings, load_settings
 from gateway.draining import DrainingServer
+from gateway.http_limits import edge_protocol
 from gateway.lifespan import STATE_FAILURE
 from gateway.logs import configure_logging
 from gateway.processes import Siblings, inherited_socket, shared_wal_root
@@ -88,7 +89,10 @@ def _serve(args: argparse.Namespace) -> int:
     # drain_seconds); then the endpoints stop and the usage log drains (gateway/draining.py)
     drain_s = max([settings.shutdown_grace_seconds, *(model.drain_seconds for model in settings.models)])
     server = DrainingServer(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                           loop="uvloop", http="httptools", lifespan="on",
+                                           loop="uvloop", lifespan="on",
+                                           # httptools, with bounds on heads, bodies and connections per client
+                                           http=edge_protocol(settings.http, settings.trusted_proxies),
+                                           timeout_keep_alive=settings.http.keep_alive_timeout_s,
                                            access_log=False,  # our own line per request (gateway/logs.py)
                                            timeout_graceful_shutdown=drain_s,
                                            # the client stays the TCP peer: X-Forwarded-For is read only from

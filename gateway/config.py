@@ -19,6 +19,17 @@ DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # 
 LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
 
 
+class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `[http]` table: what one connection may hold before the app sees its request (gateway/http_limits.py)."""
+
+    max_header_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 20)] = 32 * 1024  # request line + headers; 431
+    header_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0  # a whole request head; 408
+    body_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0  # a whole body, from its head; 408
+    keep_alive_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0  # idle between requests
+    # open connections per peer address (trusted_proxies exempt); 0 = no cap; 429 too_many_connections
+    max_connections_per_client: Annotated[int, msgspec.Meta(ge=0)] = 256
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
@@ -51,6 +62,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     models: list[EndpointSpec] = msgspec.field(default_factory=lambda: [EndpointSpec()])  # each one an endpoint
     scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+    http: HttpSettings = msgspec.field(default_factory=HttpSettings)
+    # GET /metrics answers this bearer token (Prometheus' `authorization`) or an admin key; "" = an admin key only
+    metrics_token: Annotated[str, msgspec.Meta(max_length=512)] = ""
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
 
@@ -95,7 +109,8 @@ def comma_list(value: str) -> list[str]:
 
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
               "pricing_file": str, "log_format": str, "trusted_proxies": comma_list, "wal_root": str,
-              "shutdown_grace_seconds": float, "gateway_processes": int}
+              "shutdown_grace_seconds": float, "gateway_processes": int,
+              "metrics_token": str}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:

@@ -1,12 +1,15 @@
-"""`GET /health`: 200 once every endpoint is ready or may sleep (min_replicas 0) and has not failed; the body
-lists each endpoint's state (orchestrators poll it)."""
+"""`GET /health`: 200 once every endpoint is ready or may sleep (min_replicas 0) and has not failed, else 503.
+
+Load balancers and orchestrators poll it without a key and get the verdict alone; endpoint names (private
+endpoints among them) and their states are for the operator: with an admin key the body lists each endpoint's
+state and why any is not ready."""
 
 from __future__ import annotations
 
 import msgspec
-from litestar import Response, get
+from litestar import Request, Response, get
 
-from auth.middleware import PUBLIC
+from auth.middleware import PUBLIC, is_admin_caller
 from common.errors import retry_after_header
 from gateway.errors import UNREADY_RETRY_S
 from gateway.services import Services
@@ -14,14 +17,20 @@ from gateway.services import Services
 _json = msgspec.json.Encoder()
 
 
-@get("/health", summary="200 once every endpoint is ready, or scaled to zero on purpose", opt=PUBLIC)
-async def health(services: Services) -> Response:
+@get("/health", summary="200 once every endpoint is ready, or scaled to zero on purpose (detail: admin key)",
+     opt=PUBLIC)
+async def health(request: Request, services: Services) -> Response:
     states = services.endpoints.states()
-    detail = {status.name: status.state for status in states}
     unready = [status for status in states if not status.healthy]
+    body: dict = {"status": "unavailable" if unready else "ok"}
+    if await is_admin_caller(request):
+        body["endpoints"] = {status.name: status.state for status in states}
+        if unready:
+            reasons = ", ".join(f"{s.name} ({s.state}{': ' + s.reason if s.reason else ''})" for s in unready)
+            body["reason"] = f"no ready worker for: {reasons}"
+    elif unready:
+        body["reason"] = "no ready worker for some endpoints"
     if unready:
-        reasons = ", ".join(f"{s.name} ({s.state}{': ' + s.reason if s.reason else ''})" for s in unready)
-        body = {"status": "unavailable", "reason": f"no ready worker for: {reasons}", "endpoints": detail}
         return Response(_json.encode(body), status_code=503, media_type="application/json",
                         headers=retry_after_header(UNREADY_RETRY_S))
-    return Response(_json.encode({"status": "ok", "endpoints": detail}), media_type="application/json")
+    return Response(_json.encode(body), media_type="application/json")

@@ -1,7 +1,8 @@
-"""Prometheus metrics of the gateway (`GET /metrics`, TGI's route): requests, tokens, latencies.
+"""Prometheus metrics of the gateway: requests, tokens, latencies (served by `gateway.metrics_route`).
 
 One registry per process, fed when each request's accounting finishes (`gateway.accounting`), whatever path
-it took.
+it took. No label carries what a client wrote: a model that names no endpoint is `unknown` (endpoint names
+come from the operator), so the series stay bounded however many names callers invent.
 """
 
 from __future__ import annotations
@@ -9,20 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from litestar import Response, get
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
-
-from auth.middleware import PUBLIC
 
 REGISTRY = CollectorRegistry()
 LABELS = ("dialect", "route", "model", "status")
+UNKNOWN = "unknown"  # the model label of a request whose model names no endpoint
 
 REQUESTS = Counter("sluice_requests", "Generation requests by outcome", LABELS, registry=REGISTRY)
 PROMPT_TOKENS = Counter("sluice_prompt_tokens", "Prompt tokens processed", ("dialect", "model"), registry=REGISTRY)
@@ -53,7 +46,7 @@ def _child(metric: MetricWrapperBase, *values: str) -> Any:
 
 def observe(accounting, status: str) -> None:
     """Record one finished request from its `gateway.accounting.Accounting`."""
-    model = accounting.model or "unknown"
+    model = accounting.model if accounting.model in accounting.services.endpoints.controllers else UNKNOWN
     dialect, route = accounting.dialect, accounting.route
     elapsed = time.perf_counter() - accounting.started
     _child(REQUESTS, dialect, route, model, status).inc()
@@ -65,7 +58,3 @@ def observe(accounting, status: str) -> None:
         if accounting.completion_tokens:
             _child(PER_TOKEN, dialect, model).observe(elapsed / accounting.completion_tokens)
 
-
-@get("/metrics", summary="Prometheus metrics", tags=["TGI"], opt=PUBLIC)
-async def prometheus_metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

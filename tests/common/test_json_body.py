@@ -10,9 +10,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from litestar import Request
-from litestar.exceptions import InternalServerException
 
-from common.errors import InvalidJSON, PayloadTooLarge, SluiceError, UnsupportedMediaType
+from common.errors import BodyIncomplete, InvalidJSON, PayloadTooLarge, SluiceError, UnsupportedMediaType
 from common.json_body import MAX_DEPTH, check_content_type, decode_json, nesting_depth_exceeds, read_body
 from tests.fixtures.fuzzing import examples
 
@@ -155,7 +154,7 @@ async def test_a_body_without_a_length_is_413_once_its_bytes_pass_the_limit():
             await asyncio.wait_for(read_body(request, 64), 5)
 
 
-async def test_a_client_gone_mid_body_is_litestars_disconnect_error():
+async def test_a_client_gone_mid_body_is_a_refusal_not_a_fault():
     request = request_of([part(b"{", True), {"type": "http.disconnect"}], [])
-    with pytest.raises(InternalServerException, match="disconnected"):
+    with pytest.raises(BodyIncomplete, match="before the request body"):
         await read_body(request, 64)

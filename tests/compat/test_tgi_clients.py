@@ -170,7 +170,8 @@ def test_info_tokenize_metrics(running_sluice):
     assert_tgi_schema(tokens, "TokenizeResponse")
     assert "".join(t["text"] for t in tokens) == PROMPT
     assert all(PROMPT[t["start"]:t["stop"]] == t["text"] for t in tokens)
-    metrics = httpx.get(f"{running_sluice.url}/metrics", timeout=30)
+    metrics = httpx.get(f"{running_sluice.url}/metrics", timeout=30,  # an operator's view: the admin key
+                        headers={"authorization": f"Bearer {running_sluice.admin_key}"})
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
     assert 'sluice_requests_total{dialect="tgi"' in text

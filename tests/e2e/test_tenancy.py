@@ -60,7 +60,7 @@ def bearer(key: str, **headers: str) -> dict:
 
 
 def probes(server) -> float:
-    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    text = httpx.get(f"{server.url}/metrics", headers=bearer(ADMIN_KEY), timeout=10).text
     found = re.search(r'^sluice_health_generate_probes_total\{outcome="ok"\} (\S+)$', text, re.MULTILINE)
     assert found, "no health_generate probe counted"
     return float(found.group(1))

@@ -46,8 +46,9 @@ def stub_worker(token_delay: float = 0.01, token_bytes: int = 4) -> Iterator[Stu
 
 
 def gateway_config(stub: Stub, extra: str = "") -> str:
-    # no limits on the default team: the load sends more streams at once than its shipped max_concurrency (64)
-    return (f'{extra}\nlog_format = "json"\ndefault_team_limits = {{}}\n'
+    # no limits on the default team: the load sends more streams at once than its shipped max_concurrency (64);
+    # and no cap on connections per address: the load clients are one address standing for many clients
+    return (f'{extra}\nlog_format = "json"\ndefault_team_limits = {{}}\nhttp = {{ max_connections_per_client = 0 }}\n'
             f'[[models]]\nname = "{MODEL}"\nurls = ["{stub.url}"]\n')
 
 

@@ -34,6 +34,12 @@ def test_a_config_file_wins_over_the_variable(monkeypatch, tmp_path):
     ("shutdown_grace_seconds = 86400\n", ["invalid configuration", "shutdown_grace_seconds", "<= 3600"]),
     (CONFIG + 'adapters = { poet = "lora/poet" }\n', ["invalid configuration", "`adapters.poet`", "absolute path"]),
     (CONFIG + 'adapters = { poet = "s3://" }\n', ["invalid configuration", "`adapters.poet`", "s3://<bucket>"]),
+    ("[http]\nmax_header_bytes = 100\n", ["invalid configuration", "http.max_header_bytes", ">= 1024"]),
+    ("[http]\nheader_timeout_s = 0\n", ["invalid configuration", "http.header_timeout_s", "> 0"]),
+    ("[http]\nbody_timeout_s = 7200\n", ["invalid configuration", "http.body_timeout_s", "<= 3600"]),
+    ("[http]\nmax_connections_per_client = -1\n", ["invalid configuration", "max_connections_per_client"]),
+    ("[http]\nheader_timeout = 5\n", ["invalid configuration", "header_timeout"]),
+    (f"metrics_token = \"{'t' * 513}\"\n", ["invalid configuration", "metrics_token", "<= 512"]),
 ])
 def test_a_bad_variable_is_one_line(monkeypatch, inline, words):
     monkeypatch.setenv("SLUICE_CONFIG_TOML", inline)
@@ -49,3 +55,8 @@ def test_shutdown_grace_from_the_environment(monkeypatch):
     monkeypatch.setenv("SLUICE_SHUTDOWN_GRACE_SECONDS", "soon")
     with pytest.raises(SystemExit, match="SLUICE_SHUTDOWN_GRACE_SECONDS"):
         load_settings()
+
+
+def test_the_metrics_token_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SLUICE_METRICS_TOKEN", "scrape-secret")  # as ECS passes a secret
+    assert load_settings().metrics_token == "scrape-secret"

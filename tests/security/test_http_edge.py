@@ -1,0 +1,274 @@
+"""Network ↔ gateway: what one connection may hold before the app sees its request (`[http]` settings,
+gateway/http_limits.py), through the real `sluice serve` in front of the stub worker.
+
+Raw sockets play the hostile clients: half-sent heads that stall, heads that trickle in, heads of megabytes,
+bodies that never finish, one address opening connection after connection. Other clients keep being served
+meanwhile. Every wait is bounded, so a gateway that holds a connection forever fails instead of hanging."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import resource
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.faults.conftest import ADMIN_KEY, footprint, host_port, stub_worker
+from tests.faults.load import MODEL
+from tests.fixtures.sluice import running_sluice
+
+HEADER_TIMEOUT_S = 4.0
+BODY_TIMEOUT_S = 2.0
+MAX_HEADER_BYTES = 8192
+PER_CLIENT = 20
+PROXY = "127.0.0.4"  # a trusted proxy: its own connections are not capped
+CONFIG = f"""log_format = "json"
+trusted_proxies = ["{PROXY}"]
+default_team_limits = {{}}
+[http]
+header_timeout_s = {HEADER_TIMEOUT_S}
+body_timeout_s = {BODY_TIMEOUT_S}
+max_header_bytes = {MAX_HEADER_BYTES}
+max_connections_per_client = {PER_CLIENT}
+keep_alive_timeout_s = 60
+[[models]]
+name = "{MODEL}"
+urls = ["{{url}}"]
+"""
+HALF_OPEN = 1000
+# 50 source addresses x 20: the flood stays under the per-address cap, so the gateway really holds it
+FLOOD_ADDRESSES = [f"127.0.1.{i}" for i in range(1, HALF_OPEN // PER_CLIENT + 1)]
+CUT_WITHIN_S = HEADER_TIMEOUT_S + 20  # generous: two shared cores; what fails is a connection held for good
+PARTIAL_HEAD = b"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\nx-slow: "
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, 8192)  # the flood's sockets here, and the gateway (which inherits it) accepting them
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    try:
+        with stub_worker(token_delay=0.001) as stub, \
+                running_sluice(tmp_path_factory.mktemp("edge"), config=CONFIG.replace("{url}", stub.url),
+                               env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as sluice:
+            yield sluice
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def connect(server, source: str = "127.0.0.1", timeout: float = 30.0) -> socket.socket:
+    sock = socket.socket()
+    sock.settimeout(timeout)
+    sock.bind((source, 0))
+    sock.connect(host_port(server))
+    return sock
+
+
+def read_until_closed(sock: socket.socket, within: float) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it is still open after `within`."""
+    deadline = time.monotonic() + within
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"the connection is still open after {within} s (got {data[:200]!r})"
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def answer(data: bytes) -> tuple[int, dict[str, str], dict]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(body) if body else {}
+
+
+def complete(server, source: str = "127.0.0.1") -> httpx.Response:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(transport=transport, timeout=30) as client:
+        return client.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 4},
+                           headers={"authorization": f"Bearer {server.api_key}"})
+
+
+@contextlib.contextmanager
+def sockets() -> Iterator[list[socket.socket]]:
+    held: list[socket.socket] = []
+    try:
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_thousand_half_open_connections_are_cut_while_a_valid_client_is_served(server):
+    before = footprint(server)
+    with sockets() as flood:
+        for index in range(HALF_OPEN):
+            sock = connect(server, FLOOD_ADDRESSES[index % len(FLOOD_ADDRESSES)])
+            sock.sendall(PARTIAL_HEAD)
+            flood.append(sock)
+        deadline = time.monotonic() + 10
+        while footprint(server)[1] < before[1] + HALF_OPEN and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the gateway has taken them all
+        served = [complete(server).status_code for _ in range(5)]  # while the flood is held
+        answers = [read_until_closed(sock, CUT_WITHIN_S) for sock in flood]
+    assert served == [200] * 5
+    statuses = {answer(data)[0] for data in answers}
+    assert statuses == {408}, statuses
+    assert answer(answers[0])[2]["error"]["code"] == "header_timeout"
+    assert complete(server).status_code == 200
+    deadline = time.monotonic() + 30
+    while footprint(server)[1] > before[1] + 10 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert footprint(server)[1] <= before[1] + 10  # every descriptor of the flood was given back
+
+
+def test_a_head_that_trickles_in_is_cut_at_the_header_timeout(server):
+    with sockets() as held:
+        sock = connect(server, "127.0.0.5")
+        held.append(sock)
+        sock.sendall(PARTIAL_HEAD)
+        started = time.monotonic()
+        cut = False
+        while not cut and time.monotonic() - started < CUT_WITHIN_S:  # a byte every 0.2 s: progress, never a head
+            sock.settimeout(0.2)
+            try:
+                sock.recv(1, socket.MSG_PEEK)  # the answer, or the end of the connection
+                cut = True
+            except TimeoutError:
+                try:
+                    sock.sendall(b"a")
+                except (BrokenPipeError, ConnectionResetError):
+                    cut = True
+            except ConnectionResetError:
+                cut = True
+        assert cut, "a head that kept trickling in was held past the header timeout"
+        data = read_until_closed(sock, CUT_WITHIN_S)
+        if data:  # (a reset may overtake the answer)
+            status, _, body = answer(data)
+            assert status == 408 and "header_timeout_s" in body["error"]["message"]
+
+
+def test_the_next_request_on_a_kept_alive_connection_has_the_same_header_timeout(server):
+    with sockets() as held:
+        sock = connect(server, "127.0.0.10")
+        held.append(sock)
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: sluice\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(PARTIAL_HEAD)  # the next request starts and stalls
+        status, _, body = answer(read_until_closed(sock, CUT_WITHIN_S))
+    assert status == 408 and body["error"]["code"] == "header_timeout"
+
+
+def test_a_silent_connection_is_closed_without_an_answer(server):
+    with sockets() as held:
+        sock = connect(server, "127.0.0.6")
+        held.append(sock)
+        assert read_until_closed(sock, CUT_WITHIN_S) == b""
+
+
+def test_a_body_that_stalls_is_cut_at_the_body_timeout(server):
+    body = json.dumps({"model": MODEL, "prompt": "hi " * 200, "max_tokens": 4}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\nauthorization: Bearer {server.api_key}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n").encode()
+    with sockets() as held:
+        sock = connect(server, "127.0.0.7")
+        held.append(sock)
+        sock.sendall(head + body[:100])  # and never the rest
+        status, _, error = answer(read_until_closed(sock, CUT_WITHIN_S))
+    assert status == 408 and error["error"]["code"] == "body_timeout"
+    assert complete(server, "127.0.0.7").status_code == 200
+    # the app heard a client gone mid-body: a refusal in its log, not a fault with a traceback
+    assert not server.log_events("unhandled_error")
+    assert {(e["status"], e["error"]) for e in server.log_events("request_done") if e["http_status"] == 408} == {
+        ("rejected", "body_incomplete")}
+
+
+def head_with(extra: int) -> bytes:
+    return (f"GET /health HTTP/1.1\r\nhost: sluice\r\nx-pad: {'p' * extra}\r\n\r\n").encode()
+
+
+def test_an_oversized_head_gets_431_in_one_read_or_many(server):
+    with sockets() as held:
+        whole = connect(server, "127.0.0.8")  # the whole head at once, complete: measured exactly
+        held.append(whole)
+        whole.sendall(head_with(MAX_HEADER_BYTES + 100))
+        status, headers, body = answer(read_until_closed(whole, CUT_WITHIN_S))
+        assert status == 431 and headers["connection"] == "close"
+        assert body["error"]["code"] == "header_too_large" and str(MAX_HEADER_BYTES) in body["error"]["message"]
+        endless = connect(server, "127.0.0.8")  # a head that never ends: refused once past the bound
+        held.append(endless)
+        endless.sendall(b"GET /health HTTP/1.1\r\nx-pad: " + b"p" * (4 * MAX_HEADER_BYTES))
+        assert answer(read_until_closed(endless, CUT_WITHIN_S))[0] == 431
+        fits = connect(server, "127.0.0.8")
+        held.append(fits)
+        fits.sendall(head_with(MAX_HEADER_BYTES - 200))
+        fits.settimeout(30)
+        assert fits.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_large_body_behind_a_small_head_is_not_taken_for_a_large_head(server):
+    # the body arrives in the same reads as the head: only the head counts against max_header_bytes
+    prompt = "hello " * 100_000
+    response = httpx.post(f"{server.url}/v1/completions", timeout=60,
+                          json={"model": MODEL, "prompt": prompt, "max_tokens": 2},
+                          headers={"authorization": f"Bearer {server.api_key}"})
+    assert response.status_code not in (408, 431), response.text
+
+
+def test_megabyte_heads_leave_the_gateway_memory_alone(server):
+    # the issue's attack: three 30 MB headers took the gateway from 165 to 307 MB resident
+    before = footprint(server)[0]
+
+    def send() -> None:
+        with contextlib.suppress(OSError), contextlib.closing(connect(server, "127.0.0.9")) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nx-pad: " + b"p" * (30 << 20))
+
+    senders = [threading.Thread(target=send) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(timeout=60)
+    assert not any(sender.is_alive() for sender in senders), "a 30 MB head was still being taken after 60 s"
+    growth = (footprint(server)[0] - before) >> 20
+    assert growth < 24, f"the gateway grew {growth} MiB"  # each head was refused past its first read
+
+
+def test_one_address_gets_its_share_of_connections_and_no_more(server):
+    request = b"GET /health HTTP/1.1\r\nhost: sluice\r\n\r\n"
+    with sockets() as held:
+        for _ in range(PER_CLIENT):  # each answered, then idle in keep-alive (held up to 60 s)
+            sock = connect(server, "127.0.0.2")
+            sock.sendall(request)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            held.append(sock)
+        excess = connect(server, "127.0.0.2")
+        held.append(excess)
+        status, headers, body = answer(read_until_closed(excess, CUT_WITHIN_S))
+        assert status == 429 and body["error"]["code"] == "too_many_connections" and "retry-after" in headers
+        assert complete(server, "127.0.0.3").status_code == 200  # another address is served meanwhile
+        for _ in range(PER_CLIENT + 5):  # a trusted proxy carries many clients: not capped
+            sock = connect(server, PROXY)
+            sock.sendall(request)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            held.append(sock)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the closed ones are given back to their address
+        if complete(server, "127.0.0.2").status_code == 200:
+            break
+        time.sleep(0.2)
+    assert complete(server, "127.0.0.2").status_code == 200
+
