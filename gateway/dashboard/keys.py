@@ -24,6 +24,7 @@ from gateway.dashboard.access import (
     posted_form,
     signed_in_scope,
 )
+from gateway.dashboard.fields import whole_number
 from gateway.dashboard.render import when
 from gateway.dashboard.scope import Scope, key_is_live
 from gateway.dashboard.sessions import Session, SessionStore
@@ -131,8 +132,7 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
 async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
     await _team_key(auth, scope, key_id)
-    grace = form.get("grace_seconds") or "0"
-    body = body_as({"grace_seconds": int(grace) if grace.isdigit() else grace}, RotateKey)
+    body = body_as({"grace_seconds": whole_number(form.get("grace_seconds") or "0", "grace_seconds")}, RotateKey)
     created = await auth.admin.rotate_key(_actor(request, session, auth), key_id, body)
     return await _page(request, auth, session, scope, created, status=201)
 
