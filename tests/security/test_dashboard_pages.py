@@ -193,6 +193,8 @@ async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the
             assert await page.evaluate("localStorage.getItem('htmx-history-cache')") is None
             await page.click("#local-time")
             await page.wait_for_url("**tz=Asia%2F*")  # the zone of the context (ICU may say Calcutta)
+            await page.wait_for_selector("#utc-time")
+            await page.wait_for_selector("[data-chart=tokens] canvas")  # drawn again in what htmx swapped in
             await page.click("#utc-time")
             await page.wait_for_url("**tz=UTC**")
             await page.click("text=Requests")
