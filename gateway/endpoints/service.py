@@ -276,7 +276,7 @@ class Endpoints:
 
     async def patch(self, name: str, changes: dict[str, Any]) -> EndpointStatus:
         team_id = changes.get("team_id")
-        if isinstance(team_id, str):  # another type is refused with the spec's own message
+        if isinstance(team_id, str) and self.registry.get(name) is not None:  # else the spec's own message, a 404
             await self._check_team(team_id, "a private endpoint")
         async with self._admin:
             spec = await self.registry.patch(name, changes)
