@@ -296,7 +296,6 @@ class Endpoints:
             metrics.forget(name)
             log.info("endpoint_deleted", endpoint=name)
 
-
     async def _check_team(self, team_id: str | None, what: str) -> None:
         if team_id is None or self.team_exists is None or await self.team_exists(team_id):
             return
