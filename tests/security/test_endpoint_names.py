@@ -127,8 +127,8 @@ def refused_at_start(tmp_path, config: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("name", "words"), [REFUSED[0], REFUSED[3], REFUSED[6], REFUSED[10], REFUSED[-1]],
-                         ids=["tgi", "adapters", "dot-dot", "colon", "too-long"])
+@pytest.mark.parametrize(("name", "words"), [REFUSED[i] for i in (0, 3, 6, 10, 11, -1)],
+                         ids=["tgi", "adapters", "dot-dot", "colon", "empty-part", "too-long"])
 def test_a_config_file_with_such_a_name_does_not_start(tmp_path, worker, name, words):
     line = refused_at_start(tmp_path, f'[[models]]\nname = "{name}"\nurls = ["{worker.url}"]\n')
     assert "invalid configuration" in line and "`name`" in line and words in line, line
