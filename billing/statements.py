@@ -17,7 +17,7 @@ from billing.store.base import UsageStore
 from billing.store.sql import Params
 from billing.usage import micros_to_decimal
 
-_MONTH = re.compile(r"(\d{4})-(\d{2})")
+_MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits: `\d` takes "٢٠٢٦-١١" too
 
 
 class StatementLine(msgspec.Struct):

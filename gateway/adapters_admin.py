@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 from gateway.adapters import SEPARATOR
 from gateway.dialects.base import convert
-from gateway.endpoints.spec import check_adapter_source
+from gateway.endpoints.spec import ADAPTERS_WORD, check_adapter_source
 from gateway.errors import NotFound, ValidationFailed
 from gateway.services import Services
 from common.protocol import AdapterName, AdapterSource
@@ -38,13 +38,14 @@ def _listing(services: Services, endpoint: str) -> dict:
 
 def adapter_path(rest: str, endpoints: Collection[str]) -> tuple[str, str | None] | None:
     """(endpoint, adapter name or None) when the path after /admin/endpoints is `<endpoint>/adapters` or
-    `<endpoint>/adapters/<name>`; None when it is an endpoint's whole name (`org/adapters` may be a model) or
-    neither. Endpoint names hold '/' (hub ids), so the path is read from its end."""
+    `<endpoint>/adapters/<name>`; None when it is an endpoint's whole name (one stored before names were
+    refused a part `adapters`, spec.ADAPTERS_WORD) or neither. Endpoint names hold '/' (hub ids), so the path
+    is read from its end."""
     if rest.strip("/") in endpoints:
         return None
     parts = rest.strip("/").split("/")
     for cut in (1, 2):  # ".../adapters" or ".../adapters/<name>"
-        if len(parts) > cut and parts[-cut] == "adapters":
+        if len(parts) > cut and parts[-cut] == ADAPTERS_WORD:
             return "/".join(parts[:-cut]), parts[-1] if cut == 2 else None
     return None
 

@@ -33,7 +33,8 @@ from gateway import shutdown
 from gateway.config import Settings
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.static import StaticProvisioner
-from gateway.endpoints.service import Endpoints, ProvisionerFactory, default_provisioners
+from gateway.endpoints.errors import InvalidEndpoint
+from gateway.endpoints.service import Endpoints, ProvisionerFactory, TeamExists, default_provisioners
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.health_probe import GenerationProbe
 from gateway.limits import open_limiter
@@ -160,12 +161,15 @@ class GatewayServices(InitPluginProtocol):
         try:
             endpoints = await Endpoints.open(url, settings.models, data, settings.scaling,
                                              provisioners=None if self.supervise else _no_local_workers(data),
-                                             on_fatal=shutdown.fail, read_timeout=settings.request_timeout_s)
+                                             on_fatal=shutdown.fail, read_timeout=settings.request_timeout_s,
+                                             team_exists=_team_lookup(auth))
         except StoreUnavailable as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(endpoints.drain_and_stop)
         try:
             await endpoints.start()
+        except InvalidEndpoint as error:  # a config entry the store contradicts (a team that does not exist)
+            raise StartupError(f"invalid configuration: {error.message}") from error
         except Exception as error:  # e.g. the ECS service of a stored endpoint is gone
             raise StartupError(f"an endpoint cannot start ({_cause(error)}): fix its provisioner settings, or "
                                "delete it with DELETE /admin/endpoints/{name}") from error
@@ -179,6 +183,13 @@ class GatewayServices(InitPluginProtocol):
         probe = GenerationProbe(endpoints.router, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
         return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), probe=probe)
+
+
+def _team_lookup(auth: AuthService) -> TeamExists:
+    async def team_exists(team_id: str) -> bool:
+        return await auth.store.get_team(team_id) is not None
+
+    return team_exists
 
 
 def _no_local_workers(data: Path) -> ProvisionerFactory:

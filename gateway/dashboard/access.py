@@ -10,6 +10,7 @@ from litestar.datastructures import Cookie
 
 from auth.service import AuthService
 from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
+from gateway.dashboard.fields import ascii_whole
 from gateway.dashboard.scope import Scope, key_is_live, resolve
 from gateway.dashboard.sessions import COOKIE, LIFETIME_SECONDS, Session, SessionStore
 
@@ -39,8 +40,8 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, An
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != FORM:
         raise UnsupportedMediaType(f"Dashboard forms are sent as {FORM}.")
-    length = request.headers.get("content-length") or "0"
-    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+    length = ascii_whole(request.headers.get("content-length") or "0")
+    if length is None or length > MAX_FORM_BYTES:
         raise PayloadTooLarge(f"A dashboard form holds at most {MAX_FORM_BYTES} bytes.")
     try:
         form = await request.form()

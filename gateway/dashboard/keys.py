@@ -28,6 +28,7 @@ from gateway.dashboard.access import (
     posted_form,
     signed_in_scope,
 )
+from gateway.dashboard.fields import whole_number
 from gateway.dashboard.render import when
 from gateway.dashboard.scope import Scope, key_is_live
 from gateway.dashboard.sessions import Session, SessionStore
@@ -142,8 +143,7 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
 @post("/keys/{key_id:str}/rotate", opt=PUBLIC, status_code=201)
 async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
-    grace = form.get("grace_seconds") or "0"
-    body = body_as({"grace_seconds": int(grace) if grace.isdigit() else grace}, RotateKey)
+    body = body_as({"grace_seconds": whole_number(form.get("grace_seconds") or "0", "grace_seconds")}, RotateKey)
     created = await auth.team_keys.rotate(_actor(request, session, auth), _manager(scope), _acting_team(scope),
                                           key_id, body)
     return await _page(request, auth, session, scope, created, status=201)

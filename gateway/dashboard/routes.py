@@ -39,6 +39,7 @@ from gateway.dashboard.access import (
     signed_in_scope,
 )
 from gateway.dashboard.filters import RANGES, View, read_view
+from gateway.dashboard.headers import page_headers
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.scope import Scope
 from gateway.dashboard.sessions import Session, SessionStore
@@ -196,4 +197,5 @@ def dashboard_router() -> Router:
                                                   teams_page, *KEY_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
-                  exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first})
+                  exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},
+                  middleware=[page_headers])  # CSP, no framing, no-store: on every answer, error pages included

@@ -42,7 +42,8 @@ Views
                                                      # spec's and the admin API's (stored; deleted with it)
 
 Admin (POST/GET/PATCH/DELETE /admin/endpoints[/{name}], names taken whole, `/` included)
-    await endpoints.create(body) -> EndpointStatus   # InvalidEndpoint (422) naming the field;
+    await endpoints.create(body) -> EndpointStatus   # InvalidEndpoint (422) naming the field (a private
+                                                     # endpoint's team_id must name a team: `team_exists`);
                                                      # EndpointConflict (409) if the name exists
     endpoints.get(name) / endpoints.list()
     await endpoints.patch(name, changes)             # PATCHABLE fields only; bounds and idle time apply
@@ -55,7 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 ProvisionerFactory = Callable[[EndpointSpec], Provisioner]
+TeamExists = Callable[[str], Awaitable[bool]]  # the auth store's answer: is this a team's id?
 
 
 def default_provisioners(data_dir: Path, standby: StandbyWorkers | None) -> ProvisionerFactory:
@@ -106,7 +108,7 @@ class Endpoints:
     def __init__(self, registry: EndpointRegistry, store: EndpointStore, settings: ScalingSettings,
                  provisioners: ProvisionerFactory, *, standby: StandbyWorkers | None = None,
                  on_fatal: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 read_timeout: float = 840.0):
+                 read_timeout: float = 840.0, team_exists: TeamExists | None = None):
         self.registry = registry
         self.store = store
         self.settings = settings
@@ -114,6 +116,7 @@ class Endpoints:
         self.standby = standby
         self.on_fatal = on_fatal
         self.clock = clock
+        self.team_exists = team_exists  # None: no team to check against (tests of the scaling machinery)
         self.router = Router(read_timeout=read_timeout)  # settings.request_timeout_s
         self.controllers: dict[str, EndpointController] = {}
         self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
@@ -122,21 +125,27 @@ class Endpoints:
     @classmethod
     async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
                    settings: ScalingSettings | None = None, *, provisioners: ProvisionerFactory | None = None,
-                   on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0) -> Endpoints:
+                   on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0,
+                   team_exists: TeamExists | None = None) -> Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
-        `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s)."""
+        `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s).
+        `team_exists`: whether a private endpoint's `team_id` names a team (the gateway asks the auth store)."""
         settings = settings or ScalingSettings()
         standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
         store = await EndpointStore.open(database_url)
         return cls(EndpointRegistry(store, declared), store, settings,
                    provisioners or default_provisioners(data_dir, standby), standby=standby, on_fatal=on_fatal,
-                   read_timeout=read_timeout)
+                   read_timeout=read_timeout, team_exists=team_exists)
 
     # ---- lifecycle ----
 
     async def start(self) -> None:
+        """InvalidEndpoint when an endpoint of the config file names a team that does not exist."""
         specs = await self.registry.load()
+        for spec in specs:
+            if self.registry.declared(spec.name):  # the API's were checked when created or patched
+                await self._check_team(spec.team_id, f"the endpoint {spec.name!r} of the config file")
         await self.adapters.load({spec.name for spec in specs})
         for spec in specs:
             await self._launch(spec)
@@ -254,6 +263,7 @@ class Endpoints:
             spec = body if isinstance(body, EndpointSpec) else parse_endpoint(body)
         except (msgspec.ValidationError, ValueError) as error:
             raise InvalidEndpoint(str(error)) from error
+        await self._check_team(spec.team_id, "a private endpoint")
         async with self._admin:
             await self.registry.create(spec)
             try:
@@ -265,6 +275,9 @@ class Endpoints:
             return controller.status()
 
     async def patch(self, name: str, changes: dict[str, Any]) -> EndpointStatus:
+        team_id = changes.get("team_id")
+        if isinstance(team_id, str) and self.registry.get(name) is not None:  # else the spec's own message, a 404
+            await self._check_team(team_id, "a private endpoint")
         async with self._admin:
             spec = await self.registry.patch(name, changes)
             controller = self.controllers[name]
@@ -282,6 +295,13 @@ class Endpoints:
             self.router.drop_pool(name)
             metrics.forget(name)
             log.info("endpoint_deleted", endpoint=name)
+
+    async def _check_team(self, team_id: str | None, what: str) -> None:
+        if team_id is None or self.team_exists is None or await self.team_exists(team_id):
+            return
+        raise InvalidEndpoint(f"`team_id`: {what} belongs to a team, and {team_id[:80]!r} is no team's id; create "
+                              "the team first (POST /admin/teams or `sluice teams create`) and give its id",
+                              param="team_id")
 
 
 def _may_see(spec: EndpointSpec, principal: Principal | None) -> bool:

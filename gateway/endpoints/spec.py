@@ -16,6 +16,7 @@ Every rule raises a `ValueError` naming its field; msgspec reports it with the e
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -23,9 +24,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from common.protocol import ModelConfig
+from gateway.routing.pool import DEFAULT_MODEL_ALIASES
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 NAME_LIMIT = 256
+_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a hub id's parts; no "..", no ":" (adapters)
+ADAPTERS_WORD = "adapters"  # /admin/endpoints/<endpoint>/adapters[/<name>]: never a part of a name
 S3_SCHEME = "s3://"
 # fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
 PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting",
@@ -137,12 +141,26 @@ def parse_endpoint(raw: Any) -> EndpointSpec:
 
 
 def _check_name(name: str) -> None:
+    """A name is a path under /admin/endpoints and a `model` value, so it must mean nothing else there: parts of
+    letters, digits, `.`, `_`, `-` (no `..`, no `:` that names an adapter), none of them the adapters' path word,
+    and not a word the model field already means (`tgi`: the first endpoint the caller may see)."""
     if not name or len(name) > NAME_LIMIT:
         raise ValueError(f"`name` must be 1 to {NAME_LIMIT} characters")
     if any(c.isspace() or not c.isprintable() for c in name):
         raise ValueError("`name` must not contain spaces or control characters")
-    if name.startswith("/") or name.endswith("/") or "//" in name:
+    parts = name.split("/")
+    if "" in parts:
         raise ValueError("`name` may contain `/` only between two parts (as in `org/model`)")
+    for part in parts:
+        if not _NAME_PART.fullmatch(part):
+            raise ValueError(f"`name`: each part between `/` starts with a letter or digit and holds only letters, "
+                             f"digits, `.`, `_` and `-` (got {part[:40]!r}; `:` names an adapter, `..` a parent)")
+        if part == ADAPTERS_WORD:
+            raise ValueError(f"`name` must not hold the part `{ADAPTERS_WORD}`: /admin/endpoints/<name>/"
+                             f"{ADAPTERS_WORD} is the path of an endpoint's adapters")
+    if name.lower() in DEFAULT_MODEL_ALIASES:
+        raise ValueError(f"`name` must not be {name!r}: the model names {', '.join(sorted(DEFAULT_MODEL_ALIASES))} "
+                         "stand for the first endpoint a caller may see")
 
 
 # (field, test, what it must be): the worker settings that ModelConfig itself leaves unchecked

@@ -10,7 +10,8 @@ from tests.gateway.route_table import envelope
 
 
 async def test_info_routes_follow_the_callers_key(gateway, worker):
-    private = {"name": "org/private", "urls": [worker.url], "team_id": "another-team"}
+    another = await gateway.post("/admin/teams", json={"name": "another"}, headers=gateway.admin_headers)
+    private = {"name": "org/private", "urls": [worker.url], "team_id": another.json()["id"]}
     assert (await gateway.post("/admin/endpoints", json=private, headers=gateway.admin_headers)).status_code == 201
     allowed = await new_key(gateway, models=[MODEL])
     barred = await new_key(gateway, models=["some-other-model"])

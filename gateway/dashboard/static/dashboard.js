@@ -50,5 +50,15 @@ function setZone(button) {
   button.form.requestSubmit();
 }
 
+// The pages hold no inline handler (the Content-Security-Policy allows no inline script): the controls say what
+// they do in data attributes, and these listeners on the document serve them, also in content htmx swapped in.
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-set-zone]");
+  if (button) setZone(button);
+});
+document.addEventListener("change", (event) => {
+  if (event.target.matches("select[data-submit-on-change]")) event.target.form.submit();
+});
+
 document.addEventListener("DOMContentLoaded", () => drawCharts(document));
 document.addEventListener("htmx:afterSettle", () => drawCharts(document));
