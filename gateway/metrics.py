@@ -20,8 +20,10 @@ from prometheus_client import (
 from prometheus_client.metrics import MetricWrapperBase
 
 from auth.middleware import PUBLIC
+from billing.metrics import SHIPPING_BLOCKED
 
 REGISTRY = CollectorRegistry()
+REGISTRY.register(SHIPPING_BLOCKED)
 LABELS = ("dialect", "route", "model", "status")
 
 REQUESTS = Counter("sluice_requests", "Generation requests by outcome", LABELS, registry=REGISTRY)
