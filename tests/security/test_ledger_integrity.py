@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 import zlib
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 from prometheus_client import generate_latest
 
 from billing import bounds
 from billing.ledger import Ledger
+from billing.records import LedgerEntry
 from billing.metrics import SHIPPING_BLOCKED
 from billing.pricing import PricingTable
 from billing.usage import UsageQuery
@@ -206,3 +209,34 @@ def test_a_huge_model_name_404_then_ordinary_requests_every_record_reaches_the_u
         assert sorted(r["error_status"] or 200 for r in records) == sorted(statuses)
         assert all(len(r["model"]) <= bounds.MAX_NAME_CHARS for r in records)
         assert sum(r["model"] == MODEL for r in records) == statuses.count(200)
+
+
+@pytest.mark.slow
+def test_a_gateway_whose_log_is_corrupt_mid_segment_answers_503_until_it_is_moved_aside(tmp_path):
+    """A log left by an earlier process with a bad frame in the middle: the gateway starts, says so (log line,
+    gauge), refuses new requests with 503 `ledger_unavailable`, and deletes nothing; moved aside, it serves."""
+    wal = tmp_path / "gw" / "billing-wal"
+    wal.mkdir(parents=True)
+    encode = msgspec.msgpack.Encoder().encode
+    recs = [usage(request_id=f"left-{i}") for i in range(20)]
+    frames = [frame(encode(LedgerEntry(rec, 0, 0, 0, time.time()))) for rec in recs]
+    frames[5] = frames[5][:-1] + bytes([frames[5][-1] ^ 0xFF])  # a bad checksum, with 14 whole frames after it
+    segment = segment_path(wal, 1)
+    segment.write_bytes(b"".join(frames))
+    damaged = segment.read_bytes()
+    with stub_worker() as stub, gateway(tmp_path / "gw", stub) as server:
+        refused = generate(server, ADMIN_KEY, MODEL)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "ledger_unavailable"
+        assert refused.headers["retry-after"]
+        assert server.log_events("billing.shipper.corrupt_log")[0]["segment"] == segment.name
+        metrics = httpx.get(f"{server.url}/metrics", timeout=30, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        assert "sluice_ledger_shipping_blocked 1.0" in metrics.text
+        assert segment.read_bytes() == damaged  # nothing skipped, nothing deleted
+
+        os.rename(segment, tmp_path / "aside.log")
+        deadline = time.monotonic() + 30
+        while (served := generate(server, ADMIN_KEY, MODEL)).status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert served.status_code == 200
+        records = wait_for_records(server, 6)
+        assert {r["request_id"] for r in records} >= {f"left-{i}" for i in range(5)}
