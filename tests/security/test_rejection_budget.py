@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from billing.bounds import MAX_NAME_CHARS
+from gateway.config import load_settings
 from tests.faults.conftest import create_key, gateway, stub_worker, wait_for_records
 from tests.faults.load import MODEL
 
@@ -115,3 +116,11 @@ def test_the_redis_budget_outlives_a_gateway(tmp_path, redis):
         assert [unknown_model(server, key, "10.4.0.1").status_code for _ in range(BUDGET)] == [404] * BUDGET
     with sluice(tmp_path, config) as server:
         assert_budget_refusal(unknown_model(server, key, "10.4.0.2"))
+
+
+@pytest.mark.parametrize("value", [0, -1, "many"])
+def test_the_budget_setting_refuses_a_value_that_would_refuse_every_refusal(tmp_path, value):
+    config = tmp_path / "sluice.toml"
+    config.write_text(f"rejections_per_minute = {value!r}\n".replace("'", '"'))
+    with pytest.raises(SystemExit, match="rejections_per_minute"):
+        load_settings(str(config))
