@@ -58,9 +58,9 @@ class Corrupt(Exception):
 
 def read_frames(path: Path, offset: int, limit: int | None, max_frames: int) -> tuple[list[bytes], int]:
     """Payloads of whole, intact frames from `offset` up to `limit` bytes (None: end of file);
-    returns them with the offset just past the last one. A torn tail (the last frame of the file cut
-    short) ends the read quietly; a frame that cannot be read with bytes after it raises Corrupt, once
-    no whole frame comes before it."""
+    returns them with the offset just past the last one. A torn tail (what a crash mid-write leaves at
+    the end of a file: no whole frame in it) ends the read quietly; any other frame that cannot be read
+    raises Corrupt, once no whole frame comes before it."""
     payloads: list[bytes] = []
     with open(path, "rb") as f:
         file_end = os.fstat(f.fileno()).st_size
@@ -73,26 +73,41 @@ def read_frames(path: Path, offset: int, limit: int | None, max_frames: int) -> 
     while len(payloads) < max_frames and pos + _HEADER.size <= len(data):
         size, crc = _HEADER.unpack_from(data, pos)
         end = pos + _HEADER.size + size
-        problem = None
-        if size > MAX_FRAME:
-            problem = f"a frame header claims {size} bytes, over the frame limit of {MAX_FRAME}"
-        elif end > len(data):
-            if offset + end <= stop:
-                break  # the frame continues past this read: the next one starts with it
-            if limit is None and offset + end > file_end:
-                break  # torn tail: the file ends inside its last frame
-            problem = f"a frame of {size} bytes runs past the durable end of the segment"
-        elif zlib.crc32(data[pos + _HEADER.size:end]) != crc:
-            if limit is None and offset + end == file_end:
-                break  # torn tail: the last frame's bytes never reached the disk
-            problem = "a frame's checksum does not match its payload"
-        if problem is not None:
-            if payloads:
-                break  # hand over what came before; the next read starts at the bad frame and raises
-            raise Corrupt(path, offset + pos, problem)
-        payloads.append(data[pos + _HEADER.size:end])
-        pos = end
+        if 0 < size <= MAX_FRAME and end <= len(data) and zlib.crc32(data[pos + _HEADER.size:end]) == crc:
+            payloads.append(data[pos + _HEADER.size:end])
+            pos = end
+            continue
+        if 0 < size <= MAX_FRAME and end > len(data) and offset + end <= stop:
+            break  # a whole frame that continues past this read: the next read starts with it
+        if payloads:
+            break  # hand over what came before; the next read starts at the bad frame
+        # at the end of the file (a read that starts at a bad frame always reaches it when the frame could be
+        # torn: a frame is far shorter than a read) and with no whole frame after it: a torn tail
+        if limit is None and offset + len(data) == file_end and _first_whole_frame(data, pos) is None:
+            break
+        raise Corrupt(path, offset + pos, _problem(size, end, len(data)))
     return payloads, offset + pos
+
+
+def _first_whole_frame(data: bytes, start: int) -> int | None:
+    """The first offset from `start` where a whole frame with an intact checksum begins (of any size but 0: the
+    writer never writes an empty payload, and a zero-filled tail is made of "frames" of 0 bytes)."""
+    for at in range(start, len(data) - _HEADER.size):
+        size, crc = _HEADER.unpack_from(data, at)
+        end = at + _HEADER.size + size
+        if 0 < size and end <= len(data) and zlib.crc32(data[at + _HEADER.size:end]) == crc:
+            return at
+    return None
+
+
+def _problem(size: int, end: int, available: int) -> str:
+    if size == 0:
+        return "an empty frame, which the writer never writes"
+    if size > MAX_FRAME:
+        return f"a frame of {size} bytes, over the frame limit of {MAX_FRAME}"
+    if end > available:
+        return f"a frame of {size} bytes runs past the durable end of the segment, or into a later whole frame"
+    return "a frame's checksum does not match its payload"
 
 
 def _fsync_dir(path: Path) -> None:

@@ -124,7 +124,7 @@ def frame_offsets(path: Path) -> list[int]:
     return offsets
 
 
-@pytest.mark.parametrize("damage", ["checksum", "oversized_frame"])
+@pytest.mark.parametrize("damage", ["checksum", "oversized_frame", "size_past_the_end"])
 async def test_an_unreadable_frame_mid_segment_stops_shipping_loudly_and_loses_nothing(tmp_path, damage):
     recs, seq = await write_unshipped(tmp_path, 40)
     path = segment_path(tmp_path / "wal", seq)
@@ -133,6 +133,9 @@ async def test_an_unreadable_frame_mid_segment_stops_shipping_loudly_and_loses_n
     data = bytearray(path.read_bytes())
     if damage == "checksum":
         data[bad + 9] ^= 0xFF  # one byte of the payload flipped
+    elif damage == "size_past_the_end":
+        # a length that runs past the end of the file, as a torn tail's does, yet whole frames follow it
+        struct.pack_into("<I", data, bad, len(data) - bad)
     else:
         # what main wrote for a 1.1 MB model name: a whole, CRC-valid frame larger than the reader's limit
         payload = b"\x00" * (MAX_FRAME + 100)
@@ -179,6 +182,24 @@ async def test_an_unreadable_frame_mid_segment_stops_shipping_loudly_and_loses_n
 async def _until(condition) -> None:
     while not condition():
         await asyncio.sleep(0.1)
+
+
+async def test_a_torn_or_zero_filled_tail_is_no_corruption(tmp_path):
+    """What a crash leaves at the end of a segment (part of a frame, or zeros where the file grew before its data
+    reached the disk) was never acknowledged: every record before it ships and the segment goes."""
+    recs, seq = await write_unshipped(tmp_path, 30)
+    path = segment_path(tmp_path / "wal", seq)
+    whole = path.read_bytes()
+    last = frame_offsets(path)[-1]
+    for tail in (b"\x00" * 4096, whole[last:-3], whole[last:last + 5]):
+        path.write_bytes(whole + tail)
+        ledger = await open_ledger(tmp_path)
+        try:
+            assert ledger._shipper.blocked is None
+            assert set(await stored(ledger)) == {r.request_id for r in recs}
+            assert not path.exists()
+        finally:
+            await ledger.close()
 
 
 def generate(server, key: str, model: str) -> httpx.Response:
