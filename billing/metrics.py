@@ -7,6 +7,7 @@ from prometheus_client import Gauge
 
 SHIPPING_BLOCKED = Gauge(
     "sluice_ledger_shipping_blocked",
-    "1 while the usage log's shipper is stopped at bytes it cannot read (new requests get 503 ledger_unavailable)",
+    "Usage-log shippers of this process stopped at bytes they cannot read (1: new requests get 503 "
+    "ledger_unavailable)",
     registry=None,
 )

@@ -50,6 +50,9 @@ class Shipper:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self.blocked is not None:  # no longer this process's to ship (the next start or sweep says so again)
+            self.blocked = None
+            SHIPPING_BLOCKED.dec()
 
     def caught_up(self) -> bool:
         return (self.seq, self.offset) >= (self.writer.seq, self.writer.durable_offset)
@@ -106,14 +109,15 @@ class Shipper:
         if self.blocked is None or str(self.blocked) != str(corrupt):
             log.error("billing.shipper.corrupt_log", segment=corrupt.path.name, offset=corrupt.offset,
                       reason=corrupt.reason, detail="shipping stopped here; nothing after it is skipped or deleted")
+        if self.blocked is None:
+            SHIPPING_BLOCKED.inc()
         self.blocked = corrupt
-        SHIPPING_BLOCKED.set(1)
 
     def _unblock(self) -> None:
         if self.blocked is not None:
             log.info("billing.shipper.unblocked", segment=self.blocked.path.name)
             self.blocked = None
-            SHIPPING_BLOCKED.set(0)
+            SHIPPING_BLOCKED.dec()
 
     async def _run(self) -> None:
         backoff = 0.05
