@@ -20,7 +20,7 @@ from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.store import Store, open_store
 from auth.team_keys import TeamKeys
-from auth.throttle import FailureThrottle
+from auth.throttle import FailureBudget, FailureThrottle
 from common.errors import StoreUnavailable
 
 log = structlog.get_logger("auth")
@@ -54,8 +54,9 @@ class Bootstrap(msgspec.Struct):
 
 class AuthService:
     def __init__(self, store: Store, hasher: KeyHasher, *, cache_ttl: float = 0.5, touch_interval: float = 30.0,
-                 throttle: FailureThrottle | None = None, trusted_proxies: Iterable[str] = (),
-                 default_team_limits: Limits | None = None, outage_grace: float = 3600.0) -> None:
+                 throttle: FailureThrottle | None = None, failure_budget: FailureBudget | None = None,
+                 trusted_proxies: Iterable[str] = (), default_team_limits: Limits | None = None,
+                 outage_grace: float = 3600.0) -> None:
         self._store = store
         self._hasher = hasher
         self._keys = TtlCache(cache_ttl)
@@ -63,6 +64,7 @@ class AuthService:
         self._roles = TtlCache(cache_ttl)
         self._blocks = TtlCache(cache_ttl)  # (team, key) -> whether the team's owners blocked the key there
         self._throttle = throttle or FailureThrottle()
+        self._failure_budget = failure_budget  # shared beyond this process (auth/throttle.py); None: none
         self.clients = ClientAddresses(trusted_proxies)  # who the throttle and the audit log see
         self._default_team_limits = default_team_limits  # the limits of a new deployment's "default" team
         self._touch_interval = touch_interval
@@ -75,8 +77,8 @@ class AuthService:
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
-        """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, trusted_proxies (CIDRs whose
-        X-Forwarded-For names the client), default_team_limits, outage_grace."""
+        """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, failure_budget,
+        trusted_proxies (CIDRs whose X-Forwarded-For names the client), default_team_limits, outage_grace."""
         hasher = KeyHasher(pepper)
         return cls(await open_store(database_url), hasher, **options)
 
@@ -96,19 +98,20 @@ class AuthService:
         token = bearer_token(authorization)
         if token is None:
             if authorization:
-                raise self._fail(client, mono, "malformed", AuthError.invalid_key(
+                raise await self._fail(client, mono, "malformed", AuthError.invalid_key(
                     "Malformed Authorization header; expected 'Bearer <API key>'."))
-            raise AuthError(401, "missing_api_key", "Missing API key; send 'Authorization: Bearer <API key>'.")
+            missing = AuthError(401, "missing_api_key", "Missing API key; send 'Authorization: Bearer <API key>'.")
+            raise await self._over_budget(client, missing)  # not a guess: the budget only, not the throttle
         key_id = self._hasher.key_id(token)
         key = await self._key(key_id, mono) if key_id is not None else None
         if key is None or not self._hasher.matches(token, key.secret_hash):
-            raise self._fail(client, mono, "unknown", AuthError.invalid_key(), key_id)
+            raise await self._fail(client, mono, "unknown", AuthError.invalid_key(), key_id)
         wall = now()
         if key.revoked_at is not None:
-            raise self._fail(client, mono, "revoked",
+            raise await self._fail(client, mono, "revoked",
                              AuthError(401, "revoked_api_key", "This API key has been revoked."), key_id)
         if key.expires_at is not None and key.expires_at <= wall:
-            raise self._fail(client, mono, "expired",
+            raise await self._fail(client, mono, "expired",
                              AuthError(401, "expired_api_key", "This API key has expired."), key_id)
         team, role = await self._team_for(key, team_header, mono)
         self._note_use(key.id, wall)
@@ -170,15 +173,21 @@ class AuthService:
                 raise
             return hit
 
-    def _fail(self, client: str, mono: float, reason: str, refusal: AuthError, key_id: str | None = None) -> AuthError:
+    async def _fail(self, client: str, mono: float, reason: str, refusal: AuthError,
+                    key_id: str | None = None) -> AuthError:
         """Count a failed attempt; the refusal to raise: `refusal`, or 429 once the client has failed too often
         (so a throttled guesser learns nothing from the answer and must wait)."""
         wait = self._throttle.retry_after(client, mono)
         self._throttle.failed(client, mono)
         log.info("auth.failed", reason=reason, client=client, key_id=key_id, throttled=wait is not None)  # no token
         if wait is not None:
-            return AuthError(429, "rate_limited", "Too many failed authentication attempts; retry later.", wait)
-        return refusal
+            return _too_many(wait)
+        return await self._over_budget(client, refusal)
+
+    async def _over_budget(self, client: str, refusal: AuthError) -> AuthError:
+        """Count a refusal against the client's failure budget: `refusal`, or 429 once it is spent."""
+        wait = await self._failure_budget(client) if self._failure_budget is not None else None
+        return refusal if wait is None else _too_many(wait)
 
     def _forget(self, key: str | None = None, team: str | None = None, user: str | None = None,
                 block: tuple[str, str] | None = None) -> None:
@@ -254,3 +263,7 @@ class AuthService:
                 await self._flush_task
         await self.flush_usage()
         await self._store.close()
+
+
+def _too_many(wait: float) -> AuthError:
+    return AuthError(429, "rate_limited", "Too many failed authentication attempts; retry later.", wait)

@@ -5,9 +5,18 @@ A token bucket per client (the real client: `auth.forwarded`): `burst` failures 
 429 instead of 401, so a guesser learns nothing and must wait; a valid key is never refused (many
 customers may share one address, and a 160-bit secret is not guessed anyway). State is per process
 and bounded in size.
+
+Beside it, the application may pass a `FailureBudget`: a count of refusals per client shared beyond this
+process (the gateway's is a window of its limiter, in Redis when configured: gateway/rejections.py). Every 401
+counts against it, a missing key included; once it is spent, the refusal is a 429 as well.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+# client -> count one refusal; the seconds the client must wait when it is over its budget, else None
+FailureBudget = Callable[[str], Awaitable[float | None]]
 
 
 class FailureThrottle:

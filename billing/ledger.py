@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import structlog
 
+from billing.bounds import bounded
 from billing.insights.aggregate import usage_report
 from billing.insights.requests import every_page
 from billing.pricing import PricingTable
@@ -18,7 +19,7 @@ from billing.records import LedgerEntry, UsageRecord
 from billing.shipper import Shipper
 from billing.store import UsageStore, open_store
 from billing.usage import UsageQuery, UsageReport
-from billing.wal import WalWriter, frame, list_segments
+from billing.wal import Corrupt, WalWriter, frame, list_segments
 from common.errors import LedgerUnavailable
 
 log = structlog.get_logger(__name__)
@@ -53,6 +54,8 @@ class Ledger:
             shipper = Shipper(wal_dir, writer, store, first_seq=existing[0] if existing else writer.seq)
             try:
                 await shipper.drain()
+            except Corrupt:
+                pass  # logged and flagged by the shipper: the gateway starts, and refuses requests until it is fixed
             except BaseException:
                 await writer.close()
                 raise
@@ -68,7 +71,11 @@ class Ledger:
         """Raise LedgerUnavailable while the log's disk has less than `min_free_bytes` free: a request
         admitted now might not be recordable when it ends. The space left is the reserve that the
         records of requests already admitted are written into; new requests are admitted again as soon
-        as space returns."""
+        as space returns. Also while the shipper is stopped at unreadable bytes in the log: what is
+        recorded then cannot reach the database, and the log only grows."""
+        if self._shipper.blocked is not None:
+            raise LedgerUnavailable("the usage ledger cannot ship its log (an operator has been alerted); "
+                                    "requests resume once it is repaired")
         now = time.monotonic()
         if now - self._space_checked >= SPACE_CHECK_INTERVAL:
             self._space_checked = now
@@ -87,7 +94,8 @@ class Ledger:
     async def record(self, rec: UsageRecord) -> None:
         """Returns once the priced record is on stable storage. Cancelling the caller does not
         withdraw the record. Raises ValueError for a malformed record, LedgerUnavailable when the log
-        cannot be written."""
+        cannot be written. Strings longer than their bound (billing/bounds.py) are stored cut."""
+        rec = bounded(rec)
         if rec.status == "rejected" and (rec.prompt_tokens or rec.completion_tokens or rec.compute_tokens):
             rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0)
         price = self.pricing.price(rec.model, rec.time)
@@ -106,7 +114,8 @@ class Ledger:
             raise LedgerUnavailable(f"the usage ledger cannot write its log ({exc.strerror or exc})") from exc
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Wait until everything recorded so far is in the database (tests, shutdown, audits)."""
+        """Wait until everything recorded so far is in the database (tests, shutdown, audits). Raises
+        wal.Corrupt at once when unreadable bytes in the log stop the shipper: no wait would help."""
         async def ship() -> None:
             await self._writer.settle()
             backoff = 0.05
@@ -114,6 +123,8 @@ class Ledger:
                 try:
                     await self._shipper.drain()
                     return
+                except Corrupt:
+                    raise
                 except Exception:  # noqa: BLE001 - the database is away; keep trying until timeout
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
@@ -138,7 +149,7 @@ class Ledger:
         await self._writer.close()
         try:
             await self.flush(timeout)
-        except TimeoutError:
+        except (TimeoutError, Corrupt):
             log.warning("billing.ledger.close_unshipped", detail="left in the WAL for the next start")
         await self._shipper.stop()
         await self._shipper.retire_current()

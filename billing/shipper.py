@@ -1,6 +1,12 @@
 """Moves write-ahead-log entries into the database, oldest first, and deletes a segment only after
 the database confirmed every entry in it. Failures are retried forever with backoff; inserts are
-idempotent on request id, so a batch confirmed but not acknowledged is simply shipped again."""
+idempotent on request id, so a batch confirmed but not acknowledged is simply shipped again.
+
+Bytes the reader cannot read in the middle of a segment (`wal.Corrupt`) stop the shipper where they are:
+nothing after them is skipped or deleted. It says so loudly (an error log line, the
+`sluice_ledger_shipping_blocked` gauge, and `blocked`, which makes the ledger refuse new requests with 503)
+and looks again every few seconds, so an operator who repairs or moves the segment aside
+(docs/api.md, "What the usage ledger stores") resumes it without a restart."""
 
 from __future__ import annotations
 
@@ -11,9 +17,10 @@ from pathlib import Path
 import msgspec
 import structlog
 
+from billing.metrics import SHIPPING_BLOCKED
 from billing.records import LedgerEntry
 from billing.store.base import UsageStore
-from billing.wal import WalWriter, list_segments, read_frames, segment_path
+from billing.wal import Corrupt, WalWriter, list_segments, read_frames, segment_path
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +37,7 @@ class Shipper:
         self.seq, self.offset = first_seq, 0  # cursor: everything before it is in the database
         self.shipped = 0  # entries the database confirmed in this process (new or already there)
         self.failures = 0
+        self.blocked: Corrupt | None = None  # where shipping stopped at unreadable bytes, until they are gone
         self._decoder = msgspec.msgpack.Decoder(LedgerEntry)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -42,6 +50,9 @@ class Shipper:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self.blocked is not None:  # no longer this process's to ship (the next start or sweep says so again)
+            self.blocked = None
+            SHIPPING_BLOCKED.dec()
 
     def caught_up(self) -> bool:
         return (self.seq, self.offset) >= (self.writer.seq, self.writer.durable_offset)
@@ -61,8 +72,12 @@ class Shipper:
                 try:
                     payloads, end = await loop.run_in_executor(None, read_frames, path, self.offset, limit,
                                                                self.batch_size)
-                except FileNotFoundError:  # a segment numbers skipped by a failed open
+                except FileNotFoundError:  # a segment numbers skipped by a failed open (or one moved aside)
                     payloads, end = [], self.offset
+                except Corrupt as corrupt:
+                    self._block(corrupt)
+                    raise
+                self._unblock()
                 if payloads:
                     entries = []
                     for payload in payloads:
@@ -77,7 +92,8 @@ class Shipper:
                     continue
                 if self.seq >= current:
                     return  # nothing whole to read before the mark
-                # an older segment read to its end: everything in it is in the database
+                # an older segment read to its end (read_frames raised had anything unreadable been left):
+                # everything in it is in the database
                 await loop.run_in_executor(None, _unlink, path)
                 later = [s for s in list_segments(self.wal_dir) if s > self.seq]
                 self.seq, self.offset = (later[0] if later else current), 0
@@ -88,6 +104,20 @@ class Shipper:
             if self.caught_up():
                 await asyncio.get_running_loop().run_in_executor(
                     None, _unlink, segment_path(self.wal_dir, self.writer.seq))
+
+    def _block(self, corrupt: Corrupt) -> None:
+        if self.blocked is None or str(self.blocked) != str(corrupt):
+            log.error("billing.shipper.corrupt_log", segment=corrupt.path.name, offset=corrupt.offset,
+                      reason=corrupt.reason, detail="shipping stopped here; nothing after it is skipped or deleted")
+        if self.blocked is None:
+            SHIPPING_BLOCKED.inc()
+        self.blocked = corrupt
+
+    def _unblock(self) -> None:
+        if self.blocked is not None:
+            log.info("billing.shipper.unblocked", segment=self.blocked.path.name)
+            self.blocked = None
+            SHIPPING_BLOCKED.dec()
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -103,6 +133,9 @@ class Shipper:
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
+            except Corrupt:  # logged by _block; look again now and then, for a segment repaired or moved aside
+                await asyncio.sleep(self.max_backoff)
+                self.writer.durable.set()
             except Exception as exc:  # noqa: BLE001 - database down or flaky: keep the WAL, retry
                 self.failures += 1
                 log.warning("billing.shipper.retry", error=repr(exc), backoff_s=backoff)

@@ -2,7 +2,9 @@
 
 The writer group-commits: appends made while one write+fsync runs are joined into the next one,
 so concurrent requests share an fsync. A crash can leave a torn frame only at a segment's tail;
-readers stop there, and nothing after it was ever acknowledged.
+readers stop there, and nothing after it was ever acknowledged. Anything else the reader cannot read
+(a frame larger than MAX_FRAME, which the writer never writes, or a bad checksum with bytes after it)
+is corruption: `read_frames` reports it, and the shipper stops there rather than skip what follows.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ log = structlog.get_logger(__name__)
 
 _HEADER = struct.Struct("<II")  # payload length, crc32 of payload
 _PREFIX, _SUFFIX = "wal-", ".log"
-MAX_FRAME = 1 << 20
+MAX_FRAME = 1 << 20  # the largest payload: the writer refuses larger ones, the reader takes no larger one
 _READ_CHUNK = 4 << 20  # > MAX_FRAME, so a chunk always holds a whole frame when one is there
 
 
@@ -40,30 +42,72 @@ def list_segments(wal_dir: Path) -> list[int]:
 
 
 def frame(payload: bytes) -> bytes:
+    """The frame of one payload; ValueError for one the reader would not take back."""
+    if len(payload) > MAX_FRAME:
+        raise ValueError(f"a ledger entry of {len(payload)} bytes is over the log's frame limit of {MAX_FRAME}")
     return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+class Corrupt(Exception):
+    """Bytes in a segment that no frame the writer wrote can explain, with more of the segment after them."""
+
+    def __init__(self, path: Path, offset: int, reason: str) -> None:
+        super().__init__(f"{path.name} at byte {offset}: {reason}")
+        self.path, self.offset, self.reason = path, offset, reason
 
 
 def read_frames(path: Path, offset: int, limit: int | None, max_frames: int) -> tuple[list[bytes], int]:
     """Payloads of whole, intact frames from `offset` up to `limit` bytes (None: end of file);
-    returns them with the offset just past the last one."""
+    returns them with the offset just past the last one. A torn tail (what a crash mid-write leaves at
+    the end of a file: no whole frame in it) ends the read quietly; any other frame that cannot be read
+    raises Corrupt, once no whole frame comes before it."""
     payloads: list[bytes] = []
     with open(path, "rb") as f:
+        file_end = os.fstat(f.fileno()).st_size
         f.seek(offset)
         # bounded reads: a replay of a large segment must not re-read its whole tail per batch
         want = _READ_CHUNK if limit is None else min(max(limit - offset, 0), _READ_CHUNK)
         data = f.read(want)
+    stop = limit if limit is not None else file_end  # where the readable part of the segment ends
     pos = 0
     while len(payloads) < max_frames and pos + _HEADER.size <= len(data):
         size, crc = _HEADER.unpack_from(data, pos)
         end = pos + _HEADER.size + size
-        if size > MAX_FRAME or end > len(data):
-            break  # torn tail
-        payload = data[pos + _HEADER.size:end]
-        if zlib.crc32(payload) != crc:
+        if 0 < size <= MAX_FRAME and end <= len(data) and zlib.crc32(data[pos + _HEADER.size:end]) == crc:
+            payloads.append(data[pos + _HEADER.size:end])
+            pos = end
+            continue
+        if 0 < size <= MAX_FRAME and end > len(data) and offset + end <= stop:
+            break  # a whole frame that continues past this read: the next read starts with it
+        if payloads:
+            break  # hand over what came before; the next read starts at the bad frame
+        # at the end of the file (a read that starts at a bad frame always reaches it when the frame could be
+        # torn: a frame is far shorter than a read) and with no whole frame after it: a torn tail
+        if limit is None and offset + len(data) == file_end and _first_whole_frame(data, pos) is None:
             break
-        payloads.append(payload)
-        pos = end
+        raise Corrupt(path, offset + pos, _problem(size, end, len(data)))
     return payloads, offset + pos
+
+
+def _first_whole_frame(data: bytes, start: int) -> int | None:
+    """The first offset from `start` where a whole frame with an intact checksum begins (of any size but 0: the
+    writer never writes an empty payload, and a zero-filled tail is made of "frames" of 0 bytes)."""
+    for at in range(start, len(data) - _HEADER.size):
+        size, crc = _HEADER.unpack_from(data, at)
+        end = at + _HEADER.size + size
+        if 0 < size and end <= len(data) and zlib.crc32(data[at + _HEADER.size:end]) == crc:
+            return at
+    return None
+
+
+def _problem(size: int, end: int, available: int) -> str:
+    if size == 0:
+        return "an empty frame, which the writer never writes"
+    if size > MAX_FRAME:
+        return f"a frame of {size} bytes, over the frame limit of {MAX_FRAME}"
+    if end > available:
+        return f"a frame of {size} bytes runs past the durable end of the segment, or into a later whole frame"
+    return "a frame's checksum does not match its payload"
 
 
 def _fsync_dir(path: Path) -> None:

@@ -47,6 +47,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
+    # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client
+    # address may make per minute; past it they get 429 with Retry-After (gateway/rejections.py)
+    rejections_per_minute: Annotated[int, msgspec.Meta(ge=1)] = 60
     # GET /health_generate (public) runs at most one real generation per interval; callers share its answer
     health_generate_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0
     # the longest one generation request may run once admitted (its worker reads included); its concurrency

@@ -24,6 +24,7 @@ from litestar import Request, Response
 from litestar.response import Stream
 
 from auth import Principal
+from auth.http import client_address
 from gateway.accounting import Accounting
 from gateway.adapters import split_model
 from gateway.collect import Result, merge
@@ -33,6 +34,7 @@ from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import GenerationFailed, RequestTimedOut, SluiceError
 from gateway.logs import outcome_of, request_id_of
+from gateway.rejections import count_rejection
 from gateway.services import DEFAULT_MODEL, Services
 from common.errors import LedgerUnavailable
 from common.headers import header
@@ -130,6 +132,9 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                                          accounting.dispatched - accounting.started)
         return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
     except SluiceError as error:
+        if not accounting.reached_worker:  # refused before admission: what the request is (gateway/rejections.py)
+            error = await count_rejection(services.limiter, services.settings.rejections_per_minute, principal,
+                                          client_address(request, services.auth.clients), error)
         await accounting.finish(accounting.failure_status(error), error)
         return dialect.error_response(error, accounting.headers())
     except ClientGone:  # left while waiting for a replica: out of the queue, nothing billed

@@ -39,6 +39,7 @@ from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.health_probe import GenerationProbe
 from gateway.limits import open_limiter
 from gateway.queue_metric import QueueDepthPublisher
+from gateway.rejections import address_budget
 from gateway.secrets import load_pepper
 from gateway.services import Services
 
@@ -132,9 +133,13 @@ class GatewayServices(InitPluginProtocol):
                                    "volume there, or unset wal_root (SLUICE_WAL_ROOT)") from error
             opened.callback(wal.release)  # runs after the ledger closed: a fully shipped log leaves nothing on disk
         url = settings.resolved_database_url
+        limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open,
+                               concurrency_lease=settings.concurrency_lease_s)
+        opened.push_async_callback(limiter.close)
         try:
             auth = await AuthService.open(url, pepper, trusted_proxies=settings.trusted_proxies,
-                                          default_team_limits=settings.default_team_limits)
+                                          default_team_limits=settings.default_team_limits,
+                                          failure_budget=address_budget(limiter, settings.rejections_per_minute))
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(auth.close)
@@ -142,9 +147,6 @@ class GatewayServices(InitPluginProtocol):
             announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
         except ValueError as error:  # an admin key of no usable shape
             raise StartupError(str(error)) from error
-        limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open,
-                               concurrency_lease=settings.concurrency_lease_s)
-        opened.push_async_callback(limiter.close)
         ledger = None
         if settings.ledger_enabled:
             try:

@@ -13,7 +13,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from billing.metrics import SHIPPING_BLOCKED
+
 REGISTRY = CollectorRegistry()
+REGISTRY.register(SHIPPING_BLOCKED)
 LABELS = ("dialect", "route", "model", "status")
 UNKNOWN = "unknown"  # the model label of a request whose model names no endpoint
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from billing.bounds import MAX_NAME_CHARS, trim
 from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 
 
@@ -11,7 +12,8 @@ class EndpointNotFound(NotFound):
     """No such endpoint, or a private one of another team (which must not learn that it exists)."""
 
     def __init__(self, name: str):
-        super().__init__(f"the model {name!r} does not exist")
+        # the name as the ledger keeps it: a caller's 1 MB name is not echoed back in full
+        super().__init__(f"the model {trim(name, MAX_NAME_CHARS)!r} does not exist")
 
 
 class EndpointConflict(SluiceError):

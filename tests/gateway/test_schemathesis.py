@@ -46,8 +46,10 @@ REGRESSIONS = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    # a thousand requests back to back on the default key: the API's shapes are tested, not its rate limits
-    with running_sluice(tmp_path_factory.mktemp("schemathesis"), config="default_team_limits = {}\n") as running:
+    # a thousand requests back to back on the default key: the API's shapes are tested, not its rate limits, nor
+    # the budget of refused requests
+    config = "default_team_limits = {}\nrejections_per_minute = 1000000\n"
+    with running_sluice(tmp_path_factory.mktemp("schemathesis"), config=config) as running:
         yield running
 
 

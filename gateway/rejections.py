@@ -1,0 +1,53 @@
+"""The budget of refused requests: a request refused for what it is (no or a bad key, an unknown model, a
+malformed or too large body, a model the key may not use) costs the gateway a read, a parse and, once
+authenticated, a usage record, so refusals are counted like requests. Per minute, each client address (the
+real client: `auth.forwarded`) and each key may have `rejections_per_minute` of them; past that the refusal is
+a 429 with Retry-After in the route's envelope. A valid request is never refused by this budget.
+
+The windows are the limiter's (`Scope` with an rpm, zero tokens), so the in-process and Redis limiters both
+keep them, and gateways that share Redis share them.
+"""
+
+from __future__ import annotations
+
+from auth import Principal
+from auth.throttle import FailureBudget
+from gateway.errors import RateLimited, SluiceError
+from gateway.limits import Limiter, LimiterUnavailable, Scope
+from gateway.limits import RateLimited as LimitExceeded
+from gateway.limits.headers import retry_headers
+
+REFUSED = "Too many rejected requests"
+
+
+async def over_budget(limiter: Limiter, per_minute: int, subjects: list[str]) -> float | None:
+    """Count one refusal against each subject (``key:<id>``, ``address:<ip>``); the seconds to wait when one of
+    them had its `per_minute` already, else None (also when the limiter is unavailable: the refusal stands)."""
+    try:
+        await limiter.admit([Scope(id=f"rejections:{subject}", rpm=per_minute) for subject in subjects], 0)
+    except LimitExceeded as refusal:
+        return refusal.retry_after or 1.0
+    except LimiterUnavailable:
+        return None
+    return None
+
+
+async def count_rejection(limiter: Limiter, per_minute: int, principal: Principal, client: str,
+                          error: SluiceError) -> SluiceError:
+    """The refusal to answer for an authenticated request that `error` refuses: `error` itself, or a 429 once
+    its key or its address is over budget. A 429 or a server error is not a refusal of what the request is."""
+    if not 400 <= error.status < 500 or error.status == 429:
+        return error
+    wait = await over_budget(limiter, per_minute, [f"key:{principal.key_id}", f"address:{client}"])
+    if wait is None:
+        return error
+    return RateLimited(f"{REFUSED}: at most {per_minute} requests of a key or a client address may be refused per "
+                       f"minute (this one: {error.status} {error.code}). Retry after {wait:.3f} s.",
+                       headers=retry_headers(wait))
+
+
+def address_budget(limiter: Limiter, per_minute: int) -> FailureBudget:
+    """The failure budget the gateway gives its AuthService: every 401 counts against its client address."""
+    async def charge(client: str) -> float | None:
+        return await over_budget(limiter, per_minute, [f"address:{client}"])
+    return charge

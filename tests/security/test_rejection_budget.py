@@ -1,0 +1,126 @@
+"""Refused requests are not free (issue #31, item 7): 401s, 404s and 422s count against a budget per key and
+per client address (the real client: X-Forwarded-For from a trusted proxy), kept by the limiter (in-process or
+Redis); past it the answer is a 429 with Retry-After in the dialect's envelope, and what the ledger stores of
+each refusal is bounded. On main, 80 404s with 100 KB model names at rpm 60 met no 429 and each was stored in
+full."""
+
+from __future__ import annotations
+
+import contextlib
+
+import httpx
+import pytest
+
+from billing.bounds import MAX_NAME_CHARS
+from gateway.config import load_settings
+from tests.faults.conftest import create_key, gateway, stub_worker, wait_for_records
+from tests.faults.load import MODEL
+
+pytestmark = pytest.mark.slow
+BUDGET = 5  # below the failed-auth throttle's burst (10), so the 401 checks see this budget, not the throttle
+LONG_MODEL = "u" * 100_000
+
+
+@pytest.fixture(params=["memory", "redis"])
+def limiter_config(request) -> str:
+    config = f'rejections_per_minute = {BUDGET}\ntrusted_proxies = ["127.0.0.1/32"]\n'
+    if request.param == "redis":
+        redis = request.getfixturevalue("redis")
+        config += f'redis_url = "{redis.url}"\n'
+    return config
+
+
+@contextlib.contextmanager
+def sluice(tmp_path, config: str):
+    with stub_worker() as stub, gateway(tmp_path / "gw", stub, config) as server:
+        yield server
+
+
+def post(server, path: str, body: dict, key: str | None, client: str) -> httpx.Response:
+    headers = {"x-forwarded-for": client}
+    if key is not None:
+        headers["authorization"] = f"Bearer {key}"
+    return httpx.post(f"{server.url}{path}", json=body, headers=headers, timeout=60)
+
+
+def unknown_model(server, key: str, client: str) -> httpx.Response:
+    return post(server, "/v1/completions", {"model": LONG_MODEL, "prompt": "hi", "max_tokens": 4}, key, client)
+
+
+def invalid_body(server, key: str, client: str) -> httpx.Response:
+    return post(server, "/v1/chat/completions", {"model": MODEL, "messages": "not a list"}, key, client)
+
+
+def valid(server, key: str, client: str) -> httpx.Response:
+    return post(server, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 4}, key, client)
+
+
+def assert_budget_refusal(response: httpx.Response) -> None:
+    assert response.status_code == 429, response.text[:300]
+    assert float(response.headers["retry-after"]) > 0
+    error = response.json()["error"]  # the OpenAI envelope
+    assert error["code"] == "rate_limit_exceeded" and "rejected requests" in error["message"]
+
+
+def test_a_keys_rejections_meet_429_and_are_stored_bounded(tmp_path, limiter_config):
+    with sluice(tmp_path, limiter_config) as server:
+        key = create_key(server, "hostile", rpm=60)
+        # one key from many addresses: the key's budget
+        answers = [(unknown_model if i % 2 else invalid_body)(server, key, f"10.1.0.{i}") for i in range(80)]
+        assert [r.status_code for r in answers[:BUDGET]] == [422, 404, 422, 404, 422][:BUDGET]
+        for response in answers[BUDGET:]:
+            assert_budget_refusal(response)
+        assert valid(server, key, "10.1.0.200").status_code == 200  # a valid request is never refused by it
+
+        records = wait_for_records(server, 81)
+        assert len(records) == 81
+        rejected = [r for r in records if r["status"] == "rejected"]
+        assert len(rejected) == 80 and all(len(r["model"]) <= MAX_NAME_CHARS for r in rejected)
+        assert sum(r["error_status"] == 429 for r in rejected) == 80 - BUDGET
+
+
+def test_an_addresses_rejections_meet_429_whichever_key_sends_them(tmp_path, limiter_config):
+    with sluice(tmp_path, limiter_config) as server:
+        keys = [create_key(server, f"k{i}", rpm=600) for i in range(BUDGET + 3)]
+        answers = [unknown_model(server, key, "10.2.0.1") for key in keys]
+        assert [r.status_code for r in answers[:BUDGET]] == [404] * BUDGET
+        for response in answers[BUDGET:]:
+            assert_budget_refusal(response)
+        # another address, and a valid request from the spent address, are served as before
+        assert unknown_model(server, keys[-1], "10.2.0.2").status_code == 404
+        assert valid(server, keys[0], "10.2.0.1").status_code == 200
+
+
+def test_unauthenticated_401s_count_per_address(tmp_path, limiter_config):
+    with sluice(tmp_path, limiter_config) as server:
+        body = {"model": MODEL, "prompt": "hi"}
+        # no key at all: the failed-auth throttle ignores these, the budget does not
+        answers = [post(server, "/v1/completions", body, None, "10.3.0.1") for _ in range(BUDGET + 3)]
+        assert [r.status_code for r in answers[:BUDGET]] == [401] * BUDGET
+        for response in answers[BUDGET:]:
+            assert response.status_code == 429 and float(response.headers["retry-after"]) > 0
+            assert response.json()["error"]["code"] == "rate_limited"
+        # the real client counts, not the proxy: another address behind the same proxy is refused plainly
+        assert post(server, "/v1/completions", body, None, "10.3.0.2").status_code == 401
+        assert post(server, "/v1/completions", body, "sk-not-a-key", "10.3.0.3").status_code == 401
+        # a valid key from the spent address is served
+        key = create_key(server, "fine", rpm=60)
+        assert valid(server, key, "10.3.0.1").status_code == 200
+
+
+def test_the_redis_budget_outlives_a_gateway(tmp_path, redis):
+    """Kept in Redis, the budget is the fleet's: a gateway started after another sees what it counted."""
+    config = f'rejections_per_minute = {BUDGET}\ntrusted_proxies = ["127.0.0.1/32"]\nredis_url = "{redis.url}"\n'
+    with sluice(tmp_path, config) as server:
+        key = create_key(server, "roaming", rpm=60)
+        assert [unknown_model(server, key, "10.4.0.1").status_code for _ in range(BUDGET)] == [404] * BUDGET
+    with sluice(tmp_path, config) as server:
+        assert_budget_refusal(unknown_model(server, key, "10.4.0.2"))
+
+
+@pytest.mark.parametrize("value", [0, -1, "many"])
+def test_the_budget_setting_refuses_a_value_that_would_refuse_every_refusal(tmp_path, value):
+    config = tmp_path / "sluice.toml"
+    config.write_text(f"rejections_per_minute = {value!r}\n".replace("'", '"'))
+    with pytest.raises(SystemExit, match="rejections_per_minute"):
+        load_settings(str(config))
