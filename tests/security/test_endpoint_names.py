@@ -5,16 +5,13 @@ in the envelope) and in the config file (one line, exit 1)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import httpx
 import pytest
 
 from gateway.endpoints.spec import NAME_LIMIT
 from tests.fixtures.protocol_worker import MODEL, protocol_worker
-from tests.fixtures.sluice import REPO, running_sluice, start_sluice
+from tests.fixtures.sluice import create_team_offline, running_sluice, start_sluice
 
 ADMIN_KEY = "security-endpoint-names-admin-key-0123456789"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -139,9 +136,6 @@ def test_a_config_file_must_name_a_team_that_exists(tmp_path, worker):
     line = refused_at_start(tmp_path, entry.replace("TEAM", "team_nobody_made"))
     assert "invalid configuration" in line and "team_id" in line and "team_nobody_made" in line, line
     # the same file once the team exists (made offline, as an operator would): the private endpoint serves
-    made = subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(tmp_path), "teams", "create", "acme",
-                           "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
-    team = json.loads(made.stdout)["id"]
+    team = create_team_offline(tmp_path, "acme")
     with running_sluice(tmp_path, config=entry.replace("TEAM", team), env=ENV) as server:
         assert admin(server, "GET", f"/admin/endpoints/{MODEL}").json()["spec"]["team_id"] == team

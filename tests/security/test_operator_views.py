@@ -20,21 +20,24 @@ import pytest
 from tests.faults.conftest import ADMIN_KEY, Stub, stub_worker
 from tests.faults.load import MODEL
 from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import SluiceServer, running_sluice
+from tests.fixtures.sluice import SluiceServer, create_team_offline, running_sluice
 
 TOKEN = "scrape-" + secrets.token_hex(16)
 PRIVATE = "acme/secret-finetune"  # a private endpoint: its name is the operator's and its team's business
 
 
-def config(stub_url: str, private_url: str) -> str:
+def config(stub_url: str, private_url: str, team_id: str) -> str:
+    # the rejection budget lifted: the label test sends 80 invented names in a minute
     return (f'log_format = "json"\nmetrics_token = "{TOKEN}"\ndefault_team_limits = {{}}\n'
+            'rejections_per_minute = 1000000\n'
             f'[[models]]\nname = "{MODEL}"\nurls = ["{stub_url}"]\n'
-            f'[[models]]\nname = "{PRIVATE}"\nurls = ["{private_url}"]\nteam_id = "default"\n')
+            f'[[models]]\nname = "{PRIVATE}"\nurls = ["{private_url}"]\nteam_id = "{team_id}"\n')
 
 
 @contextlib.contextmanager
 def sluice(data_dir: Path, stub: Stub, private_url: str | None = None, wait: bool = True) -> Iterator[SluiceServer]:
-    with running_sluice(data_dir, config=config(stub.url, private_url or stub.url), wait=wait,
+    team = create_team_offline(data_dir, "acme")  # the private endpoint's owner
+    with running_sluice(data_dir, config=config(stub.url, private_url or stub.url, team), wait=wait,
                         env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
         yield server
 
