@@ -151,3 +151,13 @@ variable "autoscaling" {
   type        = bool
   default     = true
 }
+
+variable "request_timeout_seconds" {
+  description = "The gateway's request_timeout_s (rendered into its config); the ALB's idle timeout is 60 s more."
+  type        = number
+  default     = 840
+  validation {
+    condition     = var.request_timeout_seconds >= 30 && var.request_timeout_seconds + 60 <= 4000
+    error_message = "request_timeout_seconds: 30 to 3940 (the ALB's idle timeout, 60 s more, is at most 4000)."
+  }
+}

@@ -4,13 +4,16 @@ locals {
   worker_port = 8100
   # the gateway's endpoints: each one scaled by its ECS provisioner through its own worker service
   gateway_config_toml = templatefile("${path.module}/gateway.toml.tftpl", {
-    cluster          = var.name
-    region           = data.aws_region.current.name
-    worker_port      = local.worker_port
-    services         = module.worker_pool.worker_service_names
-    settings         = var.endpoint_settings
-    aws_endpoint     = ""
-    metric_namespace = module.observability.activator_queue_metric_namespace
+    cluster           = var.name
+    region            = data.aws_region.current.name
+    worker_port       = local.worker_port
+    services          = module.worker_pool.worker_service_names
+    settings          = var.endpoint_settings
+    scaling           = var.scaling
+    trusted_proxies   = [var.cidr_block]
+    request_timeout_s = var.request_timeout_seconds
+    aws_endpoint      = ""
+    metric_namespace  = module.observability.activator_queue_metric_namespace
   })
 }
 
@@ -71,27 +74,28 @@ module "iam" {
 }
 
 module "gateway" {
-  source              = "../gateway"
-  name                = var.name
-  vpc_id              = module.network.vpc_id
-  public_subnet_ids   = module.network.public_subnet_ids
-  private_subnet_ids  = module.network.private_subnet_ids
-  security_group_ids  = module.network.security_group_ids
-  certificate_arn     = var.certificate_arn
-  image               = var.gateway_image
-  cpu                 = var.gateway_cpu
-  memory              = var.gateway_memory
-  min_tasks           = var.gateway_min_tasks
-  max_tasks           = var.gateway_max_tasks
-  execution_role_arn  = module.iam.gateway_execution_role_arn
-  task_role_arn       = module.iam.gateway_task_role_arn
-  log_group_name      = module.observability.log_group_names["gateway"]
-  secret_arns         = module.data.secret_arns
-  wal_file_system_id  = module.data.wal_file_system_id
-  wal_access_point_id = module.data.wal_access_point_id
-  access_log_bucket   = ""
-  deletion_protection = var.deletion_protection
-  config_toml         = local.gateway_config_toml
+  source                  = "../gateway"
+  name                    = var.name
+  vpc_id                  = module.network.vpc_id
+  public_subnet_ids       = module.network.public_subnet_ids
+  private_subnet_ids      = module.network.private_subnet_ids
+  security_group_ids      = module.network.security_group_ids
+  certificate_arn         = var.certificate_arn
+  image                   = var.gateway_image
+  cpu                     = var.gateway_cpu
+  memory                  = var.gateway_memory
+  min_tasks               = var.gateway_min_tasks
+  max_tasks               = var.gateway_max_tasks
+  execution_role_arn      = module.iam.gateway_execution_role_arn
+  task_role_arn           = module.iam.gateway_task_role_arn
+  log_group_name          = module.observability.log_group_names["gateway"]
+  secret_arns             = module.data.secret_arns
+  wal_file_system_id      = module.data.wal_file_system_id
+  wal_access_point_id     = module.data.wal_access_point_id
+  access_log_bucket       = module.data.bucket_names["alb-logs"]
+  request_timeout_seconds = var.request_timeout_seconds
+  deletion_protection     = var.deletion_protection
+  config_toml             = local.gateway_config_toml
 }
 
 data "aws_region" "current" {}

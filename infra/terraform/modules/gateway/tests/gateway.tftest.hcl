@@ -53,8 +53,12 @@ run "https_listener_with_a_tls13_policy_and_http_redirect" {
 run "health_check_and_fargate_service_in_private_subnets" {
   command = plan
   assert {
-    condition     = aws_lb_target_group.gateway.health_check[0].path == "/health"
-    error_message = "the target group checks /health"
+    condition     = aws_lb_target_group.gateway.health_check[0].path == "/livez"
+    error_message = "the target group checks liveness (/livez), not readiness (/health)"
+  }
+  assert {
+    condition     = strcontains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].healthCheck.command[3], "/livez")
+    error_message = "the ECS container health check is liveness too"
   }
   assert {
     condition     = aws_ecs_service.gateway.launch_type == "FARGATE" && aws_ecs_service.gateway.network_configuration[0].assign_public_ip == false
@@ -144,4 +148,44 @@ run "stop_timeout_beyond_fargate_is_refused" {
     stop_timeout_seconds = 300
   }
   expect_failures = [var.stop_timeout_seconds]
+}
+
+run "metrics_are_refused_at_the_alb" {
+  command = plan
+  assert {
+    condition     = aws_lb_listener_rule.refuse_metrics.priority == 1 && aws_lb_listener_rule.refuse_metrics.action[0].type == "fixed-response"
+    error_message = "the first rule of the HTTPS listener answers by itself"
+  }
+  assert {
+    condition     = aws_lb_listener_rule.refuse_metrics.action[0].fixed_response[0].status_code == "404"
+    error_message = "/metrics is a 404 from outside"
+  }
+  assert {
+    condition     = toset(one(aws_lb_listener_rule.refuse_metrics.condition).path_pattern[0].values) == toset(["/metrics", "/metrics/*"])
+    error_message = "every /metrics path"
+  }
+}
+
+run "idle_timeout_outlasts_the_request_timeout_and_access_logs_are_on" {
+  command = plan
+  variables {
+    request_timeout_seconds = 1200
+    access_log_bucket       = "sluice-test-alb-logs-123456789012"
+  }
+  assert {
+    condition     = aws_lb.main.idle_timeout == 1260
+    error_message = "the ALB idle timeout is the gateway's request timeout plus a margin"
+  }
+  assert {
+    condition     = aws_lb.main.access_logs[0].enabled && aws_lb.main.access_logs[0].bucket == "sluice-test-alb-logs-123456789012"
+    error_message = "access logs go to the given bucket"
+  }
+}
+
+run "a_request_timeout_beyond_the_alb_maximum_is_refused" {
+  command = plan
+  variables {
+    request_timeout_seconds = 3990
+  }
+  expect_failures = [var.request_timeout_seconds]
 }
