@@ -93,6 +93,7 @@ module "observability" {
   log_retention_days = 7
   alb_arn_suffix     = module.gateway.alb_arn_suffix
   rds_alarm          = false
+  gpu_alarms         = false
 }
 
 module "iam" {

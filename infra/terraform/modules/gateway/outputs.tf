@@ -25,3 +25,7 @@ output "alb_idle_timeout" {
 output "alb_access_log_bucket" {
   value = one(aws_lb.main.access_logs[*].bucket)
 }
+
+output "target_group_arn_suffix" {
+  value = aws_lb_target_group.gateway.arn_suffix
+}

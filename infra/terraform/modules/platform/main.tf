@@ -46,13 +46,18 @@ module "data" {
 }
 
 module "observability" {
-  source             = "../observability"
-  name               = var.name
-  kms_key_arn        = module.kms.key_arn
-  log_retention_days = var.log_retention_days
-  alb_arn_suffix     = module.gateway.alb_arn_suffix
-  db_instance_id     = module.data.db_instance_id
-  alarm_emails       = var.alarm_emails
+  source                     = "../observability"
+  name                       = var.name
+  kms_key_arn                = module.kms.key_arn
+  log_retention_days         = var.log_retention_days
+  alb_arn_suffix             = module.gateway.alb_arn_suffix
+  target_group_arn_suffix    = module.gateway.target_group_arn_suffix
+  gpu_autoscaling_group_name = module.worker_pool.autoscaling_group_name
+  gpu_max_instances          = var.gpu_max_instances
+  cluster_arn                = module.gateway.cluster_arn
+  worker_service_prefix      = "${var.name}-worker-"
+  db_instance_id             = module.data.db_instance_id
+  alarm_emails               = var.alarm_emails
 }
 
 module "iam" {
