@@ -99,6 +99,8 @@ module "gateway" {
   wal_access_point_id     = module.data.wal_access_point_id
   access_log_bucket       = module.data.bucket_names["alb-logs"]
   request_timeout_seconds = var.request_timeout_seconds
+  export_bucket           = module.data.bucket_names["exports"]
+  scheduler_role_arn      = module.iam.scheduler_role_arn
   deletion_protection     = var.deletion_protection
   config_toml             = local.gateway_config_toml
 }

@@ -189,3 +189,40 @@ run "a_request_timeout_beyond_the_alb_maximum_is_refused" {
   }
   expect_failures = [var.request_timeout_seconds]
 }
+
+run "no_export_schedule_without_a_bucket" {
+  command = plan
+  assert {
+    condition     = length(aws_scheduler_schedule.usage_export) == 0 && length(aws_ecs_task_definition.usage_export) == 0
+    error_message = "the export is scheduled only where there is a bucket"
+  }
+}
+
+run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
+  command = plan
+  variables {
+    export_bucket      = "sluice-test-exports-123456789012"
+    scheduler_role_arn = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
+    secret_arns        = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+  }
+  assert {
+    condition     = aws_scheduler_schedule.usage_export["usage"].schedule_expression == "cron(30 1 * * ? *)" && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].launch_type == "FARGATE"
+    error_message = "daily, after the UTC day closed, as a Fargate task"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].command == ["usage", "export", "--bucket", "sluice-test-exports-123456789012", "--prefix", "usage/"]
+    error_message = "the task runs `sluice usage export` into the exports bucket"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].readonlyRootFilesystem && jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].mountPoints[0].containerPath == "/tmp"
+    error_message = "a read-only root with a writable /tmp for the spool"
+  }
+  assert {
+    condition     = [for s in jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].secrets : s.name] == ["SLUICE_DATABASE_URL"]
+    error_message = "the export gets the database URL and no other secret"
+  }
+  assert {
+    condition     = aws_scheduler_schedule.usage_export["usage"].target[0].role_arn == var.scheduler_role_arn && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].network_configuration[0].assign_public_ip == false
+    error_message = "run by the scheduler's role, in the private subnets"
+  }
+}
