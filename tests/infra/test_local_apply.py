@@ -191,7 +191,9 @@ def test_the_network_admits_the_internet_only_at_the_alb(applied_local_env: Appl
 # the test's timers laid into the rendered config: a task has 3 s to become reachable (600 s by default),
 # the queue depth is sent every half second (60 s)
 TEST_TIMERS = ("\n[scaling]\nstable_window_seconds = 1\npanic_window_seconds = 0.5\ntick_seconds = 0.1\n"
-               "start_timeout_seconds = 3\nstandby_worker = false\n")
+               "ecs_start_timeout_seconds = 3\nstandby_worker = false\n")
+# what ECS injects from Secrets Manager: the rendered config prints no key (print_bootstrap_keys = false)
+ADMIN_KEY = "operator-admin-key-from-secrets-manager-0123456789"
 ENDPOINT = "tiny/random-llama"
 
 
@@ -225,9 +227,15 @@ def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishe
         found = ecs.describe_services(cluster=applied_local_env.cluster, services=[service])["services"]
         return found[0]["desiredCount"]
 
-    env = {"SLUICE_CONFIG_TOML": config + TEST_TIMERS, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    env = {"SLUICE_CONFIG_TOML": config + TEST_TIMERS, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+           "SLUICE_ADMIN_KEY": ADMIN_KEY}
     with running_sluice(tmp_path / "gateway", env=env) as sluice:
-        headers = {"authorization": f"Bearer {sluice.api_key}"}
+        assert "shown once" not in sluice.output  # no key in the logs CloudWatch keeps
+        # a team key is made through the admin API, as an operator does on ECS
+        made = httpx.post(f"{sluice.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                          json={"name": "local-apply"}, timeout=10)
+        assert made.status_code == 201, made.text
+        headers = {"authorization": f"Bearer {made.json()['key']}"}
 
         def state() -> dict:
             listed = httpx.get(f"{sluice.url}/v1/endpoints", headers=headers, timeout=10).json()["data"]
