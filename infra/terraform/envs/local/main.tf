@@ -116,6 +116,7 @@ module "iam" {
 module "gateway" {
   source              = "../../modules/gateway"
   name                = local.name
+  kms_key_arn         = module.kms.key_arn
   vpc_id              = module.network.vpc_id
   public_subnet_ids   = module.network.public_subnet_ids
   private_subnet_ids  = module.network.private_subnet_ids

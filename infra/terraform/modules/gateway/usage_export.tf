@@ -53,6 +53,7 @@ resource "aws_scheduler_schedule" "usage_export" {
   name                         = "${var.name}-usage-export"
   schedule_expression          = var.export_schedule
   schedule_expression_timezone = "UTC"
+  kms_key_arn                  = var.kms_key_arn
   flexible_time_window {
     mode = "OFF"
   }

@@ -188,3 +188,9 @@ variable "scheduler_role_arn" {
   type        = string
   default     = ""
 }
+
+variable "kms_key_arn" {
+  description = "The platform key: it encrypts the usage-export schedule (EventBridge Scheduler)."
+  type        = string
+  default     = null
+}

@@ -242,6 +242,12 @@ resource "aws_iam_role_policy" "scheduler" {
         Resource  = [aws_iam_role.task["gateway-task"].arn, aws_iam_role.task["gateway-execution"].arn]
         Condition = { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }
       },
+      {
+        Sid      = "ReadEncryptedSchedule" # the schedule is encrypted with the platform key
+        Effect   = "Allow"
+        Action   = "kms:Decrypt"
+        Resource = var.kms_key_arn
+      },
     ]
   })
 }

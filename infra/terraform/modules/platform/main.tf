@@ -101,6 +101,7 @@ module "gateway" {
   request_timeout_seconds = var.request_timeout_seconds
   export_bucket           = module.data.bucket_names["exports"]
   scheduler_role_arn      = module.iam.scheduler_role_arn
+  kms_key_arn             = module.kms.key_arn
   deletion_protection     = var.deletion_protection
   config_toml             = local.gateway_config_toml
 }

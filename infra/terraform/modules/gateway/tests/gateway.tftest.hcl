@@ -203,6 +203,7 @@ run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
   variables {
     export_bucket      = "sluice-test-exports-123456789012"
     scheduler_role_arn = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
+    kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
     secret_arns        = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
   }
   assert {
@@ -224,5 +225,9 @@ run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
   assert {
     condition     = aws_scheduler_schedule.usage_export["usage"].target[0].role_arn == var.scheduler_role_arn && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].network_configuration[0].assign_public_ip == false
     error_message = "run by the scheduler's role, in the private subnets"
+  }
+  assert {
+    condition     = aws_scheduler_schedule.usage_export["usage"].kms_key_arn == var.kms_key_arn
+    error_message = "the schedule is encrypted with the platform key"
   }
 }
