@@ -149,11 +149,12 @@ def test_the_gateway_service_gets_its_secrets_and_the_wal_volume(applied_local_e
 
 def test_buckets_block_public_access_and_are_encrypted_and_versioned(applied_local_env: AppliedEnv):
     s3 = applied_local_env.aws.client("s3")
-    for name in applied_local_env.outputs["bucket_names"].values():
+    for key, name in applied_local_env.outputs["bucket_names"].items():
         block = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
         assert all(block.values()) and len(block) == 4, block
         rule = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]["Rules"][0]
-        assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+        # the ALB delivers its access logs only to SSE-S3 buckets
+        assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == ("AES256" if key == "alb-logs" else "aws:kms")
         assert s3.get_bucket_versioning(Bucket=name)["Status"] == "Enabled"
         policy = json.loads(s3.get_bucket_policy(Bucket=name)["Policy"])
         assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
