@@ -29,8 +29,8 @@ run "render" {
 def rendered_config(terraform: Terraform) -> str:
     platform = terraform.root / "modules" / "platform"
     suite = (platform / "tests" / "platform.tftest.hcl").read_text()
-    shared = re.search(r"^mock_provider.*?^}\n", suite, re.S | re.M).group(0) + \
-        re.search(r"^variables \{.*?^}\n", suite, re.S | re.M).group(0)
+    shared = re.search(r"^mock_provider.*?^}\n", suite, re.DOTALL | re.MULTILINE).group(0) + \
+        re.search(r"^variables \{.*?^}\n", suite, re.DOTALL | re.MULTILINE).group(0)
     probe = platform / "tests" / "render_probe.tftest.hcl"
     probe.write_text(shared + RUN)
     try:
@@ -38,7 +38,7 @@ def rendered_config(terraform: Terraform) -> str:
         done = terraform.run("modules/platform", "test", "-verbose", f"-filter=tests/{probe.name}", timeout=900)
     finally:
         probe.unlink()
-    block = re.search(r"gateway_config_toml\s+= <<-EOT\n(.*?)\n\s*EOT\n", done.stdout, re.S)
+    block = re.search(r"gateway_config_toml\s+= <<-EOT\n(.*?)\n\s*EOT\n", done.stdout, re.DOTALL)
     assert block, done.stdout[-4000:]
     return textwrap.dedent(block.group(1)) + "\n"
 

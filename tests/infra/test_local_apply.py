@@ -170,7 +170,7 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     actions = sorted({a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
                                                                    else s["Action"])})
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
-                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:AbortMultipartUpload",
+                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload",
                               "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
                               "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData"])
     publish = next(s for s in document["Statement"] if s["Sid"] == "PublishQueueMetric")
@@ -233,8 +233,11 @@ def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishe
     with running_sluice(tmp_path / "gateway", env=env) as sluice:
         assert "shown once" not in sluice.output  # no key in the logs CloudWatch keeps
         # a team key is made through the admin API, as an operator does on ECS
-        made = httpx.post(f"{sluice.url}/admin/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
-                          json={"name": "local-apply"}, timeout=10)
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        teams = httpx.get(f"{sluice.url}/admin/teams", headers=admin, timeout=10).json()["data"]
+        team = next(t["id"] for t in teams if t["name"] == "default")
+        made = httpx.post(f"{sluice.url}/admin/keys", headers=admin, json={"name": "local-apply", "team_id": team},
+                          timeout=10)
         assert made.status_code == 201, made.text
         headers = {"authorization": f"Bearer {made.json()['key']}"}
 
