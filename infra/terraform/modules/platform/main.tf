@@ -125,4 +125,6 @@ module "worker_pool" {
   log_group_name       = module.observability.log_group_names["worker"]
   worker_secret_arn    = module.data.secret_arns["worker_secret"]
   worker_port          = local.worker_port
+  warm_pool_size       = var.gpu_warm_pool_size
+  image_cuda_version   = var.worker_image_cuda_version
 }

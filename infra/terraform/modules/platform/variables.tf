@@ -103,6 +103,18 @@ variable "gpu_instance_type" {
   default = "g5.xlarge"
 }
 
+variable "gpu_warm_pool_size" {
+  description = "Stopped GPU hosts kept with the worker image pulled (modules/worker_pool warm_pool_size; 0 = none)."
+  type        = number
+  default     = 0
+}
+
+variable "worker_image_cuda_version" {
+  description = "The CUDA of the worker image's torch build (TORCH_INDEX in infra/docker/worker.Dockerfile)."
+  type        = string
+  default     = "12.8"
+}
+
 variable "gpu_max_instances" {
   type    = number
   default = 4

@@ -179,3 +179,14 @@ run "the_alb_logs_and_outlasts_the_request_timeout" {
     error_message = "ALB access logs are on, in the SSE-S3 alb-logs bucket"
   }
 }
+
+run "the_warm_pool_reaches_the_worker_pool" {
+  command = plan
+  variables {
+    gpu_warm_pool_size = 1
+  }
+  assert {
+    condition     = module.worker_pool.warm_pool_min_size == 1
+    error_message = "one stopped GPU host waits in the warm pool"
+  }
+}
