@@ -31,7 +31,7 @@ def boot_check(tmp_path: Path, image_cuda: str, driver_cuda: str | None) -> tupl
         (bin_dir / "nvidia-smi").write_text(SMI.format(cuda=driver_cuda))
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
-    done = subprocess.run(["bash", "-c", script + "\necho joined\n"], capture_output=True, text=True, timeout=30,
+    done = subprocess.run(["bash", "-c", script + "\necho joined\n"], capture_output=True, text=True, timeout=30, check=False,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     return done.returncode, done.stdout + done.stderr, calls.read_text().splitlines() if calls.exists() else []
 
