@@ -217,8 +217,11 @@ class AuthService:
             self._flush_task = None
 
     # --- lifecycle ---
-    async def bootstrap(self, admin_key: str | None) -> Bootstrap:
-        """First start: register (or generate) the admin key, team "default" and its first service key."""
+    async def bootstrap(self, admin_key: str | None, *, issue_first_key: bool = True) -> Bootstrap:
+        """First start: register (or generate) the admin key, team "default" and its first service key.
+
+        `issue_first_key=False` creates no service key: where no one may be shown one (ECS, whose logs are
+        kept), team keys are made afterwards with the CLI or the admin API."""
         if admin_key is not None:
             admin_key = admin_key.strip()
             if self._hasher.key_id(admin_key) is None:
@@ -237,18 +240,20 @@ class AuthService:
                                                     created_at=now()))
                 admin, admin_clear = issue_key(self._hasher, name="bootstrap-admin", team_id=team_id,
                                                user_id=None, is_admin=True, clear_key=admin_key)
-                first, first_clear = issue_key(self._hasher, name="default", team_id=team_id, user_id=None)
+                first, first_clear = (issue_key(self._hasher, name="default", team_id=team_id, user_id=None)
+                                       if issue_first_key else (None, None))
                 await tx.insert_key(admin)
-                await tx.insert_key(first)
+                if first is not None:
+                    await tx.insert_key(first)
                 await tx.insert_audit(audit_entry(system, "bootstrap", team_id,
-                                                  {"admin_key_id": admin.id, "first_key_id": first.id,
+                                                  {"admin_key_id": admin.id, "first_key_id": first and first.id,
                                                    "admin_key_given": admin_key is not None}))
         if not created:
             if admin_key is not None and not await self._registered(admin_key):
                 log.warning("auth.admin_key_not_registered",
                             hint="bootstrapped earlier; add admin keys with `sluice keys create --admin`")
             return Bootstrap(admin_key=None, default_team_id=team_id, first_key=None)
-        log.info("auth.bootstrapped", team_id=team_id, admin_key_id=admin.id, first_key_id=first.id)
+        log.info("auth.bootstrapped", team_id=team_id, admin_key_id=admin.id, first_key_id=first and first.id)
         return Bootstrap(admin_key=None if admin_key is not None else admin_clear, default_team_id=team_id,
                          first_key=first_clear)
 

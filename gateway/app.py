@@ -42,8 +42,8 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     # outermost first; the direct routes run the same ones, then authenticate themselves
     wrappers = [request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s)]
     app = Litestar(
-        route_handlers=[*rooms, health.health, metrics_route.prometheus_metrics, admin_router(), team_router(),
-                        admin_endpoints_router(), visible_endpoints, *usage],
+        route_handlers=[*rooms, health.livez, health.health, metrics_route.prometheus_metrics, admin_router(),
+                        team_router(), admin_endpoints_router(), visible_endpoints, *usage],
         plugins=[GatewayServices(settings, supervise=supervise)],
         middleware=[*wrappers, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         before_send=[answer_request_id],

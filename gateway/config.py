@@ -37,6 +37,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     database_url: str = ""  # "" = SQLite in the data dir; or postgresql://...
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
     limiter_fail_open: bool = False
+    # False: the first start never generates and prints a key (ECS, whose logs CloudWatch keeps): the admin key
+    # must come from SLUICE_ADMIN_KEY, team keys from the CLI or the admin API; unset SLUICE_ADMIN_KEY -> exit 1
+    print_bootstrap_keys: bool = True
     # proxies (CIDRs) whose X-Forwarded-For names the client (failed-auth throttle, audit log); [] = none
     trusted_proxies: list[str] = []
     # the limits of the "default" team a new deployment creates (`sluice teams` / the admin API change them)
@@ -110,10 +113,17 @@ def comma_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def boolean(value: str) -> bool:
+    text = value.strip().lower()
+    if text not in ("true", "false", "1", "0"):
+        raise ValueError(value)
+    return text in ("true", "1")
+
+
 ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
               "pricing_file": str, "log_format": str, "trusted_proxies": comma_list, "wal_root": str,
               "shutdown_grace_seconds": float, "gateway_processes": int,
-              "metrics_token": str}
+              "metrics_token": str, "print_bootstrap_keys": boolean}
 
 
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
@@ -135,8 +145,8 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
             try:
                 raw[name] = kind(value)
             except ValueError:
-                raise SystemExit(f"sluice: invalid configuration: {variable}={value[:40]!r} is not "
-                                 f"{'an integer' if kind is int else 'valid'}") from None
+                wanted = "an integer" if kind is int else "true or false" if kind is boolean else "valid"
+                raise SystemExit(f"sluice: invalid configuration: {variable}={value[:40]!r} is not {wanted}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})
     where = config_file or "the environment"
     try:

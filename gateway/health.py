@@ -1,6 +1,7 @@
-"""`GET /health`: 200 once every endpoint is ready or may sleep (min_replicas 0) and has not failed, else 503.
-
-Load balancers and orchestrators poll it without a key and get the verdict alone; endpoint names (private
+"""Two probes. `GET /livez` (liveness): 200 whenever the process runs and its event loop answers; it reads
+no model, replica or database state, so load balancers and the ECS health check use it and a GPU cold start or a
+failed endpoint never gets a healthy gateway replaced. `GET /health` (readiness): 200 once every endpoint is ready
+or may sleep (min_replicas 0) and has not failed, else 503. Anyone gets the verdict alone; endpoint names (private
 endpoints among them) and their states are for the operator: with an admin key the body lists each endpoint's
 state and why any is not ready."""
 
@@ -15,6 +16,14 @@ from gateway.errors import UNREADY_RETRY_S
 from gateway.services import Services
 
 _json = msgspec.json.Encoder()
+
+
+_ALIVE = _json.encode({"status": "alive"})
+
+
+@get("/livez", summary="200 while the gateway process runs and answers (liveness)", opt=PUBLIC)
+async def livez() -> Response:
+    return Response(_ALIVE, media_type="application/json")
 
 
 @get("/health", summary="200 once every endpoint is ready, or scaled to zero on purpose (detail: admin key)",

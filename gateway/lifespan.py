@@ -143,8 +143,13 @@ class GatewayServices(InitPluginProtocol):
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(auth.close)
+        admin_key = os.environ.get("SLUICE_ADMIN_KEY") or None
+        if admin_key is None and not settings.print_bootstrap_keys:  # checked before any key is made
+            raise StartupError("print_bootstrap_keys is false but SLUICE_ADMIN_KEY is unset: inject the admin key "
+                               "from Secrets Manager (the Terraform does), or set print_bootstrap_keys = true "
+                               "where the console is private")
         try:
-            announce(await auth.bootstrap(os.environ.get("SLUICE_ADMIN_KEY") or None))
+            announce(await auth.bootstrap(admin_key, issue_first_key=settings.print_bootstrap_keys))
         except ValueError as error:  # an admin key of no usable shape
             raise StartupError(str(error)) from error
         ledger = None

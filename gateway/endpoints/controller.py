@@ -32,7 +32,7 @@ from gateway.endpoints.activator import Activator, Availability
 from gateway.endpoints.autoscaler import Autoscaler, Bounds, plan
 from gateway.endpoints.provisioners.base import Observation, Provisioner, ReplicaExit
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.spec import EndpointSpec
+from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
 from gateway.routing.pool import Replica, Router
 
@@ -254,7 +254,8 @@ class EndpointController:
                 log.info("replica_ready", endpoint=self.name, replica=member.replica_id, start_s=round(took, 3))
 
     async def _time_out_starts(self, now: float) -> None:
-        limit = self.settings.start_timeout_seconds
+        ecs = isinstance(self.spec.provisioner, EcsProvisioning)
+        limit = self.settings.ecs_start_timeout_seconds if ecs else self.settings.start_timeout_seconds
         for member in [m for m in self.members.values() if not m.ready and now - m.since > limit]:
             what = "no capacity: it got no address" if member.replica is None else "its worker never reported ready"
             await self._remove(member)

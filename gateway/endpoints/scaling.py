@@ -17,6 +17,8 @@ class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tick_seconds: Positive = 0.25  # how often each endpoint samples its demand and reconciles
     start_failures: Annotated[int, msgspec.Meta(ge=1)] = 3  # replicas exiting during start in a row -> failed
     start_timeout_seconds: Positive = 600.0  # a replica not ready by then counts as a failed start
+    # the same for an ECS replica: host launch + image pull + weights (ECS_MAX_WAIT_S in spec.py) with margin
+    ecs_start_timeout_seconds: Positive = 1800.0
     ejection_seconds: Positive = 5.0  # a replica that failed a request sits out this long (doubling, max 60 s)
     health_interval_seconds: Positive = 0.5  # /load polling of ready replicas (starting ones: every tick)
     standby_worker: bool = True  # keep one local worker imported and waiting while some endpoint can scale

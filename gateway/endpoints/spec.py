@@ -30,6 +30,10 @@ Seconds = Annotated[float, msgspec.Meta(ge=0)]
 NAME_LIMIT = 256
 _NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a hub id's parts; no "..", no ":" (adapters)
 ADAPTERS_WORD = "adapters"  # /admin/endpoints/<endpoint>/adapters[/<name>]: never a part of a name
+MAX_WAIT_S = 120.0  # a local worker process starts in seconds
+# an ECS replica from zero: a GPU host launched by the capacity provider (2-4 min), the ~5-8 GB worker image
+# pulled (2-5 min), weights read from S3 and loaded (1-3 min); a warm-pool host skips the first two
+ECS_MAX_WAIT_S = 600.0
 S3_SCHEME = "s3://"
 # fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
 PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting",
@@ -65,7 +69,8 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
     target_concurrency: float = 16.0  # in-flight requests per replica the autoscaler aims for
     idle_seconds: Seconds = 300.0  # no request for this long -> scale to zero (when min_replicas is 0)
     max_waiting: int | msgspec.UnsetType = msgspec.UNSET  # the activator's queue; unset: `max_queue`
-    max_wait_seconds: Seconds = 120.0  # the longest a request waits in the activator's queue
+    # the longest a request waits in the activator's queue; unset: 120 s, or ECS_MAX_WAIT_S for an ECS endpoint
+    max_wait_seconds: Seconds | msgspec.UnsetType = msgspec.UNSET
     drain_seconds: Seconds = 120.0  # a replica being removed finishes its streams for at most this long
     provisioner: Provisioning = msgspec.field(default_factory=LocalProvisioning)
     team_id: str | None = None  # a private endpoint: visible and callable by this team only
@@ -77,6 +82,8 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         _check_worker_fields(self)
         if self.max_waiting is msgspec.UNSET:  # one number for both queues, as before they were two settings
             self.max_waiting = self.max_queue
+        if self.max_wait_seconds is msgspec.UNSET:
+            self.max_wait_seconds = ECS_MAX_WAIT_S if isinstance(self.provisioner, EcsProvisioning) else MAX_WAIT_S
         _check_scaling(self)
         _check_adapters(self)
         if self.team_id is not None and not self.team_id.strip():

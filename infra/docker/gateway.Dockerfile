@@ -28,6 +28,6 @@ VOLUME ["/var/lib/sluice"]
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=2)"]
 ENTRYPOINT ["sluice"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

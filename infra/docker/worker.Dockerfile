@@ -1,22 +1,25 @@
-# The worker image: one model worker on a GPU, `pip install .[worker]` over torch's CUDA build.
-# Build from the repository root:  docker build -f infra/docker/worker.Dockerfile -t sluice-worker .
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 AS build
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3.12 python3.12-venv \
-    && rm -rf /var/lib/apt/lists/*
-RUN python3.12 -m venv /opt/build && /opt/build/bin/pip install --no-cache-dir "setuptools>=68" wheel
+# The worker image: one model worker on a GPU. Build from the repository root:
+#   docker build -f infra/docker/worker.Dockerfile -t sluice-worker .
+# The base is plain Python: torch's CUDA wheels bring the CUDA runtime, cuBLAS, cuDNN and NCCL as nvidia-*
+# wheels, so a nvidia/cuda base would hold a second copy of each (~3 GB). The host's NVIDIA driver comes in
+# through the ECS GPU runtime; modules/worker_pool checks that it serves this image's CUDA (cu128 = 12.8).
+# Layers, largest and least often changed first: torch + CUDA, then the other dependencies (rebuilt when
+# pyproject.toml changes), then our code (a ~1 MB wheel: a code change pushes and pulls only that layer).
+FROM python:3.12.10-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# the worker's dependency list alone, so its layer below depends on pyproject.toml and not on the code
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['worker']))" > /requirements.txt
 COPY gateway gateway
 COPY auth auth
 COPY billing billing
 COPY common common
 COPY storage storage
 COPY worker worker
-RUN /opt/build/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
-# torch's CUDA wheel index; must match a CUDA the base image's driver range supports
+FROM python:3.12.10-slim-bookworm
+# torch's CUDA wheel index; modules/worker_pool's image_cuda_version must name the same CUDA
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -24,24 +27,24 @@ ENV PYTHONUNBUFFERED=1 \
     SLUICE_MODEL_CACHE=/var/cache/sluice/models \
     HF_HOME=/var/cache/sluice/hf \
     PATH=/opt/sluice/bin:${PATH}
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3.12 python3.12-venv \
-    && rm -rf /var/lib/apt/lists/*
-COPY --from=build /wheels /wheels
-# torch first and pinned, from the CUDA index: `.[worker]` then finds torch==2.13.0 satisfied
-RUN python3.12 -m venv /opt/sluice \
-    && /opt/sluice/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0 \
-    && /opt/sluice/bin/pip install --no-cache-dir bitsandbytes \
-    && wheel="$(ls /wheels/sluice-*.whl)" \
-    && /opt/sluice/bin/pip install --no-cache-dir "${wheel}[worker]" \
-    && rm -rf /wheels \
+# layer 1: torch pinned from the CUDA index, with its nvidia-* CUDA libraries
+RUN python -m venv /opt/sluice \
+    && /opt/sluice/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0
+# layer 2: the other dependencies of `.[worker]` (torch==2.13.0 is already satisfied), bitsandbytes among them
+COPY --from=build /requirements.txt /tmp/requirements.txt
+RUN /opt/sluice/bin/pip install --no-cache-dir -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin sluice \
     && mkdir -p /var/lib/sluice /var/cache/sluice \
     && chown sluice:sluice /var/lib/sluice /var/cache/sluice
+# layer 3: the code, without dependencies (they are all above)
+COPY --from=build /wheels /wheels
+RUN /opt/sluice/bin/pip install --no-cache-dir --no-deps /wheels/sluice-*.whl \
+    && rm -rf /wheels
 USER 10001:10001
 EXPOSE 8100
 # /health answers 200 once the model is loaded and warm (loading a large model takes minutes)
 HEALTHCHECK --interval=15s --timeout=3s --start-period=600s --retries=3 \
-    CMD ["python3.12", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8100/health', timeout=2)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8100/health', timeout=2)"]
 ENTRYPOINT ["sluice"]
 CMD ["worker", "--host", "0.0.0.0", "--port", "8100", "--data-dir", "/var/lib/sluice"]

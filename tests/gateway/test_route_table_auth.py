@@ -14,7 +14,7 @@ from gateway.config import Settings
 from tests.fixtures.servers import free_port
 from tests.gateway.route_table import envelope, route_table
 
-PUBLIC = {"/health", "/info", "/get_model_info", "/get_server_info", "/health_generate",
+PUBLIC = {"/livez", "/health", "/info", "/get_model_info", "/get_server_info", "/health_generate",
           "/v1/completions/health"}
 DASHBOARD = "/dashboard"  # its pages sign in by the dashboard session instead (tests/gateway/dashboard)
 OPEN_PAGES = {"/dashboard", "/dashboard/login", "/dashboard/static/x"}  # home redirects, sign-in, files

@@ -127,19 +127,35 @@ def test_the_gateway_image_installs_only_the_gateway_extra():
 
 
 def test_the_worker_image_installs_cuda_torch_bitsandbytes_and_the_worker_extra():
+    """A plain Python base (torch's CUDA wheels ship the CUDA libraries: a nvidia/cuda base would be a second
+    copy), pinned CUDA torch first, then the worker extra's other dependencies, then the code alone."""
     dockerfile = parse(DOCKER / "worker.Dockerfile")
+    final = dockerfile.final_stage()
     run = installs(dockerfile)
-    base = dockerfile.expand(dockerfile.final_stage().all("FROM")[0])
-    assert base.startswith("nvidia/cuda:") and "runtime" in base
+    base = dockerfile.expand(final.all("FROM")[0])
+    assert base.startswith("python:3.12") and "slim" in base and "cuda" not in base
     torch = re.search(r"--index-url\s+(\S+)\s+torch==([\d.]+)", run)
     assert torch, "torch must come from a CUDA wheel index"
     assert re.search(r"/whl/cu\d+", torch.group(1).strip('"'))
     assert torch.group(2) == "2.13.0"  # the project's pin
-    assert run.index("torch==2.13.0") < run.index("[worker]")  # pinned CUDA torch first, then the extra
-    assert "bitsandbytes" in run
-    assert "[worker]" in run
-    for other in ("[gateway]", "[all]", "[dev]"):
+    # the dependency list is the worker extra of pyproject.toml, read in the build stage
+    build = Dockerfile(dockerfile.instructions[:dockerfile.instructions.index(final.instructions[0])])
+    listing = " ".join(build.all("RUN"))
+    assert "['optional-dependencies']['worker']" in listing and "p['dependencies']" in listing
+    for other in ("[gateway]", "[all]", "[dev]", "nvidia"):
         assert other not in run, other
+
+
+def test_the_worker_code_layer_is_apart_from_its_dependency_layers():
+    final = parse(DOCKER / "worker.Dockerfile").final_stage()
+    steps = [(keyword, value) for keyword, value in final.instructions if keyword in ("RUN", "COPY")]
+    torch_step = next(i for i, (k, v) in enumerate(steps) if k == "RUN" and "torch==" in v)
+    deps_step = next(i for i, (k, v) in enumerate(steps) if k == "RUN" and "-r /tmp/requirements.txt" in v)
+    code_copy = next(i for i, (k, v) in enumerate(steps) if k == "COPY" and "/wheels" in v)
+    code_step = next(i for i, (k, v) in enumerate(steps) if k == "RUN" and "sluice-*.whl" in v)
+    assert torch_step < deps_step < code_copy < code_step
+    assert "--no-deps" in steps[code_step][1]  # the code layer installs nothing else
+    assert not any(k == "COPY" and "/wheels" in v for k, v in steps[:deps_step])  # no code under the deps
 
 
 def test_dockerignore_keeps_environments_data_and_secrets_out():

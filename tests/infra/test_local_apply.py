@@ -149,11 +149,12 @@ def test_the_gateway_service_gets_its_secrets_and_the_wal_volume(applied_local_e
 
 def test_buckets_block_public_access_and_are_encrypted_and_versioned(applied_local_env: AppliedEnv):
     s3 = applied_local_env.aws.client("s3")
-    for name in applied_local_env.outputs["bucket_names"].values():
+    for key, name in applied_local_env.outputs["bucket_names"].items():
         block = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
         assert all(block.values()) and len(block) == 4, block
         rule = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]["Rules"][0]
-        assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+        # the ALB delivers its access logs only to SSE-S3 buckets
+        assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == ("AES256" if key == "alb-logs" else "aws:kms")
         assert s3.get_bucket_versioning(Bucket=name)["Status"] == "Enabled"
         policy = json.loads(s3.get_bucket_policy(Bucket=name)["Policy"])
         assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
@@ -169,7 +170,7 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     actions = sorted({a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
                                                                    else s["Action"])})
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
-                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:AbortMultipartUpload",
+                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload",
                               "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
                               "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData"])
     publish = next(s for s in document["Statement"] if s["Sid"] == "PublishQueueMetric")
@@ -191,7 +192,9 @@ def test_the_network_admits_the_internet_only_at_the_alb(applied_local_env: Appl
 # the test's timers laid into the rendered config: a task has 3 s to become reachable (600 s by default),
 # the queue depth is sent every half second (60 s)
 TEST_TIMERS = ("\n[scaling]\nstable_window_seconds = 1\npanic_window_seconds = 0.5\ntick_seconds = 0.1\n"
-               "start_timeout_seconds = 3\nstandby_worker = false\n")
+               "ecs_start_timeout_seconds = 3\nstandby_worker = false\n")
+# what ECS injects from Secrets Manager: the rendered config prints no key (print_bootstrap_keys = false)
+ADMIN_KEY = "operator-admin-key-from-secrets-manager-0123456789"
 ENDPOINT = "tiny/random-llama"
 
 
@@ -225,9 +228,18 @@ def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishe
         found = ecs.describe_services(cluster=applied_local_env.cluster, services=[service])["services"]
         return found[0]["desiredCount"]
 
-    env = {"SLUICE_CONFIG_TOML": config + TEST_TIMERS, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    env = {"SLUICE_CONFIG_TOML": config + TEST_TIMERS, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+           "SLUICE_ADMIN_KEY": ADMIN_KEY}
     with running_sluice(tmp_path / "gateway", env=env) as sluice:
-        headers = {"authorization": f"Bearer {sluice.api_key}"}
+        assert "shown once" not in sluice.output  # no key in the logs CloudWatch keeps
+        # a team key is made through the admin API, as an operator does on ECS
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        teams = httpx.get(f"{sluice.url}/admin/teams", headers=admin, timeout=10).json()["data"]
+        team = next(t["id"] for t in teams if t["name"] == "default")
+        made = httpx.post(f"{sluice.url}/admin/keys", headers=admin, json={"name": "local-apply", "team_id": team},
+                          timeout=10)
+        assert made.status_code == 201, made.text
+        headers = {"authorization": f"Bearer {made.json()['key']}"}
 
         def state() -> dict:
             listed = httpx.get(f"{sluice.url}/v1/endpoints", headers=headers, timeout=10).json()["data"]

@@ -207,3 +207,17 @@ def test_declared_adapters_are_an_s3_prefix_or_a_peft_directory(tmp_path):
     assert remote.adapters == {"poet": "/srv/lora/poet"}
     with pytest.raises(msgspec.ValidationError, match="adapters.poet"):
         parse_endpoint({"name": NAME, "urls": ["http://w:1"], "adapters": {"poet": "lora/poet"}})
+
+
+def test_an_ecs_endpoint_waits_for_a_gpu_cold_start_by_default():
+    from gateway.endpoints.scaling import ScalingSettings
+    ecs = {"kind": "ecs", "cluster": "c", "service": "s"}
+    assert parse_endpoint({"name": NAME, "provisioner": ecs}).max_wait_seconds == 600
+    assert parse_endpoint({"name": NAME}).max_wait_seconds == 120  # local and static keep theirs
+    assert parse_endpoint({"name": NAME, "provisioner": ecs, "max_wait_seconds": 30}).max_wait_seconds == 30
+    spec = parse_endpoint({"name": NAME, "provisioner": ecs})
+    assert parse_endpoint(msgspec.to_builtins(spec)).max_wait_seconds == 600  # as stored and read back
+    assert ScalingSettings().ecs_start_timeout_seconds == 1800 and ScalingSettings().start_timeout_seconds == 600
+    assert msgspec.convert({"ecs_start_timeout_seconds": 2400}, ScalingSettings).ecs_start_timeout_seconds == 2400
+    with pytest.raises(msgspec.ValidationError, match="ecs_start_timeout_seconds"):
+        msgspec.convert({"ecs_start_timeout_seconds": 0}, ScalingSettings)

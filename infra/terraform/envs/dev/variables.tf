@@ -35,7 +35,7 @@ variable "endpoints" {
 
 variable "endpoint_settings" {
   description = "Endpoint name => gateway-side fields of its [[models]] entry (min_replicas, max_replicas, idle_seconds, ...)."
-  type        = map(map(any))
+  type        = any # keeps each value's type (modules/platform validates the fields)
   default     = {}
 }
 

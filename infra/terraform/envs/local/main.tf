@@ -19,13 +19,16 @@ locals {
   # what the gateway tasks get as SLUICE_CONFIG_TOML: the same template as the platform's, with every AWS
   # call (ECS scaling, CloudWatch) sent to the local endpoint
   gateway_config_toml = templatefile("${path.module}/../../modules/platform/gateway.toml.tftpl", {
-    cluster          = module.gateway.cluster_name
-    region           = var.region
-    worker_port      = local.worker_port
-    services         = module.worker_pool.worker_service_names
-    settings         = var.endpoint_settings
-    aws_endpoint     = var.aws_endpoint
-    metric_namespace = module.observability.activator_queue_metric_namespace
+    cluster           = module.gateway.cluster_name
+    region            = var.region
+    worker_port       = local.worker_port
+    services          = module.worker_pool.worker_service_names
+    settings          = var.endpoint_settings
+    scaling           = {}
+    trusted_proxies   = ["10.40.0.0/16"] # the network module's default cidr_block
+    request_timeout_s = 840
+    aws_endpoint      = var.aws_endpoint
+    metric_namespace  = module.observability.activator_queue_metric_namespace
   })
 }
 
@@ -90,6 +93,7 @@ module "observability" {
   log_retention_days = 7
   alb_arn_suffix     = module.gateway.alb_arn_suffix
   rds_alarm          = false
+  gpu_alarms         = false
 }
 
 module "iam" {
@@ -112,6 +116,7 @@ module "iam" {
 module "gateway" {
   source              = "../../modules/gateway"
   name                = local.name
+  kms_key_arn         = module.kms.key_arn
   vpc_id              = module.network.vpc_id
   public_subnet_ids   = module.network.public_subnet_ids
   private_subnet_ids  = module.network.private_subnet_ids

@@ -33,7 +33,7 @@ variable "endpoints" {
 
 variable "endpoint_settings" {
   description = "Per endpoint, the gateway-side fields of its [[models]] entry: both asleep until called."
-  type        = map(map(any))
+  type        = any # keeps each value's type (modules/platform validates the fields)
   default = {
     "HuggingFaceTB/SmolLM2-135M-Instruct" = { min_replicas = 0, max_replicas = 1 }
     "tiny/random-llama"                   = { min_replicas = 0, max_replicas = 1, idle_seconds = 1 }

@@ -1,13 +1,16 @@
 # weights: model files the workers read; exports: usage exports the gateway writes; access-logs:
-# server access logs of the other two. All private, KMS-encrypted, versioned, TLS-only.
+# server access logs of the others; alb-logs: the ALB's access logs. All private, versioned, TLS-only;
+# KMS-encrypted except alb-logs: Elastic Load Balancing delivers only to SSE-S3 (AES256) buckets.
 
 locals {
-  buckets = toset(["weights", "exports", "access-logs"])
+  buckets = toset(["weights", "exports", "access-logs", "alb-logs"])
 }
 
 data "aws_caller_identity" "current" {}
+data "aws_elb_service_account" "current" {}
 
 resource "aws_s3_bucket" "main" {
+  #checkov:skip=CKV_AWS_145:alb-logs is SSE-S3 because ALB access logs cannot be delivered to an SSE-KMS bucket; the others use the platform key.
   #checkov:skip=CKV_AWS_144:Cross-region replication doubles storage of multi-GB weights that are re-uploadable; exports are also in PostgreSQL.
   #checkov:skip=CKV2_AWS_62:No consumer reacts to object events; notifications would have nowhere to go.
   for_each      = local.buckets
@@ -45,10 +48,10 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "main" {
   bucket   = aws_s3_bucket.main[each.key].id
   rule {
     apply_server_side_encryption_by_default {
-      sse_algorithm     = "aws:kms"
-      kms_master_key_id = var.kms_key_arn
+      sse_algorithm     = each.key == "alb-logs" ? "AES256" : "aws:kms"
+      kms_master_key_id = each.key == "alb-logs" ? null : var.kms_key_arn
     }
-    bucket_key_enabled = true
+    bucket_key_enabled = each.key != "alb-logs"
   }
 }
 
@@ -82,7 +85,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "main" {
 }
 
 resource "aws_s3_bucket_logging" "main" {
-  for_each      = toset(["weights", "exports"]) # access-logs cannot log to itself
+  for_each      = toset(["weights", "exports", "alb-logs"]) # access-logs cannot log to itself
   bucket        = aws_s3_bucket.main[each.key].id
   target_bucket = aws_s3_bucket.main["access-logs"].id
   target_prefix = "${each.key}/"
@@ -110,6 +113,14 @@ resource "aws_s3_bucket_policy" "main" {
         Action    = "s3:PutObject"
         Resource  = "${aws_s3_bucket.main[each.key].arn}/*"
         Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
+      }] : [],
+      each.key == "alb-logs" ? [{
+        Sid    = "LoadBalancerAccessLogs"
+        Effect = "Allow"
+        # regions from before August 2022 deliver as the regional ELB account, newer ones as the service
+        Principal = { AWS = data.aws_elb_service_account.current.arn, Service = "logdelivery.elasticloadbalancing.amazonaws.com" }
+        Action    = "s3:PutObject"
+        Resource  = "${aws_s3_bucket.main[each.key].arn}/alb/AWSLogs/${data.aws_caller_identity.current.account_id}/*"
       }] : [],
     )
   })

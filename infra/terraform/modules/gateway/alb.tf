@@ -10,7 +10,9 @@ resource "aws_lb" "main" {
   security_groups            = [var.security_group_ids["alb"]]
   drop_invalid_header_fields = true
   enable_deletion_protection = var.deletion_protection
-  idle_timeout               = 600 # long streams and the activator's wait for a cold endpoint
+  # above the gateway's request_timeout_s: a non-streamed answer (or a request waiting for a cold endpoint
+  # without SSE keep-alives) is never cut by the ALB before the gateway's own timeout answers it
+  idle_timeout = var.request_timeout_seconds + 60
   dynamic "access_logs" {
     for_each = var.access_log_bucket == "" ? [] : [var.access_log_bucket]
     content {
@@ -29,7 +31,7 @@ resource "aws_lb_target_group" "gateway" {
   vpc_id               = var.vpc_id
   deregistration_delay = 30
   health_check {
-    path                = "/health"
+    path                = "/livez" # liveness; /health is readiness (503 during a GPU cold start)
     matcher             = "200"
     interval            = 15
     timeout             = 5
@@ -60,6 +62,25 @@ resource "aws_lb_listener" "http" {
       protocol    = "HTTPS"
       port        = "443"
       status_code = "HTTP_301"
+    }
+  }
+}
+
+# /metrics is for the VPC's scrapers, never the internet: the ALB answers it itself, before any target
+resource "aws_lb_listener_rule" "refuse_metrics" {
+  listener_arn = aws_lb_listener.https.arn
+  priority     = 1
+  condition {
+    path_pattern {
+      values = ["/metrics", "/metrics/*"]
+    }
+  }
+  action {
+    type = "fixed-response"
+    fixed_response {
+      content_type = "application/json"
+      status_code  = "404"
+      message_body = jsonencode({ error = { message = "not found", type = "invalid_request_error", code = "not_found" } })
     }
   }
 }

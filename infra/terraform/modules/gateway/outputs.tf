@@ -17,3 +17,15 @@ output "alb_dns_name" {
 output "alb_arn_suffix" {
   value = aws_lb.main.arn_suffix
 }
+
+output "alb_idle_timeout" {
+  value = aws_lb.main.idle_timeout
+}
+
+output "alb_access_log_bucket" {
+  value = one(aws_lb.main.access_logs[*].bucket)
+}
+
+output "target_group_arn_suffix" {
+  value = aws_lb_target_group.gateway.arn_suffix
+}

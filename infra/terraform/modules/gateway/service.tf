@@ -21,10 +21,18 @@ locals {
     user                   = "10001:10001"
     stopTimeout            = var.stop_timeout_seconds
     portMappings           = [{ containerPort = var.port, protocol = "tcp" }]
-    command                = ["serve", "--host", "0.0.0.0", "--port", tostring(var.port)]
-    environment            = [for key in sort(keys(local.environment)) : { name = key, value = local.environment[key] }]
-    secrets                = [for key in sort(keys(local.secret_env)) : { name = key, valueFrom = local.secret_env[key] }]
-    mountPoints            = [{ sourceVolume = "wal", containerPath = "/var/lib/sluice", readOnly = false }]
+    # liveness only: a gateway whose endpoints are cold or failed is still a healthy gateway
+    healthCheck = {
+      command     = ["CMD", "python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${var.port}/livez', timeout=3)"]
+      interval    = 15
+      timeout     = 5
+      retries     = 3
+      startPeriod = 60
+    }
+    command     = ["serve", "--host", "0.0.0.0", "--port", tostring(var.port)]
+    environment = [for key in sort(keys(local.environment)) : { name = key, value = local.environment[key] }]
+    secrets     = [for key in sort(keys(local.secret_env)) : { name = key, valueFrom = local.secret_env[key] }]
+    mountPoints = [{ sourceVolume = "wal", containerPath = "/var/lib/sluice", readOnly = false }]
     logConfiguration = {
       logDriver = "awslogs"
       options = {

@@ -151,3 +151,46 @@ variable "autoscaling" {
   type        = bool
   default     = true
 }
+
+variable "request_timeout_seconds" {
+  description = "The gateway's request_timeout_s (rendered into its config); the ALB's idle timeout is 60 s more."
+  type        = number
+  default     = 840
+  validation {
+    condition     = var.request_timeout_seconds >= 30 && var.request_timeout_seconds + 60 <= 4000
+    error_message = "request_timeout_seconds: 30 to 3940 (the ALB's idle timeout, 60 s more, is at most 4000)."
+  }
+}
+
+variable "export_bucket" {
+  description = "Bucket of the daily usage export (`sluice usage export`); empty: no scheduled export."
+  type        = string
+  default     = ""
+}
+
+variable "export_prefix" {
+  type    = string
+  default = "usage/"
+}
+
+variable "export_schedule" {
+  description = "When the usage export runs (EventBridge Scheduler, UTC): after the day it exports has closed."
+  type        = string
+  default     = "cron(30 1 * * ? *)"
+  validation {
+    condition     = can(regex("^(cron|rate)\\(.+\\)$", var.export_schedule))
+    error_message = "export_schedule: a cron(...) or rate(...) expression."
+  }
+}
+
+variable "scheduler_role_arn" {
+  description = "The role EventBridge Scheduler runs the export task with (modules/iam: scheduler_role_arn)."
+  type        = string
+  default     = ""
+}
+
+variable "kms_key_arn" {
+  description = "The platform key: it encrypts the usage-export schedule (EventBridge Scheduler)."
+  type        = string
+  default     = null
+}

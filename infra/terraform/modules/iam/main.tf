@@ -58,9 +58,10 @@ locals {
         Resource = var.gateway_secret_arns
       },
       {
+        # GetObject: the export's head_object reads an object's checksum to skip an unchanged upload
         Sid      = "WriteUsageExports"
         Effect   = "Allow"
-        Action   = ["s3:PutObject", "s3:AbortMultipartUpload"]
+        Action   = ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"]
         Resource = "${var.export_bucket_arn}/*"
       },
       {
@@ -203,4 +204,50 @@ resource "aws_iam_role_policy_attachment" "worker_instance" {
 resource "aws_iam_instance_profile" "worker" {
   name = "${var.name}-worker-instance"
   role = aws_iam_role.worker_instance.name
+}
+
+# -- EventBridge Scheduler: runs the daily usage export task (modules/gateway/usage_export.tf) and hands it the
+# gateway's roles; nothing else
+
+resource "aws_iam_role" "scheduler" {
+  name = "${var.name}-scheduler"
+  assume_role_policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [{
+      Effect    = "Allow"
+      Principal = { Service = "scheduler.amazonaws.com" }
+      Action    = "sts:AssumeRole"
+      Condition = { StringEquals = { "aws:SourceAccount" = local.account } }
+    }]
+  })
+}
+
+resource "aws_iam_role_policy" "scheduler" {
+  name = "run-usage-export"
+  role = aws_iam_role.scheduler.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid       = "RunUsageExport"
+        Effect    = "Allow"
+        Action    = "ecs:RunTask"
+        Resource  = ["${local.ecs_arn}:task-definition/${var.name}-usage-export", "${local.ecs_arn}:task-definition/${var.name}-usage-export:*"]
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        Sid       = "PassGatewayRoles"
+        Effect    = "Allow"
+        Action    = "iam:PassRole"
+        Resource  = [aws_iam_role.task["gateway-task"].arn, aws_iam_role.task["gateway-execution"].arn]
+        Condition = { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }
+      },
+      {
+        Sid      = "ReadEncryptedSchedule" # the schedule is encrypted with the platform key
+        Effect   = "Allow"
+        Action   = "kms:Decrypt"
+        Resource = var.kms_key_arn
+      },
+    ]
+  })
 }

@@ -22,3 +22,7 @@ output "policies" {
   description = "Each role's inline policy, as JSON (for tests and audits)."
   value       = { for key, policy in aws_iam_role_policy.task : key => policy.policy }
 }
+
+output "scheduler_role_arn" {
+  value = aws_iam_role.scheduler.arn
+}

@@ -29,6 +29,23 @@ locals {
           ArnLike = { "kms:EncryptionContext:aws:logs:arn" = "arn:${local.partition}:logs:${local.region}:${local.account_id}:*" }
         }
       },
+      {
+        # alarms publish to the SNS topic this key encrypts; EventBridge sends ECS task failures there too
+        Sid       = "AlarmsPublishToEncryptedTopic"
+        Effect    = "Allow"
+        Principal = { Service = ["cloudwatch.amazonaws.com", "events.amazonaws.com"] }
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
+        Resource  = "*"
+      },
+      {
+        # S3 server access logs of the weights and exports buckets land in the KMS-encrypted access-logs bucket
+        Sid       = "S3ServerAccessLogDelivery"
+        Effect    = "Allow"
+        Principal = { Service = "logging.s3.amazonaws.com" }
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
+        Resource  = "*"
+        Condition = { StringEquals = { "aws:SourceAccount" = local.account_id } }
+      },
     ]
   }
 }

@@ -65,3 +65,41 @@ variable "alarm_emails" {
   type    = list(string)
   default = []
 }
+
+variable "target_group_arn_suffix" {
+  description = "The gateway target group (for the unhealthy-host alarm)."
+  type        = string
+  default     = ""
+}
+
+variable "gpu_alarms" {
+  description = "Create the GPU capacity alarm and the worker start-failure events (need the names below)."
+  type        = bool
+  default     = true
+}
+
+variable "gpu_autoscaling_group_name" {
+  type    = string
+  default = ""
+}
+
+variable "gpu_max_instances" {
+  type    = number
+  default = 1
+}
+
+variable "cluster_arn" {
+  type    = string
+  default = ""
+}
+
+variable "worker_service_prefix" {
+  description = "Every worker service's name starts with this (modules/worker_pool)."
+  type        = string
+  default     = ""
+}
+
+variable "min_rds_free_storage_gb" {
+  type    = number
+  default = 5
+}

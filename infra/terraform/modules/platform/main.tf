@@ -4,13 +4,16 @@ locals {
   worker_port = 8100
   # the gateway's endpoints: each one scaled by its ECS provisioner through its own worker service
   gateway_config_toml = templatefile("${path.module}/gateway.toml.tftpl", {
-    cluster          = var.name
-    region           = data.aws_region.current.name
-    worker_port      = local.worker_port
-    services         = module.worker_pool.worker_service_names
-    settings         = var.endpoint_settings
-    aws_endpoint     = ""
-    metric_namespace = module.observability.activator_queue_metric_namespace
+    cluster           = var.name
+    region            = data.aws_region.current.name
+    worker_port       = local.worker_port
+    services          = module.worker_pool.worker_service_names
+    settings          = var.endpoint_settings
+    scaling           = var.scaling
+    trusted_proxies   = [var.cidr_block]
+    request_timeout_s = var.request_timeout_seconds
+    aws_endpoint      = ""
+    metric_namespace  = module.observability.activator_queue_metric_namespace
   })
 }
 
@@ -43,13 +46,18 @@ module "data" {
 }
 
 module "observability" {
-  source             = "../observability"
-  name               = var.name
-  kms_key_arn        = module.kms.key_arn
-  log_retention_days = var.log_retention_days
-  alb_arn_suffix     = module.gateway.alb_arn_suffix
-  db_instance_id     = module.data.db_instance_id
-  alarm_emails       = var.alarm_emails
+  source                     = "../observability"
+  name                       = var.name
+  kms_key_arn                = module.kms.key_arn
+  log_retention_days         = var.log_retention_days
+  alb_arn_suffix             = module.gateway.alb_arn_suffix
+  target_group_arn_suffix    = module.gateway.target_group_arn_suffix
+  gpu_autoscaling_group_name = module.worker_pool.autoscaling_group_name
+  gpu_max_instances          = var.gpu_max_instances
+  cluster_arn                = module.gateway.cluster_arn
+  worker_service_prefix      = "${var.name}-worker-"
+  db_instance_id             = module.data.db_instance_id
+  alarm_emails               = var.alarm_emails
 }
 
 module "iam" {
@@ -71,27 +79,31 @@ module "iam" {
 }
 
 module "gateway" {
-  source              = "../gateway"
-  name                = var.name
-  vpc_id              = module.network.vpc_id
-  public_subnet_ids   = module.network.public_subnet_ids
-  private_subnet_ids  = module.network.private_subnet_ids
-  security_group_ids  = module.network.security_group_ids
-  certificate_arn     = var.certificate_arn
-  image               = var.gateway_image
-  cpu                 = var.gateway_cpu
-  memory              = var.gateway_memory
-  min_tasks           = var.gateway_min_tasks
-  max_tasks           = var.gateway_max_tasks
-  execution_role_arn  = module.iam.gateway_execution_role_arn
-  task_role_arn       = module.iam.gateway_task_role_arn
-  log_group_name      = module.observability.log_group_names["gateway"]
-  secret_arns         = module.data.secret_arns
-  wal_file_system_id  = module.data.wal_file_system_id
-  wal_access_point_id = module.data.wal_access_point_id
-  access_log_bucket   = ""
-  deletion_protection = var.deletion_protection
-  config_toml         = local.gateway_config_toml
+  source                  = "../gateway"
+  name                    = var.name
+  vpc_id                  = module.network.vpc_id
+  public_subnet_ids       = module.network.public_subnet_ids
+  private_subnet_ids      = module.network.private_subnet_ids
+  security_group_ids      = module.network.security_group_ids
+  certificate_arn         = var.certificate_arn
+  image                   = var.gateway_image
+  cpu                     = var.gateway_cpu
+  memory                  = var.gateway_memory
+  min_tasks               = var.gateway_min_tasks
+  max_tasks               = var.gateway_max_tasks
+  execution_role_arn      = module.iam.gateway_execution_role_arn
+  task_role_arn           = module.iam.gateway_task_role_arn
+  log_group_name          = module.observability.log_group_names["gateway"]
+  secret_arns             = module.data.secret_arns
+  wal_file_system_id      = module.data.wal_file_system_id
+  wal_access_point_id     = module.data.wal_access_point_id
+  access_log_bucket       = module.data.bucket_names["alb-logs"]
+  request_timeout_seconds = var.request_timeout_seconds
+  export_bucket           = module.data.bucket_names["exports"]
+  scheduler_role_arn      = module.iam.scheduler_role_arn
+  kms_key_arn             = module.kms.key_arn
+  deletion_protection     = var.deletion_protection
+  config_toml             = local.gateway_config_toml
 }
 
 data "aws_region" "current" {}
@@ -113,4 +125,6 @@ module "worker_pool" {
   log_group_name       = module.observability.log_group_names["worker"]
   worker_secret_arn    = module.data.secret_arns["worker_secret"]
   worker_port          = local.worker_port
+  warm_pool_size       = var.gpu_warm_pool_size
+  image_cuda_version   = var.worker_image_cuda_version
 }

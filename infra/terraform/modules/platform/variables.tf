@@ -13,8 +13,13 @@ variable "cidr_block" {
 }
 
 variable "nat_gateway" {
-  type    = string
-  default = "single"
+  description = "single or per_az. The tasks pull images from ECR, write CloudWatch logs and read Secrets Manager, so a platform without a NAT is refused (the network module alone still allows none)."
+  type        = string
+  default     = "single"
+  validation {
+    condition     = contains(["single", "per_az"], var.nat_gateway)
+    error_message = "nat_gateway: single or per_az; \"none\" leaves the tasks without ECR, CloudWatch Logs, Secrets Manager and ECS endpoints (the platform adds no interface endpoints)."
+  }
 }
 
 variable "certificate_arn" {
@@ -60,18 +65,54 @@ variable "endpoints" {
 }
 
 variable "endpoint_settings" {
-  description = "Per endpoint, the gateway-side fields of its [[models]] entry (min/max replicas, idle_seconds, ...)."
-  type        = map(map(any))
-  default     = {}
+  description = "Per endpoint, the gateway-side fields of its [[models]] entry (min/max replicas, idle_seconds, team_id, ...). Each value keeps its own type: numbers stay numbers beside a team_id string."
+  # `any`, not map(map(any)): a map must have one element type, so a single string (team_id) would turn
+  # every value of every endpoint into a string ("900") that the gateway's config loader refuses
+  type    = any
+  default = {}
   validation {
-    condition     = alltrue([for fields in values(var.endpoint_settings) : length(setintersection(keys(fields), ["name", "provisioner", "urls"])) == 0])
-    error_message = "endpoint_settings: name, provisioner and urls are set by the platform (the endpoint's ECS service)."
+    condition     = alltrue([for fields in values(var.endpoint_settings) : can(keys(fields))])
+    error_message = "endpoint_settings: endpoint name => { field = value, ... }."
   }
+  validation {
+    condition     = alltrue([for fields in values(var.endpoint_settings) : length(setsubtract(keys(fields), ["min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting", "max_queue", "max_wait_seconds", "drain_seconds", "team_id"])) == 0])
+    error_message = "endpoint_settings: the fields are min_replicas, max_replicas, target_concurrency, idle_seconds, max_waiting, max_queue, max_wait_seconds, drain_seconds and team_id (name, provisioner and urls are set by the platform: the endpoint's ECS service)."
+  }
+  validation {
+    # jsonencode tells a number (900) from a string ("900"), which tonumber alone would accept
+    condition = alltrue([for fields in values(var.endpoint_settings) : alltrue([for key, value in fields :
+    key == "team_id" ? can(regex("^\"[^\"]+\"$", jsonencode(value))) : can(tonumber(jsonencode(value)))])])
+    error_message = "endpoint_settings: every field is a number, except team_id, a string."
+  }
+}
+
+variable "scaling" {
+  description = "The gateway's [scaling] table (gateway/endpoints/scaling.py), e.g. { ecs_start_timeout_seconds = 2400 }; {} = its defaults."
+  type        = map(number)
+  default     = {}
+}
+
+variable "request_timeout_seconds" {
+  description = "The gateway's request_timeout_s; the ALB's idle timeout is set 60 s above it."
+  type        = number
+  default     = 840
 }
 
 variable "gpu_instance_type" {
   type    = string
   default = "g5.xlarge"
+}
+
+variable "gpu_warm_pool_size" {
+  description = "Stopped GPU hosts kept with the worker image pulled (modules/worker_pool warm_pool_size; 0 = none)."
+  type        = number
+  default     = 0
+}
+
+variable "worker_image_cuda_version" {
+  description = "The CUDA of the worker image's torch build (TORCH_INDEX in infra/docker/worker.Dockerfile)."
+  type        = string
+  default     = "12.8"
 }
 
 variable "gpu_max_instances" {

@@ -1,6 +1,8 @@
 # GPU hosts: a launch template with the ECS GPU-optimized AMI, an autoscaling group that starts at
 # zero, and a capacity provider whose managed scaling adds hosts when worker tasks need them.
 
+data "aws_region" "current" {}
+
 data "aws_ssm_parameter" "gpu_ami" {
   count = var.ami_id == "" ? 1 : 0
   name  = var.ami_ssm_parameter
@@ -14,15 +16,15 @@ resource "aws_launch_template" "gpu" {
   name_prefix   = "${var.name}-gpu-"
   image_id      = local.ami_id
   instance_type = var.instance_type
-  user_data = base64encode(join("\n", [
-    "#!/bin/bash",
-    "cat >> /etc/ecs/ecs.config <<'CONFIG'",
-    "ECS_CLUSTER=${var.cluster_name}",
-    "ECS_ENABLE_GPU_SUPPORT=true",
-    "ECS_ENABLE_CONTAINER_METADATA=true",
-    "ECS_CONTAINER_STOP_TIMEOUT=120s",
-    "CONFIG",
-  ]))
+  user_data = base64encode(templatefile("${path.module}/user_data.sh.tftpl", {
+    cluster    = var.cluster_name
+    image      = var.image
+    image_cuda = var.image_cuda_version
+    warm_pool  = var.warm_pool_size > 0
+    region     = data.aws_region.current.name
+    registry   = split("/", var.image)[0]
+    ecr_image  = can(regex("^[0-9]{12}\\.dkr\\.ecr\\.", var.image))
+  }))
   iam_instance_profile {
     arn = var.instance_profile_arn
   }
@@ -40,6 +42,8 @@ resource "aws_launch_template" "gpu" {
     ebs {
       volume_size           = 200 # images with CUDA torch, and model weights
       volume_type           = "gp3"
+      throughput            = var.root_volume_throughput # MiB/s: the image pull and weights are read-bound
+      iops                  = var.root_volume_iops
       encrypted             = true
       delete_on_termination = true
     }
@@ -63,8 +67,26 @@ resource "aws_autoscaling_group" "gpu" {
     value               = "true"
     propagate_at_launch = true
   }
+  # stopped hosts with the worker image already pulled (user data pulls it while the host is warmed):
+  # a scale-out starts one in about a minute instead of launching and pulling for several
+  dynamic "warm_pool" {
+    for_each = var.warm_pool_size > 0 ? [var.warm_pool_size] : []
+    content {
+      pool_state                  = "Stopped"
+      min_size                    = warm_pool.value
+      max_group_prepared_capacity = warm_pool.value
+      instance_reuse_policy {
+        reuse_on_scale_in = true
+      }
+    }
+  }
+  enabled_metrics = ["GroupDesiredCapacity", "GroupInServiceInstances", "GroupMaxSize", "GroupPendingInstances"]
   lifecycle {
     ignore_changes = [desired_capacity] # the capacity provider owns it
+    precondition {
+      condition     = tonumber(split(".", var.image_cuda_version)[0]) * 100 + tonumber(split(".", var.image_cuda_version)[1]) <= tonumber(split(".", var.ami_driver_cuda_version)[0]) * 100 + tonumber(split(".", var.ami_driver_cuda_version)[1])
+      error_message = "the worker image's CUDA (image_cuda_version) is newer than the AMI's NVIDIA driver serves (ami_driver_cuda_version): pick a newer AMI or an older torch CUDA build."
+    }
   }
 }
 

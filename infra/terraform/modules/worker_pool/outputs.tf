@@ -14,3 +14,8 @@ output "capacity_provider_name" {
 output "autoscaling_group_name" {
   value = aws_autoscaling_group.gpu.name
 }
+
+output "warm_pool_min_size" {
+  description = "Stopped hosts kept in the warm pool (null: no warm pool)."
+  value       = one(aws_autoscaling_group.gpu.warm_pool[*].min_size)
+}

@@ -60,8 +60,6 @@ resource "aws_ecs_task_definition" "worker" {
   }
 }
 
-data "aws_region" "current" {}
-
 resource "aws_ecs_service" "worker" {
   for_each                           = var.endpoints
   name                               = local.services[each.key].service

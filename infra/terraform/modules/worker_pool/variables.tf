@@ -81,8 +81,62 @@ variable "ami_id" {
 }
 
 variable "ami_ssm_parameter" {
-  type    = string
-  default = "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+  description = "The ECS GPU-optimized AMI on Amazon Linux 2023 (Amazon Linux 2 is past its end of support)."
+  type        = string
+  default     = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+  validation {
+    condition     = !strcontains(var.ami_ssm_parameter, "amazon-linux-2/")
+    error_message = "ami_ssm_parameter: Amazon Linux 2 is past its end of support; use the amazon-linux-2023 GPU AMI."
+  }
+}
+
+variable "image_cuda_version" {
+  description = "The CUDA of the worker image's torch build (infra/docker/worker.Dockerfile: TORCH_INDEX cu128 = 12.8)."
+  type        = string
+  default     = "12.8"
+  validation {
+    condition     = can(regex("^[0-9]+\\.[0-9]+$", var.image_cuda_version))
+    error_message = "image_cuda_version: major.minor, e.g. 12.8."
+  }
+}
+
+variable "ami_driver_cuda_version" {
+  description = "The newest CUDA the AMI's NVIDIA driver serves (nvidia-smi's \"CUDA Version\"; the AL2023 ECS GPU AMI ships a 570-series driver: 12.8). The plan refuses an image that needs more, and each host checks it again at boot (user data)."
+  type        = string
+  default     = "12.8"
+  validation {
+    condition     = can(regex("^[0-9]+\\.[0-9]+$", var.ami_driver_cuda_version))
+    error_message = "ami_driver_cuda_version: major.minor, e.g. 12.8."
+  }
+}
+
+variable "warm_pool_size" {
+  description = "Stopped GPU hosts kept with the worker image pulled (0 = no warm pool). Stopped hosts cost only their EBS volume."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.warm_pool_size >= 0
+    error_message = "warm_pool_size: 0 or more."
+  }
+}
+
+variable "root_volume_throughput" {
+  description = "gp3 throughput of each GPU host's volume in MiB/s (gp3's baseline is 125; a multi-GB image pull is bound by it)."
+  type        = number
+  default     = 500
+  validation {
+    condition     = var.root_volume_throughput >= 125 && var.root_volume_throughput <= 1000
+    error_message = "root_volume_throughput: 125 to 1000 MiB/s (gp3)."
+  }
+}
+
+variable "root_volume_iops" {
+  type    = number
+  default = 4000
+  validation {
+    condition     = var.root_volume_iops >= 3000 && var.root_volume_iops <= 16000
+    error_message = "root_volume_iops: 3000 to 16000 (gp3)."
+  }
 }
 
 variable "instance_profile_arn" {

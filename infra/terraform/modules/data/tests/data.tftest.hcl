@@ -67,8 +67,8 @@ run "redis_has_tls_auth_and_encryption" {
 run "buckets_are_private_encrypted_and_versioned" {
   command = apply
   assert {
-    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "access-logs"])
-    error_message = "weights, exports and access-logs buckets"
+    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "access-logs", "alb-logs"])
+    error_message = "weights, exports, access-logs and alb-logs buckets"
   }
   assert {
     condition = alltrue([for b in aws_s3_bucket_public_access_block.main :
@@ -76,9 +76,13 @@ run "buckets_are_private_encrypted_and_versioned" {
     error_message = "every bucket blocks all public access"
   }
   assert {
-    condition = alltrue([for e in aws_s3_bucket_server_side_encryption_configuration.main :
-    one(e.rule).apply_server_side_encryption_by_default[0].sse_algorithm == "aws:kms"])
-    error_message = "every bucket is KMS-encrypted"
+    condition = alltrue([for k, e in aws_s3_bucket_server_side_encryption_configuration.main :
+    one(e.rule).apply_server_side_encryption_by_default[0].sse_algorithm == (k == "alb-logs" ? "AES256" : "aws:kms")])
+    error_message = "every bucket is KMS-encrypted but the ALB's logs (ELB delivers only to SSE-S3)"
+  }
+  assert {
+    condition     = jsondecode(aws_s3_bucket_policy.main["alb-logs"].policy).Statement[1].Principal.Service == "logdelivery.elasticloadbalancing.amazonaws.com" && endswith(jsondecode(aws_s3_bucket_policy.main["alb-logs"].policy).Statement[1].Resource, "/alb/AWSLogs/123456789012/*")
+    error_message = "the ALB may write its logs under alb/AWSLogs/<account>/ only"
   }
   assert {
     condition     = alltrue([for v in aws_s3_bucket_versioning.main : v.versioning_configuration[0].status == "Enabled"])

@@ -53,8 +53,12 @@ run "https_listener_with_a_tls13_policy_and_http_redirect" {
 run "health_check_and_fargate_service_in_private_subnets" {
   command = plan
   assert {
-    condition     = aws_lb_target_group.gateway.health_check[0].path == "/health"
-    error_message = "the target group checks /health"
+    condition     = aws_lb_target_group.gateway.health_check[0].path == "/livez"
+    error_message = "the target group checks liveness (/livez), not readiness (/health)"
+  }
+  assert {
+    condition     = strcontains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].healthCheck.command[3], "/livez")
+    error_message = "the ECS container health check is liveness too"
   }
   assert {
     condition     = aws_ecs_service.gateway.launch_type == "FARGATE" && aws_ecs_service.gateway.network_configuration[0].assign_public_ip == false
@@ -144,4 +148,86 @@ run "stop_timeout_beyond_fargate_is_refused" {
     stop_timeout_seconds = 300
   }
   expect_failures = [var.stop_timeout_seconds]
+}
+
+run "metrics_are_refused_at_the_alb" {
+  command = plan
+  assert {
+    condition     = aws_lb_listener_rule.refuse_metrics.priority == 1 && aws_lb_listener_rule.refuse_metrics.action[0].type == "fixed-response"
+    error_message = "the first rule of the HTTPS listener answers by itself"
+  }
+  assert {
+    condition     = aws_lb_listener_rule.refuse_metrics.action[0].fixed_response[0].status_code == "404"
+    error_message = "/metrics is a 404 from outside"
+  }
+  assert {
+    condition     = toset(one(aws_lb_listener_rule.refuse_metrics.condition).path_pattern[0].values) == toset(["/metrics", "/metrics/*"])
+    error_message = "every /metrics path"
+  }
+}
+
+run "idle_timeout_outlasts_the_request_timeout_and_access_logs_are_on" {
+  command = plan
+  variables {
+    request_timeout_seconds = 1200
+    access_log_bucket       = "sluice-test-alb-logs-123456789012"
+  }
+  assert {
+    condition     = aws_lb.main.idle_timeout == 1260
+    error_message = "the ALB idle timeout is the gateway's request timeout plus a margin"
+  }
+  assert {
+    condition     = aws_lb.main.access_logs[0].enabled && aws_lb.main.access_logs[0].bucket == "sluice-test-alb-logs-123456789012"
+    error_message = "access logs go to the given bucket"
+  }
+}
+
+run "a_request_timeout_beyond_the_alb_maximum_is_refused" {
+  command = plan
+  variables {
+    request_timeout_seconds = 3990
+  }
+  expect_failures = [var.request_timeout_seconds]
+}
+
+run "no_export_schedule_without_a_bucket" {
+  command = plan
+  assert {
+    condition     = length(aws_scheduler_schedule.usage_export) == 0 && length(aws_ecs_task_definition.usage_export) == 0
+    error_message = "the export is scheduled only where there is a bucket"
+  }
+}
+
+run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
+  command = plan
+  variables {
+    export_bucket      = "sluice-test-exports-123456789012"
+    scheduler_role_arn = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
+    kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    secret_arns        = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+  }
+  assert {
+    condition     = aws_scheduler_schedule.usage_export["usage"].schedule_expression == "cron(30 1 * * ? *)" && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].launch_type == "FARGATE"
+    error_message = "daily, after the UTC day closed, as a Fargate task"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].command == ["usage", "export", "--bucket", "sluice-test-exports-123456789012", "--prefix", "usage/"]
+    error_message = "the task runs `sluice usage export` into the exports bucket"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].readonlyRootFilesystem && jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].mountPoints[0].containerPath == "/tmp"
+    error_message = "a read-only root with a writable /tmp for the spool"
+  }
+  assert {
+    condition     = [for s in jsondecode(aws_ecs_task_definition.usage_export["usage"].container_definitions)[0].secrets : s.name] == ["SLUICE_DATABASE_URL"]
+    error_message = "the export gets the database URL and no other secret"
+  }
+  assert {
+    condition     = aws_scheduler_schedule.usage_export["usage"].target[0].role_arn == var.scheduler_role_arn && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].network_configuration[0].assign_public_ip == false
+    error_message = "run by the scheduler's role, in the private subnets"
+  }
+  assert {
+    condition     = aws_scheduler_schedule.usage_export["usage"].kms_key_arn == var.kms_key_arn
+    error_message = "the schedule is encrypted with the platform key"
+  }
 }

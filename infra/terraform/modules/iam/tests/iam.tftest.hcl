@@ -31,7 +31,7 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
   assert {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
       "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "secretsmanager:GetSecretValue",
-      "s3:PutObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
+      "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
       "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData",
     ])
     error_message = "the gateway task role has exactly the actions the platform needs"
@@ -132,4 +132,24 @@ run "a_wildcard_metric_namespace_is_refused" {
     metric_namespace = "Sluice/*"
   }
   expect_failures = [var.metric_namespace]
+}
+
+run "the_export_may_read_back_its_objects_and_the_scheduler_only_runs_it" {
+  command = apply
+  assert {
+    condition     = contains(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action if s.Sid == "WriteUsageExports"]), "s3:GetObject")
+    error_message = "head_object (skip an unchanged upload) needs s3:GetObject"
+  }
+  assert {
+    condition     = jsondecode(aws_iam_role.scheduler.assume_role_policy).Statement[0].Principal.Service == "scheduler.amazonaws.com"
+    error_message = "EventBridge Scheduler assumes the role"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.scheduler.policy).Statement : s.Resource if s.Sid == "RunUsageExport"])[1] == "arn:aws:ecs:us-east-1:123456789012:task-definition/sluice-test-usage-export:*"
+    error_message = "it may run the export task definition only"
+  }
+  assert {
+    condition     = length(one([for s in jsondecode(aws_iam_role_policy.scheduler.policy).Statement : s.Resource if s.Sid == "PassGatewayRoles"])) == 2
+    error_message = "and pass the gateway's two roles, nothing else"
+  }
 }

@@ -37,3 +37,17 @@ run "short_deletion_window_is_refused" {
   }
   expect_failures = [var.deletion_window_in_days]
 }
+
+run "alarms_and_s3_log_delivery_may_use_the_key" {
+  command = plan
+  assert {
+    condition = anytrue([for s in jsondecode(aws_kms_key.main.policy).Statement : try(contains(s.Principal.Service, "cloudwatch.amazonaws.com"), false)
+    && try(contains(s.Action, "kms:GenerateDataKey*") && contains(s.Action, "kms:Decrypt"), false)])
+    error_message = "CloudWatch alarms can publish to the SNS topic the key encrypts"
+  }
+  assert {
+    condition = anytrue([for s in jsondecode(aws_kms_key.main.policy).Statement : try(s.Principal.Service == "logging.s3.amazonaws.com", false)
+    && try(contains(s.Action, "kms:GenerateDataKey*") && s.Condition.StringEquals["aws:SourceAccount"] == "123456789012", false)])
+    error_message = "S3 server access logs of this account can be written to the encrypted access-logs bucket"
+  }
+}

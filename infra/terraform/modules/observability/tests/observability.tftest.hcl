@@ -1,10 +1,23 @@
-mock_provider "aws" {}
+mock_provider "aws" {
+  mock_data "aws_caller_identity" {
+    defaults = { account_id = "123456789012" }
+  }
+  mock_resource "aws_sns_topic" {
+    defaults = { arn = "arn:aws:sns:us-east-1:123456789012:sluice-test-alarms" }
+  }
+}
 
 variables {
   name           = "sluice-test"
   kms_key_arn    = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
   alb_arn_suffix = "app/sluice-test/0123456789abcdef"
   db_instance_id = "sluice-test"
+  # the platform's values
+  target_group_arn_suffix    = "targetgroup/sluice-test-gw/0123456789abcdef"
+  gpu_autoscaling_group_name = "sluice-test-gpu-1"
+  gpu_max_instances          = 4
+  cluster_arn                = "arn:aws:ecs:us-east-1:123456789012:cluster/sluice-test"
+  worker_service_prefix      = "sluice-test-worker-"
 }
 
 run "log_groups_have_retention_and_encryption" {
@@ -41,4 +54,48 @@ run "invalid_retention_is_refused" {
     log_retention_days = 42
   }
   expect_failures = [var.log_retention_days]
+}
+
+run "the_5xx_alarm_leaves_out_the_intended_503s" {
+  command = plan
+  assert {
+    condition     = toset([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : q.id if q.id != "rate"]) == toset(["elb5xx", "gateway5xx", "requests"])
+    error_message = "the ALB's own 5xx and the gateway's unintended ones; never HTTPCode_Target_5XX_Count, which counts the cold-start 503s"
+  }
+  assert {
+    condition     = alltrue([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : try(one(q.metric).metric_name, "") != "HTTPCode_Target_5XX_Count"])
+    error_message = "no target 5xx count"
+  }
+  assert {
+    condition     = strcontains(aws_cloudwatch_log_metric_filter.unintended_5xx.pattern, "$.http_status != 503") && strcontains(aws_cloudwatch_log_metric_filter.unintended_5xx.pattern, "$.status != 503")
+    error_message = "the gateway's 503s are not counted"
+  }
+}
+
+run "alarms_for_hosts_capacity_storage_and_worker_starts" {
+  command = apply
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.unhealthy_hosts[0].metric_name == "UnHealthyHostCount" && aws_cloudwatch_metric_alarm.unhealthy_hosts[0].dimensions.TargetGroup == var.target_group_arn_suffix
+    error_message = "unhealthy gateway tasks page"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.gpu_capacity[0].dimensions.AutoScalingGroupName == "sluice-test-gpu-1" && aws_cloudwatch_metric_alarm.gpu_capacity[0].threshold == 4
+    error_message = "the GPU group at its maximum pages"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.rds_storage[0].metric_name == "FreeStorageSpace" && aws_cloudwatch_metric_alarm.rds_storage[0].threshold == 5 * 1024 * 1024 * 1024
+    error_message = "low RDS storage pages"
+  }
+  assert {
+    condition     = jsondecode(aws_cloudwatch_event_rule.worker_start_failures[0].event_pattern)["$or"][0].detail.group[0].prefix == "service:sluice-test-worker-" && aws_cloudwatch_event_target.worker_start_failures[0].arn == aws_sns_topic.alarms.arn
+    error_message = "worker tasks that fail go to the alarm topic"
+  }
+  assert {
+    condition     = contains(jsondecode(aws_cloudwatch_event_rule.worker_start_failures[0].event_pattern)["$or"][1].detail.eventName, "SERVICE_TASK_PLACEMENT_FAILURE")
+    error_message = "a worker service that cannot place its tasks goes there too"
+  }
+  assert {
+    condition     = jsondecode(aws_sns_topic_policy.alarms.policy).Statement[0].Principal.Service == "events.amazonaws.com"
+    error_message = "EventBridge may publish to the topic"
+  }
 }

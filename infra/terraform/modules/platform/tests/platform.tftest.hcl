@@ -83,6 +83,11 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
       "# One endpoint per worker service: the gateway's ECS provisioner (gateway/endpoints/provisioners/ecs.py)",
       "# scales that service's desired count and routes to its tasks' private addresses on `port`.",
       "data_dir = \"/var/lib/sluice\"",
+      "# the admin key comes from Secrets Manager (SLUICE_ADMIN_KEY); CloudWatch keeps the logs, so no key is printed",
+      "print_bootstrap_keys = false",
+      "# the ALB's X-Forwarded-For names the client (failed-auth throttle, audit log); only the VPC may say so",
+      "trusted_proxies = [\"10.40.0.0/16\"]",
+      "request_timeout_s = 840",
       "",
       "[[models]]",
       "name = \"HuggingFaceTB/SmolLM2-135M-Instruct\"",
@@ -116,4 +121,72 @@ run "platform_fields_cannot_be_overridden_per_endpoint" {
     endpoint_settings = { "HuggingFaceTB/SmolLM2-135M-Instruct" = { provisioner = "local" } }
   }
   expect_failures = [var.endpoint_settings]
+}
+
+run "mixed_value_types_survive_and_scaling_is_rendered" {
+  command = plan
+  variables {
+    endpoint_settings = {
+      "HuggingFaceTB/SmolLM2-135M-Instruct" = { min_replicas = 0, idle_seconds = 900, team_id = "team-abc" }
+    }
+    scaling = { ecs_start_timeout_seconds = 2400 }
+  }
+  assert {
+    condition     = strcontains(output.gateway_config_toml, "idle_seconds = 900\n") && strcontains(output.gateway_config_toml, "min_replicas = 0\n") && strcontains(output.gateway_config_toml, "team_id = \"team-abc\"\n")
+    error_message = "numbers stay numbers beside a string: ${output.gateway_config_toml}"
+  }
+  assert {
+    condition     = strcontains(output.gateway_config_toml, "\n[scaling]\necs_start_timeout_seconds = 2400\n")
+    error_message = "the [scaling] table is rendered: ${output.gateway_config_toml}"
+  }
+}
+
+run "a_number_given_as_text_is_refused" {
+  command = plan
+  variables {
+    endpoint_settings = { "HuggingFaceTB/SmolLM2-135M-Instruct" = { idle_seconds = "900" } }
+  }
+  expect_failures = [var.endpoint_settings]
+}
+
+run "an_unknown_field_is_refused" {
+  command = plan
+  variables {
+    endpoint_settings = { "HuggingFaceTB/SmolLM2-135M-Instruct" = { idle_secs = 900 } }
+  }
+  expect_failures = [var.endpoint_settings]
+}
+
+run "no_nat_is_refused_for_the_platform" {
+  command = plan
+  variables {
+    nat_gateway = "none"
+  }
+  expect_failures = [var.nat_gateway]
+}
+
+run "the_alb_logs_and_outlasts_the_request_timeout" {
+  command = plan
+  variables {
+    request_timeout_seconds = 1800
+  }
+  assert {
+    condition     = module.gateway.alb_idle_timeout == 1860 && strcontains(output.gateway_config_toml, "request_timeout_s = 1800\n")
+    error_message = "the ALB's idle timeout is above the gateway's request timeout"
+  }
+  assert {
+    condition     = module.gateway.alb_access_log_bucket == module.data.bucket_names["alb-logs"]
+    error_message = "ALB access logs are on, in the SSE-S3 alb-logs bucket"
+  }
+}
+
+run "the_warm_pool_reaches_the_worker_pool" {
+  command = plan
+  variables {
+    gpu_warm_pool_size = 1
+  }
+  assert {
+    condition     = module.worker_pool.warm_pool_min_size == 1
+    error_message = "one stopped GPU host waits in the warm pool"
+  }
 }

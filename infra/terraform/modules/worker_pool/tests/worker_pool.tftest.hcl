@@ -28,7 +28,7 @@ variables {
 run "gpu_ami_from_ssm_and_an_asg_that_starts_at_zero" {
   command = plan
   assert {
-    condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+    condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     error_message = "the ECS GPU-optimized AMI, read from SSM"
   }
   assert {
@@ -146,4 +146,56 @@ run "worker_secret_must_be_an_arn" {
     worker_secret_arn = "hunter2"
   }
   expect_failures = [var.worker_secret_arn]
+}
+
+run "al2023_gpu_ami_gp3_throughput_and_no_warm_pool_by_default" {
+  command = plan
+  assert {
+    condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+    error_message = "the Amazon Linux 2023 ECS GPU AMI"
+  }
+  assert {
+    condition     = one(aws_launch_template.gpu.block_device_mappings).ebs[0].throughput == 500 && one(aws_launch_template.gpu.block_device_mappings).ebs[0].iops == 4000
+    error_message = "gp3 with its throughput set above the 125 MiB/s baseline"
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.warm_pool) == 0
+    error_message = "no warm pool unless asked for"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "the worker image needs 12.8; not joining") && strcontains(base64decode(aws_launch_template.gpu.user_data), "CUDA Version")
+    error_message = "each host checks its driver's CUDA against the image's before joining the cluster"
+  }
+}
+
+run "a_warm_pool_of_stopped_hosts_with_the_image_pulled" {
+  command = plan
+  variables {
+    warm_pool_size = 2
+  }
+  assert {
+    condition     = one(aws_autoscaling_group.gpu.warm_pool).pool_state == "Stopped" && one(aws_autoscaling_group.gpu.warm_pool).min_size == 2
+    error_message = "two stopped hosts wait in the pool"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_WARM_POOLS_CHECK=true") && strcontains(base64decode(aws_launch_template.gpu.user_data), "docker pull ${var.image}")
+    error_message = "a warmed host pulls the worker image, and the ECS agent waits until it is in service"
+  }
+}
+
+run "an_image_needing_a_newer_cuda_than_the_driver_is_refused" {
+  command = plan
+  variables {
+    image_cuda_version      = "12.9"
+    ami_driver_cuda_version = "12.8"
+  }
+  expect_failures = [aws_autoscaling_group.gpu]
+}
+
+run "amazon_linux_2_is_refused" {
+  command = plan
+  variables {
+    ami_ssm_parameter = "/aws/service/ecs/optimized-ami/amazon-linux-2/gpu/recommended/image_id"
+  }
+  expect_failures = [var.ami_ssm_parameter]
 }

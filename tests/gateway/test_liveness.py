@@ -1,0 +1,24 @@
+"""`GET /livez` is the load balancer's and ECS's health path: 200 while the gateway runs, whatever its endpoints
+do; `/health` stays readiness. A gateway whose only endpoint has no reachable worker (an ECS service still
+starting, a missing weights prefix) is alive but not ready, and must not be replaced for it."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.fixtures.servers import free_port
+from tests.fixtures.sluice import start_sluice
+
+
+def test_livez_answers_200_while_no_endpoint_is_ready(tmp_path):
+    dead = free_port()  # nothing listens here: the endpoint's one replica never becomes ready
+    config = f'[[models]]\nname = "cold-model"\nurls = ["http://127.0.0.1:{dead}"]\n'
+    server = start_sluice(tmp_path / "data", config=config, wait=False,
+                          env={"SLUICE_ADMIN_KEY": "operator-admin-key-from-secrets-manager-0123456789"})
+    try:
+        live = server.wait_alive()
+        assert live.json() == {"status": "alive"}
+        ready = httpx.get(f"{server.url}/health", timeout=2)
+        assert ready.status_code == 503 and "cold-model" in ready.json()["reason"]  # readiness stays honest
+    finally:
+        server.stop()
