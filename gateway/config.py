@@ -25,7 +25,8 @@ class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_header_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 20)] = 32 * 1024  # request line + headers; 431
     header_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0  # a whole request head; 408
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0  # a whole body, from its head; 408
-    keep_alive_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0  # idle between requests
+    # idle between requests; behind an ALB above its idle timeout (up to 4,000 s), which the Terraform renders
+    keep_alive_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=4200)] = 5.0
     # open connections per peer address (trusted_proxies exempt); 0 = no cap; 429 too_many_connections
     max_connections_per_client: Annotated[int, msgspec.Meta(ge=0)] = 256
 

@@ -13,12 +13,14 @@ from tests.fixtures.sluice import start_sluice
 def test_livez_answers_200_while_no_endpoint_is_ready(tmp_path):
     dead = free_port()  # nothing listens here: the endpoint's one replica never becomes ready
     config = f'[[models]]\nname = "cold-model"\nurls = ["http://127.0.0.1:{dead}"]\n'
-    server = start_sluice(tmp_path / "data", config=config, wait=False,
-                          env={"SLUICE_ADMIN_KEY": "operator-admin-key-from-secrets-manager-0123456789"})
+    admin_key = "operator-admin-key-from-secrets-manager-0123456789"
+    server = start_sluice(tmp_path / "data", config=config, wait=False, env={"SLUICE_ADMIN_KEY": admin_key})
     try:
         live = server.wait_alive()
         assert live.json() == {"status": "alive"}
         ready = httpx.get(f"{server.url}/health", timeout=2)
-        assert ready.status_code == 503 and "cold-model" in ready.json()["reason"]  # readiness stays honest
+        assert ready.status_code == 503 and "cold-model" not in ready.text  # honest, and names nothing to anyone
+        detail = httpx.get(f"{server.url}/health", headers={"authorization": f"Bearer {admin_key}"}, timeout=2)
+        assert detail.status_code == 503 and "cold-model" in detail.json()["reason"]
     finally:
         server.stop()

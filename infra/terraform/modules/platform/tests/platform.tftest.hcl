@@ -89,6 +89,11 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
       "trusted_proxies = [\"10.40.0.0/16\"]",
       "request_timeout_s = 840",
       "",
+      "# the ALB keeps an idle connection to a target for its idle timeout (request_timeout_s + 60): the gateway keeps",
+      "# it longer, so the ALB never sends a request on a connection the gateway has just closed (a 502)",
+      "[http]",
+      "keep_alive_timeout_s = 960",
+      "",
       "[[models]]",
       "name = \"HuggingFaceTB/SmolLM2-135M-Instruct\"",
       "max_replicas = 2",
@@ -173,6 +178,10 @@ run "the_alb_logs_and_outlasts_the_request_timeout" {
   assert {
     condition     = module.gateway.alb_idle_timeout == 1860 && strcontains(output.gateway_config_toml, "request_timeout_s = 1800\n")
     error_message = "the ALB's idle timeout is above the gateway's request timeout"
+  }
+  assert {
+    condition     = strcontains(output.gateway_config_toml, "[http]\nkeep_alive_timeout_s = 1920\n")
+    error_message = "the gateway keeps idle connections longer than the ALB does (no 502 on a closed connection)"
   }
   assert {
     condition     = module.gateway.alb_access_log_bucket == module.data.bucket_names["alb-logs"]
