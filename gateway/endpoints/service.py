@@ -2,11 +2,13 @@
 call. This docstring is the contract.
 
 Lifecycle
-    endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings)
+    endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings,
+                                     redis_url=redis_url)  # "": this gateway alone owns every endpoint
     await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop
     ...
     await endpoints.drain_and_stop()  # SIGTERM: no new request; every stream finishes (each replica up
-                                      # to its endpoint's drain_seconds); replicas stopped; store closed
+                                      # to its endpoint's drain_seconds); local replicas stopped, ECS
+                                      # services left as they are (another gateway owns them next); store closed
 
 One request
     endpoint = endpoints.resolve(model, principal)   # EndpointNotFound (404) if absent, or private to
@@ -68,6 +70,7 @@ from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
+from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.ecs import EcsProvisioner
 from gateway.endpoints.provisioners.local import LocalProvisioner
@@ -86,6 +89,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 ProvisionerFactory = Callable[[EndpointSpec], Provisioner]
+CALLS_PER_LOOK = 2  # ECS API calls of one discovery (ListTasks + DescribeTasks)
 
 
 def default_provisioners(data_dir: Path, standby: StandbyWorkers | None) -> ProvisionerFactory:
@@ -106,8 +110,9 @@ class Endpoints:
     def __init__(self, registry: EndpointRegistry, store: EndpointStore, settings: ScalingSettings,
                  provisioners: ProvisionerFactory, *, standby: StandbyWorkers | None = None,
                  on_fatal: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 read_timeout: float = 840.0):
+                 read_timeout: float = 840.0, fleet: Fleet | None = None):
         self.registry = registry
+        self.fleet = fleet or LocalFleet(settings.ecs_api_calls_per_second)  # what ECS endpoints share
         self.store = store
         self.settings = settings
         self.provisioners = provisioners
@@ -122,16 +127,20 @@ class Endpoints:
     @classmethod
     async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
                    settings: ScalingSettings | None = None, *, provisioners: ProvisionerFactory | None = None,
-                   on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0) -> Endpoints:
+                   on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0,
+                   redis_url: str = "") -> Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
-        `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s)."""
+        `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s).
+        `redis_url`: the fleet's shared state for ECS endpoints (fleet.py); "" = this gateway alone."""
         settings = settings or ScalingSettings()
         standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
+        fleet = (RedisFleet(redis_url, calls_per_second=settings.ecs_api_calls_per_second) if redis_url
+                 else LocalFleet(settings.ecs_api_calls_per_second))
         store = await EndpointStore.open(database_url)
         return cls(EndpointRegistry(store, declared), store, settings,
-                   provisioners or default_provisioners(data_dir, standby), standby=standby, on_fatal=on_fatal,
-                   read_timeout=read_timeout)
+                   provisioners or default_provisioners(data_dir, standby), standby=standby,
+                   on_fatal=on_fatal, read_timeout=read_timeout, fleet=fleet)
 
     # ---- lifecycle ----
 
@@ -162,13 +171,18 @@ class Endpoints:
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))
         if self.standby is not None:
             await self.standby.close()
+        await self.fleet.close()
         await self.router.close()
         await self.store.close()
 
     async def _launch(self, spec: EndpointSpec) -> EndpointController:
-        controller = EndpointController(spec, self.provisioners(spec), self.router, self.settings,
-                                        on_failed=self._failed, clock=self.clock)
+        provisioner = self.provisioners(spec)
+        if isinstance(provisioner, EcsProvisioner) and provisioner.budget is None:
+            provisioner.budget = self.fleet.take_call  # every ECS call of the fleet within one budget
+        controller = EndpointController(spec, provisioner, self.router, self.settings, on_failed=self._failed,
+                                        fleet=self.fleet if provisioner.shared else None, clock=self.clock)
         self.controllers[spec.name] = controller
+        self._pace_discovery()
         try:
             await controller.start()
         except BaseException:
@@ -176,6 +190,15 @@ class Endpoints:
             await controller.drain_and_stop()
             raise
         return controller
+
+    def _pace_discovery(self) -> None:
+        """Each ECS endpoint's owner looks at its tasks every (ECS endpoints x calls per look / the fleet's
+        budget) seconds while none is starting: every endpoint's steady polling together stays within
+        the budget, which leaves the rest of it to endpoints with a task starting (README.md)."""
+        shared = [c.provisioner for c in self.controllers.values() if isinstance(c.provisioner, EcsProvisioner)]
+        interval = max(1.0, len(shared) * CALLS_PER_LOOK / self.settings.ecs_api_calls_per_second)
+        for provisioner in shared:
+            provisioner.steady_interval_s = interval
 
     def _failed(self, controller: EndpointController) -> None:
         embedded = (len(self.controllers) == 1 and self.registry.declared(controller.name)
@@ -276,7 +299,8 @@ class Endpoints:
         async with self._admin:
             self.registry.check_deletable(name)
             controller = self.controllers.pop(name)
-            await controller.drain_and_stop()
+            await controller.drain_and_stop(keep_shared=False)  # a deleted endpoint's ECS service goes to 0
+            self._pace_discovery()
             await self.registry.delete(name)
             await self.adapters.forget(name)
             self.router.drop_pool(name)
