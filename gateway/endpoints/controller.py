@@ -233,9 +233,10 @@ class EndpointController:
         if not self.ownership.owner:
             self._adopted = False
         elif not self._adopted and self.provisioner.shared:  # taken over: start from what ECS says
-            await self.provisioner.open()
-            self._next_observe = -math.inf
-            self._adopted = True
+            with contextlib.suppress(ProvisionerBackoff):  # throttled: adopt at the next sync
+                await self.provisioner.open()
+                self._next_observe = -math.inf
+                self._adopted = True
         self._apply_draining()
 
     async def _look(self, now: float) -> Observation | None:

@@ -205,7 +205,7 @@ class EcsProvisioner(Provisioner):
             pause = self._backoff_s * random.uniform(0.5, 1.0)
             self._not_before = time.monotonic() + pause
             log.warning("ecs_throttled", service=self.settings.service, operation=error.operation_name,
-                        backoff_s=round(pause, 2))
+                        backoff_s=round(pause, 2), base_s=self._backoff_s)
             raise ProvisionerBackoff(f"ECS throttled {error.operation_name}", pause) from error
         self._backoff_s = 0.0
         return answer
