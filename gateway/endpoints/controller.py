@@ -105,6 +105,7 @@ class EndpointController:
                                    lease_s=settings.lease_seconds)
         self._adopted = False  # this owner read the provisioner's state since it took the lease
         self._turned_away = 0  # requests refused for a full queue since the last publish
+        self._hold_until = -math.inf  # a new owner removes no replica before this
 
     # ---- lifecycle ----
 
@@ -237,6 +238,8 @@ class EndpointController:
                 await self.provisioner.open()
                 self._next_observe = -math.inf
                 self._adopted = True
+                # the count it inherits stands for a stable window: this gateway's window may be young
+                self._hold_until = now + self.settings.stable_window_seconds
         self._apply_draining()
 
     async def _look(self, now: float) -> Observation | None:
@@ -275,14 +278,15 @@ class EndpointController:
         actions = plan(decision.desired, ready, starting)
         if actions.start and now >= self._next_start and await self.ownership.fenced():
             log.info("endpoint_scale_up", endpoint=self.name, replicas=ready + starting, desired=decision.desired,
-                     panicking=decision.panicking)
+                     panicking=decision.panicking, stable=round(decision.stable_average, 2),
+                     panic=round(decision.panic_average, 2))
             try:
                 await self.provisioner.add(actions.start)
             except ProvisionerBackoff:
                 return  # throttled: the next tick decides again
             metrics.STARTS.labels(self.name).inc(actions.start)
             self._next_observe = -math.inf  # see the new replicas before deciding again
-        if actions.remove:
+        if actions.remove and now >= self._hold_until:
             idle_first = sorted((m for m in self.members.values() if m.ready and not m.draining),
                                 key=lambda m: m.replica.in_flight + self.ownership.in_flight(m.replica_id))
             if self.provisioner.shared:  # only a replica with no request anywhere in the fleet

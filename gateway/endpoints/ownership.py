@@ -20,8 +20,9 @@ import structlog
 from gateway.endpoints.fleet import Fleet, Replicas, Report
 
 log = structlog.get_logger(__name__)
-REPORT_TTL_FACTOR = 3  # a report outlives this many missed publishes
-MIN_REPORT_TTL_S = 3.0  # a busy event loop must not look like a dead gateway
+REPORT_TTL_FACTOR = 3  # a report outlives this many missed publishes...
+LEASES_PER_REPORT = 2  # ...and two leases: a stalled event loop must not look like a dead gateway (whose
+# streams a drain would stop waiting for); a dead gateway's demand lingers this long, which only delays a scale-in
 
 
 class Ownership:
@@ -31,7 +32,7 @@ class Ownership:
         self.endpoint = endpoint
         self.sync_s = sync_s
         self.lease_s = lease_s
-        self.report_ttl_s = max(MIN_REPORT_TTL_S, REPORT_TTL_FACTOR * sync_s)
+        self.report_ttl_s = max(REPORT_TTL_FACTOR * sync_s, LEASES_PER_REPORT * lease_s)
         self.on_change = on_change
         self.token: int | None = None
         self.reports: dict[str, Report] = {}

@@ -78,6 +78,7 @@ class Fleet:
     throttle_file: Path
     gateways: list[SluiceServer | None] = field(default_factory=lambda: [None, None, None])
     api_key: str = ""
+    stopped: list[tuple[int, SluiceServer]] = field(default_factory=list)
 
     def start(self, *indexes: int) -> None:
         env = {**AWS_ENV, "SLUICE_ADMIN_KEY": ADMIN_KEY, "SLUICE_KEY_PEPPER": "fleet-test-pepper"}
@@ -88,8 +89,16 @@ class Fleet:
             self.gateways[index].wait_healthy(timeout=WAIT_S)
 
     def stop(self, index: int, sig: int = signal.SIGTERM) -> int:
-        code = self.gateways[index].stop(sig, timeout=WAIT_S)
+        gateway = self.gateways[index]
+        code = gateway.stop(sig, timeout=WAIT_S)
+        self.stopped.append((index, gateway))
         return code
+
+    def save_output(self) -> None:
+        """Every gateway process's output, the stopped ones' too, beside the data dirs (a failure's post-mortem)."""
+        runs = [*self.stopped, *((i, g) for i, g in enumerate(self.gateways) if g is not None)]
+        for number, (index, gateway) in enumerate(runs):
+            (self.root / f"gateway-{index}-run-{number}-pid-{gateway.process.pid}.out").write_text(gateway.output)
 
     def ensure_running(self) -> None:
         dead = [i for i, g in enumerate(self.gateways) if g is None or g.process.poll() is not None]
@@ -211,7 +220,7 @@ standby_worker = false
 name = "{MODEL}"
 min_replicas = 0
 max_replicas = 3
-target_concurrency = 2
+target_concurrency = 3
 idle_seconds = 4
 drain_seconds = 30
 max_wait_seconds = 60
@@ -236,6 +245,7 @@ test_throttle_file = "{throttle_file}"
                 for gateway in fleet.gateways:
                     if gateway is not None:
                         gateway.stop(signal.SIGKILL)
+                fleet.save_output()
     shared.close()
 
 
