@@ -37,7 +37,13 @@ from gateway.endpoints.activator import Activator, Availability
 from gateway.endpoints.autoscaler import Autoscaler, Bounds, plan
 from gateway.endpoints.fleet import Fleet, LocalFleet, Report
 from gateway.endpoints.ownership import Ownership
-from gateway.endpoints.provisioners.base import Observation, Provisioner, ProvisionerBackoff, ReplicaAddress, ReplicaExit
+from gateway.endpoints.provisioners.base import (
+    Observation,
+    Provisioner,
+    ProvisionerBackoff,
+    ReplicaAddress,
+    ReplicaExit,
+)
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts

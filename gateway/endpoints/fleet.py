@@ -70,7 +70,8 @@ class Fleet(ABC):
         self.gateway_id = gateway_id or f"{os.uname().nodename}-{os.getpid()}-{os.urandom(3).hex()}"
 
     @abstractmethod
-    async def sync(self, endpoint: str, report: Report, ttl_s: float, lease_s: float) -> tuple[int | None, dict[str, Report]]:
+    async def sync(self, endpoint: str, report: Report, ttl_s: float,
+                   lease_s: float) -> tuple[int | None, dict[str, Report]]:
         """Publish this gateway's report, take or renew the lease: (this gateway's fencing token, or None when
         another gateway owns the endpoint; every live gateway's report, this one's included)."""
 

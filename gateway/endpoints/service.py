@@ -71,6 +71,7 @@ from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
+from gateway.endpoints.fleet_postgres import PostgresFleet
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.ecs import EcsProvisioner
 from gateway.endpoints.provisioners.local import LocalProvisioner
@@ -132,12 +133,22 @@ class Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
         `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s).
-        `redis_url`: the fleet's shared state for ECS endpoints (fleet.py); "" = this gateway alone."""
+        `redis_url`: where the fleet shares ECS endpoints' state (fleet.py); "" = in the database when it is
+        PostgreSQL (fleet_postgres.py), else this gateway alone."""
         settings = settings or ScalingSettings()
         standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
-        fleet = (RedisFleet(redis_url, calls_per_second=settings.ecs_api_calls_per_second) if redis_url
-                 else LocalFleet(settings.ecs_api_calls_per_second))
         store = await EndpointStore.open(database_url)
+        calls = settings.ecs_api_calls_per_second
+        try:
+            if redis_url:
+                fleet: Fleet = RedisFleet(redis_url, calls_per_second=calls)
+            elif database_url.startswith(("postgres://", "postgresql://")):
+                fleet = await PostgresFleet.open(database_url, calls_per_second=calls)
+            else:
+                fleet = LocalFleet(calls)
+        except BaseException:
+            await store.close()
+            raise
         return cls(EndpointRegistry(store, declared), store, settings,
                    provisioners or default_provisioners(data_dir, standby), standby=standby,
                    on_fatal=on_fatal, read_timeout=read_timeout, fleet=fleet)

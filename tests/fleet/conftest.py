@@ -59,7 +59,8 @@ def stub_worker(task: dict) -> TaskWorker:
     return TaskWorker(worker.url, f"task-{task['taskArn'].rsplit('/', 1)[-1][:8]}", stop, worker)
 
 
-async def _new_database(url: str) -> str:
+async def new_database(url: str) -> str:
+    """A new, empty database on the session's PostgreSQL server; its URL."""
     name = f"fleet_{uuid.uuid4().hex[:12]}"
     connection = await asyncpg.connect(url)
     try:
@@ -195,7 +196,7 @@ class Load:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, postgres, redis) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")
-    database = asyncio.run(_new_database(postgres.url))
+    database = asyncio.run(new_database(postgres.url))
     address_map, throttle_file = root / "addresses.json", root / "throttle"
     shared = redis_client.Redis.from_url(redis.url)
     shared.flushdb()
