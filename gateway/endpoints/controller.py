@@ -167,6 +167,8 @@ class EndpointController:
                 await self._remove(member)
         while self._drains:
             await asyncio.gather(*self._drains, return_exceptions=True)
+        if self.provisioner.shared:  # deleted: the service went to 0 (if this gateway owned it); let go
+            await self._resign()
         await self.provisioner.close()
         for member in list(self.members.values()):
             await self._forget(member)
@@ -179,14 +181,17 @@ class EndpointController:
         for task in list(self._drains):  # a drain this owner ran: the next owner takes it over
             task.cancel()
         await asyncio.gather(*self._drains, return_exceptions=True)
-        try:
-            await self.ownership.resign()
-        except Exception:  # the shared state is gone: the lease and the report expire by themselves
-            log.warning("endpoint_resign_failed", endpoint=self.name, exc_info=True)
+        await self._resign()
         await self.provisioner.close()
         for member in list(self.members.values()):
             await self._forget(member)
         self._publish()
+
+    async def _resign(self) -> None:
+        try:
+            await self.ownership.resign()
+        except Exception:  # the shared state is gone: the lease and the report expire by themselves
+            log.warning("endpoint_resign_failed", endpoint=self.name, exc_info=True)
 
     async def _run(self) -> None:
         while True:
@@ -380,7 +385,7 @@ class EndpointController:
     async def _drain(self, member: Member) -> None:
         replica, shared = member.replica, self.provisioner.shared
         deadline = self.clock() + self.spec.drain_seconds
-        if shared:
+        if shared and self.ownership.owner:
             await self.ownership.mark_draining(member.replica_id)  # every gateway stops routing to it
         while self.clock() < deadline:
             if not replica.in_flight and (not shared or self.ownership.quiet(member.replica_id)):

@@ -91,6 +91,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 ProvisionerFactory = Callable[[EndpointSpec], Provisioner]
 CALLS_PER_LOOK = 2  # ECS API calls of one discovery (ListTasks + DescribeTasks)
+STEADY_SHARE = 0.5  # of the fleet's ECS budget, for the steady polling of every endpoint together
 
 
 def default_provisioners(data_dir: Path, standby: StandbyWorkers | None) -> ProvisionerFactory:
@@ -203,11 +204,12 @@ class Endpoints:
         return controller
 
     def _pace_discovery(self) -> None:
-        """Each ECS endpoint's owner looks at its tasks every (ECS endpoints x calls per look / the fleet's
-        budget) seconds while none is starting: every endpoint's steady polling together stays within
-        the budget, which leaves the rest of it to endpoints with a task starting (README.md)."""
+        """Each ECS endpoint's owner looks at its tasks every (ECS endpoints x calls per look / half the
+        fleet's budget) seconds while none is starting: every endpoint's steady polling together takes half
+        the budget, which leaves the other half to endpoints with a task starting and to writes (README.md)."""
         shared = [c.provisioner for c in self.controllers.values() if isinstance(c.provisioner, EcsProvisioner)]
-        interval = max(1.0, len(shared) * CALLS_PER_LOOK / self.settings.ecs_api_calls_per_second)
+        steady_budget = STEADY_SHARE * self.settings.ecs_api_calls_per_second
+        interval = max(1.0, len(shared) * CALLS_PER_LOOK / steady_budget)
         for provisioner in shared:
             provisioner.steady_interval_s = interval
 

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from gateway.config import load_settings
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet, Report
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from tests.fleet.conftest import new_database
@@ -92,3 +93,16 @@ async def test_the_lone_gateway_owns_every_endpoint_without_redis():
     alone = LocalFleet(calls_per_second=2)
     token, reports = await alone.sync("model", Report(4.0), 1, 1)
     assert token is not None and await alone.fence("model", token) and reports[alone.gateway_id].demand == 4.0
+
+
+@pytest.mark.parametrize(("scaling", "words"), [
+    ("lease_seconds = 0.4", ["lease_seconds", "twice", "fleet_sync_seconds"]),
+    ("ecs_api_calls_per_second = 0", ["ecs_api_calls_per_second", "> 0"]),
+])
+def test_fleet_settings_that_cannot_work_are_refused_by_name(tmp_path, scaling, words):
+    config = tmp_path / "sluice.toml"
+    config.write_text(f"[scaling]\n{scaling}\n")
+    with pytest.raises(SystemExit) as failure:
+        load_settings(str(config))
+    message = str(failure.value)
+    assert message.startswith("sluice: ") and all(word in message for word in words), message
