@@ -214,8 +214,11 @@ class EndpointController:
         self._turned_away = max(self._turned_away, self.activator.turned_away)  # until published
         self.activator.turned_away = 0
         if self.ownership.due(now, local):
-            await self._sync_fleet(now, busy + self._turned_away)
-            self._turned_away = 0
+            try:
+                await self._sync_fleet(now, busy + self._turned_away)
+                self._turned_away = 0
+            except Exception:  # Redis or PostgreSQL away: serve on what is known; the lease lapses by itself
+                log.warning("fleet_sync_failed", endpoint=self.name, exc_info=True)
         if now >= self._next_observe:
             try:
                 observation = await self._look(now)

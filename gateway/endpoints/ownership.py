@@ -68,8 +68,11 @@ class Ownership:
         """May this gateway write the endpoint's replica count now?"""
         if self.token is None:
             return False
-        if await self.fleet.fence(self.endpoint, self.token):
-            return True
+        try:
+            if await self.fleet.fence(self.endpoint, self.token):
+                return True
+        except Exception:  # the shared state cannot vouch for this token: write nothing
+            log.warning("endpoint_fence_failed", endpoint=self.endpoint, exc_info=True)
         log.warning("endpoint_lease_lost", endpoint=self.endpoint, token=self.token)
         self.token = None
         self.on_change(False)

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import asyncpg
 import httpx
@@ -199,10 +200,7 @@ def fleet(tmp_path_factory, postgres, redis) -> Iterator[Fleet]:
     database = asyncio.run(new_database(postgres.url))
     address_map, throttle_file = root / "addresses.json", root / "throttle"
     shared = redis_client.Redis.from_url(redis.url)
-    shared.flushdb()
-    for name, value in AWS_ENV.items():
-        os.environ.setdefault(name, value)
-    with moto_server() as moto_url:
+    with mock.patch.dict(os.environ, AWS_ENV), moto_server() as moto_url:
         manual_task_states(moto_url)
         with ecs_service(moto_url) as (ecs, network), \
                 PlayedEcs(ecs, network, stub_worker, address_map=address_map, surplus_grace_s=3.0) as played:
@@ -223,7 +221,7 @@ min_replicas = 0
 max_replicas = 3
 target_concurrency = 3
 idle_seconds = 4
-drain_seconds = 30
+drain_seconds = 10
 max_wait_seconds = 60
 
 [models.provisioner]
