@@ -169,7 +169,7 @@ class GatewayServices(InitPluginProtocol):
             endpoints = await Endpoints.open(url, settings.models, data, settings.scaling,
                                              provisioners=None if self.supervise else _no_local_workers(data),
                                              on_fatal=shutdown.fail, read_timeout=settings.request_timeout_s,
-                                             team_exists=_team_lookup(auth))
+                                             team_exists=_team_lookup(auth), redis_url=settings.redis_url)
         except StoreUnavailable as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(endpoints.drain_and_stop)

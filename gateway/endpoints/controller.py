@@ -14,6 +14,11 @@ Every tick (and at once when a request starts waiting) the loop:
 A drained replica takes no new request, finishes what it has (up to the endpoint's `drain_seconds`),
 then is stopped. A failed endpoint refuses requests at once and stops its replicas; a PATCH of its
 spec is the operator's retry and clears the failure.
+
+Replicas a fleet shares (`provisioner.shared`: ECS) have one owner at a time (ownership.py): every
+gateway publishes its demand and reads the fleet's, but only the owner looks at ECS, scales, drains and
+times out starts; the others take the owner's replica list and its draining marks. A replica is only
+removed once no gateway has a request on it, and a stopping gateway leaves shared replicas running.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ import structlog
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Activator, Availability
 from gateway.endpoints.autoscaler import Autoscaler, Bounds, plan
-from gateway.endpoints.provisioners.base import Observation, Provisioner, ReplicaExit
+from gateway.endpoints.fleet import Fleet, LocalFleet, Report
+from gateway.endpoints.ownership import Ownership
+from gateway.endpoints.provisioners.base import (
+    Observation,
+    Provisioner,
+    ProvisionerBackoff,
+    ReplicaAddress,
+    ReplicaExit,
+)
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
@@ -52,6 +65,7 @@ class Member:
     replica: Replica | None = None
     last_poll: float = -math.inf
     started: bool = False  # its readiness was counted
+    drained_here: bool = False  # this gateway runs its drain (the owner; a new owner takes over a drain)
 
     @property
     def ready(self) -> bool:
@@ -65,7 +79,9 @@ class Member:
 class EndpointController:
     def __init__(self, spec: EndpointSpec, provisioner: Provisioner, router: Router, settings: ScalingSettings, *,
                  on_failed: Callable[[EndpointController], None] = lambda controller: None,
-                 clock: Callable[[], float] = time.monotonic):
+                 fleet: Fleet | None = None, clock: Callable[[], float] = time.monotonic):
+        """`fleet`: the shared state of the gateways that serve this endpoint's shared replicas (default:
+        this gateway alone, which owns the endpoint)."""
         self.spec = spec
         self.name = spec.name
         self.provisioner = provisioner
@@ -91,11 +107,17 @@ class EndpointController:
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
         self._drains: set[asyncio.Task] = set()
+        self.ownership = Ownership(fleet or LocalFleet(), spec.name, sync_s=settings.fleet_sync_seconds,
+                                   lease_s=settings.lease_seconds)
+        self._adopted = False  # this owner read the provisioner's state since it took the lease
+        self._turned_away = 0  # requests refused for a full queue since the last publish
+        self._hold_until = -math.inf  # a new owner removes no replica before this
 
     # ---- lifecycle ----
 
     async def start(self) -> None:
         await self.provisioner.open()
+        self._adopted = True
         await self.tick()
         self._loop = asyncio.create_task(self._run(), name=f"endpoint {self.name}")
 
@@ -126,13 +148,18 @@ class EndpointController:
     def in_flight(self) -> int:
         return sum(r.in_flight for r in self.pool.replicas)
 
-    async def drain_and_stop(self) -> None:
-        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop."""
+    async def drain_and_stop(self, *, keep_shared: bool = True) -> None:
+        """Take no new request, let every replica finish its streams (each up to `drain_seconds`), stop.
+        Shared replicas (ECS) are left as they are unless `keep_shared` is False (the endpoint is deleted):
+        this gateway only waits for its own requests on them and gives its lease to another gateway."""
         self.stop_accepting()
         if self._loop is not None:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
+        if self.provisioner.shared and keep_shared:
+            await self._leave_shared()
+            return
         for member in list(self.members.values()):
             if member.replica is not None and not member.draining:
                 self._begin_drain(member)
@@ -140,10 +167,31 @@ class EndpointController:
                 await self._remove(member)
         while self._drains:
             await asyncio.gather(*self._drains, return_exceptions=True)
+        if self.provisioner.shared:  # deleted: the service went to 0 (if this gateway owned it); let go
+            await self._resign()
         await self.provisioner.close()
         for member in list(self.members.values()):
             await self._forget(member)
         self._publish()
+
+    async def _leave_shared(self) -> None:
+        deadline = self.clock() + self.spec.drain_seconds
+        while self.in_flight and self.clock() < deadline:
+            await asyncio.sleep(DRAIN_CHECK_S)
+        for task in list(self._drains):  # a drain this owner ran: the next owner takes it over
+            task.cancel()
+        await asyncio.gather(*self._drains, return_exceptions=True)
+        await self._resign()
+        await self.provisioner.close()
+        for member in list(self.members.values()):
+            await self._forget(member)
+        self._publish()
+
+    async def _resign(self) -> None:
+        try:
+            await self.ownership.resign()
+        except Exception:  # the shared state is gone: the lease and the report expire by themselves
+            log.warning("endpoint_resign_failed", endpoint=self.name, exc_info=True)
 
     async def _run(self) -> None:
         while True:
@@ -161,20 +209,79 @@ class EndpointController:
 
     async def tick(self) -> None:
         now = self.clock()
-        if now >= self._next_observe:
-            self._next_observe = now + self.provisioner.observe_interval_s
-            await self._sync(await self.provisioner.observe(), now)
-        await self._poll(now)
-        await self._time_out_starts(now)
-        demand = sum(r.in_flight for r in self.pool.replicas) + self.activator.waiting + self.activator.turned_away
+        busy = sum(r.in_flight for r in self.pool.replicas) + self.activator.waiting
+        local = busy + self.activator.turned_away
+        self._turned_away = max(self._turned_away, self.activator.turned_away)  # until published
         self.activator.turned_away = 0
-        self.autoscaler.record(now, demand)
+        if self.ownership.due(now, local):
+            try:
+                await self._sync_fleet(now, busy + self._turned_away)
+                self._turned_away = 0
+            except Exception:  # Redis or PostgreSQL away: serve on what is known; the lease lapses by itself
+                log.warning("fleet_sync_failed", endpoint=self.name, exc_info=True)
+        if now >= self._next_observe:
+            try:
+                observation = await self._look(now)
+            except ProvisionerBackoff as backoff:
+                self._next_observe = now + backoff.retry_in
+                observation = None
+            if observation is not None:
+                await self._sync(observation, now)
+                self._apply_draining()
+        await self._poll(now)
+        owner = self.ownership.owner
+        if owner:
+            await self._time_out_starts(now)
+        self.autoscaler.record(now, self.ownership.fleet_demand(local))
         if not self.provisioner.scalable:
             self.desired = len(self.members)
-        elif self.failure is None and not self.stopping:
+        elif owner and self.failure is None and not self.stopping:
             await self._scale(now)
         self.activator.pump()
         self._publish()
+
+    async def _sync_fleet(self, now: float, local: float) -> None:
+        """Publish this gateway's demand, renew or take the lease, read the fleet's demand and marks."""
+        in_flight = {m.replica_id: m.replica.in_flight for m in self.members.values()
+                     if m.replica is not None and m.replica.in_flight}
+        await self.ownership.sync(now, Report(local, in_flight, sorted(self.ownership.draining)))
+        if not self.ownership.owner:
+            self._adopted = False
+        elif not self._adopted and self.provisioner.shared:  # taken over: start from what ECS says
+            with contextlib.suppress(ProvisionerBackoff):  # throttled: adopt at the next sync
+                await self.provisioner.open()
+                self._next_observe = -math.inf
+                self._adopted = True
+                # the count it inherits stands for a stable window: this gateway's window may be young
+                self._hold_until = now + self.settings.stable_window_seconds
+        self._apply_draining()
+
+    async def _look(self, now: float) -> Observation | None:
+        """The owner asks the provisioner (and shares the answer); the others read the owner's answer."""
+        shared = self.provisioner.shared
+        if not shared or self.ownership.owner:
+            self._next_observe = now + self.provisioner.observe_interval_s
+            observation = await self.provisioner.observe()
+            if shared:
+                await self.ownership.share([(r.replica_id, r.url) for r in observation.replicas],
+                                           getattr(self.provisioner, "desired", len(observation.replicas)))
+            return observation
+        self._next_observe = now + self.ownership.sync_s
+        replicas = await self.ownership.shared()
+        if replicas is None:
+            return None
+        self.desired = replicas.desired
+        return Observation([ReplicaAddress(replica_id, url) for replica_id, url in replicas.replicas])
+
+    def _apply_draining(self) -> None:
+        """The fleet's draining marks: stop routing to those replicas; an owner drains what it does not yet."""
+        for member in self.members.values():
+            if member.replica is None or member.replica_id not in self.ownership.draining:
+                continue
+            if self.ownership.owner and not member.drained_here:
+                self._begin_drain(member)
+            else:
+                member.replica.draining = True
 
     async def _scale(self, now: float) -> None:
         ready, starting = self._counts()
@@ -183,16 +290,25 @@ class EndpointController:
         decision = self.autoscaler.decide(now, bounds, ready, starting)
         self.desired = decision.desired
         actions = plan(decision.desired, ready, starting)
-        if actions.start and now >= self._next_start:
+        if actions.start and now >= self._next_start and await self.ownership.fenced():
             log.info("endpoint_scale_up", endpoint=self.name, replicas=ready + starting, desired=decision.desired,
-                     panicking=decision.panicking)
-            await self.provisioner.add(actions.start)
+                     panicking=decision.panicking, stable=round(decision.stable_average, 2),
+                     panic=round(decision.panic_average, 2))
+            try:
+                await self.provisioner.add(actions.start)
+            except ProvisionerBackoff:
+                return  # throttled: the next tick decides again
             metrics.STARTS.labels(self.name).inc(actions.start)
             self._next_observe = -math.inf  # see the new replicas before deciding again
-        if actions.remove:
-            log.info("endpoint_scale_down", endpoint=self.name, replicas=ready + starting, desired=decision.desired)
+        if actions.remove and now >= self._hold_until:
             idle_first = sorted((m for m in self.members.values() if m.ready and not m.draining),
-                                key=lambda m: m.replica.in_flight)
+                                key=lambda m: m.replica.in_flight + self.ownership.in_flight(m.replica_id))
+            if self.provisioner.shared:  # only a replica with no request anywhere in the fleet
+                idle_first = [m for m in idle_first if not m.replica.in_flight
+                              and not self.ownership.in_flight(m.replica_id)]
+            if idle_first:
+                log.info("endpoint_scale_down", endpoint=self.name, replicas=ready + starting,
+                         desired=decision.desired)
             for member in idle_first[:actions.remove]:
                 self._begin_drain(member)
 
@@ -265,24 +381,37 @@ class EndpointController:
 
     def _begin_drain(self, member: Member) -> None:
         member.replica.draining = True
+        member.drained_here = True
         task = asyncio.create_task(self._drain(member))
         self._drains.add(task)
         task.add_done_callback(self._drains.discard)
 
     async def _drain(self, member: Member) -> None:
-        replica = member.replica
+        replica, shared = member.replica, self.provisioner.shared
         deadline = self.clock() + self.spec.drain_seconds
-        while replica.in_flight > 0 and self.clock() < deadline:
+        if shared and self.ownership.owner:
+            await self.ownership.mark_draining(member.replica_id)  # every gateway stops routing to it
+        while self.clock() < deadline:
+            if not replica.in_flight and (not shared or self.ownership.quiet(member.replica_id)):
+                break
+            if shared and not self.ownership.owner:
+                return  # the lease moved: the new owner finishes this drain
             await asyncio.sleep(DRAIN_CHECK_S)
-        if replica.in_flight:
+        else:
             log.warning("drain_timed_out", endpoint=self.name, replica=member.replica_id, in_flight=replica.in_flight)
-        if self.members.get(member.replica_id) is member:
-            await self._remove(member)
+        while self.members.get(member.replica_id) is member:
+            try:
+                await self._remove(member)
+            except ProvisionerBackoff as backoff:
+                await asyncio.sleep(backoff.retry_in)
         self.poke()
 
     async def _remove(self, member: Member) -> None:
+        if not await self.ownership.fenced():
+            await self._forget(member)  # no longer ours to stop: the owner's list brings it back if it lives
+            return
+        await self.provisioner.remove(member.replica_id)  # first: throttled, the replica stays a member
         await self._forget(member)
-        await self.provisioner.remove(member.replica_id)
 
     async def _forget(self, member: Member) -> None:
         if self.members.get(member.replica_id) is member:

@@ -22,8 +22,15 @@ class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ejection_seconds: Positive = 5.0  # a replica that failed a request sits out this long (doubling, max 60 s)
     health_interval_seconds: Positive = 0.5  # /load polling of ready replicas (starting ones: every tick)
     standby_worker: bool = True  # keep one local worker imported and waiting while some endpoint can scale
+    # a fleet of gateways (gateway/endpoints/README.md, "A fleet of gateways"); ECS endpoints only
+    fleet_sync_seconds: Positive = 0.25  # how often a gateway publishes its demand and reads the fleet's
+    lease_seconds: Positive = 5.0  # an endpoint's scaling owner that stops renewing is replaced after this
+    ecs_api_calls_per_second: Positive = 2.0  # the whole fleet's ECS API calls (shared through Redis)
 
     def __post_init__(self) -> None:
+        if self.fleet_sync_seconds * 2 > self.lease_seconds:
+            raise ValueError(f"`lease_seconds` ({self.lease_seconds}) must be at least twice "
+                             f"`fleet_sync_seconds` ({self.fleet_sync_seconds}): the owner renews at each sync")
         if self.panic_window_seconds > self.stable_window_seconds:
             raise ValueError(f"`panic_window_seconds` ({self.panic_window_seconds}) must not exceed "
                              f"`stable_window_seconds` ({self.stable_window_seconds})")

@@ -2,11 +2,13 @@
 call. This docstring is the contract.
 
 Lifecycle
-    endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings)
+    endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings,
+                                     redis_url=redis_url)  # "": this gateway alone owns every endpoint
     await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop
     ...
     await endpoints.drain_and_stop()  # SIGTERM: no new request; every stream finishes (each replica up
-                                      # to its endpoint's drain_seconds); replicas stopped; store closed
+                                      # to its endpoint's drain_seconds); local replicas stopped, ECS
+                                      # services left as they are (another gateway owns them next); store closed
 
 One request
     endpoint = endpoints.resolve(model, principal)   # EndpointNotFound (404) if absent, or private to
@@ -69,6 +71,8 @@ from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
+from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
+from gateway.endpoints.fleet_postgres import PostgresFleet
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.ecs import EcsProvisioner
 from gateway.endpoints.provisioners.local import LocalProvisioner
@@ -88,6 +92,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 ProvisionerFactory = Callable[[EndpointSpec], Provisioner]
 TeamExists = Callable[[str], Awaitable[bool]]  # the auth store's answer: is this a team's id?
+CALLS_PER_LOOK = 2  # ECS API calls of one discovery (ListTasks + DescribeTasks)
+STEADY_SHARE = 0.5  # of the fleet's ECS budget, for the steady polling of every endpoint together
 
 
 def default_provisioners(data_dir: Path, standby: StandbyWorkers | None) -> ProvisionerFactory:
@@ -108,8 +114,10 @@ class Endpoints:
     def __init__(self, registry: EndpointRegistry, store: EndpointStore, settings: ScalingSettings,
                  provisioners: ProvisionerFactory, *, standby: StandbyWorkers | None = None,
                  on_fatal: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 read_timeout: float = 840.0, team_exists: TeamExists | None = None):
+                 read_timeout: float = 840.0, team_exists: TeamExists | None = None,
+                 fleet: Fleet | None = None):
         self.registry = registry
+        self.fleet = fleet or LocalFleet(settings.ecs_api_calls_per_second)  # what ECS endpoints share
         self.store = store
         self.settings = settings
         self.provisioners = provisioners
@@ -126,17 +134,30 @@ class Endpoints:
     async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
                    settings: ScalingSettings | None = None, *, provisioners: ProvisionerFactory | None = None,
                    on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0,
-                   team_exists: TeamExists | None = None) -> Endpoints:
+                   team_exists: TeamExists | None = None, redis_url: str = "") -> Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
         `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s).
-        `team_exists`: whether a private endpoint's `team_id` names a team (the gateway asks the auth store)."""
+        `team_exists`: whether a private endpoint's `team_id` names a team (the gateway asks the auth store).
+        `redis_url`: where the fleet shares ECS endpoints' state (fleet.py); "" = in the database when it is
+        PostgreSQL (fleet_postgres.py), else this gateway alone."""
         settings = settings or ScalingSettings()
         standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
         store = await EndpointStore.open(database_url)
+        calls = settings.ecs_api_calls_per_second
+        try:
+            if redis_url:
+                fleet: Fleet = RedisFleet(redis_url, calls_per_second=calls)
+            elif database_url.startswith(("postgres://", "postgresql://")):
+                fleet = await PostgresFleet.open(database_url, calls_per_second=calls)
+            else:
+                fleet = LocalFleet(calls)
+        except BaseException:
+            await store.close()
+            raise
         return cls(EndpointRegistry(store, declared), store, settings,
                    provisioners or default_provisioners(data_dir, standby), standby=standby, on_fatal=on_fatal,
-                   read_timeout=read_timeout, team_exists=team_exists)
+                   read_timeout=read_timeout, team_exists=team_exists, fleet=fleet)
 
     # ---- lifecycle ----
 
@@ -171,13 +192,18 @@ class Endpoints:
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))
         if self.standby is not None:
             await self.standby.close()
+        await self.fleet.close()
         await self.router.close()
         await self.store.close()
 
     async def _launch(self, spec: EndpointSpec) -> EndpointController:
-        controller = EndpointController(spec, self.provisioners(spec), self.router, self.settings,
-                                        on_failed=self._failed, clock=self.clock)
+        provisioner = self.provisioners(spec)
+        if isinstance(provisioner, EcsProvisioner) and provisioner.budget is None:
+            provisioner.budget = self.fleet.take_call  # every ECS call of the fleet within one budget
+        controller = EndpointController(spec, provisioner, self.router, self.settings, on_failed=self._failed,
+                                        fleet=self.fleet if provisioner.shared else None, clock=self.clock)
         self.controllers[spec.name] = controller
+        self._pace_discovery()
         try:
             await controller.start()
         except BaseException:
@@ -185,6 +211,16 @@ class Endpoints:
             await controller.drain_and_stop()
             raise
         return controller
+
+    def _pace_discovery(self) -> None:
+        """Each ECS endpoint's owner looks at its tasks every (ECS endpoints x calls per look / half the
+        fleet's budget) seconds while none is starting: every endpoint's steady polling together takes half
+        the budget, which leaves the other half to endpoints with a task starting and to writes (README.md)."""
+        shared = [c.provisioner for c in self.controllers.values() if isinstance(c.provisioner, EcsProvisioner)]
+        steady_budget = STEADY_SHARE * self.settings.ecs_api_calls_per_second
+        interval = max(1.0, len(shared) * CALLS_PER_LOOK / steady_budget)
+        for provisioner in shared:
+            provisioner.steady_interval_s = interval
 
     def _failed(self, controller: EndpointController) -> None:
         embedded = (len(self.controllers) == 1 and self.registry.declared(controller.name)
@@ -289,7 +325,8 @@ class Endpoints:
         async with self._admin:
             self.registry.check_deletable(name)
             controller = self.controllers.pop(name)
-            await controller.drain_and_stop()
+            await controller.drain_and_stop(keep_shared=False)  # a deleted endpoint's ECS service goes to 0
+            self._pace_discovery()
             await self.registry.delete(name)
             await self.adapters.forget(name)
             self.router.drop_pool(name)

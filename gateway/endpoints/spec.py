@@ -58,6 +58,9 @@ class EcsProvisioning(msgspec.Struct, tag="ecs", tag_field="kind", forbid_unknow
     region: str = "us-east-1"
     endpoint_url: str = ""  # "" = AWS itself; a moto or LocalStack URL otherwise
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8100  # the worker container's port
+    # test-only (tests/fleet): moto runs no containers and gives tasks addresses nothing here can reach
+    test_address_map: str = ""  # a JSON file {"ip:port": "http://127.0.0.1:NNNN"} read at each discovery
+    test_throttle_file: str = ""  # while this file exists, every ECS call fails with ThrottlingException
 
 
 Provisioning = LocalProvisioning | StaticProvisioning | EcsProvisioning

@@ -31,12 +31,24 @@ class Observation:
     exits: list[ReplicaExit] = field(default_factory=list)
 
 
+class ProvisionerBackoff(Exception):
+    """The platform asked us to slow down (API throttling): nothing was done; try again in `retry_in` s."""
+
+    def __init__(self, message: str, retry_in: float):
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
 class Provisioner(ABC):
     scalable = True  # False: a fixed set of replicas (add and remove do nothing)
+    # True: the replicas outlive this gateway and every gateway of the fleet sees them (an ECS service): one
+    # gateway at a time scales them (ownership.py), and a stopping gateway leaves them as they are
+    shared = False
     observe_interval_s = 0.0  # the least time between two `observe` calls (remote APIs cost a round trip)
 
     async def open(self) -> None:
-        """Connect, and adopt replicas that already exist (an ECS service that kept running)."""
+        """Connect, and adopt replicas that already exist (an ECS service that kept running). Called again
+        when this gateway takes the endpoint's scaling over from another."""
 
     @abstractmethod
     async def observe(self) -> Observation: ...

@@ -1,14 +1,22 @@
 """One ECS service per endpoint: its desired count is the endpoint's replica count, its tasks the replicas.
 
-- `add` and `remove` move the service's desiredCount (`UpdateService`); `remove` also stops the task
-  the controller drained (`StopTask`), so ECS does not pick a busy task to stop.
+- `add` and `remove` move the service's desiredCount (`UpdateService`) from the count ECS reports at that
+  moment (`DescribeServices` first: the count is never written from a stale copy); `remove` also stops the
+  task the controller drained (`StopTask`), so ECS does not pick a busy task to stop. Only the endpoint's
+  owner calls them, after its fencing check (ownership.py).
 - `observe` lists the service's tasks (`ListTasks` + `DescribeTasks`, filtered on the task group
   `service:<name>` that ECS gives service tasks). A task's replica URL is its private IPv4 address
   (the awsvpc ENI attachment, which Fargate and awsvpc EC2 tasks have) and the configured container
   port; a task without one yet is a replica with no address. Tasks that stopped are reported as exits
   with their stop reason.
+- Every call takes a slot of the fleet's ECS API budget (`budget`, fleet.py) first, and a throttled call
+  (ThrottlingException and its kin) backs off exponentially (0.5 s doubling to 30 s, with jitter): the
+  call raises `ProvisionerBackoff` and the controller tries again later. botocore's own retries are off, so
+  every call on the wire is one the budget counted.
+- `observe_interval_s` paces discovery: 1 s while a task has no address yet, `steady_interval_s` (set from
+  the number of ECS endpoints and the budget by service.py) otherwise.
 - At `open` the provisioner adopts the service's current desired count and tasks, so a gateway restart
-  keeps the running workers. `close` leaves the service as it is.
+  or a new owner keeps the running workers. `close` leaves the service as it is.
 
 Terraform creates the service (infra/terraform/modules/worker_pool, `ignore_changes = [desired_count]`);
 the endpoint's `provisioner` table names it: `{kind = "ecs", cluster, service, region, port}`.
@@ -17,17 +25,34 @@ the endpoint's `provisioner` table names it: `{kind = "ecs", cluster, service, r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
 
 import boto3
 import structlog
+from botocore.awsrequest import AWSResponse
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
-from gateway.endpoints.provisioners.base import Observation, Provisioner, ReplicaAddress, ReplicaExit
+from gateway.endpoints.provisioners.base import (
+    Observation,
+    Provisioner,
+    ProvisionerBackoff,
+    ReplicaAddress,
+    ReplicaExit,
+)
 from gateway.endpoints.spec import EcsProvisioning
 
 log = structlog.get_logger(__name__)
 DESCRIBE_LIMIT = 100  # tasks per DescribeTasks call
 PENDING = "pending:"  # replica ids of tasks asked for but not yet listed
+THROTTLED = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded"}
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
+BUSY_OBSERVE_S = 1.0  # discovery pace while a task waits for an address
+BUDGET_WAIT_MAX_S = 5.0  # a call waits this long at most for a slot of the API budget, then backs off
 
 
 class EcsProvisionerError(RuntimeError):
@@ -38,19 +63,57 @@ def direct_address(ip: str, port: int) -> str:
     return f"http://{ip}:{port}"
 
 
-class EcsProvisioner(Provisioner):
-    observe_interval_s = 1.0
+def mapped_address(path: str) -> Callable[[str, int], str]:
+    """Test-only (`test_address_map`): the URL the JSON file at `path` gives for "ip:port", read at each call."""
 
-    def __init__(self, settings: EcsProvisioning, *, resolve: Callable[[str, int], str] = direct_address,
-                 client=None):
+    def resolve(ip: str, port: int) -> str:
+        with open(path) as file:
+            return json.load(file).get(f"{ip}:{port}") or direct_address(ip, port)
+
+    return resolve
+
+
+def inject_throttling(client, path: str) -> None:
+    """Test-only (`test_throttle_file`): while the file at `path` exists, every ECS call is answered with a
+    ThrottlingException before it leaves (botocore's before-call event), as AWS answers a fleet over its rate."""
+
+    def throttle(**_) -> tuple[AWSResponse, dict] | None:
+        if not os.path.exists(path):
+            return None
+        error = {"Code": "ThrottlingException", "Message": "Rate exceeded (injected: test_throttle_file exists)"}
+        return AWSResponse("", 400, {}, None), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+    client.meta.events.register("before-call.ecs", throttle)
+
+
+class EcsProvisioner(Provisioner):
+    shared = True
+
+    def __init__(self, settings: EcsProvisioning, *, resolve: Callable[[str, int], str] | None = None,
+                 client=None, budget: Callable[[str, int], Awaitable[float]] | None = None):
         """`resolve` maps a task's private address to the URL the gateway reaches it at: the address
-        itself in a VPC; a test or a port-forwarded setup maps it to where the worker really listens."""
+        itself in a VPC; a test or a port-forwarded setup maps it to where the worker really listens.
+        `budget(scope)`: 0 when an API call may go now, else seconds to wait (fleet.py `take_call`)."""
         self.settings = settings
+        if resolve is None:
+            resolve = mapped_address(settings.test_address_map) if settings.test_address_map else direct_address
         self.resolve = resolve
         self.client = client or boto3.client("ecs", region_name=settings.region,
-                                             endpoint_url=settings.endpoint_url or None)
+                                             endpoint_url=settings.endpoint_url or None,
+                                             config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
+        if settings.test_throttle_file:
+            inject_throttling(self.client, settings.test_throttle_file)
+        self.budget = budget
+        self.steady_interval_s = 1.0
         self.desired = 0
         self._live: set[str] = set()  # task ARNs seen running or starting, to report each exit once
+        self._unaddressed = False  # a task (or a placeholder) waits for an address: look again soon
+        self._backoff_s = 0.0
+        self._not_before = 0.0  # monotonic: no call before this (backing off after throttling)
+
+    @property
+    def observe_interval_s(self) -> float:
+        return BUSY_OBSERVE_S if self._unaddressed else self.steady_interval_s
 
     async def open(self) -> None:
         service = await self._service()
@@ -59,8 +122,8 @@ class EcsProvisioner(Provisioner):
                  desired=self.desired)
 
     async def observe(self) -> Observation:
-        arns = await asyncio.to_thread(self._task_arns)
-        tasks = await asyncio.to_thread(self._describe, sorted(set(arns) | self._live))
+        arns = await self._task_arns()
+        tasks = await self._describe(sorted(set(arns) | self._live))
         replicas, exits = [], []
         for arn in self._live - {task["taskArn"] for task in tasks}:  # ECS forgot it: stopped long ago
             self._live.discard(arn)
@@ -79,28 +142,35 @@ class EcsProvisioner(Provisioner):
             replicas.append(ReplicaAddress(arn, self.resolve(ip, self.settings.port) if ip else None))
         # tasks ECS has yet to place: replicas without an address, so nobody asks for them twice
         replicas += [ReplicaAddress(f"{PENDING}{n}", None) for n in range(self.desired - len(replicas))]
+        self._unaddressed = any(r.url is None for r in replicas)
         return Observation(replicas, exits)
 
     async def add(self, count: int) -> None:
-        await self._set_desired(self.desired + count)
+        await self._move_desired(count)
 
     async def remove(self, replica_id: str) -> None:
-        await self._set_desired(max(0, self.desired - 1))
-        if replica_id.startswith(PENDING):
-            return
-        self._live.discard(replica_id)
-        await asyncio.to_thread(self.client.stop_task, cluster=self.settings.cluster, task=replica_id,
-                                reason="drained and removed by the sluice autoscaler")
+        task = None if replica_id.startswith(PENDING) else replica_id
+        await self._move_desired(-1, stop=task)
+        if task is not None:
+            self._live.discard(task)
 
-    async def _set_desired(self, count: int) -> None:
-        await asyncio.to_thread(self.client.update_service, cluster=self.settings.cluster,
-                                service=self.settings.service, desiredCount=count)
-        log.info("ecs_desired_count", service=self.settings.service, desired=count, was=self.desired)
+    async def _move_desired(self, change: int, stop: str | None = None) -> None:
+        """desiredCount = what ECS says it is now + `change` (never below 0); then stop the drained task
+        `stop` at once (both calls in one slot of the budget: ECS must not pick another task meanwhile)."""
+        current = (await self._service())["desiredCount"]
+        count = max(0, current + change)
+        await self._take(2 if stop else 1)
+        await self._call(self.client.update_service, budgeted=False, cluster=self.settings.cluster,
+                         service=self.settings.service, desiredCount=count)
+        log.info("ecs_desired_count", service=self.settings.service, desired=count, was=current)
         self.desired = count
+        if stop is not None:
+            await self._call(self.client.stop_task, budgeted=False, cluster=self.settings.cluster, task=stop,
+                             reason="drained and removed by the sluice autoscaler")
 
     async def _service(self) -> dict:
-        answer = await asyncio.to_thread(self.client.describe_services, cluster=self.settings.cluster,
-                                         services=[self.settings.service])
+        answer = await self._call(self.client.describe_services, cluster=self.settings.cluster,
+                                  services=[self.settings.service])
         found = [s for s in answer.get("services", []) if s.get("status") == "ACTIVE"]
         if not found:
             raise EcsProvisionerError(f"ECS service {self.settings.service!r} not found in cluster "
@@ -108,18 +178,55 @@ class EcsProvisioner(Provisioner):
                                       "(infra/terraform/modules/worker_pool)")
         return found[0]
 
-    def _task_arns(self) -> list[str]:
-        arns: list[str] = []
-        pages = self.client.get_paginator("list_tasks").paginate(
-            cluster=self.settings.cluster, serviceName=self.settings.service, desiredStatus="RUNNING")
-        for page in pages:
-            arns.extend(page.get("taskArns", []))
-        return arns
+    async def _take(self, calls: int) -> None:
+        """Wait for `calls` slots of the fleet's ECS API budget, after any backoff."""
+        wait = self._not_before - time.monotonic()
+        if wait > 0:
+            raise ProvisionerBackoff(f"ECS throttled us; backing off {wait:.1f} s", wait)
+        if self.budget is None:
+            return
+        waited = 0.0
+        while (pause := await self.budget(f"ecs:{self.settings.region}", calls)) > 0:
+            if waited >= BUDGET_WAIT_MAX_S:
+                raise ProvisionerBackoff("the fleet's ECS API budget is spent", pause)
+            await asyncio.sleep(pause)
+            waited += pause
 
-    def _describe(self, arns: list[str]) -> list[dict]:
+    async def _call(self, method, *, budgeted: bool = True, **arguments):
+        """One ECS API call: within the fleet's budget (`budgeted`: take its slot now), off the event loop."""
+        if budgeted:
+            await self._take(1)
+        try:
+            answer = await asyncio.to_thread(method, **arguments)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") not in THROTTLED:
+                raise
+            self._backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_FIRST_S, self._backoff_s * 2))
+            pause = self._backoff_s * random.uniform(0.5, 1.0)
+            self._not_before = time.monotonic() + pause
+            log.warning("ecs_throttled", service=self.settings.service, operation=error.operation_name,
+                        backoff_s=round(pause, 2), base_s=self._backoff_s)
+            raise ProvisionerBackoff(f"ECS throttled {error.operation_name}", pause) from error
+        self._backoff_s = 0.0
+        return answer
+
+    async def _task_arns(self) -> list[str]:
+        arns: list[str] = []
+        token = None
+        while True:
+            page = await self._call(self.client.list_tasks, cluster=self.settings.cluster,
+                                    serviceName=self.settings.service, desiredStatus="RUNNING",
+                                    **({"nextToken": token} if token else {}))
+            arns.extend(page.get("taskArns", []))
+            token = page.get("nextToken")
+            if not token:
+                return arns
+
+    async def _describe(self, arns: list[str]) -> list[dict]:
         tasks = []
         for start in range(0, len(arns), DESCRIBE_LIMIT):
-            answer = self.client.describe_tasks(cluster=self.settings.cluster, tasks=arns[start:start + DESCRIBE_LIMIT])
+            answer = await self._call(self.client.describe_tasks, cluster=self.settings.cluster,
+                                      tasks=arns[start:start + DESCRIBE_LIMIT])
             tasks.extend(answer.get("tasks", []))
         return tasks
 

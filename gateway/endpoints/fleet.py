@@ -1,0 +1,266 @@
+"""What the gateways of a fleet share about each endpoint, and the one interface to it.
+
+Several gateways serve the same ECS worker services. For each endpoint they share:
+- every gateway's **report**: its demand (in flight + waiting) and its requests in flight per replica, with
+  the draining replicas it has seen; a report expires `report_ttl_s` after it was written, so a dead
+  gateway's demand disappears by itself;
+- the **lease** on the endpoint's scaling: one gateway at a time holds it, with a fencing token that grows
+  with every new holder; only the holder of the newest token may write the ECS service (`fence`);
+- the **replica list** the owner discovered (ECS tasks, with addresses), which the others read instead of
+  asking ECS themselves;
+- the **draining** replicas: marked by the owner, skipped by every gateway's router;
+- the **ECS API budget**: calls per second for the whole fleet (`take_call`).
+
+`RedisFleet` keeps it in Redis (`redis_url`); `LocalFleet` in this process (the embedded single gateway,
+and every `local` or `static` endpoint, whose replicas belong to one gateway): the lone gateway always
+holds the lease. gateway/endpoints/README.md ("A fleet of gateways") says how they are used.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import msgspec
+import redis.asyncio as aioredis
+
+
+class Report(msgspec.Struct, frozen=True):
+    """One gateway's view of one endpoint."""
+
+    demand: float  # requests in flight on the endpoint's replicas + waiting for one
+    in_flight: dict[str, int] = {}  # replica id -> this gateway's requests on it (zeros left out)
+    draining_seen: list[str] = []  # the draining marks this gateway has applied to its router
+
+
+class Replicas(msgspec.Struct, frozen=True):
+    """The owner's last look at the provisioner: (replica id, URL or None while it has no address)."""
+
+    token: int
+    replicas: list[tuple[str, str | None]]
+    desired: int
+
+
+@dataclass
+class CallBudget:
+    """At most `per_second` calls in each wall-clock second (a fixed window; the shared one lives in Redis)."""
+
+    per_second: float
+    _window: int = -1
+    _used: int = field(default=0)
+
+    def take(self, now: float, calls: int = 1) -> float:
+        """0 when `calls` calls may go now (and counts them), else the seconds until the next window."""
+        second = math.floor(now)
+        if second != self._window:
+            self._window, self._used = second, 0
+        if self._used + calls <= self.per_second:
+            self._used += calls
+            return 0.0
+        return second + 1 - now
+
+
+class Fleet(ABC):
+    """Shared state for one gateway; every method names the endpoint it is about."""
+
+    def __init__(self, gateway_id: str | None = None):
+        self.gateway_id = gateway_id or f"{os.uname().nodename}-{os.getpid()}-{os.urandom(3).hex()}"
+
+    @abstractmethod
+    async def sync(self, endpoint: str, report: Report, ttl_s: float,
+                   lease_s: float) -> tuple[int | None, dict[str, Report]]:
+        """Publish this gateway's report, take or renew the lease: (this gateway's fencing token, or None when
+        another gateway owns the endpoint; every live gateway's report, this one's included)."""
+
+    @abstractmethod
+    async def fence(self, endpoint: str, token: int) -> bool:
+        """True while `token` still holds the lease and no newer token wrote: the check before every write."""
+
+    @abstractmethod
+    async def resign(self, endpoint: str) -> None:
+        """Give up the lease (if held) and withdraw this gateway's report: a stopping gateway."""
+
+    @abstractmethod
+    async def share(self, endpoint: str, replicas: Replicas) -> None: ...
+
+    @abstractmethod
+    async def shared(self, endpoint: str) -> Replicas | None: ...
+
+    @abstractmethod
+    async def mark_draining(self, endpoint: str, replica_id: str) -> None: ...
+
+    @abstractmethod
+    async def draining(self, endpoint: str) -> set[str]: ...
+
+    @abstractmethod
+    async def forget_draining(self, endpoint: str, replica_ids: set[str]) -> None:
+        """Drop the marks of replicas that no longer exist."""
+
+    @abstractmethod
+    async def take_call(self, scope: str, calls: int = 1) -> float:
+        """0 when `calls` API calls against `scope` (an AWS region's ECS) may go now, else seconds to wait.
+        `calls` above the budget per second never go: ask for them in turns."""
+
+    async def close(self) -> None:
+        pass
+
+
+class LocalFleet(Fleet):
+    """One gateway alone: it owns every endpoint; the state is this process's."""
+
+    def __init__(self, calls_per_second: float = 2.0):
+        super().__init__("local")
+        self._replicas: dict[str, Replicas] = {}
+        self._draining: dict[str, set[str]] = {}
+        self._budgets: dict[str, CallBudget] = {}
+        self._calls_per_second = calls_per_second
+
+    async def sync(self, endpoint, report, ttl_s, lease_s):
+        return 1, {self.gateway_id: report}
+
+    async def fence(self, endpoint, token):
+        return True
+
+    async def resign(self, endpoint):
+        pass
+
+    async def share(self, endpoint, replicas):
+        self._replicas[endpoint] = replicas
+
+    async def shared(self, endpoint):
+        return self._replicas.get(endpoint)
+
+    async def mark_draining(self, endpoint, replica_id):
+        self._draining.setdefault(endpoint, set()).add(replica_id)
+
+    async def draining(self, endpoint):
+        return set(self._draining.get(endpoint, ()))
+
+    async def forget_draining(self, endpoint, replica_ids):
+        self._draining.get(endpoint, set()).difference_update(replica_ids)
+
+    async def take_call(self, scope, calls=1):
+        budget = self._budgets.setdefault(scope, CallBudget(self._calls_per_second))
+        return budget.take(time.time(), calls)
+
+
+# KEYS: owner, token counter, fence; ARGV: gateway id, lease ms. Renew our lease, or take a free one with a new
+# token. Returns our token, or 0 when another gateway holds it.
+_CLAIM = """
+local held = redis.call('GET', KEYS[1])
+if held then
+  local holder, token = string.match(held, '^(.*)|(%d+)$')
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(token)
+  end
+  return 0
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+return token
+"""
+# KEYS: owner, fence; ARGV: gateway id, token. The token may write while it holds the lease and no newer
+# token has written; the fence remembers the newest token that wrote.
+_FENCE = """
+local held = redis.call('GET', KEYS[1])
+if held ~= ARGV[1] .. '|' .. ARGV[2] then return 0 end
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[2]) < last then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+# KEYS: owner; ARGV: gateway id. Delete the lease only if it is ours.
+_RESIGN = """
+local held = redis.call('GET', KEYS[1])
+if held and string.match(held, '^(.*)|%d+$') == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
+# KEYS: the window's counter; ARGV: limit, calls. Count the calls if the window has room for all of them.
+_TAKE_CALL = """
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used + tonumber(ARGV[2]) > tonumber(ARGV[1]) then return 0 end
+redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], 2000)
+return 1
+"""
+_report = msgspec.json.Decoder(Report)
+_replicas = msgspec.json.Decoder(Replicas)
+
+
+class RedisFleet(Fleet):
+    def __init__(self, url: str, *, calls_per_second: float = 2.0, prefix: str = "sluice:fleet",
+                 timeout: float = 5.0, gateway_id: str | None = None):
+        super().__init__(gateway_id)
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        self._prefix = prefix
+        self._calls_per_second = calls_per_second
+        self._claim = self._redis.register_script(_CLAIM)
+        self._fence = self._redis.register_script(_FENCE)
+        self._resign = self._redis.register_script(_RESIGN)
+        self._take_call = self._redis.register_script(_TAKE_CALL)
+
+    def _key(self, endpoint: str, what: str) -> str:
+        return f"{self._prefix}:{{{endpoint}}}:{what}"
+
+    async def sync(self, endpoint, report, ttl_s, lease_s):
+        members = self._key(endpoint, "gateways")
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(self._key(endpoint, f"report:{self.gateway_id}"), msgspec.json.encode(report),
+                     px=int(ttl_s * 1000))
+            pipe.sadd(members, self.gateway_id)
+            pipe.smembers(members)
+            _, _, gateways = await pipe.execute()
+        token = await self._claim(keys=[self._key(endpoint, "owner"), self._key(endpoint, "token"),
+                                        self._key(endpoint, "fence")], args=[self.gateway_id, int(lease_s * 1000)])
+        names = sorted(g.decode() for g in gateways)
+        bodies = await self._redis.mget([self._key(endpoint, f"report:{name}") for name in names])
+        reports, gone = {}, []
+        for name, body in zip(names, bodies):
+            if body is None:
+                gone.append(name)  # its report expired: the gateway is gone
+            else:
+                reports[name] = _report.decode(body)
+        if gone:
+            await self._redis.srem(members, *gone)
+        return (int(token) or None), reports
+
+    async def fence(self, endpoint, token):
+        return bool(await self._fence(keys=[self._key(endpoint, "owner"), self._key(endpoint, "fence")],
+                                      args=[self.gateway_id, token]))
+
+    async def resign(self, endpoint):
+        await self._resign(keys=[self._key(endpoint, "owner")], args=[self.gateway_id])
+        await self._redis.delete(self._key(endpoint, f"report:{self.gateway_id}"))
+        await self._redis.srem(self._key(endpoint, "gateways"), self.gateway_id)
+
+    async def share(self, endpoint, replicas):
+        await self._redis.set(self._key(endpoint, "replicas"), msgspec.json.encode(replicas))
+
+    async def shared(self, endpoint):
+        body = await self._redis.get(self._key(endpoint, "replicas"))
+        return None if body is None else _replicas.decode(body)
+
+    async def mark_draining(self, endpoint, replica_id):
+        await self._redis.sadd(self._key(endpoint, "draining"), replica_id)
+
+    async def draining(self, endpoint):
+        return {m.decode() for m in await self._redis.smembers(self._key(endpoint, "draining"))}
+
+    async def forget_draining(self, endpoint, replica_ids):
+        if replica_ids:
+            await self._redis.srem(self._key(endpoint, "draining"), *replica_ids)
+
+    async def take_call(self, scope, calls=1):
+        now = time.time()
+        second = math.floor(now)
+        if await self._take_call(keys=[f"{self._prefix}:calls:{scope}:{second}"],
+                                 args=[self._calls_per_second, calls]):
+            return 0.0
+        return second + 1 - now
+
+    async def close(self):
+        await self._redis.aclose()

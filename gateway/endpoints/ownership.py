@@ -1,0 +1,107 @@
+"""One endpoint's place in the fleet, as its controller sees it at each tick (fleet.py holds the shared state).
+
+Every gateway, every `fleet_sync_seconds` (and at once when demand appears), publishes its report and reads
+the others': the fleet's demand feeds every gateway's autoscaler (so a gateway that takes over scaling has
+warm windows), but only the lease holder acts on it. The holder's writes go through `fenced`, which checks
+its token just before the write; a holder that lost the lease stops writing at the next check.
+
+A replica being removed is drained fleet-wide: the owner marks it, every gateway stops routing to it and says
+so in its report, and it may stop once every live gateway has said so and has nothing in flight on it
+(`quiet`). A gateway whose report expired is gone, and so are its streams.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import structlog
+
+from gateway.endpoints.fleet import Fleet, Replicas, Report
+
+log = structlog.get_logger(__name__)
+REPORT_TTL_FACTOR = 3  # a report outlives this many missed publishes...
+LEASES_PER_REPORT = 2  # ...and two leases: a stalled event loop must not look like a dead gateway (whose
+# streams a drain would stop waiting for); a dead gateway's demand lingers this long, which only delays a scale-in
+
+
+class Ownership:
+    def __init__(self, fleet: Fleet, endpoint: str, *, sync_s: float, lease_s: float,
+                 on_change: Callable[[bool], None] = lambda owner: None):
+        self.fleet = fleet
+        self.endpoint = endpoint
+        self.sync_s = sync_s
+        self.lease_s = lease_s
+        self.report_ttl_s = max(REPORT_TTL_FACTOR * sync_s, LEASES_PER_REPORT * lease_s)
+        self.on_change = on_change
+        self.token: int | None = None
+        self.reports: dict[str, Report] = {}
+        self.draining: set[str] = set()  # replica ids marked draining in the shared state
+        self._next_sync = -math.inf
+        self._published_demand = 0.0
+
+    @property
+    def owner(self) -> bool:
+        return self.token is not None
+
+    def fleet_demand(self, local: float) -> float:
+        """This gateway's demand now plus every other live gateway's last report."""
+        others = sum(report.demand for gateway, report in self.reports.items() if gateway != self.fleet.gateway_id)
+        return others + local
+
+    def due(self, now: float, demand: float) -> bool:
+        """Sync now: the interval passed, or demand appeared (a waiting request must reach the owner at once)."""
+        return now >= self._next_sync or (demand > 0 and self._published_demand == 0)
+
+    async def sync(self, now: float, report: Report) -> None:
+        self._next_sync = now + self.sync_s
+        token, self.reports = await self.fleet.sync(self.endpoint, report, self.report_ttl_s, self.lease_s)
+        self._published_demand = report.demand
+        self.draining = await self.fleet.draining(self.endpoint)
+        if (token is None) != (self.token is None) or (token is not None and token != self.token):
+            log.info("endpoint_ownership", endpoint=self.endpoint, owner=token is not None, token=token,
+                     gateway=self.fleet.gateway_id)
+            self.token = token
+            self.on_change(token is not None)
+
+    async def fenced(self) -> bool:
+        """May this gateway write the endpoint's replica count now?"""
+        if self.token is None:
+            return False
+        try:
+            if await self.fleet.fence(self.endpoint, self.token):
+                return True
+        except Exception:  # the shared state cannot vouch for this token: write nothing
+            log.warning("endpoint_fence_failed", endpoint=self.endpoint, exc_info=True)
+        log.warning("endpoint_lease_lost", endpoint=self.endpoint, token=self.token)
+        self.token = None
+        self.on_change(False)
+        return False
+
+    def in_flight(self, replica_id: str) -> int:
+        """Requests on the replica over every live gateway (as of their last reports)."""
+        return sum(report.in_flight.get(replica_id, 0) for report in self.reports.values())
+
+    def quiet(self, replica_id: str) -> bool:
+        """Every live gateway stopped routing to the draining replica and has nothing left on it."""
+        return all(replica_id in report.draining_seen and not report.in_flight.get(replica_id)
+                   for report in self.reports.values())
+
+    async def mark_draining(self, replica_id: str) -> None:
+        self.draining.add(replica_id)
+        await self.fleet.mark_draining(self.endpoint, replica_id)
+
+    async def share(self, replicas: list[tuple[str, str | None]], desired: int) -> None:
+        if self.token is not None:
+            await self.fleet.share(self.endpoint, Replicas(self.token, replicas, desired))
+            gone = self.draining - {replica_id for replica_id, _ in replicas}
+            if gone:
+                await self.fleet.forget_draining(self.endpoint, gone)
+                self.draining -= gone
+
+    async def shared(self) -> Replicas | None:
+        return await self.fleet.shared(self.endpoint)
+
+    async def resign(self) -> None:
+        self.token = None
+        await self.fleet.resign(self.endpoint)

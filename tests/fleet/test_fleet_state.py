@@ -1,0 +1,108 @@
+"""The shared state of a fleet (gateway/endpoints/fleet.py) against a real redis-server: one lease holder at a
+time with a growing fencing token, reports that expire, and an ECS API budget no number of gateways exceeds."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+
+import pytest
+
+from gateway.config import load_settings
+from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet, Report
+from gateway.endpoints.fleet_postgres import PostgresFleet
+from tests.fleet.conftest import new_database
+
+LEASE_S = 0.5
+
+
+@pytest.fixture(params=["redis", "postgres"])
+async def shared_state(request):
+    """A factory of `count` gateways' views of one fresh shared state (Redis, or a new PostgreSQL database)."""
+    opened: list[Fleet] = []
+    if request.param == "redis":
+        url, prefix = request.getfixturevalue("redis").url, f"test-fleet:{uuid.uuid4().hex[:8]}"
+
+        async def open_one(name: str, calls: float) -> Fleet:
+            return RedisFleet(url, prefix=prefix, gateway_id=name, calls_per_second=calls)
+    else:
+        url = await new_database(request.getfixturevalue("postgres").url)
+
+        async def open_one(name: str, calls: float) -> Fleet:
+            return await PostgresFleet.open(url, gateway_id=name, calls_per_second=calls)
+
+    async def gateways(count: int, calls: float = 2.0) -> list[Fleet]:
+        made = [await open_one(f"gateway-{n}", calls) for n in range(count)]
+        opened.extend(made)
+        return made
+
+    yield gateways
+    for fleet in opened:
+        await fleet.close()
+
+
+async def test_one_gateway_holds_the_lease_and_a_successor_fences_it_out(shared_state):
+    first, second = await shared_state(2)
+    token, reports = await first.sync("model", Report(2.0), LEASE_S, LEASE_S)
+    assert token is not None and set(reports) == {"gateway-0"}
+    follower, reports = await second.sync("model", Report(3.0), 10, LEASE_S)
+    assert follower is None and {name: r.demand for name, r in reports.items()} == {"gateway-0": 2.0,
+                                                                                     "gateway-1": 3.0}
+    assert await first.fence("model", token) and not await second.fence("model", 1)
+    await asyncio.sleep(LEASE_S * 2)  # the first gateway stops renewing (dead, or its loop stalled)
+    successor, reports = await second.sync("model", Report(3.0), 10, LEASE_S)
+    assert successor is not None and successor > token
+    assert set(reports) == {"gateway-1"}  # the silent gateway's report expired with it
+    assert await second.fence("model", successor)
+    assert not await first.fence("model", token)  # the old owner wakes up: it may not write any more
+    again, _ = await first.sync("model", Report(0.0), LEASE_S, LEASE_S)
+    assert again is None
+
+
+async def test_a_resigning_owner_hands_the_lease_over_at_once(shared_state):
+    first, second = await shared_state(2)
+    token, _ = await first.sync("model", Report(1.0), 10, 30)
+    assert (await second.sync("model", Report(1.0), 10, 30))[0] is None
+    await first.resign("model")  # a stopping gateway
+    successor, reports = await second.sync("model", Report(1.0), 10, 30)
+    assert successor is not None and successor > token and set(reports) == {"gateway-1"}
+
+
+async def test_twelve_gateways_make_at_most_two_ecs_calls_a_second(shared_state):
+    fleet = await shared_state(12)
+    granted = []
+
+    async def poll_as_hard_as_possible(gateway: Fleet, until: float) -> None:
+        while time.time() < until:
+            if await gateway.take_call("ecs:us-east-1", 1) == 0:
+                granted.append(time.time())
+            else:
+                await asyncio.sleep(0.01)
+
+    start = time.time()
+    end = math.floor(start) + 3.5  # three whole seconds and two part ones
+    await asyncio.gather(*(poll_as_hard_as_possible(gateway, end) for gateway in fleet))
+    windows = math.floor(end) - math.floor(start) + 1
+    assert 0 < len(granted) <= 2 * windows
+    assert await fleet[0].take_call("ecs:us-east-1", 3) > 0  # more than a second's budget never goes
+
+
+async def test_the_lone_gateway_owns_every_endpoint_without_redis():
+    alone = LocalFleet(calls_per_second=2)
+    token, reports = await alone.sync("model", Report(4.0), 1, 1)
+    assert token is not None and await alone.fence("model", token) and reports[alone.gateway_id].demand == 4.0
+
+
+@pytest.mark.parametrize(("scaling", "words"), [
+    ("lease_seconds = 0.4", ["lease_seconds", "twice", "fleet_sync_seconds"]),
+    ("ecs_api_calls_per_second = 0", ["ecs_api_calls_per_second", "> 0"]),
+])
+def test_fleet_settings_that_cannot_work_are_refused_by_name(tmp_path, scaling, words):
+    config = tmp_path / "sluice.toml"
+    config.write_text(f"[scaling]\n{scaling}\n")
+    with pytest.raises(SystemExit) as failure:
+        load_settings(str(config))
+    message = str(failure.value)
+    assert message.startswith("sluice: ") and all(word in message for word in words), message

@@ -1,0 +1,48 @@
+"""A gateway that stops leaves its ECS services as they are: the embedded default (SQLite, no Redis), one gateway,
+an ECS endpoint that keeps one task (`min_replicas = 1`). Before issue #32, SIGTERM lowered every ECS service's
+desiredCount to 0 (and stopped its tasks): every deploy cold-started every model."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.fixtures.local_aws import moto_server
+from tests.fixtures.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
+from tests.fixtures.sluice import start_sluice
+from tests.fleet.conftest import AWS_ENV, WAIT_S, until
+
+
+@pytest.fixture
+def moto_ecs(monkeypatch):
+    for name, value in AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    with moto_server() as url:
+        manual_task_states(url)
+        with ecs_service(url) as (ecs, _):
+            yield url, ecs
+
+
+def test_sigterm_leaves_the_ecs_service_running(moto_ecs, tmp_path):
+    url, ecs = moto_ecs
+    config = f'''[[models]]
+name = "org/model"
+min_replicas = 1
+max_replicas = 1
+
+[models.provisioner]
+kind = "ecs"
+cluster = "{CLUSTER}"
+service = "{SERVICE}"
+endpoint_url = "{url}"
+port = {PORT}
+'''
+    # the task never gets a worker here: the endpoint stays `starting`, so /health is 503 by design
+    gateway = start_sluice(tmp_path / "gateway", config=config, env=AWS_ENV, wait=False)
+    try:
+        until(lambda: desired_count(ecs) == 1, WAIT_S, "the gateway asking ECS for its one task")
+        assert gateway.stop(signal.SIGTERM, timeout=WAIT_S) == 0
+    finally:
+        gateway.stop(signal.SIGKILL)
+    assert desired_count(ecs) == 1, gateway.output[-3000:]  # the next gateway finds the task it left
