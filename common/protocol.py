@@ -303,6 +303,10 @@ class Error(msgspec.Struct, tag="error"):
     kind: ErrorKind
     message: str
     field: str | None = None
+    # kind "too_long": the sizes, so each dialect words the refusal as its real server does
+    max_context: int | None = None
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None  # the completion it asked room for (None: the prompt alone is too long)
 
 
 Event = Accepted | Token | ToolCallDelta | Finish | Done | Error

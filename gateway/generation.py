@@ -129,7 +129,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
                                          accounting.dispatched - accounting.started)
         return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
-    except SluiceError as error:
+    except SluiceError as raised:
+        error = dialect.reported(raised)  # the ledger records the status the client gets
         await accounting.finish(accounting.failure_status(error), error)
         return dialect.error_response(error, accounting.headers())
     except ClientGone:  # left while waiting for a replica: out of the queue, nothing billed

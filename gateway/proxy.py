@@ -22,6 +22,7 @@ import structlog
 
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
+    ContextTooLong,
     DeadlineExceeded,
     NotFound,
     Overloaded,
@@ -41,9 +42,11 @@ RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # n
 
 def worker_error(error: Error) -> SluiceError:
     """Map a worker `Error` event to the gateway's error hierarchy."""
-    if error.kind in ("validation", "too_long"):
-        return ValidationFailed(error.message, param=error.field,
-                                code="context_length_exceeded" if error.kind == "too_long" else None)
+    if error.kind == "too_long":
+        return ContextTooLong(error.message, param=error.field, max_context=error.max_context,
+                              prompt_tokens=error.prompt_tokens, max_tokens=error.max_tokens)
+    if error.kind == "validation":
+        return ValidationFailed(error.message, param=error.field)
     if error.kind == "not_found":
         return NotFound(error.message)
     if error.kind == "overloaded":

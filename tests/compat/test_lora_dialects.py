@@ -135,7 +135,7 @@ def test_datacrunch_adapter_id(server, built):
     assert streamed.status_code == 200 and final["generated_text"] == adapted
     for path in ("/v1/completions/generate", "/v1/completions/generate_stream"):
         missing = post(server, path, {**body, "parameters": {"adapter_id": "nope"}})
-        assert missing.status_code == 404 and missing.json()["error_type"] == "not_found", missing.text
+        assert missing.status_code == 404 and "error_type" not in missing.json(), missing.text
         assert "'nope' is not registered" in missing.json()["error"] and "poet" in missing.json()["error"]
 
 

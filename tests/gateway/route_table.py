@@ -26,9 +26,9 @@ def route_table(app: Litestar) -> list[tuple[str, str, object]]:
 def envelope(path: str, body: dict) -> dict:
     """The error's fields in the envelope `path` answers in, as {"message", "kind"}: TGI's `error_type`,
     the OpenAI `type`, or None for SGLang's `{"error": {"message"}}`; fails on any other shape."""
-    if path in TGI_PATHS:
-        assert set(body) == {"error", "error_type"} and isinstance(body["error"], str), (path, body)
-        return {"message": body["error"], "kind": body["error_type"]}
+    if path in TGI_PATHS:  # error_type only where TGI itself has one (not 401/403/404: those come before TGI)
+        assert set(body) in ({"error", "error_type"}, {"error"}) and isinstance(body["error"], str), (path, body)
+        return {"message": body["error"], "kind": body.get("error_type")}
     if path in SGLANG_PATHS:
         assert set(body) == {"error"} and set(body["error"]) == {"message"}, (path, body)
         return {"message": body["error"]["message"], "kind": None}

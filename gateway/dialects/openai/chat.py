@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.collect import Result
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, sse
+from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, required, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
@@ -63,7 +63,7 @@ def text_of(content, index: int) -> str:
 
 
 def normalise_messages(messages) -> list[dict]:
-    check(messages is not None, "messages is required", "messages")
+    required(messages is not None, "messages")
     check(isinstance(messages, list) and len(messages) > 0, "messages must be a non-empty list", "messages")
     bounds.at_most(messages, bounds.MAX_MESSAGES, "messages", "messages")
     result = []
@@ -101,7 +101,7 @@ class OpenAIChat(OpenAIFamily):
     def parse(self, payload, route: str) -> Parsed:
         self.refuse_unknown(payload, ChatBody)
         body = convert(payload, ChatBody)
-        check(bool(body.model), "model is required", "model")
+        required(bool(body.model), "model")
         messages = normalise_messages(body.messages)
         refuse_unsupported(body)
         tools = tool_spec(body.tools, body.tool_choice, body.parallel_tool_calls, body.tool_prompt)

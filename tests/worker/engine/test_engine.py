@@ -234,6 +234,8 @@ def test_over_long_prompt_is_refused(engine):
     with pytest.raises(RequestError) as refused:
         engine.prepare(request(prompt_ids=[42] * 2048, max_tokens=1))
     assert refused.value.kind == "too_long"
+    sizes = refused.value.event()  # what the gateway needs to word it as each dialect does
+    assert sizes.prompt_tokens == 2048 and 0 < sizes.max_context <= 2048 and sizes.max_tokens in (None, 1)
     with pytest.raises(RequestError):
         engine.prepare(request(prompt_ids=[49152], max_tokens=1))
 
