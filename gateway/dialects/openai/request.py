@@ -108,15 +108,21 @@ def seeds(seed: int | list[int] | None, choices: int) -> list[int] | None:
 
 
 def constraint(response_format: dict | None) -> Constraint | None:
-    """`response_format` (OpenAI, Friendli legacy string schema, Friendli modern object) -> Constraint."""
+    """`response_format` (OpenAI, Friendli legacy string schema, Friendli modern object, TGI's chat grammar) ->
+    Constraint. TGI's chat takes `{"type": "json" | "json_object" | "regex", "value": ...}` and constrains to the
+    schema in `value` (huggingface_hub's chat_completion sends `json_object` with it): never dropped."""
     if response_format is None:
         return None
     kind = response_format.get("type")
-    check(kind in ("text", "json_object", "json_schema", "regex"),
-          "response_format.type must be one of text, json_object, json_schema, regex", "response_format")
+    check(kind in ("text", "json_object", "json_schema", "regex", "json"),
+          "response_format.type must be one of text, json_object, json_schema, regex, json", "response_format")
     if kind == "text":
         return None
     schema = response_format.get("schema")
+    if schema is None and kind in ("json", "json_object", "regex"):
+        schema = response_format.get("value")  # TGI's key
+    check(kind != "json" or isinstance(schema, (dict, str)) and schema,
+          "response_format of type json needs its JSON schema in value", "response_format")
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if spec is not None:  # modern: {"type":"json_schema","json_schema":{"name":..,"schema":{..}}}
