@@ -46,6 +46,12 @@ class ChatOptions:
     include_usage: bool
     logprobs: bool
     n: int
+    # `incomplete: true` on a choice cut before its response_format grammar accepted; a tool call cut by
+    # max_tokens is said by finish_reason "length" alone, as OpenAI says it (its clients read nothing else)
+    flags_incomplete: bool = True
+
+    def incomplete(self, finish: Finish) -> dict:
+        return incomplete(finish) if self.flags_incomplete else {}
 
 
 def text_of(content, index: int) -> str:
@@ -121,13 +127,13 @@ class OpenAIChat(OpenAIFamily):
                                   tools=tools)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Parsed(body.model, [request], bool(body.stream),
-                      ChatOptions(include_usage, logprobs is not None, params.n))
+                      ChatOptions(include_usage, logprobs is not None, params.n, params.constraint is not None))
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         options: ChatOptions = parsed.options
         choices = [{"index": c.finish.index, "message": chat_message(c.finish),
                     "finish_reason": FINISH[c.finish.reason],
-                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **incomplete(c.finish)}
+                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **options.incomplete(c.finish)}
                    for c in results[0].ordered()]
         return {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion", "created": meta.created,
                 "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices, "usage": usage(results)}
@@ -153,7 +159,7 @@ class OpenAIChat(OpenAIFamily):
             elif isinstance(event, Finish):
                 yield sse({**head, "choices": [{"index": event.index, "delta": {},
                                                 "finish_reason": FINISH[event.reason], "logprobs": None,
-                                                **incomplete(event)}]})
+                                                **options.incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
         for chunk in stream_end(head, dones, options.include_usage):
