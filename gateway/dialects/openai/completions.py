@@ -99,7 +99,8 @@ class OpenAICompletions(OpenAIFamily):
         else:
             prompts = split_prompts(body.prompt)
         params = sampling_params(body, default_max_tokens=None if self.friendli else 16,
-                                 max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
+                                 max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs,
+                                 score_only=bool(body.echo))
         bounds.prompts(len(prompts), max(params.best_of or params.n, params.num_beams), "prompt")
         echo = bool(body.echo)
         # OpenAI's echo with logprobs scores the prompt too (how evaluation harnesses compute likelihoods)

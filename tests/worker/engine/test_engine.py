@@ -140,6 +140,21 @@ def test_prompt_logprobs_match_a_full_forward(engine, smol):
     assert details[0].top_logprobs is None and details[1].top_logprobs is None
 
 
+def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(engine):
+    """OpenAI's echo scoring (`max_tokens: 0`): the prompt's logprobs as a generating request gets them, then
+    empty choices ending with "length", no completion tokens billed; the engine serves the next request as usual."""
+    prompt = "The quick brown fox jumps over the lazy dog"
+    scored = generate(engine, prompt, max_tokens=0, n=2, prompt_logprobs=True, logprobs=1)
+    generated = generate(engine, prompt, max_tokens=1, temperature=0, prompt_logprobs=True, logprobs=1)
+    assert [d.id for d in scored.accepted.prompt_details] == [d.id for d in generated.accepted.prompt_details]
+    assert [d.logprob for d in scored.accepted.prompt_details[1:]] == pytest.approx(
+        [d.logprob for d in generated.accepted.prompt_details[1:]], abs=1e-4)
+    assert [(f.index, f.reason, f.text, f.token_ids) for f in scored.finishes] == [(0, "length", "", []),
+                                                                                  (1, "length", "", [])]
+    assert (scored.done.completion_tokens, scored.done.compute_tokens) == (0, 0) and not scored.tokens()
+    assert generated.finishes[0].token_ids and generated.done.completion_tokens == 1
+
+
 def test_prompt_top_and_requested_logprobs_match_a_full_forward(engine, smol):
     prompt = "The quick brown fox jumps over the lazy dog"
     ids = smol.tokenizer(prompt).input_ids
