@@ -155,3 +155,20 @@ def test_stored_responses_are_their_teams_only(server, worker):
         stranger.responses.create(model=MODEL, previous_response_id=mine.id, input="and?")
     assert worker.requests == []
     assert sdk(server).responses.retrieve(mine.id).output_text == "Hi there"  # still there for its team
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"input": "x"}, "model"),
+    ({"model": MODEL}, "input"),
+    ({"model": MODEL, "input": "x", "temperature": 3}, "temperature"),
+    ({"model": MODEL, "input": "x", "previous_response_id": 5}, "previous_response_id"),
+    ({"model": MODEL, "input": [{"type": "input_image", "image_url": "x"}]}, "input"),
+    ({"model": MODEL, "input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.schema"),
+    ({"model": MODEL, "input": "x", "max_output_token": 5}, "max_output_token"),
+])
+def test_invalid_requests_are_openais_400(server, worker, body, param):
+    reply = httpx.post(f"{server.url}/v1/responses", json=body, timeout=30,
+                       headers={"authorization": f"Bearer {server.api_key}"})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == param and reply.json()["error"]["type"] == "invalid_request_error"
+    assert worker.requests == []

@@ -17,7 +17,7 @@ from gateway.dialects.openapi import documented
 from gateway.dialects.responses.dialect import OpenAIResponses
 from gateway.dialects.responses.request import ResponsesBody
 from gateway.dialects.responses.store import ResponseStore, response_store
-from gateway.errors import NotFound, SluiceError
+from gateway.errors import NotFound, SluiceError, ValidationFailed
 from gateway.generation import handle_generation
 from gateway.services import Services
 from common.json_body import read_json
@@ -40,7 +40,7 @@ async def stored(services: Services, principal: Principal, response_id: str, par
 
 
 @post("/v1/responses", status_code=200, summary="OpenAI Responses API", tags=["OpenAI"],
-      operation_class=documented(ResponsesBody))
+      operation_class=documented(ResponsesBody, closed=True))
 async def create(request: Request, services: Services, payload: Any) -> Response | Stream:
     principal: Principal = request.user
     history: list[dict] = []
@@ -48,7 +48,7 @@ async def create(request: Request, services: Services, payload: Any) -> Response
     try:
         if previous is not None:
             if not isinstance(previous, str):
-                raise NotFound("previous_response_id must be a response id", param="previous_response_id")
+                raise ValidationFailed("previous_response_id must be a response id", param="previous_response_id")
             history = (await stored(services, principal, previous, "previous_response_id")).messages
     except SluiceError as error:
         return DEFAULT.error_response(error)
