@@ -172,3 +172,17 @@ def test_invalid_requests_are_openais_400(server, worker, body, param):
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == param and reply.json()["error"]["type"] == "invalid_request_error"
     assert worker.requests == []
+
+
+def test_the_tenant_rules_hold_on_responses(server, worker):
+    """Another team's private endpoint is unknown (404) and a model outside the key's allow-list refused (403), as
+    on chat; nothing reaches the worker."""
+    other = admin(server, "POST", "/admin/teams", name="responses-private")
+    admin(server, "POST", "/admin/endpoints", name="other/private", urls=[worker.url], team_id=other["id"])
+    default = next(team["id"] for team in admin(server, "GET", "/admin/teams")["data"] if team["name"] == "default")
+    barred = admin(server, "POST", "/admin/keys", name="barred", team_id=default, models=["some-other-model"])["key"]
+    with pytest.raises(openai.NotFoundError):
+        sdk(server).responses.create(model="other/private", input="x")
+    with pytest.raises(openai.PermissionDeniedError):
+        sdk(server, barred).responses.create(model=MODEL, input="x")
+    assert worker.requests == []
