@@ -214,6 +214,18 @@ def test_a_schema_the_worker_cannot_enforce_is_a_400(client):
     assert info.value.body["param"] == "tools[0].function.parameters"
 
 
+def test_a_forced_tool_is_called_once_by_default(client):
+    """Without `parallel_tool_calls`, a forced named tool is one call, as vLLM and TGI answer (several identical
+    calls were run, and billed, by frameworks)."""
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}],
+                                           tools=TOOLS, tool_choice={"type": "function", "function": {
+                                               "name": "get_weather"}}, max_tokens=96, temperature=0,
+                                           extra_body=SHORT_PROMPT)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1, choice
+    assert choice.message.tool_calls[0].function.name == "get_weather"
+
+
 def test_friendli_chat_route_calls_tools(running_sluice):
     reply = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=300,
                        headers={"authorization": f"Bearer {running_sluice.api_key}"},
