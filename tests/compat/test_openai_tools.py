@@ -214,16 +214,16 @@ def test_a_schema_the_worker_cannot_enforce_is_a_400(client):
     assert info.value.body["param"] == "tools[0].function.parameters"
 
 
-def test_a_forced_tool_is_called_once_by_default(client):
-    """Without `parallel_tool_calls`, a forced named tool is one call, as vLLM and TGI answer (several identical
-    calls were run, and billed, by frameworks)."""
-    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}],
-                                           tools=TOOLS, tool_choice={"type": "function", "function": {
-                                               "name": "get_weather"}}, max_tokens=96, temperature=0,
-                                           extra_body=SHORT_PROMPT)
+@pytest.mark.parametrize(("prompt", "name"), [(PROMPTS[1], "get_weather"), (PROMPTS[0], "search_flights")])
+def test_a_forced_tool_is_called_once_by_default(client, prompt, name):
+    """Without `parallel_tool_calls`, a forced named tool is one call, as vLLM and TGI answer (these prompts made
+    SmolLM2 call it twice, and frameworks ran the tool twice and paid for both)."""
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}], tools=TOOLS,
+                                           tool_choice={"type": "function", "function": {"name": name}},
+                                           max_tokens=160, temperature=0, extra_body=SHORT_PROMPT)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1, choice
-    assert choice.message.tool_calls[0].function.name == "get_weather"
+    assert choice.message.tool_calls[0].function.name == name
 
 
 def test_friendli_chat_route_calls_tools(running_sluice):
