@@ -34,8 +34,17 @@ def auth_service(state: State) -> AuthService:
 async def principal(connection: ASGIConnection) -> Principal:
     """The caller a request's key and team header name; raises AuthError or StoreUnavailable."""
     service = auth_service(connection.app.state)
-    return await service.authenticate(header(connection, b"authorization"), team_header(connection),
+    return await service.authenticate(authorization(connection), team_header(connection),
                                       client_address(connection, service.clients))
+
+
+def authorization(connection: ASGIConnection) -> str | None:
+    """The key as `Authorization: Bearer <key>`, or as `x-api-key: <key>` (how the Anthropic SDKs send it) when
+    no Authorization header is sent."""
+    sent = header(connection, b"authorization")
+    if sent is None and (api_key := header(connection, b"x-api-key")) is not None:
+        return f"Bearer {api_key}"
+    return sent
 
 
 class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
@@ -47,7 +56,7 @@ class ApiKeyAuthentication(AbstractAuthenticationMiddleware):
 async def optional_principal(connection: ASGIConnection) -> Principal | None:
     """The caller of a PUBLIC route: None without a key; with one, its principal (whose allow-list and team
     then apply), and a bad key the same 401 as on any route."""
-    if header(connection, b"authorization") is None:
+    if authorization(connection) is None:
         return None
     return await principal(connection)
 

@@ -306,6 +306,10 @@ class Error(msgspec.Struct, tag="error"):
     # log, never for the caller); the worker's other rows are fine, so this is no fault of the replica
     field: str | None = None
     retry_after_s: float | None = None  # when the worker will try again (an adapter load's backoff)
+    # kind "too_long": the sizes, so each dialect words the refusal as its real server does
+    max_context: int | None = None
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None  # the completion it asked room for (None: the prompt alone is too long)
 
 
 Event = Accepted | Token | ToolCallDelta | Finish | Done | Error

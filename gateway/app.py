@@ -17,6 +17,8 @@ from gateway.config import Settings
 from gateway.dashboard.render import template_config
 from gateway.dashboard.routes import dashboard_router, static_router
 from gateway.dialects import shared_paths
+from gateway.dialects.anthropic import routes as anthropic
+from gateway.dialects.responses import routes as responses
 from gateway.dialects.base import DEFAULT
 from gateway.dialects.datacrunch import routes as datacrunch
 from gateway.dialects.friendli import routes as friendli
@@ -35,7 +37,8 @@ OPENAPI_PATH = "/openapi"
 
 def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     rooms = [openai.router(), friendli.router(), monster.router(), tgi.router(), datacrunch.router(),
-             sglang.router(), shared_paths.router()]
+             sglang.router(), shared_paths.router(), anthropic.router(),
+             responses.router()]
     usage = ([usage_router(), admin_usage_router(guards=[require_admin]), dashboard_router(),
               static_router()]
              if settings.ledger_enabled else [])

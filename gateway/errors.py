@@ -18,14 +18,26 @@ from common.errors import (
 log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
-__all__ = ["AdapterUnavailable", "BadRequest", "GenerationFailed", "InvalidJSON", "NeverFits", "NotFound", "Overloaded",
-           "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError", "StoreUnavailable",
-           "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed", "ValidationFailed",
-           "as_sluice_error"]
+__all__ = ["AdapterUnavailable", "BadRequest", "ContextTooLong", "GenerationFailed", "InvalidJSON", "NeverFits",
+           "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError",
+           "StoreUnavailable", "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed",
+           "ValidationFailed", "as_sluice_error"]
 
 
 class ValidationFailed(SluiceError):
     status, type, code = 422, "invalid_request_error", "invalid_value"
+
+
+class ContextTooLong(ValidationFailed):
+    """The prompt, or the prompt plus the completion it asks room for, exceeds the model's context; the sizes
+    let each dialect word it as its real server does (OpenAI's wording is matched by client frameworks)."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, message: str, *, max_context: int | None = None, prompt_tokens: int | None = None,
+                 max_tokens: int | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.max_context, self.prompt_tokens, self.max_tokens = max_context, prompt_tokens, max_tokens
 
 
 class UnknownParameter(BadRequest):

@@ -131,10 +131,12 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
                                          accounting.dispatched - accounting.started)
         return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
-    except SluiceError as error:
+    except SluiceError as raised:
+        error = raised
         if not accounting.reached_worker:  # refused before admission: what the request is (gateway/rejections.py)
             error = await count_rejection(services.limiter, services.settings.rejections_per_minute, principal,
                                           client_address(request, services.auth.clients), error)
+        error = dialect.reported(error)  # the ledger records the status the client gets
         await accounting.finish(accounting.failure_status(error), error)
         return dialect.error_response(error, accounting.headers())
     except ClientGone:  # left while waiting for a replica: out of the queue, nothing billed

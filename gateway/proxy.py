@@ -23,6 +23,7 @@ import structlog
 from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
     AdapterUnavailable,
+    ContextTooLong,
     DeadlineExceeded,
     NotFound,
     Overloaded,
@@ -52,9 +53,11 @@ def worker_error(error: Error) -> SluiceError:
         log.warning("adapter_unavailable", kind=error.kind, reason=error.message, retry_after_s=error.retry_after_s)
         return AdapterUnavailable("the requested adapter cannot be loaded now; retry later",
                                   retry_after_s=error.retry_after_s)
-    if error.kind in ("validation", "too_long"):
-        return ValidationFailed(error.message, param=error.field,
-                                code="context_length_exceeded" if error.kind == "too_long" else None)
+    if error.kind == "too_long":
+        return ContextTooLong(error.message, param=error.field, max_context=error.max_context,
+                              prompt_tokens=error.prompt_tokens, max_tokens=error.max_tokens)
+    if error.kind == "validation":
+        return ValidationFailed(error.message, param=error.field)
     if error.kind == "not_found":
         return NotFound(error.message)
     if error.kind == "overloaded":

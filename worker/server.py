@@ -34,8 +34,11 @@ _json = msgspec.json.Encoder()
 
 
 def _error(kind: str, message: str, field: str | None = None) -> Response:
-    body = _json.encode(Error(kind=kind, message=message, field=field))
-    return Response(body, status_code=ERROR_STATUS[kind], media_type="application/json")
+    return _refusal(Error(kind=kind, message=message, field=field))
+
+
+def _refusal(error: Error) -> Response:
+    return Response(_json.encode(error), status_code=ERROR_STATUS[error.kind], media_type="application/json")
 
 
 def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None) -> Litestar:
@@ -56,7 +59,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
             # off the event loop: tokenizing and compiling a grammar can take a while
             prepared = await asyncio.to_thread(engine.prepare, body)
         except RequestError as exc:
-            return _error(exc.kind, exc.message, exc.field)
+            return _refusal(exc.event())
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 

@@ -65,8 +65,14 @@ class Dialect:
         the request arrived, `checked` of them spent in the gateway before it reached a worker."""
         return {}
 
+    def reported(self, error: SluiceError) -> SluiceError:
+        """The error as this dialect's real server reports it (its status, its wording): what the client gets
+        and what the ledger records. The base keeps it as raised."""
+        return error
+
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
         """(status, JSON body) of an error in this dialect's envelope."""
+        error = self.reported(error)
         return error.status, openai_envelope(error)
 
     def error_response(self, error: SluiceError, headers: dict[str, str] | None = None) -> Response:
@@ -106,12 +112,12 @@ def convert(payload: Any, kind: type, what: str = "request body"):
         return msgspec.convert(payload, kind)
     except msgspec.ValidationError as exc:
         message = str(exc)
-        param = None
+        param, code = None, "invalid_type" if message.startswith("Expected `") else None  # OpenAI's codes
         if "at `$." in message:
             param = message.split("at `$.", 1)[1].rstrip("`").split("[")[0].split(".")[0]
         elif "missing required field `" in message:
-            param = message.split("missing required field `", 1)[1].split("`")[0]
-        raise ValidationFailed(message, param=param) from exc
+            param, code = message.split("missing required field `", 1)[1].split("`")[0], "missing_required_parameter"
+        raise ValidationFailed(message, param=param, code=code) from exc
 
 
 def unknown_fields(payload: Any, kind: type[msgspec.Struct], tolerated: frozenset[str] = frozenset()) -> list[str]:
@@ -132,6 +138,12 @@ def incomplete(finish) -> dict:
 def check(condition: bool, message: str, param: str) -> None:
     if not condition:
         raise ValidationFailed(message, param=param)
+
+
+def required(present: bool, param: str) -> None:
+    """A required field: when it is missing, OpenAI's `missing_required_parameter` naming it."""
+    if not present:
+        raise ValidationFailed(f"{param} is required", param=param, code="missing_required_parameter")
 
 
 def fail(message: str, param: str) -> NoReturn:

@@ -18,7 +18,7 @@ from gateway.dialects.sglang.docs import BodyErrorDoc, SGLangOutput, TokenizeDoc
 from gateway.dialects.sglang.docs import ErrorDoc as SGLangErrorDoc
 from gateway.dialects.sglang.request import SGLANG_KEYS, BodyInvalid, SGLangBody, TokenizeBody
 from gateway.dialects.sglang.routes import tokenize_sglang
-from gateway.dialects.tgi.docs import ERRORS, GenerateDoc, StreamDoc
+from gateway.dialects.tgi.docs import ERRORS, GenerateDoc, ProxyErrorDoc, StreamDoc
 from gateway.dialects.tgi.docs import ErrorDoc as TGIErrorDoc
 from gateway.dialects.tgi.request import GenerateBody
 from gateway.dialects.tgi.routes import GENERATE, tokenize_tgi
@@ -29,7 +29,7 @@ from gateway.services import Services
 from common.json_body import read_json
 from common.protocol import TokenSpan
 
-EITHER_ERROR = (TGIErrorDoc, BodyErrorDoc, SGLangErrorDoc)
+EITHER_ERROR = (TGIErrorDoc, ProxyErrorDoc, BodyErrorDoc, SGLangErrorDoc)
 SHARED_ERRORS = {status: (description, EITHER_ERROR) for status, (description, _) in ERRORS.items()}
 GENERATE_DOC = documented((GenerateBody, SGLangBody), {200: ("TGI GenerateResponse or SGLang output",
                                                              (GenerateDoc, SGLangOutput, list[SGLangOutput])),

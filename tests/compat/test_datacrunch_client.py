@@ -71,5 +71,5 @@ def test_model_is_optional_and_checked(running_sluice):
     without = httpx.post(url, headers=headers, json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}}, timeout=60)
     assert without.status_code == 200 and without.json()["generated_text"]
     unknown = httpx.post(url, headers=headers, json={"model": "llama-2-13b-chat", "inputs": "Hi"}, timeout=60)
-    assert unknown.status_code == 404 and unknown.json()["error_type"] == "not_found"
-    assert_tgi_schema(unknown.json(), "ErrorResponse")
+    # not TGI's own refusal (it serves one model): no error_type, so huggingface_hub raises its HTTP 404 error
+    assert unknown.status_code == 404 and set(unknown.json()) == {"error"}

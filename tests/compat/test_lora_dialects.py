@@ -79,7 +79,8 @@ def test_tgi_adapter_id_and_sglang_lora_path(server, built):
                                         "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0}})
     assert sglang.status_code == 200 and sglang.json()["text"] == adapted
     missing = post(server, "/generate", {"inputs": PROMPT, "parameters": {"adapter_id": "nope"}})
-    assert missing.status_code == 404 and missing.json()["error_type"] and "nope" in missing.json()["error"]
+    # a 404 is not one of TGI's error_types: huggingface_hub raises its HTTP 404 error for it
+    assert missing.status_code == 404 and "error_type" not in missing.json() and "nope" in missing.json()["error"]
     missing = post(server, "/generate", {"text": PROMPT, "lora_path": "nope"})
     assert missing.status_code == 404
 
@@ -135,7 +136,7 @@ def test_datacrunch_adapter_id(server, built):
     assert streamed.status_code == 200 and final["generated_text"] == adapted
     for path in ("/v1/completions/generate", "/v1/completions/generate_stream"):
         missing = post(server, path, {**body, "parameters": {"adapter_id": "nope"}})
-        assert missing.status_code == 404 and missing.json()["error_type"] == "not_found", missing.text
+        assert missing.status_code == 404 and "error_type" not in missing.json(), missing.text
         assert "'nope' is not registered" in missing.json()["error"] and "poet" in missing.json()["error"]
 
 

@@ -4,7 +4,8 @@ Prompts x every tool_choice, streamed and not, through both SDKs (3 prompts in `
 SLUICE_TOOL_PROOF_PROMPTS=20): every call parses and validates against its function's schema, named choices
 call only that function, required ones call at least one, none never calls; the streamed pieces rebuild a call
 the way the SDK's users do, and every way of asking gets the same answer. A conversation continues with tool
-results; usage is counted as for any chat; bad tools are a 422 the SDK raises, naming the field.
+results; usage is counted as for any chat; bad tools are a 400 the SDK raises (BadRequestError, as OpenAI's),
+naming the field.
 """
 
 from __future__ import annotations
@@ -196,21 +197,33 @@ def test_conversation_continues_with_tool_results(client):
      "tools[0].function.parameters"),
     (TOOLS, {"type": "function", "function": {"name": "nope"}}, "tool_choice"),
 ])
-def test_bad_tools_are_a_422_naming_the_field(client, tools, choice, param):
-    with pytest.raises(openai.UnprocessableEntityError) as info:
+def test_bad_tools_are_a_400_naming_the_field(client, tools, choice, param):
+    with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], tools=tools,
                                        tool_choice=choice)
     assert info.value.body["param"] == param
 
 
-def test_a_schema_the_worker_cannot_enforce_is_a_422(client):
+def test_a_schema_the_worker_cannot_enforce_is_a_400(client):
     # valid JSON schema, but a keyword the grammar cannot enforce: the worker's refusal names the field
     tool = {"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}}}}
-    with pytest.raises(openai.UnprocessableEntityError) as info:
+    with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], tools=[tool],
                                        tool_choice="required", max_tokens=8)
     assert info.value.body["param"] == "tools[0].function.parameters"
+
+
+@pytest.mark.parametrize(("prompt", "name"), [(PROMPTS[1], "get_weather"), (PROMPTS[0], "search_flights")])
+def test_a_forced_tool_is_called_once_by_default(client, prompt, name):
+    """Without `parallel_tool_calls`, a forced named tool is one call, as vLLM and TGI answer (these prompts made
+    SmolLM2 call it twice, and frameworks ran the tool twice and paid for both)."""
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}], tools=TOOLS,
+                                           tool_choice={"type": "function", "function": {"name": name}},
+                                           max_tokens=160, temperature=0, extra_body=SHORT_PROMPT)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1, choice
+    assert choice.message.tool_calls[0].function.name == name
 
 
 def test_friendli_chat_route_calls_tools(running_sluice):

@@ -154,9 +154,10 @@ def test_validation_errors_have_tgi_envelope(running_sluice, parameters):
 def test_error_statuses(running_sluice):
     assert post(running_sluice, "/generate", None, content=b"{nope").status_code == 400
     unknown = post(running_sluice, "/v1/completions/generate", {"model": "nope", "inputs": "x"})
-    assert unknown.status_code == 404 and unknown.json()["error_type"] == "not_found"
+    # refusals TGI itself never makes carry no error_type: huggingface_hub raises its HTTP error of that status
+    assert unknown.status_code == 404 and set(unknown.json()) == {"error"}
     anonymous = httpx.post(f"{running_sluice.url}/generate", json={"inputs": "x"}, timeout=30)
-    assert anonymous.status_code == 401 and set(anonymous.json()) == {"error", "error_type"}
+    assert anonymous.status_code == 401 and set(anonymous.json()) == {"error"}
     stream_invalid = post(running_sluice, "/generate_stream", {"inputs": "x", "parameters": {"best_of": 2,
                                                                                             "do_sample": True}})
     assert stream_invalid.status_code == 422 and stream_invalid.json()["error_type"] == "validation"

@@ -292,15 +292,15 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
                 assert c.token_chunks == c.completion, c
         if c.expect == "cancelled":
             assert not c.complete and c.token_chunks == 3, c
-    assert [c.http_status for c in calls if c.label.startswith(("invalid temperature", "invalid chat"))] == [422, 422]
+    assert [c.http_status for c in calls if c.label.startswith(("invalid temperature", "invalid chat"))] == [400, 400]
     assert next(c for c in calls if c.label == "invalid json").http_status == 400
     assert next(c for c in calls if c.label == "unknown model").http_status == 404
     assert next(c for c in calls if c.label == "bad key").http_status == 401
     refused = next(c for c in calls if c.label == "worker refuses")
-    assert refused.http_status == 422 and refused.error == "invalid_value", refused
+    assert refused.http_status == 400 and refused.error == "invalid_value", refused
     refused_stream = next(c for c in calls if c.label == "worker refuses stream")
     # refused before its first token, a stream gets the real status too (headers wait for the first event)
-    assert refused_stream.http_status == 422 and refused_stream.error == "invalid_value", refused_stream
+    assert refused_stream.http_status == 400 and refused_stream.error == "invalid_value", refused_stream
 
     billed = [c for c in calls if c.expect is not None]
     records = wait_for_records(server, {c.request_id for c in billed}, unnamed=abandoned)

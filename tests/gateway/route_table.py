@@ -10,6 +10,7 @@ from litestar import Litestar
 TGI_PATHS = {"/", "/generate", "/generate_stream", "/tokenize", "/v1/completions/generate",
              "/v1/completions/generate_stream", "/info"}
 SGLANG_PATHS = {"/detokenize", "/get_model_info", "/get_server_info"}  # every other path answers in the OpenAI envelope
+ANTHROPIC_PATHS = {"/v1/messages", "/v1/messages/count_tokens"}
 
 
 def route_table(app: Litestar) -> list[tuple[str, str, object]]:
@@ -24,11 +25,14 @@ def route_table(app: Litestar) -> list[tuple[str, str, object]]:
 
 
 def envelope(path: str, body: dict) -> dict:
-    """The error's fields in the envelope `path` answers in, as {"message", "kind"}: TGI's `error_type`,
-    the OpenAI `type`, or None for SGLang's `{"error": {"message"}}`; fails on any other shape."""
-    if path in TGI_PATHS:
-        assert set(body) == {"error", "error_type"} and isinstance(body["error"], str), (path, body)
-        return {"message": body["error"], "kind": body["error_type"]}
+    """The error's fields in the envelope `path` answers in, as {"message", "kind"}: TGI's `error_type`, the
+    OpenAI or Anthropic `type`, or None for SGLang's `{"error": {"message"}}`; fails on any other shape."""
+    if path in TGI_PATHS:  # error_type only where TGI itself has one (not 401/403/404: those come before TGI)
+        assert set(body) in ({"error", "error_type"}, {"error"}) and isinstance(body["error"], str), (path, body)
+        return {"message": body["error"], "kind": body.get("error_type")}
+    if path in ANTHROPIC_PATHS:
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, (path, body)
+        return {"message": body["error"]["message"], "kind": body["error"]["type"]}
     if path in SGLANG_PATHS:
         assert set(body) == {"error"} and set(body["error"]) == {"message"}, (path, body)
         return {"message": body["error"]["message"], "kind": None}

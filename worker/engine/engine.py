@@ -41,7 +41,7 @@ from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
 from worker.lora.errors import AdapterError
 from worker.lora.store import AdapterStore
-from common.protocol import (Accepted, Done, Error, GenerateRequest, ModelConfig, SamplingParams,
+from common.protocol import (Accepted, Done, Error, Finish, GenerateRequest, ModelConfig, SamplingParams,
                              WorkerLoad, floored_logprob)
 from worker.threads import decode_threads
 
@@ -227,7 +227,10 @@ class Engine:
                 continue
             if accepted is not None:
                 self.prefilling = None
-                self._start(state, accepted)
+                if state.prepared.max_new_tokens == 0:
+                    self._score_only(state, accepted)
+                else:
+                    self._start(state, accepted)
 
     def _dequeued(self) -> None:
         with self._queued_lock:
@@ -285,6 +288,18 @@ class Engine:
         if prepared.prompt_embeds is not None:
             state.last_embed = prepared.prompt_embeds[-1]
         state.sink([accepted])
+
+    def _score_only(self, state: RequestState, accepted: Accepted) -> None:
+        """`max_tokens: 0` (OpenAI's echo scoring): the prefill gave every prompt logprob there is, so the request
+        ends here, its choices empty; no row joins the batch and its cache slot is free again."""
+        self.runner.cache.clear(len(self.rows))
+        prepared = state.prepared
+        finishes = [Finish(index=index, reason="length", text="", token_ids=[], seed=prepared.seeds[index])
+                    for index in range(prepared.returned)]
+        state.done = True
+        self.by_id.pop(state.request_id, None)
+        state.sink([accepted, *finishes, Done(prompt_tokens=len(prepared.prompt_ids), completion_tokens=0,
+                                              compute_tokens=0, worker_id=self.worker_id)])
 
     def _ordinary_rows(self) -> int:
         """How many rows lead the batch before the first beam row."""

@@ -96,7 +96,7 @@ def _lengths(params: SamplingParams, prompt_len: int, max_context: int) -> tuple
     room = max_context - prompt_len
     if room <= 0:
         raise RequestError(f"the prompt has {prompt_len} tokens; this model's context is {max_context} tokens",
-                           "prompt", kind="too_long")
+                           "prompt", kind="too_long", sizes={"max_context": max_context, "prompt_tokens": prompt_len})
     if params.max_total_tokens is not None:
         wanted = params.max_total_tokens - prompt_len
         if wanted <= 0:
@@ -106,7 +106,8 @@ def _lengths(params: SamplingParams, prompt_len: int, max_context: int) -> tuple
         wanted = params.max_tokens if params.max_tokens is not None else room
     if wanted > room:
         raise RequestError(f"the prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the context of "
-                           f"{max_context} tokens", "max_tokens", kind="too_long")
+                           f"{max_context} tokens", "max_tokens", kind="too_long",
+                           sizes={"max_context": max_context, "prompt_tokens": prompt_len, "max_tokens": wanted})
     minimum = params.min_tokens
     if params.min_total_tokens is not None:
         minimum = max(0, params.min_total_tokens - prompt_len)

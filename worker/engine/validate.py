@@ -42,7 +42,8 @@ def validate_params(params: SamplingParams) -> None:
              "max_tokens and max_total_tokens are mutually exclusive", "max_total_tokens")
     _require(not (params.min_tokens and params.min_total_tokens is not None),
              "min_tokens and min_total_tokens are mutually exclusive", "min_total_tokens")
-    _require(params.max_tokens is None or params.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
+    # 0: score the prompt only (OpenAI's echo with max_tokens 0); the dialects decide who may ask for it
+    _require(params.max_tokens is None or params.max_tokens >= 0, "max_tokens must not be negative", "max_tokens")
     _require(params.max_total_tokens is None or params.max_total_tokens >= 1,
              "max_total_tokens must be at least 1", "max_total_tokens")
     _require(params.min_tokens >= 0, "min_tokens must not be negative", "min_tokens")

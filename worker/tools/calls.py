@@ -92,6 +92,8 @@ class CallParser:
         deltas: dict[int, ToolCallDelta] = {}
         while self._pending and getattr(self, f"_{self._state}")(content, deltas):
             pass
+        if final and self._state == "head" and self.calls_only:
+            self._cut_head(deltas)
         if final and self._state in ("text", "head"):  # held-back text, or a head cut short: content after all
             if not self.calls_only:
                 content.append(self._gap + self._pending if self._state == "head" else self._pending)
@@ -141,6 +143,20 @@ class CallParser:
         self._pending = self._pending[len(trigger):]
         self._state = "text"
         return True
+
+    def _cut_head(self, deltas: dict[int, ToolCallDelta]) -> None:
+        """The output of a calls-only grammar ended inside a call's head: when the head so far can name one function
+        only, it is that function's call, cut before its arguments (OpenAI returns a call cut by max_tokens as it
+        stands, with finish_reason "length"; dropping it hid that the model called a tool). With `auto` a cut
+        head stays content: without the grammar's guarantee it may not be a call at all."""
+        names = {name for head, name in self._heads.items() if head.startswith(self._pending)}
+        if len(names) != 1:
+            return
+        name = names.pop()
+        call = ToolCall(id=new_call_id(), name=name, arguments="")
+        self.calls.append(call)
+        deltas[len(self.calls) - 1] = ToolCallDelta(index=self.choice, call=len(self.calls) - 1, id=call.id, name=name)
+        self._pending, self._state = "", "arguments"
 
     def _arguments(self, content: list[str], deltas) -> bool:
         scanner, taken = self._scanner, 0

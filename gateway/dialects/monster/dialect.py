@@ -77,6 +77,7 @@ class MonsterGenerate(OpenAICompletions):
     """Reuses the completions stream framing; parse and the non-streamed body are MonsterAPI's own."""
 
     name = "monster"
+    openai_errors = False  # MonsterAPI's FastAPI server answers a bad body with 422
 
     def __init__(self) -> None:
         super().__init__(friendli=False)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.collect import Result
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, sse
+from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, required, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
@@ -46,6 +46,12 @@ class ChatOptions:
     include_usage: bool
     logprobs: bool
     n: int
+    # `incomplete: true` on a choice cut before its response_format grammar accepted; a tool call cut by
+    # max_tokens is said by finish_reason "length" alone, as OpenAI says it (its clients read nothing else)
+    flags_incomplete: bool = True
+
+    def incomplete(self, finish: Finish) -> dict:
+        return incomplete(finish) if self.flags_incomplete else {}
 
 
 def text_of(content, index: int) -> str:
@@ -63,7 +69,7 @@ def text_of(content, index: int) -> str:
 
 
 def normalise_messages(messages) -> list[dict]:
-    check(messages is not None, "messages is required", "messages")
+    required(messages is not None, "messages")
     check(isinstance(messages, list) and len(messages) > 0, "messages must be a non-empty list", "messages")
     bounds.at_most(messages, bounds.MAX_MESSAGES, "messages", "messages")
     result = []
@@ -101,7 +107,7 @@ class OpenAIChat(OpenAIFamily):
     def parse(self, payload, route: str) -> Parsed:
         self.refuse_unknown(payload, ChatBody)
         body = convert(payload, ChatBody)
-        check(bool(body.model), "model is required", "model")
+        required(bool(body.model), "model")
         messages = normalise_messages(body.messages)
         refuse_unsupported(body)
         tools = tool_spec(body.tools, body.tool_choice, body.parallel_tool_calls, body.tool_prompt)
@@ -121,13 +127,13 @@ class OpenAIChat(OpenAIFamily):
                                   tools=tools)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Parsed(body.model, [request], bool(body.stream),
-                      ChatOptions(include_usage, logprobs is not None, params.n))
+                      ChatOptions(include_usage, logprobs is not None, params.n, params.constraint is not None))
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         options: ChatOptions = parsed.options
         choices = [{"index": c.finish.index, "message": chat_message(c.finish),
                     "finish_reason": FINISH[c.finish.reason],
-                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **incomplete(c.finish)}
+                    "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **options.incomplete(c.finish)}
                    for c in results[0].ordered()]
         return {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion", "created": meta.created,
                 "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices, "usage": usage(results)}
@@ -153,7 +159,7 @@ class OpenAIChat(OpenAIFamily):
             elif isinstance(event, Finish):
                 yield sse({**head, "choices": [{"index": event.index, "delta": {},
                                                 "finish_reason": FINISH[event.reason], "logprobs": None,
-                                                **incomplete(event)}]})
+                                                **options.incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
         for chunk in stream_end(head, dones, options.include_usage):

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from gateway.collect import Choice, Result
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, sse
+from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, required, sse
 from gateway.dialects.friendli.legacy import is_legacy, legacy_stream
+from gateway.dialects.openai.errors import completions_wording
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
@@ -52,7 +53,7 @@ class Options:
 
 def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
     """A string, a list of strings, a token list or a list of token lists -> (text, ids) per prompt."""
-    check(prompt is not None, "prompt is required", "prompt")
+    required(prompt is not None, "prompt")
     if isinstance(prompt, str):
         return [(prompt, None)]
     check(len(prompt) > 0, "prompt must not be empty", "prompt")
@@ -69,6 +70,9 @@ def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
 class OpenAICompletions(OpenAIFamily):
     """`friendli=True` for /serverless and /dedicated: no 16-token default, no upper temperature bound."""
 
+    context_wording = staticmethod(completions_wording)
+    prompt_param = None  # a context overflow names the worker's field: prompt, or max_tokens
+
     def __init__(self, *, friendli: bool = False, legacy_header: bool = False):
         super().__init__(friendli=friendli)
         self.legacy_header = legacy_header  # the route saw `X-API-Dialect: friendli-legacy`
@@ -79,7 +83,7 @@ class OpenAICompletions(OpenAIFamily):
         legacy = self.legacy_header or is_legacy(payload, None)
         # friendli-client 1.5 in container style names no model: it gets the default one (Friendli's
         # container semantics); every other caller of this OpenAI route must name one, as with OpenAI
-        check(bool(body.model) or (legacy and not self.friendli), "model is required", "model")
+        required(bool(body.model) or (legacy and not self.friendli), "model")
         model = body.model or DEFAULT_MODEL
         for field in ("soft_prompts", "position_ids", "generation_offset"):
             if getattr(body, field) is not None:
@@ -95,7 +99,8 @@ class OpenAICompletions(OpenAIFamily):
         else:
             prompts = split_prompts(body.prompt)
         params = sampling_params(body, default_max_tokens=None if self.friendli else 16,
-                                 max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs)
+                                 max_temperature=None if self.friendli else 2.0, logprobs=body.logprobs,
+                                 score_only=bool(body.echo))
         bounds.prompts(len(prompts), max(params.best_of or params.n, params.num_beams), "prompt")
         echo = bool(body.echo)
         # OpenAI's echo with logprobs scores the prompt too (how evaluation harnesses compute likelihoods)

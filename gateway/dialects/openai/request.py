@@ -108,15 +108,21 @@ def seeds(seed: int | list[int] | None, choices: int) -> list[int] | None:
 
 
 def constraint(response_format: dict | None) -> Constraint | None:
-    """`response_format` (OpenAI, Friendli legacy string schema, Friendli modern object) -> Constraint."""
+    """`response_format` (OpenAI, Friendli legacy string schema, Friendli modern object, TGI's chat grammar) ->
+    Constraint. TGI's chat takes `{"type": "json" | "json_object" | "regex", "value": ...}` and constrains to the
+    schema in `value` (huggingface_hub's chat_completion sends `json_object` with it): never dropped."""
     if response_format is None:
         return None
     kind = response_format.get("type")
-    check(kind in ("text", "json_object", "json_schema", "regex"),
-          "response_format.type must be one of text, json_object, json_schema, regex", "response_format")
+    check(kind in ("text", "json_object", "json_schema", "regex", "json"),
+          "response_format.type must be one of text, json_object, json_schema, regex, json", "response_format")
     if kind == "text":
         return None
     schema = response_format.get("schema")
+    if schema is None and kind in ("json", "json_object", "regex"):
+        schema = response_format.get("value")  # TGI's key
+    check(kind != "json" or isinstance(schema, (dict, str)) and schema,
+          "response_format of type json needs its JSON schema in value", "response_format")
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if spec is not None:  # modern: {"type":"json_schema","json_schema":{"name":..,"schema":{..}}}
@@ -182,12 +188,15 @@ def _ranges(body: OpenAIRequest, max_temperature: float | None) -> None:
           "forced_output_tokens ids must be >= 0", "forced_output_tokens")
 
 
-def _lengths(body: OpenAIRequest, default_max: int | None) -> tuple[int | None, int | None, int]:
+def _lengths(body: OpenAIRequest, default_max: int | None, score_only: bool) -> tuple[int | None, int | None, int]:
     check(body.max_tokens is None or body.max_total_tokens is None,
           "max_tokens and max_total_tokens are mutually exclusive", "max_total_tokens")
     check(body.min_tokens is None or body.min_total_tokens is None,
           "min_tokens and min_total_tokens are mutually exclusive", "min_total_tokens")
-    check(body.max_tokens is None or body.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
+    if score_only:  # echo: max_tokens 0 scores the prompt (its logprobs), generating nothing, as OpenAI does
+        check(body.max_tokens is None or body.max_tokens >= 0, "max_tokens must be at least 0", "max_tokens")
+    else:
+        check(body.max_tokens is None or body.max_tokens >= 1, "max_tokens must be at least 1", "max_tokens")
     check(body.max_total_tokens is None or body.max_total_tokens >= 1, "max_total_tokens must be at least 1",
           "max_total_tokens")
     check(body.min_tokens is None or body.min_tokens >= 0, "min_tokens must be >= 0", "min_tokens")
@@ -216,7 +225,7 @@ def _beams(body: OpenAIRequest, n: int, stream: bool) -> int:
 
 
 def sampling_params(body: OpenAIRequest, *, default_max_tokens: int | None, max_temperature: float | None,
-                    logprobs: int | None) -> SamplingParams:
+                    logprobs: int | None, score_only: bool = False) -> SamplingParams:
     """Validate the shared fields (naming the field on failure) and build the internal parameters."""
     _ranges(body, max_temperature)
     n = _set(body.n, 1)
@@ -227,7 +236,7 @@ def sampling_params(body: OpenAIRequest, *, default_max_tokens: int | None, max_
     check(not (stream and best_of > n), "best_of > n cannot be streamed", "best_of")
     beams = _beams(body, n, stream)
     check(beams == 1 or best_of == n, "best_of cannot be combined with num_beams", "best_of")
-    max_tokens, max_total, min_tokens = _lengths(body, default_max_tokens)
+    max_tokens, max_total, min_tokens = _lengths(body, default_max_tokens, score_only)
     check(not (min_tokens and body.response_format and body.response_format.get("type") != "text"),
           "min_tokens is not supported with response_format", "min_tokens")
     bad_word_tokens = _token_lists(body.bad_word_tokens, "bad_word_tokens", bounds.MAX_BAD_WORDS)

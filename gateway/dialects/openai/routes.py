@@ -16,6 +16,7 @@ from gateway.dialects.openai.completions import CompletionBody, OpenAICompletion
 from gateway.dialects.openapi import documented
 from gateway.adapters import SEPARATOR
 from gateway.direct_routes import DIRECT
+from gateway.errors import NotFound
 from gateway.generation import handle_generation
 from gateway.services import Services
 
@@ -37,18 +38,33 @@ async def chat_completions(request: Request, services: Services) -> Response | S
     return await handle_generation(request, services, CHAT, "/v1/chat/completions")
 
 
-@get("/v1/models", summary="List the served models this key may call")
-async def models(request: Request, services: Services) -> dict:
-    """Endpoints the key may call (its allow-list, empty = every one; asleep ones too), then each one's
-    registered LoRA adapters as "<endpoint>:<adapter>" (what `model` takes)."""
+def callable_models(request: Request, services: Services) -> list[dict]:
+    """Endpoints the key may call (its allow-list, empty = every one; a private one only in its team; asleep ones
+    too), then each one's registered LoRA adapters as "<endpoint>:<adapter>" (what `model` takes)."""
     created = int(services.started_at)
     endpoints = [status.name for status in services.endpoints.callable(request.user)]
     data = [{"id": name, "object": "model", "created": created, "owned_by": "sluice"} for name in endpoints]
     data += [{"id": f"{endpoint}{SEPARATOR}{adapter}", "object": "model", "created": created, "owned_by": "sluice",
               "parent": endpoint} for endpoint in endpoints for adapter in sorted(services.adapters.of(endpoint))]
-    return {"object": "list", "data": data}
+    return data
+
+
+@get("/v1/models", summary="List the served models this key may call")
+async def models(request: Request, services: Services) -> dict:
+    return {"object": "list", "data": callable_models(request, services)}
+
+
+@get("/v1/models/{model_id:path}", summary="One model this key may call (`client.models.retrieve`)")
+async def model(request: Request, services: Services, model_id: str) -> dict:
+    """The id may hold `/`, raw or percent-encoded (the path arrives decoded). A model the key may not call is
+    as unknown as one that does not exist: 404, so a private endpoint's name is not disclosed to other teams."""
+    wanted = model_id.lstrip("/")
+    for entry in callable_models(request, services):
+        if entry["id"] == wanted:
+            return entry
+    raise NotFound(f"The model '{wanted}' does not exist or you do not have access to it.", param="model")
 
 
 def router() -> Router:
-    return Router(path="/", route_handlers=[completions, chat_completions, models],
+    return Router(path="/", route_handlers=[completions, chat_completions, models, model],
                   exception_handlers=OPENAI.exception_handlers())

@@ -82,8 +82,10 @@ def tool_spec(tools, tool_choice, parallel_tool_calls: bool | None, tool_prompt:
               f"tools[{index}].function.name")
         names.append(function.name)
     mode, forced = _choice(tool_choice, names)
-    return ToolSpec(functions=functions, choice=mode, function=forced,
-                    parallel_calls=True if parallel_tool_calls is None else parallel_tool_calls, prompt=tool_prompt)
+    # a forced function is called once unless parallel calls are asked for (as vLLM and TGI do): a framework runs
+    # every call it gets, so repeats would run the tool twice and bill the tokens of each
+    parallel = mode != "function" if parallel_tool_calls is None else parallel_tool_calls
+    return ToolSpec(functions=functions, choice=mode, function=forced, parallel_calls=parallel, prompt=tool_prompt)
 
 
 def history_calls(calls, index: int) -> list[dict]:

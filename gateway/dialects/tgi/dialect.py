@@ -29,10 +29,12 @@ from common.protocol import (
 
 # a failed choice ("error", "cancelled") never reaches rendering: gateway.generation.honest fails the request
 FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence", "stop_token": "eos_token"}
-# status -> TGI error_type (TGI's own: validation 422, generation 424, overloaded 429, incomplete 500)
-ERROR_TYPES = {400: "validation", 413: "validation", 415: "validation", 422: "validation", 401: "authentication",
-               403: "permission", 404: "not_found", 429: "overloaded", 503: "overloaded", 502: "generation",
-               500: "incomplete_generation"}
+# status -> TGI's own error_type (validation 422, generation 424, overloaded 429, incomplete_generation 500): what
+# huggingface_hub maps to its typed errors. A refusal TGI itself never makes (401, 403, 404, timeouts: the proxy in
+# front of it) has no error_type, as Hugging Face's endpoints answer it: huggingface_hub then raises its HTTP error
+# of that status instead of an UnknownError.
+ERROR_TYPES = {400: "validation", 413: "validation", 415: "validation", 422: "validation", 429: "overloaded",
+               503: "overloaded", 502: "generation", 500: "incomplete_generation"}
 
 
 @dataclass
@@ -145,7 +147,8 @@ class TGI(Dialect):
                 held = None
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
-        return error.status, {"error": error.message, "error_type": ERROR_TYPES.get(error.status, "generation"),
+        error_type = ERROR_TYPES.get(error.status)
+        return error.status, {"error": error.message, **({"error_type": error_type} if error_type else {}),
                               **error.fields}
 
     def stream_error(self, error: SluiceError) -> bytes:

@@ -68,6 +68,12 @@ class ErrorDoc(msgspec.Struct):
     error_type: str
 
 
+class ProxyErrorDoc(msgspec.Struct):
+    """A refusal in front of TGI (key, permission, unknown model): no error_type, as Hugging Face answers it."""
+
+    error: str
+
+
 class InfoDoc(msgspec.Struct):
     model_id: str
     max_concurrent_requests: int
@@ -87,8 +93,8 @@ class InfoDoc(msgspec.Struct):
     docker_label: str | None = None
 
 
-ERRORS = {400: ("Invalid JSON", ErrorDoc), 401: ("Missing or invalid API key", ErrorDoc),
-          404: ("Unknown model", ErrorDoc), 413: ("Body too large", ErrorDoc),
+ERRORS = {400: ("Invalid JSON", ErrorDoc), 401: ("Missing or invalid API key", ProxyErrorDoc),
+          404: ("Unknown model", ProxyErrorDoc), 413: ("Body too large", ErrorDoc),
           422: ("Input validation error", ErrorDoc), 424: ("Generation error", ErrorDoc),
           429: ("Model is overloaded or rate limited", ErrorDoc), 503: ("No ready worker", ErrorDoc)}
 
@@ -99,6 +105,6 @@ TGI_STREAM_DOC = documented(GenerateBody, {200: ("A stream of tokens (text/event
 COMPAT_DOC = documented(GenerateBody, {200: ("A one-element array, or a token stream when stream is true",
                                              list[GenerateDoc]), **ERRORS}, stream_item=StreamDoc)
 # public; a key that is sent holds (401 bad, 403 a model outside its allow-list, 404 nothing it may see)
-INFO_DOC = documented(None, {200: ("Served model info", InfoDoc), 401: ("Invalid API key", ErrorDoc),
-                             403: ("Model not allowed for this key", ErrorDoc), 404: ("No model", ErrorDoc),
+INFO_DOC = documented(None, {200: ("Served model info", InfoDoc), 401: ("Invalid API key", ProxyErrorDoc),
+                             403: ("Model not allowed for this key", ProxyErrorDoc), 404: ("No model", ProxyErrorDoc),
                              503: ("No ready worker", ErrorDoc)})

@@ -140,6 +140,21 @@ def test_prompt_logprobs_match_a_full_forward(engine, smol):
     assert details[0].top_logprobs is None and details[1].top_logprobs is None
 
 
+def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(engine):
+    """OpenAI's echo scoring (`max_tokens: 0`): the prompt's logprobs as a generating request gets them, then
+    empty choices ending with "length", no completion tokens billed; the engine serves the next request as usual."""
+    prompt = "The quick brown fox jumps over the lazy dog"
+    scored = generate(engine, prompt, max_tokens=0, n=2, prompt_logprobs=True, logprobs=1)
+    generated = generate(engine, prompt, max_tokens=1, temperature=0, prompt_logprobs=True, logprobs=1)
+    assert [d.id for d in scored.accepted.prompt_details] == [d.id for d in generated.accepted.prompt_details]
+    assert [d.logprob for d in scored.accepted.prompt_details[1:]] == pytest.approx(
+        [d.logprob for d in generated.accepted.prompt_details[1:]], abs=1e-4)
+    assert [(f.index, f.reason, f.text, f.token_ids) for f in scored.finishes] == [(0, "length", "", []),
+                                                                                  (1, "length", "", [])]
+    assert (scored.done.completion_tokens, scored.done.compute_tokens) == (0, 0) and not scored.tokens()
+    assert generated.finishes[0].token_ids and generated.done.completion_tokens == 1
+
+
 def test_prompt_top_and_requested_logprobs_match_a_full_forward(engine, smol):
     prompt = "The quick brown fox jumps over the lazy dog"
     ids = smol.tokenizer(prompt).input_ids
@@ -234,6 +249,8 @@ def test_over_long_prompt_is_refused(engine):
     with pytest.raises(RequestError) as refused:
         engine.prepare(request(prompt_ids=[42] * 2048, max_tokens=1))
     assert refused.value.kind == "too_long"
+    sizes = refused.value.event()  # what the gateway needs to word it as each dialect does
+    assert sizes.prompt_tokens == 2048 and 0 < sizes.max_context <= 2048 and sizes.max_tokens in (None, 1)
     with pytest.raises(RequestError):
         engine.prepare(request(prompt_ids=[49152], max_tokens=1))
 

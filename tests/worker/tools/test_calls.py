@@ -93,6 +93,16 @@ def test_a_head_cut_short_is_content():
     assert content == 'Sure {"name": "get_wea' and not parser.calls and not parser.open
 
 
+def test_a_calls_only_head_cut_short_is_that_functions_call():
+    """Forced or required tools: what the grammar allows is a call, so a head cut by max_tokens that can name one
+    function only is its call, open and without arguments (OpenAI returns it with finish_reason "length")."""
+    parser, content, deltas = feed('{"name": "get_wea', calls_only=True)
+    assert content == "" and parser.open and [(c.name, c.arguments) for c in parser.calls] == [("get_weather", "")]
+    assert joined(deltas) == as_dicts(parser)
+    parser, _, _ = feed('{"name": "get_', calls_only=True)  # get_weather or get_time: no call can be named
+    assert not parser.calls
+
+
 def test_calls_only_never_gives_content():
     text = '{"name": "search", "arguments": {"q": "a"}}\n{"name": "search", "arguments": {"q": "b"}}\n{"na'
     for cuts in ([], list(range(len(text)))):

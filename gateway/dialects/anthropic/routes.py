@@ -1,0 +1,61 @@
+"""Anthropic's Messages API: `POST /v1/messages` (streamed or not) and `POST /v1/messages/count_tokens`.
+
+Authenticated by `x-api-key` (the Anthropic SDKs' header) or the bearer key; `anthropic-version` and
+`anthropic-beta` are accepted and change nothing. Every error of these routes, the authentication's included, is
+in Anthropic's envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Router, post
+from litestar.di import Provide
+from litestar.response import Response, Stream
+
+from gateway.dialects.anthropic.dialect import MESSAGES
+from gateway.dialects.anthropic.request import TOLERATED, CountTokensBody, MessagesBody, conversation, tools
+from gateway.dialects.base import convert, required, unknown_fields
+from gateway.dialects.openapi import documented
+from gateway.direct_routes import DIRECT
+from gateway.errors import Unavailable, ValidationFailed
+from gateway.generation import handle_generation
+from gateway.services import Services
+from gateway.tokenizer import JSON_HEADERS, tokenizer_call
+from common.json_body import read_json
+from common.protocol import TokenSpan
+
+_json = msgspec.json.Encoder()
+
+
+@post("/v1/messages", status_code=200, summary="Anthropic Messages API", tags=["Anthropic"],
+      operation_class=documented(MessagesBody, closed=True), opt=DIRECT)
+async def messages(request: Request, services: Services) -> Response | Stream:
+    return await handle_generation(request, services, MESSAGES, "/v1/messages")
+
+
+@post("/v1/messages/count_tokens", status_code=200, summary="Anthropic: count a conversation's input tokens",
+      tags=["Anthropic"], operation_class=documented(CountTokensBody, closed=True))
+async def count_tokens(request: Request, services: Services, payload: Any) -> dict:
+    """The tokens of the conversation as the model's chat template lays it out (a tokenizer call: the key's
+    permission for the model and its request limits apply, nothing is billed)."""
+    for key in unknown_fields(payload, CountTokensBody, TOLERATED):
+        raise ValidationFailed(f"{key}: Extra inputs are not permitted", param=key)
+    body = convert(payload, CountTokensBody)
+    required(bool(body.model), "model")
+    turns = conversation(body)
+    tools(body)  # checked like a request's, though the template lays out no tools for counting
+    async with tokenizer_call(services, request.user, body.model) as (_, replica):
+        response = await replica.client.post("/tokenize", content=_json.encode({"messages": turns}),
+                                             headers=JSON_HEADERS)
+    if response.status_code == 422:
+        raise ValidationFailed(msgspec.json.decode(response.content).get("message", "invalid messages"),
+                               param="messages")
+    if response.status_code != 200:
+        raise Unavailable(f"the worker could not count the tokens ({response.status_code})")
+    return {"input_tokens": len(msgspec.json.decode(response.content, type=list[TokenSpan]))}
+
+
+def router() -> Router:
+    return Router(path="/", route_handlers=[messages, count_tokens], dependencies={"payload": Provide(read_json)},
+                  exception_handlers=MESSAGES.exception_handlers())

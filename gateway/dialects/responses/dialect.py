@@ -1,0 +1,222 @@
+"""OpenAI's Responses API on the shared engine: one chat GenerateRequest per response; the reply is a `response`
+object (`output` items: a `message` with `output_text`, and `function_call`s), streamed as OpenAI's event
+sequence: `response.created`, `response.in_progress`, per item `response.output_item.added`, its content
+(`response.content_part.added`, `response.output_text.delta`s, `response.output_text.done`,
+`response.content_part.done`, or `response.function_call_arguments.delta`s and `.done`),
+`response.output_item.done`, then `response.completed` (`response.incomplete` when cut by
+`max_output_tokens`). Every event carries its `sequence_number`.
+
+A dialect object serves one request: it carries the conversation it continues and what to store when done."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gateway.collect import Result
+from gateway.dialects.base import Meta, Parsed, check, convert, required
+from gateway.dialects.openai.errors import chat_wording
+from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.responses.request import TOLERATED, ResponsesBody, input_turns, text_format, tools
+from gateway.errors import UnknownParameter
+from common.protocol import Done, Event, Finish, GenerateRequest, SamplingParams, Token, ToolCall, ToolCallDelta
+
+_json = msgspec.json.Encoder()
+
+
+@dataclass
+class Echo:
+    """What the response object repeats of the request, and the conversation to store."""
+
+    body: ResponsesBody
+    format: dict
+    turns: list[dict]  # the conversation so far, this request's input included (no instructions)
+
+
+def sse(name: str, payload: dict) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + _json.encode(payload) + b"\n\n"
+
+
+def output_items(finish: Finish, request_id: str, status: str) -> list[dict]:
+    items = []
+    if finish.text or not finish.tool_calls:
+        items.append({"type": "message", "id": f"msg_{request_id}", "status": status, "role": "assistant",
+                      "content": [{"type": "output_text", "text": finish.text, "annotations": [], "logprobs": []}]})
+    items += [function_item(call, status) for call in finish.tool_calls]
+    return items
+
+
+def function_item(call: ToolCall, status: str) -> dict:
+    return {"type": "function_call", "id": f"fc_{call.id}", "call_id": call.id, "name": call.name,
+            "arguments": call.arguments, "status": status}
+
+
+def assistant_turn(finish: Finish) -> dict:
+    """The answer as the next request's history holds it."""
+    if not finish.tool_calls:
+        return {"role": "assistant", "content": finish.text}
+    return {"role": "assistant", "content": finish.text or None,
+            "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                           for c in finish.tool_calls]}
+
+
+def input_wording(context: int, prompt: int, completion: int | None) -> str:
+    """OpenAI's context-overflow message, about the input rather than messages."""
+    return chat_wording(context, prompt, completion).replace("messages", "input")
+
+
+class OpenAIResponses(OpenAIFamily):
+    """`history`: the turns of the stored response named by `previous_response_id`; `save`: stores a finished
+    response with its conversation (None: `store` is false). A collected answer leaves it in `pending` for the
+    route to store (rendering cannot wait); a stream stores it before its last event."""
+
+    prompt_param = "input"
+    context_wording = staticmethod(input_wording)
+
+    def __init__(self, history: list[dict] | None = None,
+                 save: Callable[[dict, list[dict]], Awaitable[None]] | None = None):
+        super().__init__()
+        self.history = history or []
+        self.save = save
+        self.pending: tuple[dict, list[dict]] | None = None
+
+    def parse(self, payload: Any, route: str) -> Parsed:
+        self.refuse_unknown(payload, ResponsesBody)
+        body = convert(payload, ResponsesBody)
+        required(bool(body.model), "model")
+        turns = self.history + input_turns(body.input)
+        messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + turns
+        check(body.max_output_tokens is None or body.max_output_tokens >= 1, "max_output_tokens must be at least 1",
+              "max_output_tokens")
+        check(body.temperature is None or 0 <= body.temperature <= 2, "temperature must be between 0 and 2",
+              "temperature")
+        check(body.top_p is None or 0 < body.top_p <= 1, "top_p must be in (0, 1]", "top_p")
+        chosen, constrained = text_format(body.text)
+        params = SamplingParams(max_tokens=body.max_output_tokens,
+                                temperature=1.0 if body.temperature is None else body.temperature,
+                                top_p=body.top_p or 1.0, constraint=constrained)
+        request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
+                                  stream=bool(body.stream), tools=tools(body, body.model))
+        return Parsed(body.model, [request], bool(body.stream), Echo(body, chosen, turns))
+
+    def refuse_unknown(self, payload: Any, kind: type[msgspec.Struct]) -> None:
+        if isinstance(payload, dict):
+            for name, value in payload.items():
+                if value is not None and name not in kind.__struct_fields__ and name not in TOLERATED:
+                    raise UnknownParameter(name)
+
+    def response(self, parsed: Parsed, meta: Meta, status: str, output: list[dict], done: Done | None) -> dict:
+        echo: Echo = parsed.options
+        body = echo.body
+        usage = None if done is None else {
+            "input_tokens": done.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": done.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": done.prompt_tokens + done.completion_tokens}
+        return {"id": f"resp_{meta.request_id}", "object": "response", "created_at": meta.created, "status": status,
+                "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "model": meta.model,
+                "output": output, "parallel_tool_calls": body.parallel_tool_calls is not False,
+                "previous_response_id": body.previous_response_id,
+                "temperature": 1.0 if body.temperature is None else body.temperature,
+                "top_p": body.top_p or 1.0, "tool_choice": body.tool_choice or "auto", "tools": body.tools or [],
+                "text": {"format": echo.format}, "truncation": "disabled", "store": body.store is not False,
+                "metadata": body.metadata or {}, "reasoning": {"effort": None, "summary": None}, "user": None,
+                "usage": usage}
+
+    def finished(self, parsed: Parsed, meta: Meta, finish: Finish, done: Done | None) -> dict:
+        status = "incomplete" if finish.reason == "length" else "completed"
+        response = self.response(parsed, meta, status, output_items(finish, meta.request_id, status), done)
+        self.pending = (response, [*parsed.options.turns, assistant_turn(finish)])
+        return response
+
+    async def store_pending(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None and self.save is not None:
+            await self.save(*pending)
+
+    def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
+        (choice,) = results[0].ordered()
+        return self.finished(parsed, meta, choice.finish, results[0].done)
+
+    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta
+                     ) -> AsyncIterator[bytes]:
+        number = 0
+
+        def event(name: str, **fields) -> bytes:
+            nonlocal number
+            number += 1
+            return sse(name, {"type": name, "sequence_number": number - 1, **fields})
+
+        started = self.response(parsed, meta, "in_progress", [], None)
+        yield event("response.created", response=started)
+        yield event("response.in_progress", response=started)
+        message_id = f"msg_{meta.request_id}"
+        text_open, text = False, ""
+        items: list[dict] = []  # the output items opened so far
+        calls: dict[int, dict] = {}  # call number -> its function_call item
+        finish: Finish | None = None
+        done: Done | None = None
+
+        def part(value: str) -> dict:
+            return {"type": "output_text", "text": value, "annotations": [], "logprobs": []}
+
+        def close_text() -> list[bytes]:
+            index = next(i for i, item in enumerate(items) if item["id"] == message_id)
+            item = {"type": "message", "id": message_id, "status": "completed", "role": "assistant",
+                    "content": [part(text)]}
+            return [event("response.output_text.done", item_id=message_id, output_index=index, content_index=0,
+                          text=text, logprobs=[]),
+                    event("response.content_part.done", item_id=message_id, output_index=index, content_index=0,
+                          part=part(text)),
+                    event("response.output_item.done", output_index=index, item=item)]
+
+        async for _, item in events:
+            if isinstance(item, Token) and item.text:
+                if not text_open:
+                    text_open = True
+                    items.append({"type": "message", "id": message_id, "status": "in_progress", "role": "assistant",
+                                  "content": []})
+                    yield event("response.output_item.added", output_index=len(items) - 1, item=items[-1])
+                    yield event("response.content_part.added", item_id=message_id, output_index=len(items) - 1,
+                                content_index=0, part=part(""))
+                text += item.text
+                yield event("response.output_text.delta", item_id=message_id, output_index=len(items) - 1,
+                            content_index=0, delta=item.text, logprobs=[])
+            elif isinstance(item, ToolCallDelta):
+                if item.id is not None:
+                    if text_open:
+                        for chunk in close_text():
+                            yield chunk
+                        text_open = False
+                    call = {"type": "function_call", "id": f"fc_{item.id}", "call_id": item.id, "name": item.name,
+                            "arguments": "", "status": "in_progress"}
+                    calls[item.call] = call
+                    items.append(call)
+                    yield event("response.output_item.added", output_index=len(items) - 1, item=call)
+                call = calls[item.call]
+                if item.arguments:
+                    call["arguments"] += item.arguments
+                    yield event("response.function_call_arguments.delta", item_id=call["id"],
+                                output_index=items.index(call), delta=item.arguments)
+            elif isinstance(item, Finish):
+                finish = item
+            elif isinstance(item, Done):
+                done = item
+        if text_open:
+            for chunk in close_text():
+                yield chunk
+        for call in calls.values():
+            index = items.index(call)
+            yield event("response.function_call_arguments.done", item_id=call["id"], output_index=index,
+                        arguments=call["arguments"])
+            yield event("response.output_item.done", output_index=index, item={**call, "status": "completed"})
+        if finish is None:
+            return
+        response = self.finished(parsed, meta, finish, done)
+        await self.store_pending()
+        name = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        yield event(name, response=response)

@@ -1,0 +1,82 @@
+"""OpenAI's Responses API: `POST /v1/responses` (streamed or not), `GET` and `DELETE /v1/responses/{id}`.
+
+Responses are stored unless `store` is false (OpenAI's default is to store), per team: the routes and
+`previous_response_id` see only the caller's team's responses; another team's id is a 404, as is one that
+never existed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Router, delete, get, post
+from litestar.di import Provide
+from litestar.response import Response, Stream
+
+from auth import Principal
+from gateway.dialects.openapi import documented
+from gateway.dialects.responses.dialect import OpenAIResponses
+from gateway.dialects.responses.request import ResponsesBody
+from gateway.dialects.responses.store import ResponseStore, response_store
+from gateway.errors import NotFound, SluiceError, ValidationFailed
+from gateway.generation import handle_generation
+from gateway.services import Services
+from common.json_body import read_json
+
+DEFAULT = OpenAIResponses()  # renders the errors of these routes
+MAX_ID_CHARS = 128
+
+
+def store_of(services: Services) -> ResponseStore:
+    return response_store(services.auth.store.db)
+
+
+async def stored(services: Services, principal: Principal, response_id: str, param: str):
+    found = None if len(response_id) > MAX_ID_CHARS else await store_of(services).get(principal.team_id,
+                                                                                       response_id)
+    if found is None:
+        raise NotFound(f"Response with id '{response_id[:MAX_ID_CHARS]}' not found.", param=param,
+                       code="response_not_found")
+    return found
+
+
+@post("/v1/responses", status_code=200, summary="OpenAI Responses API", tags=["OpenAI"],
+      operation_class=documented(ResponsesBody, closed=True))
+async def create(request: Request, services: Services, payload: Any) -> Response | Stream:
+    principal: Principal = request.user
+    history: list[dict] = []
+    previous = payload.get("previous_response_id") if isinstance(payload, dict) else None
+    try:
+        if previous is not None:
+            if not isinstance(previous, str):
+                raise ValidationFailed("previous_response_id must be a response id", param="previous_response_id")
+            history = (await stored(services, principal, previous, "previous_response_id")).messages
+    except SluiceError as error:
+        return DEFAULT.error_response(error)
+    store = store_of(services)
+    keep = not (isinstance(payload, dict) and payload.get("store") is False)
+
+    async def save(response: dict, messages: list[dict]) -> None:
+        await store.save(principal.team_id, response, messages)
+
+    dialect = OpenAIResponses(history, save if keep else None)
+    answer = await handle_generation(request, services, dialect, "/v1/responses", payload)
+    if not isinstance(answer, Stream) and (answer.status_code or 200) == 200:  # None: the route's own 200
+        await dialect.store_pending()  # a collected answer (a stream stores its own before it ends)
+    return answer
+
+
+@get("/v1/responses/{response_id:str}", summary="A stored response of the caller's team", tags=["OpenAI"])
+async def retrieve(request: Request, services: Services, response_id: str) -> dict:
+    return (await stored(services, request.user, response_id, "response_id")).response
+
+
+@delete("/v1/responses/{response_id:str}", status_code=200, summary="Delete a stored response", tags=["OpenAI"])
+async def remove(request: Request, services: Services, response_id: str) -> dict:
+    await stored(services, request.user, response_id, "response_id")
+    await store_of(services).delete(request.user.team_id, response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+def router() -> Router:
+    return Router(path="/", route_handlers=[create, retrieve, remove], dependencies={"payload": Provide(read_json)},
+                  exception_handlers=DEFAULT.exception_handlers())
