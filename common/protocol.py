@@ -393,6 +393,7 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class TokenizeRequest(msgspec.Struct):
     text: str | None = None
     messages: list[dict] | None = None
+    tools: ToolSpec | None = None  # with messages: laid out as a generation would (Anthropic's count_tokens)
     add_special_tokens: bool = True
 
 

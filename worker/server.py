@@ -23,6 +23,8 @@ from litestar.response import Stream
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
 from worker.secret import secret_guard
+from worker.tools.errors import ToolError
+from worker.tools.prompt import render_chat
 from common.protocol import (DetokenizeRequest, DetokenizeResponse, Done, Error, GenerateRequest, ModelInfo,
                              TokenizeRequest, TokenSpan, WorkerLoad, encode_event)
 
@@ -125,8 +127,10 @@ async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> Asyn
 
 def tokenize_spans(tokenizer, data: TokenizeRequest) -> list[TokenSpan]:
     if data.messages is not None:
-        try:
-            text = tokenizer.apply_chat_template(data.messages, tokenize=False, add_generation_prompt=True)
+        try:  # the prompt a generation of these messages (and tools) would prefill
+            text = render_chat(tokenizer, data.messages, data.tools, add_generation_prompt=True)
+        except ToolError as exc:
+            raise RequestError(exc.message, exc.field) from exc
         except Exception as exc:  # jinja errors on malformed messages are the client's problem
             raise RequestError(f"cannot apply the chat template: {exc}", "messages") from exc
         add_special = False

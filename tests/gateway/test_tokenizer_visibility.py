@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -17,6 +18,7 @@ from gateway.config import Settings
 from gateway.endpoints.spec import EndpointSpec
 from tests.fixtures.protocol_worker import MODEL
 from tests.gateway.conftest import new_key, serving
+from tests.fixtures.sluice import create_team_offline
 from tests.gateway.route_table import envelope
 
 PRIVATE = "org/private"
@@ -30,7 +32,8 @@ CALLS = [("/tokenize", {"inputs": "Hi there"}, TGI_SPANS, "/tokenize"),
 
 @pytest.fixture
 async def gateway(gateway_settings, worker):
-    private = EndpointSpec(name=PRIVATE, urls=[DOWN], team_id="another-team")
+    another_team = create_team_offline(Path(gateway_settings.data_dir), "another-team")
+    private = EndpointSpec(name=PRIVATE, urls=[DOWN], team_id=another_team)
     models = [private, ModelConfig(name=MODEL, urls=[worker.url])]
     async with serving(msgspec.structs.replace(gateway_settings, models=models)) as client:
         deadline = time.monotonic() + 10  # a tokenizer call takes a ready replica, never waits for one

@@ -29,6 +29,7 @@ from common.protocol import (
     ModelInfo,
     SamplingParams,
     Token,
+    ToolSpec,
 )
 from gateway.proxy import stream_events
 from gateway.routing.pool import Router
@@ -135,6 +136,20 @@ async def test_tokenize_inputs_are_bounded_with_a_clear_422(app, path, body, fie
         response = await client.post(path, json=body)
     assert response.status_code == 422
     assert response.json()["kind"] == "validation" and response.json()["field"] == field
+
+
+async def test_tokenize_counts_the_prompt_a_generation_of_the_messages_and_tools_prefills(app, engine):
+    """Anthropic's count_tokens sends tools: the tool prompt counts, exactly as the generation lays it out."""
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    tools = {"functions": [{"name": "get_weather", "description": "The weather in a city", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]}
+    async with AsyncTestClient(app=app) as client:
+        alone = (await client.post("/tokenize", json={"messages": messages})).json()
+        offered = (await client.post("/tokenize", json={"messages": messages, "tools": tools})).json()
+    prefilled = engine.prepare(GenerateRequest(request_id="count", model="m", messages=messages,
+                                               tools=msgspec.convert(tools, ToolSpec)))
+    assert [span["id"] for span in offered] == prefilled.prompt_ids
+    assert len(offered) > len(alone) + 20  # the tool prompt and the function's schema
 
 
 async def test_detokenize_still_answers_off_the_loop(app, engine):

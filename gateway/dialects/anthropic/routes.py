@@ -44,13 +44,13 @@ async def count_tokens(request: Request, services: Services, payload: Any) -> di
     body = convert(payload, CountTokensBody)
     required(bool(body.model), "model")
     turns = conversation(body)
-    tools(body)  # checked like a request's, though the template lays out no tools for counting
+    offered = tools(body)  # laid out by the worker as a generation would: the tool prompt counts too
     async with tokenizer_call(services, request.user, body.model) as (_, replica):
-        response = await replica.client.post("/tokenize", content=_json.encode({"messages": turns}),
+        response = await replica.client.post("/tokenize", content=_json.encode({"messages": turns, "tools": offered}),
                                              headers=JSON_HEADERS)
     if response.status_code == 422:
-        raise ValidationFailed(msgspec.json.decode(response.content).get("message", "invalid messages"),
-                               param="messages")
+        refused = msgspec.json.decode(response.content)
+        raise ValidationFailed(refused.get("message", "invalid messages"), param=refused.get("field") or "messages")
     if response.status_code != 200:
         raise Unavailable(f"the worker could not count the tokens ({response.status_code})")
     return {"input_tokens": len(msgspec.json.decode(response.content, type=list[TokenSpan]))}
