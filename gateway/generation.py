@@ -11,6 +11,7 @@ generator's `finally`, so a client that disconnects is billed for what was gener
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -91,6 +92,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
             generate.request_id = f"{request_id}-{index}"
             generate.model = parsed.model
             generate.adapter = adapter
+            generate.tenant = tenant_of(principal.team_id)
         deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
                                  header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
         meta = Meta(request_id, int(time.time()), parsed.model)
@@ -138,6 +140,13 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
         raise
+
+
+def tenant_of(team_id: str) -> str:
+    """The tenant a worker shares its grammar compiles and its admission turns by: the billed team, as an
+    opaque stable tag. Unkeyed, so every gateway of a fleet names a team alike; workers and their logs never
+    see the team's id."""
+    return "t-" + hashlib.sha256(team_id.encode()).hexdigest()[:16]
 
 
 def _worker_streams(services: Services, endpoint: EndpointController, leases: list[Lease], parsed: Parsed,
