@@ -67,7 +67,8 @@ class Engine:
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
-                                        timeout_s=config.grammar_compile_timeout_s, build_later=compile_later)
+                                        timeout_s=config.grammar_compile_timeout_s,
+                                        cache_bytes=config.grammar_cache_bytes, build_later=compile_later)
         self.batch = DecodingBatch(self.vocab_size, "cpu")
         self.rows: list[Sequence] = []
         self.waiting: deque[RequestState] = deque()
