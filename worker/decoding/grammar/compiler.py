@@ -34,6 +34,7 @@ from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.threads import in_background
 from common.protocol import Constraint
 
+
 class GrammarError(ValueError):
     """The constraint cannot be compiled; the message names the problem."""
 
@@ -169,7 +170,7 @@ class GrammarCompiler:
             return self._jobs.backlog(tenant)
 
     def _work(self) -> None:
-        process: CompileProcess | None = None  # this thread's, started by its first compile
+        process: CompileProcess | None = None  # this thread's own, taken by its first compile
         while True:
             with self._lock:
                 while (taken := self._jobs.take()) is None:
