@@ -15,6 +15,7 @@ pages and starts by reading the tokenizer's table (1.6 MB of JSON), not by impor
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import threading
 from multiprocessing.connection import Connection
 
@@ -25,6 +26,14 @@ _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload([__name__])  # the children start with xgrammar already imported
 _START_S = 120.0  # a child that has not read the tokenizer's table by then is broken
 _starting = threading.Lock()  # the fork server is started once, by the first compile thread that needs it
+
+
+def start_server() -> None:
+    """Start the fork server now (it imports xgrammar on its own: this returns at once). Call it from a thread
+    of normal priority: the server, and so every compile process, keeps the niceness of the thread that
+    started it (a background thread's would starve compiles under load)."""
+    with _starting:
+        multiprocessing.forkserver.ensure_running()
 
 
 class CompileFailed(RuntimeError):

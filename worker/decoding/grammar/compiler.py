@@ -28,7 +28,7 @@ from functools import partial
 
 import xgrammar as xgr
 
-from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran, CompileProcess
+from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran, CompileProcess, start_server
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.threads import in_background
@@ -90,6 +90,7 @@ class GrammarCompiler:
             self.build_in_background()
 
     def build_in_background(self) -> None:
+        start_server()  # here, in the caller's thread, not in the background one (compile_process.py)
         in_background(self._build_vocabulary, "sluice-grammar-vocabulary")
 
     def _build_vocabulary(self) -> None:
