@@ -378,6 +378,8 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_queue: int = 256  # requests submitted but not yet started before the worker answers "overloaded"
     replicas: int = 1  # local worker processes
     grammar_compile_timeout_s: float = 10.0  # structured output: a slower constraint compile is refused (422)
+    # compiled grammars kept for reuse, in bytes (xgrammar's own measure): one large schema can take 100+ MB
+    grammar_cache_bytes: Annotated[int, msgspec.Meta(ge=0)] = 256 * 2**20
     # while beam requests run beside ordinary ones, the ordinary rows keep this share of the speed they
     # would have alone (beam rows sit out some steps); 0 = beam rows join every step
     ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.8

@@ -17,14 +17,14 @@ DEFAULT_CONTEXT = 4096  # a model no worker has described yet (ModelConfig's def
 
 async def admit(limiter: Limiter, router: Router, principal: Principal, parsed: Parsed) -> Ticket:
     """Reserve against every limit of the key and the team, or raise the refusal."""
-    return await admit_tokens(limiter, principal, reservation(router, parsed))
+    return await admit_tokens(limiter, principal, reservation(router, parsed), sequences(parsed))
 
 
-async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int) -> Ticket:
-    """One request and `tokens` tokens against every limit of the key and the team (a tokenizer call reserves
-    none: it counts against the request rate and concurrency only), or raise the refusal."""
+async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int, sequences: int = 1) -> Ticket:
+    """One request, `tokens` tokens and `sequences` concurrency slots against every limit of the key and the
+    team (a tokenizer call reserves no tokens and one slot), or raise the refusal."""
     try:
-        return await limiter.admit(scopes(principal), tokens)
+        return await limiter.admit(scopes(principal), tokens, sequences)
     except LimitExceeded as refusal:
         kind = {"budget": QuotaExceeded, "never_fits": NeverFits}.get(refusal.kind, RateLimited)
         raise kind(refusal.message, headers=refusal.headers) from refusal
@@ -41,6 +41,11 @@ def scopes(principal: Principal) -> list[Scope]:
                                max_concurrency=limits.max_concurrency,
                                monthly_token_budget=limits.monthly_token_budget))
     return found
+
+
+def sequences(parsed: Parsed) -> int:
+    """The sequences a request generates (what max_concurrency counts): per prompt, its n, best_of or beams."""
+    return sum(max(r.params.best_of or r.params.n, r.params.num_beams) for r in parsed.requests)
 
 
 def reservation(router: Router, parsed: Parsed) -> int:

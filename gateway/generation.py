@@ -11,6 +11,7 @@ generator's `finally`, so a client that disconnects is billed for what was gener
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -89,10 +90,12 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         accounting.adapter = adapter_name
         header_s = parse_scale_up_timeout(header(request, SCALE_UP_TIMEOUT_HEADER))
         await accounting.admit(parsed)
+        tenant = tenant_of(principal.team_id)
         for index, generate in enumerate(parsed.requests):
             generate.request_id = f"{request_id}-{index}"
             generate.model = parsed.model
             generate.adapter = adapter
+            generate.tenant = tenant
         deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
                                  header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
         meta = Meta(request_id, int(time.time()), parsed.model)
@@ -101,10 +104,10 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         held: list[Lease] = []
         finalizers.append(partial(_release_unused, services, endpoint, held))
         count = len(parsed.requests)
-        while len(held) < count and (free := endpoints.take_free(endpoint)) is not None:
+        while len(held) < count and (free := endpoints.take_free(endpoint, tenant)) is not None:
             held.append(free)  # the usual case: nothing to wait for, nothing to watch
         if not held and parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
-            waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S)
+            waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S, tenant=tenant)
             finalizers.append(waiting.aclose)  # leaves the queue if the stream below never starts
             step = await _unless_gone(request, _next_step(waiting))
             if isinstance(step, StillWaiting):  # the endpoint is waking: answer now, keep the connection open
@@ -112,7 +115,7 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
                                                  accounting, held),
                               media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
             held.append(step)
-        leases = held if len(held) == count else await _unless_gone(request, _leases(services, endpoint, count,
+        leases = held if len(held) == count else await _unless_gone(request, _leases(services, endpoint, parsed,
                                                                                         deadline, held))
         accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
         streams = _worker_streams(services, endpoint, leases, parsed, deadline)
@@ -145,6 +148,13 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
     except Exception:  # e.g. the client left while its body was read: still one record, limits settled
         await accounting.finish("error")
         raise
+
+
+def tenant_of(team_id: str) -> str:
+    """The tenant a worker shares its grammar compiles and its admission turns by: the billed team, as an
+    opaque stable tag. Unkeyed, so every gateway of a fleet names a team alike; workers and their logs never
+    see the team's id."""
+    return "t-" + hashlib.sha256(team_id.encode()).hexdigest()[:16]
 
 
 def _worker_streams(services: Services, endpoint: EndpointController, leases: list[Lease], parsed: Parsed,
@@ -243,14 +253,15 @@ async def _next_step(waiting: AsyncIterator[StillWaiting | Lease]) -> StillWaiti
     return step
 
 
-async def _leases(services: Services, endpoint: EndpointController, count: int, deadline: float,
+async def _leases(services: Services, endpoint: EndpointController, parsed: Parsed, deadline: float,
                   leases: list[Lease]) -> list[Lease]:
     """`leases` (those already taken) filled up to one per GenerateRequest of the client's request; none is
     kept when one cannot be had (a client that leaves while waiting cancels this: its place in the queue
     goes with it)."""
+    tenant = parsed.requests[0].tenant  # the billed team's: queued leases are released in tenants' turns
     try:
-        while len(leases) < count:
-            leases.append(await services.endpoints.acquire(endpoint, deadline))
+        while len(leases) < len(parsed.requests):
+            leases.append(await services.endpoints.acquire(endpoint, deadline, tenant))
     except BaseException:
         for lease in leases:
             services.endpoints.release(endpoint, lease)
@@ -306,7 +317,7 @@ async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parse
                     yield KEEPALIVE
                 else:
                     held.append(step)
-        leases = await _leases(services, endpoint, len(parsed.requests), deadline, held)
+        leases = await _leases(services, endpoint, parsed, deadline, held)
     except SluiceError as error:
         await accounting.finish(accounting.failure_status(error), error)
         yield dialect.stream_error(error)

@@ -4,7 +4,10 @@
   Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_waiting`, and the
   endpoint's controller is told once per request that demand grew (it samples demand, the autoscaler
   decides: one scale-up however many requests arrive together).
-- Queued requests are released oldest first, each onto a replica that has fewer than
+- Queued requests are released in tenants' fair turns: first the waiter whose tenant (the billed team) holds
+  the fewest leases of this endpoint plus waiters before it; among equals the tenant served least recently,
+  then the oldest. One team's many prompts (a lease each) cannot hold another team's first one behind them,
+  and teams that wait together alternate. Each goes onto a replica that has fewer than
   `ceil(target_concurrency x burst_factor)` requests in flight: a replica that just became ready gets
   that many at once, the rest follow as requests finish (no stampede onto the first replica).
 - The wait ends at the request's deadline (the earliest of the endpoint's `max_wait_seconds`, the
@@ -21,9 +24,10 @@ Each released request holds a `Lease` on its replica (one count of the replica's
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 
@@ -32,12 +36,16 @@ from gateway.endpoints.errors import EndpointUnavailable
 from gateway.routing.pool import ModelPool, Replica
 
 
+_REMEMBERED = 10_000  # tenants whose last turn is kept; beyond, the oldest memories are dropped
+
+
 @dataclass(eq=False)
 class Lease:
     """One request's hold on one replica, from acquisition until `Activator.release`."""
 
     replica: Replica
     waited_s: float  # time spent queued (the ledger's cold start); 0 when a replica was free at once
+    tenant: str = ""  # whose turn it was (fair release among tenants)
     released: bool = False
 
     @property
@@ -64,6 +72,7 @@ class Availability:
 @dataclass(eq=False)
 class _Waiter:
     enqueued: float
+    tenant: str
     future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -80,6 +89,9 @@ class Activator:
         self.clock = clock
         self.turned_away = 0  # refused for a full queue since the controller last sampled demand
         self._queue: deque[_Waiter] = deque()
+        self._held: Counter[str] = Counter()  # leases in flight per tenant
+        self._served = itertools.count(1)
+        self._last: dict[str, int] = {}  # tenant -> when it was last given a lease, oldest first
 
     @property
     def waiting(self) -> int:
@@ -91,10 +103,10 @@ class Activator:
         self.release_limit = max(1, math.ceil(target_concurrency * burst_factor))
         self.pump()
 
-    async def acquire(self, deadline: float, avoid: Collection[Replica] = ()) -> Lease:
+    async def acquire(self, deadline: float, avoid: Collection[Replica] = (), tenant: str = "") -> Lease:
         """A lease on a replica, waiting in the queue until `deadline` (on `clock`) if none is free.
         `avoid`: replicas this request already failed on, taken only when no other is free."""
-        waiting = self.wait(deadline, keepalive_s=math.inf, avoid=avoid)
+        waiting = self.wait(deadline, keepalive_s=math.inf, avoid=avoid, tenant=tenant)
         try:
             async for step in waiting:
                 if isinstance(step, Lease):
@@ -103,15 +115,15 @@ class Activator:
             await waiting.aclose()
         raise AssertionError("the activator's wait ended without a lease or an error")
 
-    async def wait(self, deadline: float, keepalive_s: float = 10.0,
-                   avoid: Collection[Replica] = ()) -> AsyncIterator[StillWaiting | Lease]:
+    async def wait(self, deadline: float, keepalive_s: float = 10.0, avoid: Collection[Replica] = (),
+                   tenant: str = "") -> AsyncIterator[StillWaiting | Lease]:
         """`StillWaiting` every `keepalive_s` while queued, then the `Lease` (or EndpointUnavailable).
         Close the iterator when leaving early (`contextlib.aclosing`): that takes the request out."""
-        lease = self.take_free(avoid)
+        lease = self.take_free(avoid, tenant)
         if lease is not None:
             yield lease
             return
-        waiter = self._enqueue()
+        waiter = self._enqueue(tenant)
         delivered = False
         try:
             while True:
@@ -126,7 +138,7 @@ class Activator:
                     waited = self.clock() - waiter.enqueued
                     metrics.COLD_START.labels(self.name).observe(waited)
                     delivered = True
-                    yield Lease(replica, waited)
+                    yield Lease(replica, waited, tenant)
                     return
                 if self.clock() < deadline:
                     yield StillWaiting(self.clock() - waiter.enqueued)
@@ -134,29 +146,34 @@ class Activator:
             if not delivered:
                 self._leave(waiter)
 
-    def take_free(self, avoid: Collection[Replica] = ()) -> Lease | None:
+    def take_free(self, avoid: Collection[Replica] = (), tenant: str = "") -> Lease | None:
         """A lease at once when a replica is available and nobody waits before this request, else None
         (EndpointUnavailable for an endpoint that failed or is shutting down)."""
         self._refuse_if_closed(self.availability())
         replica = self._free_replica(avoid) if not self._queue else None
-        return None if replica is None else self._lease(replica, 0.0)
+        return None if replica is None else self._lease(replica, 0.0, tenant)
 
     def release(self, lease: Lease) -> None:
         if lease.released:
             return
         lease.released = True
         lease.replica.in_flight -= 1
+        self._held[lease.tenant] -= 1
+        if self._held[lease.tenant] <= 0:
+            del self._held[lease.tenant]
         self.pump()
 
     def pump(self) -> int:
-        """Hand queued requests, oldest first, to replicas with room under the release limit."""
+        """Hand queued requests, in tenants' fair turns, to replicas with room under the release limit."""
         released = 0
         while self._queue:
             replica = self._replica_with_room()
             if replica is None:
                 break
-            waiter = self._queue.popleft()
+            waiter = self._next_turn()
+            self._queue.remove(waiter)
             replica.in_flight += 1
+            self._count(waiter.tenant)
             waiter.future.set_result(replica)
             released += 1
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
@@ -178,14 +195,34 @@ class Activator:
         if availability.state == "draining":
             raise self._refusal("endpoint_draining", "the endpoint is shutting down", availability)
 
-    def _enqueue(self) -> _Waiter:
+    def _next_turn(self) -> _Waiter:
+        """The waiter whose turn it is (the queue holds at most max_waiting)."""
+        ahead: Counter[str] = Counter()
+        best, best_key = None, None
+        for position, waiter in enumerate(self._queue):
+            tenant = waiter.tenant
+            key = (self._held[tenant] + ahead[tenant], self._last.get(tenant, 0), position)
+            ahead[tenant] += 1
+            if best_key is None or key < best_key:
+                best, best_key = waiter, key
+        return best
+
+    def _count(self, tenant: str) -> None:
+        """One more lease of `tenant`, given now."""
+        self._held[tenant] += 1
+        self._last.pop(tenant, None)
+        self._last[tenant] = next(self._served)
+        if len(self._last) > _REMEMBERED:
+            del self._last[next(iter(self._last))]
+
+    def _enqueue(self, tenant: str) -> _Waiter:
         availability = self.availability()
         self._refuse_if_closed(availability)
         if len(self._queue) >= self.max_waiting:
             self.turned_away += 1  # still demand: with `max_waiting = 0` this is what wakes the endpoint
             self.on_demand()
             raise self._refusal("queue_full", f"{len(self._queue)} requests are already waiting", availability)
-        waiter = _Waiter(self.clock())
+        waiter = _Waiter(self.clock(), tenant)
         self._queue.append(waiter)
         metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
         self.on_demand()
@@ -196,7 +233,8 @@ class Activator:
             self._queue.remove(waiter)
             metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
         elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
-            self.release(Lease(waiter.future.result(), 0.0))  # handed a replica as it left: give it back
+            # handed a replica as it left: give it back
+            self.release(Lease(waiter.future.result(), 0.0, waiter.tenant))
 
     def _free_replica(self, avoid: Collection[Replica]) -> Replica | None:
         candidates = self.pool.candidates()
@@ -205,9 +243,10 @@ class Activator:
     def _replica_with_room(self) -> Replica | None:
         return next((r for r in self.pool.candidates() if r.in_flight < self.release_limit), None)
 
-    def _lease(self, replica: Replica, waited: float) -> Lease:
+    def _lease(self, replica: Replica, waited: float, tenant: str) -> Lease:
         replica.in_flight += 1
-        return Lease(replica, waited)
+        self._count(tenant)
+        return Lease(replica, waited, tenant)
 
     def _refusal(self, code: str, message: str, availability: Availability | None = None) -> EndpointUnavailable:
         availability = availability or self.availability()

@@ -17,6 +17,7 @@ One request
     deadline = wait_deadline(...)                    # deadline.py: max_wait_seconds, the request's own
                                                      # deadline, X-Scale-Up-Timeout (time.monotonic clock)
     lease = await endpoints.acquire(endpoint, deadline)
+        # (every call takes tenant=, the billed team's tag: queued requests are released in tenants' turns)
         # or endpoints.take_free(endpoint): a lease at once, or None when the request would have to wait
         # or, to send SSE keep-alives while waiting:
         # async with aclosing(endpoints.wait(endpoint, deadline, keepalive_s=10)) as steps:
@@ -242,15 +243,15 @@ class Endpoints:
             raise EndpointNotFound(model)
         return controller
 
-    async def acquire(self, endpoint: EndpointController, deadline: float) -> Lease:
-        return await endpoint.activator.acquire(deadline)
+    async def acquire(self, endpoint: EndpointController, deadline: float, tenant: str = "") -> Lease:
+        return await endpoint.activator.acquire(deadline, tenant=tenant)
 
-    def take_free(self, endpoint: EndpointController) -> Lease | None:
-        return endpoint.activator.take_free()
+    def take_free(self, endpoint: EndpointController, tenant: str = "") -> Lease | None:
+        return endpoint.activator.take_free(tenant=tenant)
 
-    def wait(self, endpoint: EndpointController, deadline: float,
-             keepalive_s: float = 10.0) -> AsyncIterator[StillWaiting | Lease]:
-        return endpoint.activator.wait(deadline, keepalive_s)
+    def wait(self, endpoint: EndpointController, deadline: float, keepalive_s: float = 10.0,
+             tenant: str = "") -> AsyncIterator[StillWaiting | Lease]:
+        return endpoint.activator.wait(deadline, keepalive_s, tenant=tenant)
 
     def release(self, endpoint: EndpointController, lease: Lease) -> None:
         endpoint.activator.release(lease)
@@ -263,7 +264,8 @@ class Endpoints:
             if retrying:
                 metrics.RETRIES.labels(endpoint.name).inc()
 
-        return stream_with_failover(request, lease, reacquire=lambda tried: endpoint.activator.acquire(deadline, tried),
+        return stream_with_failover(request, lease,
+                                    reacquire=lambda tried: endpoint.activator.acquire(deadline, tried, request.tenant),
                                     release=endpoint.activator.release, ejection_s=self.settings.ejection_seconds,
                                     on_failure=failed)
 

@@ -9,14 +9,15 @@ from gateway.limits.model import Scope, Ticket
 
 
 class Limiter(Protocol):
-    async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
-        """Check every scope atomically (the tightest wins) and reserve 1 request, `tokens` tokens and one
-        concurrency slot in each, or nothing. Raises RateLimited, or LimiterUnavailable (Redis down and
-        failing closed)."""
+    async def admit(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
+        """Check every scope atomically (the tightest wins) and reserve 1 request, `tokens` tokens and
+        `sequences` concurrency slots in each (the sequences the request generates, at most the scope's
+        max_concurrency: a request bigger than the cap runs alone), or nothing. Raises RateLimited, or
+        LimiterUnavailable (Redis down and failing closed)."""
         ...
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
-        """Release the concurrency slot and charge the actual count: reserved-but-unused tokens go back to
+        """Release the concurrency slots and charge the actual count: reserved-but-unused tokens go back to
         the TPM window and the monthly budget. Idempotent; never raises for a backend outage."""
         ...
 

@@ -1,7 +1,8 @@
 """The Redis scripts: one EVALSHA per admission, one per settlement.
 
 Per scope there are four keys: ``log`` (ZSET ticket -> admission µs), ``tok`` (HASH ticket -> tokens
-charged, plus ``#sum``, the running total of the window), ``slots`` (ZSET ticket -> lease expiry µs) and
+charged, plus ``#sum``, the running total of the window), ``slots`` (ZSET ticket -> lease expiry µs; a ticket of
+k sequences holds k members, ``ticket``, ``ticket#1`` .. ``ticket#k-1``, so ZCARD counts sequences) and
 ``bud`` (STRING, tokens charged this UTC month). Times are integer µs; by default the server's TIME, so
 replicas with skewed clocks still share one window.
 """
@@ -20,6 +21,7 @@ local id = ARGV[4]
 local tokens = tonumber(ARGV[5])
 local month_end = tonumber(ARGV[6])
 local budget_grace_ms = tonumber(ARGV[7])
+local sequences = tonumber(ARGV[8])
 local cut = now - window
 local n = #KEYS / 4
 local BATCH = 500  -- unpack() has a stack limit; work through long logs in slices
@@ -60,7 +62,7 @@ local obs = {}
 local blocked = false
 for i = 1, n do
   local log, tok, slots, bud = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local a = 8 + 4 * (i - 1)
+  local a = 9 + 4 * (i - 1)
   local rpm, tpm, maxc, blim = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local count, sum, inflight, used = 0, 0, 0, 0
   local rw, tw, cw, bw = -1, -1, -1, -1  -- µs until each clears; -1 = not blocking
@@ -79,7 +81,7 @@ for i = 1, n do
   if maxc >= 0 then
     redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)  -- leases of requests that never settled
     inflight = redis.call('ZCARD', slots)
-    if inflight + 1 > maxc then cw = 0 end
+    if inflight + math.max(1, math.min(sequences, maxc)) > maxc then cw = 0 end
   end
   if blim >= 0 then
     used = tonumber(redis.call('GET', bud) or '0')
@@ -104,9 +106,15 @@ for i = 1, n do
       redis.call('PEXPIRE', tok, math.floor(window / 1000) + 1000)
     end
     if o[3] >= 0 then
-      redis.call('ZADD', slots, now + lease, id)
+      local held = math.max(1, math.min(sequences, o[3]))  -- one slot per sequence, at most the whole cap
+      local members = {now + lease, id}
+      for k = 1, held - 1 do
+        members[#members + 1] = now + lease
+        members[#members + 1] = id .. '#' .. k
+      end
+      redis.call('ZADD', slots, unpack(members))
       redis.call('PEXPIRE', slots, math.floor(lease / 1000) + 1000)
-      inflight = inflight + 1
+      inflight = inflight + held
     end
     if o[4] >= 0 then
       used = redis.call('INCRBY', bud, tokens)
@@ -124,15 +132,17 @@ return out
 SETTLE = r"""
 local id = ARGV[1]
 local delta = tonumber(ARGV[2])
+local members = {id}
+for k = 1, tonumber(ARGV[3]) - 1 do members[#members + 1] = id .. '#' .. k end
 for i = 1, #KEYS / 4 do
   local tok, slots, bud = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  redis.call('ZREM', slots, id)
+  redis.call('ZREM', slots, unpack(members))
   -- only an entry still in the window holds tokens; an expired one was already subtracted
   if redis.call('HEXISTS', tok, id) == 1 then
     redis.call('HINCRBY', tok, id, delta)
     redis.call('HINCRBY', tok, '#sum', delta)
   end
-  if ARGV[2 + i] == '1' and redis.call('EXISTS', bud) == 1 then
+  if ARGV[3 + i] == '1' and redis.call('EXISTS', bud) == 1 then
     if redis.call('INCRBY', bud, delta) < 0 then redis.call('SET', bud, 0, 'KEEPTTL') end
   end
 end

@@ -23,13 +23,15 @@ class _State:
     tracking, and ``amounts`` maps seq -> tokens charged; a seq missing from it has left the window, so a
     late refund does not touch the running sum."""
 
-    __slots__ = ("log", "amounts", "sum", "slots", "budget")
+    __slots__ = ("log", "amounts", "sum", "slots", "inflight", "budget")
 
     def __init__(self) -> None:
         self.log: deque[tuple[int, int]] = deque()
         self.amounts: dict[int, int] = {}
         self.sum = 0
-        self.slots: dict[int, int] = {}  # ticket seq -> lease expiry µs, in expiry order (insertion order)
+        # ticket seq -> (lease expiry µs, concurrency slots held), in expiry order (insertion order)
+        self.slots: dict[int, tuple[int, int]] = {}
+        self.inflight = 0  # the slots held: the sum of the second fields
         self.budget: dict[str, int] = {}  # month key -> tokens charged
 
     def trim(self, cut: int) -> None:
@@ -41,9 +43,14 @@ class _State:
         slots = self.slots
         while slots:
             first = next(iter(slots))
-            if slots[first] > now:
+            if slots[first][0] > now:
                 return
-            del slots[first]
+            self.inflight -= slots.pop(first)[1]
+
+    def release(self, seq: int) -> None:
+        held = self.slots.pop(seq, None)
+        if held is not None:
+            self.inflight -= held[1]
 
     def token_wait(self, need: int, now: int) -> int:
         """µs until the oldest entries freeing at least `need` tokens have left the window."""
@@ -68,8 +75,8 @@ class InProcessLimiter:
         self._lock = threading.Lock()
         self._since_sweep = 0
 
-    async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
-        return self.admit_now(scopes, tokens)
+    async def admit(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
+        return self.admit_now(scopes, tokens, sequences)
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         self.settle_now(ticket, used_tokens)
@@ -77,7 +84,7 @@ class InProcessLimiter:
     async def close(self) -> None:
         self._states.clear()
 
-    def admit_now(self, scopes: list[Scope], tokens: int) -> Ticket:
+    def admit_now(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
         refuse_impossible(scopes, tokens)
         with self._lock:
             now = self._clock.now_us()
@@ -100,8 +107,8 @@ class InProcessLimiter:
                         failures = (failures or []) + [("tpm", s, wait, st.sum)]
                 if s.max_concurrency is not None:
                     st.reclaim(now)
-                    if len(st.slots) >= s.max_concurrency:
-                        failures = (failures or []) + [("concurrency", s, None, len(st.slots))]
+                    if st.inflight + s.slots(sequences) > s.max_concurrency:
+                        failures = (failures or []) + [("concurrency", s, None, st.inflight)]
                 if s.monthly_token_budget is not None:
                     used = st.budget.get(month.key, 0)
                     if used + tokens > s.monthly_token_budget:
@@ -120,7 +127,8 @@ class InProcessLimiter:
                     st.amounts[seq] = tokens
                     st.sum += tokens
                 if s.max_concurrency is not None:
-                    st.slots[seq] = now + self._lease_us
+                    st.slots[seq] = (now + self._lease_us, s.slots(sequences))
+                    st.inflight += s.slots(sequences)
                 if s.monthly_token_budget is not None:
                     if month.key not in st.budget:
                         st.budget.clear()  # a new month: last month's counter is no longer needed
@@ -144,7 +152,7 @@ class InProcessLimiter:
                 if logged and seq in st.amounts:  # still inside the window: adjust entry and sum together
                     st.amounts[seq] += delta
                     st.sum += delta
-                st.slots.pop(seq, None)
+                st.release(seq)
                 if month_key is not None and month_key in st.budget:
                     st.budget[month_key] = max(0, st.budget[month_key] + delta)
 

@@ -17,8 +17,13 @@ class Scope(msgspec.Struct, frozen=True):
     id: str
     rpm: int | None = None
     tpm: int | None = None
-    max_concurrency: int | None = None
+    max_concurrency: int | None = None  # sequences in flight (prompts x candidates), not requests
     monthly_token_budget: int | None = None
+
+    def slots(self, sequences: int) -> int:
+        """Concurrency slots a request of `sequences` holds here: one per sequence, at most the whole cap (a
+        request larger than the cap is admitted when nothing else of the scope runs, and then runs alone)."""
+        return max(1, min(sequences, self.max_concurrency or 1))
 
 
 class RateLimited(Exception):

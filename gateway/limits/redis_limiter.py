@@ -79,14 +79,14 @@ class RedisLimiter:
         now = to_us(self._clock())
         return str(now), now
 
-    async def admit(self, scopes: list[Scope], tokens: int) -> Ticket:
+    async def admit(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
         refuse_impossible(scopes, tokens)
         now_arg, now_local = self._now_us()
         month = self._months.at(now_local)
         ticket_id = f"{self._node}{next(self._seq):x}"
         keys: list[str] = []
         args: list[str | int] = [now_arg, WINDOW_US, self._lease_us, ticket_id, tokens, month.end_us,
-                                 _BUDGET_GRACE_MS]
+                                 _BUDGET_GRACE_MS, sequences]
         for s in scopes:
             keys.extend(self._scope_keys(s.id))
             keys.append(f"{self._prefix}:{s.id}:bud:{month.key}")
@@ -116,7 +116,7 @@ class RedisLimiter:
             REJECTIONS.labels(refusal.kind).inc()
             raise refusal
         budget_flags = ["1" if s.monthly_token_budget is not None else "0" for s in scopes]
-        return Ticket(ticket_id, tokens, (now, WINDOW_US, usage), (keys, budget_flags))
+        return Ticket(ticket_id, tokens, (now, WINDOW_US, usage), (keys, budget_flags, sequences))
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         if ticket.settled or ticket.degraded:
@@ -124,9 +124,10 @@ class RedisLimiter:
         if used_tokens < 0:
             raise ValueError("used_tokens must be >= 0")
         ticket.settled = True
-        keys, budget_flags = ticket._hold
+        keys, budget_flags, sequences = ticket._hold
         try:
-            await self._run(self._settle_script, keys, [ticket.id, used_tokens - ticket.tokens, *budget_flags])
+            await self._run(self._settle_script, keys,
+                            [ticket.id, used_tokens - ticket.tokens, sequences, *budget_flags])
         except _OUTAGE as exc:
             # The slot's lease and the window's expiry bound the damage: nothing to hand to the caller.
             BACKEND_ERRORS.labels("settle", "dropped").inc()

@@ -65,7 +65,8 @@ def _describe(failure: Failure, tokens: int, month_end_us: int) -> str:
         return (f"{s.id} has {amount} of its {s.tpm} tokens per minute reserved and this request "
                 f"reserves {tokens}")
     if what == "concurrency":
-        return f"{s.id} has {amount} of its {s.max_concurrency} concurrent requests in flight"
+        return (f"{s.id} has {amount} of its {s.max_concurrency} concurrent sequences in flight (each prompt's "
+                f"every choice, candidate or beam counts one)")
     resets = datetime.fromtimestamp(month_end_us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return (f"{s.id} has used {amount} of its monthly token budget of {s.monthly_token_budget} and this "
             f"request reserves {tokens}; the budget resets at {resets}")

@@ -1,6 +1,7 @@
 """The continuous-batching engine: one thread owns the model, the KV cache and the decoding batch.
 
-Each iteration: apply submissions and cancellations, prefill waiting prompts within the token budget
+Each iteration: apply submissions and cancellations, prefill waiting prompts (tenants in fair turns,
+fair_turns.py) within the token budget
 (the prompt minus its last token goes into the cache; a request with several candidates is
 prefilled once and its cache rows copied), then one decode step for the running rows: every row, or
 only the ordinary ones while beam rows sit a step out (beam_budget.py). A stepping row feeds exactly
@@ -14,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 import structlog
@@ -30,6 +31,7 @@ from worker.decoding.stops import StopMatcher
 from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
+from worker.engine.fair_turns import FairTurns, tenant_of
 from worker.engine.outputs import (StepEvents, accepted_event, failure_event, finish_event, requested_ids,
                                    token_event)
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
@@ -67,10 +69,12 @@ class Engine:
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
-                                        timeout_s=config.grammar_compile_timeout_s, build_later=compile_later)
+                                        timeout_s=config.grammar_compile_timeout_s,
+                                        cache_bytes=config.grammar_cache_bytes, build_later=compile_later)
         self.batch = DecodingBatch(self.vocab_size, "cpu")
         self.rows: list[Sequence] = []
         self.waiting: deque[RequestState] = deque()
+        self.turns = FairTurns()
         self.prefilling: RequestState | None = None
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._queued = 0  # submitted and not yet started (in the inbox or waiting): max_queue bounds it
@@ -197,12 +201,14 @@ class Engine:
         budget = self.config.max_batched_tokens
         while budget > 0:
             if self.prefilling is None:
+                self._take_turns()
                 state = next_admissible(self.waiting, self.adapters, self._adapters_in_use(), self._refuse_adapter)
                 self._waiting_for_adapters = state is None and bool(self.waiting)
                 if state is None or len(self.rows) + state.prepared.candidates > self.max_rows:
                     return
                 self.waiting.remove(state)
                 self._dequeued()
+                self.turns.started(state)
                 deadline = state.prepared.request.deadline_unix
                 if deadline is not None and time.time() > deadline:
                     self._reject(state, "the request's deadline passed before it could start", "timeout")
@@ -231,6 +237,13 @@ class Engine:
                     self._score_only(state, accepted)
                 else:
                     self._start(state, accepted)
+
+    def _take_turns(self) -> None:
+        """Reorder the waiting queue so that tenants take turns at the free rows (fair_turns.py)."""
+        if len(self.waiting) > 1:
+            ordered = self.turns.order(self.waiting, Counter(tenant_of(row.request) for row in self.rows))
+            self.waiting.clear()
+            self.waiting.extend(ordered)
 
     def _dequeued(self) -> None:
         with self._queued_lock:

@@ -130,13 +130,20 @@ def constraint(response_format: dict | None) -> Constraint | None:
                   "response_format.json_schema.schema must be a JSON object", "response_format")
             schema = spec["schema"]
         check(isinstance(schema, (dict, str)) and schema, "response_format needs a JSON schema", "response_format")
-        return Constraint("json_schema", schema if isinstance(schema, str) else msgspec.json.encode(schema).decode())
+        return _schema(schema)
     if kind == "regex":
         check(isinstance(schema, str) and schema, "response_format.schema must hold the regex", "response_format")
+        bounds.grammar(schema, "response_format")
         return Constraint("regex", schema)
     if isinstance(schema, (dict, str)) and schema:  # json_object with an optional (legacy) schema
-        return Constraint("json_schema", schema if isinstance(schema, str) else msgspec.json.encode(schema).decode())
+        return _schema(schema)
     return Constraint("json_object", "")
+
+
+def _schema(schema: dict | str) -> Constraint:
+    text = schema if isinstance(schema, str) else msgspec.json.encode(schema).decode()
+    bounds.grammar(text, "response_format", None if isinstance(schema, str) else schema)
+    return Constraint("json_schema", text)
 
 
 def deadline(timeout_microseconds: int | None) -> float | None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 
 import jsonschema
+import msgspec
 
+from gateway.dialects import bounds
 from gateway.dialects.base import check
 from common.protocol import FunctionTool, ToolCall, ToolCallDelta, ToolSpec
 
@@ -36,6 +38,7 @@ def _function(tool, index: int) -> FunctionTool:
     field = f"{where}.function.parameters"
     check(parameters is None or isinstance(parameters, dict), f"{field} must be a JSON schema object", field)
     if parameters is not None:
+        bounds.grammar(_json(parameters), field, parameters)  # before the schema's own (slower) validation
         try:
             jsonschema.validators.validator_for(parameters).check_schema(parameters)
         except jsonschema.SchemaError as exc:
@@ -66,6 +69,10 @@ def _choice(tool_choice, names: list[str]) -> tuple[str, str | None]:
     return "function", function["name"]
 
 
+def _json(value) -> str:
+    return msgspec.json.encode(value).decode()
+
+
 def tool_spec(tools, tool_choice, parallel_tool_calls: bool | None, tool_prompt: str | None) -> ToolSpec | None:
     """The worker's ToolSpec of a chat body's tool fields (None when the body has no tools)."""
     check(tool_prompt is None or isinstance(tool_prompt, str), "tool_prompt must be a string", "tool_prompt")
@@ -76,6 +83,8 @@ def tool_spec(tools, tool_choice, parallel_tool_calls: bool | None, tool_prompt:
     check(isinstance(tools, list), "tools must be a list", "tools")
     check(len(tools) <= MAX_TOOLS, f"tools may hold at most {MAX_TOOLS} functions", "tools")
     functions = [_function(tool, index) for index, tool in enumerate(tools)]
+    schemas = [function.parameters for function in functions if function.parameters is not None]
+    bounds.grammar(_json(schemas), "tools", schemas)  # the worker compiles them into one grammar
     names: list[str] = []
     for index, function in enumerate(functions):
         check(function.name not in names, f"tools[{index}].function.name: {function.name!r} is used twice",

@@ -192,6 +192,7 @@ def sampling(s: SGLangSampling, body: SGLangBody) -> SamplingParams:
     constraint = None
     if constraints:
         kind, value = constraints[0]
+        bounds.grammar(value, kind)
         if kind == "json_schema":
             try:
                 check(isinstance(msgspec.json.decode(value), dict), "json_schema must be a JSON object schema",

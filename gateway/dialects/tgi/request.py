@@ -62,12 +62,16 @@ def grammar_constraint(grammar: Grammar | None) -> Constraint | None:
                 msgspec.json.decode(value)
             except msgspec.DecodeError:
                 check(False, "grammar.value must be a JSON schema (an object or its JSON text)", "grammar")
+            bounds.grammar(value, "grammar")
             return Constraint(kind="json_schema", value=value)
         check(isinstance(value, dict), "grammar.value must be a JSON schema object", "grammar")
-        return Constraint(kind="json_schema", value=msgspec.json.encode(value).decode())
+        text = msgspec.json.encode(value).decode()
+        bounds.grammar(text, "grammar", value)
+        return Constraint(kind="json_schema", value=text)
     if grammar.type == "regex":
         check(isinstance(value := grammar.value, str) and value != "", "grammar.value must be a regex string",
               "grammar")
+        bounds.grammar(value, "grammar")
         return Constraint(kind="regex", value=value)
     check(False, f"grammar.type must be 'json' or 'regex', not {grammar.type!r}", "grammar")
     return None

@@ -269,3 +269,29 @@ async def test_draining_and_ejected_replicas_take_nothing():
     good.in_flight = 5  # busier, but the only one taking requests
     lease = await endpoint.activator.acquire(soon())
     assert lease.replica is good
+
+
+async def test_queued_requests_are_released_in_tenants_turns():
+    """One tenant's many prompts (a lease each, taken one after another) do not hold another tenant's first
+    request behind them: the waiter whose tenant holds the fewest leases goes first."""
+    endpoint = Endpoint("turns", target=1, burst=1)
+    replica = endpoint.replica(ready=False)
+    big = [asyncio.create_task(endpoint.activator.acquire(soon(), tenant="big")) for _ in range(3)]
+    await settle()
+    small = asyncio.create_task(endpoint.activator.acquire(soon(), tenant="small"))
+    await settle()
+    endpoint.ready(replica)  # room for one at a time
+    await settle()
+    assert big[0].done() and not small.done()
+    endpoint.activator.release(big[0].result())
+    await settle()
+    assert small.done() and not big[1].done()  # neither holds a lease now: "small" was served less recently
+    assert small.result().tenant == "small"
+    endpoint.activator.release(small.result())
+    await settle()
+    assert big[1].done() and not big[2].done()
+    endpoint.activator.release(big[1].result())
+    await settle()
+    assert big[2].done()
+    endpoint.activator.release(big[2].result())
+    assert replica.in_flight == 0

@@ -11,9 +11,9 @@ from gateway.limits import RateLimited, Scope
 from .manual_clock import ManualClock
 
 
-async def refused(limiter, scopes, tokens) -> RateLimited:
+async def refused(limiter, scopes, tokens, sequences: int = 1) -> RateLimited:
     with pytest.raises(RateLimited) as info:
-        await limiter.admit(scopes, tokens)
+        await limiter.admit(scopes, tokens, sequences)
     return info.value
 
 
@@ -96,6 +96,37 @@ async def test_unsettled_slot_is_reclaimed_after_its_lease(limiter, clock):
     await refused(limiter, key, 0)
     clock.advance(0.001)  # the fixture's lease is 300 s
     await limiter.admit(key, 0)
+
+
+async def test_concurrency_counts_sequences_not_requests(limiter, clock):
+    key = [Scope("key:a", max_concurrency=8), Scope("team:t", max_concurrency=100)]
+    five = await limiter.admit(key, 0, sequences=5)  # e.g. 5 prompts, or one prompt with n=5
+    three = await limiter.admit(key, 0, sequences=3)
+    err = await refused(limiter, key, 0)  # one more sequence would be the 9th
+    assert err.kind == "concurrency" and "8 of its 8 concurrent sequences" in err.message
+    await limiter.settle(five, 0)  # every slot of the ticket comes back
+    await limiter.admit(key, 0, sequences=5)
+    await refused(limiter, key, 0)
+    await limiter.settle(three, 0)
+    await limiter.admit(key, 0, sequences=3)
+
+
+async def test_a_request_larger_than_the_cap_runs_alone(limiter, clock):
+    key = [Scope("key:a", max_concurrency=4)]
+    one = await limiter.admit(key, 0)
+    await refused(limiter, key, 0, sequences=100)  # it would need every slot
+    await limiter.settle(one, 0)
+    big = await limiter.admit(key, 0, sequences=100)  # alone, it holds all four
+    await refused(limiter, key, 0)
+    await limiter.settle(big, 0)
+    await limiter.admit(key, 0, sequences=4)
+
+
+async def test_every_slot_of_an_unsettled_ticket_is_reclaimed_after_its_lease(limiter, clock):
+    key = [Scope("key:a", max_concurrency=3)]
+    await limiter.admit(key, 0, sequences=3)  # its gateway "crashes"
+    clock.advance(300)
+    await limiter.admit(key, 0, sequences=3)
 
 
 async def test_budget_refused_as_its_own_kind_until_the_month_ends(limiter, clock):

@@ -3,16 +3,16 @@
 xgrammar was chosen over llguidance by measurement on the SmolLM2 tokenizer (bench/grammar_engines.py):
 much lower per-token mask cost, the dominant cost once a schema is cached.
 
-Compiles run on a few daemon threads; the caller waits at most `timeout_s`. A compile that overruns
-keeps going and lands in the cache, so a retry of the same schema is then free. The cache is an LRU
-of futures keyed by sha256(kind, value), so concurrent requests for one schema share one compile.
+Compiles run on a few daemon threads, each handing its compiles to a child process of its own
+(compile_process.py); the caller waits at most `timeout_s`. A compile that the caller gave up on keeps
+going and lands in the cache, so a retry of the same schema is then free, unless it runs past `timeout_s`
+itself: then its process is killed and every waiter gets GrammarTimeout. The cache is an LRU of futures
+keyed by sha256(kind, value), so concurrent requests for one schema share one compile; it is bounded by
+the bytes of the compiled grammars (xgrammar's `memory_size_bytes`), since one large schema takes 100+ MB.
 
-xgrammar cannot stop a compile, so the threads are shared fairly among tenants (fair_queue.py): one
-tenant runs at most all threads but one and keeps a few compiles waiting, beyond which it is told to
-retry later; its heavy schemas then cost its own requests, not everyone's structured output. A
-compile in a process of its own could be killed instead, but a compiled grammar crosses a process
-boundary as xgrammar's JSON: 61 ms to serialize and 26 ms to load (2 MB) for a 230 ms compile of an
-eight-field schema on the SmolLM2 tokenizer, a third more per cold compile, plus a resident process.
+The threads are shared fairly among tenants (fair_queue.py): one tenant runs at most all threads but one
+and keeps a few compiles waiting, beyond which it is told to retry later; its heavy schemas then cost its
+own requests (for at most `timeout_s` each), not everyone's structured output.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from functools import partial
 
 import xgrammar as xgr
 
+from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran, CompileProcess, start_server
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.threads import in_background
 from common.protocol import Constraint
-
-_OBJECT = '{"type": "object"}'
 
 
 class GrammarError(ValueError):
@@ -58,22 +57,29 @@ class Grammar:
     stop_ids: tuple[int, ...]  # tokens that end the output once the grammar accepts
 
 
-def _xgr_compiler(tokenizer, vocab_size: int, stop_ids: list[int]) -> xgr.GrammarCompiler:
+def _tokenizer_info(tokenizer, vocab_size: int, stop_ids: list[int]) -> tuple[xgr.TokenizerInfo, str]:
+    """xgrammar's table of the vocabulary, and its JSON for the compile processes."""
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
-    return xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+    return info, info.serialize_json()
 
 
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
-                 cache_size: int = 256, threads: int = 2, waiting_per_tenant: int = 4, build_later: bool = False):
+                 cache_bytes: int = 256 * 2**20, threads: int = 2, waiting_per_tenant: int = 4,
+                 build_later: bool = False):
         """The tokenizer's vocabulary table takes ~0.35 s: it is built in a low-priority thread, now or,
         with `build_later`, when `build_in_background` is called (a worker does once it is warm)."""
         self.stop_ids = tuple(stop_ids)
-        self.timeout_s, self.cache_size = timeout_s, cache_size
-        self._vocabulary = partial(_xgr_compiler, tokenizer, vocab_size, stop_ids)
+        self.timeout_s, self.cache_bytes = timeout_s, cache_bytes
+        self._vocabulary = partial(_tokenizer_info, tokenizer, vocab_size, stop_ids)
         self._xgr_ready: Future = Future()
         self._building = threading.Lock()
         self._cache: OrderedDict[str, Future] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # bytes of each compiled grammar in the cache
+        self.cached_bytes = 0
+        self._processes: list[CompileProcess] = []  # every one started, for close()
+        self._idle: list[CompileProcess] = []  # started and not yet taken by a thread
+        self._threads = threads
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._jobs: FairQueue[tuple[str, Constraint, Future]] = FairQueue(max(1, threads - 1), waiting_per_tenant)
@@ -84,6 +90,7 @@ class GrammarCompiler:
             self.build_in_background()
 
     def build_in_background(self) -> None:
+        start_server()  # here, in the caller's thread, not in the background one (compile_process.py)
         in_background(self._build_vocabulary, "sluice-grammar-vocabulary")
 
     def _build_vocabulary(self) -> None:
@@ -94,9 +101,14 @@ class GrammarCompiler:
                 self._xgr_ready.set_result(self._vocabulary())
             except Exception as exc:  # reported by the first compile
                 self._xgr_ready.set_exception(exc)
+                return
+        with self._lock:  # one compile process per thread, forked now rather than by the first compile
+            if not self._closed:
+                self._idle.extend(CompileProcess(self._xgr_ready.result()[1]).start() for _ in range(self._threads))
+                self._processes.extend(self._idle)
 
     @property
-    def _xgr(self) -> xgr.GrammarCompiler:
+    def _tokenizer(self) -> tuple[xgr.TokenizerInfo, str]:
         self._build_vocabulary()
         try:
             return self._xgr_ready.result()
@@ -121,8 +133,6 @@ class GrammarCompiler:
                     raise GrammarBusy(f"{exc}; retry when they are done") from None
                 self._ready.notify()
                 self._cache[key] = future
-                while len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
             else:
                 self._cache.move_to_end(key)
         limit = self.timeout_s if timeout_s is None else timeout_s
@@ -139,6 +149,18 @@ class GrammarCompiler:
                     del self._cache[key]
             raise
 
+    def _keep(self, key: str, future: Future, size: int) -> None:
+        """Count a finished grammar's bytes; evict the least recently used ones while over `cache_bytes`."""
+        if self._cache.get(key) is not future:
+            return  # not cached (a failure, or closed)
+        self._sizes[key] = size
+        self.cached_bytes += size
+        for old in [k for k in self._cache if k in self._sizes]:  # least recently used first; running ones stay
+            if self.cached_bytes <= self.cache_bytes:
+                break
+            del self._cache[old]
+            self.cached_bytes -= self._sizes.pop(old)
+
     def cached(self, constraint: Constraint) -> bool:
         future = self._cache.get(self.key(constraint))
         return future is not None and future.done() and future.exception() is None
@@ -149,6 +171,7 @@ class GrammarCompiler:
             return self._jobs.backlog(tenant)
 
     def _work(self) -> None:
+        process: CompileProcess | None = None  # this thread's own, taken by its first compile
         while True:
             with self._lock:
                 while (taken := self._jobs.take()) is None:
@@ -158,44 +181,47 @@ class GrammarCompiler:
             tenant, (key, constraint, future) = taken
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(self._compile(key, constraint))
+                    if process is None:
+                        process = self._new_process()
+                    grammar = self._compile(process, key, constraint)
                 except Exception as exc:  # the waiters get it (GrammarError names a bad constraint)
                     future.set_exception(exc)
+                else:
+                    future.set_result(grammar)
+                    with self._lock:
+                        self._keep(key, future, grammar.compiled.memory_size_bytes)
             with self._lock:
                 self._jobs.done(tenant)
                 self._ready.notify_all()  # the tenant may run another one now
 
-    def _compile(self, key: str, constraint: Constraint) -> Grammar:
-        try:
-            compiled = self._build(constraint)
-        except SchemaError as exc:
-            raise GrammarError(str(exc)) from None
-        except RuntimeError as exc:  # xgrammar reports parse errors as RuntimeError with a C++ prefix
-            raise GrammarError(f"invalid {_NAMES[constraint.kind]}: {_clean(exc)}") from None
-        return Grammar(key, constraint.kind, compiled, self.stop_ids)
+    def _new_process(self) -> CompileProcess:
+        tokenizer_json = self._tokenizer[1]  # builds the vocabulary (and the processes) if nothing did yet
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            process = CompileProcess(tokenizer_json)
+            self._processes.append(process)
+        return process
 
-    def _build(self, constraint: Constraint) -> xgr.CompiledGrammar:
+    def _compile(self, process: CompileProcess, key: str, constraint: Constraint) -> Grammar:
         kind, value = constraint.kind, constraint.value
-        if kind == "json_object":  # any JSON object, no whitespace runs the model could loop on
-            return self._xgr.compile_json_schema(_OBJECT, any_whitespace=False, strict_mode=False)
+        if kind not in _NAMES:
+            raise GrammarError(f"unknown constraint kind {kind!r}")
         if kind == "json_schema":
-            schema = parse_schema(value)
-            text = json.dumps(schema)
-            try:  # strict: unlisted properties/items are closed, which keeps outputs short
-                return self._xgr.compile_json_schema(text, any_whitespace=False, strict_mode=True)
-            except RuntimeError:  # some valid schemas contradict strict closing (e.g. minItems without items)
-                return self._xgr.compile_json_schema(text, any_whitespace=False, strict_mode=False)
-        if kind == "regex":
-            if not value:
-                raise GrammarError("the regex is empty")
-            return self._xgr.compile_regex(value)
-        if kind == "ebnf":
-            if not value.strip():
-                raise GrammarError("the EBNF grammar is empty")
-            return self._xgr.compile_grammar(value)
-        if kind == "structural_tag":  # built by the worker for tool calls (worker/tools/grammar.py)
-            return self._xgr.compile_structural_tag(value)
-        raise GrammarError(f"unknown constraint kind {kind!r}")
+            try:
+                value = json.dumps(parse_schema(value))
+            except SchemaError as exc:
+                raise GrammarError(str(exc)) from None
+        elif (kind == "regex" and not value) or (kind == "ebnf" and not value.strip()):
+            raise GrammarError(f"the {_NAMES[kind]} is empty")
+        try:
+            text = process.compile(kind, value, self.timeout_s)
+        except CompileOverran:
+            raise GrammarTimeout(f"compiling the {kind} constraint took longer than {self.timeout_s:g} s and was "
+                                 "stopped; simplify it") from None
+        except CompileFailed as exc:
+            raise GrammarError(f"invalid {_NAMES[kind]}: {_clean(exc)}") from None
+        return Grammar(key, kind, xgr.CompiledGrammar.deserialize_json(text, self._tokenizer[0]), self.stop_ids)
 
     def close(self) -> None:
         with self._lock:
@@ -203,6 +229,9 @@ class GrammarCompiler:
             for _, _, future in self._jobs.clear():
                 future.cancel()
             self._ready.notify_all()
+            processes = list(self._processes)
+        for process in processes:  # a compile running in one ends with it: its waiters get an error
+            process.close()
 
 
 _NAMES = {"json_schema": "JSON schema", "json_object": "JSON object grammar", "regex": "regex", "ebnf": "EBNF grammar",

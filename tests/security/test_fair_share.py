@@ -1,0 +1,107 @@
+"""Tenant <-> tenant on a shared replica, through the real `sluice serve`:
+
+- `max_concurrency` counts sequences (prompts x n / best_of / beams), not requests: a 4-prompt request holds 4
+  of a team's 4 slots (gateway/limits), so a team's many-prompt request cannot crowd out more of a replica than
+  its cap allows; one larger than the cap runs alone;
+- the worker admits waiting requests in tenants' fair turns (worker/engine/fair_turns.py): another team's
+  request starts before the remaining prompts of a team that got there first (asserted as an order, not a time;
+  bench/fairness.py measures the time to first token against idle).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from tests.fixtures.protocol_worker import MODEL as STUB_MODEL
+from tests.fixtures.protocol_worker import Reply, protocol_worker, tokens
+from tests.fixtures.sluice import MODEL, running_sluice
+
+ADMIN_KEY = "fair-share-admin-key-0123456789abcdef"
+
+
+def admin(server, path: str, **body) -> dict:
+    response = httpx.post(f"{server.url}{path}", json=body, timeout=30,
+                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    assert response.status_code < 300, response.text
+    return response.json()
+
+
+def team_key(server, name: str, limits: dict | None = None) -> dict[str, str]:
+    team = admin(server, "/admin/teams", name=name, limits=limits)
+    key = admin(server, "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
+    return {"authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def stub_served(tmp_path_factory):
+    with protocol_worker() as worker:
+        config = f'default_team_limits = {{}}\n[[models]]\nname = "{STUB_MODEL}"\nurls = ["{worker.url}"]\n'
+        with running_sluice(tmp_path_factory.mktemp("fair-share"), config=config,
+                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
+            yield server, worker
+
+
+def test_concurrency_counts_every_prompt_of_a_request(stub_served):
+    server, worker = stub_served
+    headers = team_key(server, "four-slots", {"max_concurrency": 4})
+    worker.replies = [Reply(tokens("a b c"), pause_s=0.4)]  # each of the four streams stays a while
+    answers: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: answers.append(httpx.post(
+        f"{server.url}/v1/completions", json={"model": STUB_MODEL, "prompt": ["a", "b", "c", "d"], "max_tokens": 3},
+        headers=headers, timeout=60)))
+    seen = len(worker.requests)
+    first.start()
+    try:
+        while len(worker.requests) < seen + 4:  # all four prompts reached the worker: four sequences in flight
+            assert first.is_alive() or answers, "the four-prompt request ended before it was in flight"
+            threading.Event().wait(0.01)
+        refused = httpx.post(f"{server.url}/v1/completions", json={"model": STUB_MODEL, "prompt": "e"},
+                             headers=headers, timeout=60)
+        assert refused.status_code == 429, refused.text
+        assert "4 of its 4 concurrent sequences" in refused.json()["error"]["message"]
+    finally:
+        first.join(timeout=60)
+    assert answers and answers[0].status_code == 200, answers
+    worker.replies = [Reply(tokens("a"))]
+    alone = httpx.post(f"{server.url}/v1/completions", json={"model": STUB_MODEL, "prompt": ["x"] * 6},
+                       headers=headers, timeout=60)  # more sequences than the cap: admitted when nothing else runs
+    assert alone.status_code == 200, alone.text
+
+
+@pytest.mark.slow
+def test_another_team_starts_before_the_remaining_prompts_of_a_big_request(tmp_path_factory):
+    config = f'default_team_limits = {{}}\n[[models]]\nname = "{MODEL}"\nmax_batch_size = 2\nmax_context = 512\n'
+    with running_sluice(tmp_path_factory.mktemp("fair-turns"), config=config,
+                        env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
+        big, small = team_key(server, "big"), team_key(server, "small")
+        started: set[int] = set()  # the big request's choices that have streamed a token
+        ended = threading.Event()
+
+        def big_request() -> None:
+            body = {"model": MODEL, "prompt": [f"Count to {i}:" for i in range(16)], "max_tokens": 12,
+                    "temperature": 0, "ignore_eos": True, "stream": True}
+            with httpx.stream("POST", f"{server.url}/v1/completions", json=body, headers=big, timeout=300) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("data: {"):
+                        started.update(choice["index"] for choice in json.loads(line[6:])["choices"])
+            ended.set()
+
+        thread = threading.Thread(target=big_request)
+        thread.start()
+        try:
+            while not started:  # its first rows run: its other 14 prompts wait at the worker
+                assert thread.is_alive(), "the big request ended before streaming"
+                threading.Event().wait(0.01)
+            answer = httpx.post(f"{server.url}/v1/completions", headers=small, timeout=300,
+                                json={"model": MODEL, "prompt": "Hi", "max_tokens": 1, "temperature": 0})
+            assert answer.status_code == 200, answer.text
+            seen = len(started)
+        finally:
+            thread.join(timeout=300)
+        assert ended.is_set() and len(started) == 16
+        # first come, first served started all 16 before it; in turns it takes the first row that frees
+        assert seen <= 4, f"the small request finished after {seen} of the big request's 16 prompts had started"

@@ -1,0 +1,82 @@
+"""What one tenant's grammar may cost the worker: a compile that overruns `timeout_s` is stopped (its process
+killed, so no core goes on burning for it), and the compiled-grammar cache is bounded in bytes, by xgrammar's
+own measure of each grammar."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+import pytest
+
+from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
+from common.protocol import Constraint
+
+
+def schema(value: dict) -> Constraint:
+    return Constraint("json_schema", json.dumps(value))
+
+
+def _compiler(smol, **settings) -> GrammarCompiler:
+    from worker.engine.engine import _model_eos_ids
+
+    return GrammarCompiler(smol.tokenizer, smol.model.config.vocab_size, _model_eos_ids(smol), threads=2, **settings)
+
+
+@pytest.fixture
+def compiler(smol):
+    compiler = _compiler(smol, timeout_s=1.0)
+    yield compiler
+    compiler.close()
+
+
+@pytest.fixture
+def cache_compiler(smol):
+    compiler = _compiler(smol, timeout_s=120.0, cache_bytes=3_000_000)  # about two 1.2 MB string grammars
+    yield compiler
+    compiler.close()
+
+
+def _gone(pid: int, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_compile_that_overruns_is_stopped(compiler):
+    # a 1 µs wait reaches the compile threads (it builds the vocabulary and forks the processes first)
+    with pytest.raises(GrammarTimeout):
+        compiler.compile(schema({"type": "boolean"}), timeout_s=1e-6)
+    compiler.compile(schema({"type": "boolean"}), timeout_s=120)
+    processes = {process._process.pid for process in compiler._processes if process._process is not None}
+    assert processes
+    heavy = schema({"type": "string", "maxLength": 20_000})  # minutes of compile on this vocabulary
+    with pytest.raises(GrammarTimeout) as stopped:
+        compiler.compile(heavy, timeout_s=120)  # waits for the compiler's own 1 s limit
+    assert "was stopped" in str(stopped.value)
+    killed = [pid for pid in processes if _gone(pid, seconds=0.5)]
+    assert len(killed) == 1  # the process that ran it, and only that one
+    assert not compiler.cached(heavy)
+    light = schema({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+    assert compiler.compile(light, timeout_s=120).compiled.memory_size_bytes > 0  # served on a new process
+
+
+def test_the_cache_is_bounded_in_bytes(cache_compiler):
+    small = schema({"type": "array", "items": {"type": "integer"}})
+    assert 0 < cache_compiler.compile(small, timeout_s=120).compiled.memory_size_bytes < 100_000
+    assert cache_compiler.cached_bytes == cache_compiler.compile(small).compiled.memory_size_bytes  # measured
+    strings = [schema({"type": "string", "maxLength": 20 + i}) for i in range(4)]  # ~1.2 MB each
+    sizes = []
+    for constraint in strings:
+        sizes.append(cache_compiler.compile(constraint, timeout_s=120).compiled.memory_size_bytes)
+        assert cache_compiler.cached_bytes <= cache_compiler.cache_bytes
+    assert sum(sizes) > cache_compiler.cache_bytes  # so some had to go: the least recently used
+    assert not cache_compiler.cached(small) and not cache_compiler.cached(strings[0])
+    assert cache_compiler.cached(strings[-1])

@@ -1,0 +1,141 @@
+"""xgrammar compiles in a child process, so that one that overruns its time is killed instead of burning a core.
+
+xgrammar cannot stop a compile it started, and a thread cannot be killed: a constraint that takes minutes
+(a 40,000-value enum of sentences: 50 s, 366 MB) would hold a core and its memory to the end. Each compile
+thread of the worker owns one child; the child compiles one constraint after another and sends each back as
+xgrammar's JSON. A compile that overruns is stopped by killing the child; the next compile forks a new one.
+
+Measured on the SmolLM2 tokenizer (2 cores): a `maxLength: 2500` string schema compiles in 1.95 s, its JSON
+(12.6 MB) takes 0.49 s to write and 0.17 s to read back, a third more per cold compile (cached compiles pay
+nothing); small schemas compile in about 1 ms either way. Children fork from multiprocessing's fork server,
+which imports xgrammar (with torch: 2.4 s, 260 MB) once, before any thread runs in it: a new child shares those
+pages and starts by reading the tokenizer's table (1.6 MB of JSON), not by importing again.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+import threading
+from multiprocessing.connection import Connection
+
+import xgrammar as xgr
+
+_OBJECT = '{"type": "object"}'
+_context = multiprocessing.get_context("forkserver")
+_context.set_forkserver_preload([__name__])  # the children start with xgrammar already imported
+_START_S = 120.0  # a child that has not read the tokenizer's table by then is broken
+_starting = threading.Lock()  # the fork server is started once, by the first compile thread that needs it
+
+
+def start_server() -> None:
+    """Start the fork server now (it imports xgrammar on its own: this returns at once). Call it from a thread
+    of normal priority: the server, and so every compile process, keeps the niceness of the thread that
+    started it (a background thread's would starve compiles under load)."""
+    with _starting:
+        multiprocessing.forkserver.ensure_running()
+
+
+class CompileFailed(RuntimeError):
+    """xgrammar refused the constraint; the message is its own (cleaned up by the caller)."""
+
+
+class CompileOverran(RuntimeError):
+    """The compile ran past its time and its process was killed."""
+
+
+class CompileProcess:
+    """One child process that compiles constraints, one at a time, for one compile thread."""
+
+    def __init__(self, tokenizer_json: str):
+        self._tokenizer_json = tokenizer_json
+        self._process = None
+        self._conn: Connection | None = None
+        self._started = False
+
+    def compile(self, kind: str, value: str, timeout_s: float) -> str:
+        """The compiled grammar as xgrammar's JSON. CompileFailed: xgrammar refused it; CompileOverran: it took
+        longer than `timeout_s` (counted from when the child had it, not from its start-up)."""
+        conn = self._ready()
+        conn.send((kind, value))
+        if not conn.poll(timeout_s):
+            self.close()
+            raise CompileOverran(f"the compile ran past {timeout_s:g} s and was stopped")
+        try:
+            ok, text = conn.recv()
+        except EOFError:  # the child died (out of memory, a crash in xgrammar)
+            self.close()
+            raise CompileFailed("the compile process ended without an answer") from None
+        if not ok:
+            raise CompileFailed(text)
+        return text
+
+    def start(self) -> CompileProcess:
+        """Fork the child now (it reads the tokenizer's table on its own); `compile` waits until it has."""
+        if self._process is None or not self._process.is_alive():
+            self.close()
+            ours, theirs = _context.Pipe()
+            with _starting:
+                self._process = _context.Process(target=_serve, args=(theirs, self._tokenizer_json),
+                                                 name="sluice-grammar-compile", daemon=True)
+                self._process.start()
+            theirs.close()
+            self._conn, self._started = ours, False
+        return self
+
+    def _ready(self) -> Connection:
+        conn = self.start()._conn
+        if not self._started:  # its first message says it has the table
+            if not conn.poll(_START_S):
+                self.close()
+                raise CompileFailed(f"the compile process did not start within {_START_S:g} s")
+            try:
+                conn.recv()
+            except EOFError:
+                self.close()
+                raise CompileFailed("the compile process ended as it started") from None
+            self._started = True
+        return conn
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.join(timeout=10)
+            self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _serve(conn: Connection, tokenizer_json: str) -> None:
+    """The child: compile each (kind, value) received until the pipe closes."""
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.deserialize_json(tokenizer_json), max_threads=1,
+                                   cache_enabled=False)
+    conn.send(True)
+    while True:
+        try:
+            kind, value = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send((True, build(compiler, kind, value).serialize_json()))
+        except RuntimeError as exc:  # xgrammar reports a bad constraint as a RuntimeError with a C++ prefix
+            conn.send((False, str(exc)))
+
+
+def build(compiler: xgr.GrammarCompiler, kind: str, value: str) -> xgr.CompiledGrammar:
+    """xgrammar's compile of one constraint (its value checked by the caller)."""
+    if kind == "json_object":  # any JSON object, no whitespace runs the model could loop on
+        return compiler.compile_json_schema(_OBJECT, any_whitespace=False, strict_mode=False)
+    if kind == "json_schema":
+        try:  # strict: unlisted properties/items are closed, which keeps outputs short
+            return compiler.compile_json_schema(value, any_whitespace=False, strict_mode=True)
+        except RuntimeError:  # some valid schemas contradict strict closing (e.g. minItems without items)
+            return compiler.compile_json_schema(value, any_whitespace=False, strict_mode=False)
+    if kind == "regex":
+        return compiler.compile_regex(value)
+    if kind == "ebnf":
+        return compiler.compile_grammar(value)
+    if kind == "structural_tag":  # built by the worker for tool calls (worker/tools/grammar.py)
+        return compiler.compile_structural_tag(value)
+    raise RuntimeError(f"unknown constraint kind {kind!r}")
