@@ -148,6 +148,13 @@ def test_typed_errors(client, call, error, status, kind):
     assert info.value.body == {"type": "error", "error": {"type": kind, "message": info.value.body["error"]["message"]}}
 
 
+def test_full_workers_are_anthropics_529_overloaded(client, worker):
+    worker.replies = [Reply.refused(429, "overloaded", "the queue is full")] * 8  # every retry elsewhere too
+    with pytest.raises(anthropic.OverloadedError) as info:
+        client.with_options(max_retries=0).messages.create(model=MODEL, max_tokens=4, messages=HELLO)
+    assert info.value.status_code == 529 and info.value.body["error"]["type"] == "overloaded_error"
+
+
 def test_a_context_overflow_in_anthropics_words(client, worker):
     worker.replies = [Reply(status=422, error=Error(kind="too_long", message="too long", field="prompt",
                                                     max_context=2048, prompt_tokens=3000))]

@@ -26,7 +26,7 @@ from gateway.dialects.anthropic.request import (
     tools,
 )
 from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, fail, required, unknown_fields
-from gateway.errors import ContextTooLong, SluiceError, ValidationFailed
+from gateway.errors import ContextTooLong, Overloaded, SluiceError, ValidationFailed
 from common.protocol import (
     Accepted,
     Done,
@@ -155,7 +155,12 @@ class AnthropicMessages(Dialect):
         yield event("message_stop", {"type": "message_stop"})
 
     def reported(self, error: SluiceError) -> SluiceError:
-        """A validation error is Anthropic's 400; a context overflow in its words."""
+        """A validation error is Anthropic's 400, a context overflow in its words; full workers are its 529
+        `overloaded_error` (which its SDKs retry), not a rate limit of the caller's."""
+        if isinstance(error, Overloaded):
+            error = copy.copy(error)
+            error.status = 529
+            return error
         if error.status != 422:
             return error
         error = copy.copy(error)
