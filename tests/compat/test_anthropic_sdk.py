@@ -13,8 +13,7 @@ import httpx
 import pytest
 
 from common.protocol import Accepted, Done, Error, Finish, Token, ToolCall, ToolCallDelta
-from tests.fixtures.protocol_worker import MODEL, Reply, protocol_worker, tokens
-from tests.fixtures.sluice import running_sluice
+from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
 
 ADMIN_KEY = "anthropic-sdk-admin-key-0123456789abcdef"
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -24,11 +23,8 @@ HELLO = [{"role": "user", "content": "Hello there"}]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with protocol_worker() as worker:
-        config = f'[[models]]\nname = "{MODEL}"\nurls = ["{worker.url}"]\n'
-        with running_sluice(tmp_path_factory.mktemp("anthropic"), config=config,
-                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
-            yield server, worker
+    with sluice_on_protocol_worker(tmp_path_factory.mktemp("anthropic"), ADMIN_KEY) as pair:
+        yield pair
 
 
 @pytest.fixture

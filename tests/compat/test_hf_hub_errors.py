@@ -12,8 +12,7 @@ import pytest
 from huggingface_hub import InferenceClient
 from huggingface_hub.errors import HfHubHTTPError, UnknownError, ValidationError
 
-from tests.fixtures.protocol_worker import MODEL, Reply, protocol_worker, tokens
-from tests.fixtures.sluice import running_sluice
+from tests.fixtures.protocol_worker import Reply, sluice_on_protocol_worker, tokens
 
 ADMIN_KEY = "hf-hub-errors-admin-key-0123456789abcdef"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -21,11 +20,8 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with protocol_worker() as worker:
-        config = f'[[models]]\nname = "{MODEL}"\nurls = ["{worker.url}"]\n'
-        with running_sluice(tmp_path_factory.mktemp("hf"), config=config,
-                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
-            yield server, worker
+    with sluice_on_protocol_worker(tmp_path_factory.mktemp("hf"), ADMIN_KEY) as pair:
+        yield pair
 
 
 @pytest.mark.parametrize("response_format", [

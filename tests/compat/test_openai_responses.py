@@ -12,8 +12,7 @@ import pydantic
 import pytest
 
 from common.protocol import Accepted, Done, Finish, Token, ToolCall, ToolCallDelta
-from tests.fixtures.protocol_worker import MODEL, Reply, protocol_worker, tokens
-from tests.fixtures.sluice import running_sluice
+from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
 
 ADMIN_KEY = "responses-sdk-admin-key-0123456789abcdef"
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
@@ -22,11 +21,8 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with protocol_worker() as worker:
-        config = f'[[models]]\nname = "{MODEL}"\nurls = ["{worker.url}"]\n'
-        with running_sluice(tmp_path_factory.mktemp("responses"), config=config,
-                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
-            yield server, worker
+    with sluice_on_protocol_worker(tmp_path_factory.mktemp("responses"), ADMIN_KEY) as pair:
+        yield pair
 
 
 @pytest.fixture

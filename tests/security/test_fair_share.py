@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.fixtures.protocol_worker import MODEL as STUB_MODEL
-from tests.fixtures.protocol_worker import Reply, protocol_worker, tokens
+from tests.fixtures.protocol_worker import Reply, sluice_on_protocol_worker, tokens
 from tests.fixtures.sluice import MODEL, running_sluice
 
 ADMIN_KEY = "fair-share-admin-key-0123456789abcdef"
@@ -38,11 +38,9 @@ def team_key(server, name: str, limits: dict | None = None) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def stub_served(tmp_path_factory):
-    with protocol_worker() as worker:
-        config = f'default_team_limits = {{}}\n[[models]]\nname = "{STUB_MODEL}"\nurls = ["{worker.url}"]\n'
-        with running_sluice(tmp_path_factory.mktemp("fair-share"), config=config,
-                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
-            yield server, worker
+    with sluice_on_protocol_worker(tmp_path_factory.mktemp("fair-share"), ADMIN_KEY,
+                                   settings="default_team_limits = {}\n") as pair:
+        yield pair
 
 
 def test_concurrency_counts_every_prompt_of_a_request(stub_served):

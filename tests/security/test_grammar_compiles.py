@@ -20,8 +20,7 @@ import httpx
 import pytest
 
 from gateway.dialects import bounds
-from tests.fixtures.protocol_worker import MODEL, protocol_worker
-from tests.fixtures.sluice import running_sluice
+from tests.fixtures.protocol_worker import MODEL, sluice_on_protocol_worker
 
 ADMIN_KEY = "grammar-security-admin-key-0123456789abcdef"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -66,11 +65,9 @@ OVER = [  # (path, body, the limit named)
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    with protocol_worker() as worker:
-        config = f'default_team_limits = {{}}\n[[models]]\nname = "{MODEL}"\nurls = ["{worker.url}"]\n'
-        with running_sluice(tmp_path_factory.mktemp("grammar"), config=config,
-                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
-            yield server, worker
+    with sluice_on_protocol_worker(tmp_path_factory.mktemp("grammar"), ADMIN_KEY,
+                                   settings="default_team_limits = {}\n") as pair:
+        yield pair
 
 
 def admin(server, path: str, **body) -> dict:
