@@ -55,4 +55,5 @@ def reservation(router: Router, parsed: Parsed) -> int:
     info = pool.described() if pool else None
     context = info.max_context if info else DEFAULT_CONTEXT
     overhead = info.prompt_overhead if info else PromptOverhead()
-    return sum(request_reservation(request, context, overhead) for request in parsed.requests)
+    return sum(request_reservation(request, context, overhead, context_known=info is not None)
+               for request in parsed.requests)

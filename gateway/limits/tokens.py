@@ -47,11 +47,15 @@ def prompt_bounds(request: GenerateRequest, overhead: PromptOverhead) -> tuple[i
     return fewest, most
 
 
-def request_reservation(request: GenerateRequest, context: int, overhead: PromptOverhead) -> int:
+def request_reservation(request: GenerateRequest, context: int, overhead: PromptOverhead, *,
+                        context_known: bool = True) -> int:
     """The most one request (one prompt, all its sequences) can be charged on a model of `context` tokens; the
-    worker refuses a prompt and length that do not fit the context, which are charged nothing."""
+    worker refuses a prompt and length that do not fit the context, which are charged nothing. `context_known`:
+    a worker described the model (else `context` is a default, and nothing is taken as refused)."""
     params = request.params
     fewest, most = prompt_bounds(request, overhead)
+    if context_known and params.max_tokens is not None and fewest + params.max_tokens > context:
+        return 0  # the worker refuses it as too long before any token: the client hears 400, not never_fits
     if params.max_tokens is not None:  # the charge grows with the prompt, as far as max_tokens leaves room
         prompt, new = max(fewest, min(most, context - params.max_tokens)), params.max_tokens
     else:  # up to max_total_tokens or the context: the shorter the prompt, the more every sequence may generate

@@ -309,8 +309,11 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
     # the abandoned requests never saw their id: they are the only records no client can name
     unnamed = [r for r in records if r["request_id"] not in {c.request_id for c in billed}]
     assert len(unnamed) == abandoned, unnamed
-    for r in unnamed:  # usually lost while the body was read; a later hang-up is a cut stream
-        assert r["route"] == CHAT and r["status"] in ("error", "cancelled"), r
+    for r in unnamed:  # usually lost while the body was read (a refusal: body_incomplete); later, a cut stream
+        assert r["route"] == CHAT and r["status"] in ("rejected", "error", "cancelled"), r
+        if r["status"] == "rejected":
+            assert (r["prompt_tokens"], r["completion_tokens"], r["cost_micros"]) == (0, 0, 0), r
+            assert (r["error_status"], r["error_code"]) == (408, "body_incomplete"), r
         if r["status"] == "error":
             assert (r["prompt_tokens"], r["completion_tokens"], r["cost_micros"]) == (0, 0, 0), r
             assert (r["error_status"], r["error_code"]) == (500, "internal_error"), r  # no error to name

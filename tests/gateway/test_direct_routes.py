@@ -20,7 +20,7 @@ from tests.gateway.route_table import route_table
 
 GENERATION = {("POST", path) for path in BODIES} | {
     ("PUT", "/generate"), ("POST", "/"), ("POST", "/v1/completions/generate_stream"),
-    ("POST", "/dedicated/v1/completions"), ("POST", "/dedicated/v1/chat/completions")}
+    ("POST", "/dedicated/v1/completions"), ("POST", "/dedicated/v1/chat/completions"), ("POST", "/v1/messages")}
 
 
 def test_every_generation_route_and_nothing_else_is_answered_directly():

@@ -38,3 +38,16 @@ def test_idle_scopes_are_forgotten(clock):
     for i in range(5000):
         lim.admit_now([Scope("key:hot", rpm=10**9)], 1)
     assert len(lim._states) < 5000  # the sweep dropped scopes with nothing in their window
+
+
+def test_a_length_past_the_known_context_reserves_nothing():
+    """The worker refuses it before any token (400, too long), so the limiter must not answer never_fits first;
+    on a model no worker has described, the context is a default and nothing is taken as refused."""
+    from common.protocol import GenerateRequest, PromptOverhead, SamplingParams
+    from gateway.limits.tokens import request_reservation
+
+    request = GenerateRequest(request_id="r", model="m", prompt="x", params=SamplingParams(max_tokens=10**7))
+    assert request_reservation(request, 2048, PromptOverhead()) == 0
+    assert request_reservation(request, 2048, PromptOverhead(), context_known=False) >= 10**7
+    fits = GenerateRequest(request_id="r", model="m", prompt="x", params=SamplingParams(max_tokens=100, n=2))
+    assert request_reservation(fits, 2048, PromptOverhead()) >= 200
