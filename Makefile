@@ -14,7 +14,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_PIN)
 FUZZ_SECONDS ?= 600
 FUZZ_SCALE ?= 5
 
-.PHONY: install serve test test-fast fuzz faults-full bench system-deps checkov clean
+.PHONY: install lint serve test test-fast fuzz faults-full bench system-deps checkov clean
 
 install: $(STAMP)
 
@@ -40,6 +40,11 @@ $(CHECKOV_STAMP):
 	python3 -m venv --clear $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install -q $(CHECKOV_PIN)
 	touch $(CHECKOV_STAMP)
+
+# ruff (lint, import order) and the layer contracts of pyproject.toml: an upward import or a cycle fails.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 serve: install
 	$(VENV)/bin/sluice serve

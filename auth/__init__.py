@@ -1,6 +1,6 @@
 """Identity for Sluice: API keys, users, teams, memberships, audit log, admin API and CLI.
 
-The gateway uses `AuthService` (auth.service) and mounts `admin_router` (auth.routes).
+The gateway uses `AuthService` (auth.service) and mounts `admin_router` (gateway.admin.identity).
 """
 
 from auth.errors import AuthError, RequestError

@@ -1,4 +1,4 @@
-"""Who may do what with a team's keys: the one rule that the team API (`/v1/team/keys`, auth/team_routes.py) and
+"""Who may do what with a team's keys: the one rule that the team API (`/v1/team/keys`, gateway/admin/team.py) and
 the dashboard's keys page (gateway/dashboard/keys.py) both apply, through auth/team_keys.py, so that neither can
 become a side door.
 

@@ -7,7 +7,7 @@ customers may share one address, and a 160-bit secret is not guessed anyway). St
 and bounded in size.
 
 Beside it, the application may pass a `FailureBudget`: a count of refusals per client shared beyond this
-process (the gateway's is a window of its limiter, in Redis when configured: gateway/rejections.py). Every 401
+process (the gateway's is a window of its limiter, in Redis when configured: gateway/serving/rejections.py). Every 401
 counts against it, a missing key included; once it is spent, the refusal is a 429 as well.
 """
 

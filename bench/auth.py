@@ -22,7 +22,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from litestar import Litestar, Request, get  # noqa: E402
 
 from auth import AuthService  # noqa: E402
-from auth.http import client_address, team_header  # noqa: E402
+from gateway.authentication.headers import client_address, team_header  # noqa: E402
 
 
 def build_app(service: AuthService) -> Litestar:

@@ -25,9 +25,9 @@ import torch
 # run as a script, this file's folder comes first on sys.path and bench/worker.py would shadow the package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams
 from worker.engine.engine import Engine
 from worker.loading import load_model
-from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",

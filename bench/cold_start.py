@@ -44,11 +44,11 @@ import httpx  # noqa: E402
 import msgspec  # noqa: E402
 
 from common.protocol import WORKER_SECRET_HEADER, GenerateRequest, ModelInfo, SamplingParams, Token  # noqa: E402
+from gateway.edge.access_log import configure_logging  # noqa: E402
 from gateway.endpoints.scaling import ScalingSettings  # noqa: E402
 from gateway.endpoints.service import Endpoints  # noqa: E402
 from gateway.endpoints.spec import parse_endpoint  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
-from gateway.routing.worker_trust import worker_secret  # noqa: E402
+from gateway.replicas.trust import worker_secret  # noqa: E402
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY = "tiny/llama"

@@ -41,8 +41,8 @@ from billing.filters import Selection
 from billing.insights.ranking import team_ranking
 from billing.store import open_store as open_usage_store
 from common.protocol import ModelConfig
-from gateway.app import create_app
 from gateway.config import Settings
+from gateway.edge.app import create_app
 from tests.fixtures.servers import free_port, wait_for_port
 
 CHROMIUM = "/usr/bin/chromium"

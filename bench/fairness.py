@@ -32,9 +32,9 @@ import torch
 # run as a script, this file's folder comes first on sys.path and its name would shadow the package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, Token
 from worker.engine.engine import Engine
 from worker.loading import load_model
-from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, Token
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 128  # prompts in one hostile request: the gateway's MAX_PROMPTS

@@ -112,7 +112,7 @@ def generate_body(mode: str) -> bytes:
 
 def create_key(data_dir: Path) -> str:
     """An API key of the default team, made the way an operator makes one (`sluice.toml` names the database)."""
-    cli = [sys.executable, "-m", "gateway.cli", "--data-dir", str(data_dir), "--config", str(data_dir / "sluice.toml")]
+    cli = [sys.executable, "-m", "gateway.cli.main", "--data-dir", str(data_dir), "--config", str(data_dir / "sluice.toml")]
     team = subprocess.run([*cli, "teams", "list", "--json"], cwd=REPO, check=True, capture_output=True,
                           text=True).stdout
     team_id = next(t["id"] for t in json.loads(team) if t["name"] == "default")

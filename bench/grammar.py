@@ -24,11 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("SLUICE_MODEL_CACHE", str(Path(__file__).resolve().parents[1] / ".data" / "test-model-cache"))
 
+from common.protocol import Constraint, Done, Error, GenerateRequest, ModelConfig, SamplingParams  # noqa: E402
 from tests.worker.grammar.corpus import REGEXES, SCHEMAS  # noqa: E402
 from worker.decoding.grammar import GrammarCompiler  # noqa: E402
 from worker.engine.engine import Engine  # noqa: E402
 from worker.loading import load_model  # noqa: E402
-from common.protocol import Constraint, Done, Error, GenerateRequest, ModelConfig, SamplingParams  # noqa: E402
 
 LONG = {"type": "array", "minItems": 200, "items": {
     "type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},

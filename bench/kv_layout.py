@@ -19,10 +19,10 @@ import torch
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from common.protocol import ModelConfig
 from worker.engine.kv_cache import KVCache
 from worker.engine.runner import ModelRunner
 from worker.loading import load_model
-from common.protocol import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -32,11 +32,11 @@ os.environ.setdefault("SLUICE_MODEL_CACHE", str(Path(__file__).resolve().parents
 import torch  # noqa: E402
 import xgrammar as xgr  # noqa: E402
 
+from common.protocol import FunctionTool, ModelConfig, ToolSpec  # noqa: E402
 from tests.worker.tools.helpers import TOOLS  # noqa: E402
 from worker.loading import load_model  # noqa: E402
 from worker.tools.grammar import arguments_grammar, tools_constraint  # noqa: E402
 from worker.tools.syntax import JSON_CALLS  # noqa: E402
-from common.protocol import FunctionTool, ModelConfig, ToolSpec  # noqa: E402
 
 CONTENT = "The weather in Paris is mild today, with a few clouds in the afternoon and a light breeze from the west."
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'

@@ -40,8 +40,6 @@ import torch
 # run as a script, this file's folder comes first on sys.path and its name would shadow the package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from worker.engine.engine import Engine
-from worker.loading import default_gguf_path, load_model
 from common.protocol import (
     Done,
     Error,
@@ -50,6 +48,8 @@ from common.protocol import (
     SamplingParams,
     Token,
 )
+from worker.engine.engine import Engine
+from worker.loading import default_gguf_path, load_model
 from worker.threads import decode_threads, intra_op_threads
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,16 +11,16 @@ import msgspec
 
 from auth.forwarded import parse_networks
 from auth.models import Limits
+from gateway.endpoints.queue_metric import CloudWatchSettings
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, as_endpoint
-from gateway.queue_metric import CloudWatchSettings
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
 LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
 
 
 class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The `[http]` table: what one connection may hold before the app sees its request (gateway/http_limits.py)."""
+    """The `[http]` table: what one connection may hold before the app sees its request (gateway/edge/http_limits.py)."""
 
     max_header_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 20)] = 32 * 1024  # request line + headers; 431
     header_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0  # a whole request head; 408
@@ -52,16 +52,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
     # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client
-    # address may make per minute; past it they get 429 with Retry-After (gateway/rejections.py)
+    # address may make per minute; past it they get 429 with Retry-After (gateway/serving/rejections.py)
     rejections_per_minute: Annotated[int, msgspec.Meta(ge=1)] = 60
     # GET /health_generate (public) runs at most one real generation per interval; callers share its answer
     health_generate_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 5.0
     # the longest one generation request may run once admitted (its worker reads included); its concurrency
     # slot's lease is this plus LEASE_MARGIN_S, so a live request never loses its slot to the lease
     request_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 840.0
-    # a client that takes longer to accept one write of a streamed answer is cut (gateway/write_timeout.py)
+    # a client that takes longer to accept one write of a streamed answer is cut (gateway/edge/write_timeout.py)
     stream_write_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 30.0
-    # gateway processes accepting on the one listening socket (gateway/processes.py); more than 1 needs redis_url
+    # gateway processes accepting on the one listening socket (gateway/cli/processes.py); more than 1 needs redis_url
     # (limits shared through Redis) and no local workers
     gateway_processes: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     log_format: str = "json"  # "json" or "console"

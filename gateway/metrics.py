@@ -1,6 +1,6 @@
-"""Prometheus metrics of the gateway: requests, tokens, latencies (served by `gateway.metrics_route`).
+"""Prometheus metrics of the gateway: requests, tokens, latencies (served by `gateway.edge.metrics_route`).
 
-One registry per process, fed when each request's accounting finishes (`gateway.accounting`), whatever path
+One registry per process, fed when each request's accounting finishes (`gateway.serving.accounting`), whatever path
 it took. No label carries what a client wrote: a model that names no endpoint is `unknown` (endpoint names
 come from the operator), so the series stay bounded however many names callers invent.
 """
@@ -48,7 +48,7 @@ def _child(metric: MetricWrapperBase, *values: str) -> Any:
 
 
 def observe(accounting, status: str) -> None:
-    """Record one finished request from its `gateway.accounting.Accounting`."""
+    """Record one finished request from its `gateway.serving.accounting.Accounting`."""
     model = accounting.model if accounting.model in accounting.services.endpoints.controllers else UNKNOWN
     dialect, route = accounting.dialect, accounting.route
     elapsed = time.perf_counter() - accounting.started

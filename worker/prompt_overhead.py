@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 
-from worker.tools import render_chat
 from common.prompt_size import function_bytes, message_bytes
 from common.protocol import FunctionTool, PromptOverhead, ToolSpec
+from worker.tools import render_chat
 
 ROLES = ("system", "user", "assistant", "tool")
 PROBES = tuple(FunctionTool(name=name, description="d",

@@ -20,13 +20,23 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.response import Stream
 
+from common.protocol import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    Done,
+    Error,
+    GenerateRequest,
+    ModelInfo,
+    TokenizeRequest,
+    TokenSpan,
+    WorkerLoad,
+    encode_event,
+)
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
 from worker.secret import secret_guard
 from worker.tools.errors import ToolError
 from worker.tools.prompt import render_chat
-from common.protocol import (DetokenizeRequest, DetokenizeResponse, Done, Error, GenerateRequest, ModelInfo,
-                             TokenizeRequest, TokenSpan, WorkerLoad, encode_event)
 
 ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
                 "unavailable": 503, "internal": 500, "timeout": 408, "unauthorized": 401}

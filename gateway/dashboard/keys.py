@@ -13,14 +13,14 @@ from litestar import Request, Response, get, post
 from litestar.response import Redirect, Template
 
 from auth.admin import Actor
-from auth.http import body_as, client_address
 from auth.keys import display_prefix
-from auth.middleware import PUBLIC
 from auth.models import CreateTeamKey, KeyCreated, KeyRecord, RotateKey
 from auth.paging import page, parse_cursor
 from auth.policy import Manager
 from auth.service import AuthService
 from auth.team_keys import ListedKey
+from gateway.authentication.headers import body_as, client_address
+from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.access import (
     BASE,
     Forbidden,

@@ -17,8 +17,6 @@ from litestar.response import Redirect, Stream, Template
 from litestar.static_files import create_static_files_router
 
 from auth.errors import AuthError
-from auth.http import client_address
-from auth.middleware import PUBLIC, auth_service
 from auth.service import AuthService
 from billing.exports.csv import records_csv, statement_csv
 from billing.insights.month import month_to_date
@@ -29,6 +27,8 @@ from billing.ledger import Ledger
 from billing.params import UsageParamError, parse_cursor
 from billing.statements import monthly_statement
 from common.errors import SluiceError
+from gateway.authentication.headers import client_address
+from gateway.authentication.middleware import PUBLIC, auth_service
 from gateway.dashboard.access import (
     BASE,
     Forbidden,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sized
 
-from gateway.dialects.base import check, fail
+from gateway.serving.dialect import check, fail
 
 MAX_PROMPTS = 128  # prompts in one request (OpenAI `prompt` lists, SGLang `text` / `input_ids` batches)
 MAX_SEQUENCES = 256  # prompts x the candidates each one generates (best_of, n or beams): batch rows

@@ -12,6 +12,9 @@ from litestar import Request, Router, post, route
 from litestar.di import Provide
 from litestar.response import Response, Stream
 
+from common.json_body import read_json
+from common.protocol import TokenSpan
+from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.openapi import documented
 from gateway.dialects.sglang.dialect import SGLANG
 from gateway.dialects.sglang.docs import BodyErrorDoc, SGLangOutput, TokenizeDoc
@@ -23,11 +26,8 @@ from gateway.dialects.tgi.docs import ErrorDoc as TGIErrorDoc
 from gateway.dialects.tgi.request import GenerateBody
 from gateway.dialects.tgi.routes import GENERATE, tokenize_tgi
 from gateway.errors import SluiceError, ValidationFailed
-from gateway.direct_routes import DIRECT
-from gateway.generation import handle_generation
-from gateway.services import Services
-from common.json_body import read_json
-from common.protocol import TokenSpan
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
 
 EITHER_ERROR = (TGIErrorDoc, ProxyErrorDoc, BodyErrorDoc, SGLangErrorDoc)
 SHARED_ERRORS = {status: (description, EITHER_ERROR) for status, (description, _) in ERRORS.items()}

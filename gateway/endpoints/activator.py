@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 
 from gateway.endpoints import metrics
 from gateway.endpoints.errors import EndpointUnavailable
-from gateway.routing.pool import ModelPool, Replica
-
+from gateway.replicas.pool import ModelPool, Replica
 
 _REMEMBERED = 10_000  # tenants whose last turn is kept; beyond, the oldest memories are dropped
 

@@ -47,7 +47,7 @@ from gateway.endpoints.provisioners.base import (
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
-from gateway.routing.pool import Replica, Router
+from gateway.replicas.pool import Replica, Router
 
 log = structlog.get_logger(__name__)
 FIRST_START_GUESS_S = 10.0  # Retry-After before any replica of the endpoint has started

@@ -41,7 +41,7 @@ Views
     endpoints.healthy() -> bool                      # /health: every endpoint ready, or allowed to sleep
                                                      # (min_replicas 0) and not failed
     endpoints.router                                 # model -> pool, for the routes that read worker info
-    endpoints.adapters                               # LoRA adapters per endpoint (gateway/adapters.py): the
+    endpoints.adapters                               # LoRA adapters per endpoint (gateway/endpoints/adapters.py): the
                                                      # spec's and the admin API's (stored; deleted with it)
 
 Admin (POST/GET/PATCH/DELETE /admin/endpoints[/{name}], names taken whole, `/` included)
@@ -67,9 +67,9 @@ import msgspec
 import structlog
 
 from common.protocol import Event, GenerateRequest
-from gateway.adapters import AdapterRegistry
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
+from gateway.endpoints.adapters import AdapterRegistry
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
@@ -84,8 +84,8 @@ from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec, LocalProvisioning, StaticProvisioning, parse_endpoint
 from gateway.endpoints.status import EndpointStatus
 from gateway.endpoints.store import EndpointStore
-from gateway.routing.failover import stream_with_failover
-from gateway.routing.pool import DEFAULT_MODEL_ALIASES, Replica, Router
+from gateway.replicas.failover import stream_with_failover
+from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, Replica, Router
 
 if TYPE_CHECKING:
     from auth.service import Principal
@@ -173,7 +173,7 @@ class Endpoints:
             await self._launch(spec)
 
     def stop_accepting(self) -> None:
-        """SIGTERM's first step (gateway/draining.py): every endpoint refuses new requests with a 503 in
+        """SIGTERM's first step (gateway/cli/draining.py): every endpoint refuses new requests with a 503 in
         state `draining`; the requests already on a replica go on."""
         for controller in self.controllers.values():
             controller.stop_accepting()

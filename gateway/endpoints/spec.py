@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from common.protocol import ModelConfig
-from gateway.routing.pool import DEFAULT_MODEL_ALIASES
+from gateway.replicas.pool import DEFAULT_MODEL_ALIASES
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 NAME_LIMIT = 256

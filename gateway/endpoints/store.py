@@ -4,7 +4,7 @@ gateway's database (SQLite file or PostgreSQL URL).
 `endpoints`: one row per endpoint name. `origin = "api"`: the endpoint was created through the admin API and the
 row holds its whole spec. `origin = "config"`: the config file declares it and the row holds only the
 fields a PATCH changed (registry.py says how the two combine).
-`endpoint_adapters`: one row per (endpoint, adapter name) registered through the API (gateway/adapters.py says
+`endpoint_adapters`: one row per (endpoint, adapter name) registered through the API (gateway/endpoints/adapters.py says
 how they combine with the adapters an endpoint's spec declares).
 """
 

@@ -1,7 +1,8 @@
 """Rate limits, concurrency caps and monthly token budgets (issue 8); see README.md in this folder."""
 
 from gateway.limits.base import Limiter, open_limiter
-from gateway.limits.model import LimiterUnavailable, RateLimited, Scope, Ticket
+from gateway.limits.model import LimiterUnavailable, RateLimited, Ticket
+from gateway.limits.scope import Scope
 from gateway.limits.tokens import reservation_tokens
 
 __all__ = ["Limiter", "LimiterUnavailable", "RateLimited", "Scope", "Ticket", "open_limiter", "reservation_tokens"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from gateway.limits.clock import Clock
-from gateway.limits.model import Scope, Ticket
+from gateway.limits.model import Ticket
+from gateway.limits.scope import Scope
 
 
 class Limiter(Protocol):

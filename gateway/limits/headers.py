@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # model imports this module; Scope is only needed for annotations
-    from gateway.limits.model import Scope
+from gateway.limits.scope import Scope
 
 # (scope, requests in window, tokens in window, oldest entry's time in µs or None)
 Usage = tuple["Scope", int, int, "int | None"]

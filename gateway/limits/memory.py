@@ -11,8 +11,9 @@ from collections import deque
 from gateway.limits.clock import Clock, MonotonicWall, to_us
 from gateway.limits.headers import Usage
 from gateway.limits.metrics import REJECTIONS
-from gateway.limits.model import Scope, Ticket
+from gateway.limits.model import Ticket
 from gateway.limits.month import MonthCache
+from gateway.limits.scope import Scope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 
 WINDOW_US = 60_000_000

@@ -1,29 +1,12 @@
-"""The limiter's vocabulary: what is limited (Scope), what admission returns (Ticket), how it refuses."""
+"""The limiter's vocabulary: what admission returns (Ticket), how it refuses."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-import msgspec
-
 from gateway.limits.headers import rate_headers
 
 Kind = Literal["rate_limit", "budget", "never_fits", "concurrency"]
-
-
-class Scope(msgspec.Struct, frozen=True):
-    """One limited subject, e.g. ``key:<id>`` or ``team:<id>``; every limit is optional (None = unlimited)."""
-
-    id: str
-    rpm: int | None = None
-    tpm: int | None = None
-    max_concurrency: int | None = None  # sequences in flight (prompts x candidates), not requests
-    monthly_token_budget: int | None = None
-
-    def slots(self, sequences: int) -> int:
-        """Concurrency slots a request of `sequences` holds here: one per sequence, at most the whole cap (a
-        request larger than the cap is admitted when nothing else of the scope runs, and then runs alone)."""
-        return max(1, min(sequences, self.max_concurrency or 1))
 
 
 class RateLimited(Exception):

@@ -20,8 +20,9 @@ from gateway.limits import lua
 from gateway.limits.clock import Clock, to_us
 from gateway.limits.headers import Usage
 from gateway.limits.metrics import BACKEND_ERRORS, BACKEND_UP, REJECTIONS
-from gateway.limits.model import LimiterUnavailable, Scope, Ticket
+from gateway.limits.model import LimiterUnavailable, Ticket
 from gateway.limits.month import MonthCache
+from gateway.limits.scope import Scope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 
 log = structlog.get_logger("sluice.limits")

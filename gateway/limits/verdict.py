@@ -15,7 +15,8 @@ from gateway.limits.headers import (
     retry_headers,
 )
 from gateway.limits.metrics import REJECTIONS
-from gateway.limits.model import RateLimited, Scope
+from gateway.limits.model import RateLimited
+from gateway.limits.scope import Scope
 
 # what blocked, in which scope, µs until it clears (None = unknown), and the observed amount in use
 Failure = tuple[str, Scope, int | None, int]

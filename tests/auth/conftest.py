@@ -11,9 +11,9 @@ from litestar import Litestar, Request, get
 from litestar.testing import AsyncTestClient
 
 from auth import AuthService, Principal
-from auth.middleware import PUBLIC, authentication
-from auth.routes import admin_router
-from gateway.dialects.base import DEFAULT
+from gateway.admin.identity import admin_router
+from gateway.authentication.middleware import PUBLIC, authentication
+from gateway.serving.dialect import DEFAULT
 
 PEPPER = b"test-pepper-0123456789abcdef"
 

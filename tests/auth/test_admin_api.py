@@ -9,9 +9,9 @@ import httpx
 from litestar import Litestar
 from litestar.datastructures import State
 
-from auth.middleware import STATE_KEY, authentication
-from auth.routes import admin_router
-from gateway.dialects.base import DEFAULT
+from gateway.admin.identity import admin_router
+from gateway.authentication.middleware import STATE_KEY, authentication
+from gateway.serving.dialect import DEFAULT
 from tests.auth.helpers import add_member, assert_envelope, bearer, make_key, make_team, make_user
 
 

@@ -14,9 +14,9 @@ from litestar.di import Provide
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
 from auth import AuthError
-from auth.middleware import require_admin
-from billing.routes import admin_usage_router, usage_router
-from gateway.dialects.base import DEFAULT
+from gateway.admin.usage import admin_usage_router, usage_router
+from gateway.authentication.middleware import require_admin
+from gateway.serving.dialect import DEFAULT
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 
 from billing.filters import Filters, Selection
 from billing.insights.requests import MAX_PAGE_SIZE, Cursor, CursorError, page
-from billing.routes import RECORDS_PAGE
+from gateway.admin.usage import RECORDS_PAGE
 from tests.billing.factory import usage
 from tests.billing.http import auth, ts, usage_client
 

@@ -81,7 +81,7 @@ async def test_a_day_without_usage_writes_nothing(ledger, s3, bucket):
 
 
 def sluice(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
 
 

@@ -12,13 +12,13 @@ import httpx
 import openai
 import pytest
 
+from common.protocol import ModelConfig
 from tests.compat.sdk_pins import FRIENDLI
 from tests.compat.venvs import run_in_venv
 from tests.fixtures import sluice
 from tests.fixtures.sluice import MODEL, MODEL_CACHE
 from tests.worker.lora.adapters import ATTENTION, references, write_adapter
 from worker.loading import load_model
-from common.protocol import ModelConfig
 
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"

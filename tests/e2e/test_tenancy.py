@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-
 import time
 
 import httpx

@@ -239,7 +239,7 @@ def test_admin_key_from_environment_and_restart_reuses_state(tmp_path):
 
 
 def _cli(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "--data-dir", str(server.data_dir), *args],
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", "--data-dir", str(server.data_dir), *args],
                           capture_output=True, text=True, timeout=120, check=True)
 
 

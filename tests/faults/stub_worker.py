@@ -128,7 +128,7 @@ def main() -> None:
     args = parser.parse_args()
     app = StubWorker(args.model, args.token_delay, args.token_bytes)
     # what is loaded by now lives as long as the process: the collector need not walk it (the gateway does the same
-    # once started, gateway/draining.py). Walking it cost this stub pauses of 10-25 ms four times a second under the
+    # once started, gateway/cli/draining.py). Walking it cost this stub pauses of 10-25 ms four times a second under the
     # bench's load, noise in the tail of the stub alone and of every gateway measured in front of it
     gc.collect()
     gc.freeze()

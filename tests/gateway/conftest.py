@@ -10,8 +10,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from common.protocol import ModelConfig
-from gateway.app import create_app
 from gateway.config import Settings
+from gateway.edge.app import create_app
 from tests.fixtures.protocol_worker import MODEL, protocol_worker
 
 ADMIN_KEY = "gateway-tests-admin-key-0123456789abcdef"

@@ -1,4 +1,4 @@
-"""The generation routes are answered ahead of Litestar's router (gateway/direct_routes.py): every one of them and
+"""The generation routes are answered ahead of Litestar's router (gateway/dialects/fast_path.py): every one of them and
 nothing else, through the same middlewares, with one log line per request. Their answers themselves (statuses,
 envelopes, request ids, bodies, streams) are what every other gateway test checks, all through this path."""
 
@@ -12,9 +12,9 @@ from litestar.datastructures import Cookie
 from litestar.response import Stream
 from structlog.testing import capture_logs
 
-from gateway.app import create_app
 from gateway.config import Settings
-from gateway.direct_routes import DIRECT, _plain, layers_add_nothing, serve_directly
+from gateway.dialects.fast_path import DIRECT, _plain, layers_add_nothing, serve_directly
+from gateway.edge.app import create_app
 from tests.gateway.generation_bodies import BODIES, body
 from tests.gateway.route_table import route_table
 

@@ -94,7 +94,7 @@ def test_two_processes_share_the_port_the_limits_and_the_ledger(tmp_path, redis,
             statuses.append(response.status_code)
             ids.append(response.headers["x-request-id"])
         assert sorted(statuses) == [200] * 6 + [429] * 4  # one count of the key's minute across both processes
-        assert server.stop() == 0  # as one process does: SIGTERM drains (gateway/draining.py), then exits 0
+        assert server.stop() == 0  # as one process does: SIGTERM drains (gateway/cli/draining.py), then exits 0
         assert not os.path.exists(f"/proc/{sibling}")
     finally:
         server.stop()

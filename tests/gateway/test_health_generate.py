@@ -9,8 +9,8 @@ import asyncio
 from litestar.testing import AsyncTestClient
 
 from common.protocol import ModelConfig
-from gateway.app import create_app
 from gateway.config import Settings
+from gateway.edge.app import create_app
 from gateway.metrics import REGISTRY
 from tests.fixtures.servers import free_port
 

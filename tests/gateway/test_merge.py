@@ -10,10 +10,10 @@ import asyncio
 import pytest
 
 from common.protocol import Finish, Token
-from gateway.collect import merge
-from gateway.dialects.base import DEFAULT
 from gateway.errors import GenerationFailed, RequestTimedOut
-from gateway.generation import collect_answer, honest
+from gateway.serving.collect import merge
+from gateway.serving.dialect import DEFAULT
+from gateway.serving.pipeline import collect_answer, honest
 
 
 def events(closed: list[int], index: int):

@@ -1,4 +1,4 @@
-"""The activator's queue depth sent to CloudWatch (gateway/queue_metric.py), against a real moto server:
+"""The activator's queue depth sent to CloudWatch (gateway/endpoints/queue_metric.py), against a real moto server:
 the highest depth of each interval arrives under the alarm's namespace and name, with no dimensions; a
 CloudWatch that cannot be reached is logged and changes nothing else; every `[cloudwatch]` rule is one line."""
 
@@ -12,10 +12,10 @@ import pytest
 from litestar.testing import AsyncTestClient
 from structlog.testing import capture_logs
 
-from gateway.app import create_app
 from gateway.config import load_settings
-from gateway.lifespan import STATE_FAILURE
-from gateway.queue_metric import METRIC_NAME, CloudWatchSettings, QueueDepthPublisher
+from gateway.edge.app import create_app
+from gateway.edge.lifespan import STATE_FAILURE
+from gateway.endpoints.queue_metric import METRIC_NAME, CloudWatchSettings, QueueDepthPublisher
 from tests.fixtures.local_aws import moto_server
 from tests.fixtures.servers import free_port
 from tests.gateway.conftest import serving

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.routing.pool import MISSED_POLLS_TOLERATED, Router
+from gateway.replicas.pool import MISSED_POLLS_TOLERATED, Router
 from tests.fixtures.servers import free_port
 
 

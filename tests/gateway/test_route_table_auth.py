@@ -9,8 +9,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from common.protocol import ModelConfig
-from gateway.app import create_app
 from gateway.config import Settings
+from gateway.edge.app import create_app
 from tests.fixtures.servers import free_port
 from tests.gateway.route_table import envelope, route_table
 

@@ -14,11 +14,10 @@ import msgspec
 import pytest
 
 from common.protocol import ModelConfig
-from gateway.config import Settings
 from gateway.endpoints.spec import EndpointSpec
 from tests.fixtures.protocol_worker import MODEL
-from tests.gateway.conftest import new_key, serving
 from tests.fixtures.sluice import create_team_offline
+from tests.gateway.conftest import new_key, serving
 from tests.gateway.route_table import envelope
 
 PRIVATE = "org/private"

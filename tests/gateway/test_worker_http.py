@@ -1,4 +1,4 @@
-"""The worker hop's HTTP client (gateway/routing/worker_http.py) against a real socket server that answers the
+"""The worker hop's HTTP client (gateway/replicas/transport.py) against a real socket server that answers the
 way a worker can: keep-alive reuse, event lines split anywhere by chunked encoding, answers left unread, a
 worker that refuses, goes silent or hangs up mid-answer, and a consumer slower than the worker."""
 
@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.routing import worker_http
-from gateway.routing.worker_http import HIGH_WATER, WorkerConnectionError, WorkerHTTP
+from gateway.replicas import transport as worker_http
+from gateway.replicas.transport import HIGH_WATER, WorkerConnectionError, WorkerHTTP
 from tests.fixtures.servers import free_port
 
 

@@ -10,7 +10,7 @@ import gc
 from litestar import Litestar, get
 from litestar.response import Stream
 
-from gateway.write_timeout import write_timeout_middleware
+from gateway.edge.write_timeout import write_timeout_middleware
 
 
 def streaming_app(closed: asyncio.Event) -> Litestar:

@@ -20,7 +20,7 @@ import boto3
 import httpx
 import pytest
 
-from gateway.queue_metric import METRIC_NAME
+from gateway.endpoints.queue_metric import METRIC_NAME
 from tests.fixtures.local_aws import moto_server
 from tests.fixtures.sluice import running_sluice
 from tests.infra.terraform import Terraform

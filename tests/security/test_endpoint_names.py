@@ -5,7 +5,6 @@ in the envelope) and in the config file (one line, exit 1)."""
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
 

@@ -1,5 +1,5 @@
 """Network ↔ gateway: what one connection may hold before the app sees its request (`[http]` settings,
-gateway/http_limits.py), through the real `sluice serve` in front of the stub worker.
+gateway/edge/http_limits.py), through the real `sluice serve` in front of the stub worker.
 
 Raw sockets play the hostile clients: half-sent heads that stall, heads that trickle in, heads of megabytes,
 bodies that never finish, one address opening connection after connection. Other clients keep being served

@@ -23,8 +23,8 @@ import pytest
 
 from billing import bounds
 from billing.ledger import Ledger
-from billing.records import LedgerEntry
 from billing.pricing import PricingTable
+from billing.records import LedgerEntry
 from billing.usage import UsageQuery
 from billing.wal import MAX_FRAME, frame, list_segments, segment_path
 from common.errors import LedgerUnavailable

@@ -27,8 +27,8 @@ def one_torch_thread():
 def smol(tmp_path_factory):
     """float32 and unquantized, pinned: parity with transformers is exact there. On CUDA `auto` would load
     nf4 in bfloat16, whose kernels differ between a batch and a single row (bench/worker.py measures it)."""
-    from worker.loading import load_model
     from common.protocol import ModelConfig
+    from worker.loading import load_model
 
     os.environ["SLUICE_MODEL_CACHE"] = str(MODEL_CACHE)
     return load_model(ModelConfig(dtype="float32", quantization="none"), Path(tmp_path_factory.mktemp("data")))
@@ -38,8 +38,8 @@ def smol(tmp_path_factory):
 def smol_cpu(smol, tmp_path_factory):
     """The same weights on the CPU, for what runs there alone (W8A8 is FBGEMM's CPU kernels): `smol` itself
     unless a GPU holds it."""
-    from worker.loading import load_model
     from common.protocol import ModelConfig
+    from worker.loading import load_model
 
     if smol.device.type == "cpu":
         return smol
@@ -50,8 +50,8 @@ def smol_cpu(smol, tmp_path_factory):
 @contextlib.contextmanager
 def running_engine(smol, worker_id: str, **config):
     """A started Engine on the shared weights, stopped on exit."""
-    from worker.engine.engine import Engine
     from common.protocol import ModelConfig
+    from worker.engine.engine import Engine
 
     running = Engine(smol, ModelConfig(**config), worker_id)
     running.start()

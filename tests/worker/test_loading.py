@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from common.protocol import ModelConfig
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE
 from worker.engine.runner import ModelRunner, UnsupportedModel
@@ -20,11 +21,10 @@ from worker.loading import (
     ModelLoadError,
     default_gguf_path,
     file_sha256,
-    remembered_sha256,
     load_model,
+    remembered_sha256,
     resolve_source,
 )
-from common.protocol import ModelConfig
 
 
 def greedy(loaded, prompt: str, steps: int) -> list[int]:

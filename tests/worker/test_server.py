@@ -1,5 +1,5 @@
 """The worker's HTTP face: tokenizing off the event loop within bounds, and the secret it shares with
-its gateway (worker/secret.py, gateway/routing/worker_trust.py), through real servers and processes."""
+its gateway (worker/secret.py, gateway/replicas/trust.py), through real servers and processes."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ from common.protocol import (
     Token,
     ToolSpec,
 )
-from gateway.proxy import stream_events
-from gateway.routing.pool import Router
-from gateway.routing.worker_process import WorkerProcess
+from gateway.endpoints.provisioners.worker_process import WorkerProcess
+from gateway.replicas.pool import Router
+from gateway.replicas.relay import stream_events
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE, REPO, pid_alive
 from worker.server import MAX_DETOKENIZE_TOKENS, MAX_TOKENIZE_CHARS, create_worker_app

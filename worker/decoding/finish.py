@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from common.protocol import FinishReason
 from worker.decoding.grammar import GrammarState
 from worker.decoding.rows import RowSpec
-from common.protocol import FinishReason
 
 
 def finish_reason(

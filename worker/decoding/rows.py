@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from common.protocol import SamplingParams
 from worker.decoding.grammar import Grammar, GrammarState
 from worker.decoding.ngrams import NGramIndex
-from common.protocol import SamplingParams
 
 
 @dataclass

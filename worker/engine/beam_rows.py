@@ -13,12 +13,12 @@ import msgspec
 import structlog
 import torch
 
+from common.protocol import Done, Event, Finish, SamplingParams
 from worker.decoding.batch import DecodingBatch
 from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.engine.beams import BeamSearch
 from worker.engine.kv_cache import KVCache
 from worker.engine.sequence import RequestState, Sequence
-from common.protocol import Done, Event, Finish, SamplingParams
 
 log = structlog.get_logger(__name__)
 

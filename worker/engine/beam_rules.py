@@ -4,8 +4,8 @@ and no streaming with beams, DETERMINISTIC without top_k / top_p)."""
 
 from __future__ import annotations
 
-from worker.engine.prepare_errors import RequestError
 from common.protocol import GenerateRequest
+from worker.engine.prepare_errors import RequestError
 
 MAX_BEAMS = 31
 

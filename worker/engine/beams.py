@@ -23,9 +23,15 @@ from dataclasses import dataclass
 
 import torch
 
-from worker.decoding.beam_select import (DEAD, accumulate, length_normalised, sampled_candidates,
-                                         stochastic_candidates, top_candidates)
 from common.protocol import FinishReason, SamplingParams
+from worker.decoding.beam_select import (
+    DEAD,
+    accumulate,
+    length_normalised,
+    sampled_candidates,
+    stochastic_candidates,
+    top_candidates,
+)
 
 
 @dataclass

@@ -21,6 +21,17 @@ from pathlib import Path
 import structlog
 import torch
 
+from common.protocol import (
+    Accepted,
+    Done,
+    Error,
+    Finish,
+    GenerateRequest,
+    ModelConfig,
+    SamplingParams,
+    WorkerLoad,
+    floored_logprob,
+)
 from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.batch import DecodingBatch, RowSpec
 from worker.decoding.detokenizer import IncrementalDetokenizer
@@ -32,8 +43,7 @@ from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
 from worker.engine.fair_turns import FairTurns, tenant_of
-from worker.engine.outputs import (StepEvents, accepted_event, failure_event, finish_event, requested_ids,
-                                   token_event)
+from worker.engine.outputs import StepEvents, accepted_event, failure_event, finish_event, requested_ids, token_event
 from worker.engine.prepare import PreparedRequest, RequestError, prepare
 from worker.engine.row_faults import broken_rows, choose_isolating
 from worker.engine.runner import ModelRunner, StepOutput
@@ -43,8 +53,6 @@ from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel
 from worker.lora.errors import AdapterError
 from worker.lora.store import AdapterStore
-from common.protocol import (Accepted, Done, Error, Finish, GenerateRequest, ModelConfig, SamplingParams,
-                             WorkerLoad, floored_logprob)
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)

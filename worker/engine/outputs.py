@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import structlog
 
-from worker.engine.sequence import RequestState, Sequence
 from common.protocol import Accepted, Error, Event, Finish, PromptToken, SamplingParams, Token, ToolCall, TopLogprob
+from worker.engine.sequence import RequestState, Sequence
 
 log = structlog.get_logger(__name__)
 

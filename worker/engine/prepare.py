@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
+from common.protocol import GenerateRequest, SamplingParams
 from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.engine.beam_rules import validate_beams
 from worker.engine.prepare_errors import RequestError
 from worker.engine.validate import normalise_params, validate_params
 from worker.tools import ToolError, ToolPlan, check_tools, plan_tools, render_chat
-from common.protocol import GenerateRequest, SamplingParams
 
 __all__ = ["PreparedRequest", "RequestError", "prepare"]
 

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from common.protocol import Event, FinishReason
 from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.stops import StopMatcher
 from worker.engine.prepare import PreparedRequest
 from worker.tools import CallParser
-from common.protocol import Event, FinishReason
 
 
 @dataclass

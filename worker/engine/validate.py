@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from worker.engine.prepare_errors import RequestError
 from common.protocol import SamplingParams
+from worker.engine.prepare_errors import RequestError
 
 MAX_STOPS = 16
 MAX_STOP_LENGTH = 256

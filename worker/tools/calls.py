@@ -12,8 +12,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from worker.tools.syntax import CallSyntax
 from common.protocol import ToolCall, ToolCallDelta
+from worker.tools.syntax import CallSyntax
 
 _SCALAR = set("0123456789+-.eEtrufalsn")  # characters of numbers, true, false, null
 

@@ -14,11 +14,11 @@ import json
 
 import xgrammar as xgr
 
+from common.protocol import Constraint, FunctionTool, ToolSpec
 from worker.decoding.grammar.compiler import _clean
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.tools.errors import ToolError
 from worker.tools.syntax import CallSyntax
-from common.protocol import Constraint, FunctionTool, ToolSpec
 
 NO_PARAMETERS = {"type": "object", "properties": {}}  # OpenAI: no `parameters` means an empty list
 

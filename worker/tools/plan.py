@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.protocol import GenerateRequest
 from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.tools.calls import CallParser
 from worker.tools.errors import ToolError
 from worker.tools.grammar import arguments_grammar, tools_constraint
 from worker.tools.prompt import call_syntax, offered
 from worker.tools.syntax import CallSyntax
-from common.protocol import GenerateRequest
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule; it also keeps names literal inside the call syntax
 

@@ -15,9 +15,9 @@ import json
 import jinja2
 import jinja2.meta
 
+from common.protocol import FunctionTool, ToolSpec
 from worker.tools.errors import ToolError
 from worker.tools.syntax import JSON_CALLS, CallSyntax, syntax_of
-from common.protocol import FunctionTool, ToolSpec
 
 # TGI's default `tool_prompt` (the seed's openapi.json shows it as the example)
 DEFAULT_TOOL_PROMPT = (

@@ -16,17 +16,6 @@ from typing import Any
 
 import msgspec
 
-from gateway.collect import Result
-from gateway.dialects import bounds
-from gateway.dialects.anthropic.request import (
-    MAX_STOP_SEQUENCES,
-    TOLERATED,
-    MessagesBody,
-    conversation,
-    tools,
-)
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, fail, required, unknown_fields
-from gateway.errors import ContextTooLong, Overloaded, SluiceError, ValidationFailed
 from common.protocol import (
     Accepted,
     Done,
@@ -38,6 +27,17 @@ from common.protocol import (
     ToolCall,
     ToolCallDelta,
 )
+from gateway.dialects import bounds
+from gateway.dialects.anthropic.request import (
+    MAX_STOP_SEQUENCES,
+    TOLERATED,
+    MessagesBody,
+    conversation,
+    tools,
+)
+from gateway.errors import ContextTooLong, Overloaded, SluiceError, ValidationFailed
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, fail, required, unknown_fields
 
 STOP_REASONS = {"eos_token": "end_turn", "stop_token": "end_turn", "stop_sequence": "stop_sequence",
                 "length": "max_tokens", "tool_calls": "tool_use"}

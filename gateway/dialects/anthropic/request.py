@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.dialects import bounds
-from gateway.dialects.base import check, fail, required
-from gateway.dialects.openai.tools import tool_spec
 from common.protocol import ToolSpec
+from gateway.dialects import bounds
+from gateway.dialects.openai.tools import tool_spec
+from gateway.serving.dialect import check, fail, required
 
 # Anthropic parameters that change nothing here: accepted and ignored
 TOLERATED = frozenset({"metadata", "service_tier", "container", "mcp_servers"})

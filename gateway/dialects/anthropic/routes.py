@@ -13,17 +13,17 @@ from litestar import Request, Router, post
 from litestar.di import Provide
 from litestar.response import Response, Stream
 
-from gateway.dialects.anthropic.dialect import MESSAGES
-from gateway.dialects.anthropic.request import TOLERATED, CountTokensBody, MessagesBody, conversation, tools
-from gateway.dialects.base import convert, required, unknown_fields
-from gateway.dialects.openapi import documented
-from gateway.direct_routes import DIRECT
-from gateway.errors import Unavailable, ValidationFailed
-from gateway.generation import handle_generation
-from gateway.services import Services
-from gateway.tokenizer import JSON_HEADERS, tokenizer_call
 from common.json_body import read_json
 from common.protocol import TokenSpan
+from gateway.dialects.anthropic.dialect import MESSAGES
+from gateway.dialects.anthropic.request import TOLERATED, CountTokensBody, MessagesBody, conversation, tools
+from gateway.dialects.fast_path import DIRECT
+from gateway.dialects.openapi import documented
+from gateway.errors import Unavailable, ValidationFailed
+from gateway.serving.dialect import convert, required, unknown_fields
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
+from gateway.serving.tokenize import JSON_HEADERS, tokenizer_call
 
 _json = msgspec.json.Encoder()
 

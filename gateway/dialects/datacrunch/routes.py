@@ -11,14 +11,14 @@ import msgspec
 from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
-from auth.middleware import PUBLIC, is_admin_caller
 from common.errors import retry_after_header
+from gateway.authentication.middleware import PUBLIC, is_admin_caller
+from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import TGI_DOC, TGI_STREAM_DOC
-from gateway.direct_routes import DIRECT
 from gateway.errors import UNREADY_RETRY_S
-from gateway.generation import handle_generation
-from gateway.services import Services
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
 
 DEFAULT_MAX_NEW_TOKENS = 20
 GENERATE = TGI(DEFAULT_MAX_NEW_TOKENS, stream=False)

@@ -8,13 +8,13 @@ from litestar import Request, Router, post
 from litestar.response import Response, Stream
 
 from common.headers import header
-from gateway.dialects.friendli.legacy import wants_legacy
+from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
+from gateway.dialects.openai.friendli_legacy import wants_legacy
 from gateway.dialects.openapi import documented
-from gateway.direct_routes import DIRECT
-from gateway.generation import handle_generation
-from gateway.services import Services
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
 
 COMPLETIONS = OpenAICompletions(friendli=True)
 COMPLETIONS_LEGACY = OpenAICompletions(friendli=True, legacy_header=True)

@@ -20,12 +20,12 @@ import uuid
 
 import msgspec
 
-from gateway.collect import Result
-from gateway.dialects.base import Meta, Parsed, check, convert, incomplete
+from common.protocol import GenerateRequest, SamplingParams
 from gateway.dialects.openai.chat import normalise_messages
 from gateway.dialects.openai.completions import FINISH, OpenAICompletions, Options, usage
 from gateway.dialects.openai.request import MAX_BEAMS
-from common.protocol import GenerateRequest, SamplingParams
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Meta, Parsed, check, convert, incomplete
 
 MOCK_TEXT = "This is a mock response from Sluice; no model was run."
 

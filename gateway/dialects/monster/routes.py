@@ -5,11 +5,11 @@ from __future__ import annotations
 from litestar import Request, Router, post
 from litestar.response import Response, Stream
 
+from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.monster.dialect import MonsterBody, MonsterGenerate
 from gateway.dialects.openapi import documented
-from gateway.direct_routes import DIRECT
-from gateway.generation import handle_generation
-from gateway.services import Services
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
 
 MONSTER = MonsterGenerate()
 

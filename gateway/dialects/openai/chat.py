@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from gateway.collect import Result
+from common.protocol import Done, Event, Finish, GenerateRequest, Token, ToolCallDelta
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, required, sse
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from gateway.dialects.openai.tools import delta_call, history_calls, message_calls, tool_spec
 from gateway.errors import ValidationFailed
-from common.protocol import Done, Event, Finish, GenerateRequest, Token, ToolCallDelta
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Meta, Parsed, check, convert, fail, incomplete, required, sse
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOP_LOGPROBS = 20

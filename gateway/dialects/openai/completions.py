@@ -12,16 +12,16 @@ import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from gateway.collect import Choice, Result
+from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
 from gateway.dialects import bounds
-from gateway.dialects.base import Meta, Parsed, check, convert, fail, incomplete, required, sse
-from gateway.dialects.friendli.legacy import is_legacy, legacy_stream
 from gateway.dialects.openai.errors import completions_wording
 from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.openai.friendli_legacy import is_legacy, legacy_stream
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
-from common.protocol import Accepted, Done, Event, Finish, GenerateRequest, PromptToken, Token
+from gateway.serving.collect import Choice, Result
+from gateway.serving.dialect import Meta, Parsed, check, convert, fail, incomplete, required, sse
 
-# a failed choice ("error", "cancelled") never reaches rendering: gateway.generation.honest fails the request
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.pipeline.honest fails the request
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "tool_calls": "tool_calls"}
 MAX_LOGPROBS = 20

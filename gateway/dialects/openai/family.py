@@ -8,9 +8,9 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects.base import Dialect, unknown_fields
 from gateway.dialects.openai.errors import Wording, as_openai, chat_wording
 from gateway.errors import SluiceError, UnknownParameter
+from gateway.serving.dialect import Dialect, unknown_fields
 
 # OpenAI parameters that change nothing here (storage, tagging, caching hints): accepted and ignored
 OPENAI_TOLERATED = frozenset({"store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier"})

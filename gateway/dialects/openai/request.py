@@ -13,9 +13,9 @@ from typing import Literal
 
 import msgspec
 
-from gateway.dialects import bounds
-from gateway.dialects.base import check, fail
 from common.protocol import Constraint, SamplingParams, Watermark
+from gateway.dialects import bounds
+from gateway.serving.dialect import check, fail
 
 MAX_STOPS = 4  # OpenAI's own limit; the other bounds are gateway.dialects.bounds
 MAX_BEAMS = 31

@@ -1,7 +1,7 @@
 """OpenAI routes (also Friendli's container paths): `/v1/completions`, `/v1/chat/completions`, `/v1/models`.
 
 `X-API-Dialect: friendli-legacy` forces Friendli's legacy completions stream; the body's legacy-only
-keys select it too (see `gateway.dialects.friendli.legacy`).
+keys select it too (see `gateway.dialects.openai.friendli_legacy`).
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
 from common.headers import header
-from gateway.dialects.friendli.legacy import wants_legacy
+from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.openai.chat import ChatBody, OpenAIChat
 from gateway.dialects.openai.completions import CompletionBody, OpenAICompletions
+from gateway.dialects.openai.friendli_legacy import wants_legacy
 from gateway.dialects.openapi import documented
-from gateway.adapters import SEPARATOR
-from gateway.direct_routes import DIRECT
+from gateway.endpoints.adapters import SEPARATOR
 from gateway.errors import NotFound
-from gateway.generation import handle_generation
-from gateway.services import Services
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
 
 OPENAI = OpenAICompletions()
 OPENAI_LEGACY = OpenAICompletions(legacy_header=True)

@@ -13,9 +13,9 @@ import re
 import jsonschema
 import msgspec
 
-from gateway.dialects import bounds
-from gateway.dialects.base import check
 from common.protocol import FunctionTool, ToolCall, ToolCallDelta, ToolSpec
+from gateway.dialects import bounds
+from gateway.serving.dialect import check
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 MODES = ("none", "auto", "required")

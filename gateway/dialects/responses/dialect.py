@@ -16,13 +16,13 @@ from typing import Any
 
 import msgspec
 
-from gateway.collect import Result
-from gateway.dialects.base import Meta, Parsed, check, convert, required
+from common.protocol import Done, Event, Finish, GenerateRequest, SamplingParams, Token, ToolCall, ToolCallDelta
 from gateway.dialects.openai.errors import chat_wording
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.responses.request import TOLERATED, ResponsesBody, input_turns, text_format, tools
 from gateway.errors import UnknownParameter
-from common.protocol import Done, Event, Finish, GenerateRequest, SamplingParams, Token, ToolCall, ToolCallDelta
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Meta, Parsed, check, convert, required
 
 _json = msgspec.json.Encoder()
 

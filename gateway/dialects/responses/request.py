@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import msgspec
 
+from common.protocol import Constraint, ToolSpec
 from gateway.dialects import bounds
-from gateway.dialects.base import check, fail, required
 from gateway.dialects.openai.family import OPENAI_TOLERATED
 from gateway.dialects.openai.request import constraint
 from gateway.dialects.openai.tools import tool_spec
 from gateway.errors import BadRequest
-from common.protocol import Constraint, ToolSpec
+from gateway.serving.dialect import check, fail, required
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")

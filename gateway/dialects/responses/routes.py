@@ -13,14 +13,14 @@ from litestar.di import Provide
 from litestar.response import Response, Stream
 
 from auth import Principal
+from common.json_body import read_json
 from gateway.dialects.openapi import documented
 from gateway.dialects.responses.dialect import OpenAIResponses
 from gateway.dialects.responses.request import ResponsesBody
 from gateway.dialects.responses.store import ResponseStore, response_store
 from gateway.errors import NotFound, SluiceError, ValidationFailed
-from gateway.generation import handle_generation
-from gateway.services import Services
-from common.json_body import read_json
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
 
 DEFAULT = OpenAIResponses()  # renders the errors of these routes
 MAX_ID_CHARS = 128

@@ -13,9 +13,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.collect import Result
+from common.protocol import (
+    Accepted,
+    Done,
+    Event,
+    Finish,
+    GenerateRequest,
+    Token,
+    TopLogprob,
+)
 from gateway.dialects import bounds
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
 from gateway.dialects.sglang.request import (
     BodyInvalid,
     SGLangBody,
@@ -27,15 +34,8 @@ from gateway.dialects.sglang.request import (
     sampling,
 )
 from gateway.errors import SluiceError, ValidationFailed
-from common.protocol import (
-    Accepted,
-    Done,
-    Event,
-    Finish,
-    GenerateRequest,
-    Token,
-    TopLogprob,
-)
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, incomplete, sse
 
 
 @dataclass

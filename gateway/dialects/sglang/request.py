@@ -8,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects import bounds
-from gateway.dialects.base import check, unknown_fields
-from gateway.errors import ValidationFailed
 from common.protocol import Constraint, SamplingParams
+from gateway.dialects import bounds
+from gateway.errors import ValidationFailed
+from gateway.serving.dialect import check, unknown_fields
 
 SGLANG_KEYS = {"text", "input_ids", "input_embeds", "sampling_params"}
 UNSUPPORTED_INPUTS = ("image_data", "audio_data", "video_data")

@@ -10,19 +10,19 @@ from litestar.di import Provide
 from litestar.response import Response
 
 from auth import Principal
-from auth.middleware import PUBLIC, optional_principal
-from gateway.dialects.base import convert
+from common.json_body import read_json
+from common.protocol import DetokenizeResponse
+from gateway.authentication.middleware import PUBLIC, optional_principal
 from gateway.dialects.openapi import documented
 from gateway.dialects.sglang.dialect import SGLANG
 from gateway.dialects.sglang.docs import ERRORS, ErrorDoc, ModelInfoDoc
 from gateway.dialects.sglang.request import BodyInvalid, DetokenizeBody, TokenizeBody
 from gateway.errors import ValidationFailed
-from gateway.routing.pool import ready_replica
-from gateway.services import Services
-from gateway.tokenizer import detokenize as worker_detokenize
-from gateway.tokenizer import tokenize, tokenizer_call
-from common.json_body import read_json
-from common.protocol import DetokenizeResponse
+from gateway.replicas.pool import ready_replica
+from gateway.serving.dialect import convert
+from gateway.serving.services import Services
+from gateway.serving.tokenize import detokenize as worker_detokenize
+from gateway.serving.tokenize import tokenize, tokenizer_call
 
 
 def body_of(payload: Any, kind: type):
@@ -81,7 +81,7 @@ async def get_server_info(request: Request, services: Services) -> dict:
      tags=["SGLang"],
      opt=PUBLIC, operation_class=documented(None, {200: ("Healthy", None), 503: ("Unhealthy", None)}))
 async def health_generate(services: Services) -> Response:
-    """Served from the cached probe (`gateway.health_probe`): at most one generation per interval."""
+    """Served from the cached probe (`gateway.serving.health_probe`): at most one generation per interval."""
     return Response(b"", status_code=200 if await services.probe.healthy() else 503)
 
 

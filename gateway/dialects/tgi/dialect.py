@@ -13,10 +13,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.collect import Choice, Result
-from gateway.dialects.base import Dialect, Meta, Parsed, check, convert, incomplete, sse
-from gateway.dialects.tgi.request import GenerateBody, Parameters, grammar_constraint, sampling_of, validate
-from gateway.errors import SluiceError
 from common.protocol import (
     Accepted,
     Event,
@@ -26,8 +22,12 @@ from common.protocol import (
     Token,
     Watermark,
 )
+from gateway.dialects.tgi.request import GenerateBody, Parameters, grammar_constraint, sampling_of, validate
+from gateway.errors import SluiceError
+from gateway.serving.collect import Choice, Result
+from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, incomplete, sse
 
-# a failed choice ("error", "cancelled") never reaches rendering: gateway.generation.honest fails the request
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.pipeline.honest fails the request
 FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence", "stop_token": "eos_token"}
 # status -> TGI's own error_type (validation 422, generation 424, overloaded 429, incomplete_generation 500): what
 # huggingface_hub maps to its typed errors. A refusal TGI itself never makes (401, 403, 404, timeouts: the proxy in

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects import bounds
-from gateway.dialects.base import check
 from common.protocol import Constraint
+from gateway.dialects import bounds
+from gateway.serving.dialect import check
 
 MAX_STOP_SEQUENCES = 4
 MAX_BEST_OF = 4

@@ -9,16 +9,16 @@ from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
 from auth import Principal
-from auth.middleware import PUBLIC, optional_principal
+from common.protocol import TokenSpan
+from gateway.authentication.middleware import PUBLIC, optional_principal
+from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import COMPAT_DOC, INFO_DOC, TGI_STREAM_DOC
 from gateway.dialects.tgi.request import MAX_BEST_OF, MAX_STOP_SEQUENCES
 from gateway.errors import Unavailable
-from gateway.direct_routes import DIRECT
-from gateway.generation import handle_generation
-from gateway.services import Services
-from gateway.tokenizer import tokenize, tokenizer_call
-from common.protocol import TokenSpan
+from gateway.serving.pipeline import handle_generation
+from gateway.serving.services import Services
+from gateway.serving.tokenize import tokenize, tokenizer_call
 
 GENERATE = TGI(100, stream=False)
 GENERATE_STREAM = TGI(100, stream=True)

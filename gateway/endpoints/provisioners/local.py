@@ -1,6 +1,6 @@
 """Worker processes on this machine (`python -m worker`), started and stopped on demand.
 
-Each replica is one process on a free port, dying with the gateway (gateway/routing/worker_process.py):
+Each replica is one process on a free port, dying with the gateway (gateway/endpoints/provisioners/worker_process.py):
 the standby spare when there is one (already imported: standby.py), a new process otherwise.
 A process that exits is reported once by `observe`, with its last stderr line; the controller decides
 whether to start another (crash loop and load failures make the endpoint `failed` instead).
@@ -15,7 +15,7 @@ from pathlib import Path
 from common.protocol import ModelConfig
 from gateway.endpoints.provisioners.base import Observation, Provisioner, ReplicaAddress, ReplicaExit
 from gateway.endpoints.provisioners.standby import StandbyWorkers
-from gateway.routing.worker_process import WorkerProcess
+from gateway.endpoints.provisioners.worker_process import WorkerProcess
 
 
 class LocalProvisioner(Provisioner):

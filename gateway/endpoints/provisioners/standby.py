@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 
 from common.worker_launch import STANDBY_READY
-from gateway.routing.worker_process import WorkerProcess
+from gateway.endpoints.provisioners.worker_process import WorkerProcess
 
 
 class StandbyWorkers:

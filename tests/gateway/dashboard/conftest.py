@@ -19,8 +19,8 @@ import uvicorn
 from playwright.async_api import async_playwright
 
 from common.protocol import ModelConfig
-from gateway.app import create_app
 from gateway.config import Settings
+from gateway.edge.app import create_app
 from tests.fixtures.servers import free_port
 
 CHROMIUM = "/usr/bin/chromium"

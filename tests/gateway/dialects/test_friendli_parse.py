@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dialects.friendli.legacy import LEGACY_KEYS, is_legacy
-from gateway.dialects.openai.completions import OpenAICompletions
 from gateway.dialects.openai.chat import OpenAIChat
+from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.dialects.openai.friendli_legacy import LEGACY_KEYS, is_legacy
 from gateway.errors import ValidationFailed
 
 FRIENDLI = OpenAICompletions(friendli=True)

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gateway.dialects.openai.completions import OpenAICompletions
-from gateway.dialects.openai.chat import OpenAIChat
-from gateway.errors import ValidationFailed
 from common.protocol import Constraint
+from gateway.dialects.openai.chat import OpenAIChat
+from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.errors import ValidationFailed
 
 M = "m"
 COMPLETIONS = OpenAICompletions()

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from gateway.collect import Result
-from gateway.dialects.base import Meta
+from common.protocol import Done, Finish, Token, ToolCall, ToolCallDelta
 from gateway.dialects.openai.chat import OpenAIChat
 from gateway.errors import ValidationFailed
-from common.protocol import Done, Finish, Token, ToolCall, ToolCallDelta
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Meta
 
 CHAT = OpenAIChat()
 FRIENDLI = OpenAIChat(friendli=True)

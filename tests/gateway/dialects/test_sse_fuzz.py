@@ -1,4 +1,4 @@
-"""Fuzzing the gateway's SSE writer (`sse` in gateway/dialects/base.py), which frames every streamed
+"""Fuzzing the gateway's SSE writer (`sse` in gateway/serving/dialect.py), which frames every streamed
 chunk of every dialect: whatever JSON value a renderer hands it, it writes one `data:` line that decodes
 back to that value, and no exception escapes. Seeds are fixed (derandomize)."""
 
@@ -10,7 +10,7 @@ import msgspec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.dialects.base import sse
+from gateway.serving.dialect import sse
 
 # what renderers build: worker text (no lone surrogates: msgspec decoded it), numbers, nested objects;
 # a non-finite float is what a broken number would be

@@ -13,7 +13,7 @@ import pytest
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Activator, Availability, Lease, StillWaiting
 from gateway.endpoints.errors import EndpointUnavailable
-from gateway.routing.pool import ModelPool, Replica
+from gateway.replicas.pool import ModelPool, Replica
 
 
 class Endpoint:

@@ -12,9 +12,9 @@ import pytest
 from common.protocol import Accepted, Done, GenerateRequest, Token
 from gateway.endpoints.activator import Activator, Availability, Lease
 from gateway.errors import Overloaded, Unavailable, WorkerLost
-from gateway.proxy import stream_events
-from gateway.routing.failover import stream_with_failover
-from gateway.routing.pool import Router
+from gateway.replicas.failover import stream_with_failover
+from gateway.replicas.pool import Router
+from gateway.replicas.relay import stream_events
 from tests.gateway.endpoints.stub_worker import TOKENS, StubWorker
 
 REQUEST = GenerateRequest(request_id="r1", model="stub", prompt="hi")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import uuid
 
-from worker.engine.engine import Engine
 from common.protocol import Done, Error, Finish, GenerateRequest, SamplingParams
+from worker.engine.engine import Engine
 
 
 class Collector:

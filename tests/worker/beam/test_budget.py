@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from common.protocol import Accepted, ModelConfig
 from tests.worker.beam.helpers import Collector, request, run_all
 from tests.worker.beam.tiny import tiny_model
 from worker.engine.engine import Engine
-from common.protocol import Accepted, ModelConfig
 
 BEAMS = [dict(num_beams=3, max_tokens=24, min_tokens=24),
          dict(num_beams=2, n=2, max_tokens=18, min_tokens=18, beam_search_type="NAIVE_SAMPLING", seed=[4])]

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from common.protocol import Constraint, GenerateRequest, SamplingParams
 from tests.worker.beam.helpers import request
 from tests.worker.beam.tiny import tiny_model
 from worker.engine.prepare import RequestError
-from common.protocol import Constraint, GenerateRequest, SamplingParams
 
 PROMPT = [1, 2, 5]
 
 
 @pytest.fixture(scope="module")
 def engine():
-    from worker.engine.engine import Engine
     from common.protocol import ModelConfig
+    from worker.engine.engine import Engine
 
     return Engine(tiny_model(), ModelConfig(max_batch_size=8, max_context=64))  # prepare needs no thread
 

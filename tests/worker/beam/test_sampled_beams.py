@@ -20,8 +20,8 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny):
-    from worker.engine.engine import Engine
     from common.protocol import ModelConfig
+    from worker.engine.engine import Engine
 
     running = Engine(tiny, ModelConfig(max_batch_size=64, max_context=64, max_queue=4096), "tiny-worker")
     running.start()

@@ -20,8 +20,8 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
-from worker.decoding import RowSpec
 from common.protocol import SamplingParams
+from worker.decoding import RowSpec
 
 
 def spec(prompt: list[int], seed: int = 0, eos: list[int] | None = None, bad_word_ids=None, **params) -> RowSpec:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from common.protocol import Watermark
 from tests.worker.decoding.helpers import spec
 from worker.decoding import DecodingBatch, watermark_z_score
 from worker.decoding.watermark import green_mask, is_green
-from common.protocol import Watermark
 
 V = 1000
 

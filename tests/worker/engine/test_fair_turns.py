@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
+from common.protocol import Accepted
 from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import Run, request
 from worker.engine.fair_turns import FairTurns
 from worker.engine.sequence import RequestState
-from common.protocol import Accepted
 
 
 @pytest.fixture(scope="module")

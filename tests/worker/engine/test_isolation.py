@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 
+from common.protocol import Error, ModelConfig
 from tests.worker.beam.tiny import WORDS, tiny_model
 from tests.worker.conftest import running_engine
 from tests.worker.decoding.helpers import spec
@@ -23,7 +24,6 @@ from tests.worker.engine.runs import request, submit
 from worker.decoding import DecodingBatch
 from worker.engine.engine import Engine
 from worker.engine.row_faults import choose_isolating
-from common.protocol import Error, ModelConfig
 
 SUN = WORDS.index("sun")
 # the requests that must not notice: greedy, seeded sampling with two choices, and a beam search; none

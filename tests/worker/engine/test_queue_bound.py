@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from common.protocol import Error, ModelConfig
 from tests.worker.beam.tiny import tiny_model
 from tests.worker.engine.runs import request, submit
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
-from common.protocol import Error, ModelConfig
 
 
 def test_max_queue_bounds_what_the_engine_has_not_taken_in_yet():

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from common.protocol import ModelConfig
 from gateway.config import load_settings
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.runner import MIN_GROUP_ROWS, ModelRunner
 from worker.engine.w8a8 import quantize_runner
-from common.protocol import ModelConfig
 from worker.threads import decode_threads
 
 LENGTHS = [5, 9, 3, 12, 7, 7, 2, 10]  # unequal: the attention mask is exercised

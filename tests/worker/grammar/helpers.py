@@ -8,9 +8,9 @@ import re
 
 import jsonschema
 
+from common.protocol import Constraint, Finish, GenerateRequest, SamplingParams
 from tests.worker.engine.runs import Run
 from tests.worker.engine.runs import submit as engine_submit
-from common.protocol import Constraint, Finish, GenerateRequest, SamplingParams
 
 _ids = itertools.count()
 

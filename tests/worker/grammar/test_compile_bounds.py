@@ -10,8 +10,8 @@ import time
 import psutil
 import pytest
 
-from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 from common.protocol import Constraint
+from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 
 
 def schema(value: dict) -> Constraint:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import pytest
 
+from common.protocol import Constraint
 from tests.worker.grammar.corpus import REGEXES, SCHEMAS
 from tests.worker.grammar.helpers import (
     ask,
@@ -15,7 +16,6 @@ from tests.worker.grammar.helpers import (
     schema_constraint,
     submit,
 )
-from common.protocol import Constraint
 
 MODES = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.9, "top_p": 0.95, "seed": [7]}}
 MAX_TOKENS = 200

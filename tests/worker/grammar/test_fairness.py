@@ -8,12 +8,12 @@ import time
 
 import pytest
 
+from common.protocol import Constraint, ModelConfig
 from tests.worker.engine.runs import request
 from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestError
-from common.protocol import Constraint, ModelConfig
 
 
 def heavy(index: int) -> Constraint:

@@ -8,6 +8,7 @@ import time
 
 import jsonschema
 
+from common.protocol import Constraint, SamplingParams
 from tests.worker.grammar.corpus import EBNF, EBNF_PATTERN
 from tests.worker.grammar.helpers import (
     ask,
@@ -19,7 +20,6 @@ from tests.worker.grammar.helpers import (
 )
 from worker.decoding.batch import DecodingBatch
 from worker.decoding.rows import RowSpec
-from common.protocol import Constraint, SamplingParams
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                            "age": {"type": "integer", "minimum": 0, "maximum": 120}},

@@ -11,11 +11,11 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from common.protocol import AdapterRef
 from tests.worker.engine.runs import request, submit
 from worker.loading import LoadedModel
 from worker.lora.adapter import LoraAdapter, lay_out, model_shape
 from worker.lora.peft_format import read_adapter
-from common.protocol import AdapterRef
 
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 EVERY = ATTENTION + ["gate_proj", "up_proj", "down_proj"]

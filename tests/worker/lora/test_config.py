@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from gateway.config import load_settings
 from common.protocol import AdapterRef, GenerateRequest, ModelConfig
+from gateway.config import load_settings
 
 
 def test_defaults_and_a_valid_table():

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.worker.conftest import running_engine
+from common.protocol import AdapterRef
 from tests.worker.beam.test_parity import reference as beam_reference
+from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import request, submit
 from tests.worker.lora.adapters import laid_out, merged, references, serve_greedy
 from worker.engine.runner import ModelRunner
-from common.protocol import AdapterRef
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "List three colors:"]
 ROWS = ["attention", None, "mlp", "every", "attention", "qv", None, "every", "mlp"]  # 9 rows: two row groups

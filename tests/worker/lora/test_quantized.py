@@ -11,12 +11,12 @@ import pytest
 import torch
 from peft import PeftModel
 
+from common.protocol import ModelConfig
 from tests.worker.conftest import running_engine
 from tests.worker.lora.adapters import EVERY, greedy, laid_out, merged, serve_greedy, write_adapter
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear, quantize_runner
 from worker.loading import load_model
-from common.protocol import ModelConfig
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 TEXTS = ["The history of the river town begins with a ferry crossing, a mill and a handful of farms. Merchants",

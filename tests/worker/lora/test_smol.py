@@ -8,11 +8,11 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
+from common.protocol import AdapterRef, Done, Error, Finish, GenerateRequest, ModelInfo, SamplingParams, decode_event
 from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import request, submit
 from tests.worker.lora.adapters import ATTENTION, EVERY, references, serve_greedy, write_adapter
 from worker.server import create_worker_app
-from common.protocol import AdapterRef, Done, Error, Finish, GenerateRequest, ModelInfo, SamplingParams, decode_event
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.protocol import ModelInfo
 from tests.worker.conftest import running_engine
 from tests.worker.tools.helpers import serving
-from common.protocol import ModelInfo
 from worker.server import create_worker_app
 
 

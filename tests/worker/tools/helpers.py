@@ -15,8 +15,6 @@ import jsonschema
 import msgspec
 import uvicorn
 
-from tests.fixtures.servers import free_port, wait_for_port
-
 from common.protocol import (
     Accepted,
     Done,
@@ -30,6 +28,7 @@ from common.protocol import (
     ToolSpec,
     decode_event,
 )
+from tests.fixtures.servers import free_port, wait_for_port
 
 WEATHER = FunctionTool(name="get_weather", description="Current weather in a city", parameters={
     "type": "object", "required": ["city"],

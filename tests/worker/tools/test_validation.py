@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.worker.tools.helpers import TIME, TOOLS, WEATHER, chat, post
 from common.protocol import Constraint, FunctionTool, GenerateRequest, SamplingParams, ToolSpec
+from tests.worker.tools.helpers import TIME, TOOLS, WEATHER, chat, post
 
 
 def tool(name: str = "f", parameters=None) -> FunctionTool:

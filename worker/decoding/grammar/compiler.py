@@ -28,11 +28,11 @@ from functools import partial
 
 import xgrammar as xgr
 
+from common.protocol import Constraint
 from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran, CompileProcess, start_server
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.threads import in_background
-from common.protocol import Constraint
 
 
 class GrammarError(ValueError):

@@ -24,7 +24,7 @@ resource "aws_sns_topic_subscription" "email" {
 # other than 503. A 503 is the gateway shedding on purpose (an endpoint still waking from zero, its wait or
 # queue bound reached, a drain): the activator-queue and worker-start alarms page for a cold start that never
 # ends, so HTTPCode_Target_5XX_Count, which counts those 503s too, is not in this rate. The gateway's 5xx come
-# from its one JSON line per request (gateway/logs.py: `http_status` on generation requests, `status` on others).
+# from its one JSON line per request (gateway/edge/access_log.py: `http_status` on generation requests, `status` on others).
 resource "aws_cloudwatch_log_metric_filter" "unintended_5xx" {
   name           = "${var.name}-gateway-unintended-5xx"
   log_group_name = aws_cloudwatch_log_group.service["gateway"].name
@@ -167,7 +167,7 @@ resource "aws_sns_topic_policy" "alarms" {
 data "aws_caller_identity" "current" {}
 
 # the requests waiting in the gateways' activators, summed over endpoints: each gateway task sends the highest
-# depth it saw in each minute (gateway/queue_metric.py, `[cloudwatch]` in the rendered config), no dimensions;
+# depth it saw in each minute (gateway/endpoints/queue_metric.py, `[cloudwatch]` in the rendered config), no dimensions;
 # `Maximum` is the fullest queue of any one task
 resource "aws_cloudwatch_metric_alarm" "activator_queue" {
   alarm_name          = "${var.name}-activator-queue-depth"

@@ -11,6 +11,6 @@ output "alarm_topic_arn" {
 }
 
 output "activator_queue_metric_namespace" {
-  description = "Where the gateways publish ActivatorQueueDepth (gateway/queue_metric.py) for the queue alarm."
+  description = "Where the gateways publish ActivatorQueueDepth (gateway/endpoints/queue_metric.py) for the queue alarm."
   value       = aws_cloudwatch_metric_alarm.activator_queue.namespace
 }

@@ -106,7 +106,7 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
       "region = \"eu-west-1\"",
       "port = 8100",
       "",
-      "# the activator's queue depth, for the alarm modules/observability sets (gateway/queue_metric.py)",
+      "# the activator's queue depth, for the alarm modules/observability sets (gateway/endpoints/queue_metric.py)",
       "[cloudwatch]",
       "namespace = \"Sluice/sluice-test\"",
       "region = \"eu-west-1\"",

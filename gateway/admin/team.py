@@ -1,0 +1,97 @@
+"""The /v1/team router: what a team's own keys may see and do, by role (README: Roles).
+
+- every key of the team (member, owner, service key): `GET /v1/team` (the team, its limits, the caller's role)
+- owners (and admin keys, for the team they name): the team's members, and its keys (auth/team_keys.py, under
+  the rule of auth/policy.py): list every key that can act in the team, create and rotate service keys, revoke
+  them, block a member's personal key in this team (`POST|DELETE /keys/{id}/block`). Membership, team limits,
+  personal and admin keys stay with the operator (`/admin`).
+
+The team is the billed team of the request (`X-Team-Id`, else the key's team), as everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, Router, delete, get, post
+from litestar.di import Provide
+
+from auth.admin import Actor
+from auth.models import BlockKey, CreateTeamKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
+from auth.policy import Manager
+from auth.service import AuthService, Principal
+from common.json_body import read_json, read_optional_json
+from gateway.admin.identity import ListOut, actor_of
+from gateway.authentication.headers import body_as
+from gateway.authentication.middleware import auth_service, require_owner
+
+
+class TeamView(msgspec.Struct):
+    id: str
+    limits: Limits | None
+    role: str  # "owner", "member", "service" (a service key) or "admin"
+
+
+def _role(principal: Principal) -> str:
+    return "admin" if principal.is_admin else principal.role or "service"
+
+
+@get("/")
+async def my_team(request: Request) -> TeamView:
+    principal: Principal = request.user
+    return TeamView(principal.team_id, principal.team_limits, _role(principal))
+
+
+@get("/members", guards=[require_owner])
+async def members(request: Request, auth: AuthService) -> ListOut:
+    return ListOut(await auth.admin.list_members(request.user.team_id))
+
+
+def manager_of(request: Request) -> Manager:
+    principal: Principal = request.user
+    return Manager(user_id=principal.user_id, is_admin=principal.is_admin, role=principal.role)
+
+
+@get("/keys", guards=[require_owner])
+async def keys(request: Request, auth: AuthService, manager: Manager) -> ListOut:
+    return ListOut(await auth.team_keys.outs(manager, request.user.team_id))
+
+
+@post("/keys", status_code=201, guards=[require_owner])
+async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any) -> KeyCreated:
+    return await auth.team_keys.create(actor, manager, request.user.team_id, body_as(payload, CreateTeamKey))
+
+
+@delete("/keys/{key_id:str}", status_code=200, guards=[require_owner])
+async def revoke_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, key_id: str) -> KeyOut:
+    return await auth.team_keys.revoke(actor, manager, request.user.team_id, key_id)
+
+
+@post("/keys/{key_id:str}/rotate", status_code=201, guards=[require_owner],
+      dependencies={"payload": Provide(read_optional_json)})
+async def rotate_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any,
+                     key_id: str) -> KeyCreated:
+    return await auth.team_keys.rotate(actor, manager, request.user.team_id, key_id, body_as(payload, RotateKey))
+
+
+@post("/keys/{key_id:str}/block", status_code=200, guards=[require_owner],
+      dependencies={"payload": Provide(read_optional_json)})
+async def block_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any,
+                    key_id: str) -> TeamKeyOut:
+    body = body_as(payload, BlockKey)
+    return await auth.team_keys.block(actor, manager, request.user.team_id, key_id, blocked=True, reason=body.reason)
+
+
+@delete("/keys/{key_id:str}/block", status_code=200, guards=[require_owner])
+async def unblock_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, key_id: str) -> TeamKeyOut:
+    return await auth.team_keys.block(actor, manager, request.user.team_id, key_id, blocked=False)
+
+
+def team_router() -> Router:
+    return Router(
+        path="/v1/team",
+        route_handlers=[my_team, members, keys, create_key, revoke_key, rotate_key, block_key, unblock_key],
+        dependencies={"auth": Provide(auth_service, sync_to_thread=False),
+                      "actor": Provide(actor_of, sync_to_thread=False),
+                      "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json)},
+    )

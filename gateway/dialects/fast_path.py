@@ -1,0 +1,115 @@
+"""The generation routes, answered without Litestar's per-request machinery (issue #16).
+
+A profile under load put Litestar's layers around our handler (the router, the exception middleware, the
+authentication middleware, the signature model and dependency injection, the response handler lookup) at
+about 40 % of the event loop's time, more than the generation's own work. The routes marked `opt=DIRECT`
+all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
+the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
+Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
+(`gateway.authentication.middleware.principal`), the route's own exception handler and response handling. What is skipped is
+the generic work of finding and assembling those parts on every request, and, for a plain `Response` of bytes
+(`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
+
+Everything else (another path or method, a path that only matches after normalisation, websockets) goes
+through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
+405 answers are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import reduce
+from typing import Any
+
+from litestar import Litestar, MediaType, Request, Response
+from litestar.handlers import HTTPRouteHandler
+from litestar.status_codes import HTTP_204_NO_CONTENT, HTTP_304_NOT_MODIFIED
+from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.utils.helpers import get_enum_string_value
+
+from common.json_body import read_json
+from gateway.authentication.middleware import principal
+
+DIRECT = {"direct": True}  # `opt` of a generation route answered here
+PARAMETERS = {"request", "services", "payload"}
+
+Middleware = Callable[[ASGIApp], ASGIApp]
+
+
+def serve_directly(app: Litestar, middleware: Sequence[Middleware]) -> None:
+    """Answer the app's DIRECT routes ahead of its router, through `middleware` (outermost first: the app's own
+    list minus authentication, which the route does itself)."""
+    routes: dict[tuple[str, str], ASGIApp] = {}
+    for route in app.routes:
+        for method, (handler, _) in getattr(route, "route_handler_map", {}).items():
+            if handler.opt.get("direct"):
+                routes[(method, route.path)] = reduce(lambda inner, wrap: wrap(inner), reversed(middleware),
+                                                      _answer(app, handler))
+    litestar = app.asgi_handler
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        direct = routes.get((scope.get("method", ""), scope["path"])) if scope["type"] == "http" else None
+        await (litestar if direct is None else direct)(scope, receive, send)
+
+    app.asgi_handler = dispatch
+
+
+def _answer(app: Litestar, handler: HTTPRouteHandler) -> ASGIApp:
+    parameters = set(handler.parsed_fn_signature.parameters)
+    if not parameters <= PARAMETERS:  # a route that needs Litestar's injection is not one for this path
+        raise TypeError(f"{handler.fn.__name__} is marked DIRECT but takes {sorted(parameters - PARAMETERS)}")
+    render = handler.resolve_exception_handlers()[Exception]  # every dialect router renders every exception
+    call = handler.fn
+    wants_payload = "payload" in parameters
+    sends_plain = layers_add_nothing(handler)
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route_handler"] = handler
+        scope["path_params"] = {}
+        request: Request[Any, Any, Any] = Request(scope, receive, send)
+        try:
+            caller = await principal(request)
+            scope["user"], scope["auth"] = caller, caller.key_id
+            arguments: dict[str, Any] = {"request": request, "services": app.state.services}
+            if wants_payload:
+                arguments["payload"] = await read_json(request)
+            response = await call(**arguments)
+        except Exception as exc:  # noqa: BLE001 - rendered in the route's envelope, as Litestar's handler would
+            response = render(request, exc)
+        plain = _plain(response, handler) if sends_plain else None
+        if plain is None:
+            await (await handler.to_response(app=app, data=response, request=request))(scope, receive, send)
+        else:
+            status, headers, body = plain
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return answer
+
+
+def layers_add_nothing(handler: HTTPRouteHandler) -> bool:
+    """Whether the route's layers leave its responses as they are (no headers, cookies, hooks, background task or
+    DTO of their own): then `_plain` may send them."""
+    return not (handler.resolve_response_headers() or handler.resolve_response_cookies() or handler.background
+                or handler.resolve_return_dto() or any(layer.after_request for layer in handler.ownership_layers))
+
+
+def _plain(response: Any, handler: HTTPRouteHandler) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    """The status, headers and body Litestar would send for a `Response` of bytes with no cookies or background
+    task (every collected answer and error of a generation route), built directly: Litestar's response handler
+    and ASGIResponse were about 7 % of a request's time. None for anything else, which Litestar sends."""
+    if type(response) is not Response or response.cookies or response.background is not None:
+        return None
+    body, status = response.content, response.status_code or handler.status_code
+    if not isinstance(body, bytes) or status < 200 or status in (HTTP_204_NO_CONTENT, HTTP_304_NOT_MODIFIED):
+        return None
+    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in response.headers.items()]
+    named = {name for name, _ in headers}
+    if b"content-type" not in named:
+        media_type = get_enum_string_value(response.media_type or handler.media_type or MediaType.JSON)
+        if media_type.startswith("text/"):
+            media_type = f"{media_type}; charset={response.encoding}"
+        headers.append((b"content-type", media_type.encode("latin-1")))
+    if b"content-length" not in named:
+        headers.append((b"content-length", str(len(body)).encode("latin-1")))
+    return status, headers, body

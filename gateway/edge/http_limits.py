@@ -1,0 +1,209 @@
+"""Bounds on what one HTTP connection may hold before the app sees a request (the `[http]` settings).
+
+uvicorn's httptools protocol buffers a request head of any size and waits for it forever: it arms no timer
+before the first answer, and its keep-alive timer stops at the first byte of the next request. Here a subclass
+of it (`edge_protocol`, what `sluice serve` runs) adds:
+- `max_header_bytes`: a request line plus headers over it gets 431. The count is of the bytes received while
+  a head is being read, so the parser never holds more than the bound plus one read, however long the header;
+  a head that completes inside a larger read is measured exactly before it is refused.
+- `header_timeout_s`: a connection that has not sent a complete head this long after it opened (or after the
+  first byte of its next request) is closed, with a 408 when part of a request came.
+- `body_timeout_s`: the body must arrive within this long after its head (408, the app sees a disconnect).
+- `keep_alive_timeout_s`: uvicorn's own idle timer between requests, from these settings.
+- `max_connections_per_client`: open connections per peer address (trusted proxies exempt: behind them, one
+  address carries every client); the excess gets 429 `too_many_connections` and is closed at once.
+Deadlines are checked by one sweep of the process's connections every `SWEEP_S`, so a request costs a clock read
+and a stored float per phase (about 1-2 us over plain httptools), not a timer set and cancelled per phase; a
+deadline holds to within `SWEEP_S`. The per-address counts are per gateway process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import structlog
+from prometheus_client import Counter
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from auth.forwarded import ClientAddresses
+from common.errors import SluiceError
+from gateway.config import HttpSettings
+from gateway.metrics import REGISTRY
+from gateway.serving.dialect import openai_envelope
+
+log = structlog.get_logger("gateway")
+SWEEP_S = 0.25
+HEAD_FRAMING = 4  # ": " and CRLF around each header, counted in the exact size of a head
+REASONS = ("too_many_connections", "header_too_large", "header_timeout", "body_timeout")
+REFUSED = Counter("sluice_http_refused", "Connections and requests the HTTP edge refused or cut, by reason",
+                  ("reason",), registry=REGISTRY)
+_refused = {reason: REFUSED.labels(reason) for reason in REASONS}
+
+
+class HeaderTooLarge(SluiceError):
+    status, type, code = 431, "invalid_request_error", "header_too_large"
+
+
+class ReadTimedOut(SluiceError):
+    status, type = 408, "timeout"
+
+
+class TooManyConnections(SluiceError):
+    status, type, code = 429, "rate_limit_exceeded", "too_many_connections"
+
+
+def _answer(error: SluiceError) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of a refusal in the OpenAI envelope (no dialect is known before a request is read);
+    every one closes its connection."""
+    body = msgspec.json.encode(openai_envelope(error))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    headers += [(name.encode(), value.encode()) for name, value in error.response_headers().items()]
+    return headers, body
+
+
+def _raw(status: int, answer: tuple[list[tuple[bytes, bytes]], bytes]) -> bytes:
+    headers, body = answer
+    return STATUS_LINE[status] + b"".join(name + b": " + value + b"\r\n" for name, value in headers) + b"\r\n" + body
+
+
+def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[HttpToolsProtocol]:
+    """The protocol class for `uvicorn.Config(http=...)`: one per server, holding its per-address counts."""
+    clients = ClientAddresses(trusted_proxies)
+    cap = limits.max_connections_per_client
+    open_per_address: dict[str, int] = {}
+    too_large = _answer(HeaderTooLarge(f"The request line and headers exceed max_header_bytes "
+                                       f"({limits.max_header_bytes} bytes)."))
+    refusals = {
+        "header_too_large": _raw(431, too_large),
+        "header_timeout": _raw(408, _answer(ReadTimedOut(
+            f"The request headers did not arrive within header_timeout_s ({limits.header_timeout_s:g} s).",
+            code="header_timeout"))),
+        "body_timeout": _raw(408, _answer(ReadTimedOut(
+            f"The request body did not arrive within body_timeout_s ({limits.body_timeout_s:g} s).",
+            code="body_timeout"))),
+        "too_many_connections": _raw(429, _answer(TooManyConnections(
+            f"This address has max_connections_per_client ({cap}) connections open; close one or reuse it."))),
+    }
+
+    async def answer_too_large(scope: Any, receive: Any, send: Any) -> None:
+        headers, body = too_large
+        await send({"type": "http.response.start", "status": 431, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    class EdgeProtocol(HttpToolsProtocol):
+        _sweeping = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._address: str | None = None
+            self._head_bytes = 0
+            self._reading_head = True
+            self._deadline = self.loop.time() + limits.header_timeout_s
+            self._deadline_reason = "header_timeout"
+            if not EdgeProtocol._sweeping:
+                EdgeProtocol._sweeping = True
+                self.loop.call_later(SWEEP_S, _sweep, self.loop, self.connections)
+            address = self.client[0] if self.client else None
+            if cap and address is not None and not clients.trusted(address):
+                count = open_per_address.get(address, 0)
+                if count >= cap:
+                    self._refuse("too_many_connections")
+                    return
+                open_per_address[address] = count + 1
+                self._address = address
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._deadline = 0.0
+            if self._address is not None:
+                left = open_per_address[self._address] - 1
+                if left:
+                    open_per_address[self._address] = left
+                else:
+                    del open_per_address[self._address]
+                self._address = None
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._reading_head:
+                self._head_bytes += len(data)
+            super().data_received(data)
+            if self._reading_head and self._head_bytes > limits.max_header_bytes and not self.transport.is_closing():
+                self._refuse("header_too_large")  # a head still incomplete past the bound: never buffer more
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if not self._deadline:  # the first request's clock runs from the connection's start
+                self._deadline = self.loop.time() + limits.header_timeout_s
+                self._deadline_reason = "header_timeout"
+
+        def on_headers_complete(self) -> None:
+            self._reading_head = False
+            self._deadline = self.loop.time() + limits.body_timeout_s
+            self._deadline_reason = "body_timeout"
+            if self._head_bytes > limits.max_header_bytes and self._exact_head_bytes() > limits.max_header_bytes:
+                _refused["header_too_large"].inc()
+                app, self.app = self.app, answer_too_large  # the cycle answers 431 and closes
+                try:
+                    super().on_headers_complete()
+                finally:
+                    self.app = app
+                return
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._reading_head = True
+            self._head_bytes = 0
+            self._deadline = 0.0
+            super().on_message_complete()
+
+        def _exact_head_bytes(self) -> int:
+            return len(self.url) + sum(len(name) + len(value) + HEAD_FRAMING for name, value in self.headers)
+
+        def _refuse(self, reason: str) -> None:
+            """Answer `reason` and close; behind an answer still being sent (pipelining), close only."""
+            _refused[reason].inc()
+            self._deadline = 0.0
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete or cycle.disconnected:
+                self.transport.write(refusals[reason])
+            self.transport.close()
+
+        def expire(self) -> None:
+            """Its deadline passed: a head or a body that did not arrive in time."""
+            reason, cycle = self._deadline_reason, self.cycle
+            self._deadline = 0.0
+            if self.transport.is_closing():
+                return
+            if reason == "body_timeout":
+                if cycle is None or cycle.response_started:  # answered already (without reading the body): cut
+                    _refused[reason].inc()
+                    self.transport.close()
+                    return
+                cycle.disconnected = True  # the app hears a disconnect, and whatever it sends is dropped
+                cycle.message_event.set()
+                self._refuse(reason)
+            elif cycle is not None and not cycle.response_complete:
+                cycle.keep_alive = False  # a pipelined head stalled behind an answer: close once it is sent
+            elif self._head_bytes:
+                self._refuse(reason)
+            else:  # nothing of a request came: close without an answer nobody asked for
+                _refused[reason].inc()
+                self.transport.close()
+
+    return EdgeProtocol
+
+
+def _sweep(loop: asyncio.AbstractEventLoop, connections: set) -> None:
+    loop.call_later(SWEEP_S, _sweep, loop, connections)  # first: whatever one connection does, the sweeps go on
+    now = loop.time()
+    for connection in list(connections):
+        deadline = connection._deadline
+        if deadline and deadline <= now:
+            try:
+                connection.expire()
+            except Exception:  # noqa: BLE001 - one connection's failure must not spare the others
+                log.exception("http_expire_failed")
+                connection.transport.abort()

@@ -1,0 +1,147 @@
+"""One local `python -m worker` process: started with the model's config on a free port, dying with
+the gateway (PR_SET_PDEATHSIG: even a gateway killed with SIGKILL leaves no orphan), its stderr
+passed through to ours with the last line kept (why it exited, when it does).
+
+A standby process (`spawn_standby`) imports everything and waits; `assign` gives it its model and port
+(common/worker_launch.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import structlog
+
+from common.protocol import ModelConfig
+from common.worker_launch import MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, Assignment
+from gateway.replicas.trust import worker_environment, worker_secret
+
+log = structlog.get_logger(__name__)
+PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT_S = 15.0
+LAST_LINE_LIMIT = 500
+TAIL_BYTES = 8192
+
+
+def die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def worker_command(model: ModelConfig, port: int, data_dir: Path, worker_id: str) -> list[str]:
+    return [sys.executable, "-m", "worker", "--model-json", msgspec.json.encode(model).decode(),
+            "--port", str(port), "--data-dir", str(data_dir), "--worker-id", worker_id]
+
+
+def worker_env() -> dict[str, str]:
+    """The allow-listed environment and the worker secret (worker_trust.py), and when it was spawned."""
+    return {**worker_environment(worker_secret()), SPAWNED_AT_ENV: repr(time.time())}
+
+
+@dataclass(eq=False)
+class WorkerProcess:
+    worker_id: str
+    port: int
+    process: asyncio.subprocess.Process
+    started_at: float = field(default_factory=time.monotonic)
+    _tail: bytes = b""  # the end of what it wrote to stderr
+    _relay: asyncio.Task | None = None
+
+    @classmethod
+    async def spawn(cls, model: ModelConfig, data_dir: Path, worker_id: str, port: int | None = None) -> WorkerProcess:
+        port = port or free_port()
+        worker = await cls._launch(worker_command(model, port, data_dir, worker_id), worker_id, port)
+        log.info("worker_started", worker_id=worker_id, pid=worker.pid, port=port, model=model.name)
+        return worker
+
+    @classmethod
+    async def spawn_standby(cls) -> WorkerProcess:
+        """A worker that imports everything, then waits for `assign`."""
+        worker = await cls._launch([sys.executable, "-m", "worker", "--standby"], "standby", 0,
+                                   stdin=asyncio.subprocess.PIPE)
+        log.info("worker_standby", pid=worker.pid)
+        return worker
+
+    async def assign(self, model: ModelConfig, data_dir: Path, worker_id: str, port: int | None = None) -> None:
+        self.worker_id, self.port = worker_id, port or free_port()
+        self.started_at = time.monotonic()
+        job = Assignment(model=model, port=self.port, worker_id=worker_id, data_dir=str(data_dir),
+                         assigned_at=time.time())
+        self.process.stdin.write(msgspec.json.encode(job) + b"\n")
+        await self.process.stdin.drain()
+        self.process.stdin.close()
+        log.info("worker_started", worker_id=worker_id, pid=self.pid, port=self.port, model=model.name, standby=True)
+
+    @classmethod
+    async def _launch(cls, command: list[str], worker_id: str, port: int, stdin=None) -> WorkerProcess:
+        process = await asyncio.create_subprocess_exec(*command, preexec_fn=die_with_parent, env=worker_env(),
+                                                       stdin=stdin, stderr=asyncio.subprocess.PIPE)
+        worker = cls(worker_id, port, process)
+        worker._relay = asyncio.create_task(worker._pass_stderr())
+        return worker
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    @property
+    def last_line(self) -> str:
+        lines = [line.strip() for line in self._tail.decode(errors="replace").splitlines() if line.strip()]
+        return lines[-1][:LAST_LINE_LIMIT] if lines else ""
+
+    @property
+    def load_failed(self) -> bool:
+        return self.process.returncode == MODEL_LOAD_FAILED_EXIT
+
+    async def wait(self) -> int:
+        """The exit code, once the process has exited and its last line is read."""
+        code = await self.process.wait()
+        if self._relay is not None:
+            await self._relay
+        return code
+
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM (the worker finishes nothing: drain before calling this), SIGKILL after `timeout`."""
+        if self.process.returncode is None:
+            self.process.terminate()
+        try:
+            return await asyncio.wait_for(self.wait(), timeout)
+        except TimeoutError:
+            self.process.kill()
+            return await self.wait()
+
+    async def _pass_stderr(self) -> None:
+        # chunks, not lines: one endless line must not stall the relay (and the worker behind a full pipe)
+        while chunk := await self.process.stderr.read(1 << 16):
+            _write_stderr(chunk)
+            self._tail = (self._tail + chunk)[-TAIL_BYTES:]
+
+
+def _write_stderr(data: bytes) -> None:
+    binary = getattr(sys.stderr, "buffer", None)
+    if binary is not None:
+        binary.write(data)
+    else:  # a text-only stream (a test's capture)
+        sys.stderr.write(data.decode(errors="replace"))
+    sys.stderr.flush()

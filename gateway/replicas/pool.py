@@ -1,0 +1,217 @@
+"""Replicas of one model and the choice among them: healthy first, then least loaded.
+
+A replica takes requests only while its worker reports ready (active health, `/load` polling), it is
+not draining (chosen for removal: it finishes what it has and takes nothing new), and it is not
+ejected (passive health: a request just failed on it, so it sits out a backoff period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import msgspec
+import structlog
+
+from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
+from gateway.errors import NotFound, Unavailable
+from gateway.replicas.transport import WorkerHTTP
+from gateway.replicas.trust import worker_secret
+
+log = structlog.get_logger(__name__)
+# model names of clients that name none ("tgi" from text-generation, "dummy" from huggingface_hub's chat_completion
+# with a URL, "default" for a Friendli container call without one): the first endpoint the caller may see
+DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
+# polls in a row that may fail by timing out before a replica counts as down: one slow answer from a worker
+# busy streaming (or from a gateway loop busy relaying) is not an outage; a refused connection is at once
+MISSED_POLLS_TOLERATED = 2
+MAX_EJECTION_S = 60.0
+DEFAULT_READ_TIMEOUT_S = 840.0  # Settings.request_timeout_s's default
+
+
+@dataclass(eq=False)
+class Replica:
+    url: str
+    client: httpx.AsyncClient  # polls and tokenizer calls
+    worker: WorkerHTTP | None = None  # generations (gateway/replicas/transport.py); None: made from `url`
+    healthy: bool = False
+    load: WorkerLoad | None = None
+    info: ModelInfo | None = None
+    in_flight: int = 0  # requests this gateway has open on it, between two polls
+    replica_id: str = ""  # the provisioner's name for it (worker id, ECS task ARN)
+    ever_ready: bool = False  # false while the replica is starting
+    draining: bool = False
+    ejected_until: float = 0.0  # time.monotonic() until which it takes no new request
+    ejections: int = 0  # failures in a row, each doubling the time it sits out
+    refuses_secret: bool = False  # it answered 401: its SLUICE_WORKER_SECRET is not ours
+    missed_polls: int = 0  # polls in a row that timed out
+
+    def __post_init__(self) -> None:
+        if self.worker is None:
+            self.worker = WorkerHTTP(self.url, {WORKER_SECRET_HEADER: worker_secret()}, DEFAULT_READ_TIMEOUT_S)
+
+    @property
+    def pressure(self) -> int:
+        load = self.load
+        return self.in_flight + (load.queued + load.running_rows if load else 0)
+
+    def available(self, now: float) -> bool:
+        return self.healthy and not self.draining and now >= self.ejected_until
+
+    def eject(self, now: float, base_seconds: float) -> float:
+        """Passive health: a request failed here. Returns how long the replica sits out."""
+        self.ejections += 1
+        seconds = min(MAX_EJECTION_S, base_seconds * 2 ** (self.ejections - 1))
+        self.ejected_until = now + seconds
+        log.warning("replica_ejected", url=self.url, seconds=seconds)
+        return seconds
+
+    def served(self) -> None:
+        """A request went through: the ejection backoff starts over."""
+        self.ejections = 0
+
+    async def poll(self) -> None:
+        try:
+            response = await self.client.get("/load", timeout=2.0)
+            if response.status_code == 401 and not self.refuses_secret:  # said once, not at every poll
+                log.error("replica_refuses_worker_secret", url=self.url,
+                          fix=f"give the gateway and this worker the same {WORKER_SECRET_ENV}")
+            self.refuses_secret = response.status_code == 401
+            response.raise_for_status()
+            self.load = msgspec.json.decode(response.content, type=WorkerLoad)
+            if self.info is None:
+                info = await self.client.get("/info", timeout=2.0)
+                self.info = msgspec.json.decode(info.content, type=ModelInfo)
+            became = not self.healthy and self.load.ready
+            self.healthy = self.load.ready
+            self.missed_polls = 0
+            self.ever_ready = self.ever_ready or self.healthy
+            if became:
+                log.info("replica_ready", url=self.url)
+        except httpx.TimeoutException:
+            self.missed_polls += 1
+            if self.missed_polls > MISSED_POLLS_TOLERATED:
+                self._down()
+        except (httpx.HTTPError, msgspec.DecodeError):
+            self._down()
+
+    def _down(self) -> None:
+        if self.healthy:
+            log.warning("replica_unhealthy", url=self.url)
+        self.healthy = False
+        self.info = None
+
+
+@dataclass(eq=False)
+class ModelPool:
+    name: str
+    replicas: list[Replica] = field(default_factory=list)
+    _described: ModelInfo | None = None
+
+    @property
+    def ready(self) -> bool:
+        return any(r.healthy for r in self.replicas)
+
+    def info(self) -> ModelInfo | None:
+        found = next((r.info for r in self.replicas if r.healthy and r.info), None)
+        if found is not None:
+            self._described = found
+        return found
+
+    def described(self) -> ModelInfo | None:
+        """The info of a ready replica, else the last one seen (a model scaled to zero keeps its context and
+        chat template): what admission bounds a request's tokens with."""
+        return self.info() or self._described
+
+    def candidates(self) -> list[Replica]:
+        """Replicas that take requests now, least loaded first (the order the proxy tries them in)."""
+        now = time.monotonic()
+        return sorted((r for r in self.replicas if r.available(now)), key=lambda r: r.pressure)
+
+
+class Router:
+    """Model name -> pool; polls every replica's load so routing and /health stay current."""
+
+    def __init__(self, poll_interval: float = 0.5, read_timeout: float = DEFAULT_READ_TIMEOUT_S):
+        self.pools: dict[str, ModelPool] = {}
+        self.poll_interval = poll_interval
+        self.read_timeout = read_timeout  # settings.request_timeout_s: no read outlives the concurrency lease
+        self._task: asyncio.Task | None = None
+        self._clients: list[httpx.AsyncClient] = []
+
+    def add_replica(self, model: str, url: str, replica_id: str = "") -> Replica:
+        # idle connections are dropped well before the worker's own keep-alive timeout (uvicorn: 5 s): a request
+        # sent on a connection the worker is closing fails before any answer, which reads as an unreachable worker
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
+        headers = {WORKER_SECRET_HEADER: worker_secret()}
+        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
+                                   headers=headers)
+        self._clients.append(client)
+        worker = WorkerHTTP(url, headers, self.read_timeout)
+        replica = Replica(url, client, worker, replica_id=replica_id)
+        self.ensure_pool(model).replicas.append(replica)
+        return replica
+
+    async def remove_replica(self, model: str, replica: Replica) -> None:
+        """Forget a replica that is gone (stopped, or its process exited) and close its connections."""
+        pool = self.pools.get(model)
+        if pool is not None and replica in pool.replicas:
+            pool.replicas.remove(replica)
+        if replica.client in self._clients:
+            self._clients.remove(replica.client)
+        await replica.client.aclose()
+        await replica.worker.aclose()
+
+    def ensure_pool(self, model: str) -> ModelPool:
+        """The model's pool, created empty if it has none yet (an endpoint scaled to zero)."""
+        return self.pools.setdefault(model, ModelPool(model))
+
+    def drop_pool(self, model: str) -> None:
+        self.pools.pop(model, None)
+
+    def pool(self, model: str) -> ModelPool | None:
+        return self.pools.get(model)
+
+    def unready_models(self) -> list[str]:
+        return [name for name, pool in self.pools.items() if not pool.ready]
+
+    async def poll_all(self) -> None:
+        await asyncio.gather(*(r.poll() for pool in self.pools.values() for r in pool.replicas))
+
+    async def start(self) -> None:
+        await self.poll_all()
+        self._task = asyncio.create_task(self._poll_forever())
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            await self.poll_all()
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+        for client in self._clients:
+            await client.aclose()
+        for pool in self.pools.values():
+            for replica in pool.replicas:
+                await replica.worker.aclose()
+
+
+def model_pool(router: Router, name: str | None = None) -> ModelPool:
+    """The pool of `name` (default: the first served model)."""
+    name = name or next(iter(router.pools), None)
+    pool = router.pool(name) if name else None
+    if pool is None:
+        raise NotFound(f"the model {name!r} does not exist")
+    return pool
+
+
+def ready_replica(router: Router, name: str | None = None) -> tuple[ModelPool, Replica]:
+    """The pool of `name` (default: the first served model) and its least loaded ready replica."""
+    pool = model_pool(router, name)
+    replicas = pool.candidates()
+    if not replicas:
+        raise Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
+    return pool, replicas[0]

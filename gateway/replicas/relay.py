@@ -1,0 +1,155 @@
+"""Send a GenerateRequest to a replica of its model and relay the worker's events.
+
+One `attempt` is one try on one replica. Its failures before the first event reached the caller are
+`RetryElsewhere` (the worker is unreachable, answered a 5xx, is overloaded, or closed without a
+result): nothing was relayed, so another replica can take the request invisibly. Once an event was
+relayed the client has seen output, and a broken connection is `WorkerLost` instead. A worker's `Error`
+event is raised as the gateway's error, before the first token (a real status) or mid-stream (the
+dialect's stream error), never passed on as an event.
+
+`stream_events` tries a pool's replicas least-loaded first; gateway/replicas/failover.py does the same
+over activator leases, at most twice more.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import msgspec
+import structlog
+
+from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
+from gateway.errors import (
+    AdapterUnavailable,
+    ContextTooLong,
+    DeadlineExceeded,
+    NotFound,
+    Overloaded,
+    SluiceError,
+    Unavailable,
+    UpstreamFailed,
+    ValidationFailed,
+    WorkerLost,
+)
+from gateway.replicas.pool import ModelPool, Replica
+from gateway.replicas.transport import WorkerConnectionError
+
+log = structlog.get_logger("gateway")
+EJECTION_S = 5.0  # a replica that failed a request sits out this long (doubling while it keeps failing)
+RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
+
+
+def retried_elsewhere(error: Error) -> bool:
+    """Whether another replica may answer better. Not an adapter that failed to load: its source fails the
+    same everywhere, the replica's other requests are fine, and ejecting it would stall every other team."""
+    return error.kind in RETRYABLE_KINDS and error.field != "adapter"
+
+
+def worker_error(error: Error) -> SluiceError:
+    """Map a worker `Error` event to the gateway's error hierarchy."""
+    if error.field == "adapter":  # its message names the adapter's source: logged, never answered
+        log.warning("adapter_unavailable", kind=error.kind, reason=error.message, retry_after_s=error.retry_after_s)
+        return AdapterUnavailable("the requested adapter cannot be loaded now; retry later",
+                                  retry_after_s=error.retry_after_s)
+    if error.kind == "too_long":
+        return ContextTooLong(error.message, param=error.field, max_context=error.max_context,
+                              prompt_tokens=error.prompt_tokens, max_tokens=error.max_tokens)
+    if error.kind == "validation":
+        return ValidationFailed(error.message, param=error.field)
+    if error.kind == "not_found":
+        return NotFound(error.message)
+    if error.kind == "overloaded":
+        return Overloaded(error.message)
+    if error.kind == "timeout":
+        return DeadlineExceeded(error.message)
+    if error.kind == "unauthorized":  # our configuration, not the client's key: SLUICE_WORKER_SECRET differs
+        return UpstreamFailed(f"a worker refused this gateway's worker secret: {error.message}")
+    if error.kind == "unavailable":
+        return Unavailable(error.message)
+    return UpstreamFailed(error.message)
+
+
+class RetryElsewhere(Exception):
+    """The attempt failed before anything was relayed; `replica_fault`: eject the replica for a while."""
+
+    def __init__(self, error: SluiceError, replica_fault: bool):
+        super().__init__(error.message)
+        self.error = error
+        self.replica_fault = replica_fault
+
+
+async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
+    """One try of an encoded GenerateRequest on one replica (the caller counts it in `in_flight`)."""
+    relayed = False
+    pending: Accepted | None = None  # held until the first token so a retry stays invisible
+    try:
+        async with replica.worker.post("/generate", body) as response:
+            if response.status_code != 200:
+                raise _refusal(response.status_code, await response.aread())
+            while (lines := await response.next_lines()) is not None:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        event = decode_event(line)
+                    except msgspec.DecodeError as exc:
+                        # an event off the contract: the same request gets the same answer from any replica,
+                        # so no retry, and this replica stays healthy (other requests are not refused)
+                        raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
+                    if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
+                        if not relayed and retried_elsewhere(event):
+                            raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
+                        # before the first token its real status; after, the stream's error
+                        raise worker_error(event)
+                    if isinstance(event, Accepted) and not relayed:
+                        pending = event
+                        continue
+                    if pending is not None:
+                        relayed = True
+                        yield pending
+                        pending = None
+                    relayed = True
+                    yield event
+    except WorkerConnectionError as exc:
+        if relayed:
+            raise WorkerLost(f"the worker connection broke mid-generation ({exc})") from exc
+        log.warning("replica_unreachable", url=replica.url, error=repr(exc))
+        raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
+    if not relayed:
+        raise RetryElsewhere(UpstreamFailed("the worker closed the stream without a result"), replica_fault=True)
+
+
+def _refusal(status: int, body: bytes) -> SluiceError | RetryElsewhere:
+    """A non-200 answer: the worker's own Error (retried when its kind allows), or a bare 5xx from
+    whatever stands in front of it."""
+    try:
+        error = msgspec.json.decode(body, type=Error)
+    except msgspec.DecodeError:
+        if status >= 500:
+            return RetryElsewhere(Unavailable(f"the worker answered {status}"), replica_fault=True)
+        return UpstreamFailed(f"the worker answered {status}")
+    if retried_elsewhere(error):
+        return RetryElsewhere(worker_error(error), replica_fault=error.kind != "overloaded")
+    return worker_error(error)
+
+
+async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncIterator[Event]:
+    body = msgspec.json.encode(request)
+    last_error: SluiceError = Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
+    for replica in pool.candidates():
+        replica.in_flight += 1
+        try:
+            async with aclosing(attempt(replica, body)) as events:  # closes the worker stream at once
+                async for event in events:
+                    yield event
+            replica.served()
+            return
+        except RetryElsewhere as retry:
+            last_error = retry.error
+            if retry.replica_fault:
+                replica.eject(time.monotonic(), EJECTION_S)
+        finally:
+            replica.in_flight -= 1
+    raise last_error

@@ -1,0 +1,1 @@
+"""The serving layer: one generation request from parse to settlement (the pipeline), admission, accounting, tokenize."""

@@ -1,0 +1,130 @@
+"""Per-request bookkeeping: admission against limits, token counts from worker events, the ledger record.
+
+`finish` runs exactly once per request whatever path it takes (ok, error, cancelled, rejected).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+
+import structlog
+
+from auth import Principal
+from billing.records import UsageRecord
+from common.errors import LedgerUnavailable
+from common.protocol import Accepted, Done, Event, Token
+from gateway import metrics
+from gateway.errors import SluiceError
+from gateway.serving import admission
+from gateway.serving.dialect import Parsed
+from gateway.serving.services import Services
+
+log = structlog.get_logger("gateway")
+
+
+class Accounting:
+    def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
+                 outcome: dict):
+        self.services, self.principal = services, principal
+        self.outcome = outcome  # the request's log line (`request_done`, gateway.edge.access_log) gets these fields
+        self.request_id, self.dialect, self.route = request_id, dialect, route
+        self.model = ""
+        self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
+        self.arrived = time.time()  # selects the price in force
+        self.started = time.perf_counter()
+        self.dispatched = self.started  # set when admitted: what came before is the gateway's validation
+        self.first_token: float | None = None
+        self.ticket = None
+        self.reached_worker = False
+        self.prompt_tokens = self.completion_tokens = self.compute_tokens = 0
+        self.streamed_tokens = 0  # tokens seen before a Done (what a cancelled stream is billed)
+        self.accepted_prompt_tokens = 0
+        self.dones = 0
+        self.expected_dones = 0
+        self.worker_id = ""
+        self.cold_start_ms = 0.0  # how long the request waited for a replica (the endpoint was waking)
+        self._finished = False
+
+    @property
+    def complete(self) -> bool:
+        return self.expected_dones > 0 and self.dones == self.expected_dones
+
+    async def admit(self, parsed: Parsed) -> None:
+        self.expected_dones = len(parsed.requests)
+        self.ticket = await admission.admit(self.services.limiter, self.services.router, self.principal, parsed)
+        self.reached_worker = True
+        self.dispatched = time.perf_counter()
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, Accepted):
+            self.accepted_prompt_tokens += event.prompt_tokens
+            self.worker_id = event.worker_id or self.worker_id
+        elif isinstance(event, Token):
+            if self.first_token is None:
+                self.first_token = time.perf_counter()
+            self.streamed_tokens += 1
+        elif isinstance(event, Done):
+            self.dones += 1
+            self.prompt_tokens += event.prompt_tokens
+            self.completion_tokens += event.completion_tokens
+            self.compute_tokens += event.compute_tokens
+            self.worker_id = event.worker_id or self.worker_id
+
+    def discard(self) -> None:
+        """A canned answer (MonsterAPI mock_response): no limits, no record, not even by the finalizer."""
+        self._finished = True
+
+    def finalizer(self) -> Awaitable[None] | None:
+        """The request's finalizer (gateway/edge/access_log.py): a request that ended before finishing is `cancelled`."""
+        return None if self._finished else self.finish("cancelled")
+
+    def failure_status(self, error: SluiceError) -> str:
+        """Refused before anything was generated (invalid, rate-limited, over a limit): `rejected`, billed
+        zero tokens. A failure after tokens were produced, or a server fault: `error`."""
+        generated = self.streamed_tokens > 0 or self.completion_tokens > 0
+        return "rejected" if error.status < 500 and not generated else "error"
+
+    def headers(self) -> dict[str, str]:
+        return self.ticket.headers() if self.ticket is not None else {}
+
+    async def finish(self, status: str, error: SluiceError | None = None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if not self.complete and self.reached_worker:
+            # cancelled or failed mid-way: bill what the worker generated and we relayed
+            self.prompt_tokens = max(self.prompt_tokens, self.accepted_prompt_tokens)
+            self.completion_tokens = max(self.completion_tokens, self.streamed_tokens)
+            self.compute_tokens = max(self.compute_tokens, self.completion_tokens)
+        used = self.prompt_tokens + self.compute_tokens
+        if self.ticket is not None:
+            await self.services.limiter.settle(self.ticket, used)
+        latency = (time.perf_counter() - self.started) * 1000
+        metrics.observe(self, status)
+        self.outcome.update(request_id=self.request_id, status=status, route=self.route,
+                            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                            latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
+                            error=error.code if error else None, adapter=self.adapter)
+        ledger = self.services.ledger
+        if ledger is None or isinstance(error, LedgerUnavailable):  # refused for want of a ledger: nothing to add
+            return
+        ttft = (self.first_token - self.started) * 1000 if self.first_token is not None else None
+        try:
+            await self._record(ledger, status, latency, ttft, error)
+        except LedgerUnavailable as failure:
+            log.error("ledger_record_failed", request_id=self.request_id, status=status, error=failure.message)
+            if status == "ok":
+                raise  # the answer is withheld: never served unbilled
+
+    async def _record(self, ledger, status: str, latency: float, ttft: float | None,
+                      error: SluiceError | None) -> None:
+        failed = error is not None or status == "error"  # an error without a SluiceError: an unexpected fault
+        await ledger.record(UsageRecord(
+            request_id=self.request_id, time=self.arrived, team_id=self.principal.team_id,
+            key_id=self.principal.key_id, user_id=self.principal.user_id, model=self.model, dialect=self.dialect,
+            route=self.route, prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+            compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,
+            worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
+            error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or "",
+            cold_start_ms=self.cold_start_ms or None))  # None: it did not wait for its endpoint to wake

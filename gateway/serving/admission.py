@@ -1,0 +1,59 @@
+"""Admission of a parsed request against its key's and its team's limits: which scopes apply, how many
+tokens to reserve; a refusal is the 429 (503 while the limiter is unavailable and fails closed)."""
+
+from __future__ import annotations
+
+from auth import Principal
+from common.protocol import PromptOverhead
+from gateway.errors import NeverFits, QuotaExceeded, RateLimited, Unavailable
+from gateway.limits import Limiter, LimiterUnavailable, Scope, Ticket
+from gateway.limits import RateLimited as LimitExceeded
+from gateway.limits.tokens import request_reservation
+from gateway.replicas.pool import Router
+from gateway.serving.dialect import Parsed
+
+DEFAULT_CONTEXT = 4096  # a model no worker has described yet (ModelConfig's default max_context)
+
+
+async def admit(limiter: Limiter, router: Router, principal: Principal, parsed: Parsed) -> Ticket:
+    """Reserve against every limit of the key and the team, or raise the refusal."""
+    return await admit_tokens(limiter, principal, reservation(router, parsed), sequences(parsed))
+
+
+async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int, sequences: int = 1) -> Ticket:
+    """One request, `tokens` tokens and `sequences` concurrency slots against every limit of the key and the
+    team (a tokenizer call reserves no tokens and one slot), or raise the refusal."""
+    try:
+        return await limiter.admit(scopes(principal), tokens, sequences)
+    except LimitExceeded as refusal:
+        kind = {"budget": QuotaExceeded, "never_fits": NeverFits}.get(refusal.kind, RateLimited)
+        raise kind(refusal.message, headers=refusal.headers) from refusal
+    except LimiterUnavailable as exc:
+        raise Unavailable("rate limiting is unavailable; retry shortly", code="limiter_unavailable") from exc
+
+
+def scopes(principal: Principal) -> list[Scope]:
+    found = []
+    for prefix, owner, limits in (("key", principal.key_id, principal.key_limits),
+                                  ("team", principal.team_id, principal.team_limits)):
+        if limits is not None:
+            found.append(Scope(id=f"{prefix}:{owner}", rpm=limits.rpm, tpm=limits.tpm,
+                               max_concurrency=limits.max_concurrency,
+                               monthly_token_budget=limits.monthly_token_budget))
+    return found
+
+
+def sequences(parsed: Parsed) -> int:
+    """The sequences a request generates (what max_concurrency counts): per prompt, its n, best_of or beams."""
+    return sum(max(r.params.best_of or r.params.n, r.params.num_beams) for r in parsed.requests)
+
+
+def reservation(router: Router, parsed: Parsed) -> int:
+    """Tokens to reserve: the most every prompt of the request can be charged (gateway/limits/tokens.py), on the
+    model's context and chat template as its workers describe them (defaults for a model none has described)."""
+    pool = router.pool(parsed.model)
+    info = pool.described() if pool else None
+    context = info.max_context if info else DEFAULT_CONTEXT
+    overhead = info.prompt_overhead if info else PromptOverhead()
+    return sum(request_reservation(request, context, overhead, context_known=info is not None)
+               for request in parsed.requests)

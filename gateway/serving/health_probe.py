@@ -1,0 +1,63 @@
+"""The generation probe behind SGLang's `GET /health_generate`: 200 only when a one-token generation works.
+
+The route is public, so its answer is cached: at most one real generation per `interval` seconds, whatever
+the number of callers; callers that arrive while a probe runs wait for that probe's answer. A failed probe
+is cached for the same interval (a broken worker is not retried by every caller)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+import structlog
+
+from common.protocol import Done, Error, GenerateRequest, SamplingParams
+from gateway.metrics import HEALTH_PROBES
+from gateway.replicas.pool import Router, ready_replica
+from gateway.replicas.relay import stream_events
+
+log = structlog.get_logger(__name__)
+
+
+class GenerationProbe:
+    def __init__(self, router: Router, interval: float) -> None:
+        self._router = router
+        self.interval = interval
+        self._answer: tuple[float, bool] | None = None  # (monotonic time it was taken, healthy)
+        self._running: asyncio.Task[bool] | None = None
+
+    async def healthy(self) -> bool:
+        answer = self._answer
+        if answer is not None and time.monotonic() - answer[0] < self.interval:
+            return answer[1]
+        if self._running is None:
+            self._running = asyncio.get_running_loop().create_task(self._probe())
+            self._running.add_done_callback(self._finished)
+        # shielded: a caller that leaves does not cancel the probe the others wait for
+        return await asyncio.shield(self._running)
+
+    def _finished(self, task: asyncio.Task[bool]) -> None:
+        healthy = not task.cancelled() and task.exception() is None and task.result()
+        self._answer = (time.monotonic(), healthy)
+        self._running = None
+
+    async def _probe(self) -> bool:
+        healthy = False
+        try:
+            pool, _ = ready_replica(self._router)
+            probe = GenerateRequest(request_id=f"health-generate-{secrets.token_hex(8)}", model=pool.name,
+                                    prompt_ids=[0], params=SamplingParams(max_tokens=1, temperature=0.0))
+            async for event in stream_events(pool, probe):
+                healthy = healthy or isinstance(event, Done)
+                if isinstance(event, Error):
+                    healthy = False
+                    break
+        except Exception as error:  # noqa: BLE001 - whatever went wrong, generation does not work: 503, not 500
+            log.warning("health_generate_failed", error=str(error), kind=type(error).__name__)
+        HEALTH_PROBES.labels("ok" if healthy else "failed").inc()
+        return healthy
+
+    async def close(self) -> None:
+        if self._running is not None:
+            self._running.cancel()

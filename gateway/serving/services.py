@@ -1,0 +1,52 @@
+"""What the request handlers share, opened once per app by its lifespan (`gateway.edge.lifespan`). Handlers reach
+it through dependency injection: a parameter `services: Services` (the billing routes take `ledger`, the
+admin routes `auth`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from auth import AuthService, Principal
+from billing.ledger import Ledger
+from gateway.config import Settings
+from gateway.endpoints.adapters import AdapterRegistry
+from gateway.endpoints.service import Endpoints
+from gateway.limits import Limiter
+from gateway.replicas.pool import Router
+from gateway.serving.health_probe import GenerationProbe
+
+DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.replicas.pool)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    endpoints: Endpoints
+    auth: AuthService
+    limiter: Limiter
+    ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
+    started_at: float  # unix time, `created` of /v1/models
+    probe: GenerationProbe  # GET /health_generate
+
+    @property
+    def adapters(self) -> AdapterRegistry:
+        """Every endpoint's LoRA adapters."""
+        return self.endpoints.adapters
+
+    def described_model(self, principal: Principal | None) -> str:
+        """The model the info route of a one-model API (TGI's /info, SGLang's /get_model_info) describes: the first
+        endpoint the caller may see (404 when none); a key's allow-list applies as on any call (403)."""
+        return self.callable_model(principal, None)
+
+    def callable_model(self, principal: Principal | None, model: str | None) -> str:
+        """The endpoint `model` names (unset or an alias: the first one the caller may see), by generation's rule:
+        another team's private endpoint is a 404, one the sent key's allow-list leaves out a 403."""
+        name = self.endpoints.resolve(model or DEFAULT_MODEL, principal).name
+        if principal is not None:
+            self.auth.check_model(principal, name)
+        return name
+
+    @property
+    def router(self) -> Router:
+        """Every endpoint's replica pool (the routes that read a worker's info or tokenizer)."""
+        return self.endpoints.router
