@@ -40,7 +40,7 @@ def test_a_failure_outside_sluice_serve_is_recorded_without_signalling_the_host(
     """An app run in-process (by a test, under another server) has no `serve` loop to stop: the failure is
     recorded and said, and the host process lives on. A child interpreter hosts it, so a regression fails
     this test instead of killing pytest."""
-    script = ("from gateway import shutdown\n"
+    script = ("from gateway.edge import startup_failure as shutdown\n"
               "shutdown.fail('the endpoint failed')\n"
               "import time; time.sleep(0.5)\n"
               "print('HOST-ALIVE', shutdown.exit_status(), flush=True)\n")
