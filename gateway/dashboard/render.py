@@ -74,21 +74,18 @@ def cold_starts(series: Series) -> ColdStarts:
                       max(longest) if longest else None)
 
 
-def _stacked(series: Series, per_model) -> list[dict]:
-    """Per model, its values plus those of the models before it (a stack: the last line is the total)."""
-    lines, below = [], [0] * len(series.buckets)
-    for m in series.by_model:
-        below = [b + v for b, v in zip(below, per_model(m), strict=True)]
-        lines.append({"label": m.model, "values": below})
-    return lines
+def _by_model(series: Series, per_model) -> list[dict]:
+    """Per model, its own value in each bucket: the browser stacks them for the fills, and the legend reads
+    each model's own."""
+    return [{"label": m.model, "values": per_model(m)} for m in series.by_model]
 
 
 def chart_data(series: Series) -> dict:
     """What the charts draw; the table under them holds the same numbers."""
     return {"x": [b.start for b in series.buckets], "tz": series.tz,
-            "tokens": _stacked(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
-                                                                          strict=True)]),
-            "cost": _stacked(series, lambda m: [c / 1e6 for c in m.cost_micros]),
+            "tokens": _by_model(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
+                                                                           strict=True)]),
+            "cost": _by_model(series, lambda m: [c / 1e6 for c in m.cost_micros]),
             "events": [{"label": "429 rejections", "values": series.rate_limited},
                        {"label": "cold starts", "values": series.cold_starts}],
             "waits": [{"label": "mean cold-start wait (ms)",

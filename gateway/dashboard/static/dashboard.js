@@ -2,23 +2,55 @@
 "use strict";
 const COLORS = ["#3a7bd5", "#e07b39", "#2e9e6a", "#b04fb0", "#c9a227", "#5b6b8c", "#d64545", "#3fb5c4"];
 
+// Numbers in the reader's locale; axis ticks compact ("2.1M"), so a million never overflows the axis.
+const COMPACT = new Intl.NumberFormat(undefined, {notation: "compact", maximumFractionDigits: 2});
+const FULL = new Intl.NumberFormat(undefined, {maximumFractionDigits: 6});
+
+// Bucket starts in seconds; each line holds its own value per bucket. A stacked chart draws running sums
+// (each fill shows one model's share) while its legend reads each model's own value.
 function draw(box, x, lines, stacked, tz) {
   box.replaceChildren();
-  const series = [{}];
-  const columns = [x];
-  // a stack's last line is the total: draw from the top so each fill shows one line's share
+  // times as the tables write them: the legend "2026-11-26 13:00"; an axis tick its day, or its hour in a day
+  const [WHEN, DAY, HOUR] = ["{YYYY}-{MM}-{DD} {HH}:{mm}", "{YYYY}-{MM}-{DD}", "{HH}:{mm}"].map(uPlot.fmtDate);
+  const empty = !lines.some((line) => line.values.some((v) => v));
+  const tzDate = (ts) => uPlot.tzDate(new Date(ts * 1e3), tz);
+  const series = [{value: (u, ts) => ts == null ? "–" : WHEN(tzDate(ts))}];
+  // each bucket is a step from its start to the next one's; one more point closes the last step
+  const end = x.length > 1 ? x[x.length - 1] * 2 - x[x.length - 2] : x[0] + 3600;
+  const columns = [x.length ? [...x, end] : x];
+  const sums = x.map(() => 0);
+  const drawn = lines.map((line) => {
+    if (!stacked) return line.values;
+    line.values.forEach((v, i) => { sums[i] += v || 0; });
+    return [...sums];
+  });
+  // a stack's top line is the total: draw from the top so each lower fill covers its own share
   const order = stacked ? [...lines.keys()].reverse() : [...lines.keys()];
   for (const i of order) {
     const color = COLORS[i % COLORS.length];
+    const own = lines[i].values;
     series.push({label: lines[i].label, stroke: color, fill: stacked ? color + "55" : undefined,
-                 points: {show: !stacked}, value: (u, v) => v == null ? "–" : v.toLocaleString()});
-    columns.push(lines[i].values);
+                 paths: uPlot.paths.stepped({align: 1}), points: {show: !stacked},
+                 value: (u, v, si, idx) => idx == null || own[idx] == null ? "–" : FULL.format(own[idx])});
+    columns.push(x.length ? [...drawn[i], drawn[i][drawn[i].length - 1]] : drawn[i]);
   }
   const width = Math.max(260, box.clientWidth - 8);
-  // times in the view's zone (UTC unless the local-time toggle chose the browser's), as the table below
-  const tzDate = (ts) => uPlot.tzDate(new Date(ts * 1e3), tz);
-  const plot = new uPlot({width: width, height: 220, series: series, axes: [{}, {size: 70}], scales: {x: {time: true}},
-                          tzDate}, columns, box);
+  const ticks = (u, splits) => splits.map((ts) => {
+    const d = tzDate(ts);
+    return d.getHours() || d.getMinutes() ? HOUR(d) : DAY(d);
+  });
+  const plot = new uPlot({width: width, height: 220, series: series, tzDate, padding: [8, 40, 0, 0],  // room for the last tick
+                          axes: [{values: ticks}, {size: 60, values: (u, splits) => splits.map((v) => COMPACT.format(v))}],
+                          // from 0, never from the smallest value: a bucket's height is its amount
+                          scales: {x: {time: true}, y: {range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1]}}},
+                         columns, box);
+  box.plot = plot;  // the browser tests read the drawn scales and legend from it
+  if (empty) {
+    const note = document.createElement("p");
+    note.className = "chart-empty";
+    note.textContent = "No data in this view.";
+    box.append(note);
+  }
   // keyboard: the arrows, Home and End move the cursor from bucket to bucket; the legend reads out its values
   box.tabIndex = 0;
   box.onkeydown = (event) => {
