@@ -1,15 +1,19 @@
 """Per-model prices from a TOML file, re-read when the file changes, with the history kept so a
 request is priced by what was in force when it arrived, not when it finished.
 
-File format (prices are integer micro-units per million tokens)::
+The gateway's `pricing_file` (prices are integer micro-units per million tokens; the file may be the
+gateway's whole config file, so the prices sit under `[pricing]`)::
 
-    [models."HuggingFaceTB/SmolLM2-135M-Instruct"]
+    [pricing.models."HuggingFaceTB/SmolLM2-135M-Instruct"]
     input = 150000
     output = 600000
 
-    [models.default]        # any model not listed; without it unknown models cost zero
+    [pricing.models.default]        # any model not listed; without it unknown models cost zero
     input = 100000
     output = 400000
+
+A file that prices nothing, a `[models]` table outside `[pricing]`, or an unknown key under `[pricing]` is
+refused: each would price every request at $0 without a word.
 """
 
 from __future__ import annotations
@@ -56,6 +60,19 @@ def parse_prices(doc: Mapping[str, object]) -> dict[str, Price]:
             raise PricingError(f"models.{name}: unknown field(s) {sorted(unknown)}")
         prices[name] = Price(*values)
     return prices
+
+
+def section_of(doc: Mapping[str, object], section: str) -> Mapping[str, object]:
+    """The `[section]` table of a larger file, refusing the misplacements that would silently price at $0."""
+    if "models" in doc:
+        raise PricingError(f"a [models] table outside [{section}]: prices go under [{section}.models.<name>]")
+    found = doc.get(section)
+    if not isinstance(found, dict) or not isinstance(found.get("models"), dict) or not found["models"]:
+        raise PricingError(f"no [{section}.models.<name>] table: the file prices nothing")
+    unknown = set(found) - {"models"}
+    if unknown:
+        raise PricingError(f"[{section}]: unknown key(s) {sorted(unknown)}; prices go under [{section}.models.<name>]")
+    return found
 
 
 class PricingTable:
@@ -107,7 +124,7 @@ class PricingTable:
             with open(self.path, "rb") as f:
                 doc = tomllib.load(f)
             if self.section is not None:
-                doc = doc.get(self.section, {})
+                doc = section_of(doc, self.section)
             prices = parse_prices(doc)
         except (OSError, tomllib.TOMLDecodeError, PricingError) as exc:
             if strict:

@@ -52,6 +52,17 @@ def test_section_of_a_larger_config(tmp_path):
     assert PricingTable(path, section="pricing").price("small") == Price(3, 4)
 
 
+@pytest.mark.parametrize("body", ["[models.small]\ninput = 3\n",  # the prices outside [pricing]
+                                  "[server]\nport = 1\n",  # no prices at all
+                                  "[pricing.model.small]\ninput = 3\n",  # a misspelt table
+                                  "[pricing.models]\n"])  # an empty one
+def test_a_section_that_would_price_everything_at_zero_is_refused(tmp_path, body):
+    path = tmp_path / "sluice.toml"
+    write(path, body)
+    with pytest.raises(PricingError, match=r"\[pricing"):
+        PricingTable(path, section="pricing")
+
+
 @pytest.mark.parametrize("body", ["[models.x]\ninput = 1.5\n", "[models.x]\ninput = -1\n",
                                   "[models.x]\ninput = true\n", "[models.x]\nprice = 1\n", "models = 3\n",
                                   "[models\n"])
