@@ -4,17 +4,20 @@ the view's zone, and the series as table rows (every chart has a table)."""
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import msgspec
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
+from markupsafe import Markup, escape
 
 from billing.insights.overview import Series
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
 
 TEMPLATES = Path(__file__).parent / "templates"
+CENT_MICROS = 10_000
 
 
 class SeriesRow(msgspec.Struct):
@@ -32,8 +35,14 @@ def count(value: int) -> str:
     return f"{value:,}"
 
 
-def money(micros: int) -> str:
-    return f"${micros_to_decimal(micros)}"
+def money(micros: int) -> Markup:
+    """Dollars to the cent as people read them ("$1,234.57", "<$0.01"); the exact amount in the title."""
+    exact = micros_to_decimal(micros)
+    if 0 < abs(micros) < CENT_MICROS:
+        shown = "<$0.01"
+    else:
+        shown = f"${Decimal(exact).quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
+    return Markup(f'<span class="money" title="${exact}">{escape(shown)}</span>')
 
 
 def ms(value: float | None) -> str:

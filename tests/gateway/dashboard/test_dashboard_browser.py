@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import parse_qs, urlparse
 from zoneinfo import ZoneInfo
 
@@ -73,7 +74,14 @@ async def api_totals(gateway, key: str, params: dict, team: str | None = None) -
 def expected_tiles(totals: dict) -> dict[str, str]:
     return {"requests": f"{totals['requests']:,}", "prompt_tokens": f"{totals['prompt_tokens']:,}",
             "completion_tokens": f"{totals['completion_tokens']:,}",
-            "cost": f"${micros_to_decimal(totals['cost_micros'])}"}
+            "cost": dollars(totals["cost_micros"])}
+
+
+def dollars(micros: int) -> str:
+    """Money as the dashboard shows it: to the cent (the exact amount is in the element's title)."""
+    if 0 < micros < 10_000:
+        return "<$0.01"
+    return f"${Decimal(micros_to_decimal(micros)).quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
 
 
 def view_params(page) -> dict:
@@ -102,7 +110,9 @@ async def test_sign_in_overview_equals_the_usage_api_and_sign_out(gateway, page,
     month = await api_totals(gateway, data["alice_key"]["key"], {"start": month_start.isoformat()})
     used = month["prompt_tokens"] + month["compute_tokens"]
     assert (await tiles(page))["budget"].startswith(f"{used:,} / 100,000 ({used / 1000:.0f} %")
-    assert (await tiles(page))["month_cost"] == f"${micros_to_decimal(month['cost_micros'])}"
+    assert (await tiles(page))["month_cost"] == dollars(month["cost_micros"])
+    exact = await page.get_attribute("[data-tile=month_cost]", "data-micros")
+    assert int(exact) == month["cost_micros"]
     by_model = await page.inner_text("table[data-breakdown=model] tbody")
     assert "big" in by_model and "small" in by_model
     assert await page.inner_text("table[data-breakdown=key] tbody th") == f"alice laptop {data['alice_key']['id']}"
