@@ -11,7 +11,7 @@ from litestar.datastructures import Cookie
 from auth.service import AuthService
 from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
 from gateway.dashboard.fields import ascii_whole
-from gateway.dashboard.scope import Scope, key_is_live, resolve
+from gateway.dashboard.scope import DashboardScope, key_is_live, resolve
 from gateway.dashboard.sessions import COOKIE, LIFETIME_SECONDS, Session, SessionStore
 
 BASE = "/dashboard"
@@ -68,7 +68,7 @@ class NotSignedIn(Exception):
     """A page asked for without a live signed-in session: the router answers with the sign-in page."""
 
 
-async def signed_in_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+async def signed_in_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, DashboardScope]:
     """The session and the scope of `?team_id=`; NotSignedIn without a live session."""
     session = await signed_in(request, sessions, auth)
     if session is None:

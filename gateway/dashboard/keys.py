@@ -30,7 +30,7 @@ from gateway.dashboard.access import (
 )
 from gateway.dashboard.fields import whole_number
 from gateway.dashboard.render import when
-from gateway.dashboard.scope import Scope, key_is_live
+from gateway.dashboard.scope import DashboardScope, key_is_live
 from gateway.dashboard.sessions import Session, SessionStore
 from gateway.errors import NotFound
 
@@ -50,7 +50,7 @@ class KeyRow(msgspec.Struct, frozen=True):
     actions: tuple[str, ...]  # what the viewer may do to it (auth/policy.py)
 
 
-async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, DashboardScope]:
     session, scope = await signed_in_scope(request, sessions, auth)
     if not scope.manages_keys:
         raise Forbidden("Managing keys needs the team's owner role.")
@@ -66,11 +66,11 @@ async def _owner_form(request: Request, sessions: SessionStore, auth: AuthServic
     return session, scope, await posted_form(request, session)
 
 
-def _manager(scope: Scope) -> Manager:
+def _manager(scope: DashboardScope) -> Manager:
     return Manager(user_id=scope.key.user_id, is_admin=scope.is_admin, role=scope.team.role)
 
 
-def _acting_team(scope: Scope) -> str | None:
+def _acting_team(scope: DashboardScope) -> str | None:
     """The team whose keys a form may name: the team on screen for an owner; any team (None) for the admin."""
     return None if scope.is_admin else scope.team.id
 
@@ -79,7 +79,7 @@ def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
     return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
-async def _rows(auth: AuthService, scope: Scope, listed: list[ListedKey]) -> list[KeyRow]:
+async def _rows(auth: AuthService, scope: DashboardScope, listed: list[ListedKey]) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
     users: dict[str, str] = {}
     for user_id in {item.key.user_id for item in listed if item.key.user_id is not None}:
@@ -95,7 +95,7 @@ def _at(unix: float | None) -> str:
     return when(unix, "UTC") if unix is not None else "never"
 
 
-async def _page(request: Request, auth: AuthService, session: Session, scope: Scope,
+async def _page(request: Request, auth: AuthService, session: Session, scope: DashboardScope,
                 created: KeyCreated | None = None, status: int = 200) -> Template:
     """The keys of the team on screen (the admin: of every team, or of `keys_of`), a page at a time."""
     keys_of = (request.query_params.get("keys_of") or None) if scope.is_admin else scope.team.id

@@ -41,7 +41,7 @@ from gateway.dashboard.access import (
 from gateway.dashboard.filters import RANGES, View, read_view
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.keys import KEY_HANDLERS
-from gateway.dashboard.scope import Scope
+from gateway.dashboard.scope import DashboardScope
 from gateway.dashboard.sessions import Session, SessionStore
 
 STATIC = Path(__file__).parent / "static"
@@ -109,7 +109,7 @@ async def _labels(auth: AuthService, key_ids: list[str], user_ids: list[str]) ->
     return labels
 
 
-def _page(name: str, session: Session, scope: Scope, view: View, **context) -> Template:
+def _page(name: str, session: Session, scope: DashboardScope, view: View, **context) -> Template:
     """A page of a team's view: the bar (team switcher, sign-out form) and the filter form need these."""
     return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
                                                 "ranges": RANGES, **context})

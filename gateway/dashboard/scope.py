@@ -25,7 +25,7 @@ class TeamChoice(msgspec.Struct, frozen=True):
     role: str
 
 
-class Scope(msgspec.Struct, frozen=True):
+class DashboardScope(msgspec.Struct, frozen=True):
     key: KeyRecord
     teams: list[TeamChoice]  # the switcher's choices, by name
     team: TeamChoice  # the team on screen
@@ -59,7 +59,7 @@ async def teams_of(auth: AuthService, key: KeyRecord) -> list[TeamChoice]:
     return sorted(choices, key=lambda t: t.name)
 
 
-async def resolve(auth: AuthService, key: KeyRecord, team_id: str | None) -> Scope:
+async def resolve(auth: AuthService, key: KeyRecord, team_id: str | None) -> DashboardScope:
     """The scope for `team_id` (None: the key's default team, else its first); NotFound when unreachable."""
     teams = await teams_of(auth, key)
     wanted = team_id or key.team_id
@@ -68,4 +68,4 @@ async def resolve(auth: AuthService, key: KeyRecord, team_id: str | None) -> Sco
         team = teams[0]
     if team is None:
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
-    return Scope(key, teams, team)
+    return DashboardScope(key, teams, team)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from gateway.limits.scope import Scope
+from gateway.limits.scope import LimitScope
 
 # (scope, requests in window, tokens in window, oldest entry's time in µs or None)
-Usage = tuple["Scope", int, int, "int | None"]
+Usage = tuple["LimitScope", int, int, "int | None"]
 
 
 def go_duration(us: int) -> str:
@@ -63,7 +63,7 @@ def rate_headers(now_us: int, window_us: int, usage: Iterable[Usage]) -> dict[st
     return out
 
 
-def limit_only_headers(scopes: Sequence[Scope]) -> dict[str, str]:
+def limit_only_headers(scopes: Sequence[LimitScope]) -> dict[str, str]:
     """Trios for a request refused before any state was read (never_fits): limits, full remaining."""
     return rate_headers(0, 0, [(s, 0, 0, None) for s in scopes])
 

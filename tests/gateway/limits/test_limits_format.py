@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.limits import Scope, open_limiter, reservation_tokens
+from gateway.limits import LimitScope, open_limiter, reservation_tokens
 from gateway.limits.headers import go_duration, retry_headers
 
 
@@ -32,11 +32,11 @@ def test_reservation_rule():
 def test_idle_scopes_are_forgotten(clock):
     lim = open_limiter(None, clock=clock)
     for i in range(5000):
-        ticket = lim.admit_now([Scope(f"key:{i}", rpm=10, max_concurrency=2)], 1)
+        ticket = lim.admit_now([LimitScope(f"key:{i}", rpm=10, max_concurrency=2)], 1)
         lim.settle_now(ticket, 1)
     clock.advance(61)
     for i in range(5000):
-        lim.admit_now([Scope("key:hot", rpm=10**9)], 1)
+        lim.admit_now([LimitScope("key:hot", rpm=10**9)], 1)
     assert len(lim._states) < 5000  # the sweep dropped scopes with nothing in their window
 
 
