@@ -11,6 +11,7 @@ shapes. Here too are the errors more than one package raises: a body that cannot
 from __future__ import annotations
 
 import math
+import re
 
 RETRY_STATUSES = (429, 503)  # every answer with one of these says when to retry (Retry-After)
 
@@ -41,9 +42,30 @@ class SluiceError(Exception):
         return self.headers
 
 
-def retry_after_header(seconds: float) -> dict[str, str]:
-    """The Retry-After header: whole seconds, at least 1."""
-    return {"retry-after": str(max(1, math.ceil(seconds)))}
+def retry_after_seconds(seconds: float) -> int:
+    """Retry-After's value for a wait of `seconds`: whole seconds rounded up (never early), at least 1."""
+    return max(1, math.ceil(seconds))
+
+
+def retry_after_header(seconds: float, *, ms: bool = False) -> dict[str, str]:
+    """The Retry-After header for a wait of `seconds` (every answer that says when to retry uses this); `ms`:
+    also `retry-after-ms`, the exact wait the OpenAI SDKs prefer (rate-limit refusals send it)."""
+    header = {"retry-after": str(retry_after_seconds(seconds))}
+    if ms:
+        header["retry-after-ms"] = str(math.ceil(seconds * 1000))
+    return header
+
+
+_AT_PATH = re.compile(r"at `\$\.([^.\[`]+)")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
+
+
+def invalid_field(error: Exception) -> str | None:
+    """The top-level body field a msgspec validation error is about, for an envelope's `param`: the first step
+    of its path (`Expected `int` - at `$.messages[0].role``: messages), else the missing field it names."""
+    message = str(error)
+    found = _AT_PATH.search(message) or _MISSING.search(message)
+    return found.group(1) if found else None
 
 
 class BadRequest(SluiceError):

@@ -21,6 +21,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.response import Stream
 
 from common.protocol import (
+    ERROR_STATUS,
     DetokenizeRequest,
     DetokenizeResponse,
     Done,
@@ -38,8 +39,6 @@ from worker.secret import secret_guard
 from worker.tools.errors import ToolError
 from worker.tools.prompt import render_chat
 
-ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
-                "unavailable": 503, "internal": 500, "timeout": 408, "unauthorized": 401}
 MAX_TOKENIZE_CHARS = 1 << 18
 MAX_DETOKENIZE_TOKENS = 1 << 17
 _json = msgspec.json.Encoder()

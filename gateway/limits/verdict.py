@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+from common.errors import retry_after_header
 from gateway.limits.headers import (
     Usage,
     limit_only_headers,
     rate_headers,
-    retry_headers,
 )
 from gateway.limits.metrics import REJECTIONS
 from gateway.limits.model import LimitExceeded
@@ -88,5 +88,5 @@ def reject(failures: Sequence[Failure], tokens: int, now_us: int, window_us: int
     message = (f"{head}: " + "; ".join(_describe(f, tokens, month_end_us) for f in ordered)
                + f". Retry after {retry_after:.3f} s{note}.")
     headers = rate_headers(now_us, window_us, usage)
-    headers.update(retry_headers(retry_after))
+    headers.update(retry_after_header(retry_after, ms=True))
     return LimitExceeded(kind, message, retry_after, headers)  # type: ignore[arg-type]

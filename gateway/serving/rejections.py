@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from auth import Principal
 from auth.throttle import FailureBudget
+from common.errors import retry_after_header
 from gateway.errors import RateLimited, SluiceError
 from gateway.limits import Limiter, LimiterUnavailable, LimitExceeded, LimitScope
-from gateway.limits.headers import retry_headers
 
 REFUSED = "Too many rejected requests"
 
@@ -42,7 +42,7 @@ async def count_rejection(limiter: Limiter, per_minute: int, principal: Principa
         return error
     return RateLimited(f"{REFUSED}: at most {per_minute} requests of a key or a client address may be refused per "
                        f"minute (this one: {error.status} {error.code}). Retry after {wait:.3f} s.",
-                       headers=retry_headers(wait))
+                       headers=retry_after_header(wait, ms=True))
 
 
 def address_budget(limiter: Limiter, per_minute: int) -> FailureBudget:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.limits import LimitScope, open_limiter, reservation_tokens
-from gateway.limits.headers import go_duration, retry_headers
+from gateway.limits.headers import go_duration
 
 
 @pytest.mark.parametrize(("us", "text"), [
@@ -15,11 +15,6 @@ from gateway.limits.headers import go_duration, retry_headers
 ])
 def test_go_duration_matches_openai_spelling(us, text):
     assert go_duration(us) == text
-
-
-def test_retry_headers_round_up():
-    assert retry_headers(0.2) == {"retry-after": "1", "retry-after-ms": "200"}
-    assert retry_headers(30.0) == {"retry-after": "30", "retry-after-ms": "30000"}
 
 
 def test_reservation_rule():
