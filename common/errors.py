@@ -56,16 +56,20 @@ def retry_after_header(seconds: float, *, ms: bool = False) -> dict[str, str]:
     return header
 
 
-_AT_PATH = re.compile(r"at `\$\.([^.\[`]+)")
-_MISSING = re.compile(r"missing required field `([^`]+)`")
+_PATH = re.compile(r"at `\$\.([^`\[]+)")  # up to the first index: `$.messages[0].role` -> messages
+_NAMED = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
 
 
-def invalid_field(error: Exception) -> str | None:
-    """The top-level body field a msgspec validation error is about, for an envelope's `param`: the first step
-    of its path (`Expected `int` - at `$.messages[0].role``: messages), else the missing field it names."""
+def invalid_field(error: Exception, *, top_level: bool = True) -> str | None:
+    """The body field a msgspec validation error is about, for an envelope's `param`. `top_level` (the dialects,
+    as OpenAI names it): the first step of the error's path (`... - at `$.messages[0].role``: messages), else
+    the missing or unknown field it names. Otherwise (the admin API): the field named, else the whole path
+    (`limits.rpm`)."""
     message = str(error)
-    found = _AT_PATH.search(message) or _MISSING.search(message)
-    return found.group(1) if found else None
+    path, named = _PATH.search(message), _NAMED.search(message)
+    if top_level:
+        return path.group(1).split(".")[0] if path else named.group(1) if named else None
+    return named.group(1) if named else path.group(1) if path else None
 
 
 class BadRequest(SluiceError):

@@ -36,4 +36,5 @@ def body_as(payload: Any, type_: type):
     try:
         return msgspec.convert(payload, type_)
     except msgspec.ValidationError as exc:
-        raise RequestError(400, "invalid_request", f"Invalid body: {exc}", invalid_field(exc)) from None
+        raise RequestError(400, "invalid_request", f"Invalid body: {exc}",
+                           invalid_field(exc, top_level=False)) from None

@@ -22,29 +22,38 @@ class Message(msgspec.Struct):
     content: str
 
 
-class Body(msgspec.Struct):
+class Limits(msgspec.Struct, forbid_unknown_fields=True):
+    rpm: int | None = None
+
+
+class Body(msgspec.Struct, forbid_unknown_fields=True):
     model: str
-    messages: list[Message]
+    messages: list[Message] = []
     temperature: float = 1.0
     options: dict[str, int] = {}
+    limits: Limits | None = None
 
 
-def _field(payload) -> str | None:
+def _fields(payload) -> tuple[str | None, str | None]:
+    """(the dialects' param, the admin API's param) for a body that fails to convert."""
     with pytest.raises(msgspec.ValidationError) as caught:
         msgspec.convert(payload, Body)
-    return invalid_field(caught.value)
+    return invalid_field(caught.value), invalid_field(caught.value, top_level=False)
 
 
-@pytest.mark.parametrize(("payload", "field"), [
-    ({"messages": []}, "model"),  # missing at the top
-    ({"model": "m", "messages": [], "temperature": "hot"}, "temperature"),  # wrong type at the top
-    ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages"),  # deep inside a list
-    ({"model": "m", "messages": [{"content": "hi"}]}, "messages"),  # missing deep inside: the top field
-    ({"model": "m", "messages": [], "options": {"top-k": "x"}}, "options"),
+@pytest.mark.parametrize(("payload", "top", "named"), [
+    ({}, "model", "model"),  # missing at the top
+    ({"model": "m", "temperature": "hot"}, "temperature", "temperature"),  # wrong type at the top
+    ({"model": "m", "extra": 1}, "extra", "extra"),  # unknown at the top
+    ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages", "messages"),  # inside a list
+    ({"model": "m", "messages": [{"content": "hi"}]}, "messages", "role"),  # missing inside: the top / its own
+    ({"model": "m", "options": {"top-k": "x"}}, "options", "options"),
+    ({"model": "m", "limits": {"rpm": "x"}}, "limits", "limits.rpm"),  # nested: the top / the whole path
+    ({"model": "m", "limits": {"qps": 1}}, "limits", "qps"),  # unknown inside: the top / its own name
 ])
-def test_the_field_is_the_top_level_one_msgspec_names(payload, field):
-    assert _field(payload) == field
+def test_the_field_msgspec_names(payload, top, named):
+    assert _fields(payload) == (top, named)
 
 
 def test_an_error_about_the_whole_body_names_no_field():
-    assert _field([1, 2]) is None
+    assert _fields([1, 2]) == (None, None)
