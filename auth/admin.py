@@ -242,7 +242,7 @@ class AdminOps:
             old = await tx.get_key(key_id)
             if old is None:
                 raise RequestError(404, "key_not_found", f"No key {key_id!r}.", "key_id")
-            if old.revoked_at is not None or (old.expires_at is not None and old.expires_at <= at):
+            if not old.is_live(at):
                 raise RequestError(409, "key_inactive", f"Key {key_id!r} is revoked or expired.", "key_id")
             new, clear = issue_key(self._hasher, name=old.name, team_id=old.team_id, user_id=old.user_id,
                                    is_admin=old.is_admin, models=old.models, limits=old.limits,

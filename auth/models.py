@@ -69,6 +69,10 @@ class KeyRecord(msgspec.Struct, frozen=True):
     last_used_at: float | None = None
     replaced_by: str | None = None
 
+    def is_live(self, at: float) -> bool:
+        """Neither revoked nor expired at `at`: the key may still sign in and be acted on."""
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > at)
+
 
 class AuditRecord(msgspec.Struct, frozen=True):
     id: str

@@ -1,6 +1,10 @@
-"""Who may do what with a team's keys: the one rule that the team API (`/v1/team/keys`, gateway/admin/team.py) and
-the dashboard's keys page (gateway/dashboard/keys.py) both apply, through auth/team_keys.py, so that neither can
-become a side door.
+"""Who may do what: the one module of rules that authentication (auth/service.py), the team API
+(`/v1/team`, gateway/admin/team.py) and the dashboard (gateway/dashboard/) all apply, the key rules through
+auth/team_keys.py, so that none of them can become a side door.
+
+Which teams a key reaches (`reaches`): an admin key every team, a service key its own, a personal key every team
+its user belongs to, except where the team's owners blocked it. Its role there (`role_in`): admin, service, or
+the user's membership role. Owners (and the operator) manage the team's keys (`manages_keys`).
 
 A personal key acts in every team its user belongs to, so handing its secret to an owner of one team made that
 owner a member (or owner) of the user's other teams. Hence:
@@ -26,6 +30,28 @@ from auth.models import KeyRecord
 
 Action = Literal["create", "rotate", "revoke", "block", "unblock"]
 KEY_ACTIONS: tuple[Action, ...] = ("rotate", "revoke", "block", "unblock")
+ADMIN, SERVICE, OWNER = "admin", "service", "owner"
+
+
+def reaches(key: KeyRecord, team_id: str, member_role: str | None, blocked: bool) -> bool:
+    """Whether `key` may act in team `team_id`, given its user's role there (None: not a member, or no user) and
+    whether the team's owners blocked it there."""
+    if key.is_admin:
+        return True
+    if key.user_id is None:
+        return team_id == key.team_id  # a service key belongs to one team
+    return member_role is not None and not blocked
+
+
+def role_in(is_admin: bool, member_role: str | None) -> str:
+    """The role a key acts with in a team it reaches, as `GET /v1/team` and the dashboard show it: "admin",
+    the user's role ("owner", "member"), or "service" (a service key)."""
+    return ADMIN if is_admin else member_role or SERVICE
+
+
+def manages_keys(is_admin: bool, member_role: str | None) -> bool:
+    """Owners manage their team's keys (and its members list); the operator manages every key."""
+    return is_admin or member_role == OWNER
 
 
 class Manager(msgspec.Struct, frozen=True):
@@ -38,14 +64,14 @@ class Manager(msgspec.Struct, frozen=True):
 
     @property
     def manages_keys(self) -> bool:
-        return self.is_admin or self.role == "owner"
+        return manages_keys(self.is_admin, self.role)
 
 
-NOT_AN_OWNER = "Managing keys needs the team's owner role."
+NOT_AN_OWNER = "Managing the team needs a key of one of its owners (or the admin key)."
 
 
 def check_manages(manager: Manager) -> None:
-    """Listing a team's keys: its owners and the operator."""
+    """Managing a team (its keys, its members list): its owners and the operator."""
     if not manager.manages_keys:
         raise AuthError.denied(NOT_AN_OWNER)
 

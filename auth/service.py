@@ -14,10 +14,12 @@ import structlog
 from auth.admin import Actor, AdminOps, audit_entry, issue_key, new_id
 from auth.cache import MISS, TtlCache
 from auth.clock import now
+from auth.directory import Directory
 from auth.errors import AuthError
 from auth.forwarded import ClientAddresses
 from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.models import KeyRecord, Limits, Role, TeamRecord
+from auth.policy import Manager, reaches
 from auth.store import Store, open_store
 from auth.team_keys import TeamKeys
 from auth.throttle import FailureBudget, FailureThrottle
@@ -41,9 +43,9 @@ class Principal(msgspec.Struct, frozen=True):
     role: Role | None = None  # the key's user's role in the billed team; None: a service or admin key
 
     @property
-    def manages_team(self) -> bool:
-        """Owners manage their team's keys; admins manage everything; members and service keys use the API."""
-        return self.is_admin or self.role == "owner"
+    def manager(self) -> Manager:
+        """The caller as auth/policy.py judges what it may do to the billed team's keys."""
+        return Manager(user_id=self.user_id, is_admin=self.is_admin, role=self.role)
 
 
 class Bootstrap(msgspec.Struct):
@@ -74,6 +76,7 @@ class AuthService:
         self._flush_task: asyncio.Task | None = None
         self.admin = AdminOps(store, hasher, self._forget)
         self.team_keys = TeamKeys(store, self.admin, self._forget)  # what owners may do (auth/policy.py)
+        self.directory = Directory(store)  # what the dashboard reads, under the same rules
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
@@ -126,18 +129,12 @@ class AuthService:
         """The billed team and the key's user's role in it."""
         requested = team_header.strip() if team_header else ""
         team_id = requested or key.team_id
-        role = None
-        if key.is_admin:
-            allowed = True  # operators may act for any existing team
-        elif key.user_id is None:
-            allowed = team_id == key.team_id  # a service key belongs to one team
-        else:
-            role = await self._role(team_id, key.user_id, mono)
-            allowed = role is not None
-            if allowed and await self._blocked(team_id, key.id, mono):
-                # the user is a member (so the team's existence is theirs to know): say why
-                raise AuthError.denied(f"This API key is blocked in team {team_id[:100]!r} by the team's owners.")
-        team = await self._team(team_id, mono) if allowed else None
+        personal = not key.is_admin and key.user_id is not None
+        role = await self._role(team_id, key.user_id, mono) if personal else None
+        if role is not None and await self._blocked(team_id, key.id, mono):
+            # the user is a member (so the team's existence is theirs to know): say why
+            raise AuthError.denied(f"This API key is blocked in team {team_id[:100]!r} by the team's owners.")
+        team = await self._team(team_id, mono) if reaches(key, team_id, role, blocked=False) else None
         if team is None:
             # The same answer for "no such team" and "not yours", so existence is not revealed.
             if requested:

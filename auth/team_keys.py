@@ -29,10 +29,6 @@ class ListedKey(msgspec.Struct, frozen=True):
     actions: tuple[Action, ...]  # what the manager who listed it may do to it
 
 
-def _live(key: KeyRecord, at: float) -> bool:
-    return key.revoked_at is None and (key.expires_at is None or key.expires_at > at)
-
-
 class TeamKeys:
     def __init__(self, store: Store, admin: AdminOps, forget: Callable[..., None]) -> None:
         self._store = store
@@ -62,7 +58,7 @@ class TeamKeys:
         keys = await self._store.list_team_keys(team_id, limit, after)
         blocked = set(await self._store.blocked_keys(team_id))
         at = now()
-        return [ListedKey(k, k.id in blocked, allowed_actions(manager, k, live=_live(k, at), blocked=k.id in blocked))
+        return [ListedKey(k, k.id in blocked, allowed_actions(manager, k, live=k.is_live(at), blocked=k.id in blocked))
                 for k in keys]
 
     async def every_key(self, manager: Manager, team_id: str | None, limit: int,
@@ -71,7 +67,7 @@ class TeamKeys:
         if not manager.is_admin:
             raise RequestError(404, "team_not_found", "No such team.", "team_id")
         at = now()
-        return [ListedKey(k, False, allowed_actions(manager, k, live=_live(k, at), blocked=None))
+        return [ListedKey(k, False, allowed_actions(manager, k, live=k.is_live(at), blocked=None))
                 for k in await self._store.list_keys(team_id, limit, after)]
 
     async def outs(self, manager: Manager, team_id: str) -> list[TeamKeyOut]:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from gateway.limits import Scope, Ticket, open_limiter
+from gateway.limits import LimitScope, Ticket, open_limiter
 
-FULL = [Scope("key:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15),
-        Scope("team:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15)]
-UNLIMITED = [Scope("key:bench"), Scope("team:bench")]
+FULL = [LimitScope("key:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15),
+        LimitScope("team:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15)]
+UNLIMITED = [LimitScope("key:bench"), LimitScope("team:bench")]
 
 
 class NoLimiter:

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from billing.store.sql import Dialect
+from billing.store.sql import SqlDialect
 
 Granularity = Literal["hour", "day"]
 GRANULARITIES: tuple[str, ...] = ("hour", "day")
@@ -93,7 +93,7 @@ class Bucketing:
         self.start, self.end = start, end
         self.spans = offset_spans(self.tz, start, end)
 
-    def sql(self, dialect: Dialect, column: str = "time") -> tuple[str, str]:
+    def sql(self, dialect: SqlDialect, column: str = "time") -> tuple[str, str]:
         """(key, span) expressions over a time column; their values go to `bucket`."""
         if len(self.spans) == 1:
             offset = self.spans[0].offset

@@ -11,6 +11,7 @@ shapes. Here too are the errors more than one package raises: a body that cannot
 from __future__ import annotations
 
 import math
+import re
 
 RETRY_STATUSES = (429, 503)  # every answer with one of these says when to retry (Retry-After)
 
@@ -41,9 +42,34 @@ class SluiceError(Exception):
         return self.headers
 
 
-def retry_after_header(seconds: float) -> dict[str, str]:
-    """The Retry-After header: whole seconds, at least 1."""
-    return {"retry-after": str(max(1, math.ceil(seconds)))}
+def retry_after_seconds(seconds: float) -> int:
+    """Retry-After's value for a wait of `seconds`: whole seconds rounded up (never early), at least 1."""
+    return max(1, math.ceil(seconds))
+
+
+def retry_after_header(seconds: float, *, ms: bool = False) -> dict[str, str]:
+    """The Retry-After header for a wait of `seconds` (every answer that says when to retry uses this); `ms`:
+    also `retry-after-ms`, the exact wait the OpenAI SDKs prefer (rate-limit refusals send it)."""
+    header = {"retry-after": str(retry_after_seconds(seconds))}
+    if ms:
+        header["retry-after-ms"] = str(math.ceil(seconds * 1000))
+    return header
+
+
+_PATH = re.compile(r"at `\$\.([^`\[]+)")  # up to the first index: `$.messages[0].role` -> messages
+_NAMED = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
+
+
+def invalid_field(error: Exception, *, top_level: bool = True) -> str | None:
+    """The body field a msgspec validation error is about, for an envelope's `param`. `top_level` (the dialects,
+    as OpenAI names it): the first step of the error's path (`... - at `$.messages[0].role``: messages), else
+    the missing or unknown field it names. Otherwise (the admin API): the field named, else the whole path
+    (`limits.rpm`)."""
+    message = str(error)
+    path, named = _PATH.search(message), _NAMED.search(message)
+    if top_level:
+        return path.group(1).split(".")[0] if path else named.group(1) if named else None
+    return named.group(1) if named else path.group(1) if path else None
 
 
 class BadRequest(SluiceError):

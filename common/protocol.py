@@ -27,6 +27,10 @@ ConstraintKind = Literal["json_schema", "json_object", "regex", "ebnf", "structu
 # timeout: the request's own deadline passed (not retried); unauthorized: the caller lacks the worker secret
 ErrorKind = Literal["validation", "not_found", "overloaded", "too_long", "unavailable", "internal", "timeout",
                     "unauthorized"]
+# the HTTP status a worker answers each error kind with; the gateway raises the error of the same status
+# (gateway/replicas/relay.py), except for the worker's own faults, which are the gateway's 502
+ERROR_STATUS: dict[ErrorKind, int] = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
+                                    "unavailable": 503, "internal": 500, "timeout": 408, "unauthorized": 401}
 LOGPROB_FLOOR = -9999.0
 WORKER_SECRET_HEADER = "x-sluice-worker-secret"  # the secret a gateway shares with its workers (worker/secret.py)
 WORKER_SECRET_ENV = "SLUICE_WORKER_SECRET"

@@ -17,7 +17,7 @@ import ipaddress
 import msgspec
 from litestar import Request, Response
 
-from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, Error
+from common.protocol import ERROR_STATUS, WORKER_SECRET_ENV, WORKER_SECRET_HEADER, Error
 
 OPEN_PATHS = frozenset({"/health"})
 _json = msgspec.json.Encoder()
@@ -51,7 +51,8 @@ def secret_guard(secret: str):
         if hmac.compare_digest(given, expected):
             return None
         message = "missing worker secret" if not given else "wrong worker secret"
-        return Response(_json.encode(Error(kind="unauthorized", message=message)), status_code=401,
+        return Response(_json.encode(Error(kind="unauthorized", message=message)),
+                        status_code=ERROR_STATUS["unauthorized"],
                         media_type="application/json")
 
     return guard

@@ -21,6 +21,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.response import Stream
 
 from common.protocol import (
+    ERROR_STATUS,
     DetokenizeRequest,
     DetokenizeResponse,
     Done,
@@ -33,13 +34,11 @@ from common.protocol import (
     encode_event,
 )
 from worker.engine.engine import Engine
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 from worker.secret import secret_guard
 from worker.tools.errors import ToolError
 from worker.tools.prompt import render_chat
 
-ERROR_STATUS = {"validation": 422, "too_long": 422, "not_found": 404, "overloaded": 429,
-                "unavailable": 503, "internal": 500, "timeout": 408, "unauthorized": 401}
 MAX_TOKENIZE_CHARS = 1 << 18
 MAX_DETOKENIZE_TOKENS = 1 << 17
 _json = msgspec.json.Encoder()
@@ -70,7 +69,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
         try:
             # off the event loop: tokenizing and compiling a grammar can take a while
             prepared = await asyncio.to_thread(engine.prepare, body)
-        except RequestError as exc:
+        except RequestRejected as exc:
             return _refusal(exc.event())
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
@@ -80,7 +79,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
 
         try:
             engine.submit(prepared, sink)
-        except RequestError as exc:
+        except RequestRejected as exc:
             return _error(exc.kind, exc.message, exc.field)
         return Stream(_relay(engine, body.request_id, events), media_type="application/x-ndjson")
 
@@ -101,7 +100,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
     async def tokenize(data: TokenizeRequest) -> Response:
         try:
             spans = await off_loop(tokenize_spans, engine.tokenizer, data)
-        except RequestError as exc:
+        except RequestRejected as exc:
             return _error(exc.kind, exc.message, exc.field)
         return Response(_json.encode(spans), media_type="application/json")
 
@@ -140,14 +139,14 @@ def tokenize_spans(tokenizer, data: TokenizeRequest) -> list[TokenSpan]:
         try:  # the prompt a generation of these messages (and tools) would prefill
             text = render_chat(tokenizer, data.messages, data.tools, add_generation_prompt=True)
         except ToolError as exc:
-            raise RequestError(exc.message, exc.field) from exc
+            raise RequestRejected(exc.message, exc.field) from exc
         except Exception as exc:  # jinja errors on malformed messages are the client's problem
-            raise RequestError(f"cannot apply the chat template: {exc}", "messages") from exc
+            raise RequestRejected(f"cannot apply the chat template: {exc}", "messages") from exc
         add_special = False
     else:
         text, add_special = data.text or "", data.add_special_tokens
     if len(text) > MAX_TOKENIZE_CHARS:
-        raise RequestError(f"the text has {len(text)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
+        raise RequestRejected(f"the text has {len(text)} characters; /tokenize takes at most {MAX_TOKENIZE_CHARS}",
                            "messages" if data.messages is not None else "text")
     encoded = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
     return [TokenSpan(id=token, text=text[start:stop], start=start, stop=stop)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
 from billing.store.rollups import DAILY, DAY, HOUR, HOURLY
-from billing.store.sql import Dialect, Params
+from billing.store.sql import Params, SqlDialect
 from billing.timebuckets import Bucketing
 
 _STATUS_COUNTS = ("ok", "cancelled", "error", "rejected")
@@ -44,7 +44,7 @@ class Source:
         """`row_sums`, 429s, and cold starts: count, total wait, longest wait (0 when none)."""
         return f"{self.row_sums()}, {self.rate_limited}, {', '.join(self.cold)}"
 
-    def output_tokens(self, dialect: Dialect) -> str:
+    def output_tokens(self, dialect: SqlDialect) -> str:
         return self.output.format(greatest=dialect.greatest("compute_tokens", "completion_tokens"))
 
     def usable(self, selection: Selection, bucketing: Bucketing | None = None) -> bool:

@@ -6,7 +6,7 @@ import time
 from typing import Protocol
 
 from billing.records import LedgerEntry, UsageRecord
-from billing.store.sql import Dialect
+from billing.store.sql import SqlDialect
 
 TABLE = "usage_records"
 MIGRATIONS_TABLE = "billing_schema_migrations"
@@ -43,7 +43,7 @@ def row_entry(row) -> LedgerEntry:
 
 
 class UsageStore(Protocol):
-    dialect: Dialect
+    dialect: SqlDialect
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         """Store entries, ignoring request ids already present; returns how many were new."""

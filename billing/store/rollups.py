@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from billing.records import LedgerEntry
 from billing.store.base import TABLE
-from billing.store.sql import Dialect
+from billing.store.sql import SqlDialect
 
 DAILY, HOURLY = "usage_daily", "usage_hourly"
 DAY, HOUR = 86400, 3600
@@ -51,7 +51,7 @@ def _table(name: str, key: tuple[str, ...], sums, integer: str, real: str) -> st
     return f"CREATE TABLE {name} ({', '.join(columns)}, PRIMARY KEY ({', '.join(key)}))"
 
 
-def _backfill(dialect: Dialect, name: str, key: tuple[str, ...], sums, period: int) -> str:
+def _backfill(dialect: SqlDialect, name: str, key: tuple[str, ...], sums, period: int) -> str:
     """Fills a new rollup from the records already stored."""
     from_raw = {"period": f"{dialect.floor_div('time', period)} * {period}", "user_id": "COALESCE(user_id, '')",
                 "error_status": "COALESCE(error_status, 0)"}
@@ -63,18 +63,18 @@ def _backfill(dialect: Dialect, name: str, key: tuple[str, ...], sums, period: i
             f"SELECT {', '.join(keys)}, {', '.join(values)} FROM {TABLE} GROUP BY {group}")
 
 
-def backfill(dialect: Dialect) -> list[str]:
+def backfill(dialect: SqlDialect) -> list[str]:
     """Statements that fill empty rollups from the stored records (a migration; a bulk load)."""
     return [_backfill(dialect, DAILY, DAILY_KEY, DAILY_SUMS, DAY),
             _backfill(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, HOUR)]
 
 
-def migration(dialect: Dialect, integer: str, real: str, without_rowid: str = "") -> list[str]:
+def migration(dialect: SqlDialect, integer: str, real: str, without_rowid: str = "") -> list[str]:
     return [_table(DAILY, DAILY_KEY, DAILY_SUMS, integer, real) + without_rowid,
             _table(HOURLY, HOURLY_KEY, HOURLY_SUMS, integer, real) + without_rowid, *backfill(dialect)]
 
 
-def upsert_sql(dialect: Dialect, name: str, key: tuple[str, ...], sums, *,
+def upsert_sql(dialect: SqlDialect, name: str, key: tuple[str, ...], sums, *,
                arrays: dict[str, str] | None = None) -> str:
     """The upsert adding one increment row; with `arrays` (PostgreSQL type per kind) it takes one
     array per column and adds every row in one statement."""
@@ -90,7 +90,7 @@ def upsert_sql(dialect: Dialect, name: str, key: tuple[str, ...], sums, *,
             f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(updates)}")
 
 
-def upserts(dialect: Dialect, *, arrays: dict[str, str] | None = None) -> tuple[str, str]:
+def upserts(dialect: SqlDialect, *, arrays: dict[str, str] | None = None) -> tuple[str, str]:
     """(daily, hourly) upserts; see `upsert_sql`."""
     return (upsert_sql(dialect, DAILY, DAILY_KEY, DAILY_SUMS, arrays=arrays),
             upsert_sql(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, arrays=arrays))

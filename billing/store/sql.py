@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-class Dialect:
+class SqlDialect:
     name = ""
 
     def mark(self, n: int) -> str:
@@ -24,7 +24,7 @@ class Dialect:
         raise NotImplementedError
 
 
-class SqliteDialect(Dialect):
+class SqliteDialect(SqlDialect):
     name = "sqlite"
 
     def mark(self, n: int) -> str:
@@ -43,7 +43,7 @@ class SqliteDialect(Dialect):
         return f"{column} IN ({', '.join(params(v) for v in values)})"
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(SqlDialect):
     name = "postgresql"
 
     def mark(self, n: int) -> str:
@@ -63,7 +63,7 @@ class PostgresDialect(Dialect):
 class Params:
     """The values bound to one statement: `params(value)` appends it and returns its placeholder."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
         self.values: list = []
 

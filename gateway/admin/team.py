@@ -18,7 +18,7 @@ from litestar.di import Provide
 
 from auth.admin import Actor
 from auth.models import BlockKey, CreateTeamKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
-from auth.policy import Manager
+from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
 from gateway.admin.identity import ListOut, actor_of
@@ -32,14 +32,10 @@ class TeamView(msgspec.Struct):
     role: str  # "owner", "member", "service" (a service key) or "admin"
 
 
-def _role(principal: Principal) -> str:
-    return "admin" if principal.is_admin else principal.role or "service"
-
-
 @get("/")
 async def my_team(request: Request) -> TeamView:
     principal: Principal = request.user
-    return TeamView(principal.team_id, principal.team_limits, _role(principal))
+    return TeamView(principal.team_id, principal.team_limits, role_in(principal.is_admin, principal.role))
 
 
 @get("/members", guards=[require_owner])
@@ -49,7 +45,7 @@ async def members(request: Request, auth: AuthService) -> ListOut:
 
 def manager_of(request: Request) -> Manager:
     principal: Principal = request.user
-    return Manager(user_id=principal.user_id, is_admin=principal.is_admin, role=principal.role)
+    return principal.manager
 
 
 @get("/keys", guards=[require_owner])

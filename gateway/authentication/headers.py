@@ -3,7 +3,6 @@ client address, and a decoded admin body checked against its struct."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -11,10 +10,10 @@ from litestar.connection import ASGIConnection
 
 from auth.errors import RequestError
 from auth.forwarded import ClientAddresses
+from common.errors import invalid_field
 from common.headers import header, header_values
 
 TEAM_HEADERS = (b"x-team-id", b"x-friendli-team")  # X-Friendli-Team is accepted as an alias
-_PARAM = re.compile(r"at `\$\.([A-Za-z_][\w.]*)|field `([A-Za-z_]\w*)`")
 
 
 def team_header(connection: ASGIConnection) -> str | None:
@@ -37,6 +36,5 @@ def body_as(payload: Any, type_: type):
     try:
         return msgspec.convert(payload, type_)
     except msgspec.ValidationError as exc:
-        match = _PARAM.search(str(exc))
-        param = (match.group(1) or match.group(2)) if match else None
-        raise RequestError(400, "invalid_request", f"Invalid body: {exc}", param) from None
+        raise RequestError(400, "invalid_request", f"Invalid body: {exc}",
+                           invalid_field(exc, top_level=False)) from None

@@ -19,6 +19,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult, DefineMiddleware
 
 from auth.errors import AuthError
+from auth.policy import check_manages
 from auth.service import AuthService, Principal
 from common.headers import header
 from gateway.authentication.headers import client_address, team_header
@@ -78,6 +79,5 @@ def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
 
 
 def require_owner(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """Team management: an owner of the billed team (or an admin key)."""
-    if not connection.user.manages_team:
-        raise AuthError.denied("This API needs a key of an owner of the team.")
+    """Team management: an owner of the billed team (or an admin key), the refusal of auth/policy.py."""
+    check_manages(connection.user.manager)

@@ -8,13 +8,15 @@ from typing import Any
 from litestar import Request
 from litestar.datastructures import Cookie
 
+from auth.models import KeyRecord
 from auth.service import AuthService
+from auth.sessions import LIFETIME_SECONDS, Session, SessionStore
 from common.errors import BadRequest, PayloadTooLarge, SluiceError, UnsupportedMediaType
 from gateway.dashboard.fields import ascii_whole
-from gateway.dashboard.scope import Scope, key_is_live, resolve
-from gateway.dashboard.sessions import COOKIE, LIFETIME_SECONDS, Session, SessionStore
+from gateway.dashboard.scope import DashboardScope, resolve
 
 BASE = "/dashboard"
+COOKIE = "sluice_session"  # HttpOnly, SameSite=Lax, Secure behind https: it holds only the session's id
 MAX_FORM_BYTES = 8192
 FORM = "application/x-www-form-urlencoded"
 
@@ -53,25 +55,27 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, An
     return dict(form)
 
 
-async def signed_in(request: Request, sessions: SessionStore, auth: AuthService) -> Session | None:
-    """The signed-in session whose key is still live; a revoked or expired key ends its sessions."""
+async def signed_in(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, KeyRecord] | None:
+    """The signed-in session and its key while the key is live; a revoked or expired key ends its sessions."""
     session = await current_session(request, sessions)
     if session is None or not session.signed_in:
         return None
-    if not key_is_live(await auth.store.get_key(session.key_id)):
+    key = await auth.directory.live_key(session.key_id)
+    if key is None:
         await sessions.end_key(session.key_id)
         return None
-    return session
+    return session, key
 
 
 class NotSignedIn(Exception):
     """A page asked for without a live signed-in session: the router answers with the sign-in page."""
 
 
-async def signed_in_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+async def signed_in_scope(request: Request, sessions: SessionStore,
+                          auth: AuthService) -> tuple[Session, DashboardScope]:
     """The session and the scope of `?team_id=`; NotSignedIn without a live session."""
-    session = await signed_in(request, sessions, auth)
-    if session is None:
+    found = await signed_in(request, sessions, auth)
+    if found is None:
         raise NotSignedIn
-    key = await auth.store.get_key(session.key_id)
+    session, key = found
     return session, await resolve(auth, key, request.query_params.get("team_id") or None)

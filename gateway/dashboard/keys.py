@@ -13,11 +13,13 @@ from litestar import Request, Response, get, post
 from litestar.response import Redirect, Template
 
 from auth.admin import Actor
+from auth.clock import now
 from auth.keys import display_prefix
 from auth.models import CreateTeamKey, KeyCreated, KeyRecord, RotateKey
 from auth.paging import page, parse_cursor
-from auth.policy import Manager
+from auth.policy import check_manages
 from auth.service import AuthService
+from auth.sessions import Session, SessionStore
 from auth.team_keys import ListedKey
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import PUBLIC
@@ -30,8 +32,7 @@ from gateway.dashboard.access import (
 )
 from gateway.dashboard.fields import whole_number
 from gateway.dashboard.render import when
-from gateway.dashboard.scope import Scope, key_is_live
-from gateway.dashboard.sessions import Session, SessionStore
+from gateway.dashboard.scope import DashboardScope
 from gateway.errors import NotFound
 
 PAGE = 200
@@ -50,10 +51,9 @@ class KeyRow(msgspec.Struct, frozen=True):
     actions: tuple[str, ...]  # what the viewer may do to it (auth/policy.py)
 
 
-async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, Scope]:
+async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, DashboardScope]:
     session, scope = await signed_in_scope(request, sessions, auth)
-    if not scope.manages_keys:
-        raise Forbidden("Managing keys needs the team's owner role.")
+    check_manages(scope.manager)  # the team API's rule and refusal (403)
     return session, scope
 
 
@@ -66,11 +66,7 @@ async def _owner_form(request: Request, sessions: SessionStore, auth: AuthServic
     return session, scope, await posted_form(request, session)
 
 
-def _manager(scope: Scope) -> Manager:
-    return Manager(user_id=scope.key.user_id, is_admin=scope.is_admin, role=scope.team.role)
-
-
-def _acting_team(scope: Scope) -> str | None:
+def _acting_team(scope: DashboardScope) -> str | None:
     """The team whose keys a form may name: the team on screen for an owner; any team (None) for the admin."""
     return None if scope.is_admin else scope.team.id
 
@@ -79,14 +75,11 @@ def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
     return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
-async def _rows(auth: AuthService, scope: Scope, listed: list[ListedKey]) -> list[KeyRow]:
+async def _rows(auth: AuthService, scope: DashboardScope, listed: list[ListedKey]) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
-    users: dict[str, str] = {}
-    for user_id in {item.key.user_id for item in listed if item.key.user_id is not None}:
-        user = await auth.store.get_user(user_id)
-        users[user_id] = user.name if user is not None else user_id
+    users = await auth.directory.names(user_ids={item.key.user_id for item in listed if item.key.user_id})
     return [KeyRow(k.id, display_prefix(k.id), k.name, teams.get(k.team_id, k.team_id),
-                   users[k.user_id] if k.user_id else "service", _at(k.created_at), _at(k.last_used_at),
+                   users.get(k.user_id, k.user_id) if k.user_id else "service", _at(k.created_at), _at(k.last_used_at),
                    _at(k.expires_at), _status(k, item.blocked), item.actions)
             for item in listed for k in (item.key,)]
 
@@ -95,14 +88,14 @@ def _at(unix: float | None) -> str:
     return when(unix, "UTC") if unix is not None else "never"
 
 
-async def _page(request: Request, auth: AuthService, session: Session, scope: Scope,
+async def _page(request: Request, auth: AuthService, session: Session, scope: DashboardScope,
                 created: KeyCreated | None = None, status: int = 200) -> Template:
     """The keys of the team on screen (the admin: of every team, or of `keys_of`), a page at a time."""
     keys_of = (request.query_params.get("keys_of") or None) if scope.is_admin else scope.team.id
     if keys_of is not None and keys_of not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="keys_of", code="team_not_found")
     after = parse_cursor("keys", request.query_params.get("cursor"))
-    manager = _manager(scope)
+    manager = scope.manager
     if scope.is_admin:
         found = await auth.team_keys.every_key(manager, keys_of, PAGE + 1, after)
     else:
@@ -116,7 +109,7 @@ async def _page(request: Request, auth: AuthService, session: Session, scope: Sc
 def _status(key: KeyRecord, blocked: bool) -> str:
     if key.revoked_at is not None:
         return "revoked"
-    if not key_is_live(key):
+    if not key.is_live(now()):
         return "expired"
     if blocked:
         return "blocked in this team"
@@ -136,7 +129,7 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
     body = body_as({"name": form.get("name", ""), "expires_at": form.get("expires_at") or None},
                    CreateTeamKey)  # a service key of this team
-    created = await auth.team_keys.create(_actor(request, session, auth), _manager(scope), team_id, body)
+    created = await auth.team_keys.create(_actor(request, session, auth), scope.manager, team_id, body)
     return await _page(request, auth, session, scope, created, status=201)
 
 
@@ -144,7 +137,7 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
 async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
     body = body_as({"grace_seconds": whole_number(form.get("grace_seconds") or "0", "grace_seconds")}, RotateKey)
-    created = await auth.team_keys.rotate(_actor(request, session, auth), _manager(scope), _acting_team(scope),
+    created = await auth.team_keys.rotate(_actor(request, session, auth), scope.manager, _acting_team(scope),
                                           key_id, body)
     return await _page(request, auth, session, scope, created, status=201)
 
@@ -152,14 +145,14 @@ async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService
 @post("/keys/{key_id:str}/revoke", opt=PUBLIC, status_code=303)
 async def revoke_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, _ = await _owner_form(request, sessions, auth)
-    await auth.team_keys.revoke(_actor(request, session, auth), _manager(scope), _acting_team(scope), key_id)
+    await auth.team_keys.revoke(_actor(request, session, auth), scope.manager, _acting_team(scope), key_id)
     return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
 
 
 async def _block(request: Request, sessions: SessionStore, auth: AuthService, key_id: str, blocked: bool) -> Response:
     """Block (or unblock) a personal key in the team on screen only."""
     session, scope, _ = await _owner_form(request, sessions, auth)
-    await auth.team_keys.block(_actor(request, session, auth), _manager(scope), scope.team.id, key_id, blocked=blocked)
+    await auth.team_keys.block(_actor(request, session, auth), scope.manager, scope.team.id, key_id, blocked=blocked)
     return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
 
 

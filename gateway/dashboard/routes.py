@@ -1,6 +1,6 @@
 """The dashboard's pages under /dashboard: sign in and out, the overview of a team, the admin's ranking.
 
-The pages authenticate by the dashboard session (gateway/dashboard/sessions.py), not by a bearer key, so
+The pages authenticate by the dashboard session (auth/sessions.py), not by a bearer key, so
 they opt out of the API-key middleware (`opt=PUBLIC`). Every page reads through the auth and billing
 services only. Errors are pages: a `SluiceError` renders error.html with its status; a bad key at sign-in
 is a message on the sign-in page.
@@ -18,6 +18,7 @@ from litestar.static_files import create_static_files_router
 
 from auth.errors import AuthError
 from auth.service import AuthService
+from auth.sessions import Session, SessionStore
 from billing.exports.csv import records_csv, statement_csv
 from billing.insights.month import month_to_date
 from billing.insights.overview import overview
@@ -41,8 +42,7 @@ from gateway.dashboard.access import (
 from gateway.dashboard.filters import RANGES, View, read_view
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.keys import KEY_HANDLERS
-from gateway.dashboard.scope import Scope
-from gateway.dashboard.sessions import Session, SessionStore
+from gateway.dashboard.scope import DashboardScope
 
 STATIC = Path(__file__).parent / "static"
 MAX_KEY_CHARS = 512
@@ -97,19 +97,10 @@ async def logout(request: Request, sessions: SessionStore) -> Response:
 
 async def _labels(auth: AuthService, key_ids: list[str], user_ids: list[str]) -> dict[str, str]:
     """Names for the ids of the breakdowns (the ledger keeps ids; revoked keys keep their names)."""
-    labels = {}
-    for key_id in key_ids[:MAX_LABELS]:
-        key = await auth.store.get_key(key_id)
-        if key is not None:
-            labels[key_id] = key.name
-    for user_id in user_ids[:MAX_LABELS]:
-        user = await auth.store.get_user(user_id)
-        if user is not None:
-            labels[user_id] = user.name
-    return labels
+    return await auth.directory.names(key_ids[:MAX_LABELS], user_ids[:MAX_LABELS])
 
 
-def _page(name: str, session: Session, scope: Scope, view: View, **context) -> Template:
+def _page(name: str, session: Session, scope: DashboardScope, view: View, **context) -> Template:
     """A page of a team's view: the bar (team switcher, sign-out form) and the filter form need these."""
     return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
                                                 "ranges": RANGES, **context})
@@ -120,7 +111,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     session, scope = await signed_in_scope(request, sessions, auth)
     view = read_view(request.query_params, scope.team.id)
     result = await overview(ledger.store, view.selection, view.granularity, view.tz)
-    team = await auth.store.get_team(scope.team.id)
+    team = await auth.directory.team(scope.team.id)
     budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
     month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
     labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])

@@ -47,7 +47,7 @@ from gateway.endpoints.provisioners.base import (
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
-from gateway.replicas.pool import Replica, Router
+from gateway.replicas.pool import Replica, ReplicaRouter
 
 log = structlog.get_logger(__name__)
 FIRST_START_GUESS_S = 10.0  # Retry-After before any replica of the endpoint has started
@@ -77,7 +77,8 @@ class Member:
 
 
 class EndpointController:
-    def __init__(self, spec: EndpointSpec, provisioner: Provisioner, router: Router, settings: ScalingSettings, *,
+    def __init__(self, spec: EndpointSpec, provisioner: Provisioner, router: ReplicaRouter,
+                 settings: ScalingSettings, *,
                  on_failed: Callable[[EndpointController], None] = lambda controller: None,
                  fleet: Fleet | None = None, clock: Callable[[], float] = time.monotonic):
         """`fleet`: the shared state of the gateways that serve this endpoint's shared replicas (default:

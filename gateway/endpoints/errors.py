@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from billing.bounds import MAX_NAME_CHARS, trim
+from common.errors import retry_after_header, retry_after_seconds
 from gateway.errors import NotFound, SluiceError, Unavailable, ValidationFailed
 
 
@@ -32,8 +31,8 @@ class EndpointUnavailable(Unavailable):
     (`endpoint_state`, `endpoint_reason`)."""
 
     def __init__(self, message: str, *, code: str, state: str, retry_after: float, reason: str | None = None):
-        self.retry_after = max(1, math.ceil(retry_after))
-        super().__init__(message, code=code, headers={"retry-after": str(self.retry_after)})
+        self.retry_after = retry_after_seconds(retry_after)
+        super().__init__(message, code=code, headers=retry_after_header(retry_after))
         self.state = state
         self.reason = reason
         self.fields = {"endpoint_state": state, **({"endpoint_reason": reason} if reason else {})}

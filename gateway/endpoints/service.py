@@ -85,7 +85,7 @@ from gateway.endpoints.spec import EcsProvisioning, EndpointSpec, LocalProvision
 from gateway.endpoints.status import EndpointStatus
 from gateway.endpoints.store import EndpointStore
 from gateway.replicas.failover import stream_with_failover
-from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, Replica, Router
+from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, Replica, ReplicaRouter
 
 if TYPE_CHECKING:
     from auth.service import Principal
@@ -126,7 +126,7 @@ class Endpoints:
         self.on_fatal = on_fatal
         self.clock = clock
         self.team_exists = team_exists  # None: no team to check against (tests of the scaling machinery)
-        self.router = Router(read_timeout=read_timeout)  # settings.request_timeout_s
+        self.router = ReplicaRouter(read_timeout=read_timeout)  # settings.request_timeout_s
         self.controllers: dict[str, EndpointController] = {}
         self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
         self._admin = asyncio.Lock()  # one admin change at a time

@@ -1,8 +1,9 @@
 """Rate limits, concurrency caps and monthly token budgets (issue 8); see README.md in this folder."""
 
 from gateway.limits.base import Limiter, open_limiter
-from gateway.limits.model import LimiterUnavailable, RateLimited, Ticket
-from gateway.limits.scope import Scope
+from gateway.limits.model import LimiterUnavailable, LimitExceeded, Ticket
+from gateway.limits.scope import LimitScope
 from gateway.limits.tokens import reservation_tokens
 
-__all__ = ["Limiter", "LimiterUnavailable", "RateLimited", "Scope", "Ticket", "open_limiter", "reservation_tokens"]
+__all__ = ["Limiter", "LimiterUnavailable", "LimitExceeded", "LimitScope", "Ticket", "open_limiter",
+           "reservation_tokens"]

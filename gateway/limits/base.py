@@ -6,14 +6,14 @@ from typing import Protocol
 
 from gateway.limits.clock import Clock
 from gateway.limits.model import Ticket
-from gateway.limits.scope import Scope
+from gateway.limits.scope import LimitScope
 
 
 class Limiter(Protocol):
-    async def admit(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
+    async def admit(self, scopes: list[LimitScope], tokens: int, sequences: int = 1) -> Ticket:
         """Check every scope atomically (the tightest wins) and reserve 1 request, `tokens` tokens and
         `sequences` concurrency slots in each (the sequences the request generates, at most the scope's
-        max_concurrency: a request bigger than the cap runs alone), or nothing. Raises RateLimited, or
+        max_concurrency: a request bigger than the cap runs alone), or nothing. Raises LimitExceeded, or
         LimiterUnavailable (Redis down and failing closed)."""
         ...
 

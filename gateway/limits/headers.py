@@ -1,4 +1,4 @@
-"""OpenAI-style rate-limit headers: x-ratelimit-{limit,remaining,reset}-{requests,tokens} and Retry-After.
+"""OpenAI-style rate-limit headers: x-ratelimit-{limit,remaining,reset}-{requests,tokens}.
 
 Each trio describes the tightest scope for that dimension (fewest remaining; ties -> smaller limit).
 ``reset`` is the time until the oldest reservation still in that scope's window leaves it, i.e. when
@@ -8,13 +8,12 @@ A dimension no scope limits gets no trio.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
-from gateway.limits.scope import Scope
+from gateway.limits.scope import LimitScope
 
 # (scope, requests in window, tokens in window, oldest entry's time in µs or None)
-Usage = tuple["Scope", int, int, "int | None"]
+Usage = tuple["LimitScope", int, int, "int | None"]
 
 
 def go_duration(us: int) -> str:
@@ -63,11 +62,6 @@ def rate_headers(now_us: int, window_us: int, usage: Iterable[Usage]) -> dict[st
     return out
 
 
-def limit_only_headers(scopes: Sequence[Scope]) -> dict[str, str]:
+def limit_only_headers(scopes: Sequence[LimitScope]) -> dict[str, str]:
     """Trios for a request refused before any state was read (never_fits): limits, full remaining."""
     return rate_headers(0, 0, [(s, 0, 0, None) for s in scopes])
-
-
-def retry_headers(retry_after: float) -> dict[str, str]:
-    """Retry-After in whole seconds rounded up (never early), plus the ms variant the OpenAI SDK prefers."""
-    return {"retry-after": str(math.ceil(retry_after)), "retry-after-ms": str(math.ceil(retry_after * 1000))}

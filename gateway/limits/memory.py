@@ -13,7 +13,7 @@ from gateway.limits.headers import Usage
 from gateway.limits.metrics import REJECTIONS
 from gateway.limits.model import Ticket
 from gateway.limits.month import MonthCache
-from gateway.limits.scope import Scope
+from gateway.limits.scope import LimitScope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 
 WINDOW_US = 60_000_000
@@ -76,7 +76,7 @@ class InProcessLimiter:
         self._lock = threading.Lock()
         self._since_sweep = 0
 
-    async def admit(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
+    async def admit(self, scopes: list[LimitScope], tokens: int, sequences: int = 1) -> Ticket:
         return self.admit_now(scopes, tokens, sequences)
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
@@ -85,7 +85,7 @@ class InProcessLimiter:
     async def close(self) -> None:
         self._states.clear()
 
-    def admit_now(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
+    def admit_now(self, scopes: list[LimitScope], tokens: int, sequences: int = 1) -> Ticket:
         refuse_impossible(scopes, tokens)
         with self._lock:
             now = self._clock.now_us()
@@ -158,7 +158,7 @@ class InProcessLimiter:
                     st.budget[month_key] = max(0, st.budget[month_key] + delta)
 
     @staticmethod
-    def _usage(scopes: list[Scope], states: list[_State]) -> list[Usage]:
+    def _usage(scopes: list[LimitScope], states: list[_State]) -> list[Usage]:
         return [(s, len(st.log), st.sum, st.log[0][0] if st.log else None) for s, st in zip(scopes, states)]
 
     def _sweep(self, now: int, month_key: str) -> None:

@@ -9,7 +9,7 @@ from gateway.limits.headers import rate_headers
 Kind = Literal["rate_limit", "budget", "never_fits", "concurrency"]
 
 
-class RateLimited(Exception):
+class LimitExceeded(Exception):
     """The request is not admitted now.
 
     kind: ``rate_limit`` (RPM/TPM window full), ``concurrency`` (too many in flight), ``budget`` (monthly
@@ -27,7 +27,7 @@ class RateLimited(Exception):
         self.headers = headers
 
     def __repr__(self) -> str:
-        return f"RateLimited({self.kind!r}, {self.message!r}, retry_after={self.retry_after!r})"
+        return f"LimitExceeded({self.kind!r}, {self.message!r}, retry_after={self.retry_after!r})"
 
 
 class LimiterUnavailable(Exception):

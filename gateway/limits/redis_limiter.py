@@ -22,7 +22,7 @@ from gateway.limits.headers import Usage
 from gateway.limits.metrics import BACKEND_ERRORS, BACKEND_UP, REJECTIONS
 from gateway.limits.model import LimiterUnavailable, Ticket
 from gateway.limits.month import MonthCache
-from gateway.limits.scope import Scope
+from gateway.limits.scope import LimitScope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 
 log = structlog.get_logger("sluice.limits")
@@ -80,7 +80,7 @@ class RedisLimiter:
         now = to_us(self._clock())
         return str(now), now
 
-    async def admit(self, scopes: list[Scope], tokens: int, sequences: int = 1) -> Ticket:
+    async def admit(self, scopes: list[LimitScope], tokens: int, sequences: int = 1) -> Ticket:
         refuse_impossible(scopes, tokens)
         now_arg, now_local = self._now_us()
         month = self._months.at(now_local)

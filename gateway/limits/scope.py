@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 
-class Scope(msgspec.Struct, frozen=True):
+class LimitScope(msgspec.Struct, frozen=True):
     """One limited subject, e.g. ``key:<id>`` or ``team:<id>``; every limit is optional (None = unlimited)."""
 
     id: str

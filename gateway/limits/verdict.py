@@ -8,25 +8,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+from common.errors import retry_after_header
 from gateway.limits.headers import (
     Usage,
     limit_only_headers,
     rate_headers,
-    retry_headers,
 )
 from gateway.limits.metrics import REJECTIONS
-from gateway.limits.model import RateLimited
-from gateway.limits.scope import Scope
+from gateway.limits.model import LimitExceeded
+from gateway.limits.scope import LimitScope
 
 # what blocked, in which scope, µs until it clears (None = unknown), and the observed amount in use
-Failure = tuple[str, Scope, int | None, int]
+Failure = tuple[str, LimitScope, int | None, int]
 
 # Kinds by precedence: a spent budget is reported as such even if the window is also full.
 _PRECEDENCE = ("budget", "rate_limit", "concurrency")
 _KIND = {"rpm": "rate_limit", "tpm": "rate_limit", "concurrency": "concurrency", "budget": "budget"}
 
 
-def refuse_impossible(scopes: Sequence[Scope], tokens: int) -> None:
+def refuse_impossible(scopes: Sequence[LimitScope], tokens: int) -> None:
     """Checks both backends make before touching any state: a negative count, or a reservation that no
     window could ever hold (retrying cannot help, so no Retry-After)."""
     if tokens < 0:
@@ -37,7 +37,7 @@ def refuse_impossible(scopes: Sequence[Scope], tokens: int) -> None:
         raise impossible
 
 
-def never_fits(scopes: Sequence[Scope], tokens: int) -> RateLimited | None:
+def never_fits(scopes: Sequence[LimitScope], tokens: int) -> LimitExceeded | None:
     """A reservation larger than a limit itself can never be admitted: say so instead of a retry loop."""
     reasons = []
     for s in scopes:
@@ -55,7 +55,7 @@ def never_fits(scopes: Sequence[Scope], tokens: int) -> RateLimited | None:
         return None
     message = ("Request can never be admitted: " + "; ".join(reasons)
                + ". Lower max_tokens (or n / beams) or shorten the prompt; retrying will not help.")
-    return RateLimited("never_fits", message, None, limit_only_headers(scopes))
+    return LimitExceeded("never_fits", message, None, limit_only_headers(scopes))
 
 
 def _describe(failure: Failure, tokens: int, month_end_us: int) -> str:
@@ -74,7 +74,7 @@ def _describe(failure: Failure, tokens: int, month_end_us: int) -> str:
 
 
 def reject(failures: Sequence[Failure], tokens: int, now_us: int, window_us: int, usage: Iterable[Usage],
-           month_end_us: int, concurrency_retry_us: int) -> RateLimited:
+           month_end_us: int, concurrency_retry_us: int) -> LimitExceeded:
     """The request is admitted only once every failure has cleared, so Retry-After is the latest of them."""
     kinds = {_KIND[f[0]] for f in failures}
     kind = next(k for k in _PRECEDENCE if k in kinds)
@@ -88,5 +88,5 @@ def reject(failures: Sequence[Failure], tokens: int, now_us: int, window_us: int
     message = (f"{head}: " + "; ".join(_describe(f, tokens, month_end_us) for f in ordered)
                + f". Retry after {retry_after:.3f} s{note}.")
     headers = rate_headers(now_us, window_us, usage)
-    headers.update(retry_headers(retry_after))
-    return RateLimited(kind, message, retry_after, headers)  # type: ignore[arg-type]
+    headers.update(retry_after_header(retry_after, ms=True))
+    return LimitExceeded(kind, message, retry_after, headers)  # type: ignore[arg-type]

@@ -131,7 +131,7 @@ class ModelPool:
         return sorted((r for r in self.replicas if r.available(now)), key=lambda r: r.pressure)
 
 
-class Router:
+class ReplicaRouter:
     """Model name -> pool; polls every replica's load so routing and /health stay current."""
 
     def __init__(self, poll_interval: float = 0.5, read_timeout: float = DEFAULT_READ_TIMEOUT_S):
@@ -199,7 +199,7 @@ class Router:
                 await replica.worker.aclose()
 
 
-def model_pool(router: Router, name: str | None = None) -> ModelPool:
+def model_pool(router: ReplicaRouter, name: str | None = None) -> ModelPool:
     """The pool of `name` (default: the first served model)."""
     name = name or next(iter(router.pools), None)
     pool = router.pool(name) if name else None
@@ -208,7 +208,7 @@ def model_pool(router: Router, name: str | None = None) -> ModelPool:
     return pool
 
 
-def ready_replica(router: Router, name: str | None = None) -> tuple[ModelPool, Replica]:
+def ready_replica(router: ReplicaRouter, name: str | None = None) -> tuple[ModelPool, Replica]:
     """The pool of `name` (default: the first served model) and its least loaded ready replica."""
     pool = model_pool(router, name)
     replicas = pool.candidates()

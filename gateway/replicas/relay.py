@@ -20,7 +20,7 @@ from contextlib import aclosing
 import msgspec
 import structlog
 
-from common.protocol import Accepted, Error, Event, GenerateRequest, decode_event
+from common.protocol import ERROR_STATUS, Accepted, Error, Event, GenerateRequest, decode_event
 from gateway.errors import (
     AdapterUnavailable,
     ContextTooLong,
@@ -47,6 +47,11 @@ def retried_elsewhere(error: Error) -> bool:
     return error.kind in RETRYABLE_KINDS and error.field != "adapter"
 
 
+# a worker's error kind -> the gateway's error, through the status the worker answers it with (ERROR_STATUS);
+# a status not here ("internal", "unauthorized") is the worker's fault: UpstreamFailed
+_BY_STATUS = {kind.status: kind for kind in (ValidationFailed, NotFound, Overloaded, DeadlineExceeded, Unavailable)}
+
+
 def worker_error(error: Error) -> SluiceError:
     """Map a worker `Error` event to the gateway's error hierarchy."""
     if error.field == "adapter":  # its message names the adapter's source: logged, never answered
@@ -56,19 +61,10 @@ def worker_error(error: Error) -> SluiceError:
     if error.kind == "too_long":
         return ContextTooLong(error.message, param=error.field, max_context=error.max_context,
                               prompt_tokens=error.prompt_tokens, max_tokens=error.max_tokens)
-    if error.kind == "validation":
-        return ValidationFailed(error.message, param=error.field)
-    if error.kind == "not_found":
-        return NotFound(error.message)
-    if error.kind == "overloaded":
-        return Overloaded(error.message)
-    if error.kind == "timeout":
-        return DeadlineExceeded(error.message)
     if error.kind == "unauthorized":  # our configuration, not the client's key: SLUICE_WORKER_SECRET differs
         return UpstreamFailed(f"a worker refused this gateway's worker secret: {error.message}")
-    if error.kind == "unavailable":
-        return Unavailable(error.message)
-    return UpstreamFailed(error.message)
+    kind = _BY_STATUS.get(ERROR_STATUS.get(error.kind, 500), UpstreamFailed)
+    return kind(error.message, param=error.field) if kind is ValidationFailed else kind(error.message)
 
 
 class RetryElsewhere(Exception):

@@ -6,16 +6,15 @@ from __future__ import annotations
 from auth import Principal
 from common.protocol import PromptOverhead
 from gateway.errors import NeverFits, QuotaExceeded, RateLimited, Unavailable
-from gateway.limits import Limiter, LimiterUnavailable, Scope, Ticket
-from gateway.limits import RateLimited as LimitExceeded
+from gateway.limits import Limiter, LimiterUnavailable, LimitExceeded, LimitScope, Ticket
 from gateway.limits.tokens import request_reservation
-from gateway.replicas.pool import Router
+from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.dialect import Parsed
 
 DEFAULT_CONTEXT = 4096  # a model no worker has described yet (ModelConfig's default max_context)
 
 
-async def admit(limiter: Limiter, router: Router, principal: Principal, parsed: Parsed) -> Ticket:
+async def admit(limiter: Limiter, router: ReplicaRouter, principal: Principal, parsed: Parsed) -> Ticket:
     """Reserve against every limit of the key and the team, or raise the refusal."""
     return await admit_tokens(limiter, principal, reservation(router, parsed), sequences(parsed))
 
@@ -32,12 +31,12 @@ async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int, sequ
         raise Unavailable("rate limiting is unavailable; retry shortly", code="limiter_unavailable") from exc
 
 
-def scopes(principal: Principal) -> list[Scope]:
+def scopes(principal: Principal) -> list[LimitScope]:
     found = []
     for prefix, owner, limits in (("key", principal.key_id, principal.key_limits),
                                   ("team", principal.team_id, principal.team_limits)):
         if limits is not None:
-            found.append(Scope(id=f"{prefix}:{owner}", rpm=limits.rpm, tpm=limits.tpm,
+            found.append(LimitScope(id=f"{prefix}:{owner}", rpm=limits.rpm, tpm=limits.tpm,
                                max_concurrency=limits.max_concurrency,
                                monthly_token_budget=limits.monthly_token_budget))
     return found
@@ -48,7 +47,7 @@ def sequences(parsed: Parsed) -> int:
     return sum(max(r.params.best_of or r.params.n, r.params.num_beams) for r in parsed.requests)
 
 
-def reservation(router: Router, parsed: Parsed) -> int:
+def reservation(router: ReplicaRouter, parsed: Parsed) -> int:
     """Tokens to reserve: the most every prompt of the request can be charged (gateway/limits/tokens.py), on the
     model's context and chat template as its workers describe them (defaults for a model none has described)."""
     pool = router.pool(parsed.model)

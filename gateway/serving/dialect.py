@@ -16,6 +16,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.types import ExceptionHandlersMap
 
+from common.errors import invalid_field
 from common.protocol import Event, GenerateRequest
 from gateway.errors import SluiceError, ValidationFailed, as_sluice_error
 from gateway.serving.collect import Result
@@ -112,11 +113,10 @@ def convert(payload: Any, kind: type, what: str = "request body"):
         return msgspec.convert(payload, kind)
     except msgspec.ValidationError as exc:
         message = str(exc)
-        param, code = None, "invalid_type" if message.startswith("Expected `") else None  # OpenAI's codes
-        if "at `$." in message:
-            param = message.split("at `$.", 1)[1].rstrip("`").split("[")[0].split(".")[0]
-        elif "missing required field `" in message:
-            param, code = message.split("missing required field `", 1)[1].split("`")[0], "missing_required_parameter"
+        code = "invalid_type" if message.startswith("Expected `") else None  # OpenAI's codes
+        if "at `$." not in message and "missing required field `" in message:
+            code = "missing_required_parameter"
+        param = invalid_field(exc)
         raise ValidationFailed(message, param=param, code=code) from exc
 
 

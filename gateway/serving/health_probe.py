@@ -14,14 +14,14 @@ import structlog
 
 from common.protocol import Done, Error, GenerateRequest, SamplingParams
 from gateway.metrics import HEALTH_PROBES
-from gateway.replicas.pool import Router, ready_replica
+from gateway.replicas.pool import ReplicaRouter, ready_replica
 from gateway.replicas.relay import stream_events
 
 log = structlog.get_logger(__name__)
 
 
 class GenerationProbe:
-    def __init__(self, router: Router, interval: float) -> None:
+    def __init__(self, router: ReplicaRouter, interval: float) -> None:
         self._router = router
         self.interval = interval
         self._answer: tuple[float, bool] | None = None  # (monotonic time it was taken, healthy)

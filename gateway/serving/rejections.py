@@ -4,7 +4,7 @@ authenticated, a usage record, so refusals are counted like requests. Per minute
 real client: `auth.forwarded`) and each key may have `rejections_per_minute` of them; past that the refusal is
 a 429 with Retry-After in the route's envelope. A valid request is never refused by this budget.
 
-The windows are the limiter's (`Scope` with an rpm, zero tokens), so the in-process and Redis limiters both
+The windows are the limiter's (`LimitScope` with an rpm, zero tokens), so the in-process and Redis limiters both
 keep them, and gateways that share Redis share them.
 """
 
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from auth import Principal
 from auth.throttle import FailureBudget
+from common.errors import retry_after_header
 from gateway.errors import RateLimited, SluiceError
-from gateway.limits import Limiter, LimiterUnavailable, Scope
-from gateway.limits import RateLimited as LimitExceeded
-from gateway.limits.headers import retry_headers
+from gateway.limits import Limiter, LimiterUnavailable, LimitExceeded, LimitScope
 
 REFUSED = "Too many rejected requests"
 
@@ -24,7 +23,7 @@ async def over_budget(limiter: Limiter, per_minute: int, subjects: list[str]) ->
     """Count one refusal against each subject (``key:<id>``, ``address:<ip>``); the seconds to wait when one of
     them had its `per_minute` already, else None (also when the limiter is unavailable: the refusal stands)."""
     try:
-        await limiter.admit([Scope(id=f"rejections:{subject}", rpm=per_minute) for subject in subjects], 0)
+        await limiter.admit([LimitScope(id=f"rejections:{subject}", rpm=per_minute) for subject in subjects], 0)
     except LimitExceeded as refusal:
         return refusal.retry_after or 1.0
     except LimiterUnavailable:
@@ -43,7 +42,7 @@ async def count_rejection(limiter: Limiter, per_minute: int, principal: Principa
         return error
     return RateLimited(f"{REFUSED}: at most {per_minute} requests of a key or a client address may be refused per "
                        f"minute (this one: {error.status} {error.code}). Retry after {wait:.3f} s.",
-                       headers=retry_headers(wait))
+                       headers=retry_after_header(wait, ms=True))
 
 
 def address_budget(limiter: Limiter, per_minute: int) -> FailureBudget:

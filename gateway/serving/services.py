@@ -12,7 +12,7 @@ from gateway.config import Settings
 from gateway.endpoints.adapters import AdapterRegistry
 from gateway.endpoints.service import Endpoints
 from gateway.limits import Limiter
-from gateway.replicas.pool import Router
+from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.health_probe import GenerationProbe
 
 DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.replicas.pool)
@@ -47,6 +47,6 @@ class Services:
         return name
 
     @property
-    def router(self) -> Router:
+    def router(self) -> ReplicaRouter:
         """Every endpoint's replica pool (the routes that read a worker's info or tokenizer)."""
         return self.endpoints.router

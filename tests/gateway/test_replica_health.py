@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.replicas.pool import MISSED_POLLS_TOLERATED, Router
+from gateway.replicas.pool import MISSED_POLLS_TOLERATED, ReplicaRouter
 from tests.fixtures.servers import free_port
 
 
@@ -15,7 +15,7 @@ async def test_timed_out_polls_are_tolerated_twice_then_the_replica_is_down():
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    router = Router()
+    router = ReplicaRouter()
     replica = router.add_replica("m", f"http://127.0.0.1:{port}")
     replica.healthy = True
     try:
@@ -30,7 +30,7 @@ async def test_timed_out_polls_are_tolerated_twice_then_the_replica_is_down():
 
 
 async def test_a_refused_connection_is_down_at_once():
-    router = Router()
+    router = ReplicaRouter()
     replica = router.add_replica("m", f"http://127.0.0.1:{free_port()}")
     replica.healthy = True
     try:

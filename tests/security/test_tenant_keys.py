@@ -8,6 +8,7 @@ team is A, so B's old listing did not show it). Bea owns B. B also has a service
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 
@@ -204,3 +205,45 @@ def test_every_action_is_in_the_audit_log(server, cast):
             ("keys.unblock", sam_id, cast.team_a)} <= seen
     assert [e["detail"]["reason"] for e in entries if e["action"] == "keys.block"] == ["left the project"]
     assert all(not SECRET.search(str(e)) for e in entries)
+
+
+def _switcher(page: str) -> dict[str, str]:
+    """The dashboard's team switcher: team id -> the role it shows."""
+    return {team: role for team, role in re.findall(r'<option value="([^"]+)"[^>]*>[^<]* \(([a-z]+)\)</option>', page)}
+
+
+def _api_roles(server, key: str, teams: list[str]) -> dict[str, str]:
+    """The teams of `teams` the API serves `key` in, with the role `GET /v1/team` names."""
+    answers = {team: call(server, key, "GET", "/v1/team", team) for team in teams}
+    return {team: answer.json()["role"] for team, answer in answers.items() if answer.status_code == 200}
+
+
+def test_the_api_and_the_dashboard_apply_one_policy(server, cast):
+    """auth/policy.py asked the same questions through the API and through the dashboard: the teams a key
+    reaches and its role in each are the same on both, before and after a block, and a member who may not
+    manage the team's keys gets the same refusal from the team API and from the keys page and its forms."""
+    team_c = admin(server, "POST", "/admin/teams", name=f"C-{cast.team_a[-8:]}")["id"]  # none of the cast's
+    teams = [cast.team_a, cast.team_b, team_c]
+    sam, service = cast.sam_key["key"], cast.b_service["key"]
+    expected = {sam: {cast.team_a: "member", cast.team_b: "owner"}, service: {cast.team_b: "service"},
+                ADMIN_KEY: dict.fromkeys(teams, "admin")}
+    for key, roles in expected.items():
+        assert _api_roles(server, key, teams) == roles
+        with sign_in(server.url, key) as client:
+            shown = _switcher(client.get("/dashboard/overview").text)
+            assert {team: role for team, role in shown.items() if team in teams} == roles
+    refused = call(server, sam, "GET", "/v1/team/keys", cast.team_a)
+    assert refused.status_code == 403
+    message = refused.json()["error"]["message"]
+    with sign_in(server.url, sam) as client:
+        page = client.get("/dashboard/keys", params={"team_id": cast.team_a})
+        assert page.status_code == 403 and message in html.unescape(page.text)
+        csrf = csrf_of(client.get("/dashboard/overview", params={"team_id": cast.team_a}).text)
+        form = client.post("/dashboard/keys/create", params={"team_id": cast.team_a}, data={"csrf": csrf, "name": "x"})
+        assert form.status_code == 403 and message in html.unescape(form.text)
+        assert call(server, sam, "POST", "/v1/team/keys", cast.team_a, name="x").json()["error"]["message"] == message
+        # a block by A's owner takes A from Sam's key on both at once, and leaves B
+        assert call(server, cast.ann_key, "POST", f"/v1/team/keys/{cast.sam_key['id']}/block").status_code == 200
+        assert _api_roles(server, sam, teams) == {cast.team_b: "owner"}
+        shown = _switcher(client.get("/dashboard/overview", params={"team_id": cast.team_b}).text)
+        assert {team: role for team, role in shown.items() if team in teams} == {cast.team_b: "owner"}

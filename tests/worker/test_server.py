@@ -32,7 +32,7 @@ from common.protocol import (
     ToolSpec,
 )
 from gateway.endpoints.provisioners.worker_process import WorkerProcess
-from gateway.replicas.pool import Router
+from gateway.replicas.pool import ReplicaRouter
 from gateway.replicas.relay import stream_events
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE, REPO, pid_alive
@@ -191,7 +191,7 @@ async def test_the_right_secret_opens_every_route(guarded):
 
 
 async def _through_the_gateway(url: str) -> tuple[bool, list]:
-    router = Router()
+    router = ReplicaRouter()
     router.add_replica("smol", url)
     try:
         await router.poll_all()
@@ -252,7 +252,7 @@ async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_p
     assert environ["PATH"] == os.environ["PATH"] and environ["OMP_WAIT_POLICY"] == "PASSIVE"
     secret = environ[WORKER_SECRET_ENV]
     assert len(secret) >= 32
-    router = Router()  # the gateway's clients send that same secret
+    router = ReplicaRouter()  # the gateway's clients send that same secret
     try:
         assert router.add_replica("m", "http://127.0.0.1:1").client.headers[WORKER_SECRET_HEADER] == secret
     finally:

@@ -5,14 +5,14 @@ and no streaming with beams, DETERMINISTIC without top_k / top_p)."""
 from __future__ import annotations
 
 from common.protocol import GenerateRequest
-from worker.engine.prepare_errors import RequestError
+from worker.engine.prepare_errors import RequestRejected
 
 MAX_BEAMS = 31
 
 
 def _require(condition: bool, message: str, field: str) -> None:
     if not condition:
-        raise RequestError(message, field)
+        raise RequestRejected(message, field)
 
 
 def validate_beams(request: GenerateRequest) -> None:

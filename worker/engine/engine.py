@@ -44,7 +44,7 @@ from worker.engine.beam_budget import BeamBudget
 from worker.engine.beam_rows import beam_events, new_beam_search, prenormalize, row_params, step_beams
 from worker.engine.fair_turns import FairTurns, tenant_of
 from worker.engine.outputs import StepEvents, accepted_event, failure_event, finish_event, requested_ids, token_event
-from worker.engine.prepare import PreparedRequest, RequestError, prepare
+from worker.engine.prepare import PreparedRequest, RequestRejected, prepare
 from worker.engine.row_faults import broken_rows, choose_isolating
 from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.sequence import RequestState, Sequence
@@ -112,7 +112,7 @@ class Engine:
     def submit(self, prepared: PreparedRequest, sink) -> None:
         with self._queued_lock:
             if self._queued >= self.config.max_queue:
-                raise RequestError("the worker queue is full, retry later", kind="overloaded")
+                raise RequestRejected("the worker queue is full, retry later", kind="overloaded")
             self._queued += 1
         self.inbox.put(("submit", RequestState(prepared, sink)))
 

@@ -15,11 +15,11 @@ import torch
 from common.protocol import GenerateRequest, SamplingParams
 from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.engine.beam_rules import validate_beams
-from worker.engine.prepare_errors import RequestError
+from worker.engine.prepare_errors import RequestRejected
 from worker.engine.validate import normalise_params, validate_params
 from worker.tools import ToolError, ToolPlan, check_tools, plan_tools, render_chat
 
-__all__ = ["PreparedRequest", "RequestError", "prepare"]
+__all__ = ["PreparedRequest", "RequestRejected", "prepare"]
 
 
 @dataclass
@@ -44,7 +44,7 @@ def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[in
         ids = list(request.prompt_ids)
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
-            raise RequestError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", "prompt")
+            raise RequestRejected(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", "prompt")
         return ids
     if request.messages is not None:
         try:
@@ -52,37 +52,37 @@ def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[in
         except ToolError:
             raise
         except Exception as exc:  # jinja errors on malformed messages are the client's problem
-            raise RequestError(f"cannot apply the chat template: {exc}", "messages") from exc
+            raise RequestRejected(f"cannot apply the chat template: {exc}", "messages") from exc
         return tokenizer(rendered, add_special_tokens=False).input_ids
     if request.prompt is not None:
         return tokenizer(request.prompt).input_ids
     if request.input_embeds is not None:
         return [0] * len(request.input_embeds)  # placeholders: the embeddings are the input
-    raise RequestError("a prompt is required", "prompt")
+    raise RequestRejected("a prompt is required", "prompt")
 
 
 def _float32_values(values: list[list[float]] | list[float], field: str) -> torch.Tensor:
     tensor = torch.tensor(values, dtype=torch.float32)
     if not bool(torch.isfinite(tensor).all()):  # 1e39 is +inf in float32, and the model's output NaN
-        raise RequestError(f"{field} values must be finite float32 numbers", field)
+        raise RequestRejected(f"{field} values must be finite float32 numbers", field)
     return tensor
 
 
 def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embed) -> torch.Tensor | None:
     if request.input_embeds is not None:
         if any(len(row) != hidden_size for row in request.input_embeds):
-            raise RequestError(f"every input_embeds vector must have {hidden_size} values", "input_embeds")
+            raise RequestRejected(f"every input_embeds vector must have {hidden_size} values", "input_embeds")
         return _float32_values(request.input_embeds, "input_embeds")
     positions = request.token_index_to_replace
     if not positions:
         if request.embedding_to_replace:
-            raise RequestError("embedding_to_replace needs token_index_to_replace", "token_index_to_replace")
+            raise RequestRejected("embedding_to_replace needs token_index_to_replace", "token_index_to_replace")
         return None
     if len(request.embedding_to_replace) != len(positions) * hidden_size:
-        raise RequestError(f"embedding_to_replace must hold {len(positions)} x {hidden_size} values",
+        raise RequestRejected(f"embedding_to_replace must hold {len(positions)} x {hidden_size} values",
                            "embedding_to_replace")
     if any(not 0 <= p < len(ids) for p in positions):
-        raise RequestError("token_index_to_replace names a position outside the prompt", "token_index_to_replace")
+        raise RequestRejected("token_index_to_replace names a position outside the prompt", "token_index_to_replace")
     replacement = _float32_values(request.embedding_to_replace, "embedding_to_replace")
     replacement = replacement.view(len(positions), hidden_size)
     with torch.inference_mode():
@@ -95,17 +95,17 @@ def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embe
 def _lengths(params: SamplingParams, prompt_len: int, max_context: int) -> tuple[int, int]:
     room = max_context - prompt_len
     if room <= 0:
-        raise RequestError(f"the prompt has {prompt_len} tokens; this model's context is {max_context} tokens",
+        raise RequestRejected(f"the prompt has {prompt_len} tokens; this model's context is {max_context} tokens",
                            "prompt", kind="too_long", sizes={"max_context": max_context, "prompt_tokens": prompt_len})
     if params.max_total_tokens is not None:
         wanted = params.max_total_tokens - prompt_len
         if wanted <= 0:
-            raise RequestError(f"max_total_tokens ({params.max_total_tokens}) leaves no room after the "
+            raise RequestRejected(f"max_total_tokens ({params.max_total_tokens}) leaves no room after the "
                                f"{prompt_len}-token prompt", "max_total_tokens")
     else:
         wanted = params.max_tokens if params.max_tokens is not None else room
     if wanted > room:
-        raise RequestError(f"the prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the context of "
+        raise RequestRejected(f"the prompt ({prompt_len} tokens) plus max_tokens ({wanted}) exceeds the context of "
                            f"{max_context} tokens", "max_tokens", kind="too_long",
                            sizes={"max_context": max_context, "prompt_tokens": prompt_len, "max_tokens": wanted})
     minimum = params.min_tokens
@@ -123,7 +123,7 @@ def _seeds(params: SamplingParams, candidates: int) -> list[int]:
     if len(params.seed) == 1:  # one seed for several choices: consecutive seeds, still reproducible
         return [params.seed[0] + i for i in range(candidates)]
     if len(params.seed) != candidates:
-        raise RequestError(f"seed has {len(params.seed)} values for {candidates} choices", "seed")
+        raise RequestRejected(f"seed has {len(params.seed)} values for {candidates} choices", "seed")
     return list(params.seed)
 
 
@@ -138,25 +138,25 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
         check_tools(request)
         ids = _prompt_ids(request, tokenizer, vocab_size)
     except ToolError as exc:
-        raise RequestError(exc.message, exc.field) from None
+        raise RequestRejected(exc.message, exc.field) from None
     if params.truncate is not None and params.truncate < len(ids):
         ids = ids[len(ids) - params.truncate:]
     if not ids:
-        raise RequestError("the prompt is empty", "prompt")
+        raise RequestRejected("the prompt is empty", "prompt")
     embeds = _embeddings(request, ids, hidden_size, embed)
     max_new, min_new = _lengths(params, len(ids), max_context)
     candidates = max(params.best_of or params.n, params.n, params.num_beams)
     if candidates > max_rows:
-        raise RequestError(f"{candidates} sequences exceed this worker's {max_rows} rows",
+        raise RequestRejected(f"{candidates} sequences exceed this worker's {max_rows} rows",
                            "num_beams" if params.num_beams > 1 else "n")
     extra_eos = [t for t in params.eos_token_ids + params.stop_token_ids if not 0 <= t < vocab_size]
     if extra_eos:
-        raise RequestError(f"token id {extra_eos[0]} is outside the vocabulary", "stop_token_ids")
+        raise RequestRejected(f"token id {extra_eos[0]} is outside the vocabulary", "stop_token_ids")
     for field, tokens in (("forced_output_tokens", params.forced_output_tokens), ("logit_bias", params.logit_bias),
                           ("bad_word_tokens", [t for phrase in params.bad_word_tokens for t in phrase])):
         outside = [t for t in tokens if not 0 <= t < vocab_size]
         if outside:  # an index past the batch's score columns would fail every request in the step
-            raise RequestError(f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})", field)
+            raise RequestRejected(f"token id {outside[0]} is outside the vocabulary (0..{vocab_size - 1})", field)
     eos = [] if params.ignore_eos else sorted(set(model_eos) | set(params.eos_token_ids))
     bad_word_ids = tokenize_bad_words(tokenizer, params.bad_words)
     tools = _tools(request, tokenizer, min_new, compile_grammar)  # last: grammars are the only slow step
@@ -171,9 +171,9 @@ def _tools(request: GenerateRequest, tokenizer, min_new: int, compile_grammar) -
     try:
         return plan_tools(request, tokenizer, min_new, functools.partial(compile_grammar, tenant=request.tenant))
     except GrammarBusy as exc:
-        raise RequestError(str(exc), "tools", kind="overloaded") from None
+        raise RequestRejected(str(exc), "tools", kind="overloaded") from None
     except ToolError as exc:
-        raise RequestError(exc.message, exc.field) from None
+        raise RequestRejected(exc.message, exc.field) from None
 
 
 def _grammar(params: SamplingParams, min_new: int, compile_grammar, tenant: str):
@@ -182,13 +182,14 @@ def _grammar(params: SamplingParams, min_new: int, compile_grammar, tenant: str)
     if params.constraint is None or compile_grammar is None:
         return None
     if params.num_beams > 1:
-        raise RequestError("structured output cannot be combined with beam search (num_beams > 1)", "response_format")
+        raise RequestRejected("structured output cannot be combined with beam search (num_beams > 1)",
+                              "response_format")
     if min_new > 0:
-        raise RequestError("min_tokens cannot be combined with structured output: the grammar decides where "
+        raise RequestRejected("min_tokens cannot be combined with structured output: the grammar decides where "
                            "the output ends", "min_tokens")
     try:
         return compile_grammar(params.constraint, tenant=tenant)
     except GrammarBusy as exc:
-        raise RequestError(str(exc), "response_format", kind="overloaded") from None
+        raise RequestRejected(str(exc), "response_format", kind="overloaded") from None
     except GrammarError as exc:
-        raise RequestError(str(exc), "response_format") from None
+        raise RequestRejected(str(exc), "response_format") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from common.protocol import Error
 
 
-class RequestError(ValueError):
+class RequestRejected(ValueError):
     """A request the worker refuses; `kind` (a protocol ErrorKind) maps to a status in every dialect."""
 
     def __init__(self, message: str, field: str | None = None, kind: str = "validation",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from common.protocol import SamplingParams
-from worker.engine.prepare_errors import RequestError
+from worker.engine.prepare_errors import RequestRejected
 
 MAX_STOPS = 16
 MAX_STOP_LENGTH = 256
@@ -28,7 +28,7 @@ FLOAT_FIELDS = ("temperature", "top_p", "min_p", "typical_p", "xtc_threshold", "
 
 def _require(condition: bool, message: str, field: str) -> None:
     if not condition:
-        raise RequestError(message, field)
+        raise RequestRejected(message, field)
 
 
 def _float32(value: float) -> bool:

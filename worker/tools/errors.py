@@ -1,4 +1,4 @@
-"""A tool-calling request the worker refuses; prepare turns it into a RequestError naming `field`."""
+"""A tool-calling request the worker refuses; prepare turns it into a RequestRejected naming `field`."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from auth import AuthService
-from gateway.dashboard.sessions import COOKIE, TOUCH_SECONDS, SessionStore
+from auth.sessions import TOUCH_SECONDS, SessionStore
+from gateway.dashboard.access import COOKIE
 from tests.auth.conftest import PEPPER, fresh_postgres_database
 from tests.gateway.dashboard.conftest import ADMIN_KEY, serving, settings_in
 

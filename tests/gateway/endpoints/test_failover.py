@@ -13,7 +13,7 @@ from common.protocol import Accepted, Done, GenerateRequest, Token
 from gateway.endpoints.activator import Activator, Availability, Lease
 from gateway.errors import Overloaded, Unavailable, WorkerLost
 from gateway.replicas.failover import stream_with_failover
-from gateway.replicas.pool import Router
+from gateway.replicas.pool import ReplicaRouter
 from gateway.replicas.relay import stream_events
 from tests.gateway.endpoints.stub_worker import TOKENS, StubWorker
 
@@ -21,7 +21,7 @@ REQUEST = GenerateRequest(request_id="r1", model="stub", prompt="hi")
 
 
 class Stubs:
-    def __init__(self, router: Router, workers: list[StubWorker]):
+    def __init__(self, router: ReplicaRouter, workers: list[StubWorker]):
         self.router = router
         self.workers = workers
         self.pool = router.pool("stub")
@@ -46,7 +46,7 @@ class Stubs:
 @pytest.fixture
 async def stubs():
     workers = [await StubWorker(f"stub-{i}").start() for i in range(4)]
-    router = Router()
+    router = ReplicaRouter()
     for worker in workers:
         router.add_replica("stub", worker.url, worker.name)
     await router.poll_all()

@@ -13,7 +13,7 @@ import sys
 
 import redis.asyncio as aioredis
 
-from gateway.limits import RateLimited, Scope, open_limiter
+from gateway.limits import LimitExceeded, LimitScope, open_limiter
 
 
 async def barrier(r: aioredis.Redis, prefix: str, parties: int) -> None:
@@ -23,13 +23,13 @@ async def barrier(r: aioredis.Redis, prefix: str, parties: int) -> None:
 
 
 async def rpm(lim, r, prefix) -> dict:
-    scopes = [Scope("key:proof", rpm=50), Scope("team:proof", rpm=10_000)]
+    scopes = [LimitScope("key:proof", rpm=50), LimitScope("team:proof", rpm=10_000)]
 
     async def one():
         try:
             await lim.admit(scopes, 10)
             return None
-        except RateLimited as err:
+        except LimitExceeded as err:
             return (err.kind, err.retry_after)
 
     results = await asyncio.gather(*(one() for _ in range(100)))
@@ -38,7 +38,7 @@ async def rpm(lim, r, prefix) -> dict:
 
 
 async def concurrency(lim, r, prefix) -> dict:
-    scopes = [Scope("key:proof", max_concurrency=3)]
+    scopes = [LimitScope("key:proof", max_concurrency=3)]
     seen, admitted, refused = [], 0, 0
     rng = random.Random()
 
@@ -47,7 +47,7 @@ async def concurrency(lim, r, prefix) -> dict:
         for _ in range(15):
             try:
                 ticket = await lim.admit(scopes, 1)
-            except RateLimited:
+            except LimitExceeded:
                 refused += 1
                 await asyncio.sleep(0.001)
                 continue
@@ -64,7 +64,7 @@ async def concurrency(lim, r, prefix) -> dict:
 
 
 async def tpm(lim, r, prefix) -> dict:
-    scopes = [Scope("key:proof", tpm=3000)]
+    scopes = [LimitScope("key:proof", tpm=3000)]
     rng = random.Random()
     charged = 0
 
@@ -74,7 +74,7 @@ async def tpm(lim, r, prefix) -> dict:
             reserve = rng.randint(20, 150)
             try:
                 ticket = await lim.admit(scopes, reserve)
-            except RateLimited:
+            except LimitExceeded:
                 return
             await asyncio.sleep(rng.uniform(0, 0.003))
             used = reserve // 2

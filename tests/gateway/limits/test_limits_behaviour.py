@@ -6,19 +6,19 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.limits import RateLimited, Scope
+from gateway.limits import LimitExceeded, LimitScope
 
 from .manual_clock import ManualClock
 
 
-async def refused(limiter, scopes, tokens, sequences: int = 1) -> RateLimited:
-    with pytest.raises(RateLimited) as info:
+async def refused(limiter, scopes, tokens, sequences: int = 1) -> LimitExceeded:
+    with pytest.raises(LimitExceeded) as info:
         await limiter.admit(scopes, tokens, sequences)
     return info.value
 
 
 async def test_rpm_burst_then_exact_retry(limiter, clock):
-    key = [Scope("key:a", rpm=3)]
+    key = [LimitScope("key:a", rpm=3)]
     for _ in range(3):  # the whole minute's allowance is available at once
         await limiter.admit(key, 0)
         clock.advance(10)
@@ -34,7 +34,7 @@ async def test_rpm_burst_then_exact_retry(limiter, clock):
 
 
 async def test_tpm_reservation_and_refund(limiter, clock):
-    key = [Scope("key:a", tpm=1000)]
+    key = [LimitScope("key:a", tpm=1000)]
     t1 = await limiter.admit(key, 600)
     assert t1.headers()["x-ratelimit-remaining-tokens"] == "400"
     err = await refused(limiter, key, 500)
@@ -47,17 +47,17 @@ async def test_tpm_reservation_and_refund(limiter, clock):
 
 
 async def test_reservation_larger_than_a_limit_never_fits(limiter):
-    err = await refused(limiter, [Scope("key:a", tpm=100), Scope("team:t", tpm=10_000)], 101)
+    err = await refused(limiter, [LimitScope("key:a", tpm=100), LimitScope("team:t", tpm=10_000)], 101)
     assert err.kind == "never_fits" and err.retry_after is None
     assert "100 tokens-per-minute limit of key:a" in err.message
     assert "retry-after" not in err.headers and err.headers["x-ratelimit-limit-tokens"] == "100"
-    err = await refused(limiter, [Scope("key:a", monthly_token_budget=50)], 51)
+    err = await refused(limiter, [LimitScope("key:a", monthly_token_budget=50)], 51)
     assert err.kind == "never_fits"
-    assert (await refused(limiter, [Scope("key:a", rpm=0)], 1)).kind == "never_fits"
+    assert (await refused(limiter, [LimitScope("key:a", rpm=0)], 1)).kind == "never_fits"
 
 
 async def test_all_scopes_or_nothing(limiter, clock):
-    key, team = Scope("key:a", rpm=5, tpm=1000), Scope("team:t", rpm=1)
+    key, team = LimitScope("key:a", rpm=5, tpm=1000), LimitScope("team:t", rpm=1)
     await limiter.admit([key, team], 100)
     err = await refused(limiter, [key, team], 100)
     assert "team:t" in err.message and "key:a" not in err.message
@@ -68,7 +68,7 @@ async def test_all_scopes_or_nothing(limiter, clock):
 
 
 async def test_headers_report_the_tightest_scope(limiter, clock):
-    key, team = Scope("key:a", rpm=100, tpm=500), Scope("team:t", rpm=10, tpm=100_000)
+    key, team = LimitScope("key:a", rpm=100, tpm=500), LimitScope("team:t", rpm=10, tpm=100_000)
     first = await limiter.admit([key, team], 200)
     h = first.headers()
     assert (h["x-ratelimit-limit-requests"], h["x-ratelimit-remaining-requests"]) == ("10", "9")
@@ -80,7 +80,7 @@ async def test_headers_report_the_tightest_scope(limiter, clock):
 
 
 async def test_concurrency_cap_and_release(limiter, clock):
-    key = [Scope("key:a", max_concurrency=2)]
+    key = [LimitScope("key:a", max_concurrency=2)]
     a = await limiter.admit(key, 0)
     await limiter.admit(key, 0)
     err = await refused(limiter, key, 0)
@@ -90,7 +90,7 @@ async def test_concurrency_cap_and_release(limiter, clock):
 
 
 async def test_unsettled_slot_is_reclaimed_after_its_lease(limiter, clock):
-    key = [Scope("key:a", max_concurrency=1)]
+    key = [LimitScope("key:a", max_concurrency=1)]
     await limiter.admit(key, 0)  # its gateway "crashes": no settle ever comes
     clock.advance(299.999)
     await refused(limiter, key, 0)
@@ -99,7 +99,7 @@ async def test_unsettled_slot_is_reclaimed_after_its_lease(limiter, clock):
 
 
 async def test_concurrency_counts_sequences_not_requests(limiter, clock):
-    key = [Scope("key:a", max_concurrency=8), Scope("team:t", max_concurrency=100)]
+    key = [LimitScope("key:a", max_concurrency=8), LimitScope("team:t", max_concurrency=100)]
     five = await limiter.admit(key, 0, sequences=5)  # e.g. 5 prompts, or one prompt with n=5
     three = await limiter.admit(key, 0, sequences=3)
     err = await refused(limiter, key, 0)  # one more sequence would be the 9th
@@ -112,7 +112,7 @@ async def test_concurrency_counts_sequences_not_requests(limiter, clock):
 
 
 async def test_a_request_larger_than_the_cap_runs_alone(limiter, clock):
-    key = [Scope("key:a", max_concurrency=4)]
+    key = [LimitScope("key:a", max_concurrency=4)]
     one = await limiter.admit(key, 0)
     await refused(limiter, key, 0, sequences=100)  # it would need every slot
     await limiter.settle(one, 0)
@@ -123,7 +123,7 @@ async def test_a_request_larger_than_the_cap_runs_alone(limiter, clock):
 
 
 async def test_every_slot_of_an_unsettled_ticket_is_reclaimed_after_its_lease(limiter, clock):
-    key = [Scope("key:a", max_concurrency=3)]
+    key = [LimitScope("key:a", max_concurrency=3)]
     await limiter.admit(key, 0, sequences=3)  # its gateway "crashes"
     clock.advance(300)
     await limiter.admit(key, 0, sequences=3)
@@ -131,7 +131,7 @@ async def test_every_slot_of_an_unsettled_ticket_is_reclaimed_after_its_lease(li
 
 async def test_budget_refused_as_its_own_kind_until_the_month_ends(limiter, clock):
     clock.us = int(datetime(2025, 1, 31, 23, 59, 0, tzinfo=UTC).timestamp()) * 1_000_000
-    key = [Scope("key:a", monthly_token_budget=1000, rpm=1000)]
+    key = [LimitScope("key:a", monthly_token_budget=1000, rpm=1000)]
     t = await limiter.admit(key, 800)
     await limiter.settle(t, 300)  # refund 500: 300 used
     await limiter.admit(key, 700)
@@ -146,7 +146,7 @@ async def test_budget_refused_as_its_own_kind_until_the_month_ends(limiter, cloc
 
 async def test_budget_resets_across_the_year_end(limiter, clock):
     clock.us = int(datetime(2025, 12, 31, 23, 0, 0, tzinfo=UTC).timestamp()) * 1_000_000
-    key = [Scope("key:a", monthly_token_budget=10)]
+    key = [LimitScope("key:a", monthly_token_budget=10)]
     await limiter.admit(key, 10)
     err = await refused(limiter, key, 10)
     assert err.retry_after == pytest.approx(3600.0)
@@ -155,7 +155,7 @@ async def test_budget_resets_across_the_year_end(limiter, clock):
 
 
 async def test_budget_takes_precedence_and_retry_is_the_latest_blocker(limiter, clock):
-    key = [Scope("key:a", rpm=1, monthly_token_budget=10)]
+    key = [LimitScope("key:a", rpm=1, monthly_token_budget=10)]
     await limiter.admit(key, 10)
     err = await refused(limiter, key, 5)
     assert err.kind == "budget"
@@ -165,17 +165,17 @@ async def test_budget_takes_precedence_and_retry_is_the_latest_blocker(limiter, 
 
 async def test_degenerate_inputs(limiter):
     with pytest.raises(ValueError):
-        await limiter.admit([Scope("key:a")], -1)
+        await limiter.admit([LimitScope("key:a")], -1)
     ticket = await limiter.admit([], 10)  # nothing limits: admitted, no headers
     assert ticket.headers() == {}
     await limiter.settle(ticket, 10)
-    ticket = await limiter.admit([Scope("key:a")], 10)
+    ticket = await limiter.admit([LimitScope("key:a")], 10)
     with pytest.raises(ValueError):
         await limiter.settle(ticket, -5)
 
 
 async def test_overrun_is_charged(limiter):
-    key = [Scope("key:a", tpm=100)]
+    key = [LimitScope("key:a", tpm=100)]
     t = await limiter.admit(key, 10)
     await limiter.settle(t, 60)  # used more than reserved: the actual count is what is charged
     await refused(limiter, key, 41)

@@ -9,12 +9,12 @@ import uuid
 import pytest
 import redis as syncredis
 
-from gateway.limits import LimiterUnavailable, Scope, open_limiter
+from gateway.limits import LimiterUnavailable, LimitScope, open_limiter
 from gateway.limits.redis_limiter import MAX_CONNECTIONS, RedisLimiter
 from tests.fixtures.servers import redis_server
 
 CROWD = 5 * MAX_CONNECTIONS
-SCOPES = [Scope("key:crowd", rpm=1_000_000, max_concurrency=CROWD)]
+SCOPES = [LimitScope("key:crowd", rpm=1_000_000, max_concurrency=CROWD)]
 
 
 def client_connections(url: str) -> int:

@@ -9,9 +9,9 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from gateway.limits import LimiterUnavailable, RateLimited, Scope, open_limiter
+from gateway.limits import LimiterUnavailable, LimitExceeded, LimitScope, open_limiter
 
-SCOPES = [Scope("key:outage", rpm=100_000, max_concurrency=50)]
+SCOPES = [LimitScope("key:outage", rpm=100_000, max_concurrency=50)]
 
 
 def errors(op: str, outcome: str) -> float:
@@ -30,7 +30,7 @@ async def drive(lim, stop: asyncio.Event, outcomes: list[str]) -> None:
             ticket = await lim.admit(SCOPES, 5)
         except LimiterUnavailable:
             outcomes.append("unavailable")
-        except RateLimited:
+        except LimitExceeded:
             outcomes.append("limited")
         else:
             outcomes.append("degraded" if ticket.degraded else "ok")

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.limits import RateLimited, Scope, open_limiter
+from gateway.limits import LimitExceeded, LimitScope, open_limiter
 
 from .conftest import START
 from .manual_clock import ManualClock
@@ -53,8 +53,8 @@ def rpm_scenario(rpm: int, arrivals: list[int]):
             now = clock.us
             window = [t for t in admitted if t > now - W]
             try:
-                await lim.admit([Scope("k", rpm=rpm)], 0)
-            except RateLimited as err:
+                await lim.admit([LimitScope("k", rpm=rpm)], 0)
+            except LimitExceeded as err:
                 assert len(window) >= rpm, "refused although the window had room"
                 # exact: the admission that must leave the window for one more to fit
                 assert round(err.retry_after * 1_000_000) == window[len(window) - rpm] + W - now
@@ -93,8 +93,8 @@ def tpm_scenario(tpm: int, steps: list[tuple[int, int, float, int]]):
             live = sorted(v for v in charged.values() if v[0] > now - W)
             in_window = sum(v[1] for v in live)
             try:
-                ticket = await lim.admit([Scope("k", tpm=tpm)], reserve)
-            except RateLimited as err:
+                ticket = await lim.admit([LimitScope("k", tpm=tpm)], reserve)
+            except LimitExceeded as err:
                 assert err.kind == "rate_limit" and in_window + reserve > tpm
                 need, freed = in_window + reserve - tpm, 0
                 for t, amount in live:
@@ -129,24 +129,24 @@ def test_tpm_with_refunds_matches_reference(backend, request):
 
 def retry_scenario(limits: list[tuple[int | None, int | None]], history: list[tuple[int, int]], tokens: int):
     async def scenario(lim, clock):
-        scopes = [Scope(f"s{i}", rpm=r, tpm=t) for i, (r, t) in enumerate(limits)]
+        scopes = [LimitScope(f"s{i}", rpm=r, tpm=t) for i, (r, t) in enumerate(limits)]
         for gap, reserve in history:
             clock.advance_us(gap)
             try:
                 await lim.admit(scopes, reserve)
-            except RateLimited:
+            except LimitExceeded:
                 pass
         try:
             await lim.admit(scopes, tokens)
             return
-        except RateLimited as err:
+        except LimitExceeded as err:
             if err.kind == "never_fits":
                 return
             wait = round(err.retry_after * 1_000_000)
             assert err.headers["retry-after"] == str(-(-wait // 1_000_000))
         # nothing else happens meanwhile: refused 1 µs early, admitted exactly at now + retry_after
         clock.advance_us(wait - 1)
-        with pytest.raises(RateLimited):
+        with pytest.raises(LimitExceeded):
             await lim.admit(scopes, tokens)
         clock.advance_us(1)
         await lim.admit(scopes, tokens)
@@ -175,8 +175,8 @@ def concurrency_scenario(cap: int, ops: list[int]):
             clock.advance_us(1000)
             if op == 0:
                 try:
-                    inflight.append(await lim.admit([Scope("k", max_concurrency=cap)], 1))
-                except RateLimited as err:
+                    inflight.append(await lim.admit([LimitScope("k", max_concurrency=cap)], 1))
+                except LimitExceeded as err:
                     assert err.kind == "concurrency" and len(inflight) == cap
                 else:
                     assert len(inflight) <= cap

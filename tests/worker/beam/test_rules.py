@@ -1,4 +1,4 @@
-"""Every beam search rule of `prepare`: a clear 422-kind RequestError naming the field, whatever the
+"""Every beam search rule of `prepare`: a clear 422-kind RequestRejected naming the field, whatever the
 dialect; and what stays allowed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from common.protocol import Constraint, GenerateRequest, SamplingParams
 from tests.worker.beam.helpers import request
 from tests.worker.beam.tiny import tiny_model
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 
 PROMPT = [1, 2, 5]
 
@@ -45,7 +45,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("name,params,field", REFUSED, ids=[r[0] for r in REFUSED])
 def test_refused(engine, name, params, field):
-    with pytest.raises(RequestError) as caught:
+    with pytest.raises(RequestRejected) as caught:
         engine.prepare(request(PROMPT, max_tokens=4, **params))
     assert caught.value.kind == "validation"
     assert caught.value.field == field
@@ -55,7 +55,7 @@ def test_refused(engine, name, params, field):
 def test_streaming_beams_refused(engine):
     streamed = GenerateRequest(request_id="s", model="m", prompt_ids=PROMPT, stream=True,
                                params=SamplingParams(num_beams=3, max_tokens=4))
-    with pytest.raises(RequestError) as caught:
+    with pytest.raises(RequestRejected) as caught:
         engine.prepare(streamed)
     assert (caught.value.kind, caught.value.field) == ("validation", "stream")
     plain = GenerateRequest(request_id="s", model="m", prompt_ids=PROMPT, stream=True, params=SamplingParams(max_tokens=4))

@@ -9,7 +9,7 @@ import torch
 
 from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import generate, request, submit
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "List three colors:",
            "Water boils at", "My favourite programming language is"]
@@ -239,19 +239,19 @@ def test_cancellation_frees_rows_within_a_step(engine):
     ({"n": 40}, "n"),
 ])
 def test_invalid_parameters_are_refused_naming_the_field(engine, params, field):
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestRejected) as refused:
         engine.prepare(request("Hello there", **params))
     assert refused.value.field == field
     assert refused.value.message
 
 
 def test_over_long_prompt_is_refused(engine):
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestRejected) as refused:
         engine.prepare(request(prompt_ids=[42] * 2048, max_tokens=1))
     assert refused.value.kind == "too_long"
     sizes = refused.value.event()  # what the gateway needs to word it as each dialect does
     assert sizes.prompt_tokens == 2048 and 0 < sizes.max_context <= 2048 and sizes.max_tokens in (None, 1)
-    with pytest.raises(RequestError):
+    with pytest.raises(RequestRejected):
         engine.prepare(request(prompt_ids=[49152], max_tokens=1))
 
 

@@ -28,7 +28,7 @@ from common.protocol import (
     decode_event,
 )
 from tests.worker.engine.runs import generate, request
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 from worker.server import create_worker_app
 
 PROMPT = "The capital of France is"
@@ -89,7 +89,7 @@ async def test_ruled_out_tokens_in_top_logprobs_decode_as_the_floor(app):
 ])
 def test_numbers_float32_cannot_hold_are_refused_naming_the_field(engine, params, field):
     prompt = None if "input_embeds" in params else PROMPT
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestRejected) as refused:
         engine.prepare(request(prompt, max_tokens=2, **params))
     assert refused.value.field == field and refused.value.kind == "validation"
 

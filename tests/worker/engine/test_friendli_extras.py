@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.worker.engine.runs import generate, request
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 
 PROMPT = "The capital of France is"
 
@@ -33,14 +33,14 @@ def test_forced_outputs_come_first_with_the_models_logprobs(engine, smol):
 
 
 def test_forced_outputs_outside_the_vocabulary_are_refused(engine):
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestRejected) as refused:
         engine.prepare(request(PROMPT, max_tokens=3, forced_output_tokens=[10**7]))
     assert refused.value.field == "forced_output_tokens"
 
 
 @pytest.mark.parametrize("field", ["xtc_threshold", "xtc_probability"])
 def test_xtc_ranges(engine, field):
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestRejected) as refused:
         engine.prepare(request(PROMPT, max_tokens=3, **{field: 1.5}))
     assert refused.value.field == field
 

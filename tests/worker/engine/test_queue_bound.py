@@ -9,7 +9,7 @@ from common.protocol import Error, ModelConfig
 from tests.worker.beam.tiny import tiny_model
 from tests.worker.engine.runs import request, submit
 from worker.engine.engine import Engine
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 
 
 def test_max_queue_bounds_what_the_engine_has_not_taken_in_yet():
@@ -18,7 +18,7 @@ def test_max_queue_bounds_what_the_engine_has_not_taken_in_yet():
     engine = Engine(tiny_model(), ModelConfig(max_batch_size=2, max_context=64, max_queue=3), "queue-bound")
     runs = [submit(engine, request(prompt_ids=[1, 2 + i], max_tokens=3, temperature=0.0)) for i in range(3)]
     assert engine.load().queued == 3
-    with pytest.raises(RequestError) as refused:
+    with pytest.raises(RequestRejected) as refused:
         submit(engine, request(prompt_ids=[1, 5], max_tokens=3))
     assert refused.value.kind == "overloaded"
     engine.start()

@@ -13,7 +13,7 @@ from tests.worker.engine.runs import request
 from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.engine.engine import Engine
-from worker.engine.prepare import RequestError
+from worker.engine.prepare import RequestRejected
 
 
 def heavy(index: int) -> Constraint:
@@ -53,7 +53,7 @@ def test_one_tenants_heavy_schemas_leave_a_thread_to_the_others(engine):
         compiler.compile(heavy(1), timeout_s=0.01, tenant="team-a")
     assert compiler.backlog("team-a") == (1, 1)  # a tenant runs on all threads but one: this one waits
 
-    with pytest.raises(RequestError) as refused:  # a third would wait too: retry later, through prepare
+    with pytest.raises(RequestRejected) as refused:  # a third would wait too: retry later, through prepare
         engine.prepare(request("JSON:", max_tokens=8, constraint=heavy(2), tenant="team-a"))
     assert refused.value.kind == "overloaded" and refused.value.field == "response_format"
 

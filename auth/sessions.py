@@ -1,6 +1,6 @@
 """Dashboard sessions, kept in the auth store (SQLite or PostgreSQL): the browser holds only a random id in
-an HttpOnly, SameSite=Lax cookie (Secure behind https); the store holds its SHA-256, so a copy of the
-database signs nobody in. Sessions survive a gateway restart and every gateway sharing the store knows them.
+a cookie (gateway/dashboard/access.py sets it); the store holds its SHA-256, so a copy of the database signs
+nobody in. Sessions survive a gateway restart and every gateway sharing the store knows them.
 
 A session names the key that signed in, never the key itself, so every page checks that key again in the
 auth store: a revoked or expired key ends its sessions at once. Idle and absolute expiry are enforced on
@@ -25,7 +25,6 @@ import msgspec
 from auth.models import SessionRecord
 from auth.service import AuthService
 
-COOKIE = "sluice_session"
 IDLE_SECONDS = 3600.0
 LIFETIME_SECONDS = 12 * 3600.0
 TOUCH_SECONDS = 60.0  # how stale `seen_at` may get before a read writes it (idle expiry is this coarse)

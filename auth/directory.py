@@ -1,0 +1,61 @@
+"""Identity as the dashboard reads it, under the rules of auth/policy.py rather than straight from the store:
+which teams a signed-in key reaches and its role in each, whether a key is still live, and the names behind
+the key and user ids that the usage ledger keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from auth.clock import now
+from auth.models import KeyRecord, TeamRecord
+from auth.policy import reaches, role_in
+from auth.store import Store
+
+
+class ReachedTeam(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    role: str  # auth.policy.role_in: "admin", "owner", "member" or "service"
+
+
+class Directory:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def live_key(self, key_id: str) -> KeyRecord | None:
+        """The key, while it is neither revoked nor expired."""
+        key = await self._store.get_key(key_id)
+        return key if key is not None and key.is_live(now()) else None
+
+    async def teams_reached(self, key: KeyRecord) -> list[ReachedTeam]:
+        """Every team `key` may act in (auth.policy.reaches), by name, with its role there."""
+        store = self._store
+        personal = not key.is_admin and key.user_id is not None
+        if key.is_admin:
+            candidates = await store.list_teams()
+        else:
+            team_ids = set(await store.teams_of(key.user_id)) if personal else {key.team_id}
+            candidates = [team for team_id in team_ids if (team := await store.get_team(team_id)) is not None]
+        blocked = set(await store.blocked_teams(key.id)) if personal else set()
+        reached = []
+        for team in candidates:
+            role = await store.get_role(team.id, key.user_id) if personal else None
+            if reaches(key, team.id, role, team.id in blocked):
+                reached.append(ReachedTeam(team.id, team.name, role_in(key.is_admin, role)))
+        return sorted(reached, key=lambda team: team.name)
+
+    async def team(self, team_id: str) -> TeamRecord | None:
+        return await self._store.get_team(team_id)
+
+    async def names(self, key_ids: Iterable[str] = (), user_ids: Iterable[str] = ()) -> dict[str, str]:
+        """The names of the keys and users that still exist (revoked keys keep theirs), by id."""
+        names = {}
+        for key_id in key_ids:
+            if (key := await self._store.get_key(key_id)) is not None:
+                names[key_id] = key.name
+        for user_id in user_ids:
+            if (user := await self._store.get_user(user_id)) is not None:
+                names[user_id] = user.name
+        return names
