@@ -30,11 +30,14 @@ VIEW_PARAMS = ("range", "start", "end", "tz", "granularity", *FILTER_PARAMS)
 
 
 class View(msgspec.Struct, frozen=True):
+    """What the page shows; `problem` is a parameter the page refused (the form shows it at its field)."""
+
     range: str
     selection: Selection
     tz: str
     granularity: str
     params: list[tuple[str, str]]  # the view's own query parameters, team excluded, in URL order
+    problem: UsageParamError | None = None
 
     def query(self, **changes: str) -> str:
         """The query string of this view with `changes` applied (an empty value drops the parameter)."""
@@ -63,5 +66,20 @@ def read_view(query, team_id: str | None, now: datetime | None = None) -> View:
         raise UsageParamError("range", f"range must be one of {', '.join([*RANGES, CUSTOM])}; got {chosen!r}")
     selection = Selection(start.timestamp(), end.timestamp(), team_id, parse_filters(query))
     granularity = parse_granularity(query, selection, tz)
-    params = [(k, v) for k, v in query.multi_items() if k in VIEW_PARAMS and v]
-    return View(chosen, selection, tz, granularity, params)
+    return View(chosen, selection, tz, granularity, _params(query))
+
+
+def _params(query) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in query.multi_items() if k in VIEW_PARAMS and v]
+
+
+def read_view_or_problem(query, team_id: str | None, now: datetime | None = None) -> View:
+    """The view; or, when a parameter is refused, the default window with the values as typed and the
+    refusal, so the page can say at the field what is wrong instead of answering a bare error."""
+    try:
+        return read_view(query, team_id, now)
+    except UsageParamError as problem:
+        now = now or datetime.now(UTC)
+        window = Selection((now - RANGES[DEFAULT_RANGE]).timestamp(), now.timestamp(), team_id)
+        typed_tz = query.get("tz") or "UTC"
+        return View(query.get("range") or DEFAULT_RANGE, window, typed_tz, "day", _params(query), problem)

@@ -39,7 +39,7 @@ from gateway.dashboard.access import (
     posted_form,
     signed_in_scope,
 )
-from gateway.dashboard.filters import RANGES, View, read_view
+from gateway.dashboard.filters import RANGES, View, read_view, read_view_or_problem
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.scope import DashboardScope
@@ -106,10 +106,19 @@ def _page(name: str, session: Session, scope: DashboardScope, view: View, **cont
                                                 "ranges": RANGES, **context})
 
 
+def _refused(name: str, session: Session, scope: DashboardScope, view: View) -> Template:
+    """The page with its filter form only, the refused parameter named at its field (400)."""
+    template = _page(name, session, scope, view)
+    template.status_code = view.problem.status
+    return template
+
+
 @get("/overview", opt=PUBLIC)
 async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     session, scope = await signed_in_scope(request, sessions, auth)
-    view = read_view(request.query_params, scope.team.id)
+    view = read_view_or_problem(request.query_params, scope.team.id)
+    if view.problem is not None:
+        return _refused("overview", session, scope, view)
     result = await overview(ledger.store, view.selection, view.granularity, view.tz)
     team = await auth.directory.team(scope.team.id)
     budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
@@ -124,7 +133,9 @@ async def teams_page(request: Request, sessions: SessionStore, auth: AuthService
     session, scope = await signed_in_scope(request, sessions, auth)
     if not scope.is_admin:
         raise Forbidden("The ranking across teams needs the admin key.")
-    view = read_view(request.query_params, None)
+    view = read_view_or_problem(request.query_params, None)
+    if view.problem is not None:
+        return _refused("teams", session, scope, view)
     names = {t.id: t.name for t in scope.teams}
     ranking = await team_ranking(ledger.store, view.selection)
     return _page("teams", session, scope, view, ranking=ranking, names=names)
@@ -134,7 +145,9 @@ async def teams_page(request: Request, sessions: SessionStore, auth: AuthService
 async def requests_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     """The latest requests of the view, newest first, a page at a time (metadata only: the ledger holds no text)."""
     session, scope = await signed_in_scope(request, sessions, auth)
-    view = read_view(request.query_params, scope.team.id)
+    view = read_view_or_problem(request.query_params, scope.team.id)
+    if view.problem is not None:
+        return _refused("requests", session, scope, view)
     result = await page(ledger.store, view.selection, REQUESTS_PAGE,
                         parse_cursor(request.query_params, newest_first=True), newest_first=True)
     entries = [e.flat() for e in result.entries]

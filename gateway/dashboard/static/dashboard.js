@@ -89,7 +89,13 @@ document.addEventListener("click", (event) => {
   if (button) setZone(button);
 });
 document.addEventListener("change", (event) => {
-  if (event.target.matches("select[data-submit-on-change]")) event.target.form.submit();
+  const field = event.target;
+  if (field.matches("select[data-submit-on-change]")) field.form.submit();
+  // From/To make the range custom; a named range clears them (else the dates would be silently ignored)
+  if (field.matches("[data-custom-range]") && field.value) field.form.elements.range.value = "custom";
+  if (field.matches("[data-range]") && field.value !== "custom") {
+    field.form.querySelectorAll("[data-custom-range]").forEach((input) => { input.value = ""; });
+  }
 });
 
 document.addEventListener("DOMContentLoaded", () => drawCharts(document));
