@@ -244,6 +244,10 @@ class AdminOps:
                 raise RequestError(404, "key_not_found", f"No key {key_id!r}.", "key_id")
             if not old.is_live(at):
                 raise RequestError(409, "key_inactive", f"Key {key_id!r} is revoked or expired.", "key_id")
+            if old.replaced_by:  # in its grace period: a second rotation would fork the key's lineage
+                raise RequestError(409, "key_already_replaced",
+                                   f"Key {key_id!r} was already rotated; rotate its replacement {old.replaced_by!r}.",
+                                   "key_id")
             new, clear = issue_key(self._hasher, name=old.name, team_id=old.team_id, user_id=old.user_id,
                                    is_admin=old.is_admin, models=old.models, limits=old.limits,
                                    expires_at=old.expires_at, at=at)

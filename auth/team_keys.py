@@ -78,23 +78,27 @@ class TeamKeys:
         check(manager, "create", body.user_id)
         return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id))
 
+    async def may(self, manager: Manager, team_id: str | None, key_id: str, action: Action) -> KeyRecord:
+        """The key, if `manager` may do `action` to it in `team_id` (404 when out of reach, 403 when denied):
+        the check every change makes first, and what a page asks before it offers to confirm one."""
+        key = await self.key(manager, team_id, key_id)
+        check(manager, action, key.user_id)
+        return key
+
     async def rotate(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str,
                      body: RotateKey) -> KeyCreated:
-        key = await self.key(manager, team_id, key_id)
-        check(manager, "rotate", key.user_id)
+        await self.may(manager, team_id, key_id, "rotate")
         return await self._admin.rotate_key(actor, key_id, body, via_team=team_id)
 
     async def revoke(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str) -> KeyOut:
-        key = await self.key(manager, team_id, key_id)
-        check(manager, "revoke", key.user_id)
+        await self.may(manager, team_id, key_id, "revoke")
         return await self._admin.revoke_key(actor, key_id, via_team=team_id)
 
     async def block(self, actor: Actor, manager: Manager, team_id: str, key_id: str, *, blocked: bool,
                     reason: str | None = None) -> TeamKeyOut:
         """Block (or unblock) a personal key in this team only; idempotent, audited (with the owner's `reason`)
         when it changed anything."""
-        key = await self.key(manager, team_id, key_id)
-        check(manager, "block" if blocked else "unblock", key.user_id)
+        key = await self.may(manager, team_id, key_id, "block" if blocked else "unblock")
         async with self._store.transaction() as tx:
             changed = (await tx.block_key(team_id, key_id, now()) if blocked
                        else await tx.unblock_key(team_id, key_id))

@@ -1,10 +1,13 @@
 """The keys page: owners see every key that can act in their team and act on it through the auth service's
 team-key operations (auth/team_keys.py), under the same rule as the team API (auth/policy.py): create, rotate
 and revoke the team's service keys, block a member's personal key in this team; every action is audited.
-Members get a 403 page. The admin sees the keys of every team (a team column, and `?keys_of=<team id>` narrows
-the list) and acts on any of them; a key the owner's team cannot use answers 404. Each row offers exactly the
-actions the rule allows. A new key's clear value is shown once, on the page that answers the form, and never
-stored. The list is paged on the server (`cursor`, as the admin API's)."""
+Members get a 403 page. The admin sees the keys of every team (a team column, and `?keys_of=<team id>`
+narrows the list) and acts on any of them; a key the owner's team cannot use answers 404. Each row offers
+exactly the actions the rule allows. Rotate, revoke and block ask first on a page that says what will
+happen; revoking the key the session is signed in with is refused (it would lock the viewer out).
+A new key's clear value is shown once, on the page that answers the form, and never stored; that page
+replaces its history entry with the plain keys page, so a reload makes no second key. The list is paged on
+the server (`cursor`, as the admin API's)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from litestar.response import Redirect, Template
 
 from auth.admin import Actor
 from auth.clock import now
+from auth.errors import RequestError
 from auth.keys import display_prefix
 from auth.models import CreateTeamKey, KeyCreated, KeyRecord, RotateKey
 from auth.paging import page, parse_cursor
@@ -133,10 +137,32 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
     return await _page(request, auth, session, scope, created, status=201)
 
 
+def _confirm(session: Session, scope: DashboardScope, key: KeyRecord, action: str, consequence: str,
+             **fields: str) -> Template:
+    """The page that asks before a destructive action: the same form again, with `confirm=yes`."""
+    question = f"{action.capitalize()} the key “{key.name}” ({display_prefix(key.id)})?"
+    return Template("confirm.html.j2", status_code=200, context={
+        "session": session, "scope": scope, "page": "keys", "question": question, "consequence": consequence,
+        "action": f"{BASE}/keys/{key.id}/{action}?team_id={scope.team.id}", "verb": action.capitalize(),
+        "fields": fields})
+
+
+def _confirmed(form) -> bool:
+    return form.get("confirm") == "yes"
+
+
 @post("/keys/{key_id:str}/rotate", opt=PUBLIC, status_code=201)
 async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
     body = body_as({"grace_seconds": whole_number(form.get("grace_seconds") or "0", "grace_seconds")}, RotateKey)
+    if not _confirmed(form):
+        key = await auth.team_keys.may(scope.manager, _acting_team(scope), key_id, "rotate")
+        ends = (f"keeps working for {body.grace_seconds:,} s, then stops" if body.grace_seconds
+                else "stops at once")
+        consequence = f"A new key replaces it; the old one {ends}."
+        if key_id == session.key_id and not body.grace_seconds:
+            consequence += " You are signed in with it: this session ends, sign in again with the new key."
+        return _confirm(session, scope, key, "rotate", consequence, grace_seconds=str(body.grace_seconds))
     created = await auth.team_keys.rotate(_actor(request, session, auth), scope.manager, _acting_team(scope),
                                           key_id, body)
     return await _page(request, auth, session, scope, created, status=201)
@@ -144,14 +170,26 @@ async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService
 
 @post("/keys/{key_id:str}/revoke", opt=PUBLIC, status_code=303)
 async def revoke_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
-    session, scope, _ = await _owner_form(request, sessions, auth)
+    session, scope, form = await _owner_form(request, sessions, auth)
+    if key_id == session.key_id:
+        raise RequestError(409, "own_key", "This is the key you are signed in with: revoking it would lock you out. "
+                           "Sign in with another key of the team first.", "key_id")
+    if not _confirmed(form):
+        key = await auth.team_keys.may(scope.manager, _acting_team(scope), key_id, "revoke")
+        return _confirm(session, scope, key, "revoke",
+                        "Every request with it is refused from now on (401). This cannot be undone.")
     await auth.team_keys.revoke(_actor(request, session, auth), scope.manager, _acting_team(scope), key_id)
     return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
 
 
 async def _block(request: Request, sessions: SessionStore, auth: AuthService, key_id: str, blocked: bool) -> Response:
     """Block (or unblock) a personal key in the team on screen only."""
-    session, scope, _ = await _owner_form(request, sessions, auth)
+    session, scope, form = await _owner_form(request, sessions, auth)
+    if blocked and not _confirmed(form):
+        key = await auth.team_keys.may(scope.manager, scope.team.id, key_id, "block")
+        return _confirm(session, scope, key, "block",
+                        f"Its requests for {scope.team.name} are refused until it is unblocked; its user's other "
+                        "teams are not affected.")
     await auth.team_keys.block(_actor(request, session, auth), scope.manager, scope.team.id, key_id, blocked=blocked)
     return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
 

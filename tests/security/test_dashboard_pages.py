@@ -104,11 +104,15 @@ async def test_every_dashboard_answer_is_guarded_and_holds_no_inline_code(gatewa
             answers.append(await client.get(path))
         created = await client.post(f"/dashboard/keys/create?{team}", data={"csrf": csrf, "name": "ci"})
         rotated = await client.post(f"/dashboard/keys/{data['service']['id']}/rotate?{team}",
-                                    data={"csrf": csrf, "grace_seconds": "0"})
+                                    data={"csrf": csrf, "grace_seconds": "0", "confirm": "yes"})
         for shown in (created, rotated):  # the pages that show a new key in clear
             assert shown.status_code == 201 and 'id="new-key"' in shown.text, shown.text[:300]
         answers += [created, rotated]
-        answers.append(await client.post(f"/dashboard/keys/{data['key']['id']}/revoke?{team}", data={"csrf": csrf}))
+        asked = await client.post(f"/dashboard/keys/{data['key']['id']}/revoke?{team}", data={"csrf": csrf})
+        assert asked.status_code == 200 and 'id="confirm-action"' in asked.text  # asks first
+        answers.append(asked)
+        answers.append(await client.post(f"/dashboard/keys/{data['key']['id']}/revoke?{team}",
+                                         data={"csrf": csrf, "confirm": "yes"}))
         answers.append(await client.post("/dashboard/logout", data={"csrf": csrf}))
     statuses = sorted({a.status_code for a in answers})
     assert statuses == [200, 201, 302, 303, 400, 404], statuses  # pages, redirects and error pages alike
@@ -129,9 +133,9 @@ async def test_a_number_field_takes_ascii_digits_only(gateway, grace):
         assert "grace_seconds" in refused.text and "digits 0-9" in refused.text
         assert_guarded(refused)
         keys = await client.get(f"/dashboard/keys?team_id={data['acme']}")
-        row = re.search(rf'data-key-id="{data["service"]["id"]}".*?data-status>([^<]+)<', keys.text, re.S)
+        row = re.search(rf'data-key-id="{data["service"]["id"]}".*?data-status[^>]*>([^<]+)<', keys.text, re.S)
         assert row.group(1) == "active"  # not rotated
-        rotated = await client.post(path, data={"csrf": csrf, "grace_seconds": " 60 "})
+        rotated = await client.post(path, data={"csrf": csrf, "grace_seconds": " 60 ", "confirm": "yes"})
         assert rotated.status_code == 201 and 'id="new-key"' in rotated.text
 
 

@@ -174,7 +174,8 @@ def test_the_dashboard_is_no_second_back_door(server, cast):
                 assert ann.post(f"/dashboard/keys/{cast.b_service['id']}/{action}{query}",
                                 data={"csrf": csrf, "grace_seconds": "0"}).status_code == 404, (action, query)
         assert sam.get("/dashboard/overview", params={"team_id": cast.team_a}).status_code == 200
-        blocked = ann.post(f"/dashboard/keys/{sam_id}/block", data={"csrf": csrf}, follow_redirects=True)
+        blocked = ann.post(f"/dashboard/keys/{sam_id}/block", data={"csrf": csrf, "confirm": "yes"},
+                           follow_redirects=True)
         assert blocked.status_code == 200 and "blocked in this team" in blocked.text
         # Sam's signed-in session loses A at once, and keeps B
         assert sam.get("/dashboard/overview", params={"team_id": cast.team_a}).status_code == 404

@@ -98,5 +98,12 @@ document.addEventListener("change", (event) => {
   }
 });
 
-document.addEventListener("DOMContentLoaded", () => drawCharts(document));
+// A page that answered a POST (a new key shown once) takes the plain page's place in the history: a reload
+// asks for that page and never posts the form again.
+function replaceHistoryEntry() {
+  const marked = document.querySelector("[data-replace-url]");
+  if (marked) history.replaceState(null, "", marked.dataset.replaceUrl);
+}
+
+document.addEventListener("DOMContentLoaded", () => { replaceHistoryEntry(); drawCharts(document); });
 document.addEventListener("htmx:afterSettle", () => drawCharts(document));

@@ -220,6 +220,7 @@ async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifact
     created = (await page.inner_text("#new-key")).strip()
     assert await page.inner_text(f"tr[data-key-id='{created.split('-')[2]}'] [data-team]") == "Beta"
     await page.locator(f"tr[data-key-id='{data['beta_key']['id']}'] [data-action=revoke]").click()
+    await page.click("#confirm-action")
     await page.wait_for_url("**/dashboard/keys**")
     assert await api_status(gateway, data["beta_key"]["key"]) == 401 and await api_status(gateway, created) == 200
 
@@ -311,6 +312,7 @@ async def test_an_owner_creates_rotates_and_revokes_keys_from_the_page(gateway, 
     row = page.locator("tr", has_text="ci runner")
     await row.locator("input[name=grace_seconds]").fill("0")
     await row.locator("[data-action=rotate]").click()
+    await page.click("#confirm-action")
     rotated = (await page.inner_text("#new-key")).strip()
     assert rotated != created and await api_status(gateway, rotated) == 200
     assert await api_status(gateway, created) == 401  # no grace: the old key is done
@@ -318,6 +320,7 @@ async def test_an_owner_creates_rotates_and_revokes_keys_from_the_page(gateway, 
     await page.goto(f"{gateway.url}/dashboard/keys?team_id={data['acme']}")
     new_id = rotated.split("-")[2]
     await page.locator(f"tr[data-key-id='{new_id}'] [data-action=revoke]").click()
+    await page.click("#confirm-action")
     await page.wait_for_url("**/dashboard/keys**")
     assert "revoked" in await page.inner_text(f"tr[data-key-id='{new_id}']")
     assert await api_status(gateway, rotated) == 401
