@@ -25,6 +25,7 @@ from auth.policy import check_manages
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from auth.team_keys import ListedKey
+from billing.params import parse_tz
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.access import (
@@ -79,17 +80,17 @@ def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
     return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
-async def _rows(auth: AuthService, scope: DashboardScope, listed: list[ListedKey]) -> list[KeyRow]:
+async def _rows(auth: AuthService, scope: DashboardScope, listed: list[ListedKey], tz: str) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
+
+    def _at(unix: float | None) -> str:
+        return when(unix, tz) if unix is not None else "never"
+
     users = await auth.directory.names(user_ids={item.key.user_id for item in listed if item.key.user_id})
     return [KeyRow(k.id, display_prefix(k.id), k.name, teams.get(k.team_id, k.team_id),
                    users.get(k.user_id, k.user_id) if k.user_id else "service", _at(k.created_at), _at(k.last_used_at),
                    _at(k.expires_at), _status(k, item.blocked), item.actions)
             for item in listed for k in (item.key,)]
-
-
-def _at(unix: float | None) -> str:
-    return when(unix, "UTC") if unix is not None else "never"
 
 
 async def _page(request: Request, auth: AuthService, session: Session, scope: DashboardScope,
@@ -105,8 +106,10 @@ async def _page(request: Request, auth: AuthService, session: Session, scope: Da
     else:
         found = await auth.team_keys.listed(manager, scope.team.id, PAGE + 1, after)
     listed = page("keys", found, PAGE, lambda item: (item.key.created_at, item.key.id), lambda item: item)
+    tz = parse_tz(request.query_params)  # the zone the other pages show, carried by the header's link
     return Template("keys.html.j2", status_code=status, context={
-        "session": session, "scope": scope, "rows": await _rows(auth, scope, listed.data), "keys_of": keys_of,
+        "session": session, "scope": scope, "rows": await _rows(auth, scope, listed.data, tz), "keys_of": keys_of,
+        "tz": tz,
         "next_cursor": listed.next_cursor, "created": created, "page": "keys"})
 
 

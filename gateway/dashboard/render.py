@@ -49,8 +49,9 @@ def ms(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f} ms"
 
 
-def when(unix: float, tz: str) -> str:
-    return datetime.fromtimestamp(unix, zone(tz)).strftime("%Y-%m-%d %H:%M")
+def when(unix: float, tz: str, *, seconds: bool = False) -> str:
+    """A moment in the view's zone, as every table writes it; a request's own time to the second."""
+    return datetime.fromtimestamp(unix, zone(tz)).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
 def series_rows(series: Series) -> list[SeriesRow]:

@@ -418,7 +418,7 @@ async def test_the_local_time_toggle_shows_the_browsers_zone(gateway, artifacts)
         async with httpx.AsyncClient(base_url=gateway.url) as client:
             newest = (await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
                                        headers={"authorization": f"Bearer {key}"})).json()["data"][0]
-        assert first == datetime.fromtimestamp(newest["time"], ZoneInfo(LOCAL_ZONE)).strftime("%Y-%m-%d %H:%M")
+        assert first == datetime.fromtimestamp(newest["time"], ZoneInfo(LOCAL_ZONE)).strftime("%Y-%m-%d %H:%M:%S")
         await page.goto(f"{gateway.url}/dashboard/overview?tz={LOCAL_ZONE}")
         await page.click("#utc-time")
         await page.wait_for_url("**tz=UTC**")

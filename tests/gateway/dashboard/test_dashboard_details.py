@@ -1,0 +1,67 @@
+"""The small things a reader meets: service-key traffic is labelled, a month-end projection from a few hours
+says it is an early estimate, request times carry seconds, the keys page speaks the view's zone, and the
+pages have a favicon."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+
+from tests.billing.factory import usage
+
+
+async def signed_in(client: httpx.AsyncClient, key: str) -> None:
+    token = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/dashboard/login")).text).group(1)
+    answer = await client.post("/dashboard/login", data={"csrf": token, "api_key": key}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+
+
+@pytest.fixture
+async def team(gateway) -> dict:
+    """A team with an owner's personal key and a service key; one request through each, minutes ago."""
+    team = (await gateway.admin("POST", "/admin/teams", name="Details"))["id"]
+    user = (await gateway.admin("POST", "/admin/users", name="dora"))["id"]
+    await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
+    personal = await gateway.admin("POST", "/admin/keys", name="dora's", team_id=team, user_id=user)
+    service = await gateway.admin("POST", "/admin/keys", name="batch", team_id=team)
+    for key, user_id in ((personal, user), (service, None)):
+        await gateway.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user_id, time=time.time() - 120))
+    await gateway.ledger.flush(10)
+    return {"id": team, "personal": personal, "service": service}
+
+
+async def test_overview_labels_service_traffic_and_calls_a_young_projection_early(gateway, team):
+    async with httpx.AsyncClient(base_url=gateway.url, follow_redirects=True) as client:
+        await signed_in(client, team["personal"]["key"])
+        page = (await client.get("/dashboard/overview", params={"team_id": team["id"]})).text
+    by_user = re.search(r'<table data-breakdown="user">.*?</table>', page, re.S).group(0)
+    assert re.search(r'data-id="-"><em>service keys</em>', by_user), by_user
+    caveat = re.search(r"<small data-caveat>([^<]+)</small>", page)
+    assert caveat and caveat.group(1) == "an early estimate: from 1 h of traffic"  # a team minutes old
+    assert '<link rel="icon" href="/dashboard/static/favicon.svg"' in page
+    async with httpx.AsyncClient(base_url=gateway.url) as client:
+        icon = await client.get("/dashboard/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+
+
+async def test_request_times_have_seconds_and_keys_show_the_views_zone(gateway, team):
+    zone = "Asia/Kolkata"
+    async with httpx.AsyncClient(base_url=gateway.url, follow_redirects=True) as client:
+        await signed_in(client, team["personal"]["key"])
+        requests = (await client.get("/dashboard/requests", params={"team_id": team["id"], "tz": zone})).text
+        times = re.findall(r'<th data-label="Time" scope="row">([^<]+)</th>', requests)
+        assert len(times) == 2 and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", t) for t in times), times
+        keys_link = re.search(r'<a href="(/dashboard/keys\?[^"]+)"', requests).group(1).replace("&amp;", "&")
+        keys = (await client.get(keys_link)).text
+    assert f"Created ({zone})" in keys
+    listed = (await gateway.admin("GET", f"/admin/keys?team_id={team['id']}"))["data"]
+    created = next(k["created_at"] for k in listed if k["id"] == team["service"]["id"])
+    moment = datetime.fromisoformat(created) if isinstance(created, str) else datetime.fromtimestamp(created)
+    local = moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M")
+    row = re.search(rf'<tr data-key-id="{team["service"]["id"]}">.*?</tr>', keys, re.S).group(0)
+    assert f'data-label="Created">{local}<' in row, row
