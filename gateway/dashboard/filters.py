@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from billing.filters import Selection
+from billing.ledger import Ledger
 from billing.params import (
     FILTER_PARAMS,
     UsageParamError,
@@ -21,12 +22,36 @@ from billing.params import (
     parse_instant,
     parse_tz,
 )
-from billing.timebuckets import zone
+from billing.records import STATUSES
+from billing.timebuckets import GRANULARITIES, zone
+from billing.usage import UsageQuery
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 DEFAULT_RANGE = "7d"
 CUSTOM = "custom"
 VIEW_PARAMS = ("range", "start", "end", "tz", "granularity", *FILTER_PARAMS)
+MAX_CHOICES = 200  # a select of more would not be read; the URL still takes any value
+
+
+class Choices(msgspec.Struct, frozen=True):
+    """What the filter form offers: the models, keys and dialects the team used in the window (whatever the
+    filters), the statuses a record can have, and the buckets."""
+
+    models: list[str]
+    key_ids: list[str]
+    dialects: list[str]
+    statuses: tuple[str, ...] = STATUSES
+    granularities: tuple[str, ...] = GRANULARITIES
+
+
+async def filter_choices(ledger: Ledger, view: View) -> Choices:
+    window = view.selection
+    found = []
+    for group in ("model", "key", "dialect"):
+        report = await ledger.usage(UsageQuery(window.start, window.end, window.team_id, group))
+        busiest = sorted(report.rows, key=lambda row: -row.requests)[:MAX_CHOICES]
+        found.append(sorted(row.key for row in busiest))
+    return Choices(*found)
 
 
 class View(msgspec.Struct, frozen=True):

@@ -39,7 +39,7 @@ from gateway.dashboard.access import (
     posted_form,
     signed_in_scope,
 )
-from gateway.dashboard.filters import RANGES, View, read_view, read_view_or_problem
+from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, read_view_or_problem
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.scope import DashboardScope
@@ -100,15 +100,21 @@ async def _labels(auth: AuthService, key_ids: list[str], user_ids: list[str]) ->
     return await auth.directory.names(key_ids[:MAX_LABELS], user_ids[:MAX_LABELS])
 
 
-def _page(name: str, session: Session, scope: DashboardScope, view: View, **context) -> Template:
-    """A page of a team's view: the bar (team switcher, sign-out form) and the filter form need these."""
+async def _page(name: str, session: Session, scope: DashboardScope, view: View, auth: AuthService, ledger: Ledger,
+                **context) -> Template:
+    """A page of a team's view: the bar (team switcher, sign-out form) and the filter form (with the models,
+    keys and dialects the window saw to choose from) need these."""
+    choices = await filter_choices(ledger, view)
+    key_names = await _labels(auth, choices.key_ids, [])
     return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
-                                                "ranges": RANGES, **context})
+                                                "ranges": RANGES, "choices": choices, "key_names": key_names,
+                                                **context})
 
 
-def _refused(name: str, session: Session, scope: DashboardScope, view: View) -> Template:
+async def _refused(name: str, session: Session, scope: DashboardScope, view: View, auth: AuthService,
+                   ledger: Ledger) -> Template:
     """The page with its filter form only, the refused parameter named at its field (400)."""
-    template = _page(name, session, scope, view)
+    template = await _page(name, session, scope, view, auth, ledger)
     template.status_code = view.problem.status
     return template
 
@@ -118,14 +124,14 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     session, scope = await signed_in_scope(request, sessions, auth)
     view = read_view_or_problem(request.query_params, scope.team.id)
     if view.problem is not None:
-        return _refused("overview", session, scope, view)
+        return await _refused("overview", session, scope, view, auth, ledger)
     result = await overview(ledger.store, view.selection, view.granularity, view.tz)
     team = await auth.directory.team(scope.team.id)
     budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
     month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
     labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
     # htmx swaps the page's <main> in place
-    return _page("overview", session, scope, view, o=result, month=month, labels=labels)
+    return await _page("overview", session, scope, view, auth, ledger, o=result, month=month, labels=labels)
 
 
 @get("/teams", opt=PUBLIC)
@@ -135,10 +141,10 @@ async def teams_page(request: Request, sessions: SessionStore, auth: AuthService
         raise Forbidden("The ranking across teams needs the admin key.")
     view = read_view_or_problem(request.query_params, None)
     if view.problem is not None:
-        return _refused("teams", session, scope, view)
+        return await _refused("teams", session, scope, view, auth, ledger)
     names = {t.id: t.name for t in scope.teams}
     ranking = await team_ranking(ledger.store, view.selection)
-    return _page("teams", session, scope, view, ranking=ranking, names=names)
+    return await _page("teams", session, scope, view, auth, ledger, ranking=ranking, names=names)
 
 
 @get("/requests", opt=PUBLIC)
@@ -147,13 +153,14 @@ async def requests_page(request: Request, sessions: SessionStore, auth: AuthServ
     session, scope = await signed_in_scope(request, sessions, auth)
     view = read_view_or_problem(request.query_params, scope.team.id)
     if view.problem is not None:
-        return _refused("requests", session, scope, view)
+        return await _refused("requests", session, scope, view, auth, ledger)
     result = await page(ledger.store, view.selection, REQUESTS_PAGE,
                         parse_cursor(request.query_params, newest_first=True), newest_first=True)
     entries = [e.flat() for e in result.entries]
     labels = await _labels(auth, list(dict.fromkeys(e["key_id"] for e in entries)),
                            list(dict.fromkeys(e["user_id"] for e in entries if e["user_id"])))
-    return _page("requests", session, scope, view, entries=entries, labels=labels, next_cursor=result.next_cursor)
+    return await _page("requests", session, scope, view, auth, ledger, entries=entries, labels=labels,
+                       next_cursor=result.next_cursor)
 
 
 @get("/export.csv", opt=PUBLIC)

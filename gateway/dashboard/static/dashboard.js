@@ -40,7 +40,7 @@ function draw(box, x, lines, stacked, tz) {
     return d.getHours() || d.getMinutes() ? HOUR(d) : DAY(d);
   });
   const plot = new uPlot({width: width, height: 220, series: series, tzDate, padding: [8, 40, 0, 0],  // room for the last tick
-                          axes: [{values: ticks}, {size: 60, values: (u, splits) => splits.map((v) => COMPACT.format(v))}],
+                          axes: [{values: ticks, space: 90}, {size: 60, values: (u, splits) => splits.map((v) => COMPACT.format(v))}],
                           // from 0, never from the smallest value: a bucket's height is its amount
                           scales: {x: {time: true}, y: {range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1]}}},
                          columns, box);

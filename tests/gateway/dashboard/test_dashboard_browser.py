@@ -152,7 +152,7 @@ async def test_the_team_switcher_changes_the_numbers_and_filters_survive_a_reloa
     await page.select_option("#team-switch", data["acme"])
     await page.wait_for_url(f"**team_id={data['acme']}**")
     await page.select_option("#range", "30d")
-    await page.fill("#model", "big")
+    await page.select_option("#model", "big")  # the models this team used, to choose from
     await page.click("#apply")
     await page.wait_for_url("**model=big**")
     params = view_params(page)

@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests.billing.factory import usage
 from tests.gateway.dashboard.conftest import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
@@ -77,3 +78,30 @@ async def test_a_refused_value_is_said_at_its_field(gateway, page, field, typed,
     assert await page.get_attribute(f"#{field}", "aria-invalid") == "true"
     assert await page.input_value(f"#{field}") == typed  # what was typed stays, to be corrected
     assert await page.query_selector("[data-tile]") is None  # no numbers of some other window
+
+
+async def test_key_status_and_buckets_are_controls_that_later_applies_keep(gateway, page):
+    first, _ = await sign_in(page, gateway)
+    key = await gateway.admin("POST", "/admin/keys", name="the nightly job", team_id=first)
+    await gateway.ledger.record(usage(team_id=first, key_id=key["id"], model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                                      status="error", error_code="upstream_failed", error_status=502))
+    await gateway.ledger.flush(10)
+    await page.reload()
+    # the model is chosen from what the team used (a partial name typed into a box found nothing)
+    models = await page.eval_on_selector_all("#model option", "options => options.map(o => o.value)")
+    assert models == ["", "HuggingFaceTB/SmolLM2-135M-Instruct"]
+    assert "the nightly job" in await page.inner_text("#key_id")  # keys by name
+    await page.select_option("#key_id", key["id"])
+    await page.select_option("#status", "error")
+    await page.select_option("#granularity", "hour")
+    await page.click("#apply")
+    await page.wait_for_url("**status=error**")
+    assert params(page.url)["key_id"] == key["id"] and params(page.url)["granularity"] == "hour"
+    assert "Over time (hour)" in await page.inner_text("#content")
+    await page.select_option("#range", "24h")  # the next Apply keeps the filters
+    await page.click("#apply")
+    await page.wait_for_url("**range=24h**")
+    kept = params(page.url)
+    assert (kept["key_id"], kept["status"], kept["granularity"]) == (key["id"], "error", "hour")
+    assert await page.input_value("#status") == "error"
+    assert (await page.inner_text("[data-tile=requests]")).strip() == "1"
