@@ -84,7 +84,9 @@ async def login(request: Request, sessions: SessionStore, auth: AuthService) -> 
         await sessions.end(session.id)
     # a new id once signed in: a planted cookie never becomes a signed-in one
     signed = await sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
-    return Redirect(f"{BASE}/overview", status_code=303, cookies=[cookie(request, signed)])
+    # the operator lands on the ranking of every team, not on the (often empty) default team's overview
+    landing = "teams" if principal.is_admin else "overview"
+    return Redirect(f"{BASE}/{landing}", status_code=303, cookies=[cookie(request, signed)])
 
 
 @post("/logout", opt=PUBLIC, status_code=303)

@@ -221,7 +221,7 @@ async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the
             await page.goto(f"{gateway.url}/dashboard/login")
             await page.fill("#api_key", ADMIN_KEY)
             await page.click("button[type=submit]")
-            await page.wait_for_url("**/dashboard/overview")
+            await page.wait_for_url("**/dashboard/teams")  # the operator lands on the ranking
             await page.select_option("#team-switch", data["acme"])
             await page.wait_for_url(f"**team_id={data['acme']}**")
             await page.goto(f"{gateway.url}/dashboard/keys")

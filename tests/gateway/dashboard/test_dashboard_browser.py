@@ -196,6 +196,7 @@ async def test_revoking_the_key_ends_its_sessions(gateway, page):
 async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifacts):
     data = await seed(gateway)
     await sign_in(page, gateway, ADMIN_KEY)
+    await page.wait_for_url("**/dashboard/teams")  # not the empty default team: the ranking of every team
     options = await page.eval_on_selector_all("#team-switch option", "els => els.map(e => e.value)")
     assert {data["acme"], data["beta"]} <= set(options)
     await page.click("text=All teams")
