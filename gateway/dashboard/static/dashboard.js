@@ -3,8 +3,16 @@
 const COLORS = ["#3a7bd5", "#e07b39", "#2e9e6a", "#b04fb0", "#c9a227", "#5b6b8c", "#d64545", "#3fb5c4"];
 
 // Numbers in the reader's locale; axis ticks compact ("2.1M"), so a million never overflows the axis.
-const COMPACT = new Intl.NumberFormat(undefined, {notation: "compact", maximumFractionDigits: 2});
+const COMPACT = new Intl.NumberFormat(undefined, {notation: "compact", maximumSignificantDigits: 3});
 const FULL = new Intl.NumberFormat(undefined, {maximumFractionDigits: 6});
+
+// Axis text and grid in the page's colours (the stylesheet's, light or dark as the system is).
+function theme() {
+  const css = getComputedStyle(document.documentElement);
+  const ink = css.getPropertyValue("--ink").trim() || "#1d2330";
+  const rule = css.getPropertyValue("--rule").trim() || "#e3e5ea";
+  return {stroke: ink, grid: {stroke: rule}, ticks: {stroke: rule}};
+}
 
 // Bucket starts in seconds; each line holds its own value per bucket. A stacked chart draws running sums
 // (each fill shows one model's share) while its legend reads each model's own value.
@@ -40,7 +48,9 @@ function draw(box, x, lines, stacked, tz) {
     return d.getHours() || d.getMinutes() ? HOUR(d) : DAY(d);
   });
   const plot = new uPlot({width: width, height: 220, series: series, tzDate, padding: [8, 40, 0, 0],  // room for the last tick
-                          axes: [{values: ticks, space: 90}, {size: 60, values: (u, splits) => splits.map((v) => COMPACT.format(v))}],
+                          axes: [{values: ticks, space: 90, ...theme()},
+                                 {size: (u, values) => 16 + 7 * Math.max(3, ...(values || []).map((v) => v.length)),
+                                  values: (u, splits) => splits.map((v) => COMPACT.format(v)), ...theme()}],
                           // from 0, never from the smallest value: a bucket's height is its amount
                           scales: {x: {time: true}, y: {range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1]}}},
                          columns, box);

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.billing.factory import usage
+from tests.gateway.dashboard.conftest import chromium_page
 
 
 async def signed_in(client: httpx.AsyncClient, key: str) -> None:
@@ -65,3 +66,22 @@ async def test_request_times_have_seconds_and_keys_show_the_views_zone(gateway, 
     local = moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M")
     row = re.search(rf'<tr data-key-id="{team["service"]["id"]}">.*?</tr>', keys, re.S).group(0)
     assert f'data-label="Created">{local}<' in row, row
+
+
+async def test_dark_mode_follows_the_system_setting(gateway, team, artifacts):
+    async with chromium_page(color_scheme="dark") as page:
+        await page.goto(f"{gateway.url}/dashboard/login")
+        await page.fill("#api_key", team["personal"]["key"])
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("[data-chart=tokens] canvas")
+        page_bg, card_bg, ink = await page.evaluate("""() => [
+            getComputedStyle(document.documentElement).backgroundColor,
+            getComputedStyle(document.querySelector('.tile')).backgroundColor,
+            getComputedStyle(document.body).color]""")
+        axis = await page.eval_on_selector("[data-chart=tokens]", """box => {
+            const stroke = box.plot.axes[1].stroke;
+            return typeof stroke === "function" ? stroke(box.plot, 1) : stroke;
+        }""")
+        await page.screenshot(path=artifacts / "overview-dark.png", full_page=True)
+    assert page_bg == "rgb(18, 21, 28)" and card_bg == "rgb(28, 33, 43)" and ink == "rgb(228, 231, 238)"
+    assert axis == "#e4e7ee"  # the chart's axis text is the page's ink, readable on the dark card
