@@ -78,7 +78,7 @@ class RequestState:
     cancelled: bool = False
     deadline_missed: bool = False
     done: bool = False
-    failure: str = ""  # why it failed alone in a step (engine.py, row_faults.py)
+    failure: str = ""  # why it failed alone in a step (executor.py, row_faults.py)
 
     def end(self, failure: str = "") -> None:
         """It ends without a result (it failed alone, or its deadline passed): its rows leave the batch."""
