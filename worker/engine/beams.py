@@ -5,7 +5,7 @@ A request with `num_beams = k` owns k rows of the batch; beam slot j is the row 
 those rows and answers, for every slot, the slot it continues from (its parent) and its new token;
 the engine then rewrites the rows (decoding state and KV cache) accordingly.
 
-DETERMINISTIC and NAIVE_SAMPLING follow transformers' beam search (5.x `_beam_search`): 
+DETERMINISTIC and NAIVE_SAMPLING follow transformers' beam search (5.x `_beam_search`):
 `max(2, 1 + number of end tokens) * k` candidates per step, candidates ending in an end token or at
 the length limit leave for a bounded set of k finished hypotheses scored `sum / length **
 length_penalty` (only those ranked among the first k may enter), the k best others keep running, and

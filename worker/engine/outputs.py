@@ -1,5 +1,5 @@
-"""Events the engine produces: a request's Accepted, and each step's, grouped per request so each sink
-is called once per step."""
+"""Events the engine produces: a request's Accepted, each step's (grouped per request so each sink is called
+once per step), and a request's last ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,19 @@ from collections.abc import Iterable
 
 import structlog
 
-from common.protocol import Accepted, Error, Event, Finish, PromptToken, SamplingParams, Token, ToolCall, TopLogprob
+from common.protocol import (
+    Accepted,
+    Done,
+    Error,
+    Event,
+    Finish,
+    PromptToken,
+    SamplingParams,
+    Token,
+    ToolCall,
+    TopLogprob,
+)
+from worker.engine.beam_rows import beam_events
 from worker.engine.sequence import RequestState, Sequence
 
 log = structlog.get_logger(__name__)
@@ -76,6 +88,24 @@ def finish_event(row: Sequence, index: int) -> Finish:
 
 
 _ENDED_WELL = ("eos_token", "stop_token", "stop_sequence")  # with calls made, these end as "tool_calls"
+
+
+def final_events(state: RequestState, tokenizer, worker_id: str) -> list[Event]:
+    """The last events of a request whose rows all finished, or that was cancelled: the Finish events nothing
+    streamed yet (the n best candidates of best_of, or the n best beams), then Done with the usage."""
+    if state.beam is not None:
+        return beam_events(state, tokenizer, worker_id)
+    prepared = state.prepared
+    events: list[Event] = []
+    returned = state.sequences
+    if not state.streams_tokens:
+        returned = sorted(state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
+        if not state.cancelled:
+            events += [finish_event(sequence, index) for index, sequence in enumerate(returned)]
+    events.append(Done(prompt_tokens=len(prepared.prompt_ids),
+                       completion_tokens=sum(len(s.output_ids) for s in returned),
+                       compute_tokens=sum(len(s.output_ids) for s in state.sequences), worker_id=worker_id))
+    return events
 
 
 def failure_event(state: RequestState) -> Error:

@@ -6,8 +6,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from common.protocol import Event, FinishReason
+from common.protocol import Event, FinishReason, floored_logprob
 from worker.decoding.detokenizer import IncrementalDetokenizer
+from worker.decoding.finish import finish_reason
+from worker.decoding.grammar import GrammarState
+from worker.decoding.rows import RowSpec
 from worker.decoding.stops import StopMatcher
 from worker.engine.prepare import PreparedRequest
 from worker.tools import CallParser
@@ -30,6 +33,33 @@ class Sequence:
     incomplete: bool = False  # a constrained output that ended before its grammar accepted
     call_parser: CallParser | None = None  # splits the text into content and tool calls when tools may be called
 
+    def take(self, token: int, logprob: float, spec: RowSpec, grammar: GrammarState | None,
+             max_context: int) -> tuple[str, list]:
+        """The step's token joins the sequence: returns the text it adds (held back while it may begin a stop
+        string; tool calls cut out) and the tool calls it completed. Sets `finish` when the sequence ends."""
+        self.output_ids.append(token)
+        self.cumulative_logprob += floored_logprob(logprob)  # a ruled-out forced token is -inf
+        self.next_input = token
+        ended = finish_reason(spec, token, len(self.output_ids), max_context, grammar)
+        delta = ""
+        if ended is None or ended[0] == "length":
+            delta, matched = self.stopper.push(self.detokenizer.push(token))
+            if matched is not None:
+                ended = ("stop_sequence", matched)
+        if ended is not None and ended[0] != "stop_sequence":
+            tail, matched = self.stopper.push(self.detokenizer.flush())
+            delta += tail + ("" if matched else self.stopper.flush())
+            if matched is not None:
+                ended = ("stop_sequence", matched)
+        calls = []
+        if self.call_parser is not None:  # text inside a tool call leaves the content
+            delta, calls = self.call_parser.push(delta, final=ended is not None)
+        self.text += delta
+        if ended is not None:
+            self.finish, self.matched_stop = ended
+            self.incomplete = grammar is not None and not grammar.accepted  # cut before the grammar accepted
+        return delta, calls
+
 
 @dataclass
 class RequestState:
@@ -48,7 +78,7 @@ class RequestState:
     cancelled: bool = False
     deadline_missed: bool = False
     done: bool = False
-    failure: str = ""  # why it failed alone in a step (engine.py, row_faults.py)
+    failure: str = ""  # why it failed alone in a step (executor.py, row_faults.py)
 
     def end(self, failure: str = "") -> None:
         """It ends without a result (it failed alone, or its deadline passed): its rows leave the batch."""

@@ -1,11 +1,89 @@
 """Where rows sit in the batch: ordinary rows first, beam rows after them.
 
-Slot i of the KV cache, row i of the decoding batch and `Engine.rows[i]` are the same row, and the
+Slot i of the KV cache, row i of the decoding batch and `Slots.rows[i]` are the same row, and the
 rows of a decode step are always a prefix of the batch (a contiguous cache view, no gather). Keeping
-ordinary rows ahead of beam rows lets a step run the ordinary rows alone (see beam_budget.py).
+ordinary rows ahead of beam rows lets a step run the ordinary rows alone (see beam_budget.py). The
+slot past the last row is where the next prompt is prefilled.
 """
 
 from __future__ import annotations
+
+from worker.decoding.batch import DecodingBatch, RowSpec
+from worker.engine.kv_cache import KVCache
+from worker.engine.sequence import RequestState, Sequence
+
+
+class Slots:
+    """The running rows, their decoding batch and their KV cache slots, kept in the same order."""
+
+    def __init__(self, cache: KVCache, vocab_size: int):
+        self.cache, self.vocab_size = cache, vocab_size
+        self.rows: list[Sequence] = []
+        self.batch = DecodingBatch(vocab_size, "cpu")
+
+    @property
+    def free(self) -> int:
+        """The slot the next prompt is prefilled into."""
+        return len(self.rows)
+
+    def ordinary(self) -> int:
+        """How many rows lead the batch before the first beam row."""
+        return next((i for i, row in enumerate(self.rows) if row.request.beam is not None), len(self.rows))
+
+    def join(self, sequences: list[Sequence], specs: list[RowSpec], prefilled: int) -> None:
+        """A request's rows join behind the others: its prompt, prefilled in the free slot, is copied to each
+        extra candidate's slot, and an ordinary request's rows move ahead of the beam rows."""
+        ordinary, first = self.ordinary(), self.free
+        for extra in range(1, len(sequences)):
+            self.cache.move(first, first + extra, prefilled)
+        for sequence, spec in zip(sequences, specs):
+            self.rows.append(sequence)
+            self.batch.add(spec)
+        if sequences[0].request.beam is None:
+            self._swap(joining_swaps(ordinary, first, len(self.rows)))
+
+    def leave(self, prefilling: RequestState | None) -> list[Sequence]:
+        """Finished rows leave and are returned; later rows fill their slots so 0..B-1 stay dense, ordinary rows
+        first, and the prompt being prefilled past them (`prefilling`) moves down along with them."""
+        gone = [i for i, row in enumerate(self.rows) if row.finish]
+        if not gone:
+            return []
+        gone_set = set(gone)
+        survivors = [i for i in range(len(self.rows)) if i not in gone_set]
+        order = compacted_order(survivors, [self.rows[i].request.beam is None for i in survivors])
+        for target, source in enumerate(order):
+            if source != target:
+                self.cache.move(source, target, self.rows[source].length)
+        left, old_free = [self.rows[i] for i in gone], self.free
+        self.rows = [self.rows[i] for i in order]
+        self.batch.reorder(order)
+        if prefilling is not None and prefilling.prefilled and old_free != self.free:
+            self.cache.move(old_free, self.free, prefilling.prefilled)
+        return left
+
+    def clear(self, state: RequestState) -> None:
+        """Zero the slots of a request that failed (what it left there may be NaN)."""
+        for slot, row in enumerate(self.rows):
+            if row.request is state:
+                self.cache.clear(slot)
+
+    def reset(self) -> None:
+        """Every row gone at once (the whole batch failed), the prefill slot cleared too."""
+        for slot in range(len(self.rows) + 1):
+            self.cache.clear(slot)
+        self.rows = []
+        self.batch = DecodingBatch(self.vocab_size, "cpu")
+
+    def _swap(self, swaps: list[tuple[int, int]]) -> None:
+        if not swaps:
+            return
+        order = list(range(len(self.rows)))
+        for first, second in swaps:
+            length = max(self.rows[first].length, self.rows[second].length)
+            self.cache.swap(first, second, length)
+            order[first], order[second] = second, first
+        self.rows = [self.rows[i] for i in order]
+        self.batch.reorder(order)
 
 
 def compacted_order(survivors: list[int], ordinary: list[bool]) -> list[int]:

@@ -77,8 +77,8 @@ class Int8Linear(nn.Module):
         scales = (weight.abs().amax(1).clamp_min(1e-8) / WEIGHT_LEVELS).double()
         with warnings.catch_warnings():  # torch.ao's quantized tensors are deprecated in favour of torchao
             warnings.simplefilter("ignore")
-            quantized = torch.quantize_per_channel(weight.contiguous(), scales, torch.zeros_like(scales, dtype=torch.long),
-                                                   0, torch.qint8)
+            zero_points = torch.zeros_like(scales, dtype=torch.long)
+            quantized = torch.quantize_per_channel(weight.contiguous(), scales, zero_points, 0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(quantized, None)
         self.bias = None if bias is None else bias.detach().float()
         self.out_features = weight.shape[0]

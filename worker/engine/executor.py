@@ -1,0 +1,229 @@
+"""The executor: runs the step the scheduler planned, on the model runner and the running rows' slots.
+
+Prefill chunks write prompts into the free slot (with prompt logprobs when asked); a prompt fully in the
+cache starts its request: its rows join the batch (extra candidates copy its slot) and it hears `Accepted`
+at once. Then one decode step: the forward in row groups (runner.py); in each group's own thread its
+logits through the logits pipeline and the token choice (decoding/batch.py; failures set apart per row,
+row_faults.py); beam bookkeeping (beam_rows.py); each row takes its token (finish checks, detokenizing,
+stop strings, tool calls) and the step's events are built. A failure that belongs to one request ends
+that request alone; the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+import torch
+
+from common.protocol import Accepted, Done, Error, Finish
+from worker.decoding.batch import RowSpec
+from worker.decoding.detokenizer import IncrementalDetokenizer
+from worker.decoding.sampling import Choice
+from worker.decoding.stops import StopMatcher
+from worker.engine.beam_rows import new_beam_search, prenormalize, row_params, step_beams
+from worker.engine.outputs import (
+    StepEvents,
+    accepted_event,
+    failure_event,
+    final_events,
+    finish_event,
+    requested_ids,
+    token_event,
+)
+from worker.engine.row_faults import broken_rows, choose_isolating
+from worker.engine.runner import ModelRunner, StepOutput
+from worker.engine.scheduler import Prefill, StepPlan, StepReport
+from worker.engine.sequence import RequestState, Sequence
+from worker.engine.slots import Slots
+
+log = structlog.get_logger(__name__)
+
+
+class Executor:
+    def __init__(self, runner: ModelRunner, slots: Slots, tokenizer, worker_id: str):
+        self.runner, self.slots, self.tokenizer, self.worker_id = runner, slots, tokenizer, worker_id
+        self.steps = 0  # decode steps run
+
+    def run(self, plan: StepPlan, events: StepEvents) -> StepReport:
+        """Run `plan`; the decode step's events go into `events`, the others to their sinks at once."""
+        for state, error in plan.dropped:
+            state.sink([error])
+        for prefill in plan.prefills:
+            self._prefill(prefill)
+        report = StepReport()
+        rows = len(self.slots.rows)
+        if rows:
+            ordinary = self.slots.ordinary()
+            report.mixed = 0 < ordinary < rows
+            report.full = not (report.mixed and plan.beams_sit_out)
+            started = time.perf_counter()
+            self._decode(rows if report.full else ordinary, events)
+            report.seconds = time.perf_counter() - started
+        return report
+
+    def complete(self, state: RequestState, events: StepEvents) -> None:
+        """Its rows all finished (or it was cancelled): its last events."""
+        for event in final_events(state, self.tokenizer, self.worker_id):
+            events.add(state, event)
+        state.done = True
+
+    # ---- prefill ----
+
+    def _prefill(self, prefill: Prefill) -> None:
+        state, slot = prefill.state, self.slots.free
+        try:  # this request's own forward and first event: a failure there is its own
+            if prefill.count > 0:
+                self._prefill_chunk(state, prefill, slot)
+            accepted = accepted_event(state, self.tokenizer, self.worker_id) if prefill.last else None
+        except Exception as exc:
+            log.exception("prefill_failed", request_id=state.request_id)
+            self.runner.cache.clear(slot)
+            state.end(f"prefilling its prompt failed ({type(exc).__name__})")
+            state.sink([failure_event(state)])
+            return
+        if accepted is None:
+            return
+        if state.prepared.max_new_tokens == 0:
+            self._score_only(state, accepted, slot)
+        else:
+            self._start(state, accepted)
+
+    def _prefill_chunk(self, state: RequestState, prefill: Prefill, slot: int) -> None:
+        prepared, start, end = state.prepared, prefill.start, prefill.start + prefill.count
+        embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:end]
+        params = prepared.request.params
+        out = self.runner.prefill(slot, prepared.prompt_ids[start:end], start=start, embeds=embeds,
+                                  all_logits=params.prompt_logprobs, adapter=state.adapter)
+        if params.prompt_logprobs:
+            self._record_prompt_logprobs(state, out.logits, start, prefill.count)
+        state.prefilled = end
+
+    def _record_prompt_logprobs(self, state: RequestState, logits: torch.Tensor, start: int, chunk: int) -> None:
+        """Position i's logits predict prompt token i+1: its logprob, and what SGLang and TGI can also ask
+        for about that distribution (the top N and a list of chosen ids)."""
+        prepared = state.prepared
+        params = prepared.request.params
+        following = torch.tensor(prepared.prompt_ids[start + 1:start + chunk + 1], device=logits.device)
+        logprobs = torch.log_softmax(logits[: len(following)].float(), dim=-1)
+        state.prompt_logprobs += logprobs.gather(1, following[:, None])[:, 0].tolist()
+        if params.logprobs:
+            values, indices = logprobs.topk(min(params.logprobs, logprobs.shape[-1]), dim=-1)
+            state.prompt_top += [list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
+        wanted = requested_ids(params.token_ids_logprob, logprobs.shape[-1])
+        if wanted:
+            state.prompt_ids_logprobs += [list(zip(wanted, row)) for row in logprobs[:, wanted].tolist()]
+
+    def _start(self, state: RequestState, accepted: Accepted) -> None:
+        """Its rows join the batch, one per candidate, each with its own seed; its last prompt token is the
+        input of their first decode step."""
+        prepared = state.prepared
+        params = prepared.request.params
+        state.beam = new_beam_search(state)
+        specs = []
+        for candidate in range(prepared.candidates):
+            seed = prepared.seeds[candidate]
+            state.sequences.append(Sequence(
+                state, candidate, seed, length=len(prepared.prompt_ids) - 1, next_input=prepared.prompt_ids[-1],
+                detokenizer=IncrementalDetokenizer(self.tokenizer, prepared.prompt_ids, params.skip_special_tokens),
+                stopper=StopMatcher(params.stop),
+                call_parser=prepared.tools.parser(candidate) if prepared.tools else None))
+            specs.append(RowSpec(row_params(params), prepared.prompt_ids, seed, prepared.eos_token_ids,
+                                 prepared.bad_word_ids, grammar=prepared.grammar))
+        self.slots.join(state.sequences, specs, state.prefilled)
+        if prepared.prompt_embeds is not None:
+            state.last_embed = prepared.prompt_embeds[-1]
+        state.sink([accepted])
+
+    def _score_only(self, state: RequestState, accepted: Accepted, slot: int) -> None:
+        """`max_tokens: 0` (OpenAI's echo scoring): the prefill gave every prompt logprob there is, so the request
+        ends here, its choices empty; no row joins the batch and its cache slot is free again."""
+        self.runner.cache.clear(slot)
+        prepared = state.prepared
+        finishes = [Finish(index=index, reason="length", text="", token_ids=[], seed=prepared.seeds[index])
+                    for index in range(prepared.returned)]
+        state.done = True
+        state.sink([accepted, *finishes, Done(prompt_tokens=len(prepared.prompt_ids), completion_tokens=0,
+                                              compute_tokens=0, worker_id=self.worker_id)])
+
+    # ---- decode ----
+
+    def _decode(self, count: int, events: StepEvents) -> None:
+        """One token for each of the first `count` rows (all of them, or the ordinary ones)."""
+        rows = self.slots.rows[:count]
+        batch = self.slots.batch.prefix(count)
+        want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
+        overrides = {i: r.request.last_embed for i, r in enumerate(rows)
+                     if not r.output_ids and r.request.last_embed is not None}
+
+        def choose(first: int, end: int, out: StepOutput):  # in each row group's thread, after its forward
+            logits = prenormalize(rows[first:end], out.logits)
+            scores, choice, faults = choose_isolating(batch.slice(first, end), logits)
+            return out, scores, choice, {first + i: why for i, why in faults.items()}
+
+        groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
+                                           want_hidden=want_hidden, embeds_override=overrides, then=choose,
+                                           adapters=[r.request.adapter for r in rows])
+        out = StepOutput.concat([group[0] for group in groups])
+        scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
+        choice = Choice.concat([group[2] for group in groups])
+        faults = {i: why for group in groups for i, why in group[3].items()} | broken_rows(choice, scores)
+        for i, why in faults.items():
+            self._fail(rows[i].request, why, events)
+        failed = {id(r.request) for r in rows if r.request.done}
+        for state, why in step_beams(rows, scores, batch, self.runner.cache, choice.tokens, failed):
+            self._fail(state, why, events)  # beam rows: reorder, own tokens
+        batch.append(choice.tokens)
+        self.steps += 1
+        for i, row in enumerate(rows):
+            row.length += 1
+            if row.request.beam is None and not row.request.done:  # beams stay private until the search ends
+                try:
+                    self._advance(i, row, choice, out, events)
+                except Exception as exc:  # detokenizing, stop strings, its events: this request's own
+                    log.exception("row_advance_failed", request_id=row.request.request_id)
+                    self._fail(row.request, f"building its output failed ({type(exc).__name__})", events)
+        self._end_requests(events)
+
+    def _advance(self, i: int, row: Sequence, choice: Choice, out: StepOutput, events: StepEvents) -> None:
+        token = choice.token_ids[i]
+        batch_row = self.slots.batch.rows[i]
+        delta, calls = row.take(token, choice.logprobs[i], batch_row.spec, batch_row.grammar, self.runner.max_context)
+        state = row.request
+        if state.streams_tokens:
+            params = state.prepared.request.params
+            events.add(state, token_event(row, token, delta, choice, i, out, params, self.tokenizer))
+            for call in calls:
+                events.add(state, call)
+            if row.finish:
+                events.add(state, finish_event(row, row.candidate))
+
+    def _end_requests(self, events: StepEvents) -> None:
+        """Requests whose rows all finished complete; those past their deadline end with a timeout."""
+        now = time.time()
+        for row in self.slots.rows:
+            deadline = row.request.prepared.request.deadline_unix
+            if deadline is not None and now > deadline and row.finish is None:
+                row.request.deadline_missed = True
+        touched = {id(r.request): r.request for r in self.slots.rows if r.finish or r.request.deadline_missed}
+        for state in touched.values():
+            if state.done:
+                continue
+            if state.deadline_missed:
+                state.end()
+                events.add(state, Error(kind="timeout", message="the request's deadline passed before it finished"))
+            elif all(s.finish for s in state.sequences):
+                try:
+                    self.complete(state, events)
+                except Exception as exc:
+                    log.exception("request_completion_failed", request_id=state.request_id)
+                    self._fail(state, f"building its result failed ({type(exc).__name__})", events)
+
+    def _fail(self, state: RequestState, reason: str, events: StepEvents) -> None:
+        """One request fails alone: its rows leave at the end of the step, its events so far are dropped."""
+        if state.done:
+            return
+        log.error("request_failed", request_id=state.request_id, reason=reason)
+        self.slots.clear(state)
+        state.end(reason)
+        events.replace(state, [failure_event(state)])

@@ -1,0 +1,202 @@
+"""The scheduler: which requests wait, which join the batch, and what each engine step runs (a `StepPlan`).
+
+A step plans, in order: the waiting queue in tenants' fair turns (fair_turns.py); its head admitted when
+its candidates (`n`, `best_of` or `num_beams`) fit in the rows left free (admission.py steps around
+requests waiting for their LoRA adapter; a request whose deadline passed while it waited is dropped);
+admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt tokens per step, so a long
+prompt takes several steps (chunked prefill) while the running rows decode between its chunks; then one
+decode step for the running rows, all of them or only the ordinary ones while beam rows sit the step out
+(beam_budget.py). A prompt whose prefill completes counts as running from that step on: the next admission
+and the decode step of the same step see its rows. After the step, finished rows leave (slots.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from common.protocol import Error, ModelConfig
+from worker.engine.admission import next_admissible
+from worker.engine.beam_budget import BeamBudget
+from worker.engine.fair_turns import FairTurns, tenant_of
+from worker.engine.prepare_errors import RequestRejected
+from worker.engine.sequence import RequestState
+from worker.engine.slots import Slots
+from worker.lora.errors import AdapterError
+from worker.lora.store import AdapterStore
+
+
+@dataclass
+class Prefill:
+    """One chunk of a prompt to write into the free slot: positions start..start+count-1."""
+    state: RequestState
+    start: int
+    count: int
+    last: bool  # the prompt but its last token is then in the cache: the request starts (or, scoring only, ends)
+
+
+@dataclass
+class StepPlan:
+    prefills: list[Prefill] = field(default_factory=list)
+    dropped: list[tuple[RequestState, Error]] = field(default_factory=list)  # waiting requests that never start
+    beams_sit_out: bool = False  # with ordinary rows beside them, beam rows skip this decode step
+
+
+@dataclass
+class StepReport:
+    """What the executor tells the scheduler about a decode step it ran."""
+    mixed: bool = False  # ordinary and beam rows were both running
+    full: bool = True  # the beam rows decoded too
+    seconds: float = 0.0
+
+
+class Scheduler:
+    def __init__(self, config: ModelConfig, slots: Slots, adapters: AdapterStore):
+        self.max_rows, self.max_queue, self.token_budget = (config.max_batch_size, config.max_queue,
+                                                            config.max_batched_tokens)
+        self.slots, self.adapters = slots, adapters
+        self.waiting: deque[RequestState] = deque()
+        self.requests: dict[str, RequestState] = {}  # every request from submission to its end, by id
+        self.prefilling: RequestState | None = None  # admitted, its prompt partly in the cache
+        self.turns = FairTurns()
+        self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
+        self.waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
+        self._queued = 0  # submitted and not yet admitted: max_queue bounds it
+        self._queued_lock = threading.Lock()
+
+    # ---- any thread ----
+
+    def reserve_place(self) -> None:
+        """A place in the queue for a request about to be submitted, or the refusal when the queue is full."""
+        with self._queued_lock:
+            if self._queued >= self.max_queue:
+                raise RequestRejected("the worker queue is full, retry later", kind="overloaded")
+            self._queued += 1
+
+    @property
+    def queued(self) -> int:
+        return self._queued + (self.prefilling is not None)
+
+    # ---- engine thread ----
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to run until a submission, a cancellation or an adapter load arrives."""
+        return not (self.slots.rows or self.prefilling) and (not self.waiting or self.waiting_for_adapters)
+
+    def add(self, state: RequestState) -> None:
+        self.waiting.append(state)
+        self.requests[state.request_id] = state
+
+    def cancel(self, request_id: str) -> RequestState | None:
+        """The request leaves the queue, its prefill or its rows at once; None when it already ended."""
+        state = self.requests.pop(request_id, None)
+        if state is None or state.done:
+            return None
+        state.cancelled = True
+        if state in self.waiting:
+            self.waiting.remove(state)
+            self._dequeued()
+        if self.prefilling is state:
+            self.prefilling = None
+        for row in self.slots.rows:
+            if row.request is state:
+                row.finish = "cancelled"
+        self.slots.leave(self.prefilling)
+        return state
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        if self.prefilling is not None and self.prefilling.done:  # its prefill failed
+            self.prefilling = None
+        starting: list[RequestState] = []  # their prefill completes in this step and their rows join
+        budget = self.token_budget
+        while budget > 0:
+            if self.prefilling is None:
+                state = self._admit(starting, plan)
+                if state is None:
+                    break
+                if state.done:  # dropped
+                    continue
+                self.prefilling = state
+            state = self.prefilling
+            target = len(state.prepared.prompt_ids) - 1  # the last prompt token is fed by the first decode step
+            chunk = max(min(budget, target - state.prefilled), 0)
+            budget -= chunk
+            last = state.prefilled + chunk >= target
+            plan.prefills.append(Prefill(state, state.prefilled, chunk, last))
+            if last:
+                self.prefilling = None
+                if state.prepared.max_new_tokens > 0:
+                    starting.append(state)
+        rows = len(self.slots.rows) + sum(state.prepared.candidates for state in starting)
+        ordinary = self.slots.ordinary() + sum(s.prepared.candidates for s in starting
+                                               if s.prepared.request.params.num_beams <= 1)
+        plan.beams_sit_out = 0 < ordinary < rows and not self.beam_budget.full_step()
+        return plan
+
+    def finish(self, plan: StepPlan, report: StepReport) -> None:
+        """After the step: the beam budget learns its time, finished rows leave, ended requests are forgotten."""
+        if report.mixed:
+            self.beam_budget.record(report.full, report.seconds)
+        left = self.slots.leave(None if self.prefilling is None or self.prefilling.done else self.prefilling)
+        for state in [row.request for row in left] + [prefill.state for prefill in plan.prefills]:
+            if state.done:
+                self.requests.pop(state.request_id, None)
+
+    def clear(self) -> list[RequestState]:
+        """The whole batch failed: every request admitted is forgotten, those not yet ended are returned."""
+        waiting = {id(state) for state in self.waiting}
+        started = [state for state in self.requests.values() if id(state) not in waiting]
+        for state in started:
+            self.requests.pop(state.request_id, None)
+        self.slots.reset()
+        self.prefilling = None
+        return [state for state in started if not state.done]
+
+    def _admit(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
+        """The next request to prefill, taken from the queue (done when it was dropped), or None."""
+        self._take_turns(starting)
+        in_use = {s.adapter.key for s in [row.request for row in self.slots.rows] + starting if s.adapter is not None}
+        state = next_admissible(self.waiting, self.adapters, in_use, lambda s, error: self._refuse(s, error, plan))
+        self.waiting_for_adapters = state is None and bool(self.waiting)
+        running = len(self.slots.rows) + sum(s.prepared.candidates for s in starting)
+        if state is None or running + state.prepared.candidates > self.max_rows:
+            return None
+        self.waiting.remove(state)
+        self._dequeued()
+        self.turns.started(state)
+        deadline = state.prepared.request.deadline_unix
+        if deadline is not None and time.time() > deadline:
+            self._drop(state, Error(kind="timeout", message="the request's deadline passed before it could start"),
+                       plan)
+            return state
+        state.queue_s = time.perf_counter() - state.submitted
+        return state
+
+    def _take_turns(self, starting: list[RequestState]) -> None:
+        """Reorder the waiting queue so that tenants take turns at the free rows (fair_turns.py)."""
+        if len(self.waiting) > 1:
+            running = Counter(tenant_of(row.request) for row in self.slots.rows)
+            for state in starting:
+                running[tenant_of(state)] += state.prepared.candidates
+            ordered = self.turns.order(self.waiting, running)
+            self.waiting.clear()
+            self.waiting.extend(ordered)
+
+    def _refuse(self, state: RequestState, error: AdapterError, plan: StepPlan) -> None:
+        """Its adapter failed to load: it leaves the queue (admission.py has taken it out)."""
+        self._dequeued()
+        self._drop(state, Error(kind=error.kind, message=error.message, field="adapter",
+                                retry_after_s=error.retry_after_s), plan)
+
+    def _drop(self, state: RequestState, error: Error, plan: StepPlan) -> None:
+        state.done = True
+        self.requests.pop(state.request_id, None)
+        plan.dropped.append((state, error))
+
+    def _dequeued(self) -> None:
+        with self._queued_lock:
+            self._queued -= 1
