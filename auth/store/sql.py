@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable
 import msgspec
 
 from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, SessionRecord, TeamRecord, UserRecord
-from auth.store.db import Database, Executor
+from storage import Database, Executor
 
 _KEY_COLUMNS = ("id, secret_hash, name, user_id, team_id, is_admin, models, limits, expires_at, "
                 "revoked_at, created_at, last_used_at, replaced_by")
