@@ -36,7 +36,7 @@ def parse(url: str) -> tuple[str, str]:
         path = url[len("sqlite:"):].removeprefix("//")
         if not path:
             raise ValueError("sqlite URL needs a path: sqlite:///abs/path.db")
-        return "sqlite", os.path.abspath(path)
+        return "sqlite", os.path.realpath(path)
     if url.startswith(("postgresql://", "postgres://")):
         return "postgres", url
     raise ValueError("database URL must start with sqlite:// or postgresql://")
