@@ -43,7 +43,8 @@ def parse(url: str) -> tuple[str, str]:
 
 
 async def connect(url: str) -> Pool:
-    """A pool of its own, shared with nobody (tests use it to play several processes)."""
+    """A pool of its own, outside the registry (`open` shares the one it makes; tests call it to play
+    several processes)."""
     dialect, where = parse(url)
     if dialect == "sqlite":
         return await SqlitePool.connect(Path(where))
