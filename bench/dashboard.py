@@ -41,7 +41,7 @@ from billing.store import open_store
 from billing.store.base import COLUMNS, ENTRY_COLUMNS, TABLE, row_entry, utc_day
 from billing.store.rollups import backfill
 from billing.store.sql import PostgresDialect, SqliteDialect
-from billing.store.sqlite import sqlite_path
+from storage.registry import parse
 from tests.fixtures.servers import postgres_server
 
 DAYS = 90
@@ -112,7 +112,7 @@ async def build(url: str, rows: int) -> tuple[float, float]:
     batches = list(generate(rows))
     bulk, tail = batches[:-1], batches[-1:]
     if url.startswith("sqlite"):
-        db = sqlite3.connect(sqlite_path(url))
+        db = sqlite3.connect(parse(url)[1])
         insert = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
         for batch in bulk:
             db.executemany(insert, batch)

@@ -1,5 +1,6 @@
-"""What counts as "the database is away" for every store (auth, billing): the driver errors that become
-`StoreUnavailable`, so no caller above a store ever sees `sqlite3` or `asyncpg`."""
+"""The errors a store's caller may see instead of a driver's: `Conflict` for a write that a constraint refused,
+`StoreUnavailable` (503) for a database that is away, so no caller above a store ever sees `sqlite3` or
+`asyncpg`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,19 @@ from common.errors import StoreUnavailable
 # a refused write is the store's own business (auth maps it to Conflict): never "unavailable"
 INTEGRITY_ERRORS = (sqlite3.IntegrityError, asyncpg.IntegrityConstraintViolationError)
 DRIVER_FAILURES = (sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError)
+
+
+class Conflict(Exception):
+    """A unique or foreign-key constraint refused a write."""
+
+
+@contextlib.contextmanager
+def conflicts() -> Iterator[None]:
+    """A driver's integrity error inside the block becomes `Conflict`."""
+    try:
+        yield
+    except INTEGRITY_ERRORS as exc:
+        raise Conflict(str(exc)) from exc
 
 
 @contextlib.contextmanager

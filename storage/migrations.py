@@ -1,33 +1,88 @@
-"""Numbered schema versions applied in order, each once, in one locked transaction.
+"""The one migration runner: each package keeps its numbered schema versions as data (a `Schema`), and
+`migrate` applies those the database has not recorded yet, in order, each once, in one exclusive
+transaction (so gateways starting together on one database migrate one at a time).
 
-Each package keeps its own list and its own bookkeeping table; append new versions, never edit an
-applied one. The SQL of a version must be valid for every database the package opens.
+Every package's applied versions are recorded in one table, `schema_migrations`, keyed by package.
+Databases made before it kept a table per package (`auth_schema_migrations`, …): a schema names its
+old table, and the first run copies that table's versions over and drops it, in the same transaction.
+
+Append new versions; never edit an applied one. A version's SQL is either one list valid for every
+database, or one list per dialect (`{"sqlite": [...], "postgres": [...]}`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
-if TYPE_CHECKING:
-    from auth.store.db import Database
+from storage.database import Database, Dialect, Executor
 
-Migration = tuple[int, str, Sequence[str]]  # version, description, statements
+TABLE = "schema_migrations"
+_CREATE = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+    package TEXT NOT NULL, version INTEGER NOT NULL, description TEXT NOT NULL,
+    applied_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (package, version))"""
+_TABLE_EXISTS: dict[Dialect, str] = {
+    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+    "postgres": ("SELECT 1 FROM information_schema.tables WHERE table_name = ? "
+                 "AND table_schema = ANY(current_schemas(false))"),
+}
 
 
-async def apply_migrations(db: Database, table: str, migrations: Sequence[Migration], now: float) -> list[int]:
-    """Apply the versions not yet recorded in `table`; returns the versions applied."""
+class Migration(NamedTuple):
+    version: int
+    description: str
+    statements: Sequence[str] | Mapping[Dialect, Sequence[str]]
+
+    def sql(self, dialect: Dialect) -> Sequence[str]:
+        return self.statements[dialect] if isinstance(self.statements, Mapping) else self.statements
+
+
+@dataclass(frozen=True)
+class Schema:
+    """`package`: its key in the bookkeeping table. `legacy_table`: where the package recorded its
+    versions before the one table, adopted on the first run."""
+
+    package: str
+    migrations: Sequence[Migration]
+    legacy_table: str | None = None
+
+    def __post_init__(self) -> None:
+        versions = [m.version for m in self.migrations]
+        if not versions or versions[0] < 1 or any(a >= b for a, b in zip(versions, versions[1:])):
+            raise ValueError(f"the {self.package} schema's versions must be ascending from 1 or more "
+                             f"without repeats, got {versions}")
+
+
+async def migrate(db: Database, schema: Schema, now: float | None = None) -> list[int]:
+    """Apply the versions of `schema` not yet recorded; returns those applied."""
+    now = time.time() if now is None else now
     async with db.transaction() as tx:
-        await tx.execute(f"""CREATE TABLE IF NOT EXISTS {table} (
-            version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)""")
-        done = {row[0] for row in await tx.fetchall(f"SELECT version FROM {table}")}
+        await tx.execute(_CREATE)
+        if schema.legacy_table is not None:
+            await _adopt(tx, db.dialect, schema, schema.legacy_table)
+        rows = await tx.fetchall(f"SELECT version FROM {TABLE} WHERE package = ?", (schema.package,))
+        done = {row[0] for row in rows}
         applied = []
-        for version, description, statements in migrations:
-            if version in done:
+        for migration in schema.migrations:
+            if migration.version in done:
                 continue
-            for statement in statements:
+            for statement in migration.sql(db.dialect):
                 await tx.execute(statement)
-            await tx.execute(f"INSERT INTO {table} (version, description, applied_at) VALUES (?, ?, ?)",
-                             (version, description, now))
-            applied.append(version)
+            await tx.execute(f"INSERT INTO {TABLE} (package, version, description, applied_at) VALUES (?, ?, ?, ?)",
+                             (schema.package, migration.version, migration.description, now))
+            applied.append(migration.version)
         return applied
+
+
+async def _adopt(tx: Executor, dialect: Dialect, schema: Schema, legacy: str) -> None:
+    """Copy the versions recorded in the package's old table, then drop it."""
+    if await tx.fetchone(_TABLE_EXISTS[dialect], (legacy,)) is None:
+        return
+    described = {m.version: m.description for m in schema.migrations}
+    for version, applied_at in await tx.fetchall(f"SELECT version, applied_at FROM {legacy}"):
+        await tx.execute(f"INSERT INTO {TABLE} (package, version, description, applied_at) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT DO NOTHING",
+                         (schema.package, version, described.get(version, "recorded before this code"), applied_at))
+    await tx.execute(f"DROP TABLE {legacy}")

@@ -1,17 +1,18 @@
-"""Auth persistence: `open_store(url)` picks SQLite or PostgreSQL by URL and applies migrations."""
+"""Auth persistence: `open_store(url)` takes the database's shared pool (storage) and applies the auth schema."""
 
 from __future__ import annotations
 
+import storage
 from auth.clock import now
-from auth.store.db import Conflict, connect
-from auth.store.migrations import migrate
+from auth.store.migrations import SCHEMA
 from auth.store.sql import Store
+from storage import Conflict
 
 
 async def open_store(url: str) -> Store:
-    db = await connect(url)
+    db = await storage.open(url, store="key store (auth database)", code="auth_unavailable")
     try:
-        await migrate(db, now())
+        await storage.migrate(db, SCHEMA, now())
     except BaseException:
         await db.close()
         raise

@@ -1,15 +1,14 @@
-"""Versioned schema of the auth tables; applied in order at start, each version once.
+"""Versioned schema of the auth tables, applied by storage's migration runner at start, each version once.
 
 Append new versions; never edit an applied one. The SQL is valid for SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
 
-from auth.store.db import Database
-from storage.migrations import apply_migrations
+from storage import Migration, Schema
 
-MIGRATIONS: list[tuple[int, str, list[str]]] = [
-    (1, "users, teams, memberships, api keys, audit log", [
+MIGRATIONS = [
+    Migration(1, "users, teams, memberships, api keys, audit log", [
         """CREATE TABLE users (
             id TEXT PRIMARY KEY, name TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)""",
         """CREATE TABLE teams (
@@ -31,14 +30,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             source TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, detail TEXT NOT NULL)""",
         "CREATE TABLE auth_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ]),
-    (2, "dashboard sessions", [
+    Migration(2, "dashboard sessions", [
         """CREATE TABLE dashboard_sessions (
             id_hash TEXT PRIMARY KEY, key_id TEXT NOT NULL REFERENCES api_keys(id),
             is_admin INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL,
             seen_at DOUBLE PRECISION NOT NULL)""",
         "CREATE INDEX dashboard_sessions_key ON dashboard_sessions(key_id)",
     ]),
-    (3, "per-team key blocks; keys by user (a team's keys include its members' personal keys)", [
+    Migration(3, "per-team key blocks; keys by user (a team's keys include its members' personal keys)", [
         """CREATE TABLE key_blocks (
             team_id TEXT NOT NULL REFERENCES teams(id), key_id TEXT NOT NULL REFERENCES api_keys(id),
             blocked_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (team_id, key_id))""",
@@ -47,7 +46,4 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     ]),
 ]
 
-
-async def migrate(db: Database, now: float) -> list[int]:
-    """Apply pending versions in one locked transaction; returns the versions applied."""
-    return await apply_migrations(db, "auth_schema_migrations", MIGRATIONS, now)
+SCHEMA = Schema("auth", MIGRATIONS, legacy_table="auth_schema_migrations")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterable
 import msgspec
 
 from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, SessionRecord, TeamRecord, UserRecord
-from auth.store.db import Database, Executor
+from storage import Database, Executor
 
 _KEY_COLUMNS = ("id, secret_hash, name, user_id, team_id, is_admin, models, limits, expires_at, "
                 "revoked_at, created_at, last_used_at, replaced_by")
@@ -144,8 +144,8 @@ class Store:
     async def list_keys(self, team_id: str | None = None, limit: int | None = None,
                         after: tuple[float, str] | None = None) -> list[KeyRecord]:
         conditions, params = (["team_id = ?"], [team_id]) if team_id is not None else ([], [])
-        rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys{_in_order(conditions, params, after, limit)}",
-                                      tuple(params))
+        order = _in_order(conditions, params, after, limit)
+        rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys{order}", tuple(params))
         return [_key(row) for row in rows]
 
     async def list_team_keys(self, team_id: str, limit: int | None = None,

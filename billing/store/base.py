@@ -9,7 +9,6 @@ from billing.records import LedgerEntry, UsageRecord
 from billing.store.sql import SqlDialect
 
 TABLE = "usage_records"
-MIGRATIONS_TABLE = "billing_schema_migrations"
 
 COLUMNS: tuple[str, ...] = (
     "request_id", "time", "day", "team_id", "key_id", "user_id", "model", "dialect", "route",

@@ -1,18 +1,13 @@
-"""The scale-out usage store: PostgreSQL through an asyncpg pool. A pool connection that died with
+"""The scale-out usage store: PostgreSQL, on the database's shared pool. A pool connection that died with
 the server is replaced on the next acquire, so the shipper's retries reconnect by themselves."""
 
 from __future__ import annotations
 
-import time
-
-import asyncpg
-
 from billing.records import LedgerEntry
-from billing.store.base import COLUMNS, MIGRATIONS_TABLE, TABLE, entry_row
+from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS
 from billing.store.sql import PostgresDialect
-from storage.errors import unavailable_when_down
+from storage import Database
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
                  "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8",
@@ -24,72 +19,40 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
 _DIALECT = PostgresDialect()
 _ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
-_MIGRATION_LOCK = 0x5B11_B111  # advisory lock id: gateways starting together migrate one at a time
-
-
-def _unavailable():
-    return unavailable_when_down("usage store (billing database)", "usage_unavailable")
 
 
 class PostgresStore:
     dialect = _DIALECT
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-
-    @classmethod
-    async def open(cls, url: str, *, idle_seconds: float = 60.0) -> PostgresStore:
-        with _unavailable():
-            pool = await asyncpg.create_pool(url, min_size=0, max_size=4, max_inactive_connection_lifetime=idle_seconds)
-            store = cls(pool)
-            try:
-                await store._migrate()
-            except BaseException:
-                await pool.close()
-                raise
-        return store
-
-    async def _migrate(self) -> None:
-        async with self._pool.acquire() as con, con.transaction():
-            await con.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-            await con.execute(MIGRATIONS_DDL)
-            done = {r[0] for r in await con.fetch(f"SELECT version FROM {MIGRATIONS_TABLE}")}
-            for version, statements in enumerate(POSTGRES_MIGRATIONS, start=1):
-                if version in done:
-                    continue
-                for sql in statements:
-                    await con.execute(sql)
-                await con.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES ($1, $2)", version, time.time())
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         columns = list(zip(*(entry_row(e) for e in entries), strict=True))
-        with _unavailable():
-            async with self._pool.acquire() as con, con.transaction():
-                inserted = {row[0] for row in await con.fetch(_INSERT, *columns)}
-                new = {}
-                for e in entries:  # the rollups add exactly the records the insert added
-                    if e.usage.request_id in inserted:
-                        new.setdefault(e.usage.request_id, e)
-                daily, hourly = rollup_rows(list(new.values()))
-                if daily:  # one statement per rollup: an array per column, as the insert
-                    await con.execute(_UPSERT_DAILY, *zip(*daily, strict=True))
-                    await con.execute(_UPSERT_HOURLY, *zip(*hourly, strict=True))
+        # not exclusive: concurrent inserts conflict only on their own rows, and the rollup rows are
+        # locked in key order (rollups.py)
+        async with self._db.transaction(exclusive=False) as tx:
+            inserted = {row[0] for row in await tx.fetchall(_INSERT, columns)}
+            new = {}
+            for e in entries:  # the rollups add exactly the records the insert added
+                if e.usage.request_id in inserted:
+                    new.setdefault(e.usage.request_id, e)
+            daily, hourly = rollup_rows(list(new.values()))
+            if daily:  # one statement per rollup: an array per column, as the insert
+                await tx.execute(_UPSERT_DAILY, list(zip(*daily, strict=True)))
+                await tx.execute(_UPSERT_HOURLY, list(zip(*hourly, strict=True)))
         return len(new)
 
-    async def fetch(self, sql: str, params: list) -> list:
-        with _unavailable():
-            async with self._pool.acquire() as con:
-                return await con.fetch(sql, *params)
+    async def fetch(self, sql: str, params: list) -> list[tuple]:
+        return await self._db.read(sql, params)
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)
-        with _unavailable():
-            async with self._pool.acquire() as con:
-                rows = await con.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
-                                       "GROUP BY request_id", request_ids)
+        rows = await self.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
+                                "GROUP BY request_id", [request_ids])
         for rid, n in rows:
             counts[rid] = n
         return counts
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self._db.close()

@@ -1,12 +1,13 @@
-"""Billing's tables, as numbered migrations per SQL dialect. The auth package shares the
-database, so every name here is billing-owned. Migrations are history: never edit one that shipped,
-add the next."""
+"""Billing's tables, as numbered migrations per SQL dialect, applied by storage's migration runner. The
+auth package shares the database, so every name here is billing-owned. Migrations are history: never
+edit one that shipped, add the next."""
 
 from __future__ import annotations
 
-from billing.store.base import MIGRATIONS_TABLE, TABLE
+from billing.store.base import TABLE
 from billing.store.rollups import migration as rollups_migration
 from billing.store.sql import PostgresDialect, SqliteDialect
+from storage import Migration, Schema
 
 _V1_COLUMNS = """
     request_id TEXT {pk},
@@ -75,11 +76,11 @@ _POSTGRES_V2 = [
     f"ALTER TABLE {TABLE} SET (autovacuum_vacuum_insert_scale_factor = 0.01)",
 ]
 
-# schema 3: the rollups (billing/store/rollups.py), filled from the records already there
-SQLITE_MIGRATIONS: list[list[str]] = [
-    _v1("REAL", "INTEGER"), _SQLITE_V2, rollups_migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID")]
-POSTGRES_MIGRATIONS: list[list[str]] = [
-    _v1("DOUBLE PRECISION", "BIGINT"), _POSTGRES_V2, rollups_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")]
-
-MIGRATIONS_DDL = (f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} "
-                  "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+SCHEMA = Schema("billing", [
+    Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
+    Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
+              {"sqlite": _SQLITE_V2, "postgres": _POSTGRES_V2}),
+    Migration(3, "daily and hourly rollups, filled from the records already there (rollups.py)", {
+        "sqlite": rollups_migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID"),
+        "postgres": rollups_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")}),
+], legacy_table="billing_schema_migrations")

@@ -1,6 +1,6 @@
-"""The gateway's lifespan as a Litestar plugin: it opens the services (auth, limiter, pricing, ledger, the
-endpoints with their replicas) when the app starts, closes whatever it opened in reverse order when it stops or
-when a later step fails, and provides them to handlers by dependency injection (`services`, `ledger`;
+"""The gateway's lifespan as a Litestar plugin: it opens the services (the database, auth, limiter, pricing,
+ledger, the endpoints with their replicas) when the app starts, closes whatever it opened in reverse order
+when it stops or when a later step fails, and provides them to handlers by dependency injection (`services`, `ledger`;
 the auth package reads `app.state.auth`).
 
 A step that fails at start raises `StartupError` with one line saying what failed and how to fix it; the
@@ -23,6 +23,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.plugins import InitPluginProtocol
 
+import storage
 from auth import AuthService, Bootstrap
 from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
@@ -133,6 +134,11 @@ class GatewayServices(InitPluginProtocol):
                                    "volume there, or unset wal_root (SLUICE_WAL_ROOT)") from error
             opened.callback(wal.release)  # runs after the ledger closed: a fully shipped log leaves nothing on disk
         url = settings.resolved_database_url
+        try:  # the one pool of this URL: every store below takes a handle on it; it closes last, once
+            database = await storage.open(url)
+        except (StoreUnavailable, ValueError) as error:
+            raise database_failure(url, error) from error
+        opened.push_async_callback(database.close)
         limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open,
                                concurrency_lease=settings.concurrency_lease_s)
         opened.push_async_callback(limiter.close)

@@ -12,16 +12,15 @@ clock (no skew between gateways):
 from __future__ import annotations
 
 import math
-import time
 
 import msgspec
 
-from auth.store.db import Database, connect
+import storage
 from gateway.endpoints.fleet import Fleet, Replicas, Report
-from storage.migrations import apply_migrations
+from storage import Database, Migration, Schema
 
-MIGRATIONS = [
-    (1, "what the gateways of a fleet share per endpoint", [
+SCHEMA = Schema("fleet", [
+    Migration(1, "what the gateways of a fleet share per endpoint", [
         """CREATE TABLE fleet_leases (
             endpoint TEXT PRIMARY KEY, holder TEXT NOT NULL, token BIGINT NOT NULL,
             expires_at DOUBLE PRECISION NOT NULL, fenced BIGINT NOT NULL)""",
@@ -33,7 +32,7 @@ MIGRATIONS = [
         """CREATE TABLE fleet_calls (
             scope TEXT NOT NULL, second BIGINT NOT NULL, used INTEGER NOT NULL, PRIMARY KEY (scope, second))""",
     ]),
-]
+], legacy_table="fleet_schema_migrations")
 NOW = "SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION)"
 _report = msgspec.json.Decoder(Report)
 _replicas = msgspec.json.Decoder(Replicas)
@@ -47,9 +46,9 @@ class PostgresFleet(Fleet):
 
     @classmethod
     async def open(cls, database_url: str, **options) -> PostgresFleet:
-        db = await connect(database_url)
+        db = await storage.open(database_url, store="fleet state (gateway database)")
         try:
-            await apply_migrations(db, "fleet_schema_migrations", MIGRATIONS, time.time())
+            await storage.migrate(db, SCHEMA)
         except BaseException:
             await db.close()
             raise

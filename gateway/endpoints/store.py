@@ -15,22 +15,22 @@ from typing import Any, Literal
 
 import msgspec
 
-from auth.store.db import Database, connect
-from storage.migrations import apply_migrations
+import storage
+from storage import Database, Migration, Schema
 
 Origin = Literal["api", "config"]
-MIGRATIONS = [
-    (1, "endpoints created or patched at run time", [
+SCHEMA = Schema("endpoints", [
+    Migration(1, "endpoints created or patched at run time", [
         """CREATE TABLE endpoints (
             name TEXT PRIMARY KEY, origin TEXT NOT NULL, body TEXT NOT NULL,
             updated_at DOUBLE PRECISION NOT NULL)""",
     ]),
-    (2, "LoRA adapters registered through the admin API", [
+    Migration(2, "LoRA adapters registered through the admin API", [
         """CREATE TABLE endpoint_adapters (
             endpoint TEXT NOT NULL, name TEXT NOT NULL, source TEXT NOT NULL,
             updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (endpoint, name))""",
     ]),
-]
+], legacy_table="endpoint_schema_migrations")
 _body = msgspec.json.Decoder(dict[str, Any])
 
 
@@ -53,9 +53,9 @@ class EndpointStore:
 
     @classmethod
     async def open(cls, database_url: str) -> EndpointStore:
-        db = await connect(database_url)
+        db = await storage.open(database_url, store="endpoint store (gateway database)")
         try:
-            await apply_migrations(db, "endpoint_schema_migrations", MIGRATIONS, time.time())
+            await storage.migrate(db, SCHEMA)
         except BaseException:
             await db.close()  # an unclosed SQLite connection's thread keeps the process alive
             raise

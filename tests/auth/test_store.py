@@ -10,20 +10,21 @@ import pytest
 from auth import AuthService
 from auth.store import open_store
 from auth.store.migrations import MIGRATIONS
+from storage.migrations import TABLE
 from tests.auth.conftest import PEPPER
 
 
 async def test_migrations_are_versioned_and_applied_once(store_url):
     stores = await asyncio.gather(*(open_store(store_url) for _ in range(3)))  # concurrent starts
     try:
-        rows = await stores[0].db.fetchall("SELECT version FROM auth_schema_migrations ORDER BY version")
-        assert [r[0] for r in rows] == [v for v, _, _ in MIGRATIONS]
+        rows = await stores[0].db.fetchall(f"SELECT version FROM {TABLE} WHERE package = 'auth' ORDER BY version")
+        assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
     finally:
         for store in stores:
             await store.close()
     again = await open_store(store_url)
     try:
-        rows = await again.db.fetchall("SELECT version FROM auth_schema_migrations")
+        rows = await again.db.fetchall(f"SELECT version FROM {TABLE} WHERE package = 'auth'")
         assert len(rows) == len(MIGRATIONS)
     finally:
         await again.close()

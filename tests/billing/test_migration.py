@@ -1,5 +1,6 @@
-"""A ledger written before the dashboards (schema 1, and its write-ahead log) opens under schema 3:
-records keep their values, the new fields read as absent, the rollups hold the old records' sums."""
+"""A ledger written before the dashboards (schema 1, and its write-ahead log, recorded in billing's own
+bookkeeping table of then) opens under schema 3: records keep their values, the new fields read as absent,
+the rollups hold the old records' sums."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pytest
 from billing.filters import Selection
 from billing.insights.overview import overview
 from billing.ledger import Ledger
-from billing.store.base import MIGRATIONS_TABLE, TABLE
-from billing.store.schema import MIGRATIONS_DDL, POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
-from billing.store.sqlite import sqlite_path
+from billing.store.base import TABLE
+from billing.store.schema import SCHEMA
 from billing.usage import UsageQuery
 from billing.wal import frame, segment_path
+from storage.registry import parse
 from tests.billing.factory import usage
 from tests.billing.http import ts
 
@@ -28,14 +29,17 @@ OLD_ROWS = [(f"old-{i}", ts("2025-01-10T00:00:00") + i * 3600.0, "2025-01-10", "
              "rejected" if i == 7 else "ok", 20.0 + i, 3.0, "w-1", 100_000, 400_000, (10 * i * 100_000 + i * 400_000
                                                                                    + 500_000) // 10**6, 1.7e9)
             for i in range(30)]
+# where billing recorded its versions before storage's one table
+MIGRATIONS_TABLE = "billing_schema_migrations"
+MIGRATIONS_DDL = f"CREATE TABLE {MIGRATIONS_TABLE} (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
 
 
 async def write_schema_1(database_url: str) -> None:
     marks = ", ".join(["?"] * 20)
     if database_url.startswith("sqlite"):
-        db = sqlite3.connect(sqlite_path(database_url))
+        db = sqlite3.connect(parse(database_url)[1])
         db.execute(MIGRATIONS_DDL)
-        for sql in SQLITE_MIGRATIONS[0]:
+        for sql in SCHEMA.migrations[0].sql("sqlite"):
             db.execute(sql)
         db.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (1, 0)")
         db.executemany(f"INSERT INTO {TABLE} ({V1_COLUMNS}) VALUES ({marks})", OLD_ROWS)
@@ -45,7 +49,7 @@ async def write_schema_1(database_url: str) -> None:
     con = await asyncpg.connect(database_url)
     try:
         await con.execute(MIGRATIONS_DDL)
-        for sql in POSTGRES_MIGRATIONS[0]:
+        for sql in SCHEMA.migrations[0].sql("postgres"):
             await con.execute(sql)
         await con.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (1, 0)")
         await con.copy_records_to_table(TABLE, records=OLD_ROWS, columns=V1_COLUMNS.split(", "))

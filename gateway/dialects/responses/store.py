@@ -4,7 +4,7 @@ team's rows: another team's id is as unknown as one that never existed.
 
 A row holds the response object as answered and the conversation it continued (`messages`: the worker's chat
 turns, its own output included), so `previous_response_id` replays the whole chain without walking it.
-Its table has its own migrations (`responses_schema_migrations`), applied on first use by each process."""
+Its table has its own schema versions (package `responses`), applied on first use by each process."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import time
 
 import msgspec
 
-from auth.store.db import Database
-from storage.migrations import Migration, apply_migrations
+import storage
+from storage import Database, Migration, Schema
 
-MIGRATIONS: list[Migration] = [
-    (1, "stored responses", ["""CREATE TABLE IF NOT EXISTS stored_responses (
+SCHEMA = Schema("responses", [
+    Migration(1, "stored responses", ["""CREATE TABLE IF NOT EXISTS stored_responses (
         team_id TEXT NOT NULL, id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
         response TEXT NOT NULL, messages TEXT NOT NULL, PRIMARY KEY (team_id, id))"""]),
-]
+], legacy_table="responses_schema_migrations")
 
 
 class StoredResponse(msgspec.Struct):
@@ -38,7 +38,7 @@ class ResponseStore:
         if not self._ready:
             async with self._lock:
                 if not self._ready:
-                    await apply_migrations(self.db, "responses_schema_migrations", MIGRATIONS, time.time())
+                    await storage.migrate(self.db, SCHEMA)
                     self._ready = True
         return self.db
 

@@ -1,0 +1,95 @@
+"""`Database`: a store's handle on the shared pool of one database URL, with one shape for SQLite and
+PostgreSQL (storage/sqlite.py, storage/postgres.py).
+
+Queries are written once with `?` placeholders. A write that a constraint refuses raises `Conflict`; a
+database that cannot be reached raises `StoreUnavailable` (503) naming the store that asked, never a
+driver error. Several stores hold handles on one pool (storage/registry.py); closing a handle releases
+it, and the pool closes with the last one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Literal, Protocol
+
+from storage.errors import unavailable_when_down
+
+Dialect = Literal["sqlite", "postgres"]
+
+
+class Executor(Protocol):
+    async def execute(self, sql: str, args: Sequence = ()) -> None: ...
+    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None: ...
+    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None: ...
+    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]: ...
+
+
+class Pool(Executor, Protocol):
+    """What a driver provides (SqlitePool, PostgresPool); its errors are the driver's own."""
+
+    dialect: Dialect
+
+    def transaction(self, exclusive: bool = True) -> contextlib.AbstractAsyncContextManager[Executor]: ...
+    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]: ...
+    async def close(self) -> None: ...
+
+
+class _Translated:
+    """An executor whose driver failures raise `StoreUnavailable` naming the store."""
+
+    def __init__(self, executor: Executor, down: Callable[[], contextlib.AbstractContextManager]) -> None:
+        self._x = executor
+        self._down = down
+
+    async def execute(self, sql: str, args: Sequence = ()) -> None:
+        with self._down():
+            await self._x.execute(sql, args)
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+        with self._down():
+            await self._x.executemany(sql, rows)
+
+    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+        with self._down():
+            return await self._x.fetchone(sql, args)
+
+    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        with self._down():
+            return await self._x.fetchall(sql, args)
+
+
+class Database(_Translated):
+    """`store` and `code` name the store in the `StoreUnavailable` it raises ("the usage store (billing
+    database) is unavailable", `usage_unavailable`). `release` runs once, at the first `close`."""
+
+    def __init__(self, pool: Pool, store: str = "database", code: str = "store_unavailable", *,
+                 release: Callable[[], Awaitable[None]] | None = None) -> None:
+        super().__init__(pool, functools.partial(unavailable_when_down, store, code))
+        self.pool = pool
+        self._release = release if release is not None else pool.close
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.pool.dialect
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *, exclusive: bool = True) -> AsyncIterator[Executor]:
+        """One transaction; on PostgreSQL `exclusive` also takes the database-wide advisory lock (every
+        SQLite transaction is exclusive). The usage ledger's inserts, which touch only their own rows,
+        pass False."""
+        with self._down():
+            async with self.pool.transaction(exclusive) as tx:
+                yield _Translated(tx, self._down)
+
+    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        """The rows of one read-only statement, committed data only, run beside the writes (SQLite:
+        on a read-only connection of their own)."""
+        with self._down():
+            return await self.pool.read(sql, args)
+
+    async def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            await release()

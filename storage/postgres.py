@@ -1,0 +1,106 @@
+"""The PostgreSQL driver: one asyncpg pool.
+
+Queries are written with `?` placeholders, as for SQLite; they are numbered here ($1, $2…), so a query
+that already numbers its own (`$1`) passes unchanged. An exclusive transaction first takes a
+database-wide advisory lock, so that migrations, bootstrap and the fleet's state run one at a time
+across every process sharing the database. Reads outside a transaction are retried after a
+connection the server ended (restart, failover, `pg_terminate_backend`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Iterable, Sequence
+
+import asyncpg
+
+from storage.errors import conflicts
+
+POOL_SIZE = 8
+_CONNECT_TIMEOUT = 10.0  # seconds: an unreachable server fails the start quickly instead of hanging
+LOCK_ID = 0x5A17_A0B1  # the advisory lock of exclusive transactions
+# What a connection ended by the server raises on its next use.
+_RECONNECT_ERRORS = (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                     asyncpg.AdminShutdownError, asyncpg.PostgresConnectionError, ConnectionError)
+
+
+@functools.lru_cache(maxsize=512)
+def numbered(sql: str) -> str:
+    parts = sql.split("?")
+    out = [parts[0]]
+    for i, part in enumerate(parts[1:], start=1):
+        out.append(f"${i}{part}")
+    return "".join(out)
+
+
+class PostgresConnection:
+    """The statements of one connection or of the pool (both have the same methods), integrity errors
+    raised as `Conflict`."""
+
+    def __init__(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, args: Sequence = ()) -> None:
+        with conflicts():
+            await self._conn.execute(numbered(sql), *args)
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+        with conflicts():
+            await self._conn.executemany(numbered(sql), [tuple(r) for r in rows])
+
+    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+        with conflicts():
+            row = await self._conn.fetchrow(numbered(sql), *args)
+        return tuple(row) if row is not None else None
+
+    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        with conflicts():
+            return [tuple(r) for r in await self._conn.fetch(numbered(sql), *args)]
+
+
+class PostgresPool:
+    dialect = "postgres"
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._exec = PostgresConnection(pool)
+
+    @classmethod
+    async def connect(cls, url: str) -> PostgresPool:
+        return cls(await asyncpg.create_pool(url, min_size=1, max_size=POOL_SIZE, timeout=_CONNECT_TIMEOUT))
+
+    async def execute(self, sql: str, args: Sequence = ()) -> None:
+        await self._exec.execute(sql, args)  # a write is not retried: it may have been done
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+        await self._exec.executemany(sql, rows)  # the pool runs it in a transaction of its own
+
+    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+        return await self._retried(self._exec.fetchone, sql, args)
+
+    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        return await self._retried(self._exec.fetchall, sql, args)
+
+    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        return await self._retried(self._exec.fetchall, sql, args)
+
+    @staticmethod
+    async def _retried(method, sql: str, args: Sequence):
+        # Every pooled connection may be dead at once; each failed try makes the pool replace one.
+        for _ in range(POOL_SIZE):
+            try:
+                return await method(sql, args)
+            except _RECONNECT_ERRORS:
+                pass
+        return await method(sql, args)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, exclusive: bool = True) -> AsyncIterator[PostgresConnection]:
+        async with self._pool.acquire() as conn, conn.transaction():
+            if exclusive:
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_ID)
+            yield PostgresConnection(conn)
+
+    async def close(self) -> None:
+        await self._pool.close()

@@ -1,0 +1,54 @@
+"""Through a real `sluice serve` whose auth, billing, endpoints and fleet state share one PostgreSQL URL: the
+gateway holds one pool's worth of connections, also under a burst that reaches every store at once, and none
+once it has stopped (the pool is closed at shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import httpx
+
+from storage.postgres import POOL_SIZE
+from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+
+ADMIN_KEY = "storage-one-pool-admin-key-0123456789abcdef"
+BURST = 24  # concurrent calls of each kind: more than any one store's share of the pool
+
+
+async def backends(server_url: str, database: str) -> int:
+    conn = await asyncpg.connect(server_url)
+    try:
+        return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database)
+    finally:
+        await conn.close()
+
+
+async def burst(url: str, api_key: str) -> list[int]:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    user = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        calls = [client.get("/admin/keys", headers=admin) for _ in range(BURST)]  # auth
+        calls += [client.get("/admin/usage/records", headers=admin) for _ in range(BURST)]  # billing reads
+        calls += [client.post("/v1/completions", headers=user,  # ledger writes
+                              json={"model": MODEL, "prompt": "Hi", "max_tokens": 4}) for _ in range(BURST)]
+        calls += [client.get("/admin/endpoints", headers=admin) for _ in range(BURST)]
+        return [response.status_code for response in await asyncio.gather(*calls)]
+
+
+async def test_one_url_gives_one_pool_and_shutdown_closes_it(postgres, postgres_url, tmp_path):
+    database = postgres_url.rsplit("/", 1)[1]
+    assert await backends(postgres.url, database) == 0
+    settings = f'database_url = "{postgres_url}"\n'  # no redis_url: the fleet's state is in the database too
+    with sluice_on_protocol_worker(tmp_path / "gateway", ADMIN_KEY, settings) as (server, worker):
+        worker.replies = [Reply(tokens())]
+        started = await backends(postgres.url, database)
+        seen = [started]
+        calls = asyncio.ensure_future(burst(server.url, server.api_key))
+        while not calls.done():
+            seen.append(await backends(postgres.url, database))
+            await asyncio.sleep(0.01)
+        assert set(await calls) == {200}
+        seen.append(await backends(postgres.url, database))
+        assert 1 <= started and max(seen) <= POOL_SIZE, seen
+    assert await backends(postgres.url, database) == 0  # stopped: the pool was closed
