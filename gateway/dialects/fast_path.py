@@ -6,9 +6,9 @@ about 40 % of the event loop's time, more than the generation's own work. The ro
 all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
 the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
 Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
-(`gateway.authentication.middleware.principal`), the route's own exception handler and response handling. What is skipped is
-the generic work of finding and assembling those parts on every request, and, for a plain `Response` of bytes
-(`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
+(`gateway.authentication.middleware.principal`), the route's own exception handler and response handling. What
+is skipped is the generic work of finding and assembling those parts on every request, and, for a plain
+`Response` of bytes (`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
 
 Everything else (another path or method, a path that only matches after normalisation, websockets) goes
 through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
@@ -29,8 +29,8 @@ from functools import reduce
 from typing import Any
 
 from litestar import Litestar, MediaType, Request, Response
-from litestar.middleware import DefineMiddleware
 from litestar.handlers import HTTPRouteHandler
+from litestar.middleware import DefineMiddleware
 from litestar.status_codes import HTTP_204_NO_CONTENT, HTTP_304_NOT_MODIFIED
 from litestar.types import ASGIApp, Receive, Scope, Send
 from litestar.utils.helpers import get_enum_string_value
