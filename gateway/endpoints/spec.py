@@ -33,12 +33,12 @@ MAX_WAIT_S = 120.0  # a local worker process starts in seconds
 # pulled (2-5 min), weights read from S3 and loaded (1-3 min); a warm-pool host skips the first two
 ECS_MAX_WAIT_S = 600.0
 S3_SCHEME = "s3://"
-# fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
 # spellings of earlier versions: refused, naming what replaced them
 RETIRED = {
     "replicas": "`min_replicas` and `max_replicas` (N always-on replicas: both N)",
     "urls": 'a static provisioner: provisioner = {kind = "static", urls = [...]}',
 }
+# fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
 PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting",
              "max_wait_seconds", "drain_seconds", "team_id")
 

@@ -77,6 +77,8 @@ async def test_admin_refusals_name_the_problem(store_url, tmp_path, workers):
             await endpoints.create({"name": "org/x", "provisioner": {"kind": "kubernetes"}})
         with pytest.raises(InvalidEndpoint, match="`name`"):
             await endpoints.create({"name": "bad name"})
+        with pytest.raises(InvalidEndpoint, match=r"`urls` is no longer a setting: give a static provisioner"):
+            await endpoints.create({"name": "org/x", "urls": [workers[1].url]})
         with pytest.raises(EndpointConflict, match="exists already"):
             await endpoints.create({"name": "org/declared", "provisioner": static(workers[1].url)})
         with pytest.raises(EndpointConflict, match="declared in the config file"):
