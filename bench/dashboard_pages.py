@@ -40,9 +40,9 @@ from bench.dashboard import DAYS, START, build, team_names
 from billing.filters import Selection
 from billing.insights.ranking import team_ranking
 from billing.store import open_store as open_usage_store
-from common.protocol import ModelConfig
 from gateway.config import Settings
 from gateway.edge.app import create_app
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.servers import free_port, wait_for_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -55,8 +55,8 @@ WINDOW = "range=custom&start=2025-01-01&end=2025-03-31"  # bench/dashboard.py's 
 
 def serve(data_dir: str, port: int) -> None:
     """The gateway on the bench's database; the model's address answers nothing (no page needs a worker)."""
-    model = ModelConfig(name="small", urls=[f"http://127.0.0.1:{free_port()}"])
-    settings = Settings(data_dir=data_dir, port=port, models=[model], log_format="console")
+    model = EndpointSpec(name="small", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
+    settings = Settings(data_dir=data_dir, port=port, models=[model], log_format="console", admin_key=ADMIN_KEY)
     uvicorn.run(create_app(settings, supervise=False), host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -154,8 +154,7 @@ def main() -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         teams = asyncio.run(prepare(data_dir, args.rows))
         port = free_port()
-        env = {**os.environ, "SLUICE_ADMIN_KEY": ADMIN_KEY}
-        gateway = subprocess.Popen([sys.executable, __file__, "--serve", str(data_dir), str(port)], env=env,
+        gateway = subprocess.Popen([sys.executable, __file__, "--serve", str(data_dir), str(port)],
                                    stdout=None if args.verbose else subprocess.DEVNULL)  # its access log
         try:
             wait_for_port(port, timeout=60)

@@ -127,7 +127,7 @@ def sluice_config(worker: str, processes: int, redis_url: str, database_url: str
               "default_team_limits = { rpm = 100000000, tpm = 100000000000, max_concurrency = 100000 }\n"
               # the load generator is one address standing for many clients (as a load balancer would be)
               "http = { max_connections_per_client = 0 }\n"
-              f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n')
+              f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker}"] }}\n')
     if redis_url:  # the processes share the limits through Redis (the PostgreSQL profile's limits live there too)
         config = f'redis_url = "{redis_url}"\n' + config
     if database_url:

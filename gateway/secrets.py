@@ -1,4 +1,5 @@
-"""The server pepper that keys API-key hashes: from SLUICE_KEY_PEPPER, else a file in the data dir."""
+"""The server pepper that keys API-key hashes: the `key_pepper` setting (SLUICE_KEY_PEPPER), else a file in the
+data dir, made at the first start."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ def pepper_path(data_dir: Path) -> Path:
     return data_dir / "key_pepper"
 
 
-def load_pepper(data_dir: Path) -> bytes:
-    configured = os.environ.get("SLUICE_KEY_PEPPER")
+def load_pepper(data_dir: Path, configured: str = "") -> bytes:
     if configured:
         return configured.encode()
     path = pepper_path(data_dir)

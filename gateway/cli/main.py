@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in ("serve", "worker"):
         settings = load_settings(args.config, data_dir=args.data_dir)
         args.database_url = settings.resolved_database_url
-        load_pepper(settings.data_path)
+        load_pepper(settings.data_path, settings.key_pepper)
         args.pepper_file = str(pepper_path(settings.data_path))
     return args.func(args)
 

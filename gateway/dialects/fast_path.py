@@ -6,13 +6,20 @@ about 40 % of the event loop's time, more than the generation's own work. The ro
 all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
 the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
 Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
-(`gateway.authentication.middleware.principal`), the route's own exception handler and response handling. What is skipped is
-the generic work of finding and assembling those parts on every request, and, for a plain `Response` of bytes
-(`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
+(`gateway.authentication.middleware.principal`), the route's own exception handler and response handling. What
+is skipped is the generic work of finding and assembling those parts on every request, and, for a plain
+`Response` of bytes (`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
 
 Everything else (another path or method, a path that only matches after normalisation, websockets) goes
 through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
 405 answers are unchanged.
+
+What the path cannot run it refuses when the app is built (`DirectRouteError`), so a setting added later never
+silently skips the generation routes: anything wrapped around Litestar's router (CORS, OpenTelemetry), CSRF,
+compression, allowed hosts, exception hooks, middleware other than the list given here plus authentication, and
+on a route guards, before-request and after-response hooks, caching or its own request class. The Litestar
+attributes this module reads are pinned by a minor version in pyproject.toml and by
+tests/gateway/test_fast_path_litestar.py.
 """
 
 from __future__ import annotations
@@ -23,26 +30,37 @@ from typing import Any
 
 from litestar import Litestar, MediaType, Request, Response
 from litestar.handlers import HTTPRouteHandler
+from litestar.middleware import DefineMiddleware
 from litestar.status_codes import HTTP_204_NO_CONTENT, HTTP_304_NOT_MODIFIED
 from litestar.types import ASGIApp, Receive, Scope, Send
 from litestar.utils.helpers import get_enum_string_value
 
 from common.json_body import read_json
-from gateway.authentication.middleware import principal
+from gateway.authentication.middleware import ApiKeyAuthentication, principal
 
 DIRECT = {"direct": True}  # `opt` of a generation route answered here
 PARAMETERS = {"request", "services", "payload"}
 
 Middleware = Callable[[ASGIApp], ASGIApp]
+# the app settings that add work around every route, which the direct routes would skip
+_APP_SETTINGS = ("csrf_config", "compression_config", "allowed_hosts", "after_exception")
+# a route's settings that Litestar's route runs around the handler: (resolver, what it is)
+_ROUTE_SETTINGS = (("resolve_guards", "guards"), ("resolve_before_request", "a before_request hook"),
+                   ("resolve_after_response", "an after_response hook"))
+
+
+class DirectRouteError(TypeError):
+    """The app or a DIRECT route asks for something the direct path would skip."""
 
 
 def serve_directly(app: Litestar, middleware: Sequence[Middleware]) -> None:
     """Answer the app's DIRECT routes ahead of its router, through `middleware` (outermost first: the app's own
-    list minus authentication, which the route does itself)."""
+    list minus authentication, which the route does itself). DirectRouteError names what it cannot honour."""
     routes: dict[tuple[str, str], ASGIApp] = {}
     for route in app.routes:
         for method, (handler, _) in getattr(route, "route_handler_map", {}).items():
             if handler.opt.get("direct"):
+                check_honoured(app, handler, middleware)
                 routes[(method, route.path)] = reduce(lambda inner, wrap: wrap(inner), reversed(middleware),
                                                       _answer(app, handler))
     litestar = app.asgi_handler
@@ -54,10 +72,40 @@ def serve_directly(app: Litestar, middleware: Sequence[Middleware]) -> None:
     app.asgi_handler = dispatch
 
 
-def _answer(app: Litestar, handler: HTTPRouteHandler) -> ASGIApp:
+def check_honoured(app: Litestar, handler: HTTPRouteHandler, middleware: Sequence[Middleware]) -> None:
+    """Refuse every setting of the app or of `handler` that Litestar would run for the route and the direct path
+    would not (see the module docstring)."""
+    name = handler.fn.__name__
     parameters = set(handler.parsed_fn_signature.parameters)
     if not parameters <= PARAMETERS:  # a route that needs Litestar's injection is not one for this path
-        raise TypeError(f"{handler.fn.__name__} is marked DIRECT but takes {sorted(parameters - PARAMETERS)}")
+        raise DirectRouteError(f"{name} is marked DIRECT but takes {sorted(parameters - PARAMETERS)}")
+    # Litestar wraps its router in its exception handler, then in CORS and OpenTelemetry when configured
+    if getattr(app.asgi_handler, "app", None) is not app.asgi_router:
+        raise DirectRouteError(f"the app wraps its router ({type(app.asgi_handler).__name__}, e.g. cors_config or "
+                               f"tracing), which the DIRECT route {name} would skip")
+    for setting in _APP_SETTINGS:
+        if getattr(app, setting):
+            raise DirectRouteError(f"the app sets {setting}, which the DIRECT route {name} would skip")
+    for resolve, what in _ROUTE_SETTINGS:
+        if getattr(handler, resolve)():
+            raise DirectRouteError(f"{name} is marked DIRECT but has {what}, which the direct path would skip")
+    if Exception not in handler.resolve_exception_handlers():
+        raise DirectRouteError(f"{name} is marked DIRECT but no layer renders every Exception in its envelope")
+    if handler.cache or handler.resolve_request_class() is not Request:
+        raise DirectRouteError(f"{name} is marked DIRECT but caches or has its own request class")
+    declared = list(reversed(handler.resolve_middleware()))  # outermost first, as the app lists them
+    if declared[:len(middleware)] != list(middleware) or not (
+            len(declared) == len(middleware) + 1 and _authenticates(declared[-1])):
+        raise DirectRouteError(f"the middleware of {name} is not the fast path's list plus authentication: "
+                               "pass every middleware the app adds to serve_directly")
+
+
+def _authenticates(middleware: Any) -> bool:
+    return isinstance(middleware, DefineMiddleware) and middleware.middleware is ApiKeyAuthentication
+
+
+def _answer(app: Litestar, handler: HTTPRouteHandler) -> ASGIApp:
+    parameters = set(handler.parsed_fn_signature.parameters)
     render = handler.resolve_exception_handlers()[Exception]  # every dialect router renders every exception
     call = handler.fn
     wants_payload = "payload" in parameters

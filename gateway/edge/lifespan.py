@@ -10,7 +10,6 @@ step (a model source that cannot load, say) raises `StartupError` the same way.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -121,7 +120,7 @@ class GatewayServices(InitPluginProtocol):
         data = settings.data_path
         try:
             data.mkdir(parents=True, exist_ok=True)
-            pepper = load_pepper(data)
+            pepper = load_pepper(data, settings.key_pepper)
         except OSError as error:
             raise StartupError(f"cannot use the data directory {data} ({error.strerror}): choose a writable one "
                                "with --data-dir (or data_dir / SLUICE_DATA_DIR)") from error
@@ -149,7 +148,7 @@ class GatewayServices(InitPluginProtocol):
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(auth.close)
-        admin_key = os.environ.get("SLUICE_ADMIN_KEY") or None
+        admin_key = settings.admin_key or None
         if admin_key is None and not settings.print_bootstrap_keys:  # checked before any key is made
             raise StartupError("print_bootstrap_keys is false but SLUICE_ADMIN_KEY is unset: inject the admin key "
                                "from Secrets Manager (the Terraform does), or set print_bootstrap_keys = true "

@@ -1,15 +1,13 @@
 """An endpoint: a served model name, the worker settings of its replicas, and how it scales.
 
-An `EndpointSpec` is a `ModelConfig` (what each worker loads and how it batches) plus the deployment:
-replica bounds, the autoscaler's target, the idle time before scaling to zero, the activator's queue
-and wait bounds, the provisioner, and an optional owning team. Each `[[models]]` entry of the config
-file is one, and so is each body of `POST /admin/endpoints`.
+An `EndpointSpec` holds the worker's config (`ModelConfig`'s fields, inherited so that an entry stays one flat
+table) and the deployment: replica bounds, the autoscaler's target, the idle time before scaling to zero, the
+activator's queue and wait bounds, the provisioner, and an optional owning team. Each `[[models]]` entry of the
+config file is one, and so is each body of `POST /admin/endpoints`. A worker receives only `worker_config()`.
 
-Old config entries keep working: `replicas = N` means N always-on local replicas (min = max = N) and
-`urls = [...]` means a static provisioner over those workers. Two queues, two bounds: `max_queue` keeps
-its old meaning, the requests waiting inside each worker (a worker setting: it shapes the replicas), and
-`max_waiting` bounds the requests waiting in the gateway's activator for a replica (patchable at run
-time). An entry that gives `max_queue` alone gets the same number for both, as before the split.
+Two queues, two bounds: `max_queue`, the requests waiting inside each worker (a worker setting: it shapes the
+replicas), and `max_waiting`, the requests waiting in the gateway's activator for a replica (patchable at run
+time). Each setting has one spelling; those of earlier versions (RETIRED) are refused with the one to use.
 
 Every rule raises a `ValueError` naming its field; msgspec reports it with the entry's path.
 """
@@ -35,6 +33,11 @@ MAX_WAIT_S = 120.0  # a local worker process starts in seconds
 # pulled (2-5 min), weights read from S3 and loaded (1-3 min); a warm-pool host skips the first two
 ECS_MAX_WAIT_S = 600.0
 S3_SCHEME = "s3://"
+# spellings of earlier versions: refused, naming what replaced them
+RETIRED = {
+    "replicas": "`min_replicas` and `max_replicas` (N always-on replicas: both N)",
+    "urls": 'a static provisioner: provisioner = {kind = "static", urls = [...]}',
+}
 # fields a PATCH may change on a running endpoint; the rest shape the replicas themselves
 PATCHABLE = ("min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting",
              "max_wait_seconds", "drain_seconds", "team_id")
@@ -67,11 +70,12 @@ Provisioning = LocalProvisioning | StaticProvisioning | EcsProvisioning
 
 
 class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    min_replicas: int | msgspec.UnsetType = msgspec.UNSET  # unset: `replicas` (old files), else 1
+    # unset: 1 (at most max_replicas); a static provisioner's size is its URL count
+    min_replicas: int | msgspec.UnsetType = msgspec.UNSET
     max_replicas: int | msgspec.UnsetType = msgspec.UNSET  # unset: max(min_replicas, 1)
     target_concurrency: float = 16.0  # in-flight requests per replica the autoscaler aims for
     idle_seconds: Seconds = 300.0  # no request for this long -> scale to zero (when min_replicas is 0)
-    max_waiting: int | msgspec.UnsetType = msgspec.UNSET  # the activator's queue; unset: `max_queue`
+    max_waiting: int = 256  # requests the activator holds while no replica has room
     # the longest a request waits in the activator's queue; unset: 120 s, or ECS_MAX_WAIT_S for an ECS endpoint
     max_wait_seconds: Seconds | msgspec.UnsetType = msgspec.UNSET
     drain_seconds: Seconds = 120.0  # a replica being removed finishes its streams for at most this long
@@ -80,11 +84,9 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
 
     def __post_init__(self) -> None:
         _check_name(self.name)
-        self._adopt_old_fields()
         _check_provisioner(self.provisioner)
+        self._settle_replicas()
         _check_worker_fields(self)
-        if self.max_waiting is msgspec.UNSET:  # one number for both queues, as before they were two settings
-            self.max_waiting = self.max_queue
         if self.max_wait_seconds is msgspec.UNSET:
             self.max_wait_seconds = ECS_MAX_WAIT_S if isinstance(self.provisioner, EcsProvisioning) else MAX_WAIT_S
         _check_scaling(self)
@@ -92,29 +94,18 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         if self.team_id is not None and not self.team_id.strip():
             raise ValueError("`team_id` must be a team id, or absent for a public endpoint")
 
-    def _adopt_old_fields(self) -> None:
-        """`urls` and `replicas` predate endpoints: fold them into the provisioner and the bounds."""
-        bounds_given = self.min_replicas is not msgspec.UNSET or self.max_replicas is not msgspec.UNSET
-        if self.replicas != 1 and bounds_given:
-            raise ValueError("`replicas` is the old spelling of `min_replicas` = `max_replicas`; give one or the other")
-        if self.replicas < 1:
-            raise ValueError(f"`replicas` must be at least 1 (got {self.replicas})")
-        if self.urls:
-            if not isinstance(self.provisioner, LocalProvisioning):
-                raise ValueError("`urls` is the old spelling of a static provisioner; give one or the other")
-            self.provisioner = StaticProvisioning(urls=list(self.urls))
-        if isinstance(self.provisioner, StaticProvisioning):  # its size is its URL list
+    def _settle_replicas(self) -> None:
+        """The bounds left unset: a static provisioner's are its URL count, the others' at least one replica."""
+        if isinstance(self.provisioner, StaticProvisioning):  # never scaled
             size = len(self.provisioner.urls)
             if {self.min_replicas, self.max_replicas} - {msgspec.UNSET, size}:
                 raise ValueError("a static provisioner is never scaled: drop `min_replicas` and `max_replicas`")
             self.min_replicas = self.max_replicas = size
-        elif not bounds_given:
-            self.min_replicas = self.max_replicas = self.replicas
-        elif self.max_replicas is msgspec.UNSET:
+            return
+        if self.min_replicas is msgspec.UNSET:
+            self.min_replicas = 1 if self.max_replicas is msgspec.UNSET else min(1, self.max_replicas)
+        if self.max_replicas is msgspec.UNSET:
             self.max_replicas = max(self.min_replicas, 1)
-        elif self.min_replicas is msgspec.UNSET:
-            self.min_replicas = min(1, self.max_replicas)
-        self.replicas, self.urls = 1, []  # canonical: the information now lives in the fields above
 
     @property
     def private(self) -> bool:
@@ -126,8 +117,7 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
 
     def worker_config(self) -> ModelConfig:
         """What each replica's worker is started with (the worker knows nothing of scaling)."""
-        return ModelConfig(**{name: getattr(self, name) for name in ModelConfig.__struct_fields__
-                              if name not in ("replicas", "urls")})
+        return ModelConfig(**{name: getattr(self, name) for name in ModelConfig.__struct_fields__})
 
     def patched(self, changes: dict[str, Any]) -> EndpointSpec:
         """This spec with run-time `changes` applied and every rule checked again."""
@@ -138,16 +128,20 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
         return msgspec.convert({**msgspec.to_builtins(self), **changes}, EndpointSpec)
 
 
-def as_endpoint(model: ModelConfig) -> EndpointSpec:
-    """A plain ModelConfig (code that builds settings by hand) as the endpoint an old config entry makes."""
-    if isinstance(model, EndpointSpec):
-        return model
-    return EndpointSpec(**{name: getattr(model, name) for name in ModelConfig.__struct_fields__})
-
-
 def parse_endpoint(raw: Any) -> EndpointSpec:
-    """A spec from decoded JSON or TOML; msgspec.ValidationError names the field that is wrong."""
+    """A spec from decoded JSON or TOML; msgspec.ValidationError (or ValueError, for a retired spelling) names
+    the field that is wrong."""
+    check_spelling(raw)
     return msgspec.convert(raw, EndpointSpec)
+
+
+def check_spelling(raw: Any) -> None:
+    """Refuse a field spelt as an earlier version did, naming the spelling that replaced it (msgspec alone would
+    say only that the field is unknown)."""
+    if isinstance(raw, dict):
+        for old, new in RETIRED.items():
+            if old in raw:
+                raise ValueError(f"`{old}` is no longer a setting: give {new}")
 
 
 def _check_name(name: str) -> None:

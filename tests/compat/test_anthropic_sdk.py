@@ -186,7 +186,8 @@ def test_the_tenant_rules_hold_on_the_anthropic_routes(server, worker):
     """Another team's private endpoint is unknown here (404), a model outside the key's allow-list is refused (403),
     on `messages` and `count_tokens` alike, in Anthropic's envelope; nothing reaches the worker."""
     other = admin(server, "POST", "/admin/teams", name="anthropic-other")
-    admin(server, "POST", "/admin/endpoints", name="other/private", urls=[worker.url], team_id=other["id"])
+    admin(server, "POST", "/admin/endpoints", name="other/private", team_id=other["id"],
+          provisioner={"kind": "static", "urls": [worker.url]})
     teams = admin(server, "GET", "/admin/teams")["data"]
     default = next(team["id"] for team in teams if team["name"] == "default")
     barred = admin(server, "POST", "/admin/keys", name="barred", team_id=default, models=["some-other-model"])["key"]

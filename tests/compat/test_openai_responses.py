@@ -174,7 +174,8 @@ def test_the_tenant_rules_hold_on_responses(server, worker):
     """Another team's private endpoint is unknown (404) and a model outside the key's allow-list refused (403), as
     on chat; nothing reaches the worker."""
     other = admin(server, "POST", "/admin/teams", name="responses-private")
-    admin(server, "POST", "/admin/endpoints", name="other/private", urls=[worker.url], team_id=other["id"])
+    admin(server, "POST", "/admin/endpoints", name="other/private", team_id=other["id"],
+          provisioner={"kind": "static", "urls": [worker.url]})
     default = next(team["id"] for team in admin(server, "GET", "/admin/teams")["data"] if team["name"] == "default")
     barred = admin(server, "POST", "/admin/keys", name="barred", team_id=default, models=["some-other-model"])["key"]
     with pytest.raises(openai.NotFoundError):

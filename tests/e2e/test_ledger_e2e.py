@@ -50,7 +50,7 @@ def start_gateway(data_dir: Path, worker: str, database_url: str | None = None) 
     config += "default_team_limits = {}\n"  # the load below hammers the default key: billing, not rate limits
     if database_url:
         config += f'database_url = "{database_url}"\n'
-    config += f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n'
+    config += f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker}"] }}\n'
     return start_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY})
 
 

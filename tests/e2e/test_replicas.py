@@ -34,7 +34,7 @@ def worker(tmp_path_factory):
 def gateways(tmp_path_factory, worker, redis):
     shared = tmp_path_factory.mktemp("shared")
     config = (f'database_url = "sqlite:///{shared}/sluice.db"\nredis_url = "{redis.url}"\n'
-              f'[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n')
+              f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker}"] }}\n')
     env = {"SLUICE_ADMIN_KEY": ADMIN_KEY, "SLUICE_KEY_PEPPER": "replica-test-pepper"}
     with running_sluice(tmp_path_factory.mktemp("a"), config=config, env=env) as first, \
             running_sluice(tmp_path_factory.mktemp("b"), config=config, env=env) as second:

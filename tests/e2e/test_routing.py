@@ -100,8 +100,10 @@ def workers(tmp_path_factory, tiny_model_dir):
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, workers, stub):
     urls = [url for url, _ in workers.values()]
-    config = (f'[[models]]\nname = "tiny"\nurls = {json.dumps(urls)}\n'
-              f'[[models]]\nname = "tiny-failover"\nurls = {json.dumps([f"http://127.0.0.1:{stub.server_port}", urls[0]])}\n')
+    failover = [f"http://127.0.0.1:{stub.server_port}", urls[0]]
+    config = (f'[[models]]\nname = "tiny"\nprovisioner = {{ kind = "static", urls = {json.dumps(urls)} }}\n'
+              f'[[models]]\nname = "tiny-failover"\n'
+              f'provisioner = {{ kind = "static", urls = {json.dumps(failover)} }}\n')
     with running_sluice(tmp_path_factory.mktemp("gateway"), config=config,
                         env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
         yield server

@@ -164,8 +164,8 @@ def test_admin_api_creates_patches_deletes_and_a_restart_keeps_them(tmp_path, ti
 
 def test_a_waiting_stream_gets_keepalive_comments_and_a_client_that_leaves_is_not_billed(tmp_path):
     # a static endpoint whose only replica never answers stays `starting`: requests wait in its queue
-    config = (f'[[models]]\nname = "remote/asleep"\nurls = ["http://127.0.0.1:{free_port()}"]\n'
-              'max_wait_seconds = 25\n')
+    config = (f'[[models]]\nname = "remote/asleep"\nmax_wait_seconds = 25\n'
+              f'provisioner = {{ kind = "static", urls = ["http://127.0.0.1:{free_port()}"] }}\n')
     with running_sluice(tmp_path, config=config, wait=False) as server:
         until_listening(server)
         admin = {"authorization": f"Bearer {server.admin_key}"}

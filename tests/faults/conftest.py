@@ -49,7 +49,7 @@ def gateway_config(stub: Stub, extra: str = "") -> str:
     # no limits on the default team: the load sends more streams at once than its shipped max_concurrency (64);
     # and no cap on connections per address: the load clients are one address standing for many clients
     return (f'{extra}\nlog_format = "json"\ndefault_team_limits = {{}}\nhttp = {{ max_connections_per_client = 0 }}\n'
-            f'[[models]]\nname = "{MODEL}"\nurls = ["{stub.url}"]\n')
+            f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{stub.url}"] }}\n')
 
 
 @contextlib.contextmanager

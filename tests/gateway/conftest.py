@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from litestar.testing import AsyncTestClient
 
-from common.protocol import ModelConfig
 from gateway.config import Settings
 from gateway.edge.app import create_app
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.protocol_worker import MODEL, protocol_worker
 
 ADMIN_KEY = "gateway-tests-admin-key-0123456789abcdef"
@@ -31,7 +31,7 @@ async def new_key(client: AsyncTestClient, **fields) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[AsyncTestClient]:
     """The app on `settings`, with `.key_headers` (a key of the default team) and `.admin_headers`.
-    Needs SLUICE_ADMIN_KEY=ADMIN_KEY in the environment (monkeypatch)."""
+    Needs `admin_key=ADMIN_KEY` in the settings."""
     async with AsyncTestClient(app=create_app(settings, supervise=False), timeout=30) as client:
         client.admin_headers = ADMIN_HEADERS
         client.key_headers = await new_key(client)
@@ -45,9 +45,9 @@ def worker():
 
 
 @pytest.fixture
-def gateway_settings(worker, tmp_path, monkeypatch) -> Settings:
-    monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
-    return Settings(data_dir=str(tmp_path), models=[ModelConfig(name=MODEL, urls=[worker.url])])
+def gateway_settings(worker, tmp_path) -> Settings:
+    model = EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))
+    return Settings(data_dir=str(tmp_path), models=[model], admin_key=ADMIN_KEY)
 
 
 @pytest.fixture

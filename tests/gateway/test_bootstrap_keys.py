@@ -12,7 +12,8 @@ import httpx
 from tests.fixtures.sluice import start_sluice
 
 ADMIN = "operator-admin-key-from-secrets-manager-0123456789"
-STATIC = '[[models]]\nname = "m"\nurls = ["http://127.0.0.1:9"]\n'  # no worker: none is needed here
+# no worker: none is needed here
+STATIC = '[[models]]\nname = "m"\nprovisioner = { kind = "static", urls = ["http://127.0.0.1:9"] }\n'
 
 
 def test_without_an_injected_admin_key_the_gateway_refuses_to_start(tmp_path):
@@ -49,4 +50,4 @@ def test_a_value_that_is_not_a_boolean_is_refused(tmp_path):
         assert server.wait_exit(timeout=60) == 1
     finally:
         server.stop()
-    assert "SLUICE_PRINT_BOOTSTRAP_KEYS='no' is not true or false" in server.output
+    assert "SLUICE_PRINT_BOOTSTRAP_KEYS='no': Expected `bool`" in server.output

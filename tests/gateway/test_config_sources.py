@@ -7,7 +7,7 @@ import pytest
 
 from gateway.config import load_settings
 
-CONFIG = '[[models]]\nname = "tiny"\nurls = ["http://10.0.0.5:8100"]\n'
+CONFIG = '[[models]]\nname = "tiny"\nprovisioner = { kind = "static", urls = ["http://10.0.0.5:8100"] }\n'
 
 
 def test_the_whole_config_from_one_variable(monkeypatch):
@@ -15,7 +15,7 @@ def test_the_whole_config_from_one_variable(monkeypatch):
     monkeypatch.setenv("SLUICE_WAL_ROOT", "/var/lib/sluice/wal")
     settings = load_settings()
     assert [m.name for m in settings.models] == ["tiny"]
-    assert settings.models[0].provisioner.urls == ["http://10.0.0.5:8100"]  # old `urls`: a static endpoint
+    assert settings.models[0].provisioner.urls == ["http://10.0.0.5:8100"]
     assert settings.wal_root == "/var/lib/sluice/wal" and settings.max_body_bytes == 1024
 
 

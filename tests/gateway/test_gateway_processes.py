@@ -19,7 +19,7 @@ from tests.fixtures.servers import free_port, wait_for_port
 from tests.fixtures.sluice import REPO, start_sluice
 
 ADMIN_KEY = "processes-test-admin-key-0123456789abcdef"
-REMOTE = '[[models]]\nname = "stub-model"\nurls = ["http://127.0.0.1:9"]\n'
+REMOTE = '[[models]]\nname = "stub-model"\nprovisioner = { kind = "static", urls = ["http://127.0.0.1:9"] }\n'
 
 
 @pytest.mark.parametrize(("config", "message"), [
@@ -65,7 +65,7 @@ def worker_url():
 def two_processes(data_dir, redis, worker_url):
     """`sluice serve` with gateway_processes = 2, once both processes serve; and the second one's pid."""
     config = (f'gateway_processes = 2\nredis_url = "{redis.url}"\nlog_format = "json"\n'
-              f'[[models]]\nname = "stub-model"\nurls = ["{worker_url}"]\n')
+              f'[[models]]\nname = "stub-model"\nprovisioner = {{ kind = "static", urls = ["{worker_url}"] }}\n')
     server = start_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY})
     deadline = time.monotonic() + 120
     while server.output.count("Sluice gateway listening") < 2:

@@ -8,9 +8,9 @@ import asyncio
 
 from litestar.testing import AsyncTestClient
 
-from common.protocol import ModelConfig
 from gateway.config import Settings
 from gateway.edge.app import create_app
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.metrics import REGISTRY
 from tests.fixtures.servers import free_port
 
@@ -20,7 +20,7 @@ def failed_probes() -> float:
 
 
 async def test_a_failed_probe_is_a_503_shared_by_every_caller_of_the_interval(tmp_path):
-    model = ModelConfig(name="m", urls=[f"http://127.0.0.1:{free_port()}"])
+    model = EndpointSpec(name="m", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
     app = create_app(Settings(data_dir=str(tmp_path), models=[model], health_generate_interval_s=3600),
                      supervise=False)
     before = failed_probes()

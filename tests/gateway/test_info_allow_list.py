@@ -11,7 +11,8 @@ from tests.gateway.route_table import envelope
 
 async def test_info_routes_follow_the_callers_key(gateway, worker):
     another = await gateway.post("/admin/teams", json={"name": "another"}, headers=gateway.admin_headers)
-    private = {"name": "org/private", "urls": [worker.url], "team_id": another.json()["id"]}
+    private = {"name": "org/private", "provisioner": {"kind": "static", "urls": [worker.url]},
+               "team_id": another.json()["id"]}
     assert (await gateway.post("/admin/endpoints", json=private, headers=gateway.admin_headers)).status_code == 201
     allowed = await new_key(gateway, models=[MODEL])
     barred = await new_key(gateway, models=["some-other-model"])

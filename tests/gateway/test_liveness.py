@@ -12,7 +12,8 @@ from tests.fixtures.sluice import start_sluice
 
 def test_livez_answers_200_while_no_endpoint_is_ready(tmp_path):
     dead = free_port()  # nothing listens here: the endpoint's one replica never becomes ready
-    config = f'[[models]]\nname = "cold-model"\nurls = ["http://127.0.0.1:{dead}"]\n'
+    config = (f'[[models]]\nname = "cold-model"\n'
+              f'provisioner = {{ kind = "static", urls = ["http://127.0.0.1:{dead}"] }}\n')
     admin_key = "operator-admin-key-from-secrets-manager-0123456789"
     server = start_sluice(tmp_path / "data", config=config, wait=False, env={"SLUICE_ADMIN_KEY": admin_key})
     try:

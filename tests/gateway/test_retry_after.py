@@ -9,8 +9,7 @@ import msgspec
 import pytest
 
 from billing.store.base import TABLE
-from common.protocol import ModelConfig
-from gateway.endpoints.spec import as_endpoint
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.protocol_worker import MODEL, Reply, tokens
 from tests.fixtures.servers import free_port
 from tests.gateway.conftest import new_key, serving
@@ -38,7 +37,7 @@ async def test_an_overloaded_worker_is_a_429_with_retry_after(gateway, worker, p
 async def test_a_worker_that_is_not_ready_is_a_503_with_retry_after(gateway_settings, worker, path):
     worker.replies = [Reply.refused(503, "unavailable", "the model is still loading")]
     # the refusing replica sits out its ejection; the request waits for another only max_wait_seconds
-    endpoint = msgspec.structs.replace(as_endpoint(gateway_settings.models[0]), max_wait_seconds=0.5)
+    endpoint = msgspec.structs.replace(gateway_settings.models[0], max_wait_seconds=0.5)
     async with serving(msgspec.structs.replace(gateway_settings, models=[endpoint])) as gateway:
         assert_retry_after(await gateway.post(path, json=body(path), headers=gateway.key_headers), 503)
 
@@ -86,9 +85,10 @@ async def test_the_usage_api_throttle_is_a_429_with_retry_after(gateway):
 
 
 async def test_no_ready_worker_is_a_503_with_retry_after_on_every_route(gateway_settings):
-    nobody = ModelConfig(name=MODEL, urls=[f"http://127.0.0.1:{free_port()}"])  # nothing listens there
+    # nothing listens there
+    nobody = EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
     # the activator holds a request up to max_wait_seconds for a replica to become ready
-    endpoint = msgspec.structs.replace(as_endpoint(nobody), max_wait_seconds=0.5)
+    endpoint = msgspec.structs.replace(nobody, max_wait_seconds=0.5)
     async with serving(msgspec.structs.replace(gateway_settings, models=[endpoint])) as client:
         for path in ("/health", "/v1/completions/health"):
             assert_retry_after(await client.get(path), 503)

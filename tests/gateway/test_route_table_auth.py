@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from litestar.testing import AsyncTestClient
 
-from common.protocol import ModelConfig
 from gateway.config import Settings
 from gateway.edge.app import create_app
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.servers import free_port
 from tests.gateway.route_table import envelope, route_table
 
@@ -22,7 +22,7 @@ OPEN_PAGES = {"/dashboard", "/dashboard/login", "/dashboard/static/x"}  # home r
 
 @pytest.fixture
 async def client(tmp_path):
-    model = ModelConfig(name="m", urls=[f"http://127.0.0.1:{free_port()}"])
+    model = EndpointSpec(name="m", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
     app = create_app(Settings(data_dir=str(tmp_path), models=[model]), supervise=False)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client

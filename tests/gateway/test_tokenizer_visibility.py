@@ -13,8 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from common.protocol import ModelConfig
-from gateway.endpoints.spec import EndpointSpec
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.protocol_worker import MODEL
 from tests.fixtures.sluice import create_team_offline
 from tests.gateway.conftest import new_key, serving
@@ -32,8 +31,8 @@ CALLS = [("/tokenize", {"inputs": "Hi there"}, TGI_SPANS, "/tokenize"),
 @pytest.fixture
 async def gateway(gateway_settings, worker):
     another_team = create_team_offline(Path(gateway_settings.data_dir), "another-team")
-    private = EndpointSpec(name=PRIVATE, urls=[DOWN], team_id=another_team)
-    models = [private, ModelConfig(name=MODEL, urls=[worker.url])]
+    private = EndpointSpec(name=PRIVATE, provisioner=StaticProvisioning(urls=[DOWN]), team_id=another_team)
+    models = [private, EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))]
     async with serving(msgspec.structs.replace(gateway_settings, models=models)) as client:
         deadline = time.monotonic() + 10  # a tokenizer call takes a ready replica, never waits for one
         while (await client.get(f"/admin/endpoints/{MODEL}", headers=client.admin_headers)).json()["state"] != "ready":

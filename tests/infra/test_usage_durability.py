@@ -50,7 +50,8 @@ def worker(tmp_path_factory):
 async def test_sigterm_under_load_loses_no_answered_request(postgres, worker, tmp_path):
     database_url = await create_database(postgres.url)
     wal_root = tmp_path / "efs"
-    config = f'database_url = "{database_url}"\n[[models]]\nname = "{MODEL}"\nurls = ["{worker}"]\n'
+    config = (f'database_url = "{database_url}"\n[[models]]\nname = "{MODEL}"\n'
+              f'provisioner = {{ kind = "static", urls = ["{worker}"] }}\n')
     server = start_sluice(tmp_path / "gateway", config=config,
                           env={"SLUICE_ADMIN_KEY": ADMIN_KEY, "SLUICE_WAL_ROOT": str(wal_root),
                                # as on ECS (stop timeout minus the drain): requests in flight finish

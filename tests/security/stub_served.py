@@ -27,7 +27,8 @@ def stub_served(data_dir: Path, admin_key: str, config: str = "") -> Iterator[Sl
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port)
-        config = f'{config}\n[[models]]\nname = "{MODEL}"\nurls = ["http://127.0.0.1:{port}"]\n'
+        config = (f'{config}\n[[models]]\nname = "{MODEL}"\n'
+                  f'provisioner = {{ kind = "static", urls = ["http://127.0.0.1:{port}"] }}\n')
         with running_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": admin_key}) as server:
             yield server
     finally:

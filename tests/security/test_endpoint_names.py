@@ -38,6 +38,11 @@ REFUSED = [
     ("x" * (NAME_LIMIT + 1), f"1 to {NAME_LIMIT} characters"),
 ]
 
+def static(*urls: str) -> dict:
+    """A static provisioner over `urls`, as an endpoint body gives it."""
+    return {"kind": "static", "urls": list(urls)}
+
+
 
 @pytest.fixture(scope="module")
 def worker():
@@ -47,7 +52,7 @@ def worker():
 
 @pytest.fixture(scope="module")
 def server(worker, tmp_path_factory):
-    config = f'[[models]]\nname = "{MODEL}"\nurls = ["{worker.url}"]\n'
+    config = f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker.url}"] }}\n'
     with running_sluice(tmp_path_factory.mktemp("names"), config=config, env=ENV) as running:
         yield running
 
@@ -65,14 +70,14 @@ def refusal(response: httpx.Response) -> dict:
 
 @pytest.mark.parametrize(("name", "words"), REFUSED, ids=[name[:24] for name, _ in REFUSED])
 def test_the_admin_api_refuses_a_name_that_shadows_a_route(server, worker, name, words):
-    error = refusal(admin(server, "POST", "/admin/endpoints", name=name, urls=[worker.url]))
+    error = refusal(admin(server, "POST", "/admin/endpoints", name=name, provisioner=static(worker.url)))
     assert "`name`" in error["message"] and words in error["message"], error["message"]
     assert name not in {e["name"] for e in admin(server, "GET", "/admin/endpoints").json()["data"]}
 
 
 def test_the_longest_name_and_a_hub_id_are_served(server, worker):
     for name in ("a" * NAME_LIMIT, "Org-1/Model_2.5-mini"):
-        created = admin(server, "POST", "/admin/endpoints", name=name, urls=[worker.url])
+        created = admin(server, "POST", "/admin/endpoints", name=name, provisioner=static(worker.url))
         assert created.status_code == 201, created.text
         assert admin(server, "GET", f"/admin/endpoints/{name}").json()["name"] == name
         assert admin(server, "DELETE", f"/admin/endpoints/{name}").status_code == 204
@@ -82,7 +87,7 @@ def test_no_endpoint_takes_over_the_alias_tgi_clients_send(server, worker):
     """A private endpoint named `tgi` answered every other team's `model: "tgi"` with a 404: refused now, and the
     alias keeps naming the first endpoint the caller may see."""
     team = admin(server, "POST", "/admin/teams", name="squatters").json()["id"]
-    refusal(admin(server, "POST", "/admin/endpoints", name="tgi", urls=[worker.url], team_id=team))
+    refusal(admin(server, "POST", "/admin/endpoints", name="tgi", provisioner=static(worker.url), team_id=team))
     key = admin(server, "POST", "/admin/keys", name="k", team_id=default_team(server)).json()["key"]
     answer = httpx.post(f"{server.url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, timeout=30,
                         json={"model": "tgi", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
@@ -94,12 +99,13 @@ def default_team(server) -> str:
 
 
 def test_a_private_endpoint_needs_a_team_that_exists(server, worker):
-    error = refusal(admin(server, "POST", "/admin/endpoints", name="org/private", urls=[worker.url],
+    error = refusal(admin(server, "POST", "/admin/endpoints", name="org/private", provisioner=static(worker.url),
                           team_id="team_does_not_exist"))
     assert error["param"] == "team_id" and "team_does_not_exist" in error["message"], error
     assert admin(server, "GET", "/admin/endpoints/org/private").status_code == 404
     team = admin(server, "POST", "/admin/teams", name="owners").json()["id"]
-    created = admin(server, "POST", "/admin/endpoints", name="org/private", urls=[worker.url], team_id=team)
+    created = admin(server, "POST", "/admin/endpoints", name="org/private", provisioner=static(worker.url),
+                    team_id=team)
     assert created.status_code == 201 and created.json()["spec"]["team_id"] == team, created.text
     # a PATCH may hand the endpoint to another team, never to no team at all
     error = refusal(admin(server, "PATCH", "/admin/endpoints/org/private", team_id="team_gone"))
@@ -126,12 +132,14 @@ def refused_at_start(tmp_path, config: str) -> str:
 @pytest.mark.parametrize(("name", "words"), [REFUSED[i] for i in (0, 3, 6, 10, 11, -1)],
                          ids=["tgi", "adapters", "dot-dot", "colon", "empty-part", "too-long"])
 def test_a_config_file_with_such_a_name_does_not_start(tmp_path, worker, name, words):
-    line = refused_at_start(tmp_path, f'[[models]]\nname = "{name}"\nurls = ["{worker.url}"]\n')
+    line = refused_at_start(tmp_path, f'[[models]]\nname = "{name}"\n'
+                                      f'provisioner = {{ kind = "static", urls = ["{worker.url}"] }}\n')
     assert "invalid configuration" in line and "`name`" in line and words in line, line
 
 
 def test_a_config_file_must_name_a_team_that_exists(tmp_path, worker):
-    entry = f'[[models]]\nname = "{MODEL}"\nurls = ["{worker.url}"]\nteam_id = "TEAM"\n'
+    entry = (f'[[models]]\nname = "{MODEL}"\nteam_id = "TEAM"\n'
+             f'provisioner = {{ kind = "static", urls = ["{worker.url}"] }}\n')
     line = refused_at_start(tmp_path, entry.replace("TEAM", "team_nobody_made"))
     assert "invalid configuration" in line and "team_id" in line and "team_nobody_made" in line, line
     # the same file once the team exists (made offline, as an operator would): the private endpoint serves

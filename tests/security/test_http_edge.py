@@ -38,7 +38,7 @@ max_connections_per_client = {PER_CLIENT}
 keep_alive_timeout_s = 60
 [[models]]
 name = "{MODEL}"
-urls = ["{{url}}"]
+provisioner = {{ kind = "static", urls = ["{{url}}"] }}
 """
 HALF_OPEN = 1000
 # 50 source addresses x 20: the flood stays under the per-address cap, so the gateway really holds it

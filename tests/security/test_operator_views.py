@@ -30,8 +30,9 @@ def config(stub_url: str, private_url: str, team_id: str) -> str:
     # the rejection budget lifted: the label test sends 80 invented names in a minute
     return (f'log_format = "json"\nmetrics_token = "{TOKEN}"\ndefault_team_limits = {{}}\n'
             'rejections_per_minute = 1000000\n'
-            f'[[models]]\nname = "{MODEL}"\nurls = ["{stub_url}"]\n'
-            f'[[models]]\nname = "{PRIVATE}"\nurls = ["{private_url}"]\nteam_id = "{team_id}"\n')
+            f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{stub_url}"] }}\n'
+            f'[[models]]\nname = "{PRIVATE}"\nteam_id = "{team_id}"\n'
+            f'provisioner = {{ kind = "static", urls = ["{private_url}"] }}\n')
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ import pytest
 import uvicorn
 from playwright.async_api import async_playwright
 
-from common.protocol import ModelConfig
 from gateway.config import Settings
 from gateway.edge.app import create_app
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.servers import free_port
 
 CHROMIUM = "/usr/bin/chromium"
@@ -52,9 +52,9 @@ def settings_in(folder: Path, database_url: str = "") -> Settings:
     """A gateway on SQLite in `folder` (auth and ledger), or on `database_url`; two gateways given the same
     folder (and URL) share both."""
     (folder / "prices.toml").write_text(PRICES)
-    model = ModelConfig(name="small", urls=[f"http://127.0.0.1:{free_port()}"])
+    model = EndpointSpec(name="small", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
     return Settings(data_dir=str(folder / "data"), port=free_port(), models=[model], database_url=database_url,
-                    pricing_file=str(folder / "prices.toml"), log_format="console")
+                    pricing_file=str(folder / "prices.toml"), log_format="console", admin_key=ADMIN_KEY)
 
 
 @contextlib.asynccontextmanager
@@ -76,8 +76,7 @@ async def serving(settings: Settings) -> AsyncIterator[Gateway]:
 
 
 @pytest.fixture
-async def gateway(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
+async def gateway(tmp_path):
     async with serving(settings_in(tmp_path)) as gateway:
         yield gateway
 

@@ -14,7 +14,7 @@ from auth import AuthService
 from auth.sessions import TOUCH_SECONDS, SessionStore
 from gateway.dashboard.access import COOKIE
 from tests.auth.conftest import PEPPER, fresh_postgres_database
-from tests.gateway.dashboard.conftest import ADMIN_KEY, serving, settings_in
+from tests.gateway.dashboard.conftest import serving, settings_in
 
 
 class Clock:
@@ -132,8 +132,7 @@ async def database_url(request):
         yield url
 
 
-async def test_a_session_survives_a_restart_and_serves_on_a_second_gateway(tmp_path, monkeypatch, database_url):
-    monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
+async def test_a_session_survives_a_restart_and_serves_on_a_second_gateway(tmp_path, database_url):
     async with serving(settings_in(tmp_path, database_url)) as first:
         team = (await first.admin("POST", "/admin/teams", name="Acme"))["id"]
         key = await first.admin("POST", "/admin/keys", name="k", team_id=team)

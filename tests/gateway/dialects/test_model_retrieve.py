@@ -36,7 +36,7 @@ async def test_a_model_is_retrieved_by_its_id(gateway):
 
 async def test_a_private_endpoint_is_retrieved_by_its_team_only(gateway, worker):
     team_id, own = await team_key(gateway, "owners")
-    private = {"name": "org/private", "urls": [worker.url], "team_id": team_id}
+    private = {"name": "org/private", "provisioner": {"kind": "static", "urls": [worker.url]}, "team_id": team_id}
     assert (await gateway.post("/admin/endpoints", json=private, headers=gateway.admin_headers)).status_code == 201
     for path in ("/v1/models/org/private", "/v1/models/org%2Fprivate"):
         mine = await gateway.get(path, headers=own)

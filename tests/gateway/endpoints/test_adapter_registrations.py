@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
-from common.protocol import ModelConfig
 from gateway.config import Settings
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from tests.fixtures.protocol_worker import MODEL
 from tests.gateway.conftest import serving
 
@@ -15,7 +15,7 @@ ADAPTERS = f"/admin/endpoints/{MODEL}/adapters"
 
 
 def settings_on(gateway_settings: Settings, store_url: str, worker, declared: dict[str, str]) -> Settings:
-    model = ModelConfig(name=MODEL, urls=[worker.url], adapters=declared)
+    model = EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]), adapters=declared)
     return msgspec.structs.replace(gateway_settings, database_url=store_url, models=[model])
 
 
@@ -44,7 +44,7 @@ async def test_registrations_survive_a_restart(store_url, gateway_settings, work
                       await client.delete(f"{ADAPTERS}/poet", headers=admin)):
             assert reply.status_code == 409 and reply.json()["error"]["code"] == "adapter_declared", reply.text
         # an endpoint created through the API, given an adapter, then deleted: its adapter goes with it
-        other = {"name": "org/other", "urls": [worker.url]}
+        other = {"name": "org/other", "provisioner": {"kind": "static", "urls": [worker.url]}}
         assert (await client.post("/admin/endpoints", json=other, headers=admin)).status_code == 201
         reply = await client.post("/admin/endpoints/org/other/adapters", json={"name": "x", "source": "s3://b/x"},
                                   headers=admin)
@@ -75,12 +75,14 @@ async def test_an_endpoint_body_declares_adapters_by_the_same_source_rule(gatewa
     a 422 naming the field; good ones are the endpoint's declared adapters."""
     (tmp_path / "adapter_config.json").write_text("{}")
     for source in ("relative/poet", "s3://", "s3:///prefix"):  # (a missing directory: only for local workers)
-        body = {"name": "org/lora", "urls": [worker.url], "adapters": {"poet": source}}
+        body = {"name": "org/lora", "provisioner": {"kind": "static", "urls": [worker.url]},
+                "adapters": {"poet": source}}
         reply = await gateway.post("/admin/endpoints", json=body, headers=gateway.admin_headers)
         error = reply.json()["error"]
         assert reply.status_code == 422 and "`adapters.poet`" in error["message"], reply.text
         assert error["code"] == "invalid_endpoint"
-    body = {"name": "org/lora", "urls": [worker.url], "adapters": {"poet": str(tmp_path), "verse": "s3://b/verse"}}
+    body = {"name": "org/lora", "provisioner": {"kind": "static", "urls": [worker.url]},
+            "adapters": {"poet": str(tmp_path), "verse": "s3://b/verse"}}
     assert (await gateway.post("/admin/endpoints", json=body, headers=gateway.admin_headers)).status_code == 201
     assert {a["name"]: a["origin"] for a in await listing(gateway, "/admin/endpoints/org/lora/adapters")} == {
         "poet": "declared", "verse": "declared"}

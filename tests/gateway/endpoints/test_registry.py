@@ -26,7 +26,8 @@ async def closed(registry: EndpointRegistry) -> None:
 async def test_created_patched_and_deleted_endpoints_survive_a_restart(store_url):
     registry = await opened(store_url)
     await registry.create(parse_endpoint({"name": "org/model-a", "min_replicas": 0, "source": "/m/a"}))
-    await registry.create(parse_endpoint({"name": "org/model-b", "urls": ["http://w:8100"]}))
+    await registry.create(parse_endpoint({"name": "org/model-b",
+                                          "provisioner": {"kind": "static", "urls": ["http://w:8100"]}}))
     await registry.patch("org/model-a", {"max_replicas": 4, "idle_seconds": 12})
     await registry.delete("org/model-b")
     await closed(registry)

@@ -21,6 +21,11 @@ TEAM_A = Principal(key_id="key-a", team_id="team-a", user_id=None, is_admin=Fals
 TEAM_B = Principal(key_id="key-b", team_id="team-b", user_id=None, is_admin=False)
 ADMIN = Principal(key_id="key-admin", team_id="ops", user_id=None, is_admin=True)
 
+def static(*urls: str) -> dict:
+    """A static provisioner over `urls`, as an endpoint body gives it."""
+    return {"kind": "static", "urls": list(urls)}
+
+
 
 @pytest.fixture
 async def workers():
@@ -39,9 +44,10 @@ async def opened(database_url: str, tmp_path, declared=()) -> Endpoints:
 async def test_create_patch_delete_and_a_restart_keeps_them(store_url, tmp_path, workers):
     endpoints = await opened(store_url, tmp_path)
     try:
-        created = await endpoints.create({"name": "org/model-a", "urls": [workers[0].url], "max_wait_seconds": 5})
+        created = await endpoints.create({"name": "org/model-a", "provisioner": static(workers[0].url),
+                                          "max_wait_seconds": 5})
         assert created.name == "org/model-a" and created.spec.max_wait_seconds == 5
-        await endpoints.create({"name": "org/model-b", "provisioner": {"kind": "static", "urls": [workers[1].url]}})
+        await endpoints.create({"name": "org/model-b", "provisioner": static(workers[1].url)})
         await until(lambda: endpoints.get("org/model-a").state == "ready", 10, "the stub's readiness")
         patched = await endpoints.patch("org/model-a", {"max_wait_seconds": 9, "team_id": "team-a"})
         assert patched.spec.max_wait_seconds == 9 and patched.spec.team_id == "team-a"
@@ -62,7 +68,7 @@ async def test_create_patch_delete_and_a_restart_keeps_them(store_url, tmp_path,
 
 
 async def test_admin_refusals_name_the_problem(store_url, tmp_path, workers):
-    declared = parse_endpoint({"name": "org/declared", "urls": [workers[0].url]})
+    declared = parse_endpoint({"name": "org/declared", "provisioner": static(workers[0].url)})
     endpoints = await opened(store_url, tmp_path, [declared])
     try:
         with pytest.raises(InvalidEndpoint, match=r"`min_replicas` \(3\) must not exceed"):
@@ -71,8 +77,10 @@ async def test_admin_refusals_name_the_problem(store_url, tmp_path, workers):
             await endpoints.create({"name": "org/x", "provisioner": {"kind": "kubernetes"}})
         with pytest.raises(InvalidEndpoint, match="`name`"):
             await endpoints.create({"name": "bad name"})
+        with pytest.raises(InvalidEndpoint, match=r"`urls` is no longer a setting: give a static provisioner"):
+            await endpoints.create({"name": "org/x", "urls": [workers[1].url]})
         with pytest.raises(EndpointConflict, match="exists already"):
-            await endpoints.create({"name": "org/declared", "urls": [workers[1].url]})
+            await endpoints.create({"name": "org/declared", "provisioner": static(workers[1].url)})
         with pytest.raises(EndpointConflict, match="declared in the config file"):
             await endpoints.delete("org/declared")
         with pytest.raises(InvalidEndpoint, match="`source` cannot change"):
@@ -89,8 +97,8 @@ async def test_admin_refusals_name_the_problem(store_url, tmp_path, workers):
 async def test_a_private_endpoint_is_a_404_for_other_teams(store_url, tmp_path, workers):
     endpoints = await opened(store_url, tmp_path)
     try:
-        await endpoints.create({"name": "org/public", "urls": [workers[0].url]})
-        await endpoints.create({"name": "team-a/private", "urls": [workers[1].url], "team_id": "team-a"})
+        await endpoints.create({"name": "org/public", "provisioner": static(workers[0].url)})
+        await endpoints.create({"name": "team-a/private", "provisioner": static(workers[1].url), "team_id": "team-a"})
         assert endpoints.resolve("team-a/private", TEAM_A).name == "team-a/private"
         assert endpoints.resolve("team-a/private", ADMIN).name == "team-a/private"
         for principal in (TEAM_B, None):
@@ -111,10 +119,10 @@ async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_pat
     endpoints = await opened(store_url, tmp_path, [sleeping])
     try:
         assert endpoints.healthy()  # asleep on purpose
-        await endpoints.create({"name": "org/unreachable", "urls": [f"http://127.0.0.1:{free_port()}"]})
+        await endpoints.create({"name": "org/unreachable", "provisioner": static(f"http://127.0.0.1:{free_port()}")})
         assert endpoints.get("org/unreachable").state == "starting" and not endpoints.healthy()
         await endpoints.delete("org/unreachable")
-        await endpoints.create({"name": "org/static", "urls": [workers[0].url]})
+        await endpoints.create({"name": "org/static", "provisioner": static(workers[0].url)})
         await until(endpoints.healthy, 10, "health")
         endpoint = endpoints.resolve("org/static", TEAM_A)
         deadline = time.monotonic() + 5

@@ -1,9 +1,12 @@
-"""Endpoint specs: every validation rule names its field, old config entries map onto endpoints, and a
-PATCH changes only what may change on a running endpoint."""
+"""Endpoint specs: every validation rule names its field, each setting has one spelling (an earlier one is refused
+naming it), the worker is sent only what it reads, and a PATCH changes only what may change on a running
+endpoint."""
 
 from __future__ import annotations
 
+import re
 import tomllib
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from common.protocol import ModelConfig
 from gateway.endpoints.spec import (
     PATCHABLE,
+    RETIRED,
     EcsProvisioning,
     EndpointSpec,
     LocalProvisioning,
@@ -57,9 +61,6 @@ def refused(raw: dict) -> str:
     ({"quantization": "int3"}, "$.quantization"),
     ({"dtype": "float8"}, "$.dtype"),
     ({"team_id": "  "}, "`team_id`"),
-    ({"replicas": 0}, "`replicas`"),
-    ({"replicas": 2, "min_replicas": 1}, "`replicas`"),
-    ({"urls": ["http://w:8100"], "provisioner": {"kind": "ecs", "cluster": "c", "service": "s"}}, "`urls`"),
     ({"provisioner": {"kind": "static", "urls": []}}, "`provisioner.urls`"),
     ({"provisioner": {"kind": "static", "urls": ["ftp://w"]}}, "`provisioner.urls`"),
     ({"provisioner": {"kind": "static", "urls": ["http://"]}}, "`provisioner.urls`"),
@@ -102,16 +103,31 @@ def test_min_alone_sets_max_to_at_least_one_and_max_alone_keeps_min_one():
     assert (spec.min_replicas, spec.max_replicas) == (1, 4)
 
 
-def test_an_old_config_file_keeps_working():
+STATIC = {"kind": "static", "urls": ["http://w:1"]}
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ({"replicas": 2}, "`min_replicas` and `max_replicas`"),
+    ({"urls": ["http://w:8100"]}, 'provisioner = {kind = "static", urls = [...]}'),
+])
+def test_an_earlier_spelling_is_refused_naming_the_one_to_use(old, new):
+    with pytest.raises(ValueError, match=re.escape(new)) as caught:
+        parse_endpoint({"name": NAME, **old})
+    assert f"`{next(iter(old))}` is no longer a setting" in str(caught.value)
+    assert set(RETIRED) == {"replicas", "urls"}
+
+
+def test_a_config_file_in_the_one_spelling():
     config = tomllib.loads(f"""
         [[models]]
         name = "{NAME}"
-        replicas = 2
+        min_replicas = 2
+        max_replicas = 2
         max_batch_size = 16
 
         [[models]]
         name = "remote/model"
-        urls = ["http://10.0.0.5:8100", "http://10.0.0.6:8100"]
+        provisioner = {{ kind = "static", urls = ["http://10.0.0.5:8100", "http://10.0.0.6:8100"] }}
     """)
     local, remote = msgspec.convert(config["models"], list[EndpointSpec])
     assert (local.min_replicas, local.max_replicas, local.max_batch_size) == (2, 2, 16)
@@ -153,12 +169,20 @@ def test_the_worker_gets_its_model_config_and_nothing_of_scaling():
     assert (worker.name, worker.max_batch_size, worker.source) == (NAME, 8, "/models/x")
     decoded = msgspec.json.decode(msgspec.json.encode(worker), type=ModelConfig)  # the worker's own decoder
     assert decoded == worker
+    assert not set(ModelConfig.__struct_fields__) & {"replicas", "urls", "min_replicas", "provisioner", "max_waiting"}
+
+
+def test_the_worker_reads_every_field_it_is_sent():
+    """The wire config carries only what the worker uses: each field is read somewhere under worker/."""
+    source = "\n".join(path.read_text() for path in (Path(__file__).parents[3] / "worker").rglob("*.py"))
+    unread = [field for field in ModelConfig.__struct_fields__ if not re.search(rf"\.{field}\b", source)]
+    assert unread == []
 
 
 def test_the_stored_form_round_trips_and_omits_defaults():
-    spec = parse_endpoint({"name": NAME, "urls": ["http://w:1"], "team_id": "t"})
+    spec = parse_endpoint({"name": NAME, "provisioner": STATIC, "team_id": "t"})
     stored = msgspec.to_builtins(spec)
-    assert "urls" not in stored and "replicas" not in stored
+    assert "max_batch_size" not in stored and stored["provisioner"] == STATIC
     assert msgspec.convert(stored, EndpointSpec) == spec
 
 
@@ -176,21 +200,21 @@ def test_a_patch_changes_bounds_and_checks_every_rule_again():
 
 
 def test_the_gateways_queue_and_each_workers_queue_are_two_settings():
-    old = parse_endpoint({"name": NAME, "max_queue": 7})  # an old entry: one number, both bounds, as before
-    assert (old.max_waiting, old.worker_config().max_queue) == (7, 7)
+    old = parse_endpoint({"name": NAME, "max_queue": 7})  # each bound has its own default: no setting stands in
+    assert (old.max_waiting, old.worker_config().max_queue) == (256, 7)
     split = parse_endpoint({"name": NAME, "max_queue": 7, "max_waiting": 0})  # refuse at once when no replica is free
     assert (split.max_waiting, split.worker_config().max_queue) == (0, 7)
     assert "max_waiting" not in msgspec.to_builtins(split.worker_config())  # the worker knows its own queue only
     patched = old.patched({"max_waiting": 50})  # the gateway's queue changes at run time; the workers' does not
     assert (patched.max_waiting, patched.worker_config().max_queue) == (50, 7)
-    assert old.patched({"min_replicas": 0}).max_waiting == 7  # the resolved bound is kept, not re-derived
+    assert old.patched({"min_replicas": 0}).worker_config().max_queue == 7
     with pytest.raises(ValueError, match="`max_queue` cannot change on a running endpoint"):
         old.patched({"max_queue": 9})
     assert msgspec.convert(msgspec.to_builtins(split), EndpointSpec) == split
 
 
 def test_a_static_endpoint_patches_everything_but_its_size():
-    spec = parse_endpoint({"name": NAME, "urls": ["http://w:1"]})
+    spec = parse_endpoint({"name": NAME, "provisioner": STATIC})
     assert spec.patched({"max_wait_seconds": 3}).max_wait_seconds == 3
     with pytest.raises(msgspec.ValidationError, match="never scaled"):
         spec.patched({"max_replicas": 2})
@@ -203,10 +227,10 @@ def test_declared_adapters_are_an_s3_prefix_or_a_peft_directory(tmp_path):
     with pytest.raises(msgspec.ValidationError, match="adapters.poet"):  # a directory without adapter_config.json
         parse_endpoint({"name": NAME, "adapters": {"poet": str(tmp_path.parent)}})
     # workers elsewhere (static, ECS) read their own disks: only the path's shape is checked here
-    remote = parse_endpoint({"name": NAME, "urls": ["http://w:1"], "adapters": {"poet": "/srv/lora/poet"}})
+    remote = parse_endpoint({"name": NAME, "provisioner": STATIC, "adapters": {"poet": "/srv/lora/poet"}})
     assert remote.adapters == {"poet": "/srv/lora/poet"}
     with pytest.raises(msgspec.ValidationError, match="adapters.poet"):
-        parse_endpoint({"name": NAME, "urls": ["http://w:1"], "adapters": {"poet": "lora/poet"}})
+        parse_endpoint({"name": NAME, "provisioner": STATIC, "adapters": {"poet": "lora/poet"}})
 
 
 def test_an_ecs_endpoint_waits_for_a_gpu_cold_start_by_default():

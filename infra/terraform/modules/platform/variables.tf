@@ -76,7 +76,7 @@ variable "endpoint_settings" {
   }
   validation {
     condition     = alltrue([for fields in values(var.endpoint_settings) : length(setsubtract(keys(fields), ["min_replicas", "max_replicas", "target_concurrency", "idle_seconds", "max_waiting", "max_queue", "max_wait_seconds", "drain_seconds", "team_id"])) == 0])
-    error_message = "endpoint_settings: the fields are min_replicas, max_replicas, target_concurrency, idle_seconds, max_waiting, max_queue, max_wait_seconds, drain_seconds and team_id (name, provisioner and urls are set by the platform: the endpoint's ECS service)."
+    error_message = "endpoint_settings: the fields are min_replicas, max_replicas, target_concurrency, idle_seconds, max_waiting, max_queue, max_wait_seconds, drain_seconds and team_id (name and provisioner are set by the platform: the endpoint's ECS service)."
   }
   validation {
     # jsonencode tells a number (900) from a string ("900"), which tonumber alone would accept
