@@ -50,5 +50,5 @@ class Services:
 
     @property
     def router(self) -> Router:
-        """Every endpoint's replica pool (the routes that read a worker's info or tokenizer)."""
+        """Every endpoint's replica pool (the routes that read a worker's polled info)."""
         return self.endpoints.router

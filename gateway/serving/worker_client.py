@@ -33,6 +33,8 @@ from gateway.replicas.relay import exchange
 
 
 class WorkerClient:
+    """Calls to the workers of `endpoints`' endpoints (one per gateway: `Services.workers`)."""
+
     def __init__(self, endpoints: Endpoints):
         self.endpoints = endpoints
 
@@ -61,12 +63,11 @@ class WorkerClient:
                                     ejection_s=self.endpoints.settings.ejection_seconds,
                                     on_failure=_counter(endpoint))
 
-    async def call(self, endpoint: EndpointController, path: str, body: bytes, *, tenant: str = "",
-                   wait: bool = True) -> bytes:
+    async def call(self, endpoint: EndpointController, path: str, body: bytes, *, tenant: str = "") -> bytes:
         """`POST path` with the JSON `body` on a replica of `endpoint`: the worker's 200 answer. Its refusal is the
         gateway's error (a validation refusal a ValidationFailed naming the worker's field). Waits for a replica
-        up to the endpoint's max_wait_seconds; `wait=False`: only a replica free now."""
-        until = self.deadline(endpoint) if wait else None
+        up to the endpoint's max_wait_seconds."""
+        until = self.deadline(endpoint)
         lease = await self.lease(endpoint, until, tenant)
         answers = failover(lambda replica: exchange(replica, path, body), lease,
                            reacquire=self._reacquire(endpoint, until, tenant), release=endpoint.activator.release,
