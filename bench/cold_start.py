@@ -49,6 +49,7 @@ from gateway.endpoints.scaling import ScalingSettings  # noqa: E402
 from gateway.endpoints.service import Endpoints  # noqa: E402
 from gateway.endpoints.spec import parse_endpoint  # noqa: E402
 from gateway.replicas.trust import worker_secret  # noqa: E402
+from gateway.serving.worker_client import WorkerClient  # noqa: E402
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY = "tiny/llama"
@@ -78,7 +79,7 @@ async def first_token(endpoints: Endpoints, endpoint, index: int) -> tuple[float
     deadline = started + 300
     lease = await endpoints.acquire(endpoint, deadline)
     waited = lease.waited_s
-    events = endpoints.stream(endpoint, lease, request(index, endpoint.name), deadline)
+    events = WorkerClient(endpoints).stream(endpoint, lease, request(index, endpoint.name), deadline)
     try:
         async for event in events:
             if isinstance(event, Token):

@@ -42,6 +42,7 @@ from gateway.secrets import load_pepper
 from gateway.serving.health_probe import GenerationProbe
 from gateway.serving.rejections import address_budget
 from gateway.serving.services import Services
+from gateway.serving.worker_client import WorkerClient
 
 log = structlog.get_logger("gateway")
 STATE_FAILURE = "startup_failure"
@@ -192,9 +193,11 @@ class GatewayServices(InitPluginProtocol):
                 raise StartupError(f"cannot publish to CloudWatch ({_cause(error)}): set cloudwatch.region (or "
                                    "AWS_REGION), or unset cloudwatch.namespace") from error
             opened.push_async_callback(publisher.start().stop)
-        probe = GenerationProbe(endpoints.router, settings.health_generate_interval_s)
+        workers = WorkerClient(endpoints)
+        probe = GenerationProbe(workers, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
-        return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), probe=probe)
+        return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), workers=workers,
+                        probe=probe)
 
 
 def _team_lookup(auth: AuthService) -> TeamExists:

@@ -25,12 +25,13 @@ One request
         # EndpointUnavailable (503 + Retry-After, .state, .reason, .code: queue_full | scale_up_timeout |
         # endpoint_failed | endpoint_draining); a failed endpoint raises at once
     lease.cold_start_ms                              # the wait, for the ledger (0 when a replica was free)
-    events = endpoints.stream(endpoint, lease, generate_request, deadline)
-        # owns the lease from here (releases it when the stream ends or is closed); retries on another
-        # replica, at most twice, while nothing was relayed; WorkerLost (502, code worker_lost) when the
-        # worker dies after the first event: render the dialect's error event after the tokens sent and
-        # record exactly the tokens delivered with outcome worker_lost
-    endpoints.release(endpoint, lease)               # only for a lease that never went to `stream`
+    events = workers.stream(endpoint, lease, generate_request, deadline)
+        # the worker client (gateway/serving/worker_client.py), the one road to a worker: owns the lease from
+        # here (releases it when the stream ends or is closed); retries on another replica, at most twice,
+        # while nothing was relayed; WorkerLost (502, code worker_lost) when the worker dies after the first
+        # event: render the dialect's error event after the tokens sent and record exactly the tokens
+        # delivered with outcome worker_lost. Its other calls (tokenize, ...) lease and release by themselves.
+    endpoints.release(endpoint, lease)               # only for a lease that never went to a stream
 
 Several GenerateRequests of one client request (n > 1 fan-out): one lease each.
 
@@ -66,7 +67,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from common.protocol import Event, GenerateRequest
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import AdapterRegistry
@@ -84,8 +84,7 @@ from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec, LocalProvisioning, StaticProvisioning, parse_endpoint
 from gateway.endpoints.status import EndpointStatus
 from gateway.endpoints.store import EndpointStore
-from gateway.replicas.failover import stream_with_failover
-from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, Replica, ReplicaRouter
+from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, ReplicaRouter
 
 if TYPE_CHECKING:
     from auth.service import Principal
@@ -255,19 +254,6 @@ class Endpoints:
 
     def release(self, endpoint: EndpointController, lease: Lease) -> None:
         endpoint.activator.release(lease)
-
-    def stream(self, endpoint: EndpointController, lease: Lease, request: GenerateRequest,
-               deadline: float) -> AsyncIterator[Event]:
-        def failed(replica: Replica, ejected: bool, retrying: bool) -> None:
-            if ejected:
-                metrics.EJECTIONS.labels(endpoint.name).inc()
-            if retrying:
-                metrics.RETRIES.labels(endpoint.name).inc()
-
-        return stream_with_failover(request, lease,
-                                    reacquire=lambda tried: endpoint.activator.acquire(deadline, tried, request.tenant),
-                                    release=endpoint.activator.release, ejection_s=self.settings.ejection_seconds,
-                                    on_failure=failed)
 
     # ---- views ----
 

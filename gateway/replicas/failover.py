@@ -1,13 +1,15 @@
-"""A request's stream over activator leases: a replica that fails before the first event reached the
-client is ejected for a while (passive health) and the request moves to another replica, at most
-`retries` times, invisibly. After the first event a lost worker is `WorkerLost` (gateway/replicas/relay.py)."""
+"""A worker call over activator leases: a replica that fails before anything reached the caller is ejected
+for a while (passive health) and the call moves to another replica, at most `retries` times, invisibly. The
+same rules for every kind of call: a generation's event stream (`stream_with_failover`) and a call with one
+answer (`failover` over `relay.exchange`). After a generation's first event a lost worker is `WorkerLost`
+(gateway/replicas/relay.py)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -18,6 +20,7 @@ from gateway.replicas.relay import RetryElsewhere, attempt
 
 log = structlog.get_logger(__name__)
 RETRIES = 2
+T = TypeVar("T")
 
 
 class Leased(Protocol):
@@ -31,50 +34,62 @@ def stream_with_failover(request: GenerateRequest, lease: Leased, *,
                          release: Callable[[Leased], None],
                          ejection_s: float,
                          on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
-                         retries: int = RETRIES) -> FailoverStream:
-    """Relay the request's events. Owns `lease` (and any lease it takes after a failure) and releases
-    it when the stream ends, fails or is closed (started or not). `reacquire(tried)` leases another replica, avoiding
-    those tried; `on_failure(replica, ejected, retrying)` hears of each attempt that failed before its
-    first event."""
-    return FailoverStream(_relay(request, lease, reacquire=reacquire, release=release, ejection_s=ejection_s,
-                                 on_failure=on_failure, retries=retries), lease, release)
+                         retries: int = RETRIES) -> FailoverStream[Event]:
+    """Relay the request's events (`failover` of `relay.attempt`)."""
+    body = msgspec.json.encode(request)
+    return failover(lambda replica: attempt(replica, body), lease, reacquire=reacquire, release=release,
+                    ejection_s=ejection_s, on_failure=on_failure, retries=retries, call=request.request_id)
 
 
-class FailoverStream:
-    """The events of `stream_with_failover`. It owns its lease before its first event too: closing a stream
-    that never started (a client gone before the response began, a fan-out whose other choice failed first)
-    releases the lease, where a bare async generator that never ran would skip its `finally`."""
+def failover(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *,
+             reacquire: Callable[[set[Replica]], Awaitable[Leased]], release: Callable[[Leased], None],
+             ejection_s: float,
+             on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
+             retries: int = RETRIES, call: str = "") -> FailoverStream[T]:
+    """What `try_on(replica)` yields, tried on `lease`'s replica, then on others while a try fails before its
+    first item (`RetryElsewhere`). Owns `lease` (and any lease it takes after a failure) and releases it when
+    the stream ends, fails or is closed (started or not). `reacquire(tried)` leases another replica, avoiding
+    those tried; `on_failure(replica, ejected, retrying)` hears of each try that failed; `call` names the call
+    in the log."""
+    return FailoverStream(_relay(try_on, lease, reacquire=reacquire, release=release, ejection_s=ejection_s,
+                                 on_failure=on_failure, retries=retries, call=call), lease, release)
 
-    def __init__(self, events: AsyncIterator[Event], lease: Leased, release: Callable[[Leased], None]):
-        self._events = events
+
+class FailoverStream(Generic[T]):
+    """The items of `failover`. It owns its lease before its first item too: closing a stream that never
+    started (a client gone before the response began, a fan-out whose other choice failed first) releases the
+    lease, where a bare async generator that never ran would skip its `finally`."""
+
+    def __init__(self, items: AsyncIterator[T], lease: Leased, release: Callable[[Leased], None]):
+        self._items = items
         self._lease: Leased | None = lease  # until the relay runs and takes it over
         self._release = release
 
-    def __aiter__(self) -> FailoverStream:
+    def __aiter__(self) -> FailoverStream[T]:
         return self
 
-    def __anext__(self) -> Awaitable[Event]:
+    def __anext__(self) -> Awaitable[T]:
         self._lease = None
-        return anext(self._events)  # the relay's own awaitable: no coroutine of ours per event
+        return anext(self._items)  # the relay's own awaitable: no coroutine of ours per event
 
     async def aclose(self) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
             self._release(lease)
-        await self._events.aclose()
+        await self._items.aclose()
 
 
-async def _relay(request: GenerateRequest, lease: Leased, *, reacquire: Callable[[set[Replica]], Awaitable[Leased]],
-                 release: Callable[[Leased], None], ejection_s: float,
-                 on_failure: Callable[[Replica, bool, bool], None], retries: int) -> AsyncIterator[Event]:
-    body = msgspec.json.encode(request)
+async def _relay(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *,
+                 reacquire: Callable[[set[Replica]], Awaitable[Leased]], release: Callable[[Leased], None],
+                 ejection_s: float, on_failure: Callable[[Replica, bool, bool], None], retries: int,
+                 call: str) -> AsyncIterator[T]:
     tried: set[Replica] = set()
     try:
         for tries_left in range(retries, -1, -1):
             try:
-                async with aclosing(attempt(lease.replica, body)) as events:  # closes the worker stream at once
-                    async for event in events:
-                        yield event
+                async with aclosing(try_on(lease.replica)) as items:  # closes the worker's answer at once
+                    async for item in items:
+                        yield item
                 lease.replica.served()
                 return
             except RetryElsewhere as retry:
@@ -87,8 +102,7 @@ async def _relay(request: GenerateRequest, lease: Leased, *, reacquire: Callable
                 on_failure(failed, retry.replica_fault, tries_left > 0)
                 if not tries_left:
                     raise retry.error from retry
-                log.warning("request_retried", request_id=request.request_id, replica=failed.url,
-                            reason=retry.error.message)
+                log.warning("request_retried", request_id=call, replica=failed.url, reason=retry.error.message)
                 lease = await reacquire(tried)
     finally:
         if lease is not None:

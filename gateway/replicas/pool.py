@@ -16,7 +16,6 @@ import msgspec
 import structlog
 
 from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
-from gateway.errors import NotFound, Unavailable
 from gateway.replicas.transport import WorkerHTTP
 from gateway.replicas.trust import worker_secret
 
@@ -34,8 +33,8 @@ DEFAULT_READ_TIMEOUT_S = 840.0  # Settings.request_timeout_s's default
 @dataclass(eq=False)
 class Replica:
     url: str
-    client: httpx.AsyncClient  # polls and tokenizer calls
-    worker: WorkerHTTP | None = None  # generations (gateway/replicas/transport.py); None: made from `url`
+    client: httpx.AsyncClient  # polls (`/load`, `/info`)
+    worker: WorkerHTTP | None = None  # every worker call (gateway/replicas/transport.py); None: made from `url`
     healthy: bool = False
     load: WorkerLoad | None = None
     info: ModelInfo | None = None
@@ -198,20 +197,3 @@ class ReplicaRouter:
             for replica in pool.replicas:
                 await replica.worker.aclose()
 
-
-def model_pool(router: ReplicaRouter, name: str | None = None) -> ModelPool:
-    """The pool of `name` (default: the first served model)."""
-    name = name or next(iter(router.pools), None)
-    pool = router.pool(name) if name else None
-    if pool is None:
-        raise NotFound(f"the model {name!r} does not exist")
-    return pool
-
-
-def ready_replica(router: ReplicaRouter, name: str | None = None) -> tuple[ModelPool, Replica]:
-    """The pool of `name` (default: the first served model) and its least loaded ready replica."""
-    pool = model_pool(router, name)
-    replicas = pool.candidates()
-    if not replicas:
-        raise Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
-    return pool, replicas[0]

@@ -1,26 +1,26 @@
-"""Send a GenerateRequest to a replica of its model and relay the worker's events.
+"""One try of a worker call on one replica: a GenerateRequest whose events are relayed (`attempt`), or a call
+with one answer, such as a tokenizer's (`exchange`).
 
-One `attempt` is one try on one replica. Its failures before the first event reached the caller are
+An `attempt` is one try on one replica. Its failures before the first event reached the caller are
 `RetryElsewhere` (the worker is unreachable, answered a 5xx, is overloaded, or closed without a
 result): nothing was relayed, so another replica can take the request invisibly. Once an event was
 relayed the client has seen output, and a broken connection is `WorkerLost` instead. A worker's `Error`
 event is raised as the gateway's error, before the first token (a real status) or mid-stream (the
 dialect's stream error), never passed on as an event.
 
-`stream_events` tries a pool's replicas least-loaded first; gateway/replicas/failover.py does the same
-over activator leases, at most twice more.
+An `exchange` fails the same way before its answer: unreachable, a 5xx or a retryable worker `Error` is
+`RetryElsewhere`; any other worker `Error` is the gateway's error. Moving a call to another replica is
+gateway/replicas/failover.py's, over activator leases (gateway/serving/worker_client.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 import msgspec
 import structlog
 
-from common.protocol import ERROR_STATUS, Accepted, Error, Event, GenerateRequest, decode_event
+from common.protocol import ERROR_STATUS, Accepted, Error, Event, decode_event
 from gateway.errors import (
     AdapterUnavailable,
     ContextTooLong,
@@ -33,11 +33,10 @@ from gateway.errors import (
     ValidationFailed,
     WorkerLost,
 )
-from gateway.replicas.pool import ModelPool, Replica
+from gateway.replicas.pool import Replica
 from gateway.replicas.transport import WorkerConnectionError
 
 log = structlog.get_logger("gateway")
-EJECTION_S = 5.0  # a replica that failed a request sits out this long (doubling while it keeps failing)
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
@@ -117,6 +116,20 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
         raise RetryElsewhere(UpstreamFailed("the worker closed the stream without a result"), replica_fault=True)
 
 
+async def exchange(replica: Replica, path: str, body: bytes) -> AsyncIterator[bytes]:
+    """One try of a call with one answer (`POST path` with a JSON body) on one replica: yields the 200 answer's
+    body once. An iterator like `attempt`'s, so failover moves both kinds of call by the same rules."""
+    try:
+        async with replica.worker.post(path, body) as response:
+            answer = await response.aread()
+    except WorkerConnectionError as exc:
+        log.warning("replica_unreachable", url=replica.url, error=repr(exc))
+        raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
+    if response.status_code != 200:
+        raise _refusal(response.status_code, answer)
+    yield answer
+
+
 def _refusal(status: int, body: bytes) -> SluiceError | RetryElsewhere:
     """A non-200 answer: the worker's own Error (retried when its kind allows), or a bare 5xx from
     whatever stands in front of it."""
@@ -129,23 +142,3 @@ def _refusal(status: int, body: bytes) -> SluiceError | RetryElsewhere:
     if retried_elsewhere(error):
         return RetryElsewhere(worker_error(error), replica_fault=error.kind != "overloaded")
     return worker_error(error)
-
-
-async def stream_events(pool: ModelPool, request: GenerateRequest) -> AsyncIterator[Event]:
-    body = msgspec.json.encode(request)
-    last_error: SluiceError = Unavailable(f"model {pool.name!r} has no ready worker; retry shortly")
-    for replica in pool.candidates():
-        replica.in_flight += 1
-        try:
-            async with aclosing(attempt(replica, body)) as events:  # closes the worker stream at once
-                async for event in events:
-                    yield event
-            replica.served()
-            return
-        except RetryElsewhere as retry:
-            last_error = retry.error
-            if retry.replica_fault:
-                replica.eject(time.monotonic(), EJECTION_S)
-        finally:
-            replica.in_flight -= 1
-    raise last_error

@@ -2,7 +2,11 @@
 
 The route is public, so its answer is cached: at most one real generation per `interval` seconds, whatever
 the number of callers; callers that arrive while a probe runs wait for that probe's answer. A failed probe
-is cached for the same interval (a broken worker is not retried by every caller)."""
+is cached for the same interval (a broken worker is not retried by every caller).
+
+The probe generates on the first endpoint through the worker client, on a replica free now: it never waits
+for one and never wakes a scaled-to-zero endpoint (a load balancer polling a public route must neither keep
+an endpoint awake nor start one), so an endpoint with no ready replica is unhealthy at once."""
 
 from __future__ import annotations
 
@@ -12,17 +16,17 @@ import time
 
 import structlog
 
-from common.protocol import Done, Error, GenerateRequest, SamplingParams
+from common.protocol import Done, GenerateRequest, SamplingParams
+from gateway.errors import NotFound
 from gateway.metrics import HEALTH_PROBES
-from gateway.replicas.pool import ReplicaRouter, ready_replica
-from gateway.replicas.relay import stream_events
+from gateway.serving.worker_client import WorkerClient
 
 log = structlog.get_logger(__name__)
 
 
 class GenerationProbe:
-    def __init__(self, router: ReplicaRouter, interval: float) -> None:
-        self._router = router
+    def __init__(self, workers: WorkerClient, interval: float) -> None:
+        self._workers = workers
         self.interval = interval
         self._answer: tuple[float, bool] | None = None  # (monotonic time it was taken, healthy)
         self._running: asyncio.Task[bool] | None = None
@@ -45,14 +49,14 @@ class GenerationProbe:
     async def _probe(self) -> bool:
         healthy = False
         try:
-            pool, _ = ready_replica(self._router)
-            probe = GenerateRequest(request_id=f"health-generate-{secrets.token_hex(8)}", model=pool.name,
+            endpoint = next(iter(self._workers.endpoints.controllers.values()), None)
+            if endpoint is None:
+                raise NotFound("no endpoint is served")
+            probe = GenerateRequest(request_id=f"health-generate-{secrets.token_hex(8)}", model=endpoint.name,
                                     prompt_ids=[0], params=SamplingParams(max_tokens=1, temperature=0.0))
-            async for event in stream_events(pool, probe):
+            lease = await self._workers.lease(endpoint, None)
+            async for event in self._workers.stream(endpoint, lease, probe, None):  # a worker's Error raises
                 healthy = healthy or isinstance(event, Done)
-                if isinstance(event, Error):
-                    healthy = False
-                    break
         except Exception as error:  # noqa: BLE001 - whatever went wrong, generation does not work: 503, not 500
             log.warning("health_generate_failed", error=str(error), kind=type(error).__name__)
         HEALTH_PROBES.labels("ok" if healthy else "failed").inc()

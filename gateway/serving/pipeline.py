@@ -160,7 +160,7 @@ def tenant_of(team_id: str) -> str:
 def _worker_streams(services: Services, endpoint: EndpointController, leases: list[Lease], parsed: Parsed,
                     deadline: float) -> list[AsyncIterator[Event]]:
     """One worker stream per GenerateRequest, each on its lease, with failover."""
-    return [services.endpoints.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
+    return [services.workers.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
 
 
 def _events(services: Services, dialect: Dialect, streams: list[AsyncIterator[Event]]

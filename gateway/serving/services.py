@@ -14,6 +14,7 @@ from gateway.endpoints.service import Endpoints
 from gateway.limits import Limiter
 from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.health_probe import GenerationProbe
+from gateway.serving.worker_client import WorkerClient
 
 DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.replicas.pool)
 
@@ -26,6 +27,7 @@ class Services:
     limiter: Limiter
     ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
     started_at: float  # unix time, `created` of /v1/models
+    workers: WorkerClient  # every call to a worker goes through it
     probe: GenerationProbe  # GET /health_generate
 
     @property
@@ -48,5 +50,5 @@ class Services:
 
     @property
     def router(self) -> ReplicaRouter:
-        """Every endpoint's replica pool (the routes that read a worker's info or tokenizer)."""
+        """Every endpoint's replica pool (the routes that read a worker's polled info)."""
         return self.endpoints.router

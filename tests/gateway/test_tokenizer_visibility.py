@@ -2,7 +2,7 @@
 another team's private endpoint does not exist for the caller (404, even named outright), a body that names no
 model gets the first endpoint the caller may see (not the first one served), and the key's allow-list holds (403).
 The first endpoint served here is another team's private one, on a worker that is never up: were it picked, the
-answer would be a 503."""
+call would wait for that worker until the endpoint's max_wait_seconds and answer a 503."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ async def gateway(gateway_settings, worker):
     private = EndpointSpec(name=PRIVATE, provisioner=StaticProvisioning(urls=[DOWN]), team_id=another_team)
     models = [private, EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))]
     async with serving(msgspec.structs.replace(gateway_settings, models=models)) as client:
-        deadline = time.monotonic() + 10  # a tokenizer call takes a ready replica, never waits for one
+        deadline = time.monotonic() + 10  # ready first: a call would wait for it (gateway/serving/worker_client.py)
         while (await client.get(f"/admin/endpoints/{MODEL}", headers=client.admin_headers)).json()["state"] != "ready":
             assert time.monotonic() < deadline, "the worker never became ready"
             await asyncio.sleep(0.02)

@@ -33,7 +33,7 @@ from common.protocol import (
 )
 from gateway.endpoints.provisioners.worker_process import WorkerProcess
 from gateway.replicas.pool import ReplicaRouter
-from gateway.replicas.relay import stream_events
+from gateway.replicas.relay import attempt
 from tests.fixtures.servers import free_port
 from tests.fixtures.sluice import MODEL_CACHE, REPO, pid_alive
 from worker.server import MAX_DETOKENIZE_TOKENS, MAX_TOKENIZE_CHARS, create_worker_app
@@ -200,7 +200,7 @@ async def _through_the_gateway(url: str) -> tuple[bool, list]:
             return False, []
         request = GenerateRequest(request_id="gateway-call", model="smol", prompt="Hello",
                                   params=SamplingParams(max_tokens=3, temperature=0.0))
-        return True, [event async for event in stream_events(pool, request)]
+        return True, [event async for event in attempt(pool.replicas[0], msgspec.json.encode(request))]
     finally:
         await router.close()
 

@@ -14,16 +14,15 @@ from litestar.di import Provide
 from litestar.response import Response, Stream
 
 from common.json_body import read_json
-from common.protocol import TokenSpan
 from gateway.dialects.anthropic.dialect import MESSAGES
 from gateway.dialects.anthropic.request import TOLERATED, CountTokensBody, MessagesBody, conversation, tools
 from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.openapi import documented
-from gateway.errors import Unavailable, ValidationFailed
+from gateway.errors import ValidationFailed
 from gateway.serving.dialect import convert, required, unknown_fields
 from gateway.serving.pipeline import handle_generation
 from gateway.serving.services import Services
-from gateway.serving.tokenize import JSON_HEADERS, tokenizer_call
+from gateway.serving.tokenize import tokenizer_call
 
 _json = msgspec.json.Encoder()
 
@@ -45,15 +44,12 @@ async def count_tokens(request: Request, services: Services, payload: Any) -> di
     required(bool(body.model), "model")
     turns = conversation(body)
     offered = tools(body)  # laid out by the worker as a generation would: the tool prompt counts too
-    async with tokenizer_call(services, request.user, body.model) as (_, replica):
-        response = await replica.client.post("/tokenize", content=_json.encode({"messages": turns, "tools": offered}),
-                                             headers=JSON_HEADERS)
-    if response.status_code == 422:
-        refused = msgspec.json.decode(response.content)
-        raise ValidationFailed(refused.get("message", "invalid messages"), param=refused.get("field") or "messages")
-    if response.status_code != 200:
-        raise Unavailable(f"the worker could not count the tokens ({response.status_code})")
-    return {"input_tokens": len(msgspec.json.decode(response.content, type=list[TokenSpan]))}
+    try:
+        async with tokenizer_call(services, request.user, body.model) as tokenizer:
+            spans = await tokenizer.tokenize_chat(turns, offered)
+    except ValidationFailed as refused:  # the worker's refusal of the conversation (its template, its size)
+        raise ValidationFailed(refused.message, param=refused.param or "messages") from refused
+    return {"input_tokens": len(spans)}
 
 
 def router() -> Router:

@@ -18,11 +18,9 @@ from gateway.dialects.sglang.dialect import SGLANG
 from gateway.dialects.sglang.docs import ERRORS, ErrorDoc, ModelInfoDoc
 from gateway.dialects.sglang.request import BodyInvalid, DetokenizeBody, TokenizeBody
 from gateway.errors import ValidationFailed
-from gateway.replicas.pool import ready_replica
 from gateway.serving.dialect import convert
 from gateway.serving.services import Services
-from gateway.serving.tokenize import detokenize as worker_detokenize
-from gateway.serving.tokenize import tokenize, tokenizer_call
+from gateway.serving.tokenize import tokenizer_call
 
 
 def body_of(payload: Any, kind: type):
@@ -40,9 +38,9 @@ async def tokenize_sglang(services: Services, principal: Principal, payload: Any
     if text is None or text == []:
         raise BodyInvalid("`text` is required", param="text")
     texts = [text] if isinstance(text, str) else text
-    async with tokenizer_call(services, principal, body.model) as (pool, replica):
-        tokens = [[span.id for span in await tokenize(replica, t)] for t in texts]
-    info = pool.info()
+    async with tokenizer_call(services, principal, body.model) as tokenizer:
+        tokens = [[span.id for span in await tokenizer.tokenize(t)] for t in texts]
+    info = tokenizer.endpoint.pool.described()
     single = isinstance(text, str)
     return {"tokens": tokens[0] if single else tokens, "count": len(tokens[0]) if single else [len(t) for t in tokens],
             "max_model_len": info.max_context if info else 0}
@@ -50,12 +48,13 @@ async def tokenize_sglang(services: Services, principal: Principal, payload: Any
 
 @get("/get_model_info", summary="SGLang: the served model", tags=["SGLang"], opt=PUBLIC,
      operation_class=documented(None, {200: ("Model info", ModelInfoDoc), 401: ("Invalid API key", ErrorDoc),
-                                       403: ("Model not allowed for this key", ErrorDoc), 404: ("No model", ErrorDoc),
-                                       503: ("No ready worker", ErrorDoc)}))
+                                       403: ("Model not allowed for this key", ErrorDoc), 404: ("No model", ErrorDoc)}))
 async def get_model_info(request: Request, services: Services) -> dict:
-    """Public, as SGLang's; a caller's key (when sent) sees only what it may call."""
-    pool, _ = ready_replica(services.router, services.described_model(await optional_principal(request)))
-    return {"model_path": pool.name, "tokenizer_path": pool.name, "is_generation": True,
+    """Public, as SGLang's; a caller's key (when sent) sees only what it may call. Answered from the endpoint, with
+    no worker call (nothing in it is a worker's to say): a scaled-to-zero endpoint is described as it sleeps, and
+    an anonymous caller starts no worker."""
+    name = services.described_model(await optional_principal(request))
+    return {"model_path": name, "tokenizer_path": name, "is_generation": True,
             "preferred_sampling_params": None, "weight_version": "default"}
 
 
@@ -92,8 +91,8 @@ async def detokenize(request: Request, services: Services, payload: Any) -> Resp
     if not all(t >= 0 for t in body.tokens):
         raise BodyInvalid("tokens must be non-negative token ids", param="tokens")
     try:
-        async with tokenizer_call(services, request.user, body.model) as (_, replica):
-            text = await worker_detokenize(replica, body.tokens, body.skip_special_tokens is not False)
+        async with tokenizer_call(services, request.user, body.model) as tokenizer:
+            text = await tokenizer.detokenize(body.tokens, body.skip_special_tokens is not False)
     except ValidationFailed as error:
         raise BodyInvalid(error.message, param=error.param) from error
     return Response(text, media_type="application/json")

@@ -18,7 +18,7 @@ from gateway.dialects.tgi.request import MAX_BEST_OF, MAX_STOP_SEQUENCES
 from gateway.errors import Unavailable
 from gateway.serving.pipeline import handle_generation
 from gateway.serving.services import Services
-from gateway.serving.tokenize import tokenize, tokenizer_call
+from gateway.serving.tokenize import tokenizer_call
 
 GENERATE = TGI(100, stream=False)
 GENERATE_STREAM = TGI(100, stream=True)
@@ -28,8 +28,8 @@ COMPAT = TGI(100, compat=True)
 async def tokenize_tgi(services: Services, principal: Principal, payload: Any) -> list[TokenSpan]:
     """`POST /tokenize` with `inputs`: TGI's `[{id, text, start, stop}]`."""
     parsed = GENERATE.parse(payload, "/tokenize")
-    async with tokenizer_call(services, principal, parsed.model or None) as (_, replica):
-        return await tokenize(replica, parsed.requests[0].prompt or "")
+    async with tokenizer_call(services, principal, parsed.model or None) as tokenizer:
+        return await tokenizer.tokenize(parsed.requests[0].prompt or "")
 
 
 @post("/generate_stream", status_code=200, summary="TGI: stream generated tokens", tags=["TGI"],

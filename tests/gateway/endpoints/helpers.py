@@ -10,6 +10,7 @@ from pathlib import Path
 from common.protocol import GenerateRequest, SamplingParams
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.service import Endpoints
+from gateway.serving.worker_client import WorkerClient
 
 FAST = ScalingSettings(stable_window_seconds=3, panic_window_seconds=1, tick_seconds=0.1, standby_worker=False,
                        health_interval_seconds=0.2)
@@ -28,11 +29,11 @@ def generate(index: int, tokens: int = 8) -> GenerateRequest:
 
 
 async def complete(endpoints: Endpoints, endpoint, index: int, tokens: int = 8, pause: float = 0.0):
-    """One request through the activator and the failover proxy: (events, lease)."""
+    """One request through the activator and the worker client: (events, lease)."""
     deadline = time.monotonic() + START_S
     lease = await endpoints.acquire(endpoint, deadline)
     events = []
-    async for event in endpoints.stream(endpoint, lease, generate(index, tokens), deadline):
+    async for event in WorkerClient(endpoints).stream(endpoint, lease, generate(index, tokens), deadline):
         events.append(event)
         if pause:
             await asyncio.sleep(pause)

@@ -12,9 +12,9 @@ import pytest
 from common.protocol import Accepted, Done, GenerateRequest, Token
 from gateway.endpoints.activator import Activator, Availability, Lease
 from gateway.errors import Overloaded, Unavailable, WorkerLost
-from gateway.replicas.failover import stream_with_failover
+from gateway.replicas.failover import failover, stream_with_failover
 from gateway.replicas.pool import ReplicaRouter
-from gateway.replicas.relay import stream_events
+from gateway.replicas.relay import exchange
 from tests.gateway.endpoints.stub_worker import TOKENS, StubWorker
 
 REQUEST = GenerateRequest(request_id="r1", model="stub", prompt="hi")
@@ -147,13 +147,19 @@ async def test_an_ejection_doubles_while_the_replica_keeps_failing_and_ends_afte
     assert replica.ejections == 0
 
 
-async def test_todays_pool_proxy_fails_over_and_ejects_too(stubs):
+async def test_a_call_with_one_answer_fails_over_by_the_same_rules(stubs):
+    # a tokenizer call: unreachable -> ejected and retried, overloaded -> retried but not ejected, the last error
     stubs.workers[0].mode = "refuse"
     stubs.workers[1].mode = "overloaded"
     for worker in stubs.workers[2:]:
         stubs.replica(worker).draining = True
+    deadline = time.monotonic() + 5
+    answers = failover(lambda replica: exchange(replica, "/tokenize", b'{"text": "hi"}'),
+                       await stubs.lease_on(stubs.workers[0]),
+                       reacquire=lambda tried: stubs.activator.acquire(deadline, tried),
+                       release=stubs.activator.release, ejection_s=30.0)
     with pytest.raises(Overloaded):
-        await collect(stream_events(stubs.pool, REQUEST))
+        await collect(answers)
     assert stubs.replica(stubs.workers[0]).ejected_until > time.monotonic()
     assert stubs.replica(stubs.workers[1]).ejected_until == 0
     assert all(r.in_flight == 0 for r in stubs.pool.replicas)

@@ -19,6 +19,7 @@ from gateway.endpoints.activator import Lease
 from gateway.endpoints.errors import EndpointUnavailable
 from gateway.endpoints.spec import parse_endpoint
 from gateway.errors import WorkerLost
+from gateway.serving.worker_client import WorkerClient
 from tests.fixtures.sluice import pid_alive
 from tests.fixtures.tiny_model import write_tiny_model
 from tests.gateway.endpoints.helpers import FAST, START_S, complete, generate, open_endpoints, until
@@ -177,7 +178,8 @@ async def test_sigkill_of_a_replica_moves_waiting_requests_and_cuts_the_streamin
             doomed.in_flight += 1  # the test places the request: a lease on the doomed replica
             relayed = []
             try:
-                async for event in endpoints.stream(endpoint, Lease(doomed, 0.0), generate(index, tokens), deadline):
+                async for event in WorkerClient(endpoints).stream(endpoint, Lease(doomed, 0.0), generate(index, tokens),
+                                                                  deadline):
                     relayed.append(event)
                     if freeze and isinstance(event, Token):
                         # the worker stops mid-stream, however fast this machine would have finished it

@@ -13,6 +13,7 @@ from common.protocol import Done
 from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import parse_endpoint
+from gateway.serving.worker_client import WorkerClient
 from tests.fixtures.servers import free_port
 from tests.gateway.endpoints.helpers import FAST, generate, until
 from tests.gateway.endpoints.stub_worker import StubWorker
@@ -128,7 +129,7 @@ async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_pat
         deadline = time.monotonic() + 5
         lease = await endpoints.acquire(endpoint, deadline)
         assert lease.cold_start_ms == 0
-        events = [e async for e in endpoints.stream(endpoint, lease, generate(1), deadline)]
+        events = [e async for e in WorkerClient(endpoints).stream(endpoint, lease, generate(1), deadline)]
         assert isinstance(events[-1], Done) and events[-1].worker_id == workers[0].name
         assert endpoint.pool.replicas[0].in_flight == 0
         states = {s.name: s.state for s in endpoints.states()}

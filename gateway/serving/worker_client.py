@@ -1,0 +1,102 @@
+"""The one road to a model's workers: every worker call (a generation's stream, tokenize, detokenize, a chat
+template's token count, the `/health_generate` probe) takes an activator lease on the endpoint, goes over the
+worker transport, moves to another replica by failover's rules when a replica fails before answering, and
+gives the lease back.
+
+The lease is what makes a call count: a call that finds no ready replica waits in the endpoint's queue
+(which wakes a scaled-to-zero endpoint: the controller is told of the demand), and a call on a replica is
+one of its `in_flight` (what the activator releases queued requests by and the autoscaler scales on). A call
+may instead take only a replica free now (`deadline=None`): it then never waits, never counts as demand, and
+fails with a 503 when the endpoint has no ready replica (the public health probe: a load balancer's poll must
+neither keep an endpoint awake nor start one).
+
+It sits above `gateway.endpoints` (leases, the endpoint's settings and metrics) and `gateway.replicas` (the
+transport, one try on a replica, failover), which know nothing of each other's calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+
+from common.protocol import Event, GenerateRequest
+from gateway.endpoints import metrics
+from gateway.endpoints.activator import Lease
+from gateway.endpoints.controller import EndpointController
+from gateway.endpoints.deadline import wait_deadline
+from gateway.endpoints.service import Endpoints
+from gateway.errors import Unavailable
+from gateway.replicas.failover import failover, stream_with_failover
+from gateway.replicas.pool import Replica
+from gateway.replicas.relay import exchange
+
+
+class WorkerClient:
+    """Calls to the workers of `endpoints`' endpoints (one per gateway: `Services.workers`)."""
+
+    def __init__(self, endpoints: Endpoints):
+        self.endpoints = endpoints
+
+    def deadline(self, endpoint: EndpointController) -> float:
+        """How long a call without a deadline of its own waits for a replica: the endpoint's max_wait_seconds."""
+        return wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds)
+
+    async def lease(self, endpoint: EndpointController, deadline: float | None, tenant: str = "") -> Lease:
+        """A lease on a replica of `endpoint`, waiting in its queue until `deadline` (EndpointUnavailable then);
+        `deadline=None`: only a replica free now, else Unavailable at once."""
+        if deadline is not None:
+            return await endpoint.activator.acquire(deadline, tenant=tenant)
+        lease = endpoint.activator.take_free(tenant=tenant)
+        if lease is None:
+            raise Unavailable(f"the model {endpoint.name!r} has no ready worker; retry shortly")
+        return lease
+
+    def stream(self, endpoint: EndpointController, lease: Lease, request: GenerateRequest,
+               deadline: float | None) -> AsyncIterator[Event]:
+        """A generation's events on `lease` (taken by the caller, who may wait its own way: the pipeline sends
+        SSE keep-alives). Owns the lease from here and releases it when the stream ends or is closed; retries on
+        another replica (leased until `deadline`, as `lease`) at most twice while nothing was relayed; after the
+        first event a lost worker is WorkerLost."""
+        return stream_with_failover(request, lease, reacquire=self._reacquire(endpoint, deadline, request.tenant),
+                                    release=endpoint.activator.release,
+                                    ejection_s=self.endpoints.settings.ejection_seconds,
+                                    on_failure=_counter(endpoint))
+
+    async def call(self, endpoint: EndpointController, path: str, body: bytes, *, tenant: str = "") -> bytes:
+        """`POST path` with the JSON `body` on a replica of `endpoint`: the worker's 200 answer. Its refusal is the
+        gateway's error (a validation refusal a ValidationFailed naming the worker's field). Waits for a replica
+        up to the endpoint's max_wait_seconds."""
+        until = self.deadline(endpoint)
+        lease = await self.lease(endpoint, until, tenant)
+        answers = failover(lambda replica: exchange(replica, path, body), lease,
+                           reacquire=self._reacquire(endpoint, until, tenant), release=endpoint.activator.release,
+                           ejection_s=self.endpoints.settings.ejection_seconds, on_failure=_counter(endpoint),
+                           call=path)
+        async with aclosing(answers):  # a caller cancelled before the first try still gives the lease back
+            # read to the end, not left at the answer: the replica is marked as having served, the lease released
+            answered = [answer async for answer in answers]
+        return answered[0]
+
+    def _reacquire(self, endpoint: EndpointController, deadline: float | None,
+                   tenant: str) -> Callable[[set[Replica]], Awaitable[Lease]]:
+        async def reacquire(tried: set[Replica]) -> Lease:
+            if deadline is not None:
+                return await endpoint.activator.acquire(deadline, tried, tenant)
+            lease = endpoint.activator.take_free(tried, tenant)
+            if lease is None:
+                raise Unavailable(f"the model {endpoint.name!r} has no other ready worker; retry shortly")
+            return lease
+
+        return reacquire
+
+
+def _counter(endpoint: EndpointController) -> Callable[[Replica, bool, bool], None]:
+    """Counts a failed try in the endpoint's metrics: an ejection, a retry."""
+    def failed(replica: Replica, ejected: bool, retrying: bool) -> None:
+        if ejected:
+            metrics.EJECTIONS.labels(endpoint.name).inc()
+        if retrying:
+            metrics.RETRIES.labels(endpoint.name).inc()
+
+    return failed
