@@ -66,7 +66,7 @@ async def test_a_client_that_leaves_while_waiting_frees_its_place_at_once(gatewa
     async def send(message):
         sent.append(message)
 
-    call = asyncio.create_task(gateway.edge.app(scope(headers, body), receive, send))
+    call = asyncio.create_task(gateway.app(scope(headers, body), receive, send))
     await until(lambda: _is(gateway, 1), "the request's wait")
     left.set()  # long before the wait's end (120 s) or a stream's first keep-alive (10 s)
     await until(lambda: _is(gateway, 0), "its leaving the queue")
