@@ -128,7 +128,7 @@ class UpstreamFailed(SluiceError):
 
 
 class GenerationFailed(UpstreamFailed):
-    """A choice ended by failing, not by a stop or a length (gateway.serving.pipeline.honest)."""
+    """A choice ended by failing, not by a stop or a length (gateway.serving.answer.honest)."""
 
     code = "generation_failed"
 

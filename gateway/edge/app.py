@@ -1,5 +1,6 @@
 """The Litestar app factory: mounts every dialect room, the admin and usage APIs, and the cross-cutting
-parts: the services plugin (lifespan + dependency injection), the request-id middleware, API-key
+parts: the services plugin (lifespan + dependency injection), the access log (request ids, one line per
+request), the request scope (which settles what a generation request holds once its response is over), API-key
 authentication (`request.user` is the caller's Principal) and the OpenAI envelope for everything no
 dialect claims. The generation routes are answered ahead of Litestar's router (`gateway.dialects.fast_path`)."""
 
@@ -27,10 +28,11 @@ from gateway.dialects.responses import routes as responses
 from gateway.dialects.sglang import routes as sglang
 from gateway.dialects.tgi import routes as tgi
 from gateway.edge import health, metrics_route
-from gateway.edge.access_log import answer_request_id, request_id_middleware
+from gateway.edge.access_log import access_log_middleware, answer_request_id
 from gateway.edge.lifespan import GatewayServices
 from gateway.edge.write_timeout import write_timeout_middleware
 from gateway.serving.dialect import DEFAULT
+from gateway.serving.request_scope import request_scope_middleware
 
 OPENAPI_PATH = "/openapi"
 
@@ -42,8 +44,10 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     usage = ([usage_router(), admin_usage_router(guards=[require_admin]), dashboard_router(),
               static_router()]
              if settings.ledger_enabled else [])
-    # outermost first; the direct routes run the same ones, then authenticate themselves
-    wrappers = [request_id_middleware, write_timeout_middleware(settings.stream_write_timeout_s)]
+    # outermost first; the direct routes run the same ones, then authenticate themselves. The request scope sits
+    # inside the access log, so a request is settled before its line is written
+    wrappers = [access_log_middleware, request_scope_middleware,
+                write_timeout_middleware(settings.stream_write_timeout_s)]
     app = Litestar(
         route_handlers=[*rooms, health.livez, health.health, metrics_route.prometheus_metrics, admin_router(),
                         team_router(), admin_endpoints_router(), visible_endpoints, *usage],

@@ -1,12 +1,12 @@
 """Per-request bookkeeping: admission against limits, token counts from worker events, the ledger record.
 
-`finish` runs exactly once per request whatever path it takes (ok, error, cancelled, rejected).
+`finish` runs exactly once per request whatever path it takes (ok, error, cancelled, rejected): its one caller
+is `RequestContext.settle` (gateway/serving/context.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
 
 import structlog
 
@@ -27,7 +27,7 @@ class Accounting:
     def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
                  outcome: dict):
         self.services, self.principal = services, principal
-        self.outcome = outcome  # the request's log line (`request_done`, gateway.edge.access_log) gets these fields
+        self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
@@ -44,7 +44,6 @@ class Accounting:
         self.expected_dones = 0
         self.worker_id = ""
         self.cold_start_ms = 0.0  # how long the request waited for a replica (the endpoint was waking)
-        self._finished = False
 
     @property
     def complete(self) -> bool:
@@ -71,14 +70,6 @@ class Accounting:
             self.compute_tokens += event.compute_tokens
             self.worker_id = event.worker_id or self.worker_id
 
-    def discard(self) -> None:
-        """A canned answer (MonsterAPI mock_response): no limits, no record, not even by the finalizer."""
-        self._finished = True
-
-    def finalizer(self) -> Awaitable[None] | None:
-        """The request's finalizer (gateway/edge/access_log.py): a request that ended before finishing is `cancelled`."""
-        return None if self._finished else self.finish("cancelled")
-
     def failure_status(self, error: SluiceError) -> str:
         """Refused before anything was generated (invalid, rate-limited, over a limit): `rejected`, billed
         zero tokens. A failure after tokens were produced, or a server fault: `error`."""
@@ -89,9 +80,8 @@ class Accounting:
         return self.ticket.headers() if self.ticket is not None else {}
 
     async def finish(self, status: str, error: SluiceError | None = None) -> None:
-        if self._finished:
-            return
-        self._finished = True
+        """Settle the limits, count the metrics, fill in the log line and write the ledger record. An `ok` whose
+        record cannot be made durable raises LedgerUnavailable: the answer is withheld."""
         if not self.complete and self.reached_worker:
             # cancelled or failed mid-way: bill what the worker generated and we relayed
             self.prompt_tokens = max(self.prompt_tokens, self.accepted_prompt_tokens)

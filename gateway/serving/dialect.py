@@ -47,7 +47,7 @@ class Dialect:
     stream_media_type = "text/event-stream"
     model_optional = False  # True: a body that names no model is served by the first one (TGI, SGLang)
     # True: its finish vocabulary says when a choice failed (SGLang's `abort`); else a failed choice fails
-    # the request (gateway.serving.pipeline.honest)
+    # the request (gateway.serving.answer.honest)
     reports_failed_choices = False
 
     def parse(self, payload: Any, route: str) -> Parsed:

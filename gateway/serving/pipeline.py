@@ -1,21 +1,28 @@
-"""One generation request through the gateway, the same for every dialect:
+"""One generation request through the gateway, the same for every dialect, in stages that `handle_generation`
+runs top to bottom, each filling in its part of the request's `RequestContext` (gateway.serving.context):
 
-    (authenticated by the middleware) -> read + parse (dialect) -> endpoint + permission -> admit (limits)
-    -> a replica from the endpoint's activator (waiting while it wakes) -> proxy to the worker, with
-    failover -> render (dialect) -> settle limits -> one ledger record (with the wait, `cold_start_ms`)
+    parse      the body (the dialect's) -> one internal GenerateRequest per prompt
+    authorize  the endpoint it names, the key's permission for it, a ledger that can bill it, its LoRA adapter
+    admit      the key's and the team's limits (a reservation); the worker-facing requests; the wait's deadline
+    lease      one replica per GenerateRequest from the endpoint's activator, waiting while it wakes
+    relay      worker events (with failover) -> the dialect's collected answer or stream, in request_timeout_s
+    settle     limits settled, one ledger record (`RequestContext.settle`, the one door)
 
-Errors at any point are rendered in the dialect's own envelope. Streamed responses account in the
-generator's `finally`, so a client that disconnects is billed for what was generated until then.
+The caller was authenticated before (the middleware, or the fast path): `request.user`. An error at any stage
+is answered in the dialect's envelope and settled. Whatever else ends a request (a client gone while it waits
+or mid-stream, a cancelled task) leaves it to its request scope (gateway.serving.request_scope), which settles
+it once, as cancelled, when the response is over: a client that disconnects is billed for what was generated
+until then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import aclosing
-from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -24,130 +31,99 @@ import structlog
 from litestar import Request, Response
 from litestar.response import Stream
 
-from auth import Principal
 from common.errors import LedgerUnavailable
 from common.headers import header
 from common.json_body import read_json
-from common.protocol import Event, Finish
+from common.protocol import Event
 from gateway.authentication.headers import client_address
-from gateway.edge.access_log import outcome_of, request_id_of
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import split_model
-from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
-from gateway.errors import GenerationFailed, RequestTimedOut, SluiceError
-from gateway.serving.accounting import Accounting
-from gateway.serving.collect import Result, merge
-from gateway.serving.dialect import Dialect, Meta, Parsed
+from gateway.errors import SluiceError
+from gateway.serving.answer import collect_answer, honest, within
+from gateway.serving.context import RequestContext
+from gateway.serving.dialect import Dialect, Meta
 from gateway.serving.rejections import count_rejection
 from gateway.serving.services import DEFAULT_MODEL, Services
 
 _json = msgspec.json.Encoder()
-FAILED_FINISHES = {
-    "error": "choice {index} failed: the structured-output grammar refused the model's next token, so the output "
-             "so far is not valid; retry, or loosen the schema",
-    "cancelled": "choice {index} was cancelled by the worker before it finished",
-}
 SSE_MEDIA_TYPE = "text/event-stream"
 KEEPALIVE_S = 10.0  # below the idle timeouts of common proxies (nginx 60 s, AWS ALB 60 s)
 KEEPALIVE = b": waiting for a replica\n\n"  # an SSE comment: every SSE client skips it
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the answer; nobody reads it
+CANNED = "mock_response"  # MonsterAPI: a canned answer that never reaches a worker and is never billed
 T = TypeVar("T")
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
 async def handle_generation(request: Request, services: Services, dialect: Dialect, route: str,
                             payload: Any = UNREAD) -> Response | Stream:
-    principal: Principal = request.user  # set by the authentication middleware
-    request_id = request_id_of(request)
-    accounting = Accounting(services, principal, request_id, dialect.name, route, outcome_of(request))
-    finalizers = request.scope["state"].setdefault("finalizers", [])
-    finalizers.append(accounting.finalizer)
+    context = RequestContext.open(request, services, dialect, route)
     try:
-        if payload is UNREAD:
-            payload = await read_json(request)
-        if dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
-            # TGI and SGLang bodies name no model: the first endpoint the caller may see
-            payload["model"] = services.endpoints.resolve(DEFAULT_MODEL, principal).name
-        if isinstance(payload, dict) and isinstance(payload.get("model"), str):
-            accounting.model = payload["model"]  # a rejected request is still attributed to its model
-        parsed = dialect.parse(payload, route)
-        if "mock_response" in parsed.extra:  # MonsterAPI: canned, never reaches a worker, never billed
-            accounting.discard()
-            return Response(_json.encode(parsed.extra["mock_response"]), media_type="application/json")
-        endpoints = services.endpoints
-        endpoint_name, named_adapter = split_model(parsed.model, endpoints.controllers)
-        endpoint = endpoints.resolve(endpoint_name, principal)
-        parsed.model = endpoint.name
-        accounting.model = parsed.model
-        structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
-        services.auth.check_model(principal, parsed.model)
-        if services.ledger is not None:
-            services.ledger.check_writable()  # never serve what could not be billed
-        adapter_name = named_adapter or parsed.adapter
-        adapter = None if adapter_name is None else services.adapters.ref(
-            parsed.model, adapter_name, "model" if named_adapter else parsed.adapter_field)
-        accounting.adapter = adapter_name
-        header_s = parse_scale_up_timeout(header(request, SCALE_UP_TIMEOUT_HEADER))
-        await accounting.admit(parsed)
-        tenant = tenant_of(principal.team_id)
-        for index, generate in enumerate(parsed.requests):
-            generate.request_id = f"{request_id}-{index}"
-            generate.model = parsed.model
-            generate.adapter = adapter
-            generate.tenant = tenant
-        deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
-                                 header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
-        meta = Meta(request_id, int(time.time()), parsed.model)
-        # every lease this request takes: the last finalizer hands back any that no stream took over
-        # (a client gone before its stream began), or its replica would count a request forever
-        held: list[Lease] = []
-        finalizers.append(partial(_release_unused, services, endpoint, held))
-        count = len(parsed.requests)
-        while len(held) < count and (free := endpoints.take_free(endpoint, tenant)) is not None:
-            held.append(free)  # the usual case: nothing to wait for, nothing to watch
-        if not held and parsed.stream and dialect.stream_media_type == SSE_MEDIA_TYPE:
-            waiting = endpoints.wait(endpoint, deadline, keepalive_s=KEEPALIVE_S, tenant=tenant)
-            finalizers.append(waiting.aclose)  # leaves the queue if the stream below never starts
-            step = await _unless_gone(request, _next_step(waiting))
-            if isinstance(step, StillWaiting):  # the endpoint is waking: answer now, keep the connection open
-                return Stream(_stream_after_wait(services, dialect, parsed, endpoint, waiting, deadline, meta,
-                                                 accounting, held),
-                              media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-            held.append(step)
-        leases = held if len(held) == count else await _unless_gone(request, _leases(services, endpoint, parsed,
-                                                                                        deadline, held))
-        accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
-        streams = _worker_streams(services, endpoint, leases, parsed, deadline)
-        if parsed.stream:
-            merged = _events(services, dialect, streams)
-            # a client that leaves before the stream starts never runs the generator: the request's
-            # finalizer (gateway/edge/access_log.py) records it then, since finish runs exactly once
-            first = await _first_event(merged)  # errors before the first token keep their real status
-            if first is not None:
-                accounting.observe(first[1])
-            return Stream(_stream(dialect, parsed, first, merged, meta, accounting),
-                          media_type=dialect.stream_media_type, headers=_stream_headers(accounting))
-        results = await collect_answer(dialect, streams, accounting.observe, services.settings.request_timeout_s)
-        body = dialect.render(parsed, results, meta)
-        await accounting.finish("ok")
-        extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
-                                         accounting.dispatched - accounting.started)
-        return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
-    except SluiceError as raised:
-        error = raised
-        if not accounting.reached_worker:  # refused before admission: what the request is (gateway/serving/rejections.py)
-            error = await count_rejection(services.limiter, services.settings.rejections_per_minute, principal,
-                                          client_address(request, services.auth.clients), error)
-        error = dialect.reported(error)  # the ledger records the status the client gets
-        await accounting.finish(accounting.failure_status(error), error)
-        return dialect.error_response(error, accounting.headers())
-    except ClientGone:  # left while waiting for a replica: out of the queue, nothing billed
-        await accounting.finish("cancelled")
+        await parse(context, payload)
+        if CANNED in context.parsed.extra:
+            context.discard()
+            return Response(_json.encode(context.parsed.extra[CANNED]), media_type="application/json")
+        authorize(context)
+        await admit(context)
+        waiting = await lease(context)
+        return await relay(context, waiting)
+    except SluiceError as error:
+        return await refuse(context, error)
+    except ClientGone:  # left while waiting for a replica: out of the queue; its request scope settles it
         return Response(b"", status_code=CLIENT_CLOSED_REQUEST)
-    except Exception:  # e.g. the client left while its body was read: still one record, limits settled
-        await accounting.finish("error")
+    except Exception:  # a fault (the client's body could not be read, a bug): still one record, limits settled
+        await context.settle("error")
         raise
+
+
+async def parse(context: RequestContext, payload: Any) -> None:
+    """The body, read unless the route read it, parsed by the dialect. A rejected request is still attributed
+    to the model it names."""
+    if payload is UNREAD:
+        payload = await read_json(context.request)
+    if context.dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
+        # TGI and SGLang bodies name no model: the first endpoint the caller may see
+        payload["model"] = context.services.endpoints.resolve(DEFAULT_MODEL, context.principal).name
+    if isinstance(payload, dict) and isinstance(payload.get("model"), str):
+        context.accounting.model = payload["model"]
+    context.parsed = context.dialect.parse(payload, context.route)
+
+
+def authorize(context: RequestContext) -> None:
+    """The endpoint the body names (404: none the caller may see), the key's permission for it (403), a ledger
+    that can take the record (503: never serve what could not be billed), the LoRA adapter it names (404)."""
+    services, parsed, principal = context.services, context.parsed, context.principal
+    endpoint_name, named_adapter = split_model(parsed.model, services.endpoints.controllers)
+    context.endpoint = services.endpoints.resolve(endpoint_name, principal)
+    parsed.model = context.accounting.model = context.endpoint.name
+    structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
+    services.auth.check_model(principal, parsed.model)
+    if services.ledger is not None:
+        services.ledger.check_writable()
+    adapter_name = named_adapter or parsed.adapter
+    if adapter_name is not None:
+        context.adapter = services.adapters.ref(parsed.model, adapter_name,
+                                                "model" if named_adapter else parsed.adapter_field)
+    context.accounting.adapter = adapter_name
+
+
+async def admit(context: RequestContext) -> None:
+    """Reserve against the key's and the team's limits (429 over them), then name the requests the workers get,
+    and set when a wait for a replica gives up: the earliest of the endpoint's max_wait_seconds, the caller's
+    X-Scale-Up-Timeout and the request's own deadline."""
+    parsed = context.parsed
+    header_s = parse_scale_up_timeout(header(context.request, SCALE_UP_TIMEOUT_HEADER))
+    await context.accounting.admit(parsed)
+    context.tenant = tenant_of(context.principal.team_id)
+    for index, generate in enumerate(parsed.requests):
+        generate.request_id = f"{context.request_id}-{index}"
+        generate.model = parsed.model
+        generate.adapter = context.adapter
+        generate.tenant = context.tenant
+    context.deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=context.endpoint.spec.max_wait_seconds,
+                                     header_s=header_s, request_deadline_unix=parsed.requests[0].deadline_unix)
+    context.meta = Meta(context.request_id, int(time.time()), parsed.model)
 
 
 def tenant_of(team_id: str) -> str:
@@ -157,121 +133,106 @@ def tenant_of(team_id: str) -> str:
     return "t-" + hashlib.sha256(team_id.encode()).hexdigest()[:16]
 
 
-def _worker_streams(services: Services, endpoint: EndpointController, leases: list[Lease], parsed: Parsed,
-                    deadline: float) -> list[AsyncIterator[Event]]:
-    """One worker stream per GenerateRequest, each on its lease, with failover."""
-    return [services.workers.stream(endpoint, lease, r, deadline) for lease, r in zip(leases, parsed.requests)]
+async def lease(context: RequestContext) -> AsyncIterator[StillWaiting] | None:
+    """One lease per GenerateRequest, in `context.leases`: free replicas at once in the usual case, else a wait
+    in the endpoint's queue, given up when the client leaves (ClientGone). None once every lease is held; for an
+    SSE stream whose endpoint is still waking after KEEPALIVE_S, the rest of the wait (a StillWaiting every
+    KEEPALIVE_S), which the response goes on with while it sends keep-alives. No lease is kept when one cannot
+    be had (the queue is full, the wait ran out, the client left)."""
+    endpoints, wanted = context.services.endpoints, len(context.parsed.requests)
+    try:
+        while len(context.leases) < wanted and (free := endpoints.take_free(context.endpoint,
+                                                                            context.tenant)) is not None:
+            context.leases.append(free)  # the usual case: nothing to wait for, nothing to watch
+        if len(context.leases) == wanted:
+            return None
+        keeps_alive = context.parsed.stream and context.dialect.stream_media_type == SSE_MEDIA_TYPE
+        waiting = _wait_for_leases(context, KEEPALIVE_S if keeps_alive else math.inf)
+        return waiting if await _unless_gone(context.request, _still_waiting(waiting)) else None
+    except BaseException:
+        context.release_leases()
+        raise
 
 
-def _events(services: Services, dialect: Dialect, streams: list[AsyncIterator[Event]]
-            ) -> AsyncIterator[tuple[int, Event]]:
+async def _wait_for_leases(context: RequestContext, keepalive_s: float) -> AsyncIterator[StillWaiting]:
+    """The leases still missing, from the endpoint's queue (released in tenants' turns), a StillWaiting every
+    `keepalive_s` while queued. Closing it leaves the queue; a failed wait hands back the leases it had."""
+    endpoints = context.services.endpoints
+    try:
+        while len(context.leases) < len(context.parsed.requests):
+            async with aclosing(endpoints.wait(context.endpoint, context.deadline, keepalive_s,
+                                               context.tenant)) as steps:
+                async for step in steps:
+                    if isinstance(step, Lease):
+                        context.leases.append(step)
+                    else:
+                        yield step
+    except BaseException:
+        context.release_leases()
+        raise
+
+
+async def _still_waiting(waiting: AsyncIterator[StillWaiting]) -> bool:
+    """Whether the wait says it still waits before it has every lease."""
+    try:
+        await anext(waiting)
+    except StopAsyncIteration:
+        return False
+    return True
+
+
+def worker_streams(context: RequestContext) -> list[AsyncIterator[Event]]:
+    """One worker stream per GenerateRequest, each on its lease, with failover (each stream owns its lease from
+    here on). The request's cold start is its longest wait for a replica."""
+    context.accounting.cold_start_ms = max(lease.cold_start_ms for lease in context.leases)
+    workers = context.services.workers
+    return [workers.stream(context.endpoint, lease, generate, context.deadline)
+            for lease, generate in zip(context.leases, context.parsed.requests)]
+
+
+async def relay(context: RequestContext, waiting: AsyncIterator[StillWaiting] | None) -> Response | Stream:
+    """The workers' answer in the dialect's framing: a stream, or a collected answer settled before it is sent."""
+    dialect, parsed, accounting = context.dialect, context.parsed, context.accounting
+    if waiting is not None:  # the endpoint is waking: answer now, keep the connection open
+        context.reading = waiting
+        return Stream(_stream_after_wait(context, waiting), media_type=dialect.stream_media_type,
+                      headers=_stream_headers(context))
+    if parsed.stream:
+        events = _events(context, worker_streams(context))
+        first = await _first_event(events)  # errors before the first token keep their real status
+        context.reading = events  # until the response reads it to the end
+        if first is not None:
+            accounting.observe(first[1])
+        return Stream(_stream(context, first, events), media_type=dialect.stream_media_type,
+                      headers=_stream_headers(context))
+    results = await collect_answer(dialect, worker_streams(context), accounting.observe, context.relay_timeout_s)
+    body = dialect.render(parsed, results, context.meta)
+    await context.settle("ok")
+    extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
+                                     accounting.dispatched - accounting.started)
+    return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
+
+
+async def refuse(context: RequestContext, error: SluiceError) -> Response:
+    """The error in the dialect's envelope, settled with the status the client gets. A request refused before
+    admission is counted against the rejection budget (gateway/serving/rejections.py)."""
+    services, accounting = context.services, context.accounting
+    if not accounting.reached_worker:
+        error = await count_rejection(services.limiter, services.settings.rejections_per_minute, context.principal,
+                                      client_address(context.request, services.auth.clients), error)
+    error = context.dialect.reported(error)
+    await context.settle(accounting.failure_status(error), error)
+    return context.dialect.error_response(error, accounting.headers())
+
+
+def _events(context: RequestContext, streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
     """A stream's events, merged, failed choices failing the request (`honest`), the whole bounded by
     request_timeout_s (`within`). A collected answer reads its streams in `collect_answer` instead."""
-    return within(services.settings.request_timeout_s, honest(dialect, streams))
+    return within(context.relay_timeout_s, honest(context.dialect, streams))
 
 
-def _merged(streams: list[AsyncIterator[Event]]) -> AsyncIterator[Event] | AsyncIterator[tuple[int, Event]]:
-    """The usual single worker stream as it is (its items are events: no merging generator in between), or
-    several merged into (stream index, event) pairs."""
-    return streams[0] if len(streams) == 1 else merge(streams)
-
-
-def refuse_failed_choice(dialect: Dialect, event: Event) -> None:
-    """A choice the worker ended by failing (a grammar that refused the model's token: its output is not valid;
-    or cancelled) fails the request in a dialect whose finish vocabulary has no word for it, rather than pass for
-    a normal finish ("stop", "length"): the error status, or the stream's error event."""
-    if isinstance(event, Finish) and event.reason in FAILED_FINISHES and not dialect.reports_failed_choices:
-        raise GenerationFailed(FAILED_FINISHES[event.reason].format(index=event.index))
-
-
-async def honest(dialect: Dialect, streams: list[AsyncIterator[Event]]) -> AsyncIterator[tuple[int, Event]]:
-    """The streams' events as (stream index, event), a failed choice failing the request (`refuse_failed_choice`)."""
-    single = len(streams) == 1
-    events = _merged(streams)
-    try:
-        async for item in events:
-            index, event = (0, item) if single else item
-            refuse_failed_choice(dialect, event)
-            yield index, event
-    finally:  # closed now, not when the collector finds it: it holds a worker connection
-        await events.aclose()
-
-
-async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[tuple[int, Event]]:
-    """The events of a stream that may run `seconds` in all (settings.request_timeout_s, from admission):
-    past that the workers are let go and RequestTimedOut is raised, before the concurrency lease expires.
-    One timer for the whole stream: asyncio.timeout per event cost a tenth of a streamed token's relay."""
-    loop = asyncio.get_running_loop()
-    expired = False
-    reading: asyncio.Task | None = None  # the task waiting for the next event, cancelled when time runs out
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        if reading is not None:
-            reading.cancel()
-
-    timer = loop.call_later(seconds, expire)
-    try:
-        while not expired:
-            reading = asyncio.current_task(loop)
-            try:
-                item = await anext(events)
-            except StopAsyncIteration:
-                return
-            except asyncio.CancelledError:
-                if expired and reading.uncancel() == 0:  # ours alone; a client's disconnect stays a cancel
-                    break
-                raise
-            finally:
-                reading = None
-            yield item
-        raise past_limit(seconds)
-    finally:
-        timer.cancel()
-        await events.aclose()
-
-
-def past_limit(seconds: float) -> RequestTimedOut:
-    return RequestTimedOut(f"the request ran past this gateway's limit of {seconds:g} s (request_timeout_s); "
-                           "ask for fewer tokens or split it")
-
-
-def _stream_headers(accounting: Accounting) -> dict[str, str]:
-    return {**accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-async def _next_step(waiting: AsyncIterator[StillWaiting | Lease]) -> StillWaiting | Lease:
-    """The first thing the activator says: a lease, or that the request still waits after KEEPALIVE_S."""
-    try:
-        step = await anext(waiting)
-    except BaseException:
-        await waiting.aclose()
-        raise
-    if isinstance(step, Lease):
-        await waiting.aclose()
-    return step
-
-
-async def _leases(services: Services, endpoint: EndpointController, parsed: Parsed, deadline: float,
-                  leases: list[Lease]) -> list[Lease]:
-    """`leases` (those already taken) filled up to one per GenerateRequest of the client's request; none is
-    kept when one cannot be had (a client that leaves while waiting cancels this: its place in the queue
-    goes with it)."""
-    tenant = parsed.requests[0].tenant  # the billed team's: queued leases are released in tenants' turns
-    try:
-        while len(leases) < len(parsed.requests):
-            leases.append(await services.endpoints.acquire(endpoint, deadline, tenant))
-    except BaseException:
-        for lease in leases:
-            services.endpoints.release(endpoint, lease)
-        raise
-    return leases
-
-
-def _release_unused(services: Services, endpoint: EndpointController, leases: list[Lease]) -> None:
-    for lease in leases:
-        services.endpoints.release(endpoint, lease)  # a no-op for a lease its stream already released
+def _stream_headers(context: RequestContext) -> dict[str, str]:
+    return {**context.accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 class ClientGone(Exception):
@@ -302,114 +263,77 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def _stream_after_wait(services: Services, dialect: Dialect, parsed: Parsed, endpoint: EndpointController,
-                             waiting: AsyncIterator[StillWaiting | Lease], deadline: float, meta: Meta,
-                             accounting: Accounting, held: list[Lease]) -> AsyncIterator[bytes]:
-    """A stream whose endpoint is still waking after KEEPALIVE_S: an SSE comment every KEEPALIVE_S keeps
-    idle-timeout proxies from closing the connection; a refusal then comes as the dialect's error event. A
-    client that leaves while waiting leaves the queue and is recorded as cancelled, with nothing billed and
-    its rate-limit reservation settled at zero."""
-    yield KEEPALIVE
-    try:
-        async with aclosing(waiting):
-            async for step in waiting:
-                if isinstance(step, StillWaiting):
-                    yield KEEPALIVE
-                else:
-                    held.append(step)
-        leases = await _leases(services, endpoint, parsed, deadline, held)
-    except SluiceError as error:
-        await accounting.finish(accounting.failure_status(error), error)
-        yield dialect.stream_error(error)
-        return
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await accounting.finish("cancelled")
-        raise
-    accounting.cold_start_ms = max(lease.cold_start_ms for lease in leases)
-    merged = _events(services, dialect, _worker_streams(services, endpoint, leases, parsed, deadline))
-    async for chunk in _stream(dialect, parsed, None, merged, meta, accounting):
-        yield chunk
-
-
-async def collect_answer(dialect: Dialect, streams: list[AsyncIterator[Event]], observe: Callable[[Event], None],
-                         seconds: float) -> list[Result]:
-    """Every event of a non-streamed answer, each `observe`d (accounting) and gathered per stream, a failed choice
-    failing it (`refuse_failed_choice`), within `seconds` (request_timeout_s) in all: past that RequestTimedOut,
-    every stream closed. The streams are read here, not through `honest`: a generator less per event.
-    The limit is one timer that cancels this task: asyncio.timeout was about 2 % of a request."""
-    results = [Result() for _ in streams]
-    single = len(streams) == 1
-    task = asyncio.current_task()
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        task.cancel()
-
-    timer = asyncio.get_running_loop().call_later(seconds, expire)
-    try:
-        async with aclosing(_merged(streams)) as events:  # closed now: it holds worker connections
-            async for item in events:
-                index, event = (0, item) if single else item
-                refuse_failed_choice(dialect, event)
-                observe(event)
-                results[index].add(event)
-    except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:  # ours alone; a client's disconnect stays a cancel
-            raise past_limit(seconds) from None
-        raise
-    finally:
-        timer.cancel()
-    return results
-
-
-async def _first_event(merged: AsyncIterator[tuple[int, Event]]) -> tuple[int, Event] | None:
+async def _first_event(events: AsyncIterator[tuple[int, Event]]) -> tuple[int, Event] | None:
     """Wait for the workers' first event before any header goes out, so a refusal that comes before
     the first token (deadline missed, prompt too long, worker validation) is a real 4xx, not a 200
     with an error event. The proxy holds `Accepted` back until the first token, so nothing is lost."""
     try:
-        return await anext(merged)
+        return await anext(events)
     except StopAsyncIteration:
         return None
     except BaseException:
-        await merged.aclose()
+        await events.aclose()
         raise
 
 
-async def _stream(dialect: Dialect, parsed: Parsed, first: tuple[int, Event] | None, merged, meta: Meta,
-                  accounting: Accounting) -> AsyncIterator[bytes]:
+async def _stream_after_wait(context: RequestContext, waiting: AsyncIterator[StillWaiting]) -> AsyncIterator[bytes]:
+    """A stream whose endpoint is still waking after KEEPALIVE_S: an SSE comment every KEEPALIVE_S keeps
+    idle-timeout proxies from closing the connection; a refusal then comes as the dialect's error event. A
+    client that leaves while waiting leaves the queue; its request scope records it as cancelled, with nothing
+    billed and its rate-limit reservation settled at zero."""
+    try:
+        async with aclosing(waiting):
+            yield KEEPALIVE
+            async for _ in waiting:
+                yield KEEPALIVE
+    except SluiceError as error:
+        with anyio.CancelScope(shield=True):
+            await context.settle(context.accounting.failure_status(error), error)
+        yield context.dialect.stream_error(error)
+        return
+    events = context.reading = _events(context, worker_streams(context))
+    async for chunk in _stream(context, None, events):
+        yield chunk
+
+
+async def _stream(context: RequestContext, first: tuple[int, Event] | None,
+                  events: AsyncIterator[tuple[int, Event]]) -> AsyncIterator[bytes]:
+    """The stream's chunks in the dialect's framing. The last is held back until the request is settled (never
+    served unbilled); an error is the dialect's error event. The workers' streams are closed the moment the
+    answer ends, and the request is settled then: both shielded, for a client that leaves cancels this task's
+    scope and must cut neither short. A stream cut short (the client left) is settled by its request scope."""
+    dialect, accounting = context.dialect, context.accounting
+
     async def observed() -> AsyncIterator[tuple[int, Event]]:
         if first is not None:  # observed when it arrived
             yield first
-        async for index, event in merged:
+        async for index, event in events:
             accounting.observe(event)
             yield index, event
 
-    status = "cancelled"
-    rendered = dialect.stream(parsed, observed(), meta)
-    held: bytes | None = None  # the last chunk waits until the usage record is durable
+    rendered = dialect.stream(context.parsed, observed(), context.meta)
+    held: bytes | None = None
+    answered = False
     try:
-        async for chunk in rendered:
-            if held is not None:
-                yield held
-            held = chunk
-        status = "ok"
-        await accounting.finish("ok")
+        try:
+            async for chunk in rendered:
+                if held is not None:
+                    yield held
+                held = chunk
+            answered = True
+        finally:
+            with anyio.CancelScope(shield=True):  # one shield for the close and, once answered, the settlement
+                await rendered.aclose()
+                await events.aclose()
+                context.reading = None
+                if answered:
+                    await context.settle("ok")  # LedgerUnavailable: the error event below, the end withheld
     except SluiceError as error:
-        status = "error"
-        if held is not None and not isinstance(error, LedgerUnavailable):  # unbilled: the end is withheld
+        with anyio.CancelScope(shield=True):
+            await context.settle("error", error)
+        if held is not None and not isinstance(error, LedgerUnavailable):
             yield held
         held = None
-        await accounting.finish("error", error)
         yield dialect.stream_error(error)
-    finally:
-        # a client disconnect cancels this task's scope: shield the cleanup, or settle and the ledger
-        # record would be cancelled too (the concurrency slot would leak until its lease expires)
-        with anyio.CancelScope(shield=True):
-            await rendered.aclose()
-            await merged.aclose()
-            await accounting.finish(status)
     if held is not None:
         yield held

@@ -11,9 +11,9 @@ import pytest
 
 from common.protocol import Finish, Token
 from gateway.errors import GenerationFailed, RequestTimedOut
+from gateway.serving.answer import collect_answer, honest
 from gateway.serving.collect import merge
 from gateway.serving.dialect import DEFAULT
-from gateway.serving.pipeline import collect_answer, honest
 
 
 def events(closed: list[int], index: int):

@@ -11,7 +11,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from gateway.edge.access_log import new_request_id
+from gateway.serving.request_scope import new_request_id
 from tests.gateway.generation_bodies import body
 
 OURS = re.compile(r"[0-9a-f]{32}")

@@ -21,7 +21,7 @@ from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_pa
 from gateway.serving.collect import Choice, Result
 from gateway.serving.dialect import Meta, Parsed, check, convert, fail, incomplete, required, sse
 
-# a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.pipeline.honest fails the request
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.answer.honest fails the request
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "tool_calls": "tool_calls"}
 MAX_LOGPROBS = 20

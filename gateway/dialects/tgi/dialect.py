@@ -27,7 +27,7 @@ from gateway.errors import SluiceError
 from gateway.serving.collect import Choice, Result
 from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, incomplete, sse
 
-# a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.pipeline.honest fails the request
+# a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.answer.honest fails the request
 FINISH = {"length": "length", "eos_token": "eos_token", "stop_sequence": "stop_sequence", "stop_token": "eos_token"}
 # status -> TGI's own error_type (validation 422, generation 424, overloaded 429, incomplete_generation 500): what
 # huggingface_hub maps to its typed errors. A refusal TGI itself never makes (401, 403, 404, timeouts: the proxy in
