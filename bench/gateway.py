@@ -112,7 +112,8 @@ def generate_body(mode: str) -> bytes:
 
 def create_key(data_dir: Path) -> str:
     """An API key of the default team, made the way an operator makes one (`sluice.toml` names the database)."""
-    cli = [sys.executable, "-m", "gateway.cli.main", "--data-dir", str(data_dir), "--config", str(data_dir / "sluice.toml")]
+    cli = [sys.executable, "-m", "gateway.cli.main", "--data-dir", str(data_dir),
+           "--config", str(data_dir / "sluice.toml")]
     team = subprocess.run([*cli, "teams", "list", "--json"], cwd=REPO, check=True, capture_output=True,
                           text=True).stdout
     team_id = next(t["id"] for t in json.loads(team) if t["name"] == "default")
@@ -227,7 +228,8 @@ def report(title: str, settings: list, points: dict[tuple, Point], mode: str, ha
 def verdicts(closed: dict[tuple, Point], opened: dict[tuple, Point]) -> None:
     """Each one-process Sluice variant against the issue's targets, from this run's points."""
     print("\n## targets (issue #16): one gateway process, this run")
-    for name in sorted({n for n, _, _ in closed | opened if n.startswith("sluice") and not re.search(r"-\d+p$", n)}, key=len):
+    one_process = {n for n, _, _ in closed | opened if n.startswith("sluice") and not re.search(r"-\d+p$", n)}
+    for name in sorted(one_process, key=len):
         for target, value, met in _judged(name, closed, opened):
             print(f"{name:<9} {target:<62} {value:<38} {'met' if met else 'NOT MET' if met is False else '-'}")
 

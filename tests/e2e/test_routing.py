@@ -101,7 +101,8 @@ def workers(tmp_path_factory, tiny_model_dir):
 def gateway(tmp_path_factory, workers, stub):
     urls = [url for url, _ in workers.values()]
     config = (f'[[models]]\nname = "tiny"\nurls = {json.dumps(urls)}\n'
-              f'[[models]]\nname = "tiny-failover"\nurls = {json.dumps([f"http://127.0.0.1:{stub.server_port}", urls[0]])}\n')
+              f'[[models]]\nname = "tiny-failover"\n'
+              f'urls = {json.dumps([f"http://127.0.0.1:{stub.server_port}", urls[0]])}\n')
     with running_sluice(tmp_path_factory.mktemp("gateway"), config=config,
                         env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
         yield server
