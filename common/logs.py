@@ -20,8 +20,8 @@ def _dumps(event: dict, **_options) -> bytes:
 
 class UtcStamp:
     """structlog processor: `timestamp`, ISO 8601 in UTC with microseconds ("2026-11-24T13:05:09.041805Z"), the
-    date and time of day formatted once per second. structlog's TimeStamper builds a datetime per line: about
-    2 % of the gateway's event loop under load, where every request writes a line."""
+    date and time of day formatted once per second. structlog's TimeStamper builds a datetime per line, and under
+    load every request writes a line."""
 
     def __init__(self) -> None:
         self._second = (-1, "")  # (unix second, its formatted prefix): one tuple, so threads never see half
