@@ -11,7 +11,7 @@ decode row group, as many groups as the cores hold. The peers run the same reque
 at each of `--peer-threads` thread counts: transformers `generate()` on the same weights in this
 process, llama.cpp (llama-cpp-python, built into .bench/llamacpp on first use) on the same GGUF file
 in a subprocess. Prints tok/s, time to first token, inter-token latency (p50/p99), peak RSS and the
-ratios against each peer at its fastest thread count. No assertions; the issue's targets: at 16
+ratios against each peer at its fastest thread count. No assertions; the targets: at 16
 concurrent >= 10x transformers and >= 2x llama.cpp, at 1 request >= transformers. `--quick` (or
 SLUICE_BENCH_QUICK=1) runs a small version for `make bench`. On a CUDA device (`--device cuda`, or `auto`
 where one is present) measure `--dtype bfloat16 --quantization none,nf4,int8 --no-llamacpp`: each
