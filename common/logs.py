@@ -9,7 +9,7 @@ import time
 import msgspec
 import structlog
 
-# every log line goes through this: msgspec's encoder costs a fraction of json.dumps (bench/README.md); a value
+# every log line goes through this: msgspec's encoder costs a fraction of json.dumps; a value
 # it cannot encode is written as its repr, as structlog's own fallback does
 _encoder = msgspec.json.Encoder(enc_hook=repr)
 
