@@ -7,7 +7,7 @@
    weights, same thread count). `min_tokens = max_tokens` so both run every step.
 2. Sharing: ordinary greedy requests alone, then the same requests while the beam requests run; the
    figure is the share of their no-beam throughput they keep.
-Prints numbers only (no assertions); the issue's targets are >= 4x and >= 70%.
+Prints numbers only (no assertions); the targets are >= 4x and >= 70%.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ transformers (`from_pretrained`) and generating one token, what a plain transfor
 
 Then, warm: the activator's own latency (acquire + release of a lease on the ready endpoint, p50/p99)
 and the time to first token through the service against the same request sent to the worker directly.
-The issue's target on this machine: <= 3 s from the request to its first token. No assertions; other
+The target on this machine: <= 3 s from the request to its first token. No assertions; other
 processes share the cores, so each figure is a median with its spread over `--runs`.
 """
 

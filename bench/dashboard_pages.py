@@ -13,7 +13,7 @@ wall times, not that); beside them the same overview as JSON from the usage API,
 
 No peer runs here: LiteLLM's usage page needs its Next.js UI on its proxy with Prisma on PostgreSQL, and
 Prisma downloads its engines from the internet at start, which this machine cannot reach. The figures
-are ours only; the issue's target is < 300 ms for the overview's queries (bench/dashboard.py).
+are ours only; the target is < 300 ms for the overview's queries (bench/dashboard.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ after another and we take its TTFT (submit -> first token) p50 / p99 in three ph
 - hostile, one queue: the same, but both name the same tenant, which is first come, first served (the
   worker before fair turns, or a gateway that names no tenant).
 Prints each phase, the ratio of each hostile p99 to the idle p99, and the p99 in engine steps (which a loaded
-machine does not change). No assertions; the issue's bar: the
+machine does not change). No assertions; the bar: the
 quiet team's p99 TTFT within 2x of idle under the hostile neighbour. A quiet request still waits for a row to
 free (rows are not preempted) and then shares a step with every busy row, so the ratio depends on
 `--rows` and `--hostile-tokens`. `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version for `make bench`.

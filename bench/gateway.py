@@ -1,4 +1,4 @@
-"""Gateway overhead, Sluice vs LiteLLM, same box, same load generators, one run (issue #16).
+"""Gateway overhead, Sluice vs LiteLLM, same box, same load generators, one run.
 
     .venv/bin/python bench/gateway.py [--quick] [--duration S] [--connections 8,32,128]
                                       [--rates 100,500,1000,2000] [--modes plain,stream] [--no-litellm]
@@ -17,7 +17,7 @@ and the open-loop generator of bench/harness/open_loop.py at each rate. "plain" 
 "stream" for 64 tokens streamed. Added latency is a gateway's latency minus its stub's alone in the same
 setting; CPU ms per request comes from /proc of the gateway's processes (all LiteLLM workers included).
 The Sluice targets are named `sluice` (embedded, one process), `sluice-pg` (PostgreSQL + Redis) and `-Np` for N
-processes; the issue's targets are for one process, and the run ends with each one-process variant judged against
+processes; the targets are for one process, and the run ends with each one-process variant judged against
 them: its best non-streamed RPS against LiteLLM's best (>= 10x), the added p99 at 500 RPS open loop (<= 5 ms), and,
 at the open-loop stream rate that offers 10,000 tokens/s (157 streams/s, always run), the relayed tokens per
 CPU-second (>= 10,000) and the added p99 gap between a stream's reads (<= 1 ms).
@@ -65,7 +65,7 @@ MODEL = "stub-model"
 LITELLM_KEY = "sk-bench-litellm-master-key"
 LUA = REPO / "bench" / "harness" / "chat.lua"
 TOKENS = {"plain": 1, "stream": 64}
-# the issue's targets, for one gateway process, judged in `verdicts`
+# the targets, for one gateway process, judged in `verdicts`
 RPS_TIMES_LITELLM = 10.0  # non-streamed: the best closed-loop RPS, against LiteLLM's best
 P99_RATE, ADDED_P99_MS = 500, 5.0  # non-streamed, open loop
 TOKENS_PER_CPU_S, ADDED_GAP_MS = 10_000, 1.0  # streamed: relayed tokens per CPU-second, added p99 inter-token gap
@@ -112,7 +112,8 @@ def generate_body(mode: str) -> bytes:
 
 def create_key(data_dir: Path) -> str:
     """An API key of the default team, made the way an operator makes one (`sluice.toml` names the database)."""
-    cli = [sys.executable, "-m", "gateway.cli.main", "--data-dir", str(data_dir), "--config", str(data_dir / "sluice.toml")]
+    cli = [sys.executable, "-m", "gateway.cli.main", "--data-dir", str(data_dir),
+           "--config", str(data_dir / "sluice.toml")]
     team = subprocess.run([*cli, "teams", "list", "--json"], cwd=REPO, check=True, capture_output=True,
                           text=True).stdout
     team_id = next(t["id"] for t in json.loads(team) if t["name"] == "default")
@@ -225,9 +226,10 @@ def report(title: str, settings: list, points: dict[tuple, Point], mode: str, ha
 
 
 def verdicts(closed: dict[tuple, Point], opened: dict[tuple, Point]) -> None:
-    """Each one-process Sluice variant against the issue's targets, from this run's points."""
-    print("\n## targets (issue #16): one gateway process, this run")
-    for name in sorted({n for n, _, _ in closed | opened if n.startswith("sluice") and not re.search(r"-\d+p$", n)}, key=len):
+    """Each one-process Sluice variant against the targets, from this run's points."""
+    print("\n## targets: one gateway process, this run")
+    one_process = {n for n, _, _ in closed | opened if n.startswith("sluice") and not re.search(r"-\d+p$", n)}
+    for name in sorted(one_process, key=len):
         for target, value, met in _judged(name, closed, opened):
             print(f"{name:<9} {target:<62} {value:<38} {'met' if met else 'NOT MET' if met is False else '-'}")
 

@@ -168,7 +168,8 @@ def main() -> None:
         compile_ms, compiled = bench_compile(engine, schemas)
         b1 = [t for i in range(len(compiled)) for t in bench_mask(engine, compiled[i:i + 1], 1, args.steps, i)]
         b16 = bench_mask(engine, compiled, 16, args.steps * 4)
-        print(f"{engine.name:<11} {setup:9.0f} {statistics.mean(compile_ms):12.1f} {statistics.median(compile_ms):7.1f} "
+        print(f"{engine.name:<11} {setup:9.0f} {statistics.mean(compile_ms):12.1f} "
+              f"{statistics.median(compile_ms):7.1f} "
               f"{max(compile_ms):7.1f} {statistics.mean(b1):12.3f} {pct(b1, .9):6.3f} {statistics.mean(b16):13.3f} "
               f"{pct(b16, .9):6.3f} {statistics.mean(b16) / 16:11.3f}")
 

@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/ledger_gateway.py [--requests N] [--concurrency C] [--rounds R] [--database-url URL]
 
-One real worker (SmolLM2-135M) serves two `sluice serve` processes that differ only in
-`ledger_enabled`. Requests are non-streamed completions with `max_tokens=1`, so the gateway's own
-per-request work (auth, limits, proxy, render, and the durable ledger record) is a large share of
-the time. Rounds alternate on/off so machine noise hits both; the median of each side is reported.
+One real worker (SmolLM2-135M) serves two `sluice serve` processes that differ only in the usage ledger:
+the "off" one runs with the bench-only variable SLUICE_BENCH_NO_LEDGER=1 (no setting can turn billing off).
+Requests are non-streamed completions with `max_tokens=1`, so the gateway's own per-request work (auth,
+limits, proxy, render, and the durable ledger record) is a large share of the time. Rounds alternate on/off
+so machine noise hits both; the median of each side is reported.
 """
 
 from __future__ import annotations
@@ -51,12 +52,13 @@ def start_worker(data_dir: Path) -> tuple[subprocess.Popen, str]:
 
 
 def gateway(data_dir: Path, worker: str, ledger: bool, database_url: str):
-    config = f"ledger_enabled = {'true' if ledger else 'false'}\nlog_format = \"json\"\n"
+    config = "log_format = \"json\"\n"
     config += "default_team_limits = {}\n"  # measures the ledger, not the default team's rate limits
     if database_url:
         config += f'database_url = "{database_url}"\n'
     config += f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker}"] }}\n'
-    return start_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY})
+    env = {"SLUICE_ADMIN_KEY": ADMIN_KEY, **({} if ledger else {"SLUICE_BENCH_NO_LEDGER": "1"})}
+    return start_sluice(data_dir, config=config, env=env)
 
 
 async def drive(url: str, key: str, n: int, concurrency: int) -> float:

@@ -12,7 +12,7 @@ new tokens each with min_tokens = max_tokens, a mix of greedy, sampled and penal
 adapter batch with request i on adapter i mod 4. Adapters are loaded before the timed runs (the cold
 load is timed on its own). Prints tok/s (generated tokens / wall time, prefill included), decode
 tok/s (rows / mean gap between tokens) and the adapter/base ratio of each pair, then the median and
-spread of the ratios. The issue's target: >= 0.70. `--quick` (or SLUICE_BENCH_QUICK=1) runs a small
+spread of the ratios. The target: >= 0.70. `--quick` (or SLUICE_BENCH_QUICK=1) runs a small
 version for `make bench`.
 """
 

@@ -11,7 +11,7 @@ decode row group, as many groups as the cores hold. The peers run the same reque
 at each of `--peer-threads` thread counts: transformers `generate()` on the same weights in this
 process, llama.cpp (llama-cpp-python, built into .bench/llamacpp on first use) on the same GGUF file
 in a subprocess. Prints tok/s, time to first token, inter-token latency (p50/p99), peak RSS and the
-ratios against each peer at its fastest thread count. No assertions; the issue's targets: at 16
+ratios against each peer at its fastest thread count. No assertions; the targets: at 16
 concurrent >= 10x transformers and >= 2x llama.cpp, at 1 request >= transformers. `--quick` (or
 SLUICE_BENCH_QUICK=1) runs a small version for `make bench`. On a CUDA device (`--device cuda`, or `auto`
 where one is present) measure `--dtype bfloat16 --quantization none,nf4,int8 --no-llamacpp`: each
@@ -160,7 +160,8 @@ def run_engine(engine: Engine, requests, tokens: int, adapters: list | None = No
 
     prepared = []
     for index, (ids, settings) in enumerate(requests):
-        params = SamplingParams(max_tokens=tokens, min_tokens=tokens, **{k: v for k, v in settings.items() if k != "seed"},
+        chosen = {k: v for k, v in settings.items() if k != "seed"}
+        params = SamplingParams(max_tokens=tokens, min_tokens=tokens, **chosen,
                                 seed=[settings["seed"]])
         prepared.append(engine.prepare(GenerateRequest(request_id=uuid.uuid4().hex, model="bench", prompt_ids=ids,
                                                        params=params, adapter=adapters[index] if adapters else None)))
@@ -278,7 +279,8 @@ def main() -> None:
     # quantization "none" pinned: "auto" would load nf4 on CUDA, and the peer runs these weights
     loaded = load_model(ModelConfig(dtype=args.dtype, device=args.device, quantization="none"), data_dir)
     requests = make_requests(loaded.tokenizer, max(concurrency + [baseline_requests]), tokens)
-    print(f"SmolLM2-135M {args.dtype} on {loaded.device}, engine: {args.threads} torch threads x {decode_threads(ModelConfig())} "
+    print(f"SmolLM2-135M {args.dtype} on {loaded.device}, engine: {args.threads} torch threads x "
+          f"{decode_threads(ModelConfig())} "
           f"decode threads, peers: {', '.join(map(str, peer_threads))} threads; {tokens} new tokens, prompts "
           f"64-256 tokens; load average at start {os.getloadavg()[0]:.1f} on {cores} cores")
     results: dict[str, Timing] = {}
@@ -316,7 +318,8 @@ def main() -> None:
     print(f"load average at end {os.getloadavg()[0]:.1f}\n")
     print("tok/s: generated tokens over wall time, prefill included; decode: rows / mean inter-token gap; "
           "peers run one request at a time")
-    print(f"{'':<34} {'tok/s':>8} {'decode':>8} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} {'RSS MB':>8} {'GPU MB':>8}")
+    print(f"{'':<34} {'tok/s':>8} {'decode':>8} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} {'RSS MB':>8} "
+          f"{'GPU MB':>8}")
     for name, timing in results.items():
         print(timing.row(name))
     print()

@@ -1,7 +1,7 @@
 """Request headers read straight from the ASGI scope's (lowercase name, value) pairs.
 
 Litestar's `connection.headers` builds a multi-dict of every header on first use; a generation request only
-looks up a handful of names, and building that multi-dict cost several times those lookups (issue #16). ASGI
+looks up a handful of names, and building that multi-dict costs several times those lookups. ASGI
 servers lowercase header names, so an exact byte match is the case-insensitive match HTTP asks for.
 """
 

@@ -103,8 +103,8 @@ async def _read(request: Request, optional: bool) -> Any:
 async def read_body(request: Request, limit: int | None) -> bytes:
     """The request's body from its ASGI messages, refused (413) past `limit` bytes the way Litestar's
     `request.body()` refuses it: by the announced content-length before anything is read, then by the bytes that
-    came. Litestar's version built its multi-dict of every header first and gathered the chunks through a
-    generator: about 4 % of a generation request (issue #16). A connection that ends before the body did (the
+    came. Litestar's version builds its multi-dict of every header first and gathers the chunks through a
+    generator, work a generation request need not pay. A connection that ends before the body did (the
     client left, or `[http] body_timeout_s` cut it) is BodyIncomplete, a 408 nobody reads, not a fault."""
     announced = header(request, b"content-length")
     if limit is not None and announced is not None and announced.isdigit() and int(announced) > limit:

@@ -9,7 +9,7 @@ import time
 import msgspec
 import structlog
 
-# every log line goes through this: msgspec's encoder costs a fraction of json.dumps (bench/README.md); a value
+# every log line goes through this: msgspec's encoder costs a fraction of json.dumps; a value
 # it cannot encode is written as its repr, as structlog's own fallback does
 _encoder = msgspec.json.Encoder(enc_hook=repr)
 
@@ -20,8 +20,8 @@ def _dumps(event: dict, **_options) -> bytes:
 
 class UtcStamp:
     """structlog processor: `timestamp`, ISO 8601 in UTC with microseconds ("2026-11-24T13:05:09.041805Z"), the
-    date and time of day formatted once per second. structlog's TimeStamper builds a datetime per line: about
-    2 % of the gateway's event loop under load, where every request writes a line."""
+    date and time of day formatted once per second. structlog's TimeStamper builds a datetime per line, and under
+    load every request writes a line."""
 
     def __init__(self) -> None:
         self._second = (-1, "")  # (unix second, its formatted prefix): one tuple, so threads never see half

@@ -17,14 +17,12 @@ import msgspec
 
 from billing.filters import Selection
 from billing.insights.requests import every_page
-from billing.insights.sums import Sums
 from billing.records import LedgerEntry, UsageRecord
 from billing.statements import Statement
 from billing.store.base import UsageStore
 from billing.usage import UsageReport, micros_to_decimal
 
 _ROW_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "compute_tokens", "cost_micros")
-_OUTCOMES = ("ok", "cancelled", "errors", "rejected", "rate_limited")
 RECORD_FIELDS: tuple[str, ...] = (*UsageRecord.__struct_fields__, "input_price_micros", "output_price_micros",
                                   "cost_micros", "recorded_at")
 _LINE_FIELDS = ("model", "input_price_micros", "output_price_micros", "requests", "prompt_tokens", "output_tokens",
@@ -59,13 +57,6 @@ def report_csv(report: UsageReport, group_by: str) -> str:
     return csv_text([[group_by, *_ROW_FIELDS, "cost"],
                      *([r.key, *(getattr(r, f) for f in _ROW_FIELDS), micros_to_decimal(r.cost_micros)]
                        for r in report.rows)])
-
-
-def sums_csv(rows: Iterable[Sums], key_name: str) -> str:
-    """A breakdown or ranking table of the overview (one row per model, key, user or team)."""
-    fields = (*_ROW_FIELDS, *_OUTCOMES)
-    return csv_text([[key_name, *fields, "cost"],
-                     *([r.key, *(getattr(r, f) for f in fields), micros_to_decimal(r.cost_micros)] for r in rows)])
 
 
 def _iso(unix: float) -> str:

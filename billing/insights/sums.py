@@ -35,10 +35,6 @@ class Sums(UsageRow):
         """Requests that got no answer (failed or rejected; cancelled ones were the client's choice)."""
         return (self.errors + self.rejected) / self.requests if self.requests else 0.0
 
-    def usage_row(self) -> UsageRow:
-        return UsageRow(self.key, self.requests, self.prompt_tokens, self.completion_tokens, self.compute_tokens,
-                        self.cost_micros)
-
 
 def ranked(groups: Iterable[Sums]) -> list[Sums]:
     """Biggest first: by cost, then requests, then key (a stable order for equal groups)."""

@@ -41,8 +41,7 @@ class DrainingServer(uvicorn.Server):
         await super().startup(sockets=sockets)
         # what was imported and built by now (the app, and what its lifespan opened: stores, pools, caches) lives
         # as long as the process: the collector need not walk it on every full collection. Frozen before the
-        # lifespan only, it still walked the lifespan's part: pauses of 7-10 ms several times a second under load
-        # (about 7 % of the CPU per request before any freeze, bench/README.md)
+        # lifespan only, it still walked the lifespan's part: pauses of several ms, several times a second under load
         gc.collect()
         gc.freeze()
 

@@ -29,6 +29,10 @@ from gateway.edge.startup_failure import exit_status, on_failure
 from gateway.edge.startup_failure import fail as stop_with_failure
 from gateway.secrets import load_pepper, pepper_path
 
+# bench-only: "1" serves without the usage ledger, the baseline bench/ledger_gateway.py measures the ledger against;
+# no setting, so no deployment can turn billing off
+BENCH_NO_LEDGER = "SLUICE_BENCH_NO_LEDGER"
+
 
 def fail(message: str) -> int:
     print(f"sluice: {message}", file=sys.stderr, flush=True)
@@ -84,7 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
                         "it, or choose another address with --host / --port")
         if settings.gateway_processes > 1:
             siblings = Siblings(sock, args.argv, settings.gateway_processes - 1, stop_with_failure)
-    app = create_app(settings)
+    app = create_app(settings, ledger=os.environ.get(BENCH_NO_LEDGER) != "1")
     # SIGTERM: new requests get a 503 while running streams finish (up to shutdown_grace_seconds or the longest
     # drain_seconds); then the endpoints stop and the usage log drains (gateway/cli/draining.py)
     drain_s = max([settings.shutdown_grace_seconds, *(model.drain_seconds for model in settings.models)])

@@ -1,17 +1,17 @@
-"""The generation routes, answered without Litestar's per-request machinery (issue #16).
+"""The generation routes, answered without Litestar's per-request machinery.
 
-A profile under load put Litestar's layers around our handler (the router, the exception middleware, the
-authentication middleware, the signature model and dependency injection, the response handler lookup) at
-about 40 % of the event loop's time, more than the generation's own work. The routes marked `opt=DIRECT`
-all have one shape: parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in
-the route's dialect. The app answers an exact (method, path) match of one of them here, with the same parts
-Litestar would run: the same ASGI middlewares (request id, write timeout), the same authentication
+Why: under load, Litestar's layers around our handler (the router, the exception middleware, the
+authentication middleware, the signature model and dependency injection, the response handler lookup) cost
+the event loop more than the generation's own work. The routes marked `opt=DIRECT` all have one shape:
+parameters among `request`, `services`, `payload` (the JSON body), an API key, errors in the route's dialect.
+The app answers an exact (method, path) match of one of them here, with the same parts Litestar would run: the
+same ASGI middlewares (request id, write timeout), the same authentication
 (`gateway.authentication.middleware.principal`), the route's own exception handler and response handling. What
 is skipped is the generic work of finding and assembling those parts on every request, and, for a plain
 `Response` of bytes (`_plain`), Litestar's response objects: the same two ASGI messages are built directly.
 
 Everything else (another path or method, a path that only matches after normalisation, websockets) goes
-through Litestar as before, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
+through Litestar, and these routes stay registered there: the OpenAPI document, HEAD, OPTIONS and
 405 answers are unchanged.
 
 What the path cannot run it refuses when the app is built (`DirectRouteError`), so a setting added later never
@@ -144,8 +144,8 @@ def layers_add_nothing(handler: HTTPRouteHandler) -> bool:
 
 def _plain(response: Any, handler: HTTPRouteHandler) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
     """The status, headers and body Litestar would send for a `Response` of bytes with no cookies or background
-    task (every collected answer and error of a generation route), built directly: Litestar's response handler
-    and ASGIResponse were about 7 % of a request's time. None for anything else, which Litestar sends."""
+    task (every collected answer and error of a generation route), built directly, without Litestar's response
+    handler and ASGIResponse objects on the hot path. None for anything else, which Litestar sends."""
     if type(response) is not Response or response.cookies or response.background is not None:
         return None
     body, status = response.content, response.status_code or handler.status_code

@@ -37,13 +37,14 @@ from gateway.serving.request_scope import request_scope_middleware
 OPENAPI_PATH = "/openapi"
 
 
-def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
+def create_app(settings: Settings, *, supervise: bool = True, ledger: bool = True) -> Litestar:
+    """`ledger=False` keeps no usage records and serves no usage API: only bench/ledger_gateway.py's baseline."""
     rooms = [openai.router(), friendli.router(), monster.router(), tgi.router(), datacrunch.router(),
              sglang.router(), shared_paths.router(), anthropic.router(),
              responses.router()]
     usage = ([usage_router(), admin_usage_router(guards=[require_admin]), dashboard_router(),
               static_router()]
-             if settings.ledger_enabled else [])
+             if ledger else [])
     # outermost first; the direct routes run the same ones, then authenticate themselves. The request scope sits
     # inside the access log, so a request is settled before its line is written
     wrappers = [access_log_middleware, request_scope_middleware,
@@ -51,7 +52,7 @@ def create_app(settings: Settings, *, supervise: bool = True) -> Litestar:
     app = Litestar(
         route_handlers=[*rooms, health.livez, health.health, metrics_route.prometheus_metrics, admin_router(),
                         team_router(), admin_endpoints_router(), visible_endpoints, *usage],
-        plugins=[GatewayServices(settings, supervise=supervise)],
+        plugins=[GatewayServices(settings, supervise=supervise, ledger=ledger)],
         middleware=[*wrappers, authentication(exclude=[f"^{OPENAPI_PATH}(/|$)"])],
         before_send=[answer_request_id],
         exception_handlers=DEFAULT.exception_handlers(),

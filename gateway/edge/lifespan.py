@@ -85,11 +85,13 @@ def provide_ledger(state: State) -> Ledger | None:
 
 class GatewayServices(InitPluginProtocol):
     """`supervise=False` starts no local worker: an endpoint of the local provisioner then has no replica (tests
-    of the routes themselves), while static and ECS endpoints work as configured."""
+    of the routes themselves), while static and ECS endpoints work as configured. `ledger=False` opens no usage
+    ledger (the baseline of bench/ledger_gateway.py)."""
 
-    def __init__(self, settings: Settings, *, supervise: bool = True) -> None:
+    def __init__(self, settings: Settings, *, supervise: bool = True, ledger: bool = True) -> None:
         self.settings = settings
         self.supervise = supervise
+        self.ledger = ledger
 
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         app_config.lifespan.append(self.lifespan)
@@ -126,7 +128,7 @@ class GatewayServices(InitPluginProtocol):
             raise StartupError(f"cannot use the data directory {data} ({error.strerror}): choose a writable one "
                                "with --data-dir (or data_dir / SLUICE_DATA_DIR)") from error
         wal = None
-        if settings.ledger_enabled:  # claimed before anything prints keys: a bad wal_root fails alone
+        if self.ledger:  # claimed before anything prints keys: a bad wal_root fails alone
             try:
                 wal = WalHome.claim(data, settings.wal_root)
             except OSError as error:
@@ -159,7 +161,7 @@ class GatewayServices(InitPluginProtocol):
         except ValueError as error:  # an admin key of no usable shape
             raise StartupError(str(error)) from error
         ledger = None
-        if settings.ledger_enabled:
+        if self.ledger:
             try:
                 pricing = PricingTable(settings.pricing_file or None, section="pricing")
             except (OSError, PricingError, ValueError) as error:

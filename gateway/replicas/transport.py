@@ -1,7 +1,7 @@
 """The gateway's HTTP/1.1 client for the worker hop: `POST /generate` and its NDJSON event lines.
 
-Why not httpx here: under load its pool bookkeeping and line iteration were about half of the gateway's event
-loop (bench/README.md has the profile). This client does the one thing the hop needs on persistent
+Why not httpx here: under load its pool bookkeeping, stream wrappers and line iteration cost the event loop
+more than the rest of the request. This client does the one thing the hop needs on persistent
 connections: an asyncio Protocol per connection, httptools (uvicorn's parser) for the response, one write
 per request, body lines handed over as they arrive. Connections idle longer than `KEEPALIVE_EXPIRY_S` are
 dropped before reuse, well inside the worker's own keep-alive timeout (uvicorn: 5 s): a request sent on a

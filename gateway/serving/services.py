@@ -25,7 +25,7 @@ class Services:
     endpoints: Endpoints
     auth: AuthService
     limiter: Limiter
-    ledger: Ledger | None  # None when `ledger_enabled` is off (benchmarks)
+    ledger: Ledger | None  # None only in bench/ledger_gateway.py's baseline (SLUICE_BENCH_NO_LEDGER)
     started_at: float  # unix time, `created` of /v1/models
     workers: WorkerClient  # every call to a worker goes through it
     probe: GenerationProbe  # GET /health_generate

@@ -277,7 +277,8 @@ def test_text_generation_client(running_sluice, greedy):
     assert result["best_of"]["others"] == 1
     # sampled (TGI allows no seed with best_of): the best candidate may end at EOS before 5 tokens
     best = result["best_of"]
-    assert best["tokens"] == 5 if best["finish"] == "length" else 1 <= best["tokens"] < 5 and best["finish"] == "eos_token"
+    assert (best["tokens"] == 5 if best["finish"] == "length"
+            else 1 <= best["tokens"] < 5 and best["finish"] == "eos_token")
     assert result["best_of"]["seed"] is not None
     assert result["prefill"][0][2] is None and len(result["prefill"]) > 1
     assert "stop" in result["error"]

@@ -1,5 +1,6 @@
 """Clients that leave mid-stream: a seeded random 10% of the requests cut their connection after a few
-events of a long stream. Each cut request is recorded exactly once, as cancelled, and its worker row is freed (the stub saw
+events of a long stream. Each cut request is recorded exactly once, as cancelled, and its worker row is freed
+(the stub saw
 the gateway hang up); every other request completes. SLUICE_DISCONNECT_REQUESTS=10000 is the full run."""
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def test_soak_streaming_clients(tmp_path):
     print(f"\nsoak: {CLIENTS} clients, {WARMUP + SECONDS:.0f} s, {len(outcomes)} requests ({rate:.1f}/s), "
           f"statuses {dict(statuses)}; rss idle {idle_before[0] >> 20} MiB, after warm-up {warm_rss >> 20} MiB, "
           f"steady peak {peak_rss >> 20} MiB, idle after {idle_after[0] >> 20} MiB; fds idle {idle_before[1]}, "
-          f"under load max {max(s[2] for s in samples)}, idle after {idle_after[1]}; worker marked down {len(flaps)} times")
+          f"under load max {max(s[2] for s in samples)}, idle after {idle_after[1]}; "
+          f"worker marked down {len(flaps)} times")
     assert flaps == [], flaps[:3]  # the worker was never taken for down (a keep-alive race did that once)
     assert statuses == {200: len(outcomes)}, ([o for o in outcomes if o.status != 200][:3], flaps[:3])
     assert all(o.done and o.events == TOKENS + 2 for o in outcomes)  # 64 tokens, the finish chunk, [DONE]

@@ -57,7 +57,8 @@ async def test_an_unknown_key_is_401_in_each_envelope(client):
     unknown = {"authorization": "Bearer sk-sluice-000000000000-" + "a" * 32}
     for method, path in (("POST", "/v1/completions"), ("POST", "/serverless/v1/chat/completions"),
                          ("POST", "/generate"), ("POST", "/detokenize"), ("GET", "/admin/keys"),
-                         ("GET", "/v1/usage"), ("GET", "/info"), ("GET", "/get_model_info"), ("GET", "/get_server_info")):
+                         ("GET", "/v1/usage"), ("GET", "/info"), ("GET", "/get_model_info"),
+                         ("GET", "/get_server_info")):
         assert_401_envelope(method, path, await client.request(method, path, headers=unknown, content=b"{}"))
 
 

@@ -71,8 +71,3 @@ class Terraform:
 
     def init(self, directory: str) -> None:
         self.run(directory, "init", "-backend=false", "-input=false")
-
-    def directories(self) -> list[str]:
-        modules = sorted(p.name for p in (self.root / "modules").iterdir() if p.is_dir())
-        envs = sorted(p.name for p in (self.root / "envs").iterdir() if p.is_dir())
-        return [f"modules/{m}" for m in modules] + [f"envs/{e}" for e in envs]

@@ -19,9 +19,11 @@ from playwright.async_api import async_playwright
 
 from gateway.dashboard.fields import MAX_DIGITS
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import ADMIN_KEY, CHROMIUM, CHROMIUM_ARGS, gateway  # noqa: F401 (fixture)
+from tests.gateway.dashboard import conftest as dashboard
+from tests.gateway.dashboard.conftest import ADMIN_KEY, CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.slow
+gateway = dashboard.gateway  # the dashboard tests' fixture, for this folder too
 
 
 async def seed(gateway) -> dict:

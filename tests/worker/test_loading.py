@@ -132,7 +132,8 @@ def test_hf_directory_in_every_quantization_mode(tiny_model_dir, tmp_path, quant
 
 def test_w8a8_needs_cpu_and_float32(tiny_model_dir, tmp_path):
     with pytest.raises(ModelLoadError, match="w8a8"):
-        load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="w8a8", dtype="bfloat16"), tmp_path)
+        load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="w8a8", dtype="bfloat16"),
+                   tmp_path)
 
 
 def test_w8a8_refuses_bitsandbytes_layers(tiny_model_dir, tmp_path):

@@ -231,8 +231,8 @@ def test_a_worker_bound_beyond_loopback_without_a_secret_exits_with_one_line(hos
 
 
 async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_path, monkeypatch):
-    """The real spawn (local provisioner and standby workers): the worker's environment holds what it runs on and the generated
-    secret, never the key pepper, the admin key or the database URL."""
+    """The real spawn (local provisioner and standby workers): the worker's environment holds what it runs on and
+    the generated secret, never the key pepper, the admin key or the database URL."""
     monkeypatch.delenv(WORKER_SECRET_ENV, raising=False)
     monkeypatch.setenv("SLUICE_KEY_PEPPER", "pepper-must-stay")
     monkeypatch.setenv("SLUICE_ADMIN_KEY", "admin-must-stay")

@@ -10,8 +10,8 @@ Each engine step, for the rows of the running batch in order:
 
 Processing order follows transformers' `generate()`: logit bias, encoder repetition penalty,
 repetition penalty, (presence / frequency penalties), no-repeat n-grams, encoder no-repeat n-grams,
-bad words, min-tokens EOS mask, then the grammar mask of constrained rows; then, for sampled rows only, temperature, top-k, top-p, min-p,
-typical-p; then the watermark (transformers also applies it last, after the warpers).
+bad words, min-tokens EOS mask, then the grammar mask of constrained rows; then, for sampled rows only,
+temperature, top-k, top-p, min-p, typical-p; then the watermark (transformers also applies it last, after the warpers).
 
 Logprobs are log_softmax of the scores after the processors and before warping and watermark: a
 greedy row reports the model's own distribution under its penalties and bans. This is

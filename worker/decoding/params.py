@@ -93,7 +93,8 @@ def build_params(rows: list[RowState], vocab_size: int, device) -> BatchParams:
         if not items:
             return None
         cols = list(zip(*items))
-        out = [torch.tensor(cols[0], dtype=torch.long, device=device), torch.tensor(cols[1], dtype=torch.long, device=device)]
+        out = [torch.tensor(cols[0], dtype=torch.long, device=device),
+               torch.tensor(cols[1], dtype=torch.long, device=device)]
         if len(cols) == 3:
             out.append(vec(cols[2]))
         return tuple(out)

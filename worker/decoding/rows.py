@@ -39,7 +39,8 @@ class RowState:
         self.prompt_len = len(spec.prompt_ids)
         # CPU generator whatever the device, so a seed gives the same tokens on CPU and GPU.
         self.generator = torch.Generator().manual_seed(spec.seed)
-        self.ngrams = NGramIndex(params.no_repeat_ngram_size, spec.prompt_ids) if params.no_repeat_ngram_size > 0 else None
+        self.ngrams = (NGramIndex(params.no_repeat_ngram_size, spec.prompt_ids)
+                       if params.no_repeat_ngram_size > 0 else None)
         self.encoder_ngrams = (
             NGramIndex(params.encoder_no_repeat_ngram_size, spec.prompt_ids)
             if params.encoder_no_repeat_ngram_size > 0

@@ -214,7 +214,8 @@ async def test_the_admin_sees_every_team_and_the_ranking(gateway, page, artifact
     await page.screenshot(path=artifacts / "keys-admin.png", full_page=True)
     await page.select_option("#keys-of", data["beta"])
     await page.wait_for_url(f"**keys_of={data['beta']}**")
-    teams = await page.eval_on_selector_all("table[data-keys] tbody [data-team]", "cells => cells.map(c => c.innerText)")
+    teams = await page.eval_on_selector_all("table[data-keys] tbody [data-team]",
+                                            "cells => cells.map(c => c.innerText)")
     assert teams == ["Beta"]
     await page.fill("#key-name", "beta batch")
     await page.click("#create-key")
@@ -263,12 +264,14 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(gate
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
     await page.screenshot(path=artifacts / "requests.png", full_page=True)
-    shown = await page.eval_on_selector_all("table[data-requests] tbody tr", "rows => rows.map(r => r.cells[10].innerText)")
+    shown = await page.eval_on_selector_all("table[data-requests] tbody tr",
+                                            "rows => rows.map(r => r.cells[10].innerText)")
     async with httpx.AsyncClient(base_url=gateway.url) as client:
         api = await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
                                headers={"authorization": f"Bearer {key}"})
     assert shown == [r["request_id"] for r in api.json()["data"]] and len(shown) == 5  # newest first, same order
-    keys = await page.eval_on_selector_all("table[data-requests] tbody tr", "rows => rows.map(r => r.cells[1].innerText)")
+    keys = await page.eval_on_selector_all("table[data-requests] tbody tr",
+                                           "rows => rows.map(r => r.cells[1].innerText)")
     assert keys == ["alice laptop"] * 5  # names, as the breakdowns show them
 
     async with page.expect_download() as download_info:
@@ -366,7 +369,8 @@ LOCAL_ZONE = "Asia/Kolkata"  # +05:30: its days and hours both differ from UTC's
 async def day_rows(page) -> list[list]:
     """The over-time table's days that saw requests: [day, requests, tokens]."""
     return await page.eval_on_selector_all("table[data-series] tbody tr", """rows => rows
-        .map(r => [r.cells[0].innerText, Number(r.cells[1].innerText), Number(r.cells[2].innerText.replaceAll(',', ''))])
+        .map(r => [r.cells[0].innerText, Number(r.cells[1].innerText),
+                   Number(r.cells[2].innerText.replaceAll(',', ''))])
         .filter(r => r[1] > 0)""")
 
 

@@ -60,7 +60,8 @@ async def test_twenty_requests_at_zero_start_one_worker_and_all_succeed(tmp_path
         assert len(processes(endpoint)) == 1
         starts = metrics.REGISTRY.get_sample_value("sluice_endpoint_replica_starts_total", {"endpoint": "tiny/llama"})
         assert starts - starts_before == 1
-        waits = metrics.REGISTRY.get_sample_value("sluice_endpoint_cold_start_seconds_count", {"endpoint": "tiny/llama"})
+        waits = metrics.REGISTRY.get_sample_value("sluice_endpoint_cold_start_seconds_count",
+                                                  {"endpoint": "tiny/llama"})
         assert waits - waits_before == 20
         assert endpoint.state == "ready" and endpoints.get("tiny/llama").replicas.ready == 1
     finally:

@@ -30,7 +30,7 @@ def test_idle_scopes_are_forgotten(clock):
         ticket = lim.admit_now([LimitScope(f"key:{i}", rpm=10, max_concurrency=2)], 1)
         lim.settle_now(ticket, 1)
     clock.advance(61)
-    for i in range(5000):
+    for _ in range(5000):
         lim.admit_now([LimitScope("key:hot", rpm=10**9)], 1)
     assert len(lim._states) < 5000  # the sweep dropped scopes with nothing in their window
 

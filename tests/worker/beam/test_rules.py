@@ -58,7 +58,8 @@ def test_streaming_beams_refused(engine):
     with pytest.raises(RequestRejected) as caught:
         engine.prepare(streamed)
     assert (caught.value.kind, caught.value.field) == ("validation", "stream")
-    plain = GenerateRequest(request_id="s", model="m", prompt_ids=PROMPT, stream=True, params=SamplingParams(max_tokens=4))
+    plain = GenerateRequest(request_id="s", model="m", prompt_ids=PROMPT, stream=True,
+                            params=SamplingParams(max_tokens=4))
     assert engine.prepare(plain).candidates == 1
 
 

@@ -102,7 +102,8 @@ def test_deterministic_matches_transformers_on_a_tiny_vocabulary(tiny, tiny_engi
         for early in (False, True, "never"):
             [ours] = run_all(tiny_engine, [request(prompt, num_beams=4, n=4, max_tokens=6, early_stopping=early)])
             with torch.inference_mode():
-                out = tiny.model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                out = tiny.model.generate(torch.tensor([prompt]),
+                                          attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                                           num_beams=4, num_return_sequences=4, do_sample=False, max_new_tokens=6,
                                           early_stopping=early, return_dict_in_generate=True, output_scores=True)
             expected = []

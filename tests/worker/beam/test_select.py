@@ -57,7 +57,8 @@ def test_sampling_reproducible_by_generator():
 
 def test_conditioned_gumbel_max_equals_parent_key():
     generator = torch.Generator().manual_seed(3)
-    children = torch.log_softmax(torch.randn(3, 10, generator=generator), dim=-1) + torch.tensor([[0.0], [-1.0], [-2.0]])
+    children = (torch.log_softmax(torch.randn(3, 10, generator=generator), dim=-1)
+                + torch.tensor([[0.0], [-1.0], [-2.0]]))
     children[1, 4] = -float("inf")  # a banned token
     parents = torch.tensor([0.3, -0.7, -float("inf")])  # the last parent is dead
     keys = conditioned_gumbel(children, parents, generator)

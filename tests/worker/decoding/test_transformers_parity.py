@@ -25,7 +25,7 @@ def run_parity(specs, steps: int = 6, seed: int = 0, vocab: int = V) -> None:
         ours = batch.process(logits)
         for i, s in enumerate(specs):
             ref = hf_scores(s, batch.history(i), logits[i])
-            torch.testing.assert_close(ours[i], ref, atol=1e-5, rtol=0, msg=lambda m: f"row {i}: {m}")
+            torch.testing.assert_close(ours[i], ref, atol=1e-5, rtol=0, msg=lambda m, i=i: f"row {i}: {m}")
         # small alphabet so repeats, n-grams and bad-word prefixes actually happen
         batch.append(torch.randint(0, 8, (len(specs),), generator=gen))
 

@@ -65,7 +65,8 @@ def test_the_scripted_decode_step_is_the_python_path_and_matches_transformers():
 def test_equal_lengths_take_the_unmasked_path_and_agree_too():
     model = _tiny()
     prompts = [p[:4] for p in _prompts(5) if len(p) >= 4]
-    scripted, python = _decode(_runner(model, prompts), prompts), _decode(_python_path(_runner(model, prompts)), prompts)
+    scripted = _decode(_runner(model, prompts), prompts)
+    python = _decode(_python_path(_runner(model, prompts)), prompts)
     assert torch.equal(scripted.logits, python.logits)
 
 

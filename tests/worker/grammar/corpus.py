@@ -34,7 +34,8 @@ SCHEMAS: list[tuple[str, dict]] = [
                                                    "end": {"$ref": "#/$defs/point"}},
                   "required": ["start", "end"], "additionalProperties": False}),
     ("ref_definitions", {"definitions": {"tag": {"type": "string", "enum": ["a", "b", "c"]}},
-                         "type": "object", "properties": {"tags": {"type": "array", "items": {"$ref": "#/definitions/tag"},
+                         "type": "object", "properties": {"tags": {"type": "array",
+                                                                   "items": {"$ref": "#/definitions/tag"},
                                                                    "maxItems": 3}},
                          "required": ["tags"]}),
     ("format_date", {"type": "object", "properties": {"born": {"type": "string", "format": "date"}},
@@ -72,8 +73,9 @@ SCHEMAS: list[tuple[str, dict]] = [
                 "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "integer"}}}),
     ("int_enum", {"type": "object", "properties": {"level": {"type": "integer", "enum": [1, 2, 3]}},
                   "required": ["level"]}),
-    ("deep", {"type": "object", "required": ["a"], "properties": {"a": {"type": "object", "required": ["b"], "properties": {
-        "b": {"type": "object", "required": ["c"], "properties": {"c": {"type": "integer"}}}}}}}),
+    ("deep", {"type": "object", "required": ["a"], "properties": {
+        "a": {"type": "object", "required": ["b"], "properties": {
+            "b": {"type": "object", "required": ["c"], "properties": {"c": {"type": "integer"}}}}}}}),
     ("top_array_strings", {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1, "maxItems": 4}),
     ("top_enum", {"enum": ["cat", "dog", "bird"]}),
     ("top_integer", {"type": "integer", "minimum": 0, "maximum": 1000}),
@@ -82,7 +84,8 @@ SCHEMAS: list[tuple[str, dict]] = [
         "active": {"type": "boolean"}, "role": {"enum": ["admin", "user"]}, "score": {"type": "number"},
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 2}},
         "required": ["id", "name", "email", "active", "role", "score", "tags"]}),
-    ("ref_chain", {"$defs": {"name": _NAME, "person": {"type": "object", "properties": {"name": {"$ref": "#/$defs/name"}},
+    ("ref_chain", {"$defs": {"name": _NAME, "person": {"type": "object",
+                                                      "properties": {"name": {"$ref": "#/$defs/name"}},
                                                       "required": ["name"], "additionalProperties": False}},
                    "type": "object", "properties": {"author": {"$ref": "#/$defs/person"},
                                                     "editor": {"$ref": "#/$defs/person"}},
@@ -92,8 +95,9 @@ SCHEMAS: list[tuple[str, dict]] = [
                                                                      "exclusiveMaximum": 1}}, "required": ["ratio"]}),
     ("one_of_types", {"type": "object", "properties": {"id": {"oneOf": [{"type": "integer"}, {"type": "null"}]}},
                       "required": ["id"]}),
-    ("array_bounds", {"type": "object", "properties": {"scores": {"type": "array", "minItems": 1, "maxItems": 4,
-                                                                  "items": {"type": "integer", "minimum": 0, "maximum": 100}}},
+    ("array_bounds", {"type": "object", "properties": {"scores": {
+                          "type": "array", "minItems": 1, "maxItems": 4,
+                          "items": {"type": "integer", "minimum": 0, "maximum": 100}}},
                       "required": ["scores"]}),
 ]
 
