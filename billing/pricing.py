@@ -53,7 +53,8 @@ def parse_prices(doc: Mapping[str, object]) -> dict[str, Price]:
             value = entry.get(field, 0)
             # bool is an int subclass; floats would make money inexact
             if type(value) is not int or value < 0:
-                raise PricingError(f"models.{name}.{field} must be a non-negative integer (micro-units per million tokens)")
+                raise PricingError(f"models.{name}.{field} must be a non-negative integer "
+                                   "(micro-units per million tokens)")
             values.append(value)
         unknown = set(entry) - {"input", "output"}
         if unknown:

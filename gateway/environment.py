@@ -49,7 +49,8 @@ NOT_SETTINGS = {
     "SLUICE_TOOL_PROOF_PROMPTS": "test-only: prompts of tests/compat/test_openai_tools.py",
     "SLUICE_TF_PLUGINS": "test-only: the Terraform provider mirror of tests/infra",
     "SLUICE_BENCH_QUICK": "bench-only: the small version of each benchmark (`make bench`)",
-    "SLUICE_BENCH_NO_LEDGER": "bench-only: bench/ledger_gateway.py's baseline without a usage ledger: gateway/cli/main.py",
+    "SLUICE_BENCH_NO_LEDGER": "bench-only: bench/ledger_gateway.py's baseline without a usage ledger: "
+                              "gateway/cli/main.py",
 }
 
 

@@ -19,7 +19,8 @@ log = structlog.get_logger("gateway")
 UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one starting takes seconds)
 
 __all__ = ["AdapterUnavailable", "BadRequest", "ContextTooLong", "GenerationFailed", "InvalidJSON", "NeverFits",
-           "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut", "SluiceError",
+           "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut",
+           "SluiceError",
            "StoreUnavailable", "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed",
            "ValidationFailed", "as_sluice_error"]
 

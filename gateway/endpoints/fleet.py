@@ -104,7 +104,7 @@ class Fleet(ABC):
         """0 when `calls` API calls against `scope` (an AWS region's ECS) may go now, else seconds to wait.
         `calls` above the budget per second never go: ask for them in turns."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (an optional hook: most fleets hold nothing to close)
         pass
 
 

@@ -31,7 +31,8 @@ def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock
     """None -> in-process (one gateway); ``redis://…`` -> shared by every gateway using that server.
 
     concurrency_lease: seconds after which an unsettled slot is reclaimed (a crashed gateway); the gateway
-    passes its `request_timeout_s` plus a margin (Settings.concurrency_lease_s), so no live request outlives it. concurrency_retry: the Retry-After hint for a concurrency refusal.
+    passes its `request_timeout_s` plus a margin (Settings.concurrency_lease_s), so no live request outlives it.
+    concurrency_retry: the Retry-After hint for a concurrency refusal.
     """
     if redis_url is None:
         from gateway.limits.memory import InProcessLimiter

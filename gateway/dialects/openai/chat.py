@@ -138,7 +138,8 @@ class OpenAIChat(OpenAIFamily):
         return {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion", "created": meta.created,
                 "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices, "usage": usage(results)}
 
-    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]],
+                     meta: Meta) -> AsyncIterator[bytes]:
         options: ChatOptions = parsed.options
         head = {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion.chunk", "created": meta.created,
                 "model": meta.model, "system_fingerprint": FINGERPRINT}

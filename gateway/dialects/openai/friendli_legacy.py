@@ -56,4 +56,5 @@ async def legacy_stream(events: AsyncIterator[tuple[int, Event]], n: int, logpro
     prompt = sum(d.prompt_tokens for d in dones)
     completion = sum(d.completion_tokens for d in dones)
     yield sse({"event": "complete", "choices": choices,
-               "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+               "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion}})

@@ -105,7 +105,9 @@ class SGLang(Dialect):
                 and isinstance(finish.matched_stop, str):
             text += finish.matched_stop
         if options.logprob:
-            triple = (lambda lp, tid, piece: [lp, tid, piece if options.with_text else None])
+            def triple(lp, tid, piece):
+                return [lp, tid, piece if options.with_text else None]
+
             meta["output_token_logprobs"] = [triple(t.logprob, t.token_id, t.piece) for t in tokens]
             details = accepted.prompt_details if accepted and accepted.prompt_details else []
             details = details[options.prompt_from or 0:]
@@ -131,7 +133,8 @@ class SGLang(Dialect):
                                             list(finish.token_ids), prompt_tokens))
         return outputs if options.batch else outputs[0]
 
-    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]],
+                     meta: Meta) -> AsyncIterator[bytes]:
         options: Options = parsed.options
         state: dict[tuple[int, int], dict] = {}
         accepted: dict[int, Accepted] = {}

@@ -125,7 +125,8 @@ class TGI(Dialect):
                 "x-time-per-token": _millis(inference / max(generated, 1)),
                 "x-prompt-tokens": str(done.prompt_tokens if done else 0), "x-generated-tokens": str(generated)}
 
-    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta) -> AsyncIterator[bytes]:
+    async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]],
+                     meta: Meta) -> AsyncIterator[bytes]:
         options: Options = parsed.options
         held: Token | None = None  # the last token waits: its event carries generated_text and details
         count = 0

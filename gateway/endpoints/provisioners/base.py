@@ -46,7 +46,7 @@ class Provisioner(ABC):
     shared = False
     observe_interval_s = 0.0  # the least time between two `observe` calls (remote APIs cost a round trip)
 
-    async def open(self) -> None:
+    async def open(self) -> None:  # noqa: B027 (an optional hook)
         """Connect, and adopt replicas that already exist (an ECS service that kept running). Called again
         when this gateway takes the endpoint's scaling over from another."""
 
@@ -61,5 +61,5 @@ class Provisioner(ABC):
     async def remove(self, replica_id: str) -> None:
         """Stop this replica (the controller drained it first) and lower the replica count by one."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (an optional hook)
         """Let go: stop what this gateway started and owns alone (local processes)."""

@@ -27,7 +27,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 ADMIN_KEY = "dashboard-admin-key-0123456789abcdef"
-PRICES = '[pricing.models.small]\ninput = 100000\noutput = 400000\n[pricing.models.big]\ninput = 3000000\noutput = 15000000\n'
+PRICES = ('[pricing.models.small]\ninput = 100000\noutput = 400000\n'
+          '[pricing.models.big]\ninput = 3000000\noutput = 15000000\n')
 
 
 @dataclass
