@@ -80,7 +80,7 @@ def overrides(struct: type[msgspec.Struct], environ: Mapping[str, str]) -> dict[
         try:
             converted = _convert(value, kind)
         except msgspec.ValidationError as error:
-            raise ValueError(f"{variable}={value[:40]!r}: {error}") from None
+            raise ValueError(f"{variable}={value[:40]!r}: must be {_expected(kind)} ({error})") from None
         except msgspec.DecodeError as error:
             raise ValueError(f"{variable}={value[:40]!r} is not JSON ({error})") from None
         table = found
@@ -88,6 +88,16 @@ def overrides(struct: type[msgspec.Struct], environ: Mapping[str, str]) -> dict[
             table = table.setdefault(name, {})
         table[path[-1]] = converted
     return found
+
+
+def _expected(kind: Any) -> str:
+    """What a value of `kind` is, in words, for the one line a bad variable gets."""
+    info = types.type_info(kind)
+    if isinstance(info, types.UnionType):  # `int | None`: the value's own type
+        info = next((t for t in info.types if not isinstance(t, types.NoneType)), info)
+    words = {types.IntType: "an integer", types.FloatType: "a number", types.BoolType: "true or false",
+             types.StrType: "text", types.ListType: "a comma-separated list"}
+    return next((said for kind_of, said in words.items() if isinstance(info, kind_of)), "a valid value")
 
 
 def _convert(value: str, kind: Any) -> Any:

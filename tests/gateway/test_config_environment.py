@@ -133,7 +133,7 @@ def test_sluice_serve_refuses_a_bad_variable_with_one_line(tmp_path):
     finally:
         server.stop()
     assert server.lines == ["sluice: invalid configuration in the environment: SLUICE_REQUEST_TIMEOUT_S='forever': "
-                            "Expected `float`, got `str`"]
+                            "must be a number (Expected `float`, got `str`)"]
 
 
 def test_sluice_serve_warns_of_an_unknown_variable_and_starts(tmp_path):

@@ -164,7 +164,8 @@ async def _waiting(client: httpx.AsyncClient, count: int) -> dict | None:
 def two_replicas(tmp_path):
     """`sluice serve` with one endpoint on two protocol workers: the first one listed, then the second."""
     with protocol_worker() as first, protocol_worker() as second:
-        config = SCALING + f'[[models]]\nname = "{MODEL}"\nurls = ["{first.url}", "{second.url}"]\n'
+        config = SCALING + (f'[[models]]\nname = "{MODEL}"\n'
+                            f'provisioner = {{ kind = "static", urls = ["{first.url}", "{second.url}"] }}\n')
         with running_sluice(tmp_path, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
             yield server, first, second
 
