@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import httpx
 
 from storage.postgres import POOL_SIZE
 from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+from tests.storage.connections import backends
 
 ADMIN_KEY = "storage-one-pool-admin-key-0123456789abcdef"
 BURST = 24  # concurrent calls of each kind: more than any one store's share of the pool
 
-
-async def backends(server_url: str, database: str) -> int:
-    conn = await asyncpg.connect(server_url)
-    try:
-        return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database)
-    finally:
-        await conn.close()
 
 
 async def burst(url: str, api_key: str) -> list[int]:

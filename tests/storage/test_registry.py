@@ -10,14 +10,7 @@ import pytest
 
 import storage
 from common.errors import StoreUnavailable
-
-
-async def backends(server_url: str, database: str) -> int:
-    conn = await asyncpg.connect(server_url)
-    try:
-        return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database)
-    finally:
-        await conn.close()
+from tests.storage.connections import backends
 
 
 async def test_opening_a_url_twice_gives_the_same_pool(database_url):
