@@ -7,6 +7,7 @@ shown and the days of a custom range: `start=2026-11-20` in Asia/Kolkata is that
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
@@ -46,12 +47,13 @@ class Choices(msgspec.Struct, frozen=True):
 
 async def filter_choices(ledger: Ledger, view: View) -> Choices:
     window = view.selection
-    found = []
-    for group in ("model", "key", "dialect"):
+
+    async def used(group: str) -> list[str]:
         report = await ledger.usage(UsageQuery(window.start, window.end, window.team_id, group))
         busiest = sorted(report.rows, key=lambda row: -row.requests)[:MAX_CHOICES]
-        found.append(sorted(row.key for row in busiest))
-    return Choices(*found)
+        return sorted(row.key for row in busiest)
+
+    return Choices(*await asyncio.gather(used("model"), used("key"), used("dialect")))
 
 
 class View(msgspec.Struct, frozen=True):
