@@ -139,7 +139,9 @@ class Activator:
                     delivered = True
                     yield Lease(replica, waited, tenant)
                     return
-                if self.clock() < deadline:
+                # only a keep-alive period's end says so: a timer that fires early (uvloop's have 1 ms steps)
+                # must not turn the deadline's end into a keep-alive, which makes a plain answer a stream
+                if keepalive_s < remaining:
                     yield StillWaiting(self.clock() - waiter.enqueued)
         finally:
             if not delivered:

@@ -50,4 +50,4 @@ def test_a_value_that_is_not_a_boolean_is_refused(tmp_path):
         assert server.wait_exit(timeout=60) == 1
     finally:
         server.stop()
-    assert "SLUICE_PRINT_BOOTSTRAP_KEYS='no': Expected `bool`" in server.output
+    assert "SLUICE_PRINT_BOOTSTRAP_KEYS='no': must be true or false" in server.output

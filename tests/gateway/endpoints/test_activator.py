@@ -149,6 +149,21 @@ async def test_the_wait_ends_at_the_deadline():
         await endpoint.activator.acquire(time.monotonic() - 1)
 
 
+async def test_a_timer_that_fires_before_the_deadline_is_no_keepalive():
+    """uvloop's timers fire up to a millisecond early; a wait with no keep-alives (a plain answer) must then
+    still end in the refusal, never in a StillWaiting, which would turn the answer into a stream."""
+    endpoint = Endpoint("early-timer")
+    endpoint.state = "starting"
+    origin = time.monotonic()
+    slow = Activator("early-timer", endpoint.pool, endpoint.availability, endpoint.on_demand, max_waiting=10,
+                     release_limit=1, clock=lambda: origin + (time.monotonic() - origin) * 0.5)
+    steps = []
+    with pytest.raises(EndpointUnavailable) as caught:
+        async for step in slow.wait(slow.clock() + 0.1, keepalive_s=float("inf")):
+            steps.append(step)
+    assert steps == [] and caught.value.code == "scale_up_timeout" and slow.waiting == 0
+
+
 async def test_a_failed_endpoint_answers_at_once_and_ends_every_wait():
     endpoint = Endpoint("failing")
     tasks = [asyncio.create_task(endpoint.activator.acquire(soon(60))) for _ in range(3)]
