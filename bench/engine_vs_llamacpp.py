@@ -1,0 +1,286 @@
+"""The engine against the server a CPU user would pick instead: llama.cpp's `llama-server` with parallel slots and
+continuous batching, on the same GGUF file, in the same run.
+
+    .venv/bin/python bench/engine_vs_llamacpp.py [--streams 1,4,16,64] [--tokens 128] [--threads 2]
+        [--quantization auto] [--dtype auto] [--slots 16] [--rounds 1] [--no-gateway] [--no-worker] [--quick]
+
+`llama-server` is built once into `.bench/llama-server/` from the llama.cpp sources the `llama-cpp-python` sdist
+vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF -DGGML_NATIVE=ON`; minutes on 2 cores) and
+started with `-np SLOTS` slots of 1,024 tokens each. Sluice runs as `make serve` does: one worker process (its
+default configuration unless --quantization/--dtype say otherwise) behind `sluice serve`. Each side gets the same
+streamed requests (a fixed prompt corpus, temperature 0, `ignore_eos`, `--tokens` new tokens each), N at once,
+for N in --streams, through Sluice's gateway, through the worker alone, and through llama-server's
+`/v1/completions`. Printed per N: output tok/s, TTFT p50/p99, the p99 gap between streamed chunks, the peak RSS of
+the serving process (VmHWM), and Sluice / llama-server ratios. The sides run one after another, never together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import msgspec
+
+from bench.harness.processes import BENCH_HOME, REPO, spawn, stop, wait_http
+from common.protocol import GenerateRequest, SamplingParams, Token, decode_event
+from tests.fixtures.servers import free_port
+from worker.loading import default_gguf_path
+
+LLAMA_SERVER = BENCH_HOME / "llama-server" / "llama-server"
+SLOT_CONTEXT = 1024
+ADMIN_KEY = "bench-admin-key-0123456789abcdef0123456789"
+WORDS = ("river lantern quiet engine paper orbit harvest signal meadow copper violet anchor thunder glass "
+         "winter market ladder echo marble compass garden silver mountain ribbon candle harbor").split()
+
+
+def ensure_llama_server() -> Path:
+    """`llama-server`, built once from the llama-cpp-python sdist's vendored llama.cpp."""
+    if LLAMA_SERVER.exists():
+        return LLAMA_SERVER
+    print("bench: building llama-server into .bench/llama-server (once; several minutes) ...", flush=True)
+    with tempfile.TemporaryDirectory(dir=BENCH_HOME if BENCH_HOME.exists() else None) as scratch:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps",
+                        "llama-cpp-python", "-d", scratch], check=True)
+        (sdist,) = Path(scratch).glob("llama_cpp_python-*.tar.gz")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(scratch, filter="data")
+        (source,) = Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp")
+        build = source / "build"
+        subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+                        "-DCMAKE_BUILD_TYPE=Release"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 2}"],
+                       check=True, stdout=subprocess.DEVNULL)
+        LLAMA_SERVER.parent.mkdir(parents=True, exist_ok=True)
+        for built in (build / "bin").iterdir():  # the binary and the shared libraries it links
+            if built.name == "llama-server" or ".so" in built.name:
+                shutil.copy2(built, LLAMA_SERVER.parent / built.name)
+    return LLAMA_SERVER
+
+
+def prompts(count: int) -> list[str]:
+    """`count` distinct prompts of 60-200 words (fixed: the same corpus every run)."""
+    return [" ".join(WORDS[(i * 7 + j * j) % len(WORDS)] for j in range(60 + (i * 37) % 140))
+            for i in range(count)]
+
+
+@dataclass
+class Stream:
+    ttft: float = 0.0
+    gaps: list[float] = field(default_factory=list)
+    tokens: int = 0
+
+
+@dataclass
+class Run:
+    streams: list[Stream]
+    wall: float
+
+    @property
+    def tok_s(self) -> float:
+        return sum(s.tokens for s in self.streams) / self.wall
+
+    def ttft(self, q: float) -> float:
+        return percentile([s.ttft for s in self.streams], q)
+
+    def gap_p99(self) -> float:
+        return percentile([g for s in self.streams for g in s.gaps], 0.99)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def sse_stream(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Stream:
+    """An OpenAI-style completions stream: the first chunk with text is the first token; each chunk is stamped."""
+    result, start, last = Stream(), time.perf_counter(), 0.0
+    async with client.stream("POST", url, json=body, headers=headers) as response:
+        if response.status_code != 200:
+            raise SystemExit(f"bench: {url} answered {response.status_code}: {(await response.aread())[:500]}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if not chunk.get("choices") or not chunk["choices"][0].get("text"):
+                continue
+            now = time.perf_counter()
+            if result.tokens == 0:
+                result.ttft = now - start
+            else:
+                result.gaps.append(now - last)
+            last, result.tokens = now, result.tokens + 1
+    return result
+
+
+async def worker_stream(client: httpx.AsyncClient, url: str, index: int, prompt: str, tokens: int) -> Stream:
+    """The worker's own protocol (NDJSON events); tokens that arrive in one line share its stamp."""
+    request = GenerateRequest(request_id=f"bench-{index}-{time.monotonic_ns()}", model="bench", prompt=prompt,
+                              stream=True, params=SamplingParams(max_tokens=tokens, temperature=0.0,
+                                                                 ignore_eos=True))
+    result, start, last = Stream(), time.perf_counter(), 0.0
+    async with client.stream("POST", f"{url}/generate", content=msgspec.json.encode(request)) as response:
+        async for line in response.aiter_lines():
+            if not line:
+                continue
+            now = time.perf_counter()
+            if not isinstance(decode_event(line.encode()), Token):
+                continue
+            if result.tokens == 0:
+                result.ttft = now - start
+            elif now > last:
+                result.gaps.append(now - last)
+            last, result.tokens = now, result.tokens + 1
+    return result
+
+
+async def drive(side: str, url: str, count: int, tokens: int, corpus: list[str], headers: dict) -> Run:
+    """`count` streams at once, each a different prompt."""
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=count + 4)) as client:
+        start = time.perf_counter()
+        if side == "worker":
+            jobs = [worker_stream(client, url, i, corpus[i], tokens) for i in range(count)]
+        else:
+            model = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"} if side == "gateway" else {}
+            jobs = [sse_stream(client, f"{url}/v1/completions", {**model, "prompt": corpus[i], "max_tokens": tokens,
+                                                                  "temperature": 0, "stream": True,
+                                                                  "ignore_eos": True}, headers)
+                    for i in range(count)]
+        streams = await asyncio.gather(*jobs)
+        return Run(list(streams), time.perf_counter() - start)
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        return next(int(line.split()[1]) / 1024 for line in handle if line.startswith("VmHWM:"))
+
+
+def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, logs: Path) -> tuple:
+    port = free_port()
+    process = spawn([str(binary), "-m", str(gguf), "-np", str(slots), "-c", str(slots * SLOT_CONTEXT),
+                     "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1", "--port", str(port),
+                     "--no-webui"], logs / "llama-server.log",
+                    env={"LD_LIBRARY_PATH": str(binary.parent)})
+    url = f"http://127.0.0.1:{port}"
+    wait_until_ok(f"{url}/health", process, logs / "llama-server.log")
+    return process, url
+
+
+def start_worker(model: dict, logs: Path, data_dir: Path) -> tuple:
+    port = free_port()
+    process = spawn([sys.executable, "-m", "worker", "--model-json", json.dumps(model), "--port", str(port),
+                     "--data-dir", str(data_dir)], logs / "worker.log", env={"SLUICE_LOG_FORMAT": "console"})
+    url = f"http://127.0.0.1:{port}"
+    wait_until_ok(f"{url}/health", process, logs / "worker.log", timeout=600)
+    return process, url
+
+
+def start_gateway(worker_url: str, logs: Path, data_dir: Path) -> tuple:
+    port = free_port()
+    config = (f'port = {port}\ndata_dir = "{data_dir}"\nlog_format = "console"\n[[models]]\n'
+              f'name = "HuggingFaceTB/SmolLM2-135M-Instruct"\n'
+              f'provisioner = {{ kind = "static", urls = ["{worker_url}"] }}\n')
+    process = spawn([sys.executable, "-m", "gateway.cli.main", "serve"], logs / "gateway.log",
+                    env={"SLUICE_CONFIG_TOML": config, "SLUICE_ADMIN_KEY": ADMIN_KEY})
+    url = f"http://127.0.0.1:{port}"
+    wait_until_ok(f"{url}/health", process, logs / "gateway.log", timeout=300)
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    teams = httpx.get(f"{url}/admin/teams", headers=admin, timeout=30).json()["data"]
+    made = httpx.post(f"{url}/admin/keys", headers=admin, timeout=30,
+                      json={"name": "bench", "team_id": teams[0]["id"]}).json()
+    return process, url, {"authorization": f"Bearer {made['key']}"}
+
+
+def wait_until_ok(url: str, process, log: Path, timeout: float = 120.0) -> None:
+    wait_http(url, process, log, timeout)
+    deadline = time.monotonic() + timeout
+    while httpx.get(url, timeout=5).status_code != 200:  # llama-server answers 503 while it loads
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: {url} not ready in {timeout:.0f}s:\n{log.read_text()[-2000:]}")
+        time.sleep(0.3)
+
+
+def row(label: str, run: Run, peer: Run | None) -> str:
+    ratio = f"{run.tok_s / peer.tok_s:5.2f}x" if peer else "     "
+    return (f"  {label:<14} {run.tok_s:8.1f} tok/s {ratio}  TTFT p50 {run.ttft(0.5):6.3f} s"
+            f"  p99 {run.ttft(0.99):6.3f} s  chunk gap p99 {run.gap_p99() * 1000:7.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", default="1,4,16,64")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1, help="repeats per stream count (the best is kept)")
+    parser.add_argument("--quantization", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--no-gateway", action="store_true")
+    parser.add_argument("--no-worker", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="--streams 1,16 --tokens 32")
+    args = parser.parse_args()
+    if args.quick:
+        args.streams, args.tokens = "1,16", 32
+    counts = [int(c) for c in args.streams.split(",")]
+    gguf = default_gguf_path()
+    binary = ensure_llama_server()
+    corpus = prompts(max(counts))
+    model = {"quantization": args.quantization, "dtype": args.dtype, "threads": args.threads,
+             "max_batch_size": max(32, max(counts))}
+    with tempfile.TemporaryDirectory() as scratch:
+        logs = Path(scratch)
+        data_dir = REPO / ".data"
+        processes = []
+        try:
+            llama, llama_url = start_llama_server(binary, gguf, args.slots, args.threads, logs)
+            processes.append(llama)
+            worker, worker_url = start_worker(model, logs, data_dir)
+            processes.append(worker)
+            sides = {"llama-server": (llama_url, {})}
+            if not args.no_worker:
+                sides["sluice worker"] = (worker_url, {})
+            if not args.no_gateway:
+                gateway, gateway_url, headers = start_gateway(worker_url, logs, logs / "gateway-data")
+                processes.append(gateway)
+                sides["sluice gateway"] = (gateway_url, headers)
+            info = httpx.get(f"{worker_url}/info", timeout=10).json()
+            print(f"llama-server -np {args.slots} (Q4_1 GGUF) vs Sluice ({info.get('quantization')}, "
+                  f"{info.get('model_dtype')}), {args.threads} threads each, {args.tokens} new tokens per stream, "
+                  f"{os.cpu_count()} cores")
+            for side, (url, headers) in sides.items():  # warm every side once
+                kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
+                asyncio.run(drive(kind, url, 2, 8, corpus, headers))
+            for count in counts:
+                print(f"{count} stream(s) at once:")
+                runs: dict[str, Run] = {}
+                for side, (url, headers) in sides.items():
+                    kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
+                    tries = [asyncio.run(drive(kind, url, count, args.tokens, corpus, headers))
+                             for _ in range(args.rounds)]
+                    runs[side] = max(tries, key=lambda r: r.tok_s)
+                    print(row(side, runs[side], runs["llama-server"] if side != "llama-server" else None),
+                          flush=True)
+            print(f"peak RSS: llama-server {peak_rss_mb(llama.pid):.0f} MB, sluice worker "
+                  f"{peak_rss_mb(worker.pid):.0f} MB ({peak_rss_mb(worker.pid) / peak_rss_mb(llama.pid):.2f}x)")
+            print("medians of TTFT over streams; the ratio is Sluice's tok/s over llama-server's in the same run")
+        finally:
+            for process in reversed(processes):
+                stop(process)
+
+
+if __name__ == "__main__":
+    main()
