@@ -1,14 +1,16 @@
 """The scheduler: which requests wait, which join the batch, and what each engine step runs (a `StepPlan`).
 
-A step plans, in order: the waiting queue in tenants' fair turns (fair_turns.py); its head admitted when its
-candidates (`n`, `best_of` or `num_beams`) fit in the rows left free (admission.py steps around requests
-waiting for their LoRA adapter; a request whose deadline passed while it waited is dropped); admitted prompts
-prefilled one at a time (from the end of their longest cached prefix, prefix_cache.py), at most
-`max_batched_tokens` prompt tokens per step, so a long prompt takes several steps (chunked prefill) while the
-running rows decode between its chunks; then one decode step for the running rows, all of them or only the
-ordinary ones while beam rows sit the step out (beam_budget.py). A prompt whose prefill completes counts as
-running from that step on: the next admission and the decode step of the same step see its rows. After the
-step, finished rows leave (slots.py).
+A step plans, in order: the waiting queue in tenants' fair turns (fair_turns.py); its head admitted when
+its candidates (`n`, `best_of` or `num_beams`) fit in the rows left free (admission.py steps around
+requests waiting for their LoRA adapter; a request whose deadline passed while it waited is dropped);
+admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt tokens per step, so a long
+prompt takes several steps (chunked prefill) while the running rows decode between its chunks; then one
+decode step for the running rows, all of them or only the ordinary ones while beam rows sit the step out
+(beam_budget.py). A prompt whose prefill completes counts as running from that step on: the next admission
+and the decode step of the same step see its rows. After the step, finished rows leave (slots.py).
+
+A prompt's prefill starts after its longest cached prefix (prefix_cache.py): the scheduler looks it up at
+admission, the executor copies it into the slot; those tokens cost no prefill budget.
 """
 
 from __future__ import annotations
