@@ -1,7 +1,7 @@
-"""Prompt tokens the worker took from its prefix cache (`Done.cached_tokens`) reach the Responses dialect's
-`usage.input_tokens_details.cached_tokens`, whole and streamed. Through the real gateway app; the protocol
-worker answers as the engine does for a prompt whose first 48 tokens were cached
-(tests/worker/engine/test_prefix_cache.py)."""
+"""Prompt tokens the worker took from its prefix cache (`Done.cached_tokens`) reach the client: OpenAI's
+`usage.prompt_tokens_details.cached_tokens` and the Responses dialect's `usage.input_tokens_details.cached_tokens`,
+whole and streamed. Through the real gateway app; the protocol worker answers as the engine does for a prompt
+whose first 48 tokens were cached (tests/worker/engine/test_prefix_cache.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,15 @@ async def test_streamed_responses_report_them_too(gateway, worker):
     events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
     completed = [e for e in events if e.get("type") in ("response.completed", "response.incomplete")]
     assert completed and completed[0]["response"]["usage"]["input_tokens_details"] == {"cached_tokens": 48}
+
+
+async def test_openai_chat_reports_them_as_prompt_tokens_details(gateway, worker):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 1}
+    worker.replies = [Reply(CACHED), Reply(CACHED)]
+    whole = await gateway.post("/v1/chat/completions", json=body, headers=gateway.key_headers)
+    assert whole.status_code == 200, whole.text
+    assert whole.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 48}
+    streamed = await gateway.post("/v1/chat/completions", headers=gateway.key_headers,
+                                  json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert chunks[-1]["usage"]["prompt_tokens_details"] == {"cached_tokens": 48}
