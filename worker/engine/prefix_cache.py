@@ -113,11 +113,11 @@ class PrefixCache:
     def restore(self, hit: PrefixHit, slot: int) -> None:
         """Copy the hit's blocks into positions 0..hit.tokens-1 of `slot`."""
         self.cache.ensure(hit.tokens)
-        for number, block in enumerate(hit.blocks):
-            start = number * BLOCK
-            for layer, (keys, values) in enumerate(zip(self.cache.keys, self.cache.values)):
-                keys[slot, :, start:start + BLOCK] = block.kv[layer, 0]
-                values[slot, :, start:start + BLOCK] = block.kv[layer, 1]
+        # one concatenation, then one copy per layer and tensor: ~60 copies, not one per block and layer
+        kv = torch.cat([block.kv for block in hit.blocks], dim=3) if len(hit.blocks) > 1 else hit.blocks[0].kv
+        for layer, (keys, values) in enumerate(zip(self.cache.keys, self.cache.values)):
+            keys[slot, :, :hit.tokens] = kv[layer, 0]
+            values[slot, :, :hit.tokens] = kv[layer, 1]
 
     def store(self, state: RequestState, slot: int) -> None:
         """Keep the whole blocks of the prompt prefilled in `slot` (positions 0..state.prefilled-1), those
@@ -128,16 +128,24 @@ class PrefixCache:
         root = self._root(state, create=True)
         parent: Block | _Root = root
         chain: list[Block] = []
-        for start in range(0, state.prefilled - BLOCK + 1, BLOCK):
-            key = (parent.id, tuple(ids[start:start + BLOCK]))
-            block = self._index.get(key)
+        starts = range(0, state.prefilled - BLOCK + 1, BLOCK)
+        for start in starts:  # the blocks cached already; the first one missing has no cached descendants
+            block = self._index.get((parent.id, tuple(ids[start:start + BLOCK])))
             if block is None:
-                if not self._make_room(root, chain[-1:]):
-                    break
-                block = Block(key, next(self._ids), parent, self._copy_out(slot, start))
-                parent.children += 1
-                self._index[key] = block
-                self._blocks[block.id] = block
+                break
+            chain.append(block)
+            parent = block
+        first = len(chain) * BLOCK
+        new = 0
+        while new < len(starts) - len(chain) and self._make_room(root, chain[-1:], pending=new):
+            new += 1
+        for number, kv in enumerate(self._copy_out(slot, first, new)):
+            start = first + number * BLOCK
+            key = (parent.id, tuple(ids[start:start + BLOCK]))
+            block = Block(key, next(self._ids), parent, kv)
+            parent.children += 1
+            self._index[key] = block
+            self._blocks[block.id] = block
             chain.append(block)
             parent = block
         self._touch(chain)
@@ -156,23 +164,24 @@ class PrefixCache:
             self._roots[key] = root
         return root
 
-    def _copy_out(self, slot: int, start: int) -> torch.Tensor:
-        cache = self.cache
-        kv = torch.empty((cache.layers, 2, cache.kv_heads, BLOCK, cache.head_dim), dtype=cache.dtype,
-                         device=cache.device)
-        for layer, (keys, values) in enumerate(zip(cache.keys, cache.values)):
-            kv[layer, 0] = keys[slot, :, start:start + BLOCK]
-            kv[layer, 1] = values[slot, :, start:start + BLOCK]
-        return kv
+    def _copy_out(self, slot: int, start: int, count: int) -> list[torch.Tensor]:
+        """`count` blocks of `slot` from position `start`, each its own tensor (evicting one frees it)."""
+        if count == 0:
+            return []
+        end = start + count * BLOCK
+        span = torch.stack([torch.stack((keys[slot, :, start:end], values[slot, :, start:end]))
+                            for keys, values in zip(self.cache.keys, self.cache.values)])
+        return [part.clone() for part in span.split(BLOCK, dim=3)]
 
     def _touch(self, chain: list[Block]) -> None:
         """Most recently used, the chain's head last: a chain is evicted from its tail."""
         for block in reversed(chain):
             self._blocks.move_to_end(block.id)
 
-    def _make_room(self, root: _Root, keep: list[Block]) -> bool:
-        """Evict least recently used leaves until one more block fits; False when none can go."""
-        while len(self._blocks) >= self.max_blocks:
+    def _make_room(self, root: _Root, keep: list[Block], pending: int) -> bool:
+        """Evict least recently used leaves until one more block fits beside `pending` ones about to be added;
+        False when none can go."""
+        while len(self._blocks) + pending >= self.max_blocks:
             victim = next((b for b in self._blocks.values() if b.children == 0 and b not in keep), None)
             if victim is None:
                 return False
