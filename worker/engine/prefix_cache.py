@@ -122,7 +122,7 @@ class PrefixCache:
     def store(self, state: RequestState, slot: int) -> None:
         """Keep the whole blocks of the prompt prefilled in `slot` (positions 0..state.prefilled-1), those
         not cached yet copied out, as far as the budget allows."""
-        if not self.enabled or state.prepared.prompt_embeds is not None:
+        if not self.enabled or state.prepared.prompt_embeds is not None or state.prefilled < BLOCK:
             return
         ids = state.prepared.prompt_ids
         root = self._root(state, create=True)
@@ -149,6 +149,8 @@ class PrefixCache:
             chain.append(block)
             parent = block
         self._touch(chain)
+        if root.children == 0:  # nothing fitted: no empty partition is kept
+            del self._roots[root.key]
 
     # ---- inside ----
 
