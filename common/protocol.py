@@ -301,6 +301,7 @@ class Done(msgspec.Struct, tag="done"):
     completion_tokens: int  # all returned choices
     compute_tokens: int  # every token generated, beams and best_of candidates included
     worker_id: str = ""
+    cached_tokens: int = 0  # prompt tokens whose KV came from the worker's prefix cache (not prefilled again)
 
 
 class Error(msgspec.Struct, tag="error"):
@@ -319,6 +320,19 @@ class Error(msgspec.Struct, tag="error"):
 Event = Accepted | Token | ToolCallDelta | Finish | Done | Error
 
 
+class PrefixCacheStats(msgspec.Struct):
+    """The worker's prefix cache (worker/engine/prefix_cache.py), since it started."""
+
+    enabled: bool = False
+    lookups: int = 0  # prompts looked up
+    hits: int = 0  # prompts that reused at least one cached block
+    tokens_reused: int = 0  # prompt tokens restored instead of prefilled
+    blocks: int = 0
+    bytes: int = 0  # held now
+    capacity_bytes: int = 0
+    evicted_blocks: int = 0
+
+
 class WorkerLoad(msgspec.Struct):
     """`GET /load` on a worker: what the router needs to pick a replica."""
 
@@ -330,6 +344,7 @@ class WorkerLoad(msgspec.Struct):
     free_cache_tokens: int
     worker_id: str = ""
     adapters: list[str] = []  # LoRA adapters loaded right now (names): a request for one starts at once
+    prefix_cache: PrefixCacheStats = msgspec.field(default_factory=PrefixCacheStats)
 
 
 class PromptOverhead(msgspec.Struct):
@@ -393,6 +408,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # after an adapter load fails, requests for it are refused (503 adapter_unavailable) this long before
     # the next try; doubling while loads keep failing, up to 10 minutes; 0 = try again at the next request
     adapter_retry_s: Annotated[float, msgspec.Meta(ge=0.0, le=86400.0)] = 30.0
+    # KV of prompt prefixes kept for later requests of the same tenant and adapter, in bytes (SmolLM2 in
+    # float32: 45 KiB per token, so the default holds ~2,900 tokens); 0 = no prefix caching
+    prefix_cache_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**40)] = 128 * 2**20
 
 
 class TokenizeRequest(msgspec.Struct):

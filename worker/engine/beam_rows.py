@@ -127,5 +127,5 @@ def beam_events(state: RequestState, tokenizer, worker_id: str) -> list[Event]:
                                  cumulative_logprob=hypothesis.cumulative, score=hypothesis.score))
             completion += len(hypothesis.tokens)
     events.append(Done(prompt_tokens=len(prepared.prompt_ids), completion_tokens=completion,
-                       compute_tokens=beam.compute_tokens, worker_id=worker_id))
+                       compute_tokens=beam.compute_tokens, worker_id=worker_id, cached_tokens=state.cached_tokens))
     return events

@@ -22,6 +22,7 @@ from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.grammar import GrammarCompiler
 from worker.engine.executor import Executor
 from worker.engine.outputs import StepEvents
+from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler import Scheduler
@@ -62,8 +63,9 @@ class Engine:
                                      data_dir=data_dir, retry_s=config.adapter_retry_s,
                                      wake=lambda: self.inbox.put(("wake", None)))
         self.slots = Slots(self.runner.cache, self.vocab_size)
-        self.scheduler = Scheduler(config, self.slots, self.adapters)
-        self.executor = Executor(self.runner, self.slots, self.tokenizer, worker_id)
+        self.prefixes = PrefixCache(self.runner.cache, config.prefix_cache_bytes)
+        self.scheduler = Scheduler(config, self.slots, self.adapters, self.prefixes)
+        self.executor = Executor(self.runner, self.slots, self.prefixes, self.tokenizer, worker_id)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
@@ -106,7 +108,8 @@ class Engine:
         return WorkerLoad(ready=self._thread.is_alive(), model=self.config.name, queued=self.scheduler.queued,
                           running_rows=rows, max_rows=self.max_rows,
                           free_cache_tokens=(self.max_rows - rows) * self.runner.max_context,
-                          worker_id=self.worker_id, adapters=list(self.adapters.loaded_names))
+                          worker_id=self.worker_id, adapters=list(self.adapters.loaded_names),
+                          prefix_cache=self.prefixes.stats())
 
     def start(self) -> None:
         self._thread.start()

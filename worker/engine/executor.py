@@ -1,12 +1,13 @@
 """The executor: runs the step the scheduler planned, on the model runner and the running rows' slots.
 
-Prefill chunks write prompts into the free slot (with prompt logprobs when asked); a prompt fully in the
-cache starts its request: its rows join the batch (extra candidates copy its slot) and it hears `Accepted`
-at once. Then one decode step: the forward in row groups (runner.py); in each group's own thread its
-logits through the logits pipeline and the token choice (decoding/batch.py; failures set apart per row,
-row_faults.py); beam bookkeeping (beam_rows.py); each row takes its token (finish checks, detokenizing,
-stop strings, tool calls) and the step's events are built. A failure that belongs to one request ends
-that request alone; the rest of the batch goes on.
+Prefill chunks write prompts into the free slot (with prompt logprobs when asked), after the prompt's cached
+prefix is copied there (prefix_cache.py); a prompt fully in the cache is offered to the prefix cache and
+starts its request: its rows join the batch (extra candidates copy its slot) and it hears `Accepted` at once.
+Then one decode step: the forward in row groups (runner.py); in each group's own thread its logits through the
+logits pipeline and the token choice (decoding/batch.py; failures set apart per row, row_faults.py); beam
+bookkeeping (beam_rows.py); each row takes its token (finish checks, detokenizing, stop strings, tool calls)
+and the step's events are built. A failure that belongs to one request ends that request alone; the rest of
+the batch goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from worker.engine.outputs import (
     requested_ids,
     token_event,
 )
+from worker.engine.prefix_cache import PrefixCache
 from worker.engine.row_faults import broken_rows, choose_isolating
 from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.scheduler import Prefill, StepPlan, StepReport
@@ -41,8 +43,9 @@ log = structlog.get_logger(__name__)
 
 
 class Executor:
-    def __init__(self, runner: ModelRunner, slots: Slots, tokenizer, worker_id: str):
-        self.runner, self.slots, self.tokenizer, self.worker_id = runner, slots, tokenizer, worker_id
+    def __init__(self, runner: ModelRunner, slots: Slots, prefixes: PrefixCache, tokenizer, worker_id: str):
+        self.runner, self.slots, self.prefixes = runner, slots, prefixes
+        self.tokenizer, self.worker_id = tokenizer, worker_id
         self.steps = 0  # decode steps run
 
     def run(self, plan: StepPlan, events: StepEvents) -> StepReport:
@@ -73,9 +76,15 @@ class Executor:
     def _prefill(self, prefill: Prefill) -> None:
         state, slot = prefill.state, self.slots.free
         try:  # this request's own forward and first event: a failure there is its own
+            if prefill.reuse is not None:
+                self.prefixes.restore(prefill.reuse, slot)
+                state.prefilled = state.cached_tokens = prefill.reuse.tokens
             if prefill.count > 0:
                 self._prefill_chunk(state, prefill, slot)
-            accepted = accepted_event(state, self.tokenizer, self.worker_id) if prefill.last else None
+            accepted = None
+            if prefill.last:
+                self.prefixes.store(state, slot)
+                accepted = accepted_event(state, self.tokenizer, self.worker_id)
         except Exception as exc:
             log.exception("prefill_failed", request_id=state.request_id)
             self.runner.cache.clear(slot)
@@ -144,7 +153,8 @@ class Executor:
                     for index in range(prepared.returned)]
         state.done = True
         state.sink([accepted, *finishes, Done(prompt_tokens=len(prepared.prompt_ids), completion_tokens=0,
-                                              compute_tokens=0, worker_id=self.worker_id)])
+                                              compute_tokens=0, worker_id=self.worker_id,
+                                              cached_tokens=state.cached_tokens)])
 
     # ---- decode ----
 

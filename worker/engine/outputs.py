@@ -104,7 +104,8 @@ def final_events(state: RequestState, tokenizer, worker_id: str) -> list[Event]:
             events += [finish_event(sequence, index) for index, sequence in enumerate(returned)]
     events.append(Done(prompt_tokens=len(prepared.prompt_ids),
                        completion_tokens=sum(len(s.output_ids) for s in returned),
-                       compute_tokens=sum(len(s.output_ids) for s in state.sequences), worker_id=worker_id))
+                       compute_tokens=sum(len(s.output_ids) for s in state.sequences), worker_id=worker_id,
+                       cached_tokens=state.cached_tokens))
     return events
 
 

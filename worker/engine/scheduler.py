@@ -8,6 +8,9 @@ prompt takes several steps (chunked prefill) while the running rows decode betwe
 decode step for the running rows, all of them or only the ordinary ones while beam rows sit the step out
 (beam_budget.py). A prompt whose prefill completes counts as running from that step on: the next admission
 and the decode step of the same step see its rows. After the step, finished rows leave (slots.py).
+
+A prompt's prefill starts after its longest cached prefix (prefix_cache.py): the scheduler looks it up at
+admission, the executor copies it into the slot; those tokens cost no prefill budget.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from common.protocol import Error, ModelConfig
 from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.fair_turns import FairTurns, tenant_of
+from worker.engine.prefix_cache import PrefixCache, PrefixHit
 from worker.engine.prepare_errors import RequestRejected
 from worker.engine.sequence import RequestState
 from worker.engine.slots import Slots
@@ -35,6 +39,7 @@ class Prefill:
     start: int
     count: int
     last: bool  # the prompt but its last token is then in the cache: the request starts (or, scoring only, ends)
+    reuse: PrefixHit | None = None  # cached prefix blocks copied into the slot first (positions 0..start-1)
 
 
 @dataclass
@@ -53,10 +58,10 @@ class StepReport:
 
 
 class Scheduler:
-    def __init__(self, config: ModelConfig, slots: Slots, adapters: AdapterStore):
+    def __init__(self, config: ModelConfig, slots: Slots, adapters: AdapterStore, prefixes: PrefixCache):
         self.max_rows, self.max_queue, self.token_budget = (config.max_batch_size, config.max_queue,
                                                             config.max_batched_tokens)
-        self.slots, self.adapters = slots, adapters
+        self.slots, self.adapters, self.prefixes = slots, adapters, prefixes
         self.waiting: deque[RequestState] = deque()
         self.requests: dict[str, RequestState] = {}  # every request from submission to its end, by id
         self.prefilling: RequestState | None = None  # admitted, its prompt partly in the cache
@@ -114,19 +119,21 @@ class Scheduler:
         starting: list[RequestState] = []  # their prefill completes in this step and their rows join
         budget = self.token_budget
         while budget > 0:
+            reuse = None
             if self.prefilling is None:
                 state = self._admit(starting, plan)
                 if state is None:
                     break
                 if state.done:  # dropped
                     continue
-                self.prefilling = state
+                self.prefilling, reuse = state, self.prefixes.lookup(state)  # reused blocks cost no budget
             state = self.prefilling
+            start = state.prefilled if reuse is None else reuse.tokens
             target = len(state.prepared.prompt_ids) - 1  # the last prompt token is fed by the first decode step
-            chunk = max(min(budget, target - state.prefilled), 0)
+            chunk = max(min(budget, target - start), 0)
             budget -= chunk
-            last = state.prefilled + chunk >= target
-            plan.prefills.append(Prefill(state, state.prefilled, chunk, last))
+            last = start + chunk >= target
+            plan.prefills.append(Prefill(state, start, chunk, last, reuse))
             if last:
                 self.prefilling = None
                 if state.prepared.max_new_tokens > 0:

@@ -67,6 +67,7 @@ class RequestState:
     sink: Callable[[list[Event]], None]  # called on the engine thread with each step's events
     sequences: list[Sequence] = field(default_factory=list)
     prefilled: int = 0  # prompt positions written to the cache so far
+    cached_tokens: int = 0  # of those, copied from the prefix cache (prefix_cache.py) instead of computed
     prompt_logprobs: list[float] = field(default_factory=list)  # of prompt tokens 1..L-1
     prompt_top: list[list] = field(default_factory=list)  # per prompt token 1..L-1: [(id, logprob)], top N
     prompt_ids_logprobs: list[list] = field(default_factory=list)  # per token 1..L-1: [(requested id, logprob)]

@@ -118,7 +118,7 @@ class MonsterGenerate(OpenAICompletions):
                     **incomplete(c.finish)} for c in results[0].ordered()]
         return {"id": f"gen-{meta.request_id}", "object": "text_completion", "created": meta.created,
                 "model": meta.model, "text": [c["text"] for c in choices], "choices": choices,
-                "usage": usage(results)}
+                "usage": usage(results, cached=False)}
 
 
 def mock_body(model: str, n: int) -> dict:

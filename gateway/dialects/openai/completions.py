@@ -203,11 +203,16 @@ def stream_end(head: dict, dones: list[Done], include_usage: bool) -> list[bytes
     return [*usage_chunk, b"data: [DONE]\n\n"]
 
 
-def usage_of(dones: list[Done]) -> dict:
+def usage_of(dones: list[Done], cached: bool = True) -> dict:
+    """OpenAI's usage; `cached`: with `prompt_tokens_details.cached_tokens`, the prompt tokens the worker took
+    from its prefix cache (worker/engine/prefix_cache.py)."""
     prompt = sum(d.prompt_tokens for d in dones)
     completion = sum(d.completion_tokens for d in dones)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    counts = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if cached:
+        counts["prompt_tokens_details"] = {"cached_tokens": sum(d.cached_tokens for d in dones)}
+    return counts
 
 
-def usage(results: list[Result]) -> dict:
-    return usage_of([r.done for r in results if r.done is not None])
+def usage(results: list[Result], cached: bool = True) -> dict:
+    return usage_of([r.done for r in results if r.done is not None], cached)

@@ -112,7 +112,7 @@ class OpenAIResponses(OpenAIFamily):
         echo: Echo = parsed.options
         body = echo.body
         usage = None if done is None else {
-            "input_tokens": done.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens": done.prompt_tokens, "input_tokens_details": {"cached_tokens": done.cached_tokens},
             "output_tokens": done.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": done.prompt_tokens + done.completion_tokens}
         return {"id": f"resp_{meta.request_id}", "object": "response", "created_at": meta.created, "status": status,

@@ -28,7 +28,8 @@ async def test_echo_with_max_tokens_zero_scores_the_prompt(gateway, worker):
     assert choice["text"] == PROMPT and choice["finish_reason"] == "length"
     assert choice["logprobs"]["tokens"] == ["Paris", " is", " big"]
     assert choice["logprobs"]["token_logprobs"] == [None, -1.5, -2.25]
-    assert response.json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}
+    assert response.json()["usage"] == {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3,
+                                        "prompt_tokens_details": {"cached_tokens": 0}}
     sent = worker.requests[-1]["params"]
     assert sent["max_tokens"] == 0 and sent["prompt_logprobs"] is True
 

@@ -71,12 +71,14 @@ def test_close_to_float32_on_the_real_weights(smol_cpu):
 
 def test_engine_serves_a_mixed_batch_deterministically(smol_cpu):
     """Greedy, sampled and penalised rows share int8 steps; the same batch gives the same tokens twice
-    (across batch compositions it may not: see the module docstring of w8a8.py)."""
+    (across batch compositions it may not: see the module docstring of w8a8.py; nor when the second run's
+    prompts come from the prefix cache, whose suffix-only prefill rounds differently: so it is off here)."""
     loaded = dataclasses.replace(smol_cpu, quantization="w8a8")
     settings = [dict(temperature=0.0), dict(temperature=0.9, top_p=0.95, seed=[21]),
                 dict(temperature=0.0, repetition_penalty=1.2), dict(temperature=0.7, presence_penalty=0.5, seed=[4])]
     ids = [smol_cpu.tokenizer(text).input_ids for text in TEXTS]
-    with running_engine(loaded, "w8a8-worker", max_batch_size=8, max_context=512) as engine:
+    with running_engine(loaded, "w8a8-worker", max_batch_size=8, max_context=512,
+                        prefix_cache_bytes=0) as engine:
         assert isinstance(engine.runner.fused[0].qkv, Int8Linear) and isinstance(engine.runner.lm_head, Int8Linear)
         runs = [run_all(engine, [request(i, max_tokens=12, min_tokens=12, **s) for i, s in zip(ids, settings)])
                 for _ in range(2)]
