@@ -7,7 +7,6 @@ import asyncio
 import getpass
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import msgspec
 import structlog
@@ -133,8 +132,7 @@ def _run(args: argparse.Namespace, op: Op) -> int:
 
 
 async def _call(args: argparse.Namespace, op: Op) -> object:
-    pepper = Path(args.pepper_file).read_bytes()
-    service = await AuthService.open(args.database_url, pepper)
+    service = await AuthService.open(args.database_url, args.pepper)
     try:
         return await op(service.admin, Actor(id=f"cli:{getpass.getuser()}", source="cli"), args)
     finally:

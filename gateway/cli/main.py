@@ -27,7 +27,7 @@ from gateway.edge.http_limits import edge_protocol
 from gateway.edge.lifespan import STATE_FAILURE
 from gateway.edge.startup_failure import exit_status, on_failure
 from gateway.edge.startup_failure import fail as stop_with_failure
-from gateway.secrets import load_pepper, pepper_path
+from gateway.secrets import key_pepper
 
 # bench-only: "1" serves without the usage ledger, the baseline bench/ledger_gateway.py measures the ledger against;
 # no setting, so no deployment can turn billing off
@@ -164,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in ("serve", "worker"):
         settings = load_settings(args.config, data_dir=args.data_dir)
         args.database_url = settings.resolved_database_url
-        load_pepper(settings.data_path, settings.key_pepper)
-        args.pepper_file = str(pepper_path(settings.data_path))
+        args.pepper = key_pepper(settings)  # the server's: a key made here is found there, and back
     return args.func(args)
 
 

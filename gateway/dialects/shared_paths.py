@@ -61,10 +61,10 @@ async def generate(request: Request, services: Services, payload: Any) -> Respon
 async def tokenize(request: Request, services: Services, payload: Any) -> Response:
     if isinstance(payload, dict) and "inputs" not in payload and ("text" in payload or "prompt" in payload):
         try:
-            return Response(await tokenize_sglang(services, request.user, payload))
+            return Response(await tokenize_sglang(services, request, payload))
         except SluiceError as error:
             return SGLANG.error_response(error)
-    return Response(await tokenize_tgi(services, request.user, payload))
+    return Response(await tokenize_tgi(services, request, payload))
 
 
 def router() -> Router:

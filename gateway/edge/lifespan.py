@@ -38,7 +38,7 @@ from gateway.endpoints.queue_metric import QueueDepthPublisher
 from gateway.endpoints.service import Endpoints, ProvisionerFactory, TeamExists, default_provisioners
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.limits import open_limiter
-from gateway.secrets import load_pepper
+from gateway.secrets import key_pepper
 from gateway.serving.health_probe import GenerationProbe
 from gateway.serving.rejections import address_budget
 from gateway.serving.services import Services
@@ -123,7 +123,7 @@ class GatewayServices(InitPluginProtocol):
         data = settings.data_path
         try:
             data.mkdir(parents=True, exist_ok=True)
-            pepper = load_pepper(data, settings.key_pepper)
+            pepper = key_pepper(settings)
         except OSError as error:
             raise StartupError(f"cannot use the data directory {data} ({error.strerror}): choose a writable one "
                                "with --data-dir (or data_dir / SLUICE_DATA_DIR)") from error

@@ -17,13 +17,12 @@ until then.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import msgspec
@@ -41,6 +40,7 @@ from gateway.endpoints.adapters import split_model
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import SluiceError
 from gateway.serving.answer import collect_answer, honest, within
+from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unless_gone
 from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
 from gateway.serving.rejections import count_rejection
@@ -50,9 +50,7 @@ _json = msgspec.json.Encoder()
 SSE_MEDIA_TYPE = "text/event-stream"
 KEEPALIVE_S = 10.0  # below the idle timeouts of common proxies (nginx 60 s, AWS ALB 60 s)
 KEEPALIVE = b": waiting for a replica\n\n"  # an SSE comment: every SSE client skips it
-CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left before the answer; nobody reads it
 CANNED = "mock_response"  # MonsterAPI: a canned answer that never reaches a worker and is never billed
-T = TypeVar("T")
 UNREAD: Any = object()  # the body has not been read yet (a route that dispatches by body reads it first)
 
 
@@ -68,10 +66,10 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
         await admit(context)
         waiting = await lease(context)
         return await relay(context, waiting)
-    except SluiceError as error:
-        return await refuse(context, error)
     except ClientGone:  # left while waiting for a replica: out of the queue; its request scope settles it
         return Response(b"", status_code=CLIENT_CLOSED_REQUEST)
+    except SluiceError as error:
+        return await refuse(context, error)
     except Exception:  # a fault (the client's body could not be read, a bug): still one record, limits settled
         await context.settle("error")
         raise
@@ -148,7 +146,7 @@ async def lease(context: RequestContext) -> AsyncIterator[StillWaiting] | None:
             return None
         keeps_alive = context.parsed.stream and context.dialect.stream_media_type == SSE_MEDIA_TYPE
         waiting = _wait_for_leases(context, KEEPALIVE_S if keeps_alive else math.inf)
-        return waiting if await _unless_gone(context.request, _still_waiting(waiting)) else None
+        return waiting if await unless_gone(context.request, _still_waiting(waiting)) else None
     except BaseException:
         context.release_leases()
         raise
@@ -233,34 +231,6 @@ def _events(context: RequestContext, streams: list[AsyncIterator[Event]]) -> Asy
 
 def _stream_headers(context: RequestContext) -> dict[str, str]:
     return {**context.accounting.headers(), "cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-class ClientGone(Exception):
-    """The client disconnected while its request waited for a replica."""
-
-
-async def _unless_gone(request: Request, work: Awaitable[T]) -> T:
-    """`work` (a wait for a replica), cancelled when the client disconnects first: its place in the queue
-    is freed at once, not when a replica would have come or the wait ran out. No response has begun, so
-    nothing else is listening for the disconnect. Raises ClientGone."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task})
-    if task.cancelled():
-        raise ClientGone
-    return task.result()  # what the wait ended with, if it ended as the client left
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client disconnects (its body was read already: a disconnect is all that can come)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _first_event(events: AsyncIterator[tuple[int, Event]]) -> tuple[int, Event] | None:

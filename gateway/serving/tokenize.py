@@ -2,22 +2,27 @@
 
 A tokenizer call is work on a worker like a generation: it needs the key's permission for the model, counts
 against the key's and the team's request rate and concurrency (no tokens reserved, none billed), and takes a
-lease on the endpoint like a generation (it wakes a scaled-to-zero endpoint and waits for it, and it counts in
-the endpoint's load)."""
+lease on the endpoint like a generation: it wakes a scaled-to-zero endpoint and waits for it (no longer than the
+endpoint's max_wait_seconds and the caller's X-Scale-Up-Timeout; a client that disconnects leaves the queue at
+once), and it counts in the endpoint's load."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from litestar import Request
 
-from auth import Principal
+from common.headers import header
 from common.protocol import TokenSpan
 from gateway.endpoints.controller import EndpointController
+from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.serving.admission import admit_tokens
+from gateway.serving.client_gone import unless_gone
 from gateway.serving.pipeline import tenant_of
 from gateway.serving.services import Services
 from gateway.serving.worker_client import WorkerClient
@@ -28,11 +33,13 @@ _spans = msgspec.json.Decoder(list[TokenSpan])
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """The tokenizer of one endpoint, on its workers (each call one leased worker call)."""
+    """The tokenizer of one endpoint, on its workers (each call one leased worker call, for `request`)."""
 
     workers: WorkerClient
     endpoint: EndpointController
     tenant: str
+    request: Request
+    deadline: float  # when a wait for a replica gives up (on time.monotonic's clock)
 
     async def tokenize(self, text: str) -> list[TokenSpan]:
         return _spans.decode(await self._call("/tokenize", {"text": text}))
@@ -46,16 +53,27 @@ class Tokenizer:
         return await self._call("/detokenize", {"tokens": tokens, "skip_special_tokens": skip_special_tokens})
 
     async def _call(self, path: str, body: dict[str, Any]) -> bytes:
-        return await self.workers.call(self.endpoint, path, _json.encode(body), tenant=self.tenant)
+        """One worker call: a replica free now, else a wait in the endpoint's queue that the client's leaving
+        ends (ClientGone), as a generation's does."""
+        lease = self.workers.take_free(self.endpoint, self.tenant)
+        if lease is None:
+            lease = await unless_gone(self.request, self.workers.lease(self.endpoint, self.deadline, self.tenant))
+        return await self.workers.call(self.endpoint, lease, path, _json.encode(body), self.deadline)
 
 
 @asynccontextmanager
-async def tokenizer_call(services: Services, principal: Principal, model: str | None) -> AsyncIterator[Tokenizer]:
-    """A permitted, admitted tokenizer call on `model` (unset: the first endpoint the caller may see), which the
-    caller may see and call as for a generation; the limits settle on exit."""
+async def tokenizer_call(services: Services, request: Request, model: str | None) -> AsyncIterator[Tokenizer]:
+    """A permitted, admitted tokenizer call of `request`'s caller on `model` (unset: the first endpoint the caller
+    may see), which the caller may see and call as for a generation; the limits settle on exit. Its waits for a
+    replica end as a generation's: at the earliest of the endpoint's max_wait_seconds and X-Scale-Up-Timeout."""
+    principal = request.user
     name = services.callable_model(principal, model)
+    header_s = parse_scale_up_timeout(header(request, SCALE_UP_TIMEOUT_HEADER))
     ticket = await admit_tokens(services.limiter, principal, 0)
     try:
-        yield Tokenizer(services.workers, services.endpoints.resolve(name, principal), tenant_of(principal.team_id))
+        endpoint = services.endpoints.resolve(name, principal)
+        deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
+                                 header_s=header_s)
+        yield Tokenizer(services.workers, endpoint, tenant_of(principal.team_id), request, deadline)
     finally:
         await services.limiter.settle(ticket, 0)

@@ -16,7 +16,6 @@ transport, one try on a replica, failover), which know nothing of each other's c
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 
@@ -24,7 +23,6 @@ from common.protocol import Event, GenerateRequest
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease
 from gateway.endpoints.controller import EndpointController
-from gateway.endpoints.deadline import wait_deadline
 from gateway.endpoints.service import Endpoints
 from gateway.errors import Unavailable
 from gateway.replicas.failover import failover, stream_with_failover
@@ -37,10 +35,6 @@ class WorkerClient:
 
     def __init__(self, endpoints: Endpoints):
         self.endpoints = endpoints
-
-    def deadline(self, endpoint: EndpointController) -> float:
-        """How long a call without a deadline of its own waits for a replica: the endpoint's max_wait_seconds."""
-        return wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds)
 
     async def lease(self, endpoint: EndpointController, deadline: float | None, tenant: str = "") -> Lease:
         """A lease on a replica of `endpoint`, waiting in its queue until `deadline` (EndpointUnavailable then);
@@ -63,16 +57,21 @@ class WorkerClient:
                                     ejection_s=self.endpoints.settings.ejection_seconds,
                                     on_failure=_counter(endpoint))
 
-    async def call(self, endpoint: EndpointController, path: str, body: bytes, *, tenant: str = "") -> bytes:
-        """`POST path` with the JSON `body` on a replica of `endpoint`: the worker's 200 answer. Its refusal is the
-        gateway's error (a validation refusal a ValidationFailed naming the worker's field). Waits for a replica
-        up to the endpoint's max_wait_seconds."""
-        until = self.deadline(endpoint)
-        lease = await self.lease(endpoint, until, tenant)
+    def take_free(self, endpoint: EndpointController, tenant: str = "") -> Lease | None:
+        """A lease on a replica of `endpoint` free now, or None (nothing waits)."""
+        return endpoint.activator.take_free(tenant=tenant)
+
+    async def call(self, endpoint: EndpointController, lease: Lease, path: str, body: bytes,
+                   deadline: float | None) -> bytes:
+        """`POST path` with the JSON `body` on `lease` (taken by the caller, who may wait its own way: a tokenizer
+        call gives up its wait when its client leaves): the worker's 200 answer. Owns the lease from here and
+        releases it when the call ends; retries on another replica (leased until `deadline`, as `lease`) by
+        failover's rules. The worker's refusal is the gateway's error (a validation refusal a ValidationFailed
+        naming the worker's field)."""
         answers = failover(lambda replica: exchange(replica, path, body), lease,
-                           reacquire=self._reacquire(endpoint, until, tenant), release=endpoint.activator.release,
-                           ejection_s=self.endpoints.settings.ejection_seconds, on_failure=_counter(endpoint),
-                           call=path)
+                           reacquire=self._reacquire(endpoint, deadline, lease.tenant),
+                           release=endpoint.activator.release, ejection_s=self.endpoints.settings.ejection_seconds,
+                           on_failure=_counter(endpoint), call=path)
         async with aclosing(answers):  # a caller cancelled before the first try still gives the lease back
             # read to the end, not left at the answer: the replica is marked as having served, the lease released
             answered = [answer async for answer in answers]

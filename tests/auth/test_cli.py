@@ -15,13 +15,11 @@ from tests.auth.conftest import PEPPER
 
 
 @pytest.fixture
-def sluice(store_url, tmp_path, capsys):
+def sluice(store_url, capsys):
     """Runs one CLI command line; returns (exit code, stdout)."""
-    pepper_file = tmp_path / "pepper"
-    pepper_file.write_bytes(PEPPER)
     parser = argparse.ArgumentParser(prog="sluice")
     parser.add_argument("--database-url", default=store_url)
-    parser.add_argument("--pepper-file", default=str(pepper_file))
+    parser.set_defaults(pepper=PEPPER)
     cli.register(parser.add_subparsers(dest="command", required=True))
 
     def run(*argv: str) -> tuple[int, str]:

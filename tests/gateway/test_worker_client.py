@@ -4,6 +4,8 @@ real `sluice serve` in front of protocol workers:
 - the tokenizer calls (TGI's and SGLang's `/tokenize`, `/detokenize`, Anthropic's `count_tokens`) on an endpoint
   scaled to zero wait in its activator queue, where the controller sees them as demand and wakes it, then answer
   200; the public routes (`/get_model_info`, `/health_generate`) wake nothing;
+- a tokenizer call's wait ends as a generation's: at the caller's `X-Scale-Up-Timeout` (a bad value is a 400),
+  and at once when its client disconnects (it leaves the queue and never reaches the worker);
 - a tokenizer call on a replica counts in the endpoint's in-flight load;
 - a replica that refuses a tokenizer call before answering is ejected and the call answered by another.
 
@@ -158,6 +160,45 @@ async def test_tokenizer_calls_wake_an_endpoint_at_zero_and_count_as_its_demand(
 async def _waiting(client: httpx.AsyncClient, count: int) -> dict | None:
     status = await endpoint_status(client)
     return status if status["waiting"] == count else None
+
+
+async def test_a_tokenizer_call_waits_no_longer_than_the_callers_scale_up_timeout(asleep):
+    server, _, _ = asleep
+    key = {"authorization": f"Bearer {server.api_key}"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=WAIT_S) as client:
+        # the endpoint waits up to max_wait_seconds (WAIT_S): each call gives up at its own header's second
+        replies = await asyncio.gather(*(client.post(path, json=body, headers={**key, "x-scale-up-timeout": "1"})
+                                         for path, body, _ in CALLS))
+        for reply, (path, _, _) in zip(replies, CALLS):
+            assert reply.status_code == 503 and "no replica became ready in time" in reply.text, (path, reply.text)
+        for path, body, _ in CALLS:
+            reply = await client.post(path, json=body, headers={**key, "x-scale-up-timeout": "soon"})
+            assert reply.status_code == 400 and "X-Scale-Up-Timeout" in reply.text, (path, reply.text)
+        status = await endpoint_status(client)
+    assert status["waiting"] == 0 and status["in_flight"] == 0, status
+
+
+async def test_a_client_that_leaves_a_waiting_tokenizer_call_leaves_the_queue(asleep):
+    server, _, held = asleep
+    key = {"authorization": f"Bearer {server.api_key}"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=WAIT_S) as client:
+        async with httpx.AsyncClient(base_url=server.url, timeout=WAIT_S) as leaving:
+            calls = [asyncio.ensure_future(leaving.post(path, json=body, headers=key)) for path, body, _ in CALLS]
+            await until(lambda: _waiting(client, len(CALLS)), "the calls waiting")
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+        # the connections are closed: each call leaves the queue now, not at its wait's end (WAIT_S)
+        await until(lambda: _waiting(client, 0), "the calls leaving the queue", timeout=WAIT_S / 3)
+        held.go.set()  # the worker the calls asked for starts: a call still queued would reach it
+        await until(lambda: _ready(client), "the endpoint ready")
+        status = await endpoint_status(client)
+    (worker,) = held.started
+    assert worker.tokenizer_calls == [] and status["in_flight"] == 0, status
+
+
+async def _ready(client: httpx.AsyncClient) -> bool:
+    return (await endpoint_status(client))["state"] == "ready"
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ async def count_tokens(request: Request, services: Services, payload: Any) -> di
     turns = conversation(body)
     offered = tools(body)  # laid out by the worker as a generation would: the tool prompt counts too
     try:
-        async with tokenizer_call(services, request.user, body.model) as tokenizer:
+        async with tokenizer_call(services, request, body.model) as tokenizer:
             spans = await tokenizer.tokenize_chat(turns, offered)
     except ValidationFailed as refused:  # the worker's refusal of the conversation (its template, its size)
         raise ValidationFailed(refused.message, param=refused.param or "messages") from refused

@@ -9,7 +9,6 @@ from litestar import Request, Router, get, post
 from litestar.di import Provide
 from litestar.response import Response
 
-from auth import Principal
 from common.json_body import read_json
 from common.protocol import DetokenizeResponse
 from gateway.authentication.middleware import PUBLIC, optional_principal
@@ -31,14 +30,14 @@ def body_of(payload: Any, kind: type):
         raise BodyInvalid(error.message, param=error.param) from error
 
 
-async def tokenize_sglang(services: Services, principal: Principal, payload: Any) -> dict:
+async def tokenize_sglang(services: Services, request: Request, payload: Any) -> dict:
     """`POST /tokenize` with `text` (or `prompt`): SGLang's `{tokens, count, max_model_len}`."""
     body = body_of(payload, TokenizeBody)
     text = body.text if body.text is not None else body.prompt
     if text is None or text == []:
         raise BodyInvalid("`text` is required", param="text")
     texts = [text] if isinstance(text, str) else text
-    async with tokenizer_call(services, principal, body.model) as tokenizer:
+    async with tokenizer_call(services, request, body.model) as tokenizer:
         tokens = [[span.id for span in await tokenizer.tokenize(t)] for t in texts]
     info = tokenizer.endpoint.pool.described()
     single = isinstance(text, str)
@@ -91,7 +90,7 @@ async def detokenize(request: Request, services: Services, payload: Any) -> Resp
     if not all(t >= 0 for t in body.tokens):
         raise BodyInvalid("tokens must be non-negative token ids", param="tokens")
     try:
-        async with tokenizer_call(services, request.user, body.model) as tokenizer:
+        async with tokenizer_call(services, request, body.model) as tokenizer:
             text = await tokenizer.detokenize(body.tokens, body.skip_special_tokens is not False)
     except ValidationFailed as error:
         raise BodyInvalid(error.message, param=error.param) from error

@@ -8,7 +8,6 @@ from typing import Any
 from litestar import Request, Router, get, post
 from litestar.response import Response, Stream
 
-from auth import Principal
 from common.protocol import TokenSpan
 from gateway.authentication.middleware import PUBLIC, optional_principal
 from gateway.dialects.fast_path import DIRECT
@@ -25,10 +24,10 @@ GENERATE_STREAM = TGI(100, stream=True)
 COMPAT = TGI(100, compat=True)
 
 
-async def tokenize_tgi(services: Services, principal: Principal, payload: Any) -> list[TokenSpan]:
+async def tokenize_tgi(services: Services, request: Request, payload: Any) -> list[TokenSpan]:
     """`POST /tokenize` with `inputs`: TGI's `[{id, text, start, stop}]`."""
     parsed = GENERATE.parse(payload, "/tokenize")
-    async with tokenizer_call(services, principal, parsed.model or None) as tokenizer:
+    async with tokenizer_call(services, request, parsed.model or None) as tokenizer:
         return await tokenizer.tokenize(parsed.requests[0].prompt or "")
 
 
