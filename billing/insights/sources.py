@@ -54,7 +54,7 @@ class Source:
         return bucketing is None or self.period == 0 or bucketing.aligned(self.period)
 
 
-_ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "adapter"})
+_ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "error_status", "adapter"})
 RAW = Source(TABLE, "time", 0, _ALL_DIMS, count="COUNT(*)", null_user="user_id IS NULL",
              rate_limited="SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)",
              cold=("COUNT(cold_start_ms)", "COALESCE(SUM(cold_start_ms), 0)", "COALESCE(MAX(cold_start_ms), 0)"),

@@ -2,10 +2,11 @@
 percentiles (p50, p95, p99, exact: nearest rank over the records, as billing/insights/percentiles.py),
 output tokens per second, and the failed requests by HTTP status.
 
-Only the records hold these (the rollups keep sums), so this reads the view's records once. PostgreSQL
-computes the percentiles with `percentile_disc` grouped by bucket; SQLite has no ordered-set aggregate,
-so one pass fetches each record's bucket and measures and Python sorts them, and the window's overall
-percentiles come from the same pass.
+Only the records hold these (the rollups keep sums). PostgreSQL computes the percentiles with
+`percentile_disc` grouped by bucket; SQLite has no ordered-set aggregate, so one pass fetches each
+record's bucket and measures and Python sorts them; the window's overall percentiles come from the same
+pass (PostgreSQL: `percentile_disc` without groups). Failures by status are sums: the daily rollup
+answers them for whole days, the records for the rest.
 
 Output tokens per second of a bucket = its completed requests' completion tokens / the time they spent
 after their first token (latency - time to first token), over the requests that have both."""
@@ -18,6 +19,7 @@ import msgspec
 
 from billing.filters import Selection, where
 from billing.insights.percentiles import FRACTIONS, MEASURED, Percentiles, percentiles
+from billing.insights.sources import Source, fetch_parts, for_buckets
 from billing.store.base import TABLE, UsageStore
 from billing.store.sql import Params
 from billing.timebuckets import Bucketing
@@ -39,9 +41,23 @@ class Timings(msgspec.Struct):
 async def timings(store: UsageStore, selection: Selection,
                   bucketing: Bucketing) -> tuple[Timings, dict[str, Percentiles]]:
     """The view's timings per bucket, and its overall latency and ttft percentiles."""
-    if store.dialect.name == "postgresql":
-        return await _postgres(store, selection, bucketing)
-    return await _sqlite(store, selection, bucketing)
+    index, width = _index(bucketing)
+    scan = _postgres if store.dialect.name == "postgresql" else _sqlite
+    (per_bucket, overall), errors = await asyncio.gather(scan(store, selection, bucketing), _errors(store, selection,
+                                                                                                 bucketing))
+    measured = {column: [Percentiles(0)] * width for column in MEASURED}
+    tokens, spent = [0] * width, [0.0] * width
+    for (k, s), (ranked, streamed_tokens, streamed_ms) in per_bucket.items():
+        i = index[bucketing.bucket(k, s)]  # one group per bucket: the span tells only hours apart
+        for column in MEASURED:
+            measured[column][i] = ranked[column]
+        tokens[i] += int(streamed_tokens or 0)
+        spent[i] += float(streamed_ms or 0)
+    failed: dict[str, list[int]] = {}
+    for k, s, error_status, n in errors:
+        failed.setdefault(_status(error_status), [0] * width)[index[bucketing.bucket(k, s)]] += int(n)
+    return Timings(measured["latency_ms"], measured["ttft_ms"],
+                   [_rate(t, ms) for t, ms in zip(tokens, spent, strict=True)], dict(sorted(failed.items()))), overall
 
 
 def _index(bucketing: Bucketing) -> tuple[dict, int]:
@@ -53,75 +69,65 @@ def _rate(tokens: float, ms: float) -> float | None:
     return tokens * 1000 / ms if ms > 0 else None
 
 
-async def _sqlite(store: UsageStore, selection: Selection, bucketing: Bucketing):
-    params = Params(store.dialect)
-    key, span = bucketing.sql(store.dialect)
-    rows = await store.fetch(f"SELECT {key}, {span}, status, error_status, latency_ms, ttft_ms, completion_tokens "
-                             f"FROM {TABLE} WHERE {where(selection, params)}", params.values)
-    index, width = _index(bucketing)
-    at = {}
-    latency: list[list[float]] = [[] for _ in range(width)]
-    ttft: list[list[float]] = [[] for _ in range(width)]
-    tokens, spent = [0] * width, [0.0] * width
-    errors: dict[str, list[int]] = {}
-    for k, s, status, error_status, latency_ms, ttft_ms, completion in rows:
-        i = at.get((k, s))
-        if i is None:
-            i = at[(k, s)] = index[bucketing.bucket(k, s)]
-        if status in FAILED:
-            errors.setdefault(_status(error_status), [0] * width)[i] += 1
-        if status == "rejected":
-            continue
-        latency[i].append(latency_ms)
-        if ttft_ms is not None:
-            ttft[i].append(ttft_ms)
-            if status == "ok" and latency_ms > ttft_ms:
-                tokens[i] += completion
-                spent[i] += latency_ms - ttft_ms
-    overall = {"latency_ms": Percentiles.of([v for b in latency for v in b]),
-               "ttft_ms": Percentiles.of([v for b in ttft for v in b])}
-    return Timings([Percentiles.of(b) for b in latency], [Percentiles.of(b) for b in ttft],
-                   [_rate(t, ms) for t, ms in zip(tokens, spent, strict=True)], _sorted(errors)), overall
+def _status(error_status) -> str:
+    # the daily rollup keeps "no status" as 0 (its keys are NULL-free)
+    return NO_STATUS if not error_status else str(error_status)
 
 
-async def _postgres(store: UsageStore, selection: Selection, bucketing: Bucketing):
-    wanted = "ARRAY[" + ", ".join(str(f) for f in FRACTIONS) + "]::float8[]"
-    key, span = bucketing.sql(store.dialect)
+async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing) -> list:
+    """(key, span, error status, failed requests): sums, so the daily rollup answers the whole days."""
+    def statement(source: Source, part: Selection, params: Params) -> str:
+        key, span = bucketing.sql(store.dialect, source.time_column)
+        failed = "', '".join(FAILED)
+        return (f"SELECT {key} AS k, {span} AS s, error_status, {source.requests} FROM {source.table} "
+                f"WHERE {source.where(part, params)} AND status IN ('{failed}') GROUP BY k, s, error_status")
 
-    async def measured() -> list:
+    return await fetch_parts(store, for_buckets(selection, bucketing, "status", "error_status"), statement)
+
+
+# (key, span) -> (percentiles by column, streamed requests' completion tokens, their ms after the first token)
+Scanned = dict[tuple[int, int], tuple[dict[str, Percentiles], int, float]]
+
+
+async def _postgres(store: UsageStore, selection: Selection,
+                    bucketing: Bucketing) -> tuple[Scanned, dict[str, Percentiles]]:
+    async def grouped() -> list:
         params = Params(store.dialect)
+        key, span = bucketing.sql(store.dialect)
+        wanted = "ARRAY[" + ", ".join(str(f) for f in FRACTIONS) + "]::float8[]"
         select = ", ".join(f"COUNT({c}), percentile_disc({wanted}) WITHIN GROUP (ORDER BY {c})" for c in MEASURED)
         return await store.fetch(
-            f"SELECT {key} AS k, {span} AS s, {select}, "
-            f"SUM(CASE WHEN {_STREAMED} THEN completion_tokens ELSE 0 END), "
-            f"SUM(CASE WHEN {_STREAMED} THEN latency_ms - ttft_ms ELSE 0 END) "
-            f"FROM {TABLE} WHERE {where(selection, params)} AND status <> 'rejected' GROUP BY k, s", params.values)
+            f"SELECT {key} AS k, {span} AS s, {select}, SUM(CASE WHEN {_STREAMED} THEN completion_tokens ELSE 0 END), "
+            f"SUM(CASE WHEN {_STREAMED} THEN latency_ms - ttft_ms ELSE 0 END) FROM {TABLE} "
+            f"WHERE {where(selection, params)} AND status <> 'rejected' GROUP BY k, s", params.values)
 
-    async def failed() -> list:
-        params = Params(store.dialect)
-        return await store.fetch(
-            f"SELECT {key} AS k, {span} AS s, error_status, COUNT(*) FROM {TABLE} "
-            f"WHERE {where(selection, params)} AND status IN ('error', 'rejected') GROUP BY k, s, error_status",
-            params.values)
-
-    rows, failures, overall = await asyncio.gather(measured(), failed(), percentiles(store, selection))
-    index, width = _index(bucketing)
-    latency, ttft = [Percentiles(0)] * width, [Percentiles(0)] * width
-    rates: list[float | None] = [None] * width
-    for k, s, n_latency, p_latency, n_ttft, p_ttft, tokens, spent in rows:
-        i = index[bucketing.bucket(k, s)]  # one group per bucket: the span tells apart only hours
-        latency[i] = Percentiles(int(n_latency), *p_latency) if n_latency else Percentiles(0)
-        ttft[i] = Percentiles(int(n_ttft), *p_ttft) if n_ttft else Percentiles(0)
-        rates[i] = _rate(int(tokens or 0), float(spent or 0))
-    errors: dict[str, list[int]] = {}
-    for k, s, error_status, n in failures:
-        errors.setdefault(_status(error_status), [0] * width)[index[bucketing.bucket(k, s)]] += int(n)
-    return Timings(latency, ttft, rates, _sorted(errors)), overall
+    rows, overall = await asyncio.gather(grouped(), percentiles(store, selection))
+    out: Scanned = {}
+    for k, s, *measures, tokens, spent in rows:
+        ranked = {}
+        for i, column in enumerate(MEASURED):
+            n, values = int(measures[2 * i]), measures[2 * i + 1]
+            ranked[column] = Percentiles(n, *values) if n else Percentiles(0)
+        out[(int(k), int(s))] = (ranked, int(tokens or 0), float(spent or 0))
+    return out, overall
 
 
-def _status(error_status) -> str:
-    return NO_STATUS if error_status is None else str(error_status)
-
-
-def _sorted(errors: dict[str, list[int]]) -> dict[str, list[int]]:
-    return dict(sorted(errors.items()))
+async def _sqlite(store: UsageStore, selection: Selection,
+                  bucketing: Bucketing) -> tuple[Scanned, dict[str, Percentiles]]:
+    """SQLite has no ordered-set aggregate (and its window functions sort far slower than Python): one pass
+    fetches each record's bucket and measures, Python sorts each bucket's values and the window's."""
+    params = Params(store.dialect)
+    key, span = bucketing.sql(store.dialect)
+    rows = await store.fetch(
+        f"SELECT {key}, {span}, latency_ms, ttft_ms, CASE WHEN {_STREAMED} THEN completion_tokens END FROM {TABLE} "
+        f"WHERE {where(selection, params)} AND status <> 'rejected'", params.values)
+    groups: dict[tuple[int, int], list] = {}
+    for row in rows:
+        groups.setdefault((row[0], row[1]), []).append(row)
+    out: Scanned = {}
+    for (k, s), group in groups.items():
+        streamed = [(r[4], r[2] - r[3]) for r in group if r[4] is not None]
+        out[(int(k), int(s))] = ({c: Percentiles.of([r[2 + i] for r in group]) for i, c in enumerate(MEASURED)},
+                                 sum(t for t, _ in streamed), sum(ms for _, ms in streamed))
+    overall = {c: Percentiles.of([r[2 + i] for r in rows]) for i, c in enumerate(MEASURED)}
+    return out, overall
