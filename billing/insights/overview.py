@@ -5,9 +5,10 @@ bucket, and the totals of the previous period of the same length.
 
 Four queries answer it, run side by side: the sums grouped by (model, key, user) fold into the
 tiles and the three breakdowns; the sums grouped by (time bucket, group) into the series; the
-timings, exact, over the records (billing/insights/timings.py); and the previous period's totals. The sums come from the rollups for the whole days (hours)
-of the window and from the records at its edges (billing/insights/sources.py), through the same
-parts and `where` as the usage API, so every number equals `GET /v1/usage` for the same selection.
+timings, exact, over the records (billing/insights/timings.py); and the previous period's totals.
+The sums come from the rollups for the whole days (hours) of the window and from the records at
+its edges (billing/insights/sources.py), through the same parts and `where` as the usage API, so
+every number equals `GET /v1/usage` for the same selection.
 Keys and users that were deleted since keep their rows: the ledger holds ids, and names come from
 the auth side.
 """

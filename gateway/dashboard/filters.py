@@ -17,17 +17,17 @@ from urllib.parse import urlencode
 import msgspec
 
 from billing.filters import Selection
+from billing.insights.overview import SERIES_GROUPS
 from billing.ledger import Ledger
 from billing.params import (
     FILTER_PARAMS,
     UsageParamError,
+    parse_choice,
     parse_filters,
     parse_granularity,
     parse_instant,
-    parse_choice,
     parse_tz,
 )
-from billing.insights.overview import SERIES_GROUPS
 from billing.records import STATUSES
 from billing.timebuckets import GRANULARITIES, zone
 from billing.usage import UsageQuery

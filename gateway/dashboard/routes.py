@@ -19,8 +19,8 @@ from litestar.static_files import create_static_files_router
 from auth.errors import AuthError
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
-from billing.filters import NO_USER
 from billing.exports.csv import records_csv, statement_csv
+from billing.filters import NO_USER
 from billing.insights.month import month_to_date
 from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking

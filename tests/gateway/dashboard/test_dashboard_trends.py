@@ -58,7 +58,8 @@ async def team(gateway) -> dict:
     for record in records:
         await gateway.ledger.record(record)
     await gateway.ledger.flush(10)
-    return {"id": team, "key": personal["key"], "service_key": service["key"], "service_id": service["id"], "records": records, "now": now}
+    return {"id": team, "key": personal["key"], "service_key": service["key"], "service_id": service["id"],
+            "records": records, "now": now}
 
 
 async def sign_in(page, gateway, key: str) -> None:
