@@ -1,4 +1,4 @@
-"""Hour and day buckets of UTC or of an IANA zone's local clock, right across DST changes.
+"""Hour, day, week and month buckets of UTC or of an IANA zone's local clock, right across DST changes.
 
 The database groups rows by a key computed from each row's time: floor((time + offset) / size),
 where `offset` is the zone's UTC offset in force at that time. The offset changes only at the
@@ -7,6 +7,9 @@ offset with a CASE over the transition instants (none for UTC). A group is then 
 - a local day is one bucket even when a transition cuts it (23 or 25 hours long);
 - a local hour that the clock repeats when it falls back is two buckets (same label, two offsets),
   and the hour the clock skips when it springs forward has no bucket.
+
+Weeks (Monday to Monday) and months are calendar periods of the zone: their edges are the local
+midnights that start them, computed here, and the SQL places a row by a CASE over those edges.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import msgspec
 
 from billing.store.sql import SqlDialect
 
-Granularity = Literal["hour", "day"]
-GRANULARITIES: tuple[str, ...] = ("hour", "day")
+Granularity = Literal["hour", "day", "week", "month"]
+GRANULARITIES: tuple[str, ...] = ("hour", "day", "week", "month")
+CALENDAR = ("week", "month")  # periods of uneven length: bucketed by their edges
 SIZES = {"hour": 3600, "day": 86400}
 _PROBE = 6 * 3600  # zones change offset at most once between probes this far apart
 _LONG_PROBE = 86400  # for windows of years, where probing every 6 h would cost more than the query
@@ -88,13 +92,25 @@ class Bucketing:
     """How one query buckets time: granularity, zone and the window's offset spans."""
 
     def __init__(self, granularity: Granularity, tz_name: str, start: float, end: float) -> None:
-        self.granularity, self.size = granularity, SIZES[granularity]
+        self.granularity = granularity
         self.tz = zone(tz_name)
         self.start, self.end = start, end
-        self.spans = offset_spans(self.tz, start, end)
+        if granularity in CALENDAR:
+            self.size, self.spans = 0, []
+            self.edges = self._calendar_edges()
+        else:
+            self.size, self.edges = SIZES[granularity], []
+            self.spans = offset_spans(self.tz, start, end)
 
     def sql(self, dialect: SqlDialect, column: str = "time") -> tuple[str, str]:
-        """(key, span) expressions over a time column; their values go to `bucket`."""
+        """(key, span) expressions over a time column; their values go to `bucket`. Two rows share a
+        bucket exactly when they share (key, span): the span tells apart only hours (a repeated hour)."""
+        if self.edges:
+            inner = self.edges[1:-1]
+            if not inner:
+                return "0", "0"
+            cases = " ".join(f"WHEN {column} < {edge!r} THEN {i}" for i, edge in enumerate(inner))
+            return f"CASE {cases} ELSE {len(inner)} END", "0"
         if len(self.spans) == 1:
             offset = self.spans[0].offset
             shifted = f"{column} + {offset}" if offset else column
@@ -104,15 +120,23 @@ class Bucketing:
                                for t, s in zip(edges, self.spans, strict=False))
         span_case = " ".join(f"WHEN {column} < {int(t)} THEN {i}" for i, t in enumerate(edges))
         key = dialect.floor_div(f"{column} + CASE {offset_case} ELSE {self.spans[-1].offset} END", self.size)
-        return key, f"CASE {span_case} ELSE {len(edges)} END"
+        span = f"CASE {span_case} ELSE {len(edges)} END" if self.granularity == "hour" else "0"
+        return key, span
 
     def aligned(self, period: int) -> bool:
         """Whether every bucket is made of whole `period`s of UTC (so a rollup of them can fill it)."""
+        if self.edges:
+            return all(edge % period == 0 for edge in self.edges[1:-1])
         return self.size % period == 0 and all(
             s.offset % period == 0 and all(math.isinf(edge) or edge % period == 0 for edge in (s.start, s.end))
             for s in self.spans)
 
     def bucket(self, key: int, span: int) -> Bucket:
+        if self.edges:
+            i = int(key)
+            first = datetime.fromtimestamp(self.edges[i], self.tz).date()
+            label = first.isoformat() if self.granularity == "week" else first.isoformat()[:7]
+            return Bucket(self.edges[i], self.edges[i + 1], label)
         if self.granularity == "day":
             day = _EPOCH_DAY + timedelta(days=int(key))
             return Bucket(self._local_midnight(day), self._local_midnight(day + timedelta(days=1)), day.isoformat())
@@ -124,6 +148,8 @@ class Bucketing:
 
     def all(self) -> list[Bucket]:
         """Every bucket that overlaps the window, in time order (empty ones included)."""
+        if self.edges:
+            return [self.bucket(i, 0) for i in range(len(self.edges) - 1)]
         buckets: dict[str, Bucket] = {}
         for index, s in enumerate(self.spans):
             lo, hi = max(s.start, self.start), min(s.end, self.end)
@@ -139,7 +165,22 @@ class Bucketing:
 
     def count(self) -> int:
         """How many buckets `all()` returns, at most (cheap: no buckets built)."""
+        if self.edges:
+            return len(self.edges) - 1
         return math.ceil((self.end - self.start) / self.size) + len(self.spans) + 1
+
+    def _calendar_edges(self) -> list[float]:
+        """The local midnights starting each week (Monday) or month that overlaps the window, and the one after."""
+        day = datetime.fromtimestamp(self.start, self.tz).date()
+        day = day - timedelta(days=day.weekday()) if self.granularity == "week" else day.replace(day=1)
+        edges = [self._local_midnight(day)]
+        while edges[-1] < self.end or len(edges) < 2:
+            if self.granularity == "week":
+                day += timedelta(days=7)
+            else:
+                day = date(day.year + day.month // 12, day.month % 12 + 1, 1)
+            edges.append(self._local_midnight(day))
+        return edges
 
     def _local_midnight(self, day: date) -> float:
         # fold=0: a midnight the clock skips maps to the transition itself, the first instant of the day

@@ -1,11 +1,14 @@
-"""One view's overview, as the dashboard shows it: tiles, time series stacked by model, breakdowns
-by model, key and user, 429 rejections and cold-start waits over time.
+"""One view's overview, as the dashboard shows it: tiles, time series stacked by a chosen group
+(model, key, user, dialect, endpoint or adapter), breakdowns by model, key and user, 429 rejections
+and cold-start waits over time, latency, time to first token, output speed and errors by status per
+bucket, and the totals of the previous period of the same length.
 
-Three queries answer it, run side by side: the sums grouped by (model, key, user) fold into the
-tiles and the three breakdowns; the sums grouped by (time bucket, model) into the series; and the
-percentiles, exact, over the records. The sums come from the rollups for the whole days (hours)
-of the window and from the records at its edges (billing/insights/sources.py), through the same
-parts and `where` as the usage API, so every number equals `GET /v1/usage` for the same selection.
+Four queries answer it, run side by side: the sums grouped by (model, key, user) fold into the
+tiles and the three breakdowns; the sums grouped by (time bucket, group) into the series; the
+timings, exact, over the records (billing/insights/timings.py); and the previous period's totals.
+The sums come from the rollups for the whole days (hours) of the window and from the records at
+its edges (billing/insights/sources.py), through the same parts and `where` as the usage API, so
+every number equals `GET /v1/usage` for the same selection.
 Keys and users that were deleted since keep their rows: the ledger holds ids, and names come from
 the auth side.
 """
@@ -18,20 +21,25 @@ import msgspec
 
 from billing.filters import Filters, Selection
 from billing.insights.aggregate import group_key
-from billing.insights.percentiles import Percentiles, percentiles
+from billing.insights.percentiles import Percentiles
 from billing.insights.sources import Source, fetch_parts, for_buckets, for_totals
 from billing.insights.sums import Sums, ranked
+from billing.insights.timings import Timings, timings
 from billing.store.base import UsageStore
 from billing.store.sql import Params
 from billing.timebuckets import Bucket, Bucketing, Granularity
 
 MAX_BUCKETS = 10_000  # a series longer than this is no chart: ask for days instead of hours
+# what the series may be split by -> the records' column (a fixed whitelist, never user text in SQL);
+# "endpoint" is the API route called (/v1/chat/completions, ...)
+SERIES_GROUPS = {"model": "model", "key": "key_id", "user": "user_id", "dialect": "dialect", "endpoint": "route",
+                 "adapter": "adapter"}
 
 
-class ModelSeries(msgspec.Struct):
-    """One model's share of every bucket (lists aligned with `Series.buckets`)."""
+class GroupSeries(msgspec.Struct):
+    """One group's share of every bucket (lists aligned with `Series.buckets`)."""
 
-    model: str
+    key: str  # the model, key id, user id ("-": service keys), dialect, route or adapter ("-": base model)
     requests: list[int]
     prompt_tokens: list[int]
     completion_tokens: list[int]
@@ -43,7 +51,8 @@ class Series(msgspec.Struct):
     granularity: str
     tz: str
     buckets: list[Bucket]  # every bucket of the window, empty ones too
-    by_model: list[ModelSeries]  # sorted by model name
+    group_by: str  # a key of SERIES_GROUPS
+    by_group: list[GroupSeries]  # sorted by key
     rate_limited: list[int]  # requests answered 429, per bucket
     cold_starts: list[int]  # requests that waited for their endpoint to wake
     cold_start_ms_total: list[float]  # their summed wait (mean = total / cold_starts)
@@ -63,6 +72,8 @@ class Overview(msgspec.Struct):
     by_model: list[Sums]  # each sorted by cost, then requests, descending; then key
     by_key: list[Sums]
     by_user: list[Sums]  # key NO_USER ("-") for requests made with service keys
+    timings: Timings  # per bucket, aligned with series.buckets
+    previous: Sums  # the same filters over the period of the same length just before the window
 
 
 def bucketing_for(selection: Selection, granularity: Granularity, tz: str) -> Bucketing:
@@ -73,13 +84,29 @@ def bucketing_for(selection: Selection, granularity: Granularity, tz: str) -> Bu
     return bucketing
 
 
+def previous_period(selection: Selection) -> Selection:
+    """The window of the same length that ends where this one starts."""
+    return msgspec.structs.replace(selection, start=2 * selection.start - selection.end, end=selection.start)
+
+
 async def overview(store: UsageStore, selection: Selection, granularity: Granularity = "day",
-                   tz: str = "UTC") -> Overview:
+                   tz: str = "UTC", group_by: str = "model") -> Overview:
     bucketing = bucketing_for(selection, granularity, tz)
-    (totals, by_model, by_key, by_user), series, measured = await asyncio.gather(
-        _breakdowns(store, selection), _series(store, selection, bucketing), percentiles(store, selection))
+    (totals, by_model, by_key, by_user), series, (timed, measured), previous = await asyncio.gather(
+        _breakdowns(store, selection), _series(store, selection, bucketing, group_by),
+        timings(store, selection, bucketing), totals_of(store, previous_period(selection)))
     return Overview(selection.team_id, selection.start, selection.end, selection.filters, totals, totals.error_rate,
-                    measured["latency_ms"], measured["ttft_ms"], series, by_model, by_key, by_user)
+                    measured["latency_ms"], measured["ttft_ms"], series, by_model, by_key, by_user, timed, previous)
+
+
+async def totals_of(store: UsageStore, selection: Selection) -> Sums:
+    def statement(source: Source, part: Selection, params: Params) -> str:
+        return f"SELECT {source.sums()} FROM {source.table} WHERE {source.where(part, params)}"
+
+    totals = Sums("total")
+    for values in await fetch_parts(store, for_totals(selection), statement):
+        totals.add(Sums.of("total", values))
+    return totals
 
 
 async def _breakdowns(store: UsageStore, selection: Selection) -> tuple[Sums, list[Sums], list[Sums], list[Sums]]:
@@ -98,24 +125,27 @@ async def _breakdowns(store: UsageStore, selection: Selection) -> tuple[Sums, li
     return totals, ranked(models.values()), ranked(keys.values()), ranked(users.values())
 
 
-async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing) -> Series:
+async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing, group_by: str) -> Series:
+    column = SERIES_GROUPS[group_by]
+
     def statement(source: Source, part: Selection, params: Params) -> str:
         key, span = bucketing.sql(store.dialect, source.time_column)
-        return (f"SELECT {key} AS k, {span} AS s, model, {source.series()} FROM {source.table} "
-                f"WHERE {source.where(part, params)} GROUP BY k, s, model")
+        return (f"SELECT {key} AS k, {span} AS s, {column} AS g, {source.series()} FROM {source.table} "
+                f"WHERE {source.where(part, params)} GROUP BY k, s, g")
 
-    rows = await fetch_parts(store, for_buckets(selection, bucketing), statement)
+    rows = await fetch_parts(store, for_buckets(selection, bucketing, column), statement)
     buckets = bucketing.all()
     index = {b: i for i, b in enumerate(buckets)}
     width = len(buckets)
-    models: dict[str, ModelSeries] = {}
+    groups: dict[str, GroupSeries] = {}
     rate_limited, cold, cold_total = [0] * width, [0] * width, [0.0] * width
     cold_max: list[float | None] = [None] * width
-    for k, s, model, requests, prompt, completion, compute, cost, limited, waits, waited, longest in rows:
+    for k, s, g, requests, prompt, completion, compute, cost, limited, waits, waited, longest in rows:
         i = index[bucketing.bucket(k, s)]
-        m = models.get(model)
+        name = group_key(g)
+        m = groups.get(name)
         if m is None:
-            m = models[model] = ModelSeries(model, *([0] * width for _ in range(5)))
+            m = groups[name] = GroupSeries(name, *([0] * width for _ in range(5)))
         for values, amount in ((m.requests, requests), (m.prompt_tokens, prompt), (m.completion_tokens, completion),
                                (m.compute_tokens, compute), (m.cost_micros, cost)):
             values[i] += int(amount)
@@ -124,5 +154,5 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing)
             cold[i] += int(waits)
             cold_total[i] += float(waited)
             cold_max[i] = max(float(longest), cold_max[i] or 0.0)
-    return Series(bucketing.granularity, bucketing.tz.key, buckets, [models[m] for m in sorted(models)],
+    return Series(bucketing.granularity, bucketing.tz.key, buckets, group_by, [groups[g] for g in sorted(groups)],
                   rate_limited, cold, cold_total, cold_max)

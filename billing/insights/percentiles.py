@@ -13,7 +13,7 @@ from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
 from billing.store.sql import Params
 
-FRACTIONS = (0.5, 0.95)
+FRACTIONS = (0.5, 0.95, 0.99)
 MEASURED = ("latency_ms", "ttft_ms")
 
 
@@ -21,6 +21,13 @@ class Percentiles(msgspec.Struct):
     samples: int  # requests with a value
     p50: float | None = None  # None without samples
     p95: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Percentiles:
+        """Of unsorted values (None values skipped)."""
+        ordered = sorted(v for v in values if v is not None)
+        return cls(len(ordered), *(nearest_rank(ordered, f) for f in FRACTIONS)) if ordered else cls(0)
 
 
 def nearest_rank(ordered: list[float], fraction: float) -> float:
@@ -28,7 +35,7 @@ def nearest_rank(ordered: list[float], fraction: float) -> float:
 
 
 async def percentiles(store: UsageStore, selection: Selection) -> dict[str, Percentiles]:
-    """p50 and p95 of latency and time to first token, over the view's requests that reached a
+    """p50, p95 and p99 of latency and time to first token, over the view's requests that reached a
     worker (a rejection's latency is the gateway's refusal, not a generation's)."""
     params = Params(store.dialect)
     condition = f"{where(selection, params)} AND status <> 'rejected'"
@@ -43,9 +50,4 @@ async def percentiles(store: UsageStore, selection: Selection) -> dict[str, Perc
         return out
     # SQLite has no ordered-set aggregates: one pass fetches both columns, Python sorts them
     rows = await store.fetch(f"SELECT {', '.join(MEASURED)} FROM {TABLE} WHERE {condition}", params.values)
-    out = {}
-    for i, column in enumerate(MEASURED):
-        ordered = sorted(r[i] for r in rows if r[i] is not None)
-        out[column] = Percentiles(len(ordered), *(nearest_rank(ordered, f) for f in FRACTIONS)) if ordered \
-            else Percentiles(0)
-    return out
+    return {column: Percentiles.of([r[i] for r in rows]) for i, column in enumerate(MEASURED)}

@@ -47,14 +47,14 @@ class Source:
     def output_tokens(self, dialect: SqlDialect) -> str:
         return self.output.format(greatest=dialect.greatest("compute_tokens", "completion_tokens"))
 
-    def usable(self, selection: Selection, bucketing: Bucketing | None = None) -> bool:
-        """Whether this source can answer the selection (and bucket it) exactly."""
-        if any(column not in self.dims for column, _ in selection.filters.columns()):
+    def usable(self, selection: Selection, bucketing: Bucketing | None = None, grouped: tuple[str, ...] = ()) -> bool:
+        """Whether this source can answer the selection (bucket it, and group it by the `grouped` columns) exactly."""
+        if any(column not in self.dims for column in [*(c for c, _ in selection.filters.columns()), *grouped]):
             return False
         return bucketing is None or self.period == 0 or bucketing.aligned(self.period)
 
 
-_ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "adapter"})
+_ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "error_status", "adapter"})
 RAW = Source(TABLE, "time", 0, _ALL_DIMS, count="COUNT(*)", null_user="user_id IS NULL",
              rate_limited="SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)",
              cold=("COUNT(cold_start_ms)", "COALESCE(SUM(cold_start_ms), 0)", "COALESCE(MAX(cold_start_ms), 0)"),
@@ -85,10 +85,11 @@ def for_totals(selection: Selection) -> list[tuple[Source, Selection]]:
     return split(selection, DAILY_ROLLUP)
 
 
-def for_buckets(selection: Selection, bucketing: Bucketing) -> list[tuple[Source, Selection]]:
-    """Parts for sums grouped by `bucketing`'s buckets: the coarsest rollup whose periods fit them."""
+def for_buckets(selection: Selection, bucketing: Bucketing, *grouped: str) -> list[tuple[Source, Selection]]:
+    """Parts for sums grouped by `bucketing`'s buckets (and the `grouped` columns): the coarsest rollup whose
+    periods fit them and that holds those columns."""
     for source in (DAILY_ROLLUP, HOURLY_ROLLUP):
-        if source.usable(selection, bucketing):
+        if source.usable(selection, bucketing, grouped):
             return split(selection, source)
     return [(RAW, selection)]
 

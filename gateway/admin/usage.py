@@ -3,7 +3,8 @@
 - `GET /v1/usage`, `GET /admin/usage` (+ `format=csv`): sums grouped by day, hour, model, key, user,
   dialect, status, LoRA adapter (`-`: the base model) (or team, admin), for a window and filters.
 - `GET /v1/usage/overview`, `GET /admin/usage/overview` (optional `team_id`): the dashboard's
-  overview (billing/insights/overview.py) as JSON; `granularity` hour or day, `tz` for local time.
+  overview (billing/insights/overview.py) as JSON; `granularity` hour, day, week or month, `tz` for
+  local time, `series_by` model, key, user, dialect, endpoint or adapter (what the series are split by).
 - `GET /admin/usage/teams`: every team's sums over the window, biggest spender first.
 - `GET /v1/usage/requests`: the caller's team's latest requests, newest first, a page at a time.
 - `GET /admin/usage/records`: raw priced records of any team, oldest first, a page at a time
@@ -31,7 +32,7 @@ from litestar.response import Stream
 from litestar.types import Guard
 
 from billing.exports.csv import records_csv, report_csv, statement_csv
-from billing.insights.overview import overview
+from billing.insights.overview import SERIES_GROUPS, overview
 from billing.insights.ranking import team_ranking
 from billing.insights.requests import page
 from billing.ledger import Ledger
@@ -115,7 +116,8 @@ async def _overview(ledger: Ledger, request: Request, team_id: str | None) -> Re
     q = request.query_params
     selection = parse_selection(q, team_id)
     tz = parse_tz(q)
-    return Response(await overview(ledger.store, selection, parse_granularity(q, selection, tz), tz))
+    series_by = parse_choice(q, "series_by", tuple(SERIES_GROUPS), "model")
+    return Response(await overview(ledger.store, selection, parse_granularity(q, selection, tz), tz, series_by))
 
 
 async def _statement(ledger: Ledger, request: Request, team_id: str) -> Response:

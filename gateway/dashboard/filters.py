@@ -2,6 +2,9 @@
 usage filters, read by the usage API's own parsers so a page and `GET /v1/usage` agree on every value; and
 the query string that reproduces the view (links, the team switcher, CSV).
 
+`group_by` (model, key, user, dialect, endpoint, adapter) splits the over-time charts; `granularity` buckets
+them by hour, day, week (from Monday) or month, in the zone.
+
 The zone (`tz`, UTC unless the local-time toggle put the browser's there) places the buckets, the times
 shown and the days of a custom range: `start=2026-11-20` in Asia/Kolkata is that day's local midnight."""
 
@@ -14,10 +17,12 @@ from urllib.parse import urlencode
 import msgspec
 
 from billing.filters import Selection
+from billing.insights.overview import SERIES_GROUPS
 from billing.ledger import Ledger
 from billing.params import (
     FILTER_PARAMS,
     UsageParamError,
+    parse_choice,
     parse_filters,
     parse_granularity,
     parse_instant,
@@ -30,19 +35,23 @@ from billing.usage import UsageQuery
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 DEFAULT_RANGE = "7d"
 CUSTOM = "custom"
-VIEW_PARAMS = ("range", "start", "end", "tz", "granularity", *FILTER_PARAMS)
+VIEW_PARAMS = ("range", "start", "end", "tz", "granularity", "group_by", *FILTER_PARAMS)
+GROUPS = tuple(SERIES_GROUPS)
+DEFAULT_GROUP = "model"
 MAX_CHOICES = 200  # a select of more would not be read; the URL still takes any value
 
 
 class Choices(msgspec.Struct, frozen=True):
-    """What the filter form offers: the models, keys and dialects the team used in the window (whatever the
-    filters), the statuses a record can have, and the buckets."""
+    """What the filter form offers: the models, keys, users and dialects the team used in the window (whatever
+    the filters), the statuses a record can have, the buckets and the groups of the charts."""
 
     models: list[str]
     key_ids: list[str]
+    user_ids: list[str]  # "-": service keys
     dialects: list[str]
     statuses: tuple[str, ...] = STATUSES
     granularities: tuple[str, ...] = GRANULARITIES
+    groups: tuple[str, ...] = GROUPS
 
 
 async def filter_choices(ledger: Ledger, view: View) -> Choices:
@@ -53,7 +62,7 @@ async def filter_choices(ledger: Ledger, view: View) -> Choices:
         busiest = sorted(report.rows, key=lambda row: -row.requests)[:MAX_CHOICES]
         return sorted(row.key for row in busiest)
 
-    return Choices(*await asyncio.gather(used("model"), used("key"), used("dialect")))
+    return Choices(*await asyncio.gather(used("model"), used("key"), used("user"), used("dialect")))
 
 
 class View(msgspec.Struct, frozen=True):
@@ -65,6 +74,7 @@ class View(msgspec.Struct, frozen=True):
     granularity: str
     params: list[tuple[str, str]]  # the view's own query parameters, team excluded, in URL order
     problem: UsageParamError | None = None
+    group_by: str = DEFAULT_GROUP  # what the over-time charts are split by
 
     def query(self, **changes: str) -> str:
         """The query string of this view with `changes` applied (an empty value drops the parameter)."""
@@ -93,7 +103,8 @@ def read_view(query, team_id: str | None, now: datetime | None = None) -> View:
         raise UsageParamError("range", f"range must be one of {', '.join([*RANGES, CUSTOM])}; got {chosen!r}")
     selection = Selection(start.timestamp(), end.timestamp(), team_id, parse_filters(query))
     granularity = parse_granularity(query, selection, tz)
-    return View(chosen, selection, tz, granularity, _params(query))
+    group_by = parse_choice(query, "group_by", GROUPS, DEFAULT_GROUP)
+    return View(chosen, selection, tz, granularity, _params(query), group_by=group_by)
 
 
 def _params(query) -> list[tuple[str, str]]:

@@ -1,5 +1,9 @@
 """How the dashboard's templates show numbers: counts with separators, money from micro-units, times in
-the view's zone, and the series as table rows (every chart has a table)."""
+the view's zone, and the series as table rows (every chart has a table).
+
+Numbers are written in English here and carry their value (`data-n`, `data-money`): dashboard.js rewrites
+them in the browser's locale (`Intl.NumberFormat` with the browser's language, the one it sends as
+Accept-Language first), so a reader in Germany sees "1.234.567" and "1.234,57 $"."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 from markupsafe import Markup, escape
 
-from billing.insights.overview import Series
+from billing.insights.overview import Overview, Series
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
 
@@ -31,8 +35,8 @@ class SeriesRow(msgspec.Struct):
     cold_wait_max_ms: float | None
 
 
-def count(value: int) -> str:
-    return f"{value:,}"
+def count(value: int) -> Markup:
+    return Markup(f'<span data-n="{int(value)}">{value:,}</span>')
 
 
 def money(micros: int) -> Markup:
@@ -42,11 +46,42 @@ def money(micros: int) -> Markup:
         shown = "<$0.01"
     else:
         shown = f"${Decimal(exact).quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
-    return Markup(f'<span class="money" title="${exact}">{escape(shown)}</span>')
+    return Markup(f'<span class="money" title="${exact}" data-money="{exact}">{escape(shown)}</span>')
 
 
-def ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.0f} ms"
+def ms(value: float | None) -> Markup:
+    return Markup("–") if value is None else Markup(f'<span data-n="{round(value)}">{value:,.0f}</span> ms')
+
+
+def rate(value: float | None) -> Markup:
+    """Tokens per second, to a tenth."""
+    return Markup("–") if value is None else Markup(f'<span data-n="{value:.1f}" data-digits="1">{value:,.1f}</span>')
+
+
+def change(current: float, previous: float) -> str:
+    """The change from the previous period, as a signed percentage ("+12.5 %"), or why there is none."""
+    if previous == 0:
+        return "new" if current else "no change"
+    return f"{(current - previous) / previous * 100:+.1f} %"
+
+
+class Comparison(msgspec.Struct):
+    """A tile's number now and in the previous period of the same length."""
+
+    name: str
+    previous: float
+    change: str
+
+
+def comparisons(o: Overview) -> list[Comparison]:
+    """The tiles compared with the previous period: requests, tokens, cost, failed requests."""
+    def pair(name: str, now: float, before: float) -> Comparison:
+        return Comparison(name, before, change(now, before))
+
+    t, p = o.totals, o.previous
+    return [pair("requests", t.requests, p.requests),
+            pair("tokens", t.prompt_tokens + t.completion_tokens, p.prompt_tokens + p.completion_tokens),
+            pair("cost", t.cost_micros, p.cost_micros), pair("errors", t.errors + t.rejected, p.errors + p.rejected)]
 
 
 def when(unix: float, tz: str, *, seconds: bool = False) -> str:
@@ -58,7 +93,7 @@ def series_rows(series: Series) -> list[SeriesRow]:
     """One row per bucket, summed over the models."""
     rows = []
     for i, bucket in enumerate(series.buckets):
-        models = series.by_model
+        models = series.by_group
         rows.append(SeriesRow(bucket.label, sum(m.requests[i] for m in models),
                               sum(m.prompt_tokens[i] + m.completion_tokens[i] for m in models),
                               sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.cold_starts[i],
@@ -84,18 +119,27 @@ def cold_starts(series: Series) -> ColdStarts:
                       max(longest) if longest else None)
 
 
-def _by_model(series: Series, per_model) -> list[dict]:
-    """Per model, its own value in each bucket: the browser stacks them for the fills, and the legend reads
-    each model's own."""
-    return [{"label": m.model, "values": per_model(m)} for m in series.by_model]
+def _by_group(series: Series, per_group) -> list[dict]:
+    """Per group, its own value in each bucket: the browser stacks them for the fills, and the legend reads
+    each group's own."""
+    return [{"label": m.key, "values": per_group(m)} for m in series.by_group]
 
 
-def chart_data(series: Series) -> dict:
-    """What the charts draw; the table under them holds the same numbers."""
+def _percentiles(per_bucket) -> list[dict]:
+    return [{"label": name, "values": [getattr(p, name) for p in per_bucket]} for name in ("p50", "p95", "p99")]
+
+
+def chart_data(o: Overview) -> dict:
+    """What the charts draw; the tables under them hold the same numbers."""
+    series, timed = o.series, o.timings
     return {"x": [b.start for b in series.buckets], "tz": series.tz,
-            "tokens": _by_model(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
+            "requests": _by_group(series, lambda m: m.requests),
+            "errors": [{"label": status, "values": values} for status, values in timed.errors_by_status.items()],
+            "latency": _percentiles(timed.latency_ms), "ttft": _percentiles(timed.ttft_ms),
+            "speed": [{"label": "output tokens/s", "values": timed.output_tokens_per_s}],
+            "tokens": _by_group(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
                                                                            strict=True)]),
-            "cost": _by_model(series, lambda m: [c / 1e6 for c in m.cost_micros]),
+            "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros]),
             "events": [{"label": "429 rejections", "values": series.rate_limited},
                        {"label": "cold starts", "values": series.cold_starts}],
             "waits": [{"label": "mean cold-start wait (ms)",
@@ -110,9 +154,9 @@ def request_value(view, name: str) -> str:
 
 def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
-    env.filters.update(count=count, money=money, ms=ms, when=when)
+    env.filters.update(count=count, money=money, ms=ms, rate=rate, when=when)
     env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data,
-                       cold_starts=cold_starts)
+                       cold_starts=cold_starts, comparisons=comparisons)
 
 
 def template_config() -> TemplateConfig:

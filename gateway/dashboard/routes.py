@@ -20,6 +20,7 @@ from auth.errors import AuthError
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from billing.exports.csv import records_csv, statement_csv
+from billing.filters import NO_USER
 from billing.insights.month import month_to_date
 from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking
@@ -107,7 +108,7 @@ async def _page(name: str, session: Session, scope: DashboardScope, view: View, 
     """A page of a team's view: the bar (team switcher, sign-out form) and the filter form (with the models,
     keys and dialects the window saw to choose from) need these."""
     choices = await filter_choices(ledger, view)
-    key_names = await _labels(auth, choices.key_ids, [])
+    key_names = {**await _labels(auth, choices.key_ids, choices.user_ids), NO_USER: "service keys (no user)"}
     return Template(f"{name}.html.j2", context={"page": name, "session": session, "scope": scope, "view": view,
                                                 "ranges": RANGES, "choices": choices, "key_names": key_names,
                                                 **context})
@@ -127,7 +128,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     view = read_view_or_problem(request.query_params, scope.team.id)
     if view.problem is not None:
         return await _refused("overview", session, scope, view, auth, ledger)
-    result = await overview(ledger.store, view.selection, view.granularity, view.tz)
+    result = await overview(ledger.store, view.selection, view.granularity, view.tz, view.group_by)
     team = await auth.directory.team(scope.team.id)
     budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
     month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)

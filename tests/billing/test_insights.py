@@ -88,7 +88,7 @@ async def check_overview(ledger, client, entries, selection):
     series = {}
     for i, bucket in enumerate(view.series.buckets):
         per_model = [(m.requests[i], m.prompt_tokens[i], m.completion_tokens[i], m.compute_tokens[i], m.cost_micros[i])
-                     for m in view.series.by_model]
+                     for m in view.series.by_group]
         total = tuple(map(sum, zip(*per_model, strict=True))) if per_model else (0,) * 5
         if total[0]:
             series[bucket.label] = total
@@ -145,7 +145,7 @@ async def test_hourly_series_in_a_zone_equals_the_records(ledger, entries):
     rows = selected(entries, Selection(start, end, "team-a"))
     got = {}
     for i, bucket in enumerate(view.series.buckets):
-        n = sum(m.requests[i] for m in view.series.by_model)
+        n = sum(m.requests[i] for m in view.series.by_group)
         if n:
             got[bucket.label] = n
         assert bucket.end - bucket.start == 3600
@@ -199,7 +199,7 @@ async def test_overview_and_ranking_over_http(ledger, entries):
                                   headers=auth("a"))).json()
         refused = [await client.get(path, params=p, headers=auth(who)) for path, p, who in (
             ("/v1/usage/overview", {"start": "2025-01-01", "end": "2026-12-31", "granularity": "hour"}, "a"),
-            ("/v1/usage/overview", {"granularity": "week"}, "a"),
+            ("/v1/usage/overview", {"granularity": "fortnight"}, "a"),
             ("/v1/usage/overview", {"tz": "Nowhere/Land"}, "a"),
             ("/admin/usage/teams", {"start": "tomorrow"}, "root"))]
         forbidden = await client.get("/admin/usage/overview", headers=auth("a"))

@@ -85,6 +85,22 @@ function drawCharts(root) {
   });
 }
 
+// Numbers in the reader's locale: the browser's own (its language, the first it sends as Accept-Language).
+// The server writes them in English with their value beside (data-n, data-money); a cent that rounds to
+// nothing keeps its "<$0.01".
+function localizeNumbers(root) {
+  const money = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD"});
+  root.querySelectorAll("[data-n]").forEach((el) => {
+    const digits = Number(el.dataset.digits || 0);
+    const format = new Intl.NumberFormat(undefined, {minimumFractionDigits: digits, maximumFractionDigits: digits});
+    el.textContent = format.format(Number(el.dataset.n));
+  });
+  root.querySelectorAll("[data-money]").forEach((el) => {
+    const amount = Number(el.dataset.money);
+    if (amount === 0 || Math.abs(amount) >= 0.01) el.textContent = money.format(amount);
+  });
+}
+
 // The zone toggle: the browser's own zone (or back to UTC) goes into the URL's tz, and the view reloads in it.
 function setZone(button) {
   const zone = button.dataset.zone || Intl.DateTimeFormat().resolvedOptions().timeZone;
@@ -115,5 +131,7 @@ function replaceHistoryEntry() {
   if (marked) history.replaceState(null, "", marked.dataset.replaceUrl);
 }
 
-document.addEventListener("DOMContentLoaded", () => { replaceHistoryEntry(); drawCharts(document); });
-document.addEventListener("htmx:afterSettle", () => drawCharts(document));
+document.addEventListener("DOMContentLoaded", () => {
+  replaceHistoryEntry(); localizeNumbers(document); drawCharts(document);
+});
+document.addEventListener("htmx:afterSettle", () => { localizeNumbers(document); drawCharts(document); });
