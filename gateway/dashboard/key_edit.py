@@ -13,6 +13,7 @@ from litestar import Request, Response, get, post
 from litestar.response import Redirect, Template
 
 from auth.errors import RequestError
+from auth.keys import display_prefix
 from auth.models import MAX_KEY_MODELS, EditKey, KeyRecord, Limits
 from auth.policy import LIMIT_FIELDS
 from auth.service import AuthService
@@ -80,9 +81,9 @@ async def _form(auth: AuthService, session: Session, scope: DashboardScope, key:
                 errors: dict[str, str] | None = None, status: int = 200) -> Template:
     team = await auth.directory.team(key.team_id)
     return Template("key_edit.html.j2", status_code=status, context={
-        "session": session, "scope": scope, "page": "keys", "key": key, "values": values, "errors": errors or {},
-        "limit_fields": LIMIT_FIELDS, "form_fields": ("name", "models", *LIMIT_FIELDS),
-        "grants": key.user_id is None or scope.is_admin,
+        "session": session, "scope": scope, "page": "keys", "key": key, "key_prefix": display_prefix(key.id),
+        "values": values, "errors": errors or {}, "limit_fields": LIMIT_FIELDS,
+        "form_fields": ("name", "models", *LIMIT_FIELDS), "grants": key.user_id is None or scope.is_admin,
         "team_limits": team.limits if team is not None and team.limits is not None else Limits()})
 
 
