@@ -268,6 +268,11 @@ class AdminOps:
     async def audit(self, limit: int = 100, before: str | None = None) -> list[AuditOut]:
         return (await self.audit_page(max(1, min(limit, paging.MAX_LIMIT)), before)).data
 
+    async def team_audit_page(self, team_id: str, limit: int, before: str | None = None) -> PageOut:
+        """The entries about one team (its owners' read-only view, gateway/dashboard/team_pages.py)."""
+        rows = await self._store.list_team_audit(team_id, limit + 1, before)
+        return paging.page("audit", rows, limit, lambda e: (0.0, e.id), views.audit_out)
+
     async def audit_page(self, limit: int, before: str | None = None) -> PageOut:
         """Newest first: `before` is the id of the last entry seen (a cursor's position)."""
         rows = await self._store.list_audit(limit + 1, before)

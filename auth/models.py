@@ -125,6 +125,20 @@ class CreateTeamKey(msgspec.Struct, forbid_unknown_fields=True):
     limits: Limits | None = None  # the team's limits apply as well: a key's limits only narrow them
 
 
+ModelName = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^\S+$")]
+MAX_KEY_MODELS = 32
+
+
+class EditKey(msgspec.Struct, forbid_unknown_fields=True):
+    """`PATCH /v1/team/keys/{id}` (and the dashboard's edit form): a key's name, model allow-list (empty: every
+    model) and limits (null: the team's only); a field left out stays as it is. auth/policy.py bounds who may
+    change what, and to how much."""
+
+    name: Name | UnsetType = UNSET
+    models: Annotated[list[ModelName], Meta(max_length=MAX_KEY_MODELS)] | UnsetType = UNSET
+    limits: Limits | None | UnsetType = UNSET
+
+
 class BlockKey(msgspec.Struct, forbid_unknown_fields=True):
     """`POST /v1/team/keys/{id}/block`: the body may be left out."""
 

@@ -17,6 +17,9 @@ owner a member (or owner) of the user's other teams. Hence:
   user's personal key they may only block *in this team* (auth/team_keys.py), which leaves that user's other
   teams untouched.
 - Admin keys are the operator's: owners never see or touch them.
+- Editing a key (`edit`: its name, limits, model allow-list) follows rotate: the team's service keys and the
+  owner's own personal key. A personal key's grants (limits, models) are the operator's, so an owner only renames
+  it; a service key's limits never exceed the team's own, which only the operator sets (`grants_refusal`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from typing import Literal
 import msgspec
 
 from auth.errors import AuthError
-from auth.models import KeyRecord
+from auth.models import KeyRecord, Limits
 
-Action = Literal["create", "rotate", "revoke", "block", "unblock"]
-KEY_ACTIONS: tuple[Action, ...] = ("rotate", "revoke", "block", "unblock")
+Action = Literal["create", "rotate", "revoke", "block", "unblock", "edit"]
+KEY_ACTIONS: tuple[Action, ...] = ("rotate", "revoke", "block", "unblock", "edit")
 ADMIN, SERVICE, OWNER = "admin", "service", "owner"
 
 
@@ -91,6 +94,25 @@ def refusal(manager: Manager, action: Action, key_user_id: str | None) -> str | 
             "teams. Block it in this team instead.")
 
 
+LIMIT_FIELDS = ("rpm", "tpm", "max_concurrency", "monthly_token_budget")
+
+
+def grants_refusal(manager: Manager, key_user_id: str | None, team_limits: Limits | None,
+                   limits: Limits | None) -> tuple[str, str] | None:
+    """(field, why) when `manager` may not give a key of user `key_user_id` new limits or models: an owner sets
+    them on service keys only, each limit at most the team's own (the operator's cap). None when allowed."""
+    if manager.is_admin:
+        return None
+    if key_user_id is not None:
+        return "limits", "A personal key's limits and models are set by the operator; an owner only renames it."
+    for name in LIMIT_FIELDS:
+        value = getattr(limits, name) if limits is not None else None
+        cap = getattr(team_limits, name) if team_limits is not None else None
+        if value is not None and cap is not None and value > cap:
+            return name, f"{name} may be at most the team's own limit, {cap:,}."
+    return None
+
+
 def check(manager: Manager, action: Action, key_user_id: str | None) -> None:
     """Raise 403 (`permission_denied`, saying why) unless `manager` may do `action`."""
     reason = refusal(manager, action, key_user_id)
@@ -101,7 +123,7 @@ def check(manager: Manager, action: Action, key_user_id: str | None) -> None:
 def allowed_actions(manager: Manager, key: KeyRecord, *, live: bool, blocked: bool | None) -> tuple[Action, ...]:
     """What `manager` may do to `key` now (the dashboard offers exactly these). `blocked`: whether the key is
     blocked in the team on screen; None when no one team is on screen (the operator's list of every key)."""
-    offered = (["rotate"] if live and not key.replaced_by else []) + (["revoke"] if live else [])
+    offered = (["rotate"] if live and not key.replaced_by else []) + (["revoke", "edit"] if live else [])
     if blocked is not None and (live or blocked):
         offered.append("unblock" if blocked else "block")
     return tuple(action for action in offered if refusal(manager, action, key.user_id) is None)

@@ -17,9 +17,9 @@ from auth import views
 from auth.admin import Actor, AdminOps, audit_entry
 from auth.clock import now
 from auth.errors import RequestError
-from auth.models import CreateKey, CreateTeamKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
+from auth.models import CreateKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
 from auth.paging import Position
-from auth.policy import Action, Manager, allowed_actions, check, check_manages
+from auth.policy import Action, Manager, allowed_actions, check, check_manages, grants_refusal
 from auth.store import Store
 
 
@@ -93,6 +93,32 @@ class TeamKeys:
     async def revoke(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str) -> KeyOut:
         await self.may(manager, team_id, key_id, "revoke")
         return await self._admin.revoke_key(actor, key_id, via_team=team_id)
+
+    async def edit(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str, body: EditKey) -> KeyOut:
+        """Rename a key, or set its limits and model allow-list, under auth/policy.py (`edit`, then the grants
+        rule: an owner's service key stays within the team's own limits); audited with what changed."""
+        key = await self.may(manager, team_id, key_id, "edit")
+        if not key.is_live(now()):
+            raise RequestError(409, "key_inactive", f"Key {key_id!r} is revoked or expired.", "key_id")
+        name = key.name if body.name is msgspec.UNSET else body.name.strip()
+        models = key.models if body.models is msgspec.UNSET else tuple(dict.fromkeys(body.models))
+        limits = key.limits if body.limits is msgspec.UNSET else body.limits
+        changed = {field: value for field, value, old in (("name", name, key.name), ("models", list(models),
+                   list(key.models)), ("limits", limits, key.limits)) if value != old}
+        if "models" in changed or "limits" in changed:
+            team = await self._store.get_team(key.team_id)
+            refused = grants_refusal(manager, key.user_id, team.limits if team is not None else None, limits)
+            if refused is not None:
+                raise RequestError(403, "permission_denied", refused[1], refused[0])
+        if changed:
+            async with self._store.transaction() as tx:
+                await tx.edit_key(key_id, name, models, limits)
+                detail = {**changed, "team_id": team_id or key.team_id}
+                if "limits" in detail:
+                    detail["limits"] = msgspec.to_builtins(limits)
+                await tx.insert_audit(audit_entry(actor, "keys.edit", key_id, detail))
+            self._forget(key=key_id)
+        return views.key_out(msgspec.structs.replace(key, name=name, models=models, limits=limits))
 
     async def block(self, actor: Actor, manager: Manager, team_id: str, key_id: str, *, blocked: bool,
                     reason: str | None = None) -> TeamKeyOut:

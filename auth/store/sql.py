@@ -163,6 +163,10 @@ class Store:
         await self._x.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
                               (at, key_id))
 
+    async def edit_key(self, key_id: str, name: str, models: tuple[str, ...], limits: Limits | None) -> None:
+        await self._x.execute("UPDATE api_keys SET name = ?, models = ?, limits = ? WHERE id = ?",
+                              (name, _encode(list(models)).decode(), _limits_text(limits), key_id))
+
     async def retire_key(self, key_id: str, expires_at: float, replaced_by: str) -> None:
         await self._x.execute("UPDATE api_keys SET expires_at = ?, replaced_by = ? WHERE id = ?",
                               (expires_at, replaced_by, key_id))
@@ -216,6 +220,18 @@ class Store:
         else:
             rows = await self._x.fetchall(f"SELECT {columns} FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?",
                                           (before, limit))
+        return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
+
+    async def list_team_audit(self, team_id: str, limit: int, before: str | None = None) -> list[AuditRecord]:
+        """Newest first, the entries that name `team_id`: as their target, a member of it, or in their detail."""
+        escaped = team_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        params: list = [team_id, f"{escaped}/%", f'%"team_id":"{escaped}"%']
+        condition = "(target = ? OR target LIKE ? ESCAPE '\\' OR detail LIKE ? ESCAPE '\\')"
+        if before is not None:
+            condition += " AND id < ?"
+            params.append(before)
+        rows = await self._x.fetchall("SELECT id, at, actor, source, action, target, detail FROM audit_log "
+                                      f"WHERE {condition} ORDER BY id DESC LIMIT ?", (*params, limit))
         return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
 
     # --- dashboard sessions ---

@@ -79,3 +79,14 @@ async def every_page(store: UsageStore, selection: Selection, batch: int = 2000,
             return
         last = result.entries[-1].usage
         cursor = Cursor(last.time, last.request_id, newest_first)
+
+
+async def one(store: UsageStore, team_id: str | None, request_id: str) -> LedgerEntry | None:
+    """The record of `request_id` if it belongs to `team_id` (None: any team, the admin's): another team's
+    id is answered exactly as an unknown one."""
+    params = Params(store.dialect)
+    condition = f"request_id = {params(request_id)}"
+    if team_id is not None:
+        condition += f" AND team_id = {params(team_id)}"
+    rows = await store.fetch(f"SELECT {ENTRY_COLUMNS} FROM {TABLE} WHERE {condition}", params.values)
+    return row_entry(rows[0]) if rows else None

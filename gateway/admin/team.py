@@ -3,8 +3,9 @@
 - every key of the team (member, owner, service key): `GET /v1/team` (the team, its limits, the caller's role)
 - owners (and admin keys, for the team they name): the team's members, and its keys (auth/team_keys.py, under
   the rule of auth/policy.py): list every key that can act in the team, create and rotate service keys, revoke
-  them, block a member's personal key in this team (`POST|DELETE /keys/{id}/block`). Membership, team limits,
-  personal and admin keys stay with the operator (`/admin`).
+  them, edit them (`PATCH /keys/{id}`: rename; limits within the team's own and the model allow-list of a
+  service key), block a member's personal key in this team (`POST|DELETE /keys/{id}/block`). Membership, team
+  limits, personal and admin keys stay with the operator (`/admin`).
 
 The team is the billed team of the request (`X-Team-Id`, else the key's team), as everywhere."""
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Request, Router, delete, get, post
+from litestar import Request, Router, delete, get, patch, post
 from litestar.di import Provide
 
 from auth.admin import Actor
-from auth.models import BlockKey, CreateTeamKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
+from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
@@ -63,6 +64,13 @@ async def revoke_key(request: Request, auth: AuthService, actor: Actor, manager:
     return await auth.team_keys.revoke(actor, manager, request.user.team_id, key_id)
 
 
+@patch("/keys/{key_id:str}", guards=[require_owner])
+async def edit_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any,
+                   key_id: str) -> KeyOut:
+    """Rename a key, set its limits or model allow-list (auth/policy.py: `edit` and the grants rule)."""
+    return await auth.team_keys.edit(actor, manager, request.user.team_id, key_id, body_as(payload, EditKey))
+
+
 @post("/keys/{key_id:str}/rotate", status_code=201, guards=[require_owner],
       dependencies={"payload": Provide(read_optional_json)})
 async def rotate_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any,
@@ -86,7 +94,7 @@ async def unblock_key(request: Request, auth: AuthService, actor: Actor, manager
 def team_router() -> Router:
     return Router(
         path="/v1/team",
-        route_handlers=[my_team, members, keys, create_key, revoke_key, rotate_key, block_key, unblock_key],
+        route_handlers=[my_team, members, keys, create_key, edit_key, revoke_key, rotate_key, block_key, unblock_key],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
                       "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json)},

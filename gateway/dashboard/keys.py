@@ -7,7 +7,9 @@ exactly the actions the rule allows. Rotate, revoke and block ask first on a pag
 happen; revoking the key the session is signed in with is refused (it would lock the viewer out).
 A new key's clear value is shown once, on the page that answers the form, and never stored; that page
 replaces its history entry with the plain keys page, so a reload makes no second key. The list is paged on
-the server (`cursor`, as the admin API's)."""
+the server (`cursor`, as the admin API's). Each row shows the key's requests and spend in the chosen `range`
+(the usage API's sums by key, in the view's window), its last use, its limits and model allow-list; the edit
+form is key_edit.py."""
 
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ from auth.policy import check_manages
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from auth.team_keys import ListedKey
-from billing.params import parse_tz
+from billing.insights.aggregate import usage_report
+from billing.ledger import Ledger
+from billing.usage import UsageQuery, UsageRow
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.access import (
@@ -36,6 +40,7 @@ from gateway.dashboard.access import (
     signed_in_scope,
 )
 from gateway.dashboard.fields import whole_number
+from gateway.dashboard.filters import RANGES, View, read_view_or_problem
 from gateway.dashboard.render import when
 from gateway.dashboard.scope import DashboardScope
 from gateway.errors import NotFound
@@ -54,6 +59,15 @@ class KeyRow(msgspec.Struct, frozen=True):
     expires: str
     status: str
     actions: tuple[str, ...]  # what the viewer may do to it (auth/policy.py)
+    usage: UsageRow  # its requests and spend in the view's window
+    limits: str  # "rpm 60 · tpm 10,000", or "team's" when it has none of its own
+    models: str  # its allow-list, or "every model"
+
+
+def limits_text(limits) -> str:
+    shown = [f"{name} {value:,}" for name, value in msgspec.structs.asdict(limits).items() if value is not None] \
+        if limits is not None else []
+    return " · ".join(shown) or "team's"
 
 
 async def _owner_scope(request: Request, sessions: SessionStore, auth: AuthService) -> tuple[Session, DashboardScope]:
@@ -80,8 +94,13 @@ def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
     return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
-async def _rows(auth: AuthService, scope: DashboardScope, listed: list[ListedKey], tz: str) -> list[KeyRow]:
+async def _rows(auth: AuthService, ledger: Ledger, scope: DashboardScope, listed: list[ListedKey],
+                view: View) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
+    tz = view.tz if view.problem is None else "UTC"
+    window = view.selection
+    report = await usage_report(ledger.store, UsageQuery(window.start, window.end, window.team_id, "key"))
+    used = {row.key: row for row in report.rows}
 
     def _at(unix: float | None) -> str:
         return when(unix, tz) if unix is not None else "never"
@@ -89,11 +108,12 @@ async def _rows(auth: AuthService, scope: DashboardScope, listed: list[ListedKey
     users = await auth.directory.names(user_ids={item.key.user_id for item in listed if item.key.user_id})
     return [KeyRow(k.id, display_prefix(k.id), k.name, teams.get(k.team_id, k.team_id),
                    users.get(k.user_id, k.user_id) if k.user_id else "service", _at(k.created_at), _at(k.last_used_at),
-                   _at(k.expires_at), _status(k, item.blocked), item.actions)
+                   _at(k.expires_at), _status(k, item.blocked), item.actions, used.get(k.id, UsageRow(k.id)),
+                   limits_text(k.limits), ", ".join(k.models) or "every model")
             for item in listed for k in (item.key,)]
 
 
-async def _page(request: Request, auth: AuthService, session: Session, scope: DashboardScope,
+async def _page(request: Request, auth: AuthService, ledger: Ledger, session: Session, scope: DashboardScope,
                 created: KeyCreated | None = None, status: int = 200) -> Template:
     """The keys of the team on screen (the admin: of every team, or of `keys_of`), a page at a time."""
     keys_of = (request.query_params.get("keys_of") or None) if scope.is_admin else scope.team.id
@@ -106,10 +126,13 @@ async def _page(request: Request, auth: AuthService, session: Session, scope: Da
     else:
         found = await auth.team_keys.listed(manager, scope.team.id, PAGE + 1, after)
     listed = page("keys", found, PAGE, lambda item: (item.key.created_at, item.key.id), lambda item: item)
-    tz = parse_tz(request.query_params)  # the zone the other pages show, carried by the header's link
+    # the range and zone the other pages show (the header's link carries the zone); the usage of `keys_of`
+    view = read_view_or_problem(request.query_params, keys_of)
+    if view.problem is not None and status == 200:
+        status = view.problem.status
     return Template("keys.html.j2", status_code=status, context={
-        "session": session, "scope": scope, "rows": await _rows(auth, scope, listed.data, tz), "keys_of": keys_of,
-        "tz": tz,
+        "session": session, "scope": scope, "rows": await _rows(auth, ledger, scope, listed.data, view),
+        "keys_of": keys_of, "tz": view.tz if view.problem is None else "UTC", "view": view, "ranges": RANGES,
         "next_cursor": listed.next_cursor, "created": created, "page": "keys"})
 
 
@@ -124,12 +147,12 @@ def _status(key: KeyRecord, blocked: bool) -> str:
 
 
 @get("/keys", opt=PUBLIC)
-async def keys_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    return await _page(request, auth, *await _owner_scope(request, sessions, auth))
+async def keys_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    return await _page(request, auth, ledger, *await _owner_scope(request, sessions, auth))
 
 
 @post("/keys/create", opt=PUBLIC, status_code=201)
-async def create_key(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
+async def create_key(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
     team_id = (form.get("team_id") or scope.team.id) if scope.is_admin else scope.team.id  # the admin: any team
     if team_id not in {t.id for t in scope.teams}:
@@ -137,7 +160,7 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
     body = body_as({"name": form.get("name", ""), "expires_at": form.get("expires_at") or None},
                    CreateTeamKey)  # a service key of this team
     created = await auth.team_keys.create(_actor(request, session, auth), scope.manager, team_id, body)
-    return await _page(request, auth, session, scope, created, status=201)
+    return await _page(request, auth, ledger, session, scope, created, status=201)
 
 
 def _confirm(session: Session, scope: DashboardScope, key: KeyRecord, action: str, consequence: str,
@@ -155,7 +178,8 @@ def _confirmed(form) -> bool:
 
 
 @post("/keys/{key_id:str}/rotate", opt=PUBLIC, status_code=201)
-async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, key_id: str) -> Response:
+async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger,
+                     key_id: str) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
     body = body_as({"grace_seconds": whole_number(form.get("grace_seconds") or "0", "grace_seconds")}, RotateKey)
     if not _confirmed(form):
@@ -168,7 +192,7 @@ async def rotate_key(request: Request, sessions: SessionStore, auth: AuthService
         return _confirm(session, scope, key, "rotate", consequence, grace_seconds=str(body.grace_seconds))
     created = await auth.team_keys.rotate(_actor(request, session, auth), scope.manager, _acting_team(scope),
                                           key_id, body)
-    return await _page(request, auth, session, scope, created, status=201)
+    return await _page(request, auth, ledger, session, scope, created, status=201)
 
 
 @post("/keys/{key_id:str}/revoke", opt=PUBLIC, status_code=303)

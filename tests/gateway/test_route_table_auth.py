@@ -23,7 +23,8 @@ OPEN_PAGES = {"/dashboard", "/dashboard/login", "/dashboard/static/x"}  # home r
 @pytest.fixture
 async def client(tmp_path):
     model = EndpointSpec(name="m", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
-    app = create_app(Settings(data_dir=str(tmp_path), models=[model]), supervise=False)
+    # every route is asked once without a key: more refusals than an address may make in a minute by default
+    app = create_app(Settings(data_dir=str(tmp_path), models=[model], rejections_per_minute=10_000), supervise=False)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
 

@@ -1,0 +1,103 @@
+"""One request as the ledger holds it, and the search by request id that support starts from.
+
+`GET /dashboard/request?id=...` finds a request of the team on screen by the id a customer quotes: the
+ledger's id, or the response's own (`chatcmpl-<id>`, `cmpl-<id>`, `msg_<id>`, `resp_<id>`); found, it
+redirects to `GET /dashboard/requests/<id>`, the detail (times, tokens, prices and cost, status and error,
+dialect, endpoint route, adapter, cold-start wait, worker, key, user). Only the team's own records are
+searched: another team's id answers exactly as an unknown one (404, the same words), so ids do not leak
+across teams. The id is bounded and checked; a bad one is said at the search field (400)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from litestar import Request, Response, get
+from litestar.response import Redirect, Template
+
+from auth.service import AuthService
+from auth.sessions import Session, SessionStore
+from billing.insights.requests import one
+from billing.ledger import Ledger
+from billing.params import UsageParamError, parse_tz
+from billing.records import LedgerEntry
+from gateway.authentication.middleware import PUBLIC
+from gateway.dashboard.access import BASE, signed_in_scope
+from gateway.dashboard.scope import DashboardScope
+
+MAX_ID = 128
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+RESPONSE_PREFIX = re.compile(r"(?:chatcmpl-|cmpl-|msg_|resp_)(.+)")  # the ids the dialects answer with
+NOT_FOUND = "No request with this id in this team."
+
+
+def read_request_id(raw: str) -> str:
+    """The id as typed, bounded: UsageParamError (shown at the field) otherwise."""
+    text = raw.strip()
+    if not text:
+        raise UsageParamError("id", "Enter a request id.")
+    if len(text) > MAX_ID or not REQUEST_ID.fullmatch(text):
+        raise UsageParamError("id", f"A request id has at most {MAX_ID} letters, digits and . _ : - "
+                                    "(as a response's id or X-Request-Id shows it).")
+    return text
+
+
+async def find(ledger: Ledger, team_id: str, request_id: str) -> LedgerEntry | None:
+    """The team's record of `request_id`, also when given as a response's id."""
+    found = await one(ledger.store, team_id, request_id)
+    if found is None and (bare := RESPONSE_PREFIX.fullmatch(request_id)):
+        found = await one(ledger.store, team_id, bare.group(1))
+    return found
+
+
+def _page(session: Session, scope: DashboardScope, tz: str, *, typed: str = "", problem: str | None = None,
+          entry: LedgerEntry | None = None, labels: dict | None = None, status: int = 200) -> Template:
+    return Template("request.html.j2", status_code=status, context={
+        "session": session, "scope": scope, "page": "request", "tz": tz, "typed": typed, "problem": problem,
+        "e": entry.flat() if entry is not None else None, "labels": labels or {}})
+
+
+def _tz(request: Request) -> str:
+    try:
+        return parse_tz(request.query_params)
+    except UsageParamError:
+        return "UTC"  # the detail still shows; the zone's own error belongs to the pages that take it
+
+
+@get("/request", opt=PUBLIC)
+async def search(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+    session, scope = await signed_in_scope(request, sessions, auth)
+    tz = _tz(request)
+    raw = request.query_params.get("id")
+    if raw is None:
+        return _page(session, scope, tz)
+    try:
+        request_id = read_request_id(raw)
+    except UsageParamError as exc:
+        return _page(session, scope, tz, typed=raw[:MAX_ID + 1], problem=exc.message, status=400)
+    found = await find(ledger, scope.team.id, request_id)
+    if found is None:
+        return _page(session, scope, tz, typed=request_id, problem=NOT_FOUND, status=404)
+    zone = f"&tz={quote(tz)}" if tz != "UTC" else ""
+    return Redirect(f"{BASE}/requests/{quote(found.usage.request_id)}?team_id={quote(scope.team.id)}{zone}",
+                    status_code=303)
+
+
+@get("/requests/{request_id:str}", opt=PUBLIC)
+async def detail(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger,
+                 request_id: str) -> Response:
+    session, scope = await signed_in_scope(request, sessions, auth)
+    tz = _tz(request)
+    try:
+        request_id = read_request_id(request_id)
+    except UsageParamError as exc:
+        return _page(session, scope, tz, typed=request_id[:MAX_ID + 1], problem=exc.message, status=400)
+    found = await find(ledger, scope.team.id, request_id)
+    if found is None:
+        return _page(session, scope, tz, typed=request_id, problem=NOT_FOUND, status=404)
+    usage = found.usage
+    labels = await auth.directory.names([usage.key_id], [usage.user_id] if usage.user_id else [])
+    return _page(session, scope, tz, typed=usage.request_id, entry=found, labels=labels)
+
+
+REQUEST_HANDLERS = [search, detail]

@@ -1,0 +1,67 @@
+"""The owners' read-only pages of their team: its members (roles, when they joined) and its audit log (the
+entries that name the team: its keys created, rotated, edited, revoked or blocked, its members and limits
+changed). Both are the operator's to change (`/admin`), so the pages show and never act. The rule is the
+keys page's (auth/policy.py `check_manages`): owners and the admin; a member or a service key gets 403 and
+no link in the bar. The audit log is paged newest first (`cursor`, as the admin API's); a cursor this page
+did not hand out is said at the paging link (400), never a bare error."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from litestar import Request, Response, get
+from litestar.response import Template
+
+from auth.errors import RequestError
+from auth.keys import display_prefix
+from auth.paging import parse_cursor
+from auth.service import AuthService
+from auth.sessions import SessionStore
+from billing.params import UsageParamError, parse_tz
+from gateway.authentication.middleware import PUBLIC
+from gateway.dashboard.keys import _owner_scope
+from gateway.dashboard.render import when
+
+AUDIT_PAGE = 50
+
+
+def _local(iso: str, tz: str) -> str:
+    """An API time (ISO 8601, UTC) as every dashboard table writes it, in the view's zone."""
+    return when(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp(), tz, seconds=True)
+
+
+def _tz(request: Request) -> tuple[str, str | None]:
+    """The view's zone (the bar's links carry it), or UTC and why not."""
+    try:
+        return parse_tz(request.query_params), None
+    except UsageParamError as exc:
+        return "UTC", exc.message
+
+
+@get("/members", opt=PUBLIC)
+async def members_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
+    session, scope = await _owner_scope(request, sessions, auth)
+    members = await auth.admin.list_members(scope.team.id)
+    names = await auth.directory.names(user_ids=[m.user_id for m in members])
+    tz, tz_problem = _tz(request)
+    return Template("members.html.j2", status_code=400 if tz_problem else 200, context={
+        "session": session, "scope": scope, "page": "members", "members": members, "names": names, "tz": tz,
+        "local": _local, "tz_problem": tz_problem})
+
+
+@get("/audit", opt=PUBLIC)
+async def audit_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
+    session, scope = await _owner_scope(request, sessions, auth)
+    tz, problem = _tz(request)
+    try:
+        before = parse_cursor("audit", request.query_params.get("cursor"))
+    except RequestError as exc:
+        before, problem = None, exc.message
+    found = await auth.admin.team_audit_page(scope.team.id, AUDIT_PAGE, before[1] if before else None)
+    actors = await auth.directory.names(key_ids=[e.actor for e in found.data if not e.actor.startswith("cli:")])
+    return Template("audit.html.j2", status_code=400 if problem else 200, context={
+        "session": session, "scope": scope, "page": "audit", "entries": found.data, "actors": actors,
+        "prefix": display_prefix, "local": _local, "next_cursor": found.next_cursor, "problem": problem, "tz": tz})
+
+
+TEAM_HANDLERS = [members_page, audit_page]

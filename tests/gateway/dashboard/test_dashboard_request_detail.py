@@ -1,0 +1,108 @@
+"""A request's detail and the search by request id: everything the ledger holds about one request, found by
+the id a customer quotes (the ledger's, or the response's `chatcmpl-...`), within the signed-in team only:
+another team's id answers exactly as an unknown one. A malformed id is said at the search field."""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+
+import httpx
+import pytest
+
+from tests.billing.factory import usage
+from tests.gateway.dashboard.test_dashboard_details import signed_in
+
+pytestmark = pytest.mark.slow
+ID = "0193f1c2a4b5c6d7e8f90123456789ab"
+
+
+@pytest.fixture
+async def two_teams(gateway) -> dict:
+    """Team A's owner key; one A request that waited for a cold start on an adapter; one request of team B."""
+    a = (await gateway.admin("POST", "/admin/teams", name="Alpha"))["id"]
+    b = (await gateway.admin("POST", "/admin/teams", name="Beta"))["id"]
+    ann = (await gateway.admin("POST", "/admin/users", name="ann"))["id"]
+    await gateway.admin("PUT", f"/admin/teams/{a}/members/{ann}", role="owner")
+    key = await gateway.admin("POST", "/admin/keys", name="ann's laptop", team_id=a, user_id=ann)
+    theirs = await gateway.admin("POST", "/admin/keys", name="beta bot", team_id=b)
+    await gateway.ledger.record(usage(request_id=ID, team_id=a, key_id=key["id"], user_id=ann,
+                                      time=time.time() - 90, prompt_tokens=1200, completion_tokens=34,
+                                      compute_tokens=40, latency_ms=2345.0, ttft_ms=1900.0, cold_start_ms=1750.0,
+                                      adapter="support-tone", status="error", error_code="worker_lost",
+                                      error_status=502, dialect="openai", route="/v1/chat/completions"))
+    other = usage(team_id=b, key_id=theirs["id"], time=time.time() - 60)
+    await gateway.ledger.record(other)
+    await gateway.ledger.flush(10)
+    return {"a": a, "b": b, "key": key, "other_id": other.request_id}
+
+
+def error_at_field(page: str) -> str:
+    return html.unescape(re.search(r'<p class="field-error" role="alert" id="id-error">([^<]+)</p>', page).group(1))
+
+
+async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(gateway, two_teams, page,
+                                                                                  artifacts):
+    await page.goto(f"{gateway.url}/dashboard/login")
+    await page.fill("#api_key", two_teams["key"]["key"])
+    await page.click("button[type=submit]")
+    await page.click("nav >> text=Find request")
+    await page.fill("#request-id", f"  chatcmpl-{ID} ")  # as the customer pasted it
+    await page.click("#find")
+    await page.wait_for_selector("#request-detail")
+    assert page.url.split("?")[0].endswith(f"/dashboard/requests/{ID}")
+
+    async def shown(field: str) -> str:
+        return (await page.inner_text(f"[data-field={field}]")).strip()
+
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", await shown("time"))
+    assert await shown("status") == "error (502 worker_lost)"
+    assert await shown("adapter") == "support-tone" and await shown("dialect") == "openai"
+    assert await shown("route") == "/v1/chat/completions"
+    assert (await shown("prompt_tokens"), await shown("completion_tokens"), await shown("compute_tokens")) == \
+        ("1,200", "34", "40")
+    assert await shown("cold_start") == "1,750 ms" and await shown("latency") == "2,345 ms"
+    assert await shown("ttft") == "1,900 ms"
+    # 1,200 at $0.10 and 40 at $0.40 a million
+    assert await page.get_attribute("[data-field=cost]", "data-micros") == "136"
+    assert "ann's laptop" in await shown("key") and "ann" in await shown("user")
+    await page.screenshot(path=artifacts / "request-detail.png", full_page=True)
+
+    await page.fill("#request-id", "no-such-request")
+    await page.click("#find")
+    assert await page.inner_text("#id-error") == "No request with this id in this team."
+    await page.screenshot(path=artifacts / "request-not-found.png", full_page=True)
+
+
+async def test_another_teams_request_answers_as_an_unknown_one(gateway, two_teams):
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        await signed_in(client, two_teams["key"]["key"])
+        answers = {}
+        for name, rid in (("theirs", two_teams["other_id"]), ("unknown", "req-0000000000000000")):
+            found = await client.get("/dashboard/request", params={"team_id": two_teams["a"], "id": rid})
+            detail = await client.get(f"/dashboard/requests/{rid}", params={"team_id": two_teams["a"]})
+            assert found.status_code == detail.status_code == 404
+            answers[name] = (error_at_field(found.text), error_at_field(detail.text))
+            assert "beta" not in found.text.lower() and "beta" not in detail.text.lower()
+        assert answers["theirs"] == answers["unknown"]
+        # the other team is not reachable by naming it either
+        assert (await client.get(f"/dashboard/requests/{two_teams['other_id']}",
+                                 params={"team_id": two_teams["b"]})).status_code == 404
+        own = await client.get(f"/dashboard/requests/{ID}", params={"team_id": two_teams["a"]})
+        assert own.status_code == 200 and 'id="request-detail"' in own.text
+
+
+@pytest.mark.parametrize(("typed", "says"), [
+    ("", "Enter a request id."),
+    ("   ", "Enter a request id."),
+    ("x" * 129, "at most 128"),
+    ("abc def", "at most 128"),
+    ("req'--", "at most 128"),
+    ("ré", "at most 128"),
+])
+async def test_a_malformed_request_id_is_said_at_the_field(gateway, two_teams, typed, says):
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        await signed_in(client, two_teams["key"]["key"])
+        answer = await client.get("/dashboard/request", params={"team_id": two_teams["a"], "id": typed})
+    assert answer.status_code == 400 and says in error_at_field(answer.text)

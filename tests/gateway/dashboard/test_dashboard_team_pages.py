@@ -1,0 +1,67 @@
+"""The owners' read-only pages: the team's members and its audit log. Owners (and the admin) see them and
+their links; a member or a service key gets neither (403). The audit log holds the team's own entries only,
+and a cursor the page did not hand out is said at the paging link."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.gateway.dashboard.test_dashboard_details import signed_in
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def crew(gateway) -> dict:
+    team = (await gateway.admin("POST", "/admin/teams", name="Crew"))["id"]
+    other = (await gateway.admin("POST", "/admin/teams", name="Elsewhere"))["id"]
+    users = {name: (await gateway.admin("POST", "/admin/users", name=name))["id"] for name in ("olive", "max")}
+    await gateway.admin("PUT", f"/admin/teams/{team}/members/{users['olive']}", role="owner")
+    await gateway.admin("PUT", f"/admin/teams/{team}/members/{users['max']}", role="member")
+    owner = await gateway.admin("POST", "/admin/keys", name="olive's", team_id=team, user_id=users["olive"])
+    member = await gateway.admin("POST", "/admin/keys", name="max's", team_id=team, user_id=users["max"])
+    service = await gateway.admin("POST", "/admin/keys", name="crew bot", team_id=team)
+    elsewhere = await gateway.admin("POST", "/admin/keys", name="secret elsewhere", team_id=other)
+    return {"id": team, "other": other, "users": users, "owner": owner, "member": member, "service": service,
+            "elsewhere": elsewhere}
+
+
+async def test_owner_reads_members_and_the_teams_audit_log_in_chromium(gateway, crew, page, artifacts):
+    await page.goto(f"{gateway.url}/dashboard/login")
+    await page.fill("#api_key", crew["owner"]["key"])
+    await page.click("button[type=submit]")
+    await page.click("nav >> text=Members")
+    await page.wait_for_selector("table[data-members]")
+    roles = {await row.get_attribute("data-user-id"): (await row.locator("[data-role]").inner_text()).strip()
+             for row in await page.locator("tr[data-user-id]").all()}
+    assert roles == {crew["users"]["olive"]: "owner", crew["users"]["max"]: "member"}
+    assert await page.locator("main form").count() == 0  # read-only: nothing to submit
+    await page.screenshot(path=artifacts / "members.png", full_page=True)
+
+    await page.click("nav >> text=Audit log")
+    await page.wait_for_selector("table[data-audit]")
+    text = await page.inner_text("table[data-audit]")
+    assert "keys.create" in text and "members.put" in text and crew["service"]["id"] in text
+    assert crew["elsewhere"]["id"] not in text and "secret elsewhere" not in text
+    await page.screenshot(path=artifacts / "audit.png", full_page=True)
+
+
+async def test_members_and_audit_are_for_owners_only(gateway, crew):
+    for who in ("member", "service"):
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+            await signed_in(client, crew[who]["key"])
+            overview = (await client.get("/dashboard/overview", params={"team_id": crew["id"]})).text
+            assert "/dashboard/members" not in overview and "/dashboard/audit" not in overview
+            for path in ("/dashboard/members", "/dashboard/audit"):
+                assert (await client.get(path, params={"team_id": crew["id"]})).status_code == 403, (who, path)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        await signed_in(client, crew["owner"]["key"])
+        # another team: not reachable, the same 404 as a team that does not exist
+        for team in (crew["other"], "team_nosuch"):
+            assert (await client.get("/dashboard/audit", params={"team_id": team})).status_code == 404
+            assert (await client.get("/dashboard/members", params={"team_id": team})).status_code == 404
+        bad = await client.get("/dashboard/audit", params={"team_id": crew["id"], "cursor": "not-a-cursor"})
+        assert bad.status_code == 400 and 'id="cursor-error"' in bad.text
+        zone = await client.get("/dashboard/members", params={"team_id": crew["id"], "tz": "Mars/Olympus"})
+        assert zone.status_code == 400 and 'id="tz-error"' in zone.text
