@@ -1,4 +1,4 @@
-"""Every dashboard page passes axe-core (vendored, tests/fixtures/vendor/axe-core) in Chromium with no
+"""Every dashboard page (its error states included) passes axe-core (vendored, tests/fixtures/vendor/axe-core) in Chromium with no
 violation, at desktop and phone size, signed out and signed in as a team owner and as the admin."""
 
 from __future__ import annotations
@@ -16,24 +16,29 @@ AXE = Path(__file__).parents[2] / "fixtures" / "vendor" / "axe-core" / "axe.min.
 SIZES = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 375, "height": 812}}
 SIGNED_OUT = ["/dashboard/login"]
 SIGNED_IN = ["/dashboard/overview", "/dashboard/overview?range=custom&start=2026-01-01&end=2025-01-01",
-             "/dashboard/requests", "/dashboard/keys", "/dashboard/teams"]
+             "/dashboard/overview?granularity=week&group_by=key", "/dashboard/requests", "/dashboard/keys",
+             "/dashboard/keys/{service_key}/edit", "/dashboard/teams", "/dashboard/request",
+             "/dashboard/request?id=req-nobody-has-this", "/dashboard/requests/req-accessible-0",
+             "/dashboard/members", "/dashboard/audit"]
 
 
-async def seed(gateway) -> tuple[str, str]:
+async def seed(gateway) -> tuple[str, str, str]:
     """A team with an owner's key, keys of every state and a day of traffic on two models (errors too)."""
     team = (await gateway.admin("POST", "/admin/teams", name="Accessible"))["id"]
     user = (await gateway.admin("POST", "/admin/users", name="owner"))["id"]
     await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
     key = await gateway.admin("POST", "/admin/keys", name="owner's key", team_id=team, user_id=user)
-    await gateway.admin("POST", "/admin/keys", name="expiring", team_id=team, expires_at="2030-01-31T23:59:59Z")
+    service = await gateway.admin("POST", "/admin/keys", name="expiring", team_id=team,
+                                  expires_at="2030-01-31T23:59:59Z")
     now = time.time()
     for i in range(24):
         await gateway.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user, time=now - 3600 * i,
+                                          request_id=f"req-accessible-{i}",
                                           model="small" if i % 2 else "big",
                                           **({"status": "error", "error_code": "upstream_failed",
                                               "error_status": 502} if i % 5 == 0 else {})))
     await gateway.ledger.flush(10)
-    return team, key["key"]
+    return team, key["key"], service["id"]
 
 
 async def violations(page) -> list[str]:
@@ -54,7 +59,7 @@ async def sign_in(page, gateway, key: str) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_every_page_has_no_axe_violation(gateway, size):
-    team, key = await seed(gateway)
+    team, key, service_key = await seed(gateway)
     found: list[str] = []
     async with chromium_page(viewport=SIZES[size], color_scheme="light") as page:
         for path in SIGNED_OUT:
@@ -64,7 +69,7 @@ async def test_every_page_has_no_axe_violation(gateway, size):
             await sign_in(page, gateway, signed_in_as)
             for path in SIGNED_IN:
                 joiner = "&" if "?" in path else "?"
-                await page.goto(f"{gateway.url}{path}{joiner}team_id={team}")
+                await page.goto(f"{gateway.url}{path.format(service_key=service_key)}{joiner}team_id={team}")
                 found += await violations(page)
             await page.goto(f"{gateway.url}/dashboard/overview?team_id={team}")
             await page.click("form[action$='/logout'] button")
@@ -72,12 +77,12 @@ async def test_every_page_has_no_axe_violation(gateway, size):
 
 
 async def test_dark_mode_has_no_axe_violation(gateway):
-    team, key = await seed(gateway)
+    team, key, service_key = await seed(gateway)
     async with chromium_page(viewport=SIZES["desktop"], color_scheme="dark") as page:
         await sign_in(page, gateway, key)
         found: list[str] = []
         for path in SIGNED_IN:
             joiner = "&" if "?" in path else "?"
-            await page.goto(f"{gateway.url}{path}{joiner}team_id={team}")
+            await page.goto(f"{gateway.url}{path.format(service_key=service_key)}{joiner}team_id={team}")
             found += await violations(page)
     assert found == [], "\n".join(found)
