@@ -170,7 +170,7 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     actions = sorted({a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
                                                                    else s["Action"])})
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
-                              "ecs:StopTask", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload",
+                              "ecs:StopTask", "ecs:UpdateTaskProtection", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload",
                               "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
                               "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData"])
     publish = next(s for s in document["Statement"] if s["Sid"] == "PublishQueueMetric")
