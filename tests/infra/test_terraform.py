@@ -4,9 +4,11 @@ module's `terraform test` suite (mock AWS provider, assertions on the plan)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
+from tests.fixtures.local_aws import moto_server
 from tests.infra.terraform import REPO, TERRAFORM_SOURCE, Terraform
 
 MODULES = sorted(p.name for p in (TERRAFORM_SOURCE / "modules").iterdir() if p.is_dir())
@@ -30,11 +32,19 @@ def test_init_and_validate(terraform: Terraform, directory: str):
     assert '"valid": true' in done.stdout, done.stdout
 
 
+@pytest.fixture(scope="module")
+def secrets_manager() -> Iterator[dict[str, str]]:
+    """A moto server for the suites' one real provider: modules/data's ephemeral passwords (`aws.secrets`),
+    which terraform test's mock provider cannot serve."""
+    with moto_server() as url:
+        yield {"AWS_ENDPOINT_URL_SECRETS_MANAGER": url}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("module", TESTED)
-def test_module_suite(terraform: Terraform, module: str):
+def test_module_suite(terraform: Terraform, module: str, secrets_manager: dict[str, str]):
     terraform.init(f"modules/{module}")
-    done = terraform.run(f"modules/{module}", "test", check=False, timeout=900)
+    done = terraform.run(f"modules/{module}", "test", check=False, timeout=900, env=secrets_manager)
     summary = re.search(r"(Success|Failure)! (\d+) passed, (\d+) failed", done.stdout)
     assert done.returncode == 0 and summary and summary.group(1) == "Success", done.stdout[-8000:] + done.stderr
     assert int(summary.group(2)) >= 2
