@@ -4,10 +4,12 @@ module's `terraform test` suite (mock AWS provider, assertions on the plan)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
-from tests.infra.terraform import TERRAFORM_SOURCE, Terraform
+from tests.fixtures.local_aws import moto_server
+from tests.infra.terraform import REPO, TERRAFORM_SOURCE, Terraform
 
 MODULES = sorted(p.name for p in (TERRAFORM_SOURCE / "modules").iterdir() if p.is_dir())
 ENVS = sorted(p.name for p in (TERRAFORM_SOURCE / "envs").iterdir() if p.is_dir())
@@ -30,11 +32,19 @@ def test_init_and_validate(terraform: Terraform, directory: str):
     assert '"valid": true' in done.stdout, done.stdout
 
 
+@pytest.fixture(scope="module")
+def secrets_manager() -> Iterator[dict[str, str]]:
+    """A moto server for the suites' one real provider: modules/data's ephemeral passwords (`aws.secrets`),
+    which terraform test's mock provider cannot serve."""
+    with moto_server() as url:
+        yield {"AWS_ENDPOINT_URL_SECRETS_MANAGER": url}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("module", TESTED)
-def test_module_suite(terraform: Terraform, module: str):
+def test_module_suite(terraform: Terraform, module: str, secrets_manager: dict[str, str]):
     terraform.init(f"modules/{module}")
-    done = terraform.run(f"modules/{module}", "test", check=False, timeout=900)
+    done = terraform.run(f"modules/{module}", "test", check=False, timeout=900, env=secrets_manager)
     summary = re.search(r"(Success|Failure)! (\d+) passed, (\d+) failed", done.stdout)
     assert done.returncode == 0 and summary and summary.group(1) == "Success", done.stdout[-8000:] + done.stderr
     assert int(summary.group(2)) >= 2
@@ -64,3 +74,15 @@ def test_no_ingress_rule_anywhere_opens_a_cidr_to_the_world_except_the_alb():
             if world and ingress and name not in {"alb_https", "alb_http"}:
                 offenders.append(f"{path.relative_to(TERRAFORM_SOURCE)}: {kind}.{name}")
     assert offenders == []
+
+
+def test_the_gateway_task_role_grants_every_ecs_call_the_provisioner_makes():
+    """The ECS provisioner's calls, read from its source, are all granted by modules/iam (whose own test
+    pins the exact policy): a new call without its grant would be AccessDenied only on AWS."""
+    source = (REPO / "gateway" / "endpoints" / "provisioners" / "ecs.py").read_text()
+    calls = {"ecs:" + "".join(part.title() for part in name.split("_"))
+             for name in re.findall(r"self\.client\.(\w+)", source) if name != "meta"}
+    assert {"ecs:UpdateService", "ecs:StopTask", "ecs:UpdateTaskProtection"} <= calls
+    policy = (TERRAFORM_SOURCE / "modules" / "iam" / "main.tf").read_text()
+    granted = set(re.findall(r'"(ecs:\w+)"', policy))
+    assert calls - granted == set()

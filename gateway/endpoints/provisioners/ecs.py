@@ -1,9 +1,14 @@
 """One ECS service per endpoint: its desired count is the endpoint's replica count, its tasks the replicas.
 
 - `add` and `remove` move the service's desiredCount (`UpdateService`) from the count ECS reports at that
-  moment (`DescribeServices` first: the count is never written from a stale copy); `remove` also stops the
-  task the controller drained (`StopTask`), so ECS does not pick a busy task to stop. Only the endpoint's
+  moment (`DescribeServices` first: the count is never written from a stale copy). Only the endpoint's
   owner calls them, after its fencing check (ownership.py).
+- `remove` scales in without letting ECS choose: it first puts every other task of the service under
+  task scale-in protection (`UpdateTaskProtection`, 10 tasks a call, for `PROTECT_MINUTES`), then lowers
+  desiredCount and at once stops the task the controller drained (`StopTask`, which protection does not
+  guard). ECS never stops a protected task when the count drops, so in the moment between the two calls
+  it can only stop the drained one (or a task too new to carry work); were StopTask lost, ECS would
+  still converge on that one. The protection simply lapses: it outlives the scale-in by a minute at most.
 - `observe` lists the service's tasks (`ListTasks` + `DescribeTasks`, filtered on the task group
   `service:<name>` that ECS gives service tasks). A task's replica URL is its private IPv4 address
   (the awsvpc ENI attachment, which Fargate and awsvpc EC2 tasks have) and the configured container
@@ -53,6 +58,8 @@ THROTTLED = {"ThrottlingException", "Throttling", "TooManyRequestsException", "R
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 BUSY_OBSERVE_S = 1.0  # discovery pace while a task waits for an address
 BUDGET_WAIT_MAX_S = 5.0  # a call waits this long at most for a slot of the API budget, then backs off
+PROTECT_MINUTES = 1  # scale-in protection of the tasks a scale-in keeps: ECS's shortest (1 to 2,880)
+PROTECT_LIMIT = 10  # tasks per UpdateTaskProtection call
 
 
 class EcsProvisionerError(RuntimeError):
@@ -155,10 +162,16 @@ class EcsProvisioner(Provisioner):
             self._live.discard(task)
 
     async def _move_desired(self, change: int, stop: str | None = None) -> None:
-        """desiredCount = what ECS says it is now + `change` (never below 0); then stop the drained task
-        `stop` at once (both calls in one slot of the budget: ECS must not pick another task meanwhile)."""
+        """desiredCount = what ECS says it is now + `change` (never below 0). Scaling in, every task but
+        `stop` is protected first (a slot of the budget per call), then the count is lowered and the drained
+        task `stop` stopped at once (both calls in one take of the budget: nothing waits between them)."""
         current = (await self._service())["desiredCount"]
         count = max(0, current + change)
+        keep = sorted(self._live - {stop}) if count < current else []
+        for start in range(0, len(keep), PROTECT_LIMIT):
+            await self._call(self.client.update_task_protection, cluster=self.settings.cluster,
+                             tasks=keep[start:start + PROTECT_LIMIT], protectionEnabled=True,
+                             expiresInMinutes=PROTECT_MINUTES)
         await self._take(2 if stop else 1)
         await self._call(self.client.update_service, budgeted=False, cluster=self.settings.cluster,
                          service=self.settings.service, desiredCount=count)

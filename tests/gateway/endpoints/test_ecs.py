@@ -11,17 +11,21 @@ provisioner found through ListTasks / DescribeTasks.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import boto3
 import pytest
 
 from common.protocol import Done
 from gateway.endpoints.errors import InvalidEndpoint
-from gateway.endpoints.provisioners.ecs import PENDING, EcsProvisioner, EcsProvisionerError
+from gateway.endpoints.provisioners.ecs import PENDING, PROTECT_MINUTES, EcsProvisioner, EcsProvisionerError
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import EcsProvisioning, parse_endpoint
 from tests.fixtures.local_aws import moto_server
@@ -148,6 +152,42 @@ async def test_add_remove_and_observe_move_the_service_and_read_its_tasks(aws, m
     adopted = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url))
     await adopted.open()  # a restarted gateway takes the service as it is
     assert adopted.desired == 1
+
+
+async def test_scale_in_protects_every_kept_task_so_ecs_stops_only_the_drained_one(aws, moto_url):
+    """ECS acts between UpdateService and StopTask: the client pauses after UpdateService until the played
+    scheduler (no grace) has seen the lower count, and that scheduler would pick the last listed task. The
+    provisioner drains the first listed one; the protection it set first leaves ECS no other choice."""
+    ecs, network = aws
+    client = boto3.client("ecs", region_name="us-east-1", endpoint_url=moto_url)
+    with PlayedEcs(ecs, network, lambda task: TaskWorker("http://unused", task["taskArn"], lambda wait: None),
+                   surplus_grace_s=0) as played:
+        def after_update_service(**_) -> None:  # ECS's scheduler gets its moment between the two calls
+            seen = len(played.desired_seen)
+            deadline = time.monotonic() + 10
+            while len(played.desired_seen) == seen and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # a few more of its passes
+
+        client.meta.events.register("after-call.ecs.UpdateService", after_update_service)
+        provisioner = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url),
+                                     resolve=played.resolve, client=client)
+        await provisioner.open()
+        await provisioner.add(2)
+        await until(lambda: len(played.workers) == 2, 10, "two running tasks")
+        assert all(r.url for r in (await provisioner.observe()).replicas)
+        listed = ecs.list_tasks(cluster=CLUSTER, desiredStatus="RUNNING")["taskArns"]
+        drained, busy = listed[0], listed[-1]
+        await provisioner.remove(drained)
+        await until(lambda: set(played.workers) == {busy}, 10, "the drained task's stop")
+        await asyncio.sleep(0.5)  # the scheduler's next passes change nothing
+        assert set(played.workers) == {busy} and sorted(played.started) == sorted(listed)
+        assert desired_count(ecs) == 1
+        states = {t["taskArn"]: t["lastStatus"] for t in ecs.describe_tasks(cluster=CLUSTER, tasks=listed)["tasks"]}
+        assert states == {drained: "STOPPED", busy: "RUNNING"}
+        protection = ecs.get_task_protection(cluster=CLUSTER, tasks=[busy])["protectedTasks"][0]
+        assert protection["protectionEnabled"] and protection["expirationDate"] <= (
+            datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=PROTECT_MINUTES))
 
 
 async def test_a_missing_service_is_a_clear_error_and_creates_nothing(aws, moto_url, tmp_path):

@@ -2,7 +2,7 @@
 # tests/infra/test_local_apply.py. Never points at real AWS: every endpoint is var.aws_endpoint.
 
 terraform {
-  required_version = ">= 1.9"
+  required_version = ">= 1.11" # write-only arguments (modules/data)
   required_providers {
     aws = {
       source  = "hashicorp/aws"
@@ -77,6 +77,7 @@ module "network" {
 
 module "data" {
   source              = "../../modules/data"
+  providers           = { aws = aws, aws.secrets = aws } # aws.secrets: its ephemeral passwords
   name                = local.name
   kms_key_arn         = module.kms.key_arn
   private_subnet_ids  = module.network.private_subnet_ids

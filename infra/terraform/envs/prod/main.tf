@@ -2,7 +2,7 @@
 #   terraform -chdir=infra/terraform/envs/prod init && terraform -chdir=infra/terraform/envs/prod apply
 
 terraform {
-  required_version = ">= 1.9"
+  required_version = ">= 1.11" # write-only arguments (modules/data)
   required_providers {
     aws = {
       source  = "hashicorp/aws"
@@ -27,6 +27,7 @@ provider "aws" {
 
 module "platform" {
   source                = "../../modules/platform"
+  providers             = { aws = aws, aws.secrets = aws } # aws.secrets: modules/data's ephemeral passwords
   name                  = "sluice-prod"
   availability_zones    = ["us-east-1a", "us-east-1b", "us-east-1c"]
   certificate_arn       = var.certificate_arn

@@ -36,7 +36,8 @@ resource "aws_db_instance" "main" {
   kms_key_id                          = var.kms_key_arn
   db_name                             = "sluice"
   username                            = "sluice"
-  password                            = data.aws_secretsmanager_random_password.database.random_password
+  password_wo                         = ephemeral.aws_secretsmanager_random_password.database.random_password
+  password_wo_version                 = 1
   db_subnet_group_name                = aws_db_subnet_group.main[0].name
   parameter_group_name                = aws_db_parameter_group.main[0].name
   vpc_security_group_ids              = [var.security_group_ids["database"]]
@@ -53,7 +54,9 @@ resource "aws_db_instance" "main" {
   performance_insights_kms_key_id     = var.kms_key_arn
   enabled_cloudwatch_logs_exports     = ["postgresql", "upgrade"]
   lifecycle {
-    ignore_changes = [password]
+    # set once with the database_url secret, from the same ephemeral value; password: a state from before
+    # write-only keeps its value rather than a new password the secret would not know
+    ignore_changes = [password, password_wo_version]
   }
 }
 

@@ -1,5 +1,5 @@
 # Least privilege, one role per job:
-#   gateway task:      scale and describe the worker services, list/describe/stop their tasks, read its own
+#   gateway task:      scale and describe the worker services, list/describe/protect/stop their tasks, read its own
 #                      secrets, write usage exports, mount its WAL directory. Nothing else.
 #   gateway execution: pull the image, write its log group, inject its secrets.
 #   worker task:       read the weights bucket. Nothing else.
@@ -45,9 +45,10 @@ locals {
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
       {
-        Sid       = "DescribeWorkerTasks"
-        Effect    = "Allow"
-        Action    = ["ecs:DescribeTasks", "ecs:StopTask"] # StopTask: scale-in stops the task it drained
+        Sid    = "DescribeWorkerTasks"
+        Effect = "Allow"
+        # scale-in protects the tasks it keeps (UpdateTaskProtection), then stops the one it drained (StopTask)
+        Action    = ["ecs:DescribeTasks", "ecs:StopTask", "ecs:UpdateTaskProtection"]
         Resource  = "${local.ecs_arn}:task/${var.cluster_name}/*"
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },

@@ -34,6 +34,7 @@ module "network" {
 
 module "data" {
   source              = "../data"
+  providers           = { aws = aws, aws.secrets = aws.secrets }
   name                = var.name
   kms_key_arn         = module.kms.key_arn
   private_subnet_ids  = module.network.private_subnet_ids

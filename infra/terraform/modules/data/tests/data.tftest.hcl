@@ -10,6 +10,18 @@ mock_provider "aws" {
   }
 }
 
+# The ephemeral passwords (aws.secrets) come from a real provider: the mock cannot serve ephemeral resources.
+# tests/infra runs this suite with AWS_ENDPOINT_URL_SECRETS_MANAGER pointing at a moto server.
+provider "aws" {
+  alias                       = "secrets"
+  region                      = "us-east-1"
+  access_key                  = "local"
+  secret_key                  = "local"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+}
+
 variables {
   name               = "sluice-test"
   kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
@@ -119,6 +131,18 @@ run "secrets_are_generated_and_encrypted" {
   assert {
     condition     = alltrue([for s in aws_secretsmanager_secret.gateway : s.kms_key_id == var.kms_key_arn])
     error_message = "secrets are encrypted with the platform key"
+  }
+}
+
+run "no_generated_secret_reaches_the_state" {
+  command = apply
+  assert {
+    condition     = aws_db_instance.main[0].password == null && aws_db_instance.main[0].password_wo == null && aws_db_instance.main[0].password_wo_version == 1
+    error_message = "the database password is set through password_wo only (never stored)"
+  }
+  assert {
+    condition     = alltrue([for v in aws_secretsmanager_secret_version.gateway : v.secret_string == null && v.secret_string_wo == null && v.secret_string_wo_version == 1])
+    error_message = "every gateway secret (the database URL with its password included) is written through secret_string_wo only"
   }
 }
 

@@ -30,8 +30,8 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
   command = plan
   assert {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
-      "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "secretsmanager:GetSecretValue",
-      "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
+      "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "ecs:UpdateTaskProtection",
+      "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
       "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData",
     ])
     error_message = "the gateway task role has exactly the actions the platform needs"
@@ -51,6 +51,10 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
   assert {
     condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Condition.ArnEquals["ecs:cluster"] if s.Sid == "DescribeWorkerTasks"]) == "arn:aws:ecs:us-east-1:123456789012:cluster/sluice-test"
     error_message = "DescribeTasks only in this cluster"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s if s.Sid == "DescribeWorkerTasks"]).Resource == "arn:aws:ecs:us-east-1:123456789012:task/sluice-test/*" && contains(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action if s.Sid == "DescribeWorkerTasks"]), "ecs:UpdateTaskProtection")
+    error_message = "scale-in protects the kept tasks (UpdateTaskProtection) on this cluster's tasks only"
   }
   assert {
     condition     = toset(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ReadOwnSecrets"])) == toset(var.gateway_secret_arns)

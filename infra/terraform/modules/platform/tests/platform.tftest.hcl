@@ -61,6 +61,18 @@ mock_provider "aws" {
   }
 }
 
+# The ephemeral passwords (aws.secrets) come from a real provider: the mock cannot serve ephemeral resources.
+# tests/infra runs this suite with AWS_ENDPOINT_URL_SECRETS_MANAGER pointing at a moto server.
+provider "aws" {
+  alias                       = "secrets"
+  region                      = "us-east-1"
+  access_key                  = "local"
+  secret_key                  = "local"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+}
+
 variables {
   name               = "sluice-test"
   availability_zones = ["eu-west-1a", "eu-west-1b"]
