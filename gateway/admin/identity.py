@@ -30,6 +30,8 @@ from auth.service import AuthService
 from common.json_body import read_json, read_optional_json
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import auth_service, require_admin
+from gateway.serving.services import Services
+from gateway.serving.spending import check_webhook
 
 
 class ListOut(msgspec.Struct):
@@ -51,8 +53,10 @@ async def list_users(auth: AuthService, limit: str | None = None, cursor: str | 
 
 
 @post("/teams", status_code=201)
-async def create_team(auth: AuthService, actor: Actor, payload: Any) -> TeamOut:
-    return await auth.admin.create_team(actor, body_as(payload, CreateTeam))
+async def create_team(auth: AuthService, actor: Actor, services: Services, payload: Any) -> TeamOut:
+    body = body_as(payload, CreateTeam)
+    check_webhook(body.limits, services.settings.budget_alerts.allow_http_webhooks)
+    return await auth.admin.create_team(actor, body)
 
 
 @get("/teams")
@@ -61,8 +65,10 @@ async def list_teams(auth: AuthService, limit: str | None = None, cursor: str | 
 
 
 @patch("/teams/{team_id:str}")
-async def update_team(auth: AuthService, actor: Actor, payload: Any, team_id: str) -> TeamOut:
-    return await auth.admin.update_team(actor, team_id, body_as(payload, PatchTeam))
+async def update_team(auth: AuthService, actor: Actor, services: Services, payload: Any, team_id: str) -> TeamOut:
+    body = body_as(payload, PatchTeam)
+    check_webhook(body.limits or None, services.settings.budget_alerts.allow_http_webhooks)
+    return await auth.admin.update_team(actor, team_id, body)
 
 
 @get("/teams/{team_id:str}/members")
@@ -82,8 +88,10 @@ async def delete_member(auth: AuthService, actor: Actor, team_id: str, user_id: 
 
 
 @post("/keys", status_code=201)
-async def create_key(auth: AuthService, actor: Actor, payload: Any) -> KeyCreated:
-    return await auth.admin.create_key(actor, body_as(payload, CreateKey))
+async def create_key(auth: AuthService, actor: Actor, services: Services, payload: Any) -> KeyCreated:
+    body = body_as(payload, CreateKey)
+    check_webhook(body.limits, services.settings.budget_alerts.allow_http_webhooks)
+    return await auth.admin.create_key(actor, body)
 
 
 @get("/keys")

@@ -42,6 +42,7 @@ from gateway.dashboard.access import (
 from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, read_view_or_problem
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.keys import KEY_HANDLERS
+from gateway.dashboard.limits import LIMITS_HANDLERS
 from gateway.dashboard.scope import DashboardScope
 
 STATIC = Path(__file__).parent / "static"
@@ -207,7 +208,7 @@ def _sessions(auth: AuthService) -> SessionStore:
 def dashboard_router() -> Router:
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
                                                   statement_download,
-                                                  teams_page, *KEY_HANDLERS],
+                                                  teams_page, *KEY_HANDLERS, *LIMITS_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},
