@@ -22,7 +22,7 @@ from auth.models import BlockKey, CreateTeamKey, KeyCreated, KeyOut, Limits, Rot
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
-from gateway.admin.identity import ListOut, actor_of
+from gateway.admin.identity import ListOut, actor_of, http_webhooks_allowed
 from gateway.authentication.headers import body_as
 from gateway.authentication.middleware import auth_service, require_owner
 from gateway.serving.services import Services
@@ -64,10 +64,10 @@ async def keys(request: Request, auth: AuthService, manager: Manager) -> ListOut
 
 
 @post("/keys", status_code=201, guards=[require_owner])
-async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, services: Services,
+async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, http_webhooks: bool,
                      payload: Any) -> KeyCreated:
     body = body_as(payload, CreateTeamKey)
-    check_webhook(body.limits, services.settings.budget_alerts.allow_http_webhooks)
+    check_webhook(body.limits, http_webhooks)
     return await auth.team_keys.create(actor, manager, request.user.team_id, body)
 
 
@@ -102,5 +102,6 @@ def team_router() -> Router:
         route_handlers=[my_team, my_limits, members, keys, create_key, revoke_key, rotate_key, block_key, unblock_key],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
-                      "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json)},
+                      "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json),
+                      "http_webhooks": Provide(http_webhooks_allowed, sync_to_thread=False)},
     )

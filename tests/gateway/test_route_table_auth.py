@@ -23,7 +23,9 @@ OPEN_PAGES = {"/dashboard", "/dashboard/login", "/dashboard/static/x"}  # home r
 @pytest.fixture
 async def client(tmp_path):
     model = EndpointSpec(name="m", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
-    app = create_app(Settings(data_dir=str(tmp_path), models=[model]), supervise=False)
+    # one keyless request per route: above the default budget of refusals per client (60 a minute), which
+    # tests/security/test_rejection_budget.py holds, not this table
+    app = create_app(Settings(data_dir=str(tmp_path), models=[model], rejections_per_minute=1000), supervise=False)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
 
