@@ -24,6 +24,7 @@ from gateway.config import BudgetAlertSettings
 log = structlog.get_logger("gateway.budget_alerts")
 SIGNATURE_HEADER = "x-sluice-signature"
 FIRST_PAUSE_S = 0.5
+ADJECTIVE = {"month": "monthly", "day": "daily"}
 
 
 class Alert(msgspec.Struct, frozen=True):
@@ -41,7 +42,7 @@ class Alert(msgspec.Struct, frozen=True):
 
     @property
     def subject(self) -> str:
-        return f"Sluice budget: {self.scope} reached {self.threshold}% of its {self.period}ly budget"
+        return f"Sluice budget: {self.scope} reached {self.threshold}% of its {ADJECTIVE[self.period]} budget"
 
     def text(self) -> str:
         money = f"{self.spent_micros / 1e6:.2f} of {self.amount_micros / 1e6:.2f}"

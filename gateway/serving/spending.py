@@ -27,7 +27,7 @@ from auth.models import Limits, SpendBudget
 from billing.budgets import Window, period_window, reached, spent_micros
 from billing.store.base import UsageStore
 from gateway.errors import BadRequest, SpendBudgetExhausted
-from gateway.serving.budget_alerts import Alert, AlertSender
+from gateway.serving.budget_alerts import ADJECTIVE, Alert, AlertSender
 
 log = structlog.get_logger("gateway.spending")
 CACHE_S = 1.0
@@ -80,10 +80,10 @@ class SpendGate:
             if budget.hard and spend.exhausted:
                 what = "key" if scope.startswith("key:") else "team"
                 raise SpendBudgetExhausted(
-                    f"You exceeded your current quota: the {what}'s {budget.period}ly budget of "
+                    f"You exceeded your current quota: the {what}'s {ADJECTIVE[budget.period]} budget of "
                     f"{budget.amount_micros / 1e6:.2f} is spent ({spend.spent_micros / 1e6:.2f} in "
-                    f"{spend.window.key}). It resets at {iso(spend.window.end)}; an owner or the operator can "
-                    f"raise it.")
+                    f"{spend.window.key}). It resets at {iso(spend.window.end)}, or when the operator raises "
+                    f"it.")
 
     async def standing(self, scoped: list[tuple[str, Limits | None]]) -> list[Spend]:
         return [await self.spend(scope, budget) for scope, budget in budgets_of(scoped)]

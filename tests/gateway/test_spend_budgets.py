@@ -132,7 +132,7 @@ async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alert
     assert len(mail.delivered) == 3
     assert all(d.recipients == ["ops@acme.example", "cfo@acme.example"] for d in mail.delivered)
     subjects = sorted(d.message["subject"] for d in mail.delivered)
-    assert [re.search(r"reached (\d+)%", s).group(1) for s in subjects] == ["100", "50", "80"]
+    assert [re.search(r"reached (\d+)% of its monthly budget", s).group(1) for s in subjects] == ["100", "50", "80"]
     assert "refused" in next(d for d in mail.delivered if "100%" in d.message["subject"]).message.get_content()
 
 
