@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -13,13 +14,39 @@ Role = Literal["owner", "member"]
 ROLES = ("owner", "member")
 
 
+MAX_BUDGET_MICROS = 10**15  # a billion in money: larger is a typo, not a budget
+Email = Annotated[str, Meta(min_length=3, max_length=254, pattern=r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;]+$")]
+
+
+class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """A budget in money for a key or a team, per UTC calendar month or day (gateway/serving/spending.py).
+
+    hard: refuse new requests once the period's spend reaches the amount (429 `insufficient_quota`); else
+    alerts only. Alerts at 50, 80 and 100 % go, once per threshold per period, to `webhook_url` (https; plain
+    http only where the gateway's `budget_alerts.allow_http_webhooks` allows it) and to `emails`."""
+
+    amount_micros: Annotated[int, Meta(ge=1, le=MAX_BUDGET_MICROS)]
+    period: Literal["month", "day"] = "month"
+    hard: bool = True
+    webhook_url: Annotated[str, Meta(max_length=2000)] | None = None
+    emails: Annotated[list[Email], Meta(max_length=10)] = []
+
+    def __post_init__(self) -> None:
+        if self.webhook_url is not None:
+            parts = urlsplit(self.webhook_url)
+            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
+                raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
+
+
 class Limits(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
-    """Per-key or per-team limits, enforced by the gateway's limits package; None = unlimited."""
+    """Per-key or per-team limits, enforced by the gateway's limits package (the spend budget by
+    gateway/serving/spending.py); None = unlimited."""
 
     rpm: NonNegative | None = None
     tpm: NonNegative | None = None
     max_concurrency: NonNegative | None = None
     monthly_token_budget: NonNegative | None = None
+    spend_budget: SpendBudget | None = None
 
 
 # --- stored records (times are UTC epoch seconds) ---

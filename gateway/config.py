@@ -36,6 +36,30 @@ class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_connections_per_client: Annotated[int, msgspec.Meta(ge=0)] = 256
 
 
+class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `[budget_alerts]` table: where alerts of spend budgets go (gateway/serving/budget_alerts.py).
+
+    A webhook body is signed with HMAC-SHA256 under `webhook_secret` (header `x-sluice-signature:
+    sha256=<hex>`); e-mail goes through the SMTP server named here (none: e-mail alerts are skipped and logged).
+    """
+
+    webhook_secret: Annotated[str, msgspec.Meta(max_length=512)] = ""
+    allow_http_webhooks: bool = False  # plain http:// webhook URLs (tests, a private network); else https only
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 5.0  # one webhook call or SMTP session
+    attempts: Annotated[int, msgspec.Meta(ge=1, le=5)] = 3  # per alert and destination, with backoff
+    smtp_host: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    smtp_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 587
+    smtp_starttls: bool = True  # STARTTLS before signing in (off only for a local relay)
+    smtp_username: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    smtp_password: Annotated[str, msgspec.Meta(max_length=512)] = ""
+    smtp_from: Annotated[str, msgspec.Meta(max_length=254)] = "sluice@localhost"
+
+    def __repr__(self) -> str:  # the secrets never reach a log line
+        shown = {f: "***" if f in ("webhook_secret", "smtp_password") and getattr(self, f) else getattr(self, f)
+                 for f in self.__struct_fields__}
+        return f"BudgetAlertSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
@@ -82,6 +106,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metrics_token: Annotated[str, msgspec.Meta(max_length=512)] = ""
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
+    budget_alerts: BudgetAlertSettings = msgspec.field(default_factory=BudgetAlertSettings)
 
     def __repr__(self) -> str:  # the secrets never reach a log line or a traceback
         hidden = {name: "***" for name in SECRETS if getattr(self, name)}

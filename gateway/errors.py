@@ -20,7 +20,7 @@ UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one star
 
 __all__ = ["AdapterUnavailable", "BadRequest", "ContextTooLong", "GenerationFailed", "InvalidJSON", "NeverFits",
            "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut",
-           "SluiceError",
+           "SluiceError", "SpendBudgetExhausted",
            "StoreUnavailable", "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed",
            "ValidationFailed", "as_sluice_error"]
 
@@ -70,7 +70,21 @@ class NeverFits(RateLimited):
 
 
 class QuotaExceeded(RateLimited):
+    """A budget is spent (OpenAI's `insufficient_quota`), not a rate limit: waiting a moment cannot help, so
+    `x-should-retry: false`, which openai-python obeys before its own rule of retrying every 429."""
+
     type = code = "insufficient_quota"
+
+    def __init__(self, message: str, **kwargs):
+        super().__init__(message, **kwargs)
+        self.headers = {**self.headers, "x-should-retry": "false"}
+
+
+class SpendBudgetExhausted(QuotaExceeded):
+    """A hard budget in money is spent for its period: no Retry-After at all (as OpenAI answers exhausted
+    quota); the message says when the period ends."""
+
+    retry_after_s = None
 
 
 class Overloaded(SluiceError):

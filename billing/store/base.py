@@ -47,6 +47,9 @@ class UsageStore(Protocol):
     async def insert(self, entries: list[LedgerEntry]) -> int:
         """Store entries, ignoring request ids already present; returns how many were new."""
 
+    async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
+        """Record a budget alert as sent; False when it was already recorded (by any gateway)."""
+
     async def fetch(self, sql: str, params: list) -> list[tuple]:
         """Rows of one read-only statement (committed data only)."""
 

@@ -76,6 +76,14 @@ _POSTGRES_V2 = [
     f"ALTER TABLE {TABLE} SET (autovacuum_vacuum_insert_scale_factor = 0.01)",
 ]
 
+_ALERTS = """CREATE TABLE IF NOT EXISTS budget_alerts (
+    scope TEXT NOT NULL,
+    period TEXT NOT NULL,
+    threshold INTEGER NOT NULL,
+    sent_at {real} NOT NULL,
+    PRIMARY KEY (scope, period, threshold)
+)"""
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -83,4 +91,6 @@ SCHEMA = Schema("billing", [
     Migration(3, "daily and hourly rollups, filled from the records already there (rollups.py)", {
         "sqlite": rollups_migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID"),
         "postgres": rollups_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")}),
+    Migration(4, "budget alerts sent: one row per scope, period and threshold, so a fleet sends each once",
+              {"sqlite": [_ALERTS.format(real="REAL")], "postgres": [_ALERTS.format(real="DOUBLE PRECISION")]}),
 ], legacy_table="billing_schema_migrations")

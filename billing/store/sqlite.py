@@ -32,6 +32,16 @@ class SqliteStore:
             await tx.executemany(_UPSERT_HOURLY, hourly)
         return len(new)
 
+    async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
+        """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
+        recorded it first (insert-once on the table's primary key)."""
+        async with self._db.transaction(exclusive=False) as tx:
+            row = await tx.fetchone("INSERT INTO budget_alerts (scope, period, threshold, sent_at) "
+                                    "VALUES (?, ?, ?, ?) "
+                                    "ON CONFLICT DO NOTHING RETURNING threshold",
+                                    (scope, period, threshold, at))
+        return row is not None
+
     async def fetch(self, sql: str, params: list) -> list[tuple]:
         return await self._db.read(sql, params)
 

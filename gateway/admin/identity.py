@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Router, delete, get, patch, post, put
+from litestar.datastructures import State
 from litestar.di import Provide
 
 from auth.admin import Actor
@@ -30,10 +31,18 @@ from auth.service import AuthService
 from common.json_body import read_json, read_optional_json
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import auth_service, require_admin
+from gateway.serving.spending import check_webhook
 
 
 class ListOut(msgspec.Struct):
     data: list[Any]
+
+
+def http_webhooks_allowed(state: State) -> bool:
+    """Whether a spend budget's webhook may be plain http (`[budget_alerts] allow_http_webhooks`); an app
+    without the gateway's services (the identity API alone) allows none."""
+    services = state.get("services")
+    return bool(services is not None and services.settings.budget_alerts.allow_http_webhooks)
 
 
 def actor_of(request: Request, auth: AuthService) -> Actor:
@@ -51,8 +60,10 @@ async def list_users(auth: AuthService, limit: str | None = None, cursor: str | 
 
 
 @post("/teams", status_code=201)
-async def create_team(auth: AuthService, actor: Actor, payload: Any) -> TeamOut:
-    return await auth.admin.create_team(actor, body_as(payload, CreateTeam))
+async def create_team(auth: AuthService, actor: Actor, http_webhooks: bool, payload: Any) -> TeamOut:
+    body = body_as(payload, CreateTeam)
+    check_webhook(body.limits, http_webhooks)
+    return await auth.admin.create_team(actor, body)
 
 
 @get("/teams")
@@ -61,8 +72,10 @@ async def list_teams(auth: AuthService, limit: str | None = None, cursor: str | 
 
 
 @patch("/teams/{team_id:str}")
-async def update_team(auth: AuthService, actor: Actor, payload: Any, team_id: str) -> TeamOut:
-    return await auth.admin.update_team(actor, team_id, body_as(payload, PatchTeam))
+async def update_team(auth: AuthService, actor: Actor, http_webhooks: bool, payload: Any, team_id: str) -> TeamOut:
+    body = body_as(payload, PatchTeam)
+    check_webhook(body.limits or None, http_webhooks)
+    return await auth.admin.update_team(actor, team_id, body)
 
 
 @get("/teams/{team_id:str}/members")
@@ -82,8 +95,10 @@ async def delete_member(auth: AuthService, actor: Actor, team_id: str, user_id: 
 
 
 @post("/keys", status_code=201)
-async def create_key(auth: AuthService, actor: Actor, payload: Any) -> KeyCreated:
-    return await auth.admin.create_key(actor, body_as(payload, CreateKey))
+async def create_key(auth: AuthService, actor: Actor, http_webhooks: bool, payload: Any) -> KeyCreated:
+    body = body_as(payload, CreateKey)
+    check_webhook(body.limits, http_webhooks)
+    return await auth.admin.create_key(actor, body)
 
 
 @get("/keys")
@@ -117,5 +132,6 @@ def admin_router() -> Router:
                         delete_member, create_key, list_keys, revoke_key, rotate_key, audit],
         guards=[require_admin],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
-                      "actor": Provide(actor_of, sync_to_thread=False), "payload": Provide(read_json)},
+                      "actor": Provide(actor_of, sync_to_thread=False), "payload": Provide(read_json),
+                      "http_webhooks": Provide(http_webhooks_allowed, sync_to_thread=False)},
     )

@@ -1,6 +1,7 @@
 """The /v1/team router: what a team's own keys may see and do, by role (README: Roles).
 
-- every key of the team (member, owner, service key): `GET /v1/team` (the team, its limits, the caller's role)
+- every key of the team (member, owner, service key): `GET /v1/team` (the team, its limits, the caller's role),
+  `GET /v1/team/limits` (rate limits and budgets in money with spend so far, thresholds reached, reset times)
 - owners (and admin keys, for the team they name): the team's members, and its keys (auth/team_keys.py, under
   the rule of auth/policy.py): list every key that can act in the team, create and rotate service keys, revoke
   them, edit them (`PATCH /keys/{id}`: rename; limits within the team's own and the model allow-list of a
@@ -22,9 +23,11 @@ from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Li
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
-from gateway.admin.identity import ListOut, actor_of
+from gateway.admin.identity import ListOut, actor_of, http_webhooks_allowed
 from gateway.authentication.headers import body_as
 from gateway.authentication.middleware import auth_service, require_owner
+from gateway.serving.services import Services
+from gateway.serving.spending import LimitsView, check_webhook, limits_view, scoped_limits
 
 
 class TeamView(msgspec.Struct):
@@ -37,6 +40,13 @@ class TeamView(msgspec.Struct):
 async def my_team(request: Request) -> TeamView:
     principal: Principal = request.user
     return TeamView(principal.team_id, principal.team_limits, role_in(principal.is_admin, principal.role))
+
+
+@get("/limits")
+async def my_limits(request: Request, services: Services) -> LimitsView:
+    """Every key of the team: the team's (and the caller's key's) rate limits and budgets, spend so far, the
+    thresholds reached and when each resets."""
+    return await limits_view(services.spending, request.user.team_id, scoped_limits(request.user))
 
 
 @get("/members", guards=[require_owner])
@@ -55,8 +65,11 @@ async def keys(request: Request, auth: AuthService, manager: Manager) -> ListOut
 
 
 @post("/keys", status_code=201, guards=[require_owner])
-async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any) -> KeyCreated:
-    return await auth.team_keys.create(actor, manager, request.user.team_id, body_as(payload, CreateTeamKey))
+async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, http_webhooks: bool,
+                     payload: Any) -> KeyCreated:
+    body = body_as(payload, CreateTeamKey)
+    check_webhook(body.limits, http_webhooks)
+    return await auth.team_keys.create(actor, manager, request.user.team_id, body)
 
 
 @delete("/keys/{key_id:str}", status_code=200, guards=[require_owner])
@@ -94,8 +107,10 @@ async def unblock_key(request: Request, auth: AuthService, actor: Actor, manager
 def team_router() -> Router:
     return Router(
         path="/v1/team",
-        route_handlers=[my_team, members, keys, create_key, edit_key, revoke_key, rotate_key, block_key, unblock_key],
+        route_handlers=[my_team, my_limits, members, keys, create_key, edit_key, revoke_key, rotate_key, block_key,
+                        unblock_key],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
-                      "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json)},
+                      "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json),
+                      "http_webhooks": Provide(http_webhooks_allowed, sync_to_thread=False)},
     )

@@ -44,6 +44,7 @@ from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, r
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.key_edit import EDIT_HANDLERS
 from gateway.dashboard.keys import KEY_HANDLERS
+from gateway.dashboard.limits import LIMITS_HANDLERS
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
 from gateway.dashboard.team_pages import TEAM_HANDLERS
@@ -212,7 +213,7 @@ def dashboard_router() -> Router:
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
                                                   statement_download,
                                                   teams_page, *KEY_HANDLERS, *EDIT_HANDLERS, *REQUEST_HANDLERS,
-                                                  *TEAM_HANDLERS],
+                                                  *TEAM_HANDLERS, *LIMITS_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},

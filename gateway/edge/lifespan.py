@@ -39,9 +39,11 @@ from gateway.endpoints.service import Endpoints, ProvisionerFactory, TeamExists,
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.limits import open_limiter
 from gateway.secrets import key_pepper
+from gateway.serving.budget_alerts import AlertSender
 from gateway.serving.health_probe import GenerationProbe
 from gateway.serving.rejections import address_budget
 from gateway.serving.services import Services
+from gateway.serving.spending import SpendGate
 from gateway.serving.worker_client import WorkerClient
 
 log = structlog.get_logger("gateway")
@@ -198,8 +200,12 @@ class GatewayServices(InitPluginProtocol):
         workers = WorkerClient(endpoints)
         probe = GenerationProbe(workers, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
+        spending = None
+        if ledger is not None:
+            spending = SpendGate(ledger.store, AlertSender(settings.budget_alerts))
+            opened.push_async_callback(spending.close)
         return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), workers=workers,
-                        probe=probe)
+                        probe=probe, spending=spending)
 
 
 def _team_lookup(auth: AuthService) -> TeamExists:

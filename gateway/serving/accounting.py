@@ -51,6 +51,8 @@ class Accounting:
 
     async def admit(self, parsed: Parsed) -> None:
         self.expected_dones = len(parsed.requests)
+        if self.services.spending is not None:  # a spent hard budget refuses before anything is reserved
+            await self.services.spending.check(self.principal)
         self.ticket = await admission.admit(self.services.limiter, self.services.router, self.principal, parsed)
         self.reached_worker = True
         self.dispatched = time.perf_counter()

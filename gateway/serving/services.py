@@ -14,6 +14,7 @@ from gateway.endpoints.service import Endpoints
 from gateway.limits import Limiter
 from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.health_probe import GenerationProbe
+from gateway.serving.spending import SpendGate
 from gateway.serving.worker_client import WorkerClient
 
 DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.replicas.pool)
@@ -29,6 +30,7 @@ class Services:
     started_at: float  # unix time, `created` of /v1/models
     workers: WorkerClient  # every call to a worker goes through it
     probe: GenerationProbe  # GET /health_generate
+    spending: SpendGate | None = None  # budgets in money (None without a ledger: nothing to measure spend by)
 
     @property
     def adapters(self) -> AdapterRegistry:

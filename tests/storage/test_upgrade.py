@@ -30,7 +30,7 @@ OLD_TABLE = ("CREATE TABLE {table} (version INTEGER PRIMARY KEY, description TEX
 OLD_BILLING_TABLE = "CREATE TABLE {table} (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
 TABLES = {"sqlite": "SELECT name FROM sqlite_master WHERE type = 'table'",
           "postgres": "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"}
-# (schema, versions the old database holds); auth and endpoints are one version behind the code
+# (schema, versions the old database holds); auth, billing and endpoints are one version behind the code
 OLD = [(AUTH, [1, 2]), (BILLING, [1, 2, 3]), (ENDPOINTS, [1]), (RESPONSES, [1])]
 OLD_POSTGRES = [*OLD, (FLEET, [1])]  # the fleet's state lives only in PostgreSQL
 DATA = ["INSERT INTO teams (id, name, limits, created_at) VALUES ('team_old', 'old team', NULL, 1.0)",
@@ -91,7 +91,9 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         # the versions recorded before keep their times; the missing ones were applied now
         auth_versions = await versions(db, AUTH)
         assert [v for v, _ in auth_versions] == [1, 2, 3] and auth_versions[:2] == [(1, 1000), (2, 2000)]
-        assert await versions(db, BILLING) == [(1, 1000), (2, 2000), (3, 3000)]
+        billing_versions = await versions(db, BILLING)  # 4: budget_alerts
+        assert [v for v, _ in billing_versions] == [1, 2, 3, 4]
+        assert billing_versions[:3] == [(1, 1000), (2, 2000), (3, 3000)]
         endpoint_versions = await versions(db, ENDPOINTS)
         assert [v for v, _ in endpoint_versions] == [1, 2] and endpoint_versions[0] == (1, 1000)
         assert await versions(db, RESPONSES) == [(1, 1000)]
@@ -105,7 +107,7 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         assert await usage.count(["none"]) == {"none": 0}
         # the old tables are gone: one bookkeeping table
         tables = {name for (name,) in await db.fetchall(TABLES[db.dialect])}
-        assert TABLE in tables and "usage_records" in tables
+        assert TABLE in tables and "usage_records" in tables and "budget_alerts" in tables
         assert not tables & {schema.legacy_table for schema, _ in OLD_POSTGRES}
     finally:
         for store in (auth, usage, endpoints, fleet):

@@ -19,7 +19,7 @@ SIGNED_IN = ["/dashboard/overview", "/dashboard/overview?range=custom&start=2026
              "/dashboard/overview?granularity=week&group_by=key", "/dashboard/requests", "/dashboard/keys",
              "/dashboard/keys/{service_key}/edit", "/dashboard/teams", "/dashboard/request",
              "/dashboard/request?id=req-nobody-has-this", "/dashboard/requests/req-accessible-0",
-             "/dashboard/members", "/dashboard/audit"]
+             "/dashboard/members", "/dashboard/audit", "/dashboard/limits"]
 
 
 async def seed(gateway) -> tuple[str, str, str]:

@@ -1,0 +1,117 @@
+"""Sends a spend budget's alert to its webhook and its e-mail addresses (Settings' `[budget_alerts]`).
+
+Beside the request path, never on it: `gateway/serving/spending.py` starts a task per alert. Each destination
+gets at most `attempts` tries with a doubling pause, each bounded by `timeout_s`; a failure is logged and
+dropped (the threshold is already recorded as sent, so a fleet never sends it twice). The webhook body is JSON
+signed with HMAC-SHA256 under `webhook_secret`: header `x-sluice-signature: sha256=<hex of the body's MAC>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import smtplib
+from email.message import EmailMessage
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+import structlog
+
+from gateway.config import BudgetAlertSettings
+
+log = structlog.get_logger("gateway.budget_alerts")
+SIGNATURE_HEADER = "x-sluice-signature"
+FIRST_PAUSE_S = 0.5
+ADJECTIVE = {"month": "monthly", "day": "daily"}
+
+
+class Alert(msgspec.Struct, frozen=True):
+    """What a webhook receives (JSON) and an e-mail says."""
+
+    scope: str  # "team:<id>" or "key:<id>"
+    period: str  # "month" or "day"
+    period_key: str  # "2026-11" or "2026-11-26"
+    resets_at: str  # ISO 8601 UTC: the period's end
+    threshold: int  # percent
+    amount_micros: int
+    spent_micros: int
+    hard: bool  # a hard budget refuses requests at 100 %
+    at: str  # ISO 8601 UTC
+
+    @property
+    def subject(self) -> str:
+        return f"Sluice budget: {self.scope} reached {self.threshold}% of its {ADJECTIVE[self.period]} budget"
+
+    def text(self) -> str:
+        money = f"{self.spent_micros / 1e6:.2f} of {self.amount_micros / 1e6:.2f}"
+        refusal = " New requests are refused until then." if self.hard and self.threshold >= 100 else ""
+        return (f"{self.scope} has spent {money} ({self.threshold}% threshold) in {self.period_key}. "
+                f"The budget resets at {self.resets_at}.{refusal}\n")
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def webhook_allowed(url: str, settings: BudgetAlertSettings) -> bool:
+    """https, or plain http where the operator allowed it."""
+    scheme = urlsplit(url).scheme
+    return scheme == "https" or (scheme == "http" and settings.allow_http_webhooks)
+
+
+class AlertSender:
+    def __init__(self, settings: BudgetAlertSettings) -> None:
+        self.settings = settings
+        self._client = httpx.AsyncClient(timeout=settings.timeout_s, follow_redirects=False)
+
+    async def send(self, alert: Alert, webhook_url: str | None, emails: list[str]) -> None:
+        jobs = []
+        if webhook_url is not None:
+            jobs.append(self._retried("webhook", lambda: self._post(alert, webhook_url)))
+        if emails:
+            if self.settings.smtp_host:
+                jobs.append(self._retried("email", lambda: asyncio.to_thread(self._mail, alert, emails)))
+            else:
+                log.warning("budget_alert_email_skipped", scope=alert.scope, reason="no smtp_host configured")
+        await asyncio.gather(*jobs)
+
+    async def _retried(self, channel: str, attempt) -> None:
+        pause = FIRST_PAUSE_S
+        for number in range(1, self.settings.attempts + 1):
+            try:
+                await attempt()
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure of the destination is retried, then dropped
+                log.warning("budget_alert_failed", channel=channel, attempt=number,
+                            error=f"{type(exc).__name__}: {exc}")
+            if number < self.settings.attempts:
+                await asyncio.sleep(pause)
+                pause *= 2
+
+    async def _post(self, alert: Alert, url: str) -> None:
+        if not webhook_allowed(url, self.settings):
+            raise ValueError("plain http webhooks are not allowed (budget_alerts.allow_http_webhooks)")
+        body = msgspec.json.encode(alert)
+        headers = {"content-type": "application/json", "user-agent": "sluice-budget-alerts"}
+        if self.settings.webhook_secret:
+            headers[SIGNATURE_HEADER] = sign(self.settings.webhook_secret, body)
+        response = await self._client.post(url, content=body, headers=headers)
+        if response.status_code >= 300:
+            raise RuntimeError(f"webhook answered {response.status_code}")
+
+    def _mail(self, alert: Alert, emails: list[str]) -> None:
+        s = self.settings
+        message = EmailMessage()
+        message["From"], message["To"], message["Subject"] = s.smtp_from, ", ".join(emails), alert.subject
+        message.set_content(alert.text())
+        with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.timeout_s) as smtp:
+            if s.smtp_starttls:
+                smtp.starttls()
+            if s.smtp_username:
+                smtp.login(s.smtp_username, s.smtp_password)
+            smtp.send_message(message)
+
+    async def close(self) -> None:
+        await self._client.aclose()
