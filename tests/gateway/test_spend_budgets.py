@@ -280,5 +280,6 @@ async def test_the_limits_page_shows_every_member_the_budgets_and_resets(priced)
     assert 'data-micros="5000000"' in row and 'data-micros="8000000"' in row and 'data-thresholds="50"' in row
     assert "requests refused" in row and "T00:00:00Z" in row
     # the member's own key's rpm
-    assert re.search(r'<tr data-scope="key:[^"]+">.*?data-label="Requests / min">30</td>', page.text)
+    assert re.search(r'<tr data-scope="key:[^"]+">.*?data-label="Requests / min"><span data-n="30">30</span></td>',
+                     page.text)
     assert 'href="/dashboard/limits?team_id=' in page.text and 'aria-current="page">Limits' in page.text
