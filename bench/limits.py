@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/limits.py [--redis-url redis://…] [-n 50000]
 
-Without --redis-url a throwaway redis-server is started (tests/fixtures). Each row is the mean cost of one
+Without --redis-url a throwaway redis-server is started (testkit/servers.py). Each row is the mean cost of one
 admit and of one settle, sequentially awaited; the Redis rows are compared with a bare PING (one round trip).
 """
 
@@ -120,7 +120,7 @@ def cli() -> None:
         url = args.redis_url
         if url is None and shutil.which("redis-server"):
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find tests/
-            from tests.fixtures.servers import redis_server
+            from testkit.servers import redis_server
 
             url = stack.enter_context(redis_server()).url
         if url is None:

@@ -1,4 +1,5 @@
-"""Session-wide fixtures: real database and cache servers, shared by every suite."""
+"""Fixtures shared by more than one suite: real database and cache servers for the session, and the dashboard's
+gateway served on loopback (the dashboard and security suites)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import threading
 import pytest
 from hypothesis import settings
 
-from tests.fixtures.servers import postgres_server, redis_server
+from testkit.servers import postgres_server, redis_server
+from tests.gateway.dashboard.served import ADMIN_KEY as DASHBOARD_ADMIN_KEY
+from tests.gateway.dashboard.served import served_gateway, settings_in
 
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
 # derives (derandomized) and keeps no example database, so the verdict is the same on every run and every
@@ -32,6 +35,14 @@ def redis():
     """A real redis-server for the whole session; tests use distinct key prefixes or FLUSHDB."""
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture
+async def dashboard_server(tmp_path, monkeypatch):
+    """The gateway app served on loopback for the dashboard (tests/gateway/dashboard/served.py)."""
+    monkeypatch.setenv("SLUICE_ADMIN_KEY", DASHBOARD_ADMIN_KEY)
+    async with served_gateway(settings_in(tmp_path)) as served:
+        yield served
 
 
 def pytest_unconfigure(config):

@@ -14,7 +14,7 @@ from moto.server import ThreadedMotoServer
 from billing.ledger import Ledger
 from billing.pricing import PricingTable
 from billing.records import Price
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 
 PRICES = {"small": Price(100_000, 400_000), "big": Price(3_000_000, 15_000_000), "default": Price(1_000, 2_000)}
 

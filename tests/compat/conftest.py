@@ -1,6 +1,6 @@
 """Shared fixtures of the real-SDK compatibility suites: one `sluice serve` per test module.
 
-    def test_x(running_sluice):            # a tests.fixtures.sluice.SluiceServer
+    def test_x(running_sluice):            # a testkit.sluice.SluiceServer
         httpx.post(f"{running_sluice.url}/v1/completions", headers=auth_headers, ...)
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures import sluice
+from testkit import sluice
 
 
 @pytest.fixture(scope="module")

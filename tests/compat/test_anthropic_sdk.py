@@ -2,7 +2,7 @@
 create, stream (its event sequence, ping included), a tool round trip (tool_use out, tool_result back in),
 count_tokens, `x-api-key` and bearer authentication, and the SDK's typed errors from Anthropic's envelope and
 status codes. Usage lands in the ledger as dialect `anthropic`. The gateway serves the protocol worker
-(tests/fixtures/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
+(testkit/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from common.protocol import Accepted, Done, Error, Finish, Token, ToolCall, ToolCallDelta
-from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+from testkit.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
 
 ADMIN_KEY = "anthropic-sdk-admin-key-0123456789abcdef"
 WEATHER = {"name": "get_weather", "description": "The weather in a city",

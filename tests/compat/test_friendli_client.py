@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from testkit.sluice import MODEL
 from tests.compat.sdk_pins import FRIENDLI_CLIENT
 from tests.compat.venvs import run_in_venv
-from tests.fixtures.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 

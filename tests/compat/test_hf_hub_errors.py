@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import InferenceClient
 from huggingface_hub.errors import HfHubHTTPError, UnknownError, ValidationError
 
-from tests.fixtures.protocol_worker import Reply, sluice_on_protocol_worker, tokens
+from testkit.protocol_worker import Reply, sluice_on_protocol_worker, tokens
 
 ADMIN_KEY = "hf-hub-errors-admin-key-0123456789abcdef"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from gateway.dialects.monster.dialect import MOCK_TEXT
+from testkit.sluice import MODEL
 from tests.compat.sdk_pins import MONSTERAPI
 from tests.compat.venvs import run_in_venv
-from tests.fixtures.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 `responses.create`, `responses.stream` (OpenAI's event sequence), `responses.parse` into a pydantic model, a
 function-tool round trip, a conversation continued by `previous_response_id`, retrieve and delete of stored
 responses — visible to their team only — and hosted tools refused. The gateway serves the protocol worker
-(tests/fixtures/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
+(testkit/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from common.protocol import Accepted, Done, Finish, Token, ToolCall, ToolCallDelta
-from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+from testkit.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
 
 ADMIN_KEY = "responses-sdk-admin-key-0123456789abcdef"
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import MODEL
+from testkit.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 HELLO = [{"role": "user", "content": "Say hello."}]

@@ -20,7 +20,7 @@ import openai
 import pytest
 from huggingface_hub import AsyncInferenceClient
 
-from tests.fixtures.sluice import MODEL
+from testkit.sluice import MODEL
 from tests.worker.tools.helpers import CHOICES, FLIGHTS, HISTORY, PROMPTS, SCHEMAS, WEATHER
 
 pytestmark = pytest.mark.slow

@@ -20,14 +20,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.billing.conftest import create_database
-from tests.billing.test_postgres_outage import restarted_at_exit, take_down
-from tests.fixtures.sluice import (
+from testkit.sluice import (
     MODEL,
     SluiceServer,
     standalone_worker,
     start_sluice,
 )
+from tests.billing.conftest import create_database
+from tests.billing.test_postgres_outage import restarted_at_exit, take_down
 
 pytestmark = pytest.mark.slow
 ADMIN_KEY = "ledger-e2e-admin-key-0123456789abcdef"

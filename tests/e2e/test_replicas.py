@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import (
+from testkit.sluice import (
     MODEL,
     running_sluice,
     standalone_worker,

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.fixtures.sluice import SluiceServer, pid_alive, start_sluice
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.sluice import SluiceServer, pid_alive, start_sluice
+from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
 ELASTIC = "tiny/elastic"

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.sluice import MODEL, running_sluice
+from testkit.sluice import MODEL, running_sluice
 
 pytestmark = pytest.mark.slow
 ADMIN_KEY = "tenancy-test-admin-key-0123456789abcdef"

@@ -1,6 +1,6 @@
 """Three real `sluice serve` gateways sharing PostgreSQL and Redis, in front of one ECS worker service in moto.
 
-ECS is played (tests/fixtures/played_ecs.py): each task the service runs is a protocol worker (the tests are
+ECS is played (testkit/played_ecs.py): each task the service runs is a protocol worker (the tests are
 about scaling, not tokens) whose streams last a few seconds; the gateways reach it through the test-only
 `test_address_map` file and can be throttled through the test-only `test_throttle_file`.
 """
@@ -24,10 +24,10 @@ import httpx
 import pytest
 import redis as redis_client
 
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker, ecs_service, manual_task_states
-from tests.fixtures.protocol_worker import MODEL, Reply, protocol_worker, tokens
-from tests.fixtures.sluice import SluiceServer, start_sluice
+from testkit.local_aws import moto_server
+from testkit.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker, ecs_service, manual_task_states
+from testkit.protocol_worker import MODEL, Reply, protocol_worker, tokens
+from testkit.sluice import SluiceServer, start_sluice
 
 ADMIN_KEY = "fleet-test-admin-key-0123456789abcdef"
 STREAM_WORDS, WORD_PAUSE_S = 12, 0.25  # each stream lasts about 3 s on its worker

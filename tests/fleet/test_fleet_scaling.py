@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.played_ecs import CLUSTER
+from testkit.played_ecs import CLUSTER
 from tests.fleet.conftest import Fleet, until
 
 pytestmark = pytest.mark.slow

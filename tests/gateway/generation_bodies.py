@@ -3,7 +3,7 @@ in-process gateway (tests/gateway/conftest.py)."""
 
 from __future__ import annotations
 
-from tests.fixtures.protocol_worker import MODEL
+from testkit.protocol_worker import MODEL
 
 HI = [{"role": "user", "content": "Hi"}]
 BODIES = {  # path: body; STREAM_ONLY routes stream without a `stream` field

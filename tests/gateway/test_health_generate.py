@@ -12,7 +12,7 @@ from common.protocol import ModelConfig
 from gateway.config import Settings
 from gateway.edge.app import create_app
 from gateway.metrics import REGISTRY
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 
 
 def failed_probes() -> float:

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from transformers import LlamaForCausalLM
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import running_sluice
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.servers import free_port
+from testkit.sluice import running_sluice
+from testkit.tiny_model import write_tiny_model
 from tests.worker.lora.adapters import ATTENTION, write_adapter
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from gateway.endpoints.spec import NAME_LIMIT
-from tests.fixtures.protocol_worker import MODEL, protocol_worker
-from tests.fixtures.sluice import create_team_offline, running_sluice, start_sluice
+from testkit.protocol_worker import MODEL, protocol_worker
+from testkit.sluice import create_team_offline, running_sluice, start_sluice
 
 ADMIN_KEY = "security-endpoint-names-admin-key-0123456789"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}

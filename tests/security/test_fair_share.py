@@ -16,9 +16,9 @@ import threading
 import httpx
 import pytest
 
-from tests.fixtures.protocol_worker import MODEL as STUB_MODEL
-from tests.fixtures.protocol_worker import Reply, sluice_on_protocol_worker, tokens
-from tests.fixtures.sluice import MODEL, running_sluice
+from testkit.protocol_worker import MODEL as STUB_MODEL
+from testkit.protocol_worker import Reply, sluice_on_protocol_worker, tokens
+from testkit.sluice import MODEL, running_sluice
 
 ADMIN_KEY = "fair-share-admin-key-0123456789abcdef"
 

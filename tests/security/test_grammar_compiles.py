@@ -1,5 +1,5 @@
 """Tenant <-> tenant at the grammar compiler, through the real `sluice serve` in front of a worker that plays the
-protocol (tests/fixtures/protocol_worker.py, which records every GenerateRequest it receives):
+protocol (testkit/protocol_worker.py, which records every GenerateRequest it receives):
 
 - every request the gateway sends names its billed team as the tenant (an opaque stable tag, not the team id), so
   the worker's per-tenant fair queue of grammar compiles (worker/decoding/grammar/fair_queue.py) and its fair
@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from gateway.dialects import bounds
-from tests.fixtures.protocol_worker import MODEL, sluice_on_protocol_worker
+from testkit.protocol_worker import MODEL, sluice_on_protocol_worker
 
 ADMIN_KEY = "grammar-security-admin-key-0123456789abcdef"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}

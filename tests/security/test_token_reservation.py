@@ -13,8 +13,8 @@ from datetime import datetime
 import httpx
 import pytest
 
-from tests.fixtures.sluice import running_sluice
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.sluice import running_sluice
+from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny/llama"
@@ -144,7 +144,7 @@ def test_the_bound_holds_for_odd_chats_on_the_real_tokenizer(messages, with_tool
 
     from common.protocol import FunctionTool, GenerateRequest, ToolSpec
     from gateway.limits.tokens import prompt_bounds
-    from tests.fixtures.sluice import default_model_dir
+    from testkit.sluice import default_model_dir
     from worker.prompt_overhead import measure
     from worker.tools import render_chat
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.sluice import MODEL_CACHE
+from testkit.sluice import MODEL_CACHE
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,7 +13,7 @@ import pytest
 from auth import AuthService
 from gateway.dashboard.sessions import COOKIE, TOUCH_SECONDS, SessionStore
 from tests.auth.conftest import PEPPER, fresh_postgres_database
-from tests.gateway.dashboard.conftest import ADMIN_KEY, serving, settings_in
+from tests.gateway.dashboard.served import ADMIN_KEY, served_gateway, settings_in
 
 
 class Clock:
@@ -133,15 +133,15 @@ async def database_url(request):
 
 async def test_a_session_survives_a_restart_and_serves_on_a_second_gateway(tmp_path, monkeypatch, database_url):
     monkeypatch.setenv("SLUICE_ADMIN_KEY", ADMIN_KEY)
-    async with serving(settings_in(tmp_path, database_url)) as first:
+    async with served_gateway(settings_in(tmp_path, database_url)) as first:
         team = (await first.admin("POST", "/admin/teams", name="Acme"))["id"]
         key = await first.admin("POST", "/admin/keys", name="k", team_id=team)
         async with httpx.AsyncClient(base_url=first.url) as client:
             await sign_in(client, key["key"])
             cookies = httpx.Cookies({COOKIE: client.cookies[COOKIE]})
         assert await overview_status(first.url, cookies) == 200
-    async with serving(settings_in(tmp_path, database_url)) as restarted, \
-            serving(settings_in(tmp_path, database_url)) as beside:
+    async with served_gateway(settings_in(tmp_path, database_url)) as restarted, \
+            served_gateway(settings_in(tmp_path, database_url)) as beside:
         assert await overview_status(restarted.url, cookies) == 200  # the restart signed nobody out
         assert await overview_status(beside.url, cookies) == 200  # another gateway on the same database
         await beside.admin("DELETE", f"/admin/keys/{key['id']}")

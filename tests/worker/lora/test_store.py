@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from common.protocol import Accepted, AdapterRef, Done, Error, ModelConfig
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 from tests.worker.conftest import running_engine
 from tests.worker.engine.runs import Run, request
 from tests.worker.lora.adapters import references, write_adapter

@@ -28,7 +28,7 @@ from common.protocol import (
     ToolSpec,
     decode_event,
 )
-from tests.fixtures.servers import free_port, wait_for_port
+from testkit.servers import free_port, wait_for_port
 
 WEATHER = FunctionTool(name="get_weather", description="Current weather in a city", parameters={
     "type": "object", "required": ["city"],
