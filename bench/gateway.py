@@ -58,6 +58,7 @@ from bench.harness.processes import (
     wait_idle,
 )
 from common.protocol import GenerateRequest, SamplingParams
+from testkit.protocol_worker import worker_command
 from testkit.servers import free_port, postgres_server, redis_server
 from testkit.sluice import start_sluice
 
@@ -300,8 +301,7 @@ def main() -> None:
         root = Path(tmp)
         try:
             stub_port, openai_port = free_port(), free_port()
-            stub = spawn([sys.executable, "-m", "testkit.protocol_worker", "--port", str(stub_port),
-                          "--token-delay", "0", "--model", MODEL], root / "stub.log")
+            stub = spawn(worker_command(stub_port, MODEL, token_delay=0), root / "stub.log")
             started.append(stub)
             wait_http(f"http://127.0.0.1:{stub_port}/health", stub, root / "stub.log")
             openai = spawn([sys.executable, "-m", "bench.harness.openai_stub", "--port", str(openai_port)],

@@ -119,7 +119,7 @@ def cli() -> None:
     with contextlib.ExitStack() as stack:
         url = args.redis_url
         if url is None and shutil.which("redis-server"):
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find tests/
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find testkit/
             from testkit.servers import redis_server
 
             url = stack.enter_context(redis_server()).url

@@ -27,10 +27,11 @@ def admin(server: SluiceServer, method: str, path: str, **body) -> dict:
 
 
 def default_team_key(server: SluiceServer, name: str, **limits) -> str:
-    """A new service key of the default team with these limits; its clear value."""
+    """A new service key of the default team with these limits (none given: the team's); its clear value."""
     teams = admin(server, "GET", "/admin/teams")["data"]
     team_id = next(t["id"] for t in teams if t["name"] == "default")
-    return admin(server, "POST", "/admin/keys", name=name, team_id=team_id, limits=limits)["key"]
+    fields = {"limits": limits} if limits else {}
+    return admin(server, "POST", "/admin/keys", name=name, team_id=team_id, **fields)["key"]
 
 
 def ledger_records(server: SluiceServer) -> list[dict]:

@@ -1,5 +1,5 @@
-"""Fixtures shared by more than one suite: real database and cache servers for the session, and the dashboard's
-gateway served on loopback (the dashboard and security suites)."""
+"""Fixtures shared by more than one suite: real database and cache servers for the session, both auth stores (the
+auth and endpoint suites) and the dashboard's gateway served on loopback (the dashboard and security suites)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import threading
 import pytest
 from hypothesis import settings
 
+from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
 from tests.gateway.dashboard.served import ADMIN_KEY as DASHBOARD_ADMIN_KEY
 from tests.gateway.dashboard.served import served_gateway, settings_in
@@ -35,6 +36,16 @@ def redis():
     """A real redis-server for the whole session; tests use distinct key prefixes or FLUSHDB."""
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request, tmp_path):
+    """Both databases the gateway opens for auth and endpoints: a SQLite file, a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/auth.db"
+        return
+    async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from auth import AuthService
 from auth.store import open_store
 from auth.store.migrations import MIGRATIONS
-from tests.auth.conftest import PEPPER
+from tests.auth.helpers import PEPPER
 
 
 async def test_migrations_are_versioned_and_applied_once(store_url):

@@ -14,10 +14,11 @@ import pytest
 
 from common.protocol import ModelConfig
 from testkit import sluice
+from testkit.lora_adapters import ATTENTION, write_adapter
 from testkit.sluice import MODEL, MODEL_CACHE
 from tests.compat.sdk_pins import FRIENDLI
 from tests.compat.venvs import run_in_venv
-from tests.worker.lora.adapters import ATTENTION, references, write_adapter
+from tests.worker.lora.adapters import references
 from worker.loading import load_model
 
 pytestmark = pytest.mark.slow

@@ -49,7 +49,8 @@ async def test_sglang_reports_a_failed_choice_as_abort(gateway_app, worker, stre
     ("length", "length", "length"), ("eos_token", "stop", "eos_token"), ("stop_sequence", "stop", "stop_sequence")])
 async def test_a_normal_finish_keeps_its_word(gateway_app, worker, reason, openai_word, tgi_word):
     worker.replies = [Reply(tokens("fine", reason=reason))]
-    completion = await gateway_app.post("/v1/completions", json=body("/v1/completions"), headers=gateway_app.key_headers)
+    completion = await gateway_app.post("/v1/completions", json=body("/v1/completions"),
+                                        headers=gateway_app.key_headers)
     assert completion.json()["choices"][0]["finish_reason"] == openai_word
     tgi = await gateway_app.post("/v1/completions/generate", json=body("/v1/completions/generate",
                                                                      parameters={"details": True}),

@@ -12,7 +12,8 @@ from tests.gateway.route_table import envelope
 async def test_info_routes_follow_the_callers_key(gateway_app, worker):
     another = await gateway_app.post("/admin/teams", json={"name": "another"}, headers=gateway_app.admin_headers)
     private = {"name": "org/private", "urls": [worker.url], "team_id": another.json()["id"]}
-    assert (await gateway_app.post("/admin/endpoints", json=private, headers=gateway_app.admin_headers)).status_code == 201
+    assert (await gateway_app.post("/admin/endpoints", json=private,
+                                   headers=gateway_app.admin_headers)).status_code == 201
     allowed = await new_key(gateway_app, models=[MODEL])
     barred = await new_key(gateway_app, models=["some-other-model"])
     for headers in ({}, gateway_app.key_headers, allowed):

@@ -43,21 +43,27 @@ async def app_with_private_endpoint(gateway_settings, worker):
 
 
 @pytest.mark.parametrize(("path", "body", "answer", "dialect_path"), CALLS)
-async def test_tokenizer_routes_see_what_a_generation_sees(app_with_private_endpoint, worker, path, body, answer, dialect_path):
+async def test_tokenizer_routes_see_what_a_generation_sees(app_with_private_endpoint, worker, path, body, answer,
+                                                           dialect_path):
     reply = await app_with_private_endpoint.post(path, json=body, headers=app_with_private_endpoint.key_headers)
     assert reply.status_code == 200 and reply.json() == answer, reply.text
     assert worker.tokenizer_calls == [path]
-    named = await app_with_private_endpoint.post(path, json={**body, "model": MODEL}, headers=app_with_private_endpoint.key_headers)
+    named = await app_with_private_endpoint.post(path, json={**body, "model": MODEL},
+                                                 headers=app_with_private_endpoint.key_headers)
     assert named.status_code == 200 and named.json() == answer, named.text
-    hidden = await app_with_private_endpoint.post(path, json={**body, "model": PRIVATE}, headers=app_with_private_endpoint.key_headers)
+    hidden = await app_with_private_endpoint.post(path, json={**body, "model": PRIVATE},
+                                                  headers=app_with_private_endpoint.key_headers)
     assert hidden.status_code == 404 and PRIVATE in envelope(dialect_path, hidden.json())["message"], hidden.text
-    barred = await app_with_private_endpoint.post(path, json=body, headers=await new_key(app_with_private_endpoint, models=["some-other-model"]))
+    barred = await app_with_private_endpoint.post(path, json=body, headers=await new_key(app_with_private_endpoint,
+                                                                                         models=["some-other-model"]))
     assert barred.status_code == 403 and MODEL in envelope(dialect_path, barred.json())["message"], barred.text
     assert len(worker.tokenizer_calls) == 2
 
 
-async def test_a_generation_that_names_no_model_gets_the_first_endpoint_the_caller_may_see(app_with_private_endpoint, worker):
+async def test_a_generation_that_names_no_model_gets_the_first_endpoint_the_caller_may_see(app_with_private_endpoint,
+                                                                                           worker):
     for body in ({"inputs": "Hi", "parameters": {"max_new_tokens": 2}}, {"text": "Hi"}):
-        reply = await app_with_private_endpoint.post("/generate", json=body, headers=app_with_private_endpoint.key_headers)
+        reply = await app_with_private_endpoint.post("/generate", json=body,
+                                                     headers=app_with_private_endpoint.key_headers)
         assert reply.status_code == 200, reply.text
         assert worker.requests[-1]["model"] == MODEL

@@ -35,13 +35,15 @@ async def test_the_openai_routes_take_null_unknown_keys_and_openai_parameters_th
 
 @pytest.mark.parametrize("path", IGNORING_ROUTES)
 async def test_the_other_dialects_ignore_unknown_top_level_keys(gateway_app, path):
-    response = await gateway_app.post(path, json=body(path, max_token=5, misc={"a": 1}), headers=gateway_app.key_headers)
+    response = await gateway_app.post(path, json=body(path, max_token=5, misc={"a": 1}),
+                                      headers=gateway_app.key_headers)
     assert response.status_code == 200, response.text
 
 
 @pytest.mark.parametrize("path", ["/generate_stream", "/v1/completions/generate"])
 async def test_tgi_ignores_unknown_parameters(gateway_app, path):
-    response = await gateway_app.post(path, json=body(path, parameters={"max_token": 5}), headers=gateway_app.key_headers)
+    response = await gateway_app.post(path, json=body(path, parameters={"max_token": 5}),
+                                      headers=gateway_app.key_headers)
     assert response.status_code == 200, response.text
 
 

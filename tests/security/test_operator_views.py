@@ -36,7 +36,8 @@ def config(stub_url: str, private_url: str, team_id: str) -> str:
 
 
 @contextlib.contextmanager
-def sluice(data_dir: Path, stub: WorkerProcess, private_url: str | None = None, wait: bool = True) -> Iterator[SluiceServer]:
+def sluice(data_dir: Path, stub: WorkerProcess, private_url: str | None = None,
+           wait: bool = True) -> Iterator[SluiceServer]:
     team = create_team_offline(data_dir, "acme")  # the private endpoint's owner
     with running_sluice(data_dir, config=config(stub.url, private_url or stub.url, team), wait=wait,
                         env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:

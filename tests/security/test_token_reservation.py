@@ -13,6 +13,7 @@ from datetime import datetime
 import httpx
 import pytest
 
+from testkit.admin import admin
 from testkit.sluice import running_sluice
 from testkit.tiny_model import write_tiny_model
 
@@ -53,13 +54,6 @@ def server(tmp_path_factory):
               'max_batch_size = 8\nmax_context = 8192\n')
     with running_sluice(root / "data", config=config, env={"SLUICE_LOG_FORMAT": "json"}) as running:
         yield running
-
-
-def admin(server, method: str, path: str, **body) -> dict:
-    response = httpx.request(method, f"{server.url}{path}", json=body or None, timeout=30,
-                             headers={"authorization": f"Bearer {server.admin_key}"})
-    assert response.status_code < 300, response.text
-    return response.json()
 
 
 def team_key(server, name: str, **limits) -> tuple[str, str]:

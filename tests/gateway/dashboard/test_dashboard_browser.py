@@ -212,7 +212,8 @@ async def test_the_admin_sees_every_team_and_the_ranking(dashboard_server, page,
     assert await page.inner_text(f"tr[data-key-id='{created.split('-')[2]}'] [data-team]") == "Beta"
     await page.locator(f"tr[data-key-id='{data['beta_key']['id']}'] [data-action=revoke]").click()
     await page.wait_for_url("**/dashboard/keys**")
-    assert await api_status(dashboard_server, data["beta_key"]["key"]) == 401 and await api_status(dashboard_server, created) == 200
+    assert await api_status(dashboard_server, data["beta_key"]["key"]) == 401
+    assert await api_status(dashboard_server, created) == 200
 
 
 async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(dashboard_server, page, artifacts):

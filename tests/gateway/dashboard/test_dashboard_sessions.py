@@ -12,7 +12,8 @@ import pytest
 
 from auth import AuthService
 from gateway.dashboard.sessions import COOKIE, TOUCH_SECONDS, SessionStore
-from tests.auth.conftest import PEPPER, fresh_postgres_database
+from testkit.databases import fresh_database
+from tests.auth.helpers import PEPPER
 from tests.gateway.dashboard.served import ADMIN_KEY, served_gateway, settings_in
 
 
@@ -41,7 +42,7 @@ async def two_services(request, tmp_path):
         async for services in opened(f"sqlite:///{tmp_path}/auth.db"):
             yield services
         return
-    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
+    async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
         async for services in opened(url):
             yield services
 
@@ -127,7 +128,7 @@ async def database_url(request):
     if request.param == "sqlite":
         yield ""
         return
-    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
+    async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
         yield url
 
 

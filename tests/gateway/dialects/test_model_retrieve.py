@@ -13,7 +13,8 @@ async def team_key(gateway_app, name: str) -> tuple[str, dict]:
     created = await gateway_app.post("/admin/teams", json={"name": name}, headers=gateway_app.admin_headers)
     assert created.status_code == 201, created.text
     team_id = created.json()["id"]
-    key = await gateway_app.post("/admin/keys", json={"name": name, "team_id": team_id}, headers=gateway_app.admin_headers)
+    key = await gateway_app.post("/admin/keys", json={"name": name, "team_id": team_id},
+                                 headers=gateway_app.admin_headers)
     assert key.status_code == 201, key.text
     return team_id, {"authorization": f"Bearer {key.json()['key']}"}
 
@@ -37,7 +38,8 @@ async def test_a_model_is_retrieved_by_its_id(gateway_app):
 async def test_a_private_endpoint_is_retrieved_by_its_team_only(gateway_app, worker):
     team_id, own = await team_key(gateway_app, "owners")
     private = {"name": "org/private", "urls": [worker.url], "team_id": team_id}
-    assert (await gateway_app.post("/admin/endpoints", json=private, headers=gateway_app.admin_headers)).status_code == 201
+    assert (await gateway_app.post("/admin/endpoints", json=private,
+                                   headers=gateway_app.admin_headers)).status_code == 201
     for path in ("/v1/models/org/private", "/v1/models/org%2Fprivate"):
         mine = await gateway_app.get(path, headers=own)
         assert mine.status_code == 200 and mine.json()["id"] == "org/private", (path, mine.text)

@@ -49,7 +49,8 @@ async def test_a_tool_call_cut_by_max_tokens_is_returned_as_it_stands(gateway_ap
     assert choice["finish_reason"] == "length" and "incomplete" not in choice, choice
     (call,) = choice["message"]["tool_calls"]
     assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Par'}
-    streamed = await gateway_app.post("/v1/chat/completions", json={**body, "stream": True}, headers=gateway_app.key_headers)
+    streamed = await gateway_app.post("/v1/chat/completions", json={**body, "stream": True},
+                                      headers=gateway_app.key_headers)
     chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
     finishes = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert [f["finish_reason"] for f in finishes] == ["length"] and "incomplete" not in finishes[0], finishes

@@ -1,5 +1,5 @@
-"""Endpoint fixtures: both databases the gateway opens (a SQLite file, a fresh PostgreSQL database), as the
-auth tests open them, and named protocol workers for the static endpoints and the failover proxy."""
+"""Named protocol workers for the static endpoints and the failover proxy (both databases the endpoints open:
+`store_url`, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import contextlib
 import pytest
 
 from testkit.protocol_worker import Reply, protocol_worker
-from tests.auth.conftest import store_url  # noqa: F401 (a fixture)
 from tests.gateway.endpoints.helpers import answer
 
 

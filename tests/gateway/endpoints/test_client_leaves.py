@@ -66,7 +66,7 @@ async def test_a_client_that_leaves_while_waiting_frees_its_place_at_once(app_wi
     async def send(message):
         sent.append(message)
 
-    call = asyncio.create_task(app_without_replicas.edge.app(scope(headers, body), receive, send))
+    call = asyncio.create_task(app_without_replicas.app(scope(headers, body), receive, send))
     await until(lambda: _is(app_without_replicas, 1), "the request's wait")
     left.set()  # long before the wait's end (120 s) or a stream's first keep-alive (10 s)
     await until(lambda: _is(app_without_replicas, 0), "its leaving the queue")

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from testkit.sluice import MODEL, running_sluice
-from tests.worker.beam.test_parity import reference
+from tests.worker.beam.helpers import beam_reference
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def test_worker_beam_events(server, smol):
     events = [json.loads(line) for line in reply.text.splitlines() if line]
     assert [e["type"] for e in events] == ["accepted", "finish", "finish", "done"]
     ids = smol.tokenizer(PROMPT).input_ids
-    expected, scores = reference(smol.model, ids, dict(params), [smol.tokenizer.eos_token_id])
+    expected, scores = beam_reference(smol.model, ids, dict(params), [smol.tokenizer.eos_token_id])
     finishes = events[1:3]
     assert [f["token_ids"] for f in finishes] == expected
     assert [f["score"] for f in finishes] == pytest.approx(scores, abs=1e-3)
@@ -83,7 +83,7 @@ def test_gateway_friendli_fields(server, smol):
     assert reply.status_code == 200, reply.text
     body = reply.json()
     ids = smol.tokenizer(PROMPT).input_ids
-    expected, _ = reference(smol.model, ids, dict(num_beams=3, n=2, max_tokens=8, length_penalty=1.5,
+    expected, _ = beam_reference(smol.model, ids, dict(num_beams=3, n=2, max_tokens=8, length_penalty=1.5,
                                                   early_stopping=True), [smol.tokenizer.eos_token_id])
     assert [c["tokens"] for c in body["choices"]] == expected
     assert body["usage"]["completion_tokens"] == sum(len(s) for s in expected)
