@@ -1,5 +1,5 @@
 """One small valid body per generation route (each dialect once), for tests that run every dialect through the
-in-process gateway (tests/gateway/conftest.py)."""
+in-process gateway (tests/gateway/app_client.py, the `gateway_app` fixture)."""
 
 from __future__ import annotations
 
