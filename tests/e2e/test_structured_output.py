@@ -16,8 +16,8 @@ import jsonschema
 import openai
 import pytest
 
-from tests.fixtures.sluice import MODEL, running_sluice
-from tests.worker.grammar.corpus import EBNF, EBNF_PATTERN, REGEXES, SCHEMAS
+from testkit.corpora.grammar import EBNF, EBNF_PATTERN, REGEXES, SCHEMAS
+from testkit.sluice import MODEL, running_sluice
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import (
+from testkit.sluice import (
     MODEL,
     MODEL_CACHE,
     pid_alive,

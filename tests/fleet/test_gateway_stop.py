@@ -8,10 +8,10 @@ import signal
 
 import pytest
 
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
-from tests.fixtures.sluice import start_sluice
-from tests.fleet.conftest import AWS_ENV, WAIT_S, until
+from testkit.local_aws import moto_server
+from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
+from testkit.sluice import start_sluice
+from tests.fleet.fleet import AWS_ENV, WAIT_S, until
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sqlite3
 
 import httpx
 
-from tests.fixtures.sluice import start_sluice
+from testkit.sluice import start_sluice
 
 ADMIN = "operator-admin-key-from-secrets-manager-0123456789"
 # no worker: none is needed here

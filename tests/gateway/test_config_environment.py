@@ -13,7 +13,7 @@ import pytest
 
 from gateway.config import Settings, load_settings
 from gateway.environment import NOT_SETTINGS, overrides, settings_variables
-from tests.fixtures.sluice import start_sluice
+from testkit.sluice import start_sluice
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "operator-admin-key-from-secrets-manager-0123456789"
