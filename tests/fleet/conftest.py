@@ -14,7 +14,7 @@ import redis as redis_client
 from testkit.admin import default_team_key
 from testkit.databases import create_database
 from testkit.local_aws import moto_server
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, ecs_service, manual_task_states
+from testkit.played_ecs import PlayedEcs, ecs_service, manual_task_states, provisioner_toml
 from testkit.protocol_worker import MODEL
 from tests.fleet.fleet import AWS_ENV, Fleet, task_worker
 
@@ -49,16 +49,7 @@ idle_seconds = 4
 drain_seconds = 10
 max_wait_seconds = 60
 
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{SERVICE}"
-region = "us-east-1"
-endpoint_url = "{moto_url}"
-port = {PORT}
-test_address_map = "{address_map}"
-test_throttle_file = "{throttle_file}"
-'''
+''' + provisioner_toml(moto_url, address_map, throttle_file)
             fleet = Fleet(config, root, played, shared, throttle_file)
             try:
                 fleet.start(0)  # first alone: it runs the migrations and holds the lease

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from testkit.local_aws import moto_server
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker, ecs_service, manual_task_states
+from testkit.played_ecs import PlayedEcs, TaskWorker, ecs_service, manual_task_states, provisioner_toml
 from testkit.protocol_worker import MODEL, Reply, protocol_worker
 from testkit.sluice import SluiceServer, running_sluice
 
@@ -107,15 +107,7 @@ max_replicas = 1
 idle_seconds = 600
 max_wait_seconds = {WAIT_S}
 
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{SERVICE}"
-region = "us-east-1"
-endpoint_url = "{moto_url}"
-port = {PORT}
-test_address_map = "{address_map}"
-'''
+''' + provisioner_toml(moto_url, address_map)
             try:
                 with running_sluice(tmp_path / "gateway", config=config,
                                     env={**AWS_ENV, "SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:

@@ -27,13 +27,10 @@ pytestmark = pytest.mark.slow
 
 async def seed(dashboard_server) -> dict:
     """Acme, owned by alice, with usage to show; her key signs in."""
-    acme = (await dashboard_server.admin("POST", "/admin/teams", name="Acme"))["id"]
-    alice = (await dashboard_server.admin("POST", "/admin/users", name="alice"))["id"]
-    await dashboard_server.admin("PUT", f"/admin/teams/{acme}/members/{alice}", role="owner")
-    key = await dashboard_server.admin("POST", "/admin/keys", name="alice laptop", team_id=acme, user_id=alice)
+    acme, alice, key = await dashboard_server.owned_team("Acme", "alice", "alice laptop")
     service = await dashboard_server.admin("POST", "/admin/keys", name="acme batch", team_id=acme)
     await dashboard_server.ledger.record(usage(team_id=acme, key_id=key["id"], user_id=alice, model="small",
-                                      time=time.time() - 3600, prompt_tokens=1234))
+                                               time=time.time() - 3600, prompt_tokens=1234))
     await dashboard_server.ledger.flush(10)
     return {"acme": acme, "key": key, "service": service}
 

@@ -36,6 +36,14 @@ class ServedGateway:
         assert response.status_code < 300, response.text
         return response.json()
 
+    async def owned_team(self, team: str, owner: str, key: str) -> tuple[str, str, dict]:
+        """A new team, a new user who owns it, and that owner's personal key named `key`: (team id, user id,
+        the key as created)."""
+        team_id = (await self.admin("POST", "/admin/teams", name=team))["id"]
+        user_id = (await self.admin("POST", "/admin/users", name=owner))["id"]
+        await self.admin("PUT", f"/admin/teams/{team_id}/members/{user_id}", role="owner")
+        return team_id, user_id, await self.admin("POST", "/admin/keys", name=key, team_id=team_id, user_id=user_id)
+
     @property
     def ledger(self):
         return self.app.state.services.ledger

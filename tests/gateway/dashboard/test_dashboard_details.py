@@ -25,10 +25,7 @@ async def signed_in(client: httpx.AsyncClient, key: str) -> None:
 @pytest.fixture
 async def team(dashboard_server) -> dict:
     """A team with an owner's personal key and a service key; one request through each, minutes ago."""
-    team = (await dashboard_server.admin("POST", "/admin/teams", name="Details"))["id"]
-    user = (await dashboard_server.admin("POST", "/admin/users", name="dora"))["id"]
-    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
-    personal = await dashboard_server.admin("POST", "/admin/keys", name="dora's", team_id=team, user_id=user)
+    team, user, personal = await dashboard_server.owned_team("Details", "dora", "dora's")
     service = await dashboard_server.admin("POST", "/admin/keys", name="batch", team_id=team)
     for key, user_id in ((personal, user), (service, None)):
         await dashboard_server.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user_id,

@@ -14,10 +14,7 @@ pytestmark = pytest.mark.slow
 
 async def owner(dashboard_server) -> tuple[str, dict]:
     """A team whose owner (alice) has a personal key, and a service key in it."""
-    team = (await dashboard_server.admin("POST", "/admin/teams", name="Acme"))["id"]
-    alice = (await dashboard_server.admin("POST", "/admin/users", name="alice"))["id"]
-    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{alice}", role="owner")
-    key = await dashboard_server.admin("POST", "/admin/keys", name="alice laptop", team_id=team, user_id=alice)
+    team, _, key = await dashboard_server.owned_team("Acme", "alice", "alice laptop")
     return team, key
 
 

@@ -17,11 +17,8 @@ PHONE = {"width": 375, "height": 812}
 
 
 async def seed(dashboard_server) -> tuple[str, str]:
-    team = (await dashboard_server.admin("POST", "/admin/teams", name="Wide"))["id"]
-    user = (await dashboard_server.admin("POST", "/admin/users", name="a-user-with-a-rather-long-display-name"))["id"]
-    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
-    key = await dashboard_server.admin("POST", "/admin/keys", name="production batch summariser (eu-west-1)",
-                                       team_id=team, user_id=user)
+    team, user, key = await dashboard_server.owned_team("Wide", "a-user-with-a-rather-long-display-name",
+                                                        "production batch summariser (eu-west-1)")
     await dashboard_server.admin("POST", "/admin/keys", name="expiring nightly export key", team_id=team,
                                  expires_at="2030-01-31T23:59:59Z")
     now = time.time()
