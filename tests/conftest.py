@@ -1,5 +1,6 @@
 """Fixtures shared by more than one suite: real database and cache servers for the session, both auth stores (the
-auth and endpoint suites) and the dashboard's gateway served on loopback (the dashboard and security suites)."""
+auth and endpoint suites), `sluice serve` on the default model (compat, e2e) and the dashboard's gateway served
+on loopback (the dashboard and security suites)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import settings
 
 from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
+from testkit.sluice import running_sluice
 from tests.gateway.dashboard.served import served_gateway, settings_in
 
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
@@ -45,6 +47,13 @@ async def store_url(request, tmp_path):
         return
     async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def sluice_on_smol(tmp_path_factory):
+    """The real gateway + worker with the default model, shared by the tests of one module (compat, e2e)."""
+    with running_sluice(tmp_path_factory.mktemp("smol")) as server:
+        yield server
 
 
 @pytest.fixture

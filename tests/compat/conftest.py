@@ -1,6 +1,6 @@
 """Shared fixtures of the compatibility suites, one `sluice serve` per test module:
 
-- `sluice_on_smol`: the real gateway and worker with the default model (the real-SDK suites);
+- `sluice_on_smol` (tests/conftest.py): the real gateway and worker with the default model (the real-SDK suites);
 - `wire_served` (and its halves `server`, `worker`): the gateway on a protocol worker (testkit/protocol_worker.py)
   that plays the worker's side from a script, for the suites about the wire.
 
@@ -13,16 +13,8 @@ from __future__ import annotations
 import pytest
 
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker, tokens
-from testkit.sluice import running_sluice
 
 WIRE_ADMIN_KEY = "compat-wire-admin-key-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def sluice_on_smol(tmp_path_factory):
-    """The real gateway + worker with the default model, shared by the tests of one module."""
-    with running_sluice(tmp_path_factory.mktemp("compat")) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from testkit.admin import wait_for_records
 from testkit.databases import fresh_database
 from testkit.protocol_worker import worker_process
-from testkit.servers import take_down
+from testkit.servers import restarted_at_exit, take_down
 from testkit.stub_gateway import host_port, sluice_on_worker_process
 from tests.faults.outage import through_outage
 
@@ -32,7 +32,7 @@ async def usage_probes(server, answers: list[httpx.Response]) -> None:
 
 async def test_postgres_killed_and_restarted_under_load(tmp_path, postgres):
     async with fresh_database(postgres, "auth") as url:
-        try:
+        with restarted_at_exit(postgres):
             with worker_process(token_delay=0.01) as stub, \
                     sluice_on_worker_process(tmp_path / "gw", stub, f'database_url = "{url}"') as server:
                 usage_during: list[httpx.Response] = []
@@ -43,9 +43,6 @@ async def test_postgres_killed_and_restarted_under_load(tmp_path, postgres):
                 waited = time.monotonic()
                 records = await asyncio.to_thread(wait_for_records, server, len(run.outcomes), 120)
                 caught_up_after = time.monotonic() - waited
-        finally:
-            if postgres.process.poll() is not None:
-                postgres.start()
     outcomes, by_phase = run.outcomes, run.by_phase()
     print(f"\npostgres outage: statuses by phase {by_phase}; usage API during the outage "
           f"{[r.status_code for r in usage_during]}; ledger complete {caught_up_after:.1f} s after the load ended")

@@ -11,7 +11,7 @@ import pytest
 from gateway.endpoints.spec import NAME_LIMIT
 from testkit.admin import admin_request
 from testkit.protocol_worker import MODEL, protocol_worker
-from testkit.sluice import create_team_offline, running_sluice, start_sluice
+from testkit.sluice import create_team_offline, refused_start, running_sluice
 
 ADMIN_KEY = "security-endpoint-names-admin-key-0123456789"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -116,11 +116,7 @@ def test_a_private_endpoint_needs_a_team_that_exists(server, worker):
 
 def refused_at_start(tmp_path, config: str) -> str:
     """The one line `sluice serve` prints before it exits 1 on this config."""
-    server = start_sluice(tmp_path, config=config, env=ENV, wait=False)
-    try:
-        assert server.wait_exit(timeout=120) == 1, server.output[-3000:]
-    finally:
-        server.stop()
+    server = refused_start(tmp_path, config=config, env=ENV)
     lines = [line for line in server.lines if line.startswith("sluice:")]
     assert len(lines) == 1, server.output[-3000:]
     return lines[0]
