@@ -239,15 +239,17 @@ def _cli(server, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=True)
 
 
-def test_operator_cli_shares_the_servers_database(server):
-    teams = json.loads(_cli(server, "teams", "list", "--json").stdout)
+def test_operator_cli_shares_the_servers_database(sluice_on_smol):
+    teams = json.loads(_cli(sluice_on_smol, "teams", "list", "--json").stdout)
     default = next(t for t in teams if t["name"] == "default")
-    created = json.loads(_cli(server, "keys", "create", "--name", "ops", "--team-id", default["id"], "--json").stdout)
+    created = json.loads(_cli(sluice_on_smol, "keys", "create", "--name", "ops", "--team-id", default["id"],
+                              "--json").stdout)
     headers = {"authorization": f"Bearer {created['key']}"}
-    assert httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 200
-    assert created["key"] not in _cli(server, "keys", "list", "--json").stdout  # shown once, never again
-    _cli(server, "keys", "revoke", created["id"])
+    assert httpx.get(f"{sluice_on_smol.url}/v1/models", headers=headers).status_code == 200
+    assert created["key"] not in _cli(sluice_on_smol, "keys", "list", "--json").stdout  # shown once, never again
+    _cli(sluice_on_smol, "keys", "revoke", created["id"])
     deadline = time.monotonic() + 5
-    while httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 200 and time.monotonic() < deadline:
+    models = f"{sluice_on_smol.url}/v1/models"
+    while httpx.get(models, headers=headers).status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 401
+    assert httpx.get(models, headers=headers).status_code == 401
