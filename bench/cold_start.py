@@ -4,7 +4,7 @@ once the endpoint is warm.
     .venv/bin/python bench/cold_start.py [--model default|tiny|both] [--runs 3] [--warm-requests 200] [--quick]
 
 `--model default` is SmolLM2-135M-Instruct (its dequantized copy cached); `tiny` the tiny random Llama the
-tests use (tests/fixtures/tiny_model.py, written to a temporary directory): what is left when the weights
+tests use (testkit/tiny_model.py, written to a temporary directory): what is left when the weights
 cost nothing, i.e. the activator, the process and the engine.
 
 Each run builds the gateway's `Endpoints` service in this process (its SQLite store in a temporary
@@ -206,7 +206,7 @@ def main() -> None:
     os.environ["SLUICE_LOG_FORMAT"] = "json"
     if args.model in ("tiny", "both"):
         # the test suite's tiny model, built the same way (imported only when asked for)
-        from tests.fixtures.tiny_model import write_tiny_model
+        from testkit.tiny_model import write_tiny_model
 
         with tempfile.TemporaryDirectory(prefix="sluice-tiny-") as tiny:
             write_tiny_model(Path(tiny))

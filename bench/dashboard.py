@@ -42,7 +42,7 @@ from billing.store.base import COLUMNS, ENTRY_COLUMNS, TABLE, row_entry, utc_day
 from billing.store.rollups import backfill
 from billing.store.sql import PostgresDialect, SqliteDialect
 from storage.registry import parse
-from tests.fixtures.servers import postgres_server
+from testkit.servers import postgres_server
 
 DAYS = 90
 START = 1_735_689_600.0  # 2025-01-01T00:00:00Z

@@ -43,7 +43,7 @@ from billing.store import open_store as open_usage_store
 from gateway.config import Settings
 from gateway.edge.app import create_app
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
-from tests.fixtures.servers import free_port, wait_for_port
+from testkit.servers import free_port, wait_for_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

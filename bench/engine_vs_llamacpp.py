@@ -36,7 +36,7 @@ import msgspec
 
 from bench.harness.processes import BENCH_HOME, REPO, spawn, stop, wait_http
 from common.protocol import GenerateRequest, SamplingParams, Token, decode_event
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 from worker.loading import default_gguf_path
 
 LLAMA_SERVER = BENCH_HOME / "llama-server" / "llama-server"

@@ -5,7 +5,7 @@
                                       [--profiles embedded,postgres] [--gateway-processes 1,2]
 
 Starts, each in its own process:
-- a protocol stub worker (tests/faults/stub_worker.py: answers at once with the worker protocol's NDJSON);
+- a protocol stub worker (testkit/protocol_worker.py: answers at once with the worker protocol's NDJSON);
 - `sluice serve` in front of it, once per profile and process count: the embedded profile (SQLite; with Redis for
   the limits when it runs 2+ processes) and the PostgreSQL + Redis profile (auth and ledger in PostgreSQL,
   limits in Redis, both started here); authentication, team limits (set high enough never to refuse) and the
@@ -58,8 +58,9 @@ from bench.harness.processes import (
     wait_idle,
 )
 from common.protocol import GenerateRequest, SamplingParams
-from tests.fixtures.servers import free_port, postgres_server, redis_server
-from tests.fixtures.sluice import start_sluice
+from testkit.protocol_worker import worker_command
+from testkit.servers import free_port, postgres_server, redis_server
+from testkit.sluice import start_sluice
 
 MODEL = "stub-model"
 LITELLM_KEY = "sk-bench-litellm-master-key"
@@ -302,8 +303,7 @@ def main() -> None:
         root = Path(tmp)
         try:
             stub_port, openai_port = free_port(), free_port()
-            stub = spawn([sys.executable, "-m", "tests.faults.stub_worker", "--port", str(stub_port),
-                          "--token-delay", "0", "--model", MODEL], root / "stub.log")
+            stub = spawn(worker_command(stub_port, MODEL, token_delay=0), root / "stub.log")
             started.append(stub)
             wait_http(f"http://127.0.0.1:{stub_port}/health", stub, root / "stub.log")
             openai = spawn([sys.executable, "-m", "bench.harness.openai_stub", "--port", str(openai_port)],

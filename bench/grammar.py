@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("SLUICE_MODEL_CACHE", str(Path(__file__).resolve().parents[1] / ".data" / "test-model-cache"))
 
 from common.protocol import Constraint, Done, Error, GenerateRequest, ModelConfig, SamplingParams  # noqa: E402
-from tests.worker.grammar.corpus import REGEXES, SCHEMAS  # noqa: E402
+from testkit.corpora.grammar import REGEXES, SCHEMAS  # noqa: E402
 from worker.decoding.grammar import GrammarCompiler  # noqa: E402
 from worker.engine.engine import Engine  # noqa: E402
 from worker.loading import load_model  # noqa: E402

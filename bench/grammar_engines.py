@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.worker.grammar.corpus import SCHEMAS  # noqa: E402
+from testkit.corpora.grammar import SCHEMAS  # noqa: E402
 
 VOCAB = 49152
 

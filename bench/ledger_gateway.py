@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import MODEL, MODEL_CACHE, REPO, start_sluice
+from testkit.servers import free_port
+from testkit.sluice import MODEL, MODEL_CACHE, REPO, start_sluice
 
 ADMIN_KEY = "bench-ledger-gateway-admin-key-0123456789"
 

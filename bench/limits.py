@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/limits.py [--redis-url redis://…] [-n 50000]
 
-Without --redis-url a throwaway redis-server is started (tests/fixtures). Each row is the mean cost of one
+Without --redis-url a throwaway redis-server is started (testkit/servers.py). Each row is the mean cost of one
 admit and of one settle, sequentially awaited; the Redis rows are compared with a bare PING (one round trip).
 """
 
@@ -19,7 +19,12 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from gateway.limits import LimitScope, Ticket, open_limiter
+# this checkout first (testkit/ is found there); and this file's folder off sys.path, where bench/gateway.py would
+# shadow the package
+sys.path[:] = [str(Path(__file__).resolve().parents[1])] + [
+    p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from gateway.limits import LimitScope, Ticket, open_limiter  # noqa: E402
 
 FULL = [LimitScope("key:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15),
         LimitScope("team:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15)]
@@ -119,8 +124,7 @@ def cli() -> None:
     with contextlib.ExitStack() as stack:
         url = args.redis_url
         if url is None and shutil.which("redis-server"):
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find tests/
-            from tests.fixtures.servers import redis_server
+            from testkit.servers import redis_server
 
             url = stack.enter_context(redis_server()).url
         if url is None:

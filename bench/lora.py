@@ -34,7 +34,7 @@ sys.path[:] = [str(Path(__file__).resolve().parents[1])] + [
 
 from bench.worker import make_requests, run_engine  # noqa: E402
 from common.protocol import AdapterRef, ModelConfig  # noqa: E402
-from tests.worker.lora.adapters import ATTENTION, EVERY, write_adapter  # noqa: E402
+from testkit.lora_adapters import ATTENTION, EVERY, write_adapter  # noqa: E402
 from worker.engine.engine import Engine  # noqa: E402
 from worker.loading import load_model  # noqa: E402
 from worker.threads import decode_threads, torch_threads  # noqa: E402

@@ -33,7 +33,7 @@ import torch  # noqa: E402
 import xgrammar as xgr  # noqa: E402
 
 from common.protocol import FunctionTool, ModelConfig, ToolSpec  # noqa: E402
-from tests.worker.tools.helpers import TOOLS  # noqa: E402
+from testkit.corpora.tools import TOOLS  # noqa: E402
 from worker.loading import load_model  # noqa: E402
 from worker.tools.grammar import arguments_grammar, tools_constraint  # noqa: E402
 from worker.tools.syntax import JSON_CALLS  # noqa: E402

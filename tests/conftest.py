@@ -1,4 +1,6 @@
-"""Session-wide fixtures: real database and cache servers, shared by every suite."""
+"""Fixtures shared by more than one suite: real database and cache servers for the session, both auth stores (the
+auth and endpoint suites), `sluice serve` on the default model (compat, e2e) and the dashboard's gateway served
+on loopback (the dashboard and security suites)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ import threading
 import pytest
 from hypothesis import settings
 
-from tests.fixtures.servers import postgres_server, redis_server
+from testkit.databases import fresh_database
+from testkit.servers import postgres_server, redis_server
+from testkit.sluice import running_sluice
+from tests.gateway.dashboard.served import served_gateway, settings_in
 
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
 # derives (derandomized) and keeps no example database, so the verdict is the same on every run and every
@@ -32,6 +37,30 @@ def redis():
     """A real redis-server for the whole session; tests use distinct key prefixes or FLUSHDB."""
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request, tmp_path):
+    """Both databases the gateway opens for auth and endpoints: a SQLite file, a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/auth.db"
+        return
+    async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def sluice_on_smol(tmp_path_factory):
+    """The real gateway + worker with the default model, shared by the tests of one module (compat, e2e)."""
+    with running_sluice(tmp_path_factory.mktemp("smol")) as server:
+        yield server
+
+
+@pytest.fixture
+async def dashboard_server(tmp_path):
+    """The gateway app served on loopback for the dashboard (tests/gateway/dashboard/served.py)."""
+    async with served_gateway(settings_in(tmp_path)) as served:
+        yield served
 
 
 def pytest_unconfigure(config):

@@ -1,5 +1,5 @@
 """An OpenAI-shaped upstream that answers at once, for the gateway bench: what LiteLLM fronts, as
-tests/faults/stub_worker.py is what Sluice fronts. `POST /v1/chat/completions` answers `max_tokens` tokens
+testkit/protocol_worker.py is what Sluice fronts. `POST /v1/chat/completions` answers `max_tokens` tokens
 (one chat.completion, or that many SSE chunks and `[DONE]` when `stream` is true).
 
 Run (from the repository root): python -m bench.harness.openai_stub --port P
@@ -14,7 +14,7 @@ import time
 import msgspec
 import uvicorn
 
-from tests.fixtures.servers import read_body
+from testkit.servers import read_body
 
 JSON = [(b"content-type", b"application/json")]
 SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]

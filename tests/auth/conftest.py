@@ -1,11 +1,10 @@
-"""Every auth test runs against SQLite (a file in tmp_path) and PostgreSQL (a fresh database per test)."""
+"""Every auth test runs against SQLite (a file in tmp_path) and PostgreSQL (a fresh database per test): the
+`store_url` fixture, in tests/conftest.py (the endpoint tests use it too)."""
 
 from __future__ import annotations
 
 import contextlib
-import uuid
 
-import asyncpg
 import pytest
 from litestar import Litestar, Request, get
 from litestar.testing import AsyncTestClient
@@ -14,41 +13,13 @@ from auth import AuthService, Principal
 from gateway.admin.identity import admin_router
 from gateway.authentication.middleware import PUBLIC, authentication
 from gateway.serving.dialect import DEFAULT
-
-PEPPER = b"test-pepper-0123456789abcdef"
-
-
-@contextlib.asynccontextmanager
-async def fresh_postgres_database(server):
-    """A new, empty database on the session's PostgreSQL server, dropped afterwards; yields its URL."""
-    name = f"auth_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(server.url)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    try:
-        yield server.url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        conn = await asyncpg.connect(server.url)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/auth.db"
-        return
-    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
-        yield url
+from testkit.databases import fresh_database
+from tests.auth.helpers import PEPPER
 
 
 @pytest.fixture
 async def postgres_url(postgres):
-    async with fresh_postgres_database(postgres) as url:
+    async with fresh_database(postgres, "auth") as url:
         yield url
 
 

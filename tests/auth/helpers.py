@@ -1,6 +1,8 @@
-"""Small helpers for driving the admin API in tests."""
+"""Small helpers for driving the admin API in the auth tests, and the pepper their key hashes use."""
 
 from __future__ import annotations
+
+PEPPER = b"test-pepper-0123456789abcdef"
 
 
 async def make_user(client, name: str = "alice") -> str:

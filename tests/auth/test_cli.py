@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from auth import AuthService, cli
-from tests.auth.conftest import PEPPER
+from tests.auth.helpers import PEPPER
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from auth.admin import Actor
 from auth.models import CreateKey, RotateKey
-from tests.auth.conftest import PEPPER
+from tests.auth.helpers import PEPPER
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTOR = Actor(id="test", source="test")

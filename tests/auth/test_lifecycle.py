@@ -10,8 +10,7 @@ import pytest
 from auth import AuthError, AuthService
 from auth.admin import Actor
 from auth.models import CreateKey, RotateKey
-from tests.auth.conftest import PEPPER
-from tests.auth.helpers import assert_envelope, bearer, make_key
+from tests.auth.helpers import PEPPER, assert_envelope, bearer, make_key
 
 ACTOR = Actor(id="test", source="test")
 

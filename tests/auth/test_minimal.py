@@ -7,7 +7,7 @@ import pytest
 from auth import AuthError, AuthService
 from auth.admin import Actor
 from auth.models import CreateKey
-from tests.auth.conftest import PEPPER
+from tests.auth.helpers import PEPPER
 
 
 async def test_bootstrap_creates_admin_team_and_first_key(service, boot):

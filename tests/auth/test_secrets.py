@@ -11,8 +11,7 @@ import asyncpg
 import pytest
 
 from auth import AuthError, AuthService
-from tests.auth.conftest import PEPPER
-from tests.auth.helpers import bearer, make_key
+from tests.auth.helpers import PEPPER, bearer, make_key
 
 
 async def _database_text(store_url: str) -> bytes:

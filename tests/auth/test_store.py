@@ -11,7 +11,7 @@ from auth import AuthService
 from auth.store import open_store
 from auth.store.migrations import MIGRATIONS
 from storage.migrations import TABLE
-from tests.auth.conftest import PEPPER
+from tests.auth.helpers import PEPPER
 
 
 async def test_migrations_are_versioned_and_applied_once(store_url):

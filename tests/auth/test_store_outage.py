@@ -11,8 +11,8 @@ import pytest
 from auth import AuthService
 from auth.admin import Actor
 from common.errors import StoreUnavailable
-from tests.auth.conftest import PEPPER
-from tests.billing.test_postgres_outage import restarted_at_exit, take_down
+from testkit.servers import restarted_at_exit, take_down
+from tests.auth.helpers import PEPPER
 
 
 async def test_known_keys_outlive_a_database_outage(postgres, postgres_url):

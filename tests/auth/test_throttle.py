@@ -7,8 +7,7 @@ import pytest
 from auth import AuthError, AuthService
 from auth.forwarded import ClientAddresses
 from auth.throttle import FailureThrottle
-from tests.auth.conftest import PEPPER
-from tests.auth.helpers import assert_envelope, bearer
+from tests.auth.helpers import PEPPER, assert_envelope, bearer
 
 BAD = "sk-sluice-000000000000-" + "a" * 32
 

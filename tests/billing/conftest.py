@@ -3,10 +3,8 @@ created on the session's server. S3 is moto's server, on loopback."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
-import asyncpg
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
@@ -14,27 +12,10 @@ from moto.server import ThreadedMotoServer
 from billing.ledger import Ledger
 from billing.pricing import PricingTable
 from billing.records import Price
-from tests.fixtures.servers import free_port
+from testkit.databases import create_database, drop_database
+from testkit.servers import free_port
 
 PRICES = {"small": Price(100_000, 400_000), "big": Price(3_000_000, 15_000_000), "default": Price(1_000, 2_000)}
-
-
-async def create_database(server_url: str) -> str:
-    name = f"billing_{uuid.uuid4().hex[:12]}"
-    con = await asyncpg.connect(server_url)
-    try:
-        await con.execute(f"CREATE DATABASE {name}")
-    finally:
-        await con.close()
-    return server_url.rsplit("/", 1)[0] + "/" + name
-
-
-async def drop_database(server_url: str, url: str) -> None:
-    con = await asyncpg.connect(server_url)
-    try:
-        await con.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
-    finally:
-        await con.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -43,7 +24,7 @@ async def database_url(request, tmp_path: Path):
         yield f"sqlite:///{tmp_path / 'billing.db'}"
         return
     server = request.getfixturevalue("postgres")
-    url = await create_database(server.url)
+    url = await create_database(server.url, "billing")
     yield url
     # hundreds of leftover databases made the shared server's shutdown take minutes
     await drop_database(server.url, url)

@@ -4,31 +4,12 @@ every record reaches the database exactly once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 
 from billing.ledger import Ledger
 from billing.usage import UsageQuery
-from tests.billing.conftest import create_database
+from testkit.databases import create_database
+from testkit.servers import restarted_at_exit, take_down
 from tests.billing.factory import usage
-
-
-def take_down(server) -> None:
-    # fast shutdown of the postmaster itself (the fixture's process may be a runuser wrapper):
-    # open sessions are cut, as when the database host fails
-    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
-    os.kill(postmaster, signal.SIGINT)
-    server.process.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def restarted_at_exit(server):
-    try:
-        yield
-    finally:
-        if server.process.poll() is not None:
-            server.start()
 
 
 async def test_outage_mid_run_loses_and_duplicates_nothing(postgres, wal_dir, pricing):

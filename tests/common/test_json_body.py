@@ -13,7 +13,7 @@ from litestar import Request
 
 from common.errors import BodyIncomplete, InvalidJSON, PayloadTooLarge, SluiceError, UnsupportedMediaType
 from common.json_body import MAX_DEPTH, check_content_type, decode_json, nesting_depth_exceeds, read_body
-from tests.fixtures.fuzzing import examples
+from testkit.fuzzing import examples
 
 MALFORMED = [  # body, what the message must name
     (b'{"prompt": "\xff\xfe"}', "UTF-8"),

@@ -2,7 +2,7 @@
 create, stream (its event sequence, ping included), a tool round trip (tool_use out, tool_result back in),
 count_tokens, `x-api-key` and bearer authentication, and the SDK's typed errors from Anthropic's envelope and
 status codes. Usage lands in the ledger as dialect `anthropic`. The gateway serves the protocol worker
-(tests/fixtures/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
+(testkit/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
 
 from __future__ import annotations
 
@@ -13,31 +13,12 @@ import httpx
 import pytest
 
 from common.protocol import Accepted, Done, Error, Finish, Token, ToolCall, ToolCallDelta
-from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+from testkit.admin import admin
+from testkit.protocol_worker import MODEL, Reply, tokens
 
-ADMIN_KEY = "anthropic-sdk-admin-key-0123456789abcdef"
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 HELLO = [{"role": "user", "content": "Hello there"}]
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    with sluice_on_protocol_worker(tmp_path_factory.mktemp("anthropic"), ADMIN_KEY) as pair:
-        yield pair
-
-
-@pytest.fixture
-def server(served):
-    server, worker = served
-    worker.replies = [Reply(tokens())]
-    worker.requests.clear()
-    return server
-
-
-@pytest.fixture
-def worker(served):
-    return served[1]
 
 
 @pytest.fixture
@@ -173,13 +154,6 @@ def test_usage_is_in_the_ledger_as_anthropic(server, client):
         time.sleep(0.2)
     row = dialects()["anthropic"]
     assert row["requests"] >= 1 and row["completion_tokens"] >= 2, row
-
-
-def admin(server, method: str, path: str, **body) -> dict:
-    reply = httpx.request(method, f"{server.url}{path}", json=body or None, timeout=30,
-                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert reply.status_code in (200, 201), reply.text
-    return reply.json()
 
 
 def test_the_tenant_rules_hold_on_the_anthropic_routes(server, worker):

@@ -42,8 +42,8 @@ print(json.dumps(out))
 """
 
 
-def test_verda_inference_client(running_sluice):
-    result = run_in_venv("verda", VERDA, SCRIPT, {"BASE_URL": running_sluice.url, "API_KEY": running_sluice.api_key,
+def test_verda_inference_client(sluice_on_smol):
+    result = run_in_venv("verda", VERDA, SCRIPT, {"BASE_URL": sluice_on_smol.url, "API_KEY": sluice_on_smol.api_key,
                                                   "MODEL": MODEL})
     assert result["alias"] is True and result["health"] == 200
     reply = result["generate"]
@@ -51,8 +51,8 @@ def test_verda_inference_client(running_sluice):
     assert reply["details"]["generated_tokens"] == 5 and reply["generated_text"]
     # DataCrunch documents max_new_tokens 20 and details false by default
     assert set(result["default"]) == {"generated_text"}
-    headers = {"Authorization": f"Bearer {running_sluice.api_key}"}
-    full = httpx.post(f"{running_sluice.url}/v1/completions/generate", headers=headers, timeout=120,
+    headers = {"Authorization": f"Bearer {sluice_on_smol.api_key}"}
+    full = httpx.post(f"{sluice_on_smol.url}/v1/completions/generate", headers=headers, timeout=120,
                       json={"model": MODEL, "inputs": "Count: one, two,", "parameters": {"details": True}}).json()
     assert full["generated_text"] == result["default"]["generated_text"]
     assert full["details"]["generated_tokens"] == 20 or full["details"]["finish_reason"] != "length"
@@ -65,9 +65,9 @@ def test_verda_inference_client(running_sluice):
     assert status == 422 and body["error_type"] == "validation" and "422" in message
 
 
-def test_model_is_optional_and_checked(running_sluice):
-    headers = {"Authorization": f"Bearer {running_sluice.api_key}"}
-    url = f"{running_sluice.url}/v1/completions/generate"
+def test_model_is_optional_and_checked(sluice_on_smol):
+    headers = {"Authorization": f"Bearer {sluice_on_smol.api_key}"}
+    url = f"{sluice_on_smol.url}/v1/completions/generate"
     without = httpx.post(url, headers=headers, json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}}, timeout=60)
     assert without.status_code == 200 and without.json()["generated_text"]
     unknown = httpx.post(url, headers=headers, json={"model": "llama-2-13b-chat", "inputs": "Hi"}, timeout=60)

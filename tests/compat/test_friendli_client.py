@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from testkit.sluice import MODEL
 from tests.compat.sdk_pins import FRIENDLI_CLIENT
 from tests.compat.venvs import run_in_venv
-from tests.fixtures.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +22,8 @@ def dump(x):
 
 
 @pytest.fixture(scope="module")
-def env(running_sluice):
-    return {"URL": running_sluice.url, "KEY": running_sluice.api_key, "MODEL": MODEL}
+def env(sluice_on_smol):
+    return {"URL": sluice_on_smol.url, "KEY": sluice_on_smol.api_key, "MODEL": MODEL}
 
 
 def run(env, body: str):
@@ -95,10 +95,10 @@ print(json.dumps({"reply": dump(reply), "chunks": chunks}))
     assert out["chunks"][0]["choices"][0]["delta"]["role"] == "assistant"
 
 
-def test_raw_legacy_stream_has_nothing_after_complete(running_sluice):
+def test_raw_legacy_stream_has_nothing_after_complete(sluice_on_smol):
     """The X-API-Dialect header selects the legacy stream too; no `[DONE]`, no `event:` lines."""
-    response = httpx.post(f"{running_sluice.url}/serverless/v1/completions",
-                          headers={"authorization": f"Bearer {running_sluice.api_key}",
+    response = httpx.post(f"{sluice_on_smol.url}/serverless/v1/completions",
+                          headers={"authorization": f"Bearer {sluice_on_smol.api_key}",
                                    "x-api-dialect": "friendli-legacy"},
                           json={"model": MODEL, "prompt": "Hi", "max_tokens": 3, "stream": True, "n": 2}, timeout=60)
     assert response.headers["content-type"].startswith("text/event-stream")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from testkit.sluice import MODEL
 from tests.compat.sdk_pins import FRIENDLI
 from tests.compat.venvs import run_in_venv
-from tests.fixtures.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -25,11 +25,11 @@ def dump(x):
 
 
 @pytest.fixture(scope="module")
-def env(running_sluice):
-    teams = httpx.get(f"{running_sluice.url}/admin/teams",
-                      headers={"authorization": f"Bearer {running_sluice.admin_key}"}).json()["data"]
+def env(sluice_on_smol):
+    teams = httpx.get(f"{sluice_on_smol.url}/admin/teams",
+                      headers={"authorization": f"Bearer {sluice_on_smol.admin_key}"}).json()["data"]
     team = next(t["id"] for t in teams if t["name"] == "default")
-    return {"URL": running_sluice.url, "KEY": running_sluice.api_key, "TEAM": team, "MODEL": MODEL}
+    return {"URL": sluice_on_smol.url, "KEY": sluice_on_smol.api_key, "TEAM": team, "MODEL": MODEL}
 
 
 def run(env, body: str):

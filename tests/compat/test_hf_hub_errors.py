@@ -12,24 +12,17 @@ import pytest
 from huggingface_hub import InferenceClient
 from huggingface_hub.errors import HfHubHTTPError, UnknownError, ValidationError
 
-from tests.fixtures.protocol_worker import Reply, sluice_on_protocol_worker, tokens
+from testkit.protocol_worker import Reply, tokens
 
-ADMIN_KEY = "hf-hub-errors-admin-key-0123456789abcdef"
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    with sluice_on_protocol_worker(tmp_path_factory.mktemp("hf"), ADMIN_KEY) as pair:
-        yield pair
 
 
 @pytest.mark.parametrize("response_format", [
     {"type": "json", "value": SCHEMA},
     {"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA}},
 ])
-def test_chat_completion_response_format_constrains_to_the_schema(served, response_format):
-    server, worker = served
+def test_chat_completion_response_format_constrains_to_the_schema(wire_served, response_format):
+    server, worker = wire_served
     worker.replies = [Reply(tokens('{"city": "Paris"}'))]
     client = InferenceClient(base_url=server.url, api_key=server.api_key)
     reply = client.chat_completion(messages=[{"role": "user", "content": "Where?"}], max_tokens=8,
@@ -39,8 +32,8 @@ def test_chat_completion_response_format_constrains_to_the_schema(served, respon
     assert constraint["kind"] == "json_schema" and json.loads(constraint["value"]) == SCHEMA
 
 
-def test_typed_errors(served):
-    server, worker = served
+def test_typed_errors(wire_served):
+    server, worker = wire_served
     client = InferenceClient(base_url=server.url, api_key=server.api_key)
     with pytest.raises(ValidationError):
         client.text_generation("Hi", max_new_tokens=4, temperature=-1.0)

@@ -13,11 +13,12 @@ import openai
 import pytest
 
 from common.protocol import ModelConfig
+from testkit import sluice
+from testkit.lora_adapters import ATTENTION, write_adapter
+from testkit.sluice import MODEL, MODEL_CACHE
 from tests.compat.sdk_pins import FRIENDLI
 from tests.compat.venvs import run_in_venv
-from tests.fixtures import sluice
-from tests.fixtures.sluice import MODEL, MODEL_CACHE
-from tests.worker.lora.adapters import ATTENTION, references, write_adapter
+from tests.worker.lora.adapters import references
 from worker.loading import load_model
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from gateway.dialects.monster.dialect import MOCK_TEXT
+from testkit.sluice import MODEL
 from tests.compat.sdk_pins import MONSTERAPI
 from tests.compat.venvs import run_in_venv
-from tests.fixtures.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +38,8 @@ def check_schema(reply: dict, n: int) -> None:
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
-def test_client_generate_formatted_prompt_and_messages(running_sluice):
-    out = run(running_sluice, """
+def test_client_generate_formatted_prompt_and_messages(sluice_on_smol):
+    out = run(sluice_on_smol, """
 a = c.generate(request(formatted_prompt="The capital of France is", max_tokens=5, temperature=0.0, n=2))
 b = c.generate(request(messages=[{"role": "user", "content": "Hi"}], max_tokens=4, top_k=5, min_p=0.05))
 print(json.dumps({"a": a, "b": b}))
@@ -51,22 +51,22 @@ print(json.dumps({"a": a, "b": b}))
     assert out["b"]["usage"]["prompt_tokens"] > 10  # the chat template wraps the message
 
 
-def test_client_beam_search(running_sluice):
-    out = run(running_sluice, """
+def test_client_beam_search(sluice_on_smol):
+    out = run(sluice_on_smol, """
 print(json.dumps(c.generate(request(formatted_prompt="Hello", max_tokens=4, use_beam_search=True, best_of=3, n=2,
                                     temperature=0.0, length_penalty=1.0, early_stopping=True))))
 """)
     check_schema(out, 2)
 
 
-def test_mock_response_skips_worker_and_limits(running_sluice):
-    admin = {"authorization": f"Bearer {running_sluice.admin_key}"}
-    team = httpx.post(f"{running_sluice.url}/admin/teams", json={"name": "monster", "limits": {"rpm": 1}},
+def test_mock_response_skips_worker_and_limits(sluice_on_smol):
+    admin = {"authorization": f"Bearer {sluice_on_smol.admin_key}"}
+    team = httpx.post(f"{sluice_on_smol.url}/admin/teams", json={"name": "monster", "limits": {"rpm": 1}},
                       headers=admin).json()
-    key = httpx.post(f"{running_sluice.url}/admin/keys", json={"name": "m", "team_id": team["id"]},
+    key = httpx.post(f"{sluice_on_smol.url}/admin/keys", json={"name": "m", "team_id": team["id"]},
                      headers=admin).json()["key"]
-    done_before = len(running_sluice.log_events("request_done"))
-    out = run(running_sluice, """
+    done_before = len(sluice_on_smol.log_events("request_done"))
+    out = run(sluice_on_smol, """
 import requests
 first = c.generate(request(formatted_prompt="Hi", max_tokens=2))
 mocks = [c.generate(request(formatted_prompt="Hi", mock_response=True, n=2)) for _ in range(3)]
@@ -82,7 +82,7 @@ print(json.dumps({"first": first, "mocks": mocks, "limited": limited}))
         check_schema(mock, 2)
         assert mock["text"] == [MOCK_TEXT, MOCK_TEXT] and mock["usage"]["total_tokens"] == 0
     assert out["limited"] == 429  # rpm 1: the real request counted, the three mocks did not
-    done = running_sluice.log_events("request_done")[done_before:]
+    done = sluice_on_smol.log_events("request_done")[done_before:]
     assert len(done) == 2  # only the two real requests were accounted (ok + rejected)
 
 
@@ -92,15 +92,15 @@ print(json.dumps({"first": first, "mocks": mocks, "limited": limited}))
     ({"prompt": "x", "formatted_prompt": "y"}, "prompt"),
     ({"prompt": "x", "use_beam_search": True}, "best_of"),
 ])
-def test_validation_errors(running_sluice, body, param):
-    response = httpx.post(f"{running_sluice.url}/v1/generate", json={"model": MODEL, **body},
-                          headers={"authorization": f"Bearer {running_sluice.api_key}"})
+def test_validation_errors(sluice_on_smol, body, param):
+    response = httpx.post(f"{sluice_on_smol.url}/v1/generate", json={"model": MODEL, **body},
+                          headers={"authorization": f"Bearer {sluice_on_smol.api_key}"})
     assert response.status_code == 422 and response.json()["error"]["param"] == param
 
 
-def test_stream(running_sluice):
-    response = httpx.post(f"{running_sluice.url}/v1/generate", json={"model": MODEL, "prompt": "Hi", "max_tokens": 3,
+def test_stream(sluice_on_smol):
+    response = httpx.post(f"{sluice_on_smol.url}/v1/generate", json={"model": MODEL, "prompt": "Hi", "max_tokens": 3,
                                                                       "stream": True},
-                          headers={"authorization": f"Bearer {running_sluice.api_key}"}, timeout=60)
+                          headers={"authorization": f"Bearer {sluice_on_smol.api_key}"}, timeout=60)
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text.rstrip().endswith("data: [DONE]")

@@ -2,7 +2,7 @@
 `responses.create`, `responses.stream` (OpenAI's event sequence), `responses.parse` into a pydantic model, a
 function-tool round trip, a conversation continued by `previous_response_id`, retrieve and delete of stored
 responses — visible to their team only — and hosted tools refused. The gateway serves the protocol worker
-(tests/fixtures/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
+(testkit/protocol_worker.py), which plays the worker's side from a script: this is about the wire."""
 
 from __future__ import annotations
 
@@ -12,41 +12,15 @@ import pydantic
 import pytest
 
 from common.protocol import Accepted, Done, Finish, Token, ToolCall, ToolCallDelta
-from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+from testkit.admin import admin
+from testkit.protocol_worker import MODEL, Reply, tokens
 
-ADMIN_KEY = "responses-sdk-admin-key-0123456789abcdef"
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    with sluice_on_protocol_worker(tmp_path_factory.mktemp("responses"), ADMIN_KEY) as pair:
-        yield pair
-
-
-@pytest.fixture
-def server(served):
-    server, worker = served
-    worker.replies = [Reply(tokens())]
-    worker.requests.clear()
-    return server
-
-
-@pytest.fixture
-def worker(served):
-    return served[1]
-
-
 def sdk(server, key: str | None = None) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key or server.api_key, max_retries=0)
-
-
-def admin(server, method: str, path: str, **body) -> dict:
-    reply = httpx.request(method, f"{server.url}{path}", json=body or None, timeout=30,
-                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert reply.status_code in (200, 201), reply.text
-    return reply.json()
 
 
 def test_create_retrieve_delete(server, worker):

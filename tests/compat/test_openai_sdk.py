@@ -9,15 +9,15 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import MODEL
+from testkit.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture(scope="module")
-def client(running_sluice):
-    return openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key, max_retries=0)
+def client(sluice_on_smol):
+    return openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=0)
 
 
 def post(server, path: str, body, headers: dict | None = None, raw: bytes | None = None) -> httpx.Response:
@@ -58,16 +58,16 @@ def test_completion_n_seed_logprobs_echo(client):
     assert reply.usage.completion_tokens == sum(len(c.model_extra["tokens"]) for c in reply.choices)
 
 
-def test_echo_logprobs_score_the_prompt_like_tgi_prefill(client, running_sluice):
+def test_echo_logprobs_score_the_prompt_like_tgi_prefill(client, sluice_on_smol):
     prompt = "The quick brown fox jumps over the lazy dog"
     reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=True)
     scored = reply.choices[0].logprobs
-    prefill = post(running_sluice, "/generate", {"inputs": prompt, "parameters": {
+    prefill = post(sluice_on_smol, "/generate", {"inputs": prompt, "parameters": {
         "max_new_tokens": 1, "details": True, "decoder_input_details": True}}).json()["details"]["prefill"]
     assert scored.tokens[:len(prefill)] == [p["text"] for p in prefill]
     assert scored.token_logprobs[0] is None and prefill[0]["logprob"] is None
     assert scored.token_logprobs[1:len(prefill)] == pytest.approx([p["logprob"] for p in prefill[1:]], abs=1e-4)
-    streamed = post(running_sluice, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1,
+    streamed = post(sluice_on_smol, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 1,
                                                          "temperature": 0, "logprobs": 1, "echo": True, "stream": True})
     first = sse_payloads(streamed)[0]["choices"][0]
     assert first["text"] == prompt and first["logprobs"]["tokens"] == scored.tokens[:len(prefill)]
@@ -104,8 +104,8 @@ def test_completion_token_prompts(client):
 # ---- chat ----
 
 
-def test_chat_non_streamed_has_every_required_key(running_sluice):
-    response = post(running_sluice, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 8})
+def test_chat_non_streamed_has_every_required_key(sluice_on_smol):
+    response = post(sluice_on_smol, "/v1/chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 8})
     body = response.json()
     assert response.status_code == 200, body
     assert {"id", "object", "created", "model", "system_fingerprint", "usage", "choices"} <= set(body)
@@ -127,8 +127,8 @@ def test_chat_sdk_streamed_equals_non_streamed(client):
         == [reply.choices[0].finish_reason]
 
 
-def test_chat_stream_framing(running_sluice):
-    response = post(running_sluice, "/v1/chat/completions",
+def test_chat_stream_framing(sluice_on_smol):
+    response = post(sluice_on_smol, "/v1/chat/completions",
                     {"model": MODEL, "messages": HELLO, "max_tokens": 4, "stream": True, "n": 2, "seed": [1, 2],
                      "stream_options": {"include_usage": True}})
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -173,8 +173,8 @@ def test_chat_json_object_output_is_json(client):
 # ---- errors and the cross-dialect rules ----
 
 
-def test_typed_errors(running_sluice, client):
-    bad = openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key="sk-sluice-bad", max_retries=0)
+def test_typed_errors(sluice_on_smol, client):
+    bad = openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key="sk-sluice-bad", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.chat.completions.create(model=MODEL, messages=HELLO)
     with pytest.raises(openai.NotFoundError):
@@ -186,40 +186,40 @@ def test_typed_errors(running_sluice, client):
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/serverless/v1/completions",
                                   "/serverless/v1/chat/completions", "/v1/generate"])
-def test_invalid_json_400_and_oversized_413(running_sluice, path):
-    assert post(running_sluice, path, None, raw=b"{nope").status_code == 400
-    huge = post(running_sluice, path, {"model": MODEL, "prompt": "x" * (5 * 1024 * 1024)})
+def test_invalid_json_400_and_oversized_413(sluice_on_smol, path):
+    assert post(sluice_on_smol, path, None, raw=b"{nope").status_code == 400
+    huge = post(sluice_on_smol, path, {"model": MODEL, "prompt": "x" * (5 * 1024 * 1024)})
     assert huge.status_code == 413 and huge.json()["error"]["message"]
     prompt = {"messages": HELLO} if "chat" in path else {"prompt": "x"}  # the OpenAI routes refuse unknown keys
-    wrong = post(running_sluice, path, {"model": MODEL, **prompt, "max_tokens": "many"})
+    wrong = post(sluice_on_smol, path, {"model": MODEL, **prompt, "max_tokens": "many"})
     status = 400 if path.startswith("/v1/c") else 422  # OpenAI's contract; Friendli's and MonsterAPI's FastAPI
     assert wrong.status_code == status and wrong.json()["error"]["param"] == "max_tokens"
 
 
-def test_streaming_is_chosen_by_the_body_never_by_accept(running_sluice):
+def test_streaming_is_chosen_by_the_body_never_by_accept(sluice_on_smol):
     body = {"model": MODEL, "prompt": "Hi", "max_tokens": 2}
-    plain = post(running_sluice, "/v1/completions", body, headers={"accept": "text/event-stream"})
+    plain = post(sluice_on_smol, "/v1/completions", body, headers={"accept": "text/event-stream"})
     assert plain.headers["content-type"].startswith("application/json") and plain.json()["choices"]
-    streamed = post(running_sluice, "/v1/completions", {**body, "stream": True},
+    streamed = post(sluice_on_smol, "/v1/completions", {**body, "stream": True},
                     headers={"accept": "application/json;q=1, text/event-stream;q=0"})
     assert streamed.headers["content-type"].startswith("text/event-stream")
     assert sse_payloads(streamed)[-1] == "[DONE]"
 
 
-def test_missed_deadline_is_a_408_timeout_the_sdk_does_not_retry(running_sluice):
+def test_missed_deadline_is_a_408_timeout_the_sdk_does_not_retry(sluice_on_smol):
     """Not a 429: SDKs retry those, and a retry with the same deadline misses it again. openai retries a
     408 too, unless told not to (x-should-retry: false); friendli never retries a 408."""
     for path, body in (("/v1/completions", {"prompt": "Count to one hundred:"}),
                        ("/v1/chat/completions", {"messages": HELLO})):
         for stream in (False, True):  # a stream's headers wait for the first token, so it gets the 408 too
-            response = post(running_sluice, path, {"model": MODEL, "max_tokens": 200, "ignore_eos": True,
+            response = post(sluice_on_smol, path, {"model": MODEL, "max_tokens": 200, "ignore_eos": True,
                                                    "timeout_microseconds": 1, "stream": stream, **body})
             assert response.status_code == 408, response.text
             assert response.json()["error"]["type"] == "timeout"
             assert response.headers["x-should-retry"] == "false"
     seen: list[int] = []
     http = httpx.Client(event_hooks={"response": [lambda r: seen.append(r.status_code)]})
-    client = openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key, max_retries=2,
+    client = openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=2,
                            http_client=http)
     with pytest.raises(openai.APIStatusError) as info:
         client.completions.create(model=MODEL, prompt="Count:", max_tokens=200,
@@ -227,23 +227,23 @@ def test_missed_deadline_is_a_408_timeout_the_sdk_does_not_retry(running_sluice)
     assert info.value.status_code == 408 and seen == [408]  # one attempt, no retry
 
 
-def test_streamed_refusals_before_the_first_token_keep_their_status(running_sluice):
-    too_long = post(running_sluice, "/v1/completions", {"model": MODEL, "prompt": [7] * 5000, "max_tokens": 4,
+def test_streamed_refusals_before_the_first_token_keep_their_status(sluice_on_smol):
+    too_long = post(sluice_on_smol, "/v1/completions", {"model": MODEL, "prompt": [7] * 5000, "max_tokens": 4,
                                                         "stream": True})
     assert too_long.status_code == 400, too_long.text
     assert too_long.json()["error"]["code"] == "context_length_exceeded"
     assert too_long.headers["content-type"].startswith("application/json")
 
 
-def test_429_is_retried_by_the_sdk(running_sluice, monkeypatch):
-    admin = {"authorization": f"Bearer {running_sluice.admin_key}"}
-    team = httpx.post(f"{running_sluice.url}/admin/teams", json={"name": "slow", "limits": {"rpm": 1}},
+def test_429_is_retried_by_the_sdk(sluice_on_smol, monkeypatch):
+    admin = {"authorization": f"Bearer {sluice_on_smol.admin_key}"}
+    team = httpx.post(f"{sluice_on_smol.url}/admin/teams", json={"name": "slow", "limits": {"rpm": 1}},
                       headers=admin).json()
-    key = httpx.post(f"{running_sluice.url}/admin/keys", json={"name": "k", "team_id": team["id"]},
+    key = httpx.post(f"{sluice_on_smol.url}/admin/keys", json={"name": "k", "team_id": team["id"]},
                      headers=admin).json()["key"]
     seen: list[int] = []
     http = httpx.Client(event_hooks={"response": [lambda r: seen.append(r.status_code)]})
-    limited = openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key=key, max_retries=2, http_client=http)
+    limited = openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=key, max_retries=2, http_client=http)
     assert limited.completions.create(model=MODEL, prompt="Hi", max_tokens=1).choices
     waits: list[float] = []
     monkeypatch.setattr("openai._base_client.time.sleep", waits.append)  # the SDK's own back-off, not our code

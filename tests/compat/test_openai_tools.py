@@ -20,8 +20,8 @@ import openai
 import pytest
 from huggingface_hub import AsyncInferenceClient
 
-from tests.fixtures.sluice import MODEL
-from tests.worker.tools.helpers import CHOICES, FLIGHTS, HISTORY, PROMPTS, SCHEMAS, WEATHER
+from testkit.corpora.tools import CHOICES, FLIGHTS, HISTORY, PROMPTS, SCHEMAS, WEATHER
+from testkit.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 TOOLS = [{"type": "function", "function": {"name": f.name, "description": f.description, "parameters": f.parameters}}
@@ -40,8 +40,8 @@ def tool_choice(choice: str, number: int):
 
 
 @pytest.fixture(scope="module")
-def client(running_sluice):
-    return openai.OpenAI(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key, max_retries=0)
+def client(sluice_on_smol):
+    return openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=0)
 
 
 def _arguments(call: dict) -> dict:
@@ -100,11 +100,11 @@ async def _ask(client: openai.AsyncOpenAI | AsyncInferenceClient, choice: str, n
 
 
 @pytest.fixture(scope="module", params=CHOICES)
-def answers(request, running_sluice):
+def answers(request, sluice_on_smol):
     """(choice, {(prompt number, streamed, sdk): reply}) for every prompt, streamed and not, through both SDKs,
     sent at once."""
     async def run():
-        url, key = f"{running_sluice.url}/v1", running_sluice.api_key
+        url, key = f"{sluice_on_smol.url}/v1", sluice_on_smol.api_key
         async with (openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, timeout=600) as openai_client,
                     AsyncInferenceClient(base_url=url, api_key=key, timeout=600) as hub_client):
             clients = {"openai": openai_client, "huggingface_hub": hub_client}
@@ -226,9 +226,9 @@ def test_a_forced_tool_is_called_once_by_default(client, prompt, name):
     assert choice.message.tool_calls[0].function.name == name
 
 
-def test_friendli_chat_route_calls_tools(running_sluice):
-    reply = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=300,
-                       headers={"authorization": f"Bearer {running_sluice.api_key}"},
+def test_friendli_chat_route_calls_tools(sluice_on_smol):
+    reply = httpx.post(f"{sluice_on_smol.url}/serverless/v1/chat/completions", timeout=300,
+                       headers={"authorization": f"Bearer {sluice_on_smol.api_key}"},
                        json={"model": MODEL, "messages": [{"role": "user", "content": PROMPTS[0]}], "tools": TOOLS,
                              "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
                              "parallel_tool_calls": False, "max_tokens": 32, "temperature": 0, **SHORT_PROMPT})
@@ -237,7 +237,7 @@ def test_friendli_chat_route_calls_tools(running_sluice):
     (call,) = choice["message"]["tool_calls"]
     assert call["function"]["name"] == "get_weather"
     jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS["get_weather"])
-    bad = httpx.post(f"{running_sluice.url}/serverless/v1/chat/completions", timeout=60,
-                     headers={"authorization": f"Bearer {running_sluice.api_key}"},
+    bad = httpx.post(f"{sluice_on_smol.url}/serverless/v1/chat/completions", timeout=60,
+                     headers={"authorization": f"Bearer {sluice_on_smol.api_key}"},
                      json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS * 2})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "tools[2].function.name"]

@@ -13,7 +13,7 @@ import httpx2
 import openai
 import pytest
 
-from tests.fixtures.protocol_worker import MODEL, sluice_on_protocol_worker
+from testkit.protocol_worker import MODEL, sluice_on_protocol_worker
 
 ADMIN_KEY = "sdk-quota-admin-key-0123456789abcdef"
 PRICES = "[pricing.models.default]\ninput = 1000000000000\noutput = 1000000000000\n"  # $1 a token

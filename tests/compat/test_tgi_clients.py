@@ -23,9 +23,9 @@ def post(server, path, body, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def greedy(running_sluice):
+def greedy(sluice_on_smol):
     """The reference: /generate, greedy, 8 tokens, with details."""
-    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8,
+    response = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8,
                                                                                  "details": True}})
     assert response.status_code == 200, response.text
     assert_tgi_schema(response.json(), "GenerateResponse")
@@ -35,12 +35,12 @@ def greedy(running_sluice):
 # ---- raw HTTP against the schema ----
 
 
-def test_generate_details_and_headers(running_sluice, greedy):
+def test_generate_details_and_headers(sluice_on_smol, greedy):
     details = greedy["details"]
     assert details["generated_tokens"] == len(details["tokens"]) == 8
     assert details["finish_reason"] == "length" and details["prefill"] == [] and details["seed"] is None
     assert "".join(t["text"] for t in details["tokens"]) == greedy["generated_text"]
-    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
+    response = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
     assert response.json() == {"generated_text": greedy["generated_text"]}  # details default false
     assert response.headers["x-generated-tokens"] == "8"
     assert int(response.headers["x-prompt-tokens"]) > 0
@@ -52,22 +52,22 @@ def test_generate_details_and_headers(running_sluice, greedy):
     assert int(response.headers["x-time-per-token"]) == pytest.approx(timing["inference"] / 8, abs=1)
 
 
-def test_compat_route_returns_array_and_streams(running_sluice, greedy):
-    response = post(running_sluice, "/", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
+def test_compat_route_returns_array_and_streams(sluice_on_smol, greedy):
+    response = post(sluice_on_smol, "/", {"inputs": PROMPT, "parameters": {"max_new_tokens": 8}})
     assert response.status_code == 200
     body = response.json()
     assert isinstance(body, list) and len(body) == 1
     assert body[0]["generated_text"] == greedy["generated_text"]
     assert_tgi_schema(body[0], "GenerateResponse")
-    streamed = post(running_sluice, "/", {"inputs": PROMPT, "stream": True,
+    streamed = post(sluice_on_smol, "/", {"inputs": PROMPT, "stream": True,
                                           "parameters": {"max_new_tokens": 8, "details": True}})
     assert streamed.headers["content-type"].startswith("text/event-stream")
     events = sse_events(streamed.text)
     assert events[-1]["generated_text"] == greedy["generated_text"]
 
 
-def test_stream_events_and_close_without_done(running_sluice, greedy):
-    response = post(running_sluice, "/generate_stream",
+def test_stream_events_and_close_without_done(sluice_on_smol, greedy):
+    response = post(sluice_on_smol, "/generate_stream",
                     {"inputs": PROMPT, "parameters": {"max_new_tokens": 8, "details": True, "top_n_tokens": 2}})
     assert response.status_code == 200
     assert response.headers["x-accel-buffering"] == "no"
@@ -83,8 +83,8 @@ def test_stream_events_and_close_without_done(running_sluice, greedy):
     assert "".join(e["token"]["text"] for e in events) == events[-1]["generated_text"] == greedy["generated_text"]
 
 
-def test_decoder_input_details_top_tokens_and_full_text(running_sluice, greedy):
-    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+def test_decoder_input_details_top_tokens_and_full_text(sluice_on_smol, greedy):
+    response = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {
         "max_new_tokens": 8, "details": True, "decoder_input_details": True, "top_n_tokens": 3,
         "return_full_text": True}})
     body = response.json()
@@ -99,8 +99,8 @@ def test_decoder_input_details_top_tokens_and_full_text(running_sluice, greedy):
     assert [t[0]["id"] for t in top] == [t["id"] for t in body["details"]["tokens"]]
 
 
-def test_best_of_returns_the_best_and_the_others(running_sluice):
-    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+def test_best_of_returns_the_best_and_the_others(sluice_on_smol):
+    response = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {
         "max_new_tokens": 6, "details": True, "best_of": 3, "do_sample": True, "top_n_tokens": 2}})
     body = response.json()
     assert_tgi_schema(body, "GenerateResponse")
@@ -114,29 +114,29 @@ def test_best_of_returns_the_best_and_the_others(running_sluice):
         assert len(other["top_tokens"]) == len(other["tokens"]) and all(len(t) == 2 for t in other["top_tokens"])
 
 
-def test_stop_sequence_is_kept_and_seed_reproduces(running_sluice, greedy):
+def test_stop_sequence_is_kept_and_seed_reproduces(sluice_on_smol, greedy):
     word = greedy["generated_text"].split()[1]  # a word the greedy text contains after its first
-    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+    response = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {
         "max_new_tokens": 8, "details": True, "stop": [word]}})
     body = response.json()
     assert body["details"]["finish_reason"] == "stop_sequence"
     assert body["generated_text"].endswith(word) and greedy["generated_text"].startswith(body["generated_text"])
-    sampled = [post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+    sampled = [post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {
         "max_new_tokens": 6, "details": True, "do_sample": True, "seed": 1234}}).json() for _ in range(2)]
     assert sampled[0] == sampled[1] and sampled[0]["details"]["seed"] == 1234
 
 
-def test_truncate_and_watermark_run(running_sluice):
+def test_truncate_and_watermark_run(sluice_on_smol):
     long = "one two three four five six seven eight nine ten " * 4
-    short = post(running_sluice, "/generate", {"inputs": long, "parameters": {"max_new_tokens": 3, "truncate": 4}})
+    short = post(sluice_on_smol, "/generate", {"inputs": long, "parameters": {"max_new_tokens": 3, "truncate": 4}})
     assert short.status_code == 200 and int(short.headers["x-prompt-tokens"]) == 4
-    marked = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": {
+    marked = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": {
         "max_new_tokens": 4, "watermark": True, "do_sample": True, "seed": 5}})
     assert marked.status_code == 200 and marked.json()["generated_text"]
 
 
-def test_grammar_regex_end_to_end(running_sluice):
-    response = post(running_sluice, "/generate", {"inputs": "My favourite number is", "parameters": {
+def test_grammar_regex_end_to_end(sluice_on_smol):
+    response = post(sluice_on_smol, "/generate", {"inputs": "My favourite number is", "parameters": {
         "max_new_tokens": 6, "grammar": {"type": "regex", "value": "[0-9]{3}"}}})
     assert response.status_code == 200, response.text
     assert response.json()["generated_text"].isdigit()
@@ -144,49 +144,49 @@ def test_grammar_regex_end_to_end(running_sluice):
 
 @pytest.mark.parametrize("parameters", [{"temperature": 0}, {"top_p": 1.0}, {"stop": ["a"] * 5},
                                         {"best_of": 2}, {"top_k": 0}])
-def test_validation_errors_have_tgi_envelope(running_sluice, parameters):
-    response = post(running_sluice, "/generate", {"inputs": PROMPT, "parameters": parameters})
+def test_validation_errors_have_tgi_envelope(sluice_on_smol, parameters):
+    response = post(sluice_on_smol, "/generate", {"inputs": PROMPT, "parameters": parameters})
     assert response.status_code == 422
     assert_tgi_schema(response.json(), "ErrorResponse")
     assert response.json()["error_type"] == "validation"
 
 
-def test_error_statuses(running_sluice):
-    assert post(running_sluice, "/generate", None, content=b"{nope").status_code == 400
-    unknown = post(running_sluice, "/v1/completions/generate", {"model": "nope", "inputs": "x"})
+def test_error_statuses(sluice_on_smol):
+    assert post(sluice_on_smol, "/generate", None, content=b"{nope").status_code == 400
+    unknown = post(sluice_on_smol, "/v1/completions/generate", {"model": "nope", "inputs": "x"})
     # refusals TGI itself never makes carry no error_type: huggingface_hub raises its HTTP error of that status
     assert unknown.status_code == 404 and set(unknown.json()) == {"error"}
-    anonymous = httpx.post(f"{running_sluice.url}/generate", json={"inputs": "x"}, timeout=30)
+    anonymous = httpx.post(f"{sluice_on_smol.url}/generate", json={"inputs": "x"}, timeout=30)
     assert anonymous.status_code == 401 and set(anonymous.json()) == {"error"}
-    stream_invalid = post(running_sluice, "/generate_stream", {"inputs": "x", "parameters": {"best_of": 2,
+    stream_invalid = post(sluice_on_smol, "/generate_stream", {"inputs": "x", "parameters": {"best_of": 2,
                                                                                             "do_sample": True}})
     assert stream_invalid.status_code == 422 and stream_invalid.json()["error_type"] == "validation"
 
 
-def test_info_tokenize_metrics(running_sluice):
-    info = httpx.get(f"{running_sluice.url}/info", timeout=30).json()
+def test_info_tokenize_metrics(sluice_on_smol):
+    info = httpx.get(f"{sluice_on_smol.url}/info", timeout=30).json()
     assert_tgi_schema(info, "Info")
     assert info["model_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and info["max_stop_sequences"] == 4
-    tokens = post(running_sluice, "/tokenize", {"inputs": PROMPT}).json()
+    tokens = post(sluice_on_smol, "/tokenize", {"inputs": PROMPT}).json()
     assert_tgi_schema(tokens, "TokenizeResponse")
     assert "".join(t["text"] for t in tokens) == PROMPT
     assert all(PROMPT[t["start"]:t["stop"]] == t["text"] for t in tokens)
-    metrics = httpx.get(f"{running_sluice.url}/metrics", timeout=30,  # an operator's view: the admin key
-                        headers={"authorization": f"Bearer {running_sluice.admin_key}"})
+    metrics = httpx.get(f"{sluice_on_smol.url}/metrics", timeout=30,  # an operator's view: the admin key
+                        headers={"authorization": f"Bearer {sluice_on_smol.admin_key}"})
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
     assert 'sluice_requests_total{dialect="tgi"' in text
     assert "sluice_request_duration_seconds_bucket" in text and "sluice_generated_tokens_total" in text
-    assert httpx.get(f"{running_sluice.url}/health", timeout=30).status_code == 200
+    assert httpx.get(f"{sluice_on_smol.url}/health", timeout=30).status_code == 200
 
 
 # ---- huggingface_hub.InferenceClient (the version installed in the project venv) ----
 
 
-def test_hf_hub_text_generation(running_sluice, greedy):
+def test_hf_hub_text_generation(sluice_on_smol, greedy):
     from huggingface_hub import InferenceClient
 
-    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    client = InferenceClient(model=sluice_on_smol.url, token=sluice_on_smol.api_key)
     assert client.text_generation(PROMPT, max_new_tokens=8) == greedy["generated_text"]
     output = client.text_generation(PROMPT, max_new_tokens=8, details=True, decoder_input_details=True)
     assert output.generated_text == greedy["generated_text"]
@@ -195,43 +195,43 @@ def test_hf_hub_text_generation(running_sluice, greedy):
     assert len(output.details.prefill) > 1
 
 
-def test_hf_hub_streaming(running_sluice, greedy):
+def test_hf_hub_streaming(sluice_on_smol, greedy):
     from huggingface_hub import InferenceClient
 
-    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    client = InferenceClient(model=sluice_on_smol.url, token=sluice_on_smol.api_key)
     pieces = list(client.text_generation(PROMPT, max_new_tokens=8, stream=True))
     assert "".join(pieces) == greedy["generated_text"]
     events = list(client.text_generation(PROMPT, max_new_tokens=8, stream=True, details=True))
     assert events[-1].generated_text == greedy["generated_text"]
     assert events[-1].details.finish_reason == "length"
-    generate_stream = InferenceClient(model=f"{running_sluice.url}/generate_stream", token=running_sluice.api_key)
+    generate_stream = InferenceClient(model=f"{sluice_on_smol.url}/generate_stream", token=sluice_on_smol.api_key)
     assert "".join(generate_stream.text_generation(PROMPT, max_new_tokens=8, stream=True)) == greedy["generated_text"]
 
 
-def test_hf_hub_errors_are_typed(running_sluice):
+def test_hf_hub_errors_are_typed(sluice_on_smol):
     from huggingface_hub import InferenceClient
     from huggingface_hub.errors import ValidationError
 
-    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    client = InferenceClient(model=sluice_on_smol.url, token=sluice_on_smol.api_key)
     with pytest.raises(ValidationError):
         client.text_generation(PROMPT, max_new_tokens=4, stop=["a", "b", "c", "d", "e"])
     with pytest.raises(ValidationError):
         client.text_generation(PROMPT, max_new_tokens=4, stream=True, top_p=1.0)
 
 
-def test_hf_hub_chat_completion(running_sluice):
+def test_hf_hub_chat_completion(sluice_on_smol):
     from huggingface_hub import InferenceClient
 
-    client = InferenceClient(base_url=f"{running_sluice.url}/v1", api_key=running_sluice.api_key)
+    client = InferenceClient(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key)
     reply = client.chat.completions.create(model="HuggingFaceTB/SmolLM2-135M-Instruct",
                                            messages=[{"role": "user", "content": "Say hi"}], max_tokens=5)
     assert reply.choices[0].message.content
 
 
-def test_hf_hub_chat_completion_with_url_model(running_sluice):
+def test_hf_hub_chat_completion_with_url_model(sluice_on_smol):
     from huggingface_hub import InferenceClient
 
-    client = InferenceClient(model=running_sluice.url, token=running_sluice.api_key)
+    client = InferenceClient(model=sluice_on_smol.url, token=sluice_on_smol.api_key)
     reply = client.chat_completion([{"role": "user", "content": "Say hi"}], max_tokens=5)
     assert reply.choices[0].message.content
 
@@ -267,9 +267,9 @@ print(json.dumps(out))
 """
 
 
-def test_text_generation_client(running_sluice, greedy):
+def test_text_generation_client(sluice_on_smol, greedy):
     result = run_in_venv("text-generation", TEXT_GENERATION, TEXT_GENERATION_SCRIPT,
-                         {"BASE_URL": running_sluice.url, "API_KEY": running_sluice.api_key, "PROMPT": PROMPT})
+                         {"BASE_URL": sluice_on_smol.url, "API_KEY": sluice_on_smol.api_key, "PROMPT": PROMPT})
     assert result["generate"]["text"] == greedy["generated_text"]
     assert result["generate"]["finish"] == "length" and result["generate"]["generated_tokens"] == 8
     assert result["generate"]["tokens"] == [t["id"] for t in greedy["details"]["tokens"]]

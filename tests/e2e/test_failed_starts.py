@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import SluiceServer, pid_alive, start_sluice
+from testkit.servers import free_port
+from testkit.sluice import SluiceServer, pid_alive, start_sluice
 
 pytestmark = pytest.mark.slow
 

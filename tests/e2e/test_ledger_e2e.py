@@ -20,9 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.billing.conftest import create_database
-from tests.billing.test_postgres_outage import restarted_at_exit, take_down
-from tests.fixtures.sluice import (
+from testkit.admin import admin, ledger_records
+from testkit.databases import create_database
+from testkit.servers import restarted_at_exit, take_down
+from testkit.sluice import (
     MODEL,
     SluiceServer,
     standalone_worker,
@@ -58,25 +59,7 @@ def cost(prompt: int, generated: int) -> int:
     return (prompt * PRICE_IN + generated * PRICE_OUT + 500_000) // 1_000_000
 
 
-def admin(server: SluiceServer, method: str, path: str, **body) -> dict:
-    response = httpx.request(method, f"{server.url}{path}", json=body or None, timeout=30,
-                             headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert response.status_code < 300, response.text
-    return response.json()
-
-
-def ledger_records(server: SluiceServer) -> list[dict]:
-    """Every record of the last 30 days, page after page (the API answers one page at a time)."""
-    records, cursor = [], ""
-    while True:
-        body = admin(server, "GET", f"/admin/usage/records?limit=10000&cursor={cursor}")
-        records += body["data"]
-        if body["next_cursor"] is None:
-            return records
-        cursor = body["next_cursor"]
-
-
-def wait_for_records(server: SluiceServer, ids: set[str], timeout: float = 60.0, unnamed: int = 0) -> list[dict]:
+def wait_for_request_ids(server: SluiceServer, ids: set[str], timeout: float = 60.0, unnamed: int = 0) -> list[dict]:
     """The records are durable before a response ends; shipping to the database is asynchronous. `unnamed`:
     records of requests whose client hung up before it learnt their id; they end on the gateway's own time
     (a stream whose client is gone ends at its next write), so they are waited for too."""
@@ -303,7 +286,7 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
     assert refused_stream.http_status == 400 and refused_stream.error == "invalid_value", refused_stream
 
     billed = [c for c in calls if c.expect is not None]
-    records = wait_for_records(server, {c.request_id for c in billed}, unnamed=abandoned)
+    records = wait_for_request_ids(server, {c.request_id for c in billed}, unnamed=abandoned)
     ids = [r["request_id"] for r in records]
     assert len(ids) == len(set(ids)), "a request id was recorded twice"
     # the abandoned requests never saw their id: they are the only records no client can name
@@ -453,13 +436,13 @@ async def test_sigkill_under_load_bills_every_completed_request_exactly_once(bac
     restarted = start_gateway(data_dir, worker, database_url)
     try:
         complete = {c.request_id for c in calls if c.complete}
-        records = await asyncio.to_thread(wait_for_records, restarted, complete)
+        records = await asyncio.to_thread(wait_for_request_ids, restarted, complete)
         check_complete_billed_once(calls, records)
         # after the restart the ledger goes on with new requests, and the old ones stay single
         async with httpx.AsyncClient(base_url=restarted.url, timeout=60) as client:
             after = await post(client, Call("after restart", COMPLETION, "ok"), key, completion_body(max_tokens=2))
         assert after.complete
-        records = await asyncio.to_thread(wait_for_records, restarted, complete | {after.request_id})
+        records = await asyncio.to_thread(wait_for_request_ids, restarted, complete | {after.request_id})
         check_complete_billed_once([*calls, after], records)
     finally:
         restarted.stop()
@@ -509,7 +492,7 @@ async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_onc
         # responses that completed while the database was down: their records went through the WAL
         assert any(down_at + 0.5 < c.ended < up_at for c in calls if c.complete), timeline
         complete = {c.request_id for c in calls if c.complete}
-        records = await asyncio.to_thread(wait_for_records, server, complete, 90.0)
+        records = await asyncio.to_thread(wait_for_request_ids, server, complete, 90.0)
         check_complete_billed_once(calls, records)
         billed = {r["request_id"] for r in records}
         assert not billed & {c.request_id for c in unavailable}

@@ -14,7 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import (
+from testkit.admin import admin
+from testkit.sluice import (
     MODEL,
     running_sluice,
     standalone_worker,
@@ -39,13 +40,6 @@ def gateways(tmp_path_factory, worker, redis):
     with running_sluice(tmp_path_factory.mktemp("a"), config=config, env=env) as first, \
             running_sluice(tmp_path_factory.mktemp("b"), config=config, env=env) as second:
         yield first, second
-
-
-def admin(gateway, method: str, path: str, **body):
-    response = httpx.request(method, f"{gateway.url}{path}", json=body or None, timeout=30,
-                             headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert response.status_code < 300, response.text
-    return response.json()
 
 
 def fire(gateways, key: str, count: int, body: dict) -> list[httpx.Response]:

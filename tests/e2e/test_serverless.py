@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import pid_alive, running_sluice
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.servers import free_port
+from testkit.sluice import pid_alive, running_sluice
+from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
 WORKER = 'threads = 1\ndecode_threads = 1\nmax_batch_size = 8\nmax_context = 256\n'

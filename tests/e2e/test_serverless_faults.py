@@ -22,8 +22,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.fixtures.sluice import SluiceServer, pid_alive, start_sluice
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.admin import admin_headers
+from testkit.sluice import SluiceServer, pid_alive, start_sluice
+from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
 ELASTIC = "tiny/elastic"
@@ -43,12 +44,8 @@ def server(tmp_path_factory) -> SluiceServer:
     server.stop()
 
 
-def admin(server: SluiceServer) -> dict[str, str]:
-    return {"authorization": f"Bearer {server.admin_key}"}
-
-
 def status(server: SluiceServer, name: str) -> dict:
-    return httpx.get(f"{server.url}/admin/endpoints/{name}", headers=admin(server), timeout=10).json()
+    return httpx.get(f"{server.url}/admin/endpoints/{name}", headers=admin_headers(server), timeout=10).json()
 
 
 def until(condition: Callable[[], object], what: str, timeout: float = WAIT_S) -> None:
@@ -67,7 +64,7 @@ def records(server: SluiceServer, request_ids: set[str]) -> list[dict]:
     found: list[dict] = []
 
     def shipped() -> bool:
-        found[:] = [r for r in httpx.get(f"{server.url}/admin/usage/records?limit=1000", headers=admin(server),
+        found[:] = [r for r in httpx.get(f"{server.url}/admin/usage/records?limit=1000", headers=admin_headers(server),
                                          timeout=10).json()["data"] if r["request_id"] in request_ids]
         return len({r["request_id"] for r in found}) == len(request_ids)
 
@@ -162,7 +159,7 @@ def test_sustained_load_scales_up_then_the_autoscaler_scales_down_during_8_strea
                 assert not any(s.done for s in streams), [s.tokens for s in streams]
                 assert status(server, ELASTIC)["in_flight"] == 8, status(server, ELASTIC)
                 # 8 in flight now fit one replica: once its stable window agrees, the autoscaler drains one
-                patched = await http.patch(f"/admin/endpoints/{ELASTIC}", headers=admin(server),
+                patched = await http.patch(f"/admin/endpoints/{ELASTIC}", headers=admin_headers(server),
                                            json={"target_concurrency": 8})
                 assert patched.status_code == 200
                 while status(server, ELASTIC)["replicas"]["draining"] != 1:

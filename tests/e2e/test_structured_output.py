@@ -16,8 +16,8 @@ import jsonschema
 import openai
 import pytest
 
-from tests.fixtures.sluice import MODEL, running_sluice
-from tests.worker.grammar.corpus import EBNF, EBNF_PATTERN, REGEXES, SCHEMAS
+from testkit.corpora.grammar import EBNF, EBNF_PATTERN, REGEXES, SCHEMAS
+from testkit.sluice import MODEL
 
 pytestmark = pytest.mark.slow
 
@@ -30,21 +30,16 @@ FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_sluice(tmp_path_factory.mktemp("structured")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.api_key}"},
-                      timeout=300) as client:
+def http(sluice_on_smol):
+    with httpx.Client(base_url=sluice_on_smol.url, timeout=300,
+                      headers={"Authorization": f"Bearer {sluice_on_smol.api_key}"}) as client:
         yield client
 
 
 @pytest.fixture(scope="module")
-def sdk(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0, timeout=300)
+def sdk(sluice_on_smol):
+    return openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=0,
+                         timeout=300)
 
 
 def valid_json(text: str, schema: dict, finish: str) -> None:

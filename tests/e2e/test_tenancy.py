@@ -16,7 +16,8 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.sluice import MODEL, running_sluice
+from testkit.admin import admin
+from testkit.sluice import MODEL, running_sluice
 
 pytestmark = pytest.mark.slow
 ADMIN_KEY = "tenancy-test-admin-key-0123456789abcdef"
@@ -39,13 +40,6 @@ def server(tmp_path_factory):
     with running_sluice(tmp_path_factory.mktemp("tenancy"), config=CONFIG,
                         env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as running:
         yield running
-
-
-def admin(server, method: str, path: str, **body) -> dict:
-    response = httpx.request(method, f"{server.url}{path}", json=body or None, timeout=30,
-                             headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert response.status_code < 300, response.text
-    return response.json()
 
 
 def team_key(server, name: str, limits: dict | None = None, **key) -> tuple[str, str]:

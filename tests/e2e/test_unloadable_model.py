@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.sluice import pid_alive, start_sluice
+from testkit.sluice import pid_alive, start_sluice
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.sluice import (
+from testkit.sluice import (
     MODEL,
     MODEL_CACHE,
     pid_alive,
@@ -25,14 +25,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with running_sluice(tmp_path_factory.mktemp("serve")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
+def client(sluice_on_smol):
+    return openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=0)
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +59,11 @@ def test_sdk_completion_streamed_equals_non_streamed(client, tokenizer):
     assert usage.completion_tokens == reply.usage.completion_tokens
 
 
-def test_usage_counts_match_tokenizer(server, tokenizer):
+def test_usage_counts_match_tokenizer(sluice_on_smol, tokenizer):
     prompt = "Write one sentence about rivers."
-    response = httpx.post(f"{server.url}/v1/completions", headers={"Authorization": f"Bearer {server.api_key}"},
-                          json={"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0}, timeout=60)
+    response = httpx.post(f"{sluice_on_smol.url}/v1/completions", timeout=60,
+                          headers={"Authorization": f"Bearer {sluice_on_smol.api_key}"},
+                          json={"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0})
     body = response.json()
     assert response.status_code == 200, body
     choice = body["choices"][0]
@@ -77,10 +72,10 @@ def test_usage_counts_match_tokenizer(server, tokenizer):
     assert tokenizer.decode(choice["tokens"], skip_special_tokens=True) == choice["text"]
 
 
-def test_models_and_request_ids(server, client):
+def test_models_and_request_ids(sluice_on_smol, client):
     assert [m.id for m in client.models.list().data] == [MODEL]
-    first = httpx.get(f"{server.url}/health")
-    second = httpx.get(f"{server.url}/health")
+    first = httpx.get(f"{sluice_on_smol.url}/health")
+    second = httpx.get(f"{sluice_on_smol.url}/health")
     assert first.status_code == 200
     assert first.headers["x-request-id"] != second.headers["x-request-id"]
 
@@ -112,8 +107,8 @@ def _post(server, body, key: str | None = "default", raw: bytes | None = None):
     ({"model": MODEL, "prompt": "x", "max_tokens": 10**7}, 400, "max_tokens"),
     ({"model": MODEL}, 400, "prompt"),
 ])
-def test_invalid_requests_get_openai_errors(server, body, status, param):
-    response = _post(server, body)
+def test_invalid_requests_get_openai_errors(sluice_on_smol, body, status, param):
+    response = _post(sluice_on_smol, body)
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["message"]
@@ -122,50 +117,51 @@ def test_invalid_requests_get_openai_errors(server, body, status, param):
         assert error["param"] == param
 
 
-def test_malformed_json_is_400(server):
-    response = _post(server, None, raw=b"{not json")
+def test_malformed_json_is_400(sluice_on_smol):
+    response = _post(sluice_on_smol, None, raw=b"{not json")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
-    assert _post(server, None, raw=b"[1, 2]").status_code == 400
+    assert _post(sluice_on_smol, None, raw=b"[1, 2]").status_code == 400
 
 
-def test_missing_and_invalid_keys_are_401(server):
+def test_missing_and_invalid_keys_are_401(sluice_on_smol):
     for key in (None, "sk-sluice-nope-nope", "garbage"):
-        response = _post(server, {"model": MODEL, "prompt": "x"}, key=key)
+        response = _post(sluice_on_smol, {"model": MODEL, "prompt": "x"}, key=key)
         assert response.status_code == 401
         assert response.json()["error"]["type"] == "authentication_error"
 
 
-def test_oversized_body_is_413(server):
-    response = _post(server, {"model": MODEL, "prompt": "x" * (5 * 1024 * 1024)})
+def test_oversized_body_is_413(sluice_on_smol):
+    response = _post(sluice_on_smol, {"model": MODEL, "prompt": "x" * (5 * 1024 * 1024)})
     assert response.status_code == 413
 
 
-def test_sdk_raises_typed_errors(server):
-    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-sluice-bad-key", max_retries=0)
+def test_sdk_raises_typed_errors(sluice_on_smol):
+    bad = openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key="sk-sluice-bad-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.completions.create(model=MODEL, prompt="x")
-    good = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
+    good = openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=0)
     with pytest.raises(openai.NotFoundError):
         good.completions.create(model="missing", prompt="x")
     with pytest.raises(openai.BadRequestError):  # OpenAI's 400 for an invalid request
         good.completions.create(model=MODEL, prompt="x", temperature=5)
 
 
-def test_keys_never_logged(server):
-    _post(server, {"model": MODEL, "prompt": "hello", "max_tokens": 2})
-    _post(server, {"model": MODEL, "prompt": "hello"}, key="sk-sluice-abcdef123456-secretsecretsecret")
-    secret = server.api_key
-    assert server.output.count(secret) == 1  # the one-time announcement on stdout, never a log line
-    assert "secretsecretsecret" not in server.output
-    for line in server.lines:
+def test_keys_never_logged(sluice_on_smol):
+    _post(sluice_on_smol, {"model": MODEL, "prompt": "hello", "max_tokens": 2})
+    _post(sluice_on_smol, {"model": MODEL, "prompt": "hello"}, key="sk-sluice-abcdef123456-secretsecretsecret")
+    secret = sluice_on_smol.api_key
+    assert sluice_on_smol.output.count(secret) == 1  # the one-time announcement on stdout, never a log line
+    assert "secretsecretsecret" not in sluice_on_smol.output
+    for line in sluice_on_smol.lines:
         if line.startswith("{"):
             assert "Bearer" not in line and "authorization" not in line.lower()
 
 
-def test_disconnect_cancels_the_worker_request(server):
-    worker = (server.worker_url(), server.worker_headers())
-    with httpx.stream("POST", f"{server.url}/v1/completions", headers={"authorization": f"Bearer {server.api_key}"},
+def test_disconnect_cancels_the_worker_request(sluice_on_smol):
+    worker = (sluice_on_smol.worker_url(), sluice_on_smol.worker_headers())
+    with httpx.stream("POST", f"{sluice_on_smol.url}/v1/completions",
+                      headers={"authorization": f"Bearer {sluice_on_smol.api_key}"},
                       json={"model": MODEL, "prompt": "Count slowly:", "max_tokens": 2000, "stream": True,
                             "temperature": 0.7, "ignore_eos": True}, timeout=30) as response:
         lines = response.iter_lines()  # keep the iterator: dropping it would close the connection early
@@ -243,15 +239,17 @@ def _cli(server, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=True)
 
 
-def test_operator_cli_shares_the_servers_database(server):
-    teams = json.loads(_cli(server, "teams", "list", "--json").stdout)
+def test_operator_cli_shares_the_servers_database(sluice_on_smol):
+    teams = json.loads(_cli(sluice_on_smol, "teams", "list", "--json").stdout)
     default = next(t for t in teams if t["name"] == "default")
-    created = json.loads(_cli(server, "keys", "create", "--name", "ops", "--team-id", default["id"], "--json").stdout)
+    created = json.loads(_cli(sluice_on_smol, "keys", "create", "--name", "ops", "--team-id", default["id"],
+                              "--json").stdout)
     headers = {"authorization": f"Bearer {created['key']}"}
-    assert httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 200
-    assert created["key"] not in _cli(server, "keys", "list", "--json").stdout  # shown once, never again
-    _cli(server, "keys", "revoke", created["id"])
+    assert httpx.get(f"{sluice_on_smol.url}/v1/models", headers=headers).status_code == 200
+    assert created["key"] not in _cli(sluice_on_smol, "keys", "list", "--json").stdout  # shown once, never again
+    _cli(sluice_on_smol, "keys", "revoke", created["id"])
     deadline = time.monotonic() + 5
-    while httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 200 and time.monotonic() < deadline:
+    models = f"{sluice_on_smol.url}/v1/models"
+    while httpx.get(models, headers=headers).status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert httpx.get(f"{server.url}/v1/models", headers=headers).status_code == 401
+    assert httpx.get(models, headers=headers).status_code == 401

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-MODEL = "stub-model"
+from testkit.protocol_worker import MODEL
 
 
 @dataclass

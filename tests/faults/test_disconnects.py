@@ -13,7 +13,9 @@ from collections import Counter
 
 import pytest
 
-from tests.faults.conftest import gateway, host_port, stub_worker, wait_for_records
+from testkit.admin import wait_for_records
+from testkit.protocol_worker import worker_process
+from testkit.stub_gateway import host_port, sluice_on_worker_process
 from tests.faults.load import Outcome, stream_completion
 
 pytestmark = pytest.mark.slow
@@ -41,7 +43,7 @@ async def run(host: str, port: int, key: str, plan: list[int | None]) -> list[Ou
 def test_a_tenth_of_the_clients_leave_mid_stream(tmp_path):
     chooser = random.Random(19)
     plan = [chooser.randint(2, 16) if chooser.random() < 0.1 else None for _ in range(REQUESTS)]
-    with stub_worker(token_delay=0.02) as stub, gateway(tmp_path / "gw", stub) as server:
+    with worker_process(token_delay=0.02) as stub, sluice_on_worker_process(tmp_path / "gw", stub) as server:
         host, port = host_port(server)
         started = time.monotonic()
         outcomes = asyncio.run(run(host, port, server.api_key, plan))

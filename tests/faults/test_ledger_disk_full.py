@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import gateway, stub_worker, wait_for_records
+from testkit.admin import wait_for_records
+from testkit.protocol_worker import worker_process
+from testkit.stub_gateway import sluice_on_worker_process
 from tests.faults.load import MODEL
 
 pytestmark = pytest.mark.slow
@@ -57,8 +59,8 @@ def completion(server, stream: bool = False, max_tokens: int = 8) -> httpx.Respo
 
 def test_a_full_ledger_disk_refuses_new_requests_until_space_returns(tmp_path):
     data = tmp_path / "gw"
-    with small_disk(data / "billing-wal") as wal, stub_worker(token_delay=0.01) as stub, \
-            gateway(data, stub, f"ledger_min_free_bytes = {RESERVE}") as server:
+    with small_disk(data / "billing-wal") as wal, worker_process(token_delay=0.01) as stub, \
+            sluice_on_worker_process(data, stub, f"ledger_min_free_bytes = {RESERVE}") as server:
         served = [completion(server), completion(server, stream=True)]
         assert [r.status_code for r in served] == [200, 200]
         started = stub.stats()["started"]

@@ -12,9 +12,11 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.auth.conftest import fresh_postgres_database
-from tests.billing.test_postgres_outage import take_down
-from tests.faults.conftest import gateway, host_port, stub_worker, wait_for_records
+from testkit.admin import wait_for_records
+from testkit.databases import fresh_database
+from testkit.protocol_worker import worker_process
+from testkit.servers import restarted_at_exit, take_down
+from testkit.stub_gateway import host_port, sluice_on_worker_process
 from tests.faults.outage import through_outage
 
 pytestmark = pytest.mark.slow
@@ -29,10 +31,10 @@ async def usage_probes(server, answers: list[httpx.Response]) -> None:
 
 
 async def test_postgres_killed_and_restarted_under_load(tmp_path, postgres):
-    async with fresh_postgres_database(postgres) as url:
-        try:
-            with stub_worker(token_delay=0.01) as stub, \
-                    gateway(tmp_path / "gw", stub, f'database_url = "{url}"') as server:
+    async with fresh_database(postgres, "auth") as url:
+        with restarted_at_exit(postgres):
+            with worker_process(token_delay=0.01) as stub, \
+                    sluice_on_worker_process(tmp_path / "gw", stub, f'database_url = "{url}"') as server:
                 usage_during: list[httpx.Response] = []
                 host, port = host_port(server)
                 run = await through_outage(host, port, server.api_key, clients=CLIENTS,
@@ -41,9 +43,6 @@ async def test_postgres_killed_and_restarted_under_load(tmp_path, postgres):
                 waited = time.monotonic()
                 records = await asyncio.to_thread(wait_for_records, server, len(run.outcomes), 120)
                 caught_up_after = time.monotonic() - waited
-        finally:
-            if postgres.process.poll() is not None:
-                postgres.start()
     outcomes, by_phase = run.outcomes, run.by_phase()
     print(f"\npostgres outage: statuses by phase {by_phase}; usage API during the outage "
           f"{[r.status_code for r in usage_during]}; ledger complete {caught_up_after:.1f} s after the load ended")

@@ -8,13 +8,10 @@ import asyncio
 
 import pytest
 
-from tests.faults.conftest import (
-    create_key,
-    fire_completions,
-    gateway,
-    host_port,
-    stub_worker,
-)
+from testkit.admin import default_team_key
+from testkit.protocol_worker import worker_process
+from testkit.servers import restarted_at_exit
+from testkit.stub_gateway import fire_completions, host_port, sluice_on_worker_process
 from tests.faults.outage import through_outage
 
 pytestmark = pytest.mark.slow
@@ -31,17 +28,14 @@ def kill(redis):
 @pytest.mark.parametrize("fail_open", [False, True], ids=["fail-closed", "fail-open"])
 def test_redis_killed_and_restarted_under_load(tmp_path, redis, fail_open):
     extra = f'redis_url = "{redis.url}"\nlimiter_fail_open = {str(fail_open).lower()}'
-    try:
-        with stub_worker(token_delay=0.01) as stub, gateway(tmp_path / "gw", stub, extra) as server:
-            host, port = host_port(server)
-            key = create_key(server, "load", rpm=1_000_000, tpm=1_000_000_000, max_concurrency=1000)
-            run = asyncio.run(through_outage(host, port, key, clients=CLIENTS, take_down=kill(redis),
-                                             away=lambda: asyncio.sleep(2.0), bring_back=redis.start))
-            exact = fire_completions(server, create_key(server, "exact", rpm=5), 8)
-            health = server.log_events("limiter_backend_down"), server.log_events("limiter_backend_up")
-    finally:
-        if redis.process.poll() is not None:
-            redis.start()
+    with restarted_at_exit(redis), worker_process(token_delay=0.01) as stub, \
+            sluice_on_worker_process(tmp_path / "gw", stub, extra) as server:
+        host, port = host_port(server)
+        key = default_team_key(server, "load", rpm=1_000_000, tpm=1_000_000_000, max_concurrency=1000)
+        run = asyncio.run(through_outage(host, port, key, clients=CLIENTS, take_down=kill(redis),
+                                         away=lambda: asyncio.sleep(2.0), bring_back=redis.start))
+        exact = fire_completions(server, default_team_key(server, "exact", rpm=5), 8)
+        health = server.log_events("limiter_backend_down"), server.log_events("limiter_backend_up")
     outcomes, by_phase = run.outcomes, run.by_phase()
     print(f"\nredis outage ({'fail open' if fail_open else 'fail closed'}): statuses by phase {by_phase}; "
           f"served again {run.recovery_s:.2f} s after the restart")

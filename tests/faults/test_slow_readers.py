@@ -13,13 +13,9 @@ from collections import Counter
 
 import pytest
 
-from tests.faults.conftest import (
-    footprint,
-    gateway,
-    host_port,
-    stub_worker,
-    wait_for_records,
-)
+from testkit.admin import wait_for_records
+from testkit.protocol_worker import worker_process
+from testkit.stub_gateway import footprint, host_port, sluice_on_worker_process
 from tests.faults.load import Outcome, stalled_client, stream_completion
 
 pytestmark = pytest.mark.slow
@@ -54,8 +50,8 @@ async def run(host: str, port: int, key: str) -> tuple[list[tuple[int, bool]], l
 
 
 def test_slow_and_silent_readers_are_cut_and_hold_nothing(tmp_path):
-    with stub_worker(token_delay=TOKEN_DELAY_S, token_bytes=TOKEN_BYTES) as stub, \
-            gateway(tmp_path / "gw", stub, "stream_write_timeout_s = 2.0") as server:
+    with worker_process(token_delay=TOKEN_DELAY_S, token_bytes=TOKEN_BYTES) as stub, \
+            sluice_on_worker_process(tmp_path / "gw", stub, "stream_write_timeout_s = 2.0") as server:
         host, port = host_port(server)
         # the same readers alone first: the memory they need is the baseline
         warm = asyncio.run(normal_readers(host, port, server.api_key, 4.0))

@@ -13,13 +13,9 @@ from collections import Counter
 
 import pytest
 
-from tests.faults.conftest import (
-    footprint,
-    gateway,
-    host_port,
-    stub_worker,
-    wait_for_records,
-)
+from testkit.admin import wait_for_records
+from testkit.protocol_worker import worker_process
+from testkit.stub_gateway import footprint, host_port, sluice_on_worker_process
 from tests.faults.load import Outcome, stream_completion
 
 pytestmark = pytest.mark.slow
@@ -49,7 +45,7 @@ async def soak(host: str, port: int, key: str, server) -> tuple[list[Outcome], l
 
 
 def test_soak_streaming_clients(tmp_path):
-    with stub_worker(token_delay=0.01) as stub, gateway(tmp_path / "gw", stub) as server:
+    with worker_process(token_delay=0.01) as stub, sluice_on_worker_process(tmp_path / "gw", stub) as server:
         host, port = host_port(server)
         key = server.api_key
         idle_before = footprint(server)

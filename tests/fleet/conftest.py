@@ -1,209 +1,34 @@
-"""Three real `sluice serve` gateways sharing PostgreSQL and Redis, in front of one ECS worker service in moto.
-
-ECS is played (tests/fixtures/played_ecs.py): each task the service runs is a protocol worker (the tests are
-about scaling, not tokens) whose streams last a few seconds; the gateways reach it through the test-only
-`test_address_map` file and can be throttled through the test-only `test_throttle_file`.
-"""
+"""The `fleet` fixture: three real gateways in front of one played ECS worker service (tests/fleet/fleet.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 from unittest import mock
 
-import asyncpg
-import httpx
 import pytest
 import redis as redis_client
 
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker, ecs_service, manual_task_states
-from tests.fixtures.protocol_worker import MODEL, Reply, protocol_worker, tokens
-from tests.fixtures.sluice import SluiceServer, start_sluice
-
-ADMIN_KEY = "fleet-test-admin-key-0123456789abcdef"
-STREAM_WORDS, WORD_PAUSE_S = 12, 0.25  # each stream lasts about 3 s on its worker
-OWNER_KEY = f"sluice:fleet:{{{MODEL}}}:owner"
-WAIT_S = 90  # the longest any condition is waited for (a hang fails; two shared cores)
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def until(condition: Callable[[], object], timeout: float = WAIT_S, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not hold within {timeout} s")
-        time.sleep(0.05)
-    return value
-
-
-def stub_worker(task: dict) -> TaskWorker:
-    """What the played agent runs for a task: a protocol worker answering every request with a slow stream."""
-    stack = contextlib.ExitStack()
-    worker = stack.enter_context(protocol_worker())
-    worker.replies = [Reply(tokens(" ".join(["w"] * STREAM_WORDS)), pause_s=WORD_PAUSE_S)]
-
-    def stop(wait: bool) -> None:
-        if wait:
-            stack.close()
-        else:  # the container goes away; the scheduler does not wait for it
-            threading.Thread(target=stack.close, daemon=True).start()
-
-    return TaskWorker(worker.url, f"task-{task['taskArn'].rsplit('/', 1)[-1][:8]}", stop, worker)
-
-
-async def new_database(url: str) -> str:
-    """A new, empty database on the session's PostgreSQL server; its URL."""
-    name = f"fleet_{uuid.uuid4().hex[:12]}"
-    connection = await asyncpg.connect(url)
-    try:
-        await connection.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await connection.close()
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-@dataclass
-class Fleet:
-    config: str
-    root: Path
-    played: PlayedEcs
-    redis: redis_client.Redis
-    throttle_file: Path
-    gateways: list[SluiceServer | None] = field(default_factory=lambda: [None, None, None])
-    api_key: str = ""
-    stopped: list[tuple[int, SluiceServer]] = field(default_factory=list)
-
-    def start(self, *indexes: int) -> None:
-        env = {**AWS_ENV, "SLUICE_ADMIN_KEY": ADMIN_KEY, "SLUICE_KEY_PEPPER": "fleet-test-pepper"}
-        for index in indexes:
-            self.gateways[index] = start_sluice(self.root / f"gateway-{index}", config=self.config, env=env,
-                                                wait=False)
-        for index in indexes:
-            self.gateways[index].wait_healthy(timeout=WAIT_S)
-
-    def stop(self, index: int, sig: int = signal.SIGTERM) -> int:
-        gateway = self.gateways[index]
-        code = gateway.stop(sig, timeout=WAIT_S)
-        self.stopped.append((index, gateway))
-        return code
-
-    def save_output(self) -> None:
-        """Every gateway process's output, the stopped ones' too, beside the data dirs (a failure's post-mortem)."""
-        runs = [*self.stopped, *((i, g) for i, g in enumerate(self.gateways) if g is not None)]
-        for number, (index, gateway) in enumerate(runs):
-            (self.root / f"gateway-{index}-run-{number}-pid-{gateway.process.pid}.out").write_text(gateway.output)
-
-    def ensure_running(self) -> None:
-        dead = [i for i, g in enumerate(self.gateways) if g is None or g.process.poll() is not None]
-        if dead:
-            self.start(*dead)
-
-    def owner(self) -> int | None:
-        """The index of the gateway holding the endpoint's lease (its id names its pid), or None."""
-        held = self.redis.get(OWNER_KEY)
-        if held is None:
-            return None
-        pid = int(held.decode().rsplit("|", 1)[0].rsplit("-", 2)[1])  # "<host>-<pid>-<random>|<token>"
-        return next((i for i, g in enumerate(self.gateways) if g is not None and g.process.pid == pid), None)
-
-    def desired(self) -> int:
-        return self.played.ecs.describe_services(cluster=CLUSTER, services=[SERVICE])["services"][0]["desiredCount"]
-
-    def settle(self) -> None:
-        """Every gateway up and the service back at zero tasks (idle_seconds after the last request)."""
-        self.ensure_running()
-        until(lambda: self.desired() == 0 and not self.played.workers, WAIT_S, "the scale to zero")
-
-    def streams(self, gateways: Callable[[], list[int]], count: int) -> Load:
-        return Load(self, gateways, count)
-
-
-@dataclass
-class Outcome:
-    gateway: int
-    status: int
-    complete: bool  # reached [DONE] with no error event
-    error: str = ""
-
-
-class Load:
-    """`count` clients, each streaming one completion after another through the gateways `gateways()`
-    names (round robin), until stopped. A 503 before the stream began (a gateway draining) is retried on the
-    next gateway; a stream that began and did not reach [DONE] is a cut stream."""
-
-    def __init__(self, fleet: Fleet, gateways: Callable[[], list[int]], count: int):
-        self.fleet, self.gateways, self.count = fleet, gateways, count
-        self.outcomes: list[Outcome] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(count)]
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=WAIT_S)
-
-    @property
-    def cut(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status == 200 and not o.complete]
-
-    @property
-    def served(self) -> int:
-        return sum(1 for o in self.outcomes if o.complete)
-
-    def _client(self, number: int) -> None:
-        turn = number
-        with httpx.Client(timeout=httpx.Timeout(WAIT_S)) as client:
-            while not self._stop.is_set():
-                choices = self.gateways()
-                index = choices[turn % len(choices)]
-                turn += 1
-                self.outcomes.append(self._stream(client, index))
-
-    def _stream(self, client: httpx.Client, index: int) -> Outcome:
-        gateway = self.fleet.gateways[index]
-        body = {"model": MODEL, "prompt": "hello", "max_tokens": 64, "stream": True}
-        headers = {"authorization": f"Bearer {self.fleet.api_key}"}
-        try:
-            with client.stream("POST", f"{gateway.url}/v1/completions", json=body, headers=headers) as response:
-                if response.status_code != 200:
-                    response.read()
-                    time.sleep(0.2)
-                    return Outcome(index, response.status_code, False, response.text[:200])
-                done, error = False, ""
-                for line in response.iter_lines():
-                    if line == "data: [DONE]":
-                        done = True
-                    elif line.startswith("data:") and '"error"' in line:
-                        error = line
-                return Outcome(index, 200, done and not error, error)
-        except httpx.HTTPError as failure:
-            return Outcome(index, 0, False, repr(failure))
+from testkit.admin import default_team_key
+from testkit.databases import create_database
+from testkit.local_aws import moto_server
+from testkit.played_ecs import PlayedEcs, ecs_service, manual_task_states, provisioner_toml
+from testkit.protocol_worker import MODEL
+from tests.fleet.fleet import AWS_ENV, Fleet, task_worker
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, postgres, redis) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")
-    database = asyncio.run(new_database(postgres.url))
+    database = asyncio.run(create_database(postgres.url, "fleet"))
     address_map, throttle_file = root / "addresses.json", root / "throttle"
     shared = redis_client.Redis.from_url(redis.url)
     with mock.patch.dict(os.environ, AWS_ENV), moto_server() as moto_url:
         manual_task_states(moto_url)
         with ecs_service(moto_url) as (ecs, network), \
-                PlayedEcs(ecs, network, stub_worker, address_map=address_map, surplus_grace_s=3.0) as played:
+                PlayedEcs(ecs, network, task_worker, address_map=address_map, surplus_grace_s=3.0) as played:
             played.busy = lambda worker: worker.handle.streaming
             config = f'''database_url = "{database}"
 redis_url = "{redis.url}"
@@ -224,21 +49,12 @@ idle_seconds = 4
 drain_seconds = 10
 max_wait_seconds = 60
 
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{SERVICE}"
-region = "us-east-1"
-endpoint_url = "{moto_url}"
-port = {PORT}
-test_address_map = "{address_map}"
-test_throttle_file = "{throttle_file}"
-'''
+''' + provisioner_toml(moto_url, address_map, throttle_file)
             fleet = Fleet(config, root, played, shared, throttle_file)
             try:
                 fleet.start(0)  # first alone: it runs the migrations and holds the lease
                 fleet.start(1, 2)
-                fleet.api_key = _team_key(fleet.gateways[0].url)
+                fleet.api_key = default_team_key(fleet.gateways[0], "fleet")
                 yield fleet
             finally:
                 for gateway in fleet.gateways:
@@ -247,11 +63,3 @@ test_throttle_file = "{throttle_file}"
                 fleet.save_output()
     shared.close()
 
-
-def _team_key(url: str) -> str:
-    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
-    teams = httpx.get(f"{url}/admin/teams", headers=admin, timeout=30).json()["data"]
-    team_id = next(team["id"] for team in teams if team["name"] == "default")
-    created = httpx.post(f"{url}/admin/keys", json={"name": "fleet", "team_id": team_id}, headers=admin, timeout=30)
-    assert created.status_code == 201, created.text
-    return created.json()["key"]

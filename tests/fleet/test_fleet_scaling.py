@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 
-from tests.fixtures.played_ecs import CLUSTER
-from tests.fleet.conftest import Fleet, until
+from testkit.played_ecs import CLUSTER
+from tests.fleet.fleet import Fleet, until
 
 pytestmark = pytest.mark.slow
 LOAD = 4  # streams kept open: demand 4 at target_concurrency 3 wants 2 tasks (and so does 5 or 6)

@@ -13,7 +13,7 @@ import pytest
 from gateway.config import load_settings
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet, Report
 from gateway.endpoints.fleet_postgres import PostgresFleet
-from tests.fleet.conftest import new_database
+from testkit.databases import create_database
 
 LEASE_S = 0.5
 
@@ -28,7 +28,7 @@ async def shared_state(request):
         async def open_one(name: str, calls: float) -> Fleet:
             return RedisFleet(url, prefix=prefix, gateway_id=name, calls_per_second=calls)
     else:
-        url = await new_database(request.getfixturevalue("postgres").url)
+        url = await create_database(request.getfixturevalue("postgres").url, "fleet")
 
         async def open_one(name: str, calls: float) -> Fleet:
             return await PostgresFleet.open(url, gateway_id=name, calls_per_second=calls)

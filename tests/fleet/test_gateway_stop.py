@@ -8,10 +8,10 @@ import signal
 
 import pytest
 
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
-from tests.fixtures.sluice import start_sluice
-from tests.fleet.conftest import AWS_ENV, WAIT_S, until
+from testkit.local_aws import moto_server
+from testkit.played_ecs import desired_count, ecs_service, manual_task_states, provisioner_toml
+from testkit.sluice import start_sluice
+from tests.fleet.fleet import AWS_ENV, WAIT_S, until
 
 
 @pytest.fixture
@@ -26,18 +26,12 @@ def moto_ecs(monkeypatch):
 
 def test_sigterm_leaves_the_ecs_service_running(moto_ecs, tmp_path):
     url, ecs = moto_ecs
-    config = f'''[[models]]
+    config = '''[[models]]
 name = "org/model"
 min_replicas = 1
 max_replicas = 1
 
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{SERVICE}"
-endpoint_url = "{url}"
-port = {PORT}
-'''
+''' + provisioner_toml(url)
     # the task never gets a worker here: the endpoint stays `starting`, so /health is 503 by design
     gateway = start_sluice(tmp_path / "gateway", config=config, env=AWS_ENV, wait=False)
     try:

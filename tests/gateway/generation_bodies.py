@@ -1,9 +1,9 @@
 """One small valid body per generation route (each dialect once), for tests that run every dialect through the
-in-process gateway (tests/gateway/conftest.py)."""
+in-process gateway (tests/gateway/app_client.py, the `gateway_app` fixture)."""
 
 from __future__ import annotations
 
-from tests.fixtures.protocol_worker import MODEL
+from testkit.protocol_worker import MODEL
 
 HI = [{"role": "user", "content": "Hi"}]
 BODIES = {  # path: body; STREAM_ONLY routes stream without a `stream` field

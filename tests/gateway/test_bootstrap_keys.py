@@ -9,7 +9,7 @@ import sqlite3
 
 import httpx
 
-from tests.fixtures.sluice import start_sluice
+from testkit.sluice import refused_start, start_sluice
 
 ADMIN = "operator-admin-key-from-secrets-manager-0123456789"
 # no worker: none is needed here
@@ -17,12 +17,8 @@ STATIC = '[[models]]\nname = "m"\nprovisioner = { kind = "static", urls = ["http
 
 
 def test_without_an_injected_admin_key_the_gateway_refuses_to_start(tmp_path):
-    server = start_sluice(tmp_path / "data", config=f"print_bootstrap_keys = false\n{STATIC}", wait=False,
-                          env={"SLUICE_ADMIN_KEY": ""})
-    try:
-        assert server.wait_exit(timeout=120) == 1
-    finally:
-        server.stop()
+    server = refused_start(tmp_path / "data", config=f"print_bootstrap_keys = false\n{STATIC}",
+                           env={"SLUICE_ADMIN_KEY": ""})
     assert "print_bootstrap_keys is false but SLUICE_ADMIN_KEY is unset" in server.output
     assert "shown once" not in server.output
     with sqlite3.connect(tmp_path / "data" / "sluice.db") as db:
@@ -44,10 +40,6 @@ def test_the_environment_variable_says_it_too_and_the_admin_key_is_the_only_key(
 
 
 def test_a_value_that_is_not_a_boolean_is_refused(tmp_path):
-    server = start_sluice(tmp_path / "data", config=STATIC, wait=False,
-                          env={"SLUICE_ADMIN_KEY": ADMIN, "SLUICE_PRINT_BOOTSTRAP_KEYS": "no"})
-    try:
-        assert server.wait_exit(timeout=60) == 1
-    finally:
-        server.stop()
+    server = refused_start(tmp_path / "data", config=STATIC,
+                           env={"SLUICE_ADMIN_KEY": ADMIN, "SLUICE_PRINT_BOOTSTRAP_KEYS": "no"})
     assert "SLUICE_PRINT_BOOTSTRAP_KEYS='no': must be true or false" in server.output

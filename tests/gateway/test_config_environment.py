@@ -13,7 +13,7 @@ import pytest
 
 from gateway.config import Settings, load_settings
 from gateway.environment import NOT_SETTINGS, overrides, settings_variables
-from tests.fixtures.sluice import start_sluice
+from testkit.sluice import refused_start, start_sluice
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "operator-admin-key-from-secrets-manager-0123456789"
@@ -126,12 +126,8 @@ def test_every_sluice_variable_the_repository_names_is_a_setting_or_listed_as_no
 
 
 def test_sluice_serve_refuses_a_bad_variable_with_one_line(tmp_path):
-    server = start_sluice(tmp_path / "data", config=STATIC, wait=False,
-                          env={"SLUICE_ADMIN_KEY": ADMIN, "SLUICE_REQUEST_TIMEOUT_S": "forever"})
-    try:
-        assert server.wait_exit(timeout=60) == 1
-    finally:
-        server.stop()
+    server = refused_start(tmp_path / "data", config=STATIC,
+                           env={"SLUICE_ADMIN_KEY": ADMIN, "SLUICE_REQUEST_TIMEOUT_S": "forever"})
     assert server.lines == ["sluice: invalid configuration in the environment: SLUICE_REQUEST_TIMEOUT_S='forever': "
                             "must be a number (Expected `float`, got `str`)"]
 
@@ -148,12 +144,8 @@ def test_sluice_serve_warns_of_an_unknown_variable_and_starts(tmp_path):
 
 
 def test_sluice_serve_refuses_an_earlier_spelling_naming_the_new_one(tmp_path):
-    server = start_sluice(tmp_path / "data", config='[[models]]\nname = "m"\nreplicas = 2\n', wait=False,
-                          env={"SLUICE_ADMIN_KEY": ADMIN})
-    try:
-        assert server.wait_exit(timeout=60) == 1
-    finally:
-        server.stop()
+    server = refused_start(tmp_path / "data", config='[[models]]\nname = "m"\nreplicas = 2\n',
+                           env={"SLUICE_ADMIN_KEY": ADMIN})
     [line] = server.lines
     assert line.startswith("sluice: invalid configuration in ") and "`replicas` is no longer a setting" in line
     assert "`min_replicas` and `max_replicas`" in line and line.endswith("at `$.models[0]`")

@@ -40,9 +40,9 @@ def test_a_route_that_needs_more_than_the_request_services_and_body_cannot_be_di
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/generate"])
-async def test_a_generation_request_is_one_log_line_with_its_outcome_and_http_status(gateway, path):
+async def test_a_generation_request_is_one_log_line_with_its_outcome_and_http_status(gateway_app, path):
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        response = await gateway.post(path, json=body(path), headers=gateway.key_headers)
+        response = await gateway_app.post(path, json=body(path), headers=gateway_app.key_headers)
     assert response.status_code == 200, response.text
     lines = [line for line in logs if line["event"] in ("request_done", "http_request")]
     assert len(lines) == 1 and lines[0]["event"] == "request_done", lines
@@ -51,27 +51,27 @@ async def test_a_generation_request_is_one_log_line_with_its_outcome_and_http_st
     assert line["request_id"] == response.headers["x-request-id"] and line["completion_tokens"] > 0
 
 
-async def test_a_refused_generation_logs_its_error_and_status(gateway):
+async def test_a_refused_generation_logs_its_error_and_status(gateway_app):
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        response = await gateway.post("/v1/chat/completions", json=body("/v1/chat/completions", temperature=9),
-                                      headers=gateway.key_headers)
+        response = await gateway_app.post("/v1/chat/completions", json=body("/v1/chat/completions", temperature=9),
+                                      headers=gateway_app.key_headers)
     assert response.status_code == 400, response.text  # OpenAI's status for an invalid request
     done = [line for line in logs if line["event"] == "request_done"]
     assert len(done) == 1 and (done[0]["http_status"], done[0]["status"]) == (400, "rejected"), done
     assert done[0]["error"]
 
 
-async def test_any_other_request_keeps_the_access_line(gateway):
+async def test_any_other_request_keeps_the_access_line(gateway_app):
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        response = await gateway.get("/v1/models", headers=gateway.key_headers)
+        response = await gateway_app.get("/v1/models", headers=gateway_app.key_headers)
     assert response.status_code == 200
     lines = [line for line in logs if line["event"] in ("request_done", "http_request")]
     assert [(line["event"], line["status"], line["path"]) for line in lines] == [("http_request", 200, "/v1/models")]
 
 
-async def test_a_path_outside_the_table_is_still_litestars(gateway):
+async def test_a_path_outside_the_table_is_still_litestars(gateway_app):
     """Only exact matches are taken: anything else is routed (and refused) by Litestar as before."""
-    response = await gateway.get("/v1/chat/completions", headers=gateway.key_headers)
+    response = await gateway_app.get("/v1/chat/completions", headers=gateway_app.key_headers)
     assert response.status_code == 405 and response.json()["error"]["message"], response.text
 
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 
 from gateway.config import load_settings
-from tests.fixtures.servers import free_port, wait_for_port
-from tests.fixtures.sluice import REPO, start_sluice
+from testkit.protocol_worker import worker_process
+from testkit.sluice import start_sluice
 
 ADMIN_KEY = "processes-test-admin-key-0123456789abcdef"
 REMOTE = '[[models]]\nname = "stub-model"\nprovisioner = { kind = "static", urls = ["http://127.0.0.1:9"] }\n'
@@ -50,16 +48,9 @@ def children(pid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def worker_url():
-    """A protocol stub worker that answers at once (tests/faults/stub_worker.py)."""
-    port = free_port()
-    worker = subprocess.Popen([sys.executable, "-m", "tests.faults.stub_worker", "--port", str(port),
-                               "--token-delay", "0"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+    """A protocol worker process that answers at once."""
+    with worker_process(token_delay=0, quiet=True) as worker:
+        yield worker.url
 
 
 def two_processes(data_dir, redis, worker_url):

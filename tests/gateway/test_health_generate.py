@@ -12,7 +12,7 @@ from gateway.config import Settings
 from gateway.edge.app import create_app
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.metrics import REGISTRY
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 
 
 def failed_probes() -> float:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import start_sluice
+from testkit.servers import free_port
+from testkit.sluice import start_sluice
 
 
 def test_livez_answers_200_while_no_endpoint_is_ready(tmp_path):

@@ -12,8 +12,8 @@ import sys
 
 import httpx
 
-from tests.fixtures.protocol_worker import MODEL, protocol_worker
-from tests.fixtures.sluice import REPO, running_sluice
+from testkit.protocol_worker import MODEL, protocol_worker
+from testkit.sluice import REPO, running_sluice
 
 ADMIN_KEY = "operator-pepper-tests-admin-key-0123456789"
 PEPPER = "operator-pepper-tests-pepper-0123456789"

@@ -16,9 +16,9 @@ from gateway.config import load_settings
 from gateway.edge.app import create_app
 from gateway.edge.lifespan import STATE_FAILURE
 from gateway.endpoints.queue_metric import METRIC_NAME, CloudWatchSettings, QueueDepthPublisher
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.servers import free_port
-from tests.gateway.conftest import serving
+from testkit.local_aws import moto_server
+from testkit.servers import free_port
+from tests.gateway.app_client import app_client
 
 NAMESPACE = "Sluice/sluice-test"
 
@@ -107,7 +107,7 @@ async def test_the_gateway_publishes_once_configured(gateway_settings, cloudwatc
     gateway_settings.cloudwatch = CloudWatchSettings(namespace="Sluice/app-test", region="us-east-1",
                                                      endpoint_url=cloudwatch_url, interval_seconds=0.2,
                                                      sample_seconds=0.1)
-    async with serving(gateway_settings) as client:
+    async with app_client(gateway_settings) as client:
         assert (await client.get("/health")).status_code == 200
         while not published(cloudwatch_url, "Sluice/app-test"):
             await asyncio.sleep(0.1)
@@ -120,7 +120,7 @@ async def test_off_unless_a_namespace_is_set(gateway_settings, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     gateway_settings.cloudwatch = CloudWatchSettings(endpoint_url="http://127.0.0.1:9")
-    async with serving(gateway_settings) as client:
+    async with app_client(gateway_settings) as client:
         assert (await client.get("/health")).status_code == 200
     gateway_settings.cloudwatch = CloudWatchSettings(namespace="Sluice/x")
     app = create_app(gateway_settings, supervise=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.replicas.pool import MISSED_POLLS_TOLERATED, ReplicaRouter
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 
 
 async def test_timed_out_polls_are_tolerated_twice_then_the_replica_is_down():

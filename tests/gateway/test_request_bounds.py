@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.dialects import bounds
-from tests.fixtures.protocol_worker import MODEL, Reply, tokens
+from testkit.protocol_worker import MODEL, Reply, tokens
 from tests.gateway.generation_bodies import HI
 
 LONG = "x" * (bounds.MAX_STOP_CHARS + 1)
@@ -80,9 +80,9 @@ def named_field(path: str, answer: dict) -> str | None:
 
 
 @pytest.mark.parametrize(("path", "body", "field", "words"), OVER, ids=[f"{p} {f}" for p, _, f, _ in OVER])
-async def test_a_request_over_a_bound_is_refused_naming_the_field_and_the_limit(gateway, worker, path, body,
+async def test_a_request_over_a_bound_is_refused_naming_the_field_and_the_limit(gateway_app, worker, path, body,
                                                                                field, words):
-    response = await gateway.post(path, json=body, headers=gateway.key_headers)
+    response = await gateway_app.post(path, json=body, headers=gateway_app.key_headers)
     # SGLang and OpenAI answer a bad body with 400; TGI, Friendli and MonsterAPI with 422
     status = 422 if path.startswith(("/serverless", "/generate_stream", "/v1/completions/generate", "/v1/generate")) \
         else 400
@@ -94,14 +94,14 @@ async def test_a_request_over_a_bound_is_refused_naming_the_field_and_the_limit(
     assert worker.requests == []
 
 
-async def test_requests_at_the_bounds_are_served(gateway, worker):
+async def test_requests_at_the_bounds_are_served(gateway_app, worker):
     worker.replies = [Reply(tokens())]
     at_limit = {**COMPLETION, "prompt": ["Hi"] * bounds.MAX_PROMPTS, "max_tokens": 2,
                 "bad_words": ["z" * bounds.MAX_BAD_WORD_CHARS] * bounds.MAX_BAD_WORDS,
                 "logit_bias": {str(i): -100 for i in range(bounds.MAX_LOGIT_BIAS)}}
-    response = await gateway.post("/v1/completions", json=at_limit, headers=gateway.key_headers)
+    response = await gateway_app.post("/v1/completions", json=at_limit, headers=gateway_app.key_headers)
     assert response.status_code == 200, response.text
     assert len(response.json()["choices"]) == bounds.MAX_PROMPTS
     assert len(worker.requests) == bounds.MAX_PROMPTS
     sglang = {"text": ["Hi"] * 4, "sampling_params": {"n": 64, "logit_bias": {"5": 100}}}
-    assert (await gateway.post("/generate", json=sglang, headers=gateway.key_headers)).status_code == 200
+    assert (await gateway_app.post("/generate", json=sglang, headers=gateway_app.key_headers)).status_code == 200

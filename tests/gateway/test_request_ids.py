@@ -19,10 +19,10 @@ OURS = re.compile(r"[0-9a-f]{32}")
 
 @pytest.mark.parametrize("given", ["req-7f3a", "5f0c1e6a-8b7d-4c1e-9a2b-0d3e4f5a6b7c", "Root=1-abc/x+y:z.1_2",
                                    "a" * 128])
-async def test_a_valid_request_id_is_echoed_and_logged(gateway, given):
+async def test_a_valid_request_id_is_echoed_and_logged(gateway_app, given):
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        response = await gateway.post("/v1/completions", json=body("/v1/completions"),
-                                      headers={**gateway.key_headers, "x-request-id": given})
+        response = await gateway_app.post("/v1/completions", json=body("/v1/completions"),
+                                      headers={**gateway_app.key_headers, "x-request-id": given})
     assert response.status_code == 200, response.text
     assert response.headers["x-request-id"] == given
     ours = response.json()["id"].removeprefix("cmpl-")
@@ -33,16 +33,16 @@ async def test_a_valid_request_id_is_echoed_and_logged(gateway, given):
 
 @pytest.mark.parametrize("given", ["a" * 129, "has space", 'quote"d', "semi;colon", "-leading-dash", "é-accent",
                                    "new\\nline", ""])
-async def test_an_unsafe_request_id_is_replaced_by_ours(gateway, given):
-    response = await gateway.post("/v1/completions", json=body("/v1/completions"),
-                                  headers={**gateway.key_headers, "x-request-id": given.encode("utf-8")})
+async def test_an_unsafe_request_id_is_replaced_by_ours(gateway_app, given):
+    response = await gateway_app.post("/v1/completions", json=body("/v1/completions"),
+                                  headers={**gateway_app.key_headers, "x-request-id": given.encode("utf-8")})
     assert response.status_code == 200, response.text
     assert OURS.fullmatch(response.headers["x-request-id"])
 
 
-async def test_no_request_id_gets_ours(gateway):
+async def test_no_request_id_gets_ours(gateway_app):
     before = time.time_ns() // 1_000_000
-    response = await gateway.get("/v1/models", headers=gateway.key_headers)
+    response = await gateway_app.get("/v1/models", headers=gateway_app.key_headers)
     after = time.time_ns() // 1_000_000
     ours = response.headers["x-request-id"]
     assert OURS.fullmatch(ours)
@@ -62,13 +62,13 @@ def test_our_ids_sort_by_time_and_never_repeat():
     assert len({i[12:] for i in ids}) == len(ids)  # the random part alone is unique too
 
 
-async def test_the_same_request_id_twice_is_two_ledger_records(gateway, worker):
-    headers = {**gateway.key_headers, "x-request-id": "reused-id"}
+async def test_the_same_request_id_twice_is_two_ledger_records(gateway_app, worker):
+    headers = {**gateway_app.key_headers, "x-request-id": "reused-id"}
     for _ in range(2):
-        assert (await gateway.post("/generate", json=body("/generate"), headers=headers)).status_code == 200
+        assert (await gateway_app.post("/generate", json=body("/generate"), headers=headers)).status_code == 200
     shipped = []
     for _ in range(200):  # the ledger ships its local log to the database in the background
-        records = (await gateway.get("/admin/usage/records", headers=gateway.admin_headers)).json()["data"]
+        records = (await gateway_app.get("/admin/usage/records", headers=gateway_app.admin_headers)).json()["data"]
         shipped = [r for r in records if r["route"] == "/generate"]
         if len(shipped) >= 2:
             break
@@ -78,10 +78,10 @@ async def test_the_same_request_id_twice_is_two_ledger_records(gateway, worker):
 
 
 @pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer sk-sluice-not-a-key"}])
-async def test_a_refused_request_still_answers_its_id(gateway, headers):
+async def test_a_refused_request_still_answers_its_id(gateway_app, headers):
     """The authentication middleware refuses before any route runs: its 401 carries the id too (support
     asks for it first)."""
-    response = await gateway.post("/v1/completions", json=body("/v1/completions"),
+    response = await gateway_app.post("/v1/completions", json=body("/v1/completions"),
                                   headers={**headers, "x-request-id": "refused-1"})
     assert response.status_code == 401, response.text
     assert response.headers["x-request-id"] == "refused-1"

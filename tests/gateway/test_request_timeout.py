@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from gateway.config import LEASE_MARGIN_S, Settings, load_settings
-from tests.fixtures.protocol_worker import Reply, tokens
-from tests.gateway.conftest import new_key, serving
+from testkit.protocol_worker import Reply, tokens
+from tests.gateway.app_client import app_client, new_key
 from tests.gateway.generation_bodies import body
 
 SLOW = Reply(tokens("one two three four five six seven eight nine ten"), pause_s=0.4)  # about 5 s in all
@@ -21,7 +21,7 @@ LIMIT = 1.0
 
 @pytest.fixture
 async def short_gateway(gateway_settings):
-    async with serving(msgspec.structs.replace(gateway_settings, request_timeout_s=LIMIT)) as client:
+    async with app_client(msgspec.structs.replace(gateway_settings, request_timeout_s=LIMIT)) as client:
         yield client
 
 

@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from gateway.config import Settings
 from gateway.edge.app import create_app
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 from tests.gateway.route_table import envelope, route_table
 
 PUBLIC = {"/livez", "/health", "/info", "/get_model_info", "/get_server_info", "/health_generate",

@@ -13,7 +13,7 @@ import pytest
 from common.json_body import read_optional_json
 from gateway.config import Settings
 from gateway.edge.app import create_app
-from tests.fixtures.sluice import MODEL, running_sluice
+from testkit.sluice import MODEL, running_sluice
 from tests.gateway.route_table import envelope, route_table
 
 pytestmark = pytest.mark.slow

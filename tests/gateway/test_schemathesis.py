@@ -20,8 +20,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
-from tests.fixtures.fuzzing import examples
-from tests.fixtures.sluice import MODEL, running_sluice
+from testkit.fuzzing import examples
+from testkit.sluice import MODEL, running_sluice
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 

@@ -22,10 +22,10 @@ from gateway.config import BudgetAlertSettings, Settings
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.serving.budget_alerts import AlertSender
 from gateway.serving.spending import SpendGate
-from tests.fixtures.protocol_worker import MODEL
-from tests.fixtures.smtp import smtp_server
-from tests.fixtures.webhook import webhook_server
-from tests.gateway.conftest import ADMIN_HEADERS, ADMIN_KEY, serving
+from testkit.protocol_worker import MODEL
+from testkit.smtp import smtp_server
+from testkit.webhook import webhook_server
+from tests.gateway.app_client import ADMIN_HEADERS, ADMIN_KEY, app_client
 from tests.gateway.generation_bodies import BODIES, body
 from tests.gateway.route_table import envelope
 
@@ -60,7 +60,7 @@ def priced_settings(tmp_path, worker, mail, **alerts) -> Settings:
 
 @pytest.fixture
 async def priced(tmp_path, worker, mail):
-    async with serving(priced_settings(tmp_path, worker, mail)) as client:
+    async with app_client(priced_settings(tmp_path, worker, mail)) as client:
         yield client
 
 
@@ -226,41 +226,41 @@ async def test_a_failing_webhook_is_retried_a_bounded_number_of_times(tmp_path, 
     ({"amount_micros": 1, "emails": [f"a{i}@x.example" for i in range(11)]}, "emails"),
     ({"amount_micros": 1, "currency": "EUR"}, "currency"),
 ])
-async def test_a_bad_budget_is_refused_naming_its_field(gateway, budget, field):
-    team = (await admin(gateway, "POST", "/admin/teams", name="Valid")).json()["id"]
+async def test_a_bad_budget_is_refused_naming_its_field(gateway_app, budget, field):
+    team = (await admin(gateway_app, "POST", "/admin/teams", name="Valid")).json()["id"]
     for method, path, payload in (("PATCH", f"/admin/teams/{team}", {}), ("POST", "/admin/teams", {"name": "V2"}),
                                   ("POST", "/admin/keys", {"name": "k", "team_id": team})):
-        answer = await admin(gateway, method, path, **payload, limits={"spend_budget": budget})
+        answer = await admin(gateway_app, method, path, **payload, limits={"spend_budget": budget})
         assert answer.status_code == 400, (path, answer.text)
         assert field in answer.text, answer.text
-    good = await admin(gateway, "PATCH", f"/admin/teams/{team}",
+    good = await admin(gateway_app, "PATCH", f"/admin/teams/{team}",
                        limits={"spend_budget": {"amount_micros": DOLLAR, "webhook_url": "https://hooks.example/b"}})
     assert good.status_code == 200 and good.json()["limits"]["spend_budget"]["amount_micros"] == DOLLAR
 
 
-async def test_budgets_are_the_teams_own(gateway):
+async def test_budgets_are_the_teams_own(gateway_app):
     """Every member reads its own team's budgets; an owner can neither set a budget (the operator's) nor read
     another team's."""
-    mine = (await admin(gateway, "POST", "/admin/teams", name="Mine",
+    mine = (await admin(gateway_app, "POST", "/admin/teams", name="Mine",
                         limits={"spend_budget": {"amount_micros": 7 * DOLLAR}})).json()["id"]
-    theirs = (await admin(gateway, "POST", "/admin/teams", name="Theirs",
+    theirs = (await admin(gateway_app, "POST", "/admin/teams", name="Theirs",
                           limits={"spend_budget": {"amount_micros": 9 * DOLLAR}})).json()["id"]
     headers = {}
     for name, role in (("olga", "owner"), ("mick", "member")):
-        user = (await admin(gateway, "POST", "/admin/users", name=name)).json()["id"]
-        await admin(gateway, "PUT", f"/admin/teams/{mine}/members/{user}", role=role)
-        key = (await admin(gateway, "POST", "/admin/keys", name=name, team_id=mine, user_id=user)).json()["key"]
+        user = (await admin(gateway_app, "POST", "/admin/users", name=name)).json()["id"]
+        await admin(gateway_app, "PUT", f"/admin/teams/{mine}/members/{user}", role=role)
+        key = (await admin(gateway_app, "POST", "/admin/keys", name=name, team_id=mine, user_id=user)).json()["key"]
         headers[role] = {"authorization": f"Bearer {key}"}
     for role in ("owner", "member"):
-        view = (await gateway.get("/v1/team/limits", headers=headers[role])).json()
+        view = (await gateway_app.get("/v1/team/limits", headers=headers[role])).json()
         assert view["team_id"] == mine and [b["amount_micros"] for b in view["budgets"]] == [7 * DOLLAR]
-        other = await gateway.get("/v1/team/limits", headers={**headers[role], "x-team-id": theirs})
+        other = await gateway_app.get("/v1/team/limits", headers={**headers[role], "x-team-id": theirs})
         assert other.status_code in (403, 404) and str(9 * DOLLAR) not in other.text
     for method, path in (("PATCH", f"/admin/teams/{mine}"), ("PATCH", f"/admin/teams/{theirs}")):
-        answer = await gateway.request(method, path, headers=headers["owner"],
+        answer = await gateway_app.request(method, path, headers=headers["owner"],
                                        json={"limits": {"spend_budget": {"amount_micros": 10**12}}})
         assert answer.status_code == 403, answer.text
-    assert (await gateway.get(f"/admin/teams/{theirs}", headers=headers["owner"])).status_code in (403, 405)
+    assert (await gateway_app.get(f"/admin/teams/{theirs}", headers=headers["owner"])).status_code in (403, 405)
 
 
 async def test_the_limits_page_shows_every_member_the_budgets_and_resets(priced):

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
-from tests.fixtures.protocol_worker import MODEL
-from tests.fixtures.sluice import create_team_offline
-from tests.gateway.conftest import new_key, serving
+from testkit.protocol_worker import MODEL
+from testkit.sluice import create_team_offline
+from tests.gateway.app_client import app_client, new_key
 from tests.gateway.route_table import envelope
 
 PRIVATE = "org/private"
@@ -29,11 +29,11 @@ CALLS = [("/tokenize", {"inputs": "Hi there"}, TGI_SPANS, "/tokenize"),
 
 
 @pytest.fixture
-async def gateway(gateway_settings, worker):
+async def app_with_private_endpoint(gateway_settings, worker):
     another_team = create_team_offline(Path(gateway_settings.data_dir), "another-team")
     private = EndpointSpec(name=PRIVATE, provisioner=StaticProvisioning(urls=[DOWN]), team_id=another_team)
     models = [private, EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))]
-    async with serving(msgspec.structs.replace(gateway_settings, models=models)) as client:
+    async with app_client(msgspec.structs.replace(gateway_settings, models=models)) as client:
         deadline = time.monotonic() + 10  # ready first: a call would wait for it (gateway/serving/worker_client.py)
         while (await client.get(f"/admin/endpoints/{MODEL}", headers=client.admin_headers)).json()["state"] != "ready":
             assert time.monotonic() < deadline, "the worker never became ready"
@@ -42,21 +42,27 @@ async def gateway(gateway_settings, worker):
 
 
 @pytest.mark.parametrize(("path", "body", "answer", "dialect_path"), CALLS)
-async def test_tokenizer_routes_see_what_a_generation_sees(gateway, worker, path, body, answer, dialect_path):
-    reply = await gateway.post(path, json=body, headers=gateway.key_headers)
+async def test_tokenizer_routes_see_what_a_generation_sees(app_with_private_endpoint, worker, path, body, answer,
+                                                           dialect_path):
+    reply = await app_with_private_endpoint.post(path, json=body, headers=app_with_private_endpoint.key_headers)
     assert reply.status_code == 200 and reply.json() == answer, reply.text
     assert worker.tokenizer_calls == [path]
-    named = await gateway.post(path, json={**body, "model": MODEL}, headers=gateway.key_headers)
+    named = await app_with_private_endpoint.post(path, json={**body, "model": MODEL},
+                                                 headers=app_with_private_endpoint.key_headers)
     assert named.status_code == 200 and named.json() == answer, named.text
-    hidden = await gateway.post(path, json={**body, "model": PRIVATE}, headers=gateway.key_headers)
+    hidden = await app_with_private_endpoint.post(path, json={**body, "model": PRIVATE},
+                                                  headers=app_with_private_endpoint.key_headers)
     assert hidden.status_code == 404 and PRIVATE in envelope(dialect_path, hidden.json())["message"], hidden.text
-    barred = await gateway.post(path, json=body, headers=await new_key(gateway, models=["some-other-model"]))
+    barred = await app_with_private_endpoint.post(path, json=body, headers=await new_key(app_with_private_endpoint,
+                                                                                         models=["some-other-model"]))
     assert barred.status_code == 403 and MODEL in envelope(dialect_path, barred.json())["message"], barred.text
     assert len(worker.tokenizer_calls) == 2
 
 
-async def test_a_generation_that_names_no_model_gets_the_first_endpoint_the_caller_may_see(gateway, worker):
+async def test_a_generation_that_names_no_model_gets_the_first_endpoint_the_caller_may_see(app_with_private_endpoint,
+                                                                                           worker):
     for body in ({"inputs": "Hi", "parameters": {"max_new_tokens": 2}}, {"text": "Hi"}):
-        reply = await gateway.post("/generate", json=body, headers=gateway.key_headers)
+        reply = await app_with_private_endpoint.post("/generate", json=body,
+                                                     headers=app_with_private_endpoint.key_headers)
         assert reply.status_code == 200, reply.text
         assert worker.requests[-1]["model"] == MODEL

@@ -10,7 +10,7 @@ real `sluice serve` in front of protocol workers:
 - a replica that refuses a tokenizer call before answering is ejected and the call answered by another.
 
 The scaled-to-zero endpoint is an ECS service in moto whose tasks the played agent runs as protocol workers
-(tests/fixtures/played_ecs.py); it holds each task's worker back until the test lets it start.
+(testkit/played_ecs.py); it holds each task's worker back until the test lets it start.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from unittest import mock
 import httpx
 import pytest
 
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker, ecs_service, manual_task_states
-from tests.fixtures.protocol_worker import MODEL, Reply, protocol_worker
-from tests.fixtures.sluice import SluiceServer, running_sluice
+from testkit.local_aws import moto_server
+from testkit.played_ecs import PlayedEcs, TaskWorker, ecs_service, manual_task_states, provisioner_toml
+from testkit.protocol_worker import MODEL, Reply, protocol_worker
+from testkit.sluice import SluiceServer, running_sluice
 
 ADMIN_KEY = "worker-client-tests-admin-key-0123456789"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -109,15 +109,7 @@ max_replicas = 1
 idle_seconds = 600
 max_wait_seconds = {WAIT_S}
 
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{SERVICE}"
-region = "us-east-1"
-endpoint_url = "{moto_url}"
-port = {PORT}
-test_address_map = "{address_map}"
-'''
+''' + provisioner_toml(moto_url, address_map)
             try:
                 with running_sluice(tmp_path / "gateway", config=config,
                                     env={**AWS_ENV, "SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.replicas import transport as worker_http
 from gateway.replicas.transport import HIGH_WATER, WorkerConnectionError, WorkerHTTP
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 
 
 class Worker:

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from gateway.endpoints.queue_metric import METRIC_NAME
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.sluice import running_sluice
+from testkit.local_aws import moto_server
+from testkit.sluice import running_sluice
 from tests.infra.terraform import Terraform
 
 pytestmark = pytest.mark.slow

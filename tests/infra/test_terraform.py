@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.local_aws import moto_server
+from testkit.local_aws import moto_server
 from tests.infra.terraform import REPO, TERRAFORM_SOURCE, Terraform
 
 MODULES = sorted(p.name for p in (TERRAFORM_SOURCE / "modules").iterdir() if p.is_dir())

@@ -25,8 +25,8 @@ from billing.pricing import PricingTable
 from billing.records import Price
 from billing.store import open_store
 from billing.wal_home import WalHome, adopt_orphans
-from tests.billing.conftest import create_database
-from tests.fixtures.sluice import MODEL, REPO, standalone_worker, start_sluice
+from testkit.databases import create_database
+from testkit.sluice import MODEL, REPO, standalone_worker, start_sluice
 
 ADMIN_KEY = "durability-admin-key-0123456789abcdef"
 CLIENTS = 4

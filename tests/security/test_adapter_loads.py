@@ -16,10 +16,10 @@ import httpx
 import pytest
 from transformers import LlamaForCausalLM
 
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import running_sluice
-from tests.fixtures.tiny_model import write_tiny_model
-from tests.worker.lora.adapters import ATTENTION, write_adapter
+from testkit.lora_adapters import ATTENTION, write_adapter
+from testkit.servers import free_port
+from testkit.sluice import running_sluice
+from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny/llama"

@@ -1,5 +1,5 @@
 """The dashboard's pages against a hostile browser context (issue #31, item 11), on the real gateway app served
-by uvicorn (tests/gateway/dashboard/conftest.py): every answer forbids framing, runs no inline script under a
+by uvicorn (tests/gateway/dashboard/served.py): every answer forbids framing, runs no inline script under a
 Content-Security-Policy and is never stored (the page that shows a new key in clear included); htmx keeps no
 copy of a page, so Back after sign-out shows nothing; a number field refuses anything but ASCII digits with a
 clear page, never a 500. Chromium (through Playwright, back/forward cache on as in a real browser) reports no
@@ -19,23 +19,19 @@ from playwright.async_api import async_playwright
 
 from gateway.dashboard.fields import MAX_DIGITS
 from tests.billing.factory import usage
-from tests.gateway.dashboard import conftest as dashboard
-from tests.gateway.dashboard.conftest import ADMIN_KEY, CHROMIUM, CHROMIUM_ARGS
+from tests.gateway.dashboard.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.gateway.dashboard.served import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
-gateway = dashboard.gateway  # the dashboard tests' fixture, for this folder too
 
 
-async def seed(gateway) -> dict:
+async def seed(dashboard_server) -> dict:
     """Acme, owned by alice, with usage to show; her key signs in."""
-    acme = (await gateway.admin("POST", "/admin/teams", name="Acme"))["id"]
-    alice = (await gateway.admin("POST", "/admin/users", name="alice"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{acme}/members/{alice}", role="owner")
-    key = await gateway.admin("POST", "/admin/keys", name="alice laptop", team_id=acme, user_id=alice)
-    service = await gateway.admin("POST", "/admin/keys", name="acme batch", team_id=acme)
-    await gateway.ledger.record(usage(team_id=acme, key_id=key["id"], user_id=alice, model="small",
-                                      time=time.time() - 3600, prompt_tokens=1234))
-    await gateway.ledger.flush(10)
+    acme, alice, key = await dashboard_server.owned_team("Acme", "alice", "alice laptop")
+    service = await dashboard_server.admin("POST", "/admin/keys", name="acme batch", team_id=acme)
+    await dashboard_server.ledger.record(usage(team_id=acme, key_id=key["id"], user_id=alice, model="small",
+                                               time=time.time() - 3600, prompt_tokens=1234))
+    await dashboard_server.ledger.flush(10)
     return {"acme": acme, "key": key, "service": service}
 
 
@@ -91,10 +87,10 @@ def inline_code(html: str) -> list[str]:
     return parser.found
 
 
-async def test_every_dashboard_answer_is_guarded_and_holds_no_inline_code(gateway):
-    data = await seed(gateway)
+async def test_every_dashboard_answer_is_guarded_and_holds_no_inline_code(dashboard_server):
+    data = await seed(dashboard_server)
     answers = []
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         answers.append(await client.get("/dashboard/login"))
         answers.append(await client.get("/dashboard/overview"))  # not signed in: the redirect to sign in
         csrf = await signed_in(client, ADMIN_KEY)
@@ -125,9 +121,9 @@ async def test_every_dashboard_answer_is_guarded_and_holds_no_inline_code(gatewa
 
 
 @pytest.mark.parametrize("grace", ["²", "٣", "３", "1e3", "-1", "0x10", "1" * (MAX_DIGITS + 1), "9" * 5000])
-async def test_a_number_field_takes_ascii_digits_only(gateway, grace):
-    data = await seed(gateway)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+async def test_a_number_field_takes_ascii_digits_only(dashboard_server, grace):
+    data = await seed(dashboard_server)
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         csrf = await signed_in(client, data["key"]["key"])
         path = f"/dashboard/keys/{data['service']['id']}/rotate?team_id={data['acme']}"
         refused = await client.post(path, data={"csrf": csrf, "grace_seconds": grace})
@@ -142,9 +138,9 @@ async def test_a_number_field_takes_ascii_digits_only(gateway, grace):
 
 
 @pytest.mark.parametrize("month", ["٢٠٢٦-١١", "２０２６-１１", "2026-1²"])
-async def test_the_statement_month_takes_ascii_digits_only(gateway, month):
-    data = await seed(gateway)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+async def test_the_statement_month_takes_ascii_digits_only(dashboard_server, month):
+    data = await seed(dashboard_server)
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, data["key"]["key"])
         refused = await client.get("/dashboard/statement.csv", params={"team_id": data["acme"], "month": month})
         assert refused.status_code == 400 and "month must look like" in refused.text, refused.text[:300]
@@ -171,8 +167,8 @@ async def back(page) -> str:
     raise AssertionError(f"{page.url} never settled")
 
 
-async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the_policy(gateway):
-    data = await seed(gateway)
+async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the_policy(dashboard_server):
+    data = await seed(dashboard_server)
     violations: list[str] = []
     async with async_playwright() as playwright:
         # Playwright turns the back/forward cache off by default; a user's browser has it on
@@ -186,7 +182,7 @@ async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the
         page.on("response", lambda r: policies.append(r.headers.get("content-security-policy"))
                 if r.request.resource_type == "document" else None)
         try:
-            await page.goto(f"{gateway.url}/dashboard/login")
+            await page.goto(f"{dashboard_server.url}/dashboard/login")
             await page.fill("#api_key", data["key"]["key"])
             await page.click("button[type=submit]")
             await page.wait_for_url("**/dashboard/overview")
@@ -220,13 +216,13 @@ async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the
                 assert secret not in shown and "1,234" not in shown and "alice laptop" not in shown, page.url
                 assert await page.query_selector("[data-tile]") is None, page.url
             # the team switcher works without an inline handler (signed in again, as the admin)
-            await page.goto(f"{gateway.url}/dashboard/login")
+            await page.goto(f"{dashboard_server.url}/dashboard/login")
             await page.fill("#api_key", ADMIN_KEY)
             await page.click("button[type=submit]")
             await page.wait_for_url("**/dashboard/teams")  # the operator lands on the ranking
             await page.select_option("#team-switch", data["acme"])
             await page.wait_for_url(f"**team_id={data['acme']}**")
-            await page.goto(f"{gateway.url}/dashboard/keys")
+            await page.goto(f"{dashboard_server.url}/dashboard/keys")
             await page.select_option("#keys-of", data["acme"])
             await page.wait_for_url(f"**keys_of={data['acme']}**")
             await page.click("text=All teams")

@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from gateway.endpoints.spec import NAME_LIMIT
-from tests.fixtures.protocol_worker import MODEL, protocol_worker
-from tests.fixtures.sluice import create_team_offline, running_sluice, start_sluice
+from testkit.admin import admin_request
+from testkit.protocol_worker import MODEL, protocol_worker
+from testkit.sluice import create_team_offline, refused_start, running_sluice
 
 ADMIN_KEY = "security-endpoint-names-admin-key-0123456789"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -57,10 +58,6 @@ def server(worker, tmp_path_factory):
         yield running
 
 
-def admin(server, method: str, path: str, **body) -> httpx.Response:
-    return httpx.request(method, f"{server.url}{path}", headers=ADMIN, json=body or None, timeout=30)
-
-
 def refusal(response: httpx.Response) -> dict:
     assert response.status_code == 422, response.text
     error = response.json()["error"]
@@ -70,60 +67,56 @@ def refusal(response: httpx.Response) -> dict:
 
 @pytest.mark.parametrize(("name", "words"), REFUSED, ids=[name[:24] for name, _ in REFUSED])
 def test_the_admin_api_refuses_a_name_that_shadows_a_route(server, worker, name, words):
-    error = refusal(admin(server, "POST", "/admin/endpoints", name=name, provisioner=static(worker.url)))
+    error = refusal(admin_request(server, "POST", "/admin/endpoints", name=name, provisioner=static(worker.url)))
     assert "`name`" in error["message"] and words in error["message"], error["message"]
-    assert name not in {e["name"] for e in admin(server, "GET", "/admin/endpoints").json()["data"]}
+    assert name not in {e["name"] for e in admin_request(server, "GET", "/admin/endpoints").json()["data"]}
 
 
 def test_the_longest_name_and_a_hub_id_are_served(server, worker):
     for name in ("a" * NAME_LIMIT, "Org-1/Model_2.5-mini"):
-        created = admin(server, "POST", "/admin/endpoints", name=name, provisioner=static(worker.url))
+        created = admin_request(server, "POST", "/admin/endpoints", name=name, provisioner=static(worker.url))
         assert created.status_code == 201, created.text
-        assert admin(server, "GET", f"/admin/endpoints/{name}").json()["name"] == name
-        assert admin(server, "DELETE", f"/admin/endpoints/{name}").status_code == 204
+        assert admin_request(server, "GET", f"/admin/endpoints/{name}").json()["name"] == name
+        assert admin_request(server, "DELETE", f"/admin/endpoints/{name}").status_code == 204
 
 
 def test_no_endpoint_takes_over_the_alias_tgi_clients_send(server, worker):
     """A private endpoint named `tgi` answered every other team's `model: "tgi"` with a 404: refused now, and the
     alias keeps naming the first endpoint the caller may see."""
-    team = admin(server, "POST", "/admin/teams", name="squatters").json()["id"]
-    refusal(admin(server, "POST", "/admin/endpoints", name="tgi", provisioner=static(worker.url), team_id=team))
-    key = admin(server, "POST", "/admin/keys", name="k", team_id=default_team(server)).json()["key"]
+    team = admin_request(server, "POST", "/admin/teams", name="squatters").json()["id"]
+    refusal(admin_request(server, "POST", "/admin/endpoints", name="tgi", provisioner=static(worker.url), team_id=team))
+    key = admin_request(server, "POST", "/admin/keys", name="k", team_id=default_team(server)).json()["key"]
     answer = httpx.post(f"{server.url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, timeout=30,
                         json={"model": "tgi", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     assert answer.status_code == 200 and answer.json()["model"] in (MODEL, "tgi"), answer.text
 
 
 def default_team(server) -> str:
-    return next(t["id"] for t in admin(server, "GET", "/admin/teams").json()["data"] if t["name"] == "default")
+    return next(t["id"] for t in admin_request(server, "GET", "/admin/teams").json()["data"] if t["name"] == "default")
 
 
 def test_a_private_endpoint_needs_a_team_that_exists(server, worker):
-    error = refusal(admin(server, "POST", "/admin/endpoints", name="org/private", provisioner=static(worker.url),
-                          team_id="team_does_not_exist"))
+    error = refusal(admin_request(server, "POST", "/admin/endpoints", name="org/private",
+                                  provisioner=static(worker.url), team_id="team_does_not_exist"))
     assert error["param"] == "team_id" and "team_does_not_exist" in error["message"], error
-    assert admin(server, "GET", "/admin/endpoints/org/private").status_code == 404
-    team = admin(server, "POST", "/admin/teams", name="owners").json()["id"]
-    created = admin(server, "POST", "/admin/endpoints", name="org/private", provisioner=static(worker.url),
-                    team_id=team)
+    assert admin_request(server, "GET", "/admin/endpoints/org/private").status_code == 404
+    team = admin_request(server, "POST", "/admin/teams", name="owners").json()["id"]
+    created = admin_request(server, "POST", "/admin/endpoints", name="org/private", provisioner=static(worker.url),
+                            team_id=team)
     assert created.status_code == 201 and created.json()["spec"]["team_id"] == team, created.text
     # a PATCH may hand the endpoint to another team, never to no team at all
-    error = refusal(admin(server, "PATCH", "/admin/endpoints/org/private", team_id="team_gone"))
+    error = refusal(admin_request(server, "PATCH", "/admin/endpoints/org/private", team_id="team_gone"))
     assert error["param"] == "team_id"
-    assert admin(server, "GET", "/admin/endpoints/org/private").json()["spec"]["team_id"] == team
-    other = admin(server, "POST", "/admin/teams", name="heirs").json()["id"]
-    moved = admin(server, "PATCH", "/admin/endpoints/org/private", team_id=other)
+    assert admin_request(server, "GET", "/admin/endpoints/org/private").json()["spec"]["team_id"] == team
+    other = admin_request(server, "POST", "/admin/teams", name="heirs").json()["id"]
+    moved = admin_request(server, "PATCH", "/admin/endpoints/org/private", team_id=other)
     assert moved.status_code == 200 and moved.json()["spec"]["team_id"] == other, moved.text
-    assert admin(server, "DELETE", "/admin/endpoints/org/private").status_code == 204
+    assert admin_request(server, "DELETE", "/admin/endpoints/org/private").status_code == 204
 
 
 def refused_at_start(tmp_path, config: str) -> str:
     """The one line `sluice serve` prints before it exits 1 on this config."""
-    server = start_sluice(tmp_path, config=config, env=ENV, wait=False)
-    try:
-        assert server.wait_exit(timeout=120) == 1, server.output[-3000:]
-    finally:
-        server.stop()
+    server = refused_start(tmp_path, config=config, env=ENV)
     lines = [line for line in server.lines if line.startswith("sluice:")]
     assert len(lines) == 1, server.output[-3000:]
     return lines[0]
@@ -145,4 +138,4 @@ def test_a_config_file_must_name_a_team_that_exists(tmp_path, worker):
     # the same file once the team exists (made offline, as an operator would): the private endpoint serves
     team = create_team_offline(tmp_path, "acme")
     with running_sluice(tmp_path, config=entry.replace("TEAM", team), env=ENV) as server:
-        assert admin(server, "GET", f"/admin/endpoints/{MODEL}").json()["spec"]["team_id"] == team
+        assert admin_request(server, "GET", f"/admin/endpoints/{MODEL}").json()["spec"]["team_id"] == team

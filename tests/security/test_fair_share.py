@@ -16,23 +16,17 @@ import threading
 import httpx
 import pytest
 
-from tests.fixtures.protocol_worker import MODEL as STUB_MODEL
-from tests.fixtures.protocol_worker import Reply, sluice_on_protocol_worker, tokens
-from tests.fixtures.sluice import MODEL, running_sluice
+from testkit.admin import admin
+from testkit.protocol_worker import MODEL as STUB_MODEL
+from testkit.protocol_worker import Reply, sluice_on_protocol_worker, tokens
+from testkit.sluice import MODEL, running_sluice
 
 ADMIN_KEY = "fair-share-admin-key-0123456789abcdef"
 
 
-def admin(server, path: str, **body) -> dict:
-    response = httpx.post(f"{server.url}{path}", json=body, timeout=30,
-                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert response.status_code < 300, response.text
-    return response.json()
-
-
 def team_key(server, name: str, limits: dict | None = None) -> dict[str, str]:
-    team = admin(server, "/admin/teams", name=name, limits=limits)
-    key = admin(server, "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
+    team = admin(server, "POST", "/admin/teams", name=name, limits=limits)
+    key = admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
     return {"authorization": f"Bearer {key}"}
 
 

@@ -1,5 +1,5 @@
 """Tenant <-> tenant at the grammar compiler, through the real `sluice serve` in front of a worker that plays the
-protocol (tests/fixtures/protocol_worker.py, which records every GenerateRequest it receives):
+protocol (testkit/protocol_worker.py, which records every GenerateRequest it receives):
 
 - every request the gateway sends names its billed team as the tenant (an opaque stable tag, not the team id), so
   the worker's per-tenant fair queue of grammar compiles (worker/decoding/grammar/fair_queue.py) and its fair
@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from gateway.dialects import bounds
-from tests.fixtures.protocol_worker import MODEL, sluice_on_protocol_worker
+from testkit.admin import admin
+from testkit.protocol_worker import MODEL, sluice_on_protocol_worker
 
 ADMIN_KEY = "grammar-security-admin-key-0123456789abcdef"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -70,21 +71,14 @@ def served(tmp_path_factory):
         yield pair
 
 
-def admin(server, path: str, **body) -> dict:
-    response = httpx.post(f"{server.url}{path}", json=body, timeout=30,
-                          headers={"authorization": f"Bearer {ADMIN_KEY}"})
-    assert response.status_code < 300, response.text
-    return response.json()
-
-
 @pytest.fixture(scope="module")
 def teams(served) -> dict[str, tuple[str, dict]]:
     """name -> (team id, the headers of a service key of it)."""
     server, _ = served
     found = {}
     for name in ("grammar-a", "grammar-b"):
-        team = admin(server, "/admin/teams", name=name)
-        key = admin(server, "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
+        team = admin(server, "POST", "/admin/teams", name=name)
+        key = admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
         found[name] = team["id"], {"authorization": f"Bearer {key}"}
     return found
 

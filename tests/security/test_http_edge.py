@@ -18,9 +18,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.faults.conftest import ADMIN_KEY, footprint, host_port, stub_worker
+from testkit.protocol_worker import worker_process
+from testkit.sluice import running_sluice
+from testkit.stub_gateway import ADMIN_KEY, footprint, host_port
 from tests.faults.load import MODEL
-from tests.fixtures.sluice import running_sluice
 
 HEADER_TIMEOUT_S = 4.0
 BODY_TIMEOUT_S = 2.0
@@ -54,7 +55,7 @@ def server(tmp_path_factory):
     if soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     try:
-        with stub_worker(token_delay=0.001) as stub, \
+        with worker_process(token_delay=0.001) as stub, \
                 running_sluice(tmp_path_factory.mktemp("edge"), config=CONFIG.replace("{url}", stub.url),
                                env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as sluice:
             yield sluice

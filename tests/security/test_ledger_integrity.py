@@ -30,8 +30,10 @@ from billing.wal import MAX_FRAME, frame, list_segments, segment_path
 from common.errors import LedgerUnavailable
 from gateway.config import Settings
 from gateway.metrics import REGISTRY
+from testkit.admin import wait_for_records
+from testkit.protocol_worker import worker_process
+from testkit.stub_gateway import ADMIN_KEY, sluice_on_worker_process
 from tests.billing.factory import usage
-from tests.faults.conftest import ADMIN_KEY, gateway, stub_worker, wait_for_records
 from tests.faults.load import MODEL
 
 BODY_LIMIT = Settings().max_body_bytes
@@ -210,7 +212,7 @@ def generate(server, key: str, model: str) -> httpx.Response:
 @pytest.mark.slow
 def test_a_huge_model_name_404_then_ordinary_requests_every_record_reaches_the_usage_api(tmp_path):
     huge = "x" * 1_100_000  # over the log's 1 MiB frame limit once recorded at full length (main)
-    with stub_worker() as stub, gateway(tmp_path / "gw", stub) as server:
+    with worker_process() as stub, sluice_on_worker_process(tmp_path / "gw", stub) as server:
         statuses = [generate(server, ADMIN_KEY, huge).status_code]
         statuses += [generate(server, ADMIN_KEY, MODEL).status_code for _ in range(10)]
         # enough large records to roll the log's 8 MiB segment over on main, each followed by a neighbour's request
@@ -238,7 +240,7 @@ def test_a_gateway_whose_log_is_corrupt_mid_segment_answers_503_until_it_is_move
     segment = segment_path(wal, 1)
     segment.write_bytes(b"".join(frames))
     damaged = segment.read_bytes()
-    with stub_worker() as stub, gateway(tmp_path / "gw", stub) as server:
+    with worker_process() as stub, sluice_on_worker_process(tmp_path / "gw", stub) as server:
         refused = generate(server, ADMIN_KEY, MODEL)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "ledger_unavailable"
         assert refused.headers["retry-after"]

@@ -17,10 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import ADMIN_KEY, Stub, stub_worker
+from testkit.protocol_worker import WorkerProcess, worker_process
+from testkit.servers import free_port
+from testkit.sluice import SluiceServer, create_team_offline, running_sluice
+from testkit.stub_gateway import ADMIN_KEY
 from tests.faults.load import MODEL
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import SluiceServer, create_team_offline, running_sluice
 
 TOKEN = "scrape-" + secrets.token_hex(16)
 PRIVATE = "acme/secret-finetune"  # a private endpoint: its name is the operator's and its team's business
@@ -36,7 +37,8 @@ def config(stub_url: str, private_url: str, team_id: str) -> str:
 
 
 @contextlib.contextmanager
-def sluice(data_dir: Path, stub: Stub, private_url: str | None = None, wait: bool = True) -> Iterator[SluiceServer]:
+def sluice(data_dir: Path, stub: WorkerProcess, private_url: str | None = None,
+           wait: bool = True) -> Iterator[SluiceServer]:
     team = create_team_offline(data_dir, "acme")  # the private endpoint's owner
     with running_sluice(data_dir, config=config(stub.url, private_url or stub.url, team), wait=wait,
                         env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
@@ -45,7 +47,7 @@ def sluice(data_dir: Path, stub: Stub, private_url: str | None = None, wait: boo
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with stub_worker(token_delay=0.001) as stub, sluice(tmp_path_factory.mktemp("views"), stub) as running:
+    with worker_process(token_delay=0.001) as stub, sluice(tmp_path_factory.mktemp("views"), stub) as running:
         yield running
 
 
@@ -114,7 +116,7 @@ def test_health_says_ok_to_anyone_and_names_endpoints_to_an_admin(server):
 
 def test_an_unready_gateway_says_503_and_names_the_endpoint_to_an_admin_only(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"  # the private endpoint's only replica answers nothing
-    with stub_worker() as stub, sluice(tmp_path, stub, private_url=dead, wait=False) as server:
+    with worker_process() as stub, sluice(tmp_path, stub, private_url=dead, wait=False) as server:
         deadline = time.monotonic() + 120
         while True:
             assert time.monotonic() < deadline and server.process.poll() is None, server.output[-3000:]

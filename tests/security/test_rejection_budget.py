@@ -13,7 +13,9 @@ import pytest
 
 from billing.bounds import MAX_NAME_CHARS
 from gateway.config import load_settings
-from tests.faults.conftest import create_key, gateway, stub_worker, wait_for_records
+from testkit.admin import default_team_key, wait_for_records
+from testkit.protocol_worker import worker_process
+from testkit.stub_gateway import sluice_on_worker_process
 from tests.faults.load import MODEL
 
 pytestmark = pytest.mark.slow
@@ -32,7 +34,7 @@ def limiter_config(request) -> str:
 
 @contextlib.contextmanager
 def sluice(tmp_path, config: str):
-    with stub_worker() as stub, gateway(tmp_path / "gw", stub, config) as server:
+    with worker_process() as stub, sluice_on_worker_process(tmp_path / "gw", stub, config) as server:
         yield server
 
 
@@ -64,7 +66,7 @@ def assert_budget_refusal(response: httpx.Response) -> None:
 
 def test_a_keys_rejections_meet_429_and_are_stored_bounded(tmp_path, limiter_config):
     with sluice(tmp_path, limiter_config) as server:
-        key = create_key(server, "hostile", rpm=60)
+        key = default_team_key(server, "hostile", rpm=60)
         # one key from many addresses: the key's budget
         answers = [(unknown_model if i % 2 else invalid_body)(server, key, f"10.1.0.{i}") for i in range(80)]
         # OpenAI's statuses: 400 for a body it refuses, 404 for an unknown model
@@ -82,7 +84,7 @@ def test_a_keys_rejections_meet_429_and_are_stored_bounded(tmp_path, limiter_con
 
 def test_an_addresses_rejections_meet_429_whichever_key_sends_them(tmp_path, limiter_config):
     with sluice(tmp_path, limiter_config) as server:
-        keys = [create_key(server, f"k{i}", rpm=600) for i in range(BUDGET + 3)]
+        keys = [default_team_key(server, f"k{i}", rpm=600) for i in range(BUDGET + 3)]
         answers = [unknown_model(server, key, "10.2.0.1") for key in keys]
         assert [r.status_code for r in answers[:BUDGET]] == [404] * BUDGET
         for response in answers[BUDGET:]:
@@ -105,7 +107,7 @@ def test_unauthenticated_401s_count_per_address(tmp_path, limiter_config):
         assert post(server, "/v1/completions", body, None, "10.3.0.2").status_code == 401
         assert post(server, "/v1/completions", body, "sk-not-a-key", "10.3.0.3").status_code == 401
         # a valid key from the spent address is served
-        key = create_key(server, "fine", rpm=60)
+        key = default_team_key(server, "fine", rpm=60)
         assert valid(server, key, "10.3.0.1").status_code == 200
 
 
@@ -113,7 +115,7 @@ def test_the_redis_budget_outlives_a_gateway(tmp_path, redis):
     """Kept in Redis, the budget is the fleet's: a gateway started after another sees what it counted."""
     config = f'rejections_per_minute = {BUDGET}\ntrusted_proxies = ["127.0.0.1/32"]\nredis_url = "{redis.url}"\n'
     with sluice(tmp_path, config) as server:
-        key = create_key(server, "roaming", rpm=60)
+        key = default_team_key(server, "roaming", rpm=60)
         assert [unknown_model(server, key, "10.4.0.1").status_code for _ in range(BUDGET)] == [404] * BUDGET
     with sluice(tmp_path, config) as server:
         assert_budget_refusal(unknown_model(server, key, "10.4.0.2"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from testkit.admin import admin
 from tests.security.stub_served import MODEL, csrf_of, sign_in, stub_served
 
 ADMIN_KEY = "tenant-keys-admin-key-0123456789abcdef"
@@ -35,12 +36,6 @@ class Cast:
 def call(server, key: str, method: str, path: str, team: str | None = None, **body) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}", **({"x-team-id": team} if team else {})}
     return httpx.request(method, f"{server.url}{path}", headers=headers, json=body or None, timeout=30)
-
-
-def admin(server, method: str, path: str, **body) -> dict:
-    response = call(server, ADMIN_KEY, method, path, **body)
-    assert response.status_code < 300, response.text
-    return response.json()
 
 
 def acts_in(server, key: str, team: str) -> bool:

@@ -13,8 +13,9 @@ from datetime import datetime
 import httpx
 import pytest
 
-from tests.fixtures.sluice import running_sluice
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.admin import admin
+from testkit.sluice import running_sluice
+from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
 MODEL = "tiny/llama"
@@ -53,13 +54,6 @@ def server(tmp_path_factory):
               'max_batch_size = 8\nmax_context = 8192\n')
     with running_sluice(root / "data", config=config, env={"SLUICE_LOG_FORMAT": "json"}) as running:
         yield running
-
-
-def admin(server, method: str, path: str, **body) -> dict:
-    response = httpx.request(method, f"{server.url}{path}", json=body or None, timeout=30,
-                             headers={"authorization": f"Bearer {server.admin_key}"})
-    assert response.status_code < 300, response.text
-    return response.json()
 
 
 def team_key(server, name: str, **limits) -> tuple[str, str]:
@@ -144,7 +138,7 @@ def test_the_bound_holds_for_odd_chats_on_the_real_tokenizer(messages, with_tool
 
     from common.protocol import FunctionTool, GenerateRequest, ToolSpec
     from gateway.limits.tokens import prompt_bounds
-    from tests.fixtures.sluice import default_model_dir
+    from testkit.sluice import default_model_dir
     from worker.prompt_overhead import measure
     from worker.tools import render_chat
 

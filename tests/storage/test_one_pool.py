@@ -9,7 +9,7 @@ import asyncio
 import httpx
 
 from storage.postgres import POOL_SIZE
-from tests.fixtures.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
+from testkit.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
 from tests.storage.connections import backends
 
 ADMIN_KEY = "storage-one-pool-admin-key-0123456789abcdef"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.sluice import MODEL_CACHE
+from testkit.sluice import MODEL_CACHE
+from tests.worker.engine.runs import running_engine
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -45,20 +45,6 @@ def smol_cpu(smol, tmp_path_factory):
         return smol
     return load_model(ModelConfig(dtype="float32", quantization="none", device="cpu"),
                       Path(tmp_path_factory.mktemp("data")))
-
-
-@contextlib.contextmanager
-def running_engine(smol, worker_id: str, **config):
-    """A started Engine on the shared weights, stopped on exit."""
-    from common.protocol import ModelConfig
-    from worker.engine.engine import Engine
-
-    running = Engine(smol, ModelConfig(**config), worker_id)
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")

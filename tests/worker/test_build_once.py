@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.sluice import REPO
+from testkit.sluice import REPO
 from worker.build_once import build_once
 
 # a builder process: writes its pid into the copy, slowly (the others arrive while it builds), and

@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from tests.fixtures.sluice import default_model_dir
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.sluice import default_model_dir
+from testkit.tiny_model import write_tiny_model
 from worker.direct_load import load_direct
 
 

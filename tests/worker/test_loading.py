@@ -13,8 +13,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.protocol import ModelConfig
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import MODEL_CACHE
+from testkit.servers import free_port
+from testkit.sluice import MODEL_CACHE
 from worker.engine.runner import ModelRunner, UnsupportedModel
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import (

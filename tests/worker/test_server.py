@@ -34,8 +34,8 @@ from common.protocol import (
 from gateway.endpoints.provisioners.worker_process import WorkerProcess
 from gateway.replicas.pool import ReplicaRouter
 from gateway.replicas.relay import attempt
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import MODEL_CACHE, REPO, pid_alive
+from testkit.servers import free_port
+from testkit.sluice import MODEL_CACHE, REPO, pid_alive
 from worker.server import MAX_DETOKENIZE_TOKENS, MAX_TOKENIZE_CHARS, create_worker_app
 
 SECRET = "worker-test-secret"

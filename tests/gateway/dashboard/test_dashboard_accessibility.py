@@ -1,5 +1,5 @@
-"""Every dashboard page (its error states included) passes axe-core (vendored, tests/fixtures/vendor/axe-core) in Chromium with no
-violation, at desktop and phone size, signed out and signed in as a team owner and as the admin."""
+"""Every dashboard page (its error states included) passes axe-core (vendored, testkit/vendor/axe-core) in
+Chromium with no violation, at desktop and phone size, signed out and signed in as a team owner and as the admin."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import ADMIN_KEY, chromium_page
+from tests.gateway.dashboard.browser import chromium_page
+from tests.gateway.dashboard.served import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
-AXE = Path(__file__).parents[2] / "fixtures" / "vendor" / "axe-core" / "axe.min.js"
+AXE = Path(__file__).parents[3] / "testkit" / "vendor" / "axe-core" / "axe.min.js"
 SIZES = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 375, "height": 812}}
 SIGNED_OUT = ["/dashboard/login"]
 SIGNED_IN = ["/dashboard/overview", "/dashboard/overview?range=custom&start=2026-01-01&end=2025-01-01",
@@ -22,22 +23,22 @@ SIGNED_IN = ["/dashboard/overview", "/dashboard/overview?range=custom&start=2026
              "/dashboard/members", "/dashboard/audit", "/dashboard/limits"]
 
 
-async def seed(gateway) -> tuple[str, str, str]:
+async def seed(dashboard_server) -> tuple[str, str, str]:
     """A team with an owner's key, keys of every state and a day of traffic on two models (errors too)."""
-    team = (await gateway.admin("POST", "/admin/teams", name="Accessible"))["id"]
-    user = (await gateway.admin("POST", "/admin/users", name="owner"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
-    key = await gateway.admin("POST", "/admin/keys", name="owner's key", team_id=team, user_id=user)
-    service = await gateway.admin("POST", "/admin/keys", name="expiring", team_id=team,
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Accessible"))["id"]
+    user = (await dashboard_server.admin("POST", "/admin/users", name="owner"))["id"]
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
+    key = await dashboard_server.admin("POST", "/admin/keys", name="owner's key", team_id=team, user_id=user)
+    service = await dashboard_server.admin("POST", "/admin/keys", name="expiring", team_id=team,
                                   expires_at="2030-01-31T23:59:59Z")
     now = time.time()
     for i in range(24):
-        await gateway.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user, time=now - 3600 * i,
+        await dashboard_server.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user, time=now - 3600 * i,
                                           request_id=f"req-accessible-{i}",
                                           model="small" if i % 2 else "big",
                                           **({"status": "error", "error_code": "upstream_failed",
                                               "error_status": 502} if i % 5 == 0 else {})))
-    await gateway.ledger.flush(10)
+    await dashboard_server.ledger.flush(10)
     return team, key["key"], service["id"]
 
 
@@ -50,39 +51,39 @@ async def violations(page) -> list[str]:
     return [f"{page.url}: {line}" for line in found]
 
 
-async def sign_in(page, gateway, key: str) -> None:
-    await page.goto(f"{gateway.url}/dashboard/login")
+async def sign_in(page, dashboard_server, key: str) -> None:
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", key)
     await page.click("button[type=submit]")
     await page.wait_for_url("**/dashboard/**")
 
 
 @pytest.mark.parametrize("size", SIZES)
-async def test_every_page_has_no_axe_violation(gateway, size):
-    team, key, service_key = await seed(gateway)
+async def test_every_page_has_no_axe_violation(dashboard_server, size):
+    team, key, service_key = await seed(dashboard_server)
     found: list[str] = []
     async with chromium_page(viewport=SIZES[size], color_scheme="light") as page:
         for path in SIGNED_OUT:
-            await page.goto(gateway.url + path)
+            await page.goto(dashboard_server.url + path)
             found += await violations(page)
         for signed_in_as in (key, ADMIN_KEY):
-            await sign_in(page, gateway, signed_in_as)
+            await sign_in(page, dashboard_server, signed_in_as)
             for path in SIGNED_IN:
                 joiner = "&" if "?" in path else "?"
-                await page.goto(f"{gateway.url}{path.format(service_key=service_key)}{joiner}team_id={team}")
+                await page.goto(f"{dashboard_server.url}{path.format(service_key=service_key)}{joiner}team_id={team}")
                 found += await violations(page)
-            await page.goto(f"{gateway.url}/dashboard/overview?team_id={team}")
+            await page.goto(f"{dashboard_server.url}/dashboard/overview?team_id={team}")
             await page.click("form[action$='/logout'] button")
     assert found == [], "\n".join(found)
 
 
-async def test_dark_mode_has_no_axe_violation(gateway):
-    team, key, service_key = await seed(gateway)
+async def test_dark_mode_has_no_axe_violation(dashboard_server):
+    team, key, service_key = await seed(dashboard_server)
     async with chromium_page(viewport=SIZES["desktop"], color_scheme="dark") as page:
-        await sign_in(page, gateway, key)
+        await sign_in(page, dashboard_server, key)
         found: list[str] = []
         for path in SIGNED_IN:
             joiner = "&" if "?" in path else "?"
-            await page.goto(f"{gateway.url}{path.format(service_key=service_key)}{joiner}team_id={team}")
+            await page.goto(f"{dashboard_server.url}{path.format(service_key=service_key)}{joiner}team_id={team}")
             found += await violations(page)
     assert found == [], "\n".join(found)

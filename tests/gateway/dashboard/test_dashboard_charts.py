@@ -19,19 +19,19 @@ def utc_day(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d")
 
 
-async def seed(gateway) -> tuple[str, dict[tuple[str, str], int]]:
+async def seed(dashboard_server) -> tuple[str, dict[tuple[str, str], int]]:
     """One team: `small` has a two-million-token hour today, `big` a smaller one two days ago (so on each day
     one of the two models has nothing). Returns a key and each (UTC day, model)'s tokens."""
-    team = (await gateway.admin("POST", "/admin/teams", name="Charts"))["id"]
-    key = await gateway.admin("POST", "/admin/keys", name="charts", team_id=team)
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Charts"))["id"]
+    key = await dashboard_server.admin("POST", "/admin/keys", name="charts", team_id=team)
     now = time.time()
     records = [usage(team_id=team, key_id=key["id"], model="small", time=now - HOUR, prompt_tokens=2_000_000,
                      completion_tokens=102_505, compute_tokens=102_505),
                usage(team_id=team, key_id=key["id"], model="big", time=now - 2 * 24 * HOUR, prompt_tokens=990_000,
                      completion_tokens=4_200, compute_tokens=4_200)]
     for record in records:
-        await gateway.ledger.record(record)
-    await gateway.ledger.flush(10)
+        await dashboard_server.ledger.record(record)
+    await dashboard_server.ledger.flush(10)
     return key["key"], {(utc_day(now - HOUR), "small"): 2_102_505, (utc_day(now - 2 * 24 * HOUR), "big"): 994_200}
 
 
@@ -42,9 +42,9 @@ async def legend(page, chart: str) -> list[tuple[str, str]]:
         "rows => rows.map(r => [r.querySelector('.u-label').innerText, r.querySelector('.u-value').innerText])")
 
 
-async def test_a_stacked_legend_reads_each_models_own_amount(gateway, page, artifacts):
-    key, expected = await seed(gateway)
-    await page.goto(f"{gateway.url}/dashboard/login")
+async def test_a_stacked_legend_reads_each_models_own_amount(dashboard_server, page, artifacts):
+    key, expected = await seed(dashboard_server)
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", key)
     await page.click("button[type=submit]")
     await page.wait_for_selector("[data-chart=tokens] canvas")
@@ -75,10 +75,10 @@ async def test_a_stacked_legend_reads_each_models_own_amount(gateway, page, arti
     assert await page.query_selector("[data-chart=tokens] .chart-empty") is None
 
 
-async def test_an_empty_view_says_so_on_each_chart(gateway, page):
-    team = (await gateway.admin("POST", "/admin/teams", name="Quiet"))["id"]
-    key = (await gateway.admin("POST", "/admin/keys", name="quiet", team_id=team))["key"]
-    await page.goto(f"{gateway.url}/dashboard/login")
+async def test_an_empty_view_says_so_on_each_chart(dashboard_server, page):
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Quiet"))["id"]
+    key = (await dashboard_server.admin("POST", "/admin/keys", name="quiet", team_id=team))["key"]
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", key)
     await page.click("button[type=submit]")
     await page.wait_for_selector("[data-chart=tokens] canvas")

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import chromium_page
+from tests.gateway.dashboard.browser import chromium_page
 
 
 async def signed_in(client: httpx.AsyncClient, key: str) -> None:
@@ -23,21 +23,19 @@ async def signed_in(client: httpx.AsyncClient, key: str) -> None:
 
 
 @pytest.fixture
-async def team(gateway) -> dict:
+async def team(dashboard_server) -> dict:
     """A team with an owner's personal key and a service key; one request through each, minutes ago."""
-    team = (await gateway.admin("POST", "/admin/teams", name="Details"))["id"]
-    user = (await gateway.admin("POST", "/admin/users", name="dora"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
-    personal = await gateway.admin("POST", "/admin/keys", name="dora's", team_id=team, user_id=user)
-    service = await gateway.admin("POST", "/admin/keys", name="batch", team_id=team)
+    team, user, personal = await dashboard_server.owned_team("Details", "dora", "dora's")
+    service = await dashboard_server.admin("POST", "/admin/keys", name="batch", team_id=team)
     for key, user_id in ((personal, user), (service, None)):
-        await gateway.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user_id, time=time.time() - 120))
-    await gateway.ledger.flush(10)
+        await dashboard_server.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user_id,
+                                                   time=time.time() - 120))
+    await dashboard_server.ledger.flush(10)
     return {"id": team, "personal": personal, "service": service}
 
 
-async def test_overview_labels_service_traffic_and_calls_a_young_projection_early(gateway, team):
-    async with httpx.AsyncClient(base_url=gateway.url, follow_redirects=True) as client:
+async def test_overview_labels_service_traffic_and_calls_a_young_projection_early(dashboard_server, team):
+    async with httpx.AsyncClient(base_url=dashboard_server.url, follow_redirects=True) as client:
         await signed_in(client, team["personal"]["key"])
         page = (await client.get("/dashboard/overview", params={"team_id": team["id"]})).text
     by_user = re.search(r'<table data-breakdown="user">.*?</table>', page, re.S).group(0)
@@ -45,14 +43,14 @@ async def test_overview_labels_service_traffic_and_calls_a_young_projection_earl
     caveat = re.search(r"<small data-caveat>([^<]+)</small>", page)
     assert caveat and caveat.group(1) == "an early estimate: from 1 h of traffic"  # a team minutes old
     assert '<link rel="icon" href="/dashboard/static/favicon.svg"' in page
-    async with httpx.AsyncClient(base_url=gateway.url) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         icon = await client.get("/dashboard/static/favicon.svg")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
 
 
-async def test_request_times_have_seconds_and_keys_show_the_views_zone(gateway, team):
+async def test_request_times_have_seconds_and_keys_show_the_views_zone(dashboard_server, team):
     zone = "Asia/Kolkata"
-    async with httpx.AsyncClient(base_url=gateway.url, follow_redirects=True) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url, follow_redirects=True) as client:
         await signed_in(client, team["personal"]["key"])
         requests = (await client.get("/dashboard/requests", params={"team_id": team["id"], "tz": zone})).text
         times = re.findall(r'<th data-label="Time" scope="row">([^<]+)</th>', requests)
@@ -60,7 +58,7 @@ async def test_request_times_have_seconds_and_keys_show_the_views_zone(gateway, 
         keys_link = re.search(r'<a href="(/dashboard/keys\?[^"]+)"', requests).group(1).replace("&amp;", "&")
         keys = (await client.get(keys_link)).text
     assert f"Created ({zone})" in keys
-    listed = (await gateway.admin("GET", f"/admin/keys?team_id={team['id']}"))["data"]
+    listed = (await dashboard_server.admin("GET", f"/admin/keys?team_id={team['id']}"))["data"]
     created = next(k["created_at"] for k in listed if k["id"] == team["service"]["id"])
     moment = datetime.fromisoformat(created) if isinstance(created, str) else datetime.fromtimestamp(created)
     local = moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M")
@@ -68,9 +66,9 @@ async def test_request_times_have_seconds_and_keys_show_the_views_zone(gateway, 
     assert f'data-label="Created">{local}<' in row, row
 
 
-async def test_dark_mode_follows_the_system_setting(gateway, team, artifacts):
+async def test_dark_mode_follows_the_system_setting(dashboard_server, team, artifacts):
     async with chromium_page(color_scheme="dark") as page:
-        await page.goto(f"{gateway.url}/dashboard/login")
+        await page.goto(f"{dashboard_server.url}/dashboard/login")
         await page.fill("#api_key", team["personal"]["key"])
         await page.click("button[type=submit]")
         await page.wait_for_selector("[data-chart=tokens] canvas")

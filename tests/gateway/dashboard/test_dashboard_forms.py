@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway.dashboard.access import MAX_FORM_BYTES
-from tests.gateway.dashboard.conftest import ADMIN_KEY
+from tests.gateway.dashboard.served import ADMIN_KEY
 
 FORM = "application/x-www-form-urlencoded"
 
@@ -29,8 +29,8 @@ async def signed_out_session(client: httpx.AsyncClient) -> str:
     (b"csrf=TOKEN&api_key=" + b"k" * 600, FORM, 400, "at most 512 characters"),
     (b"csrf=TOKEN&api_key=\xff\xfe%FF", FORM, 401, "Invalid API key"),
 ])
-async def test_bad_sign_in_forms_get_a_clear_page(gateway, body, content_type, status, words):
-    async with httpx.AsyncClient(base_url=gateway.url) as client:
+async def test_bad_sign_in_forms_get_a_clear_page(dashboard_server, body, content_type, status, words):
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         token = await signed_out_session(client)
         response = await client.post("/dashboard/login", content=body.replace(b"TOKEN", token.encode()),
                                      headers={"content-type": content_type})
@@ -39,15 +39,15 @@ async def test_bad_sign_in_forms_get_a_clear_page(gateway, body, content_type, s
         assert (await client.get("/dashboard/overview", follow_redirects=False)).status_code == 302  # not signed in
 
 
-async def test_a_form_without_any_session_is_refused(gateway):
-    async with httpx.AsyncClient(base_url=gateway.url) as client:
+async def test_a_form_without_any_session_is_refused(dashboard_server):
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         for path in ("/dashboard/login", "/dashboard/logout"):
             response = await client.post(path, data={"csrf": "x", "api_key": "y"})
             assert response.status_code == 403 and "reload the page" in response.text
 
 
-async def test_the_admins_keys_page_refuses_an_unknown_team_or_cursor(gateway):
-    async with httpx.AsyncClient(base_url=gateway.url) as client:
+async def test_the_admins_keys_page_refuses_an_unknown_team_or_cursor(dashboard_server):
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         token = await signed_out_session(client)
         signed = await client.post("/dashboard/login", data={"csrf": token, "api_key": ADMIN_KEY})
         assert signed.status_code == 303

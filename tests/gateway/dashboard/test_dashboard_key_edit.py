@@ -14,37 +14,37 @@ import httpx
 import pytest
 
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import ADMIN_KEY
+from tests.gateway.dashboard.served import ADMIN_KEY
 from tests.gateway.dashboard.test_dashboard_details import signed_in
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def acme(gateway) -> dict:
+async def acme(dashboard_server) -> dict:
     """Acme (rpm at most 100) with owner olga, member mo, a service key that served two requests; and Other,
     another team with a service key."""
-    team = (await gateway.admin("POST", "/admin/teams", name="Acme", limits={"rpm": 100, "tpm": 50000}))["id"]
-    olga = (await gateway.admin("POST", "/admin/users", name="olga"))["id"]
-    mo = (await gateway.admin("POST", "/admin/users", name="mo"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{olga}", role="owner")
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{mo}", role="member")
-    owner = await gateway.admin("POST", "/admin/keys", name="olga laptop", team_id=team, user_id=olga,
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Acme", limits={"rpm": 100, "tpm": 50000}))["id"]
+    olga = (await dashboard_server.admin("POST", "/admin/users", name="olga"))["id"]
+    mo = (await dashboard_server.admin("POST", "/admin/users", name="mo"))["id"]
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{olga}", role="owner")
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{mo}", role="member")
+    owner = await dashboard_server.admin("POST", "/admin/keys", name="olga laptop", team_id=team, user_id=olga,
                                 limits={"rpm": 10}, models=["small"])
-    member = await gateway.admin("POST", "/admin/keys", name="mo laptop", team_id=team, user_id=mo)
-    service = await gateway.admin("POST", "/admin/keys", name="batch", team_id=team, limits={"rpm": 60},
+    member = await dashboard_server.admin("POST", "/admin/keys", name="mo laptop", team_id=team, user_id=mo)
+    service = await dashboard_server.admin("POST", "/admin/keys", name="batch", team_id=team, limits={"rpm": 60},
                                   models=["small"])
-    other = (await gateway.admin("POST", "/admin/teams", name="Other"))["id"]
-    foreign = await gateway.admin("POST", "/admin/keys", name="theirs", team_id=other)
+    other = (await dashboard_server.admin("POST", "/admin/teams", name="Other"))["id"]
+    foreign = await dashboard_server.admin("POST", "/admin/keys", name="theirs", team_id=other)
     for cost_tokens in (1000, 3000):
-        await gateway.ledger.record(usage(team_id=team, key_id=service["id"], time=time.time() - 60,
+        await dashboard_server.ledger.record(usage(team_id=team, key_id=service["id"], time=time.time() - 60,
                                           prompt_tokens=cost_tokens, completion_tokens=0, compute_tokens=0))
-    await gateway.ledger.flush(10)
+    await dashboard_server.ledger.flush(10)
     return {"id": team, "owner": owner, "member": member, "service": service, "other": other, "foreign": foreign}
 
 
-async def key_of(gateway, key_id: str) -> dict:
-    return next(k for k in (await gateway.admin("GET", "/admin/keys"))["data"] if k["id"] == key_id)
+async def key_of(dashboard_server, key_id: str) -> dict:
+    return next(k for k in (await dashboard_server.admin("GET", "/admin/keys"))["data"] if k["id"] == key_id)
 
 
 def csrf(page: str) -> str:
@@ -63,12 +63,12 @@ def field_error(page: str, field: str) -> str:
     return html.unescape(found.group(1))
 
 
-async def test_owner_sees_usage_and_grants_and_edits_a_service_key_in_chromium(gateway, acme, page, artifacts):
+async def test_owner_sees_usage_and_grants_and_edits_a_service_key_in_chromium(dashboard_server, acme, page, artifacts):
     service = acme["service"]["id"]
-    await page.goto(f"{gateway.url}/dashboard/login")
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", acme["owner"]["key"])
     await page.click("button[type=submit]")
-    await page.goto(f"{gateway.url}/dashboard/keys?team_id={acme['id']}&range=24h")
+    await page.goto(f"{dashboard_server.url}/dashboard/keys?team_id={acme['id']}&range=24h")
     row = page.locator(f"tr[data-key-id='{service}']")
     assert (await row.locator("[data-requests]").inner_text()).strip() == "2"
     # 4,000 prompt tokens at $0.10 a million: $0.0004, shown as under a cent with the exact amount in the title
@@ -94,9 +94,9 @@ async def test_owner_sees_usage_and_grants_and_edits_a_service_key_in_chromium(g
     assert (await row.locator("[data-label=Name]").inner_text()).strip() == "nightly batch"
     assert (await row.locator("[data-limits]").inner_text()).strip() == "rpm 40"
     assert (await row.locator("[data-models]").inner_text()).strip() == "small, big"
-    stored = await key_of(gateway, service)
+    stored = await key_of(dashboard_server, service)
     assert (stored["name"], stored["limits"], stored["models"]) == ("nightly batch", {"rpm": 40}, ["small", "big"])
-    audit = (await gateway.admin("GET", "/admin/audit"))["data"]
+    audit = (await dashboard_server.admin("GET", "/admin/audit"))["data"]
     assert any(e["action"] == "keys.edit" and e["target"] == service for e in audit)
 
 
@@ -112,20 +112,20 @@ async def test_owner_sees_usage_and_grants_and_edits_a_service_key_in_chromium(g
     ({"models": "modèle"}, "models", "printable ASCII"),
     ({"models": "x" * 201}, "models", "at most 200"),
 ])
-async def test_a_bad_field_is_said_at_the_field_and_changes_nothing(gateway, acme, fields, field, says):
+async def test_a_bad_field_is_said_at_the_field_and_changes_nothing(dashboard_server, acme, fields, field, says):
     service = acme["service"]["id"]
-    before = await key_of(gateway, service)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+    before = await key_of(dashboard_server, service)
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, acme["owner"]["key"])
         answer = await post_edit(client, acme["id"], service, **{"name": "batch", "models": "small", "rpm": "60",
                                                                    **fields})
     assert answer.status_code in (400, 403) and says in field_error(answer.text, field)
-    assert await key_of(gateway, service) == before
+    assert await key_of(dashboard_server, service) == before
 
 
-async def test_who_may_edit_which_key(gateway, acme):
+async def test_who_may_edit_which_key(dashboard_server, acme):
     owner_key = acme["owner"]
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, owner_key["key"])
         # another team's key: the same 404 as a key that does not exist, read or written
         for key_id in (acme["foreign"]["id"], "nosuchkey"):
@@ -145,10 +145,10 @@ async def test_who_may_edit_which_key(gateway, acme):
         forged = await client.post(f"/dashboard/keys/{acme['service']['id']}/edit", params={"team_id": acme["id"]},
                                    data={"csrf": "forged", "name": "x"})
         assert forged.status_code == 403
-    stored = await key_of(gateway, owner_key["id"])
+    stored = await key_of(dashboard_server, owner_key["id"])
     assert (stored["name"], stored["limits"], stored["models"]) == ("olga's", {"rpm": 10}, ["small"])
-    assert (await key_of(gateway, acme["foreign"]["id"]))["name"] == "theirs"
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+    assert (await key_of(dashboard_server, acme["foreign"]["id"]))["name"] == "theirs"
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, acme["member"]["key"])  # a member who is not an owner
         assert (await client.get(f"/dashboard/keys/{acme['service']['id']}/edit",
                                  params={"team_id": acme["id"]})).status_code == 403
@@ -156,14 +156,14 @@ async def test_who_may_edit_which_key(gateway, acme):
         posted = await client.post(f"/dashboard/keys/{acme['service']['id']}/edit", params={"team_id": acme["id"]},
                                    data={"csrf": token, "name": "mo's now"})
         assert posted.status_code == 403
-    assert (await key_of(gateway, acme["service"]["id"]))["name"] == "batch"
+    assert (await key_of(dashboard_server, acme["service"]["id"]))["name"] == "batch"
 
 
-async def test_the_team_api_edits_keys_under_the_same_rule(gateway, acme):
+async def test_the_team_api_edits_keys_under_the_same_rule(dashboard_server, acme):
     service = acme["service"]["id"]
 
     async def patch(key: str, key_id: str, **body) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
             return await client.patch(f"/v1/team/keys/{key_id}", json=body, headers={
                 "authorization": f"Bearer {key}", "x-team-id": acme["id"]})
 
@@ -181,8 +181,8 @@ async def test_the_team_api_edits_keys_under_the_same_rule(gateway, acme):
     assert admin.status_code == 200 and admin.json()["limits"] == {"rpm": 100000}
 
 
-async def test_a_bad_range_is_said_at_the_keys_pages_field(gateway, acme):
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+async def test_a_bad_range_is_said_at_the_keys_pages_field(dashboard_server, acme):
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, acme["owner"]["key"])
         answer = await client.get("/dashboard/keys", params={"team_id": acme["id"], "range": "5y"})
     assert answer.status_code == 400 and "range must be one of" in field_error(answer.text, "keys-range")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from billing.records import UsageRecord
-from tests.gateway.dashboard.conftest import chromium_page
+from tests.gateway.dashboard.browser import chromium_page
 from tests.gateway.dashboard.test_dashboard_tables import sign_in
 
 
@@ -26,20 +26,20 @@ DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 375, "height": 812}
 
 
-async def test_a_member_reads_the_teams_limits_and_budget(gateway, artifacts):
-    team = (await gateway.admin("POST", "/admin/teams", name="Budgeted", limits={
+async def test_a_member_reads_the_teams_limits_and_budget(dashboard_server, artifacts):
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Budgeted", limits={
         "rpm": 600, "tpm": 100000, "spend_budget": {"amount_micros": 1600, "period": "day"}}))["id"]
-    user = (await gateway.admin("POST", "/admin/users", name="mina"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="member")
-    key = await gateway.admin("POST", "/admin/keys", name="mina's", team_id=team, user_id=user)
+    user = (await dashboard_server.admin("POST", "/admin/users", name="mina"))["id"]
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{user}", role="member")
+    key = await dashboard_server.admin("POST", "/admin/keys", name="mina's", team_id=team, user_id=user)
     # 4,000 prompt tokens of `small` at 100,000 micro-units a million, 1,000 output at 400,000: 400 + 400 micros
-    await gateway.ledger.record(UsageRecord(
+    await dashboard_server.ledger.record(UsageRecord(
         "limits-1", time.time() - 5, team, key["id"], user, "small", "openai", "/v1/completions", 4000, 1000,
         1000, "ok", 10.0, 2.0, "w"))
-    await gateway.ledger.flush(10)
+    await dashboard_server.ledger.flush(10)
     for name, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         async with chromium_page(viewport=viewport) as page:
-            await sign_in(page, gateway, key["key"])
+            await sign_in(page, dashboard_server, key["key"])
             await page.click("nav >> text=Limits")
             await page.wait_for_url("**/dashboard/limits**")
             row = page.locator(f'tr[data-scope="team:{team}"]').first

@@ -19,22 +19,22 @@ ID = "0193f1c2a4b5c6d7e8f90123456789ab"
 
 
 @pytest.fixture
-async def two_teams(gateway) -> dict:
+async def two_teams(dashboard_server) -> dict:
     """Team A's owner key; one A request that waited for a cold start on an adapter; one request of team B."""
-    a = (await gateway.admin("POST", "/admin/teams", name="Alpha"))["id"]
-    b = (await gateway.admin("POST", "/admin/teams", name="Beta"))["id"]
-    ann = (await gateway.admin("POST", "/admin/users", name="ann"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{a}/members/{ann}", role="owner")
-    key = await gateway.admin("POST", "/admin/keys", name="ann's laptop", team_id=a, user_id=ann)
-    theirs = await gateway.admin("POST", "/admin/keys", name="beta bot", team_id=b)
-    await gateway.ledger.record(usage(request_id=ID, team_id=a, key_id=key["id"], user_id=ann,
+    a = (await dashboard_server.admin("POST", "/admin/teams", name="Alpha"))["id"]
+    b = (await dashboard_server.admin("POST", "/admin/teams", name="Beta"))["id"]
+    ann = (await dashboard_server.admin("POST", "/admin/users", name="ann"))["id"]
+    await dashboard_server.admin("PUT", f"/admin/teams/{a}/members/{ann}", role="owner")
+    key = await dashboard_server.admin("POST", "/admin/keys", name="ann's laptop", team_id=a, user_id=ann)
+    theirs = await dashboard_server.admin("POST", "/admin/keys", name="beta bot", team_id=b)
+    await dashboard_server.ledger.record(usage(request_id=ID, team_id=a, key_id=key["id"], user_id=ann,
                                       time=time.time() - 90, prompt_tokens=1200, completion_tokens=34,
                                       compute_tokens=40, latency_ms=2345.0, ttft_ms=1900.0, cold_start_ms=1750.0,
                                       adapter="support-tone", status="error", error_code="worker_lost",
                                       error_status=502, dialect="openai", route="/v1/chat/completions"))
     other = usage(team_id=b, key_id=theirs["id"], time=time.time() - 60)
-    await gateway.ledger.record(other)
-    await gateway.ledger.flush(10)
+    await dashboard_server.ledger.record(other)
+    await dashboard_server.ledger.flush(10)
     return {"a": a, "b": b, "key": key, "other_id": other.request_id}
 
 
@@ -42,9 +42,9 @@ def error_at_field(page: str) -> str:
     return html.unescape(re.search(r'<p class="field-error" role="alert" id="id-error">([^<]+)</p>', page).group(1))
 
 
-async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(gateway, two_teams, page,
+async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(dashboard_server, two_teams, page,
                                                                                   artifacts):
-    await page.goto(f"{gateway.url}/dashboard/login")
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", two_teams["key"]["key"])
     await page.click("button[type=submit]")
     await page.click("nav >> text=Find request")
@@ -75,8 +75,8 @@ async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(
     await page.screenshot(path=artifacts / "request-not-found.png", full_page=True)
 
 
-async def test_another_teams_request_answers_as_an_unknown_one(gateway, two_teams):
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+async def test_another_teams_request_answers_as_an_unknown_one(dashboard_server, two_teams):
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, two_teams["key"]["key"])
         answers = {}
         for name, rid in (("theirs", two_teams["other_id"]), ("unknown", "req-0000000000000000")):
@@ -101,8 +101,8 @@ async def test_another_teams_request_answers_as_an_unknown_one(gateway, two_team
     ("req'--", "at most 128"),
     ("ré", "at most 128"),
 ])
-async def test_a_malformed_request_id_is_said_at_the_field(gateway, two_teams, typed, says):
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+async def test_a_malformed_request_id_is_said_at_the_field(dashboard_server, two_teams, typed, says):
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, two_teams["key"]["key"])
         answer = await client.get("/dashboard/request", params={"team_id": two_teams["a"], "id": typed})
     assert answer.status_code == 400 and says in error_at_field(answer.text)

@@ -13,8 +13,9 @@ import pytest
 from auth import AuthService
 from auth.sessions import TOUCH_SECONDS, SessionStore
 from gateway.dashboard.access import COOKIE
-from tests.auth.conftest import PEPPER, fresh_postgres_database
-from tests.gateway.dashboard.conftest import serving, settings_in
+from testkit.databases import fresh_database
+from tests.auth.helpers import PEPPER
+from tests.gateway.dashboard.served import served_gateway, settings_in
 
 
 class Clock:
@@ -42,7 +43,7 @@ async def two_services(request, tmp_path):
         async for services in opened(f"sqlite:///{tmp_path}/auth.db"):
             yield services
         return
-    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
+    async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
         async for services in opened(url):
             yield services
 
@@ -128,20 +129,20 @@ async def database_url(request):
     if request.param == "sqlite":
         yield ""
         return
-    async with fresh_postgres_database(request.getfixturevalue("postgres")) as url:
+    async with fresh_database(request.getfixturevalue("postgres"), "auth") as url:
         yield url
 
 
 async def test_a_session_survives_a_restart_and_serves_on_a_second_gateway(tmp_path, database_url):
-    async with serving(settings_in(tmp_path, database_url)) as first:
+    async with served_gateway(settings_in(tmp_path, database_url)) as first:
         team = (await first.admin("POST", "/admin/teams", name="Acme"))["id"]
         key = await first.admin("POST", "/admin/keys", name="k", team_id=team)
         async with httpx.AsyncClient(base_url=first.url) as client:
             await sign_in(client, key["key"])
             cookies = httpx.Cookies({COOKIE: client.cookies[COOKIE]})
         assert await overview_status(first.url, cookies) == 200
-    async with serving(settings_in(tmp_path, database_url)) as restarted, \
-            serving(settings_in(tmp_path, database_url)) as beside:
+    async with served_gateway(settings_in(tmp_path, database_url)) as restarted, \
+            served_gateway(settings_in(tmp_path, database_url)) as beside:
         assert await overview_status(restarted.url, cookies) == 200  # the restart signed nobody out
         assert await overview_status(beside.url, cookies) == 200  # another gateway on the same database
         await beside.admin("DELETE", f"/admin/keys/{key['id']}")

@@ -9,32 +9,29 @@ import time
 import pytest
 
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import chromium_page
+from tests.gateway.dashboard.browser import chromium_page
 
 pytestmark = pytest.mark.slow
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 375, "height": 812}
 
 
-async def seed(gateway) -> tuple[str, str]:
-    team = (await gateway.admin("POST", "/admin/teams", name="Wide"))["id"]
-    user = (await gateway.admin("POST", "/admin/users", name="a-user-with-a-rather-long-display-name"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
-    key = await gateway.admin("POST", "/admin/keys", name="production batch summariser (eu-west-1)", team_id=team,
-                              user_id=user)
-    await gateway.admin("POST", "/admin/keys", name="expiring nightly export key", team_id=team,
-                        expires_at="2030-01-31T23:59:59Z")
+async def seed(dashboard_server) -> tuple[str, str]:
+    team, user, key = await dashboard_server.owned_team("Wide", "a-user-with-a-rather-long-display-name",
+                                                        "production batch summariser (eu-west-1)")
+    await dashboard_server.admin("POST", "/admin/keys", name="expiring nightly export key", team_id=team,
+                                 expires_at="2030-01-31T23:59:59Z")
     now = time.time()
     for i in range(3):
-        await gateway.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user, time=now - 60 * i,
-                                          model="HuggingFaceTB/SmolLM2-135M-Instruct", latency_ms=12345.0,
-                                          status="error", error_code="upstream_failed", error_status=502))
-    await gateway.ledger.flush(10)
+        await dashboard_server.ledger.record(usage(team_id=team, key_id=key["id"], user_id=user, time=now - 60 * i,
+                                                   model="HuggingFaceTB/SmolLM2-135M-Instruct", latency_ms=12345.0,
+                                                   status="error", error_code="upstream_failed", error_status=502))
+    await dashboard_server.ledger.flush(10)
     return team, key["key"]
 
 
-async def sign_in(page, gateway, key: str) -> None:
-    await page.goto(f"{gateway.url}/dashboard/login")
+async def sign_in(page, dashboard_server, key: str) -> None:
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", key)
     await page.click("button[type=submit]")
     await page.wait_for_url("**/dashboard/overview**")
@@ -49,15 +46,15 @@ async def overflow(page, table: str) -> list[float]:
     }""")
 
 
-async def test_tables_fit_a_desktop_window(gateway, artifacts):
-    team, key = await seed(gateway)
+async def test_tables_fit_a_desktop_window(dashboard_server, artifacts):
+    team, key = await seed(dashboard_server)
     async with chromium_page(viewport=DESKTOP) as page:
-        await sign_in(page, gateway, key)
-        await page.goto(f"{gateway.url}/dashboard/requests?team_id={team}")
+        await sign_in(page, dashboard_server, key)
+        await page.goto(f"{dashboard_server.url}/dashboard/requests?team_id={team}")
         wider, beyond = await overflow(page, "table[data-requests]")
         assert wider <= 0 and beyond <= 0, (wider, beyond)
         await page.screenshot(path=artifacts / "requests-1440.png", full_page=True)
-        await page.goto(f"{gateway.url}/dashboard/keys?team_id={team}")
+        await page.goto(f"{dashboard_server.url}/dashboard/keys?team_id={team}")
         wider, beyond = await overflow(page, "table[data-keys]")
         assert wider <= 0 and beyond <= 0, (wider, beyond)
         row = page.locator("tr", has_text="expiring nightly export key")
@@ -67,18 +64,18 @@ async def test_tables_fit_a_desktop_window(gateway, artifacts):
         await page.screenshot(path=artifacts / "keys-1440.png", full_page=True)
 
 
-async def test_rows_reflow_on_a_phone_and_scroll_regions_take_focus(gateway, artifacts):
-    team, key = await seed(gateway)
+async def test_rows_reflow_on_a_phone_and_scroll_regions_take_focus(dashboard_server, artifacts):
+    team, key = await seed(dashboard_server)
     async with chromium_page(viewport=PHONE) as page:
-        await sign_in(page, gateway, key)
-        await page.goto(f"{gateway.url}/dashboard/requests?team_id={team}")
+        await sign_in(page, dashboard_server, key)
+        await page.goto(f"{dashboard_server.url}/dashboard/requests?team_id={team}")
         cells = await page.eval_on_selector("table[data-requests] tbody tr", """row => [...row.cells].map(c => [
             getComputedStyle(c, '::before').content, c.getBoundingClientRect().right])""")
         assert [label for label, _ in cells] == ['"Time"', '"Key"', '"User"', '"Model"', '"Dialect"', '"Prompt"',
                                                  '"Completion"', '"Cost"', '"Latency"', '"Outcome"', '"Request id"']
         assert all(right <= PHONE["width"] for _, right in cells), cells
         await page.screenshot(path=artifacts / "requests-phone.png", full_page=True)
-        await page.goto(f"{gateway.url}/dashboard/keys?team_id={team}")
+        await page.goto(f"{dashboard_server.url}/dashboard/keys?team_id={team}")
         actions = await page.locator("tr", has_text="expiring nightly").locator("[data-action=revoke]").bounding_box()
         assert actions is not None and actions["x"] + actions["width"] <= PHONE["width"]
         await page.screenshot(path=artifacts / "keys-phone.png", full_page=True)

@@ -13,22 +13,22 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def crew(gateway) -> dict:
-    team = (await gateway.admin("POST", "/admin/teams", name="Crew"))["id"]
-    other = (await gateway.admin("POST", "/admin/teams", name="Elsewhere"))["id"]
-    users = {name: (await gateway.admin("POST", "/admin/users", name=name))["id"] for name in ("olive", "max")}
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{users['olive']}", role="owner")
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{users['max']}", role="member")
-    owner = await gateway.admin("POST", "/admin/keys", name="olive's", team_id=team, user_id=users["olive"])
-    member = await gateway.admin("POST", "/admin/keys", name="max's", team_id=team, user_id=users["max"])
-    service = await gateway.admin("POST", "/admin/keys", name="crew bot", team_id=team)
-    elsewhere = await gateway.admin("POST", "/admin/keys", name="secret elsewhere", team_id=other)
+async def crew(dashboard_server) -> dict:
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Crew"))["id"]
+    other = (await dashboard_server.admin("POST", "/admin/teams", name="Elsewhere"))["id"]
+    users = {name: (await dashboard_server.admin("POST", "/admin/users", name=name))["id"] for name in ("olive", "max")}
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{users['olive']}", role="owner")
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{users['max']}", role="member")
+    owner = await dashboard_server.admin("POST", "/admin/keys", name="olive's", team_id=team, user_id=users["olive"])
+    member = await dashboard_server.admin("POST", "/admin/keys", name="max's", team_id=team, user_id=users["max"])
+    service = await dashboard_server.admin("POST", "/admin/keys", name="crew bot", team_id=team)
+    elsewhere = await dashboard_server.admin("POST", "/admin/keys", name="secret elsewhere", team_id=other)
     return {"id": team, "other": other, "users": users, "owner": owner, "member": member, "service": service,
             "elsewhere": elsewhere}
 
 
-async def test_owner_reads_members_and_the_teams_audit_log_in_chromium(gateway, crew, page, artifacts):
-    await page.goto(f"{gateway.url}/dashboard/login")
+async def test_owner_reads_members_and_the_teams_audit_log_in_chromium(dashboard_server, crew, page, artifacts):
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", crew["owner"]["key"])
     await page.click("button[type=submit]")
     await page.click("nav >> text=Members")
@@ -47,15 +47,15 @@ async def test_owner_reads_members_and_the_teams_audit_log_in_chromium(gateway, 
     await page.screenshot(path=artifacts / "audit.png", full_page=True)
 
 
-async def test_members_and_audit_are_for_owners_only(gateway, crew):
+async def test_members_and_audit_are_for_owners_only(dashboard_server, crew):
     for who in ("member", "service"):
-        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
             await signed_in(client, crew[who]["key"])
             overview = (await client.get("/dashboard/overview", params={"team_id": crew["id"]})).text
             assert "/dashboard/members" not in overview and "/dashboard/audit" not in overview
             for path in ("/dashboard/members", "/dashboard/audit"):
                 assert (await client.get(path, params={"team_id": crew["id"]})).status_code == 403, (who, path)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url, timeout=30) as client:
         await signed_in(client, crew["owner"]["key"])
         # another team: not reachable, the same 404 as a team that does not exist
         for team in (crew["other"], "team_nosuch"):

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import chromium_page
+from tests.gateway.dashboard.browser import chromium_page
 
 pytestmark = pytest.mark.slow
 DAY = 86400.0
@@ -30,14 +30,14 @@ def params(url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def team(gateway) -> dict:
+async def team(dashboard_server) -> dict:
     """A team with a member's personal key and a service key. Today (UTC): 40 varied requests; 8 days ago
     (the previous 7 days): 10 requests; one failure of each of two statuses."""
-    team = (await gateway.admin("POST", "/admin/teams", name="Trends"))["id"]
-    user = (await gateway.admin("POST", "/admin/users", name="tess"))["id"]
-    await gateway.admin("PUT", f"/admin/teams/{team}/members/{user}", role="member")
-    personal = await gateway.admin("POST", "/admin/keys", name="tess's", team_id=team, user_id=user)
-    service = await gateway.admin("POST", "/admin/keys", name="batch", team_id=team)
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Trends"))["id"]
+    user = (await dashboard_server.admin("POST", "/admin/users", name="tess"))["id"]
+    await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{user}", role="member")
+    personal = await dashboard_server.admin("POST", "/admin/keys", name="tess's", team_id=team, user_id=user)
+    service = await dashboard_server.admin("POST", "/admin/keys", name="batch", team_id=team)
     now = time.time()
     today = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
     at = max(today + 60, now - 6 * 3600)  # inside today and inside the last 7 days
@@ -56,22 +56,22 @@ async def team(gateway) -> dict:
     for i in range(10):
         records.append(usage(team_id=team, key_id=personal["id"], user_id=user, time=now - 8 * DAY + i))
     for record in records:
-        await gateway.ledger.record(record)
-    await gateway.ledger.flush(10)
+        await dashboard_server.ledger.record(record)
+    await dashboard_server.ledger.flush(10)
     return {"id": team, "key": personal["key"], "service_key": service["key"], "service_id": service["id"],
             "records": records, "now": now}
 
 
-async def sign_in(page, gateway, key: str) -> None:
-    await page.goto(f"{gateway.url}/dashboard/login")
+async def sign_in(page, dashboard_server, key: str) -> None:
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", key)
     await page.click("button[type=submit]")
     await page.wait_for_selector("[data-chart=latency] canvas")
 
 
-async def test_timing_charts_and_their_table_equal_the_records(gateway, page, team, artifacts):
-    await sign_in(page, gateway, team["key"])
-    await page.goto(f"{gateway.url}/dashboard/overview?team_id={team['id']}&granularity=day")
+async def test_timing_charts_and_their_table_equal_the_records(dashboard_server, page, team, artifacts):
+    await sign_in(page, dashboard_server, team["key"])
+    await page.goto(f"{dashboard_server.url}/dashboard/overview?team_id={team['id']}&granularity=day")
     await page.wait_for_selector("[data-chart=speed] canvas")
     today = [r for r in team["records"] if r.time > team["now"] - 2 * DAY]
     reached = [r for r in today if r.status != "rejected"]
@@ -103,8 +103,8 @@ async def test_timing_charts_and_their_table_equal_the_records(gateway, page, te
     await page.screenshot(path=artifacts / "overview-trends.png", full_page=True)
 
 
-async def test_split_filter_and_week_buckets_are_controls_that_applies_and_links_keep(gateway, page, team):
-    await sign_in(page, gateway, team["key"])
+async def test_split_filter_and_week_buckets_are_controls_that_applies_and_links_keep(dashboard_server, page, team):
+    await sign_in(page, dashboard_server, team["key"])
     users = await page.eval_on_selector_all("#user_id option", "os => os.map(o => [o.value, o.innerText])")
     assert dict(users)["-"] == "service keys (no user)" and "tess" in " ".join(t for _, t in users)
     await page.select_option("#group_by", "key")
@@ -124,7 +124,7 @@ async def test_split_filter_and_week_buckets_are_controls_that_applies_and_links
     # the week table's requests are the service keys' own, as the usage API counts them
     shown = sum(await page.eval_on_selector_all(
         "table[data-series=time] tbody tr", "rows => rows.map(r => Number(r.cells[1].innerText.replaceAll(',', '')))"))
-    async with httpx.AsyncClient(base_url=gateway.url) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         start = datetime.fromisoformat(labels[0]).replace(tzinfo=UTC)
         api = (await client.get("/v1/usage", params={"start": start.isoformat(), "group_by": "none",
                                                       "user_id": "-"},
@@ -137,11 +137,11 @@ async def test_split_filter_and_week_buckets_are_controls_that_applies_and_links
     assert await page.input_value("#group_by") == "key" and await page.input_value("#user_id") == "-"
 
 
-async def test_the_change_from_the_previous_period_equals_the_usage_api(gateway, page, team):
-    await sign_in(page, gateway, team["key"])
+async def test_the_change_from_the_previous_period_equals_the_usage_api(dashboard_server, page, team):
+    await sign_in(page, dashboard_server, team["key"])
     change = await page.get_attribute("[data-change=requests]", "data-previous")
     start = datetime.fromtimestamp(team["now"], UTC) - timedelta(days=14)
-    async with httpx.AsyncClient(base_url=gateway.url) as client:
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         api = (await client.get("/v1/usage", params={"start": start.isoformat(),
                                                       "end": (start + timedelta(days=7)).isoformat(),
                                                       "group_by": "none"},
@@ -152,9 +152,9 @@ async def test_the_change_from_the_previous_period_equals_the_usage_api(gateway,
     assert (await page.inner_text("[data-change=requests]")).startswith(f"{(now - 10) / 10 * 100:+.1f} %")
 
 
-async def test_numbers_follow_the_browsers_locale(gateway, team, artifacts):
+async def test_numbers_follow_the_browsers_locale(dashboard_server, team, artifacts):
     async with chromium_page(locale="de-DE") as page:
-        await sign_in(page, gateway, team["key"])
+        await sign_in(page, dashboard_server, team["key"])
         prompt = sum(r.prompt_tokens for r in team["records"] if r.time > team["now"] - 7 * DAY)
         assert await page.inner_text("[data-tile=prompt_tokens]") == f"{prompt:,}".replace(",", ".")
         cost = await page.inner_text("[data-tile=cost]")
@@ -164,18 +164,18 @@ async def test_numbers_follow_the_browsers_locale(gateway, team, artifacts):
 
 @pytest.mark.parametrize(("field", "value"), [("group_by", "colour"), ("granularity", "fortnight"),
                                                ("user_id", "x" * 300)])
-async def test_a_bad_new_parameter_is_said_at_its_field(gateway, page, team, field, value):
-    await sign_in(page, gateway, team["key"])
-    answer = await page.goto(f"{gateway.url}/dashboard/overview?team_id={team['id']}&{field}={value}")
+async def test_a_bad_new_parameter_is_said_at_its_field(dashboard_server, page, team, field, value):
+    await sign_in(page, dashboard_server, team["key"])
+    answer = await page.goto(f"{dashboard_server.url}/dashboard/overview?team_id={team['id']}&{field}={value}")
     assert answer.status == 400
     assert field in await page.inner_text(f"#{field}-error")
     assert await page.query_selector("[data-tile]") is None
 
 
-async def test_another_teams_id_is_refused_with_the_new_parameters(gateway, page, team):
-    other = (await gateway.admin("POST", "/admin/teams", name="Elsewhere"))["id"]
-    await sign_in(page, gateway, team["key"])
-    answer = await page.goto(f"{gateway.url}/dashboard/overview?team_id={other}&group_by=user&granularity=month"
-                             "&user_id=-")
+async def test_another_teams_id_is_refused_with_the_new_parameters(dashboard_server, page, team):
+    other = (await dashboard_server.admin("POST", "/admin/teams", name="Elsewhere"))["id"]
+    await sign_in(page, dashboard_server, team["key"])
+    answer = await page.goto(f"{dashboard_server.url}/dashboard/overview?team_id={other}&group_by=user"
+                             "&granularity=month&user_id=-")
     assert answer.status == 404
     assert await page.query_selector("[data-tile]") is None

@@ -9,19 +9,19 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.billing.factory import usage
-from tests.gateway.dashboard.conftest import ADMIN_KEY
+from tests.gateway.dashboard.served import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
 
 
-async def sign_in(page, gateway) -> tuple[str, str]:
+async def sign_in(page, dashboard_server) -> tuple[str, str]:
     """The admin signed in; two teams to switch between."""
-    first = (await gateway.admin("POST", "/admin/teams", name="First"))["id"]
-    second = (await gateway.admin("POST", "/admin/teams", name="Second"))["id"]
-    await page.goto(f"{gateway.url}/dashboard/login")
+    first = (await dashboard_server.admin("POST", "/admin/teams", name="First"))["id"]
+    second = (await dashboard_server.admin("POST", "/admin/teams", name="Second"))["id"]
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", ADMIN_KEY)
     await page.click("button[type=submit]")
-    await page.goto(f"{gateway.url}/dashboard/overview?team_id={first}")
+    await page.goto(f"{dashboard_server.url}/dashboard/overview?team_id={first}")
     return first, second
 
 
@@ -29,8 +29,8 @@ def params(url: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlparse(url).query).items()}
 
 
-async def test_links_and_the_team_switcher_carry_the_applied_view(gateway, page):
-    first, second = await sign_in(page, gateway)
+async def test_links_and_the_team_switcher_carry_the_applied_view(dashboard_server, page):
+    first, second = await sign_in(page, dashboard_server)
     await page.select_option("#range", "30d")
     await page.fill("#tz", "Asia/Tokyo")
     await page.click("#apply")
@@ -47,8 +47,8 @@ async def test_links_and_the_team_switcher_carry_the_applied_view(gateway, page)
     assert "Asia/Tokyo" in await page.inner_text("h1 small")
 
 
-async def test_from_and_to_make_the_range_custom(gateway, page):
-    await sign_in(page, gateway)
+async def test_from_and_to_make_the_range_custom(dashboard_server, page):
+    await sign_in(page, dashboard_server)
     assert await page.input_value("#range") == "7d"
     await page.fill("#start", "2026-01-05")
     await page.dispatch_event("#start", "change")
@@ -64,8 +64,8 @@ async def test_from_and_to_make_the_range_custom(gateway, page):
 
 @pytest.mark.parametrize(("field", "typed", "words"), [("tz", "Mars/Olympus_Mons", "tz"),
                                                         ("end", "2026-01-01", "before start")])
-async def test_a_refused_value_is_said_at_its_field(gateway, page, field, typed, words):
-    await sign_in(page, gateway)
+async def test_a_refused_value_is_said_at_its_field(dashboard_server, page, field, typed, words):
+    await sign_in(page, dashboard_server)
     if field == "end":
         await page.fill("#start", "2026-02-01")
     await page.fill(f"#{field}", typed)
@@ -80,12 +80,13 @@ async def test_a_refused_value_is_said_at_its_field(gateway, page, field, typed,
     assert await page.query_selector("[data-tile]") is None  # no numbers of some other window
 
 
-async def test_key_status_and_buckets_are_controls_that_later_applies_keep(gateway, page):
-    first, _ = await sign_in(page, gateway)
-    key = await gateway.admin("POST", "/admin/keys", name="the nightly job", team_id=first)
-    await gateway.ledger.record(usage(team_id=first, key_id=key["id"], model="HuggingFaceTB/SmolLM2-135M-Instruct",
-                                      status="error", error_code="upstream_failed", error_status=502))
-    await gateway.ledger.flush(10)
+async def test_key_status_and_buckets_are_controls_that_later_applies_keep(dashboard_server, page):
+    first, _ = await sign_in(page, dashboard_server)
+    key = await dashboard_server.admin("POST", "/admin/keys", name="the nightly job", team_id=first)
+    await dashboard_server.ledger.record(usage(team_id=first, key_id=key["id"],
+                                               model="HuggingFaceTB/SmolLM2-135M-Instruct", status="error",
+                                               error_code="upstream_failed", error_status=502))
+    await dashboard_server.ledger.flush(10)
     await page.reload()
     # the model is chosen from what the team used (a partial name typed into a box found nothing)
     models = await page.eval_on_selector_all("#model option", "options => options.map(o => o.value)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from common.protocol import Accepted, Done, Finish, PromptToken
-from tests.fixtures.protocol_worker import MODEL, Reply
+from testkit.protocol_worker import MODEL, Reply
 
 PROMPT = "Paris is big"
 SCORED = [Accepted(prompt_tokens=3, prompt_ids=[5, 6, 7], seeds=[1], prompt_text=PROMPT,
@@ -20,9 +20,9 @@ SCORED = [Accepted(prompt_tokens=3, prompt_ids=[5, 6, 7], seeds=[1], prompt_text
 BODY = {"model": MODEL, "prompt": PROMPT, "echo": True, "max_tokens": 0, "logprobs": 0}
 
 
-async def test_echo_with_max_tokens_zero_scores_the_prompt(gateway, worker):
+async def test_echo_with_max_tokens_zero_scores_the_prompt(gateway_app, worker):
     worker.replies = [Reply(SCORED)]
-    response = await gateway.post("/v1/completions", json=BODY, headers=gateway.key_headers)
+    response = await gateway_app.post("/v1/completions", json=BODY, headers=gateway_app.key_headers)
     assert response.status_code == 200, response.text
     (choice,) = response.json()["choices"]
     assert choice["text"] == PROMPT and choice["finish_reason"] == "length"
@@ -34,15 +34,15 @@ async def test_echo_with_max_tokens_zero_scores_the_prompt(gateway, worker):
     assert sent["max_tokens"] == 0 and sent["prompt_logprobs"] is True
 
 
-async def test_echo_scoring_streams_too(gateway, worker):
+async def test_echo_scoring_streams_too(gateway_app, worker):
     worker.replies = [Reply(SCORED)]
-    response = await gateway.post("/v1/completions", json={**BODY, "stream": True}, headers=gateway.key_headers)
+    response = await gateway_app.post("/v1/completions", json={**BODY, "stream": True}, headers=gateway_app.key_headers)
     chunks = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
     assert chunks[0]["choices"][0]["text"] == PROMPT
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
-async def test_max_tokens_zero_without_echo_is_refused(gateway, worker):
-    response = await gateway.post("/v1/completions", json={**BODY, "echo": False}, headers=gateway.key_headers)
+async def test_max_tokens_zero_without_echo_is_refused(gateway_app, worker):
+    response = await gateway_app.post("/v1/completions", json={**BODY, "echo": False}, headers=gateway_app.key_headers)
     assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens", response.text
     assert worker.requests == []

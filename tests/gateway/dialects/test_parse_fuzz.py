@@ -23,7 +23,7 @@ from gateway.dialects.sglang.request import SGLangBody
 from gateway.dialects.tgi.request import GenerateBody
 from gateway.dialects.tgi.routes import COMPAT, GENERATE, GENERATE_STREAM
 from gateway.errors import SluiceError
-from tests.fixtures.fuzzing import examples
+from testkit.fuzzing import examples
 
 pytestmark = pytest.mark.fuzz
 

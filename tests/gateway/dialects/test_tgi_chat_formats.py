@@ -9,26 +9,26 @@ import json
 
 import pytest
 
-from tests.fixtures.protocol_worker import MODEL
+from testkit.protocol_worker import MODEL
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Where?"}], "max_tokens": 8}
 
 
 @pytest.mark.parametrize("kind", ["json_object", "json"])
-async def test_tgi_response_format_constrains_to_its_schema(gateway, worker, kind):
-    response = await gateway.post("/v1/chat/completions", headers=gateway.key_headers,
+async def test_tgi_response_format_constrains_to_its_schema(gateway_app, worker, kind):
+    response = await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
                                   json={**CHAT, "response_format": {"type": kind, "value": SCHEMA}})
     assert response.status_code == 200, response.text
     constraint = worker.requests[-1]["params"]["constraint"]
     assert constraint["kind"] == "json_schema" and json.loads(constraint["value"]) == SCHEMA
 
 
-async def test_json_without_a_schema_is_refused_and_json_object_alone_is_any_object(gateway, worker):
-    refused = await gateway.post("/v1/chat/completions", headers=gateway.key_headers,
+async def test_json_without_a_schema_is_refused_and_json_object_alone_is_any_object(gateway_app, worker):
+    refused = await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
                                  json={**CHAT, "response_format": {"type": "json"}})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "response_format", refused.text
     assert worker.requests == []
-    plain = await gateway.post("/v1/chat/completions", headers=gateway.key_headers,
+    plain = await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
                                json={**CHAT, "response_format": {"type": "json_object"}})
     assert plain.status_code == 200 and worker.requests[-1]["params"]["constraint"]["kind"] == "json_object"

@@ -1,5 +1,5 @@
-"""Shared by the endpoint tests that run real workers: the service in the test's loop, one request
-through it, and a poll for a condition."""
+"""Shared by the endpoint tests: the service in the test's loop, one request through it, a poll for a
+condition, and the answer of the named protocol workers (conftest's `named_workers`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from common.protocol import GenerateRequest, SamplingParams
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.service import Endpoints
 from gateway.serving.worker_client import WorkerClient
+from testkit.protocol_worker import tokens
 
 FAST = ScalingSettings(stable_window_seconds=3, panic_window_seconds=1, tick_seconds=0.1, standby_worker=False,
                        health_interval_seconds=0.2)
+ANSWER = "t0 t1 t2 t3 t4"  # what every named protocol worker answers: five tokens, then `length`
 START_S = 180  # the longest a test waits for a worker to start (two shared cores, other suites running)
 
 
@@ -46,3 +48,8 @@ async def until(condition, timeout: float = START_S, what: str = "the condition"
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} did not hold within {timeout} s")
         await asyncio.sleep(0.05)
+
+
+def answer(worker_id: str) -> list:
+    """A named protocol worker's whole answer, its events stamped with its id."""
+    return tokens(ANSWER, reason="length", worker_id=worker_id)

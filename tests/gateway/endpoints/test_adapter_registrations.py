@@ -8,8 +8,8 @@ import msgspec
 
 from gateway.config import Settings
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
-from tests.fixtures.protocol_worker import MODEL
-from tests.gateway.conftest import serving
+from testkit.protocol_worker import MODEL
+from tests.gateway.app_client import app_client
 
 ADAPTERS = f"/admin/endpoints/{MODEL}/adapters"
 
@@ -34,7 +34,7 @@ async def test_registrations_survive_a_restart(store_url, gateway_settings, work
     verse.mkdir()
     (verse / "adapter_config.json").write_text("{}")
     declared = {"poet": "s3://bucket/poet"}
-    async with serving(settings_on(gateway_settings, store_url, worker, declared)) as client:
+    async with app_client(settings_on(gateway_settings, store_url, worker, declared)) as client:
         admin = client.admin_headers
         for name, source in (("verse", "s3://bucket/old-verse"), ("verse", str(verse)), ("gone", "s3://bucket/gone")):
             reply = await client.post(ADAPTERS, json={"name": name, "source": source}, headers=admin)
@@ -51,7 +51,7 @@ async def test_registrations_survive_a_restart(store_url, gateway_settings, work
         assert reply.status_code == 201, reply.text
         assert (await client.delete("/admin/endpoints/org/other", headers=admin)).status_code == 204
 
-    async with serving(settings_on(gateway_settings, store_url, worker, declared)) as client:
+    async with app_client(settings_on(gateway_settings, store_url, worker, declared)) as client:
         assert await listed(client) == {"poet": "s3://bucket/poet", "verse": str(verse)}
         assert {a["name"]: a["origin"] for a in await listing(client)} == {"poet": "declared", "verse": "registered"}
         reply = await client.post("/v1/completions", json={"model": f"{MODEL}:verse", "prompt": "Hi", "max_tokens": 2},
@@ -64,28 +64,28 @@ async def test_registrations_survive_a_restart(store_url, gateway_settings, work
         assert await listed(client, "/admin/endpoints/org/other/adapters") == {}
 
     # the config now declares `verse` itself: its source wins, and the stored registration is dropped for good
-    async with serving(settings_on(gateway_settings, store_url, worker, {"verse": "s3://bucket/spec"})) as client:
+    async with app_client(settings_on(gateway_settings, store_url, worker, {"verse": "s3://bucket/spec"})) as client:
         assert await listed(client) == {"verse": "s3://bucket/spec"}
-    async with serving(settings_on(gateway_settings, store_url, worker, {})) as client:
+    async with app_client(settings_on(gateway_settings, store_url, worker, {})) as client:
         assert await listed(client) == {}
 
 
-async def test_an_endpoint_body_declares_adapters_by_the_same_source_rule(gateway, worker, tmp_path):
+async def test_an_endpoint_body_declares_adapters_by_the_same_source_rule(gateway_app, worker, tmp_path):
     """The adapters in the body of POST /admin/endpoints are checked as the admin adapters API checks a source:
     a 422 naming the field; good ones are the endpoint's declared adapters."""
     (tmp_path / "adapter_config.json").write_text("{}")
     for source in ("relative/poet", "s3://", "s3:///prefix"):  # (a missing directory: only for local workers)
         body = {"name": "org/lora", "provisioner": {"kind": "static", "urls": [worker.url]},
                 "adapters": {"poet": source}}
-        reply = await gateway.post("/admin/endpoints", json=body, headers=gateway.admin_headers)
+        reply = await gateway_app.post("/admin/endpoints", json=body, headers=gateway_app.admin_headers)
         error = reply.json()["error"]
         assert reply.status_code == 422 and "`adapters.poet`" in error["message"], reply.text
         assert error["code"] == "invalid_endpoint"
     body = {"name": "org/lora", "provisioner": {"kind": "static", "urls": [worker.url]},
             "adapters": {"poet": str(tmp_path), "verse": "s3://b/verse"}}
-    assert (await gateway.post("/admin/endpoints", json=body, headers=gateway.admin_headers)).status_code == 201
-    assert {a["name"]: a["origin"] for a in await listing(gateway, "/admin/endpoints/org/lora/adapters")} == {
+    assert (await gateway_app.post("/admin/endpoints", json=body, headers=gateway_app.admin_headers)).status_code == 201
+    assert {a["name"]: a["origin"] for a in await listing(gateway_app, "/admin/endpoints/org/lora/adapters")} == {
         "poet": "declared", "verse": "declared"}
-    reply = await gateway.post("/admin/endpoints/org/lora/adapters", json={"name": "extra", "source": "s3://b/x"},
-                               headers=gateway.admin_headers)
+    reply = await gateway_app.post("/admin/endpoints/org/lora/adapters", json={"name": "extra", "source": "s3://b/x"},
+                               headers=gateway_app.admin_headers)
     assert reply.status_code == 201 and reply.json()["origin"] == "registered", reply.text

@@ -13,17 +13,17 @@ import pytest
 
 from gateway.config import Settings
 from gateway.endpoints.spec import parse_endpoint
-from tests.fixtures.servers import free_port
-from tests.gateway.conftest import ADMIN_HEADERS, ADMIN_KEY, new_key, serving
+from testkit.servers import free_port
+from tests.gateway.app_client import ADMIN_HEADERS, ADMIN_KEY, app_client, new_key
 
 MODEL = "remote/asleep"
 
 
 @pytest.fixture
-async def gateway(tmp_path):
-    spec = parse_endpoint({"name": MODEL, "provisioner": {"kind": "static", "urls": [f"http://127.0.0.1:{free_port()}"]},
-                           "max_wait_seconds": 120})
-    async with serving(Settings(data_dir=str(tmp_path), models=[spec], admin_key=ADMIN_KEY)) as client:
+async def app_without_replicas(tmp_path):
+    static = {"kind": "static", "urls": [f"http://127.0.0.1:{free_port()}"]}
+    spec = parse_endpoint({"name": MODEL, "provisioner": static, "max_wait_seconds": 120})
+    async with app_client(Settings(data_dir=str(tmp_path), models=[spec], admin_key=ADMIN_KEY)) as client:
         yield client
 
 
@@ -50,8 +50,8 @@ def scope(headers: dict[str, str], body: bytes) -> dict:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_client_that_leaves_while_waiting_frees_its_place_at_once(gateway, stream):
-    headers = await new_key(gateway, limits={"max_concurrency": 1})
+async def test_a_client_that_leaves_while_waiting_frees_its_place_at_once(app_without_replicas, stream):
+    headers = await new_key(app_without_replicas, limits={"max_concurrency": 1})
     body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2, "stream": stream}).encode()
     left = asyncio.Event()
     sent: list[dict] = []
@@ -66,18 +66,18 @@ async def test_a_client_that_leaves_while_waiting_frees_its_place_at_once(gatewa
     async def send(message):
         sent.append(message)
 
-    call = asyncio.create_task(gateway.app(scope(headers, body), receive, send))
-    await until(lambda: _is(gateway, 1), "the request's wait")
+    call = asyncio.create_task(app_without_replicas.app(scope(headers, body), receive, send))
+    await until(lambda: _is(app_without_replicas, 1), "the request's wait")
     left.set()  # long before the wait's end (120 s) or a stream's first keep-alive (10 s)
-    await until(lambda: _is(gateway, 0), "its leaving the queue")
+    await until(lambda: _is(app_without_replicas, 0), "its leaving the queue")
     await until(lambda: _done(call), "the end of the request")  # polled: the app runs outside the client
     assert not any(m.get("body") for m in sent if m["type"] == "http.response.body")  # nothing was written
     # recorded as cancelled, nothing billed; its concurrency slot is free again: the next request meets the
     # endpoint (503), not the team's limit (429)
-    again = await gateway.post("/v1/completions", headers={**headers, "x-scale-up-timeout": "0"},
+    again = await app_without_replicas.post("/v1/completions", headers={**headers, "x-scale-up-timeout": "0"},
                                json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
     assert again.status_code == 503 and again.json()["error"]["code"] == "scale_up_timeout", again.text
-    records = (await gateway.get("/admin/usage/records?limit=10", headers=ADMIN_HEADERS)).json()["data"]
+    records = (await app_without_replicas.get("/admin/usage/records?limit=10", headers=ADMIN_HEADERS)).json()["data"]
     assert all(r["status"] != "ok" and r["completion_tokens"] == 0 for r in records)
 
 

@@ -1,7 +1,7 @@
 """The ECS provisioner against a real moto server (started here, on a free port).
 
 moto keeps a service's desiredCount but runs no scheduler: its services start no tasks. So the test
-plays ECS's service scheduler and agent (`PlayedEcs`, tests/fixtures/played_ecs.py): it keeps the service's
+plays ECS's service scheduler and agent (`PlayedEcs`, testkit/played_ecs.py): it keeps the service's
 running tasks at the desiredCount through moto's own API (RunTask, StopTask), and for each task it starts a
 real worker process on this machine. A task's address is moto's random private IP in the subnet, which nothing
 here can reach, so the provisioner's documented `resolve` hook maps `ip:port` to the loopback URL of
@@ -28,8 +28,8 @@ from gateway.endpoints.errors import InvalidEndpoint
 from gateway.endpoints.provisioners.ecs import PENDING, PROTECT_MINUTES, EcsProvisioner, EcsProvisionerError
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import EcsProvisioning, parse_endpoint
-from tests.fixtures.local_aws import moto_server
-from tests.fixtures.played_ecs import (
+from testkit.local_aws import moto_server
+from testkit.played_ecs import (
     CLUSTER,
     PORT,
     SERVICE,
@@ -40,9 +40,9 @@ from tests.fixtures.played_ecs import (
     manual_task_states,
     private_ip,
 )
-from tests.fixtures.servers import free_port
-from tests.fixtures.sluice import REPO, pid_alive
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.servers import free_port
+from testkit.sluice import REPO, pid_alive
+from testkit.tiny_model import write_tiny_model
 from tests.gateway.endpoints.helpers import FAST, complete, until
 
 

@@ -20,8 +20,8 @@ from gateway.endpoints.errors import EndpointUnavailable
 from gateway.endpoints.spec import parse_endpoint
 from gateway.errors import WorkerLost
 from gateway.serving.worker_client import WorkerClient
-from tests.fixtures.sluice import pid_alive
-from tests.fixtures.tiny_model import write_tiny_model
+from testkit.sluice import pid_alive
+from testkit.tiny_model import write_tiny_model
 from tests.gateway.endpoints.helpers import FAST, START_S, complete, generate, open_endpoints, until
 
 pytestmark = pytest.mark.slow

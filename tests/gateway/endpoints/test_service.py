@@ -14,9 +14,8 @@ from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, Invalid
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import parse_endpoint
 from gateway.serving.worker_client import WorkerClient
-from tests.fixtures.servers import free_port
+from testkit.servers import free_port
 from tests.gateway.endpoints.helpers import FAST, generate, until
-from tests.gateway.endpoints.stub_worker import StubWorker
 
 TEAM_A = Principal(key_id="key-a", team_id="team-a", user_id=None, is_admin=False)
 TEAM_B = Principal(key_id="key-b", team_id="team-b", user_id=None, is_admin=False)
@@ -29,11 +28,8 @@ def static(*urls: str) -> dict:
 
 
 @pytest.fixture
-async def workers():
-    started = [await StubWorker(f"stub-{i}").start() for i in range(2)]
-    yield started
-    for worker in started:
-        await worker.stop()
+def workers(named_workers):
+    return named_workers[:2]
 
 
 async def opened(database_url: str, tmp_path, declared=()) -> Endpoints:
@@ -130,7 +126,7 @@ async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_pat
         lease = await endpoints.acquire(endpoint, deadline)
         assert lease.cold_start_ms == 0
         events = [e async for e in WorkerClient(endpoints).stream(endpoint, lease, generate(1), deadline)]
-        assert isinstance(events[-1], Done) and events[-1].worker_id == workers[0].name
+        assert isinstance(events[-1], Done) and events[-1].worker_id == workers[0].worker_id
         assert endpoint.pool.replicas[0].in_flight == 0
         states = {s.name: s.state for s in endpoints.states()}
         assert states == {"org/sleepy": "scaled_to_zero", "org/static": "ready"}

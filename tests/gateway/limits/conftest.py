@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
 from gateway.limits import open_limiter
 
-from .manual_clock import ManualClock
-
-START = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
+from .manual_clock import START, ManualClock
 
 
 @pytest.fixture

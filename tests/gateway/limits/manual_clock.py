@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+
+START = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)  # where every limiter test's clock starts
 
 
 class ManualClock:

@@ -11,7 +11,7 @@ import redis as syncredis
 
 from gateway.limits import LimiterUnavailable, LimitScope, open_limiter
 from gateway.limits.redis_limiter import MAX_CONNECTIONS, RedisLimiter
-from tests.fixtures.servers import redis_server
+from testkit.servers import redis_server
 
 CROWD = 5 * MAX_CONNECTIONS
 SCOPES = [LimitScope("key:crowd", rpm=1_000_000, max_concurrency=CROWD)]

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from gateway.limits import LimitExceeded, LimitScope, open_limiter
 
-from .conftest import START
-from .manual_clock import ManualClock
+from .manual_clock import START, ManualClock
 
 W = 60_000_000
 gaps = st.one_of(st.just(0), st.integers(1, 2_000_000), st.integers(1, 40_000_000))

@@ -9,8 +9,8 @@ import json
 import httpx
 import pytest
 
-from tests.fixtures.sluice import MODEL, running_sluice
-from tests.worker.beam.test_parity import reference
+from testkit.sluice import MODEL, running_sluice
+from tests.worker.beam.helpers import beam_reference
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def test_worker_beam_events(server, smol):
     events = [json.loads(line) for line in reply.text.splitlines() if line]
     assert [e["type"] for e in events] == ["accepted", "finish", "finish", "done"]
     ids = smol.tokenizer(PROMPT).input_ids
-    expected, scores = reference(smol.model, ids, dict(params), [smol.tokenizer.eos_token_id])
+    expected, scores = beam_reference(smol.model, ids, dict(params), [smol.tokenizer.eos_token_id])
     finishes = events[1:3]
     assert [f["token_ids"] for f in finishes] == expected
     assert [f["score"] for f in finishes] == pytest.approx(scores, abs=1e-3)
@@ -72,18 +72,18 @@ def test_worker_beam_events(server, smol):
     assert done["compute_tokens"] >= 3 * max(len(s) for s in expected)
 
 
-def gateway(server, body: dict) -> httpx.Response:
+def complete_through_gateway(server, body: dict) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": PROMPT, **body},
                       headers={"Authorization": f"Bearer {server.api_key}"}, timeout=300)
 
 
 def test_gateway_friendli_fields(server, smol):
-    reply = gateway(server, {"num_beams": 3, "n": 2, "max_tokens": 8, "length_penalty": 1.5,
+    reply = complete_through_gateway(server, {"num_beams": 3, "n": 2, "max_tokens": 8, "length_penalty": 1.5,
                              "early_stopping": True})
     assert reply.status_code == 200, reply.text
     body = reply.json()
     ids = smol.tokenizer(PROMPT).input_ids
-    expected, _ = reference(smol.model, ids, dict(num_beams=3, n=2, max_tokens=8, length_penalty=1.5,
+    expected, _ = beam_reference(smol.model, ids, dict(num_beams=3, n=2, max_tokens=8, length_penalty=1.5,
                                                   early_stopping=True), [smol.tokenizer.eos_token_id])
     assert [c["tokens"] for c in body["choices"]] == expected
     assert body["usage"]["completion_tokens"] == sum(len(s) for s in expected)
@@ -96,6 +96,6 @@ def test_gateway_friendli_fields(server, smol):
     ({"num_beams": 2, "n": 3}, "n"),
 ])
 def test_gateway_refuses(server, body, field):
-    reply = gateway(server, {"max_tokens": 4, **body})
+    reply = complete_through_gateway(server, {"max_tokens": 4, **body})
     assert reply.status_code == 400, reply.text  # OpenAI's status for a request it refuses
     assert reply.json()["error"]["param"] == field

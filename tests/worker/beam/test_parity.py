@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-import torch
 
-from tests.worker.beam.helpers import request, run_all
+from tests.worker.beam.helpers import beam_reference, request, run_all
 
 PROMPTS = [
     "The capital of France is",
@@ -62,26 +61,6 @@ def prompt_ids(tokenizer, index: int) -> list[int]:
     return tokenizer(PROMPTS[index % len(PROMPTS)]).input_ids
 
 
-def reference(model, ids: list[int], params: dict, eos: list[int]) -> tuple[list[list[int]], list[float]]:
-    """transformers' beam search: the returned sequences (cut after their end token) and scores."""
-    ends = eos + params.get("stop_token_ids", [])
-    kwargs = dict(num_beams=params["num_beams"], do_sample=False, max_new_tokens=params["max_tokens"],
-                  num_return_sequences=params.get("n", 1), length_penalty=params.get("length_penalty", 1.0),
-                  early_stopping=params.get("early_stopping", False), min_new_tokens=params.get("min_tokens", 0),
-                  no_repeat_ngram_size=params.get("no_repeat_ngram_size", 0),
-                  repetition_penalty=params.get("repetition_penalty", 1.0),
-                  bad_words_ids=params.get("bad_word_tokens"), eos_token_id=ends, pad_token_id=eos[0],
-                  return_dict_in_generate=True, output_scores=True)
-    with torch.inference_mode():
-        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             **kwargs)
-    sequences = []
-    for row in out.sequences[:, len(ids):].tolist():
-        cut = next((i + 1 for i, t in enumerate(row) if t in ends), len(row))
-        sequences.append(row[:cut])
-    return sequences, out.sequences_scores.tolist()
-
-
 def check(collector, expected: tuple[list[list[int]], list[float]], params: dict) -> None:
     sequences, scores = expected
     finishes = sorted(collector.finishes, key=lambda f: f.index)
@@ -102,7 +81,7 @@ def test_alone(beam_engine, smol, name, params):
     index = GRID.index((name, params))
     ids = prompt_ids(smol.tokenizer, index)
     [collector] = run_all(beam_engine, [request(ids, **params)])
-    check(collector, reference(smol.model, ids, params, beam_engine.model_eos), params)
+    check(collector, beam_reference(smol.model, ids, params, beam_engine.model_eos), params)
 
 
 def test_sharing_the_batch(beam_engine, smol):
@@ -118,7 +97,7 @@ def test_sharing_the_batch(beam_engine, smol):
                 request(prompt_ids(tokenizer, 3), max_tokens=6, temperature=1.1, top_k=40, seed=[7])]
     results = run_all(beam_engine, [request(ids, **params) for ids, params in beams] + ordinary)
     for (ids, params), collector in zip(beams, results):
-        check(collector, reference(smol.model, ids, params, beam_engine.model_eos), params)
+        check(collector, beam_reference(smol.model, ids, params, beam_engine.model_eos), params)
     alone = run_all(beam_engine, [request(r.prompt_ids, **msgspec.structs.asdict(r.params)) for r in ordinary])
     for shared, single in zip(results[len(beams):], alone):
         assert [f.token_ids for f in shared.finishes] == [f.token_ids for f in single.finishes]

@@ -1,7 +1,8 @@
-"""Drive a real Engine the way the worker server does: submit, collect the events, wait for the end."""
+"""Drive a real Engine the way the worker server does: start it, submit, collect the events, wait for the end."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 
@@ -73,3 +74,17 @@ def submit(engine, generate: GenerateRequest, strict: bool = False) -> Run:
 
 def generate(engine, prompt=None, **params) -> Run:
     return submit(engine, request(prompt, **params)).wait()
+
+
+@contextlib.contextmanager
+def running_engine(smol, worker_id: str, **config):
+    """A started Engine on the shared weights, stopped on exit."""
+    from common.protocol import ModelConfig
+    from worker.engine.engine import Engine
+
+    running = Engine(smol, ModelConfig(**config), worker_id)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -7,8 +7,7 @@ import time
 import pytest
 import torch
 
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import generate, request, submit
+from tests.worker.engine.runs import generate, request, running_engine, submit
 from worker.engine.prepare import RequestRejected
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "List three colors:",

@@ -8,8 +8,7 @@ from collections import Counter
 import pytest
 
 from common.protocol import Accepted
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import Run, request
+from tests.worker.engine.runs import Run, request, running_engine
 from worker.engine.fair_turns import FairTurns
 from worker.engine.sequence import RequestState
 

@@ -18,9 +18,8 @@ import torch
 
 from common.protocol import Error, ModelConfig
 from tests.worker.beam.tiny import WORDS, tiny_model
-from tests.worker.conftest import running_engine
 from tests.worker.decoding.helpers import spec
-from tests.worker.engine.runs import request, submit
+from tests.worker.engine.runs import request, running_engine, submit
 from worker.decoding import DecodingBatch
 from worker.engine.engine import Engine
 from worker.engine.row_faults import choose_isolating

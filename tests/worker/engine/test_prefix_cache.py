@@ -10,10 +10,11 @@ import torch
 
 from common.protocol import AdapterRef, ModelConfig
 from gateway.config import load_settings
-from tests.worker.beam.test_parity import reference as beam_reference
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import request, submit
-from tests.worker.lora.adapters import greedy, merged, tiny_llama, write_adapter
+from testkit.lora_adapters import write_adapter
+from testkit.tiny_model import tiny_llama
+from tests.worker.beam.helpers import beam_reference
+from tests.worker.engine.runs import request, running_engine, submit
+from tests.worker.lora.adapters import greedy, merged
 from worker.engine.prefix_cache import BLOCK
 
 SYSTEM = ("You are a terse assistant for a bicycle shop. Answer in one sentence, name the part, quote the price "

@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from tests.worker.beam.helpers import request, run_all
-from tests.worker.conftest import running_engine
+from tests.worker.engine.runs import running_engine
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear, quantize_runner
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.worker.conftest import running_engine
+from tests.worker.engine.runs import running_engine
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 
 from common.protocol import Constraint
-from tests.worker.grammar.corpus import REGEXES, SCHEMAS
+from testkit.corpora.grammar import REGEXES, SCHEMAS
 from tests.worker.grammar.helpers import (
     ask,
     check_regex_output,

@@ -9,7 +9,7 @@ import time
 import jsonschema
 
 from common.protocol import Constraint, SamplingParams
-from tests.worker.grammar.corpus import EBNF, EBNF_PATTERN
+from testkit.corpora.grammar import EBNF, EBNF_PATTERN
 from tests.worker.grammar.helpers import (
     ask,
     check_regex_output,

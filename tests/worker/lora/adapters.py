@@ -1,61 +1,19 @@
-"""Random LoRA adapters written by PEFT itself, and PEFT's merged-model `generate()` as the reference."""
+"""PEFT's merged-model `generate()` as the reference for the LoRA tests, and the worker's reading of an adapter
+(the adapters themselves: testkit.lora_adapters)."""
 
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.protocol import AdapterRef
 from tests.worker.engine.runs import request, submit
-from worker.loading import LoadedModel
 from worker.lora.adapter import LoraAdapter, lay_out, model_shape
 from worker.lora.peft_format import read_adapter
-
-ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
-EVERY = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
-
-
-def tiny_llama(tokenizer, seed: int = 0, layers: int = 2) -> LoadedModel:
-    """A random Llama small enough to build in a test, on SmolLM2's tokenizer (real text in and out)."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.pad_token_id = tokenizer.eos_token_id
-    return LoadedModel(model, tokenizer, "tiny-llama", torch.device("cpu"), torch.float32, "none")
-
-
-def write_adapter(base: nn.Module, directory: Path, seed: int, targets: list[str] = EVERY, rank: int = 8,
-                  alpha: float = 16, strength: float = 0.5, **options) -> Path:
-    """A PEFT LoRA adapter with random A and B, saved by PEFT. Each module's update B @ A * scaling gets
-    `strength` times the norm of the weight it adapts: large enough to change the greedy output, not
-    so large that the model only babbles."""
-    torch.manual_seed(seed)
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, init_lora_weights=False, **options)
-    model = get_peft_model(copy.deepcopy(base), config)
-    with torch.no_grad():
-        for module in model.modules():
-            if hasattr(module, "lora_A") and "default" in module.lora_A:
-                down, up = module.lora_A["default"].weight, module.lora_B["default"].weight
-                update = (up @ down) * module.scaling["default"]
-                up.mul_(strength * module.base_layer.weight.float().norm() / update.norm())
-    model.save_pretrained(directory)
-    return directory
-
-
-def edit_config(directory: Path, **changes) -> Path:
-    path = directory / "adapter_config.json"
-    config = json.loads(path.read_text())
-    config.update(changes)
-    path.write_text(json.dumps(config))
-    return directory
 
 
 def laid_out(base: nn.Module, directory: Path) -> LoraAdapter:

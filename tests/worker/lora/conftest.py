@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.worker.lora.adapters import ATTENTION, EVERY, tiny_llama, write_adapter
+from testkit.lora_adapters import ATTENTION, EVERY, write_adapter
+from testkit.tiny_model import tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from common.protocol import AdapterRef
-from tests.worker.beam.test_parity import reference as beam_reference
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import request, submit
+from tests.worker.beam.helpers import beam_reference
+from tests.worker.engine.runs import request, running_engine, submit
 from tests.worker.lora.adapters import laid_out, merged, references, serve_greedy
 from worker.engine.runner import ModelRunner
 

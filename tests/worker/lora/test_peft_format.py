@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.worker.lora.adapters import ATTENTION, EVERY, edit_config, tiny_llama, write_adapter
+from testkit.lora_adapters import ATTENTION, EVERY, edit_config, write_adapter
+from testkit.tiny_model import tiny_llama
 from worker.lora.adapter import model_shape
 from worker.lora.errors import AdapterError
 from worker.lora.peft_format import read_adapter

@@ -12,8 +12,9 @@ import torch
 from peft import PeftModel
 
 from common.protocol import ModelConfig
-from tests.worker.conftest import running_engine
-from tests.worker.lora.adapters import EVERY, greedy, laid_out, merged, serve_greedy, write_adapter
+from testkit.lora_adapters import EVERY, write_adapter
+from tests.worker.engine.runs import running_engine
+from tests.worker.lora.adapters import greedy, laid_out, merged, serve_greedy
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear, quantize_runner
 from worker.loading import load_model

@@ -9,9 +9,9 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from common.protocol import AdapterRef, Done, Error, Finish, GenerateRequest, ModelInfo, SamplingParams, decode_event
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import request, submit
-from tests.worker.lora.adapters import ATTENTION, EVERY, references, serve_greedy, write_adapter
+from testkit.lora_adapters import ATTENTION, EVERY, write_adapter
+from tests.worker.engine.runs import request, running_engine, submit
+from tests.worker.lora.adapters import references, serve_greedy
 from worker.server import create_worker_app
 
 pytestmark = pytest.mark.slow

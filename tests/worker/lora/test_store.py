@@ -13,10 +13,10 @@ import boto3
 import pytest
 
 from common.protocol import Accepted, AdapterRef, Done, Error, ModelConfig
-from tests.fixtures.servers import free_port
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import Run, request
-from tests.worker.lora.adapters import references, write_adapter
+from testkit.lora_adapters import write_adapter
+from testkit.servers import free_port
+from tests.worker.engine.runs import Run, request, running_engine
+from tests.worker.lora.adapters import references
 from worker.engine.engine import Engine
 
 PROMPT = "The capital of France is"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.protocol import ModelInfo
-from tests.worker.conftest import running_engine
+from tests.worker.engine.runs import running_engine
 from tests.worker.tools.helpers import serving
 from worker.server import create_worker_app
 

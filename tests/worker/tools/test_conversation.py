@@ -10,9 +10,9 @@ import json
 import pytest
 
 from common.protocol import Finish, ToolCallDelta
-from tests.worker.conftest import running_engine
-from tests.worker.engine.runs import submit
-from tests.worker.tools.helpers import HERMES_TEMPLATE, HISTORY, TOOLS, chat, check_calls, post_all
+from testkit.corpora.tools import HERMES_TEMPLATE, HISTORY, TOOLS
+from tests.worker.engine.runs import running_engine, submit
+from tests.worker.tools.helpers import chat, check_calls, post_all
 
 pytestmark = pytest.mark.slow
 NAMES = {t.name for t in TOOLS}

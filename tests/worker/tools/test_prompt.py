@@ -9,7 +9,7 @@ import json
 import pytest
 
 from common.protocol import ToolSpec
-from tests.worker.tools.helpers import HERMES_TEMPLATE, HISTORY, TOOLS, WEATHER
+from testkit.corpora.tools import HERMES_TEMPLATE, HISTORY, TOOLS, WEATHER
 from worker.tools.errors import ToolError
 from worker.tools.prompt import DEFAULT_TOOL_PROMPT, SEPARATOR, call_syntax, reads_tools, render_chat
 from worker.tools.syntax import JSON_CALLS, TAGGED_CALLS

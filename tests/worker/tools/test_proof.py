@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.worker.tools.helpers import CHOICES, FLIGHTS, PROMPTS, WEATHER, chat, check_calls, post_all
+from testkit.corpora.tools import CHOICES, FLIGHTS, PROMPTS, WEATHER
+from tests.worker.tools.helpers import chat, check_calls, post_all
 
 pytestmark = pytest.mark.slow
 TOOLS = [WEATHER, FLIGHTS]  # strings with maxLength and enum; patterns and an integer range

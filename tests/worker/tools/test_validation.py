@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from common.protocol import Constraint, FunctionTool, GenerateRequest, SamplingParams, ToolSpec
-from tests.worker.tools.helpers import TIME, TOOLS, WEATHER, chat, post
+from testkit.corpora.tools import TIME, TOOLS, WEATHER
+from tests.worker.tools.helpers import chat, post
 
 
 def tool(name: str = "f", parameters=None) -> FunctionTool:
