@@ -72,6 +72,9 @@ class Executor:
 
     def _prefill(self, prefill: Prefill) -> None:
         state, slot = prefill.state, self.slots.free
+        if state.parked is not None:  # preempted before: its row comes back as it was, nothing to prefill
+            self.slots.resume(state)
+            return
         try:  # this request's own forward and first event: a failure there is its own
             if prefill.count > 0:
                 self._prefill_chunk(state, prefill, slot)
