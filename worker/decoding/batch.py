@@ -59,7 +59,11 @@ class DecodingBatch:
 
     def add(self, spec: RowSpec) -> None:
         """Append a row at the end."""
-        state = RowState(spec)
+        self.add_row(RowState(spec))
+
+    def add_row(self, state: RowState) -> None:
+        """Append a row with the state it already has (a preempted row resuming: its history and
+        generator go on where they were)."""
         self.rows.append(state)
         self.tensors.add(state)
         self._params = None

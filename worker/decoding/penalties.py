@@ -40,12 +40,13 @@ class RowTensors:
         setattr(self, name, torch.cat([current, row]))
 
     def add(self, state: RowState) -> None:
+        """A row joins with what it has seen so far: its prompt, and its output when it resumes."""
         p = state.spec.params
-        prompt = state.spec.prompt_ids
-        self._grow("seen", torch.bool, prompt if p.repetition_penalty != 1.0 else None, add=False)
+        prompt, output = state.spec.prompt_ids, state.history[state.prompt_len:]
+        self._grow("seen", torch.bool, state.history if p.repetition_penalty != 1.0 else None, add=False)
         self._grow("prompt", torch.bool, prompt if p.encoder_repetition_penalty != 1.0 else None, add=False)
         wants_counts = p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
-        self._grow("counts", torch.float32, [] if wants_counts else None, add=True)
+        self._grow("counts", torch.float32, output if wants_counts else None, add=True)
         self.rows += 1
 
     def reorder(self, index: torch.Tensor, params: BatchParams) -> None:

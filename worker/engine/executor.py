@@ -75,6 +75,9 @@ class Executor:
 
     def _prefill(self, prefill: Prefill) -> None:
         state, slot = prefill.state, self.slots.free
+        if state.parked is not None:  # preempted before: its row comes back as it was, nothing to prefill
+            self.slots.resume(state)
+            return
         try:  # this request's own forward and first event: a failure there is its own
             if prefill.reuse is not None:
                 self.prefixes.restore(prefill.reuse, slot)

@@ -57,6 +57,18 @@ class KVCache:
             for layer in store:
                 layer[target, :, :length] = layer[source, :, :length]
 
+    def save(self, slot: int, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """A copy of a slot's first `length` positions, every layer (a preempted row set aside)."""
+        return ([layer[slot, :, :length].clone() for layer in self.keys],
+                [layer[slot, :, :length].clone() for layer in self.values])
+
+    def restore(self, slot: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Write what `save` copied back into `slot` (any slot: the row resumes where it is placed)."""
+        self.ensure(keys[0].shape[1])
+        for store, saved in ((self.keys, keys), (self.values, values)):
+            for layer, positions in zip(store, saved):
+                layer[slot, :, : positions.shape[1]] = positions
+
     def clear(self, slot: int) -> None:
         """Zero a slot. A row that failed may leave NaN there, and the next row placed in it attends over
         the positions past its own length masked: a masked NaN is still NaN (0 x NaN)."""

@@ -1,8 +1,10 @@
 """The scheduler: which requests wait, which join the batch, and what each engine step runs (a `StepPlan`).
 
-A step plans, in order: the waiting queue in tenants' fair turns (fair_turns.py); its head admitted when
-its candidates (`n`, `best_of` or `num_beams`) fit in the rows left free (admission.py steps around
-requests waiting for their LoRA adapter; a request whose deadline passed while it waited is dropped);
+A step plans, in order: the waiting queue in tenants' fair turns (fair_turns.py); when the head's tenant
+runs no rows and the batch is full, rows of the most-served tenant parked to make room (preemption.py);
+the head admitted when its candidates (`n`, `best_of` or `num_beams`) fit in the rows left free (admission.py
+steps around requests waiting for their LoRA adapter; a request whose deadline passed while it waited is
+dropped; a parked request resumes in a zero-token "prefill");
 admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt tokens per step, so a long
 prompt takes several steps (chunked prefill) while the running rows decode between its chunks; then one
 decode step for the running rows, all of them or only the ordinary ones while beam rows sit the step out
@@ -15,6 +17,7 @@ admission, the executor copies it into the slot; those tokens cost no prefill bu
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter, deque
@@ -24,6 +27,7 @@ from common.protocol import Error, ModelConfig
 from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.fair_turns import FairTurns, tenant_of
+from worker.engine.preemption import choose_victims
 from worker.engine.prefix_cache import PrefixCache, PrefixHit
 from worker.engine.prepare_errors import RequestRejected
 from worker.engine.sequence import RequestState
@@ -68,6 +72,8 @@ class Scheduler:
         self.turns = FairTurns()
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
         self.waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
+        self.preemptions = 0  # requests parked so far
+        self._admissions = itertools.count(1)
         self._queued = 0  # submitted and not yet admitted: max_queue bounds it
         self._queued_lock = threading.Lock()
 
@@ -104,6 +110,9 @@ class Scheduler:
         if state in self.waiting:
             self.waiting.remove(state)
             self._dequeued()
+        if state.parked is not None:  # its row is outside the batch: it ends there
+            state.parked.sequence.finish = "cancelled"
+            state.parked = None
         if self.prefilling is state:
             self.prefilling = None
         for row in self.slots.rows:
@@ -116,6 +125,8 @@ class Scheduler:
         plan = StepPlan()
         if self.prefilling is not None and self.prefilling.done:  # its prefill failed
             self.prefilling = None
+        if self.prefilling is None and self.waiting:  # no partial prompt sits in the free slot
+            self._make_room(plan)
         starting: list[RequestState] = []  # their prefill completes in this step and their rows join
         budget = self.token_budget
         while budget > 0:
@@ -126,7 +137,8 @@ class Scheduler:
                     break
                 if state.done:  # dropped
                     continue
-                self.prefilling, reuse = state, self.prefixes.lookup(state)  # reused blocks cost no budget
+                # reused blocks cost no budget; a parked request resumes with its own cache, reads none
+                self.prefilling, reuse = state, None if state.parked is not None else self.prefixes.lookup(state)
             state = self.prefilling
             start = state.prefilled if reuse is None else reuse.tokens
             target = len(state.prepared.prompt_ids) - 1  # the last prompt token is fed by the first decode step
@@ -163,24 +175,44 @@ class Scheduler:
         self.prefilling = None
         return [state for state in started if not state.done]
 
-    def _admit(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
-        """The next request to prefill, taken from the queue (done when it was dropped), or None."""
+    def _head(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
+        """The waiting request that starts next if it fits (fair turns, then admission.py), or None."""
         self._take_turns(starting)
         in_use = {s.adapter.key for s in [row.request for row in self.slots.rows] + starting if s.adapter is not None}
         state = next_admissible(self.waiting, self.adapters, in_use, lambda s, error: self._refuse(s, error, plan))
         self.waiting_for_adapters = state is None and bool(self.waiting)
+        return state
+
+    def _make_room(self, plan: StepPlan) -> None:
+        """Park rows for a head whose tenant runs nothing (preemption.py); they wait at the queue's front."""
+        head = self._head([], plan)
+        if head is None:
+            return
+        parked_rows = sum(state.parked is not None for state in self.waiting)
+        for victim in choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
+            self.slots.park(victim)
+            self.waiting.appendleft(victim)  # newest first, so the oldest ends up in front
+            with self._queued_lock:  # back in the queue; not refused when the queue is full
+                self._queued += 1
+            self.preemptions += 1
+
+    def _admit(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
+        """The next request to prefill, taken from the queue (done when it was dropped), or None."""
+        state = self._head(starting, plan)
         running = len(self.slots.rows) + sum(s.prepared.candidates for s in starting)
         if state is None or running + state.prepared.candidates > self.max_rows:
             return None
         self.waiting.remove(state)
         self._dequeued()
         self.turns.started(state)
+        state.admitted = next(self._admissions)
         deadline = state.prepared.request.deadline_unix
         if deadline is not None and time.time() > deadline:
             self._drop(state, Error(kind="timeout", message="the request's deadline passed before it could start"),
                        plan)
             return state
-        state.queue_s = time.perf_counter() - state.submitted
+        if state.parked is None:  # a resumed request keeps its first wait
+            state.queue_s = time.perf_counter() - state.submitted
         return state
 
     def _take_turns(self, starting: list[RequestState]) -> None:

@@ -8,9 +8,24 @@ slot past the last row is where the next prompt is prefilled.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
 from worker.decoding.batch import DecodingBatch, RowSpec
+from worker.decoding.rows import RowState
 from worker.engine.kv_cache import KVCache
 from worker.engine.sequence import RequestState, Sequence
+
+
+@dataclass
+class Parked:
+    """A preempted request's row set aside whole: its sequence, its decoding state (history, seeded
+    generator, n-grams, grammar) and its cache positions, so it resumes exactly where it stopped."""
+    sequence: Sequence
+    row: RowState
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
 
 
 class Slots:
@@ -46,6 +61,28 @@ class Slots:
         """Finished rows leave and are returned; later rows fill their slots so 0..B-1 stay dense, ordinary rows
         first, and the prompt being prefilled past them (`prefilling`) moves down along with them."""
         gone = [i for i, row in enumerate(self.rows) if row.finish]
+        return self._remove(gone, prefilling)
+
+    def park(self, state: RequestState) -> None:
+        """A one-row request leaves the batch unfinished (preempted; no prompt is being prefilled): its
+        row and cache positions are kept on `state.parked` until `resume`."""
+        slot = next(i for i, row in enumerate(self.rows) if row.request is state)
+        row = self.rows[slot]
+        keys, values = self.cache.save(slot, row.length)
+        state.parked = Parked(row, self.batch.rows[slot], keys, values)
+        self._remove([slot], None)
+
+    def resume(self, state: RequestState) -> None:
+        """A parked request's row joins behind the others, in the free slot, as it was when parked."""
+        parked, first = state.parked, self.free
+        self.cache.restore(first, parked.keys, parked.values)
+        ordinary = self.ordinary()
+        self.rows.append(parked.sequence)
+        self.batch.add_row(parked.row)
+        self._swap(joining_swaps(ordinary, first, len(self.rows)))
+        state.parked = None
+
+    def _remove(self, gone: list[int], prefilling: RequestState | None) -> list[Sequence]:
         if not gone:
             return []
         gone_set = set(gone)

@@ -10,7 +10,7 @@ import torch
 
 from common.protocol import Accepted, Error, ModelConfig
 from tests.worker.beam.tiny import tiny_model
-from tests.worker.engine.runs import request
+from tests.worker.engine.runs import request, submit
 from worker.engine.engine import Engine
 from worker.engine.outputs import StepEvents
 from worker.engine.scheduler import Prefill
@@ -102,3 +102,32 @@ def test_a_request_waits_until_its_candidates_fit_and_is_never_overtaken(engine)
     plan = engine.scheduler.schedule()
     assert plan.prefills == [Prefill(wide, 0, 9, True)]  # 4 rows run; b's 3 do not fit and c waits behind b
     assert list(engine.scheduler.waiting) == [wider, behind]
+
+
+@pytest.mark.parametrize("params", [{"temperature": 0.0},
+                                    {"temperature": 1.0, "seed": [4], "repetition_penalty": 1.2, "ignore_eos": True}])
+def test_a_chunked_prompt_gives_what_the_whole_prompt_gives(tmp_path, params):
+    """Prefilled three tokens a step beside a running request, or whole: the same prompt logprobs and tokens
+    (and, greedy, transformers generate()'s)."""
+    prompt = [1, *([2, 3, 5, 6, 7, 4] * 5)]
+    outputs = []
+    for budget in (3, 64):
+        config = ModelConfig(name="tiny", max_batch_size=2, max_context=64, max_batched_tokens=budget,
+                             decode_threads=1)
+        engine = Engine(tiny_model(), config, "chunks", tmp_path, compile_later=True)
+        engine.start()
+        try:
+            beside = submit(engine, request(prompt_ids=[1, 2], max_tokens=40, ignore_eos=True, temperature=0.0))
+            run = submit(engine, request(prompt_ids=prompt, max_tokens=10, prompt_logprobs=True, **params),
+                         strict=True).wait()
+            beside.wait()
+        finally:
+            engine.stop()
+        outputs.append((run.finishes[0].token_ids, [t.logprob or 0.0 for t in run.accepted.prompt_details]))
+    (chunked, chunked_logprobs), (whole, whole_logprobs) = outputs
+    assert chunked == whole
+    assert chunked_logprobs == pytest.approx(whole_logprobs, abs=1e-5) and len(whole_logprobs) == len(prompt)
+    if params["temperature"] == 0.0:
+        model = tiny_model().model
+        expected = model.generate(torch.tensor([prompt]), max_new_tokens=10, do_sample=False)[0, len(prompt):]
+        assert whole == expected.tolist()

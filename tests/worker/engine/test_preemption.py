@@ -1,0 +1,172 @@
+"""Preemption for fairness (worker/engine/preemption.py): a tenant with nothing running takes a row from the
+most-served tenant when the batch is full, and the parked request resumes exactly: its tokens equal those of
+the same request never parked (transformers generate() for greedy, the same engine alone for seeded sampling).
+Real Engines on a tiny random Llama, stepped by hand so the preemption happens at a known step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from common.protocol import Finish, Token
+from tests.worker.beam.tiny import tiny_model
+from tests.worker.engine.runs import request, submit
+from worker.engine.engine import Engine
+from worker.engine.preemption import choose_victims
+from worker.engine.sequence import RequestState
+
+PROMPTS = [[1, 2, 3, 4, 5], [1, 5, 6, 7, 2, 3], [1, 7, 7, 2]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=5, sharpness=1.0)  # flat enough that sampling varies, peaked enough for greedy
+
+
+def engine_of(model, tmp_path, rows: int) -> Engine:
+    from common.protocol import ModelConfig
+
+    config = ModelConfig(name="tiny", max_batch_size=rows, max_context=64, decode_threads=1)
+    return Engine(model, config, "preempt", tmp_path, compile_later=True)
+
+
+def steps_until_done(engine: Engine, runs: list, limit: int = 200) -> None:
+    with torch.inference_mode():
+        for _ in range(limit):
+            if all(run.ended.is_set() for run in runs):
+                return
+            engine._take_inbox(block=False)
+            engine.step()
+    raise AssertionError("the requests did not finish")
+
+
+def step(engine: Engine, count: int) -> None:
+    with torch.inference_mode():
+        for _ in range(count):
+            engine._take_inbox(block=False)
+            engine.step()
+
+
+def hostile_then_quiet(engine: Engine, params: dict) -> tuple[list, object]:
+    """Tenant h fills both rows with long requests; after three steps tenant q asks for two tokens."""
+    hostile = [submit(engine, request(prompt_ids=p, max_tokens=12, ignore_eos=True, tenant="h", **params), strict=True)
+               for p in PROMPTS[:2]]
+    step(engine, 3)
+    quiet = submit(engine, request(prompt_ids=PROMPTS[2], max_tokens=2, ignore_eos=True, tenant="q", **params),
+                   strict=True)
+    return hostile, quiet
+
+
+def test_a_quiet_tenant_takes_a_row_at_once_and_greedy_output_equals_generate(model, tmp_path):
+    engine = engine_of(model, tmp_path, rows=2)
+    hostile, quiet = hostile_then_quiet(engine, {"temperature": 0.0})
+    step(engine, 1)
+    assert engine.scheduler.preemptions == 1
+    assert sorted(row.request.prepared.request.tenant for row in engine.rows) == ["h", "q"]
+    # the newest hostile request was parked mid-way and waits at the front; the quiet one decoded at once
+    parked = engine.scheduler.waiting[0]
+    assert parked.request_id == hostile[1].request_id and parked.parked is not None
+    assert len(quiet.tokens()) == 1 and 0 < len(parked.sequences[0].output_ids) < 12
+    steps_until_done(engine, [*hostile, quiet])
+    assert engine.scheduler.preemptions == 1  # the parked request resumed; nothing parked back
+    for run, prompt in zip([*hostile, quiet], PROMPTS):
+        length = len(run.finishes[0].token_ids)
+        expected = model.model.generate(torch.tensor([prompt]), max_new_tokens=length, min_new_tokens=length,
+                                        do_sample=False)[0, len(prompt):].tolist()
+        assert run.finishes[0].token_ids == expected
+        assert [t.token_id for t in run.tokens()] == expected  # streamed once each, none repeated or lost
+
+
+@pytest.mark.parametrize("params", [
+    {"temperature": 1.0, "seed": [7]},
+    {"temperature": 0.9, "top_p": 0.9, "seed": [3], "repetition_penalty": 1.3, "presence_penalty": 0.5,
+     "frequency_penalty": 0.3, "no_repeat_ngram_size": 3},
+])
+def test_seeded_sampling_resumes_exactly(model, tmp_path, params):
+    engine = engine_of(model, tmp_path, rows=2)
+    hostile, quiet = hostile_then_quiet(engine, params)
+    steps_until_done(engine, [*hostile, quiet])
+    assert engine.scheduler.preemptions == 1
+    alone = engine_of(model, tmp_path, rows=2)  # the same requests one at a time: never parked
+    for run, prompt in zip([*hostile, quiet], PROMPTS):
+        reference = submit(alone, request(prompt_ids=prompt, max_tokens=len(run.finishes[0].token_ids),
+                                          ignore_eos=True, **params))
+        steps_until_done(alone, [reference])
+        assert run.finishes[0].token_ids == reference.finishes[0].token_ids
+        assert run.finishes[0].cumulative_logprob == pytest.approx(reference.finishes[0].cumulative_logprob)
+
+
+def test_cancelling_a_parked_request_ends_it_with_its_usage_so_far(model, tmp_path):
+    engine = engine_of(model, tmp_path, rows=2)
+    hostile, quiet = hostile_then_quiet(engine, {"temperature": 0.0})
+    step(engine, 1)
+    parked = engine.scheduler.waiting[0]
+    engine.cancel(parked.request_id)
+    steps_until_done(engine, [*hostile, quiet])
+    tokens = [t.token_id for t in hostile[1].tokens()]
+    assert tokens == parked.sequences[0].output_ids and hostile[1].done.completion_tokens == len(tokens) > 0
+    assert hostile[0].finishes[0].reason == "length" and len(quiet.finishes[0].token_ids) == 2
+    assert engine.scheduler.queued == 0 and not engine.scheduler.waiting
+
+
+def waiting_state(engine: Engine, tenant: str, **params) -> RequestState:
+    return RequestState(engine.prepare(request(prompt_ids=PROMPTS[0], max_tokens=8, tenant=tenant, **params)),
+                        lambda events: None)
+
+
+def test_who_may_be_parked(model, tmp_path):
+    engine = engine_of(model, tmp_path, rows=4)
+    runs = [submit(engine, request(prompt_ids=PROMPTS[0], max_tokens=30, ignore_eos=True, tenant=t, **extra))
+            for t, extra in (("h", {}), ("h", {}), ("h", {}), ("b", {}))]
+    step(engine, 2)
+    rows = engine.rows
+    assert len(rows) == 4 and not engine.scheduler.waiting
+    newest_h = max((row.request for row in rows if row.request.prepared.request.tenant == "h"),
+                   key=lambda state: state.admitted)
+    # a tenant running nothing takes h's newest row (h runs the most); never b's only row
+    assert choose_victims(waiting_state(engine, "q"), rows, 4, 0) == [newest_h]
+    # two rows: h keeps one of its three, fewer than the newcomer's two: nobody is parked
+    assert choose_victims(waiting_state(engine, "q", n=2, temperature=1.0), rows, 4, 0) == []
+    # a tenant already running rows waits its turn; so does anyone once max_rows rows are parked
+    assert choose_victims(waiting_state(engine, "b"), rows, 4, 0) == []
+    assert choose_victims(waiting_state(engine, "q"), rows, 4, 4) == []
+    for run in runs:
+        engine.cancel(run.request_id)
+    step(engine, 1)
+
+
+def test_beam_and_multi_candidate_requests_are_never_parked(model, tmp_path):
+    engine = engine_of(model, tmp_path, rows=4)
+    submit(engine, request(prompt_ids=PROMPTS[0], max_tokens=20, num_beams=2, tenant="h"))
+    submit(engine, request(prompt_ids=PROMPTS[1], max_tokens=20, n=2, temperature=1.0, ignore_eos=True, tenant="h"))
+    step(engine, 2)
+    assert len(engine.rows) == 4
+    assert choose_victims(waiting_state(engine, "q"), engine.rows, 4, 0) == []
+
+
+def test_finish_events_once(model, tmp_path):
+    engine = engine_of(model, tmp_path, rows=2)
+    hostile, quiet = hostile_then_quiet(engine, {"temperature": 0.0})
+    steps_until_done(engine, [*hostile, quiet])
+    for run in [*hostile, quiet]:
+        assert len(run.of(Finish)) == 1 and len(run.of(Token)) == len(run.finishes[0].token_ids)
+
+
+def test_a_parked_request_with_a_cached_prompt_resumes_from_its_own_cache(model, tmp_path):
+    """Prompts of several prefix-cache blocks: once prefilled they are in the prefix cache, and the parked one
+    must come back with its own saved positions (not re-read from the cache) and still equal generate()."""
+    engine = engine_of(model, tmp_path, rows=2)
+    prompts = [[1] + [(i * 3 + k) % 7 + 1 for i in range(39)] for k in range(3)]
+    hostile = [submit(engine, request(prompt_ids=p, max_tokens=10, ignore_eos=True, tenant="h", temperature=0.0),
+                      strict=True) for p in prompts[:2]]
+    step(engine, 3)
+    quiet = submit(engine, request(prompt_ids=prompts[2], max_tokens=2, ignore_eos=True, tenant="q",
+                                   temperature=0.0), strict=True)
+    steps_until_done(engine, [*hostile, quiet])
+    assert engine.scheduler.preemptions == 1
+    for run, prompt in zip([*hostile, quiet], prompts):
+        length = len(run.finishes[0].token_ids)
+        expected = model.model.generate(torch.tensor([prompt]), max_new_tokens=length, min_new_tokens=length,
+                                        do_sample=False)[0, len(prompt):].tolist()
+        assert run.finishes[0].token_ids == expected
+        assert [t.token_id for t in run.tokens()] == expected
