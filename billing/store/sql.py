@@ -70,3 +70,10 @@ class Params:
     def __call__(self, value) -> str:
         self.values.append(value)
         return self.dialect.mark(len(self.values))
+
+
+def claim_alert_sql(dialect: SqlDialect) -> str:
+    """Insert-once of a sent budget alert: a row back when this store recorded it, none when another had."""
+    marks = ", ".join(dialect.mark(n) for n in range(1, 5))
+    return (f"INSERT INTO budget_alerts (scope, period, threshold, sent_at) VALUES ({marks}) "
+            "ON CONFLICT DO NOTHING RETURNING threshold")

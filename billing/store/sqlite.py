@@ -7,7 +7,7 @@ from __future__ import annotations
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.sql import SqliteDialect
+from billing.store.sql import SqliteDialect, claim_alert_sql
 from storage import Database, Executor
 
 # no conflict target: a replayed entry collides with the primary key and the request_id index alike
@@ -36,10 +36,7 @@ class SqliteStore:
         """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
         recorded it first (insert-once on the table's primary key)."""
         async with self._db.transaction(exclusive=False) as tx:
-            row = await tx.fetchone("INSERT INTO budget_alerts (scope, period, threshold, sent_at) "
-                                    "VALUES (?, ?, ?, ?) "
-                                    "ON CONFLICT DO NOTHING RETURNING threshold",
-                                    (scope, period, threshold, at))
+            row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
         return row is not None
 
     async def fetch(self, sql: str, params: list) -> list[tuple]:
