@@ -36,6 +36,8 @@ max_replicas = 1
     gateway = start_sluice(tmp_path / "gateway", config=config, env=AWS_ENV, wait=False)
     try:
         until(lambda: desired_count(ecs) == 1, WAIT_S, "the gateway asking ECS for its one task")
+        # the endpoint scales while the lifespan still opens: a SIGTERM before it is done is uvicorn's plain exit
+        until(lambda: "gateway listening on" in gateway.output, WAIT_S, "the gateway's start-up")
         assert gateway.stop(signal.SIGTERM, timeout=WAIT_S) == 0
     finally:
         gateway.stop(signal.SIGKILL)

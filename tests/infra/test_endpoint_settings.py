@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from gateway.config import load_settings
+from testkit.local_aws import moto_server
 from tests.infra.terraform import Terraform
 
 RUN = '''
@@ -29,13 +30,16 @@ run "render" {
 def rendered_config(terraform: Terraform) -> str:
     platform = terraform.root / "modules" / "platform"
     suite = (platform / "tests" / "platform.tftest.hcl").read_text()
-    shared = re.search(r"^mock_provider.*?^}\n", suite, re.DOTALL | re.MULTILINE).group(0) + \
-        re.search(r"^variables \{.*?^}\n", suite, re.DOTALL | re.MULTILINE).group(0)
+    # the suite's mock provider, its real provider for the ephemeral passwords (served by moto) and variables
+    shared = "".join(re.search(pattern, suite, re.DOTALL | re.MULTILINE).group(0)
+                     for pattern in (r"^mock_provider.*?^}\n", r'^provider "aws" \{.*?^}\n', r"^variables \{.*?^}\n"))
     probe = platform / "tests" / "render_probe.tftest.hcl"
     probe.write_text(shared + RUN)
     try:
         terraform.init("modules/platform")
-        done = terraform.run("modules/platform", "test", "-verbose", f"-filter=tests/{probe.name}", timeout=900)
+        with moto_server() as secrets_manager:
+            done = terraform.run("modules/platform", "test", "-verbose", f"-filter=tests/{probe.name}", timeout=900,
+                                 env={"AWS_ENDPOINT_URL_SECRETS_MANAGER": secrets_manager})
     finally:
         probe.unlink()
     block = re.search(r"gateway_config_toml\s+= <<-EOT\n(.*?)\n\s*EOT\n", done.stdout, re.DOTALL)
