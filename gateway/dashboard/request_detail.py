@@ -57,6 +57,19 @@ def _page(session: Session, scope: DashboardScope, tz: str, *, typed: str = "", 
         "e": entry.flat() if entry is not None else None, "labels": labels or {}})
 
 
+async def _found_or_page(ledger: Ledger, session: Session, scope: DashboardScope, tz: str,
+                         typed: str) -> LedgerEntry | Template:
+    """The team's record of the id typed, or the page that says why there is none (400 malformed, 404)."""
+    try:
+        request_id = read_request_id(typed)
+    except UsageParamError as exc:
+        return _page(session, scope, tz, typed=typed[:MAX_ID + 1], problem=exc.message, status=400)
+    found = await find(ledger, scope.team.id, request_id)
+    if found is None:
+        return _page(session, scope, tz, typed=request_id, problem=NOT_FOUND, status=404)
+    return found
+
+
 def _tz(request: Request) -> str:
     try:
         return parse_tz(request.query_params)
@@ -71,13 +84,9 @@ async def search(request: Request, sessions: SessionStore, auth: AuthService, le
     raw = request.query_params.get("id")
     if raw is None:
         return _page(session, scope, tz)
-    try:
-        request_id = read_request_id(raw)
-    except UsageParamError as exc:
-        return _page(session, scope, tz, typed=raw[:MAX_ID + 1], problem=exc.message, status=400)
-    found = await find(ledger, scope.team.id, request_id)
-    if found is None:
-        return _page(session, scope, tz, typed=request_id, problem=NOT_FOUND, status=404)
+    found = await _found_or_page(ledger, session, scope, tz, raw)
+    if isinstance(found, Template):
+        return found
     zone = f"&tz={quote(tz)}" if tz != "UTC" else ""
     return Redirect(f"{BASE}/requests/{quote(found.usage.request_id)}?team_id={quote(scope.team.id)}{zone}",
                     status_code=303)
@@ -88,13 +97,9 @@ async def detail(request: Request, sessions: SessionStore, auth: AuthService, le
                  request_id: str) -> Response:
     session, scope = await signed_in_scope(request, sessions, auth)
     tz = _tz(request)
-    try:
-        request_id = read_request_id(request_id)
-    except UsageParamError as exc:
-        return _page(session, scope, tz, typed=request_id[:MAX_ID + 1], problem=exc.message, status=400)
-    found = await find(ledger, scope.team.id, request_id)
-    if found is None:
-        return _page(session, scope, tz, typed=request_id, problem=NOT_FOUND, status=404)
+    found = await _found_or_page(ledger, session, scope, tz, request_id)
+    if isinstance(found, Template):
+        return found
     usage = found.usage
     labels = await auth.directory.names([usage.key_id], [usage.user_id] if usage.user_id else [])
     return _page(session, scope, tz, typed=usage.request_id, entry=found, labels=labels)
