@@ -57,17 +57,19 @@ class KVCache:
             for layer in store:
                 layer[target, :, :length] = layer[source, :, :length]
 
-    def save(self, slot: int, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """A copy of a slot's first `length` positions, every layer (a preempted row set aside)."""
-        return ([layer[slot, :, :length].clone() for layer in self.keys],
-                [layer[slot, :, :length].clone() for layer in self.values])
+    def copy_out(self, slot: int, start: int, end: int) -> torch.Tensor:
+        """Positions start..end-1 of a slot, every layer, as one new tensor
+        [layers, 2 (keys, values), kv_heads, positions, head_dim]: a preempted row set aside, prefix blocks."""
+        return torch.stack([torch.stack((keys[slot, :, start:end], values[slot, :, start:end]))
+                            for keys, values in zip(self.keys, self.values)])
 
-    def restore(self, slot: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        """Write what `save` copied back into `slot` (any slot: the row resumes where it is placed)."""
-        self.ensure(keys[0].shape[1])
-        for store, saved in ((self.keys, keys), (self.values, values)):
-            for layer, positions in zip(store, saved):
-                layer[slot, :, : positions.shape[1]] = positions
+    def copy_in(self, slot: int, kv: torch.Tensor) -> None:
+        """Write what `copy_out` gave into positions 0.. of `slot` (any slot: a row resumes where it is placed)."""
+        length = kv.shape[3]
+        self.ensure(length)
+        for layer, (keys, values) in enumerate(zip(self.keys, self.values)):
+            keys[slot, :, :length] = kv[layer, 0]
+            values[slot, :, :length] = kv[layer, 1]
 
     def clear(self, slot: int) -> None:
         """Zero a slot. A row that failed may leave NaN there, and the next row placed in it attends over

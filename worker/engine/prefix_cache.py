@@ -52,7 +52,7 @@ class Block:
     key: tuple  # (parent's id, this block's token ids)
     id: int
     parent: Block | _Root
-    kv: torch.Tensor  # [layers, 2 (keys, values), kv_heads, BLOCK, head_dim]
+    kv: torch.Tensor  # [layers, 2 (keys, values), kv_heads, BLOCK, head_dim], as KVCache.copy_out gives
     children: int = 0
 
 
@@ -112,12 +112,9 @@ class PrefixCache:
 
     def restore(self, hit: PrefixHit, slot: int) -> None:
         """Copy the hit's blocks into positions 0..hit.tokens-1 of `slot`."""
-        self.cache.ensure(hit.tokens)
         # one concatenation, then one copy per layer and tensor: ~60 copies, not one per block and layer
-        kv = torch.cat([block.kv for block in hit.blocks], dim=3) if len(hit.blocks) > 1 else hit.blocks[0].kv
-        for layer, (keys, values) in enumerate(zip(self.cache.keys, self.cache.values)):
-            keys[slot, :, :hit.tokens] = kv[layer, 0]
-            values[slot, :, :hit.tokens] = kv[layer, 1]
+        self.cache.copy_in(slot, torch.cat([block.kv for block in hit.blocks], dim=3) if len(hit.blocks) > 1
+                           else hit.blocks[0].kv)
 
     def store(self, state: RequestState, slot: int) -> None:
         """Keep the whole blocks of the prompt prefilled in `slot` (positions 0..state.prefilled-1), those
@@ -170,9 +167,7 @@ class PrefixCache:
         """`count` blocks of `slot` from position `start`, each its own tensor (evicting one frees it)."""
         if count == 0:
             return []
-        end = start + count * BLOCK
-        span = torch.stack([torch.stack((keys[slot, :, start:end], values[slot, :, start:end]))
-                            for keys, values in zip(self.cache.keys, self.cache.values)])
+        span = self.cache.copy_out(slot, start, start + count * BLOCK)
         return [part.clone() for part in span.split(BLOCK, dim=3)]
 
     def _touch(self, chain: list[Block]) -> None:

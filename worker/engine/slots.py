@@ -24,8 +24,7 @@ class Parked:
     generator, n-grams, grammar) and its cache positions, so it resumes exactly where it stopped."""
     sequence: Sequence
     row: RowState
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
+    kv: torch.Tensor  # KVCache.copy_out of its slot
 
 
 class Slots:
@@ -68,14 +67,13 @@ class Slots:
         row and cache positions are kept on `state.parked` until `resume`."""
         slot = next(i for i, row in enumerate(self.rows) if row.request is state)
         row = self.rows[slot]
-        keys, values = self.cache.save(slot, row.length)
-        state.parked = Parked(row, self.batch.rows[slot], keys, values)
+        state.parked = Parked(row, self.batch.rows[slot], self.cache.copy_out(slot, 0, row.length))
         self._remove([slot], None)
 
     def resume(self, state: RequestState) -> None:
         """A parked request's row joins behind the others, in the free slot, as it was when parked."""
         parked, first = state.parked, self.free
-        self.cache.restore(first, parked.keys, parked.values)
+        self.cache.copy_in(first, parked.kv)
         ordinary = self.ordinary()
         self.rows.append(parked.sequence)
         self.batch.add_row(parked.row)
