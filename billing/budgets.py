@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from billing.filters import Filters, Selection
+from billing.insights.month import month_bounds
 from billing.insights.sources import Source, fetch_parts, for_totals
 from billing.store.base import UsageStore
 from billing.store.sql import Params
@@ -34,9 +35,7 @@ def period_window(period: Period, now: float) -> Window:
     if period == "day":
         first = datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
         return Window(first.strftime("%Y-%m-%d"), first.timestamp(), (first + timedelta(days=1)).timestamp())
-    first = datetime(moment.year, moment.month, 1, tzinfo=UTC)
-    following = datetime(moment.year + moment.month // 12, moment.month % 12 + 1, 1, tzinfo=UTC)
-    return Window(first.strftime("%Y-%m"), first.timestamp(), following.timestamp())
+    return Window(*month_bounds(now))
 
 
 def reached(spent_micros: int, amount_micros: int) -> list[int]:

@@ -55,10 +55,10 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def webhook_allowed(url: str, settings: BudgetAlertSettings) -> bool:
-    """https, or plain http where the operator allowed it."""
+def webhook_allowed(url: str, allow_http: bool) -> bool:
+    """https, or plain http where the operator allowed it (`budget_alerts.allow_http_webhooks`)."""
     scheme = urlsplit(url).scheme
-    return scheme == "https" or (scheme == "http" and settings.allow_http_webhooks)
+    return scheme == "https" or (scheme == "http" and allow_http)
 
 
 class AlertSender:
@@ -91,7 +91,7 @@ class AlertSender:
                 pause *= 2
 
     async def _post(self, alert: Alert, url: str) -> None:
-        if not webhook_allowed(url, self.settings):
+        if not webhook_allowed(url, self.settings.allow_http_webhooks):
             raise ValueError("plain http webhooks are not allowed (budget_alerts.allow_http_webhooks)")
         body = msgspec.json.encode(alert)
         headers = {"content-type": "application/json", "user-agent": "sluice-budget-alerts"}
