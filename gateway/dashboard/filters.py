@@ -111,6 +111,15 @@ def _params(query) -> list[tuple[str, str]]:
     return [(k, v) for k, v in query.multi_items() if k in VIEW_PARAMS and v]
 
 
+def zone_or_utc(query) -> tuple[str, str | None]:
+    """The view's zone (the bar's links carry it) for a page that shows times but no window of usage; UTC, and
+    why, when the zone is refused."""
+    try:
+        return parse_tz(query), None
+    except UsageParamError as exc:
+        return "UTC", exc.message
+
+
 def read_view_or_problem(query, team_id: str | None, now: datetime | None = None) -> View:
     """The view; or, when a parameter is refused, the default window with the values as typed and the
     refusal, so the page can say at the field what is wrong instead of answering a bare error."""

@@ -95,9 +95,8 @@ def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
 
 
 async def _rows(auth: AuthService, ledger: Ledger, scope: DashboardScope, listed: list[ListedKey],
-                view: View) -> list[KeyRow]:
+                view: View, tz: str) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
-    tz = view.tz if view.problem is None else "UTC"
     window = view.selection
     report = await usage_report(ledger.store, UsageQuery(window.start, window.end, window.team_id, "key"))
     used = {row.key: row for row in report.rows}
@@ -130,9 +129,10 @@ async def _page(request: Request, auth: AuthService, ledger: Ledger, session: Se
     view = read_view_or_problem(request.query_params, keys_of)
     if view.problem is not None and status == 200:
         status = view.problem.status
+    tz = view.tz if view.problem is None else "UTC"
     return Template("keys.html.j2", status_code=status, context={
-        "session": session, "scope": scope, "rows": await _rows(auth, ledger, scope, listed.data, view),
-        "keys_of": keys_of, "tz": view.tz if view.problem is None else "UTC", "view": view, "ranges": RANGES,
+        "session": session, "scope": scope, "rows": await _rows(auth, ledger, scope, listed.data, view, tz),
+        "keys_of": keys_of, "tz": tz, "view": view, "ranges": RANGES,
         "next_cursor": listed.next_cursor, "created": created, "page": "keys"})
 
 

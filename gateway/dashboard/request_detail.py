@@ -19,10 +19,11 @@ from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from billing.insights.requests import one
 from billing.ledger import Ledger
-from billing.params import UsageParamError, parse_tz
+from billing.params import UsageParamError
 from billing.records import LedgerEntry
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.access import BASE, signed_in_scope
+from gateway.dashboard.filters import zone_or_utc
 from gateway.dashboard.scope import DashboardScope
 
 MAX_ID = 128
@@ -71,10 +72,8 @@ async def _found_or_page(ledger: Ledger, session: Session, scope: DashboardScope
 
 
 def _tz(request: Request) -> str:
-    try:
-        return parse_tz(request.query_params)
-    except UsageParamError:
-        return "UTC"  # the detail still shows; the zone's own error belongs to the pages that take it
+    # a refused zone still shows the detail (in UTC): the zone's own error belongs to the pages that take it
+    return zone_or_utc(request.query_params)[0]
 
 
 @get("/request", opt=PUBLIC)

@@ -7,18 +7,17 @@ did not hand out is said at the paging link (400), never a bare error."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from litestar import Request, Response, get
 from litestar.response import Template
 
+from auth.clock import parse_iso
 from auth.errors import RequestError
 from auth.keys import display_prefix
 from auth.paging import parse_cursor
 from auth.service import AuthService
 from auth.sessions import SessionStore
-from billing.params import UsageParamError, parse_tz
 from gateway.authentication.middleware import PUBLIC
+from gateway.dashboard.filters import zone_or_utc
 from gateway.dashboard.keys import _owner_scope
 from gateway.dashboard.render import when
 
@@ -27,15 +26,7 @@ AUDIT_PAGE = 50
 
 def _local(iso: str, tz: str) -> str:
     """An API time (ISO 8601, UTC) as every dashboard table writes it, in the view's zone."""
-    return when(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp(), tz, seconds=True)
-
-
-def _tz(request: Request) -> tuple[str, str | None]:
-    """The view's zone (the bar's links carry it), or UTC and why not."""
-    try:
-        return parse_tz(request.query_params), None
-    except UsageParamError as exc:
-        return "UTC", exc.message
+    return when(parse_iso(iso), tz, seconds=True)
 
 
 @get("/members", opt=PUBLIC)
@@ -43,7 +34,7 @@ async def members_page(request: Request, sessions: SessionStore, auth: AuthServi
     session, scope = await _owner_scope(request, sessions, auth)
     members = await auth.admin.list_members(scope.team.id)
     names = await auth.directory.names(user_ids=[m.user_id for m in members])
-    tz, tz_problem = _tz(request)
+    tz, tz_problem = zone_or_utc(request.query_params)
     return Template("members.html.j2", status_code=400 if tz_problem else 200, context={
         "session": session, "scope": scope, "page": "members", "members": members, "names": names, "tz": tz,
         "local": _local, "tz_problem": tz_problem})
@@ -52,7 +43,7 @@ async def members_page(request: Request, sessions: SessionStore, auth: AuthServi
 @get("/audit", opt=PUBLIC)
 async def audit_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
     session, scope = await _owner_scope(request, sessions, auth)
-    tz, problem = _tz(request)
+    tz, problem = zone_or_utc(request.query_params)
     try:
         before = parse_cursor("audit", request.query_params.get("cursor"))
     except RequestError as exc:
