@@ -27,7 +27,9 @@ import torch
 
 # run as a script, this file's folder comes first on sys.path and bench/worker.py would shadow the package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.harness beside the packages
 
+from bench.harness.stats import percentile
 from common.protocol import Accepted, GenerateRequest, ModelConfig, SamplingParams, Token
 from worker.engine.engine import Engine
 from worker.loading import load_model
@@ -60,11 +62,6 @@ class Streams:
     def least(self) -> int:
         with self.lock:
             return min(len(times) for times in self.times.values())
-
-
-def p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
 def measure(loaded, args, budget: int, undisturbed_steps: int) -> tuple[list[float], list[float]]:
@@ -119,9 +116,10 @@ def main() -> None:
           f"{'p99 ratio':>10}")
     for budget in [int(b) for b in args.budgets.split(",")]:
         calm, disturbed = measure(loaded, args, budget, undisturbed_steps)
-        print(f"{budget:>18} {statistics.median(calm) * 1000:>12.0f} / {p99(calm) * 1000:>7.0f}   "
-              f"{statistics.median(disturbed) * 1000:>14.0f} / {p99(disturbed) * 1000:>7.0f}   "
-              f"{p99(disturbed) / p99(calm):>9.2f}x   (load {os.getloadavg()[0]:.1f})", flush=True)
+        calm_p99, disturbed_p99 = percentile(calm, 0.99), percentile(disturbed, 0.99)
+        print(f"{budget:>18} {statistics.median(calm) * 1000:>12.0f} / {calm_p99 * 1000:>7.0f}   "
+              f"{statistics.median(disturbed) * 1000:>14.0f} / {disturbed_p99 * 1000:>7.0f}   "
+              f"{disturbed_p99 / calm_p99:>9.2f}x   (load {os.getloadavg()[0]:.1f})", flush=True)
     print("\nbar: p99 during the prefill within 2x of the undisturbed p99.")
 
 

@@ -35,6 +35,7 @@ import httpx
 import msgspec
 
 from bench.harness.processes import BENCH_HOME, REPO, spawn, stop, wait_http
+from bench.harness.stats import percentile
 from common.protocol import GenerateRequest, SamplingParams, Token, decode_event
 from testkit.servers import free_port
 from worker.loading import default_gguf_path
@@ -97,13 +98,6 @@ class Run:
 
     def gap_p99(self) -> float:
         return percentile([g for s in self.streams for g in s.gaps], 0.99)
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def sse_stream(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Stream:

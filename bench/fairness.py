@@ -33,7 +33,9 @@ import torch
 
 # run as a script, this file's folder comes first on sys.path and its name would shadow the package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.harness beside the packages
 
+from bench.harness.stats import percentile
 from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, Token
 from worker.engine.engine import Engine
 from worker.loading import load_model
@@ -114,14 +116,9 @@ def phase(engine: Engine, probes: int, quiet_tenant: str) -> list[tuple[float, i
     for index in range(probes):
         results.append(probe(engine, quiet_tenant, index))
         time.sleep(0.02)
-    print(f"  {probes} probes as {quiet_tenant!r}: p99 {p99([s for s, _ in results]) * 1000:.1f} ms, "
-          f"{p99([n for _, n in results])} steps, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"  {probes} probes as {quiet_tenant!r}: p99 {percentile([s for s, _ in results], 0.99) * 1000:.1f} ms, "
+          f"{percentile([n for _, n in results], 0.99)} steps, load {os.getloadavg()[0]:.1f}", flush=True)
     return results
-
-
-def p99(values: list) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
 def main() -> None:
@@ -154,12 +151,12 @@ def main() -> None:
             results["hostile, one queue (FIFO)"] = phase(engine, max(2, probes // 5), "shared")
     finally:
         engine.stop()
-    idle = p99([s for s, _ in results["idle"]])
+    idle = percentile([s for s, _ in results["idle"]], 0.99)
     print(f"\n{'quiet tenant TTFT':<28} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11} {'p99 steps':>10}")
     for name, measured in results.items():
         times = [s for s, _ in measured]
-        print(f"{name:<28} {statistics.median(times) * 1000:>9.1f} {p99(times) * 1000:>9.1f} "
-              f"{p99(times) / idle:>10.2f}x {p99([n for _, n in measured]):>10}")
+        print(f"{name:<28} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
+              f"{percentile(times, 0.99) / idle:>10.2f}x {percentile([n for _, n in measured], 0.99):>10}")
     print(f"\nbar: hostile, fair turns p99 within 2x of idle. Steps: engine steps from submit to the first token, a\n"
           f"measure the machine's load does not change. Rows parked for the quiet tenant: "
           f"{engine.scheduler.preemptions}.")
