@@ -17,6 +17,7 @@ from gateway import environment
 from gateway.endpoints.queue_metric import CloudWatchSettings
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, check_spelling
+from gateway.redis_iam import RedisIamError, RedisIamSettings, check_url
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
 SECRETS = ("admin_key", "key_pepper", "metrics_token")  # settings shown as *** in the repr
@@ -66,6 +67,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     data_dir: str = ".data"
     database_url: str = ""  # "" = SQLite in the data dir; or postgresql://...
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
+    # sign in to Redis (ElastiCache) as an IAM-authenticated user with short-lived tokens (gateway/redis_iam.py)
+    redis_iam: RedisIamSettings = msgspec.field(default_factory=RedisIamSettings)
     limiter_fail_open: bool = False
     # False: the first start never generates and prints a key (ECS, whose logs CloudWatch keeps): the admin key
     # must come from SLUICE_ADMIN_KEY, team keys from the CLI or the admin API; unset SLUICE_ADMIN_KEY -> exit 1
@@ -174,8 +177,9 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         settings = msgspec.convert(raw, Settings)
         parse_networks(settings.trusted_proxies)
         check_processes(settings)
+        check_url(settings.redis_iam, settings.redis_url)
     except (msgspec.ValidationError, ValueError) as exc:
-        field = "" if isinstance(exc, (msgspec.ValidationError, ProcessesError)) else "trusted_proxies: "
+        field = "" if isinstance(exc, (msgspec.ValidationError, ProcessesError, RedisIamError)) else "trusted_proxies: "
         raise SystemExit(f"sluice: invalid configuration in {where}: {field}{exc} (the fields are listed under "
                          "Configuration in README.md)") from exc
     return settings

@@ -10,12 +10,14 @@ step (a model source that cannot load, say) raises `StartupError` the same way.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import structlog
+from botocore.exceptions import BotoCoreError
 from litestar import Litestar
 from litestar.config.app import AppConfig
 from litestar.datastructures import State
@@ -38,6 +40,7 @@ from gateway.endpoints.queue_metric import QueueDepthPublisher
 from gateway.endpoints.service import Endpoints, ProvisionerFactory, TeamExists, default_provisioners
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning
 from gateway.limits import open_limiter
+from gateway.redis_iam import IamCredentialProvider, RedisIamError
 from gateway.secrets import key_pepper
 from gateway.serving.budget_alerts import AlertSender
 from gateway.serving.health_probe import GenerationProbe
@@ -62,6 +65,20 @@ def redacted(url: str) -> str:
 def _cause(error: BaseException) -> str:
     cause = error.__cause__ or error
     return f"{type(cause).__name__}: {cause}".strip().rstrip(":")
+
+
+async def redis_credentials(settings: Settings) -> IamCredentialProvider | None:
+    """What signs the gateway's Redis clients in: ElastiCache IAM tokens with `[redis_iam]`, else None (the
+    URL's own user and password, if any)."""
+    if not settings.redis_iam.user:
+        return None
+    try:  # resolving the task role's credentials may call the ECS credentials endpoint: off the event loop
+        return await asyncio.to_thread(IamCredentialProvider, settings.redis_iam)
+    except RedisIamError as error:
+        raise StartupError(str(error)) from error
+    except BotoCoreError as error:  # a broken AWS config file, a credentials endpoint that fails
+        raise StartupError(f"cannot sign Redis IAM tokens ({_cause(error)}): fix the AWS credentials of this "
+                           "process, or unset redis_iam.user") from error
 
 
 def database_failure(url: str, error: BaseException) -> StartupError:
@@ -143,8 +160,9 @@ class GatewayServices(InitPluginProtocol):
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(database.close)
+        signer = await redis_credentials(settings)
         limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open,
-                               concurrency_lease=settings.concurrency_lease_s)
+                               concurrency_lease=settings.concurrency_lease_s, credentials=signer)
         opened.push_async_callback(limiter.close)
         try:
             auth = await AuthService.open(url, pepper, trusted_proxies=settings.trusted_proxies,
@@ -179,7 +197,8 @@ class GatewayServices(InitPluginProtocol):
             endpoints = await Endpoints.open(url, settings.models, data, settings.scaling,
                                              provisioners=None if self.supervise else _no_local_workers(data),
                                              on_fatal=shutdown.fail, read_timeout=settings.request_timeout_s,
-                                             team_exists=_team_lookup(auth), redis_url=settings.redis_url)
+                                             team_exists=_team_lookup(auth), redis_url=settings.redis_url,
+                                             redis_credentials=signer)
         except StoreUnavailable as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(endpoints.drain_and_stop)

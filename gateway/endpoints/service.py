@@ -87,6 +87,8 @@ from gateway.endpoints.store import EndpointStore
 from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, ReplicaRouter
 
 if TYPE_CHECKING:
+    from redis.credentials import CredentialProvider
+
     from auth.service import Principal
 
 log = structlog.get_logger(__name__)
@@ -134,20 +136,22 @@ class Endpoints:
     async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
                    settings: ScalingSettings | None = None, *, provisioners: ProvisionerFactory | None = None,
                    on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0,
-                   team_exists: TeamExists | None = None, redis_url: str = "") -> Endpoints:
+                   team_exists: TeamExists | None = None, redis_url: str = "",
+                   redis_credentials: CredentialProvider | None = None) -> Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
         `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s).
         `team_exists`: whether a private endpoint's `team_id` names a team (the gateway asks the auth store).
         `redis_url`: where the fleet shares ECS endpoints' state (fleet.py); "" = in the database when it is
-        PostgreSQL (fleet_postgres.py), else this gateway alone."""
+        PostgreSQL (fleet_postgres.py), else this gateway alone; `redis_credentials` sign in to it at each new
+        connection (ElastiCache IAM, gateway/redis_iam.py), None: the URL's own."""
         settings = settings or ScalingSettings()
         standby = StandbyWorkers() if settings.standby_worker and provisioners is None else None
         store = await EndpointStore.open(database_url)
         calls = settings.ecs_api_calls_per_second
         try:
             if redis_url:
-                fleet: Fleet = RedisFleet(redis_url, calls_per_second=calls)
+                fleet: Fleet = RedisFleet(redis_url, calls_per_second=calls, credentials=redis_credentials)
             elif database_url.startswith(("postgres://", "postgresql://")):
                 fleet = await PostgresFleet.open(database_url, calls_per_second=calls)
             else:

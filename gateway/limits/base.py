@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.limits.clock import Clock
 from gateway.limits.model import Ticket
 from gateway.limits.scope import LimitScope
+
+if TYPE_CHECKING:  # redis is imported only when it is configured
+    from redis.credentials import CredentialProvider
 
 
 class Limiter(Protocol):
@@ -27,12 +30,14 @@ class Limiter(Protocol):
 
 def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock | None = None,
                  concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
-                 key_prefix: str = "sluice:rl") -> Limiter:
+                 key_prefix: str = "sluice:rl", credentials: CredentialProvider | None = None) -> Limiter:
     """None -> in-process (one gateway); ``redis://…`` -> shared by every gateway using that server.
 
     concurrency_lease: seconds after which an unsettled slot is reclaimed (a crashed gateway); the gateway
     passes its `request_timeout_s` plus a margin (Settings.concurrency_lease_s), so no live request outlives it.
     concurrency_retry: the Retry-After hint for a concurrency refusal.
+    credentials: what signs in to Redis at each new connection (ElastiCache IAM, gateway/redis_iam.py); None:
+    the URL's own user and password, if any.
     """
     if redis_url is None:
         from gateway.limits.memory import InProcessLimiter
@@ -43,4 +48,4 @@ def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock
     )
 
     return RedisLimiter(redis_url, fail_open=fail_open, clock=clock, concurrency_lease=concurrency_lease,
-                        concurrency_retry=concurrency_retry, key_prefix=key_prefix)
+                        concurrency_retry=concurrency_retry, key_prefix=key_prefix, credentials=credentials)

@@ -54,6 +54,8 @@ def test_mixed_endpoint_settings_reach_the_config_loader_with_their_types(terraf
     monkeypatch.setenv("SLUICE_CONFIG_TOML", config)
     for name in ("SLUICE_DATA_DIR", "SLUICE_PRINT_BOOTSTRAP_KEYS", "SLUICE_TRUSTED_PROXIES"):
         monkeypatch.delenv(name, raising=False)
+    # what the task definition injects from Secrets Manager beside the config (modules/data's redis_url)
+    monkeypatch.setenv("SLUICE_REDIS_URL", "rediss://sluice-test.abc123.euw1.cache.amazonaws.com:6379/0")
     settings = load_settings()
     (endpoint,) = settings.models
     assert (endpoint.min_replicas, endpoint.max_replicas, endpoint.idle_seconds) == (0, 3, 900.0)
@@ -64,3 +66,6 @@ def test_mixed_endpoint_settings_reach_the_config_loader_with_their_types(terraf
     assert settings.print_bootstrap_keys is False  # the ECS gateway never prints a key
     assert settings.trusted_proxies == ["10.40.0.0/16"]  # the VPC: the ALB's X-Forwarded-For is believed
     assert settings.request_timeout_s == 840
+    # Redis signs in as the data module's IAM user, with tokens for its cache (gateway/redis_iam.py)
+    assert (settings.redis_iam.user, settings.redis_iam.cache_name) == ("sluice-test-gateway", "sluice-test")
+    assert settings.redis_iam.region == "eu-west-1"

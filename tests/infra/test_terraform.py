@@ -86,3 +86,13 @@ def test_the_gateway_task_role_grants_every_ecs_call_the_provisioner_makes():
     policy = (TERRAFORM_SOURCE / "modules" / "iam" / "main.tf").read_text()
     granted = set(re.findall(r'"(ecs:\w+)"', policy))
     assert calls - granted == set()
+
+
+def test_no_redis_auth_token_anywhere():
+    """Redis signs the gateway in with IAM tokens (modules/data): no AUTH token, hence none in plan or state.
+    The data suite asserts it on the plan and the applied state; this sweep keeps it out of every module."""
+    offenders = [f"{path.relative_to(TERRAFORM_SOURCE)}:{number}"
+                 for path in TERRAFORM_SOURCE.rglob("*.tf")
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.match(r"\s*auth_token(_update_strategy)?\s*=", line)]
+    assert offenders == []

@@ -29,6 +29,7 @@ locals {
     request_timeout_s = 840
     aws_endpoint      = var.aws_endpoint
     metric_namespace  = module.observability.activator_queue_metric_namespace
+    redis_iam         = module.data.redis_iam # null: no managed Redis in moto
   })
 }
 
@@ -112,6 +113,7 @@ module "iam" {
   gateway_log_group_arn = module.observability.log_group_arns["gateway"]
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
   metric_namespace      = module.observability.activator_queue_metric_namespace
+  redis_iam             = module.data.redis_iam
 }
 
 module "gateway" {

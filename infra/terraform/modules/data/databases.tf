@@ -1,4 +1,4 @@
-# PostgreSQL (auth store and usage ledger) and Redis (shared rate limits): private, encrypted, TLS.
+# PostgreSQL (auth store and usage ledger) and Redis (shared rate limits, fleet state): private, encrypted, TLS.
 
 resource "aws_db_subnet_group" "main" {
   count      = var.managed_databases ? 1 : 0
@@ -66,8 +66,48 @@ resource "aws_elasticache_subnet_group" "main" {
   subnet_ids = var.private_subnet_ids
 }
 
+locals {
+  # the gateway's keys all start with "sluice:" (limits: sluice:rl, fleet state: sluice:fleet); no admin commands.
+  # tests/gateway/test_redis_iam.py runs the limiter and the fleet as a user with exactly this access string.
+  cache_access = "on ~sluice:* +@all -@dangerous"
+}
+
+# Redis signs the gateway in as an IAM-authenticated ElastiCache user: a 15-minute token the gateway signs with
+# its task role for each new connection (gateway/redis_iam.py; modules/iam grants elasticache:Connect). No Redis
+# password exists, so none is in the plan or the state. Every user group must hold a user named "default":
+# this one is off and may run nothing, so a connection that does not sign in as the gateway can do nothing.
+resource "aws_elasticache_user" "gateway" {
+  count         = var.managed_databases ? 1 : 0
+  user_id       = "${var.name}-gateway"
+  user_name     = "${var.name}-gateway" # IAM authentication: the name is the id
+  engine        = "redis"
+  access_string = local.cache_access
+  authentication_mode {
+    type = "iam"
+  }
+}
+
+resource "aws_elasticache_user" "default" {
+  count         = var.managed_databases ? 1 : 0
+  user_id       = "${var.name}-default"
+  user_name     = "default"
+  engine        = "redis"
+  access_string = "off -@all"
+  authentication_mode {
+    type = "no-password-required" # off: it signs nobody in
+  }
+}
+
+resource "aws_elasticache_user_group" "main" {
+  count         = var.managed_databases ? 1 : 0
+  user_group_id = var.name
+  engine        = "redis"
+  user_ids      = [aws_elasticache_user.default[0].user_id, aws_elasticache_user.gateway[0].user_id]
+}
+
 resource "aws_elasticache_replication_group" "main" {
   #checkov:skip=CKV2_AWS_50:Multi-AZ failover follows var.cache_replicas: on in prod; dev runs one node (rate limits only, rebuilt on failover).
+  #checkov:skip=CKV_AWS_31:No AUTH token by design: clients sign in through the user group with IAM tokens (no password in state); TLS is on.
   count                      = var.managed_databases ? 1 : 0
   replication_group_id       = var.name
   description                = "${var.name}: shared rate limits"
@@ -82,10 +122,7 @@ resource "aws_elasticache_replication_group" "main" {
   security_group_ids         = [var.security_group_ids["cache"]]
   at_rest_encryption_enabled = true
   kms_key_id                 = var.kms_key_arn
-  transit_encryption_enabled = true
-  auth_token                 = data.aws_secretsmanager_random_password.cache.random_password
+  transit_encryption_enabled = true # IAM authentication needs TLS
+  user_group_ids             = [aws_elasticache_user_group.main[0].user_group_id]
   snapshot_retention_limit   = 1
-  lifecycle {
-    ignore_changes = [auth_token]
-  }
 }

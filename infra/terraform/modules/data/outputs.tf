@@ -30,3 +30,11 @@ output "wal_access_point_arn" {
 output "db_instance_id" {
   value = var.managed_databases ? aws_db_instance.main[0].identifier : null
 }
+
+output "redis_iam" {
+  description = "The cache and the IAM-authenticated ElastiCache user the gateway signs in as ([redis_iam] of its config, modules/iam's elasticache:Connect); null without managed databases."
+  value = var.managed_databases ? {
+    cache_name = aws_elasticache_replication_group.main[0].replication_group_id
+    user       = aws_elasticache_user.gateway[0].user_id
+  } : null
+}

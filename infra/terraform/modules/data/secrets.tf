@@ -2,8 +2,8 @@
 # write-only arguments (`secret_string_wo`, RDS `password_wo`): they reach AWS once, at creation, and never
 # the plan or the state. Written once (ignore_changes on the versions), so an apply never rotates a pepper
 # (that would invalidate every API key hash) or a live password; rotation is a runbook step (infra/README.md).
-# The Redis auth token is the exception: ElastiCache has no write-only auth_token in provider 5.x, so it is
-# a data source's value and stays in state (infra/README.md, "Secrets and Terraform state").
+# Redis has no password at all: the gateway signs in with IAM tokens (databases.tf), and `redis_url` names only
+# the TLS endpoint.
 #
 # The ephemeral passwords come from the `aws.secrets` provider configuration (the caller passes its `aws`):
 # `terraform test`'s mock provider cannot serve ephemeral resources, so the module's tests point that one
@@ -33,11 +33,6 @@ ephemeral "aws_secretsmanager_random_password" "database" {
   exclude_punctuation = true # it sits inside a URL
 }
 
-data "aws_secretsmanager_random_password" "cache" {
-  password_length     = 64
-  exclude_punctuation = true
-}
-
 locals {
   secrets = merge(
     {
@@ -48,13 +43,13 @@ locals {
     },
     var.managed_databases ? {
       database_url = "postgresql://sluice:${ephemeral.aws_secretsmanager_random_password.database.random_password}@${aws_db_instance.main[0].address}:5432/sluice?sslmode=require"
-      redis_url    = "rediss://:${data.aws_secretsmanager_random_password.cache.random_password}@${aws_elasticache_replication_group.main[0].primary_endpoint_address}:6379/0"
+      redis_url    = "rediss://${aws_elasticache_replication_group.main[0].primary_endpoint_address}:6379/0"
     } : {},
   )
 }
 
 resource "aws_secretsmanager_secret" "gateway" {
-  #checkov:skip=CKV2_AWS_57:The key pepper keys every stored API-key hash and the URLs mirror live database passwords: rotation is an operator runbook step, not a timer (infra/README.md).
+  #checkov:skip=CKV2_AWS_57:The key pepper keys every stored API-key hash and the database URL holds the live database password: rotation is an operator runbook step, not a timer (infra/README.md).
   for_each                = toset(concat(["admin_key", "key_pepper", "worker_secret"], var.managed_databases ? ["database_url", "redis_url"] : []))
   name                    = "${var.name}/gateway/${each.key}"
   kms_key_id              = var.kms_key_arn

@@ -1,6 +1,7 @@
 # Least privilege, one role per job:
 #   gateway task:      scale and describe the worker services, list/describe/protect/stop their tasks, read its own
-#                      secrets, write usage exports, mount its WAL directory. Nothing else.
+#                      secrets, write usage exports, mount its WAL directory, sign in to its Redis as its IAM user.
+#                      Nothing else.
 #   gateway execution: pull the image, write its log group, inject its secrets.
 #   worker task:       read the weights bucket. Nothing else.
 #   worker execution:  pull the image, write its log group, inject the worker secret.
@@ -15,6 +16,7 @@ locals {
   region      = data.aws_region.current.name
   partition   = data.aws_partition.current.partition
   ecs_arn     = "arn:${local.partition}:ecs:${local.region}:${local.account}"
+  cache_arn   = "arn:${local.partition}:elasticache:${local.region}:${local.account}"
   cluster_arn = "${local.ecs_arn}:cluster/${var.cluster_name}"
   ecs_tasks   = { Version = "2012-10-17", Statement = [{ Effect = "Allow", Principal = { Service = "ecs-tasks.amazonaws.com" }, Action = "sts:AssumeRole" }] }
 
@@ -30,7 +32,7 @@ locals {
 
   gateway_task_policy = {
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       {
         Sid      = "ScaleWorkerServices"
         Effect   = "Allow"
@@ -87,7 +89,13 @@ locals {
         Resource  = "*"
         Condition = { StringEquals = { "cloudwatch:namespace" = var.metric_namespace } }
       },
-    ]
+      ], var.redis_iam == null ? [] : [{
+        # IAM authentication (gateway/redis_iam.py): the token names both the cache and the user
+        Sid      = "ConnectToRedis"
+        Effect   = "Allow"
+        Action   = "elasticache:Connect"
+        Resource = ["${local.cache_arn}:replicationgroup:${var.redis_iam.cache_name}", "${local.cache_arn}:user:${var.redis_iam.user}"]
+    }])
   }
 
   gateway_execution_policy = {

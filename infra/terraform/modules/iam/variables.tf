@@ -79,3 +79,16 @@ variable "image_repository_arns" {
   type        = list(string)
   default     = []
 }
+
+variable "redis_iam" {
+  description = "The replication group and the IAM-authenticated ElastiCache user the gateway signs in to Redis as (modules/data's redis_iam); null: no elasticache:Connect."
+  type = object({
+    cache_name = string
+    user       = string
+  })
+  default = null
+  validation {
+    condition     = var.redis_iam == null || alltrue([for id in [try(var.redis_iam.cache_name, ""), try(var.redis_iam.user, "")] : can(regex("^[a-z][a-z0-9-]{0,39}$", id))])
+    error_message = "redis_iam: cache_name and user are ElastiCache ids (lowercase letters, digits, hyphens; no wildcard)."
+  }
+}

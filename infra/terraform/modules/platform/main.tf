@@ -14,6 +14,7 @@ locals {
     request_timeout_s = var.request_timeout_seconds
     aws_endpoint      = ""
     metric_namespace  = module.observability.activator_queue_metric_namespace
+    redis_iam         = module.data.redis_iam
   })
 }
 
@@ -77,6 +78,7 @@ module "iam" {
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
   image_repository_arns = var.image_repository_arns
   metric_namespace      = module.observability.activator_queue_metric_namespace
+  redis_iam             = module.data.redis_iam
 }
 
 module "gateway" {

@@ -1,7 +1,4 @@
 mock_provider "aws" {
-  mock_data "aws_secretsmanager_random_password" {
-    defaults = { random_password = "generatedgeneratedgeneratedgeneratedgeneratedgeneratedgenerated0" }
-  }
   mock_resource "aws_s3_bucket" {
     defaults = { arn = "arn:aws:s3:::sluice-test-bucket" }
   }
@@ -64,15 +61,43 @@ run "single_az_when_asked" {
   }
 }
 
-run "redis_has_tls_auth_and_encryption" {
+run "redis_signs_the_gateway_in_with_iam_and_has_no_password" {
   command = plan
   assert {
     condition     = aws_elasticache_replication_group.main[0].transit_encryption_enabled && aws_elasticache_replication_group.main[0].at_rest_encryption_enabled
-    error_message = "Redis: TLS in transit and encryption at rest"
+    error_message = "Redis: TLS in transit (IAM authentication needs it) and encryption at rest"
   }
   assert {
-    condition     = aws_elasticache_replication_group.main[0].auth_token != null && length(aws_elasticache_replication_group.main[0].auth_token) > 0
-    error_message = "Redis requires an auth token"
+    condition     = aws_elasticache_replication_group.main[0].auth_token == null
+    error_message = "no AUTH token: Redis has no password to reach the plan or the state"
+  }
+  assert {
+    condition     = aws_elasticache_replication_group.main[0].user_group_ids == toset(["sluice-test"]) && aws_elasticache_user_group.main[0].user_group_id == "sluice-test"
+    error_message = "clients sign in through the user group"
+  }
+  assert {
+    condition     = aws_elasticache_user_group.main[0].user_ids == toset(["sluice-test-default", "sluice-test-gateway"])
+    error_message = "the group holds the gateway's user and the default user ElastiCache requires"
+  }
+  assert {
+    condition     = aws_elasticache_user.gateway[0].authentication_mode[0].type == "iam" && aws_elasticache_user.gateway[0].user_id == "sluice-test-gateway" && aws_elasticache_user.gateway[0].user_name == aws_elasticache_user.gateway[0].user_id
+    error_message = "the gateway signs in with IAM tokens only, as a user whose name is its id (IAM authentication needs it)"
+  }
+  assert {
+    condition     = aws_elasticache_user.gateway[0].passwords == null && aws_elasticache_user.default[0].passwords == null
+    error_message = "no ElastiCache user has a password"
+  }
+  assert {
+    condition     = aws_elasticache_user.gateway[0].access_string == "on ~sluice:* +@all -@dangerous"
+    error_message = "the gateway's user reaches only the gateway's keys (sluice:*) and runs no admin command"
+  }
+  assert {
+    condition     = aws_elasticache_user.default[0].user_name == "default" && aws_elasticache_user.default[0].access_string == "off -@all"
+    error_message = "the default user is off and may run nothing"
+  }
+  assert {
+    condition     = output.redis_iam == { cache_name = "sluice-test", user = "sluice-test-gateway" }
+    error_message = "the gateway's [redis_iam] and its elasticache:Connect name this cache and this user"
   }
 }
 
@@ -144,6 +169,10 @@ run "no_generated_secret_reaches_the_state" {
     condition     = alltrue([for v in aws_secretsmanager_secret_version.gateway : v.secret_string == null && v.secret_string_wo == null && v.secret_string_wo_version == 1])
     error_message = "every gateway secret (the database URL with its password included) is written through secret_string_wo only"
   }
+  assert {
+    condition     = aws_elasticache_replication_group.main[0].auth_token == null && alltrue([for u in aws_elasticache_user.gateway : u.passwords == null])
+    error_message = "Redis has no AUTH token or password in the state"
+  }
 }
 
 run "without_managed_databases" {
@@ -152,8 +181,12 @@ run "without_managed_databases" {
     managed_databases = false
   }
   assert {
-    condition     = length(aws_db_instance.main) == 0 && length(aws_elasticache_replication_group.main) == 0
+    condition     = length(aws_db_instance.main) == 0 && length(aws_elasticache_replication_group.main) == 0 && length(aws_elasticache_user.gateway) == 0
     error_message = "no RDS and no Redis"
+  }
+  assert {
+    condition     = output.redis_iam == null
+    error_message = "no [redis_iam] without a managed Redis"
   }
   assert {
     condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret"])

@@ -70,6 +70,44 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
   }
 }
 
+run "the_gateway_signs_in_to_its_redis_as_its_iam_user_only" {
+  command = plan
+  variables {
+    redis_iam = { cache_name = "sluice-test", user = "sluice-test-gateway" }
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action if s.Sid == "ConnectToRedis"]) == "elasticache:Connect"
+    error_message = "IAM authentication to ElastiCache is elasticache:Connect"
+  }
+  assert {
+    condition = toset(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ConnectToRedis"])) == toset([
+      "arn:aws:elasticache:us-east-1:123456789012:replicationgroup:sluice-test",
+      "arn:aws:elasticache:us-east-1:123456789012:user:sluice-test-gateway",
+    ])
+    error_message = "Connect on this replication group as this user only"
+  }
+  assert {
+    condition     = length([for policy in aws_iam_role_policy.task : policy if strcontains(policy.policy, "elasticache:")]) == 1
+    error_message = "no other role may sign in to Redis"
+  }
+}
+
+run "no_redis_no_connect" {
+  command = plan
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "elasticache")
+    error_message = "without a managed Redis the gateway task role has no elasticache:Connect"
+  }
+}
+
+run "a_wildcard_redis_user_is_refused" {
+  command = plan
+  variables {
+    redis_iam = { cache_name = "sluice-test", user = "*" }
+  }
+  expect_failures = [var.redis_iam]
+}
+
 run "worker_task_role_only_reads_weights" {
   command = plan
   assert {

@@ -14,9 +14,6 @@ mock_provider "aws" {
   mock_data "aws_ssm_parameter" {
     defaults = { value = "ami-0123456789abcdef0" }
   }
-  mock_data "aws_secretsmanager_random_password" {
-    defaults = { random_password = "generatedgeneratedgeneratedgeneratedgeneratedgeneratedgenerated0" }
-  }
   mock_resource "aws_secretsmanager_secret" {
     defaults = { arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:sluice-test/gateway/some-AbCdEf" }
   }
@@ -55,6 +52,12 @@ mock_provider "aws" {
   }
   mock_resource "aws_sns_topic" {
     defaults = { arn = "arn:aws:sns:eu-west-1:123456789012:sluice-test-alarms" }
+  }
+  mock_resource "aws_lb_listener" {
+    defaults = { arn = "arn:aws:elasticloadbalancing:eu-west-1:123456789012:listener/app/sluice-test/0123456789abcdef/0123456789abcdef" }
+  }
+  mock_resource "aws_launch_template" {
+    defaults = { id = "lt-0123456789abcdef0" }
   }
   mock_resource "aws_autoscaling_group" {
     defaults = { arn = "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:0:autoScalingGroupName/sluice-test-gpu" }
@@ -105,6 +108,13 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
       "# it longer, so the ALB never sends a request on a connection the gateway has just closed (a 502)",
       "[http]",
       "keep_alive_timeout_s = 960",
+      "",
+      "# Redis (redis_url, from Secrets Manager) signs in as this IAM-authenticated ElastiCache user, with a token the",
+      "# task role signs for each new connection: there is no Redis password (gateway/redis_iam.py)",
+      "[redis_iam]",
+      "user = \"sluice-test-gateway\"",
+      "cache_name = \"sluice-test\"",
+      "region = \"eu-west-1\"",
       "",
       "[[models]]",
       "name = \"HuggingFaceTB/SmolLM2-135M-Instruct\"",
@@ -209,5 +219,14 @@ run "the_warm_pool_reaches_the_worker_pool" {
   assert {
     condition     = module.worker_pool.warm_pool_min_size == 1
     error_message = "one stopped GPU host waits in the warm pool"
+  }
+}
+
+# the policy names ARNs the mock provider makes up at apply time only
+run "the_gateway_task_role_signs_in_to_the_data_modules_redis" {
+  command = apply
+  assert {
+    condition     = strcontains(module.iam.policies["gateway-task"], "elasticache:eu-west-1:123456789012:replicationgroup:sluice-test\"") && strcontains(module.iam.policies["gateway-task"], "elasticache:eu-west-1:123456789012:user:sluice-test-gateway\"")
+    error_message = "the gateway task role may sign in to the data module's cache as the user its [redis_iam] names"
   }
 }
