@@ -1,7 +1,8 @@
 """`python -m worker`: load one model and serve it (started and supervised by `sluice serve`).
 
 With `--standby` it imports everything first, then waits for its model on stdin (common/worker_launch.py).
-Its start is timed phase by phase and reported in `/info` (`start_seconds`).
+Its start is timed phase by phase and reported in `/info` (`start_seconds`): process_start, imports, weights,
+engine, warm_up, compile (the scripted decode layers), total.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
         sys.exit(MODEL_LOAD_FAILED_EXIT)
     engine.start()
     engine.warm_up()
-    engine.finish_start()  # after the warm-up, which it would slow down
-    timings["warm_up"] = round(time.time() - mark, 3)
+    timings["warm_up"], mark = round(time.time() - mark, 3), time.time()
+    engine.finish_start()  # the scripted layers, before the first request rather than beside it
+    timings["compile"] = round(time.time() - mark, 3)
     timings["total"] = round(time.time() - began, 3)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
                      device=str(loaded.device), quantization=loaded.quantization,
