@@ -23,6 +23,7 @@ from common.logs import configure_logging
 from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
 from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
 from worker import IMPORTED_AT
+from worker.decoding.grammar.compile_process import start_server
 from worker.engine.engine import Engine
 from worker.loading import load_model, preload_model_code
 from worker.prompt_overhead import measure
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     if refusal:
         raise SystemExit(refusal)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
+    # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) beside this process's own
+    # imports, not after the worker is ready, where it would slow the first requests
+    start_server()
     if args.standby:
         preload_model_code()
         structlog.get_logger("worker").info(STANDBY_READY)
