@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     if refusal:
         raise SystemExit(refusal)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
-    # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) beside this process's own
-    # imports, not after the worker is ready, where it would slow the first requests
+    # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) while this process imports
+    # the model code and loads (a spare: before it is assigned), not once the worker serves its first requests
     start_server()
     if args.standby:
         preload_model_code()
