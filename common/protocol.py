@@ -372,7 +372,7 @@ class ModelInfo(msgspec.Struct):
     vocab_size: int
     eos_token_ids: list[int]
     worker_id: str = ""
-    # how long each phase of this worker's start took: process_start, imports, weights, engine, warm_up, total
+    # how long each phase of this worker's start took: process_start, imports, weights, engine, warm_up, compile, total
     start_seconds: dict[str, float] = {}
     prompt_overhead: PromptOverhead = msgspec.field(default_factory=PromptOverhead)
 

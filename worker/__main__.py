@@ -1,7 +1,8 @@
 """`python -m worker`: load one model and serve it (started and supervised by `sluice serve`).
 
 With `--standby` it imports everything first, then waits for its model on stdin (common/worker_launch.py).
-Its start is timed phase by phase and reported in `/info` (`start_seconds`).
+Its start is timed phase by phase and reported in `/info` (`start_seconds`): process_start, imports, weights,
+engine, warm_up, compile (the scripted decode layers), total.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from common.logs import configure_logging
 from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
 from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
 from worker import IMPORTED_AT
+from worker.decoding.grammar.compile_process import start_server
 from worker.engine.engine import Engine
 from worker.loading import load_model, preload_model_code
 from worker.prompt_overhead import measure
@@ -44,6 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     if refusal:
         raise SystemExit(refusal)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
+    # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) while this process imports
+    # the model code and loads (a spare: before it is assigned), not once the worker serves its first requests
+    start_server()
     if args.standby:
         preload_model_code()
         structlog.get_logger("worker").info(STANDBY_READY)
@@ -79,8 +84,9 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
         sys.exit(MODEL_LOAD_FAILED_EXIT)
     engine.start()
     engine.warm_up()
-    engine.finish_start()  # after the warm-up, which it would slow down
-    timings["warm_up"] = round(time.time() - mark, 3)
+    timings["warm_up"], mark = round(time.time() - mark, 3), time.time()
+    engine.finish_start()  # the scripted layers, before the first request rather than beside it
+    timings["compile"] = round(time.time() - mark, 3)
     timings["total"] = round(time.time() - began, 3)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
                      device=str(loaded.device), quantization=loaded.quantization,

@@ -7,9 +7,12 @@
 - Queued requests are released in tenants' fair turns: first the waiter whose tenant (the billed team) holds
   the fewest leases of this endpoint plus waiters before it; among equals the tenant served least recently,
   then the oldest. One team's many prompts (a lease each) cannot hold another team's first one behind them,
-  and teams that wait together alternate. Each goes onto a replica that has fewer than
-  `ceil(target_concurrency x burst_factor)` requests in flight: a replica that just became ready gets
-  that many at once, the rest follow as requests finish (no stampede onto the first replica).
+  and teams that wait together alternate. While another replica is still starting, each goes onto a
+  replica that has fewer than `ceil(target_concurrency x burst_factor)` requests in flight: a replica that
+  just became ready gets that many at once, the rest wait for the others (no stampede onto the first
+  replica). Once none is starting, a replica takes them up to its capacity (its rows and its worker's
+  queue) at once, as a warm one takes a burst: held back in the gateway, each would reach the worker one
+  step after a row freed, instead of joining the batch in that step.
 - The wait ends at the request's deadline (the earliest of the endpoint's `max_wait_seconds`, the
   request's own deadline and its X-Scale-Up-Timeout); queue full, wait over, or a failed endpoint end
   it with `EndpointUnavailable`, which carries the endpoint's state and a Retry-After. A failed
@@ -84,7 +87,9 @@ class Activator:
         self.availability = availability
         self.on_demand = on_demand
         self.max_waiting = max_waiting
-        self.release_limit = release_limit  # requests in flight per replica while a queue is released
+        self.release_limit = release_limit  # requests in flight per replica while others are starting
+        self.capacity = release_limit  # requests in flight per replica once none is starting
+        self.starting = True  # another replica is on its way (the controller says at each tick)
         self.clock = clock
         self.turned_away = 0  # refused for a full queue since the controller last sampled demand
         self._queue: deque[_Waiter] = deque()
@@ -96,10 +101,19 @@ class Activator:
     def waiting(self) -> int:
         return len(self._queue)
 
-    def configure(self, *, max_waiting: int, target_concurrency: float, burst_factor: float) -> None:
-        """Apply the endpoint's (possibly patched) bounds."""
+    def configure(self, *, max_waiting: int, target_concurrency: float, burst_factor: float,
+                  capacity: int = 0) -> None:
+        """Apply the endpoint's (possibly patched) bounds. `capacity`: the requests one replica takes at
+        once (its worker's rows and queue; never below the burst limit)."""
         self.max_waiting = max_waiting
         self.release_limit = max(1, math.ceil(target_concurrency * burst_factor))
+        self.capacity = max(self.release_limit, capacity)
+        self.pump()
+
+    def replicas_starting(self, starting: bool) -> None:
+        """Whether another replica is on its way: the queue is then spread at the burst limit, else released
+        up to each replica's capacity."""
+        self.starting = starting
         self.pump()
 
     async def acquire(self, deadline: float, avoid: Collection[Replica] = (), tenant: str = "") -> Lease:
@@ -242,7 +256,8 @@ class Activator:
         return next((r for r in candidates if r not in avoid), candidates[0] if candidates else None)
 
     def _replica_with_room(self) -> Replica | None:
-        return next((r for r in self.pool.candidates() if r.in_flight < self.release_limit), None)
+        limit = self.release_limit if self.starting else self.capacity
+        return next((r for r in self.pool.candidates() if r.in_flight < limit), None)
 
     def _lease(self, replica: Replica, waited: float, tenant: str) -> Lease:
         replica.in_flight += 1

@@ -95,7 +95,8 @@ class EndpointController:
         self.activator = Activator(spec.name, self.pool, self.availability, self.poke, max_waiting=spec.max_waiting,
                                    release_limit=1, clock=clock)
         self.activator.configure(max_waiting=spec.max_waiting, target_concurrency=spec.target_concurrency,
-                                 burst_factor=settings.burst_factor)
+                                 burst_factor=settings.burst_factor,
+                                 capacity=spec.max_batch_size + spec.max_queue)
         self.members: dict[str, Member] = {}
         self.failure: str | None = None
         self.stopping = False
@@ -134,7 +135,8 @@ class EndpointController:
         """A PATCH: bounds, target and idle time apply from the next tick; a failure is cleared."""
         self.spec = spec
         self.activator.configure(max_waiting=spec.max_waiting, target_concurrency=spec.target_concurrency,
-                                 burst_factor=self.settings.burst_factor)
+                                 burst_factor=self.settings.burst_factor,
+                                 capacity=spec.max_batch_size + spec.max_queue)
         if self.failure is not None:
             log.info("endpoint_failure_cleared", endpoint=self.name)
             self.failure, self.start_streak, self._next_start = None, 0, -math.inf
@@ -238,7 +240,7 @@ class EndpointController:
             self.desired = len(self.members)
         elif owner and self.failure is None and not self.stopping:
             await self._scale(now)
-        self.activator.pump()
+        self.activator.replicas_starting(self._counts()[1] > 0)  # pumps
         self._publish()
 
     async def _sync_fleet(self, now: float, local: float) -> None:

@@ -124,6 +124,8 @@ class Endpoints:
         self.settings = settings
         self.provisioners = provisioners
         self.standby = standby
+        if standby is not None:
+            standby.quiet = self.local_workers_quiet  # a spare's imports wait for them
         self.on_fatal = on_fatal
         self.clock = clock
         self.team_exists = team_exists  # None: no team to check against (tests of the scaling machinery)
@@ -190,6 +192,11 @@ class Endpoints:
     def waiting(self) -> int:
         """Requests waiting in an activator for a replica, over every endpoint."""
         return sum(controller.activator.waiting for controller in self.controllers.values())
+
+    def local_workers_quiet(self) -> bool:
+        """No local worker process is starting, busy or waited for (a standby spare spawns only then)."""
+        local = [c.status() for c in self.controllers.values() if isinstance(c.provisioner, LocalProvisioner)]
+        return not any(s.replicas.starting or s.in_flight or s.waiting for s in local)
 
     async def drain_and_stop(self) -> None:
         controllers, self.controllers = list(self.controllers.values()), {}

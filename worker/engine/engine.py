@@ -115,8 +115,10 @@ class Engine:
         self._thread.start()
 
     def finish_start(self) -> None:
-        """What `compile_later` left: built in low-priority threads while the worker already serves."""
-        self.runner.script_in_background()
+        """What `compile_later` left, once the engine is warm: the scripted decode layers now, before the
+        worker takes traffic (full speed from its first step: runner.script_now says why not beside it),
+        the grammar vocabulary in a low-priority thread."""
+        self.runner.script_now()
         self.grammars.build_in_background()
 
     def warm_up(self, timeout_s: float = 60.0) -> None:

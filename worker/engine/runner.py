@@ -10,7 +10,6 @@ preallocated cache through SDPA. Every op keeps transformers' arithmetic, so gre
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +25,7 @@ from worker.engine.kv_cache import KVCache
 from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
 from worker.lora.adapter import LoraAdapter
 from worker.lora.delta import NO_LORA, LoraRows, add_lora, lora_rows
-from worker.threads import in_background, intra_op_threads
+from worker.threads import intra_op_threads
 
 _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
 _HEAD_CHUNK = 2048  # vocabulary rows per slice of the output projection (bench: 1024-2048 best)
@@ -86,7 +85,6 @@ class ModelRunner:
         self._helpers = HelperThreads(max(decode_threads, 1) - 1, name="sluice-decode")
         self._prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
         self._decode_layers = _NOT_BUILT
-        self._generation = 0  # bumped when projections change: a background compile of older ones is dropped
 
     def _rotary_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin of every position, from the model's own rotary module (one outer
@@ -219,32 +217,24 @@ class ModelRunner:
 
     def scripted_layers(self) -> list | None:
         """The layers' decode step compiled (decode_layer.py; ~0.7 s for SmolLM2's 30 layers), built on
-        first use, or in the background from `script_in_background`; None = the Python path."""
+        first use, or by `script_now`; None = the Python path."""
         if self._decode_layers is _NOT_BUILT:
             self._decode_layers = script_decode_layers(self)
         return self._decode_layers
 
     def defer_scripting(self) -> None:
-        """Decode on the Python path until `script_in_background`: it computes bitwise the same logits
-        (tests/worker/engine/test_row_groups.py), in one row group, so a worker can serve before the
-        ~1 s compile."""
+        """Decode on the Python path until `script_now`: it computes bitwise the same logits
+        (tests/worker/engine/test_row_groups.py), in one row group."""
         self._decode_layers = None
 
-    def script_in_background(self) -> threading.Thread:
-        """Compile the scripted layers in a low-priority thread; decode steps switch to them once ready."""
-        generation = self._generation
-        self._decode_layers = None
-
-        def build() -> None:
-            layers = script_decode_layers(self)
-            if self._generation == generation:  # the projections did not change meanwhile
-                self._decode_layers = layers
-
-        return in_background(build, "sluice-script")
+    def script_now(self) -> None:
+        """Compile the scripted layers in the caller's thread while no decode step runs: a compile beside
+        running steps holds the GIL between each of their torch calls (a step took seconds meanwhile)."""
+        self._decode_layers = _NOT_BUILT
+        self.scripted_layers()
 
     def projections_changed(self) -> None:
         """Called after a projection was swapped (w8a8.py): the scripted layers are built again."""
-        self._generation += 1
         self._decode_layers = _NOT_BUILT
 
     def set_head(self, projection) -> None:

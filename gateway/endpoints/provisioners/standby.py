@@ -2,23 +2,29 @@
 imports (torch, transformers, the engine: several seconds of a cold start on a small host).
 
 One spare serves every local endpoint; it holds no model and takes no CPU while it waits (a few
-hundred MB of memory). When an endpoint takes it, the next spare is spawned after `refill_delay_s`,
-so its imports do not compete with the start of the worker just assigned. It is only kept while some
-local endpoint can scale (min_replicas < max_replicas, or 0).
+hundred MB of memory). Its own start takes seconds of a core (the imports, the grammar fork server), so
+a spare is only spawned while the local workers are quiet (`quiet`: none starting, no request on one or
+waiting for one), and at the earliest `refill_delay_s` after an endpoint took the last one: a burst that
+woke an endpoint is served at the speed of a warm one, not beside a refill's imports. It is only kept
+while some local endpoint can scale (min_replicas < max_replicas, or 0).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from common.worker_launch import STANDBY_READY
 from gateway.endpoints.provisioners.worker_process import WorkerProcess
 
+QUIET_POLL_S = 0.5  # how often a refill that waits looks again
+
 
 class StandbyWorkers:
-    def __init__(self, refill_delay_s: float = 10.0):
+    def __init__(self, refill_delay_s: float = 10.0, quiet: Callable[[], bool] = lambda: True):
         self.refill_delay_s = refill_delay_s
+        self.quiet = quiet  # the Endpoints service sets it: whether the local workers are quiet now
         self.wanted = False
         self._spare: WorkerProcess | None = None
         self._refill: asyncio.Task | None = None
@@ -60,5 +66,7 @@ class StandbyWorkers:
 
     async def _spawn_after(self, delay: float) -> None:
         await asyncio.sleep(delay)
+        while not self.quiet():
+            await asyncio.sleep(QUIET_POLL_S)
         if self._spare is None or self._spare.returncode is not None:
             self._spare = await WorkerProcess.spawn_standby()

@@ -89,6 +89,33 @@ async def test_waiters_are_released_oldest_first_and_never_more_than_the_burst_p
     assert all(t.result().waited_s > 0 for t in tasks[:7])
 
 
+async def test_once_no_replica_is_starting_the_queue_goes_to_the_replicas_up_to_their_capacity_at_once():
+    """What a warm replica would take (its rows and its worker's queue) is not held back in the gateway."""
+    endpoint = Endpoint("capacity", target=2, burst=1.5)  # burst limit 3
+    endpoint.activator.configure(max_waiting=100, target_concurrency=2, burst_factor=1.5, capacity=6)
+    tasks = [asyncio.create_task(endpoint.activator.acquire(soon())) for _ in range(9)]
+    await settle()
+    replica = endpoint.replica(ready=False)
+    endpoint.ready(replica)  # another replica may still be starting: the burst limit
+    await settle()
+    assert sum(t.done() for t in tasks) == 3
+    endpoint.activator.replicas_starting(False)  # none is: up to the capacity, oldest first
+    await settle()
+    assert [t.done() for t in tasks] == [True] * 6 + [False] * 3
+    assert replica.in_flight == 6 and endpoint.activator.waiting == 3
+    endpoint.activator.release(tasks[0].result())
+    await settle()
+    assert [t.done() for t in tasks] == [True] * 7 + [False] * 2
+    for task in tasks[7:]:
+        task.cancel()
+
+
+def test_the_capacity_is_never_below_the_burst_limit():
+    endpoint = Endpoint("small", target=4, burst=2)
+    endpoint.activator.configure(max_waiting=10, target_concurrency=4, burst_factor=2, capacity=3)
+    assert endpoint.activator.capacity == endpoint.activator.release_limit == 8
+
+
 async def test_new_arrivals_queue_behind_waiters_even_when_a_replica_has_room():
     endpoint = Endpoint("fifo", target=1, burst=1)
     first, waiting = (asyncio.create_task(endpoint.activator.acquire(soon())) for _ in range(2))

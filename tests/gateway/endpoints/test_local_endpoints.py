@@ -68,6 +68,23 @@ async def test_twenty_requests_at_zero_start_one_worker_and_all_succeed(tmp_path
         await endpoints.drain_and_stop()
 
 
+async def test_a_burst_at_zero_goes_to_the_one_replica_allowed_as_soon_as_it_is_ready(tmp_path, tiny):
+    """No other replica is coming: the whole burst is on the worker at once (burst limit 2 x 2 = 4 here), as a
+    warm endpoint takes it, rather than one request per request finished."""
+    endpoints = await open_endpoints(tmp_path, endpoint_spec(tiny, min_replicas=0, max_replicas=1, idle_seconds=600,
+                                                             target_concurrency=2))
+    endpoint = endpoints.resolve("tiny/llama", None)
+    try:
+        deadline = time.monotonic() + START_S
+        leases = await asyncio.gather(*(endpoints.acquire(endpoint, deadline) for _ in range(12)))  # none released
+        assert len({lease.replica for lease in leases}) == 1 and leases[0].replica.in_flight == 12
+        assert all(lease.waited_s > 0 for lease in leases)
+        for lease in leases:
+            endpoints.release(endpoint, lease)
+    finally:
+        await endpoints.drain_and_stop()
+
+
 async def test_an_idle_endpoint_goes_back_to_zero_and_the_next_request_wakes_it(tmp_path, tiny):
     endpoints = await open_endpoints(tmp_path, endpoint_spec(tiny, min_replicas=0, max_replicas=1, idle_seconds=1))
     endpoint = endpoints.resolve("tiny/llama", None)

@@ -125,6 +125,19 @@ class _PythonOnlyActivation(nn.Module):
         return nn.functional.silu(x) if isinstance(x, torch.Tensor) and not hasattr(x, "_nope") else x
 
 
+def test_a_deferred_runner_decodes_in_one_group_until_script_now_has_compiled_its_layers():
+    """A worker's start (Engine.finish_start): the layers are compiled before it returns, not beside the
+    first decode steps, so the first request already decodes in row groups."""
+    model, prompts = _tiny(), _prompts(8)
+    runner = _runner(model, prompts, decode_threads=2)
+    runner.defer_scripting()
+    python = _decode(runner, prompts)
+    assert runner._row_groups(8) == [(0, 8)]
+    runner.script_now()
+    assert runner.scripted_layers() is not None and runner._row_groups(8) == [(0, 4), (4, 8)]
+    assert torch.equal(_decode(runner, prompts).logits, python.logits)
+
+
 def test_a_layer_that_fails_to_script_falls_back_to_the_python_path():
     model, prompts = _tiny(), _prompts(8)
     runner = _runner(model, prompts, decode_threads=2)

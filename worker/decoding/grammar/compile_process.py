@@ -9,7 +9,9 @@ Measured on the SmolLM2 tokenizer (2 cores): a `maxLength: 2500` string schema c
 (12.6 MB) takes 0.49 s to write and 0.17 s to read back, a third more per cold compile (cached compiles pay
 nothing); small schemas compile in about 1 ms either way. Children fork from multiprocessing's fork server,
 which imports xgrammar (with torch: 2.4 s, 260 MB) once, before any thread runs in it: a new child shares those
-pages and starts by reading the tokenizer's table (1.6 MB of JSON), not by importing again.
+pages and starts by reading the tokenizer's table (1.6 MB of JSON), not by importing again. A worker starts the
+server beside its own imports (worker/__main__.py; a standby spare before it is assigned), so that import does not
+compete with its first requests.
 """
 
 from __future__ import annotations
