@@ -26,7 +26,11 @@ class Percentiles(msgspec.Struct):
     @classmethod
     def of(cls, values: list[float]) -> Percentiles:
         """Of unsorted values (None values skipped)."""
-        ordered = sorted(v for v in values if v is not None)
+        return cls.ranked(sorted(v for v in values if v is not None))
+
+    @classmethod
+    def ranked(cls, ordered: list[float]) -> Percentiles:
+        """Of values sorted ascending."""
         return cls(len(ordered), *(nearest_rank(ordered, f) for f in FRACTIONS)) if ordered else cls(0)
 
 
