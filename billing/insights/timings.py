@@ -17,7 +17,9 @@ after their first token (latency - time to first token), over the requests that 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from itertools import chain
+from operator import is_not
 
 import msgspec
 
@@ -60,11 +62,14 @@ async def timings(store: UsageStore, selection: Selection,
     (scanned, overall), errors = await asyncio.gather(scan(store, selection, bucketing),
                                                       _errors(store, selection, bucketing))
     lines: dict[str | None, tuple[list, list, list, list]] = {}  # model -> latency, ttft, tokens, their ms
+    positions: dict[tuple[int, int], int] = {}
     for (k, s, model), (ranked, streamed_tokens, streamed_ms) in scanned.items():
         line = lines.get(model)
         if line is None:
             line = lines[model] = ([Percentiles(0)] * width, [Percentiles(0)] * width, [0] * width, [0.0] * width)
-        i = index[bucketing.bucket(k, s)]  # one group per bucket: the span tells only hours apart
+        i = positions.get((k, s))
+        if i is None:  # one group per bucket and model: the span tells only hours apart
+            i = positions[(k, s)] = index[bucketing.bucket(k, s)]
         line[0][i], line[1][i] = ranked["latency_ms"], ranked["ttft_ms"]
         line[2][i] += int(streamed_tokens or 0)
         line[3][i] += float(streamed_ms or 0)
@@ -158,9 +163,10 @@ async def _sqlite(store: UsageStore, selection: Selection,
     out: Scanned = {}
     buckets: dict[tuple[int, int], tuple[list[list], list[float]]] = {}  # sorted runs per column; tokens, ms
     for (k, s, model), group in groups.items():
-        ordered = [sorted(r[3 + c] for r in group if r[3 + c] is not None) for c in columns]
-        streamed = [(r[5], r[3] - r[4]) for r in group if r[5] is not None]
-        tokens, spent = sum(t for t, _ in streamed), sum(ms for _, ms in streamed)
+        _, _, _, latency, ttft, streamed = zip(*group, strict=True)  # columns (built in C, as the filters and sorts)
+        ordered = [sorted(filter(_present, values)) for values in (latency, ttft)]
+        tokens = sum(filter(_present, streamed))
+        spent = sum([lat - first for lat, first, t in zip(latency, ttft, streamed, strict=True) if t is not None])
         out[(int(k), int(s), model)] = (_ranked(ordered), tokens, spent)
         runs, sums = buckets.setdefault((int(k), int(s)), ([[] for _ in columns], [0, 0.0]))
         for c in columns:
@@ -169,11 +175,14 @@ async def _sqlite(store: UsageStore, selection: Selection,
         sums[1] += spent
     window: list[list] = [[] for _ in columns]
     for (k, s), (runs, (tokens, spent)) in buckets.items():
-        merged = [sorted(chain.from_iterable(runs[c])) for c in columns]
+        merged = [runs[c][0] if len(runs[c]) == 1 else sorted(chain.from_iterable(runs[c])) for c in columns]
         out[(k, s, None)] = (_ranked(merged), tokens, spent)
         for c in columns:
             window[c].append(merged[c])
     return out, _ranked([sorted(chain.from_iterable(window[c])) for c in columns])
+
+
+_present = partial(is_not, None)
 
 
 def _ranked(ordered: list[list]) -> dict[str, Percentiles]:
