@@ -40,7 +40,7 @@ function draw(box, x, lines, stacked, tz) {
     const own = lines[i].values;
     series.push({label: lines[i].label, stroke: color, fill: stacked ? color + "55" : undefined,
                  dash: lines[i].dash ? [6, 4] : undefined,
-                 paths: uPlot.paths.stepped({align: 1}), points: {show: !stacked},
+                 paths: uPlot.paths.stepped({align: 1, alignGaps: 1}), points: {show: !stacked},
                  value: (u, v, si, idx) => idx == null || own[idx] == null ? "–" : FULL.format(own[idx])});
     columns.push(x.length ? [...drawn[i], drawn[i][drawn[i].length - 1]] : drawn[i]);
   }
