@@ -131,10 +131,11 @@ PERCENTILES = ("p50", "p95", "p99")
 
 
 def _by_model(timed: Timings, per_line) -> list[dict]:
-    """One line per model (its own value in each bucket), and all models together when there are several."""
+    """One line per model (its own value in each bucket), and all models together when there are several (first:
+    drawn under the models' lines)."""
     lines = [{"label": m.model, "values": per_line(m)} for m in timed.by_model]
     if len(lines) != 1:
-        lines.append({"label": ALL_MODELS, "values": per_line(timed), "dash": True})
+        lines.insert(0, {"label": ALL_MODELS, "values": per_line(timed), "dash": True})
     return lines
 
 

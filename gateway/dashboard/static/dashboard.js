@@ -35,8 +35,10 @@ function draw(box, x, lines, stacked, tz) {
   });
   // a stack's top line is the total: draw from the top so each lower fill covers its own share
   const order = stacked ? [...lines.keys()].reverse() : [...lines.keys()];
+  // a dashed line (all models together) is grey; the others take the palette in order, as the stacked charts do
+  const colorOf = (i) => lines[i].dash ? "#8a8f99" : COLORS[lines.slice(0, i).filter((l) => !l.dash).length % COLORS.length];
   for (const i of order) {
-    const color = COLORS[i % COLORS.length];
+    const color = colorOf(i);
     const own = lines[i].values;
     series.push({label: lines[i].label, stroke: color, fill: stacked ? color + "55" : undefined,
                  dash: lines[i].dash ? [6, 4] : undefined,
