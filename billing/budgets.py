@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from billing.filters import Filters, Selection
-from billing.insights.month import month_bounds
+from billing.insights.month import BUDGET_TOKENS, month_bounds
 from billing.insights.sources import Source, fetch_parts, for_totals
 from billing.store.base import UsageStore
 from billing.store.sql import Params
@@ -46,6 +46,16 @@ def reached(spent_micros: int, amount_micros: int) -> list[int]:
 async def spent_micros(store: UsageStore, scope: str, window: Window, now: float) -> int:
     """The cost of `scope`'s requests ("team:<id>" or "key:<id>", a key across every team it bills) from the
     window's start to `now`, in micro-units."""
+    return await _summed(store, scope, window, now, "SUM(cost_micros)")
+
+
+async def spent_tokens(store: UsageStore, scope: str, window: Window, now: float) -> int:
+    """The tokens a monthly token budget counts (prompt + compute, as the limiter charges them) of `scope`'s
+    requests from the window's start to `now`."""
+    return await _summed(store, scope, window, now, BUDGET_TOKENS)
+
+
+async def _summed(store: UsageStore, scope: str, window: Window, now: float, measure: str) -> int:
     kind, _, owner = scope.partition(":")
     if kind == "team":
         selection = Selection(window.start, min(now, window.end), owner, Filters())
@@ -56,8 +66,8 @@ async def spent_micros(store: UsageStore, scope: str, window: Window, now: float
     if selection.end <= selection.start:
         return 0
 
-    def cost(source: Source, part: Selection, params: Params) -> str:
-        return f"SELECT SUM(cost_micros) FROM {source.table} WHERE {source.where(part, params)}"
+    def summed(source: Source, part: Selection, params: Params) -> str:
+        return f"SELECT {measure} FROM {source.table} WHERE {source.where(part, params)}"
 
-    rows = await fetch_parts(store, for_totals(selection), cost)
+    rows = await fetch_parts(store, for_totals(selection), summed)
     return sum(int(row[0] or 0) for row in rows)

@@ -24,7 +24,7 @@ from billing.store.sql import Params
 
 TRAILING_S = 7 * 86400
 _MIN_RATE_WINDOW_S = 3600
-_BUDGET_TOKENS = "SUM(prompt_tokens + compute_tokens)"
+BUDGET_TOKENS = "SUM(prompt_tokens + compute_tokens)"  # what a monthly token budget counts
 NO_FILTERS = Filters()
 
 
@@ -57,10 +57,10 @@ async def month_to_date(store: UsageStore, team_id: str, now: float, *, budget_t
     trailing_start = now - TRAILING_S
 
     def so_far(source: Source, part: Selection, params: Params) -> str:
-        return f"SELECT {source.sums()}, {_BUDGET_TOKENS} FROM {source.table} WHERE {source.where(part, params)}"
+        return f"SELECT {source.sums()}, {BUDGET_TOKENS} FROM {source.table} WHERE {source.where(part, params)}"
 
     def recent(source: Source, part: Selection, params: Params) -> str:
-        return (f"SELECT {_BUDGET_TOKENS}, SUM(cost_micros), MIN({source.time_column}) FROM {source.table} "
+        return (f"SELECT {BUDGET_TOKENS}, SUM(cost_micros), MIN({source.time_column}) FROM {source.table} "
                 f"WHERE {source.where(part, params)}")
 
     month_rows, recent_rows, older = await asyncio.gather(

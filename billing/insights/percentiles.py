@@ -26,8 +26,13 @@ class Percentiles(msgspec.Struct):
     @classmethod
     def of(cls, values: list[float]) -> Percentiles:
         """Of unsorted values (None values skipped)."""
-        ordered = sorted(v for v in values if v is not None)
-        return cls(len(ordered), *(nearest_rank(ordered, f) for f in FRACTIONS)) if ordered else cls(0)
+        return cls.ranked(sorted(v for v in values if v is not None))
+
+    @classmethod
+    def ranked(cls, ordered: list[float]) -> Percentiles:
+        """Of values sorted ascending."""
+        n = len(ordered)  # nearest_rank's index, inline: a view has a group per bucket and model
+        return cls(n, *[ordered[max(math.ceil(f * n), 1) - 1] for f in FRACTIONS]) if n else cls(0)
 
 
 def nearest_rank(ordered: list[float], fraction: float) -> float:

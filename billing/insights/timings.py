@@ -1,12 +1,15 @@
-"""How fast and how well a view's requests went, bucket by bucket: latency and time-to-first-token
-percentiles (p50, p95, p99, exact: nearest rank over the records, as billing/insights/percentiles.py),
-output tokens per second, and the failed requests by HTTP status.
+"""How fast and how well a view's requests went, bucket by bucket, for all models together and for each
+model on its own: latency and time-to-first-token percentiles (p50, p95, p99, exact: nearest rank over
+the records, as billing/insights/percentiles.py), output tokens per second, and the failed requests by
+HTTP status (all models).
 
-Only the records hold these (the rollups keep sums). PostgreSQL computes the percentiles with
-`percentile_disc` grouped by bucket; SQLite has no ordered-set aggregate, so one pass fetches each
-record's bucket and measures and Python sorts them; the window's overall percentiles come from the same
-pass (PostgreSQL: `percentile_disc` without groups). Failures by status are sums: the daily rollup
-answers them for whole days, the records for the rest.
+Only the records hold these (the rollups keep sums), and one pass over them answers both views.
+PostgreSQL computes the percentiles with `percentile_disc` over the grouping sets (bucket, model) and
+(bucket); SQLite has no ordered-set aggregate, so one pass fetches each record's bucket, model and
+measures, Python sorts each (bucket, model) group, and a bucket's (and the window's) values are those
+sorted runs merged (a sort of sorted runs is a merge). The window's overall percentiles come from the
+same pass on SQLite (PostgreSQL: `percentile_disc` without groups). Failures by status are sums: the
+daily rollup answers them for whole days, the records for the rest.
 
 Output tokens per second of a bucket = its completed requests' completion tokens / the time they spent
 after their first token (latency - time to first token), over the requests that have both."""
@@ -14,6 +17,9 @@ after their first token (latency - time to first token), over the requests that 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
+from itertools import chain
+from operator import is_not
 
 import msgspec
 
@@ -29,35 +35,59 @@ _STREAMED = "status = 'ok' AND ttft_ms IS NOT NULL AND latency_ms > ttft_ms"  # 
 FAILED = ("error", "rejected")
 
 
+class ModelTimings(msgspec.Struct):
+    """One model's own timings, lists aligned with the view's buckets."""
+
+    model: str
+    latency_ms: list[Percentiles]
+    ttft_ms: list[Percentiles]
+    output_tokens_per_s: list[float | None]
+
+
 class Timings(msgspec.Struct):
-    """Lists aligned with the view's buckets (`Series.buckets`)."""
+    """Lists aligned with the view's buckets (`Series.buckets`), all models together; `by_model` each model's."""
 
     latency_ms: list[Percentiles]
     ttft_ms: list[Percentiles]
     output_tokens_per_s: list[float | None]  # None: no completed request with a first token
     errors_by_status: dict[str, list[int]]  # "429", "500", ... (NO_STATUS): failed and rejected requests
+    by_model: list[ModelTimings] = []  # sorted by model; the models that reached a worker in the window
 
 
 async def timings(store: UsageStore, selection: Selection,
                   bucketing: Bucketing) -> tuple[Timings, dict[str, Percentiles]]:
-    """The view's timings per bucket, and its overall latency and ttft percentiles."""
+    """The view's timings per bucket (and per model and bucket), and its overall latency and ttft percentiles."""
     index, width = _index(bucketing)
     scan = _postgres if store.dialect.name == "postgresql" else _sqlite
-    (per_bucket, overall), errors = await asyncio.gather(scan(store, selection, bucketing), _errors(store, selection,
-                                                                                                 bucketing))
-    measured = {column: [Percentiles(0)] * width for column in MEASURED}
-    tokens, spent = [0] * width, [0.0] * width
-    for (k, s), (ranked, streamed_tokens, streamed_ms) in per_bucket.items():
-        i = index[bucketing.bucket(k, s)]  # one group per bucket: the span tells only hours apart
-        for column in MEASURED:
-            measured[column][i] = ranked[column]
-        tokens[i] += int(streamed_tokens or 0)
-        spent[i] += float(streamed_ms or 0)
+    (scanned, overall), errors = await asyncio.gather(scan(store, selection, bucketing),
+                                                      _errors(store, selection, bucketing))
+    lines: dict[str | None, tuple[list, list, list, list]] = {}  # model -> latency, ttft, tokens, their ms
+    positions: dict[tuple[int, int], int] = {}
+    for (k, s, model), (ranked, streamed_tokens, streamed_ms) in scanned.items():
+        line = lines.get(model)
+        if line is None:
+            line = lines[model] = ([Percentiles(0)] * width, [Percentiles(0)] * width, [0] * width, [0.0] * width)
+        i = positions.get((k, s))
+        if i is None:  # one group per bucket and model: the span tells only hours apart
+            i = positions[(k, s)] = index[bucketing.bucket(k, s)]
+        line[0][i], line[1][i] = ranked["latency_ms"], ranked["ttft_ms"]
+        line[2][i] += int(streamed_tokens or 0)
+        line[3][i] += float(streamed_ms or 0)
+
+    def measured(model: str | None) -> tuple[list, list, list]:
+        latency, ttft, tokens, spent = lines.get(model) or _empty(width)
+        return latency, ttft, [_rate(t, ms) for t, ms in zip(tokens, spent, strict=True)]
+
     failed: dict[str, list[int]] = {}
     for k, s, error_status, n in errors:
         failed.setdefault(_status(error_status), [0] * width)[index[bucketing.bucket(k, s)]] += int(n)
-    return Timings(measured["latency_ms"], measured["ttft_ms"],
-                   [_rate(t, ms) for t, ms in zip(tokens, spent, strict=True)], dict(sorted(failed.items()))), overall
+    models = sorted(m for m in lines if m is not None)
+    return Timings(*measured(None), dict(sorted(failed.items())),
+                   [ModelTimings(m, *measured(m)) for m in models]), overall
+
+
+def _empty(width: int) -> tuple[list, list, list, list]:
+    return [Percentiles(0)] * width, [Percentiles(0)] * width, [0] * width, [0.0] * width
 
 
 def _index(bucketing: Bucketing) -> tuple[dict, int]:
@@ -85,8 +115,9 @@ async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing)
     return await fetch_parts(store, for_buckets(selection, bucketing, "status", "error_status"), statement)
 
 
-# (key, span) -> (percentiles by column, streamed requests' completion tokens, their ms after the first token)
-Scanned = dict[tuple[int, int], tuple[dict[str, Percentiles], int, float]]
+# (key, span, model; None: all models) -> (percentiles by column, streamed requests' completion tokens, their ms
+# after the first token)
+Scanned = dict[tuple[int, int, str | None], tuple[dict[str, Percentiles], int, float]]
 
 
 async def _postgres(store: UsageStore, selection: Selection,
@@ -97,37 +128,62 @@ async def _postgres(store: UsageStore, selection: Selection,
         wanted = "ARRAY[" + ", ".join(str(f) for f in FRACTIONS) + "]::float8[]"
         select = ", ".join(f"COUNT({c}), percentile_disc({wanted}) WITHIN GROUP (ORDER BY {c})" for c in MEASURED)
         return await store.fetch(
-            f"SELECT {key} AS k, {span} AS s, {select}, SUM(CASE WHEN {_STREAMED} THEN completion_tokens ELSE 0 END), "
-            f"SUM(CASE WHEN {_STREAMED} THEN latency_ms - ttft_ms ELSE 0 END) FROM {TABLE} "
-            f"WHERE {where(selection, params)} AND status <> 'rejected' GROUP BY k, s", params.values)
+            f"SELECT k, s, GROUPING(model), model, {select}, SUM(streamed_tokens), SUM(streamed_ms) FROM ("
+            f"SELECT {key} AS k, {span} AS s, model, {', '.join(MEASURED)}, "
+            f"CASE WHEN {_STREAMED} THEN completion_tokens ELSE 0 END AS streamed_tokens, "
+            f"CASE WHEN {_STREAMED} THEN latency_ms - ttft_ms ELSE 0 END AS streamed_ms FROM {TABLE} "
+            f"WHERE {where(selection, params)} AND status <> 'rejected') AS measured "
+            "GROUP BY GROUPING SETS ((k, s, model), (k, s))", params.values)
 
     rows, overall = await asyncio.gather(grouped(), percentiles(store, selection))
     out: Scanned = {}
-    for k, s, *measures, tokens, spent in rows:
+    for k, s, all_models, model, *measures, tokens, spent in rows:
         ranked = {}
         for i, column in enumerate(MEASURED):
             n, values = int(measures[2 * i]), measures[2 * i + 1]
             ranked[column] = Percentiles(n, *values) if n else Percentiles(0)
-        out[(int(k), int(s))] = (ranked, int(tokens or 0), float(spent or 0))
+        out[(int(k), int(s), None if all_models else model)] = (ranked, int(tokens or 0), float(spent or 0))
     return out, overall
 
 
 async def _sqlite(store: UsageStore, selection: Selection,
                   bucketing: Bucketing) -> tuple[Scanned, dict[str, Percentiles]]:
     """SQLite has no ordered-set aggregate (and its window functions sort far slower than Python): one pass
-    fetches each record's bucket and measures, Python sorts each bucket's values and the window's."""
+    fetches each record's bucket, model and measures; Python sorts each (bucket, model) group's values, and
+    a bucket's and the window's are those sorted runs merged (Python's sort merges runs in linear time)."""
     params = Params(store.dialect)
     key, span = bucketing.sql(store.dialect)
     rows = await store.fetch(
-        f"SELECT {key}, {span}, latency_ms, ttft_ms, CASE WHEN {_STREAMED} THEN completion_tokens END FROM {TABLE} "
-        f"WHERE {where(selection, params)} AND status <> 'rejected'", params.values)
-    groups: dict[tuple[int, int], list] = {}
+        f"SELECT {key}, {span}, model, {', '.join(MEASURED)}, CASE WHEN {_STREAMED} THEN completion_tokens END "
+        f"FROM {TABLE} WHERE {where(selection, params)} AND status <> 'rejected'", params.values)
+    groups: dict[tuple, list] = {}
     for row in rows:
-        groups.setdefault((row[0], row[1]), []).append(row)
+        groups.setdefault(row[:3], []).append(row)
+    columns = range(len(MEASURED))
     out: Scanned = {}
-    for (k, s), group in groups.items():
-        streamed = [(r[4], r[2] - r[3]) for r in group if r[4] is not None]
-        out[(int(k), int(s))] = ({c: Percentiles.of([r[2 + i] for r in group]) for i, c in enumerate(MEASURED)},
-                                 sum(t for t, _ in streamed), sum(ms for _, ms in streamed))
-    overall = {c: Percentiles.of([r[2 + i] for r in rows]) for i, c in enumerate(MEASURED)}
-    return out, overall
+    buckets: dict[tuple[int, int], tuple[list[list], list[float]]] = {}  # sorted runs per column; tokens, ms
+    for (k, s, model), group in groups.items():
+        _, _, _, latency, ttft, streamed = zip(*group, strict=True)  # columns (built in C, as the filters and sorts)
+        ordered = [sorted(filter(_present, values)) for values in (latency, ttft)]
+        tokens = sum(filter(_present, streamed))
+        spent = sum([lat - first for lat, first, t in zip(latency, ttft, streamed, strict=True) if t is not None])
+        out[(int(k), int(s), model)] = (_ranked(ordered), tokens, spent)
+        runs, sums = buckets.setdefault((int(k), int(s)), ([[] for _ in columns], [0, 0.0]))
+        for c in columns:
+            runs[c].append(ordered[c])
+        sums[0] += tokens
+        sums[1] += spent
+    window: list[list] = [[] for _ in columns]
+    for (k, s), (runs, (tokens, spent)) in buckets.items():
+        merged = [runs[c][0] if len(runs[c]) == 1 else sorted(chain.from_iterable(runs[c])) for c in columns]
+        out[(k, s, None)] = (_ranked(merged), tokens, spent)
+        for c in columns:
+            window[c].append(merged[c])
+    return out, _ranked([sorted(chain.from_iterable(window[c])) for c in columns])
+
+
+_present = partial(is_not, None)
+
+
+def _ranked(ordered: list[list]) -> dict[str, Percentiles]:
+    return {column: Percentiles.ranked(ordered[c]) for c, column in enumerate(MEASURED)}

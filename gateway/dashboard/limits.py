@@ -1,7 +1,8 @@
 """The Limits page: the team's rate limits and budgets (tokens and money), the spend so far in each budget's
 period, the alert thresholds reached and when each resets. Every member of the team sees it (and a service
 key of the team); the signed-in key's own limits are shown beside the team's. The same figures as
-`GET /v1/team/limits` (gateway/serving/spending.py builds both)."""
+`GET /v1/team/limits` (gateway/serving/spending.py builds both); the overview's budget panel reads them
+through `team_limits` too."""
 
 from __future__ import annotations
 
@@ -12,19 +13,27 @@ from auth.service import AuthService
 from auth.sessions import SessionStore
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.access import signed_in_scope
+from gateway.dashboard.scope import DashboardScope
 from gateway.serving.services import Services
-from gateway.serving.spending import limits_view
+from gateway.serving.spending import LimitsView, limits_view
 
 
-@get("/limits", opt=PUBLIC)
-async def limits_page(request: Request, sessions: SessionStore, auth: AuthService, services: Services) -> Template:
-    session, scope = await signed_in_scope(request, sessions, auth)
+async def team_limits(scope: DashboardScope, auth: AuthService, services: Services) -> tuple[LimitsView, dict]:
+    """The team on screen's limits and budgets with spend so far (and the signed-in key's own), and a name for
+    each scope: what the Limits page and the overview's budget panel show."""
     team = await auth.directory.team(scope.team.id)
     scoped = [(f"team:{scope.team.id}", team.limits if team is not None else None)]
     if not scope.is_admin:  # the admin key's own limits are not the team's business
         scoped.append((f"key:{scope.key.id}", scope.key.limits))
     view = await limits_view(services.spending, scope.team.id, scoped)
     names = {f"team:{scope.team.id}": f"Team {scope.team.name}", f"key:{scope.key.id}": f"Your key {scope.key.name}"}
+    return view, names
+
+
+@get("/limits", opt=PUBLIC)
+async def limits_page(request: Request, sessions: SessionStore, auth: AuthService, services: Services) -> Template:
+    session, scope = await signed_in_scope(request, sessions, auth)
+    view, names = await team_limits(scope, auth, services)
     return Template("limits.html.j2", context={"page": "limits", "session": session, "scope": scope, "view": None,
                                                "limits": view, "names": names})
 

@@ -17,6 +17,7 @@ from litestar.template import TemplateConfig
 from markupsafe import Markup, escape
 
 from billing.insights.overview import Overview, Series
+from billing.insights.timings import Timings
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
 
@@ -125,8 +126,23 @@ def _by_group(series: Series, per_group) -> list[dict]:
     return [{"label": m.key, "values": per_group(m)} for m in series.by_group]
 
 
-def _percentiles(per_bucket) -> list[dict]:
-    return [{"label": name, "values": [getattr(p, name) for p in per_bucket]} for name in ("p50", "p95", "p99")]
+ALL_MODELS = "all models"
+PERCENTILES = ("p50", "p95", "p99")
+
+
+def _by_model(timed: Timings, per_line) -> list[dict]:
+    """One line per model (its own value in each bucket), and all models together when there are several (first:
+    drawn under the models' lines)."""
+    lines = [{"label": m.model, "values": per_line(m)} for m in timed.by_model]
+    if len(lines) != 1:
+        lines.insert(0, {"label": ALL_MODELS, "values": per_line(timed), "dash": True})
+    return lines
+
+
+def _percentiles(timed: Timings, column: str) -> dict[str, list[dict]]:
+    """Per percentile (the chart's selector picks one), a line per model."""
+    return {name: _by_model(timed, lambda m, name=name: [getattr(p, name) for p in getattr(m, column)])
+            for name in PERCENTILES}
 
 
 def chart_data(o: Overview) -> dict:
@@ -135,8 +151,8 @@ def chart_data(o: Overview) -> dict:
     return {"x": [b.start for b in series.buckets], "tz": series.tz,
             "requests": _by_group(series, lambda m: m.requests),
             "errors": [{"label": status, "values": values} for status, values in timed.errors_by_status.items()],
-            "latency": _percentiles(timed.latency_ms), "ttft": _percentiles(timed.ttft_ms),
-            "speed": [{"label": "output tokens/s", "values": timed.output_tokens_per_s}],
+            "latency": _percentiles(timed, "latency_ms"), "ttft": _percentiles(timed, "ttft_ms"),
+            "speed": _by_model(timed, lambda m: m.output_tokens_per_s),
             "tokens": _by_group(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
                                                                            strict=True)]),
             "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros]),
@@ -156,7 +172,7 @@ def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
     env.filters.update(count=count, money=money, ms=ms, rate=rate, when=when)
     env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data,
-                       cold_starts=cold_starts, comparisons=comparisons)
+                       cold_starts=cold_starts, comparisons=comparisons, percentiles=PERCENTILES)
 
 
 def template_config() -> TemplateConfig:

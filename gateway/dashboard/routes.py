@@ -8,6 +8,7 @@ is a message on the sign-in page.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -40,14 +41,16 @@ from gateway.dashboard.access import (
     posted_form,
     signed_in_scope,
 )
+from gateway.dashboard.budget_panel import budget_rows
 from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, read_view_or_problem
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.key_edit import EDIT_HANDLERS
 from gateway.dashboard.keys import KEY_HANDLERS
-from gateway.dashboard.limits import LIMITS_HANDLERS
+from gateway.dashboard.limits import LIMITS_HANDLERS, team_limits
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
 from gateway.dashboard.team_pages import TEAM_HANDLERS
+from gateway.serving.services import Services
 
 STATIC = Path(__file__).parent / "static"
 MAX_KEY_CHARS = 512
@@ -127,18 +130,20 @@ async def _refused(name: str, session: Session, scope: DashboardScope, view: Vie
 
 
 @get("/overview", opt=PUBLIC)
-async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
+async def overview_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger,
+                        services: Services) -> Response:
     session, scope = await signed_in_scope(request, sessions, auth)
     view = read_view_or_problem(request.query_params, scope.team.id)
     if view.problem is not None:
         return await _refused("overview", session, scope, view, auth, ledger)
-    result = await overview(ledger.store, view.selection, view.granularity, view.tz, view.group_by)
-    team = await auth.directory.team(scope.team.id)
-    budget = team.limits.monthly_token_budget if team is not None and team.limits is not None else None
-    month = await month_to_date(ledger.store, scope.team.id, time.time(), budget_tokens=budget)
+    result, (limits, names), month = await asyncio.gather(
+        overview(ledger.store, view.selection, view.granularity, view.tz, view.group_by),
+        team_limits(scope, auth, services), month_to_date(ledger.store, scope.team.id, time.time()))
+    budgets = budget_rows(limits, names, month.month, month.projected_tokens)
     labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
     # htmx swaps the page's <main> in place
-    return await _page("overview", session, scope, view, auth, ledger, o=result, month=month, labels=labels)
+    return await _page("overview", session, scope, view, auth, ledger, o=result, month=month, labels=labels,
+                       budgets=budgets)
 
 
 @get("/teams", opt=PUBLIC)

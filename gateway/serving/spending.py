@@ -1,5 +1,6 @@
 """Budgets in money (`Limits.spend_budget` of a key or a team): the spend so far in the budget's period, the
-refusal of a hard budget once spent, and its alerts at 50, 80 and 100 %.
+refusal of a hard budget once spent, and its alerts at 50, 80 and 100 %; and the view of a team's limits and
+budgets (`limits_view`: `GET /v1/team/limits`, the dashboard's Limits page and its overview's budget panel).
 
 - **Spend** is the ledger's cost of the scope's requests since the period began (UTC month or day;
   billing/budgets.py), read at most once per `cache_s` per scope and gateway: a request admitted meanwhile, and
@@ -23,7 +24,7 @@ import structlog
 
 from auth import Principal
 from auth.models import Limits, SpendBudget
-from billing.budgets import Window, period_window, reached, spent_micros
+from billing.budgets import Window, period_window, reached, spent_micros, spent_tokens
 from billing.store.base import UsageStore
 from gateway.errors import BadRequest, SpendBudgetExhausted
 from gateway.serving.budget_alerts import ADJECTIVE, Alert, AlertSender, webhook_allowed
@@ -103,6 +104,10 @@ class SpendGate:
         self._spent[(scope, window.key)] = (now, micros)
         return Spend(scope, budget, window, micros)
 
+    async def tokens(self, scope: str, window: Window, now: float) -> int:
+        """The tokens of `scope`'s requests in `window` so far, as a monthly token budget counts them."""
+        return await spent_tokens(self._store, scope, window, now)
+
     def _notice(self, spend: Spend) -> None:
         period_key, handled = self._noticed.get(spend.scope, ("", set()))
         if period_key != spend.window.key:
@@ -154,7 +159,8 @@ class BudgetView(msgspec.Struct):
 
 class RateView(msgspec.Struct):
     """A scope's rate limits: rpm and tpm are sliding 60 s windows (capacity returns 60 s after each request),
-    the monthly token budget resets at `token_budget_resets_at`."""
+    the monthly token budget resets at `token_budget_resets_at`; `monthly_tokens_used` is what the ledger
+    holds of it this UTC month (prompt + compute tokens; the limiter also counts requests still running)."""
 
     scope: str
     rpm: int | None
@@ -163,6 +169,7 @@ class RateView(msgspec.Struct):
     monthly_token_budget: int | None
     window_s: int = 60
     token_budget_resets_at: str | None = None
+    monthly_tokens_used: int | None = None  # None: no token budget (or no ledger to read)
 
 
 class LimitsView(msgspec.Struct):
@@ -174,12 +181,15 @@ class LimitsView(msgspec.Struct):
 async def limits_view(gate: SpendGate | None, team_id: str, scoped: list[tuple[str, Limits | None]]) -> LimitsView:
     """A team's (and a key's) limits and budgets, with spend so far and reset times."""
     now = time.time()
+    month = period_window("month", now)
     rates = []
     for scope, limits in scoped:
         if limits is not None:
-            resets = iso(period_window("month", now).end) if limits.monthly_token_budget is not None else None
+            budgeted = limits.monthly_token_budget is not None
+            used = await gate.tokens(scope, month, now) if budgeted and gate is not None else None
             rates.append(RateView(scope, limits.rpm, limits.tpm, limits.max_concurrency, limits.monthly_token_budget,
-                                  token_budget_resets_at=resets))
+                                  token_budget_resets_at=iso(month.end) if budgeted else None,
+                                  monthly_tokens_used=used))
     budgets = []
     for spend in (await gate.standing(scoped) if gate is not None else []):
         b = spend.budget

@@ -1,13 +1,13 @@
 """Spend against budgets in money (billing/budgets.py): the period's window, the spend of a team and of a key
-as the store holds it, the thresholds reached, and the insert-once record of alerts sent, which every gateway
-of a fleet shares through the database."""
+as the store holds it (and the tokens a monthly token budget counts), the thresholds reached, and the
+insert-once record of alerts sent, which every gateway of a fleet shares through the database."""
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
 
-from billing.budgets import period_window, reached, spent_micros
+from billing.budgets import period_window, reached, spent_micros, spent_tokens
 from billing.records import LedgerEntry
 from billing.store import open_store
 from tests.billing.factory import usage
@@ -43,6 +43,27 @@ async def test_spend_is_the_periods_cost_of_the_team_or_the_key(database_url):
             14_000_000 if period_window("month", window.start - 1).key == period_window("month", now).key
             else 5_000_000)
         assert await spent_micros(store, "team:nobody", window, now) == 0
+    finally:
+        await store.close()
+
+
+async def test_budget_tokens_are_the_months_prompt_and_compute_tokens(database_url):
+    """What a monthly token budget counts (prompt + compute tokens, as the limiter charges), of the team or of
+    the key across its teams."""
+    store = await open_store(database_url)
+    try:
+        now = time.time()
+        month = period_window("month", now)
+        entries = [LedgerEntry(usage(team_id="t1", key_id="k1", time=now - 5, prompt_tokens=100, completion_tokens=7,
+                                     compute_tokens=21), 0, 0, 0, now),
+                   LedgerEntry(usage(team_id="t2", key_id="k1", time=now - 5, prompt_tokens=40, compute_tokens=2), 0,
+                               0, 0, now),
+                   LedgerEntry(usage(team_id="t1", key_id="k1", time=month.start - 1, prompt_tokens=999), 0, 0, 0,
+                               now)]
+        await store.insert(entries)
+        assert await spent_tokens(store, "team:t1", month, now) == 121  # last month's is not this month's
+        assert await spent_tokens(store, "key:k1", month, now) == 163
+        assert await spent_tokens(store, "team:nobody", month, now) == 0
     finally:
         await store.close()
 

@@ -1,7 +1,8 @@
 """The overview's series beyond sums, on both stores, checked against plain Python over the records:
 latency and time-to-first-token percentiles (p50/p95/p99, nearest rank) per bucket, output tokens per
-second and failures by HTTP status per bucket; week (from Monday) and month buckets in a zone; the series
-split by another column; the previous period's totals (equal to the usage API's over that window)."""
+second and failures by HTTP status per bucket, all models together and each model on its own; week (from
+Monday) and month buckets in a zone; the series split by another column; the previous period's totals
+(equal to the usage API's over that window)."""
 
 from __future__ import annotations
 
@@ -34,38 +35,61 @@ def bucket_of(buckets, t: float) -> int:
     return i
 
 
+class Oracle:
+    """Plain Python over the records: latency and ttft values, streamed tokens and their ms, per bucket."""
+
+    def __init__(self) -> None:
+        self.latency, self.ttft = defaultdict(list), defaultdict(list)
+        self.tokens, self.spent = defaultdict(int), defaultdict(float)
+
+    def add(self, u, i: int) -> None:
+        self.latency[i].append(u.latency_ms)
+        if u.ttft_ms is not None:
+            self.ttft[i].append(u.ttft_ms)
+            if u.status == "ok" and u.latency_ms > u.ttft_ms:
+                self.tokens[i] += u.completion_tokens
+                self.spent[i] += u.latency_ms - u.ttft_ms
+
+    def check(self, got, buckets, what: str) -> None:
+        """`got` (Timings or ModelTimings) equals this oracle in every bucket."""
+        for i in range(len(buckets)):
+            for measured, values in ((got.latency_ms[i], self.latency[i]), (got.ttft_ms[i], self.ttft[i])):
+                assert (measured.samples, measured.p50, measured.p95, measured.p99) == (
+                    len(values), *(nearest_rank(values, f) for f in (0.5, 0.95, 0.99))), (what, i, buckets[i].label)
+            expected_rate = self.tokens[i] * 1000 / self.spent[i] if self.spent[i] else None
+            assert got.output_tokens_per_s[i] == pytest.approx(expected_rate), (what, i)
+
+
 @pytest.mark.parametrize(("granularity", "tz", "filters"), VIEWS)
 async def test_timings_per_bucket_equal_the_records(ledger, entries, granularity, tz, filters):
+    """All models together, and each model on its own (the charts' line per model), bucket by bucket."""
     start, end = WINDOW if granularity != "hour" else (ts("2025-03-08T00:00:00"), ts("2025-03-11T00:00:00"))
     selection = Selection(start, end, "team-a", filters)
     view = await overview(ledger.store, selection, granularity, tz)
     rows = selected(entries, selection)
     buckets = view.series.buckets
-    latency, ttft = defaultdict(list), defaultdict(list)
-    tokens, spent, failed = defaultdict(int), defaultdict(float), defaultdict(lambda: defaultdict(int))
+    everything, by_model = Oracle(), defaultdict(Oracle)
+    failed = defaultdict(lambda: defaultdict(int))
     for e in rows:
         u, i = e.usage, bucket_of(buckets, e.usage.time)
         if u.status in ("error", "rejected"):
             failed[str(u.error_status) if u.error_status else "other"][i] += 1
         if u.status == "rejected":
             continue
-        latency[i].append(u.latency_ms)
-        if u.ttft_ms is not None:
-            ttft[i].append(u.ttft_ms)
-            if u.status == "ok" and u.latency_ms > u.ttft_ms:
-                tokens[i] += u.completion_tokens
-                spent[i] += u.latency_ms - u.ttft_ms
-    assert rows and len(latency) > 1
-    for i in range(len(buckets)):
-        for got, values in ((view.timings.latency_ms[i], latency[i]), (view.timings.ttft_ms[i], ttft[i])):
-            assert (got.samples, got.p50, got.p95, got.p99) == (
-                len(values), *(nearest_rank(values, f) for f in (0.5, 0.95, 0.99))), (i, buckets[i].label)
-        expected_rate = tokens[i] * 1000 / spent[i] if spent[i] else None
-        assert view.timings.output_tokens_per_s[i] == pytest.approx(expected_rate), i
+        everything.add(u, i)
+        by_model[u.model].add(u, i)
+    assert rows and len(everything.latency) > 1
+    everything.check(view.timings, buckets, "all models")
+    assert [m.model for m in view.timings.by_model] == sorted(by_model)
+    assert len(by_model) == (1 if filters.models else 3)
+    for line in view.timings.by_model:
+        by_model[line.model].check(line, buckets, line.model)
     assert {s: {i: n for i, n in enumerate(v) if n} for s, v in view.timings.errors_by_status.items()} == {
         s: dict(v) for s, v in failed.items()}
     reached = [e.usage.latency_ms for e in rows if e.usage.status != "rejected"]
     assert view.latency_ms.p99 == nearest_rank(reached, 0.99)
+    assert view.ttft_ms.p50 == nearest_rank([e.usage.ttft_ms for e in rows if e.usage.status != "rejected"
+                                             and e.usage.ttft_ms is not None], 0.5)
 
 
 @pytest.mark.parametrize(("granularity", "tz"), [("week", "Asia/Kolkata"), ("week", "UTC"),

@@ -17,6 +17,7 @@ function theme() {
 // Bucket starts in seconds; each line holds its own value per bucket. A stacked chart draws running sums
 // (each fill shows one model's share) while its legend reads each model's own value.
 function draw(box, x, lines, stacked, tz) {
+  if (box.plot) box.plot.destroy();  // a redraw (another percentile) drops the old plot's listeners
   box.replaceChildren();
   // times as the tables write them: the legend "2026-11-26 13:00"; an axis tick its day, or its hour in a day
   const [WHEN, DAY, HOUR] = ["{YYYY}-{MM}-{DD} {HH}:{mm}", "{YYYY}-{MM}-{DD}", "{HH}:{mm}"].map(uPlot.fmtDate);
@@ -34,11 +35,14 @@ function draw(box, x, lines, stacked, tz) {
   });
   // a stack's top line is the total: draw from the top so each lower fill covers its own share
   const order = stacked ? [...lines.keys()].reverse() : [...lines.keys()];
+  // a dashed line (all models together) is grey; the others take the palette in order, as the stacked charts do
+  const colorOf = (i) => lines[i].dash ? "#8a8f99" : COLORS[lines.slice(0, i).filter((l) => !l.dash).length % COLORS.length];
   for (const i of order) {
-    const color = COLORS[i % COLORS.length];
+    const color = colorOf(i);
     const own = lines[i].values;
     series.push({label: lines[i].label, stroke: color, fill: stacked ? color + "55" : undefined,
-                 paths: uPlot.paths.stepped({align: 1}), points: {show: !stacked},
+                 dash: lines[i].dash ? [6, 4] : undefined,
+                 paths: uPlot.paths.stepped({align: 1, alignGaps: 1}), points: {show: !stacked},
                  value: (u, v, si, idx) => idx == null || own[idx] == null ? "–" : FULL.format(own[idx])});
     columns.push(x.length ? [...drawn[i], drawn[i][drawn[i].length - 1]] : drawn[i]);
   }
@@ -47,7 +51,10 @@ function draw(box, x, lines, stacked, tz) {
     const d = tzDate(ts);
     return d.getHours() || d.getMinutes() ? HOUR(d) : DAY(d);
   });
+  // lines (not stacks): the one under the pointer is brought forward and the others fade, legend rows included
+  const focus = stacked ? {} : {focus: {alpha: 0.3}, cursor: {focus: {prox: 24}}};
   const plot = new uPlot({width: width, height: 220, series: series, tzDate, padding: [8, 40, 0, 0],  // room for the last tick
+                          ...focus,
                           axes: [{values: ticks, space: 90, ...theme()},
                                  {size: (u, values) => 16 + 7 * Math.max(3, ...(values || []).map((v) => v.length)),
                                   values: (u, splits) => splits.map((v) => COMPACT.format(v)), ...theme()}],
@@ -80,9 +87,22 @@ function drawCharts(root) {
   const source = (root.querySelector ? root : document).querySelector("[data-chart-data]");
   if (!source || !window.uPlot) return;
   const data = JSON.parse(source.textContent);
-  document.querySelectorAll("[data-chart]").forEach((box) => {
-    draw(box, data.x, data[box.dataset.chart], box.dataset.stacked === "true", data.tz);
-  });
+  document.querySelectorAll("[data-chart]").forEach((box) => drawChart(box, data));
+}
+
+// A chart with a percentile selector holds a set of lines per percentile; it draws the one chosen (also the one a
+// reload's restored form state shows).
+function drawChart(box, data) {
+  const select = document.querySelector(`select[data-percentile-for="${box.dataset.chart}"]`);
+  if (select) box.dataset.percentile = select.value;
+  const lines = data[box.dataset.chart];
+  draw(box, data.x, select ? lines[select.value] : lines, box.dataset.stacked === "true", data.tz);
+}
+
+function choosePercentile(select) {
+  const box = document.querySelector(`[data-chart="${select.dataset.percentileFor}"]`);
+  const source = document.querySelector("[data-chart-data]");
+  if (box && source && window.uPlot) drawChart(box, JSON.parse(source.textContent));
 }
 
 // Numbers in the reader's locale: the browser's own (its language, the first it sends as Accept-Language).
@@ -117,6 +137,7 @@ document.addEventListener("click", (event) => {
 document.addEventListener("change", (event) => {
   const field = event.target;
   if (field.matches("select[data-submit-on-change]")) field.form.submit();
+  if (field.matches("select[data-percentile-for]")) choosePercentile(field);
   // From/To make the range custom; a named range clears them (else the dates would be silently ignored)
   if (field.matches("[data-custom-range]") && field.value) field.form.elements.range.value = "custom";
   if (field.matches("[data-range]") && field.value !== "custom") {

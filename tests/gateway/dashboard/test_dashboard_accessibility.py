@@ -24,8 +24,9 @@ SIGNED_IN = ["/dashboard/overview", "/dashboard/overview?range=custom&start=2026
 
 
 async def seed(dashboard_server) -> tuple[str, str, str]:
-    """A team with an owner's key, keys of every state and a day of traffic on two models (errors too)."""
-    team = (await dashboard_server.admin("POST", "/admin/teams", name="Accessible"))["id"]
+    """A team with budgets, an owner's key, keys of every state and a day of traffic on two models (errors too)."""
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Accessible", limits={
+        "monthly_token_budget": 5000, "spend_budget": {"amount_micros": 2000, "period": "day"}}))["id"]
     user = (await dashboard_server.admin("POST", "/admin/users", name="owner"))["id"]
     await dashboard_server.admin("PUT", f"/admin/teams/{team}/members/{user}", role="owner")
     key = await dashboard_server.admin("POST", "/admin/keys", name="owner's key", team_id=team, user_id=user)

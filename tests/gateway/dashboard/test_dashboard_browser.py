@@ -104,13 +104,18 @@ async def test_sign_in_overview_equals_the_usage_api_and_sign_out(dashboard_serv
     assert totals["requests"] == 5 and totals["prompt_tokens"] == 3003 + 5000 + 10
     assert {k: shown[k] for k in expected_tiles(totals)} == expected_tiles(totals)
     assert shown["error_rate"] == "20.00 %"
-    # the month's tiles: the budget counts prompt + compute tokens since the UTC month began, as the limiter
+    # the month's tiles and the budget panel: a token budget counts prompt + compute tokens since the UTC month
+    # began, as the limiter
     await dashboard_server.admin("PATCH", f"/admin/teams/{data['acme']}", limits={"monthly_token_budget": 100_000})
     await page.reload()
     month_start = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     month = await api_totals(dashboard_server, data["alice_key"]["key"], {"start": month_start.isoformat()})
     used = month["prompt_tokens"] + month["compute_tokens"]
-    assert (await tiles(page))["budget"].startswith(f"{used:,} / 100,000 ({used / 1000:.0f} %")
+    assert (await tiles(page))["budget_tokens"] == f"{used:,}"
+    budget = page.locator(f'table[data-budget-panel] tr[data-scope="team:{data["acme"]}"][data-kind=tokens]')
+    assert await budget.locator("[data-label=Spent]").inner_text() == f"{used:,}"
+    assert await budget.locator("[data-label=Limit]").inner_text() == "100,000"
+    assert await budget.locator("[data-label=Used]").get_attribute("data-used") == f"{used / 1000:.0f}"
     assert (await tiles(page))["month_cost"] == dollars(month["cost_micros"])
     exact = await page.get_attribute("[data-tile=month_cost]", "data-micros")
     assert int(exact) == month["cost_micros"]

@@ -1,9 +1,11 @@
 """The overview's charts in Chromium: a stacked chart's legend reads each model's own amount (never a
 running total), every y axis starts at 0 and writes a million compactly, times read as the tables write
-them, and an empty view says so on the chart."""
+them, an empty view says so on the chart, and the speed charts' line per model reads that model's own
+percentile under the pointer."""
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 
@@ -88,3 +90,91 @@ async def test_an_empty_view_says_so_on_each_chart(dashboard_server, page):
     low, high = await page.eval_on_selector("[data-chart=tokens]",
                                             "box => [box.plot.scales.y.min, box.plot.scales.y.max]")
     assert (low, high) == (0, 1)  # an axis is still drawn, from 0
+
+
+# Per (days ago, model): latencies (ms) of its requests; each with a first token at a tenth of it.
+LATENCIES = {(0, "small"): [100.0, 200.0, 300.0, 400.0, 2000.0], (0, "big"): [1500.0, 3000.0, 4500.0],
+             (2, "small"): [600.0], (2, "big"): [2500.0, 3500.0, 3900.0]}
+
+
+def tokens_of(latency: float) -> int:
+    return round(latency * 0.9 / 100)
+
+
+def nearest_rank(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(fraction * len(ordered)), 1) - 1]
+
+
+async def hover(page, chart: str, idx: int, label: str) -> None:
+    """Move the pointer onto the line `label` of `chart` in bucket `idx`."""
+    await page.locator(f"[data-chart={chart}]").scroll_into_view_if_needed()
+    x, y = await page.eval_on_selector(f"[data-chart={chart}]", """(box, [idx, label]) => {
+        const plot = box.plot;
+        const line = plot.series.findIndex(s => s.label === label);
+        const over = box.querySelector('.u-over').getBoundingClientRect();
+        const [x, y] = [plot.valToPos(plot.data[0][idx], 'x'), plot.valToPos(plot.data[line][idx], 'y')];
+        return [over.left + x + 4, over.top + y];
+    }""", [idx, label])
+    await page.mouse.move(0, 0)
+    await page.mouse.move(x, y)
+    await page.evaluate("() => new Promise(done => requestAnimationFrame(() => done()))")
+
+
+async def legend_rows(page, chart: str) -> dict[str, tuple[str, str]]:
+    """label -> (value, opacity) of the legend's lines."""
+    rows = await page.eval_on_selector_all(
+        f"[data-chart={chart}] .u-legend .u-series",
+        "rows => rows.slice(1).map(r => [r.querySelector('.u-label').innerText, r.querySelector('.u-value').innerText,"
+        " r.style.opacity || '1'])")
+    return {label: (value, opacity) for label, value, opacity in rows}
+
+
+async def test_hovering_a_models_line_shows_that_models_own_value(dashboard_server, page, artifacts):
+    """Latency and time to first token draw one line per model for the chosen percentile (and all models
+    together, dashed); output tokens per second one per model. The line under the pointer is brought forward and
+    the legend reads each model's own value, equal to a direct computation over its records."""
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Per model"))["id"]
+    key = await dashboard_server.admin("POST", "/admin/keys", name="per-model", team_id=team)
+    now = time.time()
+    for (days, model), latencies in LATENCIES.items():
+        for i, latency in enumerate(latencies):
+            await dashboard_server.ledger.record(usage(
+                team_id=team, key_id=key["id"], model=model, time=now - days * 24 * HOUR - 60 - i,
+                latency_ms=latency, ttft_ms=latency / 10, completion_tokens=tokens_of(latency)))
+    await dashboard_server.ledger.flush(10)
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
+    await page.fill("#api_key", key["key"])
+    await page.click("button[type=submit]")
+    await page.wait_for_selector("[data-chart=latency] canvas")
+    days = await page.eval_on_selector_all("table[data-series] tbody th", "cells => cells.map(c => c.innerText)")
+    index = {days_ago: days.index(utc_day(now - days_ago * 24 * HOUR)) for days_ago in (0, 2)}
+    checked = 0
+    for chart, share in (("latency", 1.0), ("ttft", 0.1)):
+        for percentile, fraction in (("p95", 0.95), ("p50", 0.5)):
+            await page.select_option(f"#{chart}-percentile", percentile)
+            for (days_ago, model), latencies in LATENCIES.items():
+                await hover(page, chart, index[days_ago], model)
+                rows = await legend_rows(page, chart)
+                expected = nearest_rank([v * share for v in latencies], fraction)
+                assert float(rows[model][0].replace(",", "")) == pytest.approx(expected), (chart, percentile, model)
+                # the line under the pointer is brought forward (the all-models line where it runs on this one)
+                (focused,) = [m for m, (_, opacity) in rows.items() if opacity == "1"]
+                assert float(rows[focused][0].replace(",", "")) == pytest.approx(expected), rows
+                together = [v * share for (d, _), values in LATENCIES.items() if d == days_ago for v in values]
+                assert float(rows["all models"][0].replace(",", "")) == pytest.approx(nearest_rank(together, fraction))
+                checked += 1
+        if chart == "latency":
+            await page.locator("section.chart:has([data-chart=latency])").screenshot(
+                path=artifacts / "overview-per-model-latency.png")
+    assert checked == 16
+    for (days_ago, model), latencies in LATENCIES.items():
+        await hover(page, "speed", index[days_ago], model)
+        rows = await legend_rows(page, "speed")
+        expected = sum(map(tokens_of, latencies)) * 1000 / sum(v * 0.9 for v in latencies)
+        assert float(rows[model][0].replace(",", "")) == pytest.approx(expected, rel=1e-5), (days_ago, model, rows)
+    # the numbers of the per-model lines are also in a table
+    cells = await page.eval_on_selector_all(
+        "table[data-model-timings] tbody tr", "rows => rows.map(r => [r.dataset.model, r.cells[3].innerText])")
+    expected = [(model, f"{nearest_rank(v, 0.95):,.0f} ms") for (_, model), v in LATENCIES.items()]
+    assert sorted(map(tuple, cells)) == sorted(expected)

@@ -87,13 +87,20 @@ async def test_timing_charts_and_their_table_equal_the_records(dashboard_server,
     speed = sum(r.completion_tokens for r in streamed) * 1000 / sum(r.latency_ms - r.ttft_ms for r in streamed)
     assert row[6] == f"{speed:,.1f}"
     assert row[7] == "429: 1, 502: 1"
-    # the charts read the same numbers: the latency chart's last bucket (today) in its legend
+    # the charts read the same numbers: the latency chart's last bucket (today) in its legend, p99 chosen: all
+    # models together and each model's own
+    await page.select_option("#latency-percentile", "p99")
     await page.focus("[data-chart=latency]")
     await page.keyboard.press("End")
     legend = dict(await page.eval_on_selector_all(
         "[data-chart=latency] .u-legend .u-series",
         "rows => rows.map(r => [r.querySelector('.u-label').innerText, r.querySelector('.u-value').innerText])"))
-    assert legend["p99"] == f"{nearest_rank(latencies, 0.99):,.0f}", legend  # whole milliseconds here
+    assert legend["all models"] == f"{nearest_rank(latencies, 0.99):,.0f}", legend  # whole milliseconds here
+    models = {r.model for r in reached}
+    assert len(models) == 2
+    for model in models:
+        own = [r.latency_ms for r in reached if r.model == model]
+        assert legend[model] == f"{nearest_rank(own, 0.99):,.0f}", (model, legend)
     errors = await page.eval_on_selector("[data-chart=errors]", "box => box.plot.series.map(s => s.label)")
     assert sorted(errors[1:]) == ["429", "502"]
     requests = await page.eval_on_selector("[data-chart=requests]", "box => box.plot.series.map(s => s.label)")
