@@ -92,9 +92,12 @@ def generate(rows: int, seed: int = 7):
             price_in, price_out = price_in * 6 // 5, price_out * 6 // 5
         cost = (prompt * price_in + max(compute, completion) * price_out + 500_000) // 1_000_000
         cold = rnd.uniform(2_000, 40_000) if rnd.random() < 0.01 else None
+        # no draw of its own, so the rows are those of the runs before the field; a tenth of the answers are cut
+        finish = ("length" if completion % 10 == 0 else "stop") if status == "ok" else \
+            None if status == "rejected" else status
         batch.append((f"req_{i:09d}", t, utc_day(t), team, key_id, user_id, model, dialect, "/v1/chat/completions",
                       prompt, completion, compute, status, latency, ttft, "w-1", price_in, price_out, cost, t + 1.0,
-                      cold, error_code, error_status, ""))
+                      cold, error_code, error_status, "", finish))
         if len(batch) == BATCH:
             yield batch
             batch = []

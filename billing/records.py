@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
 Status = Literal["ok", "cancelled", "error", "rejected"]
 STATUSES: tuple[str, ...] = ("ok", "cancelled", "error", "rejected")
+# Why a request's answer ended, in the ledger's own words (a fixed vocabulary, whatever the dialect called it):
+# stop (the model ended it: EOS, or its grammar accepted), stop_sequence (a stop string or stop token the caller
+# named), length (max_tokens or the context), tool_calls, cancelled (the client left), timeout (the gateway's
+# request_timeout_s or the client's own deadline), error. None: it never reached an answer (rejected), or the
+# record predates the field. Several choices (n > 1, best_of, several prompts): FINISH_REASONS' first that any
+# returned choice ended with, so a cut choice is never hidden behind a complete one.
+FinishReason = Literal["error", "timeout", "cancelled", "length", "tool_calls", "stop_sequence", "stop"]
+FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)  # in that rank
 
 # Token counts are validated when the ledger checks a record, so a bad value fails the caller
 # instead of poisoning the write-ahead log.
@@ -43,6 +51,8 @@ class UsageRecord(msgspec.Struct, array_like=True):
     error_code: str | None = None  # the error a failed or rejected request ended with
     error_status: HttpStatus | None = None  # that error's HTTP status (429: rate-limited)
     adapter: str = ""  # LoRA adapter name; "" for the base model
+    # Added with the request detail view (schema 5), last for the same reason.
+    finish_reason: FinishReason | None = None
 
     @classmethod
     def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,

@@ -3,6 +3,8 @@ codes and envelope. `as_sluice_error` brings whatever else a handler raised into
 
 from __future__ import annotations
 
+import copy
+
 import structlog
 from litestar.exceptions import HTTPException
 
@@ -22,7 +24,7 @@ __all__ = ["AdapterUnavailable", "BadRequest", "ContextTooLong", "GenerationFail
            "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut",
            "SluiceError", "SpendBudgetExhausted",
            "StoreUnavailable", "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed",
-           "ValidationFailed", "as_sluice_error"]
+           "ValidationFailed", "as_sluice_error", "restated"]
 
 
 class ValidationFailed(SluiceError):
@@ -71,7 +73,9 @@ class NeverFits(RateLimited):
 
 class QuotaExceeded(RateLimited):
     """A budget is spent (OpenAI's `insufficient_quota`), not a rate limit: waiting a moment cannot help, so
-    `x-should-retry: false`, which openai-python obeys before its own rule of retrying every 429."""
+    `x-should-retry: false`, which openai-python obeys before its own rule of retrying every 429. Dialects whose
+    service answers exhausted credit otherwise restate it: Anthropic's 402 `billing_error`, Hugging Face's 402
+    for TGI-shaped routes (docs/api.md, "Budgets in money")."""
 
     type = code = "insufficient_quota"
 
@@ -167,6 +171,13 @@ class HTTPError(SluiceError):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message, headers=headers)
         self.status = status
+
+
+def restated(error: SluiceError, status: int) -> SluiceError:
+    """A copy of `error` answered with `status` (a dialect's own status for it); the raised error is left as it was."""
+    error = copy.copy(error)
+    error.status = status
+    return error
 
 
 def as_sluice_error(exc: Exception) -> SluiceError:

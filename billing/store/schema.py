@@ -84,6 +84,12 @@ _ALERTS = """CREATE TABLE IF NOT EXISTS budget_alerts (
     PRIMARY KEY (scope, period, threshold)
 )"""
 
+# schema 5: why each answer ended, in the record's fixed vocabulary (records.FINISH_REASONS, checked here too, as
+# status is; written out, since a shipped migration never changes); NULL for the records before it and for requests
+# refused before any answer
+_FINISH_REASON = (f"ALTER TABLE {TABLE} ADD COLUMN finish_reason TEXT CHECK (finish_reason IN "
+                  "('error', 'timeout', 'cancelled', 'length', 'tool_calls', 'stop_sequence', 'stop'))")
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -93,4 +99,5 @@ SCHEMA = Schema("billing", [
         "postgres": rollups_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")}),
     Migration(4, "budget alerts sent: one row per scope, period and threshold, so a fleet sends each once",
               {"sqlite": [_ALERTS.format(real="REAL")], "postgres": [_ALERTS.format(real="DOUBLE PRECISION")]}),
+    Migration(5, "why each request's answer ended (finish_reason)", [_FINISH_REASON]),
 ], legacy_table="billing_schema_migrations")

@@ -3,7 +3,7 @@
 `GET /dashboard/request?id=...` finds a request of the team on screen by the id a customer quotes: the
 ledger's id, or the response's own (`chatcmpl-<id>`, `cmpl-<id>`, `msg_<id>`, `resp_<id>`); found, it
 redirects to `GET /dashboard/requests/<id>`, the detail (times, tokens, prices and cost, status and error,
-dialect, endpoint route, adapter, cold-start wait, worker, key, user). Only the team's own records are
+finish reason, dialect, endpoint route, adapter, cold-start wait, worker, key, user). Only the team's own records are
 searched: another team's id answers exactly as an unknown one (404, the same words), so ids do not leak
 across teams. The id is bounded and checked; a bad one is said at the search field (400)."""
 
@@ -30,6 +30,10 @@ MAX_ID = 128
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 RESPONSE_PREFIX = re.compile(r"(?:chatcmpl-|cmpl-|msg_|resp_)(.+)")  # the ids the dialects answer with
 NOT_FOUND = "No request with this id in this team."
+# the ledger's finish reasons (billing.records.FinishReason) in a reader's words
+FINISH_WORDS = {"stop": "the model ended its answer", "stop_sequence": "a stop sequence or stop token was generated",
+                "length": "max_tokens or the model's context was reached", "tool_calls": "the model called a tool",
+                "cancelled": "the client cancelled it", "timeout": "it ran out of time", "error": "it failed"}
 
 
 def read_request_id(raw: str) -> str:
@@ -55,7 +59,7 @@ def _page(session: Session, scope: DashboardScope, tz: str, *, typed: str = "", 
           entry: LedgerEntry | None = None, labels: dict | None = None, status: int = 200) -> Template:
     return Template("request.html.j2", status_code=status, context={
         "session": session, "scope": scope, "page": "request", "tz": tz, "typed": typed, "problem": problem,
-        "e": entry.flat() if entry is not None else None, "labels": labels or {}})
+        "e": entry.flat() if entry is not None else None, "labels": labels or {}, "finish_words": FINISH_WORDS})
 
 
 async def _found_or_page(ledger: Ledger, session: Session, scope: DashboardScope, tz: str,

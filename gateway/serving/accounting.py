@@ -11,16 +11,20 @@ import time
 import structlog
 
 from auth import Principal
-from billing.records import UsageRecord
+from billing.records import FINISH_REASONS, UsageRecord
 from common.errors import LedgerUnavailable
-from common.protocol import Accepted, Done, Event, Token
+from common.protocol import Accepted, Done, Event, Finish, Token
 from gateway import metrics
-from gateway.errors import SluiceError
+from gateway.errors import DeadlineExceeded, RequestTimedOut, SluiceError
 from gateway.serving import admission
 from gateway.serving.dialect import Parsed
 from gateway.serving.services import Services
 
 log = structlog.get_logger("gateway")
+# the worker's finish reasons in the ledger's words (billing.records.FinishReason)
+LEDGER_FINISH = {"eos_token": "stop", "stop_sequence": "stop_sequence", "stop_token": "stop_sequence",
+                 "length": "length", "tool_calls": "tool_calls", "cancelled": "cancelled", "error": "error"}
+_RANK = {reason: rank for rank, reason in enumerate(FINISH_REASONS)}
 
 
 class Accounting:
@@ -44,6 +48,7 @@ class Accounting:
         self.expected_dones = 0
         self.worker_id = ""
         self.cold_start_ms = 0.0  # how long the request waited for a replica (the endpoint was waking)
+        self.finish_reason: str | None = None  # the highest-ranked reason of the choices finished so far
 
     @property
     def complete(self) -> bool:
@@ -71,6 +76,24 @@ class Accounting:
             self.completion_tokens += event.completion_tokens
             self.compute_tokens += event.compute_tokens
             self.worker_id = event.worker_id or self.worker_id
+        elif isinstance(event, Finish):
+            reason = LEDGER_FINISH[event.reason]
+            if self.finish_reason is None or _RANK[reason] < _RANK[self.finish_reason]:
+                self.finish_reason = reason
+
+    def ledger_finish_reason(self, status: str, error: SluiceError | None) -> str | None:
+        """Why the answer ended, as the ledger records it: the request's own end when it did not complete (the
+        client left, a timeout, an error), else its choices' (ranked: billing.records.FinishReason); None for a
+        request refused before any answer."""
+        if status == "rejected":
+            return None
+        if status == "cancelled":
+            return "cancelled"
+        if isinstance(error, RequestTimedOut | DeadlineExceeded):
+            return "timeout"
+        if status == "error":
+            return "error"
+        return self.finish_reason
 
     def failure_status(self, error: SluiceError) -> str:
         """Refused before anything was generated (invalid, rate-limited, over a limit): `rejected`, billed
@@ -119,4 +142,5 @@ class Accounting:
             compute_tokens=self.compute_tokens, status=status, latency_ms=latency, ttft_ms=ttft,
             worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
             error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or "",
-            cold_start_ms=self.cold_start_ms or None))  # None: it did not wait for its endpoint to wake
+            cold_start_ms=self.cold_start_ms or None,  # None: it did not wait for its endpoint to wake
+            finish_reason=self.ledger_finish_reason(status, error)))

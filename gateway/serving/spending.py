@@ -6,8 +6,9 @@ budgets (`limits_view`: `GET /v1/team/limits`, the dashboard's Limits page and i
   billing/budgets.py), read at most once per `cache_s` per scope and gateway: a request admitted meanwhile, and
   records still on their way from the ledger's log to its database, can carry a scope past its amount by what
   they cost. A store that cannot be read keeps the last figure (or none) rather than refusing everyone.
-- **Hard** budgets refuse a new request once spent: 429 `insufficient_quota` (`SpendBudgetExhausted`) in the
-  route's dialect, with no Retry-After and `x-should-retry: false`; a rate limit stays a 429 with Retry-After.
+- **Hard** budgets refuse a new request once spent: 429 `insufficient_quota` (`SpendBudgetExhausted`), restated by
+  the dialects whose service answers credit run out otherwise (Anthropic's 402 `billing_error`; 402 on the TGI-shaped
+  routes), with no Retry-After and `x-should-retry: false`; a rate limit stays a 429 with Retry-After.
 - **Alerts**: a threshold the spend reached is claimed in the ledger's database (insert-once per scope,
   period and threshold, so a fleet of gateways sends it once), then sent beside the request path
   (gateway/serving/budget_alerts.py). A threshold is noticed when a request of the scope is admitted.

@@ -1,6 +1,7 @@
 """A ledger written before the dashboards (schema 1, and its write-ahead log, recorded in billing's own
 bookkeeping table of then) opens under schema 3: records keep their values, the new fields read as absent,
-the rollups hold the old records' sums."""
+the rollups hold the old records' sums. A log written before finish reasons (schema 5) replays beside new
+entries, its records without one; every reason of the vocabulary is stored and read back, and no other."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from billing.filters import Selection
 from billing.insights.overview import overview
 from billing.ledger import Ledger
+from billing.records import FINISH_REASONS, LedgerEntry
 from billing.store.base import TABLE
 from billing.store.schema import SCHEMA
 from billing.usage import UsageQuery
@@ -76,7 +78,8 @@ async def test_schema_1_ledger_and_log_open_under_schema_3(database_url, wal_dir
             u = entries[row[0]].usage
             assert (u.time, u.key_id, u.user_id, u.prompt_tokens, u.status, entries[row[0]].cost_micros) == (
                 row[1], row[4], row[5], row[9], row[12], row[18])
-            assert (u.cold_start_ms, u.error_code, u.error_status, u.adapter) == (None, None, None, "")
+            assert (u.cold_start_ms, u.error_code, u.error_status, u.adapter, u.finish_reason) == (
+                None, None, None, "", None)
         # the rollups were filled from the old records: the overview (rollups for whole days) equals them
         await ledger.record(usage(request_id="new-1", team_id="team-a", time=ts("2025-01-10T12:30:00"),
                                   error_code="rate_limit_exceeded", error_status=429, status="rejected",
@@ -100,8 +103,39 @@ async def test_schema_1_ledger_and_log_open_under_schema_3(database_url, wal_dir
         await ledger.close()
 
 
+def schema_4_wal_frame(request_id: str) -> bytes:
+    """A log entry as a gateway of schemas 2 to 4 wrote it: 19 fields, the last the adapter, no finish reason."""
+    record = [request_id, ts("2025-01-11T00:00:00"), "team-a", "key-0", None, "small", "openai", "/v1/completions",
+              100, 10, 10, "ok", 12.0, 2.0, "w-1", 1500.0, None, None, "poet"]
+    return frame(msgspec.msgpack.encode([record, 100_000, 400_000, 14, 1.7e9]))
+
+
+async def test_a_log_written_before_finish_reasons_replays_beside_new_entries(database_url, wal_dir, pricing):
+    wal_dir.mkdir()
+    new = usage(request_id="new-1", time=ts("2025-01-11T00:00:01"), finish_reason="tool_calls")
+    new_frame = frame(msgspec.msgpack.encode(LedgerEntry(new, 100_000, 400_000, 14, 1.7e9)))
+    segment_path(wal_dir, 1).write_bytes(schema_4_wal_frame("old-1") + new_frame + schema_4_wal_frame("old-2"))
+    ledger = await Ledger.open(database_url, wal_dir, pricing)
+    try:
+        entries = {e.usage.request_id: e.usage for e in await ledger.records(UsageQuery(start=0.0, end=4e9))}
+    finally:
+        await ledger.close()
+    assert {rid: (u.adapter, u.cold_start_ms, u.finish_reason) for rid, u in entries.items()} == {
+        "old-1": ("poet", 1500.0, None), "old-2": ("poet", 1500.0, None), "new-1": ("", None, "tool_calls")}
+
+
+async def test_every_finish_reason_is_stored_and_read_back(ledger):
+    records = [usage(request_id=f"r-{reason}", finish_reason=reason) for reason in (*FINISH_REASONS, None)]
+    for record in records:
+        await ledger.record(record)
+    await ledger.flush(10)
+    stored = {e.usage.request_id: e.usage.finish_reason for e in await ledger.records(UsageQuery(start=0.0, end=4e9))}
+    assert stored == {r.request_id: r.finish_reason for r in records}
+
+
 @pytest.mark.parametrize("bad", [{"cold_start_ms": -1.0}, {"error_status": 99}, {"error_status": 600},
-                                 {"adapter": None}, {"cold_start_ms": float("nan")}])
+                                 {"adapter": None}, {"cold_start_ms": float("nan")}, {"finish_reason": "exploded"},
+                                 {"finish_reason": "STOP"}, {"finish_reason": ""}])
 async def test_new_fields_are_validated_up_front(ledger, bad):
     with pytest.raises(ValueError):
         await ledger.record(usage(**bad))

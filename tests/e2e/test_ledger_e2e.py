@@ -5,6 +5,8 @@
 2. SIGKILL of the gateway under load (SQLite and PostgreSQL): after a restart on the same data dir,
    every request whose client saw a complete response is billed exactly once.
 3. PostgreSQL stops mid-run and comes back: every request that got a complete 200 is billed exactly once.
+4. Finish reasons (SQLite and PostgreSQL): an answer that ends on EOS, one cut by max_tokens, a stream its client
+   cancels and a tool call each leave a record that says so.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import httpx
 import pytest
 
 from testkit.admin import admin, ledger_records
+from testkit.corpora.tools import WEATHER
 from testkit.databases import create_database
 from testkit.servers import restarted_at_exit, take_down
 from testkit.sluice import (
@@ -497,5 +500,41 @@ async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_onc
         billed = {r["request_id"] for r in records}
         assert not billed & {c.request_id for c in unavailable}
         assert billed == complete  # every record is a request a client saw complete
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- 4. why each answer ended
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_each_record_says_why_its_answer_ended(backend, request, worker, tmp_path):
+    database_url = await create_database(request.getfixturevalue("postgres").url) if backend == "postgres" else None
+    server = start_gateway(tmp_path / "gateway", worker, database_url)
+    try:
+        key = server.api_key
+        tools = [{"type": "function", "function": {"name": WEATHER.name, "description": WEATHER.description,
+                                                    "parameters": WEATHER.parameters}}]
+        named = {"type": "function", "function": {"name": WEATHER.name}}
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            calls = [
+                # token 1000 named an end-of-sequence token for this request and biased to the top: it comes first
+                await post(client, Call("eos", COMPLETION, "ok"), key,
+                           completion_body(max_tokens=16, eos_token=[1000], logit_bias={"1000": 100})),
+                await post(client, Call("max_tokens", COMPLETION, "ok"), key, completion_body(max_tokens=3, **LONG)),
+                await stream(client, Call("cancelled", CHAT, "cancelled"), key, chat_body(max_tokens=200, **LONG),
+                             cut_after=2),
+                await post(client, Call("tool call", CHAT, "ok"), key, chat_body(
+                    max_tokens=128, messages=[{"role": "user", "content": "What's the weather like in Paris?"}],
+                    tools=tools, tool_choice=named, parallel_tool_calls=False,
+                    tool_prompt="You can call these tools:\n")),
+            ]
+        assert [c.http_status for c in calls] == [200] * 4, calls
+        assert calls[1].completion == 3 and calls[2].token_chunks == 2 and not calls[2].complete
+        records = {r["request_id"]: r for r in
+                   await asyncio.to_thread(wait_for_request_ids, server, {c.request_id for c in calls})}
+        assert {c.label: (records[c.request_id]["status"], records[c.request_id]["finish_reason"]) for c in calls} == {
+            "eos": ("ok", "stop"), "max_tokens": ("ok", "length"), "cancelled": ("cancelled", "cancelled"),
+            "tool call": ("ok", "tool_calls")}
     finally:
         server.stop()

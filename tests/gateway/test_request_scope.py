@@ -122,6 +122,7 @@ async def test_a_body_cut_short_is_settled_once_as_rejected(gateway_app, key):
     await call.ended()
     record = await record_of(gateway_app, call.request_id)
     assert record["status"] == "rejected" and record["error_code"] == "body_incomplete"
+    assert record["finish_reason"] is None  # no answer began
     assert settlements() == before + 1
 
 
@@ -138,6 +139,7 @@ async def test_a_request_cancelled_before_its_first_token_is_settled_once(gatewa
     assert call.task.cancelled() and not call.chunks()
     record = await record_of(gateway_app, call.request_id)
     assert record["status"] == "cancelled" and record["completion_tokens"] == 0
+    assert record["finish_reason"] == "cancelled"
     assert settlements() == before + 1
     await until(lambda: worker.disconnected == [True], "the worker's release")
     await assert_slot_free(gateway_app, key, worker)
@@ -154,6 +156,7 @@ async def test_a_client_gone_mid_stream_is_settled_once_for_what_it_got(gateway_
     assert not call.task.cancelled() and b"[DONE]" not in b"".join(call.chunks())
     record = await record_of(gateway_app, call.request_id)
     assert record["status"] == "cancelled" and 1 <= record["completion_tokens"] < 10
+    assert record["finish_reason"] == "cancelled"
     assert settlements() == before + 1
     # the access log, outside the request scope, wrote its one line after the settlement: with its outcome
     done = [line for line in logs if line["event"] == "request_done" and line["request_id"] == call.request_id]
@@ -174,6 +177,7 @@ async def test_a_request_past_its_time_is_settled_once_as_an_error(gateway_setti
         assert b"request_timeout_s" in sent
         record = await record_of(gateway_app, call.request_id)
         assert record["status"] == "error" and record["error_code"] == "request_timeout"
+        assert record["finish_reason"] == "timeout"
         assert settlements() == before + 1
         await until(lambda: worker.disconnected == [True], "the worker's release")
         await assert_slot_free(gateway_app, key, worker)

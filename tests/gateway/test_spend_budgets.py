@@ -1,5 +1,6 @@
 """Budgets in money (gateway/serving/spending.py) through the real app: a hard budget, once spent, answers each
-dialect's exhausted-quota refusal (OpenAI: 429 `insufficient_quota`, no Retry-After), distinct from a rate
+dialect's exhausted-quota refusal (OpenAI: 429 `insufficient_quota`; Anthropic: 402 `billing_error`; the TGI-shaped
+routes: 402 as Hugging Face answers; never Retry-After), distinct from a rate
 limit; alerts at 50/80/100 % reach a real local webhook (signed) and a real local SMTP server, once per
 threshold per period, also from two gateways; budgets are validated, bounded and tenant-checked; every member
 sees them (`GET /v1/team/limits`, the dashboard's Limits page)."""
@@ -35,6 +36,7 @@ PRICES = "[pricing.models.default]\ninput = 1000000000000\noutput = 100000000000
 SECRET = "budget-tests-webhook-secret"
 OPENAI_PATHS = {"/v1/completions", "/v1/chat/completions", "/serverless/v1/completions",
                 "/serverless/v1/chat/completions"}
+TGI_SHAPED = {"/generate_stream", "/v1/completions/generate"}  # TGI's and DataCrunch's: 402, no error_type
 
 
 @pytest.fixture
@@ -109,7 +111,7 @@ async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alert
 
     for path in BODIES:
         refused = await priced.post(path, json=body(path), headers=headers)
-        assert refused.status_code == 429, (path, refused.text)
+        assert refused.status_code == (402 if path in TGI_SHAPED else 429), (path, refused.text)
         assert "retry-after" not in refused.headers and "retry-after-ms" not in refused.headers, path
         assert refused.headers["x-should-retry"] == "false"
         # `/generate` is SGLang's here (TGI's shares the path in the route table's sets)
@@ -119,6 +121,13 @@ async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alert
         assert "resets at" in error["message"]
         if path in OPENAI_PATHS:
             assert refused.json()["error"]["type"] == refused.json()["error"]["code"] == "insufficient_quota"
+        if path in TGI_SHAPED:
+            assert "error_type" not in answer, path
+    messages = await priced.post("/v1/messages", json={"model": MODEL, "max_tokens": 4, "messages": BODIES[
+        "/v1/chat/completions"]["messages"]}, headers=headers)
+    assert messages.status_code == 402 and messages.headers["x-should-retry"] == "false"
+    assert messages.json()["type"] == "error" and messages.json()["error"]["type"] == "billing_error"
+    assert "retry-after" not in messages.headers and "budget of 10.00 is spent" in messages.json()["error"]["message"]
 
     await until(lambda: len(hooks.received) >= 3 and len(mail.delivered) >= 3, "three alerts by each channel")
     await asyncio.sleep(0.5)  # a duplicate would arrive meanwhile

@@ -9,7 +9,6 @@ Stream: `message_start`, `ping`, then per content block `content_block_start`, i
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,15 +34,16 @@ from gateway.dialects.anthropic.request import (
     conversation,
     tools,
 )
-from gateway.errors import ContextTooLong, Overloaded, SluiceError, ValidationFailed
+from gateway.errors import ContextTooLong, Overloaded, QuotaExceeded, SluiceError, ValidationFailed, restated
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, fail, required, unknown_fields
 
 STOP_REASONS = {"eos_token": "end_turn", "stop_token": "end_turn", "stop_sequence": "stop_sequence",
                 "length": "max_tokens", "tool_calls": "tool_use"}
 # status -> Anthropic's error type (its API's own table); a 422 of ours is its 400
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+               403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+               529: "overloaded_error"}
 _json = msgspec.json.Encoder()
 
 
@@ -156,15 +156,15 @@ class AnthropicMessages(Dialect):
 
     def reported(self, error: SluiceError) -> SluiceError:
         """A validation error is Anthropic's 400, a context overflow in its words; full workers are its 529
-        `overloaded_error` (which its SDKs retry), not a rate limit of the caller's."""
+        `overloaded_error` (which its SDKs retry), not a rate limit of the caller's; a spent budget is its 402
+        `billing_error`, as it answers credit run out (its SDKs never retry a 402; `x-should-retry: false` stays)."""
         if isinstance(error, Overloaded):
-            error = copy.copy(error)
-            error.status = 529
-            return error
+            return restated(error, 529)
+        if isinstance(error, QuotaExceeded):
+            return restated(error, 402)
         if error.status != 422:
             return error
-        error = copy.copy(error)
-        error.status = 400
+        error = restated(error, 400)
         if isinstance(error, ContextTooLong) and error.max_context is not None and error.prompt_tokens is not None:
             error.message = (f"prompt is too long: {error.prompt_tokens} tokens > {error.max_context} maximum"
                              if error.max_tokens is None else

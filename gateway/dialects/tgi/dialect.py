@@ -23,7 +23,7 @@ from common.protocol import (
     Watermark,
 )
 from gateway.dialects.tgi.request import GenerateBody, Parameters, grammar_constraint, sampling_of, validate
-from gateway.errors import SluiceError
+from gateway.errors import QuotaExceeded, SluiceError, restated
 from gateway.serving.collect import Choice, Result
 from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, incomplete, sse
 
@@ -147,7 +147,13 @@ class TGI(Dialect):
                 yield sse(final, space=False)
                 held = None
 
+    def reported(self, error: SluiceError) -> SluiceError:
+        """A spent budget as Hugging Face's hosted inference answers credit run out: 402, with no `error_type` (TGI
+        itself has no quota), so huggingface_hub raises its HTTP error of status 402, not an OverloadedError."""
+        return restated(error, 402) if isinstance(error, QuotaExceeded) else error
+
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
+        error = self.reported(error)
         error_type = ERROR_TYPES.get(error.status)
         return error.status, {"error": error.message, **({"error_type": error_type} if error_type else {}),
                               **error.fields}

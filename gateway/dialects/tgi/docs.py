@@ -94,6 +94,7 @@ class InfoDoc(msgspec.Struct):
 
 
 ERRORS = {400: ("Invalid JSON", ErrorDoc), 401: ("Missing or invalid API key", ProxyErrorDoc),
+          402: ("A budget is spent (as Hugging Face answers credit run out)", ProxyErrorDoc),
           404: ("Unknown model", ProxyErrorDoc), 413: ("Body too large", ErrorDoc),
           422: ("Input validation error", ErrorDoc), 424: ("Generation error", ErrorDoc),
           429: ("Model is overloaded or rate limited", ErrorDoc), 503: ("No ready worker", ErrorDoc)}

@@ -31,7 +31,8 @@ async def two_teams(dashboard_server) -> dict:
                                       time=time.time() - 90, prompt_tokens=1200, completion_tokens=34,
                                       compute_tokens=40, latency_ms=2345.0, ttft_ms=1900.0, cold_start_ms=1750.0,
                                       adapter="support-tone", status="error", error_code="worker_lost",
-                                      error_status=502, dialect="openai", route="/v1/chat/completions"))
+                                      error_status=502, dialect="openai", route="/v1/chat/completions",
+                                      finish_reason="error"))
     other = usage(team_id=b, key_id=theirs["id"], time=time.time() - 60)
     await dashboard_server.ledger.record(other)
     await dashboard_server.ledger.flush(10)
@@ -58,6 +59,7 @@ async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(
 
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", await shown("time"))
     assert await shown("status") == "error (502 worker_lost)"
+    assert await shown("finish_reason") == "error (it failed)"
     assert await shown("adapter") == "support-tone" and await shown("dialect") == "openai"
     assert await shown("route") == "/v1/chat/completions"
     assert (await shown("prompt_tokens"), await shown("completion_tokens"), await shown("compute_tokens")) == \
@@ -73,6 +75,28 @@ async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(
     await page.click("#find")
     assert await page.inner_text("#id-error") == "No request with this id in this team."
     await page.screenshot(path=artifacts / "request-not-found.png", full_page=True)
+
+
+async def test_the_detail_says_why_the_answer_ended_in_chromium(dashboard_server, two_teams, page, artifacts):
+    """The finish reason the ledger holds (here `length`), in its word and a reader's; a record without one (refused
+    before any answer, or recorded before finish reasons) says so."""
+    cut = usage(team_id=two_teams["a"], key_id=two_teams["key"]["id"], time=time.time() - 30, completion_tokens=256,
+                compute_tokens=256, finish_reason="length")
+    refused = usage(team_id=two_teams["a"], key_id=two_teams["key"]["id"], time=time.time() - 20, status="rejected",
+                    prompt_tokens=0, completion_tokens=0, compute_tokens=0, error_code="rate_limit_exceeded",
+                    error_status=429)
+    for record in (cut, refused):
+        await dashboard_server.ledger.record(record)
+    await dashboard_server.ledger.flush(10)
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
+    await page.fill("#api_key", two_teams["key"]["key"])
+    await page.click("button[type=submit]")
+    await page.goto(f"{dashboard_server.url}/dashboard/requests/{cut.request_id}?team_id={two_teams['a']}")
+    shown = (await page.inner_text("[data-field=finish_reason]")).strip()
+    assert shown == "length (max_tokens or the model's context was reached)"
+    await page.screenshot(path=artifacts / "request-detail-length.png", full_page=True)
+    await page.goto(f"{dashboard_server.url}/dashboard/requests/{refused.request_id}?team_id={two_teams['a']}")
+    assert (await page.inner_text("[data-field=finish_reason]")).strip().startswith("none (no answer was generated")
 
 
 async def test_another_teams_request_answers_as_an_unknown_one(dashboard_server, two_teams):
