@@ -232,7 +232,7 @@ def main() -> None:
     counts = [int(c) for c in args.streams.split(",")]
     gguf = default_gguf_path()
     binary = ensure_llama_server()
-    corpus = prompts(max(counts))
+    corpus = prompts(max(counts + [2]))  # the warm-up drives two streams
     model = {"quantization": args.quantization, "dtype": args.dtype, "threads": args.threads,
              "max_batch_size": max(32, max(counts))}
     with tempfile.TemporaryDirectory() as scratch:

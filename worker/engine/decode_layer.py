@@ -1,11 +1,14 @@
-"""One decoder layer's decode step (one new position per row, 2+ rows) as a TorchScript module.
+"""The decode step (one new position per row) of every decoder layer as one TorchScript call.
 
-Why scripted: a layer's decode step is ~25 small torch calls. From Python each call takes and drops
-the GIL, so two threads that decode different rows (runner.py's row groups) spend their time waiting
-for each other: measured 1.2x for two threads instead of 2x. The TorchScript interpreter runs the
-whole layer without the GIL, and two row groups run at 1.8x on two cores. The arithmetic is the
-Python path's (`ModelRunner._layer`: the same functions from layers.py, compiled), and the logits
-are bitwise equal (tests/worker/engine/test_row_groups.py).
+Why scripted: a layer's decode step is ~25 small torch calls (~60 in w8a8). From Python each call
+takes and drops the GIL, so two threads that decode different rows (runner.py's row groups) spend
+their time waiting for each other: measured 1.2x for two threads instead of 2x. The TorchScript
+interpreter runs the whole stack without the GIL, and two row groups run at 1.8x on two cores. A
+single stream gains too: the per-call cost of Python dispatch is most of a 1-row step on a small
+model, and the stack is one call from Python instead of 30 layers of small ones. The arithmetic is
+the Python path's (`ModelRunner._layer`: the same functions from layers.py, compiled; one row
+attends through SDPA there as here), and the logits are bitwise equal
+(tests/worker/engine/test_row_groups.py).
 
 `torch.jit.script` is deprecated in favour of `torch.compile`, but compile's generated wrapper is
 Python that holds the GIL between kernels and recompiles as batch and length change every step;
@@ -20,6 +23,7 @@ import warnings
 
 import structlog
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from worker.engine.layers import FusedLayer, decode_attention, plain_rms_norm, rotate, weighted_rms_norm
@@ -29,14 +33,17 @@ log = structlog.get_logger(__name__)
 
 
 class DecodeLayer(nn.Module):
-    def __init__(self, layer: nn.Module, fused: FusedLayer, heads: int, kv_heads: int, head_dim: int, scale: float):
+    def __init__(self, layer: nn.Module, fused: FusedLayer, heads: int, kv_heads: int, head_dim: int):
         super().__init__()
         self.input_norm, self.input_eps = layer.input_layernorm.weight, float(layer.input_layernorm.variance_epsilon)
         self.post_norm = layer.post_attention_layernorm.weight
         self.post_eps = float(layer.post_attention_layernorm.variance_epsilon)
         self.qkv, self.o_proj, self.gate_up, self.down_proj, self.act = \
             fused.qkv, fused.o_proj, fused.gate_up, fused.down_proj, fused.act
-        self.heads, self.kv_heads, self.head_dim, self.scale = heads, kv_heads, head_dim, scale
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        scaling = getattr(layer.self_attn, "scaling", None)
+        self.scale = scaling or head_dim ** -0.5
+        self.sdpa_default_scale = scaling is None  # the Python path passes the module's own scale, or none
 
     def forward(self, hidden: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, keep: torch.Tensor | None,
                 slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, first: int,
@@ -55,8 +62,17 @@ class DecodeLayer(nn.Module):
         query_key = rotate(qkv[:, :, : heads + kv_heads], cos, signed_sin)
         keys.view(-1, dim).index_copy_(0, slots, query_key[:, :, heads:].reshape(-1, dim))
         values.view(-1, dim).index_copy_(0, slots, qkv[:, :, heads + kv_heads:].reshape(-1, dim))
-        out = decode_attention(query_key[:, :, :heads], keys[first:first + batch, :, :longest],
-                               values[first:first + batch, :, :longest], keep, self.scale)
+        keys, values = keys[first:first + batch, :, :longest], values[first:first + batch, :, :longest]
+        if batch == 1:  # as the Python path: SDPA, transformers' own attention for one row
+            query = query_key[:, :, :heads].transpose(1, 2)
+            if self.sdpa_default_scale:
+                out = F.scaled_dot_product_attention(query, keys, values, attn_mask=keep, enable_gqa=True)
+            else:
+                out = F.scaled_dot_product_attention(query, keys, values, attn_mask=keep, enable_gqa=True,
+                                                     scale=self.scale)
+            out = out.transpose(1, 2).reshape(batch, 1, heads * dim)
+        else:
+            out = decode_attention(query_key[:, :, :heads], keys, values, keep, self.scale)
         projected = self.o_proj(out)
         if adapted:
             add_lora(out.view(batch, -1), projected.view(batch, -1), lora_rows, lora, 1)
@@ -73,18 +89,36 @@ class DecodeLayer(nn.Module):
         return hidden + projected
 
 
-def script_decode_layers(runner) -> list[torch.jit.ScriptModule] | None:
-    """The runner's layers as scripted DecodeLayers, or None where any layer keeps the Python path."""
+class DecodeStack(nn.Module):
+    """Every layer's DecodeLayer in order, so a decode step crosses from Python into TorchScript once."""
+
+    def __init__(self, layers: list[DecodeLayer]):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, keep: torch.Tensor | None,
+                slots: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], first: int,
+                longest: int, lora_rows: list[torch.Tensor], lora: list[list[torch.Tensor]]) -> torch.Tensor:
+        """DecodeLayer.forward through every layer; `keys` / `values`: the cache tensors of each layer,
+        `lora`: each layer's LoRA weights (LoraRows.weights)."""
+        for index, layer in enumerate(self.layers):
+            hidden = layer(hidden, cos, signed_sin, keep, slots, keys[index], values[index], first, longest,
+                           lora_rows, lora[index])
+        return hidden
+
+
+def script_decode_layers(runner) -> torch.jit.ScriptModule | None:
+    """The runner's layers as one scripted DecodeStack, or None where any layer keeps the Python path."""
     for layer, fused in zip(runner.layers, runner.fused):
         if fused.qkv is None or fused.gate_up is None or hasattr(layer.self_attn, "q_norm") or not (
                 plain_rms_norm(layer.input_layernorm) and plain_rms_norm(layer.post_attention_layernorm)):
             return None
-    scale = getattr(runner.layers[0].self_attn, "scaling", None) or runner.head_dim ** -0.5
     try:
         with warnings.catch_warnings():  # torch.jit's deprecation notice (see the module docstring)
             warnings.simplefilter("ignore")
-            return [torch.jit.script(DecodeLayer(layer, fused, runner.heads, runner.kv_heads, runner.head_dim, scale))
-                    for layer, fused in zip(runner.layers, runner.fused)]
+            return torch.jit.script(DecodeStack([DecodeLayer(layer, fused, runner.heads, runner.kv_heads,
+                                                             runner.head_dim)
+                                                 for layer, fused in zip(runner.layers, runner.fused)]))
     except (RuntimeError, TypeError, ValueError, OSError) as error:  # torch.jit's frontend errors
         log.warning("decode_layers_not_scripted", reason=str(error).strip().split("\n", 1)[0])
         return None

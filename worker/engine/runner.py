@@ -85,6 +85,7 @@ class ModelRunner:
         self._helpers = HelperThreads(max(decode_threads, 1) - 1, name="sluice-decode")
         self._prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
         self._decode_layers = _NOT_BUILT
+        self._no_lora: list[list[torch.Tensor]] = [[] for _ in self.layers]  # the stack's LoRA weights
 
     def _rotary_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin of every position, from the model's own rotary module (one outer
@@ -178,7 +179,8 @@ class ModelRunner:
 
     def _row_groups(self, rows: int) -> list[tuple[int, int]]:
         """Contiguous [first, end) row ranges, one per thread, each of at least MIN_GROUP_ROWS rows."""
-        count = max(1, min(self._helpers.count + 1, rows // MIN_GROUP_ROWS)) if self.scripted_layers() else 1
+        count = max(1, min(self._helpers.count + 1, rows // MIN_GROUP_ROWS)) \
+            if self.scripted_layers() is not None else 1
         return list(pairwise(rows * group // count for group in range(count + 1)))
 
     @torch.inference_mode()  # per thread: the helpers run this too
@@ -197,27 +199,28 @@ class ModelRunner:
         mask = None if min(lengths) == longest - 1 else \
             (self._positions[:longest].unsqueeze(0) <= positions).view(rows, 1, 1, longest)
         slots = self.cache.decode_slots(first, rows, positions[:, 0])
-        scripted = self.scripted_layers() if rows > 1 else None
-        for index, layer in enumerate(self.layers):
-            keys, values = self.cache.keys[index], self.cache.values[index]
-            if scripted is not None:
-                hidden = scripted[index](hidden, *rope, mask, slots, keys, values, first, longest, lora.rows,
-                                         lora.weights(index))
-                continue
+        stack = self.scripted_layers()
+        if stack is not None:  # every layer in one call, the GIL released
+            weights = [lora.weights(index) for index in range(len(self.layers))] if lora.rows else self._no_lora
+            hidden = stack(hidden, *rope, mask, slots, self.cache.keys, self.cache.values, first, longest,
+                           lora.rows, weights)
+        else:
+            for index, layer in enumerate(self.layers):
+                keys, values = self.cache.keys[index], self.cache.values[index]
 
-            def write(k, v, keys=keys, values=values):  # k, v: [B, 1, kv_heads, head_dim]
-                self.cache.write_decode(keys, values, slots, k, v)
+                def write(k, v, keys=keys, values=values):  # k, v: [B, 1, kv_heads, head_dim]
+                    self.cache.write_decode(keys, values, slots, k, v)
 
-            hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
-                                 keys[first:first + rows, :, :longest], values[first:first + rows, :, :longest],
-                                 lora.rows, lora.weights(index))
+                hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
+                                     keys[first:first + rows, :, :longest], values[first:first + rows, :, :longest],
+                                     lora.rows, lora.weights(index))
         hidden = rms_norm(self.final_norm, hidden)[:, 0]
         logits = self._head(hidden).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
-    def scripted_layers(self) -> list | None:
-        """The layers' decode step compiled (decode_layer.py; ~0.7 s for SmolLM2's 30 layers), built on
-        first use, or by `script_now`; None = the Python path."""
+    def scripted_layers(self) -> torch.jit.ScriptModule | None:
+        """The layers' decode step compiled as one stack (decode_layer.py; ~0.7 s for SmolLM2's 30 layers),
+        built on first use, or by `script_now`; None = the Python path."""
         if self._decode_layers is _NOT_BUILT:
             self._decode_layers = script_decode_layers(self)
         return self._decode_layers

@@ -62,6 +62,25 @@ def test_the_scripted_decode_step_is_the_python_path_and_matches_transformers():
             assert torch.allclose(scripted.logits[row], reference, atol=1e-5), row
 
 
+def test_one_row_decodes_through_the_scripted_stack_as_the_python_path_does():
+    """A single stream (one row, SDPA's attention) runs the scripted stack too, with the same logits."""
+    model, prompts = _tiny(), _prompts(1)
+    runner = _runner(model, prompts)
+    scripted = _decode(runner, prompts, want_hidden=True)
+    python = _decode(_python_path(_runner(model, prompts)), prompts, want_hidden=True)
+    assert runner.scripted_layers() is not None
+    assert torch.equal(scripted.logits, python.logits) and torch.equal(scripted.hidden, python.hidden)
+    with torch.inference_mode():
+        reference = model(torch.tensor(prompts)).logits[0, -1]
+    assert torch.allclose(scripted.logits[0], reference, atol=1e-5)
+    # and the next step reads the key and value that step wrote, in both paths alike
+    following = [prompts[0] + [int(scripted.logits[0].argmax())]]
+    scripted_runner, python_runner = _runner(model, prompts), _python_path(_runner(model, prompts))
+    for runner in (scripted_runner, python_runner):
+        _decode(runner, prompts)
+    assert torch.equal(_decode(scripted_runner, following).logits, _decode(python_runner, following).logits)
+
+
 def test_equal_lengths_take_the_unmasked_path_and_agree_too():
     model = _tiny()
     prompts = [p[:4] for p in _prompts(5) if len(p) >= 4]
@@ -147,9 +166,10 @@ def test_a_layer_that_fails_to_script_falls_back_to_the_python_path():
     assert torch.allclose(_decode(runner, prompts).logits, _decode(_runner(model, prompts), prompts).logits, atol=1e-6)
 
 
-def test_w8a8_scripted_step_is_its_python_path_on_the_real_weights(smol_cpu):
+@pytest.mark.parametrize("rows", [5, 1])
+def test_w8a8_scripted_step_is_its_python_path_on_the_real_weights(smol_cpu, rows):
     prompts = [smol_cpu.tokenizer(text).input_ids for text in ("The river town", "def parse(line):", "Dear team,",
-                                                           "Once upon a time there was", "1, 2, 3,")]
+                                                           "Once upon a time there was", "1, 2, 3,")][:rows]
     runners = [ModelRunner(smol_cpu.model, len(prompts), 64) for _ in range(2)]
     for runner in runners:
         quantize_runner(runner, smol_cpu.tokenizer)

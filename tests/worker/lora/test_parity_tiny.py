@@ -63,6 +63,15 @@ def test_scripted_layers_python_path_and_row_groups_agree(tiny, batch):
     torch.testing.assert_close(grouped.logits, scripted.logits, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("row", [0, 3])  # ROWS[0]: attention only, ROWS[3]: every projection
+def test_a_single_stream_with_an_adapter_takes_the_scripted_stack_as_the_python_path(tiny, batch, row):
+    adapters, prompts = batch
+    runner, scripted = step(tiny, adapters[row:row + 1], prompts[row:row + 1], decode_threads=1)
+    _, python = step(tiny, adapters[row:row + 1], prompts[row:row + 1], decode_threads=1, python=True)
+    assert runner.scripted_layers() is not None
+    assert torch.equal(scripted.logits, python.logits) and torch.equal(scripted.hidden, python.hidden)
+
+
 def test_rows_of_one_adapter_and_base_rows_are_untouched_by_the_others(tiny, batch):
     adapters, prompts = batch
     _, mixed = step(tiny, adapters, prompts)
