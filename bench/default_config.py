@@ -24,7 +24,6 @@ import dataclasses
 import math
 import os
 import sys
-import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -62,8 +61,9 @@ class Result:
 
 
 def chat_prompts(tokenizer) -> list[list[int]]:
-    return [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            for text in PROMPTS]
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                           add_generation_prompt=True) for text in PROMPTS]
+    return [tokenizer(text, add_special_tokens=False).input_ids for text in texts]
 
 
 def greedy_all(engine: Engine, prompts: list[list[int]], tokens: int) -> list[list[int]]:
@@ -139,7 +139,7 @@ def main() -> None:
     print(f"auto picks: quantization={picked.quantization} dtype={picked.dtype} ({picked.reason})", flush=True)
     config = ModelConfig(dtype="float32", quantization="none")
     torch.set_num_threads(torch_threads(config))
-    data_dir = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    data_dir = REPO / ".data"  # the dequantized default model is cached there, as for the other benches
     reference_model = load_model(config, data_dir)
     tokenizer = reference_model.tokenizer
     prompts = chat_prompts(tokenizer)
@@ -170,7 +170,7 @@ def main() -> None:
         finally:
             engine.stop()
         results.append(result)
-        print(f"  {name}: done", flush=True)
+        print(f"  {result}", flush=True)
     report(results, picked.quantization if picked.quantization != "none" else picked.dtype)
 
 
