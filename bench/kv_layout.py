@@ -52,10 +52,11 @@ def measure(args) -> None:
     print(f"KV bytes per token: {per_token / 1024:.0f} KiB (float32); a padded cache of {args.rows} rows x "
           f"1024 positions holds {args.rows * 1024 * per_token / 2**30:.2f} GiB")
     for length in (128, 512):
-        cache.ensure(length)
+        cache.ensure(length, args.rows)  # every slot in use
         cost = timed(lambda length=length, cache=cache: cache.move(args.rows - 1, 0, length))
         print(f"compaction move of one row, {length} positions: {1000 * cost:.2f} ms")
     cache = KVCache(layers, kv_heads, head_dim, args.rows, 4096, torch.float32, torch.device("cpu"))
+    cache.ensure(1, args.rows)
     for target in (512, 1024, 2048):  # from the initial 256
         start = time.perf_counter()
         cache.ensure(target)

@@ -76,7 +76,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
         mark = time.time()
         loaded = load_model(config, data_dir)
         timings["weights"], mark = round(time.time() - mark, 3), time.time()
-        engine = Engine(loaded, config, worker_id, data_dir=data_dir, compile_later=True)
+        engine = Engine(loaded, config, worker_id, data_dir=data_dir, compile_later=True, owns_model=True)
         timings["engine"], mark = round(time.time() - mark, 3), time.time()
     except Exception as error:  # whatever the cause, this model will not serve: say so in one line
         log.exception("model_load_failed")

@@ -3,10 +3,12 @@
 as ~1,000 regular expressions, loading reports) costs ~1-2 s of a cold start, the tensors themselves a
 tenth of a second.
 
-The model is built on the meta device, the file's tensors are assigned to it as they are (no copy),
-the tied head is tied again, and the rotary embedding (the one module whose buffers are computed, not
-stored) is rebuilt from the config. Anything else left unfilled, or a key that does not match, means
-the checkpoint needs `from_pretrained`'s conversions: `load_direct` returns None and the caller uses it.
+The model is built on the meta device, the file's tensors are read (`pread`: one allocation each, not
+views of one mapping of the whole file, so a tensor the engine replaces, as fusing and w8a8 do, is freed
+on its own) and assigned to it as they are, the tied head is tied again, and the rotary embedding (the
+one module whose buffers are computed, not stored) is rebuilt from the config. Anything else left
+unfilled, or a key that does not match, means the checkpoint needs `from_pretrained`'s conversions:
+`load_direct` returns None and the caller uses it.
 The weights are those `from_pretrained` loads, tensor for tensor (tests/worker/test_direct_load.py).
 """
 
@@ -33,7 +35,7 @@ def load_direct(location: Path | str, dtype: torch.dtype) -> torch.nn.Module | N
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     state: dict[str, torch.Tensor] = {}
     for file in files:
-        state.update(load_file(file))
+        state.update(load_file(file, backend="pread"))  # one allocation per tensor: each freed on its own
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if unexpected or set(missing) - tied:

@@ -22,6 +22,7 @@ import torch
 
 from common.protocol import ModelConfig
 from worker.build_once import build_once
+from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import load_direct
 
 log = structlog.get_logger(__name__)
@@ -46,6 +47,9 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     quantization: str
+    # names these exact weights (their files' names, sizes and times, and config.json), or None where unknown:
+    # what is derived from the weights may be cached under it (w8a8's calibration)
+    weights_id: str | None = None
 
 
 def preload_model_code() -> None:
@@ -67,7 +71,7 @@ def pick_device(device: str) -> torch.device:
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":  # float32 on CPU keeps greedy output identical to transformers
+    if dtype == "auto":  # on CPU, `pick_compute` decides; float32 here keeps greedy output identical to transformers
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
@@ -75,9 +79,19 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def pick_quantization(quantization: str, device: torch.device) -> str:
-    if quantization == "auto":  # bitsandbytes is slower than float32 for a small model on CPU
+    if quantization == "auto":  # on CPU, `pick_compute` decides
         return "nf4" if device.type == "cuda" else "none"
     return quantization
+
+
+def pick_compute(quantization: str, dtype: str, device: torch.device) -> tuple[str, torch.dtype, str]:
+    """(quantization, dtype, why). On CPU with both `auto`, the measured winner the CPU has the
+    instructions for (worker/cpu_features.py); an explicit dtype with `auto` quantization means unquantized."""
+    if device.type == "cpu" and quantization == "auto" and dtype == "auto":
+        picked = pick_cpu_default(cpu_features(), frozenset(torch.backends.quantized.supported_engines))
+        return picked.quantization, pick_dtype(picked.dtype, device), picked.reason
+    why = "configured" if "auto" not in (quantization, dtype) else "configured; auto resolved for the device"
+    return pick_quantization(quantization, device), pick_dtype(dtype, device), why
 
 
 def model_cache_dir(data_dir: Path) -> Path:
@@ -134,6 +148,19 @@ def dequantized_gguf_dir(gguf: Path, cache: Path) -> Path:
         tokenizer.save_pretrained(staging)
 
     return build_once(target, "config.json", dequantize)
+
+
+def weights_id(location: Path | str) -> str | None:
+    """An id of a local model directory's weights that changes whenever a weights file or the config does."""
+    directory = Path(location)
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if not files or not (directory / "config.json").is_file():
+        return None
+    digest = hashlib.sha256((directory / "config.json").read_bytes())
+    for file in files:
+        stat = file.stat()
+        digest.update(f"\0{file.name}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
 
 
 def _safe_relative(relative: str, shown: str) -> Path:
@@ -219,8 +246,9 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = pick_device(config.device)
-    dtype = pick_dtype(config.dtype, device)
-    quantization = pick_quantization(config.quantization, device)
+    quantization, dtype, why = pick_compute(config.quantization, config.dtype, device)
+    log.info("compute_picked", quantization=quantization, dtype=str(dtype).removeprefix("torch."), reason=why,
+             device=str(device), cpu_features=sorted(cpu_features()) if device.type == "cpu" else None)
     if quantization == "w8a8" and (device.type != "cpu" or dtype != torch.float32):
         raise ModelLoadError("quantization w8a8 runs FBGEMM's CPU kernels: it needs device cpu and dtype float32")
     bitsandbytes = quantization in ("int8", "nf4", "fp4")
@@ -244,7 +272,7 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     if quantization in ("nf4", "fp4"):
         keep_4bit_layout(model)
     model.eval()
-    return LoadedModel(model, tokenizer, config.name, device, dtype, quantization)
+    return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, weights_id(location))
 
 
 def keep_4bit_layout(model: torch.nn.Module) -> None:

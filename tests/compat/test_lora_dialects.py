@@ -30,7 +30,7 @@ TOKENS = 12
 def built(tmp_path_factory, monkeypatch_module):
     """(adapter directory, PEFT merged-model greedy tokens, base greedy tokens, tokenizer)."""
     monkeypatch_module.setenv("SLUICE_MODEL_CACHE", str(MODEL_CACHE))
-    smol = load_model(ModelConfig(), tmp_path_factory.mktemp("lora-data"))
+    smol = load_model(ModelConfig(dtype="float32", quantization="none"), tmp_path_factory.mktemp("lora-data"))
     directory = write_adapter(smol.model, tmp_path_factory.mktemp("lora") / "poet", 13, ATTENTION, rank=8, alpha=16,
                               strength=0.3)
     ids = [smol.tokenizer(PROMPT).input_ids]
@@ -50,7 +50,9 @@ def monkeypatch_module():
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
     directory = built[0]
-    config = f'[[models]]\nname = "{MODEL}"\nadapters = {{ poet = "{directory}" }}\n'
+    # PEFT parity is exact in the float32 mode, pinned as every parity test does (the CPU default is w8a8)
+    config = (f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n'
+              f'adapters = {{ poet = "{directory}" }}\n')
     with sluice.running_sluice(tmp_path_factory.mktemp("lora-gateway"), config=config) as running:
         yield running
 

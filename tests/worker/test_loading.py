@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,13 @@ from pathlib import Path
 import boto3
 import pytest
 import torch
+from structlog.testing import capture_logs
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.protocol import ModelConfig
 from testkit.servers import free_port
 from testkit.sluice import MODEL_CACHE
+from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.engine.runner import ModelRunner, UnsupportedModel
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import (
@@ -22,8 +25,10 @@ from worker.loading import (
     default_gguf_path,
     file_sha256,
     load_model,
+    pick_compute,
     remembered_sha256,
     resolve_source,
+    weights_id,
 )
 
 
@@ -140,6 +145,38 @@ def test_w8a8_refuses_bitsandbytes_layers(tiny_model_dir, tmp_path):
     loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="int8"), tmp_path)
     with pytest.raises(UnsupportedModel, match="w8a8"):
         quantize_runner(ModelRunner(loaded.model, 1, 64), loaded.tokenizer)
+
+
+def test_auto_picks_by_the_cpus_features_and_says_why(tiny_model_dir, tmp_path):
+    engines = frozenset(torch.backends.quantized.supported_engines)
+    expected = pick_cpu_default(cpu_features(), engines)
+    with capture_logs() as logs:
+        loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), device="cpu"), tmp_path)
+    assert (loaded.quantization, str(loaded.dtype)) == (expected.quantization, f"torch.{expected.dtype}")
+    [picked] = [entry for entry in logs if entry["event"] == "compute_picked"]
+    assert picked["quantization"] == expected.quantization and picked["reason"] == expected.reason
+    assert set(picked["cpu_features"]) == cpu_features()
+
+
+@pytest.mark.parametrize(("quantization", "dtype", "expected"), [
+    ("auto", "float32", ("none", torch.float32)),  # a pinned dtype means unquantized: the parity tests' setting
+    ("none", "auto", ("none", torch.float32)),
+    ("w8a8", "auto", ("w8a8", torch.float32)),
+])
+def test_an_explicit_setting_is_kept(quantization, dtype, expected):
+    picked = pick_compute(quantization, dtype, torch.device("cpu"))
+    assert picked[:2] == expected
+
+
+def test_the_weights_id_changes_with_the_weights_files(tiny_model_dir, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model_dir, copy)
+    first = weights_id(copy)
+    assert first is not None and weights_id(copy) == first
+    weights = next(copy.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1))
+    assert weights_id(copy) != first
+    assert weights_id(tmp_path / "missing") is None and weights_id("HuggingFaceTB/some-hub-id") is None
 
 
 def test_bfloat16_is_selectable(tiny_model_dir, tmp_path):

@@ -29,7 +29,7 @@ from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
 from worker.engine.w8a8 import quantize_runner
-from worker.loading import LoadedModel
+from worker.loading import LoadedModel, model_cache_dir
 from worker.lora.store import AdapterStore
 from worker.threads import decode_threads
 
@@ -38,15 +38,17 @@ log = structlog.get_logger(__name__)
 
 class Engine:
     def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data"),
-                 *, compile_later: bool = False):
+                 *, compile_later: bool = False, owns_model: bool = False):
         """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
         once the worker is warm: until then decode steps take the Python path (same logits, one row
-        group), and a first constrained request builds the vocabulary itself."""
+        group), and a first constrained request builds the vocabulary itself. `owns_model`: nothing else
+        uses `loaded.model` (a worker), so w8a8 may free the float32 weights it replaces."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
-            quantize_runner(self.runner, loaded.tokenizer)
+            quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
+                            cache=model_cache_dir(data_dir) / "w8a8-calibration", weights_id=loaded.weights_id)
         if compile_later:
             self.runner.defer_scripting()
         else:

@@ -125,7 +125,7 @@ class ModelRunner:
                  all_logits: bool, want_hidden: bool, lora: LoraRows) -> StepOutput:
         length = len(token_ids)
         end = start + length
-        self.cache.ensure(end)
+        self.cache.ensure(end, slot + 1)
         ids = torch.tensor([token_ids], device=self.device)
         hidden = self.embed(ids) if embeds is None else embeds.to(self.device, self.dtype).unsqueeze(0)
         positions = self._positions[start:end].unsqueeze(0)
@@ -165,7 +165,7 @@ class ModelRunner:
         run their whole forward in parallel threads (decode_layer.py says why that needs the scripted
         layers). `then(first, end, output)` runs in the group's thread right after its forward (the
         engine chooses the group's tokens there); its results, or the groups' outputs, in row order."""
-        self.cache.ensure(max(lengths) + 1)
+        self.cache.ensure(max(lengths) + 1, len(token_ids))
         overrides = embeds_override or {}
 
         def group(first: int, end: int):

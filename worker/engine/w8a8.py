@@ -1,12 +1,14 @@
-"""W8A8: int8 weights and int8 activations for every projection of the lean forward (opt-in,
-`quantization = "w8a8"`, CPU). A decode step at 16 rows is GEMM-bound in float32; FBGEMM's int8
-kernels do the same products about 3x faster on an AVX2 core, and the whole 16-row forward runs
-in about half the time. The result is close to float32, not equal to it (README.md has the measured
-agreement); the default stays float32.
+"""W8A8: int8 weights and int8 activations for every projection of the lean forward
+(`quantization = "w8a8"`, CPU; what `auto` picks where the CPU has AVX2, worker/cpu_features.py). A
+decode step at 16 rows is GEMM-bound in float32; FBGEMM's int8 kernels do the same products about 3x
+faster on an AVX2 core, and the whole 16-row forward runs in about half the time. The result is close
+to float32, not equal to it (README.md has the measured agreement); `quantization = "none"` with
+`dtype = "float32"` is the exact mode.
 
 The recipe, each part measured on SmolLM2 (README.md):
 - Calibration: one forward pass over CALIBRATION_TEXT records max|x_j| per input channel j of
-  every projection.
+  every projection (~1-2 s on a small host), remembered on disk under the weights' id and the recipe,
+  so a worker's later starts skip it.
 - Outliers: the 16 loudest input channels of each projection (up to 100x the median) stay in
   float32, as an exact extra product; in the int8 path they are zero.
 - SmoothQuant (Xiao et al. 2023) on the other channels: x_j is divided by
@@ -22,16 +24,20 @@ The recipe, each part measured on SmolLM2 (README.md):
 Not batch-invariant: float32 attention rounds differently at different batch shapes (~1e-7), which
 float32 projections leave at ~1e-6 but an int8 rounding step can turn into a different token later
 on. Requests are deterministic for a given batch, but a seed reproduces the same tokens whatever
-shares the batch only in the default float32 mode.
+shares the batch only in the exact float32 mode.
 """
 
 from __future__ import annotations
 
+import hashlib
 import warnings
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from worker.build_once import build_once
 from worker.engine.layers import Projection
 from worker.engine.runner import UnsupportedModel
 
@@ -117,22 +123,54 @@ def input_peaks(model: nn.Module, tokenizer, modules: list[nn.Module]) -> dict[n
     return peaks
 
 
-def quantize_runner(runner, tokenizer) -> None:
+def calibrated_peaks(model: nn.Module, tokenizer, modules: list[nn.Module], cache: Path | None,
+                     weights_id: str | None) -> dict[nn.Module, torch.Tensor]:
+    """`input_peaks`, remembered in `cache` under the weights' id and the recipe (no cache or no id: computed)."""
+    if cache is None or weights_id is None:
+        return input_peaks(model, tokenizer, modules)
+    recipe = f"{weights_id}\0{WEIGHT_LEVELS}\0{SMOOTHING}\0{OUTLIERS}\0{CALIBRATION_TEXT}\0{len(modules)}"
+
+    def calibrate(staging: Path) -> None:
+        peaks = input_peaks(model, tokenizer, modules)
+        save_file({str(index): peaks[module] for index, module in enumerate(modules)}, staging / "peaks.safetensors")
+
+    target = build_once(cache / hashlib.sha256(recipe.encode()).hexdigest(), "peaks.safetensors", calibrate)
+    saved = load_file(target / "peaks.safetensors")
+    return {module: saved[str(index)] for index, module in enumerate(modules)}
+
+
+def quantize_runner(runner, tokenizer, release: bool = False, cache: Path | None = None,
+                    weights_id: str | None = None) -> None:
     """Swap every projection the runner calls (fused q/k/v, o, fused gate/up, down, lm_head) for an
-    Int8Linear. The Hugging Face modules keep their float32 weights; only the runner's path changes."""
+    Int8Linear. The Hugging Face modules keep their float32 weights unless `release` (the runner is the
+    model's only user, as in a worker): then each layer's float32 projections are dropped as soon as its
+    int8 ones exist, ~400 MB of SmolLM2's 540 (the tied embedding stays: lookups need it). `cache`,
+    `weights_id`: where the calibration is remembered (`calibrated_peaks`)."""
     if any(f.qkv is None or f.gate_up is None for f in runner.fused) or type(runner.lm_head) is not nn.Linear:
         raise UnsupportedModel("w8a8 needs plain float32 Linear projections (a gated MLP, no bitsandbytes)")
     observed = [m for layer in runner.layers for m in (layer.self_attn.q_proj, layer.self_attn.o_proj,
                                                        layer.mlp.gate_proj, layer.mlp.down_proj)] + [runner.lm_head]
-    peaks = input_peaks(runner.model, tokenizer, observed)
+    peaks = calibrated_peaks(runner.model, tokenizer, observed, cache, weights_id)
     for layer, fused in zip(runner.layers, runner.fused):
         attention, mlp = layer.self_attn, layer.mlp
         fused.qkv = _int8(fused.qkv, peaks[attention.q_proj])
         fused.o_proj = _int8(attention.o_proj, peaks[attention.o_proj])
         fused.gate_up = _int8(fused.gate_up, peaks[mlp.gate_proj])
         fused.down_proj = _int8(mlp.down_proj, peaks[mlp.down_proj])
+        if release:
+            for module in (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+                           mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+                _release(module)
     runner.set_head(_int8(runner.lm_head, peaks[runner.lm_head]))
 
 
 def _int8(projection: Projection | nn.Linear, peaks: torch.Tensor) -> Int8Linear:
     return Int8Linear(projection.weight, projection.bias, peaks)
+
+
+def _release(module: nn.Linear) -> None:
+    """The module's weight becomes a shapeless placeholder (meta device): its float32 memory is freed, and a
+    call of the Hugging Face forward fails loudly instead of computing with stale weights."""
+    module.weight = nn.Parameter(module.weight.to("meta"), requires_grad=False)
+    if module.bias is not None:
+        module.bias = nn.Parameter(module.bias.to("meta"), requires_grad=False)

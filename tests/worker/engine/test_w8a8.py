@@ -7,10 +7,13 @@ import dataclasses
 
 import torch
 
+from common.protocol import ModelConfig
 from tests.worker.beam.helpers import request, run_all
 from tests.worker.engine.runs import running_engine
+from worker.engine.engine import Engine
 from worker.engine.runner import ModelRunner
-from worker.engine.w8a8 import Int8Linear, quantize_runner
+from worker.engine.w8a8 import Int8Linear, calibrated_peaks, input_peaks, quantize_runner
+from worker.loading import load_model
 
 TEXTS = ["The history of the river town begins with a ferry crossing, a mill and a handful of farms. Merchants",
          "def parse(line):\n    key, _, value = line.partition('=')\n    return",
@@ -85,3 +88,36 @@ def test_engine_serves_a_mixed_batch_deterministically(smol_cpu):
     first, second = ([c.finishes[0] for c in run] for run in runs)
     assert [f.token_ids for f in first] == [f.token_ids for f in second]
     assert all(len(f.token_ids) == 12 and f.text for f in first)
+
+
+def test_an_engine_that_owns_its_model_frees_the_float32_projections_and_serves_the_same(smol_cpu, tmp_path):
+    """A worker's engine is its model's only user: w8a8 drops the float32 weights it replaced (the tied
+    embedding stays, lookups need it), and serves what an engine beside a kept float32 model serves."""
+    requests = [dict(prompt_ids=smol_cpu.tokenizer(text).input_ids, max_tokens=8, min_tokens=8, temperature=0.0)
+                for text in TEXTS]
+    config = dict(max_batch_size=8, max_context=512, prefix_cache_bytes=0)
+    with running_engine(dataclasses.replace(smol_cpu, quantization="w8a8"), "kept", **config) as engine:
+        kept = [c.finishes[0].token_ids for c in run_all(engine, [request(**r) for r in requests])]
+    own = load_model(ModelConfig(dtype="float32", quantization="w8a8", device="cpu"), tmp_path)
+    engine = Engine(own, ModelConfig(**config), "owner", owns_model=True)
+    layer = own.model.model.layers[0]
+    assert layer.self_attn.q_proj.weight.is_meta and layer.mlp.down_proj.weight.is_meta
+    assert not own.model.model.embed_tokens.weight.is_meta
+    assert not smol_cpu.model.model.layers[0].self_attn.q_proj.weight.is_meta  # an engine that does not own keeps
+    engine.start()
+    try:
+        assert [c.finishes[0].token_ids for c in run_all(engine, [request(**r) for r in requests])] == kept
+    finally:
+        engine.stop()
+
+
+def test_the_calibration_is_remembered_under_the_weights_id_and_the_recipe(smol_cpu, tmp_path):
+    runner = ModelRunner(smol_cpu.model, 1, 64)
+    modules = [runner.layers[0].self_attn.q_proj, runner.layers[5].mlp.down_proj, runner.lm_head]
+    first = calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, tmp_path, "weights-a")
+    assert all(torch.equal(first[m], p) for m, p in input_peaks(smol_cpu.model, smol_cpu.tokenizer, modules).items())
+    again = calibrated_peaks(None, None, modules, tmp_path, "weights-a")  # read back: no model, no forward pass
+    assert all(torch.equal(first[m], again[m]) for m in modules)
+    calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, tmp_path, "weights-b")  # other weights: anew
+    assert len(list(tmp_path.glob("*/peaks.safetensors"))) == 2
+    assert calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, None, "weights-a")  # no cache: computed
