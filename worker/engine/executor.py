@@ -32,6 +32,7 @@ from worker.engine.outputs import (
     requested_ids,
     token_event,
 )
+from worker.engine.host_load import HostLoad
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.row_faults import broken_rows, choose_isolating
 from worker.engine.runner import ModelRunner, StepOutput
@@ -47,14 +48,24 @@ class Executor:
         self.runner, self.slots, self.prefixes = runner, slots, prefixes
         self.tokenizer, self.worker_id = tokenizer, worker_id
         self.steps = 0  # decode steps run
+        self.host = HostLoad()
 
     def run(self, plan: StepPlan, events: StepEvents) -> StepReport:
         """Run `plan`; the decode step's events go into `events`, the others to their sinks at once."""
         for state, error in plan.dropped:
             state.sink([error])
-        for prefill in plan.prefills:
-            self._prefill(prefill)
         report = StepReport()
+        if plan.grow:
+            started = time.perf_counter()
+            if self.runner.cache.grow_layer(plan.grow):
+                report.growth = (self.runner.cache.layer_bytes(plan.grow), time.perf_counter() - started)
+        for prefill in plan.prefills:
+            if prefill.count:  # a growth the forward needs (nothing decodes) is not its cost
+                self.runner.cache.ensure(prefill.start + prefill.count)
+            started = time.perf_counter()
+            self._prefill(prefill)
+            if prefill.count:
+                report.prefills.append((prefill.count, time.perf_counter() - started))
         rows = len(self.slots.rows)
         if rows:
             ordinary = self.slots.ordinary()
@@ -62,7 +73,7 @@ class Executor:
             report.full = not (report.mixed and plan.beams_sit_out)
             started = time.perf_counter()
             self._decode(rows if report.full else ordinary, events)
-            report.seconds = time.perf_counter() - started
+            report.decoded, report.seconds = True, time.perf_counter() - started
         return report
 
     def complete(self, state: RequestState, events: StepEvents) -> None:
@@ -106,7 +117,8 @@ class Executor:
         embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:end]
         params = prepared.request.params
         out = self.runner.prefill(slot, prepared.prompt_ids[start:end], start=start, embeds=embeds,
-                                  all_logits=params.prompt_logprobs, adapter=state.adapter)
+                                  all_logits=params.prompt_logprobs, adapter=state.adapter,
+                                  threads=self.host.prefill_threads(self.runner.prefill_threads))
         if params.prompt_logprobs:
             self._record_prompt_logprobs(state, out.logits, start, prefill.count)
         state.prefilled = end

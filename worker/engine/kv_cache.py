@@ -4,6 +4,12 @@ Active rows always occupy slots 0..B-1, so a decode step attends over a view `[:
 copy. A row that leaves is replaced by a later row (one row copied; slots.py says which); `gather`
 reorders or duplicates rows (n > 1 forks, beams) in one indexed copy. One spare slot past the last
 row lets two rows trade places.
+
+Growing copies every layer into a larger tensor: for 17 slots of SmolLM2-135M in float32, 1,024 -> 2,048
+positions allocates 1.6 GB, a stall of most of a second. `ensure` grows every layer at once (what a forward
+needs now); `grow_layer` grows one layer at a time, so the scheduler can spread the growth a long prompt
+needs over the steps before its prefill reaches it. Meanwhile layers differ in capacity: `capacity` is what
+every layer holds, and `decode_slots` gives each layer its own write positions.
 """
 
 from __future__ import annotations
@@ -17,33 +23,54 @@ class KVCache:
         self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
         self.max_rows, self.max_context = max_rows, max_context
         self.dtype, self.device = dtype, device
-        self.capacity = min(initial_context, max_context)
+        self.capacity = min(initial_context, max_context)  # positions every layer holds
+        self.capacities = [self.capacity] * layers  # each layer's, larger while the cache grows layer by layer
         self.spare = max_rows  # scratch slot for `swap`
         shape = (max_rows + 1, kv_heads, self.capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 
-    def ensure(self, length: int) -> None:
-        """Grow the time axis so `length` positions fit (amortised doubling, capped at max_context)."""
-        if length <= self.capacity:
-            return
+    def grown(self, length: int) -> int:
+        """The capacity that holds `length` positions: doubled until it does, capped at max_context."""
         if length > self.max_context:
             raise ValueError(f"sequence of {length} tokens exceeds the context of {self.max_context}")
-        new_capacity = min(max(length, self.capacity * 2), self.max_context)
-        for store in (self.keys, self.values):
-            for index, old in enumerate(store):
-                grown = torch.zeros((self.max_rows + 1, self.kv_heads, new_capacity, self.head_dim),
-                                    dtype=self.dtype, device=self.device)
-                grown[:, :, : self.capacity] = old
-                store[index] = grown
-        self.capacity = new_capacity
+        capacity = max(self.capacities)
+        while capacity < length:
+            capacity *= 2
+        return min(capacity, self.max_context)
 
-    def decode_slots(self, first: int, rows: int, positions: torch.Tensor) -> torch.Tensor:
-        """Where slots first..first+rows-1 write position `positions[b]`, as indices into a layer viewed
-        as [slots * kv_heads * capacity, head_dim] (so a decode write is one index_copy_ per tensor)."""
+    def ensure(self, length: int) -> None:
+        """Grow the time axis of every layer so `length` positions fit."""
+        if length <= self.capacity:
+            return
+        capacity = self.grown(length)
+        while self.grow_layer(capacity):
+            pass
+
+    def grow_layer(self, capacity: int) -> bool:
+        """Grow the first layer that holds fewer than `capacity` positions to hold that many; False when none
+        does."""
+        index = next((i for i, held in enumerate(self.capacities) if held < capacity), None)
+        if index is None:
+            return False
+        held = self.capacities[index]
+        for store in (self.keys, self.values):
+            grown = torch.zeros((self.max_rows + 1, self.kv_heads, capacity, self.head_dim),
+                                dtype=self.dtype, device=self.device)
+            grown[:, :, :held] = store[index]
+            store[index] = grown
+        self.capacities[index] = capacity
+        self.capacity = min(self.capacities)
+        return True
+
+    def decode_slots(self, first: int, rows: int, positions: torch.Tensor) -> list[torch.Tensor]:
+        """Where slots first..first+rows-1 write position `positions[b]` in each layer, as indices into the
+        layer viewed as [slots * kv_heads * its capacity, head_dim] (a decode write is one index_copy_ per
+        tensor)."""
         heads = torch.arange(self.kv_heads, device=self.device)
         base = torch.arange(first, first + rows, device=self.device).unsqueeze(1) * self.kv_heads + heads
-        return (base * self.capacity + positions.unsqueeze(1)).flatten()
+        by_capacity = {held: (base * held + positions.unsqueeze(1)).flatten() for held in set(self.capacities)}
+        return [by_capacity[held] for held in self.capacities]
 
     def write_decode(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
                      key: torch.Tensor, value: torch.Tensor) -> None:
@@ -104,6 +131,12 @@ class KVCache:
                 window = layer.narrow(2, start, end - start)
                 window.index_copy_(0, target, window.index_select(0, source))  # select copies first
 
+    def layer_bytes(self, capacity: int) -> int:
+        """Bytes of one layer's keys and values at `capacity` positions."""
+        return 2 * (self.max_rows + 1) * self.kv_heads * capacity * self.head_dim * self._element_size()
+
     def bytes_per_token(self) -> int:
-        element = torch.tensor([], dtype=self.dtype).element_size()
-        return 2 * self.layers * self.kv_heads * self.head_dim * element
+        return 2 * self.layers * self.kv_heads * self.head_dim * self._element_size()
+
+    def _element_size(self) -> int:
+        return torch.tensor([], dtype=self.dtype).element_size()
