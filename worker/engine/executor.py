@@ -55,10 +55,11 @@ class Executor:
         for state, error in plan.dropped:
             state.sink([error])
         report = StepReport()
-        if plan.grow:
+        if plan.grow_layers:
             started = time.perf_counter()
-            if self.runner.cache.grow_layer(plan.grow):
-                report.growth = (self.runner.cache.layer_bytes(plan.grow), time.perf_counter() - started)
+            grown = sum(self.runner.cache.grow_layer(plan.grow) for _ in range(plan.grow_layers))
+            if grown:
+                report.growth = (grown * self.runner.cache.layer_bytes(plan.grow), time.perf_counter() - started)
         for prefill in plan.prefills:
             if prefill.count:  # a growth the forward needs (nothing decodes) is not its cost
                 self.runner.cache.ensure(prefill.start + prefill.count)

@@ -6,7 +6,9 @@ two cores where a 15-row decode step costs 80 ms, so streams beside a long promp
 and grows with the prompt's position, so no fixed budget fits: the pace is measured.
 
 - Each prefill forward is timed and fitted as `overhead + per_token x tokens` (least squares over the recent
-  forwards, older ones weighing less; forwards that all had the same size give only the ratio, overhead 0).
+  forwards, older ones weighing less). Forwards of close sizes give only the ratio (overhead 0): a slope
+  fitted over a narrow range is noise. A step prefills at most twice the largest forward measured, so a fit
+  is never trusted far beyond what it saw.
 - Each decode step's time is averaged.
 - While rows decode, a step's prefill may add `PACE` x one decode step (its *allowance*). A forward's fixed
   overhead counts against the allowance up to half of it: past that (a GPU, where a forward of 500 tokens costs
@@ -36,6 +38,7 @@ class PrefillPace:
         self.decode_s: float | None = None
         self.byte_s: float | None = None  # seconds per byte of a KV cache layer's growth
         self._sums = [0.0] * 5  # decayed sums of 1, tokens, seconds, tokens^2, tokens x seconds
+        self.largest = 0  # the most tokens a measured forward had: the fit is trusted up to twice that
 
     def record_prefill(self, tokens: int, seconds: float) -> None:
         """A prefill forward of `tokens` prompt tokens took `seconds`."""
@@ -43,6 +46,7 @@ class PrefillPace:
             return
         self._sums = [_DECAY * total + sample for total, sample in
                       zip(self._sums, (1.0, tokens, seconds, tokens * tokens, tokens * seconds))]
+        self.largest = max(self.largest, tokens)
 
     def record_decode(self, seconds: float) -> None:
         self.decode_s = _average(self.decode_s, seconds)
@@ -64,7 +68,7 @@ class PrefillPace:
             return None
         mean_tokens, mean_seconds = tokens / weight, seconds / weight
         variance = squares / weight - mean_tokens ** 2
-        if variance > (0.1 * mean_tokens) ** 2:  # sizes differ enough to tell the overhead from the tokens
+        if variance > (0.5 * mean_tokens) ** 2:  # sizes differ enough to tell the overhead from the tokens
             per_token = (products / weight - mean_tokens * mean_seconds) / variance
             overhead = mean_seconds - per_token * mean_tokens
             if per_token > 0.0 and overhead >= 0.0:
@@ -80,7 +84,7 @@ class PrefillPace:
         cost = self.cost()
         if cost is None or self.decode_s is None:
             return Allowance(min(self.max_tokens, MIN_CHUNK), None, None)
-        return Allowance(self.max_tokens, PACE * self.decode_s, cost)
+        return Allowance(min(self.max_tokens, 2 * self.largest), PACE * self.decode_s, cost)
 
 
 class Allowance:

@@ -52,7 +52,8 @@ class Prefill:
 @dataclass
 class StepPlan:
     prefills: list[Prefill] = field(default_factory=list)
-    grow: int = 0  # one more KV cache layer grows to this capacity (prefill_pace.py says why)
+    grow: int = 0  # KV cache layers grow to this capacity (prefill_pace.py says why)...
+    grow_layers: int = 0  # ...this many of them in this step
     dropped: list[tuple[RequestState, Error]] = field(default_factory=list)  # waiting requests that never start
     beams_sit_out: bool = False  # with ordinary rows beside them, beam rows skip this decode step
 
@@ -65,7 +66,7 @@ class StepReport:
     decoded: bool = False  # a decode step ran
     seconds: float = 0.0  # the decode step's
     prefills: list[tuple[int, float]] = field(default_factory=list)  # (prompt tokens, seconds) of each forward
-    growth: tuple[int, float] | None = None  # (bytes, seconds) of a KV cache layer's growth
+    growth: tuple[int, float] | None = None  # (bytes, seconds) of the KV cache layers' growth
 
 
 class Scheduler:
@@ -152,7 +153,7 @@ class Scheduler:
             start = state.prefilled if reuse is None else reuse.tokens
             target = len(state.prepared.prompt_ids) - 1  # the last prompt token is fed by the first decode step
             wanted = max(target - start, 0)
-            room = self._grow_ahead(target + 1, plan, allowance) - 1 - start if decoding and wanted else wanted
+            room = self._grow_ahead(target + 1, start, plan, allowance) - 1 - start if decoding and wanted else wanted
             chunk = allowance.grant(min(wanted, max(room, 0)))
             if chunk < wanted and room < wanted:  # the rest waits for the cache to grow
                 allowance.close()
@@ -243,14 +244,18 @@ class Scheduler:
             self.waiting.clear()
             self.waiting.extend(ordered)
 
-    def _grow_ahead(self, length: int, plan: StepPlan, allowance: Allowance) -> int:
-        """While rows decode, the cache grows one layer a step toward holding a prompt of `length` positions (its
-        first decode step included), its expected cost taken from the step's allowance; the positions every layer
-        holds now."""
+    def _grow_ahead(self, length: int, start: int, plan: StepPlan, allowance: Allowance) -> int:
+        """While rows decode, the cache grows layer by layer toward holding a prompt of `length` positions (its
+        first decode step included), from its first chunk on: at least a layer a step, as many as fit in half the
+        step's allowance (all of it while the prompt waits for them); the positions every layer holds now."""
         cache = self.slots.cache
-        if length > cache.capacity and not plan.grow:
+        if length > cache.capacity and not plan.grow_layers:
             plan.grow = cache.grown(length)
-            allowance.reserve(self.pace.growth_s(cache.layer_bytes(plan.grow)))
+            layer_s = self.pace.growth_s(cache.layer_bytes(plan.grow))
+            share = allowance.seconds if start + 1 >= cache.capacity else allowance.seconds / 2
+            layers = int(share / layer_s) if share is not None and layer_s > 0 else 1
+            plan.grow_layers = max(1, min(layers, sum(held < plan.grow for held in cache.capacities)))
+            allowance.reserve(plan.grow_layers * layer_s)
         return cache.capacity
 
     def _running(self, starting: list[RequestState]) -> Counter[str]:

@@ -24,7 +24,7 @@ def machine(overhead: float, per_token: float, decode_s: float, byte_s: float | 
     """A pace that has measured forwards of `overhead + per_token x tokens` seconds, decode steps of `decode_s`
     and, if given, KV cache growth at `byte_s` seconds a byte."""
     pace = PrefillPace(512)
-    for tokens in (8, 32, 16):
+    for tokens in (4, 64, 256):
         pace.record_prefill(tokens, overhead + per_token * tokens)
     pace.record_decode(decode_s)
     if byte_s is not None:
@@ -160,3 +160,14 @@ def test_beside_decoding_rows_the_cache_grows_a_layer_a_step_ahead_of_the_prompt
         [[t.logprob for t in run.tokens()] for run in references]
     first = loaded.model.generate(torch.tensor([prompt]), max_new_tokens=1, do_sample=False)[0, -1].item()
     assert whole.finishes[0].token_ids[0] == first
+
+
+def test_where_growing_is_cheap_the_layers_a_prompt_needs_grow_in_its_first_step(tmp_path):
+    config = ModelConfig(name="tiny", max_batch_size=2, max_context=1024, max_batched_tokens=512, decode_threads=1)
+    engine = Engine(tiny_model(layers=4, positions=1024), config, "grow", tmp_path, compile_later=True)
+    cheap_growth = (0.01, 0.002, 0.042, 1e-12)
+    submit(engine, request(prompt_ids=[1, 2, 3], max_tokens=20, ignore_eos=True))
+    step_on(engine, cheap_growth)
+    submit(engine, request(prompt_ids=[1, *([2, 3, 5, 6, 7, 4, 5] * 43)], max_tokens=2, ignore_eos=True))
+    assert [p.count for p in step_on(engine, cheap_growth)] == [9]
+    assert engine.runner.cache.capacities == [512] * 4
