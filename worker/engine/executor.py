@@ -23,6 +23,7 @@ from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
 from worker.engine.beam_rows import new_beam_search, prenormalize, row_params, step_beams
+from worker.engine.host_load import HostLoad
 from worker.engine.outputs import (
     StepEvents,
     accepted_event,
@@ -32,7 +33,6 @@ from worker.engine.outputs import (
     requested_ids,
     token_event,
 )
-from worker.engine.host_load import HostLoad
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.row_faults import broken_rows, choose_isolating
 from worker.engine.runner import ModelRunner, StepOutput

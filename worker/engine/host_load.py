@@ -6,8 +6,8 @@ busy, each of the forward's few hundred barriers waits until the descheduled tea
 11-13 runnable tasks on 2 cores an 8-token forward took 2.6-4.3 s on two threads and 0.34-0.44 s on one
 (64 tokens: 8-18 s against 0.8-1.4 s), and the running streams waited through all of it. So before each
 prefill forward the engine reads how many tasks are runnable on the host (Linux `/proc/loadavg`, smoothed over
-the recent forwards; the engine thread itself is one of them) and runs the team only when the others leave
-its extra threads a core each. Where the count cannot be read the team runs, as before.
+the recent forwards; the engine thread itself is one of them) and runs the team only while the others leave
+its extra threads a core each (a passing task aside). Where the count cannot be read the team runs, as before.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class HostLoad:
             return team
         others = runnable - 1
         self.others = others if self.others is None else (1 - _SMOOTHING) * self.others + _SMOOTHING * others
-        return team if self.others + team <= self.cores else 1
+        return team if self.others + team < self.cores + 1 else 1  # below one task short of a core each
 
     def _runnable(self) -> int | None:
         try:
