@@ -31,13 +31,11 @@ class KVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 
     def grown(self, length: int) -> int:
-        """The capacity that holds `length` positions: doubled until it does, capped at max_context."""
+        """The capacity to grow to so `length` positions fit (amortised doubling, capped at max_context)."""
         if length > self.max_context:
             raise ValueError(f"sequence of {length} tokens exceeds the context of {self.max_context}")
-        capacity = max(self.capacities)
-        while capacity < length:
-            capacity *= 2
-        return min(capacity, self.max_context)
+        largest = max(self.capacities)
+        return largest if length <= largest else min(max(length, largest * 2), self.max_context)
 
     def ensure(self, length: int) -> None:
         """Grow the time axis of every layer so `length` positions fit."""
