@@ -389,7 +389,8 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     max_batch_size: int = 32  # rows in the running batch
-    # prompt tokens prefilled per engine step: a prefill stalls every running row, so keep it small on CPU
+    # prompt tokens prefilled per engine step at most; while rows decode, a step prefills about what one decode
+    # step costs, measured (worker/engine/prefill_pace.py)
     max_batched_tokens: int = 512
     threads: int = 0  # torch threads; 0 = half the cores (at least 1), leaving room for the gateway
     # threads that each run the decode forward of a share of the rows (4+ rows each), each with `threads`

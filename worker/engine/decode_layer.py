@@ -97,12 +97,12 @@ class DecodeStack(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, hidden: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, keep: torch.Tensor | None,
-                slots: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], first: int,
+                slots: list[torch.Tensor], keys: list[torch.Tensor], values: list[torch.Tensor], first: int,
                 longest: int, lora_rows: list[torch.Tensor], lora: list[list[torch.Tensor]]) -> torch.Tensor:
-        """DecodeLayer.forward through every layer; `keys` / `values`: the cache tensors of each layer,
-        `lora`: each layer's LoRA weights (LoraRows.weights)."""
+        """DecodeLayer.forward through every layer; `slots` / `keys` / `values`: each layer's write positions
+        (KVCache.decode_slots) and cache tensors, `lora`: each layer's LoRA weights (LoraRows.weights)."""
         for index, layer in enumerate(self.layers):
-            hidden = layer(hidden, cos, signed_sin, keep, slots, keys[index], values[index], first, longest,
+            hidden = layer(hidden, cos, signed_sin, keep, slots[index], keys[index], values[index], first, longest,
                            lora_rows, lora[index])
         return hidden
 

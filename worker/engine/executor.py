@@ -23,6 +23,7 @@ from worker.decoding.detokenizer import IncrementalDetokenizer
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
 from worker.engine.beam_rows import new_beam_search, prenormalize, row_params, step_beams
+from worker.engine.host_load import HostLoad
 from worker.engine.outputs import (
     StepEvents,
     accepted_event,
@@ -47,14 +48,25 @@ class Executor:
         self.runner, self.slots, self.prefixes = runner, slots, prefixes
         self.tokenizer, self.worker_id = tokenizer, worker_id
         self.steps = 0  # decode steps run
+        self.host = HostLoad()
 
     def run(self, plan: StepPlan, events: StepEvents) -> StepReport:
         """Run `plan`; the decode step's events go into `events`, the others to their sinks at once."""
         for state, error in plan.dropped:
             state.sink([error])
-        for prefill in plan.prefills:
-            self._prefill(prefill)
         report = StepReport()
+        if plan.grow_layers:
+            started = time.perf_counter()
+            grown = sum(self.runner.cache.grow_layer(plan.grow) for _ in range(plan.grow_layers))
+            if grown:
+                report.growth = (grown * self.runner.cache.layer_bytes(plan.grow), time.perf_counter() - started)
+        for prefill in plan.prefills:
+            if prefill.count:  # a growth the forward needs (nothing decodes) is not its cost
+                self.runner.cache.ensure(prefill.start + prefill.count)
+            started = time.perf_counter()
+            self._prefill(prefill)
+            if prefill.count:
+                report.prefills.append((prefill.count, time.perf_counter() - started))
         rows = len(self.slots.rows)
         if rows:
             ordinary = self.slots.ordinary()
@@ -62,7 +74,7 @@ class Executor:
             report.full = not (report.mixed and plan.beams_sit_out)
             started = time.perf_counter()
             self._decode(rows if report.full else ordinary, events)
-            report.seconds = time.perf_counter() - started
+            report.decoded, report.seconds = True, time.perf_counter() - started
         return report
 
     def complete(self, state: RequestState, events: StepEvents) -> None:
@@ -106,7 +118,8 @@ class Executor:
         embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:end]
         params = prepared.request.params
         out = self.runner.prefill(slot, prepared.prompt_ids[start:end], start=start, embeds=embeds,
-                                  all_logits=params.prompt_logprobs, adapter=state.adapter)
+                                  all_logits=params.prompt_logprobs, adapter=state.adapter,
+                                  threads=self.host.prefill_threads(self.runner.prefill_threads))
         if params.prompt_logprobs:
             self._record_prompt_logprobs(state, out.logits, start, prefill.count)
         state.prefilled = end

@@ -7,6 +7,12 @@ reorders or duplicates rows (n > 1 forks, beams) in one indexed copy.
 Memory follows use: the slot axis too grows as slots are first written (in steps of ROW_STEP, up to
 `max_rows`), so a worker configured for 32 rows that serves 16 holds the KV of 16 (SmolLM2 in float32:
 45 KiB per row and position).
+
+Growing the time axis copies a layer into a larger tensor: for 17 slots of SmolLM2-135M in float32, 1,024 ->
+2,048 positions allocates 1.6 GB, a stall of most of a second. `ensure` grows every layer at once (what a
+forward needs now); `grow_layer` grows one layer at a time, so the scheduler can spread the growth a long
+prompt needs over the steps before its prefill reaches it. Meanwhile layers differ in capacity: `capacity` is
+what every layer holds, and `decode_slots` gives each layer its own write positions.
 """
 
 from __future__ import annotations
@@ -22,36 +28,57 @@ class KVCache:
         self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
         self.max_rows, self.max_context = max_rows, max_context
         self.dtype, self.device = dtype, device
-        self.capacity = min(initial_context, max_context)
-        self.rows = min(ROW_STEP, max_rows)  # slots allocated
+        self.capacity = min(initial_context, max_context)  # positions every layer holds
+        self.capacities = [self.capacity] * layers  # each layer's, larger while the cache grows layer by layer
+        self.rows = min(ROW_STEP, max_rows)  # slots allocated, the same in every layer
         shape = (self.rows, kv_heads, self.capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 
-    def ensure(self, length: int, rows: int = 0) -> None:
-        """Grow the time axis so `length` positions fit (amortised doubling, capped at max_context), and
-        the slot axis so slots 0..rows-1 exist (zeros until written)."""
+    def grown(self, length: int) -> int:
+        """The capacity to grow to so `length` positions fit (amortised doubling, capped at max_context)."""
         if length > self.max_context:
             raise ValueError(f"sequence of {length} tokens exceeds the context of {self.max_context}")
-        new_capacity = self.capacity if length <= self.capacity else \
-            min(max(length, self.capacity * 2), self.max_context)
-        new_rows = self.rows if rows <= self.rows else max(rows, min(-(-rows // ROW_STEP) * ROW_STEP, self.max_rows))
-        if (new_rows, new_capacity) == (self.rows, self.capacity):
-            return
-        for store in (self.keys, self.values):
-            for index, old in enumerate(store):  # one layer at a time: the old tensor is freed before the next
-                grown = torch.zeros((new_rows, self.kv_heads, new_capacity, self.head_dim),
-                                    dtype=self.dtype, device=self.device)
-                grown[: self.rows, :, : self.capacity] = old
-                store[index] = grown
-        self.rows, self.capacity = new_rows, new_capacity
+        largest = max(self.capacities)
+        return largest if length <= largest else min(max(length, largest * 2), self.max_context)
 
-    def decode_slots(self, first: int, rows: int, positions: torch.Tensor) -> torch.Tensor:
-        """Where slots first..first+rows-1 write position `positions[b]`, as indices into a layer viewed
-        as [slots * kv_heads * capacity, head_dim] (so a decode write is one index_copy_ per tensor)."""
+    def ensure(self, length: int, rows: int = 0) -> None:
+        """Grow the time axis of every layer so `length` positions fit, and the slot axis so slots
+        0..rows-1 exist (zeros until written)."""
+        capacity = self.capacity if length <= self.capacity else self.grown(length)
+        new_rows = self.rows if rows <= self.rows else max(rows, min(-(-rows // ROW_STEP) * ROW_STEP, self.max_rows))
+        for index, held in enumerate(self.capacities):  # one layer at a time: the old tensor is freed first
+            if new_rows > self.rows or held < capacity:
+                self._reallocate(index, new_rows, max(held, capacity))
+        self.rows = new_rows
+
+    def grow_layer(self, capacity: int) -> bool:
+        """Grow the first layer that holds fewer than `capacity` positions to hold that many; False when none
+        does."""
+        index = next((i for i, held in enumerate(self.capacities) if held < capacity), None)
+        if index is None:
+            return False
+        self._reallocate(index, self.rows, capacity)
+        return True
+
+    def _reallocate(self, index: int, rows: int, capacity: int) -> None:
+        """Layer `index` with `rows` slots of `capacity` positions, its contents kept."""
+        held = self.capacities[index]
+        for store in (self.keys, self.values):
+            grown = torch.zeros((rows, self.kv_heads, capacity, self.head_dim), dtype=self.dtype, device=self.device)
+            grown[: self.rows, :, :held] = store[index]
+            store[index] = grown
+        self.capacities[index] = capacity
+        self.capacity = min(self.capacities)
+
+    def decode_slots(self, first: int, rows: int, positions: torch.Tensor) -> list[torch.Tensor]:
+        """Where slots first..first+rows-1 write position `positions[b]` in each layer, as indices into the
+        layer viewed as [slots * kv_heads * its capacity, head_dim] (a decode write is one index_copy_ per
+        tensor)."""
         heads = torch.arange(self.kv_heads, device=self.device)
         base = torch.arange(first, first + rows, device=self.device).unsqueeze(1) * self.kv_heads + heads
-        return (base * self.capacity + positions.unsqueeze(1)).flatten()
+        by_capacity = {held: (base * held + positions.unsqueeze(1)).flatten() for held in set(self.capacities)}
+        return [by_capacity[held] for held in self.capacities]
 
     def write_decode(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
                      key: torch.Tensor, value: torch.Tensor) -> None:
@@ -120,6 +147,12 @@ class KVCache:
                 window = layer.narrow(2, start, end - start)
                 window.index_copy_(0, target, window.index_select(0, source))  # select copies first
 
+    def layer_bytes(self, capacity: int) -> int:
+        """Bytes of one layer's keys and values at `capacity` positions."""
+        return 2 * self.rows * self.kv_heads * capacity * self.head_dim * self._element_size()
+
     def bytes_per_token(self) -> int:
-        element = torch.tensor([], dtype=self.dtype).element_size()
-        return 2 * self.layers * self.kv_heads * self.head_dim * element
+        return 2 * self.layers * self.kv_heads * self.head_dim * self._element_size()
+
+    def _element_size(self) -> int:
+        return torch.tensor([], dtype=self.dtype).element_size()

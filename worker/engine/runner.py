@@ -83,7 +83,7 @@ class ModelRunner:
         self._rope_table = None if getattr(self.rotary, "rope_type", "default") in _DYNAMIC_ROPE else \
             self._rotary_table()
         self._helpers = HelperThreads(max(decode_threads, 1) - 1, name="sluice-decode")
-        self._prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
+        self.prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
         self._decode_layers = _NOT_BUILT
         self._no_lora: list[list[torch.Tensor]] = [[] for _ in self.layers]  # the stack's LoRA weights
 
@@ -110,13 +110,15 @@ class ModelRunner:
         return self.embed_tokens(token_ids.to(self.device))
 
     def prefill(self, slot: int, token_ids: list[int], start: int = 0, embeds: torch.Tensor | None = None,
-                all_logits: bool = False, want_hidden: bool = False, adapter: LoraAdapter | None = None) -> StepOutput:
+                all_logits: bool = False, want_hidden: bool = False, adapter: LoraAdapter | None = None,
+                threads: int | None = None) -> StepOutput:
         """Run positions start..start+L-1 of the row in `slot` (with a LoRA `adapter`); logits of the
         last (or every) position.
 
         The decode threads' cores are idle meanwhile, so prefill's large matmuls get them as torch
-        threads (512 prompt tokens on two cores: 1.5 -> 1.05 s in w8a8, 1.8 -> 1.2 s in float32)."""
-        with intra_op_threads(self._prefill_threads):
+        threads (512 prompt tokens on two cores: 1.5 -> 1.05 s in w8a8, 1.8 -> 1.2 s in float32), unless
+        `threads` says fewer (host_load.py: on a busy host the team collapses)."""
+        with intra_op_threads(threads or self.prefill_threads):
             return self._prefill(slot, token_ids, start, embeds, all_logits, want_hidden,
                                  lora_rows([adapter], self.device))
 
@@ -208,7 +210,7 @@ class ModelRunner:
             for index, layer in enumerate(self.layers):
                 keys, values = self.cache.keys[index], self.cache.values[index]
 
-                def write(k, v, keys=keys, values=values):  # k, v: [B, 1, kv_heads, head_dim]
+                def write(k, v, keys=keys, values=values, slots=slots[index]):  # k, v: [B, 1, kv_heads, head_dim]
                     self.cache.write_decode(keys, values, slots, k, v)
 
                 hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,

@@ -5,11 +5,13 @@ runs no rows and the batch is full, rows of the most-served tenant parked to mak
 the head admitted when its candidates (`n`, `best_of` or `num_beams`) fit in the rows left free (admission.py
 steps around requests waiting for their LoRA adapter; a request whose deadline passed while it waited is
 dropped; a parked request resumes in a zero-token "prefill");
-admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt tokens per step, so a long
-prompt takes several steps (chunked prefill) while the running rows decode between its chunks; then one
-decode step for the running rows, all of them or only the ordinary ones while beam rows sit the step out
-(beam_budget.py). A prompt whose prefill completes counts as running from that step on: the next admission
-and the decode step of the same step see its rows. After the step, finished rows leave (slots.py).
+admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt tokens per step and, while rows
+decode, about what one decode step costs (prefill_pace.py), so a long prompt takes several steps (chunked
+prefill) while the running rows decode between its chunks, and the KV cache grows for it a layer a step; a
+request of a tenant that runs nothing is the step's last prefill, so its first token waits for no other
+prompt; then one decode step for the running rows, all of them or only the ordinary ones while beam rows sit
+the step out (beam_budget.py). A prompt whose prefill completes counts as running from that step on: the next
+admission and the decode step of the same step see its rows. After the step, finished rows leave (slots.py).
 
 A prompt's prefill starts after its longest cached prefix (prefix_cache.py): the scheduler looks it up at
 admission, the executor copies it into the slot; those tokens cost no prefill budget.
@@ -28,6 +30,7 @@ from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
 from worker.engine.fair_turns import FairTurns, tenant_of
 from worker.engine.preemption import choose_victims
+from worker.engine.prefill_pace import Allowance, PrefillPace
 from worker.engine.prefix_cache import PrefixCache, PrefixHit
 from worker.engine.prepare_errors import RequestRejected
 from worker.engine.sequence import RequestState
@@ -49,6 +52,8 @@ class Prefill:
 @dataclass
 class StepPlan:
     prefills: list[Prefill] = field(default_factory=list)
+    grow: int = 0  # KV cache layers grow to this capacity (prefill_pace.py says why)...
+    grow_layers: int = 0  # ...this many of them in this step
     dropped: list[tuple[RequestState, Error]] = field(default_factory=list)  # waiting requests that never start
     beams_sit_out: bool = False  # with ordinary rows beside them, beam rows skip this decode step
 
@@ -58,19 +63,22 @@ class StepReport:
     """What the executor tells the scheduler about a decode step it ran."""
     mixed: bool = False  # ordinary and beam rows were both running
     full: bool = True  # the beam rows decoded too
-    seconds: float = 0.0
+    decoded: bool = False  # a decode step ran
+    seconds: float = 0.0  # the decode step's
+    prefills: list[tuple[int, float]] = field(default_factory=list)  # (prompt tokens, seconds) of each forward
+    growth: tuple[int, float] | None = None  # (bytes, seconds) of the KV cache layers' growth
 
 
 class Scheduler:
     def __init__(self, config: ModelConfig, slots: Slots, adapters: AdapterStore, prefixes: PrefixCache):
-        self.max_rows, self.max_queue, self.token_budget = (config.max_batch_size, config.max_queue,
-                                                            config.max_batched_tokens)
+        self.max_rows, self.max_queue = config.max_batch_size, config.max_queue
         self.slots, self.adapters, self.prefixes = slots, adapters, prefixes
         self.waiting: deque[RequestState] = deque()
         self.requests: dict[str, RequestState] = {}  # every request from submission to its end, by id
         self.prefilling: RequestState | None = None  # admitted, its prompt partly in the cache
         self.turns = FairTurns()
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
+        self.pace = PrefillPace(config.max_batched_tokens)
         self.waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
         self.preemptions = 0  # requests parked so far
         self._admissions = itertools.count(1)
@@ -128,8 +136,9 @@ class Scheduler:
         if self.prefilling is None and self.waiting:  # no partial prompt sits in the free slot
             self._make_room(plan)
         starting: list[RequestState] = []  # their prefill completes in this step and their rows join
-        budget = self.token_budget
-        while budget > 0:
+        decoding = bool(self.slots.rows)
+        allowance = self.pace.allowance(decoding)
+        while allowance.open:
             reuse = None
             if self.prefilling is None:
                 state = self._admit(starting, plan)
@@ -140,16 +149,22 @@ class Scheduler:
                 # reused blocks cost no budget; a parked request resumes with its own cache, reads none
                 self.prefilling, reuse = state, None if state.parked is not None else self.prefixes.lookup(state)
             state = self.prefilling
+            newcomer = not self._running(starting)[tenant_of(state)]
             start = state.prefilled if reuse is None else reuse.tokens
             target = len(state.prepared.prompt_ids) - 1  # the last prompt token is fed by the first decode step
-            chunk = max(min(budget, target - start), 0)
-            budget -= chunk
+            wanted = max(target - start, 0)
+            room = self._grow_ahead(target + 1, start, plan, allowance) - 1 - start if decoding and wanted else wanted
+            chunk = allowance.grant(min(wanted, max(room, 0)))
+            if chunk < wanted and room < wanted:  # the rest waits for the cache to grow
+                allowance.close()
             last = start + chunk >= target
             plan.prefills.append(Prefill(state, start, chunk, last, reuse))
             if last:
                 self.prefilling = None
                 if state.prepared.max_new_tokens > 0:
                     starting.append(state)
+            if newcomer and self.slots.rows:  # a tenant running nothing: no other prompt delays its first token
+                allowance.close()
         rows = len(self.slots.rows) + sum(state.prepared.candidates for state in starting)
         ordinary = self.slots.ordinary() + sum(s.prepared.candidates for s in starting
                                                if s.prepared.request.params.num_beams <= 1)
@@ -157,9 +172,16 @@ class Scheduler:
         return plan
 
     def finish(self, plan: StepPlan, report: StepReport) -> None:
-        """After the step: the beam budget learns its time, finished rows leave, ended requests are forgotten."""
+        """After the step: the beam budget and the prefill pace learn its times, finished rows leave, ended
+        requests are forgotten."""
         if report.mixed:
             self.beam_budget.record(report.full, report.seconds)
+        for tokens, seconds in report.prefills:
+            self.pace.record_prefill(tokens, seconds)
+        if report.decoded:
+            self.pace.record_decode(report.seconds)
+        if report.growth is not None:
+            self.pace.record_growth(*report.growth)
         left = self.slots.leave(None if self.prefilling is None or self.prefilling.done else self.prefilling)
         for state in [row.request for row in left] + [prefill.state for prefill in plan.prefills]:
             if state.done:
@@ -218,12 +240,30 @@ class Scheduler:
     def _take_turns(self, starting: list[RequestState]) -> None:
         """Reorder the waiting queue so that tenants take turns at the free rows (fair_turns.py)."""
         if len(self.waiting) > 1:
-            running = Counter(tenant_of(row.request) for row in self.slots.rows)
-            for state in starting:
-                running[tenant_of(state)] += state.prepared.candidates
-            ordered = self.turns.order(self.waiting, running)
+            ordered = self.turns.order(self.waiting, self._running(starting))
             self.waiting.clear()
             self.waiting.extend(ordered)
+
+    def _grow_ahead(self, length: int, start: int, plan: StepPlan, allowance: Allowance) -> int:
+        """While rows decode, the cache grows layer by layer toward holding a prompt of `length` positions (its
+        first decode step included), from its first chunk on: at least a layer a step, as many as fit in half the
+        step's allowance (all of it while the prompt waits for them); the positions every layer holds now."""
+        cache = self.slots.cache
+        if length > cache.capacity and not plan.grow_layers:
+            plan.grow = cache.grown(length)
+            layer_s = self.pace.growth_s(cache.layer_bytes(plan.grow))
+            share = allowance.seconds if start + 1 >= cache.capacity else allowance.seconds / 2
+            layers = int(share / layer_s) if share is not None and layer_s > 0 else 1
+            plan.grow_layers = max(1, min(layers, sum(held < plan.grow for held in cache.capacities)))
+            allowance.reserve(plan.grow_layers * layer_s)
+        return cache.capacity
+
+    def _running(self, starting: list[RequestState]) -> Counter[str]:
+        """Rows each tenant runs, counting those of the requests starting in this step."""
+        running = Counter(tenant_of(row.request) for row in self.slots.rows)
+        for state in starting:
+            running[tenant_of(state)] += state.prepared.candidates
+        return running
 
     def _refuse(self, state: RequestState, error: AdapterError, plan: StepPlan) -> None:
         """Its adapter failed to load: it leaves the queue (admission.py has taken it out)."""

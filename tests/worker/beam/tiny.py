@@ -15,10 +15,10 @@ WORDS = ["<eos>", "<bos>", "red", "green", "blue", "cat", "dog", "sun"]
 EOS = 0
 
 
-def tiny_model(seed: int = 2, sharpness: float = 2.5) -> LoadedModel:
+def tiny_model(seed: int = 2, sharpness: float = 2.5, layers: int = 1, positions: int = 64) -> LoadedModel:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    config = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=positions,
                          bos_token_id=1, eos_token_id=EOS, pad_token_id=EOS, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # a few dominant continuations, so sequences repeat across seeds
