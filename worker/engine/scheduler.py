@@ -137,7 +137,8 @@ class Scheduler:
             self._make_room(plan)
         starting: list[RequestState] = []  # their prefill completes in this step and their rows join
         decoding = bool(self.slots.rows)
-        allowance = self.pace.allowance(decoding)
+        prompts = len(self.waiting) + (self.prefilling is not None)  # a burst waits: prefill_pace.py
+        allowance = self.pace.allowance(decoding, prompts)
         while allowance.open:
             reuse = None
             if self.prefilling is None:

@@ -60,6 +60,13 @@ def test_what_a_step_may_prefill():
         [9, True, 9, True, 9, False]
 
 
+def test_a_burst_of_waiting_prompts_widens_the_allowance_by_their_number():
+    one, four = machine(*CPU).allowance(decoding=True, prompts=1), machine(*CPU).allowance(decoding=True, prompts=4)
+    assert four.seconds == pytest.approx(4 * one.seconds)
+    # four times 29.4 ms: the overhead (10 ms) and 53 tokens at 2 ms; one prompt alone gets its 9
+    assert (one.grant(1000), four.grant(1000)) == (9, 53)
+
+
 def engine_of(tmp_path, rows: int) -> Engine:
     config = ModelConfig(name="tiny", max_batch_size=rows, max_context=64, max_batched_tokens=512, decode_threads=1)
     return Engine(tiny_model(), config, "pace", tmp_path, compile_later=True)
