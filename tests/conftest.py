@@ -13,7 +13,7 @@ from hypothesis import settings
 
 from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
-from testkit.sluice import running_sluice
+from testkit.sluice import MODEL, running_sluice
 from tests.gateway.dashboard.served import served_gateway, settings_in
 
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
@@ -51,8 +51,11 @@ async def store_url(request, tmp_path):
 
 @pytest.fixture(scope="module")
 def sluice_on_smol(tmp_path_factory):
-    """The real gateway + worker with the default model, shared by the tests of one module (compat, e2e)."""
-    with running_sluice(tmp_path_factory.mktemp("smol")) as server:
+    """The real gateway + worker with the default model, shared by the tests of one module (compat, e2e), in the
+    exact mode: these tests compare replies (streamed against whole, one SDK against another) that the CPU
+    default (w8a8) may round differently as batches differ (README, "The default compute path")."""
+    exact = f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n'
+    with running_sluice(tmp_path_factory.mktemp("smol"), config=exact) as server:
         yield server
 
 
