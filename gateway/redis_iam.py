@@ -1,5 +1,6 @@
-"""ElastiCache IAM authentication for the gateway's Redis clients: the `[redis_iam]` settings and the redis-py
-credential provider that signs a short-lived token for each new connection.
+"""ElastiCache IAM authentication for the gateway's Redis clients: the `[redis_iam]` settings, the redis-py
+credential provider that signs a short-lived token for each new connection, and `redis_client`, how every
+Redis client of the gateway (the limiter, the fleet's shared state) connects and signs in.
 
 With it no Redis password exists anywhere, Terraform state included. The ElastiCache user (authentication mode
 `iam`, its name equal to its id) takes as password a SigV4-presigned request `GET http://<cache_name>/?Action=
@@ -99,6 +100,24 @@ def auth_token(credentials: ReadOnlyCredentials, *, user: str, cache_name: str, 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def redis_client(url: str, *, timeout: float, credentials: CredentialProvider | None,
+                 max_connections: int | None = None):
+    """A gateway Redis client (redis.asyncio): connect and read timeouts of `timeout` s; `credentials` asked at
+    each new connection (an IAM token; None: the URL's own user and password, if any); one quick reconnect on a
+    connection error, so a pooled connection the server closed (a restart; ElastiCache ends IAM-authenticated
+    connections after 12 hours) is replaced, with a new token, rather than failing the call. A read timeout is
+    never retried: the command may have run, and the callers' scripts must not run twice for one."""
+    import redis.asyncio as aioredis  # only where Redis is configured
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    return aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                   max_connections=max_connections, credential_provider=credentials,
+                                   retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+                                   retry_on_timeout=False)
 
 
 class IamCredentialProvider(CredentialProvider):

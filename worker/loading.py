@@ -84,11 +84,14 @@ def pick_quantization(quantization: str, device: torch.device) -> str:
     return quantization
 
 
-def pick_compute(quantization: str, dtype: str, device: torch.device) -> tuple[str, torch.dtype, str]:
+def pick_compute(quantization: str, dtype: str, device: torch.device,
+                 features: frozenset[str] | None = None) -> tuple[str, torch.dtype, str]:
     """(quantization, dtype, why). On CPU with both `auto`, the measured winner the CPU has the
-    instructions for (worker/cpu_features.py); an explicit dtype with `auto` quantization means unquantized."""
+    instructions for (worker/cpu_features.py; `features`: this CPU's, read here when not given); an explicit
+    dtype with `auto` quantization means unquantized."""
     if device.type == "cpu" and quantization == "auto" and dtype == "auto":
-        picked = pick_cpu_default(cpu_features(), frozenset(torch.backends.quantized.supported_engines))
+        features = cpu_features() if features is None else features
+        picked = pick_cpu_default(features, frozenset(torch.backends.quantized.supported_engines))
         return picked.quantization, pick_dtype(picked.dtype, device), picked.reason
     why = "configured" if "auto" not in (quantization, dtype) else "configured; auto resolved for the device"
     return pick_quantization(quantization, device), pick_dtype(dtype, device), why
@@ -246,9 +249,10 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = pick_device(config.device)
-    quantization, dtype, why = pick_compute(config.quantization, config.dtype, device)
+    features = cpu_features() if device.type == "cpu" else None  # read once: the pick and the log line
+    quantization, dtype, why = pick_compute(config.quantization, config.dtype, device, features)
     log.info("compute_picked", quantization=quantization, dtype=str(dtype).removeprefix("torch."), reason=why,
-             device=str(device), cpu_features=sorted(cpu_features()) if device.type == "cpu" else None)
+             device=str(device), cpu_features=sorted(features) if features is not None else None)
     if quantization == "w8a8" and (device.type != "cpu" or dtype != torch.float32):
         raise ModelLoadError("quantization w8a8 runs FBGEMM's CPU kernels: it needs device cpu and dtype float32")
     bitsandbytes = quantization in ("int8", "nf4", "fp4")

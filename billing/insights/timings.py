@@ -66,7 +66,7 @@ async def timings(store: UsageStore, selection: Selection,
     for (k, s, model), (ranked, streamed_tokens, streamed_ms) in scanned.items():
         line = lines.get(model)
         if line is None:
-            line = lines[model] = ([Percentiles(0)] * width, [Percentiles(0)] * width, [0] * width, [0.0] * width)
+            line = lines[model] = _empty(width)
         i = positions.get((k, s))
         if i is None:  # one group per bucket and model: the span tells only hours apart
             i = positions[(k, s)] = index[bucketing.bucket(k, s)]
@@ -87,6 +87,7 @@ async def timings(store: UsageStore, selection: Selection,
 
 
 def _empty(width: int) -> tuple[list, list, list, list]:
+    """A line with nothing measured: latency and ttft percentiles, streamed tokens and their ms, per bucket."""
     return [Percentiles(0)] * width, [Percentiles(0)] * width, [0] * width, [0.0] * width
 
 

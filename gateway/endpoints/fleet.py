@@ -25,11 +25,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import msgspec
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
-from redis.exceptions import ConnectionError as RedisConnectionError
+
+from gateway.redis_iam import redis_client
 
 
 class Report(msgspec.Struct, frozen=True):
@@ -200,12 +198,9 @@ class RedisFleet(Fleet):
                  timeout: float = 5.0, gateway_id: str | None = None, credentials: CredentialProvider | None = None):
         """`credentials`: asked at each new connection (an IAM token, gateway/redis_iam.py); None = the URL's."""
         super().__init__(gateway_id)
-        # One quick reconnect: a pooled connection the server closed (a restart; ElastiCache ends IAM-authenticated
-        # connections after 12 hours) is replaced, with a new token, rather than failing the tick. Every call here
-        # may run twice: the scripts renew the same lease and token, a budget counts its calls twice at most.
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                              retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-                                              credential_provider=credentials)
+        # One quick reconnect (redis_client), rather than a failed tick. Every call here may run twice: the scripts
+        # renew the same lease and token, a budget counts its calls twice at most.
+        self._redis = redis_client(url, timeout=timeout, credentials=credentials)
         self._prefix = prefix
         self._calls_per_second = calls_per_second
         self._claim = self._redis.register_script(_CLAIM)

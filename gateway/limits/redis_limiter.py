@@ -9,10 +9,7 @@ import itertools
 import os
 import time
 
-import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.credentials import CredentialProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -25,6 +22,7 @@ from gateway.limits.model import LimiterUnavailable, Ticket
 from gateway.limits.month import MonthCache
 from gateway.limits.scope import LimitScope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
+from gateway.redis_iam import redis_client
 
 log = structlog.get_logger("sluice.limits")
 
@@ -44,13 +42,9 @@ class RedisLimiter:
                  concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
                  key_prefix: str = "sluice:rl", timeout: float = 5.0, credentials: CredentialProvider | None = None):
         # `credentials`: asked at each new connection (an IAM token, gateway/redis_iam.py); None = the URL's.
-        # The timeout is generous: a busy gateway event loop must not look like a Redis outage.
-        # One quick reconnect covers a pooled connection that died with a restarted server; a read
-        # timeout is never retried, since the script may have run and a retry would reserve twice.
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, max_connections=MAX_CONNECTIONS,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)), retry_on_timeout=False,
-            credential_provider=credentials)
+        # The timeout is generous: a busy gateway event loop must not look like a Redis outage. One quick
+        # reconnect, never a retry after a read timeout (redis_client): a second admit would reserve twice.
+        self._redis = redis_client(url, timeout=timeout, credentials=credentials, max_connections=MAX_CONNECTIONS)
         self._connections = asyncio.Semaphore(MAX_CONNECTIONS)
         self._timeout = timeout
         self._admit_script = self._redis.register_script(lua.ADMIT)
