@@ -103,6 +103,7 @@ class Executor:
             self.slots.resume(state)
             return
         try:  # this request's own forward and first event: a failure there is its own
+            self.slots.take_back(state)
             if prefill.reuse is not None:
                 self.prefixes.restore(prefill.reuse, slot)
                 state.prefilled = state.cached_tokens = prefill.reuse.tokens

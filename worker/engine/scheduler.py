@@ -9,8 +9,9 @@ admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt to
 decode, about what one decode step costs (prefill_pace.py), so a long prompt takes several steps (chunked
 prefill) while the running rows decode between its chunks, and the KV cache grows for it a layer a step; a
 request of a tenant that runs nothing is the step's last prefill, so its first token waits for no other
-prompt, and one that arrives while the step runs its prefills takes the step's rest: the prompts planned after
-the forward in flight go back to the queue's front (`yield_to_newcomer`); then one decode step for the
+prompt: another tenant's prompt partly prefilled steps aside for it (its cache positions kept, it goes on where
+it stopped), and one that arrives while the step runs its prefills takes the step's rest, the prompts planned
+after the forward in flight back at the queue's front (`yield_to_newcomer`); then one decode step for the
 running rows, all of them or only the ordinary ones while beam rows sit the step out (beam_budget.py). A prompt
 whose prefill completes counts as running from that step on: the next admission and the decode step of the same
 step see its rows. After the step, finished rows leave (slots.py).
@@ -135,6 +136,8 @@ class Scheduler:
         plan = StepPlan()
         if self.prefilling is not None and self.prefilling.done:  # its prefill failed
             self.prefilling = None
+        if self.prefilling is not None and self.waiting:
+            self._give_way(plan, [])
         if self.prefilling is None and self.waiting:  # no partial prompt sits in the free slot
             self._make_room(plan)
         starting: list[RequestState] = []  # their prefill completes in this step and their rows join
@@ -153,24 +156,38 @@ class Scheduler:
         planned after them go back to the queue's front, in order, and the newcomer's prompt takes the rest of
         the step, so its first token waits for no prompt planned before it arrived."""
         tail = plan.prefills[ran:]
-        if self.prefilling is not None and all(p.state is not self.prefilling for p in tail):
-            return  # a prompt partly prefilled in this step holds the free slot
-        running = self._running([])
-        if any(not running[tenant_of(prefill.state)] for prefill in tail):
-            return  # a newcomer is planned already
-        head = self._head([], plan)
-        if head is None or head.parked is not None or running[tenant_of(head)]:
-            return
-        parked_rows = sum(state.parked is not None for state in self.waiting)
-        if len(self.slots.rows) + head.prepared.candidates > self.max_rows and \
-                not choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
+        if not self._give_way(plan, tail):
             return
         del plan.prefills[ran:]
-        self.prefilling = None
+        if any(prefill.state is self.prefilling for prefill in tail):
+            self.prefilling = None
         for prefill in reversed(tail):
             self._requeue(prefill.state)
         self._make_room(plan)
         self._plan_prefills(plan, self.pace.allowance(bool(self.slots.rows)), [])
+
+    def _give_way(self, plan: StepPlan, tail: list[Prefill]) -> bool:
+        """Whether the queue's head is a newcomer (its tenant runs nothing) that can start now, before the prefills
+        of `tail` (planned, not run); if so, a prompt partly prefilled of a tenant running rows steps aside: its
+        positions leave the free slot and it waits at the queue's front, to go on where it stopped."""
+        running = self._running([])
+        if any(not running[tenant_of(prefill.state)] for prefill in tail):
+            return False  # a newcomer is planned already
+        partial = None if any(p.state is self.prefilling for p in tail) else self.prefilling
+        if partial is not None and not running[tenant_of(partial)]:
+            return False  # the prompt in the free slot is a newcomer's own
+        head = self._head([], plan)
+        if head is None or head.parked is not None or running[tenant_of(head)]:
+            return False
+        parked_rows = sum(state.parked is not None for state in self.waiting)
+        if len(self.slots.rows) + head.prepared.candidates > self.max_rows and \
+                not choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
+            return False
+        if partial is not None:
+            self.slots.set_aside(partial)
+            self.prefilling = None
+            self._requeue(partial)
+        return True
 
     def _plan_prefills(self, plan: StepPlan, allowance: Allowance, starting: list[RequestState]) -> None:
         """Prompt chunks for the step, one forward each, while `allowance` lasts; `starting` gathers the requests
@@ -184,8 +201,9 @@ class Scheduler:
                     break
                 if state.done:  # dropped
                     continue
-                # reused blocks cost no budget; a parked request resumes with its own cache, reads none
-                self.prefilling, reuse = state, None if state.parked is not None else self.prefixes.lookup(state)
+                # reused blocks cost no budget; a parked request, or a prompt set aside, goes on with its own cache
+                own = state.parked is not None or state.prefilled
+                self.prefilling, reuse = state, None if own else self.prefixes.lookup(state)
             state = self.prefilling
             newcomer = not self._running(starting)[tenant_of(state)]
             start = state.prefilled if reuse is None else reuse.tokens
@@ -270,7 +288,7 @@ class Scheduler:
             self._drop(state, Error(kind="timeout", message="the request's deadline passed before it could start"),
                        plan)
             return state
-        if state.parked is None:  # a resumed request keeps its first wait
+        if state.parked is None and not state.prefilled:  # a resumed request keeps its first wait
             state.queue_s = time.perf_counter() - state.submitted
         return state
 

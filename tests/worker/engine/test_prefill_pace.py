@@ -180,6 +180,30 @@ def test_a_mid_step_arrival_of_a_tenant_already_running_changes_nothing_in_the_s
     assert not later_h[0].of(Accepted) and [s.request_id for s in engine.scheduler.waiting] == [later_h[0].request_id]
 
 
+def test_a_prompt_partly_prefilled_steps_aside_for_a_tenant_running_nothing_and_goes_on_where_it_stopped(tmp_path):
+    def long_beside_a_row(quiet_after: int | None) -> tuple[Engine, Run, list[list[tuple[int, int]]]]:
+        """h runs a row and has LONG prefilled 9 tokens a step; q's request arrives after `quiet_after` steps."""
+        engine = engine_of(tmp_path, rows=3)
+        submit(engine, request(prompt_ids=[1, 2, 3], max_tokens=40, ignore_eos=True, temperature=0.0, tenant="h"))
+        step_on(engine, CPU)
+        long = submit(engine, request(prompt_ids=LONG, max_tokens=3, ignore_eos=True, temperature=0.0, logprobs=1,
+                                      tenant="h"), strict=True)
+        chunks = []
+        while not long.ended.is_set():
+            if len(chunks) == quiet_after:
+                submit(engine, request(prompt_ids=[1, 2, 6, 7], max_tokens=2, ignore_eos=True, tenant="q"))
+            chunks.append([(p.state.prepared.request.tenant, p.start, p.count) for p in step_on(engine, CPU)])
+        return engine, long, chunks
+
+    _, alone, chunks_alone = long_beside_a_row(None)
+    _, long, chunks = long_beside_a_row(2)
+    assert chunks[:2] == chunks_alone[:2] == [[("h", 0, 9)], [("h", 9, 9)]]
+    assert chunks[2] == [("q", 0, 3)]  # q's prompt first, alone: h's prompt set aside after 18 positions
+    assert chunks[3] == [("h", 18, 9)]  # it goes on where it stopped, from its own cache positions
+    assert chunks[3:] == chunks_alone[2:]
+    assert [(t.token_id, t.logprob) for t in long.tokens()] == [(t.token_id, t.logprob) for t in alone.tokens()]
+
+
 def test_beside_decoding_rows_the_cache_grows_a_layer_a_step_ahead_of_the_prompt(tmp_path):
     """A prompt longer than the cache holds: one layer grows per step (the rest of the allowance prefills), the
     prompt's chunks stay below what every layer holds; the rows decoding meanwhile (scripted layers, their
