@@ -13,8 +13,9 @@ after another and we take its TTFT (submit -> first token) p50 / p99 in three ph
 Prints each phase, the ratio of each hostile p99 to the idle p99, and the p99 in engine steps (which a loaded
 machine does not change). No assertions; the bar: the
 quiet team's p99 TTFT within 2x of idle under the hostile neighbour. With fair turns a quiet tenant running
-nothing takes a row at once, the hostile tenant's newest row parked (worker/engine/preemption.py), and then
-shares a step with every busy row: on a CPU a 16-row step costs several times a 1-row step, so the time ratio
+nothing takes a row at once, the hostile tenant's newest row parked (worker/engine/preemption.py), its prompt
+goes next even when it arrives in the middle of a step's prefill forwards (worker/engine/scheduler.py), and then
+it shares a step with every busy row: on a CPU a 16-row step costs several times a 1-row step, so the time ratio
 stays above 1 where the step count does not (a GPU's step barely grows with rows).
 `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version for `make bench`.
 """

@@ -4,7 +4,9 @@ HTTP handlers `prepare` a request (tokenize, validate) and `submit` or `cancel` 
 engine thread takes what arrived, then runs a step: the scheduler plans it (scheduler.py: who joins the
 batch, which prompt chunks to prefill, which rows decode), the executor runs the plan (executor.py: the
 forwards, the logits pipeline, the token choice, the events), the step's events go out to each request's
-sink, and the rows that finished leave the batch.
+sink, and the rows that finished leave the batch. Between a step's prefill forwards the engine takes new
+submissions too (cancellations wait for the step's end), so a tenant running nothing that arrives mid-step
+has its prompt next (scheduler.py `yield_to_newcomer`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Engine:
                                         timeout_s=config.grammar_compile_timeout_s,
                                         cache_bytes=config.grammar_cache_bytes, build_later=compile_later)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._later: list[tuple[str, object]] = []  # messages that arrived mid-step, for its end
         self.adapters = AdapterStore(self.runner.layers, self.runner.dtype, self.runner.device,
                                      capacity=config.max_loaded_adapters, max_rank=config.max_adapter_rank,
                                      data_dir=data_dir, retry_s=config.adapter_retry_s,
@@ -149,7 +152,12 @@ class Engine:
         """Plan, execute, emit: then the rows that finished leave the batch."""
         plan = self.scheduler.schedule()
         events = StepEvents()
-        report = self.executor.run(plan, events)
+
+        def between(ran: int) -> None:  # a tenant running nothing that arrives mid-step goes next
+            if self._take_arrivals():
+                self.scheduler.yield_to_newcomer(plan, ran)
+
+        report = self.executor.run(plan, events, between)
         events.deliver()
         self.scheduler.finish(plan, report)
 
@@ -166,20 +174,36 @@ class Engine:
                     self._fail_all(f"internal engine error: {type(exc).__name__}")
 
     def _take_inbox(self, block: bool) -> None:
-        try:
-            item = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
-        except queue.Empty:
-            return
+        items, self._later = self._later, []
+        if not items:
+            try:
+                items.append(self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait())
+            except queue.Empty:
+                return
         while True:
-            kind, payload = item
+            try:
+                items.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        for kind, payload in items:
             if kind == "submit":
                 self.scheduler.add(payload)
             elif kind == "cancel":
                 self._cancel(payload)
+
+    def _take_arrivals(self) -> bool:
+        """Mid-step: submissions join the queue (True when any did); cancellations wait for the step's end."""
+        arrived = False
+        while True:
             try:
-                item = self.inbox.get_nowait()
+                kind, payload = self.inbox.get_nowait()
             except queue.Empty:
-                return
+                return arrived
+            if kind == "submit":
+                self.scheduler.add(payload)
+                arrived = True
+            else:
+                self._later.append((kind, payload))
 
     def _cancel(self, request_id: str) -> None:
         state = self.scheduler.cancel(request_id)

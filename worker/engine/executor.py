@@ -13,6 +13,7 @@ the batch goes on.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import structlog
 import torch
@@ -50,23 +51,34 @@ class Executor:
         self.steps = 0  # decode steps run
         self.host = HostLoad()
 
-    def run(self, plan: StepPlan, events: StepEvents) -> StepReport:
-        """Run `plan`; the decode step's events go into `events`, the others to their sinks at once."""
+    def run(self, plan: StepPlan, events: StepEvents, between: Callable[[int], None] | None = None) -> StepReport:
+        """Run `plan`; the decode step's events go into `events`, the others to their sinks at once. After each
+        prefill forward, `between(forwards run)` may replace the plan's prefills not yet run."""
+        told = 0  # dropped requests told so far
         for state, error in plan.dropped:
             state.sink([error])
+            told += 1
         report = StepReport()
         if plan.grow_layers:
             started = time.perf_counter()
             grown = sum(self.runner.cache.grow_layer(plan.grow) for _ in range(plan.grow_layers))
             if grown:
                 report.growth = (grown * self.runner.cache.layer_bytes(plan.grow), time.perf_counter() - started)
-        for prefill in plan.prefills:
+        ran = 0
+        while ran < len(plan.prefills):
+            prefill = plan.prefills[ran]
             if prefill.count:  # a growth the forward needs (nothing decodes) is not its cost
                 self.runner.cache.ensure(prefill.start + prefill.count)
             started = time.perf_counter()
             self._prefill(prefill)
             if prefill.count:
                 report.prefills.append((prefill.count, time.perf_counter() - started))
+            ran += 1
+            if between is not None:
+                between(ran)
+                for state, error in plan.dropped[told:]:
+                    state.sink([error])
+                told = len(plan.dropped)
         rows = len(self.slots.rows)
         if rows:
             ordinary = self.slots.ordinary()
@@ -91,6 +103,7 @@ class Executor:
             self.slots.resume(state)
             return
         try:  # this request's own forward and first event: a failure there is its own
+            self.slots.take_back(state)
             if prefill.reuse is not None:
                 self.prefixes.restore(prefill.reuse, slot)
                 state.prefilled = state.cached_tokens = prefill.reuse.tokens

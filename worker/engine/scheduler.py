@@ -9,9 +9,12 @@ admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt to
 decode, about what one decode step costs (prefill_pace.py), so a long prompt takes several steps (chunked
 prefill) while the running rows decode between its chunks, and the KV cache grows for it a layer a step; a
 request of a tenant that runs nothing is the step's last prefill, so its first token waits for no other
-prompt; then one decode step for the running rows, all of them or only the ordinary ones while beam rows sit
-the step out (beam_budget.py). A prompt whose prefill completes counts as running from that step on: the next
-admission and the decode step of the same step see its rows. After the step, finished rows leave (slots.py).
+prompt: another tenant's prompt partly prefilled steps aside for it (its cache positions kept, it goes on where
+it stopped), and one that arrives while the step runs its prefills takes the step's rest, the prompts planned
+after the forward in flight back at the queue's front (`yield_to_newcomer`); then one decode step for the
+running rows, all of them or only the ordinary ones while beam rows sit the step out (beam_budget.py). A prompt
+whose prefill completes counts as running from that step on: the next admission and the decode step of the same
+step see its rows. After the step, finished rows leave (slots.py).
 
 A prompt's prefill starts after its longest cached prefix (prefix_cache.py): the scheduler looks it up at
 admission, the executor copies it into the slot; those tokens cost no prefill budget.
@@ -133,12 +136,63 @@ class Scheduler:
         plan = StepPlan()
         if self.prefilling is not None and self.prefilling.done:  # its prefill failed
             self.prefilling = None
+        if self.prefilling is not None and self.waiting:
+            self._give_way(plan, [])
         if self.prefilling is None and self.waiting:  # no partial prompt sits in the free slot
             self._make_room(plan)
         starting: list[RequestState] = []  # their prefill completes in this step and their rows join
         decoding = bool(self.slots.rows)
         prompts = len(self.waiting) + (self.prefilling is not None)  # a burst waits: prefill_pace.py
-        allowance = self.pace.allowance(decoding, prompts)
+        self._plan_prefills(plan, self.pace.allowance(decoding, prompts), starting)
+        rows = len(self.slots.rows) + sum(state.prepared.candidates for state in starting)
+        ordinary = self.slots.ordinary() + sum(s.prepared.candidates for s in starting
+                                               if s.prepared.request.params.num_beams <= 1)
+        plan.beams_sit_out = 0 < ordinary < rows and not self.beam_budget.full_step()
+        return plan
+
+    def yield_to_newcomer(self, plan: StepPlan, ran: int) -> None:
+        """Between two forwards of the step (the first `ran` prefills of `plan` have run, their rows joined):
+        when the queue's head in fair turns is a request that arrived for a tenant running nothing, the prompts
+        planned after them go back to the queue's front, in order, and the newcomer's prompt takes the rest of
+        the step, so its first token waits for no prompt planned before it arrived."""
+        tail = plan.prefills[ran:]
+        if not self._give_way(plan, tail):
+            return
+        del plan.prefills[ran:]
+        if any(prefill.state is self.prefilling for prefill in tail):
+            self.prefilling = None
+        for prefill in reversed(tail):
+            self._requeue(prefill.state)
+        self._make_room(plan)
+        self._plan_prefills(plan, self.pace.allowance(bool(self.slots.rows)), [])
+
+    def _give_way(self, plan: StepPlan, tail: list[Prefill]) -> bool:
+        """Whether the queue's head is a newcomer (its tenant runs nothing) that can start now, before the prefills
+        of `tail` (planned, not run); if so, a prompt partly prefilled of a tenant running rows steps aside: its
+        positions leave the free slot and it waits at the queue's front, to go on where it stopped."""
+        running = self._running([])
+        if any(not running[tenant_of(prefill.state)] for prefill in tail):
+            return False  # a newcomer is planned already
+        partial = None if any(p.state is self.prefilling for p in tail) else self.prefilling
+        if partial is not None and not running[tenant_of(partial)]:
+            return False  # the prompt in the free slot is a newcomer's own
+        head = self._head([], plan)
+        if head is None or head.parked is not None or running[tenant_of(head)]:
+            return False
+        parked_rows = sum(state.parked is not None for state in self.waiting)
+        if len(self.slots.rows) + head.prepared.candidates > self.max_rows and \
+                not choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
+            return False
+        if partial is not None:
+            self.slots.set_aside(partial)
+            self.prefilling = None
+            self._requeue(partial)
+        return True
+
+    def _plan_prefills(self, plan: StepPlan, allowance: Allowance, starting: list[RequestState]) -> None:
+        """Prompt chunks for the step, one forward each, while `allowance` lasts; `starting` gathers the requests
+        whose prefill completes."""
+        decoding = bool(self.slots.rows)
         while allowance.open:
             reuse = None
             if self.prefilling is None:
@@ -147,8 +201,9 @@ class Scheduler:
                     break
                 if state.done:  # dropped
                     continue
-                # reused blocks cost no budget; a parked request resumes with its own cache, reads none
-                self.prefilling, reuse = state, None if state.parked is not None else self.prefixes.lookup(state)
+                # reused blocks cost no budget; a parked request, or a prompt set aside, goes on with its own cache
+                own = state.parked is not None or state.prefilled
+                self.prefilling, reuse = state, None if own else self.prefixes.lookup(state)
             state = self.prefilling
             newcomer = not self._running(starting)[tenant_of(state)]
             start = state.prefilled if reuse is None else reuse.tokens
@@ -166,11 +221,6 @@ class Scheduler:
                     starting.append(state)
             if newcomer and self.slots.rows:  # a tenant running nothing: no other prompt delays its first token
                 allowance.close()
-        rows = len(self.slots.rows) + sum(state.prepared.candidates for state in starting)
-        ordinary = self.slots.ordinary() + sum(s.prepared.candidates for s in starting
-                                               if s.prepared.request.params.num_beams <= 1)
-        plan.beams_sit_out = 0 < ordinary < rows and not self.beam_budget.full_step()
-        return plan
 
     def finish(self, plan: StepPlan, report: StepReport) -> None:
         """After the step: the beam budget and the prefill pace learn its times, finished rows leave, ended
@@ -214,10 +264,14 @@ class Scheduler:
         parked_rows = sum(state.parked is not None for state in self.waiting)
         for victim in choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
             self.slots.park(victim)
-            self.waiting.appendleft(victim)  # newest first, so the oldest ends up in front
-            with self._queued_lock:  # back in the queue; not refused when the queue is full
-                self._queued += 1
+            self._requeue(victim)  # newest first, so the oldest ends up in front
             self.preemptions += 1
+
+    def _requeue(self, state: RequestState) -> None:
+        """Back at the queue's front (parked, or planned and not run); not refused when the queue is full."""
+        self.waiting.appendleft(state)
+        with self._queued_lock:
+            self._queued += 1
 
     def _admit(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
         """The next request to prefill, taken from the queue (done when it was dropped), or None."""
@@ -234,7 +288,7 @@ class Scheduler:
             self._drop(state, Error(kind="timeout", message="the request's deadline passed before it could start"),
                        plan)
             return state
-        if state.parked is None:  # a resumed request keeps its first wait
+        if state.parked is None and not state.prefilled:  # a resumed request keeps its first wait
             state.queue_s = time.perf_counter() - state.submitted
         return state
 

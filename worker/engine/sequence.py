@@ -75,6 +75,7 @@ class RequestState:
     beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
     adapter: object = None  # worker.lora.adapter.LoraAdapter once admitted with one
     parked: object = None  # slots.Parked while preempted: its row set aside, waiting to resume
+    set_aside: object = None  # a partly prefilled prompt's cache positions (a tensor) while a newcomer goes first
     admitted: int = 0  # admission order (the newest is preempted first)
     submitted: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0  # waited before its prefill started

@@ -70,6 +70,17 @@ class Slots:
         state.parked = Parked(row, self.batch.rows[slot], self.cache.copy_out(slot, 0, row.length))
         self._remove([slot], None)
 
+    def set_aside(self, state: RequestState) -> None:
+        """The prompt partly prefilled in the free slot leaves it: its positions are kept on `state.set_aside`
+        until `take_back`."""
+        state.set_aside = self.cache.copy_out(self.free, 0, state.prefilled) if state.prefilled else None
+
+    def take_back(self, state: RequestState) -> None:
+        """A prompt set aside is back in the free slot, as far as it was prefilled."""
+        if state.set_aside is not None:
+            self.cache.copy_in(self.free, state.set_aside)
+            state.set_aside = None
+
     def resume(self, state: RequestState) -> None:
         """A parked request's row joins behind the others, in the free slot, as it was when parked."""
         parked, first = state.parked, self.free

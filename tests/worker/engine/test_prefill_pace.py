@@ -1,8 +1,9 @@
 """The prefill pace (worker/engine/prefill_pace.py) and the scheduling rules it sets, in engine steps: while rows
 decode, a step prefills about what one decode step costs on the machine measured; with nothing decoding, the
 whole `max_batched_tokens`; a tenant running nothing has its prompt in the next step with no other prompt
-after it. Real Engines on a tiny random Llama, stepped by hand; the machine is a PrefillPace fed the timings
-of a CPU-like or a GPU-like machine before each step (the tiny model's own timings say nothing)."""
+after it, and one that arrives while a step runs its prefills has it next in that step. Real Engines on a tiny
+random Llama, stepped by hand; the machine is a PrefillPace fed the timings of a CPU-like or a GPU-like machine
+before each step (the tiny model's own timings say nothing)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from common.protocol import Accepted, ModelConfig
 from tests.worker.beam.tiny import tiny_model
-from tests.worker.engine.runs import request, submit
+from tests.worker.engine.runs import Run, request, submit
 from worker.engine.engine import Engine
 from worker.engine.outputs import StepEvents
 from worker.engine.prefill_pace import MIN_CHUNK, PACE, PrefillPace
@@ -124,6 +125,83 @@ def test_a_tenant_running_nothing_has_its_prompt_in_the_next_step_and_no_other_p
     prefills = step_on(engine, generous)  # h's waiting requests start in the step after
     assert [p.state.request_id for p in prefills] == [waiting_h[0].request_id]
     assert len(long_h.tokens()) == 4
+
+
+def engine_step(engine: Engine, pace: tuple) -> None:
+    """One step through `Engine.step`, which takes submissions between the step's prefill forwards."""
+    with torch.inference_mode():
+        engine._take_inbox(block=False)
+        engine.scheduler.pace = machine(*pace)
+        engine.step()
+
+
+def arriving(engine: Engine, tenant: str, arrivals: list[Run]) -> Run:
+    """A request of tenant h whose sink submits one request of `tenant` when its prompt starts: an arrival while
+    the engine runs the step's prefill forwards."""
+    prepared = engine.prepare(request(prompt_ids=[1, 6, 7], max_tokens=30, ignore_eos=True, tenant="h"))
+    run = Run(prepared.request.request_id)
+
+    def sink(batch: list) -> None:
+        run.sink(batch)
+        if any(isinstance(event, Accepted) for event in batch):
+            arrivals.append(submit(engine, request(prompt_ids=[1, 2, 6, 7], max_tokens=2, ignore_eos=True,
+                                                   tenant=tenant)))
+
+    engine.submit(prepared, sink)
+    return run
+
+
+def test_a_tenant_running_nothing_that_arrives_mid_step_has_its_prompt_next_and_the_rest_waits(tmp_path):
+    engine = engine_of(tmp_path, rows=4)
+    generous = (0.0001, 0.000001, 1.0)  # the allowance would take every waiting prompt
+    quiet: list[Run] = []
+    first_h = arriving(engine, "q", quiet)
+    other_h = [submit(engine, request(prompt_ids=[1, 6, 7], max_tokens=30, ignore_eos=True, tenant="h"))
+               for _ in range(2)]
+    engine_step(engine, generous)  # planned: h's three prompts; q arrives after the first one's forward
+    assert first_h.of(Accepted) and len(first_h.tokens()) == 1
+    assert quiet[0].of(Accepted) and len(quiet[0].tokens()) == 1  # its first token in the step it arrived in
+    assert not any(run.of(Accepted) for run in other_h)  # h's other prompts went back to the queue's front...
+    assert [s.request_id for s in engine.scheduler.waiting] == [run.request_id for run in other_h]
+    engine_step(engine, generous)  # ...and start in the next step, in their order
+    assert all(len(run.tokens()) == 1 for run in other_h) and len(first_h.tokens()) == 2
+    assert not engine.scheduler.waiting
+
+
+def test_a_mid_step_arrival_of_a_tenant_already_running_changes_nothing_in_the_step(tmp_path):
+    engine = engine_of(tmp_path, rows=4)
+    generous = (0.0001, 0.000001, 1.0)
+    later_h: list[Run] = []
+    first_h = arriving(engine, "h", later_h)  # h's own next request arrives while h's prompts are prefilled
+    other_h = [submit(engine, request(prompt_ids=[1, 6, 7], max_tokens=30, ignore_eos=True, tenant="h"))
+               for _ in range(2)]
+    engine_step(engine, generous)
+    assert all(len(run.tokens()) == 1 for run in [first_h, *other_h])  # the step ran as planned
+    assert not later_h[0].of(Accepted) and [s.request_id for s in engine.scheduler.waiting] == [later_h[0].request_id]
+
+
+def test_a_prompt_partly_prefilled_steps_aside_for_a_tenant_running_nothing_and_goes_on_where_it_stopped(tmp_path):
+    def long_beside_a_row(quiet_after: int | None) -> tuple[Engine, Run, list[list[tuple[int, int]]]]:
+        """h runs a row and has LONG prefilled 9 tokens a step; q's request arrives after `quiet_after` steps."""
+        engine = engine_of(tmp_path, rows=3)
+        submit(engine, request(prompt_ids=[1, 2, 3], max_tokens=40, ignore_eos=True, temperature=0.0, tenant="h"))
+        step_on(engine, CPU)
+        long = submit(engine, request(prompt_ids=LONG, max_tokens=3, ignore_eos=True, temperature=0.0, logprobs=1,
+                                      tenant="h"), strict=True)
+        chunks = []
+        while not long.ended.is_set():
+            if len(chunks) == quiet_after:
+                submit(engine, request(prompt_ids=[1, 2, 6, 7], max_tokens=2, ignore_eos=True, tenant="q"))
+            chunks.append([(p.state.prepared.request.tenant, p.start, p.count) for p in step_on(engine, CPU)])
+        return engine, long, chunks
+
+    _, alone, chunks_alone = long_beside_a_row(None)
+    _, long, chunks = long_beside_a_row(2)
+    assert chunks[:2] == chunks_alone[:2] == [[("h", 0, 9)], [("h", 9, 9)]]
+    assert chunks[2] == [("q", 0, 3)]  # q's prompt first, alone: h's prompt set aside after 18 positions
+    assert chunks[3] == [("h", 18, 9)]  # it goes on where it stopped, from its own cache positions
+    assert chunks[3:] == chunks_alone[2:]
+    assert [(t.token_id, t.logprob) for t in long.tokens()] == [(t.token_id, t.logprob) for t in alone.tokens()]
 
 
 def test_beside_decoding_rows_the_cache_grows_a_layer_a_step_ahead_of_the_prompt(tmp_path):
