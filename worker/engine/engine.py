@@ -48,7 +48,7 @@ class Engine:
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
-                            cache=model_cache_dir(data_dir) / "w8a8-calibration", weights_id=loaded.weights_id)
+                            cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)
         if compile_later:
             self.runner.defer_scripting()
         else:
