@@ -15,6 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 from common.protocol import ModelConfig
 from gateway.config import load_settings
+from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.runner import MIN_GROUP_ROWS, ModelRunner
 from worker.engine.w8a8 import quantize_runner
@@ -155,6 +156,26 @@ def test_a_deferred_runner_decodes_in_one_group_until_script_now_has_compiled_it
     runner.script_now()
     assert runner.scripted_layers() is not None and runner._row_groups(8) == [(0, 4), (4, 8)]
     assert torch.equal(_decode(runner, prompts).logits, python.logits)
+
+
+def test_script_now_leaves_the_stack_optimized_and_the_cached_rows_untouched():
+    """The profiling executor's first two calls of the stack (record, then optimize the graph) run in
+    script_now, in a scratch cache: a worker's first real step runs the optimized graph, and rows already in
+    the cache decode exactly as on the Python path."""
+    # five layers: a stack type of its own (the executor's plan belongs to the type, shared by its instances)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=5,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=64)).eval()
+    prompts = _prompts(8)
+    runner = _runner(model, prompts, decode_threads=2)
+    expected = _decode(_python_path(_runner(model, prompts, decode_threads=2)), prompts).logits  # prefilled alike
+    with pytest.raises(RuntimeError):  # compiled, never called: no optimized plan yet
+        script_decode_layers(runner).get_debug_state()
+    runner.defer_scripting()
+    runner.script_now()
+    assert runner.scripted_layers().get_debug_state().execution_plans  # optimized before the first real step
+    assert torch.equal(_decode(runner, prompts).logits, expected)
 
 
 def test_a_layer_that_fails_to_script_falls_back_to_the_python_path():
