@@ -204,8 +204,9 @@ class ModelRunner:
         stack = self.scripted_layers()
         if stack is not None:  # every layer in one call, the GIL released
             weights = [lora.weights(index) for index in range(len(self.layers))] if lora.rows else self._no_lora
-            hidden = stack(hidden, *rope, mask, slots, self.cache.keys, self.cache.values, first, longest,
-                           lora.rows, weights)
+            with torch.jit.optimized_execution(False):  # the graph as compiled: decode_layer.py says why
+                hidden = stack(hidden, *rope, mask, slots, self.cache.keys, self.cache.values, first, longest,
+                               lora.rows, weights)
         else:
             for index, layer in enumerate(self.layers):
                 keys, values = self.cache.keys[index], self.cache.values[index]
@@ -234,20 +235,9 @@ class ModelRunner:
 
     def script_now(self) -> None:
         """Compile the scripted layers in the caller's thread while no decode step runs: a compile beside
-        running steps holds the GIL between each of their torch calls (a step took seconds meanwhile).
-        Then two steps of scratch rows in a scratch cache: TorchScript's profiling executor records the
-        stack's first call and optimizes its graph at the second, ~1 s each on a small host, which would
-        otherwise be the first two steps of a burst."""
+        running steps holds the GIL between each of their torch calls (a step took seconds meanwhile)."""
         self._decode_layers = _NOT_BUILT
-        if self.scripted_layers() is None:
-            return
-        live, self.cache = self.cache, KVCache(len(self.layers), self.kv_heads, self.head_dim, 2, 2, self.dtype,
-                                               self.device)
-        try:
-            self.decode([0], [0])  # one row: no mask
-            self.decode([0, 0], [1, 0])  # rows of unequal length: the mask
-        finally:
-            self.cache = live
+        self.scripted_layers()
 
     def projections_changed(self) -> None:
         """Called after a projection was swapped (w8a8.py): the scripted layers are built again."""
