@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
+def exclusive(lock: Path) -> Iterator[None]:
     with lock.open("a") as handle:  # flock: released when the process ends, however it ends
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
@@ -30,7 +30,7 @@ def build_once(target: Path, marker: str, build: Callable[[Path], None]) -> Path
     if (target / marker).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.with_name(f".{target.name}.lock")):
+    with exclusive(target.with_name(f".{target.name}.lock")):
         if (target / marker).exists():  # another process built it while this one waited
             return target
         for leftover in target.parent.glob(f".{target.name}.staging-*"):  # a builder killed mid-way

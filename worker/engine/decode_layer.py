@@ -12,7 +12,11 @@ attends through SDPA there as here), and the logits are bitwise equal
 
 `torch.jit.script` is deprecated in favour of `torch.compile`, but compile's generated wrapper is
 Python that holds the GIL between kernels and recompiles as batch and length change every step;
-TorchScript runs in pinned torch 2.13 and is the tool that does this job. Layers it cannot compile
+TorchScript runs in pinned torch 2.13 and is the tool that does this job. The runner calls the stack with
+the graph executor's optimizations off (`torch.jit.optimized_execution(False)`): the profiling executor
+would record the stack's first call and run its optimization passes over the 30 inlined layers at the
+second, ~2.5 s of a core in all, which were the first decode steps of a burst that woke a worker; the
+interpreted graph it leaves runs no faster on CPU (no fuser runs there). Layers it cannot compile
 (bitsandbytes projections, norms other than plain RMSNorm, Qwen3's per-head norms, an activation
 that does not script) keep the Python path.
 """

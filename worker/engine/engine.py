@@ -26,6 +26,7 @@ from worker.engine.executor import Executor
 from worker.engine.outputs import StepEvents
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
+from worker.engine.quiet_work import QuietWork
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import RequestState, Sequence
@@ -50,7 +51,7 @@ class Engine:
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
-                            cache=model_cache_dir(data_dir) / "w8a8-calibration", weights_id=loaded.weights_id)
+                            cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)
         if compile_later:
             self.runner.defer_scripting()
         else:
@@ -71,6 +72,7 @@ class Engine:
         self.prefixes = PrefixCache(self.runner.cache, config.prefix_cache_bytes)
         self.scheduler = Scheduler(config, self.slots, self.adapters, self.prefixes)
         self.executor = Executor(self.runner, self.slots, self.prefixes, self.tokenizer, worker_id)
+        self.quiet_work = QuietWork()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
@@ -122,9 +124,9 @@ class Engine:
     def finish_start(self) -> None:
         """What `compile_later` left, once the engine is warm: the scripted decode layers now, before the
         worker takes traffic (full speed from its first step: runner.script_now says why not beside it),
-        the grammar vocabulary in a low-priority thread."""
+        the grammar vocabulary in a low-priority thread at the engine's first quiet moment (quiet_work.py)."""
         self.runner.script_now()
-        self.grammars.build_in_background()
+        self.quiet_work.add(self.grammars.build_in_background, time.monotonic())
 
     def warm_up(self, timeout_s: float = 60.0) -> None:
         """One tiny greedy request through the whole path (tokenizer, prefill, a decode step,
@@ -166,20 +168,26 @@ class Engine:
         # mode: mixing inference tensors with in-place updates outside it is an error.
         with torch.inference_mode():
             while not self._stop.is_set():
-                self._take_inbox(block=self.scheduler.idle)
+                took = self._take_inbox(block=self.scheduler.idle)
+                if took or not self.scheduler.idle:
+                    self.quiet_work.busy(time.monotonic())
+                else:
+                    self.quiet_work.run_if_quiet(time.monotonic())
                 try:
                     self.step()
                 except Exception as exc:  # the forward itself, or shared state: fail the batch, keep serving
                     log.exception("engine_step_failed")
                     self._fail_all(f"internal engine error: {type(exc).__name__}")
 
-    def _take_inbox(self, block: bool) -> None:
+    def _take_inbox(self, block: bool) -> bool:
+        """Take what arrived, and what a step set aside (waiting up to 0.5 s for something when `block`);
+        whether anything was taken."""
         items, self._later = self._later, []
         if not items:
             try:
                 items.append(self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait())
             except queue.Empty:
-                return
+                return False
         while True:
             try:
                 items.append(self.inbox.get_nowait())
@@ -190,6 +198,7 @@ class Engine:
                 self.scheduler.add(payload)
             elif kind == "cancel":
                 self._cancel(payload)
+        return True
 
     def _take_arrivals(self) -> bool:
         """Mid-step: submissions join the queue (True when any did); cancellations wait for the step's end."""

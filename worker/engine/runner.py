@@ -204,8 +204,9 @@ class ModelRunner:
         stack = self.scripted_layers()
         if stack is not None:  # every layer in one call, the GIL released
             weights = [lora.weights(index) for index in range(len(self.layers))] if lora.rows else self._no_lora
-            hidden = stack(hidden, *rope, mask, slots, self.cache.keys, self.cache.values, first, longest,
-                           lora.rows, weights)
+            with torch.jit.optimized_execution(False):  # the graph as compiled: decode_layer.py says why
+                hidden = stack(hidden, *rope, mask, slots, self.cache.keys, self.cache.values, first, longest,
+                               lora.rows, weights)
         else:
             for index, layer in enumerate(self.layers):
                 keys, values = self.cache.keys[index], self.cache.values[index]

@@ -8,7 +8,9 @@ to float32, not equal to it (README.md has the measured agreement); `quantizatio
 The recipe, each part measured on SmolLM2 (README.md):
 - Calibration: one forward pass over CALIBRATION_TEXT records max|x_j| per input channel j of
   every projection (~1-2 s on a small host), remembered on disk under the weights' id and the recipe,
-  so a worker's later starts skip it.
+  so a worker's later starts skip it. So are the quantized projections themselves (worker/tensor_cache.py:
+  also keyed by the torch version and the CPU, checked on every read): a later start reads them and only
+  lets FBGEMM pack them, instead of computing them from the float32 weights (~1.5 s of a wake).
 - Outliers: the 16 loudest input channels of each projection (up to 100x the median) stay in
   float32, as an exact extra product; in the int8 path they are zero.
 - SmoothQuant (Xiao et al. 2023) on the other channels: x_j is divided by
@@ -38,13 +40,15 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from worker.build_once import build_once
-from worker.engine.layers import Projection
 from worker.engine.runner import UnsupportedModel
+from worker.tensor_cache import cached_tensors
 
 WEIGHT_LEVELS = 63  # |q| <= 63: no int16 overflow in AVX2's u8 x s8 pair sums (see above)
 ACTIVATION_SCALE, ACTIVATION_ZERO = 1.0 / 127, 127  # [-1, 1] -> 0..254
 SMOOTHING = 0.5  # SmoothQuant's alpha
 OUTLIERS = 16  # input channels per projection kept in float32 (the largest calibrated max|x|)
+CALIBRATION_DIR, PACKED_DIR = "w8a8-calibration", "w8a8-packed"  # under the model cache
+PACKED_FORMAT = 1  # the names and layout of the cached projections' tensors
 CALIBRATION_TEXT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
     "<|im_start|>user\nCan you explain how a bill becomes a law, step by step?<|im_end|>\n"
@@ -69,25 +73,27 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, input_peaks: torch.Tensor,
                  smoothing: float = SMOOTHING, outliers: int = OUTLIERS):
         super().__init__()
-        weight = weight.detach().float()
-        smooth = (input_peaks.clamp_min(1e-5).pow(smoothing)
-                  / weight.abs().amax(0).clamp_min(1e-5).pow(1.0 - smoothing)).clamp_min(1e-5)
-        inverse = 1.0 / smooth
-        # the loudest channels bypass int8: zero in the quantized path, an exact float32 product instead
-        self.outlier_index = input_peaks.topk(min(outliers, len(input_peaks))).indices.sort().values
-        self.outlier_weight = weight[:, self.outlier_index].t().contiguous()  # [outliers, out]
-        weight = weight * smooth
-        weight[:, self.outlier_index] = 0.0
-        inverse[self.outlier_index] = 0.0
-        self.inverse_smooth = inverse.contiguous()
-        scales = (weight.abs().amax(1).clamp_min(1e-8) / WEIGHT_LEVELS).double()
+        self._pack(quantized_parts(weight, bias, input_peaks, smoothing, outliers))
+
+    @classmethod
+    def from_parts(cls, parts: dict[str, torch.Tensor]) -> Int8Linear:
+        """The projection `quantized_parts` described (as the packed cache keeps it)."""
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module._pack(parts)
+        return module
+
+    def _pack(self, parts: dict[str, torch.Tensor]) -> None:
+        self.outlier_index, self.outlier_weight = parts["outlier_index"], parts["outlier_weight"]
+        self.inverse_smooth = parts["inverse_smooth"]
+        scales = parts["weight_scales"]
         with warnings.catch_warnings():  # torch.ao's quantized tensors are deprecated in favour of torchao
             warnings.simplefilter("ignore")
-            zero_points = torch.zeros_like(scales, dtype=torch.long)
-            quantized = torch.quantize_per_channel(weight.contiguous(), scales, zero_points, 0, torch.qint8)
-            self.packed = torch.ops.quantized.linear_prepack(quantized, None)
-        self.bias = None if bias is None else bias.detach().float()
-        self.out_features = weight.shape[0]
+            quantized = torch._make_per_channel_quantized_tensor(
+                parts["weight_int8"], scales, torch.zeros_like(scales, dtype=torch.long), 0)
+            self.packed = torch.ops.quantized.linear_prepack(quantized, None)  # FBGEMM's layout, its own copy
+        self.bias = parts.get("bias")
+        self.out_features = quantized.shape[0]
         self.activation_scale, self.activation_zero = ACTIVATION_SCALE, ACTIVATION_ZERO  # TorchScript reads no globals
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # TorchScript-compatible (decode_layer.py)
@@ -102,6 +108,31 @@ class Int8Linear(nn.Module):
         if bias is not None:
             out += bias
         return out.view(list(shape[:-1]) + [self.out_features])
+
+
+def quantized_parts(weight: torch.Tensor, bias: torch.Tensor | None, input_peaks: torch.Tensor,
+                    smoothing: float = SMOOTHING, outliers: int = OUTLIERS) -> dict[str, torch.Tensor]:
+    """The tensors of x @ weight.T + bias in int8 (the recipe of the module docstring), before FBGEMM packs
+    the weight: `input_peaks` is the calibrated max|x_j| per input channel."""
+    weight = weight.detach().float()
+    smooth = (input_peaks.clamp_min(1e-5).pow(smoothing)
+              / weight.abs().amax(0).clamp_min(1e-5).pow(1.0 - smoothing)).clamp_min(1e-5)
+    inverse = 1.0 / smooth
+    # the loudest channels bypass int8: zero in the quantized path, an exact float32 product instead
+    outlier_index = input_peaks.topk(min(outliers, len(input_peaks))).indices.sort().values
+    parts = {"outlier_index": outlier_index, "outlier_weight": weight[:, outlier_index].t().contiguous()}
+    weight = weight * smooth
+    weight[:, outlier_index] = 0.0
+    inverse[outlier_index] = 0.0
+    scales = (weight.abs().amax(1).clamp_min(1e-8) / WEIGHT_LEVELS).double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zero_points = torch.zeros_like(scales, dtype=torch.long)
+        quantized = torch.quantize_per_channel(weight.contiguous(), scales, zero_points, 0, torch.qint8)
+    parts.update(inverse_smooth=inverse.contiguous(), weight_int8=quantized.int_repr(), weight_scales=scales)
+    if bias is not None:
+        parts["bias"] = bias.detach().float()
+    return parts
 
 
 @torch.inference_mode()
@@ -123,18 +154,23 @@ def input_peaks(model: nn.Module, tokenizer, modules: list[nn.Module]) -> dict[n
     return peaks
 
 
+def recipe(weights_id: str, projections: int) -> str:
+    """Names the derivation of the int8 projections from these weights (the calibration and the quantization)."""
+    return f"{weights_id}\0{WEIGHT_LEVELS}\0{SMOOTHING}\0{OUTLIERS}\0{CALIBRATION_TEXT}\0{projections}"
+
+
 def calibrated_peaks(model: nn.Module, tokenizer, modules: list[nn.Module], cache: Path | None,
                      weights_id: str | None) -> dict[nn.Module, torch.Tensor]:
     """`input_peaks`, remembered in `cache` under the weights' id and the recipe (no cache or no id: computed)."""
     if cache is None or weights_id is None:
         return input_peaks(model, tokenizer, modules)
-    recipe = f"{weights_id}\0{WEIGHT_LEVELS}\0{SMOOTHING}\0{OUTLIERS}\0{CALIBRATION_TEXT}\0{len(modules)}"
 
     def calibrate(staging: Path) -> None:
         peaks = input_peaks(model, tokenizer, modules)
         save_file({str(index): peaks[module] for index, module in enumerate(modules)}, staging / "peaks.safetensors")
 
-    target = build_once(cache / hashlib.sha256(recipe.encode()).hexdigest(), "peaks.safetensors", calibrate)
+    key = hashlib.sha256(recipe(weights_id, len(modules)).encode()).hexdigest()
+    target = build_once(cache / key, "peaks.safetensors", calibrate)
     saved = load_file(target / "peaks.safetensors")
     return {module: saved[str(index)] for index, module in enumerate(modules)}
 
@@ -144,28 +180,47 @@ def quantize_runner(runner, tokenizer, release: bool = False, cache: Path | None
     """Swap every projection the runner calls (fused q/k/v, o, fused gate/up, down, lm_head) for an
     Int8Linear. The Hugging Face modules keep their float32 weights unless `release` (the runner is the
     model's only user, as in a worker): then each layer's float32 projections are dropped as soon as its
-    int8 ones exist, ~400 MB of SmolLM2's 540 (the tied embedding stays: lookups need it). `cache`,
-    `weights_id`: where the calibration is remembered (`calibrated_peaks`)."""
+    int8 ones exist, ~400 MB of SmolLM2's 540 (the tied embedding stays: lookups need it).
+
+    `cache` (a model cache directory), `weights_id`: where the calibration (`CALIBRATION_DIR`) and the
+    quantized projections (`PACKED_DIR`, worker/tensor_cache.py) are remembered, so that a later start only
+    reads them and lets FBGEMM pack them. No cache or no id: both computed."""
     if any(f.qkv is None or f.gate_up is None for f in runner.fused) or type(runner.lm_head) is not nn.Linear:
         raise UnsupportedModel("w8a8 needs plain float32 Linear projections (a gated MLP, no bitsandbytes)")
     observed = [m for layer in runner.layers for m in (layer.self_attn.q_proj, layer.self_attn.o_proj,
                                                        layer.mlp.gate_proj, layer.mlp.down_proj)] + [runner.lm_head]
-    peaks = calibrated_peaks(runner.model, tokenizer, observed, cache, weights_id)
-    for layer, fused in zip(runner.layers, runner.fused):
-        attention, mlp = layer.self_attn, layer.mlp
-        fused.qkv = _int8(fused.qkv, peaks[attention.q_proj])
-        fused.o_proj = _int8(attention.o_proj, peaks[attention.o_proj])
-        fused.gate_up = _int8(fused.gate_up, peaks[mlp.gate_proj])
-        fused.down_proj = _int8(mlp.down_proj, peaks[mlp.down_proj])
+
+    def quantize() -> dict[str, torch.Tensor]:
+        peaks = calibrated_peaks(runner.model, tokenizer, observed, cache and cache / CALIBRATION_DIR, weights_id)
+        parts = {}
+        for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
+            attention, mlp = layer.self_attn, layer.mlp
+            projections = (("qkv", fused.qkv, attention.q_proj), ("o_proj", attention.o_proj, None),
+                           ("gate_up", fused.gate_up, mlp.gate_proj), ("down_proj", mlp.down_proj, None))
+            for name, projection, seen in projections:
+                layer_parts = quantized_parts(projection.weight, projection.bias, peaks[seen or projection])
+                parts.update({f"{index}.{name}.{part}": tensor for part, tensor in layer_parts.items()})
+        head = quantized_parts(runner.lm_head.weight, runner.lm_head.bias, peaks[runner.lm_head])
+        return {**parts, **{f"head.{part}": tensor for part, tensor in head.items()}}
+
+    if cache is None or weights_id is None:
+        parts = quantize()
+    else:
+        parts = cached_tensors(cache / PACKED_DIR, f"w8a8 {PACKED_FORMAT}\0{recipe(weights_id, len(observed))}",
+                               quantize)
+    for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
+        for name in ("qkv", "o_proj", "gate_up", "down_proj"):
+            setattr(fused, name, Int8Linear.from_parts(_named(parts, f"{index}.{name}.")))
         if release:
+            attention, mlp = layer.self_attn, layer.mlp
             for module in (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
                            mlp.gate_proj, mlp.up_proj, mlp.down_proj):
                 _release(module)
-    runner.set_head(_int8(runner.lm_head, peaks[runner.lm_head]))
+    runner.set_head(Int8Linear.from_parts(_named(parts, "head.")))
 
 
-def _int8(projection: Projection | nn.Linear, peaks: torch.Tensor) -> Int8Linear:
-    return Int8Linear(projection.weight, projection.bias, peaks)
+def _named(parts: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {name.removeprefix(prefix): tensor for name, tensor in parts.items() if name.startswith(prefix)}
 
 
 def _release(module: nn.Linear) -> None:

@@ -15,6 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 from common.protocol import ModelConfig
 from gateway.config import load_settings
+from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.runner import MIN_GROUP_ROWS, ModelRunner
 from worker.engine.w8a8 import quantize_runner
@@ -155,6 +156,40 @@ def test_a_deferred_runner_decodes_in_one_group_until_script_now_has_compiled_it
     runner.script_now()
     assert runner.scripted_layers() is not None and runner._row_groups(8) == [(0, 4), (4, 8)]
     assert torch.equal(_decode(runner, prompts).logits, python.logits)
+
+
+def test_the_stack_runs_as_compiled_without_the_executors_optimization_passes():
+    """The profiling executor would record the stack's first call and optimize its graph at the second
+    (seconds of a core on the real model, the first steps of a woken worker's burst): the runner's calls, of
+    every shape, leave it without an optimized plan, and decode exactly as the Python path."""
+    # five layers: a stack type of its own (the executor's plan belongs to the type, shared by its instances)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=5,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=64)).eval()
+    prompts = _prompts(8)
+    runner = _runner(model, prompts, decode_threads=2)
+    expected = _decode(_python_path(_runner(model, prompts, decode_threads=2)), prompts).logits  # prefilled alike
+    assert torch.equal(_decode(runner, prompts).logits, expected)
+    _decode(runner, prompts[:1])  # one row: no mask
+    assert torch.equal(_decode(runner, prompts).logits, expected)
+    with pytest.raises(RuntimeError):  # "optimized_plan_ ... not initialized": no optimization ran
+        runner.scripted_layers().get_debug_state()
+    stack = script_decode_layers(runner)
+    with torch.inference_mode():
+        for _ in range(2):  # called plainly, the executor optimizes at the second call: what the test rules out
+            stack(*_stack_inputs(runner, prompts))
+    assert stack.get_debug_state().execution_plans
+
+
+def _stack_inputs(runner: ModelRunner, prompts: list[list[int]]) -> tuple:
+    lengths = torch.tensor([[len(p) - 1] for p in prompts])
+    hidden = runner.embed(torch.tensor([[p[-1]] for p in prompts]))
+    longest = int(lengths.max()) + 1
+    mask = (runner._positions[:longest].unsqueeze(0) <= lengths).view(len(prompts), 1, 1, longest)
+    slots = runner.cache.decode_slots(0, len(prompts), lengths[:, 0])
+    return (hidden, *runner._rope(hidden, lengths), mask, slots, runner.cache.keys, runner.cache.values, 0, longest,
+            [], [[] for _ in runner.layers])
 
 
 def test_a_layer_that_fails_to_script_falls_back_to_the_python_path():

@@ -12,7 +12,7 @@ from tests.worker.beam.helpers import request, run_all
 from tests.worker.engine.runs import running_engine
 from worker.engine.engine import Engine
 from worker.engine.runner import ModelRunner
-from worker.engine.w8a8 import Int8Linear, calibrated_peaks, input_peaks, quantize_runner
+from worker.engine.w8a8 import PACKED_DIR, Int8Linear, calibrated_peaks, input_peaks, quantize_runner
 from worker.loading import load_model
 
 TEXTS = ["The history of the river town begins with a ferry crossing, a mill and a handful of farms. Merchants",
@@ -121,3 +121,21 @@ def test_the_calibration_is_remembered_under_the_weights_id_and_the_recipe(smol_
     calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, tmp_path, "weights-b")  # other weights: anew
     assert len(list(tmp_path.glob("*/peaks.safetensors"))) == 2
     assert calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, None, "weights-a")  # no cache: computed
+
+
+def test_the_quantized_projections_are_remembered_and_read_back_bitwise(smol_cpu, tmp_path):
+    """A later start reads the int8 projections (worker/tensor_cache.py) instead of deriving them: no
+    tokenizer, hence no calibration, is needed then, and the logits are bitwise those of a fresh quantization."""
+    fresh, built, read = (ModelRunner(smol_cpu.model, 1, 128) for _ in range(3))
+    quantize_runner(fresh, smol_cpu.tokenizer)
+    quantize_runner(built, smol_cpu.tokenizer, cache=tmp_path, weights_id="weights-a")
+    assert len(list((tmp_path / PACKED_DIR).glob("*/tensors.safetensors"))) == 1
+    quantize_runner(read, None, cache=tmp_path, weights_id="weights-a")
+    assert isinstance(read.fused[3].gate_up, Int8Linear) and isinstance(read.lm_head, Int8Linear)
+    ids = smol_cpu.tokenizer(TEXTS[0]).input_ids
+    logits = [runner.prefill(0, ids, all_logits=True).logits for runner in (fresh, built, read)]
+    assert torch.equal(logits[0], logits[1]) and torch.equal(logits[0], logits[2])
+    decoded = [runner.decode([ids[-1]], [len(ids)]).logits for runner in (fresh, read)]  # the scripted stack too
+    assert torch.equal(decoded[0], decoded[1])
+    quantize_runner(ModelRunner(smol_cpu.model, 1, 128), smol_cpu.tokenizer, cache=tmp_path, weights_id="weights-b")
+    assert len(list((tmp_path / PACKED_DIR).glob("*/tensors.safetensors"))) == 2  # other weights: their own entry
