@@ -86,6 +86,7 @@ class ModelRunner:
         self.prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
         self._decode_layers = _NOT_BUILT
         self._no_lora: list[list[torch.Tensor]] = [[] for _ in self.layers]  # the stack's LoRA weights
+        self.native = None  # a NativeForward (native/model.py, `quantization = "q4"`): rows without an adapter
 
     def _rotary_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sign-folded sin of every position, from the model's own rotary module (one outer
@@ -118,6 +119,8 @@ class ModelRunner:
         The decode threads' cores are idle meanwhile, so prefill's large matmuls get them as torch
         threads (512 prompt tokens on two cores: 1.5 -> 1.05 s in w8a8, 1.8 -> 1.2 s in float32), unless
         `threads` says fewer (host_load.py: on a busy host the team collapses)."""
+        if self.native is not None and adapter is None:
+            return self._native_prefill(slot, token_ids, start, embeds, all_logits, want_hidden)
         with intra_op_threads(threads or self.prefill_threads):
             return self._prefill(slot, token_ids, start, embeds, all_logits, want_hidden,
                                  lora_rows([adapter], self.device))
@@ -149,6 +152,30 @@ class ModelRunner:
         logits = self.lm_head(hidden).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
+    @torch.inference_mode()
+    def _native_prefill(self, slot: int, token_ids: list[int], start: int, embeds: torch.Tensor | None,
+                        all_logits: bool, want_hidden: bool) -> StepOutput:
+        """`_prefill` through the native forward: the chunk's positions in one call."""
+        length = len(token_ids)
+        self.cache.ensure(start + length, slot + 1)
+        hidden = self.embed(torch.tensor(token_ids)) if embeds is None else embeds.to(self.device, self.dtype)
+        out_rows = list(range(length)) if all_logits else [length - 1]
+        logits, normed = self.native.run(hidden.float().clone(), [slot] * length, list(range(start, start + length)),
+                                         self.cache.keys, self.cache.values, out_rows, want_hidden=want_hidden)
+        return StepOutput(logits, normed)
+
+    @torch.inference_mode()
+    def _native_decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool,
+                       overrides: dict[int, torch.Tensor]) -> StepOutput:
+        """`_decode_rows` of every row (slots 0..B-1) through the native forward: one call, its own threads."""
+        hidden = self.embed(torch.tensor(token_ids)).float().clone()
+        for row, vector in overrides.items():
+            hidden[row] = vector.to(self.device, torch.float32)
+        rows = list(range(len(token_ids)))
+        logits, normed = self.native.run(hidden, rows, lengths, self.cache.keys, self.cache.values, rows,
+                                         want_hidden=want_hidden)
+        return StepOutput(logits, normed)
+
     def decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                embeds_override: dict[int, torch.Tensor] | None = None,
                adapters: list[LoraAdapter | None] | None = None) -> StepOutput:
@@ -169,6 +196,9 @@ class ModelRunner:
         engine chooses the group's tokens there); its results, or the groups' outputs, in row order."""
         self.cache.ensure(max(lengths) + 1, len(token_ids))
         overrides = embeds_override or {}
+        if self.native is not None and (adapters is None or all(adapter is None for adapter in adapters)):
+            out = self._native_decode(token_ids, lengths, want_hidden, overrides)
+            return [out if then is None else then(0, len(token_ids), out)]
 
         def group(first: int, end: int):
             lora = NO_LORA if adapters is None else lora_rows(adapters[first:end], self.device)
