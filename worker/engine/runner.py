@@ -120,7 +120,8 @@ class ModelRunner:
         threads (512 prompt tokens on two cores: 1.5 -> 1.05 s in w8a8, 1.8 -> 1.2 s in float32), unless
         `threads` says fewer (host_load.py: on a busy host the team collapses)."""
         if self.native is not None and adapter is None:
-            return self._native_prefill(slot, token_ids, start, embeds, all_logits, want_hidden)
+            return self._native_prefill(slot, token_ids, start, embeds, all_logits, want_hidden,
+                                        threads or self.prefill_threads)
         with intra_op_threads(threads or self.prefill_threads):
             return self._prefill(slot, token_ids, start, embeds, all_logits, want_hidden,
                                  lora_rows([adapter], self.device))
@@ -154,26 +155,27 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _native_prefill(self, slot: int, token_ids: list[int], start: int, embeds: torch.Tensor | None,
-                        all_logits: bool, want_hidden: bool) -> StepOutput:
+                        all_logits: bool, want_hidden: bool, threads: int) -> StepOutput:
         """`_prefill` through the native forward: the chunk's positions in one call."""
         length = len(token_ids)
         self.cache.ensure(start + length, slot + 1)
         hidden = self.embed(torch.tensor(token_ids)) if embeds is None else embeds.to(self.device, self.dtype)
         out_rows = list(range(length)) if all_logits else [length - 1]
         logits, normed = self.native.run(hidden.float().clone(), [slot] * length, list(range(start, start + length)),
-                                         self.cache.keys, self.cache.values, out_rows, want_hidden=want_hidden)
+                                         self.cache.keys, self.cache.values, out_rows, want_hidden=want_hidden,
+                                         threads=threads)
         return StepOutput(logits, normed)
 
     @torch.inference_mode()
     def _native_decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool,
-                       overrides: dict[int, torch.Tensor]) -> StepOutput:
+                       overrides: dict[int, torch.Tensor], threads: int | None) -> StepOutput:
         """`_decode_rows` of every row (slots 0..B-1) through the native forward: one call, its own threads."""
         hidden = self.embed(torch.tensor(token_ids)).float().clone()
         for row, vector in overrides.items():
             hidden[row] = vector.to(self.device, torch.float32)
         rows = list(range(len(token_ids)))
         logits, normed = self.native.run(hidden, rows, lengths, self.cache.keys, self.cache.values, rows,
-                                         want_hidden=want_hidden)
+                                         want_hidden=want_hidden, threads=threads)
         return StepOutput(logits, normed)
 
     def decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
@@ -189,15 +191,17 @@ class ModelRunner:
     def decode_groups(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                       embeds_override: dict[int, torch.Tensor] | None = None,
                       then: Callable[[int, int, StepOutput], T] | None = None,
-                      adapters: list[LoraAdapter | None] | None = None) -> list[T]:
+                      adapters: list[LoraAdapter | None] | None = None, threads: int | None = None) -> list[T]:
         """`decode`, by row group: with `decode_threads` > 1 and enough rows, contiguous groups of rows
         run their whole forward in parallel threads (decode_layer.py says why that needs the scripted
         layers). `then(first, end, output)` runs in the group's thread right after its forward (the
-        engine chooses the group's tokens there); its results, or the groups' outputs, in row order."""
+        engine chooses the group's tokens there); its results, or the groups' outputs, in row order.
+        With `native` set and no row adapted, one native call (one group) runs every row on `threads`
+        threads (None: the native forward's own count)."""
         self.cache.ensure(max(lengths) + 1, len(token_ids))
         overrides = embeds_override or {}
         if self.native is not None and (adapters is None or all(adapter is None for adapter in adapters)):
-            out = self._native_decode(token_ids, lengths, want_hidden, overrides)
+            out = self._native_decode(token_ids, lengths, want_hidden, overrides, threads)
             return [out if then is None else then(0, len(token_ids), out)]
 
         def group(first: int, end: int):

@@ -51,7 +51,7 @@ def _tiny_llama(seed: int, hidden: int = 128, heads: int = 4, kv_heads: int = 2,
 def _pair(model: torch.nn.Module, rows: int = 4, context: int = 128) -> tuple[ModelRunner, ModelRunner]:
     """(the torch reference, a runner whose `native` is set), each over its own copy of the model, the
     reference's vocabulary projection replaced by the packed one dequantized (the weights are then equal)."""
-    reference, native = ModelRunner(copy.deepcopy(model), rows, context), ModelRunner(copy.deepcopy(model), rows, context)
+    reference, native = (ModelRunner(copy.deepcopy(model), rows, context) for _ in range(2))
     native.native = NativeForward(native, threads=2)
     with torch.no_grad():
         reference.lm_head.weight.copy_(native.native.matrices["lm_head"].dequantize())
@@ -146,7 +146,7 @@ def smol_pair(smol_cpu):
 def test_the_gguf_projections_are_exactly_4bit(smol_pair):
     """SmolLM2's Q4_1 projections re-pack to float rounding; its embedding / head takes 8 bits."""
     native = smol_pair[1]
-    for index, (layer, fused) in enumerate(zip(native.layers, native.fused)):
+    for index, fused in enumerate(native.fused):
         for name, module in (("qkv", fused.qkv), ("o", fused.o_proj), ("gate_up", fused.gate_up),
                              ("down", fused.down_proj)):
             packed = native.native.matrices[f"{index}.{name}"]

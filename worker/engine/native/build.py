@@ -19,7 +19,7 @@ from pathlib import Path
 from worker.build_once import build_once
 
 SOURCE = Path(__file__).with_name("forward.c")
-FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-fopenmp", "-std=c11", "-lm")
+FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-std=c11", "-lm")
 LIBRARY = "libsluice_forward.so"
 
 

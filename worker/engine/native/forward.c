@@ -7,8 +7,11 @@
  * whose integer part runs on AVX512-VNNI (vpdpbusd: unsigned x signed bytes into int32) where the
  * compiler targets it, else on plain C that the compiler vectorizes.
  *
- * One OpenMP team runs the whole call: each projection splits its output rows between the threads
- * (every weight row is read once for all N tokens), attention splits (token, head) pairs. The KV
+ * A team of threads runs the whole call: each projection splits its output rows between them (every
+ * weight row is read once for all N tokens), attention splits (token, head) pairs. The team is our own
+ * pthreads with a barrier that spins briefly, then yields: OpenMP's runtime is the one torch loaded, its
+ * wait policy fixed at torch's import, and its spinning barriers ran a step 4x slower than one thread on a
+ * host busier than its cores (measured). About 10 barriers a layer. The KV
  * cache is the caller's float32 tensors, [slots, kv_heads, capacity, head_dim] per layer. Within a
  * layer every token's key/value is written before any attention reads, so the tokens of a prefill
  * chunk (one slot, consecutive positions) see each other causally.
@@ -17,7 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define SLUICE_VNNI 1
@@ -58,6 +63,45 @@ typedef struct {
 } qact;
 
 int sluice_native_vnni(void) { return SLUICE_VNNI; }
+
+/* the threads of one call, and their barrier */
+typedef struct {
+    atomic_int arrived, generation;
+    int count;
+} barrier_t;
+
+typedef struct {
+    int id, count;
+    barrier_t *barrier;
+} team_t;
+
+#define SPINS 4000 /* pauses before a waiting thread yields its core */
+
+static void sync_team(const team_t *t) {
+    if (t->count == 1) return;
+    barrier_t *b = t->barrier;
+    int generation = atomic_load_explicit(&b->generation, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == t->count - 1) {
+        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->generation, 1, memory_order_release);
+        return;
+    }
+    for (int spin = 0; atomic_load_explicit(&b->generation, memory_order_acquire) == generation; spin++) {
+        if (spin < SPINS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* this thread's share [lo, hi) of `total` items */
+static void share(const team_t *t, int64_t total, int64_t *lo, int64_t *hi) {
+    *lo = total * t->id / t->count;
+    *hi = total * (t->id + 1) / t->count;
+}
 
 static void quantize_row(const float *x, int64_t cols, int8_t *q, float *scale, float *sum) {
     for (int64_t g = 0; g < cols / GROUP; g++) {
@@ -162,11 +206,11 @@ static void dot_tile(const qmat *w, int64_t r, const qact *x, int64_t first, int
 
 /* out[t, r] (= or +=) row r of w . token t's input, for every token; the rows split between threads, so
  * each weight row is read once for all tokens. */
-static void project(const qmat *w, const qact *x, int64_t n, float *out, int64_t out_stride, int accumulate,
-                    const float *bias) {
-    int64_t groups = w->cols / GROUP, blocks = (w->rows + ROW_BLOCK - 1) / ROW_BLOCK;
-#pragma omp for schedule(static)
-    for (int64_t block = 0; block < blocks; block++) {
+static void project(const team_t *team, const qmat *w, const qact *x, int64_t n, float *out, int64_t out_stride,
+                    int accumulate, const float *bias) {
+    int64_t groups = w->cols / GROUP, blocks = (w->rows + ROW_BLOCK - 1) / ROW_BLOCK, first, last;
+    share(team, blocks, &first, &last);
+    for (int64_t block = first; block < last; block++) {
         int64_t end = (block + 1) * ROW_BLOCK < w->rows ? (block + 1) * ROW_BLOCK : w->rows;
         for (int64_t r = block * ROW_BLOCK; r < end; r++) {
             const float *m = w->min + r * groups;
@@ -185,13 +229,15 @@ static void project(const qmat *w, const qact *x, int64_t n, float *out, int64_t
             }
         }
     }
+    sync_team(team);
 }
 
 /* RMSNorm of each token's row of `hidden`, quantized into `x` (rows split between threads) */
-static void norm_quantize(const float *hidden, int64_t n, int64_t width, const float *weight, float eps,
-                          float *normed, qact *x, const int *rows) {
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
+static void norm_quantize(const team_t *team, const float *hidden, int64_t n, int64_t width, const float *weight,
+                          float eps, float *normed, qact *x, const int *rows) {
+    int64_t first, last;
+    share(team, n, &first, &last);
+    for (int64_t i = first; i < last; i++) {
         const float *h = hidden + (rows ? rows[i] : i) * width;
         float *o = normed + i * width;
         double squares = 0.;
@@ -200,109 +246,158 @@ static void norm_quantize(const float *hidden, int64_t n, int64_t width, const f
         for (int64_t j = 0; j < width; j++) o[j] = weight[j] * (h[j] * inv);
         quantize_row(o, width, x->q + i * width, x->scale + i * (width / GROUP), x->sum + i * (width / GROUP));
     }
-}
-
-static void quantize_rows(const float *in, int64_t n, qact *x) {
-    int64_t groups = x->cols / GROUP;
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        quantize_row(in + i * x->cols, x->cols, x->q + i * x->cols, x->scale + i * groups, x->sum + i * groups);
+    sync_team(team);
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+typedef struct {
+    const model_weights *m;
+    int64_t n, n_out, longest;
+    const int32_t *slots, *positions, *out_rows;
+    float *hidden, *logits, *out_hidden;
+    float *const *keys, *const *values;
+    const int64_t *capacity;
+    float *normed, *qkv, *attended, *gate_up, *act_scale, *act_sum, *scores;
+    int8_t *codes;
+    barrier_t barrier;
+    atomic_int go; /* set once the team's size is known */
+    int count;
+} call_t;
+
+static void forward_part(call_t *c, int me) {
+    const model_weights *m = c->m;
+    const int64_t H = m->hidden, D = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->inter, n = c->n;
+    const int64_t qkv_width = (heads + 2 * kvh) * D;
+    const int32_t *slots = c->slots, *positions = c->positions;
+    float *hidden = c->hidden, *normed = c->normed, *qkv = c->qkv, *attended = c->attended, *gate_up = c->gate_up;
+    team_t team_v = {me, c->count, &c->barrier}, *team = &team_v;
+    float *score = c->scores + me * c->longest;
+    qact x_h = {c->codes, c->act_scale, c->act_sum, H};
+    int64_t first, last;
+    for (int64_t l = 0; l < m->layers; l++) {
+        const layer_weights *w = &m->layer[l];
+        float *K = c->keys[l], *V = c->values[l];
+        int64_t cap = c->capacity[l];
+        norm_quantize(team, hidden, n, H, w->input_norm, m->eps, normed, &x_h, NULL);
+        project(team, &w->qkv, &x_h, n, qkv, qkv_width, 0, w->qkv_bias);
+        /* rotate q and k (x * cos + roll(x, D/2) * signed sin), write k and v into the cache */
+        share(team, n, &first, &last);
+        for (int64_t i = first; i < last; i++) {
+            const float *cs = m->rope_cos + (int64_t)positions[i] * D, *sn = m->rope_sin + (int64_t)positions[i] * D;
+            float *row = qkv + i * qkv_width;
+            float turned[1024];
+            for (int64_t h = 0; h < heads + kvh; h++) {
+                float *v = row + h * D;
+                for (int64_t j = 0; j < D; j++) turned[j] = v[j] * cs[j] + v[(j + D / 2) % D] * sn[j];
+                memcpy(v, turned, sizeof(float) * D);
+            }
+            for (int64_t g = 0; g < kvh; g++) {
+                int64_t at = (((int64_t)slots[i] * kvh + g) * cap + positions[i]) * D;
+                memcpy(K + at, row + (heads + g) * D, sizeof(float) * D);
+                memcpy(V + at, row + (heads + kvh + g) * D, sizeof(float) * D);
+            }
+        }
+        sync_team(team);
+        /* attention of each (token, head) over its slot's positions 0..position; jobs dealt round-robin */
+        for (int64_t job = me; job < n * heads; job += c->count) {
+            int64_t i = job / heads, h = job % heads, g = h / (heads / kvh), len = positions[i] + 1;
+            const float *q = qkv + i * qkv_width + h * D;
+            const float *k = K + ((int64_t)slots[i] * kvh + g) * cap * D;
+            const float *v = V + ((int64_t)slots[i] * kvh + g) * cap * D;
+            float peak = -INFINITY;
+            for (int64_t p = 0; p < len; p++) {
+                float s = 0.f;
+                for (int64_t j = 0; j < D; j++) s += q[j] * k[p * D + j];
+                score[p] = s * m->attn_scale;
+                peak = fmaxf(peak, score[p]);
+            }
+            float total = 0.f;
+            for (int64_t p = 0; p < len; p++) total += (score[p] = expf(score[p] - peak));
+            float *o = attended + i * heads * D + h * D;
+            for (int64_t j = 0; j < D; j++) o[j] = 0.f;
+            for (int64_t p = 0; p < len; p++) {
+                float weight = score[p] / total;
+                for (int64_t j = 0; j < D; j++) o[j] += weight * v[p * D + j];
+            }
+        }
+        sync_team(team);
+        qact x_o = {c->codes, c->act_scale, c->act_sum, heads * D};
+        int64_t groups_o = heads * D / GROUP;
+        share(team, n, &first, &last);
+        for (int64_t i = first; i < last; i++)
+            quantize_row(attended + i * heads * D, heads * D, x_o.q + i * heads * D, x_o.scale + i * groups_o,
+                         x_o.sum + i * groups_o);
+        sync_team(team);
+        project(team, &w->o, &x_o, n, hidden, H, 1, NULL);
+        norm_quantize(team, hidden, n, H, w->post_norm, m->eps, normed, &x_h, NULL);
+        project(team, &w->gate_up, &x_h, n, gate_up, 2 * I, 0, NULL);
+        qact x_i = {c->codes, c->act_scale, c->act_sum, I};
+        share(team, n, &first, &last);
+        for (int64_t i = first; i < last; i++) { /* SiLU(gate) * up, quantized for the down projection */
+            float *gu = gate_up + i * 2 * I, *o = normed + i * I;
+            for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
+            quantize_row(o, I, x_i.q + i * I, x_i.scale + i * (I / GROUP), x_i.sum + i * (I / GROUP));
+        }
+        sync_team(team);
+        project(team, &w->down, &x_i, n, hidden, H, 1, NULL);
+    }
+    norm_quantize(team, hidden, c->n_out, H, m->final_norm, m->eps, normed, &x_h, c->out_rows);
+    if (c->out_hidden && me == 0) memcpy(c->out_hidden, normed, sizeof(float) * c->n_out * H);
+    if (c->logits) project(team, &m->head, &x_h, c->n_out, c->logits, m->head.rows, 0, NULL);
+}
+
+typedef struct {
+    call_t *call;
+    int id;
+} part_t;
+
+static void *run_part(void *arg) {
+    part_t *part = arg;
+    while (!atomic_load_explicit(&part->call->go, memory_order_acquire)) sched_yield();
+    forward_part(part->call, part->id);
+    return NULL;
+}
+
+#define MAX_THREADS 64
 
 /* Returns 0, or -1 when scratch memory could not be allocated. */
 int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slots, const int32_t *positions,
                           float *hidden, float *const *keys, float *const *values, const int64_t *capacity,
                           int64_t n_out, const int32_t *out_rows, float *logits, float *out_hidden, int threads) {
     const int64_t H = m->hidden, D = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->inter;
-    const int64_t qkv_width = (heads + 2 * kvh) * D, widest = max64(max64(H, I), heads * D);
-    int64_t longest = 0;
-    for (int64_t i = 0; i < n; i++) longest = max64(longest, positions[i] + 1);
-    float *normed = malloc(sizeof(float) * n * widest);
-    float *qkv = malloc(sizeof(float) * n * qkv_width);
-    float *attended = malloc(sizeof(float) * n * heads * D);
-    float *gate_up = malloc(sizeof(float) * n * 2 * I);
-    int8_t *codes = malloc(n * widest);
-    float *act_scale = malloc(sizeof(float) * n * (widest / GROUP));
-    float *act_sum = malloc(sizeof(float) * n * (widest / GROUP));
-    int team = threads > 0 ? threads : 1;
-    float *scores = malloc(sizeof(float) * team * longest);
-    int failed = !normed || !qkv || !attended || !gate_up || !codes || !act_scale || !act_sum || !scores;
+    const int64_t widest = max64(max64(H, I), heads * D);
+    call_t c = {.m = m, .n = n, .n_out = n_out, .slots = slots, .positions = positions, .out_rows = out_rows,
+                .hidden = hidden, .logits = logits, .out_hidden = out_hidden, .keys = keys, .values = values,
+                .capacity = capacity};
+    for (int64_t i = 0; i < n; i++) c.longest = max64(c.longest, positions[i] + 1);
+    c.count = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    c.normed = malloc(sizeof(float) * n * widest);
+    c.qkv = malloc(sizeof(float) * n * (heads + 2 * kvh) * D);
+    c.attended = malloc(sizeof(float) * n * heads * D);
+    c.gate_up = malloc(sizeof(float) * n * 2 * I);
+    c.codes = malloc(n * widest);
+    c.act_scale = malloc(sizeof(float) * n * (widest / GROUP));
+    c.act_sum = malloc(sizeof(float) * n * (widest / GROUP));
+    c.scores = malloc(sizeof(float) * c.count * c.longest);
+    atomic_init(&c.barrier.arrived, 0);
+    atomic_init(&c.barrier.generation, 0);
+    atomic_init(&c.go, 0);
+    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.codes || !c.act_scale || !c.act_sum || !c.scores;
     if (!failed) {
-#pragma omp parallel num_threads(team)
-        {
-            int me = omp_get_thread_num();
-            float *score = scores + me * longest;
-            qact x_h = {codes, act_scale, act_sum, H};
-            for (int64_t l = 0; l < m->layers; l++) {
-                const layer_weights *w = &m->layer[l];
-                float *K = keys[l], *V = values[l];
-                int64_t cap = capacity[l];
-                norm_quantize(hidden, n, H, w->input_norm, m->eps, normed, &x_h, NULL);
-                project(&w->qkv, &x_h, n, qkv, qkv_width, 0, w->qkv_bias);
-                /* rotate q and k (x * cos + roll(x, D/2) * signed sin), write k and v into the cache */
-#pragma omp for schedule(static)
-                for (int64_t i = 0; i < n; i++) {
-                    const float *c = m->rope_cos + (int64_t)positions[i] * D, *s = m->rope_sin + (int64_t)positions[i] * D;
-                    float *row = qkv + i * qkv_width;
-                    float turned[1024];
-                    for (int64_t h = 0; h < heads + kvh; h++) {
-                        float *v = row + h * D;
-                        for (int64_t j = 0; j < D; j++) turned[j] = v[j] * c[j] + v[(j + D / 2) % D] * s[j];
-                        memcpy(v, turned, sizeof(float) * D);
-                    }
-                    for (int64_t g = 0; g < kvh; g++) {
-                        int64_t at = (((int64_t)slots[i] * kvh + g) * cap + positions[i]) * D;
-                        memcpy(K + at, row + (heads + g) * D, sizeof(float) * D);
-                        memcpy(V + at, row + (heads + kvh + g) * D, sizeof(float) * D);
-                    }
-                }
-                /* attention of each (token, head) over its slot's positions 0..position */
-#pragma omp for schedule(dynamic, 4)
-                for (int64_t job = 0; job < n * heads; job++) {
-                    int64_t i = job / heads, h = job % heads, g = h / (heads / kvh), len = positions[i] + 1;
-                    const float *q = qkv + i * qkv_width + h * D;
-                    const float *k = K + ((int64_t)slots[i] * kvh + g) * cap * D;
-                    const float *v = V + ((int64_t)slots[i] * kvh + g) * cap * D;
-                    float peak = -INFINITY;
-                    for (int64_t p = 0; p < len; p++) {
-                        float s = 0.f;
-                        for (int64_t j = 0; j < D; j++) s += q[j] * k[p * D + j];
-                        score[p] = s * m->attn_scale;
-                        peak = fmaxf(peak, score[p]);
-                    }
-                    float total = 0.f;
-                    for (int64_t p = 0; p < len; p++) total += (score[p] = expf(score[p] - peak));
-                    float *o = attended + i * heads * D + h * D;
-                    for (int64_t j = 0; j < D; j++) o[j] = 0.f;
-                    for (int64_t p = 0; p < len; p++) {
-                        float weight = score[p] / total;
-                        for (int64_t j = 0; j < D; j++) o[j] += weight * v[p * D + j];
-                    }
-                }
-                qact x_o = {codes, act_scale, act_sum, heads * D};
-                quantize_rows(attended, n, &x_o);
-                project(&w->o, &x_o, n, hidden, H, 1, NULL);
-                norm_quantize(hidden, n, H, w->post_norm, m->eps, normed, &x_h, NULL);
-                project(&w->gate_up, &x_h, n, gate_up, 2 * I, 0, NULL);
-#pragma omp for schedule(static)
-                for (int64_t i = 0; i < n; i++) {
-                    float *gu = gate_up + i * 2 * I, *o = normed + i * I;
-                    for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
-                }
-                qact x_i = {codes, act_scale, act_sum, I};
-                quantize_rows(normed, n, &x_i);
-                project(&w->down, &x_i, n, hidden, H, 1, NULL);
-            }
-            norm_quantize(hidden, n_out, H, m->final_norm, m->eps, normed, &x_h, out_rows);
-            if (out_hidden) {
-#pragma omp single
-                memcpy(out_hidden, normed, sizeof(float) * n_out * H);
-            }
-            if (logits) project(&m->head, &x_h, n_out, logits, m->head.rows, 0, NULL);
+        pthread_t helpers[MAX_THREADS];
+        part_t parts[MAX_THREADS];
+        int started = 1;
+        for (; started < c.count; started++) {
+            parts[started] = (part_t){&c, started};
+            if (pthread_create(&helpers[started], NULL, run_part, &parts[started]) != 0) break;
         }
+        c.count = started; /* a thread that could not start: the others share its work */
+        atomic_store_explicit(&c.go, 1, memory_order_release);
+        forward_part(&c, 0);
+        for (int i = 1; i < started; i++) pthread_join(helpers[i], NULL);
     }
-    free(normed); free(qkv); free(attended); free(gate_up); free(codes); free(act_scale); free(act_sum); free(scores);
+    free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.codes); free(c.act_scale); free(c.act_sum);
+    free(c.scores);
     return failed ? -1 : 0;
 }

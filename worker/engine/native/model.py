@@ -120,10 +120,10 @@ class NativeForward:
 
     def run(self, hidden: torch.Tensor, slots: list[int], positions: list[int], keys: list[torch.Tensor],
             values: list[torch.Tensor], out_rows: list[int], want_logits: bool = True,
-            want_hidden: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+            want_hidden: bool = False, threads: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """hidden: [N, hidden] float32 input embeddings (overwritten: the residual stream). Writes each token's
         key/value at (slot, position) in every layer; returns (logits [len(out_rows), vocab] or None, final
-        normed hidden states of those rows or None)."""
+        normed hidden states of those rows or None). `threads`: fewer than `self.threads` on a busy host."""
         count, wanted = len(slots), len(out_rows)
         hidden = hidden.contiguous()
         assert hidden.dtype == torch.float32 and hidden.shape == (count, self.hidden_size)
@@ -141,7 +141,8 @@ class NativeForward:
             ctypes.c_void_p(position_index.data_ptr()), ctypes.c_void_p(hidden.data_ptr()), key_pointers,
             value_pointers, capacities, ctypes.c_int64(wanted), ctypes.c_void_p(rows.data_ptr()),
             ctypes.c_void_p(None if logits is None else logits.data_ptr()),
-            ctypes.c_void_p(None if normed is None else normed.data_ptr()), ctypes.c_int(self.threads))
+            ctypes.c_void_p(None if normed is None else normed.data_ptr()),
+            ctypes.c_int(min(threads or self.threads, self.threads)))
         if status != 0:
             raise MemoryError("the native forward could not allocate its scratch memory")
         return logits, normed
