@@ -196,3 +196,24 @@ def test_engine_in_q4_serves_every_decoding_feature(smol_cpu):
     assert len(runs[4].finishes) == 2
     text = smol_cpu.tokenizer.decode(runs[5].finishes[0].token_ids, skip_special_tokens=True)
     assert text.isdigit() and len(text) == 3
+
+
+def test_a_token_computes_the_same_bits_whatever_shares_its_call(tiny_pair):
+    """Each token's projections, attention and norms depend only on that token and its slot's cache, and the
+    threads split output rows, never a sum: a prompt prefilled whole, in chunks on one thread, or as decode
+    steps beside another row gives bitwise the same logits."""
+    native = tiny_pair[1]
+    ids = torch.randint(0, 96, (12,), generator=torch.Generator().manual_seed(5)).tolist()
+    whole = native.prefill(3, ids, all_logits=True).logits
+    native.native.threads = 1
+    try:
+        chunked = torch.cat([native.prefill(2, ids[:5], all_logits=True).logits,
+                             native.prefill(2, ids[5:], start=5, all_logits=True).logits])
+    finally:
+        native.native.threads = 2
+    native.prefill(0, [9, 9, 9])
+    stepped = [native.prefill(1, ids[:1]).logits[0]]
+    for position in range(1, 12):  # row 0 (slot 0) decodes beside the prompt's row (slot 1)
+        stepped.append(native.decode([4, ids[position]], [2 + position, position]).logits[1])
+    assert torch.equal(whole, chunked)
+    assert torch.equal(whole, torch.stack(stepped))
