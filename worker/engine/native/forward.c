@@ -168,7 +168,7 @@ static inline int code_at(const qmat *w, const uint8_t *row, int64_t i) {
 }
 #endif
 
-/* out[t] = sum over groups of d_g * a_tg * sum(u * q_t), for row r and `count` (<= TOKEN_TILE) tokens */
+/* out[t] = sum over groups of d_g * a_tg * sum(u * q_t) + m_g * a_tg * sum(q_t), for row r and `count` (<= TOKEN_TILE) tokens */
 static void dot_tile(const qmat *w, int64_t r, const qact *x, int64_t first, int count, float *out) {
     const int64_t groups = w->cols / GROUP;
     const uint8_t *row = w->codes + r * (w->bits == 8 ? w->cols : w->cols / 2);
@@ -186,6 +186,15 @@ static void dot_tile(const qmat *w, int64_t r, const qact *x, int64_t first, int
             __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512((const void *)q));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, av), acc[t]);
         }
+    }
+    /* the minimum's part, sum_g m_g * a_g * sum(q), 16 groups a vector: a scalar loop here was a chain of
+     * dependent adds per row and token, most of a 16-row step */
+    const float *m = w->min + r * groups;
+    for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+        __mmask16 lanes = groups - g0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (groups - g0)) - 1);
+        __m512 mv = _mm512_maskz_loadu_ps(lanes, m + g0);
+        for (int t = 0; t < count; t++)
+            acc[t] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(lanes, x->sum + (first + t) * groups + g0), acc[t]);
     }
     for (int t = 0; t < count; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
     if (g < groups) {
@@ -208,6 +217,9 @@ static void dot_tile(const qmat *w, int64_t r, const qact *x, int64_t first, int
             out[t] += d[g] * x->scale[(first + t) * groups + g] * (float)s;
         }
     }
+    const float *m = w->min + r * groups;
+    for (int t = 0; t < count; t++)
+        for (int64_t g = 0; g < groups; g++) out[t] += m[g] * x->sum[(first + t) * groups + g];
 #endif
 }
 
@@ -215,21 +227,17 @@ static void dot_tile(const qmat *w, int64_t r, const qact *x, int64_t first, int
  * each weight row is read once for all tokens. */
 static void project(const team_t *team, const qmat *w, const qact *x, int64_t n, float *out, int64_t out_stride,
                     int accumulate, const float *bias) {
-    int64_t groups = w->cols / GROUP, blocks = (w->rows + ROW_BLOCK - 1) / ROW_BLOCK, first, last;
+    int64_t blocks = (w->rows + ROW_BLOCK - 1) / ROW_BLOCK, first, last;
     share(team, blocks, &first, &last);
     for (int64_t block = first; block < last; block++) {
         int64_t end = (block + 1) * ROW_BLOCK < w->rows ? (block + 1) * ROW_BLOCK : w->rows;
         for (int64_t r = block * ROW_BLOCK; r < end; r++) {
-            const float *m = w->min + r * groups;
             for (int64_t t0 = 0; t0 < n; t0 += TOKEN_TILE) {
                 int count = n - t0 < TOKEN_TILE ? (int)(n - t0) : TOKEN_TILE;
                 float v[TOKEN_TILE];
                 dot_tile(w, r, x, t0, count, v);
                 for (int t = 0; t < count; t++) {
-                    const float *s = x->sum + (t0 + t) * groups;
-                    float minimum = 0.f;
-                    for (int64_t g = 0; g < groups; g++) minimum += m[g] * s[g];
-                    float value = v[t] + minimum + (bias ? bias[r] : 0.f);
+                    float value = v[t] + (bias ? bias[r] : 0.f);
                     float *o = out + (t0 + t) * out_stride + r;
                     *o = accumulate ? *o + value : value;
                 }
