@@ -20,6 +20,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from common.protocol import Constraint, Token
 from tests.worker.beam.helpers import request, run_all
 from tests.worker.engine.runs import running_engine
+from worker.engine.native.build import NativeUnavailable, compiler
 from worker.engine.native.model import NativeForward
 from worker.engine.native.pack import EXACT_4BIT, pack4, pack8, pick, relative_error
 from worker.engine.runner import ModelRunner
@@ -217,3 +218,11 @@ def test_a_token_computes_the_same_bits_whatever_shares_its_call(tiny_pair):
         stepped.append(native.decode([4, ids[position]], [2 + position, position]).logits[1])
     assert torch.equal(whole, chunked)
     assert torch.equal(whole, torch.stack(stepped))
+
+
+def test_without_a_compiler_q4_says_so_in_one_line(monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(NativeUnavailable, match="needs a C compiler") as raised:
+        compiler()
+    assert "\n" not in str(raised.value)
