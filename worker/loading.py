@@ -255,6 +255,8 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
              device=str(device), cpu_features=sorted(features) if features is not None else None)
     if quantization == "w8a8" and (device.type != "cpu" or dtype != torch.float32):
         raise ModelLoadError("quantization w8a8 runs FBGEMM's CPU kernels: it needs device cpu and dtype float32")
+    if quantization == "q4" and (device.type != "cpu" or dtype != torch.float32):
+        raise ModelLoadError("quantization q4 runs a native CPU forward: it needs device cpu and dtype float32")
     bitsandbytes = quantization in ("int8", "nf4", "fp4")
     location = resolve_source(config.source, data_dir)
     offline = {"local_files_only": True}

@@ -124,20 +124,26 @@ def test_default_model_matches_transformers_generate(smol):
     assert greedy(smol, "The capital of France is", 12) == hf_greedy(smol, "The capital of France is", 12)
 
 
-@pytest.mark.parametrize("quantization", ["none", "int8", "nf4", "fp4", "w8a8"])
+@pytest.mark.parametrize("quantization", ["none", "int8", "nf4", "fp4", "w8a8", "q4"])
 def test_hf_directory_in_every_quantization_mode(tiny_model_dir, tmp_path, quantization):
     loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization=quantization), tmp_path)
     assert loaded.quantization == quantization
     layer = type(loaded.model.model.layers[0].self_attn.q_proj).__name__
-    # w8a8 leaves the Hugging Face modules in float32: only the engine's runner is quantized
+    # w8a8 and q4 leave the Hugging Face modules in float32: only the engine's runner is quantized
     assert layer == {"none": "Linear", "int8": "Linear8bitLt", "nf4": "Linear4bit", "fp4": "Linear4bit",
-                     "w8a8": "Linear"}[quantization]
+                     "w8a8": "Linear", "q4": "Linear"}[quantization]
     assert greedy(loaded, "Hello there", 6) == hf_greedy(loaded, "Hello there", 6)
 
 
 def test_w8a8_needs_cpu_and_float32(tiny_model_dir, tmp_path):
     with pytest.raises(ModelLoadError, match="w8a8"):
         load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="w8a8", dtype="bfloat16"),
+                   tmp_path)
+
+
+def test_q4_needs_cpu_and_float32(tiny_model_dir, tmp_path):
+    with pytest.raises(ModelLoadError, match="q4"):
+        load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="q4", dtype="bfloat16"),
                    tmp_path)
 
 

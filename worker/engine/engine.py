@@ -23,6 +23,7 @@ from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingP
 from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.grammar import GrammarCompiler
 from worker.engine.executor import Executor
+from worker.engine.native.model import NativeForward
 from worker.engine.outputs import StepEvents
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
@@ -52,6 +53,8 @@ class Engine:
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
                             cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)
+        if loaded.quantization == "q4":  # decode and prefill of rows without an adapter run natively
+            self.runner.native = NativeForward(self.runner, threads=decode_threads(config) * torch.get_num_threads())
         if compile_later:
             self.runner.defer_scripting()
         else:

@@ -202,7 +202,8 @@ class Executor:
 
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
                                            want_hidden=want_hidden, embeds_override=overrides, then=choose,
-                                           adapters=[r.request.adapter for r in rows])
+                                           adapters=[r.request.adapter for r in rows],
+                                           threads=self.host.prefill_threads(self.runner.prefill_threads))
         out = StepOutput.concat([group[0] for group in groups])
         scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
         choice = Choice.concat([group[2] for group in groups])

@@ -59,6 +59,8 @@ def refused(raw: dict) -> str:
     ({"grammar_compile_timeout_s": 0}, "`grammar_compile_timeout_s`"),
     ({"ordinary_share_beside_beams": 1.0}, "$.ordinary_share_beside_beams"),
     ({"quantization": "int3"}, "$.quantization"),
+    ({"quantization": "q5"}, "$.quantization"),
+    ({"quantization": "Q4"}, "$.quantization"),
     ({"dtype": "float8"}, "$.dtype"),
     ({"team_id": "  "}, "`team_id`"),
     ({"provisioner": {"kind": "static", "urls": []}}, "`provisioner.urls`"),
@@ -87,6 +89,10 @@ def refused(raw: dict) -> str:
 ])
 def test_every_rule_names_its_field(raw, field):
     assert field in refused(raw)
+
+
+def test_the_native_q4_mode_is_accepted():
+    assert parse_endpoint({"name": NAME, "quantization": "q4"}).quantization == "q4"
 
 
 def test_defaults_are_one_always_on_local_replica():

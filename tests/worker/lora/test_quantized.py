@@ -100,3 +100,16 @@ def test_w8a8_engine_serves_a_batch_of_adapters_through_the_scripted_layers(tiny
     for prompt in PROMPTS[:2]:  # every adapter changes what the model says to the same prompt
         outputs = [tuple(tokens) for (p, _), tokens in zip(jobs, got) if p == prompt]
         assert len(set(outputs)) == len(outputs), prompt
+
+
+def test_q4_engine_serves_adapter_rows_through_the_torch_path(tiny, tiny_adapters):
+    """In q4 a decode step that holds an adapter row runs on the torch path (the float32 weights stay for it);
+    the adapters still apply, and a step without one runs natively again."""
+    loaded = dataclasses.replace(tiny, quantization="q4")
+    jobs = [(PROMPTS[0], name) for name in (None, "attention", "mlp", "every")]
+    with running_engine(loaded, "q4-lora", max_batch_size=8, max_context=256, decode_threads=2) as engine:
+        assert engine.runner.native is not None
+        got = serve_greedy(engine, [(p, name and tiny_adapters[name]) for p, name in jobs], 12)
+        again = serve_greedy(engine, [(PROMPTS[0], None)], 12)[0]
+    assert all(len(tokens) == 12 or tokens[-1] == tiny.tokenizer.eos_token_id for tokens in got + [again])
+    assert len(set(map(tuple, got))) == len(got)  # every adapter changes the answer

@@ -1,0 +1,148 @@
+"""A runner's weights packed for forward.c, and the call that runs it (ctypes, tensor data pointers).
+
+`NativeForward.run` is the one entry: N tokens, each with its slot and position (decode rows, a prefill
+chunk of one slot, or both), input embeddings in, logits of the rows named in `out_rows` out. The KV
+cache is the runner's own float32 tensors: every call passes each layer's pointer and capacity, since
+layers differ while the cache grows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import torch
+from torch import nn
+
+from worker.engine.native.build import load_library
+from worker.engine.native.pack import Packed, pick
+
+_SILU = {"silu", "swish"}
+_MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
+
+
+class NativeUnsupported(RuntimeError):
+    pass
+
+
+class _Matrix(ctypes.Structure):
+    _fields_ = [("codes", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("min", ctypes.c_void_p),
+                ("bits", ctypes.c_int64), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [("qkv", _Matrix), ("o", _Matrix), ("gate_up", _Matrix), ("down", _Matrix),
+                ("qkv_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p)]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("layers", ctypes.c_int64), ("hidden", ctypes.c_int64), ("heads", ctypes.c_int64),
+                ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64), ("inter", ctypes.c_int64),
+                ("max_positions", ctypes.c_int64), ("eps", ctypes.c_float), ("attn_scale", ctypes.c_float),
+                ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
+                ("head", _Matrix), ("layer", ctypes.POINTER(_Layer))]
+
+
+def _matrix(packed: Packed) -> _Matrix:
+    return _Matrix(packed.codes.data_ptr(), packed.scale.data_ptr(), packed.min.data_ptr(), packed.bits,
+                   packed.rows, packed.cols)
+
+
+def _float(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().float().contiguous()
+
+
+def check_supported(runner) -> None:
+    """Raise NativeUnsupported unless forward.c computes this runner's model."""
+    config = runner.model.config
+    if runner.device.type != "cpu" or runner.dtype != torch.float32:
+        raise NativeUnsupported("q4 runs on the CPU in float32")
+    if runner._rope_table is None:
+        raise NativeUnsupported("q4 needs a static rotary table (no dynamic / longrope scaling)")
+    if getattr(config, "hidden_act", "silu") not in _SILU or runner.head_dim > _MAX_HEAD_DIM:
+        raise NativeUnsupported("q4 supports SiLU-gated MLPs and head_dim <= 1024")
+    if runner.heads % runner.kv_heads:
+        raise NativeUnsupported("q4 needs heads to be a multiple of kv_heads")
+    for layer, fused in zip(runner.layers, runner.fused):
+        if fused.qkv is None or fused.gate_up is None or hasattr(layer.self_attn, "q_norm"):
+            raise NativeUnsupported("q4 needs plain Linear projections, a gated MLP and no per-head norms")
+        if fused.o_proj.bias is not None or fused.down_proj.bias is not None:
+            raise NativeUnsupported("q4 supports a bias on q/k/v only")
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm"):
+                raise NativeUnsupported(f"q4 does not run {type(norm).__name__}")
+    if type(runner.lm_head) is not nn.Linear or runner.lm_head.bias is not None:
+        raise NativeUnsupported("q4 needs a plain vocabulary projection")
+
+
+class NativeForward:
+    def __init__(self, runner, threads: int | None = None):
+        check_supported(runner)
+        self.library = load_library()
+        self.library.sluice_native_forward.restype = ctypes.c_int
+        self.threads = threads or max(1, min(len(os.sched_getaffinity(0)), 64))
+        self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
+        self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
+        first = runner.layers[0]
+        epsilons = {float(norm.variance_epsilon) for layer in runner.layers
+                    for norm in (layer.input_layernorm, layer.post_attention_layernorm, runner.final_norm)}
+        if len(epsilons) != 1:
+            raise NativeUnsupported("q4 needs one RMSNorm epsilon for every norm")
+        self.matrices: dict[str, Packed] = {}
+        layers = (_Layer * len(runner.layers))()
+        for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
+            packed = {name: self._pack(f"{index}.{name}", module.weight)
+                      for name, module in (("qkv", fused.qkv), ("o", fused.o_proj), ("gate_up", fused.gate_up),
+                                           ("down", fused.down_proj))}
+            bias = None if fused.qkv.bias is None else self._hold(_float(fused.qkv.bias))
+            layers[index] = _Layer(*(_matrix(packed[name]) for name in ("qkv", "o", "gate_up", "down")),
+                                   bias.data_ptr() if bias is not None else None,
+                                   self._hold(_float(layer.input_layernorm.weight)).data_ptr(),
+                                   self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr())
+        cos, sin = (self._hold(_float(t)) for t in runner._rope_table)
+        scale = getattr(first.self_attn, "scaling", None) or runner.head_dim ** -0.5
+        head = self._pack("lm_head", runner.lm_head.weight)
+        self._layers = layers
+        self._model = _Model(len(runner.layers), runner.hidden_size, runner.heads, runner.kv_heads, runner.head_dim,
+                             first.mlp.down_proj.weight.shape[1], cos.shape[0],
+                             float(first.input_layernorm.variance_epsilon), float(scale),
+                             cos.data_ptr(), sin.data_ptr(), self._hold(_float(runner.final_norm.weight)).data_ptr(),
+                             _matrix(head), layers)
+
+    def _hold(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._keep.append(tensor)
+        return tensor
+
+    def _pack(self, name: str, weight: torch.Tensor) -> Packed:
+        packed = pick(weight)
+        self.matrices[name] = packed
+        return packed
+
+    def run(self, hidden: torch.Tensor, slots: list[int], positions: list[int], keys: list[torch.Tensor],
+            values: list[torch.Tensor], out_rows: list[int], want_logits: bool = True,
+            want_hidden: bool = False, threads: int | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """hidden: [N, hidden] float32 input embeddings (overwritten: the residual stream). Writes each token's
+        key/value at (slot, position) in every layer; returns (logits [len(out_rows), vocab] or None, final
+        normed hidden states of those rows or None). `threads`: fewer than `self.threads` on a busy host."""
+        count, wanted = len(slots), len(out_rows)
+        hidden = hidden.contiguous()
+        assert hidden.dtype == torch.float32 and hidden.shape == (count, self.hidden_size)
+        slot_index = torch.tensor(slots, dtype=torch.int32)
+        position_index = torch.tensor(positions, dtype=torch.int32)
+        rows = torch.tensor(out_rows, dtype=torch.int32)
+        logits = torch.empty(wanted, self.vocab_size) if want_logits and wanted else None
+        normed = torch.empty(wanted, self.hidden_size) if want_hidden and wanted else None
+        layers = len(keys)
+        key_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in keys))
+        value_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in values))
+        capacities = (ctypes.c_int64 * layers)(*(t.shape[2] for t in keys))
+        status = self.library.sluice_native_forward(
+            ctypes.byref(self._model), ctypes.c_int64(count), ctypes.c_void_p(slot_index.data_ptr()),
+            ctypes.c_void_p(position_index.data_ptr()), ctypes.c_void_p(hidden.data_ptr()), key_pointers,
+            value_pointers, capacities, ctypes.c_int64(wanted), ctypes.c_void_p(rows.data_ptr()),
+            ctypes.c_void_p(None if logits is None else logits.data_ptr()),
+            ctypes.c_void_p(None if normed is None else normed.data_ptr()),
+            ctypes.c_int(min(threads or self.threads, self.threads)))
+        if status != 0:
+            raise MemoryError("the native forward could not allocate its scratch memory")
+        return logits, normed
