@@ -117,6 +117,8 @@ class EcsProvisioner(Provisioner):
         self._unaddressed = False  # a task (or a placeholder) waits for an address: look again soon
         self._backoff_s = 0.0
         self._not_before = 0.0  # monotonic: no call before this (backing off after throttling)
+        # one count move at a time: two drains that each read the count before either wrote would lose a step
+        self._moving = asyncio.Lock()
 
     @property
     def observe_interval_s(self) -> float:
@@ -164,7 +166,12 @@ class EcsProvisioner(Provisioner):
     async def _move_desired(self, change: int, stop: str | None = None) -> None:
         """desiredCount = what ECS says it is now + `change` (never below 0). Scaling in, every task but
         `stop` is protected first (a slot of the budget per call), then the count is lowered and the drained
-        task `stop` stopped at once (both calls in one take of the budget: nothing waits between them)."""
+        task `stop` stopped at once (both calls in one take of the budget: nothing waits between them). One move
+        at a time (read, then write)."""
+        async with self._moving:
+            await self._move_desired_now(change, stop)
+
+    async def _move_desired_now(self, change: int, stop: str | None) -> None:
         current = (await self._service())["desiredCount"]
         count = max(0, current + change)
         keep = sorted(self._live - {stop}) if count < current else []

@@ -12,11 +12,13 @@ provisioner found through ListTasks / DescribeTasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -205,3 +207,28 @@ async def test_a_missing_service_is_a_clear_error_and_creates_nothing(aws, moto_
     finally:
         await endpoints.drain_and_stop()
 
+
+
+async def test_two_removals_at_once_each_lower_the_count(aws, moto_url):
+    """Two drains that end together each take one off the count: the second reads it after the first wrote. The
+    client holds every DescribeServices until a second one comes (or 2 s pass): read-then-write moves that
+    overlapped would both read 3 and both write 2, and ECS would start a task to replace the lost step."""
+    ecs, network = aws
+    client = boto3.client("ecs", region_name="us-east-1", endpoint_url=moto_url)
+    provisioner = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url),
+                                 client=client)
+    await provisioner.open()
+    await provisioner.add(3)
+    tasks = [t["taskArn"] for t in ecs.run_task(cluster=CLUSTER, taskDefinition=SERVICE, count=3, launchType="FARGATE",
+                                                networkConfiguration=network, group=f"service:{SERVICE}")["tasks"]]
+    await provisioner.observe()
+    together = threading.Barrier(2)
+
+    def after_describe_services(**_) -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            together.wait(timeout=2)
+        together.reset()
+
+    client.meta.events.register("after-call.ecs.DescribeServices", after_describe_services)
+    await asyncio.gather(provisioner.remove(tasks[0]), provisioner.remove(tasks[1]))
+    assert desired_count(ecs) == 1
