@@ -232,3 +232,21 @@ async def test_two_removals_at_once_each_lower_the_count(aws, moto_url):
     client.meta.events.register("after-call.ecs.DescribeServices", after_describe_services)
     await asyncio.gather(provisioner.remove(tasks[0]), provisioner.remove(tasks[1]))
     assert desired_count(ecs) == 1
+
+
+async def test_a_task_the_address_map_does_not_list_yet_has_no_address_yet(aws, moto_url, tmp_path):
+    """The played scheduler lists a task's worker in the test-only address map a moment after ECS shows the task
+    running: until then the task has no address (it is looked at again), never its unreachable private one."""
+    ecs, network = aws
+    address_map = tmp_path / "addresses.json"
+    address_map.write_text("{}")
+    provisioner = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url,
+                                                 test_address_map=str(address_map)))
+    await provisioner.open()
+    await provisioner.add(1)
+    task = ecs.run_task(cluster=CLUSTER, taskDefinition=SERVICE, count=1, launchType="FARGATE",
+                        networkConfiguration=network, group=f"service:{SERVICE}")["tasks"][0]
+    assert [(r.replica_id, r.url) for r in (await provisioner.observe()).replicas] == [(task["taskArn"], None)]
+    address_map.write_text(json.dumps({f"{private_ip(task)}:{PORT}": "http://127.0.0.1:9"}))
+    assert [r.url for r in (await provisioner.observe()).replicas] == ["http://127.0.0.1:9"]
+    await provisioner.remove(task["taskArn"])
