@@ -11,6 +11,7 @@ and looks again every few seconds, so an operator who repairs or moves the segme
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -122,10 +123,11 @@ class Shipper:
     async def _run(self) -> None:
         backoff = 0.05
         while True:
-            try:
-                await asyncio.wait_for(self.writer.durable.wait(), timeout=1.0)
-            except TimeoutError:
-                pass
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that comes with a commit's
+            # wake-up, and `stop` would wait for this loop forever
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.writer.durable.wait()
             await asyncio.sleep(self.linger)
             self.writer.durable.clear()
             try:

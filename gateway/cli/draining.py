@@ -9,6 +9,11 @@ an answer. Here the first SIGTERM keeps the gateway listening and answering whil
    listening socket closes, open responses finish, the lifespan stops the replicas and drains the usage log.
 The process then exits 0: the drain completed. A second SIGTERM, or SIGINT, is uvicorn's usual exit.
 
+A SIGTERM while the lifespan still starts (an orchestrator stopping a task it just launched: a deploy rolled back,
+a scale-in) is an ordinary stop too, not a kill: nothing is served yet, so nothing needs draining; start-up
+finishes, the lifespan closes what it opened, and the process exits 0. uvicorn alone would re-raise the signal once
+shut down and die of it (-15), which reads as a crash in ECS's and systemd's records.
+
 The server also freezes the heap once start-up is over (`startup`): the garbage collector's pauses under load.
 """
 
@@ -47,6 +52,9 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         services = getattr(self.gateway_app.state, "services", None)
+        if sig == signal.SIGTERM and services is None and not self.should_exit:
+            self.should_exit = True  # during start-up: stop once started, and exit 0 (not recorded for re-raising)
+            return
         if sig != signal.SIGTERM or self._drain_started or self.should_exit or services is None:
             super().handle_exit(sig, frame)
             return

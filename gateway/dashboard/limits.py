@@ -18,14 +18,16 @@ from gateway.serving.services import Services
 from gateway.serving.spending import LimitsView, limits_view
 
 
-async def team_limits(scope: DashboardScope, auth: AuthService, services: Services) -> tuple[LimitsView, dict]:
+async def team_limits(scope: DashboardScope, auth: AuthService, services: Services, *,
+                      team_month_tokens: int | None = None) -> tuple[LimitsView, dict]:
     """The team on screen's limits and budgets with spend so far (and the signed-in key's own), and a name for
-    each scope: what the Limits page and the overview's budget panel show."""
+    each scope: what the Limits page and the overview's budget panel show. `team_month_tokens`: the team's
+    budget tokens this month, when the caller counted them already (`limits_view`)."""
     team = await auth.directory.team(scope.team.id)
     scoped = [(f"team:{scope.team.id}", team.limits if team is not None else None)]
     if not scope.is_admin:  # the admin key's own limits are not the team's business
         scoped.append((f"key:{scope.key.id}", scope.key.limits))
-    view = await limits_view(services.spending, scope.team.id, scoped)
+    view = await limits_view(services.spending, scope.team.id, scoped, team_month_tokens=team_month_tokens)
     names = {f"team:{scope.team.id}": f"Team {scope.team.name}", f"key:{scope.key.id}": f"Your key {scope.key.name}"}
     return view, names
 

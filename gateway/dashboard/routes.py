@@ -136,9 +136,11 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     view = read_view_or_problem(request.query_params, scope.team.id)
     if view.problem is not None:
         return await _refused("overview", session, scope, view, auth, ledger)
-    result, (limits, names), month = await asyncio.gather(
+    result, month = await asyncio.gather(
         overview(ledger.store, view.selection, view.granularity, view.tz, view.group_by),
-        team_limits(scope, auth, services), month_to_date(ledger.store, scope.team.id, time.time()))
+        month_to_date(ledger.store, scope.team.id, time.time()))
+    # the team's month tokens, counted once: the month tile's and the token budget row's
+    limits, names = await team_limits(scope, auth, services, team_month_tokens=month.budget_tokens_used)
     budgets = budget_rows(limits, names, month.month, month.projected_tokens)
     labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
     # htmx swaps the page's <main> in place

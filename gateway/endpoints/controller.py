@@ -204,8 +204,12 @@ class EndpointController:
                 log.exception("endpoint_tick_failed", endpoint=self.name)
             # a replica starting or requests waiting: look again soon (readiness is seen within 50 ms)
             busy = self.activator.waiting or any(not m.ready for m in self.members.values())
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the wait's result when a cancel comes
+            # with a wake-up (a poke), swallowing the cancel; this loop then ran on and drain_and_stop, which
+            # awaits it, never ended: a stopping gateway that never exited
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), BUSY_TICK_S if busy else self.settings.tick_seconds)
+                async with asyncio.timeout(BUSY_TICK_S if busy else self.settings.tick_seconds):
+                    await self._wake.wait()
             self._wake.clear()
 
     # ---- one tick ----

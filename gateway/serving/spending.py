@@ -179,15 +179,21 @@ class LimitsView(msgspec.Struct):
     budgets: list[BudgetView]
 
 
-async def limits_view(gate: SpendGate | None, team_id: str, scoped: list[tuple[str, Limits | None]]) -> LimitsView:
-    """A team's (and a key's) limits and budgets, with spend so far and reset times."""
+async def limits_view(gate: SpendGate | None, team_id: str, scoped: list[tuple[str, Limits | None]], *,
+                      team_month_tokens: int | None = None) -> LimitsView:
+    """A team's (and a key's) limits and budgets, with spend so far and reset times. `team_month_tokens`: the
+    team's budget tokens this UTC month when the caller has counted them already (the dashboard's overview)."""
     now = time.time()
     month = period_window("month", now)
     rates = []
     for scope, limits in scoped:
         if limits is not None:
             budgeted = limits.monthly_token_budget is not None
-            used = await gate.tokens(scope, month, now) if budgeted and gate is not None else None
+            used = None
+            if budgeted and scope == f"team:{team_id}" and team_month_tokens is not None:
+                used = team_month_tokens
+            elif budgeted and gate is not None:
+                used = await gate.tokens(scope, month, now)
             rates.append(RateView(scope, limits.rpm, limits.tpm, limits.max_concurrency, limits.monthly_token_budget,
                                   token_budget_resets_at=iso(month.end) if budgeted else None,
                                   monthly_tokens_used=used))

@@ -169,3 +169,12 @@ async def test_a_drain_ships_what_was_durable_when_it_began(database_url, wal_di
     assert set(await stored(led)) == {r.request_id for r in before + later}
     assert led.caught_up
     await led.close()
+
+
+async def test_a_stop_as_a_commit_lands_still_ends_the_shipper(ledger):
+    """The shipper waits for the log's next commit; a stop that comes with one (a close right after the last
+    requests) must end it. With `asyncio.wait_for` (Python 3.11) the commit's wake-up won, the cancel was lost,
+    the shipper ran on and the close waited for it forever."""
+    await asyncio.sleep(0.1)  # the shipper waits for a commit
+    ledger._writer.durable.set()  # a commit lands...
+    await asyncio.wait_for(ledger._shipper.stop(), 30)  # ...as the close stops it (a lost cancel: TimeoutError)

@@ -70,12 +70,15 @@ def direct_address(ip: str, port: int) -> str:
     return f"http://{ip}:{port}"
 
 
-def mapped_address(path: str) -> Callable[[str, int], str]:
-    """Test-only (`test_address_map`): the URL the JSON file at `path` gives for "ip:port", read at each call."""
+def mapped_address(path: str) -> Callable[[str, int], str | None]:
+    """Test-only (`test_address_map`): the URL the JSON file at `path` gives for "ip:port", read at each call;
+    None (no address yet: looked at again soon) while the file does not list it. The played scheduler lists a
+    task's worker once it runs, a moment after ECS shows the task: the task's own private address then, kept
+    for good, was a replica nobody could reach (starting until `ecs_start_timeout_seconds`)."""
 
-    def resolve(ip: str, port: int) -> str:
+    def resolve(ip: str, port: int) -> str | None:
         with open(path) as file:
-            return json.load(file).get(f"{ip}:{port}") or direct_address(ip, port)
+            return json.load(file).get(f"{ip}:{port}")
 
     return resolve
 
@@ -96,10 +99,11 @@ def inject_throttling(client, path: str) -> None:
 class EcsProvisioner(Provisioner):
     shared = True
 
-    def __init__(self, settings: EcsProvisioning, *, resolve: Callable[[str, int], str] | None = None,
+    def __init__(self, settings: EcsProvisioning, *, resolve: Callable[[str, int], str | None] | None = None,
                  client=None, budget: Callable[[str, int], Awaitable[float]] | None = None):
         """`resolve` maps a task's private address to the URL the gateway reaches it at: the address
-        itself in a VPC; a test or a port-forwarded setup maps it to where the worker really listens.
+        itself in a VPC; a test or a port-forwarded setup maps it to where the worker really listens (None: not
+        reachable yet, looked at again soon).
         `budget(scope)`: 0 when an API call may go now, else seconds to wait (fleet.py `take_call`)."""
         self.settings = settings
         if resolve is None:
@@ -117,6 +121,8 @@ class EcsProvisioner(Provisioner):
         self._unaddressed = False  # a task (or a placeholder) waits for an address: look again soon
         self._backoff_s = 0.0
         self._not_before = 0.0  # monotonic: no call before this (backing off after throttling)
+        # one count move at a time: two drains that each read the count before either wrote would lose a step
+        self._moving = asyncio.Lock()
 
     @property
     def observe_interval_s(self) -> float:
@@ -164,7 +170,12 @@ class EcsProvisioner(Provisioner):
     async def _move_desired(self, change: int, stop: str | None = None) -> None:
         """desiredCount = what ECS says it is now + `change` (never below 0). Scaling in, every task but
         `stop` is protected first (a slot of the budget per call), then the count is lowered and the drained
-        task `stop` stopped at once (both calls in one take of the budget: nothing waits between them)."""
+        task `stop` stopped at once (both calls in one take of the budget: nothing waits between them). One move
+        at a time (read, then write)."""
+        async with self._moving:
+            await self._move_desired_now(change, stop)
+
+    async def _move_desired_now(self, change: int, stop: str | None) -> None:
         current = (await self._service())["desiredCount"]
         count = max(0, current + change)
         keep = sorted(self._live - {stop}) if count < current else []

@@ -4,6 +4,7 @@ overview's budget panel shows the same figures as `GET /v1/team/limits`, for the
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -133,3 +134,26 @@ async def test_the_overview_shows_the_teams_budgets_as_the_limits_api(dashboard_
                 if name == "Panel A":
                     await page.locator("section:has(table[data-budget-panel])").screenshot(
                         path=artifacts / f"overview-budgets-{viewport_name}.png")
+
+
+async def test_the_budget_panels_shares_have_thousands_separators(dashboard_server):
+    """A token budget spent fifty times over reads "5,000 %" (and its projection likewise), as every other
+    figure on the page; the data attributes keep the plain number."""
+    team = (await dashboard_server.admin("POST", "/admin/teams", name="Overspent",
+                                         limits={"monthly_token_budget": 100}))["id"]
+    key = await dashboard_server.admin("POST", "/admin/keys", name="over", team_id=team)
+    await dashboard_server.ledger.record(UsageRecord(  # 4,000 + 1,000 budget tokens: 5,000 % of 100
+        "overspent-1", time.time() - 5, team, key["id"], None, "small", "openai", "/v1/completions", 4000, 1000,
+        1000, "ok", 10.0, 2.0, "w"))
+    await dashboard_server.ledger.flush(10)
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/dashboard/login")).text).group(1)
+        signed = await client.post("/dashboard/login", data={"csrf": csrf, "api_key": key["key"]})
+        assert signed.status_code in (200, 303), signed.text
+        page = await client.get(f"/dashboard/overview?team_id={team}")
+    assert page.status_code == 200, page.text
+    row = re.search(rf'<tr data-scope="team:{team}" data-kind="tokens">.*?</tr>', page.text).group(0)
+    used = re.sub(r"<[^>]+>", "", re.search(r'<td data-label="Used".*?</td>', row).group(0))
+    assert 'data-used="5000"' in row and "5,000 %" in used, row
+    projected = int(re.search(r'data-projected="(\d+)"', row).group(1))
+    assert projected >= 5000 and f"projected {projected:,} %" in used, row

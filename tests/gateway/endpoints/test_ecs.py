@@ -12,11 +12,13 @@ provisioner found through ListTasks / DescribeTasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -205,3 +207,46 @@ async def test_a_missing_service_is_a_clear_error_and_creates_nothing(aws, moto_
     finally:
         await endpoints.drain_and_stop()
 
+
+
+async def test_two_removals_at_once_each_lower_the_count(aws, moto_url):
+    """Two drains that end together each take one off the count: the second reads it after the first wrote. The
+    client holds every DescribeServices until a second one comes (or 2 s pass): read-then-write moves that
+    overlapped would both read 3 and both write 2, and ECS would start a task to replace the lost step."""
+    ecs, network = aws
+    client = boto3.client("ecs", region_name="us-east-1", endpoint_url=moto_url)
+    provisioner = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url),
+                                 client=client)
+    await provisioner.open()
+    await provisioner.add(3)
+    tasks = [t["taskArn"] for t in ecs.run_task(cluster=CLUSTER, taskDefinition=SERVICE, count=3, launchType="FARGATE",
+                                                networkConfiguration=network, group=f"service:{SERVICE}")["tasks"]]
+    await provisioner.observe()
+    together = threading.Barrier(2)
+
+    def after_describe_services(**_) -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            together.wait(timeout=2)
+        together.reset()
+
+    client.meta.events.register("after-call.ecs.DescribeServices", after_describe_services)
+    await asyncio.gather(provisioner.remove(tasks[0]), provisioner.remove(tasks[1]))
+    assert desired_count(ecs) == 1
+
+
+async def test_a_task_the_address_map_does_not_list_yet_has_no_address_yet(aws, moto_url, tmp_path):
+    """The played scheduler lists a task's worker in the test-only address map a moment after ECS shows the task
+    running: until then the task has no address (it is looked at again), never its unreachable private one."""
+    ecs, network = aws
+    address_map = tmp_path / "addresses.json"
+    address_map.write_text("{}")
+    provisioner = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url,
+                                                 test_address_map=str(address_map)))
+    await provisioner.open()
+    await provisioner.add(1)
+    task = ecs.run_task(cluster=CLUSTER, taskDefinition=SERVICE, count=1, launchType="FARGATE",
+                        networkConfiguration=network, group=f"service:{SERVICE}")["tasks"][0]
+    assert [(r.replica_id, r.url) for r in (await provisioner.observe()).replicas] == [(task["taskArn"], None)]
+    address_map.write_text(json.dumps({f"{private_ip(task)}:{PORT}": "http://127.0.0.1:9"}))
+    assert [r.url for r in (await provisioner.observe()).replicas] == ["http://127.0.0.1:9"]
+    await provisioner.remove(task["taskArn"])

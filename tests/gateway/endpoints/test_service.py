@@ -3,6 +3,7 @@ with static endpoints on stub workers (tests/gateway/endpoints/test_local_endpoi
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import msgspec
@@ -134,3 +135,17 @@ async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_pat
         assert encoded["state"] == "ready" and encoded["replicas"] == {"ready": 1, "starting": 0, "draining": 0}
     finally:
         await endpoints.drain_and_stop()
+
+
+async def test_a_stop_that_comes_with_a_wake_up_call_still_ends_the_endpoints_loop(tmp_path):
+    """`drain_and_stop` cancels the endpoint's loop, which may be woken in the same instant (a request starting
+    to wait, an owner's drain done): the loop must end all the same. With `asyncio.wait_for` (Python 3.11) the
+    wake-up won, the cancel was lost, the loop ran on and `drain_and_stop` waited for it forever: a stopping
+    gateway that began draining and never exited."""
+    endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db",
+                                     [parse_endpoint({"name": "org/quiet", "min_replicas": 0})], tmp_path, FAST)
+    await endpoints.start()
+    controller = endpoints.controllers["org/quiet"]
+    await asyncio.sleep(3 * FAST.tick_seconds)  # the loop waits between its ticks (which have nothing to await)
+    controller.poke()
+    await asyncio.wait_for(endpoints.drain_and_stop(), 30)  # a lost cancel: TimeoutError
