@@ -1,5 +1,5 @@
 """W8A8: int8 weights and int8 activations for every projection of the lean forward
-(`quantization = "w8a8"`, CPU; what `auto` picks where the CPU has AVX2, worker/cpu_features.py). A
+(`quantization = "w8a8"`, CPU; what `auto` picks where the CPU has AVX2 but q4 cannot run, worker/cpu_features.py). A
 decode step at 16 rows is GEMM-bound in float32; FBGEMM's int8 kernels do the same products about 3x
 faster on an AVX2 core, and the whole 16-row forward runs in about half the time. The result is close
 to float32, not equal to it (README.md has the measured agreement); `quantization = "none"` with
