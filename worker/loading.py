@@ -22,9 +22,9 @@ import torch
 
 from common.protocol import ModelConfig
 from worker.build_once import build_once
+from worker.c_compiler import compiler_problem
 from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import load_direct
-from worker.engine.native.build import compiler_problem
 
 log = structlog.get_logger(__name__)
 

@@ -17,8 +17,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from common.protocol import ModelConfig
 from testkit.servers import free_port
 from testkit.sluice import MODEL_CACHE
+from worker.c_compiler import compiler_problem
 from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
-from worker.engine.native.build import compiler_problem
 from worker.engine.runner import ModelRunner, UnsupportedModel
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import (

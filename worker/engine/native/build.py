@@ -14,20 +14,16 @@ import ctypes
 import hashlib
 import os
 import shlex
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
 
 from worker.build_once import build_once
+from worker.c_compiler import NativeUnavailable, compiler
 
 SOURCE = Path(__file__).with_name("forward.c")
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-std=c11", "-lm")
 LIBRARY = "libsluice_forward.so"
-
-
-class NativeUnavailable(RuntimeError):
-    pass
 
 
 def cache_root() -> Path:
@@ -43,29 +39,6 @@ def _cpu_identity() -> str:
         return "unknown"
     wanted = [line for line in lines if line.split(":")[0].strip() in ("model name", "flags")]
     return "\n".join(wanted[:2])
-
-
-def compiler() -> str:
-    """The C compiler's path: CC (a name on PATH or a path), else gcc or cc on PATH."""
-    configured = os.environ.get("CC")
-    if configured:
-        found = shutil.which(configured)
-        if not found:
-            raise NativeUnavailable(f"quantization q4 needs a C compiler: CC={configured!r} is not an executable")
-        return found
-    found = shutil.which("gcc") or shutil.which("cc")
-    if not found:
-        raise NativeUnavailable("quantization q4 needs a C compiler (gcc: apt-get install build-essential)")
-    return found
-
-
-def compiler_problem() -> str | None:
-    """None when a C compiler is there to build the native forward, else why not (one line)."""
-    try:
-        compiler()
-    except NativeUnavailable as error:
-        return str(error)
-    return None
 
 
 def extra_flags() -> tuple[str, ...]:
