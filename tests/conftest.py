@@ -53,7 +53,8 @@ async def store_url(request, tmp_path):
 def sluice_on_smol(tmp_path_factory):
     """The real gateway + worker with the default model, shared by the tests of one module (compat, e2e), in the
     exact mode: these tests compare replies (streamed against whole, one SDK against another) that the CPU
-    default (w8a8) may round differently as batches differ (README, "The default compute path")."""
+    default (q4 or w8a8) may round differently as batches or prefill chunks differ (README, "The default compute
+    path")."""
     exact = f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n'
     with running_sluice(tmp_path_factory.mktemp("smol"), config=exact) as server:
         yield server

@@ -91,7 +91,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
     timings["compile"] = round(time.time() - mark, 3)
     timings["total"] = round(time.time() - began, 3)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),
-                     device=str(loaded.device), quantization=loaded.quantization,
+                     device=str(loaded.device), quantization=engine.loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,
                      vocab_size=engine.vocab_size, eos_token_ids=engine.model_eos, worker_id=worker_id,
                      start_seconds=timings, prompt_overhead=measure(loaded.tokenizer))

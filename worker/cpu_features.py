@@ -1,11 +1,29 @@
 """The CPU's instruction sets, and the compute path `quantization = "auto"` picks from them.
 
 The pick is the fastest configuration that keeps output quality, as measured by bench/default_config.py
-(README.md has the table and the machine): `w8a8` (FBGEMM's int8 kernels, which need AVX2), else
-`bfloat16` where the CPU multiplies it natively (AVX512-BF16 or AMX), else `float32`. A path the CPU
-lacks is never picked: FBGEMM without AVX2 and bfloat16 without native instructions both run several
-times slower than float32. `pick_cpu_default` is a pure function of the features, so every branch is
-tested on any machine; `cpu_features` reads the real ones.
+(README.md, "The default compute path", has the tables and the machine): `q4` (the native C forward over
+4-bit groups, worker/engine/native/) where the CPU has AVX512-VNNI, its fast path, and a C compiler can
+build it; else `w8a8` (FBGEMM's int8 kernels, which need AVX2); else `bfloat16` where the CPU multiplies it
+natively (AVX512-BF16 or AMX); else `float32`. q4 is picked only where w8a8 could run too: that is what a
+worker runs instead when the native forward fails to start (worker/engine/engine.py). A path the CPU lacks
+is never picked: q4's plain-C path, FBGEMM without AVX2 and bfloat16 without native instructions all run
+several times slower. `pick_cpu_default` is a pure function of the features, so every branch is tested on
+any machine; `cpu_features` reads the real ones.
+
+Quality against float32 on SmolLM2-135M (bench/default_config.py --streams none on an AMD EPYC with AVX2,
+AVX512-VNNI and AVX512-BF16: 20 chat prompts, 32 greedy tokens each; teacher-forced top-1; perplexity on
+docs/security.md; q4's greedy row moves between runs, README.md says why):
+
+| configuration | greedy same / prefix | top-1 | perplexity vs float32 | keeps quality |
+|---|---|---|---|---|
+| float32 (exact mode) | 1.00 / 1.00 | 1.000 | 69.78 | yes |
+| bfloat16 | 0.35 / 0.67 | 0.966 | 1.003x | yes |
+| w8a8 | 0.10 / 0.40 | 0.934 | 1.010x | yes |
+| q4 | 0.50 / 0.73 | 0.961 | 1.005x | yes |
+
+The rule: top-1 >= 0.90 and perplexity <= 1.05x float32's, then the fastest at 16 streams. All four keep
+quality, so speed at 16 streams orders them (README.md): w8a8 > bfloat16 > float32 as measured; q4 ahead of
+w8a8 is the pick pending the quiet-box run of q4 after its kernel work (to be filled in there).
 """
 
 from __future__ import annotations
@@ -24,7 +42,7 @@ _CAPABILITY_FEATURES = {"AVX2": {AVX2}, "AVX512": {AVX2}, "AVX512_BF16": {AVX2, 
 
 @dataclass(frozen=True)
 class CpuDefault:
-    quantization: str  # "w8a8" or "none"
+    quantization: str  # "q4", "w8a8" or "none"
     dtype: str  # "float32" or "bfloat16"
     reason: str
 
@@ -51,12 +69,21 @@ def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset(_CAPABILITY_FEATURES.get(torch.backends.cpu.get_cpu_capability(), set()))
 
 
-def pick_cpu_default(features: frozenset[str], quantized_engines: frozenset[str]) -> CpuDefault:
-    """The measured winner the CPU can run: w8a8 > bfloat16 > float32 (bench/default_config.py).
-    `quantized_engines`: torch.backends.quantized.supported_engines (w8a8 needs "fbgemm")."""
+def pick_cpu_default(features: frozenset[str], quantized_engines: frozenset[str],
+                     compiler_problem: str | None) -> CpuDefault:
+    """The measured winner the CPU can run: q4 > w8a8 > bfloat16 > float32 (bench/default_config.py).
+    `quantized_engines`: torch.backends.quantized.supported_engines (w8a8 needs "fbgemm"); `compiler_problem`:
+    None when a C compiler can build q4's native forward, else why not (worker/engine/native/build.py)."""
     if AVX2 in features and "fbgemm" in quantized_engines:
-        vnni = " and VNNI" if features & {AVX512_VNNI, AVX_VNNI} else ""
-        return CpuDefault("w8a8", "float32", f"fastest that keeps quality; the CPU has AVX2{vnni} for FBGEMM's int8")
+        if AVX512_VNNI in features and compiler_problem is None:
+            return CpuDefault("q4", "float32", "fastest that keeps quality; the CPU has AVX512-VNNI for the native "
+                                               "forward's int8 products and a C compiler builds it")
+        if AVX512_VNNI in features:
+            return CpuDefault("w8a8", "float32", f"q4 needs its native forward built: {compiler_problem}; w8a8 is "
+                                                 "the fastest that keeps quality without it (FBGEMM's int8, AVX2)")
+        vnni = " and AVX-VNNI" if AVX_VNNI in features else ""
+        return CpuDefault("w8a8", "float32", f"fastest that keeps quality without AVX512-VNNI (q4's fast path); "
+                                             f"the CPU has AVX2{vnni} for FBGEMM's int8")
     if features & {AVX512_BF16, AMX_BF16}:
         return CpuDefault("none", "bfloat16", "no AVX2 for FBGEMM's int8; the CPU multiplies bfloat16 natively")
     return CpuDefault("none", "float32", "no AVX2 for FBGEMM's int8 and no native bfloat16")

@@ -22,6 +22,7 @@ import torch
 
 from common.protocol import ModelConfig
 from worker.build_once import build_once
+from worker.c_compiler import compiler_problem
 from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import load_direct
 
@@ -47,6 +48,9 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     quantization: str
+    # what the engine runs instead when `quantization` cannot run: "w8a8" where `auto` picked q4 (its native
+    # forward may fail to build, or not run this model); None where the configuration named it
+    fallback: str | None = None
     # names these exact weights (their files' names, sizes and times, and config.json), or None where unknown:
     # what is derived from the weights may be cached under it (w8a8's calibration)
     weights_id: str | None = None
@@ -87,11 +91,12 @@ def pick_quantization(quantization: str, device: torch.device) -> str:
 def pick_compute(quantization: str, dtype: str, device: torch.device,
                  features: frozenset[str] | None = None) -> tuple[str, torch.dtype, str]:
     """(quantization, dtype, why). On CPU with both `auto`, the measured winner the CPU has the
-    instructions for (worker/cpu_features.py; `features`: this CPU's, read here when not given); an explicit
-    dtype with `auto` quantization means unquantized."""
+    instructions for (worker/cpu_features.py; `features`: this CPU's, read here when not given) and, for q4,
+    a C compiler; an explicit dtype with `auto` quantization means unquantized."""
     if device.type == "cpu" and quantization == "auto" and dtype == "auto":
         features = cpu_features() if features is None else features
-        picked = pick_cpu_default(features, frozenset(torch.backends.quantized.supported_engines))
+        picked = pick_cpu_default(features, frozenset(torch.backends.quantized.supported_engines),
+                                  compiler_problem())
         return picked.quantization, pick_dtype(picked.dtype, device), picked.reason
     why = "configured" if "auto" not in (quantization, dtype) else "configured; auto resolved for the device"
     return pick_quantization(quantization, device), pick_dtype(dtype, device), why
@@ -278,7 +283,9 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
     if quantization in ("nf4", "fp4"):
         keep_4bit_layout(model)
     model.eval()
-    return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, weights_id(location))
+    fallback = "w8a8" if quantization == "q4" and config.quantization == "auto" else None
+    return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, fallback=fallback,
+                       weights_id=weights_id(location))
 
 
 def keep_4bit_layout(model: torch.nn.Module) -> None:

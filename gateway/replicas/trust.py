@@ -21,6 +21,7 @@ WORKER_VARIABLES = frozenset({
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
     "TOKENIZERS_PARALLELISM",
     "SLUICE_MODEL_CACHE", "SLUICE_LOG_FORMAT", "SLUICE_TORCH_THREADS", "SLUICE_S3_ENDPOINT",
+    "CC", "SLUICE_NATIVE_CACHE", "SLUICE_NATIVE_FLAGS",  # q4's C build (worker/engine/native/build.py)
 })
 WORKER_PREFIXES = ("LC_", "PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_",
                    "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "XDG_", "AWS_")

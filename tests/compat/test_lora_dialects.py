@@ -50,7 +50,8 @@ def monkeypatch_module():
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
     directory = built[0]
-    # PEFT parity is exact in the float32 mode, pinned as every parity test does (the CPU default is w8a8)
+    # PEFT parity is exact in the float32 mode, pinned as every parity test does (the CPU default, q4 or w8a8, is
+    # close to float32, not equal)
     config = (f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n'
               f'adapters = {{ poet = "{directory}" }}\n')
     with sluice.running_sluice(tmp_path_factory.mktemp("lora-gateway"), config=config) as running:

@@ -11,26 +11,33 @@ from worker.cpu_features import (
     AVX2,
     AVX512_BF16,
     AVX512_VNNI,
+    AVX_VNNI,
     cpu_features,
     parse_cpu_flags,
     pick_cpu_default,
 )
 
 FBGEMM = frozenset({"fbgemm", "qnnpack", "none"})
+NO_CC = "quantization q4 needs a C compiler: CC='/nowhere/cc' is not an executable"
 
 
-@pytest.mark.parametrize(("features", "engines", "quantization", "dtype"), [
-    ({AVX2}, FBGEMM, "w8a8", "float32"),
-    ({AVX2, AVX512_VNNI, AVX512_BF16, AMX_BF16}, FBGEMM, "w8a8", "float32"),
-    ({AVX2, AVX512_BF16}, frozenset({"qnnpack"}), "none", "bfloat16"),  # a torch built without FBGEMM
-    ({AMX_BF16}, frozenset(), "none", "bfloat16"),
-    ({AVX2}, frozenset({"qnnpack"}), "none", "float32"),
-    (set(), FBGEMM, "none", "float32"),  # e.g. an ARM CPU: no x86 flags at all
+@pytest.mark.parametrize(("features", "engines", "compiler", "quantization", "dtype"), [
+    ({AVX2, AVX512_VNNI}, FBGEMM, None, "q4", "float32"),
+    ({AVX2, AVX512_VNNI, AVX512_BF16, AMX_BF16}, FBGEMM, None, "q4", "float32"),
+    ({AVX2, AVX512_VNNI}, FBGEMM, NO_CC, "w8a8", "float32"),  # q4 cannot be built: the next winner
+    ({AVX2, AVX_VNNI}, FBGEMM, None, "w8a8", "float32"),  # AVX-VNNI (256-bit) is not q4's fast path
+    ({AVX2}, FBGEMM, None, "w8a8", "float32"),
+    ({AVX2, AVX512_VNNI, AVX512_BF16}, frozenset({"qnnpack"}), None, "none", "bfloat16"),  # no FBGEMM: no fallback
+    ({AMX_BF16}, frozenset(), None, "none", "bfloat16"),
+    ({AVX2}, frozenset({"qnnpack"}), None, "none", "float32"),
+    (set(), FBGEMM, None, "none", "float32"),  # e.g. an ARM CPU: no x86 flags at all
 ])
-def test_auto_picks_the_measured_winner_the_cpu_can_run(features, engines, quantization, dtype):
-    picked = pick_cpu_default(frozenset(features), engines)
+def test_auto_picks_the_measured_winner_the_cpu_can_run(features, engines, compiler, quantization, dtype):
+    picked = pick_cpu_default(frozenset(features), engines, compiler)
     assert (picked.quantization, picked.dtype) == (quantization, dtype)
-    assert picked.reason
+    assert picked.reason and "\n" not in picked.reason
+    if compiler is not None and AVX512_VNNI in features:
+        assert compiler in picked.reason  # why q4 was passed over, in the compute_picked line
 
 
 def test_the_flags_line_is_parsed_and_unknown_flags_dropped():

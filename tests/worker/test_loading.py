@@ -17,7 +17,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from common.protocol import ModelConfig
 from testkit.servers import free_port
 from testkit.sluice import MODEL_CACHE
-from worker.cpu_features import cpu_features, pick_cpu_default
+from worker.c_compiler import compiler_problem
+from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
 from worker.engine.runner import ModelRunner, UnsupportedModel
 from worker.engine.w8a8 import quantize_runner
 from worker.loading import (
@@ -127,7 +128,7 @@ def test_default_model_matches_transformers_generate(smol):
 @pytest.mark.parametrize("quantization", ["none", "int8", "nf4", "fp4", "w8a8", "q4"])
 def test_hf_directory_in_every_quantization_mode(tiny_model_dir, tmp_path, quantization):
     loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization=quantization), tmp_path)
-    assert loaded.quantization == quantization
+    assert loaded.quantization == quantization and loaded.fallback is None  # named, so never swapped
     layer = type(loaded.model.model.layers[0].self_attn.q_proj).__name__
     # w8a8 and q4 leave the Hugging Face modules in float32: only the engine's runner is quantized
     assert layer == {"none": "Linear", "int8": "Linear8bitLt", "nf4": "Linear4bit", "fp4": "Linear4bit",
@@ -153,15 +154,25 @@ def test_w8a8_refuses_bitsandbytes_layers(tiny_model_dir, tmp_path):
         quantize_runner(ModelRunner(loaded.model, 1, 64), loaded.tokenizer)
 
 
-def test_auto_picks_by_the_cpus_features_and_says_why(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("cc", [None, "/nowhere/cc"], ids=["this-machine", "no-compiler"])
+def test_auto_picks_by_the_cpus_features_and_says_why(tiny_model_dir, tmp_path, monkeypatch, cc):
+    """This machine's pick, and the same without a C compiler: never q4 then, and where the CPU would have
+    run q4 the log line says which compiler was missing."""
+    if cc:
+        monkeypatch.setenv("CC", cc)
     engines = frozenset(torch.backends.quantized.supported_engines)
-    expected = pick_cpu_default(cpu_features(), engines)
+    expected = pick_cpu_default(cpu_features(), engines, compiler_problem())
     with capture_logs() as logs:
         loaded = load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), device="cpu"), tmp_path)
     assert (loaded.quantization, str(loaded.dtype)) == (expected.quantization, f"torch.{expected.dtype}")
+    assert loaded.fallback == ("w8a8" if loaded.quantization == "q4" else None)  # what runs if q4 cannot start
     [picked] = [entry for entry in logs if entry["event"] == "compute_picked"]
     assert picked["quantization"] == expected.quantization and picked["reason"] == expected.reason
     assert set(picked["cpu_features"]) == cpu_features()
+    if cc:
+        assert loaded.quantization != "q4"
+        if AVX512_VNNI in cpu_features() and loaded.quantization == "w8a8":
+            assert cc in picked["reason"]
 
 
 @pytest.mark.parametrize(("quantization", "dtype", "expected"), [

@@ -36,6 +36,7 @@ from gateway.replicas.pool import ReplicaRouter
 from gateway.replicas.relay import attempt
 from testkit.servers import free_port
 from testkit.sluice import MODEL_CACHE, REPO, pid_alive
+from worker.engine.native.build import compiler
 from worker.server import MAX_DETOKENIZE_TOKENS, MAX_TOKENIZE_CHARS, create_worker_app
 
 SECRET = "worker-test-secret"
@@ -239,6 +240,10 @@ async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_p
     monkeypatch.setenv("SLUICE_DATABASE_URL", "postgresql://user:password@db/sluice")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.setenv("SLUICE_MODEL_CACHE", str(MODEL_CACHE))
+    native = {"CC": compiler(), "SLUICE_NATIVE_FLAGS": "-DSLUICE_ENVIRONMENT_TEST",  # q4's build, as configured
+              "SLUICE_NATIVE_CACHE": str(tmp_path / "native")}
+    for name, value in native.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.chdir(REPO)
     worker = await WorkerProcess.spawn(ModelConfig(), tmp_path, "environment-test")
     try:
@@ -250,6 +255,7 @@ async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_p
     assert not {"SLUICE_KEY_PEPPER", "SLUICE_ADMIN_KEY", "SLUICE_DATABASE_URL"} & environ.keys()
     assert environ["AWS_REGION"] == "eu-west-1" and environ["SLUICE_MODEL_CACHE"] == str(MODEL_CACHE)
     assert environ["PATH"] == os.environ["PATH"] and environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert {name: environ.get(name) for name in native} == native
     secret = environ[WORKER_SECRET_ENV]
     assert len(secret) >= 32
     router = ReplicaRouter()  # the gateway's clients send that same secret

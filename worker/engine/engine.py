@@ -11,6 +11,7 @@ has its prompt next (scheduler.py `yield_to_newcomer`).
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -50,11 +51,11 @@ class Engine:
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
+        if loaded.quantization == "q4":  # decode and prefill of rows without an adapter run natively
+            loaded = self.loaded = self._start_native(loaded)
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
                             cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)
-        if loaded.quantization == "q4":  # decode and prefill of rows without an adapter run natively
-            self.runner.native = NativeForward(self.runner, threads=decode_threads(config) * torch.get_num_threads())
         if compile_later:
             self.runner.defer_scripting()
         else:
@@ -78,6 +79,21 @@ class Engine:
         self.quiet_work = QuietWork()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
+
+    def _start_native(self, loaded: LoadedModel) -> LoadedModel:
+        """The native forward on the runner, or, where `auto` picked q4 and it cannot start (the library
+        does not build or load, the model has a part forward.c does not run), the fallback's model: one line
+        logged instead of a failed start. A configured q4 fails the start with its error."""
+        try:
+            self.runner.native = NativeForward(self.runner,
+                                               threads=decode_threads(self.config) * torch.get_num_threads())
+        except Exception as error:
+            if loaded.fallback is None:
+                raise
+            reason = " ".join(str(error).split()) or type(error).__name__
+            log.warning("native_forward_unavailable", fallback=loaded.fallback, reason=reason)
+            return dataclasses.replace(loaded, quantization=loaded.fallback, fallback=None)
+        return loaded
 
     @property
     def rows(self) -> list[Sequence]:

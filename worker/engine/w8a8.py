@@ -1,5 +1,5 @@
 """W8A8: int8 weights and int8 activations for every projection of the lean forward
-(`quantization = "w8a8"`, CPU; what `auto` picks where the CPU has AVX2, worker/cpu_features.py). A
+(`quantization = "w8a8"`, CPU; what `auto` picks where the CPU has AVX2 but q4 cannot run, worker/cpu_features.py). A
 decode step at 16 rows is GEMM-bound in float32; FBGEMM's int8 kernels do the same products about 3x
 faster on an AVX2 core, and the whole 16-row forward runs in about half the time. The result is close
 to float32, not equal to it (README.md has the measured agreement); `quantization = "none"` with
@@ -7,10 +7,10 @@ to float32, not equal to it (README.md has the measured agreement); `quantizatio
 
 The recipe, each part measured on SmolLM2 (README.md):
 - Calibration: one forward pass over CALIBRATION_TEXT records max|x_j| per input channel j of
-  every projection (~1-2 s on a small host), remembered on disk under the weights' id and the recipe,
-  so a worker's later starts skip it. So are the quantized projections themselves (worker/tensor_cache.py:
-  also keyed by the torch version and the CPU, checked on every read): a later start reads them and only
-  lets FBGEMM pack them, instead of computing them from the float32 weights (~1.5 s of a wake).
+  every projection (~1-2 s on a small host), remembered on disk (worker/tensor_cache.py: keyed by the
+  weights' id, the recipe, the torch version and the CPU, checked on every read), so a worker's later
+  starts skip it. So are the quantized projections themselves: a later start reads them and only lets
+  FBGEMM pack them, instead of computing them from the float32 weights (~1.5 s of a wake).
 - Outliers: the 16 loudest input channels of each projection (up to 100x the median) stay in
   float32, as an exact extra product; in the int8 path they are zero.
 - SmoothQuant (Xiao et al. 2023) on the other channels: x_j is divided by
@@ -31,15 +31,12 @@ shares the batch only in the exact float32 mode.
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from worker.build_once import build_once
 from worker.engine.runner import UnsupportedModel
 from worker.tensor_cache import cached_tensors
 
@@ -161,17 +158,16 @@ def recipe(weights_id: str, projections: int) -> str:
 
 def calibrated_peaks(model: nn.Module, tokenizer, modules: list[nn.Module], cache: Path | None,
                      weights_id: str | None) -> dict[nn.Module, torch.Tensor]:
-    """`input_peaks`, remembered in `cache` under the weights' id and the recipe (no cache or no id: computed)."""
+    """`input_peaks`, remembered in `cache` under the weights' id and the recipe (worker/tensor_cache.py; no
+    cache or no id: computed)."""
     if cache is None or weights_id is None:
         return input_peaks(model, tokenizer, modules)
 
-    def calibrate(staging: Path) -> None:
+    def calibrate() -> dict[str, torch.Tensor]:
         peaks = input_peaks(model, tokenizer, modules)
-        save_file({str(index): peaks[module] for index, module in enumerate(modules)}, staging / "peaks.safetensors")
+        return {str(index): peaks[module] for index, module in enumerate(modules)}
 
-    key = hashlib.sha256(recipe(weights_id, len(modules)).encode()).hexdigest()
-    target = build_once(cache / key, "peaks.safetensors", calibrate)
-    saved = load_file(target / "peaks.safetensors")
+    saved = cached_tensors(cache, f"w8a8 calibration\0{recipe(weights_id, len(modules))}", calibrate)
     return {module: saved[str(index)] for index, module in enumerate(modules)}
 
 

@@ -6,25 +6,47 @@ over a prompt was ~1.0 against logits up to ~36 (rms ~0.2). The tolerances below
 LOGIT_TOLERANCE of the largest logit for any one logit; a greedy token whose reference logit is within
 TIE of the reference's best counts as a tie (the two paths may choose either), and anything else fails.
 A bug (a wrong position, slot, head or layout) moves logits by far more.
+
+The tiny model's tests run twice: on the library built for this CPU (AVX512-VNNI where it has it) and on the
+plain-C path a CPU without it runs (built here with `-mno-avx512vnni`, build.py's SLUICE_NATIVE_FLAGS). Where
+`auto` picked q4 and the native forward cannot start, the engine runs w8a8 instead (tested with a real worker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import httpx
+import msgspec
 import pytest
 import torch
+from structlog.testing import capture_logs
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.activations import ACT2FN
 
-from common.protocol import Constraint, Token
+from common.protocol import Constraint, Finish, ModelInfo, Token, decode_event
+from testkit.servers import free_port
+from testkit.sluice import MODEL_CACHE, REPO, wait_for_health
+from testkit.tiny_model import tiny_llama, write_tiny_model
 from tests.worker.beam.helpers import request, run_all
 from tests.worker.engine.runs import running_engine
-from worker.engine.native.build import NativeUnavailable, compiler
+from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
+from worker.engine.native.build import FLAGS, NativeUnavailable, compiler, load_library
 from worker.engine.native.model import NativeForward
 from worker.engine.native.pack import EXACT_4BIT, pack4, pack8, pick, relative_error
 from worker.engine.runner import ModelRunner
+from worker.engine.w8a8 import Int8Linear
 
+PLAIN_C = "-mno-avx512vnni"  # forward.c's portable path, whatever this CPU has
 LOGIT_TOLERANCE = 0.06  # of max |logit| (SmolLM2: 1.02 / 36.4 = 0.028 measured)
 TIE = 1.5  # logits (SmolLM2: max per-step difference ~1.1)
 PROMPTS = ["The capital of France is", "def fibonacci(n):",
@@ -66,9 +88,36 @@ def _close(ours: torch.Tensor, reference: torch.Tensor) -> None:
     assert error <= LOGIT_TOLERANCE * float(reference.abs().max()), error
 
 
-@pytest.fixture(scope="module")
-def tiny_pair():
-    return _pair(_tiny_llama(3))
+@contextlib.contextmanager
+def native_flags(flags: str):
+    """SLUICE_NATIVE_FLAGS for what is built (or picked from the cache) meanwhile."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLUICE_NATIVE_FLAGS", flags)
+        yield
+
+
+@pytest.fixture(scope="module", params=["", PLAIN_C], ids=["this-cpu", "plain-c"])
+def tiny_pair(request):
+    if request.param and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the plain-C build's flag is x86's")
+    with native_flags(request.param):
+        return _pair(_tiny_llama(3))
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the plain-C build's flag is x86's")
+def test_the_plain_c_build_is_its_own_library_without_vnni():
+    """What makes the plain-c runs above the fallback: the compiler defines no __AVX512VNNI__ under these
+    flags (what forward.c tests for its fast path), and the library is another one than this CPU's default."""
+    def defines(*extra: str) -> str:
+        return subprocess.run([compiler(), *FLAGS[:-1], *extra, "-dM", "-E", "-x", "c", os.devnull],
+                              capture_output=True, text=True, check=True).stdout
+
+    assert "__AVX512VNNI__" not in defines(PLAIN_C)
+    if AVX512_VNNI in cpu_features():  # here the flag is what turns the fast path off
+        assert "__AVX512VNNI__" in defines()
+    with native_flags(PLAIN_C):
+        plain = load_library()
+    assert Path(plain._name).parent != Path(load_library()._name).parent
 
 
 def test_both_weight_formats_are_picked_and_reproduce_their_weights(tiny_pair):
@@ -226,3 +275,91 @@ def test_without_a_compiler_q4_says_so_in_one_line(monkeypatch):
     with pytest.raises(NativeUnavailable, match="needs a C compiler") as raised:
         compiler()
     assert "\n" not in str(raised.value)
+
+
+BROKEN_BUILDS = {"no-compiler": {"CC": "/nowhere/cc"}, "compiler-fails": {"CC": "false"},
+                 "flag-refused": {"SLUICE_NATIVE_FLAGS": "--no-such-flag-for-sluice"}}
+
+
+@pytest.fixture(scope="module")
+def tiny_loaded(smol_cpu):
+    return tiny_llama(smol_cpu.tokenizer, seed=4)
+
+
+@pytest.mark.parametrize("broken", BROKEN_BUILDS.values(), ids=BROKEN_BUILDS.keys())
+def test_where_auto_picked_q4_a_failed_native_start_runs_w8a8_with_one_line(tiny_loaded, tmp_path, monkeypatch,
+                                                                               broken):
+    """What the loader hands the engine where `auto` picked q4 (its fallback w8a8): a compiler that is not
+    there, one that fails, or flags it refuses leave the engine on w8a8, serving, and one warning says why."""
+    monkeypatch.setenv("SLUICE_NATIVE_CACHE", str(tmp_path))  # nothing built before stands in
+    for name, value in broken.items():
+        monkeypatch.setenv(name, value)
+    picked = dataclasses.replace(tiny_loaded, quantization="q4", fallback="w8a8")
+    with capture_logs() as logs, running_engine(picked, "fallback", max_batch_size=2, max_context=64) as engine:
+        assert engine.runner.native is None and isinstance(engine.runner.fused[0].qkv, Int8Linear)
+        assert (engine.loaded.quantization, engine.loaded.fallback) == ("w8a8", None)
+        [run] = run_all(engine, [request([1, 2, 3], max_tokens=4, min_tokens=4, temperature=0.0)])
+    assert len(run.finishes[0].token_ids) == 4
+    [warning] = [entry for entry in logs if entry["event"] == "native_forward_unavailable"]
+    assert warning["log_level"] == "warning" and warning["fallback"] == "w8a8"
+    assert "\n" not in warning["reason"] and ("compil" in warning["reason"] or "C compiler" in warning["reason"])
+
+
+def test_where_auto_picked_q4_a_model_forward_c_does_not_run_gets_w8a8(tiny_loaded):
+    """A GELU-gated MLP (forward.c computes SiLU only): the engine serves the model in w8a8 instead."""
+    model = copy.deepcopy(tiny_loaded.model)
+    model.config.hidden_act = "gelu_pytorch_tanh"
+    for layer in model.model.layers:
+        layer.mlp.act_fn = ACT2FN["gelu_pytorch_tanh"]
+    picked = dataclasses.replace(tiny_loaded, model=model, quantization="q4", fallback="w8a8")
+    with capture_logs() as logs, running_engine(picked, "gelu", max_batch_size=2, max_context=64) as engine:
+        assert engine.runner.native is None and engine.loaded.quantization == "w8a8"
+        [run] = run_all(engine, [request([1, 2, 3], max_tokens=4, min_tokens=4, temperature=0.0)])
+    assert len(run.finishes[0].token_ids) == 4
+    [warning] = [entry for entry in logs if entry["event"] == "native_forward_unavailable"]
+    assert "SiLU" in warning["reason"]
+
+
+def test_a_configured_q4_whose_build_fails_fails_the_start_in_one_line(tiny_loaded, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLUICE_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.setenv("SLUICE_NATIVE_FLAGS", "--no-such-flag-for-sluice")
+    with pytest.raises(NativeUnavailable, match="compiling forward.c failed") as raised, \
+            running_engine(dataclasses.replace(tiny_loaded, quantization="q4"), "configured", max_context=64):
+        pass
+    assert "\n" not in str(raised.value) and "no-such-flag-for-sluice" in str(raised.value)
+
+
+def test_a_worker_whose_auto_q4_cannot_build_serves_w8a8(tmp_path):
+    """The real start (`python -m worker`, quantization and dtype `auto`) on a CPU where auto picks q4, with
+    a compiler that fails: the worker reports w8a8, serves, and logged the fallback in one line."""
+    engines = frozenset(torch.backends.quantized.supported_engines)
+    if pick_cpu_default(cpu_features(), engines, None).quantization != "q4":
+        pytest.skip("auto does not pick q4 on this CPU")
+    model = write_tiny_model(tmp_path / "tiny")
+    port, log = free_port(), tmp_path / "worker.log"
+    env = {**os.environ, "SLUICE_MODEL_CACHE": str(MODEL_CACHE), "SLUICE_NATIVE_CACHE": str(tmp_path / "native"),
+           "SLUICE_LOG_FORMAT": "json",
+           "CC": shutil.which("false") or "false"}
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "worker", "--port", str(port), "--data-dir",
+                                    str(tmp_path / "data"), "--model-json",
+                                    json.dumps({"source": str(model), "max_batch_size": 2, "max_context": 128})],
+                                   cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_health(process, url, 300, "the worker")
+            info = msgspec.json.decode(httpx.get(f"{url}/info", timeout=30).content, type=ModelInfo)
+            reply = httpx.post(f"{url}/generate", timeout=120, content=msgspec.json.encode(
+                request([1, 2, 3], max_tokens=3, min_tokens=3, temperature=0.0)))
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert info.quantization == "w8a8"
+    assert reply.status_code == 200, reply.text
+    events = [decode_event(line) for line in reply.content.splitlines() if line]
+    assert [len(e.token_ids) for e in events if isinstance(e, Finish)] == [3]
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    [picked] = [line for line in lines if line.get("event") == "compute_picked"]
+    assert picked["quantization"] == "q4"
+    [fallback] = [line for line in lines if line.get("event") == "native_forward_unavailable"]
+    assert fallback["fallback"] == "w8a8" and "compiling forward.c failed" in fallback["reason"]

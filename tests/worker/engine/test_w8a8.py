@@ -14,6 +14,7 @@ from worker.engine.engine import Engine
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import PACKED_DIR, Int8Linear, calibrated_peaks, input_peaks, quantize_runner
 from worker.loading import load_model
+from worker.tensor_cache import TENSORS
 
 TEXTS = ["The history of the river town begins with a ferry crossing, a mill and a handful of farms. Merchants",
          "def parse(line):\n    key, _, value = line.partition('=')\n    return",
@@ -119,7 +120,7 @@ def test_the_calibration_is_remembered_under_the_weights_id_and_the_recipe(smol_
     again = calibrated_peaks(None, None, modules, tmp_path, "weights-a")  # read back: no model, no forward pass
     assert all(torch.equal(first[m], again[m]) for m in modules)
     calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, tmp_path, "weights-b")  # other weights: anew
-    assert len(list(tmp_path.glob("*/peaks.safetensors"))) == 2
+    assert len(list(tmp_path.glob(f"*/{TENSORS}"))) == 2
     assert calibrated_peaks(smol_cpu.model, smol_cpu.tokenizer, modules, None, "weights-a")  # no cache: computed
 
 
