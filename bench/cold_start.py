@@ -2,7 +2,8 @@
 once the endpoint is warm.
 
     .venv/bin/python bench/cold_start.py [--model default|tiny|both] [--runs 3] [--warm-requests 200]
-                                         [--burst 100] [--burst-tokens 16] [--quick]
+                                         [--burst 100] [--burst-tokens 16] [--quantization auto|w8a8|q4|...]
+                                         [--quick]
 
 `--model default` is SmolLM2-135M-Instruct (its dequantized copy cached); `tiny` the tiny random Llama the
 tests use (testkit/tiny_model.py, written to a temporary directory): what is left when the weights
@@ -146,26 +147,28 @@ def burst_request(index: int, model: str, tokens: int) -> GenerateRequest:
                            params=SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True))
 
 
-async def served(endpoints: Endpoints, endpoint, index: int, tokens: int) -> tuple[int, float]:
-    """One non-streamed request through the activator and the failover proxy: its completion tokens, and
-    the time it waited in the activator's queue (at zero: the wake)."""
+async def served(endpoints: Endpoints, endpoint, index: int, tokens: int) -> tuple[int, float, float, object]:
+    """One non-streamed request through the activator and the failover proxy: its completion tokens, the time it
+    waited in the activator's queue (at zero: the wake), when it was answered (monotonic) and its replica."""
     deadline = time.monotonic() + 600
     lease = await endpoints.acquire(endpoint, deadline)
     events = WorkerClient(endpoints).stream(endpoint, lease, burst_request(index, endpoint.name, tokens), deadline)
     result = await collect(events)
     if result.done is None:
         raise RuntimeError(f"burst request {index} ended without its usage")
-    return result.done.completion_tokens, lease.waited_s
+    return result.done.completion_tokens, lease.waited_s, time.monotonic(), lease.replica
 
 
-async def burst(endpoints: Endpoints, endpoint, count: int, tokens: int) -> tuple[float, float]:
-    """Seconds from sending `count` requests together until the last answer, and until the first was released
-    onto a replica (the wake, from zero)."""
+async def burst(endpoints: Endpoints, endpoint, count: int, tokens: int) -> dict:
+    """Seconds from sending `count` requests together until the last answer, until the first was released onto a
+    replica (the wake, from zero) and until the first answer; and the replica's start phases (`/info`)."""
     started = time.monotonic()
     answered = await asyncio.gather(*(served(endpoints, endpoint, index, tokens) for index in range(count)))
-    if sum(tokens_ for tokens_, _ in answered) != count * tokens:
-        raise RuntimeError(f"the burst got {sum(t for t, _ in answered)} tokens, not {count * tokens}")
-    return time.monotonic() - started, min(waited for _, waited in answered)
+    if sum(a[0] for a in answered) != count * tokens:
+        raise RuntimeError(f"the burst got {sum(a[0] for a in answered)} tokens, not {count * tokens}")
+    info = msgspec.json.decode((await answered[0][3].client.get("/info")).content, type=ModelInfo)
+    return {"total": max(a[2] for a in answered) - started, "wake": min(a[1] for a in answered),
+            "first_answer": min(a[2] for a in answered) - started, "start_seconds": info.start_seconds}
 
 
 async def burst_run(data_dir: Path, model: dict, count: int, tokens: int) -> dict:
@@ -176,11 +179,14 @@ async def burst_run(data_dir: Path, model: dict, count: int, tokens: int) -> dic
     try:
         await spare_ready(endpoints)
         endpoint = endpoints.resolve(spec.name, None)
-        from_zero, woken = await burst(endpoints, endpoint, count, tokens)
+        from_zero = await burst(endpoints, endpoint, count, tokens)
         await spare_ready(endpoints)  # settled: the refill's imports and the worker's background work are over
         await asyncio.sleep(1.0)
-        warm_, _ = await burst(endpoints, endpoint, count, tokens)
-        return {"burst_from_zero": from_zero, "burst_wake": woken, "burst_warm": warm_}
+        warm_ = await burst(endpoints, endpoint, count, tokens)
+        print(f"  burst from zero: wake {from_zero['wake']:.2f} s, first answer {from_zero['first_answer']:.2f} s, "
+              f"last {from_zero['total']:.2f} s; warm: first answer {warm_['first_answer']:.2f} s, last "
+              f"{warm_['total']:.2f} s; the woken worker's start: {from_zero['start_seconds']}", flush=True)
+        return {"burst_from_zero": from_zero["total"], "burst_wake": from_zero["wake"], "burst_warm": warm_["total"]}
     finally:
         await endpoints.drain_and_stop()
 
@@ -273,6 +279,7 @@ def main() -> None:
     parser.add_argument("--warm-requests", type=int, default=200)
     parser.add_argument("--burst", type=int, default=100, help="requests in the burst at zero (0: none)")
     parser.add_argument("--burst-tokens", type=int, default=16)
+    parser.add_argument("--quantization", default="auto", help="the endpoint's `quantization` (auto: the worker picks)")
     parser.add_argument("--quick", action="store_true", default=bool(os.environ.get("SLUICE_BENCH_QUICK")))
     args = parser.parse_args()
     if args.quick:
@@ -289,7 +296,8 @@ def main() -> None:
                         Path(tiny), args)
     if args.model in ("default", "both"):
         weights = next(p for p in CACHE.iterdir() if (p / "config.json").exists())
-        bench_model("SmolLM2-135M", {"name": MODEL}, weights, args)
+        bench_model(f"SmolLM2-135M ({args.quantization})", {"name": MODEL, "quantization": args.quantization},
+                    weights, args)
 
 
 if __name__ == "__main__":

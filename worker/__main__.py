@@ -1,6 +1,7 @@
 """`python -m worker`: load one model and serve it (started and supervised by `sluice serve`).
 
-With `--standby` it imports everything first, then waits for its model on stdin (common/worker_launch.py).
+With `--standby` it imports everything first (and loads the native forward's library, building it where its
+source changed), then waits for its model on stdin (common/worker_launch.py).
 Its start is timed phase by phase and reported in `/info` (`start_seconds`): process_start, imports, weights,
 engine, warm_up, compile (the scripted decode layers), total.
 """
@@ -8,6 +9,7 @@ engine, warm_up, compile (the scripted decode layers), total.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -26,6 +28,7 @@ from worker import IMPORTED_AT
 from worker.allocator import return_large_blocks
 from worker.decoding.grammar.compile_process import start_server
 from worker.engine.engine import Engine
+from worker.engine.native.build import NativeUnavailable, load_library
 from worker.loading import load_model, preload_model_code
 from worker.prompt_overhead import measure
 from worker.secret import bind_refusal
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     start_server()
     if args.standby:
         preload_model_code()
+        preload_native()
         structlog.get_logger("worker").info(STANDBY_READY)
         line = sys.stdin.buffer.readline()
         if not line.strip():
@@ -101,6 +105,13 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
                     loop="uvloop", http="httptools", lifespan="off")
     finally:
         engine.stop()
+
+
+def preload_native() -> None:
+    """The q4 forward's library, loaded ahead (a first use after its source changed compiles it: seconds of a
+    core that a wake would pay). Without a compiler nothing is loaded; a q4 model says why when assigned."""
+    with contextlib.suppress(NativeUnavailable, OSError):
+        load_library()
 
 
 def _new_id() -> str:

@@ -39,6 +39,7 @@ from worker.lora.store import AdapterStore
 from worker.threads import decode_threads
 
 log = structlog.get_logger(__name__)
+WARM_UP_PROMPTS = ("Hello, how are you today?", "The capital of France is")  # a few tokens each: prefill forwards
 
 
 class Engine:
@@ -143,23 +144,34 @@ class Engine:
     def finish_start(self) -> None:
         """What `compile_later` left, once the engine is warm: the scripted decode layers now, before the
         worker takes traffic (full speed from its first step: runner.script_now says why not beside it),
-        the grammar vocabulary in a low-priority thread at the engine's first quiet moment (quiet_work.py)."""
-        self.runner.script_now()
-        self.quiet_work.add(self.grammars.build_in_background, time.monotonic())
+        the grammar vocabulary in a low-priority thread at the engine's first quiet moment (quiet_work.py).
+        Under the native forward (q4) the scripted layers decode only rows with an adapter: they wait for the
+        first quiet moment too (in the engine thread, between steps), so the wake does not pay their compile."""
+        now = time.monotonic()
+        if self.runner.native is None:
+            self.runner.script_now()
+        else:
+            self.quiet_work.add(self.runner.script_now, now)
+        self.quiet_work.add(self.grammars.build_in_background, now)
 
     def warm_up(self, timeout_s: float = 60.0) -> None:
-        """One tiny greedy request through the whole path (tokenizer, prefill, a decode step,
-        detokenizer) after `start` and before the worker takes traffic: the first real request then
-        pays no first-call costs."""
+        """Two tiny greedy requests through the whole path (tokenizer, a prefill forward each, decode steps
+        of two rows, detokenizer) after `start` and before the worker takes traffic: the first real requests
+        then pay no first-call costs, and the prefill pace (prefill_pace.py) has measured a prompt's forward
+        and a decode step, so a burst that wakes the worker is admitted as a warm worker's would be."""
         finished = threading.Event()
+        left = [len(WARM_UP_PROMPTS)]
 
-        def sink(batch: list) -> None:
+        def sink(batch: list) -> None:  # the engine thread's
             if any(isinstance(event, (Done, Error)) for event in batch):
-                finished.set()
+                left[0] -= 1
+                if not left[0]:
+                    finished.set()
 
-        request = GenerateRequest(request_id="warm-up", model=self.config.name, prompt="Hello",
-                                  params=SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
-        self.submit(self.prepare(request), sink)
+        for index, prompt in enumerate(WARM_UP_PROMPTS):
+            request = GenerateRequest(request_id=f"warm-up-{index}", model=self.config.name, prompt=prompt,
+                                      params=SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+            self.submit(self.prepare(request), sink)
         finished.wait(timeout_s)
 
     def stop(self) -> None:

@@ -64,6 +64,8 @@ class Executor:
             grown = sum(self.runner.cache.grow_layer(plan.grow) for _ in range(plan.grow_layers))
             if grown:
                 report.growth = (grown * self.runner.cache.layer_bytes(plan.grow), time.perf_counter() - started)
+        if plan.rows_ahead > self.runner.cache.rows:  # slots for every row about to join, in one growth
+            self.runner.cache.ensure(0, plan.rows_ahead)
         ran = 0
         while ran < len(plan.prefills):
             prefill = plan.prefills[ran]

@@ -7,8 +7,10 @@ and grows with the prompt's position, so no fixed budget fits: the pace is measu
 
 - Each prefill forward is timed and fitted as `overhead + per_token x tokens` (least squares over the recent
   forwards, older ones weighing less). Forwards of close sizes give only the ratio (overhead 0): a slope
-  fitted over a narrow range is noise. A step prefills at most twice the largest forward measured, so a fit
-  is never trusted far beyond what it saw.
+  fitted over a narrow range is noise. A forward prefills at most twice the largest forward measured, so a
+  fit is never trusted far beyond what it saw; a step may run several such forwards (short prompts of a
+  burst: the fit was measured on their like, and a cap on the step's total let a burst that reached a woken
+  worker over a few milliseconds join two prompts a step, its rows a wave behind one another for its whole run).
 - Each decode step's time is averaged.
 - While rows decode, a step's prefill may add `PACE` x one decode step (its *allowance*), times the prompts
   waiting when more than one waits: a burst of requests is mostly waiting prompts, and holding 15 of them back
@@ -89,14 +91,16 @@ class PrefillPace:
         cost = self.cost()
         if cost is None or self.decode_s is None:
             return Allowance(min(self.max_tokens, MIN_CHUNK), None, None)
-        return Allowance(min(self.max_tokens, 2 * self.largest), PACE * self.decode_s * max(1, prompts), cost)
+        return Allowance(self.max_tokens, PACE * self.decode_s * max(1, prompts), cost, forward_tokens=2 * self.largest)
 
 
 class Allowance:
-    """One step's prefill budget, spent forward by forward (`grant`)."""
+    """One step's prefill budget, spent forward by forward (`grant`); `forward_tokens` bounds each forward."""
 
-    def __init__(self, tokens: int, seconds: float | None, cost: tuple[float, float] | None):
+    def __init__(self, tokens: int, seconds: float | None, cost: tuple[float, float] | None,
+                 forward_tokens: int | None = None):
         self.tokens, self.seconds, self._cost = tokens, seconds, cost
+        self.forward_tokens = tokens if forward_tokens is None else forward_tokens
         self.forwards = 0
 
     @property
@@ -107,11 +111,11 @@ class Allowance:
         if self.seconds is None or self.forwards == 0:
             return True
         overhead, per_token = self._cost
-        return self.seconds >= overhead + per_token * min(MIN_CHUNK, self.tokens)
+        return self.seconds >= overhead + per_token * min(MIN_CHUNK, self.tokens, self.forward_tokens)
 
     def grant(self, wanted: int) -> int:
         """Tokens the next forward prefills out of the `wanted` rest of its prompt (0 when it has none), spent."""
-        granted = min(wanted, self.tokens)
+        granted = min(wanted, self.tokens, self.forward_tokens)
         if self.seconds is not None and granted > 0:
             overhead, per_token = self._cost
             charged = min(overhead, self.seconds / 2) if self.forwards == 0 else overhead

@@ -59,6 +59,7 @@ class StepPlan:
     grow_layers: int = 0  # ...this many of them in this step
     dropped: list[tuple[RequestState, Error]] = field(default_factory=list)  # waiting requests that never start
     beams_sit_out: bool = False  # with ordinary rows beside them, beam rows skip this decode step
+    rows_ahead: int = 0  # with prefills: the rows the batch will hold once what waits has joined (<= max_rows)
 
 
 @dataclass
@@ -144,6 +145,8 @@ class Scheduler:
         decoding = bool(self.slots.rows)
         prompts = len(self.waiting) + (self.prefilling is not None)  # a burst waits: prefill_pace.py
         self._plan_prefills(plan, self.pace.allowance(decoding, prompts), starting)
+        if plan.prefills:
+            plan.rows_ahead = self._rows_ahead(plan)
         rows = len(self.slots.rows) + sum(state.prepared.candidates for state in starting)
         ordinary = self.slots.ordinary() + sum(s.prepared.candidates for s in starting
                                                if s.prepared.request.params.num_beams <= 1)
@@ -291,6 +294,16 @@ class Scheduler:
         if state.parked is None and not state.prefilled:  # a resumed request keeps its first wait
             state.queue_s = time.perf_counter() - state.submitted
         return state
+
+    def _rows_ahead(self, plan: StepPlan) -> int:
+        """The rows running, starting and waiting, up to max_rows: the KV cache makes room for them at once,
+        one growth of its slot axis for a burst rather than one per few rows joining (kv_cache.py)."""
+        rows = len(self.slots.rows)
+        for state in itertools.chain({id(p.state): p.state for p in plan.prefills}.values(), self.waiting):
+            rows += state.prepared.candidates
+            if rows >= self.max_rows:
+                return self.max_rows
+        return rows
 
     def _take_turns(self, starting: list[RequestState]) -> None:
         """Reorder the waiting queue so that tenants take turns at the free rows (fair_turns.py)."""

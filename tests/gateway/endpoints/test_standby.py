@@ -1,6 +1,7 @@
 """The standby spare over real worker processes (`python -m worker --standby`, the tiny random model): it
-is imported ahead with the grammar fork server already running, a waking endpoint takes it, and the next
-spare is only spawned once the local workers are quiet, never beside the replica it woke while it serves."""
+is imported ahead with the grammar fork server already running and the q4 forward's library loaded, a waking
+endpoint takes it, and the next spare is only spawned once the local workers are quiet, never beside the
+replica it woke while it serves."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import parse_endpoint
 from testkit.tiny_model import write_tiny_model
 from tests.gateway.endpoints.helpers import START_S, open_endpoints, until
+from worker.engine.native.build import LIBRARY, NativeUnavailable, compiler
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +46,14 @@ def descendants(root: int) -> dict[int, str]:
     return below
 
 
+def native_forward_builds() -> bool:
+    try:
+        compiler()
+    except NativeUnavailable:
+        return False
+    return True
+
+
 def workers() -> list[int]:
     """This test's worker processes (the replica and any spare), not their own children."""
     return [pid for pid, command in descendants(os.getpid()).items() if " -m worker" in command]
@@ -62,6 +72,8 @@ async def test_the_spare_is_refilled_only_once_the_woken_replica_is_quiet(tmp_pa
         [spare] = workers()
         # its grammar fork server started with the imports, not after a wake
         assert any("forkserver" in command for command in descendants(spare).values())
+        if native_forward_builds():  # and the q4 forward's library is loaded (built where its source changed)
+            assert LIBRARY in Path(f"/proc/{spare}/maps").read_text()
 
         lease = await endpoints.acquire(endpoint, time.monotonic() + START_S)  # wakes the endpoint: takes the spare
         assert workers() == [spare]
