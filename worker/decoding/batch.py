@@ -113,7 +113,9 @@ class DecodingBatch:
         if logits.shape != (len(self.rows), self.vocab_size):
             raise ValueError(f"logits {tuple(logits.shape)} != ({len(self.rows)}, {self.vocab_size})")
         params = self.params
-        scores = logits.to(device=self.device, dtype=torch.float32, copy=True)
+        # a copy only where something writes into it: the usual greedy or plainly sampled row reads the logits
+        edited = params.edits_scores or any(r.grammar is not None for r in self.rows)
+        scores = logits.to(device=self.device, dtype=torch.float32, copy=edited)
         apply_logit_bias(scores, params)
         scores = apply_penalties(scores, params, self.tensors)
         apply_bans(scores, params, self.rows)

@@ -58,6 +58,14 @@ class BatchParams:
     logprobs: list[int]  # top-N per row (0 = chosen token only, also when off)
     max_logprobs: int
 
+    @property
+    def edits_scores(self) -> bool:
+        """Whether a processor before the warpers writes into the scores (a bias, a penalty, a ban)."""
+        return (self.bias_pairs is not None or self.ban_pairs is not None or self.end_pairs is not None
+                or self.repetition_rows is not None or self.encoder_repetition_rows is not None
+                or self.count_penalty_rows is not None
+                or bool(self.ngram_rows or self.encoder_ngram_rows or self.multi_ban_rows))
+
 
 def min_new_tokens(state: RowState) -> int:
     p = state.spec.params

@@ -71,6 +71,8 @@ class RowTensors:
         return view
 
     def append(self, tokens: torch.Tensor) -> None:
+        if self.seen is None and self.counts is None:
+            return
         rows = torch.arange(len(tokens), device=self.device)
         if self.seen is not None:
             self.seen[rows, tokens] = True

@@ -28,13 +28,22 @@ class Choice:
                       [lp for p in parts for lp in p.logprobs], [top for p in parts for top in p.top_logprobs])
 
 
+def argmax(scores: torch.Tensor) -> torch.Tensor:
+    """`scores.argmax(dim=-1)`: the same index (the first of equal maxima; a NaN counts as the maximum), from
+    NumPy's vectorized argmax on a CPU tensor, which takes microseconds where torch's takes ~0.15 ms per row
+    of a 49k vocabulary."""
+    if scores.device.type != "cpu" or scores.dtype != torch.float32 or scores.dim() != 2:
+        return scores.argmax(dim=-1)
+    return torch.from_numpy(scores.detach().numpy().argmax(axis=-1))
+
+
 def choose(scores: torch.Tensor, logprob_scores: torch.Tensor, params: BatchParams, rows: list[RowState]) -> Choice:
     """Pick one token per row from the warped `scores`; report logprobs from `logprob_scores`.
 
     Sampling is inverse-CDF with one uniform draw per sampled row from that row's own CPU generator,
     so a row's tokens depend only on its seed and history, never on what else is in the batch.
     """
-    tokens = scores.argmax(dim=-1)
+    tokens = argmax(scores)
     sample = params.sample_rows
     if sample is not None:
         probs = torch.softmax(scores[sample], dim=-1)

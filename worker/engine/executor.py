@@ -40,14 +40,26 @@ from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.scheduler import Prefill, StepPlan, StepReport
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
+from worker.threads import intra_op_threads
 
 log = structlog.get_logger(__name__)
+# below this many rows a decode step's logits pipeline (a few vocabulary-wide ops per row) runs on one torch
+# thread: waking the OpenMP team costs more than it saves (1 row of SmolLM2's 49k: 0.23 ms on one thread,
+# 4 ms on two on a busy 2-core host), and its threads spin on the cores the next native forward needs
+TEAM_LOGITS_ROWS = 8
+
+
+def logits_threads(rows: int, team: int) -> int:
+    """torch threads for the logits pipeline of a step of `rows` rows in one group, `team` being torch's own
+    count (1 on a busy host: host_load.py)."""
+    return 1 if rows < TEAM_LOGITS_ROWS else team
 
 
 class Executor:
     def __init__(self, runner: ModelRunner, slots: Slots, prefixes: PrefixCache, tokenizer, worker_id: str):
         self.runner, self.slots, self.prefixes = runner, slots, prefixes
         self.tokenizer, self.worker_id = tokenizer, worker_id
+        self.special_ids = frozenset(tokenizer.all_special_ids)
         self.steps = 0  # decode steps run
         self.host = HostLoad()
 
@@ -197,15 +209,18 @@ class Executor:
         overrides = {i: r.request.last_embed for i, r in enumerate(rows)
                      if not r.output_ids and r.request.last_embed is not None}
 
+        threads = self.host.prefill_threads(self.runner.prefill_threads)
+
         def choose(first: int, end: int, out: StepOutput):  # in each row group's thread, after its forward
             logits = prenormalize(rows[first:end], out.logits)
-            scores, choice, faults = choose_isolating(batch.slice(first, end), logits)
+            team = torch.get_num_threads()  # parallel row groups leave it: their threads share the setting
+            with intra_op_threads(team if end - first < count else logits_threads(count, min(threads, team))):
+                scores, choice, faults = choose_isolating(batch.slice(first, end), logits)
             return out, scores, choice, {first + i: why for i, why in faults.items()}
 
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
                                            want_hidden=want_hidden, embeds_override=overrides, then=choose,
-                                           adapters=[r.request.adapter for r in rows],
-                                           threads=self.host.prefill_threads(self.runner.prefill_threads))
+                                           adapters=[r.request.adapter for r in rows], threads=threads)
         out = StepOutput.concat([group[0] for group in groups])
         scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
         choice = Choice.concat([group[2] for group in groups])
@@ -234,7 +249,8 @@ class Executor:
         state = row.request
         if state.streams_tokens:
             params = state.prepared.request.params
-            events.add(state, token_event(row, token, delta, choice, i, out, params, self.tokenizer))
+            events.add(state, token_event(row, token, delta, choice, i, out, params, self.tokenizer,
+                                              self.special_ids))
             for call in calls:
                 events.add(state, call)
             if row.finish:

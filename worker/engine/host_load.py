@@ -22,6 +22,7 @@ class HostLoad:
         self.cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
         self.source = source
         self.others: float | None = None  # runnable tasks besides the engine thread, smoothed
+        self._file: tuple[str, int] | None = None  # (source, descriptor): read again from offset 0 each step
 
     def prefill_threads(self, team: int) -> int:
         """`team`, or 1 when the host's other runnable tasks leave the team's extra threads no idle core."""
@@ -35,8 +36,20 @@ class HostLoad:
         return team if self.others + team < self.cores + 1 else 1  # below one task short of a core each
 
     def _runnable(self) -> int | None:
+        """The count of runnable tasks, read through a descriptor kept open (a decode step reads it: opening the
+        file each time cost more than the read); None when it cannot be read."""
         try:
-            with open(self.source) as file:
-                return int(file.read().split()[3].split("/")[0])
+            if self._file is None or self._file[0] != self.source:
+                self.close()
+                self._file = (self.source, os.open(self.source, os.O_RDONLY))
+            return int(os.pread(self._file[1], 256, 0).split()[3].split(b"/")[0])
         except (OSError, IndexError, ValueError):
             return None
+
+    def close(self) -> None:
+        if self._file is not None:
+            os.close(self._file[1])
+            self._file = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -46,8 +46,9 @@ class StepEvents:
 
 
 def token_event(row: Sequence, token: int, delta: str, choice, position: int, out, params: SamplingParams,
-                tokenizer) -> Token:
-    """Built in one call, so the protocol's checks (finite floats, floored logprobs) see every field."""
+                tokenizer, special_ids: frozenset[int]) -> Token:
+    """Built in one call, so the protocol's checks (finite floats, floored logprobs) see every field.
+    `special_ids`: the tokenizer's `all_special_ids`, which it builds anew on each read."""
     fields = {}
     if params.logprobs is not None:
         fields["logprob"] = choice.logprobs[position]
@@ -63,7 +64,7 @@ def token_event(row: Sequence, token: int, delta: str, choice, position: int, ou
         fields["hidden_state"] = out.hidden[position].tolist()
     if params.include_output_logits:
         fields["logits"] = out.logits[position].tolist()
-    return Token(index=row.candidate, token_id=token, text=delta, special=token in tokenizer.all_special_ids,
+    return Token(index=row.candidate, token_id=token, text=delta, special=token in special_ids,
                  **fields)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
+from common.protocol import Watermark
 from tests.worker.decoding.helpers import spec
 from worker.decoding import DecodingBatch
+from worker.decoding.sampling import argmax
 
 V = 50
 
@@ -22,6 +25,16 @@ def test_greedy_is_argmax():
     logits = torch.randn(1, V)
     choice = batch.choose(batch.process(logits))
     assert choice.token_ids == [int(logits.argmax())]
+
+
+def test_argmax_is_torchs_on_ties_nan_and_infinities():
+    inf, nan = float("inf"), float("nan")
+    rows = torch.tensor([[1.0, 3.0, 3.0, 2.0], [nan, 1.0, nan, 5.0], [-inf] * 4, [inf, 1.0, inf, nan],
+                         [0.5, -inf, inf, inf], [-0.0, 0.0, -0.0, -1.0]])
+    wide = torch.randn(5, 49152).round(decimals=1)  # many ties at the maximum
+    for scores in (rows, wide, wide[1:3], wide[:, ::2], wide.t().contiguous().t()):
+        picked = argmax(scores)
+        assert picked.dtype == torch.long and picked.tolist() == scores.argmax(dim=-1).tolist()
 
 
 def test_seeded_sampling_ignores_batch_composition():
@@ -156,3 +169,24 @@ def test_process_leaves_logits_alone_and_checks_shape():
         pass
     else:
         raise AssertionError("shape mismatch accepted")
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"temperature": 0.7, "top_k": 5}, {"logit_bias": {3: 2.0}}, {"repetition_penalty": 1.5},
+    {"encoder_repetition_penalty": 1.5}, {"presence_penalty": 0.5}, {"frequency_penalty": 0.5},
+    {"no_repeat_ngram_size": 1}, {"encoder_no_repeat_ngram_size": 1}, {"bad_word_tokens": [[4]]},
+    {"bad_word_tokens": [[2, 4]]}, {"min_tokens": 3, "eos": [5]}, {"watermark": Watermark(gamma=0.5, delta=2.0)},
+])
+def test_every_processor_leaves_the_logits_alone(settings):
+    """A batch whose processors edit nothing reads the logits without copying them: each one that edits writes
+    into a copy, beside a row that uses none."""
+    batch = DecodingBatch(V)
+    batch.add(spec([1, 2], temperature=0.0))
+    batch.add(spec([1, 2, 4, 2], **settings))
+    logits = torch.randn(2, V)
+    before = logits.clone()
+    for _ in range(3):
+        choice = batch.choose(batch.process(logits))
+        batch.append(choice.tokens)
+        assert torch.equal(logits, before)
+    assert choice.token_ids[0] == int(logits[0].argmax())

@@ -35,3 +35,16 @@ def test_an_unreadable_count_keeps_the_team(tmp_path):
     garbled = tmp_path / "garbled"
     garbled.write_text("not a loadavg\n")
     assert HostLoad(cores=2, source=str(garbled)).prefill_threads(2) == 2
+
+
+def test_each_reading_is_the_files_current_count(tmp_path):
+    """The file stays open between readings: each still sees what it says now."""
+    path = tmp_path / "loadavg"
+    path.write_text("0.10 0.10 0.10 1/400 1\n")
+    host = HostLoad(cores=2, source=str(path))
+    assert host.prefill_threads(2) == 2
+    path.write_text("0.10 0.10 0.10 12/400 1\n")  # rewritten in place, as /proc/loadavg changes under a reader
+    assert [host.prefill_threads(2) for _ in range(3)][-1] == 1
+    host.source = str(tmp_path / "missing")  # a source that cannot be read keeps the team
+    assert host.prefill_threads(2) == 2
+    host.close()
