@@ -3,7 +3,7 @@
     .venv/bin/python bench/native_forward.py [--threads 1] [--sizes 1,4,16,64] [--chunks 64,256,512]
                                              [--context 128] [--repeat 3] [--no-w8a8]
 
-SmolLM2-135M, one runner per path and shape over its own copy of the weights (one at a time). Two shapes:
+SmolLM2-135M, one runner per path over its own copy of the weights (one at a time). Two shapes:
 - decode steps: N rows (slots 0..N-1), each one token at position `--context` (attention over that many);
 - prefill chunks: one slot's N consecutive positions from 0, the last position's logits (what runner.py's
   prefill asks for).
@@ -76,23 +76,25 @@ def main() -> None:
     os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
     loaded = load_model(ModelConfig(dtype="float32", quantization="none"), REPO / ".data")
     paths = ["native", "torch"] + ([] if args.no_w8a8 else ["w8a8"])
-    shapes = [(f"decode {n} x ctx {args.context}", n, lambda r, n=n: decode_step(r, n, args.context)) for n in sizes]
-    shapes += [(f"prefill chunk {n}", n, lambda r, n=n: prefill_chunk(r, n)) for n in chunks]
+    shapes = [(f"prefill chunk {n}", n, lambda r, n=n: prefill_chunk(r, n)) for n in chunks]
+    shapes += [(f"decode {n} x ctx {args.context}", n, lambda r, n=n: decode_step(r, n, args.context)) for n in sizes]
     clock = time.process_time if args.threads == 1 else time.perf_counter
     seconds: dict[tuple[str, str], float] = {}
+    rows, context = max(sizes, default=1), max([args.context + 1, *chunks])
     for path in paths:  # one runner at a time: each holds a copy of the weights and its own KV cache
-        for label, tokens, make in shapes:
-            prefill = label.startswith("prefill")
-            runner = ModelRunner(copy.deepcopy(loaded.model), 1 if prefill else tokens,
-                                 tokens if prefill else args.context + 1)
-            runner.cache.ensure(tokens if prefill else args.context + 1, 1 if prefill else tokens)
-            if path == "native":
-                runner.native = NativeForward(runner, threads=args.threads)
-            elif path == "w8a8":
-                quantize_runner(runner, loaded.tokenizer, release=True)
+        runner = ModelRunner(copy.deepcopy(loaded.model), rows, context)
+        if path == "native":
+            runner.native = NativeForward(runner, threads=args.threads)
+        elif path == "w8a8":
+            quantize_runner(runner, loaded.tokenizer, release=True)
+        for label, tokens, make in shapes:  # chunks first: the cache holds one slot while they run
+            if label.startswith("prefill"):
+                runner.cache.ensure(tokens, 1)
+            else:
+                runner.cache.ensure(args.context + 1, tokens)
             with torch.inference_mode():
                 seconds[path, label] = timed(make(runner), args.repeat, clock)
-            del runner
+        del runner
     print(f"threads {args.threads}, {'CPU' if args.threads == 1 else 'wall'} seconds of the fastest call, "
           "tokens/s, and each torch path's time / native's")
     print(f"{'shape':<22}" + "".join(f"{name + ' s':>12}{name + ' tok/s':>14}" for name in paths)

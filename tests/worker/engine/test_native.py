@@ -150,7 +150,7 @@ def test_a_grown_cache_and_layers_of_different_capacity(tiny_pair):
     native.cache.ensure(1, 4)
     native.cache.grow_layer(300)  # layer 0 at 300 positions, layer 1 at the initial capacity
     assert len(set(native.cache.capacities)) == 2
-    ids = list(range(1, 31))  # one native chunk (runner.NATIVE_PREFILL_TOKENS)
+    ids = list(range(1, 31))
     _close(native.prefill(0, ids, all_logits=True).logits, reference.prefill(0, ids, all_logits=True).logits)
 
 
