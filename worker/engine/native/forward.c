@@ -123,22 +123,31 @@ static void quantize_token(const float *in, const qact *x, int64_t i) {
     float *scale = x->scale + (i - t) * groups + t, *sum = x->sum + (i - t) * groups + t;
     for (int64_t g = 0; g < groups; g++) {
         const float *v = in + g * GROUP;
-        int8_t *qg = q + g * GROUP * TOKEN_TILE;
-        int32_t codes[GROUP];
+        int8_t *qg = q + g * GROUP * TOKEN_TILE; /* input j at qg[j / 4 * 4 * TOKEN_TILE + j % 4] */
+        int total = 0;
+        float a;
+#if defined(__AVX512F__)
+        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+        float peak = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        a = peak / 127.f;
+        __m512 inv = _mm512_set1_ps(peak > 0.f ? 127.f / peak : 0.f);
+        __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), c1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+        total = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1)); /* rounded to nearest even, as lrintf */
+        int32_t fours[8]; /* each 4 codes as one int32, stored a token tile apart */
+        _mm_storeu_si128((__m128i *)fours, _mm512_cvtsepi32_epi8(c0));
+        _mm_storeu_si128((__m128i *)(fours + 4), _mm512_cvtsepi32_epi8(c1));
+        for (int k = 0; k < 8; k++) memcpy(qg + k * 4 * TOKEN_TILE, fours + k, 4);
+#else
         float peak = 0.f;
         for (int j = 0; j < GROUP; j++) peak = fmaxf(peak, fabsf(v[j]));
-        float a = peak / 127.f, inv = peak > 0.f ? 127.f / peak : 0.f;
-        int total = 0;
-#if defined(__AVX512F__)
-        for (int j = 0; j < GROUP; j += 16) /* rounds to nearest even, as lrintf */
-            _mm512_storeu_si512((void *)(codes + j), _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), _mm512_set1_ps(inv))));
-#else
-        for (int j = 0; j < GROUP; j++) codes[j] = (int32_t)lrintf(v[j] * inv);
-#endif
+        a = peak / 127.f;
+        float inv = peak > 0.f ? 127.f / peak : 0.f;
         for (int j = 0; j < GROUP; j++) {
-            qg[j / 4 * 4 * TOKEN_TILE + j % 4] = (int8_t)codes[j];
-            total += codes[j];
+            int c = (int)lrintf(v[j] * inv);
+            qg[j / 4 * 4 * TOKEN_TILE + j % 4] = (int8_t)c;
+            total += c;
         }
+#endif
         scale[g * TOKEN_TILE] = a;
         sum[g * TOKEN_TILE] = a * (float)total;
     }
