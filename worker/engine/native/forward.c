@@ -5,7 +5,7 @@
  * input is quantized per 32-block to int8 (x = a * q), so a group's product is
  *     d * a * sum(u * q) + m * a * sum(q)
  * whose integer part runs on AVX512-VNNI (vpdpbusd: unsigned x signed bytes into int32) where the
- * compiler targets it, else on plain C that the compiler vectorizes.
+ * compiler targets it, else on plain C.
  *
  * The VNNI kernel works on register tiles of 16 weight rows x up to TOKEN_TILE tokens: the codes are
  * stored 16 rows side by side (pack.py's layout), so one vpdpbusd adds 4 inputs of 16 rows for one token
@@ -67,7 +67,7 @@ typedef struct {
 
 /* int8 activations of one matrix input, laid out for the register tiles: tokens in tiles of TOKEN_TILE, and
  * within a tile and group, chunk k (inputs 4k..4k+3) of each token in turn, so a tile's broadcasts read one
- * run of bytes: token i's input j at q[(i / T * cols + j / 4 * T) * 4 + i % T * 4 + j % 4] (T = TOKEN_TILE).
+ * run of bytes: token i's input j at q[(i / T * cols + j / 4 * 4) * T + i % T * 4 + j % 4] (T = TOKEN_TILE).
  * Per token and group its scale a and a * sum(codes) at [(i / T * groups + g) * T + i % T]. */
 typedef struct {
     int8_t *q;
@@ -131,8 +131,9 @@ static void quantize_token(const float *in, const qact *x, int64_t i) {
         float peak = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         a = peak / 127.f;
         __m512 inv = _mm512_set1_ps(peak > 0.f ? 127.f / peak : 0.f);
+        /* rounded to nearest even, as lrintf */
         __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), c1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
-        total = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1)); /* rounded to nearest even, as lrintf */
+        total = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
         int32_t fours[8]; /* each 4 codes as one int32, stored a token tile apart */
         _mm_storeu_si128((__m128i *)fours, _mm512_cvtsepi32_epi8(c0));
         _mm_storeu_si128((__m128i *)(fours + 4), _mm512_cvtsepi32_epi8(c1));
