@@ -42,7 +42,7 @@ from testkit.corpora.tools import PROMPTS
 from worker.c_compiler import compiler_problem
 from worker.cpu_features import AMX_BF16, AVX2, AVX512_BF16, cpu_features, pick_cpu_default
 from worker.engine.engine import Engine
-from worker.engine.runner import NATIVE_PREFILL_TOKENS, ModelRunner
+from worker.engine.runner import ModelRunner
 from worker.loading import load_model
 from worker.threads import torch_threads
 
@@ -97,11 +97,9 @@ def greedy_all(engine: Engine, prompts: list[list[int]], tokens: int) -> list[li
 
 @torch.inference_mode()
 def scored_positions(runner: ModelRunner, ids: list[int]) -> torch.Tensor:
-    """Log-probabilities of every position's next token, [len(ids) - 1, vocab]. A q4 runner scores in chunks
-    its native forward takes (longer ones would run its float32 fallback): what its decode steps compute."""
-    step = NATIVE_PREFILL_TOKENS if runner.native is not None else len(ids)
-    logits = torch.cat([runner.prefill(0, ids[start:min(start + step, len(ids) - 1)], start=start,
-                                       all_logits=True).logits for start in range(0, len(ids) - 1, step)])
+    """Log-probabilities of every position's next token, [len(ids) - 1, vocab], from one prefill (a q4
+    runner's is native, as its decode steps)."""
+    logits = runner.prefill(0, ids[:-1], all_logits=True).logits
     return torch.log_softmax(logits.float(), dim=-1)
 
 

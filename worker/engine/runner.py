@@ -30,9 +30,6 @@ from worker.threads import intra_op_threads
 _DYNAMIC_ROPE = ("dynamic", "longrope")  # their inv_freq depends on the longest position seen
 _HEAD_CHUNK = 2048  # vocabulary rows per slice of the output projection (bench: 1024-2048 best)
 MIN_GROUP_ROWS = 4  # fewer rows per decode thread gain nothing (2 rows in two threads ran slower than in one)
-# prefill chunks up to this many tokens run natively; longer ones through torch's float32 GEMMs, which run a
-# 256-token chunk of SmolLM2 in about half the native forward's CPU time (0.84 s against 1.55 s, one thread)
-NATIVE_PREFILL_TOKENS = 32
 _NOT_BUILT = object()
 T = TypeVar("T")
 
@@ -122,7 +119,7 @@ class ModelRunner:
         The decode threads' cores are idle meanwhile, so prefill's large matmuls get them as torch
         threads (512 prompt tokens on two cores: 1.5 -> 1.05 s in w8a8, 1.8 -> 1.2 s in float32), unless
         `threads` says fewer (host_load.py: on a busy host the team collapses)."""
-        if self.native is not None and adapter is None and len(token_ids) <= NATIVE_PREFILL_TOKENS:
+        if self.native is not None and adapter is None:  # any chunk length (bench/native_forward.py)
             return self._native_prefill(slot, token_ids, start, embeds, all_logits, want_hidden,
                                         threads or self.prefill_threads)
         with intra_op_threads(threads or self.prefill_threads):

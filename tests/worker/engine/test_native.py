@@ -53,14 +53,15 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):",
            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "Once upon a time"]
 
 
-def _tiny_llama(seed: int, hidden: int = 128, heads: int = 4, kv_heads: int = 2, inter: int = 224) -> LlamaForCausalLM:
+def _tiny_llama(seed: int, hidden: int = 128, heads: int = 4, kv_heads: int = 2, inter: int = 224,
+                vocab: int = 96, head_dim: int | None = None) -> LlamaForCausalLM:
     """A random Llama whose projections are 4-bit-representable (each packed once, then dequantized) and whose
     vocabulary projection is not (so it is packed in 8 bits): both formats run. `inter` 224 = 7 groups: an
-    odd last group in the down projection."""
+    odd number of groups in the down projection."""
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=96, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=2,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
-                         tie_word_embeddings=False)
+                         tie_word_embeddings=False, head_dim=head_dim or hidden // heads)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -130,6 +131,20 @@ def test_both_weight_formats_are_picked_and_reproduce_their_weights(tiny_pair):
     assert relative_error(pack4(weight), weight) > EXACT_4BIT and pick(weight).bits == 8
 
 
+@pytest.mark.parametrize("pack", [pack4, pack8])
+def test_the_tile_layout_keeps_every_row_of_a_ragged_matrix(pack):
+    """37 rows (two 16-row tiles and 5 rows of a third) of 3 groups: the packed layout gives back each row's
+    codes, whole or picked, and a 4-bit matrix re-packs to the same bytes."""
+    weight = torch.randn(37, 96, generator=torch.Generator().manual_seed(6))
+    packed = pack(weight)
+    assert (packed.rows, packed.cols) == (37, 96) and packed.codes.shape[0] == 3
+    assert float((packed.dequantize() - weight).abs().max()) < 0.5 * float(packed.scale.max()) + 1e-6
+    picked = torch.tensor([36, 0, 17, 5])
+    assert torch.equal(packed.dequantize(picked), packed.dequantize()[picked])
+    if pack is pack4:
+        assert torch.equal(pack4(packed.dequantize()).codes, packed.codes)
+
+
 def test_prefill_in_chunks_matches_one_torch_prefill(tiny_pair):
     reference, native = tiny_pair
     ids = torch.randint(0, 96, (23,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -184,8 +199,22 @@ def test_a_grown_cache_and_layers_of_different_capacity(tiny_pair):
     native.cache.ensure(1, 4)
     native.cache.grow_layer(300)  # layer 0 at 300 positions, layer 1 at the initial capacity
     assert len(set(native.cache.capacities)) == 2
-    ids = list(range(1, 31))  # one native chunk (runner.NATIVE_PREFILL_TOKENS)
+    ids = list(range(1, 31))
     _close(native.prefill(0, ids, all_logits=True).logits, reference.prefill(0, ids, all_logits=True).logits)
+
+
+def test_ragged_tiles_match_torch_and_keep_each_tokens_bits():
+    """Shapes off the register tiles (16 rows x 8 tokens): q/k/v of 360 rows and a vocabulary of 100 (the last
+    tile part empty), inputs of 3 and 5 groups, 21-token chunks (8 + 8 + 5). Against torch, and bitwise the
+    same whether the chunk runs whole or as 3 + 17 + 1 tokens."""
+    reference, native = _pair(_tiny_llama(8, hidden=96, heads=8, kv_heads=1, head_dim=36, inter=160, vocab=100))
+    assert native.native.matrices["0.qkv"].rows == 360 and native.native.matrices["lm_head"].rows == 100
+    ids = torch.randint(0, 100, (21,), generator=torch.Generator().manual_seed(9)).tolist()
+    whole = native.prefill(0, ids, all_logits=True).logits
+    _close(whole, reference.prefill(0, ids, all_logits=True).logits)
+    pieces = torch.cat([native.prefill(1, ids[start:end], start=start, all_logits=True).logits
+                        for start, end in ((0, 3), (3, 20), (20, 21))])
+    assert torch.equal(whole, pieces)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,14 @@
  * input is quantized per 32-block to int8 (x = a * q), so a group's product is
  *     d * a * sum(u * q) + m * a * sum(q)
  * whose integer part runs on AVX512-VNNI (vpdpbusd: unsigned x signed bytes into int32) where the
- * compiler targets it, else on plain C that the compiler vectorizes.
+ * compiler targets it, else on plain C.
+ *
+ * The VNNI kernel works on register tiles of 16 weight rows x up to TOKEN_TILE tokens: the codes are
+ * stored 16 rows side by side (pack.py's layout), so one vpdpbusd adds 4 inputs of 16 rows for one token
+ * (its 4 activation bytes broadcast), a group's integer sums of 16 rows land in one vector, and the float
+ * part (convert, the scales, the minimum's part) runs once per group for 16 rows rather than per row.
+ * Each token's sums run in the same order whatever the tile holds (groups in turn, rows in lanes), so a
+ * token's result does not depend on N or on the other tokens of its call.
  *
  * A team of threads runs the whole call: each projection splits its output rows between them (every
  * weight row is read once for all N tokens), attention splits (token, head) pairs. The team is our own
@@ -23,20 +30,23 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SLUICE_VNNI 1
 #else
 #define SLUICE_VNNI 0
 #endif
 
 #define GROUP 32
-#define ROW_BLOCK 8 /* output rows per scheduling unit */
+#define TILE_ROWS 16  /* output rows of a register tile: an int32 lane each (pack.py's TILE_ROWS) */
+#define TOKEN_TILE 8  /* tokens of a register tile: an int32 and a float accumulator each */
 
 typedef struct {
-    const uint8_t *codes; /* bits 4: [rows, cols / 2] (layout: pair_codes); bits 8: [rows, cols] */
-    const float *scale;   /* [rows, cols / 32] */
-    const float *min;     /* [rows, cols / 32] */
+    const uint8_t *codes; /* [ceil(rows / 16), cols / 32, 16 * 32 * bits / 8]: pack.py's tile layout */
+    const float *scale;   /* [cols / 32, rows] */
+    const float *min;     /* [cols / 32, rows] */
     int64_t bits, rows, cols;
 } qmat;
 
@@ -55,11 +65,13 @@ typedef struct {
     const layer_weights *layer;
 } model_weights;
 
-/* int8 activations of one matrix input: codes, and per group its scale and scale * sum(codes); `wide`: the
- * scales of each two groups as 16 lanes (8 of each), as the VNNI loop multiplies them */
+/* int8 activations of one matrix input, laid out for the register tiles: tokens in tiles of TOKEN_TILE, and
+ * within a tile and group, chunk k (inputs 4k..4k+3) of each token in turn, so a tile's broadcasts read one
+ * run of bytes: token i's input j at q[(i / T * cols + j / 4 * 4) * T + i % T * 4 + j % 4] (T = TOKEN_TILE).
+ * Per token and group its scale a and a * sum(codes) at [(i / T * groups + g) * T + i % T]. */
 typedef struct {
     int8_t *q;
-    float *scale, *sum, *wide;
+    float *scale, *sum;
     int64_t cols;
 } qact;
 
@@ -104,145 +116,160 @@ static void share(const team_t *t, int64_t total, int64_t *lo, int64_t *hi) {
     *hi = total * (t->id + 1) / t->count;
 }
 
-static void quantize_row(const float *x, int64_t cols, int8_t *q, float *scale, float *sum, float *wide) {
-    for (int64_t g = 0; g < cols / GROUP; g++) {
-        const float *v = x + g * GROUP;
-        float peak = 0.f;
-        for (int i = 0; i < GROUP; i++) peak = fmaxf(peak, fabsf(v[i]));
-        float a = peak / 127.f, inv = peak > 0.f ? 127.f / peak : 0.f;
-        int total = 0;
-        for (int i = 0; i < GROUP; i++) {
-            int c = (int)lrintf(v[i] * inv);
-            q[g * GROUP + i] = (int8_t)c;
-            total += c;
-        }
-        scale[g] = a;
-        sum[g] = a * (float)total;
-        for (int i = 0; i < 8; i++) wide[g * 8 + i] = a;
-    }
-}
-
 /* token i's row of `in` (x->cols wide) quantized into x */
 static void quantize_token(const float *in, const qact *x, int64_t i) {
-    int64_t groups = x->cols / GROUP;
-    quantize_row(in, x->cols, x->q + i * x->cols, x->scale + i * groups, x->sum + i * groups, x->wide + i * groups * 8);
-}
-
-#define TOKEN_TILE 4 /* tokens that share one decoding of a weight row's codes */
-
-/* Codes of two groups (64 inputs) as 64 bytes at input `at` of a row: 4-bit rows hold them in 32 bytes,
- * byte j = code j | code j + 32 << 4 (a row's odd last group: 16 bytes, byte j = code j | code j + 16 << 4). */
-#if SLUICE_VNNI
-static inline __m512i pair_codes(const qmat *w, const uint8_t *row, int64_t at) {
-    if (w->bits == 8) return _mm512_loadu_si512((const void *)(row + at));
-    __m256i packed = _mm256_loadu_si256((const __m256i *)(row + at / 2));
-    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(packed), _mm256_srli_epi16(packed, 4), 1);
-    return _mm512_and_si512(both, _mm512_set1_epi8(15));
-}
-
-static inline __m256i last_codes(const qmat *w, const uint8_t *row, int64_t at) {
-    if (w->bits == 8) return _mm256_loadu_si256((const __m256i *)(row + at));
-    __m128i packed = _mm_loadu_si128((const __m128i *)(row + at / 2));
-    __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(15));
-}
-
-static inline int32_t sum8_epi32(__m256i p) {
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-    return _mm_cvtsi128_si32(h);
-}
-#else
-static inline int code_at(const qmat *w, const uint8_t *row, int64_t i) {
-    if (w->bits == 8) return row[i];
-    int64_t groups = w->cols / GROUP, g = i / GROUP;
-    if ((groups & 1) && g == groups - 1) { /* the odd last group */
-        int64_t j = i - g * GROUP;
-        uint8_t b = row[g * 16 + (j & 15)];
-        return j < 16 ? b & 15 : b >> 4;
-    }
-    int64_t base = (i / 64) * 64, j = i - base;
-    uint8_t b = row[base / 2 + (j & 31)];
-    return j < 32 ? b & 15 : b >> 4;
-}
-#endif
-
-/* out[t] = sum over groups of d_g * a_tg * sum(u * q_t) + m_g * a_tg * sum(q_t), for row r and `count` (<= TOKEN_TILE) tokens */
-static void dot_tile(const qmat *w, int64_t r, const qact *x, int64_t first, int count, float *out) {
-    const int64_t groups = w->cols / GROUP;
-    const uint8_t *row = w->codes + r * (w->bits == 8 ? w->cols : w->cols / 2);
-    const float *d = w->scale + r * groups;
-#if SLUICE_VNNI
-    __m512 acc[TOKEN_TILE];
-    for (int t = 0; t < count; t++) acc[t] = _mm512_setzero_ps();
-    int64_t g = 0;
-    for (; g + 1 < groups; g += 2) {
-        __m512i u = pair_codes(w, row, g * GROUP);
-        __m512 dv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d[g]), _mm512_set1_ps(d[g + 1]));
-        for (int t = 0; t < count; t++) {
-            const int8_t *q = x->q + (first + t) * x->cols + g * GROUP;
-            __m512 av = _mm512_loadu_ps(x->wide + ((first + t) * groups + g) * 8);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512((const void *)q));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, av), acc[t]);
-        }
-    }
-    /* the minimum's part, sum_g m_g * a_g * sum(q), 16 groups a vector: a scalar loop here was a chain of
-     * dependent adds per row and token, most of a 16-row step */
-    const float *m = w->min + r * groups;
-    for (int64_t g0 = 0; g0 < groups; g0 += 16) {
-        __mmask16 lanes = groups - g0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (groups - g0)) - 1);
-        __m512 mv = _mm512_maskz_loadu_ps(lanes, m + g0);
-        for (int t = 0; t < count; t++)
-            acc[t] = _mm512_fmadd_ps(mv, _mm512_maskz_loadu_ps(lanes, x->sum + (first + t) * groups + g0), acc[t]);
-    }
-    for (int t = 0; t < count; t++) out[t] = _mm512_reduce_add_ps(acc[t]);
-    if (g < groups) {
-        __m256i u = last_codes(w, row, g * GROUP);
-        for (int t = 0; t < count; t++) {
-            const int8_t *q = x->q + (first + t) * x->cols + g * GROUP;
-            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)q));
-            out[t] += d[g] * x->scale[(first + t) * groups + g] * (float)sum8_epi32(p);
-        }
-    }
-#else
-    uint8_t u[GROUP];
-    for (int t = 0; t < count; t++) out[t] = 0.f;
+    const int64_t groups = x->cols / GROUP, t = i % TOKEN_TILE;
+    int8_t *q = x->q + (i - t) * x->cols + 4 * t;
+    float *scale = x->scale + (i - t) * groups + t, *sum = x->sum + (i - t) * groups + t;
     for (int64_t g = 0; g < groups; g++) {
-        for (int i = 0; i < GROUP; i++) u[i] = (uint8_t)code_at(w, row, g * GROUP + i);
-        for (int t = 0; t < count; t++) {
-            const int8_t *q = x->q + (first + t) * x->cols + g * GROUP;
-            int32_t s = 0;
-            for (int i = 0; i < GROUP; i++) s += (int32_t)u[i] * (int32_t)q[i];
-            out[t] += d[g] * x->scale[(first + t) * groups + g] * (float)s;
+        const float *v = in + g * GROUP;
+        int8_t *qg = q + g * GROUP * TOKEN_TILE; /* input j at qg[j / 4 * 4 * TOKEN_TILE + j % 4] */
+        int total = 0;
+        float a;
+#if defined(__AVX512F__)
+        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+        float peak = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        a = peak / 127.f;
+        __m512 inv = _mm512_set1_ps(peak > 0.f ? 127.f / peak : 0.f);
+        /* rounded to nearest even, as lrintf */
+        __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), c1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+        total = _mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1));
+        int32_t fours[8]; /* each 4 codes as one int32, stored a token tile apart */
+        _mm_storeu_si128((__m128i *)fours, _mm512_cvtsepi32_epi8(c0));
+        _mm_storeu_si128((__m128i *)(fours + 4), _mm512_cvtsepi32_epi8(c1));
+        for (int k = 0; k < 8; k++) memcpy(qg + k * 4 * TOKEN_TILE, fours + k, 4);
+#else
+        float peak = 0.f;
+        for (int j = 0; j < GROUP; j++) peak = fmaxf(peak, fabsf(v[j]));
+        a = peak / 127.f;
+        float inv = peak > 0.f ? 127.f / peak : 0.f;
+        for (int j = 0; j < GROUP; j++) {
+            int c = (int)lrintf(v[j] * inv);
+            qg[j / 4 * 4 * TOKEN_TILE + j % 4] = (int8_t)c;
+            total += c;
         }
-    }
-    const float *m = w->min + r * groups;
-    for (int t = 0; t < count; t++)
-        for (int64_t g = 0; g < groups; g++) out[t] += m[g] * x->sum[(first + t) * groups + g];
 #endif
+        scale[g * TOKEN_TILE] = a;
+        sum[g * TOKEN_TILE] = a * (float)total;
+    }
 }
 
-/* out[t, r] (= or +=) row r of w . token t's input, for every token; the rows split between threads, so
- * each weight row is read once for all tokens. */
-static void project(const team_t *team, const qmat *w, const qact *x, int64_t n, float *out, int64_t out_stride,
-                    int accumulate, const float *bias) {
-    int64_t blocks = (w->rows + ROW_BLOCK - 1) / ROW_BLOCK, first, last;
-    share(team, blocks, &first, &last);
-    for (int64_t block = first; block < last; block++) {
-        int64_t end = (block + 1) * ROW_BLOCK < w->rows ? (block + 1) * ROW_BLOCK : w->rows;
-        for (int64_t r = block * ROW_BLOCK; r < end; r++) {
-            for (int64_t t0 = 0; t0 < n; t0 += TOKEN_TILE) {
-                int count = n - t0 < TOKEN_TILE ? (int)(n - t0) : TOKEN_TILE;
-                float v[TOKEN_TILE];
-                dot_tile(w, r, x, t0, count, v);
-                for (int t = 0; t < count; t++) {
-                    float value = v[t] + (bias ? bias[r] : 0.f);
-                    float *o = out + (t0 + t) * out_stride + r;
-                    *o = accumulate ? *o + value : value;
+/* bytes of one group of a tile (16 rows x 32 codes) */
+static inline int64_t tile_group_bytes(const qmat *w) { return w->bits == 8 ? TILE_ROWS * GROUP : TILE_ROWS * GROUP / 2; }
+
+#if SLUICE_VNNI
+/* the four activation bytes at q as the int32 that vpdpbusd broadcasts */
+typedef int32_t __attribute__((may_alias, aligned(1))) int32_any;
+
+static inline __m512i four(const int8_t *q) { return _mm512_set1_epi32(*(const int32_any *)q); }
+
+/* out[t][lane] = row (r0 + lane) of w . token (t0 + t)'s input, for COUNT tokens: per group, the integer sums
+ * of 16 rows (vpdpbusd, lanes = rows), then acc = fma(float(sum) * a, d, acc), acc = fma(m, a * sum(q), acc).
+ * always_inline with a constant COUNT: the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void tile(const qmat *w, int64_t block, const qact *x, int64_t t0,
+                                                       const int COUNT, __mmask16 lanes, __m512 bias, float *out,
+                                                       int64_t out_stride, int accumulate) {
+    const int64_t groups = w->cols / GROUP, rows = w->rows, r0 = block * TILE_ROWS, step = tile_group_bytes(w);
+    const uint8_t *codes = w->codes + block * groups * step;
+    const int8_t *q = x->q + t0 * x->cols; /* this token tile's activations */
+    const float *a = x->scale + t0 * groups, *qs = x->sum + t0 * groups;
+    const __m512i low = _mm512_set1_epi8(15);
+    __m512 acc[TOKEN_TILE];
+    for (int t = 0; t < COUNT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++, codes += step) {
+        __m512i s[TOKEN_TILE];
+        for (int t = 0; t < COUNT; t++) s[t] = _mm512_setzero_si512();
+        const int8_t *qg = q + g * GROUP * TOKEN_TILE; /* chunk k of token t: qg + (k * TOKEN_TILE + t) * 4 */
+        if (w->bits == 4) {
+            for (int k = 0; k < 4; k++) { /* chunk k: inputs 4k.. in the low nibbles, 16 + 4k.. in the high */
+                __m512i packed = _mm512_loadu_si512((const void *)(codes + 64 * k));
+                __m512i u0 = _mm512_and_si512(packed, low), u1 = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+                for (int t = 0; t < COUNT; t++) {
+                    s[t] = _mm512_dpbusd_epi32(s[t], u0, four(qg + (k * TOKEN_TILE + t) * 4));
+                    s[t] = _mm512_dpbusd_epi32(s[t], u1, four(qg + ((k + 4) * TOKEN_TILE + t) * 4));
                 }
             }
+        } else {
+            for (int k = 0; k < 8; k++) {
+                __m512i u = _mm512_loadu_si512((const void *)(codes + 64 * k));
+                for (int t = 0; t < COUNT; t++) s[t] = _mm512_dpbusd_epi32(s[t], u, four(qg + (k * TOKEN_TILE + t) * 4));
+            }
         }
+        __m512 d = _mm512_maskz_loadu_ps(lanes, w->scale + g * rows + r0);
+        __m512 m = _mm512_maskz_loadu_ps(lanes, w->min + g * rows + r0);
+        for (int t = 0; t < COUNT; t++) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[t]), _mm512_set1_ps(a[g * TOKEN_TILE + t]));
+            acc[t] = _mm512_fmadd_ps(f, d, acc[t]);
+            acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(qs[g * TOKEN_TILE + t]), acc[t]);
+        }
+    }
+    for (int t = 0; t < COUNT; t++) {
+        float *o = out + (t0 + t) * out_stride + r0;
+        __m512 value = _mm512_add_ps(acc[t], bias);
+        if (accumulate) value = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, o), value);
+        _mm512_mask_storeu_ps(o, lanes, value);
+    }
+}
+#else
+/* code of row `lane` of a tile, input j of the group whose bytes are at `codes` */
+static inline int tile_code(const qmat *w, const uint8_t *codes, int lane, int j) {
+    int k = j / 4, i = j % 4;
+    if (w->bits == 8) return codes[64 * k + 4 * lane + i];
+    uint8_t b = codes[64 * (k % 4) + 4 * lane + i];
+    return k < 4 ? b & 15 : b >> 4;
+}
+#endif
+
+/* out[t, r] (= or +=) row r of w . token t's input (+ bias), for every token: tiles of 16 rows split between
+ * threads, each tile's codes read once for all tokens. */
+static void project(const team_t *team, const qmat *w, const qact *x, int64_t n, float *out, int64_t out_stride,
+                    int accumulate, const float *bias) {
+    const int64_t blocks = (w->rows + TILE_ROWS - 1) / TILE_ROWS;
+    int64_t first, last;
+    share(team, blocks, &first, &last);
+    for (int64_t block = first; block < last; block++) {
+        const int64_t r0 = block * TILE_ROWS, live = w->rows - r0 < TILE_ROWS ? w->rows - r0 : TILE_ROWS;
+#if SLUICE_VNNI
+        const __mmask16 lanes = (__mmask16)((1u << live) - 1);
+        const __m512 b = bias ? _mm512_maskz_loadu_ps(lanes, bias + r0) : _mm512_setzero_ps();
+        for (int64_t t0 = 0; t0 < n; t0 += TOKEN_TILE) {
+            switch (n - t0 < TOKEN_TILE ? (int)(n - t0) : TOKEN_TILE) { /* a constant count each: registers */
+#define TILE(COUNT) tile(w, block, x, t0, COUNT, lanes, b, out, out_stride, accumulate); break
+            case 8: TILE(8);
+            case 7: TILE(7);
+            case 6: TILE(6);
+            case 5: TILE(5);
+            case 4: TILE(4);
+            case 3: TILE(3);
+            case 2: TILE(2);
+            default: TILE(1);
+#undef TILE
+            }
+        }
+#else
+        const int64_t groups = w->cols / GROUP;
+        const uint8_t *codes = w->codes + block * groups * tile_group_bytes(w);
+        for (int lane = 0; lane < live; lane++) {
+            for (int64_t t = 0; t < n; t++) {
+                const int64_t tt = t % TOKEN_TILE, base = t - tt;
+                const int8_t *q = x->q + base * x->cols + 4 * tt;
+                const float *a = x->scale + base * groups + tt, *qs = x->sum + base * groups + tt;
+                float acc = 0.f;
+                for (int64_t g = 0; g < groups; g++) {
+                    const uint8_t *cg = codes + g * tile_group_bytes(w);
+                    const int8_t *qg = q + g * GROUP * TOKEN_TILE;
+                    int32_t s = 0;
+                    for (int j = 0; j < GROUP; j++)
+                        s += tile_code(w, cg, lane, j) * (int32_t)qg[j / 4 * 4 * TOKEN_TILE + j % 4];
+                    acc += (float)s * a[g * TOKEN_TILE] * w->scale[g * w->rows + r0 + lane];
+                    acc += w->min[g * w->rows + r0 + lane] * qs[g * TOKEN_TILE];
+                }
+                float value = acc + (bias ? bias[r0 + lane] : 0.f);
+                float *o = out + t * out_stride + r0 + lane;
+                *o = accumulate ? *o + value : value;
+            }
+        }
+#endif
     }
     sync_team(team);
 }
@@ -273,7 +300,7 @@ typedef struct {
     float *hidden, *logits, *out_hidden;
     float *const *keys, *const *values;
     const int64_t *capacity;
-    float *normed, *qkv, *attended, *gate_up, *act_scale, *act_sum, *act_wide, *scores;
+    float *normed, *qkv, *attended, *gate_up, *act_scale, *act_sum, *scores;
     int8_t *codes;
     barrier_t barrier;
     atomic_int go; /* set once the team's size is known */
@@ -288,7 +315,7 @@ static void forward_part(call_t *c, int me) {
     float *hidden = c->hidden, *normed = c->normed, *qkv = c->qkv, *attended = c->attended, *gate_up = c->gate_up;
     team_t team_v = {me, c->count, &c->barrier}, *team = &team_v;
     float *score = c->scores + me * c->longest;
-    qact x_h = {c->codes, c->act_scale, c->act_sum, c->act_wide, H};
+    qact x_h = {c->codes, c->act_scale, c->act_sum, H};
     int64_t first, last;
     for (int64_t l = 0; l < m->layers; l++) {
         const layer_weights *w = &m->layer[l];
@@ -337,7 +364,7 @@ static void forward_part(call_t *c, int me) {
             }
         }
         sync_team(team);
-        qact x_o = {c->codes, c->act_scale, c->act_sum, c->act_wide, heads * D};
+        qact x_o = {c->codes, c->act_scale, c->act_sum, heads * D};
         share(team, n, &first, &last);
         for (int64_t i = first; i < last; i++)
             quantize_token(attended + i * heads * D, &x_o, i);
@@ -345,7 +372,7 @@ static void forward_part(call_t *c, int me) {
         project(team, &w->o, &x_o, n, hidden, H, 1, NULL);
         norm_quantize(team, hidden, n, H, w->post_norm, m->eps, normed, &x_h, NULL);
         project(team, &w->gate_up, &x_h, n, gate_up, 2 * I, 0, NULL);
-        qact x_i = {c->codes, c->act_scale, c->act_sum, c->act_wide, I};
+        qact x_i = {c->codes, c->act_scale, c->act_sum, I};
         share(team, n, &first, &last);
         for (int64_t i = first; i < last; i++) { /* SiLU(gate) * up, quantized for the down projection */
             float *gu = gate_up + i * 2 * I, *o = normed + i * I;
@@ -389,15 +416,15 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     c.qkv = malloc(sizeof(float) * n * (heads + 2 * kvh) * D);
     c.attended = malloc(sizeof(float) * n * heads * D);
     c.gate_up = malloc(sizeof(float) * n * 2 * I);
-    c.codes = malloc(n * widest);
-    c.act_scale = malloc(sizeof(float) * n * (widest / GROUP));
-    c.act_sum = malloc(sizeof(float) * n * (widest / GROUP));
-    c.act_wide = malloc(sizeof(float) * n * (widest / GROUP) * 8);
+    const int64_t tiled = (n + TOKEN_TILE - 1) / TOKEN_TILE * TOKEN_TILE; /* tokens, whole activation tiles */
+    c.codes = malloc(tiled * widest);
+    c.act_scale = malloc(sizeof(float) * tiled * (widest / GROUP));
+    c.act_sum = malloc(sizeof(float) * tiled * (widest / GROUP));
     c.scores = malloc(sizeof(float) * c.count * c.longest);
     atomic_init(&c.barrier.arrived, 0);
     atomic_init(&c.barrier.generation, 0);
     atomic_init(&c.go, 0);
-    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.codes || !c.act_scale || !c.act_sum || !c.act_wide || !c.scores;
+    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.codes || !c.act_scale || !c.act_sum || !c.scores;
     if (!failed) {
         pthread_t helpers[MAX_THREADS];
         part_t parts[MAX_THREADS];
@@ -411,7 +438,7 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
         forward_part(&c, 0);
         for (int i = 1; i < started; i++) pthread_join(helpers[i], NULL);
     }
-    free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.codes); free(c.act_scale); free(c.act_sum); free(c.act_wide);
+    free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.codes); free(c.act_scale); free(c.act_sum);
     free(c.scores);
     return failed ? -1 : 0;
 }

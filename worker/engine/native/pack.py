@@ -7,6 +7,13 @@
 
 `pick` measures each matrix: 4-bit where its relative error (max |w' - w| / max |w|) stays under
 EXACT_4BIT, else 8-bit.
+
+The layout is forward.c's register tile: TILE_ROWS rows side by side, so that one 64-byte vector holds 4
+consecutive codes of each of 16 rows (an int32 lane per row for vpdpbusd) and a tile's 16 scales load as one
+vector. `codes`: [blocks, groups, 16 * 32] (8-bit) or [blocks, groups, 16 * 16] (4-bit) bytes, block b holding
+rows 16b..16b+15 (the last block padded with zero codes); within a group, chunk k (64 bytes) holds inputs
+4k..4k+3 of each row in turn. 4-bit groups take 4 chunks: low nibbles inputs 4k..4k+3, high nibbles inputs
+16+4k..16+4k+3. `scale` and `min`: [groups, rows] (group-major). `by_row` undoes the layout.
 """
 
 from __future__ import annotations
@@ -16,30 +23,56 @@ from dataclasses import dataclass
 import torch
 
 GROUP = 32
+TILE_ROWS = 16  # forward.c's rows per register tile: an int32 lane each in a 512-bit vector
 EXACT_4BIT = 1e-4  # a Q4_1 matrix re-packs to ~1e-7; one that was never 4-bit errs by ~1e-2
 
 
 @dataclass
 class Packed:
-    codes: torch.Tensor  # uint8: [rows, cols / 2] (4-bit, two codes a byte: `_nibbles`) or [rows, cols]
-    scale: torch.Tensor  # float32 [rows, cols / 32]
-    min: torch.Tensor  # float32 [rows, cols / 32]
+    codes: torch.Tensor  # uint8 [blocks, groups, 512] (8-bit) or [blocks, groups, 256] (4-bit): the module's layout
+    scale: torch.Tensor  # float32 [groups, rows]
+    min: torch.Tensor  # float32 [groups, rows]
     bits: int
 
     @property
     def rows(self) -> int:
-        return self.codes.shape[0]
+        return self.scale.shape[1]
 
     @property
     def cols(self) -> int:
-        return self.codes.shape[1] * (2 if self.bits == 4 else 1)
+        return self.scale.shape[0] * GROUP
 
-    def dequantize(self) -> torch.Tensor:
-        codes = self.codes
+    def by_row(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """uint8 codes [rows, cols] (of the given row indices, else every row), in input order."""
+        blocks, groups, _ = self.codes.shape
+        tiles = self.codes.view(blocks, groups, -1, TILE_ROWS, 4)  # [block, group, chunk, row, byte]
+        if rows is None:
+            tiles = tiles.permute(0, 3, 1, 2, 4).reshape(blocks * TILE_ROWS, groups, -1, 4)
+            tiles = tiles[:self.rows]
+        else:
+            tiles = tiles[rows // TILE_ROWS, :, :, rows % TILE_ROWS]  # [n, group, chunk, byte]
         if self.bits == 4:
-            codes = _unnibble(codes)
-        grouped = codes.view(self.rows, -1, GROUP).float()
-        return (grouped * self.scale.unsqueeze(-1) + self.min.unsqueeze(-1)).view(self.rows, -1)
+            tiles = torch.cat([tiles & 15, tiles >> 4], dim=2)
+        return tiles.reshape(tiles.shape[0], -1)
+
+    def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """float32 [rows, cols] (of the given row indices, else every row)."""
+        codes = self.by_row(rows)
+        scale, minimum = (self.scale, self.min) if rows is None else (self.scale[:, rows], self.min[:, rows])
+        grouped = codes.view(codes.shape[0], -1, GROUP).float()
+        return (grouped * scale.t().unsqueeze(-1) + minimum.t().unsqueeze(-1)).view(codes.shape[0], -1)
+
+
+def _tiled(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """[rows, cols] codes -> the module's tile layout."""
+    rows, cols = codes.shape
+    blocks, groups = -(-rows // TILE_ROWS), cols // GROUP
+    padded = torch.zeros(blocks * TILE_ROWS, cols, dtype=torch.uint8)
+    padded[:rows] = codes
+    chunks = padded.view(blocks, TILE_ROWS, groups, 8, 4)  # [block, row, group, chunk, byte]
+    if bits == 4:
+        chunks = chunks[:, :, :, :4] | (chunks[:, :, :, 4:] << 4)
+    return chunks.permute(0, 2, 3, 1, 4).reshape(blocks, groups, -1).contiguous()
 
 
 def _groups(weight: torch.Tensor) -> torch.Tensor:
@@ -55,33 +88,7 @@ def pack4(weight: torch.Tensor) -> Packed:
     scale = (high - low) / 15
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     codes = ((groups - low.unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp_(0, 15).to(torch.uint8)
-    return Packed(_nibbles(codes.reshape(weight.shape[0], -1)), scale.contiguous(), low.contiguous(), 4)
-
-
-def _nibbles(codes: torch.Tensor) -> torch.Tensor:
-    """[rows, cols] codes 0..15 -> [rows, cols / 2] bytes. Each 64 inputs (two groups) take 32 bytes, byte j
-    = code j | code j + 32 << 4, so forward.c decodes two groups with a shift and a mask; an odd last group
-    takes 16 bytes, byte j = code j | code j + 16 << 4."""
-    rows, cols = codes.shape
-    paired = cols // 64 * 64
-    pairs = codes[:, :paired].reshape(rows, -1, 64)
-    parts = [(pairs[..., :32] | (pairs[..., 32:] << 4)).reshape(rows, -1)]
-    if paired < cols:
-        last = codes[:, paired:]
-        parts.append(last[:, :16] | (last[:, 16:] << 4))
-    return torch.cat(parts, dim=1).contiguous()
-
-
-def _unnibble(packed: torch.Tensor) -> torch.Tensor:
-    """`_nibbles` undone."""
-    rows = packed.shape[0]
-    paired = packed.shape[1] // 32 * 32
-    pairs = packed[:, :paired].reshape(rows, -1, 32)
-    parts = [torch.cat([pairs & 15, pairs >> 4], dim=-1).reshape(rows, -1)]
-    if paired < packed.shape[1]:
-        last = packed[:, paired:]
-        parts.append(torch.cat([last & 15, last >> 4], dim=-1))
-    return torch.cat(parts, dim=1)
+    return Packed(_tiled(codes.reshape(weight.shape[0], -1), 4), scale.t().contiguous(), low.t().contiguous(), 4)
 
 
 def pack8(weight: torch.Tensor) -> Packed:
@@ -89,7 +96,8 @@ def pack8(weight: torch.Tensor) -> Packed:
     scale = groups.abs().amax(-1) / 127
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     codes = ((groups / safe.unsqueeze(-1)).round().clamp_(-127, 127) + 128).to(torch.uint8)
-    return Packed(codes.reshape(weight.shape[0], -1).contiguous(), scale.contiguous(), (-128 * scale).contiguous(), 8)
+    return Packed(_tiled(codes.reshape(weight.shape[0], -1), 8), scale.t().contiguous(),
+                  (-128 * scale).t().contiguous(), 8)
 
 
 def relative_error(packed: Packed, weight: torch.Tensor) -> float:
