@@ -8,6 +8,10 @@ Memory follows use: the slot axis too grows as slots are first written (in steps
 `max_rows`), so a worker configured for 32 rows that serves 16 holds the KV of 16 (SmolLM2 in float32:
 45 KiB per row and position).
 
+The storage dtype is the model's compute dtype, except under the native forward (q4), which stores keys and
+values in float16 (`store_as`): half the memory, and what forward.c reads and writes. Torch paths that share
+such a cache (LoRA rows, long prefill chunks) write through a conversion and read widened copies (`widened`).
+
 Growing the time axis copies a layer into a larger tensor: for 17 slots of SmolLM2-135M in float32, 1,024 ->
 2,048 positions allocates 1.6 GB, a stall of most of a second. `ensure` grows every layer at once (what a
 forward needs now); `grow_layer` grows one layer at a time, so the scheduler can spread the growth a long
@@ -34,6 +38,12 @@ class KVCache:
         shape = (self.rows, kv_heads, self.capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+
+    def store_as(self, dtype: torch.dtype) -> None:
+        """Hold keys and values in `dtype` from now on (contents converted)."""
+        self.dtype = dtype
+        self.keys = [t.to(dtype) for t in self.keys]
+        self.values = [t.to(dtype) for t in self.values]
 
     def grown(self, length: int) -> int:
         """The capacity to grow to so `length` positions fit (amortised doubling, capped at max_context)."""
@@ -83,8 +93,8 @@ class KVCache:
     def write_decode(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
                      key: torch.Tensor, value: torch.Tensor) -> None:
         """key, value: [rows, 1, kv_heads, head_dim] of one layer, written where `decode_slots` says."""
-        keys.view(-1, self.head_dim).index_copy_(0, slots, key.reshape(-1, self.head_dim))
-        values.view(-1, self.head_dim).index_copy_(0, slots, value.reshape(-1, self.head_dim))
+        keys.view(-1, self.head_dim).index_copy_(0, slots, key.reshape(-1, self.head_dim).to(keys.dtype))
+        values.view(-1, self.head_dim).index_copy_(0, slots, value.reshape(-1, self.head_dim).to(values.dtype))
 
     def move(self, source: int, target: int, length: int) -> None:
         """Copy slot `source` into slot `target` (first `length` positions)."""
@@ -156,3 +166,8 @@ class KVCache:
 
     def _element_size(self) -> int:
         return torch.tensor([], dtype=self.dtype).element_size()
+
+
+def widened(stored: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A cache view in the compute `dtype`: itself where the cache stores that dtype, else a converted copy."""
+    return stored if stored.dtype == dtype else stored.to(dtype)
