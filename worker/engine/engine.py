@@ -23,7 +23,7 @@ from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingP
 from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.grammar import GrammarCompiler
 from worker.engine.executor import Executor
-from worker.engine.native.model import NativeForward
+from worker.engine.native.install import install_native
 from worker.engine.outputs import StepEvents
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
@@ -46,7 +46,7 @@ class Engine:
         """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
         once the worker is warm: until then decode steps take the Python path (same logits, one row
         group), and a first constrained request builds the vocabulary itself. `owns_model`: nothing else
-        uses `loaded.model` (a worker), so w8a8 may free the float32 weights it replaces."""
+        uses `loaded.model` (a worker), so w8a8 and q4 may free the float32 weights they replace."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
         self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
@@ -54,7 +54,8 @@ class Engine:
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
                             cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)
         if loaded.quantization == "q4":  # decode and prefill of rows without an adapter run natively
-            self.runner.native = NativeForward(self.runner, threads=decode_threads(config) * torch.get_num_threads())
+            install_native(self.runner, decode_threads(config) * torch.get_num_threads(), release=owns_model,
+                           cache=model_cache_dir(data_dir), weights_id=loaded.weights_id, read=loaded.read_weight)
         if compile_later:
             self.runner.defer_scripting()
         else:

@@ -21,9 +21,11 @@ from common.protocol import Constraint, Token
 from tests.worker.beam.helpers import request, run_all
 from tests.worker.engine.runs import running_engine
 from worker.engine.native.build import NativeUnavailable, compiler
-from worker.engine.native.model import NativeForward
+from worker.engine.native.install import install_native
+from worker.engine.native.model import KV_DTYPE, NativeForward
 from worker.engine.native.pack import EXACT_4BIT, pack4, pack8, pick, relative_error
-from worker.engine.runner import ModelRunner
+from worker.engine.native.packed_torch import PackedEmbedding, PackedLinear
+from worker.engine.runner import NATIVE_PREFILL_TOKENS, ModelRunner
 
 LOGIT_TOLERANCE = 0.06  # of max |logit| (SmolLM2: 1.02 / 36.4 = 0.028 measured)
 TIE = 1.5  # logits (SmolLM2: max per-step difference ~1.1)
@@ -218,6 +220,40 @@ def test_a_token_computes_the_same_bits_whatever_shares_its_call(tiny_pair):
         stepped.append(native.decode([4, ids[position]], [2 + position, position]).logits[1])
     assert torch.equal(whole, chunked)
     assert torch.equal(whole, torch.stack(stepped))
+
+
+def test_a_runner_that_owns_its_model_keeps_only_packed_weights_and_its_torch_paths_use_them():
+    """`release`: the float32 projections and embeddings are freed; the torch paths (a prefill chunk longer
+    than the native one, decode steps with an adapter row) compute on the packed weights dequantized, and
+    read and write the float16 KV cache the native forward shares."""
+    model = _tiny_llama(6)
+    reference, released = (ModelRunner(copy.deepcopy(model), 4, 128) for _ in range(2))
+    install_native(released, threads=2, release=True)
+    matrices = released.native.matrices
+    with torch.no_grad():  # the reference's float weights = what the packed ones dequantize to
+        reference.lm_head.weight.copy_(matrices["lm_head"].dequantize())
+        reference.embed_tokens.weight.copy_(matrices["embed"].dequantize())
+    reference._head_chunks = reference.lm_head.weight.split(2048)
+    held = {name for name, p in released.model.named_parameters() if not p.is_meta}
+    assert held and all("norm" in name for name in held)
+    assert isinstance(released.fused[0].qkv, PackedLinear) and isinstance(released.embed_tokens, PackedEmbedding)
+    assert released.cache.dtype == KV_DTYPE and reference.cache.dtype == torch.float32
+    ids = torch.randint(0, 96, (NATIVE_PREFILL_TOKENS + 9,), generator=torch.Generator().manual_seed(6)).tolist()
+    assert torch.equal(released.embed(torch.tensor(ids)), reference.embed(torch.tensor(ids)))
+    expected = reference.prefill(0, ids, all_logits=True).logits
+    _close(released.prefill(0, ids, all_logits=True).logits, expected)  # one chunk, the torch path
+    assert released.scripted_layers() is not None  # PackedLinear scripts
+    native, released.native = released.native, None  # decode as a step with an adapter row does
+    try:
+        tokens, length = [int(expected[-1].argmax())], len(ids)
+        for _ in range(3):
+            ours = released.decode(tokens, [length]).logits
+            theirs = reference.decode(tokens, [length]).logits
+            _close(ours, theirs)
+            assert float((ours - theirs).abs().max()) < 1e-2 * float(theirs.abs().max())  # only KV rounding
+            tokens, length = [int(theirs.argmax())], length + 1
+    finally:
+        released.native = native
 
 
 def test_without_a_compiler_q4_says_so_in_one_line(monkeypatch):
