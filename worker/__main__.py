@@ -76,7 +76,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
     torch.set_num_threads(torch_threads(config))
     try:
         mark = time.time()
-        loaded = load_model(config, data_dir)
+        loaded = load_model(config, data_dir, engine_only=True)
         timings["weights"], mark = round(time.time() - mark, 3), time.time()
         engine = Engine(loaded, config, worker_id, data_dir=data_dir, compile_later=True, owns_model=True)
         timings["engine"], mark = round(time.time() - mark, 3), time.time()
