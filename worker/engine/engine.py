@@ -24,6 +24,7 @@ from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.grammar import GrammarCompiler
 from worker.engine.executor import Executor
 from worker.engine.native.install import install_native
+from worker.engine.native.model import KV_DTYPE
 from worker.engine.outputs import StepEvents
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
@@ -49,7 +50,8 @@ class Engine:
         uses `loaded.model` (a worker), so w8a8 and q4 may free the float32 weights they replace."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
-        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
+        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config),
+                                  kv_dtype=KV_DTYPE if loaded.quantization == "q4" else None)
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
                             cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)

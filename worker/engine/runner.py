@@ -56,7 +56,9 @@ class StepOutput:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, max_rows: int, max_context: int, decode_threads: int = 1):
+    def __init__(self, model: torch.nn.Module, max_rows: int, max_context: int, decode_threads: int = 1,
+                 kv_dtype: torch.dtype | None = None):
+        """`kv_dtype`: the KV cache's storage, if not the compute dtype (q4: native/model.py's KV_DTYPE)."""
         config = model.config
         inner = getattr(model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
@@ -78,7 +80,7 @@ class ModelRunner:
         self.device = parameter.device
         self.dtype = self.embed_tokens.weight.dtype  # compute dtype (bnb layers keep int weights)
         self.cache = KVCache(len(self.layers), self.kv_heads, self.head_dim, max_rows, self.max_context,
-                             self.dtype, self.device)
+                             kv_dtype or self.dtype, self.device)
         self.fused: list[FusedLayer] = [fuse_layer(layer, self.heads, self.kv_heads, self.head_dim)
                                         for layer in self.layers]
         self._positions = torch.arange(self.max_context, device=self.device)

@@ -142,7 +142,8 @@ class NativeForward:
                              float(first.input_layernorm.variance_epsilon), float(scale),
                              cos.data_ptr(), sin.data_ptr(), self._hold(_float(runner.final_norm.weight)).data_ptr(),
                              _matrix(head), layers)
-        runner.cache.store_as(KV_DTYPE)
+        if runner.cache.dtype != KV_DTYPE:
+            runner.cache.store_as(KV_DTYPE)
 
     def _hold(self, tensor: torch.Tensor) -> torch.Tensor:
         self._keep.append(tensor)

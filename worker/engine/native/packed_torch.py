@@ -2,8 +2,9 @@
 
 A q4 runner that owns its model keeps one copy of each projection: the packed one forward.c reads (0.75
 bytes a weight in 4 bits, 1.25 in 8). The torch paths that remain (decode steps holding a LoRA row,
-prefill chunks forward.c does not take) call `PackedLinear`, which dequantizes its matrix for each call:
-the weights it computes with are exactly the native forward's, and no float32 copy stays between calls.
+prefill chunks forward.c does not take) call `PackedLinear`, which dequantizes its matrix for each call, a
+slice of rows at a time: the weights it computes with are exactly the native forward's, and no float32 copy
+stays between calls.
 Token embeddings are rows of the packed vocabulary matrix where the model ties the two (SmolLM2), else of
 the embedding's own packed copy (`PackedEmbedding`). Both modules script (decode_layer.py compiles them).
 """
@@ -15,6 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from worker.engine.native.pack import Packed
+
+# output rows dequantized at a time: the vocabulary matrix whole would be ~3 x 113 MB of float32 temporaries
+# in SmolLM2 (a load's worth of peak memory at every long prefill chunk); 4,096 rows are ~10 MB
+SLICE_ROWS = 4096
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int) -> torch.Tensor:
@@ -46,9 +51,18 @@ class PackedLinear(nn.Module):
         self.codes, self.scale, self.minimum, self.bits = packed.codes, packed.scale, packed.min, packed.bits
         self.bias = bias
         self.out_features, self.in_features = packed.rows, packed.cols
+        self.slice_rows = SLICE_ROWS  # an attribute: TorchScript does not read module globals
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, dequantize(self.codes, self.scale, self.minimum, self.bits), self.bias)
+        rows, bias = self.codes.shape[0], self.bias
+        if rows <= self.slice_rows:
+            return F.linear(x, dequantize(self.codes, self.scale, self.minimum, self.bits), bias)
+        parts: list[torch.Tensor] = []
+        for first in range(0, rows, self.slice_rows):
+            end = min(first + self.slice_rows, rows)
+            weight = dequantize(self.codes[first:end], self.scale[first:end], self.minimum[first:end], self.bits)
+            parts.append(F.linear(x, weight, None if bias is None else bias[first:end]))
+        return torch.cat(parts, dim=-1)
 
 
 class PackedEmbedding(nn.Module):
