@@ -23,7 +23,7 @@ from common.logs import configure_logging
 from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
 from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
 from worker import IMPORTED_AT
-from worker.allocator import return_large_blocks
+from worker.allocator import return_large_blocks, trim_periodically
 from worker.decoding.grammar.compile_process import start_server
 from worker.engine.engine import Engine
 from worker.loading import load_model, preload_model_code
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(refusal)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
     return_large_blocks()  # before the weights load: what loading frees must leave the process
+    trim_periodically()
     # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) while this process imports
     # the model code and loads (a spare: before it is assigned), not once the worker serves its first requests
     start_server()
