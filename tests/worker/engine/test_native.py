@@ -23,7 +23,7 @@ from tests.worker.engine.runs import running_engine
 from worker.engine.native.build import NativeUnavailable, compiler
 from worker.engine.native.install import install_native
 from worker.engine.native.model import KV_DTYPE, NativeForward
-from worker.engine.native.pack import EXACT_4BIT, pack4, pack8, pick, relative_error
+from worker.engine.native.pack import EXACT_4BIT, PICK_ROWS, pack4, pack8, pick, relative_error
 from worker.engine.native.packed_torch import PackedEmbedding, PackedLinear
 from worker.engine.runner import NATIVE_PREFILL_TOKENS, ModelRunner
 
@@ -81,6 +81,17 @@ def test_both_weight_formats_are_picked_and_reproduce_their_weights(tiny_pair):
     weight = torch.randn(64, 96)
     assert relative_error(pack8(weight), weight) < 0.5 / 127 + 1e-6  # half a step of the largest value
     assert relative_error(pack4(weight), weight) > EXACT_4BIT and pick(weight).bits == 8
+
+
+def test_pick_packs_a_tall_matrix_in_slices_as_it_would_whole():
+    """`pick` packs PICK_ROWS rows at a time (a cold start's peak) and decides 4 or 8 bits over all of them."""
+    exact = pack4(torch.randn(2 * PICK_ROWS + 3, 64)).dequantize()
+    rough = exact.clone()
+    rough[-1, 0] += 0.3  # one group of the last slice that 4 bits cannot hold: the whole matrix takes 8
+    for weight, bits, whole in ((exact, 4, pack4(exact)), (rough, 8, pack8(rough))):
+        packed = pick(weight)
+        assert packed.bits == bits
+        assert all(torch.equal(getattr(packed, name), getattr(whole, name)) for name in ("codes", "scale", "min"))
 
 
 def test_prefill_in_chunks_matches_one_torch_prefill(tiny_pair):

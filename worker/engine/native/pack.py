@@ -17,6 +17,7 @@ import torch
 
 GROUP = 32
 EXACT_4BIT = 1e-4  # a Q4_1 matrix re-packs to ~1e-7; one that was never 4-bit errs by ~1e-2
+PICK_ROWS = 4096  # rows `pick` packs at a time
 
 
 @dataclass
@@ -98,6 +99,18 @@ def relative_error(packed: Packed, weight: torch.Tensor) -> float:
 
 
 def pick(weight: torch.Tensor) -> Packed:
-    """4-bit where it reproduces `weight` (EXACT_4BIT), else 8-bit."""
-    four = pack4(weight)
-    return four if relative_error(four, weight) <= EXACT_4BIT else pack8(weight)
+    """4-bit where it reproduces `weight` (EXACT_4BIT), else 8-bit. Packed PICK_ROWS rows at a time: the whole
+    of SmolLM2's vocabulary matrix at once took ~0.5 GB of float32 temporaries, a cold start's peak."""
+    slices = weight.detach().split(PICK_ROWS)
+    fours = [pack4(part) for part in slices]
+    error = max(float((four.dequantize() - part.float()).abs().max()) for four, part in zip(fours, slices))
+    if error <= EXACT_4BIT * float(weight.detach().abs().max().clamp_min(1e-30)):
+        return _joined(fours)
+    del fours
+    return _joined([pack8(part) for part in slices])
+
+
+def _joined(parts: list[Packed]) -> Packed:
+    if len(parts) == 1:
+        return parts[0]
+    return Packed(*(torch.cat([getattr(p, name) for p in parts]) for name in ("codes", "scale", "min")), parts[0].bits)
