@@ -25,7 +25,7 @@ from common.logs import configure_logging
 from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
 from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
 from worker import IMPORTED_AT
-from worker.allocator import return_large_blocks
+from worker.allocator import return_large_blocks, trim_periodically
 from worker.decoding.grammar.compile_process import start_server
 from worker.engine.engine import Engine
 from worker.engine.native.build import NativeUnavailable, load_library
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(refusal)
     configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
     return_large_blocks()  # before the weights load: what loading frees must leave the process
+    trim_periodically()
     # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) while this process imports
     # the model code and loads (a spare: before it is assigned), not once the worker serves its first requests
     start_server()
@@ -80,7 +81,7 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
     torch.set_num_threads(torch_threads(config))
     try:
         mark = time.time()
-        loaded = load_model(config, data_dir)
+        loaded = load_model(config, data_dir, engine_only=True)
         timings["weights"], mark = round(time.time() - mark, 3), time.time()
         engine = Engine(loaded, config, worker_id, data_dir=data_dir, compile_later=True, owns_model=True)
         timings["engine"], mark = round(time.time() - mark, 3), time.time()

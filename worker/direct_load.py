@@ -10,22 +10,29 @@ one module whose buffers are computed, not stored) is rebuilt from the config. A
 unfilled, or a key that does not match, means the checkpoint needs `from_pretrained`'s conversions:
 `load_direct` returns None and the caller uses it.
 The weights are those `from_pretrained` loads, tensor for tensor (tests/worker/test_direct_load.py).
+
+`unread` names tensors to leave on the meta device, unread (q4's engine packs them, or reads its packed copy
+instead): `WeightReader` reads one of them by name when it is needed after all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 log = structlog.get_logger(__name__)
 
 
-def load_direct(location: Path | str, dtype: torch.dtype) -> torch.nn.Module | None:
-    """The model of a local HF directory, or None when this directory needs `from_pretrained`."""
+def load_direct(location: Path | str, dtype: torch.dtype,
+                unread: Callable[[str], bool] | None = None) -> torch.nn.Module | None:
+    """The model of a local HF directory, or None when this directory needs `from_pretrained`. Tensors whose
+    names `unread` accepts stay on the meta device."""
     directory = Path(location)
     files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
     if not files:
@@ -34,11 +41,20 @@ def load_direct(location: Path | str, dtype: torch.dtype) -> torch.nn.Module | N
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     state: dict[str, torch.Tensor] = {}
+    left: set[str] = set()
     for file in files:
-        state.update(load_file(file, backend="pread"))  # one allocation per tensor: each freed on its own
+        if unread is None:
+            state.update(load_file(file, backend="pread"))  # one allocation per tensor: each freed on its own
+            continue
+        with safe_open(file, "pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (a safetensors handle is not a mapping)
+                if unread(key):
+                    left.add(key)
+                else:
+                    state[key] = handle.get_tensor(key).clone()  # its own allocation, not the file's mapping
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
-    if unexpected or set(missing) - tied:
+    if unexpected or set(missing) - tied - left:
         log.info("direct_load_declined", reason="checkpoint keys differ", missing=sorted(missing)[:3],
                  unexpected=sorted(unexpected)[:3])
         return None
@@ -48,10 +64,30 @@ def load_direct(location: Path | str, dtype: torch.dtype) -> torch.nn.Module | N
     rotary = getattr(inner, "rotary_emb", None)
     if rotary is not None:
         inner.rotary_emb = type(rotary)(config=config)
-    unfilled = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    unfilled = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()]
+                if tensor.is_meta and name not in left]
     if unfilled:
         log.info("direct_load_declined", reason="tensors left unfilled", tensors=unfilled[:3])
         return None
     if (directory / "generation_config.json").exists():
         model.generation_config = GenerationConfig.from_pretrained(directory, local_files_only=True)
     return model
+
+
+class WeightReader:
+    """Reads a state-dict tensor of a local safetensors directory by name, in `dtype`, one at a time."""
+
+    def __init__(self, location: Path | str, dtype: torch.dtype):
+        self.files, self.dtype = sorted(Path(location).glob("*.safetensors")), dtype
+        self._where: dict[str, Path] | None = None
+
+    def __call__(self, name: str) -> torch.Tensor:
+        if self._where is None:
+            self._where = {}
+            for file in self.files:
+                with safe_open(file, "pt") as handle:
+                    self._where.update(dict.fromkeys(handle.keys(), file))  # noqa: SIM118
+        if name not in self._where:
+            raise KeyError(f"no tensor {name} in {', '.join(f.name for f in self.files)}")
+        with safe_open(self._where[name], "pt") as handle:
+            return handle.get_tensor(name).to(self.dtype, copy=True)  # its own memory, not the mapping

@@ -13,8 +13,9 @@ import hashlib
 import importlib
 import importlib.util
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
@@ -24,7 +25,7 @@ from common.protocol import ModelConfig
 from worker.build_once import build_once
 from worker.c_compiler import compiler_problem
 from worker.cpu_features import cpu_features, pick_cpu_default
-from worker.direct_load import load_direct
+from worker.direct_load import WeightReader, load_direct
 
 log = structlog.get_logger(__name__)
 
@@ -54,6 +55,8 @@ class LoadedModel:
     # names these exact weights (their files' names, sizes and times, and config.json), or None where unknown:
     # what is derived from the weights may be cached under it (w8a8's calibration)
     weights_id: str | None = None
+    # reads a weight that loading left unread (meta), by its state-dict name: q4 loaded `engine_only`
+    read_weight: Callable[[str], torch.Tensor] | None = None
 
 
 def preload_model_code() -> None:
@@ -250,7 +253,27 @@ def _quantization_config(quantization: str, dtype: torch.dtype):
     return None
 
 
-def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
+def packed_by_q4(name: str) -> bool:
+    """The state-dict tensors q4 keeps only packed: projections, the embedding and the vocabulary matrix."""
+    return name.endswith(("_proj.weight", "embed_tokens.weight")) or name == "lm_head.weight"
+
+
+def read_unread_weights(loaded: LoadedModel) -> LoadedModel:
+    """`loaded` with the weights loading left unread (q4 `engine_only`) read into its model: what the fallback
+    needs where q4's native forward could not start."""
+    if loaded.read_weight is None:
+        return loaded
+    unread = {name for name, tensor in loaded.model.named_parameters() if tensor.is_meta}
+    state = {name: loaded.read_weight(name) for name in sorted(unread)}
+    loaded.model.load_state_dict(state, strict=False, assign=True)
+    loaded.model.tie_weights()
+    return replace(loaded, read_weight=None)
+
+
+def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False) -> LoadedModel:
+    """`engine_only`: the model serves one engine that owns it (a worker); in q4 the tensors it packs are left
+    unread (`packed_by_q4`, meta), the engine reads its pack cache instead or, on a miss, each through
+    `LoadedModel.read_weight`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = pick_device(config.device)
@@ -270,7 +293,8 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
         # less of every cold start of the default model on two cores
         with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:
             tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
-            model = None if bitsandbytes else load_direct(location, dtype)
+            deferred = engine_only and quantization == "q4"
+            model = None if bitsandbytes else load_direct(location, dtype, packed_by_q4 if deferred else None)
             tokenizer = tokenizing.result()
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(
@@ -278,14 +302,15 @@ def load_model(config: ModelConfig, data_dir: Path) -> LoadedModel:
                 device_map={"": str(device)} if bitsandbytes else None, **offline)
     except OSError as exc:
         raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
-    if not bitsandbytes:
+    if not bitsandbytes and not any(p.is_meta for p in model.parameters()):  # q4 leaves some unread: CPU
         model = model.to(device)
     if quantization in ("nf4", "fp4"):
         keep_4bit_layout(model)
     model.eval()
     fallback = "w8a8" if quantization == "q4" and config.quantization == "auto" else None
+    unread = any(p.is_meta for p in model.parameters())
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, fallback=fallback,
-                       weights_id=weights_id(location))
+                       weights_id=weights_id(location), read_weight=WeightReader(location, dtype) if unread else None)
 
 
 def keep_4bit_layout(model: torch.nn.Module) -> None:

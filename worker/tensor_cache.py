@@ -24,8 +24,7 @@ from pathlib import Path
 
 import structlog
 import torch
-from safetensors.torch import load as load_bytes
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from worker.build_once import build_once, exclusive
 from worker.cpu_features import cpu_features
@@ -52,8 +51,8 @@ def cached_tensors(directory: Path, recipe: str,
     def write(staging: Path) -> None:
         built.update(build())
         save_file({name: tensor.contiguous() for name, tensor in built.items()}, staging / TENSORS)
-        data = (staging / TENSORS).read_bytes()
-        (staging / CHECK).write_text(json.dumps({"key": key, "size": len(data), "crc32": zlib.crc32(data)}))
+        size, crc = _size_and_crc(staging / TENSORS)
+        (staging / CHECK).write_text(json.dumps({"key": key, "size": size, "crc32": crc}))
 
     try:
         for _ in range(2):  # a bad entry is discarded once and built again
@@ -71,19 +70,30 @@ def cached_tensors(directory: Path, recipe: str,
 
 
 def _read(target: Path, key: str) -> dict[str, torch.Tensor] | None:
-    """The entry's tensors, or None when its file is not the one its check describes, or not for `key`."""
+    """The entry's tensors, or None when its file is not the one its check describes, or not for `key`. The
+    checksum streams over the file and the tensors are then read each into its own memory: at no time does
+    the whole file sit in memory beside them (q4's packed weights: a load's peak)."""
     try:
         check = json.loads((target / CHECK).read_text())
-        data = (target / TENSORS).read_bytes()
+        size, crc = _size_and_crc(target / TENSORS)
     except (OSError, ValueError):
         return None
-    if not isinstance(check, dict) or check.get("key") != key or check.get("size") != len(data) \
-            or check.get("crc32") != zlib.crc32(data):
+    if not isinstance(check, dict) or check.get("key") != key or check.get("size") != size \
+            or check.get("crc32") != crc:
         return None
     try:
-        return load_bytes(data)
+        return load_file(target / TENSORS, backend="pread")
     except Exception:  # a header the checksum happened to pass (written by a broken build): rebuilt
         return None
+
+
+def _size_and_crc(path: Path) -> tuple[int, int]:
+    """A file's size and CRC-32, read in blocks (never the whole file in memory)."""
+    crc = size = 0
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            crc, size = zlib.crc32(block, crc), size + len(block)
+    return size, crc
 
 
 def discard(target: Path) -> None:

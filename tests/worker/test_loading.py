@@ -136,6 +136,45 @@ def test_hf_directory_in_every_quantization_mode(tiny_model_dir, tmp_path, quant
     assert greedy(loaded, "Hello there", 6) == hf_greedy(loaded, "Hello there", 6)
 
 
+def test_q4_for_an_engine_alone_leaves_packed_weights_unread_and_reads_them_once(tiny_model_dir, tmp_path,
+                                                                                 monkeypatch):
+    """`engine_only` (a worker): the tensors q4 packs stay unread; the first engine reads them one at a time to
+    pack them into the pack cache, a later start reads only that cache. Both serve what an engine over the
+    fully loaded model serves."""
+    from tests.worker.engine.runs import generate
+    from worker.engine.engine import Engine
+
+    monkeypatch.setenv("SLUICE_MODEL_CACHE", str(tmp_path / "cache"))
+    config = ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="q4", max_batch_size=4,
+                         max_context=256)
+
+    def served(loaded, owns_model: bool) -> list[int]:
+        engine = Engine(loaded, config, "q4", data_dir=tmp_path, owns_model=owns_model)
+        engine.start()
+        try:
+            return generate(engine, "Hello there", max_tokens=8, temperature=0.0, ignore_eos=True).finishes[0].token_ids
+        finally:
+            engine.stop()
+
+    reads: list[str] = []
+    first = load_model(config, tmp_path, engine_only=True)
+    attention = first.model.model.layers[0].self_attn
+    assert attention.q_proj.weight.is_meta and first.model.model.embed_tokens.weight.is_meta
+    assert not first.model.model.layers[0].input_layernorm.weight.is_meta
+    read = first.read_weight
+    first.read_weight = lambda name: reads.append(name) or read(name)
+    tokens = served(first, owns_model=True)
+    assert "model.layers.1.mlp.down_proj.weight" in reads and "model.embed_tokens.weight" in reads
+    assert tokens == served(load_model(config, tmp_path), owns_model=False)
+
+    def refuse(name: str):
+        raise AssertionError(f"{name} was read although the pack cache holds it")
+
+    again = load_model(config, tmp_path, engine_only=True)
+    again.read_weight = refuse
+    assert served(again, owns_model=True) == tokens
+
+
 def test_w8a8_needs_cpu_and_float32(tiny_model_dir, tmp_path):
     with pytest.raises(ModelLoadError, match="w8a8"):
         load_model(ModelConfig(name="tiny", source=str(tiny_model_dir), quantization="w8a8", dtype="bfloat16"),

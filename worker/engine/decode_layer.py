@@ -64,9 +64,11 @@ class DecodeLayer(nn.Module):
             add_lora(normed.view(batch, -1), qkv.view(batch, -1), lora_rows, lora, 0)
         qkv = qkv.view(batch, 1, heads + 2 * kv_heads, dim)
         query_key = rotate(qkv[:, :, : heads + kv_heads], cos, signed_sin)
-        keys.view(-1, dim).index_copy_(0, slots, query_key[:, :, heads:].reshape(-1, dim))
-        values.view(-1, dim).index_copy_(0, slots, qkv[:, :, heads + kv_heads:].reshape(-1, dim))
-        keys, values = keys[first:first + batch, :, :longest], values[first:first + batch, :, :longest]
+        # a float16 cache (q4, kv_cache.py) is written converted and read widened
+        keys.view(-1, dim).index_copy_(0, slots, query_key[:, :, heads:].reshape(-1, dim).to(keys.dtype))
+        values.view(-1, dim).index_copy_(0, slots, qkv[:, :, heads + kv_heads:].reshape(-1, dim).to(values.dtype))
+        keys = keys[first:first + batch, :, :longest].to(hidden.dtype)
+        values = values[first:first + batch, :, :longest].to(hidden.dtype)
         if batch == 1:  # as the Python path: SDPA, transformers' own attention for one row
             query = query_key[:, :, :heads].transpose(1, 2)
             if self.sdpa_default_scale:

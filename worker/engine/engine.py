@@ -24,7 +24,8 @@ from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingP
 from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.grammar import GrammarCompiler
 from worker.engine.executor import Executor
-from worker.engine.native.model import NativeForward
+from worker.engine.native.install import install_native
+from worker.engine.native.model import KV_DTYPE
 from worker.engine.outputs import StepEvents
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
@@ -34,7 +35,7 @@ from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
 from worker.engine.w8a8 import quantize_runner
-from worker.loading import LoadedModel, model_cache_dir
+from worker.loading import LoadedModel, model_cache_dir, read_unread_weights
 from worker.lora.store import AdapterStore
 from worker.threads import decode_threads
 
@@ -48,12 +49,13 @@ class Engine:
         """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
         once the worker is warm: until then decode steps take the Python path (same logits, one row
         group), and a first constrained request builds the vocabulary itself. `owns_model`: nothing else
-        uses `loaded.model` (a worker), so w8a8 may free the float32 weights it replaces."""
+        uses `loaded.model` (a worker), so w8a8 and q4 may free the float32 weights they replace."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
-        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config))
+        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config),
+                                  kv_dtype=KV_DTYPE if loaded.quantization == "q4" else None)
         if loaded.quantization == "q4":  # decode and prefill of rows without an adapter run natively
-            loaded = self.loaded = self._start_native(loaded)
+            loaded = self.loaded = self._start_native(loaded, owns_model, data_dir)
         if loaded.quantization == "w8a8":
             quantize_runner(self.runner, loaded.tokenizer, release=owns_model,
                             cache=model_cache_dir(data_dir), weights_id=loaded.weights_id)
@@ -81,19 +83,22 @@ class Engine:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)
 
-    def _start_native(self, loaded: LoadedModel) -> LoadedModel:
+    def _start_native(self, loaded: LoadedModel, owns_model: bool, data_dir: Path) -> LoadedModel:
         """The native forward on the runner, or, where `auto` picked q4 and it cannot start (the library
-        does not build or load, the model has a part forward.c does not run), the fallback's model: one line
-        logged instead of a failed start. A configured q4 fails the start with its error."""
+        does not build or load, the model has a part forward.c does not run), the fallback's model on a new
+        runner, the weights q4 left unread read now: one line logged instead of a failed start. A configured
+        q4 fails the start with its error."""
         try:
-            self.runner.native = NativeForward(self.runner,
-                                               threads=decode_threads(self.config) * torch.get_num_threads())
+            install_native(self.runner, decode_threads(self.config) * torch.get_num_threads(), release=owns_model,
+                           cache=model_cache_dir(data_dir), weights_id=loaded.weights_id, read=loaded.read_weight)
         except Exception as error:
             if loaded.fallback is None:
                 raise
             reason = " ".join(str(error).split()) or type(error).__name__
             log.warning("native_forward_unavailable", fallback=loaded.fallback, reason=reason)
-            return dataclasses.replace(loaded, quantization=loaded.fallback, fallback=None)
+            loaded = dataclasses.replace(read_unread_weights(loaded), quantization=loaded.fallback, fallback=None)
+            self.runner = ModelRunner(loaded.model, self.config.max_batch_size, self.config.max_context,
+                                      decode_threads(self.config))
         return loaded
 
     @property

@@ -8,11 +8,16 @@ Memory follows use: the slot axis too grows as slots are first written (in steps
 `max_rows`), so a worker configured for 32 rows that serves 16 holds the KV of 16 (SmolLM2 in float32:
 45 KiB per row and position).
 
-Growing the time axis copies a layer into a larger tensor: for 17 slots of SmolLM2-135M in float32, 1,024 ->
-2,048 positions allocates 1.6 GB, a stall of most of a second. `ensure` grows every layer at once (what a
-forward needs now); `grow_layer` grows one layer at a time, so the scheduler can spread the growth a long
-prompt needs over the steps before its prefill reaches it. Meanwhile layers differ in capacity: `capacity` is
-what every layer holds, and `decode_slots` gives each layer its own write positions.
+The storage dtype is the model's compute dtype, except under the native forward (q4), which stores keys and
+values in float16 (`store_as`): half the memory, and what forward.c reads and writes. Torch paths that share
+such a cache (LoRA rows, long prefill chunks) write through a conversion and read widened copies (`widened`).
+
+Growing the time axis copies a layer into a larger tensor (GROWTH times as large): for 17 slots of
+SmolLM2-135M in float32, 1,024 -> 1,536 positions allocates 1.2 GB, a stall of most of a second. `ensure`
+grows every layer at once (what a forward needs now); `grow_layer` grows one layer at a time, so the
+scheduler can spread the growth a long prompt needs over the steps before its prefill reaches it. Meanwhile
+layers differ in capacity: `capacity` is what every layer holds, and `decode_slots` gives each layer its own
+write positions.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from __future__ import annotations
 import torch
 
 ROW_STEP = 4  # slots added at a time: a burst of joining rows grows the cache once, not per row
+# each growth of the time axis: every slot holds the longest row's positions, so the unused tail of a doubling
+# (16 rows of ~300 positions at 512) is memory no row uses; 1.5 costs one growth more per 4x of length
+GROWTH = 1.5
 
 
 class KVCache:
@@ -35,12 +43,19 @@ class KVCache:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 
+    def store_as(self, dtype: torch.dtype) -> None:
+        """Hold keys and values in `dtype` from now on (contents converted)."""
+        self.dtype = dtype
+        self.keys = [t.to(dtype) for t in self.keys]
+        self.values = [t.to(dtype) for t in self.values]
+
     def grown(self, length: int) -> int:
-        """The capacity to grow to so `length` positions fit (amortised doubling, capped at max_context)."""
+        """The capacity to grow to so `length` positions fit (amortised: GROWTH times what the largest layer
+        holds, capped at max_context)."""
         if length > self.max_context:
             raise ValueError(f"sequence of {length} tokens exceeds the context of {self.max_context}")
         largest = max(self.capacities)
-        return largest if length <= largest else min(max(length, largest * 2), self.max_context)
+        return largest if length <= largest else min(max(length, int(largest * GROWTH)), self.max_context)
 
     def ensure(self, length: int, rows: int = 0) -> None:
         """Grow the time axis of every layer so `length` positions fit, and the slot axis so slots
@@ -83,8 +98,8 @@ class KVCache:
     def write_decode(self, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
                      key: torch.Tensor, value: torch.Tensor) -> None:
         """key, value: [rows, 1, kv_heads, head_dim] of one layer, written where `decode_slots` says."""
-        keys.view(-1, self.head_dim).index_copy_(0, slots, key.reshape(-1, self.head_dim))
-        values.view(-1, self.head_dim).index_copy_(0, slots, value.reshape(-1, self.head_dim))
+        keys.view(-1, self.head_dim).index_copy_(0, slots, key.reshape(-1, self.head_dim).to(keys.dtype))
+        values.view(-1, self.head_dim).index_copy_(0, slots, value.reshape(-1, self.head_dim).to(values.dtype))
 
     def move(self, source: int, target: int, length: int) -> None:
         """Copy slot `source` into slot `target` (first `length` positions)."""
@@ -156,3 +171,8 @@ class KVCache:
 
     def _element_size(self) -> int:
         return torch.tensor([], dtype=self.dtype).element_size()
+
+
+def widened(stored: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A cache view in the compute `dtype`: itself where the cache stores that dtype, else a converted copy."""
+    return stored if stored.dtype == dtype else stored.to(dtype)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
-from worker.engine.kv_cache import KVCache
+from worker.engine.kv_cache import KVCache, widened
 from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
 from worker.lora.adapter import LoraAdapter
 from worker.lora.delta import NO_LORA, LoraRows, add_lora, lora_rows
@@ -53,7 +53,9 @@ class StepOutput:
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, max_rows: int, max_context: int, decode_threads: int = 1):
+    def __init__(self, model: torch.nn.Module, max_rows: int, max_context: int, decode_threads: int = 1,
+                 kv_dtype: torch.dtype | None = None):
+        """`kv_dtype`: the KV cache's storage, if not the compute dtype (q4: native/model.py's KV_DTYPE)."""
         config = model.config
         inner = getattr(model, "model", None)
         if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
@@ -70,11 +72,12 @@ class ModelRunner:
         self.vocab_size = config.vocab_size
         self.hidden_size = config.hidden_size
         self.max_context = min(max_context, getattr(config, "max_position_embeddings", max_context))
-        parameter = next(model.parameters())
+        # q4 may leave the projections unread (meta): the device is where the loaded ones are
+        parameter = next((p for p in model.parameters() if not p.is_meta), next(model.parameters()))
         self.device = parameter.device
         self.dtype = self.embed_tokens.weight.dtype  # compute dtype (bnb layers keep int weights)
         self.cache = KVCache(len(self.layers), self.kv_heads, self.head_dim, max_rows, self.max_context,
-                             self.dtype, self.device)
+                             kv_dtype or self.dtype, self.device)
         self.fused: list[FusedLayer] = [fuse_layer(layer, self.heads, self.kv_heads, self.head_dim)
                                         for layer in self.layers]
         self._positions = torch.arange(self.max_context, device=self.device)
@@ -140,7 +143,7 @@ class ModelRunner:
         for index, layer in enumerate(self.layers):
             keys, values = self.cache.keys[index], self.cache.values[index]
 
-            def write(k, v, keys=keys, values=values):  # k, v: [1, L, kv_heads, head_dim]
+            def write(k, v, keys=keys, values=values):  # k, v: [1, L, kv_heads, head_dim] (copy_ converts)
                 keys[slot, :, start:end] = k[0].transpose(0, 1)
                 values[slot, :, start:end] = v[0].transpose(0, 1)
 
@@ -312,6 +315,7 @@ class ModelRunner:
                                    attention.k_norm(query_key[:, :, heads:])], dim=2)
         query_key = rotate(query_key, *rope)  # q and k rotated together: [B, L, heads + kv_heads, D]
         write(query_key[:, :, heads:], value)
+        keys, values = widened(keys, hidden.dtype), widened(values, hidden.dtype)  # read after the write
         scale = getattr(attention, "scaling", None)
         if length == 1 and batch > 1:
             out = decode_attention(query_key[:, :, :heads], keys, values, mask, scale or head_dim ** -0.5)

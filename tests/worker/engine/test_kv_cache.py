@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.kv_cache import ROW_STEP, KVCache
+from worker.engine.kv_cache import ROW_STEP, KVCache, widened
 
 
 def _cache(max_rows: int = 32) -> KVCache:
@@ -48,3 +48,20 @@ def test_operations_on_unallocated_slots_grow_the_cache_first():
     fresh = _cache(max_rows=6)
     fresh.clear(5)  # never written: nothing to allocate
     assert fresh.rows == ROW_STEP
+
+
+def test_a_float16_store_keeps_its_contents_and_converts_writes_and_reads():
+    """q4's store (native/model.py): half the bytes; float32 writes land rounded, torch reads get float32."""
+    cache = _cache()
+    _fill(cache, 1, 5, 1.5)
+    before = cache.bytes_per_token()
+    cache.store_as(torch.float16)
+    assert all(t.dtype == torch.float16 for t in cache.keys + cache.values)
+    assert cache.bytes_per_token() * 2 == before
+    assert torch.equal(cache.copy_out(1, 0, 5), torch.full((2, 2, 2, 5, 4), 1.5, dtype=torch.float16))
+    key = torch.full((1, 1, 2, 4), 1 / 3)  # one row, one position, float32
+    slots = cache.decode_slots(1, 1, torch.tensor([5]))
+    cache.write_decode(cache.keys[0], cache.values[0], slots[0], key, -key)
+    read = widened(cache.keys[0], torch.float32)[1, :, 5]
+    assert read.dtype == torch.float32 and torch.equal(read, torch.full((2, 4), 1 / 3).half().float())
+    assert widened(cache.keys[0], torch.float16) is cache.keys[0]  # no copy where the dtypes agree

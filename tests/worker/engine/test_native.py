@@ -41,8 +41,10 @@ from tests.worker.beam.helpers import request, run_all
 from tests.worker.engine.runs import running_engine
 from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
 from worker.engine.native.build import FLAGS, NativeUnavailable, compiler, load_library
-from worker.engine.native.model import NativeForward
-from worker.engine.native.pack import EXACT_4BIT, pack4, pack8, pick, relative_error
+from worker.engine.native.install import install_native
+from worker.engine.native.model import KV_DTYPE, NativeForward
+from worker.engine.native.pack import EXACT_4BIT, PICK_ROWS, pack4, pack8, pick, relative_error
+from worker.engine.native.packed_torch import PackedEmbedding, PackedLinear
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear
 
@@ -143,6 +145,32 @@ def test_the_tile_layout_keeps_every_row_of_a_ragged_matrix(pack):
     assert torch.equal(packed.dequantize(picked), packed.dequantize()[picked])
     if pack is pack4:
         assert torch.equal(pack4(packed.dequantize()).codes, packed.codes)
+
+
+@pytest.mark.parametrize("pack", [pack4, pack8])
+def test_packed_modules_compute_with_the_dequantized_rows_whole_and_in_slices(pack):
+    """PackedLinear over 100 rows (7 tiles, the last ragged), whole and 32 rows at a time, and PackedEmbedding's
+    picked rows, eager and scripted, equal the dequantized matrix's."""
+    packed = pack(torch.randn(100, 96, generator=torch.Generator().manual_seed(8)))
+    weight, bias = packed.dequantize(), torch.randn(100)
+    x, ids = torch.randn(5, 96), torch.tensor([[99, 0], [17, 64]])
+    whole, sliced = PackedLinear(packed, bias), PackedLinear(packed, bias)
+    sliced.slice_rows = 32
+    for module in (whole, sliced, torch.jit.script(sliced)):
+        _close(module(x), torch.nn.functional.linear(x, weight, bias))
+    for embedding in (PackedEmbedding(packed), torch.jit.script(PackedEmbedding(packed))):
+        assert torch.equal(embedding(ids), weight[ids])
+
+
+def test_pick_packs_a_tall_matrix_in_slices_as_it_would_whole():
+    """`pick` packs PICK_ROWS rows at a time (a cold start's peak) and decides 4 or 8 bits over all of them."""
+    exact = pack4(torch.randn(2 * PICK_ROWS + 3, 64)).dequantize()
+    rough = exact.clone()
+    rough[-1, 0] += 0.3  # one group of the last slice that 4 bits cannot hold: the whole matrix takes 8
+    for weight, bits, whole in ((exact, 4, pack4(exact)), (rough, 8, pack8(rough))):
+        packed = pick(weight)
+        assert packed.bits == bits
+        assert all(torch.equal(getattr(packed, name), getattr(whole, name)) for name in ("codes", "scale", "min"))
 
 
 def test_prefill_in_chunks_matches_one_torch_prefill(tiny_pair):
@@ -296,6 +324,40 @@ def test_a_token_computes_the_same_bits_whatever_shares_its_call(tiny_pair):
         stepped.append(native.decode([4, ids[position]], [2 + position, position]).logits[1])
     assert torch.equal(whole, chunked)
     assert torch.equal(whole, torch.stack(stepped))
+
+
+def test_a_runner_that_owns_its_model_keeps_only_packed_weights_and_its_torch_paths_use_them():
+    """`release`: the float32 projections and embeddings are freed; the torch paths (prefill and decode
+    steps with an adapter row) compute on the packed weights dequantized, and read and write the float16 KV
+    cache the native forward shares."""
+    model = _tiny_llama(6)
+    reference, released = (ModelRunner(copy.deepcopy(model), 4, 128) for _ in range(2))
+    install_native(released, threads=2, release=True)
+    matrices = released.native.matrices
+    with torch.no_grad():  # the reference's float weights = what the packed ones dequantize to
+        reference.lm_head.weight.copy_(matrices["lm_head"].dequantize())
+        reference.embed_tokens.weight.copy_(matrices["embed"].dequantize())
+    reference._head_chunks = reference.lm_head.weight.split(2048)
+    held = {name for name, p in released.model.named_parameters() if not p.is_meta}
+    assert held and all("norm" in name for name in held)
+    assert isinstance(released.fused[0].qkv, PackedLinear) and isinstance(released.embed_tokens, PackedEmbedding)
+    assert released.cache.dtype == KV_DTYPE and reference.cache.dtype == torch.float32
+    ids = torch.randint(0, 96, (41,), generator=torch.Generator().manual_seed(6)).tolist()
+    assert torch.equal(released.embed(torch.tensor(ids)), reference.embed(torch.tensor(ids)))
+    expected = reference.prefill(0, ids, all_logits=True).logits
+    assert released.scripted_layers() is not None  # PackedLinear scripts
+    native, released.native = released.native, None  # the torch path, as a row with an adapter takes
+    try:
+        _close(released.prefill(0, ids, all_logits=True).logits, expected)
+        tokens, length = [int(expected[-1].argmax())], len(ids)
+        for _ in range(3):
+            ours = released.decode(tokens, [length]).logits
+            theirs = reference.decode(tokens, [length]).logits
+            _close(ours, theirs)
+            assert float((ours - theirs).abs().max()) < 1e-2 * float(theirs.abs().max())  # only KV rounding
+            tokens, length = [int(theirs.argmax())], length + 1
+    finally:
+        released.native = native
 
 
 def test_without_a_compiler_q4_says_so_in_one_line(monkeypatch):

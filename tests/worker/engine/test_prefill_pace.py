@@ -217,19 +217,19 @@ def test_beside_decoding_rows_the_cache_grows_a_layer_a_step_ahead_of_the_prompt
               for p in ([1, 2, 3], [1, 4])]
     running = [submit(engine, short) for short in shorts]
     step_on(engine, slow_growth)
-    prompt = [1, *([2, 3, 5, 6, 7, 4, 5] * 43)]  # 302 tokens: the cache grows from 256 to 512 positions
+    prompt = [1, *([2, 3, 5, 6, 7, 4, 5] * 43)]  # 302 tokens: the cache grows from 256 to 384 positions
     long = submit(engine, request(prompt_ids=prompt, max_tokens=3, ignore_eos=True, temperature=0.0), strict=True)
     steps = 0
     while not long.of(Accepted):
-        held, grown = cache.capacity, sum(c == 512 for c in cache.capacities)
+        held, grown = cache.capacity, sum(c == 384 for c in cache.capacities)
         prefills = step_on(engine, slow_growth)
         steps += 1
         assert all(p.start + p.count < held for p in prefills)  # a chunk never waits for a layer to grow
-        assert sum(c == 512 for c in cache.capacities) - grown == (grown < 36)
+        assert sum(c == 384 for c in cache.capacities) - grown == (grown < 36)
         assert [len(run.tokens()) for run in running] == [1 + steps] * 2
     # 8 tokens a step (the floor) and one of 7 reach the 255 positions held, 4 steps wait for the last layers,
     # then 9 a step: 32 + 4 + 6 steps
-    assert cache.capacities == [512] * 36 and steps == 42
+    assert cache.capacities == [384] * 36 and steps == 42
     while not all(run.ended.is_set() for run in [long, *running]):
         step_on(engine, slow_growth)
     alone = Engine(loaded, config, "alone", tmp_path)  # the same requests apart: the cache never grows a layer
@@ -255,4 +255,4 @@ def test_where_growing_is_cheap_the_layers_a_prompt_needs_grow_in_its_first_step
     step_on(engine, cheap_growth)
     submit(engine, request(prompt_ids=[1, *([2, 3, 5, 6, 7, 4, 5] * 43)], max_tokens=2, ignore_eos=True))
     assert [p.count for p in step_on(engine, cheap_growth)] == [9]
-    assert engine.runner.cache.capacities == [512] * 4
+    assert engine.runner.cache.capacities == [384] * 4

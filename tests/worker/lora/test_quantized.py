@@ -15,6 +15,8 @@ from common.protocol import ModelConfig
 from testkit.lora_adapters import EVERY, write_adapter
 from tests.worker.engine.runs import running_engine
 from tests.worker.lora.adapters import greedy, laid_out, merged, serve_greedy
+from worker.engine.engine import Engine
+from worker.engine.native.packed_torch import PackedLinear
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear, quantize_runner
 from worker.loading import load_model
@@ -102,14 +104,23 @@ def test_w8a8_engine_serves_a_batch_of_adapters_through_the_scripted_layers(tiny
         assert len(set(outputs)) == len(outputs), prompt
 
 
-def test_q4_engine_serves_adapter_rows_through_the_torch_path(tiny, tiny_adapters):
-    """In q4 a decode step that holds an adapter row runs on the torch path (the float32 weights stay for it);
-    the adapters still apply, and a step without one runs natively again."""
-    loaded = dataclasses.replace(tiny, quantization="q4")
+def test_q4_engine_serves_adapter_rows_through_the_torch_path(tiny_dir, tiny_adapters, tmp_path):
+    """In q4 a decode step that holds an adapter row runs on the torch path. A worker's engine owns its model
+    and keeps no float32 projections: that path computes on the packed weights (scripted), the adapters still
+    apply, and a step without one runs natively again."""
+    config = ModelConfig(name="tiny", source=str(tiny_dir), quantization="q4", dtype="float32", max_batch_size=8,
+                         max_context=256, decode_threads=2)
+    loaded = load_model(config, tmp_path, engine_only=True)
     jobs = [(PROMPTS[0], name) for name in (None, "attention", "mlp", "every")]
-    with running_engine(loaded, "q4-lora", max_batch_size=8, max_context=256, decode_threads=2) as engine:
-        assert engine.runner.native is not None
+    engine = Engine(loaded, config, "q4-lora", data_dir=tmp_path, owns_model=True)
+    engine.start()
+    try:
+        assert engine.runner.native is not None and isinstance(engine.runner.fused[0].qkv, PackedLinear)
+        assert loaded.model.model.layers[0].self_attn.q_proj.weight.is_meta
+        assert engine.runner.scripted_layers() is not None
         got = serve_greedy(engine, [(p, name and tiny_adapters[name]) for p, name in jobs], 12)
         again = serve_greedy(engine, [(PROMPTS[0], None)], 12)[0]
-    assert all(len(tokens) == 12 or tokens[-1] == tiny.tokenizer.eos_token_id for tokens in got + [again])
+    finally:
+        engine.stop()
+    assert all(len(tokens) == 12 or tokens[-1] == loaded.tokenizer.eos_token_id for tokens in got + [again])
     assert len(set(map(tuple, got))) == len(got)  # every adapter changes the answer

@@ -19,7 +19,9 @@
  * pthreads with a barrier that spins briefly, then yields: OpenMP's runtime is the one torch loaded, its
  * wait policy fixed at torch's import, and its spinning barriers ran a step 4x slower than one thread on a
  * host busier than its cores (measured). About 10 barriers a layer. The KV
- * cache is the caller's float32 tensors, [slots, kv_heads, capacity, head_dim] per layer. Within a
+ * cache is the caller's IEEE half-precision tensors (torch.float16), [slots, kv_heads, capacity, head_dim]
+ * per layer: half the memory of float32, its rounding (2^-11 relative) far below the int8 activations'.
+ * Keys and values are rounded once, when written; attention widens them to float32 as it reads. Within a
  * layer every token's key/value is written before any attention reads, so the tokens of a prefill
  * chunk (one slot, consecutive positions) see each other causally.
  */
@@ -38,6 +40,9 @@
 #else
 #define SLUICE_VNNI 0
 #endif
+
+/* a KV cache element: binary16 (F16C / AVX512F convert 16 at a time; elsewhere the compiler's _Float16) */
+typedef _Float16 kv_t;
 
 #define GROUP 32
 #define TILE_ROWS 16  /* output rows of a register tile: an int32 lane each (pack.py's TILE_ROWS) */
@@ -291,6 +296,52 @@ static void norm_quantize(const team_t *team, const float *hidden, int64_t n, in
     sync_team(team);
 }
 
+/* float32 -> the cache's binary16, rounded to nearest even */
+static void to_half(const float *x, kv_t *out, int64_t n) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16)
+        _mm256_storeu_si256((__m256i *)(out + j), _mm512_cvtps_ph(_mm512_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; j < n; j++) out[j] = (kv_t)x[j];
+}
+
+/* One query head over positions 0..len-1 of its kv head (k, v: [len, D] in binary16): softmax(q . k * scale) . v
+ * into out [D]; `score`: len floats of scratch. */
+static void attend(const float *q, const kv_t *k, const kv_t *v, int64_t len, int64_t D, float scale, float *score,
+                   float *out) {
+    float peak = -INFINITY;
+    for (int64_t p = 0; p < len; p++) {
+        const kv_t *kp = k + p * D;
+        float s = 0.f;
+        int64_t j = 0;
+#if defined(__AVX512F__)
+        __m512 acc = _mm512_setzero_ps();
+        for (; j + 16 <= D; j += 16)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kp + j))), acc);
+        s = _mm512_reduce_add_ps(acc);
+#endif
+        for (; j < D; j++) s += q[j] * (float)kp[j];
+        score[p] = s * scale;
+        peak = fmaxf(peak, score[p]);
+    }
+    float total = 0.f;
+    for (int64_t p = 0; p < len; p++) total += (score[p] = expf(score[p] - peak));
+    for (int64_t j = 0; j < D; j++) out[j] = 0.f;
+    for (int64_t p = 0; p < len; p++) {
+        const kv_t *vp = v + p * D;
+        float weight = score[p] / total;
+        int64_t j = 0;
+#if defined(__AVX512F__)
+        __m512 w = _mm512_set1_ps(weight);
+        for (; j + 16 <= D; j += 16)
+            _mm512_storeu_ps(out + j, _mm512_fmadd_ps(w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + j))),
+                                                      _mm512_loadu_ps(out + j)));
+#endif
+        for (; j < D; j++) out[j] += weight * (float)vp[j];
+    }
+}
+
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 typedef struct {
@@ -298,7 +349,7 @@ typedef struct {
     int64_t n, n_out, longest;
     const int32_t *slots, *positions, *out_rows;
     float *hidden, *logits, *out_hidden;
-    float *const *keys, *const *values;
+    kv_t *const *keys, *const *values;
     const int64_t *capacity;
     float *normed, *qkv, *attended, *gate_up, *act_scale, *act_sum, *scores;
     int8_t *codes;
@@ -319,7 +370,7 @@ static void forward_part(call_t *c, int me) {
     int64_t first, last;
     for (int64_t l = 0; l < m->layers; l++) {
         const layer_weights *w = &m->layer[l];
-        float *K = c->keys[l], *V = c->values[l];
+        kv_t *K = c->keys[l], *V = c->values[l];
         int64_t cap = c->capacity[l];
         norm_quantize(team, hidden, n, H, w->input_norm, m->eps, normed, &x_h, NULL);
         project(team, &w->qkv, &x_h, n, qkv, qkv_width, 0, w->qkv_bias);
@@ -336,32 +387,17 @@ static void forward_part(call_t *c, int me) {
             }
             for (int64_t g = 0; g < kvh; g++) {
                 int64_t at = (((int64_t)slots[i] * kvh + g) * cap + positions[i]) * D;
-                memcpy(K + at, row + (heads + g) * D, sizeof(float) * D);
-                memcpy(V + at, row + (heads + kvh + g) * D, sizeof(float) * D);
+                to_half(row + (heads + g) * D, K + at, D);
+                to_half(row + (heads + kvh + g) * D, V + at, D);
             }
         }
         sync_team(team);
         /* attention of each (token, head) over its slot's positions 0..position; jobs dealt round-robin */
         for (int64_t job = me; job < n * heads; job += c->count) {
-            int64_t i = job / heads, h = job % heads, g = h / (heads / kvh), len = positions[i] + 1;
-            const float *q = qkv + i * qkv_width + h * D;
-            const float *k = K + ((int64_t)slots[i] * kvh + g) * cap * D;
-            const float *v = V + ((int64_t)slots[i] * kvh + g) * cap * D;
-            float peak = -INFINITY;
-            for (int64_t p = 0; p < len; p++) {
-                float s = 0.f;
-                for (int64_t j = 0; j < D; j++) s += q[j] * k[p * D + j];
-                score[p] = s * m->attn_scale;
-                peak = fmaxf(peak, score[p]);
-            }
-            float total = 0.f;
-            for (int64_t p = 0; p < len; p++) total += (score[p] = expf(score[p] - peak));
-            float *o = attended + i * heads * D + h * D;
-            for (int64_t j = 0; j < D; j++) o[j] = 0.f;
-            for (int64_t p = 0; p < len; p++) {
-                float weight = score[p] / total;
-                for (int64_t j = 0; j < D; j++) o[j] += weight * v[p * D + j];
-            }
+            int64_t i = job / heads, h = job % heads, g = h / (heads / kvh);
+            attend(qkv + i * qkv_width + h * D, K + ((int64_t)slots[i] * kvh + g) * cap * D,
+                   V + ((int64_t)slots[i] * kvh + g) * cap * D, positions[i] + 1, D, m->attn_scale, score,
+                   attended + i * heads * D + h * D);
         }
         sync_team(team);
         qact x_o = {c->codes, c->act_scale, c->act_sum, heads * D};
@@ -403,7 +439,7 @@ static void *run_part(void *arg) {
 
 /* Returns 0, or -1 when scratch memory could not be allocated. */
 int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slots, const int32_t *positions,
-                          float *hidden, float *const *keys, float *const *values, const int64_t *capacity,
+                          float *hidden, kv_t *const *keys, kv_t *const *values, const int64_t *capacity,
                           int64_t n_out, const int32_t *out_rows, float *logits, float *out_hidden, int threads) {
     const int64_t H = m->hidden, D = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->inter;
     const int64_t widest = max64(max64(H, I), heads * D);

@@ -2,14 +2,17 @@
 
 `NativeForward.run` is the one entry: N tokens, each with its slot and position (decode rows, a prefill
 chunk of one slot, or both), input embeddings in, logits of the rows named in `out_rows` out. The KV
-cache is the runner's own float32 tensors: every call passes each layer's pointer and capacity, since
-layers differ while the cache grows.
+cache is the runner's own tensors, stored in float16 from the moment a NativeForward is built on it
+(forward.c's layout): every call passes each layer's pointer and capacity, since layers differ while the
+cache grows. `packed_matrices` packs a runner's projections under the names forward.c's structures take
+("{layer}.qkv", ".o", ".gate_up", ".down", "lm_head"; "embed" for an untied embedding).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -17,6 +20,7 @@ from torch import nn
 from worker.engine.native.build import load_library
 from worker.engine.native.pack import Packed, pick
 
+KV_DTYPE = torch.float16  # forward.c's kv_t
 _SILU = {"silu", "swish"}
 _MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
 
@@ -75,8 +79,40 @@ def check_supported(runner) -> None:
         raise NativeUnsupported("q4 needs a plain vocabulary projection")
 
 
+def matrix_sources(runner) -> dict[str, list[nn.Module]]:
+    """Each packed matrix's modules, whose weights it stacks (q, k, v; gate, up)."""
+    sources: dict[str, list[nn.Module]] = {}
+    for index, layer in enumerate(runner.layers):
+        attention, mlp = layer.self_attn, layer.mlp
+        sources.update({f"{index}.qkv": [attention.q_proj, attention.k_proj, attention.v_proj],
+                        f"{index}.o": [attention.o_proj], f"{index}.gate_up": [mlp.gate_proj, mlp.up_proj],
+                        f"{index}.down": [mlp.down_proj]})
+    if runner.lm_head.weight is runner.embed_tokens.weight:  # tied: the vocabulary matrix is the embedding
+        sources["lm_head"] = [runner.embed_tokens]
+    else:
+        sources.update({"lm_head": [runner.lm_head], "embed": [runner.embed_tokens]})
+    return sources
+
+
+def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -> dict[str, Packed]:
+    """Every matrix of `matrix_sources` packed (`pick`), one at a time. A weight left unread at load (meta) is
+    read by its state-dict name through `read`."""
+    names = {module: name for name, module in runner.model.named_modules()}
+
+    def weight(module: nn.Module) -> torch.Tensor:
+        if not module.weight.is_meta:
+            return module.weight.detach()
+        if read is None:
+            raise NativeUnsupported(f"{names[module]}.weight was not loaded and nothing can read it")
+        return read(f"{names[module]}.weight")
+
+    return {name: pick(torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0]))
+            for name, modules in matrix_sources(runner).items()}
+
+
 class NativeForward:
-    def __init__(self, runner, threads: int | None = None):
+    def __init__(self, runner, threads: int | None = None, matrices: dict[str, Packed] | None = None):
+        """`matrices`: `packed_matrices(runner)` (as the pack cache kept it), else packed here."""
         check_supported(runner)
         self.library = load_library()
         self.library.sluice_native_forward.restype = ctypes.c_int
@@ -88,12 +124,10 @@ class NativeForward:
                     for norm in (layer.input_layernorm, layer.post_attention_layernorm, runner.final_norm)}
         if len(epsilons) != 1:
             raise NativeUnsupported("q4 needs one RMSNorm epsilon for every norm")
-        self.matrices: dict[str, Packed] = {}
+        self.matrices = packed_matrices(runner) if matrices is None else matrices
         layers = (_Layer * len(runner.layers))()
         for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
-            packed = {name: self._pack(f"{index}.{name}", module.weight)
-                      for name, module in (("qkv", fused.qkv), ("o", fused.o_proj), ("gate_up", fused.gate_up),
-                                           ("down", fused.down_proj))}
+            packed = {name: self.matrices[f"{index}.{name}"] for name in ("qkv", "o", "gate_up", "down")}
             bias = None if fused.qkv.bias is None else self._hold(_float(fused.qkv.bias))
             layers[index] = _Layer(*(_matrix(packed[name]) for name in ("qkv", "o", "gate_up", "down")),
                                    bias.data_ptr() if bias is not None else None,
@@ -101,22 +135,19 @@ class NativeForward:
                                    self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr())
         cos, sin = (self._hold(_float(t)) for t in runner._rope_table)
         scale = getattr(first.self_attn, "scaling", None) or runner.head_dim ** -0.5
-        head = self._pack("lm_head", runner.lm_head.weight)
+        head = self.matrices["lm_head"]
         self._layers = layers
         self._model = _Model(len(runner.layers), runner.hidden_size, runner.heads, runner.kv_heads, runner.head_dim,
                              first.mlp.down_proj.weight.shape[1], cos.shape[0],
                              float(first.input_layernorm.variance_epsilon), float(scale),
                              cos.data_ptr(), sin.data_ptr(), self._hold(_float(runner.final_norm.weight)).data_ptr(),
                              _matrix(head), layers)
+        if runner.cache.dtype != KV_DTYPE:
+            runner.cache.store_as(KV_DTYPE)
 
     def _hold(self, tensor: torch.Tensor) -> torch.Tensor:
         self._keep.append(tensor)
         return tensor
-
-    def _pack(self, name: str, weight: torch.Tensor) -> Packed:
-        packed = pick(weight)
-        self.matrices[name] = packed
-        return packed
 
     def run(self, hidden: torch.Tensor, slots: list[int], positions: list[int], keys: list[torch.Tensor],
             values: list[torch.Tensor], out_rows: list[int], want_logits: bool = True,
@@ -133,6 +164,7 @@ class NativeForward:
         logits = torch.empty(wanted, self.vocab_size) if want_logits and wanted else None
         normed = torch.empty(wanted, self.hidden_size) if want_hidden and wanted else None
         layers = len(keys)
+        assert all(t.dtype == KV_DTYPE for t in (*keys, *values)), "the KV cache must be stored as KV_DTYPE"
         key_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in keys))
         value_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in values))
         capacities = (ctypes.c_int64 * layers)(*(t.shape[2] for t in keys))

@@ -25,6 +25,7 @@ import torch
 GROUP = 32
 TILE_ROWS = 16  # forward.c's rows per register tile: an int32 lane each in a 512-bit vector
 EXACT_4BIT = 1e-4  # a Q4_1 matrix re-packs to ~1e-7; one that was never 4-bit errs by ~1e-2
+PICK_ROWS = 4096  # rows `pick` packs at a time (whole tiles)
 
 
 @dataclass
@@ -44,16 +45,9 @@ class Packed:
 
     def by_row(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """uint8 codes [rows, cols] (of the given row indices, else every row), in input order."""
-        blocks, groups, _ = self.codes.shape
-        tiles = self.codes.view(blocks, groups, -1, TILE_ROWS, 4)  # [block, group, chunk, row, byte]
         if rows is None:
-            tiles = tiles.permute(0, 3, 1, 2, 4).reshape(blocks * TILE_ROWS, groups, -1, 4)
-            tiles = tiles[:self.rows]
-        else:
-            tiles = tiles[rows // TILE_ROWS, :, :, rows % TILE_ROWS]  # [n, group, chunk, byte]
-        if self.bits == 4:
-            tiles = torch.cat([tiles & 15, tiles >> 4], dim=2)
-        return tiles.reshape(tiles.shape[0], -1)
+            return tiled_rows(self.codes, self.bits)[:self.rows]
+        return picked_rows(self.codes, self.bits, rows)
 
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """float32 [rows, cols] (of the given row indices, else every row)."""
@@ -61,6 +55,26 @@ class Packed:
         scale, minimum = (self.scale, self.min) if rows is None else (self.scale[:, rows], self.min[:, rows])
         grouped = codes.view(codes.shape[0], -1, GROUP).float()
         return (grouped * scale.t().unsqueeze(-1) + minimum.t().unsqueeze(-1)).view(codes.shape[0], -1)
+
+
+# The two functions below undo the layout; packed_torch.py's modules script them, so they spell out the tile's
+# 16 rows (TorchScript does not read module globals) and keep to ops it compiles.
+def tiled_rows(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes [blocks * 16, cols] of every row of `codes` (the tile layout), padding rows included."""
+    blocks, groups = codes.shape[0], codes.shape[1]
+    tiles = codes.reshape(blocks, groups, -1, 16, 4).permute(0, 3, 1, 2, 4)  # [block, row, group, chunk, byte]
+    if bits == 4:
+        tiles = torch.cat([tiles & 15, tiles >> 4], dim=3)
+    return tiles.reshape(blocks * 16, -1)
+
+
+def picked_rows(codes: torch.Tensor, bits: int, rows: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [len(rows), cols] of the given row indices of `codes` (the tile layout)."""
+    blocks, groups = codes.shape[0], codes.shape[1]
+    tiles = codes.reshape(blocks, groups, -1, 16, 4)[rows // 16, :, :, rows % 16]  # [n, group, chunk, byte]
+    if bits == 4:
+        tiles = torch.cat([tiles & 15, tiles >> 4], dim=2)
+    return tiles.reshape(rows.shape[0], -1)
 
 
 def _tiled(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -106,6 +120,20 @@ def relative_error(packed: Packed, weight: torch.Tensor) -> float:
 
 
 def pick(weight: torch.Tensor) -> Packed:
-    """4-bit where it reproduces `weight` (EXACT_4BIT), else 8-bit."""
-    four = pack4(weight)
-    return four if relative_error(four, weight) <= EXACT_4BIT else pack8(weight)
+    """4-bit where it reproduces `weight` (EXACT_4BIT), else 8-bit. Packed PICK_ROWS rows at a time: the whole
+    of SmolLM2's vocabulary matrix at once took ~0.5 GB of float32 temporaries, a cold start's peak."""
+    slices = weight.detach().split(PICK_ROWS)
+    fours = [pack4(part) for part in slices]
+    error = max(float((four.dequantize() - part.float()).abs().max()) for four, part in zip(fours, slices))
+    if error <= EXACT_4BIT * float(weight.detach().abs().max().clamp_min(1e-30)):
+        return _joined(fours)
+    del fours
+    return _joined([pack8(part) for part in slices])
+
+
+def _joined(parts: list[Packed]) -> Packed:
+    if len(parts) == 1:
+        return parts[0]
+    # slices of PICK_ROWS rows are whole tiles (blocks, dim 0 of the codes); scales are [groups, rows]
+    return Packed(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts], dim=1),
+                  torch.cat([p.min for p in parts], dim=1), parts[0].bits)
