@@ -40,6 +40,7 @@ from worker.engine.runner import ModelRunner, StepOutput
 from worker.engine.scheduler import Prefill, StepPlan, StepReport
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
+from worker.engine.thread_choice import ThreadChoice
 from worker.threads import intra_op_threads
 
 log = structlog.get_logger(__name__)
@@ -62,6 +63,7 @@ class Executor:
         self.special_ids = frozenset(tokenizer.all_special_ids)
         self.steps = 0  # decode steps run
         self.host = HostLoad()
+        self.thread_choice = ThreadChoice()
 
     def run(self, plan: StepPlan, events: StepEvents, between: Callable[[int], None] | None = None) -> StepReport:
         """Run `plan`; the decode step's events go into `events`, the others to their sinks at once. After each
@@ -210,6 +212,10 @@ class Executor:
                      if not r.output_ids and r.request.last_embed is not None}
 
         threads = self.host.prefill_threads(self.runner.prefill_threads)
+        native = self.runner.native is not None and all(r.request.adapter is None for r in rows)
+        if native:  # one native call: 1 thread or the team, whichever this host ran faster lately
+            threads = self.thread_choice.pick(count, threads)
+        began = time.perf_counter()
 
         def choose(first: int, end: int, out: StepOutput):  # in each row group's thread, after its forward
             logits = prenormalize(rows[first:end], out.logits)
@@ -221,6 +227,8 @@ class Executor:
         groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
                                            want_hidden=want_hidden, embeds_override=overrides, then=choose,
                                            adapters=[r.request.adapter for r in rows], threads=threads)
+        if native:
+            self.thread_choice.record(count, threads, time.perf_counter() - began)
         out = StepOutput.concat([group[0] for group in groups])
         scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
         choice = Choice.concat([group[2] for group in groups])
