@@ -5,13 +5,17 @@ own measure of each grammar."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import threading
 import time
 
 import psutil
 import pytest
+import xgrammar
 
 from common.protocol import Constraint
 from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
+from worker.decoding.grammar.compile_process import _serve
 
 
 def schema(value: dict) -> Constraint:
@@ -81,3 +85,26 @@ def test_the_cache_is_bounded_in_bytes(cache_compiler):
     assert sum(sizes) > cache_compiler.cache_bytes  # so some had to go: the least recently used
     assert not cache_compiler.cached(small) and not cache_compiler.cached(strings[0])
     assert cache_compiler.cached(strings[-1])
+
+
+def test_a_compile_child_whose_parent_vanishes_mid_conversation_returns_quietly():
+    """The parent is killed with a reply unread (a worker stopped with -9): the child's next read fails with a
+    connection reset, which ends its loop like a closed pipe, without a traceback on the worker's stderr."""
+    info = xgrammar.TokenizerInfo(["a", "b", "</s>"], stop_token_ids=[2])
+    ours, theirs = multiprocessing.Pipe()
+    raised: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            _serve(theirs, info.serialize_json())
+        except BaseException as error:  # what would be the child's traceback
+            raised.append(error)
+
+    child = threading.Thread(target=serve)
+    child.start()
+    assert ours.recv() is True
+    ours.send(("regex", "a+"))
+    assert ours.poll(30)  # the reply waits unread
+    ours.close()  # closing with unread data resets the connection
+    child.join(30)
+    assert not child.is_alive() and raised == []

@@ -117,7 +117,7 @@ def _serve(conn: Connection, tokenizer_json: str) -> None:
     while True:
         try:
             kind, value = conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # the pipe closed, or its parent was killed: nothing to serve
             return
         try:
             conn.send((True, build(compiler, kind, value).serialize_json()))
