@@ -85,8 +85,11 @@ def test_a_full_ledger_disk_refuses_new_requests_until_space_returns(tmp_path):
         # requests admitted in time whose records find the disk full at their end (more records than the log's
         # last page still holds): each one is either served and recorded, or withheld with 503, never served
         # unbilled
+        # the disk taken down near the reserve first, so that filling it to the brim once they run takes a moment
+        # even on a loaded host (answers of 150 tokens last ~1.5 s; a 4 MiB fill at 4 KiB a write did not always)
+        near = fill(wal, leave=2 * RESERVE)
         in_flight: list[httpx.Response] = []
-        runners = [threading.Thread(target=lambda: in_flight.append(completion(server, max_tokens=150)))
+        runners = [threading.Thread(target=lambda: in_flight.append(completion(server, max_tokens=300)))
                    for _ in range(24)]
         for runner in runners:
             runner.start()
@@ -101,6 +104,7 @@ def test_a_full_ledger_disk_refuses_new_requests_until_space_returns(tmp_path):
                                 for r in withheld)
         served.extend(r for r in in_flight if r.status_code == 200)
         brim.unlink()
+        near.unlink()
         time.sleep(0.3)
         served.append(completion(server))
         assert served[-1].status_code == 200
