@@ -10,20 +10,9 @@ is never picked: q4's plain-C path, FBGEMM without AVX2 and bfloat16 without nat
 several times slower. `pick_cpu_default` is a pure function of the features, so every branch is tested on
 any machine; `cpu_features` reads the real ones.
 
-Quality against float32 on SmolLM2-135M (bench/default_config.py --streams none on an AMD EPYC with AVX2,
-AVX512-VNNI and AVX512-BF16: 20 chat prompts, 32 greedy tokens each; teacher-forced top-1; perplexity on
-docs/security.md; q4's greedy row moves between runs, README.md says why):
-
-| configuration | greedy same / prefix | top-1 | perplexity vs float32 | keeps quality |
-|---|---|---|---|---|
-| float32 (exact mode) | 1.00 / 1.00 | 1.000 | 69.78 | yes |
-| bfloat16 | 0.35 / 0.67 | 0.966 | 1.003x | yes |
-| w8a8 | 0.10 / 0.40 | 0.934 | 1.010x | yes |
-| q4 | 0.50 / 0.73 | 0.961 | 1.005x | yes |
-
-The rule: top-1 >= 0.90 and perplexity <= 1.05x float32's, then the fastest at 16 streams. All four keep
-quality, so speed at 16 streams orders them (README.md): w8a8 > bfloat16 > float32 as measured; q4 ahead of
-w8a8 is the pick pending the quiet-box run of q4 after its kernel work (to be filled in there).
+The rule (bench/default_config.py prints it): top-1 agreement with float32 >= 0.90 and perplexity <= 1.05x
+float32's, then the fastest at 16 streams. On SmolLM2-135M all four keep quality and q4 is the fastest, then
+w8a8, bfloat16, float32; README.md ("The default compute path") has the measured tables.
 """
 
 from __future__ import annotations
