@@ -108,3 +108,30 @@ def test_a_compile_child_whose_parent_vanishes_mid_conversation_returns_quietly(
     ours.close()  # closing with unread data resets the connection
     child.join(30)
     assert not child.is_alive() and raised == []
+
+
+def test_a_compile_process_closed_from_several_threads_at_once_closes_each_handle_once():
+    """The compile thread closes its process when the child dies while the compiler's close() kills it: each
+    pipe descriptor is closed once (a second close raised EBADF at teardown, or could close a reused number)."""
+    from worker.decoding.grammar.compile_process import CompileProcess
+
+    tokenizer_json = xgrammar.TokenizerInfo(["a", "b", "</s>"], stop_token_ids=[2]).serialize_json()
+    for _ in range(12):
+        process = CompileProcess(tokenizer_json)
+        assert process.compile("regex", "a+", timeout_s=60.0)  # started and answering
+        gate = threading.Barrier(8)
+        raised: list[BaseException] = []
+
+        def close() -> None:
+            gate.wait()
+            try:
+                process.close()
+            except BaseException as error:
+                raised.append(error)
+
+        threads = [threading.Thread(target=close) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert raised == []

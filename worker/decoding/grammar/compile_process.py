@@ -54,20 +54,25 @@ class CompileProcess:
         self._process = None
         self._conn: Connection | None = None
         self._started = False
+        # close() runs on the compile thread (an overrun, a dead child) and on the compiler's close() at once:
+        # the handles are taken under this lock so that each is closed once (a second close of a pipe's fd
+        # fails with EBADF, or closes whatever file reused its number)
+        self._closing = threading.Lock()
 
     def compile(self, kind: str, value: str, timeout_s: float) -> str:
         """The compiled grammar as xgrammar's JSON. CompileFailed: xgrammar refused it; CompileOverran: it took
         longer than `timeout_s` (counted from when the child had it, not from its start-up)."""
         conn = self._ready()
-        conn.send((kind, value))
-        if not conn.poll(timeout_s):
-            self.close()
-            raise CompileOverran(f"the compile ran past {timeout_s:g} s and was stopped")
         try:
-            ok, text = conn.recv()
-        except EOFError:  # the child died (out of memory, a crash in xgrammar)
+            conn.send((kind, value))
+            answered = conn.poll(timeout_s)
+            ok, text = conn.recv() if answered else (False, "")
+        except (EOFError, OSError):  # the child died (out of memory, a crash in xgrammar), or close() ran
             self.close()
             raise CompileFailed("the compile process ended without an answer") from None
+        if not answered:
+            self.close()
+            raise CompileOverran(f"the compile ran past {timeout_s:g} s and was stopped")
         if not ok:
             raise CompileFailed(text)
         return text
@@ -100,13 +105,14 @@ class CompileProcess:
         return conn
 
     def close(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.join(timeout=10)
-            self._process = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._closing:
+            process, self._process = self._process, None
+            conn, self._conn = self._conn, None
+        if process is not None:
+            process.kill()
+            process.join(timeout=10)
+        if conn is not None:
+            conn.close()
 
 
 def _serve(conn: Connection, tokenizer_json: str) -> None:
