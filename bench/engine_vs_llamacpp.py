@@ -8,16 +8,18 @@ continuous batching, on the same GGUF file, in the same run.
 vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF -DGGML_NATIVE=ON`; minutes on 2 cores) and
 started with `-np SLOTS` slots of 1,024 tokens each. Sluice runs as `make serve` does: one worker process (its
 default configuration unless --quantization/--dtype say otherwise) behind `sluice serve`. Each side gets the same
-streamed requests (a fixed prompt corpus, temperature 0, `ignore_eos`, `--tokens` new tokens each), N at once,
-for N in --streams, through Sluice's gateway, through the worker alone, and through llama-server's
-`/v1/completions`. Printed per N: output tok/s, TTFT p50/p99, the p99 gap between streamed chunks, the peak RSS of
-the serving process (VmHWM), and Sluice / llama-server ratios. The sides run one after another, never together.
+streamed requests (a fixed prompt corpus, each drive's prompts led by a tag of their own so that no prompt cache
+serves a repeat; temperature 0, `ignore_eos`, `--tokens` new tokens each), N at once, for N in --streams, through
+Sluice's gateway, through the worker alone, and through llama-server's `/v1/completions`. Printed per N: output
+tok/s, TTFT p50/p99, the p99 gap between streamed chunks, the peak RSS of the serving process (VmHWM), and Sluice /
+llama-server ratios. The sides run one after another, never together.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -71,9 +73,11 @@ def ensure_llama_server() -> Path:
     return LLAMA_SERVER
 
 
-def prompts(count: int) -> list[str]:
-    """`count` distinct prompts of 60-200 words (fixed: the same corpus every run)."""
-    return [" ".join(WORDS[(i * 7 + j * j) % len(WORDS)] for j in range(60 + (i * 37) % 140))
+def prompts(count: int, run: int = 0) -> list[str]:
+    """`count` distinct prompts of 60-200 words (fixed: the same corpus every run), each led by a tag naming
+    `run`: every drive gets prompts no server has seen, so neither side's prompt cache serves a repeat
+    (llama-server reuses a slot's matching prefix; Sluice's prefix cache, the worker's behind the gateway too)."""
+    return [f"Request {run}.{i}: " + " ".join(WORDS[(i * 7 + j * j) % len(WORDS)] for j in range(60 + (i * 37) % 140))
             for i in range(count)]
 
 
@@ -232,7 +236,7 @@ def main() -> None:
     counts = [int(c) for c in args.streams.split(",")]
     gguf = default_gguf_path()
     binary = ensure_llama_server()
-    corpus = prompts(max(counts + [2]))  # the warm-up drives two streams
+    drives = itertools.count()  # each drive's prompts: prompts(count, next(drives))
     model = {"quantization": args.quantization, "dtype": args.dtype, "threads": args.threads,
              "max_batch_size": max(32, max(counts))}
     with tempfile.TemporaryDirectory() as scratch:
@@ -257,13 +261,13 @@ def main() -> None:
                   f"{os.cpu_count()} cores")
             for side, (url, headers) in sides.items():  # warm every side once
                 kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
-                asyncio.run(drive(kind, url, 2, 8, corpus, headers))
+                asyncio.run(drive(kind, url, 2, 8, prompts(2, next(drives)), headers))
             for count in counts:
                 print(f"{count} stream(s) at once:")
                 runs: dict[str, Run] = {}
                 for side, (url, headers) in sides.items():
                     kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
-                    tries = [asyncio.run(drive(kind, url, count, args.tokens, corpus, headers))
+                    tries = [asyncio.run(drive(kind, url, count, args.tokens, prompts(count, next(drives)), headers))
                              for _ in range(args.rounds)]
                     runs[side] = max(tries, key=lambda r: r.tok_s)
                     print(row(side, runs[side], runs["llama-server"] if side != "llama-server" else None),

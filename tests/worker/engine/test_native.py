@@ -42,7 +42,7 @@ from tests.worker.engine.runs import running_engine
 from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
 from worker.engine.native.build import FLAGS, NativeUnavailable, compiler, load_library
 from worker.engine.native.install import install_native
-from worker.engine.native.model import KV_DTYPE, NativeForward
+from worker.engine.native.model import KV_DTYPE, NativeForward, NativeUnsupported
 from worker.engine.native.pack import EXACT_4BIT, PICK_ROWS, pack4, pack8, pick, relative_error
 from worker.engine.native.packed_torch import PackedEmbedding, PackedLinear
 from worker.engine.runner import ModelRunner
@@ -139,8 +139,12 @@ def test_the_tile_layout_keeps_every_row_of_a_ragged_matrix(pack):
     codes, whole or picked, and a 4-bit matrix re-packs to the same bytes."""
     weight = torch.randn(37, 96, generator=torch.Generator().manual_seed(6))
     packed = pack(weight)
-    assert (packed.rows, packed.cols) == (37, 96) and packed.codes.shape[0] == 3
-    assert float((packed.dequantize() - weight).abs().max()) < 0.5 * float(packed.scale.max()) + 1e-6
+    assert (packed.rows, packed.cols) == (37, 96) and packed.tiles.shape == (3, 3, 16 * 32 * packed.bits // 8 + 64)
+    groups = weight.view(37, 3, 32)
+    peak = groups.abs().amax(-1, keepdim=True)
+    step = peak / 127 if packed.bits == 8 else (groups.amax(-1, keepdim=True) - groups.amin(-1, keepdim=True)) / 15
+    # half a step, and the half-float rounding (2^-11 relative) of the group's scale and minimum
+    assert bool(((packed.dequantize() - weight).view(37, 3, 32).abs() <= 0.5 * step + 2 ** -9 * peak).all())
     picked = torch.tensor([36, 0, 17, 5])
     assert torch.equal(packed.dequantize(picked), packed.dequantize()[picked])
     if pack is pack4:
@@ -162,6 +166,21 @@ def test_packed_modules_compute_with_the_dequantized_rows_whole_and_in_slices(pa
         assert torch.equal(embedding(ids), weight[ids])
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 2.0 ** 16])
+def test_weights_whose_scales_half_floats_cannot_hold_are_refused_by_matrix(bad):
+    """Scales and minimums are half floats: a weight beyond +-2^15 (or not finite) is refused, not packed to
+    infinities; a model holding one does not run natively, and the error names the matrix."""
+    weight = torch.randn(16, 32)
+    weight[3, 5] = bad
+    with pytest.raises(ValueError, match="finite and within"):
+        pick(weight)
+    runner = ModelRunner(_tiny_llama(9), 2, 64)
+    with torch.no_grad():
+        runner.layers[1].mlp.down_proj.weight[0, 0] = bad
+    with pytest.raises(NativeUnsupported, match="q4 cannot pack 1.down"):
+        NativeForward(runner)
+
+
 def test_pick_packs_a_tall_matrix_in_slices_as_it_would_whole():
     """`pick` packs PICK_ROWS rows at a time (a cold start's peak) and decides 4 or 8 bits over all of them."""
     exact = pack4(torch.randn(2 * PICK_ROWS + 3, 64)).dequantize()
@@ -170,7 +189,7 @@ def test_pick_packs_a_tall_matrix_in_slices_as_it_would_whole():
     for weight, bits, whole in ((exact, 4, pack4(exact)), (rough, 8, pack8(rough))):
         packed = pick(weight)
         assert packed.bits == bits
-        assert all(torch.equal(getattr(packed, name), getattr(whole, name)) for name in ("codes", "scale", "min"))
+        assert torch.equal(packed.tiles, whole.tiles) and packed.rows == whole.rows
 
 
 def test_prefill_in_chunks_matches_one_torch_prefill(tiny_pair):

@@ -116,13 +116,13 @@ def test_a_compile_process_closed_from_several_threads_at_once_closes_each_handl
     from worker.decoding.grammar.compile_process import CompileProcess
 
     tokenizer_json = xgrammar.TokenizerInfo(["a", "b", "</s>"], stop_token_ids=[2]).serialize_json()
+    raised: list[BaseException] = []
     for _ in range(12):
         process = CompileProcess(tokenizer_json)
         assert process.compile("regex", "a+", timeout_s=60.0)  # started and answering
         gate = threading.Barrier(8)
-        raised: list[BaseException] = []
 
-        def close() -> None:
+        def close(process: CompileProcess = process, gate: threading.Barrier = gate) -> None:
             gate.wait()
             try:
                 process.close()

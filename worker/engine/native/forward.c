@@ -1,7 +1,7 @@
 /* The whole forward of a Llama-family decoder for N tokens, each at its own (slot, position).
  *
- * Projections hold groups of 32 weights as unsigned codes u with a per-group float scale d and
- * minimum m (w = d * u + m): 4-bit codes packed two to a byte, or 8-bit codes. Each projection's
+ * Projections hold groups of 32 weights as unsigned codes u with a per-group binary16 scale d and
+ * minimum m (w = d * u + m), stored after each tile group's codes: 4-bit codes packed two to a byte, or 8-bit codes. Each projection's
  * input is quantized per 32-block to int8 (x = a * q), so a group's product is
  *     d * a * sum(u * q) + m * a * sum(q)
  * whose integer part runs on AVX512-VNNI (vpdpbusd: unsigned x signed bytes into int32) where the
@@ -47,11 +47,12 @@ typedef _Float16 kv_t;
 #define GROUP 32
 #define TILE_ROWS 16  /* output rows of a register tile: an int32 lane each (pack.py's TILE_ROWS) */
 #define TOKEN_TILE 8  /* tokens of a register tile: an int32 and a float accumulator each */
+#define SCALE_BYTES (TILE_ROWS * 2 * 2) /* a tile group's binary16 scales and minimums (pack.py's SCALE_BYTES) */
 
 typedef struct {
-    const uint8_t *codes; /* [ceil(rows / 16), cols / 32, 16 * 32 * bits / 8]: pack.py's tile layout */
-    const float *scale;   /* [cols / 32, rows] */
-    const float *min;     /* [cols / 32, rows] */
+    /* [ceil(rows / 16), cols / 32, 16 * 32 * bits / 8 + 64]: pack.py's tile layout, each tile group's codes
+     * followed by its 16 rows' scales and 16 minimums in binary16 */
+    const uint8_t *tiles;
     int64_t bits, rows, cols;
 } qmat;
 
@@ -159,8 +160,9 @@ static void quantize_token(const float *in, const qact *x, int64_t i) {
     }
 }
 
-/* bytes of one group of a tile (16 rows x 32 codes) */
-static inline int64_t tile_group_bytes(const qmat *w) { return w->bits == 8 ? TILE_ROWS * GROUP : TILE_ROWS * GROUP / 2; }
+/* bytes of the codes of one group of a tile (16 rows x 32 codes), and of the whole group with its scales */
+static inline int64_t code_bytes(const qmat *w) { return w->bits == 8 ? TILE_ROWS * GROUP : TILE_ROWS * GROUP / 2; }
+static inline int64_t tile_group_bytes(const qmat *w) { return code_bytes(w) + SCALE_BYTES; }
 
 #if SLUICE_VNNI
 /* the four activation bytes at q as the int32 that vpdpbusd broadcasts */
@@ -174,8 +176,8 @@ static inline __m512i four(const int8_t *q) { return _mm512_set1_epi32(*(const i
 static inline __attribute__((always_inline)) void tile(const qmat *w, int64_t block, const qact *x, int64_t t0,
                                                        const int COUNT, __mmask16 lanes, __m512 bias, float *out,
                                                        int64_t out_stride, int accumulate) {
-    const int64_t groups = w->cols / GROUP, rows = w->rows, r0 = block * TILE_ROWS, step = tile_group_bytes(w);
-    const uint8_t *codes = w->codes + block * groups * step;
+    const int64_t groups = w->cols / GROUP, r0 = block * TILE_ROWS, step = tile_group_bytes(w), scales = code_bytes(w);
+    const uint8_t *codes = w->tiles + block * groups * step;
     const int8_t *q = x->q + t0 * x->cols; /* this token tile's activations */
     const float *a = x->scale + t0 * groups, *qs = x->sum + t0 * groups;
     const __m512i low = _mm512_set1_epi8(15);
@@ -200,8 +202,8 @@ static inline __attribute__((always_inline)) void tile(const qmat *w, int64_t bl
                 for (int t = 0; t < COUNT; t++) s[t] = _mm512_dpbusd_epi32(s[t], u, four(qg + (k * TOKEN_TILE + t) * 4));
             }
         }
-        __m512 d = _mm512_maskz_loadu_ps(lanes, w->scale + g * rows + r0);
-        __m512 m = _mm512_maskz_loadu_ps(lanes, w->min + g * rows + r0);
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(codes + scales)));
+        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(codes + scales + 32)));
         for (int t = 0; t < COUNT; t++) {
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[t]), _mm512_set1_ps(a[g * TOKEN_TILE + t]));
             acc[t] = _mm512_fmadd_ps(f, d, acc[t]);
@@ -253,7 +255,7 @@ static void project(const team_t *team, const qmat *w, const qact *x, int64_t n,
         }
 #else
         const int64_t groups = w->cols / GROUP;
-        const uint8_t *codes = w->codes + block * groups * tile_group_bytes(w);
+        const uint8_t *codes = w->tiles + block * groups * tile_group_bytes(w);
         for (int lane = 0; lane < live; lane++) {
             for (int64_t t = 0; t < n; t++) {
                 const int64_t tt = t % TOKEN_TILE, base = t - tt;
@@ -262,12 +264,13 @@ static void project(const team_t *team, const qmat *w, const qact *x, int64_t n,
                 float acc = 0.f;
                 for (int64_t g = 0; g < groups; g++) {
                     const uint8_t *cg = codes + g * tile_group_bytes(w);
+                    const _Float16 *dm = (const _Float16 *)(cg + code_bytes(w)); /* 16 scales, then 16 minimums */
                     const int8_t *qg = q + g * GROUP * TOKEN_TILE;
                     int32_t s = 0;
                     for (int j = 0; j < GROUP; j++)
                         s += tile_code(w, cg, lane, j) * (int32_t)qg[j / 4 * 4 * TOKEN_TILE + j % 4];
-                    acc += (float)s * a[g * TOKEN_TILE] * w->scale[g * w->rows + r0 + lane];
-                    acc += w->min[g * w->rows + r0 + lane] * qs[g * TOKEN_TILE];
+                    acc += (float)s * a[g * TOKEN_TILE] * (float)dm[lane];
+                    acc += (float)dm[TILE_ROWS + lane] * qs[g * TOKEN_TILE];
                 }
                 float value = acc + (bias ? bias[r0 + lane] : 0.f);
                 float *o = out + t * out_stride + r0 + lane;
@@ -353,6 +356,8 @@ typedef struct {
     const int64_t *capacity;
     float *normed, *qkv, *attended, *gate_up, *act_scale, *act_sum, *scores;
     int8_t *codes;
+    int64_t own_floats, own_codes, own_groups; /* each thread's share of the scratch above where `own` */
+    int own; /* each thread prepares every token's inputs itself (below) */
     barrier_t barrier;
     atomic_int go; /* set once the team's size is known */
     int count;
@@ -365,14 +370,23 @@ static void forward_part(call_t *c, int me) {
     const int32_t *slots = c->slots, *positions = c->positions;
     float *hidden = c->hidden, *normed = c->normed, *qkv = c->qkv, *attended = c->attended, *gate_up = c->gate_up;
     team_t team_v = {me, c->count, &c->barrier}, *team = &team_v;
+    /* Who prepares the projections' inputs (norms, quantizing, SiLU): for a few tokens each thread does all of
+     * them into its own scratch, which saves the barrier after each (4 of a layer's 10), and a token's inputs
+     * are the same bits whoever computes them; for many the team splits the tokens. */
+    team_t solo = {0, 1, &c->barrier};
+    const team_t *prep = c->own ? &solo : team;
+    const int64_t mine = c->own ? me : 0;
+    normed += mine * c->own_floats;
+    int8_t *codes = c->codes + mine * c->own_codes;
+    float *act_scale = c->act_scale + mine * c->own_groups, *act_sum = c->act_sum + mine * c->own_groups;
     float *score = c->scores + me * c->longest;
-    qact x_h = {c->codes, c->act_scale, c->act_sum, H};
+    qact x_h = {codes, act_scale, act_sum, H};
     int64_t first, last;
     for (int64_t l = 0; l < m->layers; l++) {
         const layer_weights *w = &m->layer[l];
         kv_t *K = c->keys[l], *V = c->values[l];
         int64_t cap = c->capacity[l];
-        norm_quantize(team, hidden, n, H, w->input_norm, m->eps, normed, &x_h, NULL);
+        norm_quantize(prep, hidden, n, H, w->input_norm, m->eps, normed, &x_h, NULL);
         project(team, &w->qkv, &x_h, n, qkv, qkv_width, 0, w->qkv_bias);
         /* rotate q and k (x * cos + roll(x, D/2) * signed sin), write k and v into the cache */
         share(team, n, &first, &last);
@@ -400,25 +414,25 @@ static void forward_part(call_t *c, int me) {
                    attended + i * heads * D + h * D);
         }
         sync_team(team);
-        qact x_o = {c->codes, c->act_scale, c->act_sum, heads * D};
-        share(team, n, &first, &last);
+        qact x_o = {codes, act_scale, act_sum, heads * D};
+        share(prep, n, &first, &last);
         for (int64_t i = first; i < last; i++)
             quantize_token(attended + i * heads * D, &x_o, i);
-        sync_team(team);
+        sync_team(prep);
         project(team, &w->o, &x_o, n, hidden, H, 1, NULL);
-        norm_quantize(team, hidden, n, H, w->post_norm, m->eps, normed, &x_h, NULL);
+        norm_quantize(prep, hidden, n, H, w->post_norm, m->eps, normed, &x_h, NULL);
         project(team, &w->gate_up, &x_h, n, gate_up, 2 * I, 0, NULL);
-        qact x_i = {c->codes, c->act_scale, c->act_sum, I};
-        share(team, n, &first, &last);
+        qact x_i = {codes, act_scale, act_sum, I};
+        share(prep, n, &first, &last);
         for (int64_t i = first; i < last; i++) { /* SiLU(gate) * up, quantized for the down projection */
             float *gu = gate_up + i * 2 * I, *o = normed + i * I;
             for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
             quantize_token(o, &x_i, i);
         }
-        sync_team(team);
+        sync_team(prep);
         project(team, &w->down, &x_i, n, hidden, H, 1, NULL);
     }
-    norm_quantize(team, hidden, c->n_out, H, m->final_norm, m->eps, normed, &x_h, c->out_rows);
+    norm_quantize(prep, hidden, c->n_out, H, m->final_norm, m->eps, normed, &x_h, c->out_rows);
     if (c->out_hidden && me == 0) memcpy(c->out_hidden, normed, sizeof(float) * c->n_out * H);
     if (c->logits) project(team, &m->head, &x_h, c->n_out, c->logits, m->head.rows, 0, NULL);
 }
@@ -436,6 +450,7 @@ static void *run_part(void *arg) {
 }
 
 #define MAX_THREADS 64
+#define OWN_TOKENS 16 /* calls of up to this many tokens prepare inputs in every thread (forward_part) */
 
 /* Returns 0, or -1 when scratch memory could not be allocated. */
 int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slots, const int32_t *positions,
@@ -448,14 +463,17 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
                 .capacity = capacity};
     for (int64_t i = 0; i < n; i++) c.longest = max64(c.longest, positions[i] + 1);
     c.count = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
-    c.normed = malloc(sizeof(float) * n * widest);
+    const int64_t tiled = (n + TOKEN_TILE - 1) / TOKEN_TILE * TOKEN_TILE; /* tokens, whole activation tiles */
+    c.own = n <= OWN_TOKENS;
+    const int64_t copies = c.own ? c.count : 1;
+    c.own_floats = n * widest, c.own_codes = tiled * widest, c.own_groups = tiled * (widest / GROUP);
+    c.normed = malloc(sizeof(float) * copies * c.own_floats);
     c.qkv = malloc(sizeof(float) * n * (heads + 2 * kvh) * D);
     c.attended = malloc(sizeof(float) * n * heads * D);
     c.gate_up = malloc(sizeof(float) * n * 2 * I);
-    const int64_t tiled = (n + TOKEN_TILE - 1) / TOKEN_TILE * TOKEN_TILE; /* tokens, whole activation tiles */
-    c.codes = malloc(tiled * widest);
-    c.act_scale = malloc(sizeof(float) * tiled * (widest / GROUP));
-    c.act_sum = malloc(sizeof(float) * tiled * (widest / GROUP));
+    c.codes = malloc(copies * c.own_codes);
+    c.act_scale = malloc(sizeof(float) * copies * c.own_groups);
+    c.act_sum = malloc(sizeof(float) * copies * c.own_groups);
     c.scores = malloc(sizeof(float) * c.count * c.longest);
     atomic_init(&c.barrier.arrived, 0);
     atomic_init(&c.barrier.generation, 0);

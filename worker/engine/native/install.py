@@ -20,8 +20,7 @@ from worker.engine.native.packed_torch import run_on_packed
 from worker.tensor_cache import cached_tensors
 
 PACKED_DIR = "q4-packed"  # under the model cache
-PACKED_FORMAT = 2  # pack.py's layout and the names below
-_PARTS = ("codes", "scale", "min")
+PACKED_FORMAT = 3  # pack.py's layout and the names below
 
 
 def install_native(runner, threads: int | None = None, *, release: bool = False, cache: Path | None = None,
@@ -44,10 +43,10 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
 
 
 def _flatten(matrices: dict[str, Packed]) -> dict[str, torch.Tensor]:
-    flat = {f"{name}.{part}": getattr(packed, part) for name, packed in matrices.items() for part in _PARTS}
-    return flat | {f"{name}.bits": torch.tensor([packed.bits]) for name, packed in matrices.items()}
+    return {f"{name}.{part}": value for name, packed in matrices.items()
+            for part, value in (("tiles", packed.tiles), ("shape", torch.tensor([packed.rows, packed.bits])))}
 
 
 def _unflatten(flat: dict[str, torch.Tensor]) -> dict[str, Packed]:
     names = {key.rsplit(".", 1)[0] for key in flat}
-    return {name: Packed(*(flat[f"{name}.{part}"] for part in _PARTS), int(flat[f"{name}.bits"])) for name in names}
+    return {name: Packed(flat[f"{name}.tiles"], *(int(v) for v in flat[f"{name}.shape"])) for name in names}

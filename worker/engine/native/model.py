@@ -30,8 +30,8 @@ class NativeUnsupported(RuntimeError):
 
 
 class _Matrix(ctypes.Structure):
-    _fields_ = [("codes", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("min", ctypes.c_void_p),
-                ("bits", ctypes.c_int64), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64)]
+    _fields_ = [("tiles", ctypes.c_void_p), ("bits", ctypes.c_int64), ("rows", ctypes.c_int64),
+                ("cols", ctypes.c_int64)]
 
 
 class _Layer(ctypes.Structure):
@@ -48,8 +48,8 @@ class _Model(ctypes.Structure):
 
 
 def _matrix(packed: Packed) -> _Matrix:
-    return _Matrix(packed.codes.data_ptr(), packed.scale.data_ptr(), packed.min.data_ptr(), packed.bits,
-                   packed.rows, packed.cols)
+    assert packed.tiles.is_contiguous() and packed.tiles.dtype == torch.uint8
+    return _Matrix(packed.tiles.data_ptr(), packed.bits, packed.rows, packed.cols)
 
 
 def _float(tensor: torch.Tensor) -> torch.Tensor:
@@ -106,8 +106,13 @@ def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -
             raise NativeUnsupported(f"{names[module]}.weight was not loaded and nothing can read it")
         return read(f"{names[module]}.weight")
 
-    return {name: pick(torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0]))
-            for name, modules in matrix_sources(runner).items()}
+    def packed(name: str, modules: list[nn.Module]) -> Packed:
+        try:
+            return pick(torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0]))
+        except ValueError as error:  # weights pack.py cannot hold
+            raise NativeUnsupported(f"q4 cannot pack {name}: {error}") from None
+
+    return {name: packed(name, modules) for name, modules in matrix_sources(runner).items()}
 
 
 class NativeForward:

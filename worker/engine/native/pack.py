@@ -8,12 +8,15 @@
 `pick` measures each matrix: 4-bit where its relative error (max |w' - w| / max |w|) stays under
 EXACT_4BIT, else 8-bit.
 
-The layout is forward.c's register tile: TILE_ROWS rows side by side, so that one 64-byte vector holds 4
-consecutive codes of each of 16 rows (an int32 lane per row for vpdpbusd) and a tile's 16 scales load as one
-vector. `codes`: [blocks, groups, 16 * 32] (8-bit) or [blocks, groups, 16 * 16] (4-bit) bytes, block b holding
-rows 16b..16b+15 (the last block padded with zero codes); within a group, chunk k (64 bytes) holds inputs
-4k..4k+3 of each row in turn. 4-bit groups take 4 chunks: low nibbles inputs 4k..4k+3, high nibbles inputs
-16+4k..16+4k+3. `scale` and `min`: [groups, rows] (group-major). `by_row` undoes the layout.
+The layout is forward.c's register tile, one run of bytes per matrix that the kernel reads front to back:
+`tiles` [blocks, groups, code bytes + 64], block b holding rows 16b..16b+15 (the last block padded with zero
+codes and scales). A tile's group is its 16 rows' codes (16 * 32 bytes in 8 bits, 16 * 16 in 4), then their
+16 scales and 16 minimums as IEEE half floats (64 bytes: one cache line). Within the codes, chunk k (64
+bytes) holds inputs 4k..4k+3 of each row in turn, so one 64-byte vector holds 4 consecutive codes of each of
+16 rows (an int32 lane per row for vpdpbusd); 4-bit groups take 4 chunks: low nibbles inputs 4k..4k+3, high
+nibbles inputs 16+4k..16+4k+3. Scales beside their codes, in half floats: a group-major float32 table read
+alongside made 1-token decode steps 1.4x slower (48 interleaved streams for the prefetcher, a third more
+bytes). Half floats are exact for a Q4_1 / Q8_0 GGUF, whose blocks store d and m as half floats.
 """
 
 from __future__ import annotations
@@ -24,61 +27,99 @@ import torch
 
 GROUP = 32
 TILE_ROWS = 16  # forward.c's rows per register tile: an int32 lane each in a 512-bit vector
+SCALE_BYTES = TILE_ROWS * 2 * 2  # a tile group's 16 half-float scales and 16 minimums
 EXACT_4BIT = 1e-4  # a Q4_1 matrix re-packs to ~1e-7; one that was never 4-bit errs by ~1e-2
 PICK_ROWS = 4096  # rows `pick` packs at a time (whole tiles)
+LARGEST_WEIGHT = 2.0 ** 15  # the 8-bit minimum (-128 x scale) of a larger one would pass float16's largest
+
+
+def code_bytes(bits: int) -> int:
+    """bytes of one tile group's codes"""
+    return TILE_ROWS * GROUP * bits // 8
 
 
 @dataclass
 class Packed:
-    codes: torch.Tensor  # uint8 [blocks, groups, 512] (8-bit) or [blocks, groups, 256] (4-bit): the module's layout
-    scale: torch.Tensor  # float32 [groups, rows]
-    min: torch.Tensor  # float32 [groups, rows]
+    tiles: torch.Tensor  # uint8 [blocks, groups, code_bytes(bits) + SCALE_BYTES]: the module's layout
+    rows: int
     bits: int
 
     @property
-    def rows(self) -> int:
-        return self.scale.shape[1]
+    def cols(self) -> int:
+        return self.tiles.shape[1] * GROUP
 
     @property
-    def cols(self) -> int:
-        return self.scale.shape[0] * GROUP
+    def halves(self) -> torch.Tensor:
+        """the tiles viewed as float16 [blocks, groups, bytes / 2] (the same memory), for `tile_scales`"""
+        return self.tiles.view(torch.float16)
+
+    @property
+    def codes(self) -> torch.Tensor:
+        """uint8 [blocks, groups, code_bytes]: the codes of each tile group (a view)"""
+        return self.tiles[..., :code_bytes(self.bits)]
 
     def by_row(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """uint8 codes [rows, cols] (of the given row indices, else every row), in input order."""
         if rows is None:
-            return tiled_rows(self.codes, self.bits)[:self.rows]
-        return picked_rows(self.codes, self.bits, rows)
+            return tiled_rows(self.tiles, self.bits)[:self.rows]
+        return picked_rows(self.tiles, self.bits, rows)
 
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """float32 [rows, cols] (of the given row indices, else every row)."""
-        codes = self.by_row(rows)
-        scale, minimum = (self.scale, self.min) if rows is None else (self.scale[:, rows], self.min[:, rows])
-        grouped = codes.view(codes.shape[0], -1, GROUP).float()
-        return (grouped * scale.t().unsqueeze(-1) + minimum.t().unsqueeze(-1)).view(codes.shape[0], -1)
+        if rows is None:
+            return tiled_weights(self.tiles, self.halves, self.bits)[:self.rows]
+        return picked_weights(self.tiles, self.halves, self.bits, rows)
 
 
-# The two functions below undo the layout; packed_torch.py's modules script them, so they spell out the tile's
-# 16 rows (TorchScript does not read module globals) and keep to ops it compiles.
-def tiled_rows(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """uint8 codes [blocks * 16, cols] of every row of `codes` (the tile layout), padding rows included."""
-    blocks, groups = codes.shape[0], codes.shape[1]
-    tiles = codes.reshape(blocks, groups, -1, 16, 4).permute(0, 3, 1, 2, 4)  # [block, row, group, chunk, byte]
-    if bits == 4:
-        tiles = torch.cat([tiles & 15, tiles >> 4], dim=3)
-    return tiles.reshape(blocks * 16, -1)
+# The functions below read the layout; packed_torch.py's modules script them, so they spell out the tile's
+# 16 rows and 64 scale bytes (TorchScript does not read module globals) and keep to ops it compiles.
+def tile_scales(halves: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, minimum): float16 [blocks, groups, 16] of each tile group's rows, from `halves`, the tiles
+    viewed as float16 (Packed.halves: TorchScript cannot reinterpret bytes itself)."""
+    start = 16 * 32 * bits // 16
+    return halves[:, :, start:start + 16], halves[:, :, start + 16:start + 32]
 
 
-def picked_rows(codes: torch.Tensor, bits: int, rows: torch.Tensor) -> torch.Tensor:
-    """uint8 codes [len(rows), cols] of the given row indices of `codes` (the tile layout)."""
-    blocks, groups = codes.shape[0], codes.shape[1]
-    tiles = codes.reshape(blocks, groups, -1, 16, 4)[rows // 16, :, :, rows % 16]  # [n, group, chunk, byte]
-    if bits == 4:
-        tiles = torch.cat([tiles & 15, tiles >> 4], dim=2)
-    return tiles.reshape(rows.shape[0], -1)
+def tiled_rows(tiles: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes [blocks * 16, cols] of every row of `tiles`, padding rows included."""
+    blocks, groups = tiles.shape[0], tiles.shape[1]
+    chunks = tiles[:, :, :16 * 32 * bits // 8].reshape(blocks, groups, -1, 16, 4).permute(0, 3, 1, 2, 4)
+    if bits == 4:  # [block, row, group, chunk, byte]
+        chunks = torch.cat([chunks & 15, chunks >> 4], dim=3)
+    return chunks.reshape(blocks * 16, -1)
 
 
-def _tiled(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """[rows, cols] codes -> the module's tile layout."""
+def picked_rows(tiles: torch.Tensor, bits: int, rows: torch.Tensor) -> torch.Tensor:
+    """uint8 codes [len(rows), cols] of the given row indices of `tiles`."""
+    blocks, groups = tiles.shape[0], tiles.shape[1]
+    chunks = tiles[:, :, :16 * 32 * bits // 8].reshape(blocks, groups, -1, 16, 4)[rows // 16, :, :, rows % 16]
+    if bits == 4:  # [n, group, chunk, byte]
+        chunks = torch.cat([chunks & 15, chunks >> 4], dim=2)
+    return chunks.reshape(rows.shape[0], -1)
+
+
+def tiled_weights(tiles: torch.Tensor, halves: torch.Tensor, bits: int) -> torch.Tensor:
+    """float32 weights [blocks * 16, cols] of every row of `tiles`, padding rows included."""
+    codes = tiled_rows(tiles, bits)
+    rows, groups = codes.shape[0], tiles.shape[1]
+    scale, minimum = tile_scales(halves, bits)  # [block, group, row] -> [block * 16 + row, group, 1]
+    scale = scale.permute(0, 2, 1).reshape(rows, groups, 1).to(torch.float32)
+    minimum = minimum.permute(0, 2, 1).reshape(rows, groups, 1).to(torch.float32)
+    return (codes.reshape(rows, groups, -1).to(torch.float32) * scale + minimum).reshape(rows, -1)
+
+
+def picked_weights(tiles: torch.Tensor, halves: torch.Tensor, bits: int, rows: torch.Tensor) -> torch.Tensor:
+    """float32 weights [len(rows), cols] of the given row indices of `tiles`."""
+    codes = picked_rows(tiles, bits, rows)
+    groups = tiles.shape[1]
+    scale, minimum = tile_scales(halves, bits)  # [block, group, row] -> [n, group, 1]
+    scale = scale[rows // 16, :, rows % 16].reshape(-1, groups, 1).to(torch.float32)
+    minimum = minimum[rows // 16, :, rows % 16].reshape(-1, groups, 1).to(torch.float32)
+    return (codes.reshape(-1, groups, 32).to(torch.float32) * scale + minimum).reshape(rows.shape[0], -1)
+
+
+def _tiled(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int) -> Packed:
+    """[rows, cols] codes and [rows, groups] half-float scales and minimums -> the module's tile layout."""
     rows, cols = codes.shape
     blocks, groups = -(-rows // TILE_ROWS), cols // GROUP
     padded = torch.zeros(blocks * TILE_ROWS, cols, dtype=torch.uint8)
@@ -86,32 +127,41 @@ def _tiled(codes: torch.Tensor, bits: int) -> torch.Tensor:
     chunks = padded.view(blocks, TILE_ROWS, groups, 8, 4)  # [block, row, group, chunk, byte]
     if bits == 4:
         chunks = chunks[:, :, :, :4] | (chunks[:, :, :, 4:] << 4)
-    return chunks.permute(0, 2, 3, 1, 4).reshape(blocks, groups, -1).contiguous()
+    parameters = torch.zeros(blocks * TILE_ROWS, groups, 2, dtype=torch.float16)
+    parameters[:rows, :, 0], parameters[:rows, :, 1] = scale, minimum
+    parameters = parameters.view(blocks, TILE_ROWS, groups, 2).permute(0, 2, 3, 1)  # [block, group, which, row]
+    tiles = torch.cat([chunks.permute(0, 2, 3, 1, 4).reshape(blocks, groups, -1),
+                       parameters.contiguous().view(torch.uint8).reshape(blocks, groups, SCALE_BYTES)], dim=2)
+    return Packed(tiles, rows, bits)
 
 
 def _groups(weight: torch.Tensor) -> torch.Tensor:
     rows, cols = weight.shape
     if cols % GROUP:
         raise ValueError(f"a projection's input width ({cols}) must be a multiple of {GROUP}")
-    return weight.detach().float().reshape(rows, cols // GROUP, GROUP)
+    groups = weight.detach().float().reshape(rows, cols // GROUP, GROUP)
+    if not bool(groups.isfinite().all()) or float(groups.abs().max()) > LARGEST_WEIGHT:
+        raise ValueError(f"a projection's weights must be finite and within +-{LARGEST_WEIGHT:g}")
+    return groups
 
 
 def pack4(weight: torch.Tensor) -> Packed:
     groups = _groups(weight)
-    low, high = groups.amin(-1), groups.amax(-1)
-    scale = (high - low) / 15
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    codes = ((groups - low.unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp_(0, 15).to(torch.uint8)
-    return Packed(_tiled(codes.reshape(weight.shape[0], -1), 4), scale.t().contiguous(), low.t().contiguous(), 4)
+    low = groups.amin(-1).half()
+    scale = ((groups.amax(-1) - low.float()) / 15).half()  # from the rounded minimum: the top code stays 15
+    step = scale.float()
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    codes = ((groups - low.float().unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp_(0, 15).to(torch.uint8)
+    return _tiled(codes.reshape(weight.shape[0], -1), scale, low, 4)
 
 
 def pack8(weight: torch.Tensor) -> Packed:
     groups = _groups(weight)
-    scale = groups.abs().amax(-1) / 127
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    scale = (groups.abs().amax(-1) / 127).half()
+    step = scale.float()
+    safe = torch.where(step > 0, step, torch.ones_like(step))
     codes = ((groups / safe.unsqueeze(-1)).round().clamp_(-127, 127) + 128).to(torch.uint8)
-    return Packed(_tiled(codes.reshape(weight.shape[0], -1), 8), scale.t().contiguous(),
-                  (-128 * scale).t().contiguous(), 8)
+    return _tiled(codes.reshape(weight.shape[0], -1), scale, (-128 * step).half(), 8)
 
 
 def relative_error(packed: Packed, weight: torch.Tensor) -> float:
@@ -134,6 +184,5 @@ def pick(weight: torch.Tensor) -> Packed:
 def _joined(parts: list[Packed]) -> Packed:
     if len(parts) == 1:
         return parts[0]
-    # slices of PICK_ROWS rows are whole tiles (blocks, dim 0 of the codes); scales are [groups, rows]
-    return Packed(torch.cat([p.codes for p in parts]), torch.cat([p.scale for p in parts], dim=1),
-                  torch.cat([p.min for p in parts], dim=1), parts[0].bits)
+    # slices of PICK_ROWS rows are whole tiles (blocks, dim 0)
+    return Packed(torch.cat([p.tiles for p in parts]), sum(p.rows for p in parts), parts[0].bits)

@@ -1,7 +1,7 @@
 """Torch modules over forward.c's packed weights, for what still runs in torch once q4 drops the float32 ones.
 
-A q4 runner that owns its model keeps one copy of each projection: the packed one forward.c reads (0.75
-bytes a weight in 4 bits, 1.25 in 8). The torch paths that remain (decode steps holding a LoRA row,
+A q4 runner that owns its model keeps one copy of each projection: the packed one forward.c reads (0.625
+bytes a weight in 4 bits, 1.0625 in 8). The torch paths that remain (decode steps holding a LoRA row,
 prefill chunks forward.c does not take) call `PackedLinear`, which dequantizes its matrix for each call, a
 slice of rows at a time: the weights it computes with are exactly the native forward's, and no float32 copy
 stays between calls.
@@ -15,19 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from worker.engine.native.pack import Packed, picked_rows, tiled_rows
+from worker.engine.native.pack import Packed, picked_weights, tiled_weights
 
 # output rows dequantized at a time: the vocabulary matrix whole would be ~3 x 113 MB of float32 temporaries
 # in SmolLM2 (a load's worth of peak memory at every long prefill chunk); 4,096 rows are ~10 MB
 SLICE_ROWS = 4096  # a multiple of the tile's 16 rows
-
-
-def dequantize(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int) -> torch.Tensor:
-    """Float32 weights [rows, cols] of a run of whole tiles (pack.py's layout: `codes` [blocks, groups, bytes],
-    `scale` and `minimum` [groups, rows] of those blocks' rows)."""
-    rows = scale.shape[1]
-    grouped = tiled_rows(codes, bits)[:rows].reshape(rows, scale.shape[0], -1).to(torch.float32)
-    return (grouped * scale.t().unsqueeze(-1) + minimum.t().unsqueeze(-1)).reshape(rows, -1)
 
 
 class PackedLinear(nn.Module):
@@ -35,20 +27,19 @@ class PackedLinear(nn.Module):
 
     def __init__(self, packed: Packed, bias: torch.Tensor | None = None):
         super().__init__()
-        self.codes, self.scale, self.minimum, self.bits = packed.codes, packed.scale, packed.min, packed.bits
-        self.bias = bias
+        self.tiles, self.halves, self.bits, self.bias = packed.tiles, packed.halves, packed.bits, bias
         self.out_features, self.in_features = packed.rows, packed.cols
         self.slice_rows = SLICE_ROWS  # an attribute: TorchScript does not read module globals
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows, bias = self.scale.shape[1], self.bias
+        rows, bias = self.out_features, self.bias
         if rows <= self.slice_rows:
-            return F.linear(x, dequantize(self.codes, self.scale, self.minimum, self.bits), bias)
+            return F.linear(x, tiled_weights(self.tiles, self.halves, self.bits)[:rows], bias)
         parts: list[torch.Tensor] = []
         for first in range(0, rows, self.slice_rows):  # slice_rows: whole tiles of 16 rows
             end = min(first + self.slice_rows, rows)
-            weight = dequantize(self.codes[first // 16:(end + 15) // 16], self.scale[:, first:end],
-                                self.minimum[:, first:end], self.bits)
+            blocks = slice(first // 16, (end + 15) // 16)
+            weight = tiled_weights(self.tiles[blocks], self.halves[blocks], self.bits)[:end - first]
             parts.append(F.linear(x, weight, None if bias is None else bias[first:end]))
         return torch.cat(parts, dim=-1)
 
@@ -58,14 +49,10 @@ class PackedEmbedding(nn.Module):
 
     def __init__(self, packed: Packed):
         super().__init__()
-        self.codes, self.scale, self.minimum, self.bits = packed.codes, packed.scale, packed.min, packed.bits
+        self.tiles, self.halves, self.bits = packed.tiles, packed.halves, packed.bits
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        flat = ids.reshape(-1)
-        codes = picked_rows(self.codes, self.bits, flat)
-        grouped = codes.reshape(codes.shape[0], self.scale.shape[0], -1).to(torch.float32)
-        rows = grouped * self.scale[:, flat].t().unsqueeze(-1) + self.minimum[:, flat].t().unsqueeze(-1)
-        return rows.reshape(list(ids.shape) + [-1])
+        return picked_weights(self.tiles, self.halves, self.bits, ids.reshape(-1)).reshape(list(ids.shape) + [-1])
 
 
 def release(module: nn.Module) -> None:
