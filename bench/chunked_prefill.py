@@ -1,9 +1,10 @@
 """Chunked prefill: running streams' inter-token latency while a long prompt joins the batch, same run.
 
     .venv/bin/python bench/chunked_prefill.py [--quick] [--streams 15] [--prompt-tokens 2048]
-                                              [--budgets 512,64]
+                                              [--budgets 512,64] [--quantization auto] [--dtype auto]
 
-One Engine per `max_batched_tokens` budget (in-process, as bench/worker.py drives it), SmolLM2-135M float32.
+One Engine per `max_batched_tokens` budget (in-process, as bench/worker.py drives it), SmolLM2-135M in the
+worker's default configuration unless --quantization / --dtype say otherwise.
 `--streams` greedy requests decode (ignore_eos); once all of them stream, we take their inter-token gaps for
 a while undisturbed (the peer figure), then submit one `--prompt-tokens`-token prompt and take the gaps from
 its submission until its prefill ends (its `Accepted`). The streams decode between the prompt's chunks; a chunk
@@ -68,7 +69,8 @@ class Streams:
 def measure(loaded, args, budget: int, undisturbed_steps: int) -> tuple[list[float], list[float], int]:
     """The streams' gaps undisturbed and during the long prompt's prefill, and the engine steps it took."""
     context = args.prompt_tokens + 256
-    engine = Engine(loaded, ModelConfig(dtype="float32", max_batch_size=args.streams + 1, max_context=context,
+    engine = Engine(loaded, ModelConfig(dtype=args.dtype, quantization=args.quantization,
+                                        max_batch_size=args.streams + 1, max_context=context,
                                         max_batched_tokens=budget))
     engine.start()
     engine.warm_up()
@@ -106,13 +108,15 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=15)
     parser.add_argument("--prompt-tokens", type=int, default=2048)
     parser.add_argument("--budgets", default="512,64", help="max_batched_tokens values, comma-separated")
+    parser.add_argument("--quantization", default="auto", help="as the worker's model config (auto: its default)")
+    parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
     undisturbed_steps = 10 if args.quick else 40
 
     os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
     torch.set_num_threads(1)
-    loaded = load_model(ModelConfig(dtype="float32"), REPO / ".bench" / "worker")
-    print(f"SmolLM2-135M float32: {args.streams} greedy streams decoding, then one {args.prompt_tokens}-token prompt "
+    loaded = load_model(ModelConfig(dtype=args.dtype, quantization=args.quantization), REPO / ".bench" / "worker")
+    print(f"SmolLM2-135M {loaded.quantization} {loaded.model.dtype}: {args.streams} greedy streams decoding, then one {args.prompt_tokens}-token prompt "
           f"arrives; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"\n{'max_batched_tokens':>18} {'undisturbed p50 / p99 ms':>25} {'during prefill p50 / p99 ms':>28} "
           f"{'p99 ratio':>10} {'prefill steps':>14}")

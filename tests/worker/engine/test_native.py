@@ -324,6 +324,22 @@ def test_engine_in_q4_serves_every_decoding_feature(smol_cpu):
     assert text.isdigit() and len(text) == 3
 
 
+@pytest.mark.parametrize(("hidden", "heads", "kv_heads", "head_dim"), [(160, 40, 1, 8), (64, 4, 2, 80)],
+                         ids=["40-heads-a-group", "dim-80"])
+def test_attention_jobs_of_every_shape_match_torch_and_keep_each_tokens_bits(hidden, heads, kv_heads, head_dim):
+    """Attention runs in jobs of one slot's tokens x up to 32 query heads of a kv head, over 16 positions at a
+    time: 40 heads sharing one kv head take two jobs a token (32 + 8); a head of 80 values is 64 in registers
+    and a tail of 16. A 101-token prompt (positions off the 16s) against torch, and bitwise the same whole
+    or in pieces of 1, 37 and 63 tokens."""
+    reference, native = _pair(_tiny_llama(11, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim))
+    ids = torch.randint(0, 96, (101,), generator=torch.Generator().manual_seed(12)).tolist()
+    whole = native.prefill(0, ids, all_logits=True).logits
+    _close(whole, reference.prefill(0, ids, all_logits=True).logits)
+    pieces = torch.cat([native.prefill(1, ids[start:end], start=start, all_logits=True).logits
+                        for start, end in ((0, 1), (1, 38), (38, 101))])
+    assert torch.equal(whole, pieces)
+
+
 def test_a_token_computes_the_same_bits_whatever_shares_its_call(tiny_pair):
     """Each token's projections, attention and norms depend only on that token and its slot's cache, and the
     threads split output rows, never a sum: a prompt prefilled whole, in chunks on one thread, or as decode

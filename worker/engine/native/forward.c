@@ -309,43 +309,115 @@ static void to_half(const float *x, kv_t *out, int64_t n) {
     for (; j < n; j++) out[j] = (kv_t)x[j];
 }
 
-/* One query head over positions 0..len-1 of its kv head (k, v: [len, D] in binary16): softmax(q . k * scale) . v
- * into out [D]; `score`: len floats of scratch. */
-static void attend(const float *q, const kv_t *k, const kv_t *v, int64_t len, int64_t D, float scale, float *score,
-                   float *out) {
-    float peak = -INFINITY;
-    for (int64_t p = 0; p < len; p++) {
-        const kv_t *kp = k + p * D;
-        float s = 0.f;
-        int64_t j = 0;
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* q . k over D values, k in binary16 (16 lanes at a time, then the tail) */
+static inline float dot_half(const float *q, const kv_t *k, int64_t D) {
+    float s = 0.f;
+    int64_t j = 0;
 #if defined(__AVX512F__)
-        __m512 acc = _mm512_setzero_ps();
-        for (; j + 16 <= D; j += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kp + j))), acc);
-        s = _mm512_reduce_add_ps(acc);
+    __m512 acc = _mm512_setzero_ps();
+    for (; j + 16 <= D; j += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + j))), acc);
+    s = _mm512_reduce_add_ps(acc);
 #endif
-        for (; j < D; j++) s += q[j] * (float)kp[j];
-        score[p] = s * scale;
-        peak = fmaxf(peak, score[p]);
-    }
-    float total = 0.f;
-    for (int64_t p = 0; p < len; p++) total += (score[p] = expf(score[p] - peak));
-    for (int64_t j = 0; j < D; j++) out[j] = 0.f;
-    for (int64_t p = 0; p < len; p++) {
-        const kv_t *vp = v + p * D;
-        float weight = score[p] / total;
-        int64_t j = 0;
-#if defined(__AVX512F__)
-        __m512 w = _mm512_set1_ps(weight);
-        for (; j + 16 <= D; j += 16)
-            _mm512_storeu_ps(out + j, _mm512_fmadd_ps(w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + j))),
-                                                      _mm512_loadu_ps(out + j)));
-#endif
-        for (; j < D; j++) out[j] += weight * (float)vp[j];
-    }
+    for (; j < D; j++) s += q[j] * (float)k[j];
+    return s;
 }
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+#if defined(__AVX512F__)
+/* e^x of 16 values (here x <= 0: scores less their peak): 2^n e^r with n = round(x / ln 2) and e^r by its
+ * Taylor series to r^6 on |r| <= ln 2 / 2 (error ~1e-7 relative), 2^n applied by scalef. The scalar expf of
+ * libm took most of a long-context attention's time. */
+static inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.f)); /* e^-104 is below float's smallest: 0 either way */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x); /* ln 2 in two parts: exact n * hi */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);
+    __m512 p = _mm512_set1_ps(1.f / 720.f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
+/* s[0..len-1] = e^(s - peak); returns their sum */
+static float exponentiate(float *s, int64_t len, float peak) {
+    float total = 0.f;
+    int64_t p = 0;
+#if defined(__AVX512F__)
+    const __m512 top = _mm512_set1_ps(peak);
+    __m512 sum = _mm512_setzero_ps();
+    for (; p < len; p += 16) {
+        const __mmask16 live = len - p >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (len - p)) - 1);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + p), top));
+        _mm512_mask_storeu_ps(s + p, live, e);
+        sum = _mm512_mask_add_ps(sum, live, sum, e);
+    }
+    total = _mm512_reduce_add_ps(sum);
+#endif
+    for (; p < len; p++) total += (s[p] = expf(s[p] - peak));
+    return total;
+}
+
+/* out[0..D-1] = sum over p < len of weight[p] * scale * v[p] (v: [len, D] in binary16); 64 outputs at a time
+ * in registers */
+static void weigh_values(const float *weight, float scale, const kv_t *v, int64_t len, int64_t D, float *out) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 64 <= D; j += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+        for (int64_t p = 0; p < len; p++) {
+            const __m512 w = _mm512_set1_ps(weight[p] * scale);
+            const kv_t *vp = v + p * D + j;
+            a0 = _mm512_fmadd_ps(w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vp)), a0);
+            a1 = _mm512_fmadd_ps(w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + 16))), a1);
+            a2 = _mm512_fmadd_ps(w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + 32))), a2);
+            a3 = _mm512_fmadd_ps(w, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + 48))), a3);
+        }
+        _mm512_storeu_ps(out + j, a0);
+        _mm512_storeu_ps(out + j + 16, a1);
+        _mm512_storeu_ps(out + j + 32, a2);
+        _mm512_storeu_ps(out + j + 48, a3);
+    }
+#endif
+    for (int64_t k = j; k < D; k++) out[k] = 0.f;
+    for (int64_t p = 0; p < len && j < D; p++)
+        for (int64_t k = j; k < D; k++) out[k] += weight[p] * scale * (float)v[p * D + k];
+}
+
+#define ATTEND_QUERIES 32 /* queries (tokens x heads of a kv head) that share one pass over the keys */
+
+/* `count` queries over one kv head's cache (k, v: [positions, D] in binary16): query i attends positions
+ * 0..len[i]-1, softmax(q . k * scale) . v into out[i] [D]. Each key row is read once for all of them (the heads
+ * of a group, the tokens of a prefill chunk); a query's own arithmetic runs in the same order whatever shares
+ * the pass, so its result does not depend on them. `score`: count rows of `stride` (>= every len) floats of
+ * scratch. */
+static void attend(const float *const *q, const int64_t *len, float *const *out, int count, const kv_t *k,
+                   const kv_t *v, int64_t D, float scale, float *score, int64_t stride) {
+    float peak[ATTEND_QUERIES];
+    int64_t longest = 0;
+    for (int i = 0; i < count; i++) {
+        peak[i] = -INFINITY;
+        longest = max64(longest, len[i]);
+    }
+    for (int64_t p = 0; p < longest; p++)
+        for (int i = 0; i < count; i++)
+            if (p < len[i]) {
+                float s = dot_half(q[i], k + p * D, D) * scale;
+                score[i * stride + p] = s;
+                peak[i] = fmaxf(peak[i], s);
+            }
+    for (int i = 0; i < count; i++) {
+        float *weight = score + i * stride;
+        weigh_values(weight, 1.f / exponentiate(weight, len[i], peak[i]), v, len[i], D, out[i]);
+    }
+}
 
 typedef struct {
     const model_weights *m;
@@ -358,6 +430,7 @@ typedef struct {
     int8_t *codes;
     int64_t own_floats, own_codes, own_groups; /* each thread's share of the scratch above where `own` */
     int own; /* each thread prepares every token's inputs itself (below) */
+    int64_t *block_start, blocks, job_heads; /* attention's jobs (sluice_native_forward) */
     barrier_t barrier;
     atomic_int go; /* set once the team's size is known */
     int count;
@@ -379,7 +452,7 @@ static void forward_part(call_t *c, int me) {
     normed += mine * c->own_floats;
     int8_t *codes = c->codes + mine * c->own_codes;
     float *act_scale = c->act_scale + mine * c->own_groups, *act_sum = c->act_sum + mine * c->own_groups;
-    float *score = c->scores + me * c->longest;
+    float *score = c->scores + me * ATTEND_QUERIES * c->longest;
     qact x_h = {codes, act_scale, act_sum, H};
     int64_t first, last;
     for (int64_t l = 0; l < m->layers; l++) {
@@ -406,12 +479,24 @@ static void forward_part(call_t *c, int me) {
             }
         }
         sync_team(team);
-        /* attention of each (token, head) over its slot's positions 0..position; jobs dealt round-robin */
-        for (int64_t job = me; job < n * heads; job += c->count) {
-            int64_t i = job / heads, h = job % heads, g = h / (heads / kvh);
-            attend(qkv + i * qkv_width + h * D, K + ((int64_t)slots[i] * kvh + g) * cap * D,
-                   V + ((int64_t)slots[i] * kvh + g) * cap * D, positions[i] + 1, D, m->attn_scale, score,
-                   attended + i * heads * D + h * D);
+        /* attention: a job is a block of one slot's tokens x (some of) the heads of one kv head, over that slot's
+         * positions 0..position of each token, the cache read once for all of them; jobs dealt round-robin */
+        const int64_t group = heads / kvh, chunks = (group + c->job_heads - 1) / c->job_heads;
+        for (int64_t job = me; job < c->blocks * kvh * chunks; job += c->count) {
+            const int64_t b = job / (kvh * chunks), g = job / chunks % kvh, h0 = g * group + job % chunks * c->job_heads;
+            const int64_t h1 = h0 + c->job_heads < (g + 1) * group ? h0 + c->job_heads : (g + 1) * group;
+            const float *q[ATTEND_QUERIES];
+            float *out[ATTEND_QUERIES];
+            int64_t len[ATTEND_QUERIES];
+            int count = 0;
+            for (int64_t i = c->block_start[b]; i < c->block_start[b + 1]; i++)
+                for (int64_t h = h0; h < h1; h++, count++) {
+                    q[count] = qkv + i * qkv_width + h * D;
+                    out[count] = attended + i * heads * D + h * D;
+                    len[count] = positions[i] + 1;
+                }
+            const int64_t at = ((int64_t)slots[c->block_start[b]] * kvh + g) * cap * D;
+            attend(q, len, out, count, K + at, V + at, D, m->attn_scale, score, c->longest);
         }
         sync_team(team);
         qact x_o = {codes, act_scale, act_sum, heads * D};
@@ -474,11 +559,23 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     c.codes = malloc(copies * c.own_codes);
     c.act_scale = malloc(sizeof(float) * copies * c.own_groups);
     c.act_sum = malloc(sizeof(float) * copies * c.own_groups);
-    c.scores = malloc(sizeof(float) * c.count * c.longest);
+    c.scores = malloc(sizeof(float) * c.count * ATTEND_QUERIES * c.longest);
+    /* attention blocks: runs of one slot's consecutive tokens, as many as fill ATTEND_QUERIES with the heads
+     * of a job (all of a kv head's, up to ATTEND_QUERIES) */
+    c.job_heads = heads / kvh < ATTEND_QUERIES ? heads / kvh : ATTEND_QUERIES;
+    const int64_t block_tokens = ATTEND_QUERIES / c.job_heads;
+    c.block_start = malloc(sizeof(int64_t) * (n + 1));
+    if (c.block_start) {
+        for (int64_t i = 0; i < n; i++)
+            if (i == 0 || slots[i] != slots[i - 1] || i - c.block_start[c.blocks - 1] == block_tokens)
+                c.block_start[c.blocks++] = i;
+        c.block_start[c.blocks] = n;
+    }
     atomic_init(&c.barrier.arrived, 0);
     atomic_init(&c.barrier.generation, 0);
     atomic_init(&c.go, 0);
-    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.codes || !c.act_scale || !c.act_sum || !c.scores;
+    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.codes || !c.act_scale || !c.act_sum || !c.scores
+                 || !c.block_start;
     if (!failed) {
         pthread_t helpers[MAX_THREADS];
         part_t parts[MAX_THREADS];
@@ -493,6 +590,6 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
         for (int i = 1; i < started; i++) pthread_join(helpers[i], NULL);
     }
     free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.codes); free(c.act_scale); free(c.act_sum);
-    free(c.scores);
+    free(c.scores); free(c.block_start);
     return failed ? -1 : 0;
 }
