@@ -116,8 +116,9 @@ def main() -> None:
     os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
     torch.set_num_threads(1)
     loaded = load_model(ModelConfig(dtype=args.dtype, quantization=args.quantization), REPO / ".bench" / "worker")
-    print(f"SmolLM2-135M {loaded.quantization} {loaded.model.dtype}: {args.streams} greedy streams decoding, then one {args.prompt_tokens}-token prompt "
-          f"arrives; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"SmolLM2-135M {loaded.quantization} {loaded.model.dtype}: {args.streams} greedy streams decoding, then "
+          f"one {args.prompt_tokens}-token prompt arrives; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores")
     print(f"\n{'max_batched_tokens':>18} {'undisturbed p50 / p99 ms':>25} {'during prefill p50 / p99 ms':>28} "
           f"{'p99 ratio':>10} {'prefill steps':>14}")
     for budget in [int(b) for b in args.budgets.split(",")]:
