@@ -1,8 +1,10 @@
 """Prefix caching: TTFT of a request whose 1,024-token prefix another request already prefilled, same run.
 
     .venv/bin/python bench/prefix_cache.py [--quick] [--prefix 1024] [--pairs 3] [--threads 1]
+                                           [--quantization auto] [--dtype auto]
 
-One Engine in-process (as bench/worker.py drives it), SmolLM2-135M in float32. Each pair is two greedy
+One Engine in-process (as bench/worker.py drives it), SmolLM2-135M in the worker's default configuration
+unless --quantization / --dtype say otherwise. Each pair is two greedy
 one-token requests of the same tenant that share a `--prefix`-token prefix and differ in a short question:
 the first prefills the whole prompt, the second finds the prefix's blocks in the cache
 (worker/engine/prefix_cache.py) and prefills only its question. TTFT = submit -> first token. The peer, in the
@@ -88,18 +90,20 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=None, help="pairs of requests per side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the worker's default on 2 cores)")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda where present)")
+    parser.add_argument("--quantization", default="auto", help="as the worker's model config (auto: its default)")
+    parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
     pairs = args.pairs or (2 if args.quick else 3)
     os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
     torch.set_num_threads(args.threads)
-    loaded = load_model(ModelConfig(dtype="float32", device=args.device, quantization="none"),
-                        REPO / ".bench" / "prefix_cache")
-    print(f"SmolLM2-135M float32 on {loaded.device}; {args.prefix}-token shared prefix, {pairs} pairs per side, "
-          f"one-token greedy requests; load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores "
-          "(shared machine: compare ratios)")
+    config = {"device": args.device, "dtype": args.dtype, "quantization": args.quantization}
+    loaded = load_model(ModelConfig(**config), REPO / ".bench" / "prefix_cache")
+    print(f"SmolLM2-135M {loaded.quantization} {loaded.model.dtype} on {loaded.device}; {args.prefix}-token "
+          f"shared prefix, {pairs} pairs per side, one-token greedy requests; load average at start "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine: compare ratios)")
     rows = []
     for label, size in (("prefix cache on", ModelConfig().prefix_cache_bytes), ("prefix cache off", 0)):
-        engine = Engine(loaded, ModelConfig(device=args.device, max_context=2048, prefix_cache_bytes=size))
+        engine = Engine(loaded, ModelConfig(**config, max_context=2048, prefix_cache_bytes=size))
         engine.start()
         try:
             ttft(engine, prefix_ids(loaded.tokenizer, 32, 10_000), "warm-up")
