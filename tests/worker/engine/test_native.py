@@ -250,6 +250,17 @@ def test_a_grown_cache_and_layers_of_different_capacity(tiny_pair):
     _close(native.prefill(0, ids, all_logits=True).logits, reference.prefill(0, ids, all_logits=True).logits)
 
 
+def _matches_torch_whole_and_in_pieces(reference: ModelRunner, native: ModelRunner, ids: list[int],
+                                       cuts: tuple[int, ...]) -> None:
+    """The prompt prefilled whole (slot 0) matches torch, and bitwise its prefill in pieces cut at `cuts` (slot 1)."""
+    whole = native.prefill(0, ids, all_logits=True).logits
+    _close(whole, reference.prefill(0, ids, all_logits=True).logits)
+    bounds = [0, *cuts, len(ids)]
+    pieces = torch.cat([native.prefill(1, ids[start:end], start=start, all_logits=True).logits
+                        for start, end in zip(bounds, bounds[1:])])
+    assert torch.equal(whole, pieces)
+
+
 def test_ragged_tiles_match_torch_and_keep_each_tokens_bits():
     """Shapes off the register tiles (16 rows x 8 tokens): q/k/v of 360 rows and a vocabulary of 100 (the last
     tile part empty), inputs of 3 and 5 groups, 21-token chunks (8 + 8 + 5). Against torch, and bitwise the
@@ -257,11 +268,7 @@ def test_ragged_tiles_match_torch_and_keep_each_tokens_bits():
     reference, native = _pair(_tiny_llama(8, hidden=96, heads=8, kv_heads=1, head_dim=36, inter=160, vocab=100))
     assert native.native.matrices["0.qkv"].rows == 360 and native.native.matrices["lm_head"].rows == 100
     ids = torch.randint(0, 100, (21,), generator=torch.Generator().manual_seed(9)).tolist()
-    whole = native.prefill(0, ids, all_logits=True).logits
-    _close(whole, reference.prefill(0, ids, all_logits=True).logits)
-    pieces = torch.cat([native.prefill(1, ids[start:end], start=start, all_logits=True).logits
-                        for start, end in ((0, 3), (3, 20), (20, 21))])
-    assert torch.equal(whole, pieces)
+    _matches_torch_whole_and_in_pieces(reference, native, ids, (3, 20))
 
 
 @pytest.fixture(scope="module")
@@ -333,11 +340,7 @@ def test_attention_jobs_of_every_shape_match_torch_and_keep_each_tokens_bits(hid
     or in pieces of 1, 37 and 63 tokens."""
     reference, native = _pair(_tiny_llama(11, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim))
     ids = torch.randint(0, 96, (101,), generator=torch.Generator().manual_seed(12)).tolist()
-    whole = native.prefill(0, ids, all_logits=True).logits
-    _close(whole, reference.prefill(0, ids, all_logits=True).logits)
-    pieces = torch.cat([native.prefill(1, ids[start:end], start=start, all_logits=True).logits
-                        for start, end in ((0, 1), (1, 38), (38, 101))])
-    assert torch.equal(whole, pieces)
+    _matches_torch_whole_and_in_pieces(reference, native, ids, (1, 38))
 
 
 def test_a_token_computes_the_same_bits_whatever_shares_its_call(tiny_pair):
