@@ -3,6 +3,9 @@
 Prefill chunks write prompts into the free slot (with prompt logprobs when asked), after the prompt's cached
 prefix is copied there (prefix_cache.py); a prompt fully in the cache is offered to the prefix cache and
 starts its request: its rows join the batch (extra candidates copy its slot) and it hears `Accepted` at once.
+Under the native forward the chunks of several prompts planned in one step run in one forward, each staged in
+the slot its request takes once the ones before it have joined (`_prefill_together`): a burst of short or
+mostly cached prompts read every weight once per prompt before.
 Then one decode step: the forward in row groups (runner.py); in each group's own thread its logits through the
 logits pipeline and the token choice (decoding/batch.py; failures set apart per row, row_faults.py); beam
 bookkeeping (beam_rows.py); each row takes its token (finish checks, detokenizing, stop strings, tool calls)
@@ -36,7 +39,7 @@ from worker.engine.outputs import (
 )
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.row_faults import broken_rows, choose_isolating
-from worker.engine.runner import ModelRunner, StepOutput
+from worker.engine.runner import ModelRunner, PromptChunk, StepOutput
 from worker.engine.scheduler import Prefill, StepPlan, StepReport
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
@@ -82,14 +85,18 @@ class Executor:
             self.runner.cache.ensure(0, plan.rows_ahead)
         ran = 0
         while ran < len(plan.prefills):
-            prefill = plan.prefills[ran]
-            if prefill.count:  # a growth the forward needs (nothing decodes) is not its cost
-                self.runner.cache.ensure(prefill.start + prefill.count)
+            prefills = self._sharing(plan.prefills, ran)
+            count = sum(prefill.count for prefill in prefills)
+            if count:  # a growth the forward needs (nothing decodes) is not its cost
+                self.runner.cache.ensure(max(p.start + p.count for p in prefills), self.slots.free + len(prefills))
             started = time.perf_counter()
-            self._prefill(prefill)
-            if prefill.count:
-                report.prefills.append((prefill.count, time.perf_counter() - started))
-            ran += 1
+            if len(prefills) > 1:
+                self._prefill_together(prefills)
+            else:
+                self._prefill(prefills[0])
+            if count:
+                report.prefills.append((count, time.perf_counter() - started))
+            ran += len(prefills)
             if between is not None:
                 between(ran)
                 for state, error in plan.dropped[told:]:
@@ -125,22 +132,82 @@ class Executor:
                 state.prefilled = state.cached_tokens = prefill.reuse.tokens
             if prefill.count > 0:
                 self._prefill_chunk(state, prefill, slot)
-            accepted = None
-            if prefill.last:
-                self.prefixes.store(state, slot)
-                accepted = accepted_event(state, self.tokenizer, self.worker_id)
         except Exception as exc:
-            log.exception("prefill_failed", request_id=state.request_id)
-            self.runner.cache.clear(slot)
-            state.end(f"prefilling its prompt failed ({type(exc).__name__})")
-            state.sink([failure_event(state)])
+            self._prefill_failed(state, slot, exc)
             return
-        if accepted is None:
+        self._prefilled(prefill, slot)
+
+    def _sharing(self, prefills: list[Prefill], first: int) -> list[Prefill]:
+        """The prefills from `first` on whose chunks run in one forward (`_prefill_together`), else just the first.
+        A chunk shares when the native forward runs it (no adapter) and its request's rows take exactly the next
+        slot (one candidate, not parked or set aside) and want no prompt logprobs; a prompt not finished by its
+        chunk ends the run, since the next one starts in its slot only once it has."""
+        if self.runner.native is None:
+            return prefills[first:first + 1]
+        run: list[Prefill] = []
+        for prefill in prefills[first:]:
+            state = prefill.state
+            if (state.adapter is not None or state.parked is not None
+                    or state.set_aside is not None or state.prepared.candidates != 1
+                    or state.prepared.request.params.prompt_logprobs
+                    or self.slots.free + len(run) + 1 > self.runner.cache.max_rows):
+                break
+            run.append(prefill)
+            if not prefill.last:
+                break
+        return run if len(run) > 1 else prefills[first:first + 1]
+
+    def _prefill_together(self, prefills: list[Prefill]) -> None:
+        """Several prompts' chunks in one forward, each staged in the slot it takes when the ones before it have
+        joined (free, free + 1, ...): every weight is read once for all of them."""
+        first = self.slots.free
+        try:
+            chunks = []
+            for offset, prefill in enumerate(prefills):
+                state, prepared, end = prefill.state, prefill.state.prepared, prefill.start + prefill.count
+                if prefill.reuse is not None:
+                    self.prefixes.restore(prefill.reuse, first + offset)
+                    state.prefilled = state.cached_tokens = prefill.reuse.tokens
+                if prefill.count:  # else its prompt but the last token was all cached
+                    embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[prefill.start:end]
+                    chunks.append(PromptChunk(first + offset, prepared.prompt_ids[prefill.start:end], prefill.start,
+                                              embeds))
+            if chunks:
+                self.runner.prefill_together(chunks, self.host.prefill_threads(self.runner.prefill_threads))
+        except Exception:
+            log.exception("prefill_together_failed", request_ids=[p.state.request_id for p in prefills])
+            for prefill in prefills:  # one forward each: a failure is then its own request's
+                self._prefill(prefill)
+            return
+        for offset, prefill in enumerate(prefills):
+            prefill.state.prefilled = prefill.start + prefill.count
+            if first + offset != self.slots.free:  # one before it took no slot (scoring only, a failure)
+                self.runner.cache.move(first + offset, self.slots.free, prefill.state.prefilled)
+            self._prefilled(prefill, self.slots.free)
+
+    def _prefilled(self, prefill: Prefill, slot: int) -> None:
+        """After its chunk: a prompt now in the cache up to its last token is offered to the prefix cache and
+        starts its request (or, scoring only, ends it)."""
+        if not prefill.last:
+            return
+        state = prefill.state
+        try:
+            self.prefixes.store(state, slot)
+            accepted = accepted_event(state, self.tokenizer, self.worker_id)
+        except Exception as exc:
+            self._prefill_failed(state, slot, exc)
             return
         if state.prepared.max_new_tokens == 0:
             self._score_only(state, accepted, slot)
         else:
             self._start(state, accepted)
+
+    def _prefill_failed(self, state: RequestState, slot: int, exc: Exception) -> None:
+        """Called in the `except` of a failure that is this request's own: it ends, its slot cleared."""
+        log.exception("prefill_failed", request_id=state.request_id)
+        self.runner.cache.clear(slot)
+        state.end(f"prefilling its prompt failed ({type(exc).__name__})")
+        state.sink([failure_event(state)])
 
     def _prefill_chunk(self, state: RequestState, prefill: Prefill, slot: int) -> None:
         prepared, start, end = state.prepared, prefill.start, prefill.start + prefill.count

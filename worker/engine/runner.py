@@ -52,6 +52,15 @@ class StepOutput:
         return StepOutput(torch.cat([p.logits for p in parts]), hidden)
 
 
+@dataclass
+class PromptChunk:
+    """Positions start..start+len(token_ids)-1 of the prompt in `slot` (`embeds`: its input embeddings instead)."""
+    slot: int
+    token_ids: list[int]
+    start: int
+    embeds: torch.Tensor | None = None
+
+
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, max_rows: int, max_context: int, decode_threads: int = 1,
                  kv_dtype: torch.dtype | None = None):
@@ -168,6 +177,21 @@ class ModelRunner:
                                          self.cache.keys, self.cache.values, out_rows, want_hidden=want_hidden,
                                          threads=threads)
         return StepOutput(logits, normed)
+
+    @torch.inference_mode()
+    def prefill_together(self, chunks: list[PromptChunk], threads: int | None = None) -> None:
+        """Several prompts' chunks, each in its own slot, in one native forward: every weight is read once for
+        all of them, where one forward each read them all again per prompt (a burst of short or mostly cached
+        prompts). Writes their keys and values only: no logits (a prompt's last token is its first decode
+        step's input). A token's bits are those of its own prefill (forward.c is batch-invariant)."""
+        for chunk in chunks:
+            self.cache.ensure(chunk.start + len(chunk.token_ids), chunk.slot + 1)
+        hidden = torch.cat([self.embed(torch.tensor(c.token_ids)) if c.embeds is None
+                            else c.embeds.to(self.device, self.dtype) for c in chunks]).float()
+        slots = [c.slot for c in chunks for _ in c.token_ids]
+        positions = [p for c in chunks for p in range(c.start, c.start + len(c.token_ids))]
+        self.native.run(hidden, slots, positions, self.cache.keys, self.cache.values, [], want_logits=False,
+                        threads=threads or self.prefill_threads)
 
     @torch.inference_mode()
     def _native_decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool,
