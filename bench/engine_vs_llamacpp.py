@@ -3,16 +3,18 @@ continuous batching, on the same GGUF file, in the same run.
 
     .venv/bin/python bench/engine_vs_llamacpp.py [--streams 1,4,16,64] [--tokens 128] [--threads 2]
         [--quantization auto] [--dtype auto] [--slots 16] [--rounds 1] [--no-gateway] [--no-worker] [--quick]
+        [--same-prompts]
 
 `llama-server` is built once into `.bench/llama-server/` from the llama.cpp sources the `llama-cpp-python` sdist
 vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF -DGGML_NATIVE=ON`; minutes on 2 cores) and
 started with `-np SLOTS` slots of 1,024 tokens each. Sluice runs as `make serve` does: one worker process (its
 default configuration unless --quantization/--dtype say otherwise) behind `sluice serve`. Each side gets the same
 streamed requests (a fixed prompt corpus, each drive's prompts led by a tag of their own so that no prompt cache
-serves a repeat; temperature 0, `ignore_eos`, `--tokens` new tokens each), N at once, for N in --streams, through
-Sluice's gateway, through the worker alone, and through llama-server's `/v1/completions`. Printed per N: output
-tok/s, TTFT p50/p99, the p99 gap between streamed chunks, the peak RSS of the serving process (VmHWM), and Sluice /
-llama-server ratios. The sides run one after another, never together.
+serves a repeat (`--same-prompts`: the same ones every time, so that caches warm); temperature 0, `ignore_eos`,
+`--tokens` new tokens each), N at once, for N in --streams, through Sluice's gateway, through the worker alone, and
+through llama-server's `/v1/completions`. Printed per N: output tok/s, TTFT p50/p99, the p99 gap between streamed
+chunks, the peak RSS of the serving process (VmHWM), and Sluice / llama-server ratios. The sides run one after
+another, never together.
 """
 
 from __future__ import annotations
@@ -230,13 +232,15 @@ def main() -> None:
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-worker", action="store_true")
     parser.add_argument("--quick", action="store_true", help="--streams 1,16 --tokens 32")
+    parser.add_argument("--same-prompts", action="store_true",
+                        help="every drive repeats the same prompts: prompt caches warm after the first")
     args = parser.parse_args()
     if args.quick:
         args.streams, args.tokens = "1,16", 32
     counts = [int(c) for c in args.streams.split(",")]
     gguf = default_gguf_path()
     binary = ensure_llama_server()
-    drives = itertools.count()  # each drive's prompts: prompts(count, next(drives))
+    drives = itertools.repeat(0) if args.same_prompts else itertools.count()  # each drive's prompts' tag
     model = {"quantization": args.quantization, "dtype": args.dtype, "threads": args.threads,
              "max_batch_size": max(32, max(counts))}
     with tempfile.TemporaryDirectory() as scratch:
