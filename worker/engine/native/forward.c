@@ -1,8 +1,8 @@
 /* The whole forward of a Llama-family decoder for N tokens, each at its own (slot, position).
  *
  * Projections hold groups of 32 weights as unsigned codes u with a per-group binary16 scale d and
- * minimum m (w = d * u + m), stored after each tile group's codes: 4-bit codes packed two to a byte, or 8-bit codes. Each projection's
- * input is quantized per 32-block to int8 (x = a * q), so a group's product is
+ * minimum m (w = d * u + m), stored after each tile group's codes: 4-bit codes packed two to a byte, or
+ * 8-bit codes. Each projection's input is quantized per 32-block to int8 (x = a * q), so a group's product is
  *     d * a * sum(u * q) + m * a * sum(q)
  * whose integer part runs on AVX512-VNNI (vpdpbusd: unsigned x signed bytes into int32) where the
  * compiler targets it, else on plain C.
@@ -330,7 +330,9 @@ static inline float dot_half(const float *q, const kv_t *k, int64_t D) {
  * Taylor series to r^6 on |r| <= ln 2 / 2 (error ~1e-7 relative), 2^n applied by scalef. The scalar expf of
  * libm took most of a long-context attention's time. */
 static inline __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.f)); /* e^-104 is below float's smallest: 0 either way */
+    /* e^-104 is below float's smallest: 0 either way; max returns its second operand where one is NaN, so a
+     * NaN score stays NaN (and the row's logits with it) */
+    x = _mm512_max_ps(_mm512_set1_ps(-104.f), x);
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x); /* ln 2 in two parts: exact n * hi */
