@@ -4,8 +4,8 @@ Prefill chunks write prompts into the free slot (with prompt logprobs when asked
 prefix is copied there (prefix_cache.py); a prompt fully in the cache is offered to the prefix cache and
 starts its request: its rows join the batch (extra candidates copy its slot) and it hears `Accepted` at once.
 Under the native forward the chunks of several prompts planned in one step run in one forward, each staged in
-the slot its request takes once the ones before it have joined (`_prefill_together`): a burst of short or
-mostly cached prompts read every weight once per prompt before.
+the slot its request takes once the ones before it have joined (`_prefill_together`), so a burst of short or
+mostly cached prompts reads every weight once, not once per prompt.
 Then one decode step: the forward in row groups (runner.py); in each group's own thread its logits through the
 logits pipeline and the token choice (decoding/batch.py; failures set apart per row, row_faults.py); beam
 bookkeeping (beam_rows.py); each row takes its token (finish checks, detokenizing, stop strings, tool calls)

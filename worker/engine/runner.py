@@ -181,9 +181,9 @@ class ModelRunner:
     @torch.inference_mode()
     def prefill_together(self, chunks: list[PromptChunk], threads: int | None = None) -> None:
         """Several prompts' chunks, each in its own slot, in one native forward: every weight is read once for
-        all of them, where one forward each read them all again per prompt (a burst of short or mostly cached
-        prompts). Writes their keys and values only: no logits (a prompt's last token is its first decode
-        step's input). A token's bits are those of its own prefill (forward.c is batch-invariant)."""
+        all of them, not once per prompt (a burst of short or mostly cached prompts). Writes their keys and
+        values only: no logits (a prompt's last token is its first decode step's input). A token's bits are
+        those of its own prefill (forward.c is batch-invariant)."""
         for chunk in chunks:
             self.cache.ensure(chunk.start + len(chunk.token_ids), chunk.slot + 1)
         hidden = torch.cat([self.embed(torch.tensor(c.token_ids)) if c.embeds is None
