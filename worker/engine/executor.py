@@ -127,9 +127,7 @@ class Executor:
             return
         try:  # this request's own forward and first event: a failure there is its own
             self.slots.take_back(state)
-            if prefill.reuse is not None:
-                self.prefixes.restore(prefill.reuse, slot)
-                state.prefilled = state.cached_tokens = prefill.reuse.tokens
+            self._restore(prefill, slot)
             if prefill.count > 0:
                 self._prefill_chunk(state, prefill, slot)
         except Exception as exc:
@@ -164,14 +162,9 @@ class Executor:
         try:
             chunks = []
             for offset, prefill in enumerate(prefills):
-                state, prepared, end = prefill.state, prefill.state.prepared, prefill.start + prefill.count
-                if prefill.reuse is not None:
-                    self.prefixes.restore(prefill.reuse, first + offset)
-                    state.prefilled = state.cached_tokens = prefill.reuse.tokens
+                self._restore(prefill, first + offset)
                 if prefill.count:  # else its prompt but the last token was all cached
-                    embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[prefill.start:end]
-                    chunks.append(PromptChunk(first + offset, prepared.prompt_ids[prefill.start:end], prefill.start,
-                                              embeds))
+                    chunks.append(self._chunk(prefill, first + offset))
             if chunks:
                 self.runner.prefill_together(chunks, self.host.prefill_threads(self.runner.prefill_threads))
         except Exception:
@@ -184,6 +177,18 @@ class Executor:
             if first + offset != self.slots.free:  # one before it took no slot (scoring only, a failure)
                 self.runner.cache.move(first + offset, self.slots.free, prefill.state.prefilled)
             self._prefilled(prefill, self.slots.free)
+
+    def _restore(self, prefill: Prefill, slot: int) -> None:
+        """Its cached prefix blocks, if the plan found any, copied into `slot`."""
+        if prefill.reuse is not None:
+            self.prefixes.restore(prefill.reuse, slot)
+            prefill.state.prefilled = prefill.state.cached_tokens = prefill.reuse.tokens
+
+    @staticmethod
+    def _chunk(prefill: Prefill, slot: int) -> PromptChunk:
+        prepared, start, end = prefill.state.prepared, prefill.start, prefill.start + prefill.count
+        embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:end]
+        return PromptChunk(slot, prepared.prompt_ids[start:end], start, embeds)
 
     def _prefilled(self, prefill: Prefill, slot: int) -> None:
         """After its chunk: a prompt now in the cache up to its last token is offered to the prefix cache and
@@ -210,15 +215,13 @@ class Executor:
         state.sink([failure_event(state)])
 
     def _prefill_chunk(self, state: RequestState, prefill: Prefill, slot: int) -> None:
-        prepared, start, end = state.prepared, prefill.start, prefill.start + prefill.count
-        embeds = None if prepared.prompt_embeds is None else prepared.prompt_embeds[start:end]
-        params = prepared.request.params
-        out = self.runner.prefill(slot, prepared.prompt_ids[start:end], start=start, embeds=embeds,
+        chunk, params = self._chunk(prefill, slot), state.prepared.request.params
+        out = self.runner.prefill(slot, chunk.token_ids, start=chunk.start, embeds=chunk.embeds,
                                   all_logits=params.prompt_logprobs, adapter=state.adapter,
                                   threads=self.host.prefill_threads(self.runner.prefill_threads))
         if params.prompt_logprobs:
-            self._record_prompt_logprobs(state, out.logits, start, prefill.count)
-        state.prefilled = end
+            self._record_prompt_logprobs(state, out.logits, chunk.start, prefill.count)
+        state.prefilled = prefill.start + prefill.count
 
     def _record_prompt_logprobs(self, state: RequestState, logits: torch.Tensor, start: int, chunk: int) -> None:
         """Position i's logits predict prompt token i+1: its logprob, and what SGLang and TGI can also ask

@@ -148,7 +148,7 @@ def test_the_tile_layout_keeps_every_row_of_a_ragged_matrix(pack):
     picked = torch.tensor([36, 0, 17, 5])
     assert torch.equal(packed.dequantize(picked), packed.dequantize()[picked])
     if pack is pack4:
-        assert torch.equal(pack4(packed.dequantize()).codes, packed.codes)
+        assert torch.equal(pack4(packed.dequantize()).tiles, packed.tiles)
 
 
 @pytest.mark.parametrize("pack", [pack4, pack8])

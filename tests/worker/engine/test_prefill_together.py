@@ -47,6 +47,16 @@ def _outcome(sink: Collector) -> tuple:
     return tokens, [(f.index, f.token_ids, f.reason) for f in sink.finishes]
 
 
+def _each_alone(loaded, requests: list) -> list[tuple]:
+    """Each request's outcome served on its own, one after another, on an engine of its own."""
+    engine = _engine(loaded)
+    engine.start()
+    try:
+        return [_outcome(_served(engine, [generate], started=True)[0]) for generate in requests]
+    finally:
+        engine.stop()
+
+
 def test_a_burst_prefilled_together_gets_what_each_prompt_gets_alone(q4_model, monkeypatch):
     """The first burst, submitted before the engine starts, is planned in one step: its chunks share forwards
     (a prompt with two candidates runs its own). A second burst, sent while the engine runs, reuses the
@@ -61,12 +71,7 @@ def test_a_burst_prefilled_together_gets_what_each_prompt_gets_alone(q4_model, m
         return [request(tokenizer(p).input_ids, max_tokens=6, min_tokens=6,
                         **settings.get(p, dict(temperature=0.0, logprobs=2))) for p in prompts]
 
-    alone = _engine(q4_model)
-    alone.start()
-    try:
-        expected = [_outcome(_served(alone, [generate], started=True)[0]) for generate in burst(first + second)]
-    finally:
-        alone.stop()
+    expected = _each_alone(q4_model, burst(first + second))
 
     together = _engine(q4_model)
     shared_forwards: list[int] = []  # chunks per shared forward: counted, then run as they are
@@ -92,12 +97,7 @@ def test_a_shared_forward_that_raises_is_run_again_one_prompt_at_a_time(q4_model
     def burst() -> list:
         return [request(tokenizer(p).input_ids, max_tokens=4, min_tokens=4, temperature=0.0) for p in prompts]
 
-    alone = _engine(q4_model)
-    alone.start()
-    try:
-        expected = [_outcome(_served(alone, [generate], started=True)[0]) for generate in burst()]
-    finally:
-        alone.stop()
+    expected = _each_alone(q4_model, burst())
     engine = _engine(q4_model)
 
     def fails(chunks, threads=None):

@@ -33,14 +33,9 @@ PICK_ROWS = 4096  # rows `pick` packs at a time (whole tiles)
 LARGEST_WEIGHT = 2.0 ** 15  # the 8-bit minimum (-128 x scale) of a larger one would pass float16's largest
 
 
-def code_bytes(bits: int) -> int:
-    """bytes of one tile group's codes"""
-    return TILE_ROWS * GROUP * bits // 8
-
-
 @dataclass
 class Packed:
-    tiles: torch.Tensor  # uint8 [blocks, groups, code_bytes(bits) + SCALE_BYTES]: the module's layout
+    tiles: torch.Tensor  # uint8 [blocks, groups, 16 * 32 * bits / 8 + SCALE_BYTES]: the module's layout
     rows: int
     bits: int
 
@@ -52,11 +47,6 @@ class Packed:
     def halves(self) -> torch.Tensor:
         """the tiles viewed as float16 [blocks, groups, bytes / 2] (the same memory), for `tile_scales`"""
         return self.tiles.view(torch.float16)
-
-    @property
-    def codes(self) -> torch.Tensor:
-        """uint8 [blocks, groups, code_bytes]: the codes of each tile group (a view)"""
-        return self.tiles[..., :code_bytes(self.bits)]
 
     def by_row(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """uint8 codes [rows, cols] (of the given row indices, else every row), in input order."""
