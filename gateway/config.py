@@ -46,6 +46,16 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 
     webhook_secret: Annotated[str, msgspec.Meta(max_length=512)] = ""
     allow_http_webhooks: bool = False  # plain http:// webhook URLs (tests, a private network); else https only
+    # where webhooks may go (gateway/serving/outbound.py): [] = any host whose addresses are all public; else only
+    # these hosts ("hooks.example.com", or ".example.com" for its subdomains)
+    webhook_hosts: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=253)]],
+                             msgspec.Meta(max_length=1000)] = []
+    # private networks (CIDRs) a webhook may reach besides public addresses (an internal relay; tests); [] = none
+    webhook_networks: Annotated[list[str], msgspec.Meta(max_length=1000)] = []
+    # the domains a team's owner may send alert e-mails to (a domain covers its subdomains); [] = owners set no
+    # e-mail addresses (the operator's budgets, set through /admin, may name any)
+    email_domains: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=253)]],
+                             msgspec.Meta(max_length=1000)] = []
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 5.0  # one webhook call or SMTP session
     attempts: Annotated[int, msgspec.Meta(ge=1, le=5)] = 3  # per alert and destination, with backoff
     smtp_host: Annotated[str, msgspec.Meta(max_length=255)] = ""
@@ -54,6 +64,9 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     smtp_username: Annotated[str, msgspec.Meta(max_length=255)] = ""
     smtp_password: Annotated[str, msgspec.Meta(max_length=512)] = ""
     smtp_from: Annotated[str, msgspec.Meta(max_length=254)] = "sluice@localhost"
+
+    def __post_init__(self) -> None:
+        parse_networks(self.webhook_networks)  # a malformed CIDR is named at start
 
     def __repr__(self) -> str:  # the secrets never reach a log line
         shown = {f: "***" if f in ("webhook_secret", "smtp_password") and getattr(self, f) else getattr(self, f)

@@ -23,11 +23,12 @@ from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Li
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
-from gateway.admin.identity import ListOut, actor_of, http_webhooks_allowed
+from gateway.admin.identity import ListOut, actor_of, outbound_rule
 from gateway.authentication.headers import body_as
 from gateway.authentication.middleware import auth_service, require_owner
+from gateway.serving.outbound import OutboundRule, check_limits
 from gateway.serving.services import Services
-from gateway.serving.spending import LimitsView, check_webhook, limits_view, scoped_limits
+from gateway.serving.spending import LimitsView, limits_view, scoped_limits
 
 
 class TeamView(msgspec.Struct):
@@ -65,10 +66,10 @@ async def keys(request: Request, auth: AuthService, manager: Manager) -> ListOut
 
 
 @post("/keys", status_code=201, guards=[require_owner])
-async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, http_webhooks: bool,
+async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
                      payload: Any) -> KeyCreated:
     body = body_as(payload, CreateTeamKey)
-    check_webhook(body.limits, http_webhooks)
+    await check_limits(body.limits, outbound, operator=request.user.is_admin)
     return await auth.team_keys.create(actor, manager, request.user.team_id, body)
 
 
@@ -78,10 +79,13 @@ async def revoke_key(request: Request, auth: AuthService, actor: Actor, manager:
 
 
 @patch("/keys/{key_id:str}", guards=[require_owner])
-async def edit_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any,
-                   key_id: str) -> KeyOut:
+async def edit_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
+                   payload: Any, key_id: str) -> KeyOut:
     """Rename a key, set its limits or model allow-list (auth/policy.py: `edit` and the grants rule)."""
-    return await auth.team_keys.edit(actor, manager, request.user.team_id, key_id, body_as(payload, EditKey))
+    body = body_as(payload, EditKey)
+    if body.limits is not msgspec.UNSET:
+        await check_limits(body.limits, outbound, operator=request.user.is_admin)
+    return await auth.team_keys.edit(actor, manager, request.user.team_id, key_id, body)
 
 
 @post("/keys/{key_id:str}/rotate", status_code=201, guards=[require_owner],
@@ -112,5 +116,5 @@ def team_router() -> Router:
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
                       "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json),
-                      "http_webhooks": Provide(http_webhooks_allowed, sync_to_thread=False)},
+                      "outbound": Provide(outbound_rule, sync_to_thread=False)},
     )
