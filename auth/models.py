@@ -215,9 +215,11 @@ class KeyOut(msgspec.Struct):
 
 
 class TeamKeyOut(KeyOut):
-    """A key as the owners of a team see it (`GET /v1/team/keys`)."""
+    """A key as the owners of a team see it (`GET /v1/team/keys`, auth/views.py `team_key_out`)."""
 
+    team_id: str | None  # None: a member's personal key made in another team (whose details are not shown)
     blocked: bool = False  # blocked in this team by its owners: it cannot act here (its other teams unaffected)
+    made_here: bool = True  # False: made in another team; team_id, models, limits and last_used_at are hidden
 
 
 class KeyCreated(KeyOut):

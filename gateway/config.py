@@ -99,6 +99,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
+    # live (neither revoked nor expired) keys a team's owners may have made in it; more: 409 too_many_keys
+    max_keys_per_team: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
     # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client
     # address may make per minute; past it they get 429 with Retry-After (gateway/serving/rejections.py)
     rejections_per_minute: Annotated[int, msgspec.Meta(ge=1)] = 60

@@ -20,6 +20,7 @@ from litestar.di import Provide
 
 from auth.admin import Actor
 from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
+from auth.paging import PageOut, parse_cursor, parse_limit
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
@@ -33,14 +34,28 @@ from gateway.serving.spending import LimitsView, limits_view, scoped_limits
 
 class TeamView(msgspec.Struct):
     id: str
-    limits: Limits | None
+    limits: Limits | None  # a spend budget's webhook_url and emails only for those who manage the team's keys
     role: str  # "owner", "member", "service" (a service key) or "admin"
+    alerts_to_webhook: bool = False  # the team's spend budget alerts a webhook (shown to every key of the team)
+    alerts_to_emails: int = 0  # ... and this many e-mail addresses
+
+
+def _without_destinations(limits: Limits | None) -> Limits | None:
+    """The limits with the spend budget's alert destinations left out: where alerts go is the owners' to know."""
+    budget = limits.spend_budget if limits is not None else None
+    if budget is None:
+        return limits
+    return msgspec.structs.replace(limits, spend_budget=msgspec.structs.replace(budget, webhook_url=None, emails=[]))
 
 
 @get("/")
 async def my_team(request: Request) -> TeamView:
     principal: Principal = request.user
-    return TeamView(principal.team_id, principal.team_limits, role_in(principal.is_admin, principal.role))
+    limits = principal.team_limits
+    budget = limits.spend_budget if limits is not None else None
+    shown = limits if principal.manager.manages_keys else _without_destinations(limits)
+    return TeamView(principal.team_id, shown, role_in(principal.is_admin, principal.role),
+                    budget is not None and budget.webhook_url is not None, len(budget.emails) if budget else 0)
 
 
 @get("/limits")
@@ -61,8 +76,11 @@ def manager_of(request: Request) -> Manager:
 
 
 @get("/keys", guards=[require_owner])
-async def keys(request: Request, auth: AuthService, manager: Manager) -> ListOut:
-    return ListOut(await auth.team_keys.outs(manager, request.user.team_id))
+async def keys(request: Request, auth: AuthService, manager: Manager, limit: str | None = None,
+               cursor: str | None = None) -> PageOut:
+    """Paged as the admin lists (`limit` 1-1,000, default 100; `cursor`: the previous page's `next_cursor`)."""
+    return await auth.team_keys.page(manager, request.user.team_id, parse_limit(limit),
+                                     parse_cursor("team_keys", cursor))
 
 
 @post("/keys", status_code=201, guards=[require_owner])
