@@ -33,8 +33,13 @@ class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0  # a whole body, from its head; 408
     # idle between requests; behind an ALB above its idle timeout (up to 4,000 s), which the Terraform renders
     keep_alive_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=4200)] = 5.0
-    # open connections per peer address (trusted_proxies exempt); 0 = no cap; 429 too_many_connections
+    # open connections per client (an IPv6 client is its /64); behind trusted_proxies, requests in progress per
+    # client their X-Forwarded-For names; 0 = no cap; 429 too_many_connections
     max_connections_per_client: Annotated[int, msgspec.Meta(ge=0)] = 256
+    # bytes of request bodies begun and not ended, held by this process in all and per client (past the total, the
+    # largest holder of the largest client is cut; past a client's share, its connection that went over): 429
+    max_buffered_body_bytes: Annotated[int, msgspec.Meta(ge=1 << 16)] = 64 << 20
+    max_buffered_body_bytes_per_client: Annotated[int, msgspec.Meta(ge=1 << 16)] = 16 << 20
 
 
 class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
