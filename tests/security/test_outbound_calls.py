@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
 
 import httpx
+import msgspec
 import pytest
 
+from auth.models import Limits, SpendBudget
 from gateway.config import BudgetAlertSettings
+from gateway.errors import BadRequest
 from gateway.serving.budget_alerts import Alert, AlertSender
+from gateway.serving.outbound import OutboundRule, address_allowed, check_limits
 from testkit.admin import admin
 from tests.security.stub_served import stub_served
 
@@ -191,3 +196,29 @@ async def test_a_name_that_rebinds_to_loopback_reaches_nothing(listener):
         await sender.close()
         del loop.getaddrinfo
     assert answers >= 1 and listener.accepted == 0
+
+
+async def test_the_operators_lists_narrow_and_widen_the_rule():
+    rule = OutboundRule.of(BudgetAlertSettings(webhook_hosts=["hooks.example", ".corp.example"],
+                                               webhook_networks=["10.20.0.0/16"], email_domains=["acme.example"]))
+
+    async def refused(url: str | None = None, emails: tuple[str, ...] = (), operator: bool = False) -> str | None:
+        limits = Limits(spend_budget=SpendBudget(amount_micros=DOLLAR, webhook_url=url, emails=list(emails)))
+        try:
+            await check_limits(limits, rule, operator=operator)
+        except BadRequest as refusal:
+            return refusal.param
+        return None
+
+    assert await refused("https://hooks.example/a") is None
+    assert await refused("https://eu.corp.example/a") is None
+    assert await refused("https://other.example/a") == "limits.spend_budget.webhook_url"
+    assert await refused("https://10.20.3.4/a") == "limits.spend_budget.webhook_url"  # a network, not a host
+    assert await refused(emails=("ops@acme.example", "cfo@eu.acme.example")) is None
+    assert await refused(emails=("ops@acme.example.evil.example",)) == "limits.spend_budget.emails"
+    assert await refused(emails=("anyone@evil.example",), operator=True) is None
+    open_rule = OutboundRule.of(BudgetAlertSettings(webhook_networks=["10.20.0.0/16"]))
+    assert address_allowed(ipaddress.ip_address("10.20.3.4"), open_rule)
+    assert not address_allowed(ipaddress.ip_address("10.21.0.1"), open_rule)
+    with pytest.raises(msgspec.ValidationError, match="not an IP address or CIDR"):
+        msgspec.convert({"webhook_networks": ["10.0.0.0/33"]}, BudgetAlertSettings)
