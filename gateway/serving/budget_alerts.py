@@ -21,7 +21,7 @@ import msgspec
 import structlog
 
 from gateway.config import BudgetAlertSettings
-from gateway.serving.outbound import OutboundRefused, OutboundRule, resolve_webhook
+from gateway.serving.outbound import OutboundRefused, OutboundRule, pinned, resolve_webhook
 
 log = structlog.get_logger("gateway.budget_alerts")
 SIGNATURE_HEADER = "x-sluice-signature"
@@ -91,16 +91,11 @@ class AlertSender:
                 pause *= 2
 
     async def _post(self, alert: Alert, url: str) -> None:
-        parts, address = await resolve_webhook(url, self.rule)
+        target, headers, extensions = pinned(*await resolve_webhook(url, self.rule))
         body = msgspec.json.encode(alert)
-        headers = {"content-type": "application/json", "user-agent": "sluice-budget-alerts",
-                   "host": parts.netloc.rpartition("@")[2]}
+        headers.update({"content-type": "application/json", "user-agent": "sluice-budget-alerts"})
         if self.settings.webhook_secret:
             headers[SIGNATURE_HEADER] = sign(self.settings.webhook_secret, body)
-        # connect to the address just checked, never to a second answer of the resolver; TLS still verifies the name
-        checked = f"[{address}]" if address.version == 6 else str(address)
-        target = parts._replace(netloc=f"{checked}:{parts.port}" if parts.port else checked).geturl()
-        extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
         response = await self._client.post(target, content=body, headers=headers, extensions=extensions)
         if response.status_code >= 300:
             raise RuntimeError(f"webhook answered {response.status_code}")

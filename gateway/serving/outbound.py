@@ -20,6 +20,7 @@ and again when an alert is sent (`resolve_webhook`, whose address the sender the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ _COMPATIBLE = ipaddress.ip_network("::/96")
 
 class OutboundRefused(ValueError):
     """A destination the rule refuses; the message says why (never the resolved addresses)."""
+
+
+class Unresolved(OSError):
+    """The host does not resolve (now): a later try may succeed, and the next send checks again."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def _port(parts: SplitResult) -> int:
 
 async def resolve_webhook(url: str, rule: OutboundRule) -> tuple[SplitResult, IPAddress]:
     """The URL's parts and the one address to connect to, after the whole rule: every address the host
-    resolves to must be allowed. OutboundRefused otherwise (also when it does not resolve)."""
+    resolves to must be allowed. OutboundRefused otherwise; Unresolved when it does not resolve."""
     parts = check_url(url, rule)
     host = parts.hostname or ""
     literal = _literal(host)
@@ -148,7 +153,7 @@ async def resolve_webhook(url: str, rule: OutboundRule) -> tuple[SplitResult, IP
             found = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
                 host, _port(parts), type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP), rule.timeout_s)
         except (OSError, TimeoutError, UnicodeError):
-            raise OutboundRefused("the webhook's host does not resolve") from None
+            raise Unresolved("the webhook's host does not resolve") from None
         addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in found]
     if not addresses or not all(address_allowed(ip, rule) for ip in addresses):
         raise OutboundRefused(NOT_PUBLIC)
@@ -158,11 +163,22 @@ async def resolve_webhook(url: str, rule: OutboundRule) -> tuple[SplitResult, IP
 async def check_webhook(url: str, rule: OutboundRule) -> None:
     """The rule at the time a budget is set: a host that does not resolve yet is accepted (each send checks
     again); one that resolves to anything not allowed is refused."""
-    try:
+    with contextlib.suppress(Unresolved):
         await resolve_webhook(url, rule)
-    except OutboundRefused as refusal:
-        if str(refusal) != "the webhook's host does not resolve":
-            raise
+
+
+def pinned(parts: SplitResult, address: IPAddress) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The URL, headers and httpx extensions of a call to `parts` that connects to `address`, the one checked,
+    never to a second answer of the resolver: the URL names the address, the Host header and the TLS name
+    (`sni_hostname`, which the certificate is verified against) stay the URL's host."""
+    host = parts.hostname or ""
+    literal = isinstance(_literal(host), ipaddress.IPv6Address)
+    name = f"[{host}]" if literal else host.encode("idna").decode("ascii")
+    port = f":{parts.port}" if parts.port else ""
+    checked = f"[{address}]" if address.version == 6 else str(address)
+    url = parts._replace(netloc=f"{checked}{port}").geturl()
+    extensions = {"sni_hostname": host if literal else name} if parts.scheme == "https" else {}
+    return url, {"host": f"{name}{port}"}, extensions
 
 
 def check_emails(emails: list[str], rule: OutboundRule, *, operator: bool) -> None:
