@@ -172,7 +172,8 @@ class AdminOps:
             raise RequestError(404, "user_not_found", f"No user {user_id!r}.", "user_id")
 
     # --- keys ---
-    async def create_key(self, actor: Actor, body: CreateKey) -> KeyCreated:
+    async def create_key(self, actor: Actor, body: CreateKey, live_cap: int | None = None) -> KeyCreated:
+        """`live_cap`: refuse (409) when the key's team already has that many live keys (a tenant's creation)."""
         expires_at = None
         if body.expires_at is not None:
             try:
@@ -184,6 +185,9 @@ class AdminOps:
                 raise RequestError(400, "invalid_expires_at", "expires_at must be in the future.", "expires_at")
         async with self._store.transaction() as tx:
             team_id = await self._key_team(tx, body)
+            if live_cap is not None and await tx.count_live_keys(team_id, now()) >= live_cap:
+                raise RequestError(409, "too_many_keys", f"This team has {live_cap} live keys, the most it may "
+                                   "have (max_keys_per_team): revoke one first.", None)
             record, clear = issue_key(self._hasher, name=body.name.strip(), team_id=team_id, user_id=body.user_id,
                                       is_admin=body.is_admin, models=tuple(dict.fromkeys(body.models)),
                                       limits=body.limits, expires_at=expires_at)

@@ -13,6 +13,8 @@ from auth.models import KeyRecord, TeamRecord
 from auth.policy import reaches, role_in
 from auth.store import Store
 
+OPERATOR = "operator"
+
 
 class ReachedTeam(msgspec.Struct, frozen=True):
     id: str
@@ -49,12 +51,15 @@ class Directory:
     async def team(self, team_id: str) -> TeamRecord | None:
         return await self._store.get_team(team_id)
 
-    async def names(self, key_ids: Iterable[str] = (), user_ids: Iterable[str] = ()) -> dict[str, str]:
-        """The names of the keys and users that still exist (revoked keys keep theirs), by id."""
+    async def names(self, key_ids: Iterable[str] = (), user_ids: Iterable[str] = (), *,
+                    admin_names: bool = False) -> dict[str, str]:
+        """The names of the keys and users that still exist (revoked keys keep theirs), by id. An admin key is
+        named OPERATOR unless `admin_names` (the viewer is the operator): its name is the platform's, not a
+        team's, though admin keys live in the `default` team."""
         names = {}
         for key_id in key_ids:
             if (key := await self._store.get_key(key_id)) is not None:
-                names[key_id] = key.name
+                names[key_id] = key.name if admin_names or not key.is_admin else OPERATOR
         for user_id in user_ids:
             if (user := await self._store.get_user(user_id)) is not None:
                 names[user_id] = user.name

@@ -11,6 +11,22 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 
 MAX_HOP_CHARS = 64  # an unparsable hop is kept as the client's name, bounded
+IPV6_CLIENT_PREFIX = 64  # one subscriber (a home, a VM) is given a whole /64
+
+
+def client_group(address: str) -> str:
+    """What a per-client bound counts for `address`: an IPv4 address itself, an IPv6 address's /64 (counting
+    single IPv6 addresses would bound nothing: a /64 holds 2^64 of them), an IPv4-mapped IPv6 address as its
+    IPv4 address; anything that is not an address as itself."""
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, IPV6_CLIENT_PREFIX)))
+    return str(ip)
 
 
 def parse_networks(cidrs: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:

@@ -22,8 +22,8 @@ class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True
     """A budget in money for a key or a team, per UTC calendar month or day (gateway/serving/spending.py).
 
     hard: refuse new requests once the period's spend reaches the amount (429 `insufficient_quota`); else
-    alerts only. Alerts at 50, 80 and 100 % go, once per threshold per period, to `webhook_url` (https; plain
-    http only where the gateway's `budget_alerts.allow_http_webhooks` allows it) and to `emails`."""
+    alerts only. Alerts at 50, 80 and 100 % go, once per threshold per period, to `webhook_url` and to `emails`,
+    where the gateway's rule allows (gateway/serving/outbound.py: public https hosts, allowed e-mail domains)."""
 
     amount_micros: Annotated[int, Meta(ge=1, le=MAX_BUDGET_MICROS)]
     period: Literal["month", "day"] = "month"
@@ -215,9 +215,11 @@ class KeyOut(msgspec.Struct):
 
 
 class TeamKeyOut(KeyOut):
-    """A key as the owners of a team see it (`GET /v1/team/keys`)."""
+    """A key as the owners of a team see it (`GET /v1/team/keys`, auth/views.py `team_key_out`)."""
 
+    team_id: str | None  # None: a member's personal key made in another team (whose details are not shown)
     blocked: bool = False  # blocked in this team by its owners: it cannot act here (its other teams unaffected)
+    made_here: bool = True  # False: made in another team; team_id, models, limits and last_used_at are hidden
 
 
 class KeyCreated(KeyOut):

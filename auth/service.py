@@ -58,7 +58,7 @@ class AuthService:
     def __init__(self, store: Store, hasher: KeyHasher, *, cache_ttl: float = 0.5, touch_interval: float = 30.0,
                  throttle: FailureThrottle | None = None, failure_budget: FailureBudget | None = None,
                  trusted_proxies: Iterable[str] = (), default_team_limits: Limits | None = None,
-                 outage_grace: float = 3600.0) -> None:
+                 outage_grace: float = 3600.0, max_keys_per_team: int | None = None) -> None:
         self._store = store
         self._hasher = hasher
         self._keys = TtlCache(cache_ttl)
@@ -75,13 +75,15 @@ class AuthService:
         self._last_flush = now()
         self._flush_task: asyncio.Task | None = None
         self.admin = AdminOps(store, hasher, self._forget)
-        self.team_keys = TeamKeys(store, self.admin, self._forget)  # what owners may do (auth/policy.py)
+        # what owners may do (auth/policy.py), with at most `max_keys_per_team` live keys made in a team
+        self.team_keys = TeamKeys(store, self.admin, self._forget, max_keys_per_team)
         self.directory = Directory(store)  # what the dashboard reads, under the same rules
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
         """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, failure_budget,
-        trusted_proxies (CIDRs whose X-Forwarded-For names the client), default_team_limits, outage_grace."""
+        trusted_proxies (CIDRs whose X-Forwarded-For names the client), default_team_limits, outage_grace,
+        max_keys_per_team."""
         hasher = KeyHasher(pepper)
         return cls(await open_store(database_url), hasher, **options)
 

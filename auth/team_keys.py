@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 import msgspec
 
-from auth import views
+from auth import paging, views
 from auth.admin import Actor, AdminOps, audit_entry
 from auth.clock import now
 from auth.errors import RequestError
 from auth.models import CreateKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
-from auth.paging import Position
+from auth.paging import PageOut, Position
 from auth.policy import Action, Manager, allowed_actions, check, check_manages, grants_refusal
 from auth.store import Store
 
@@ -30,10 +30,11 @@ class ListedKey(msgspec.Struct, frozen=True):
 
 
 class TeamKeys:
-    def __init__(self, store: Store, admin: AdminOps, forget: Callable[..., None]) -> None:
+    def __init__(self, store: Store, admin: AdminOps, forget: Callable[..., None], max_keys: int | None = None) -> None:
         self._store = store
         self._admin = admin
         self._forget = forget
+        self._max_keys = max_keys  # live keys an owner may make in one team; None: no cap
 
     # --- reading ---
     async def key(self, manager: Manager, team_id: str | None, key_id: str) -> KeyRecord:
@@ -70,13 +71,17 @@ class TeamKeys:
         return [ListedKey(k, False, allowed_actions(manager, k, live=k.is_live(at), blocked=None))
                 for k in await self._store.list_keys(team_id, limit, after)]
 
-    async def outs(self, manager: Manager, team_id: str) -> list[TeamKeyOut]:
-        return [views.team_key_out(k.key, k.blocked) for k in await self.listed(manager, team_id)]
+    async def page(self, manager: Manager, team_id: str, limit: int, after: Position | None) -> PageOut:
+        """One page of the team's keys as its owners see them (`GET /v1/team/keys`), in creation order."""
+        rows = await self.listed(manager, team_id, limit + 1, after)
+        return paging.page("team_keys", rows, limit, lambda k: (k.key.created_at, k.key.id),
+                           lambda k: views.team_key_out(k.key, k.blocked, team_id))
 
     # --- changes ---
     async def create(self, actor: Actor, manager: Manager, team_id: str, body: CreateTeamKey) -> KeyCreated:
         check(manager, "create", body.user_id)
-        return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id))
+        cap = None if manager.is_admin else self._max_keys
+        return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id), cap)
 
     async def may(self, manager: Manager, team_id: str | None, key_id: str, action: Action) -> KeyRecord:
         """The key, if `manager` may do `action` to it in `team_id` (404 when out of reach, 403 when denied):
@@ -132,4 +137,4 @@ class TeamKeys:
                 detail = {"team_id": team_id, "user_id": key.user_id, **({"reason": reason} if reason else {})}
                 await tx.insert_audit(audit_entry(actor, "keys.block" if blocked else "keys.unblock", key_id, detail))
         self._forget(block=(team_id, key_id))
-        return views.team_key_out(key, blocked)
+        return views.team_key_out(key, blocked, team_id)

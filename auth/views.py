@@ -44,8 +44,15 @@ def key_out(key: KeyRecord) -> KeyOut:
     return KeyOut(**_key_fields(key))
 
 
-def team_key_out(key: KeyRecord, blocked: bool) -> TeamKeyOut:
-    return TeamKeyOut(**_key_fields(key), blocked=blocked)
+def team_key_out(key: KeyRecord, blocked: bool, team_id: str) -> TeamKeyOut:
+    """A key as the owners of `team_id` see it. A member's personal key made in another team shows only what
+    is this team's business (who, which key, whether it is live, its block here): not that team's id, nor the
+    key's limits (a budget's webhook and e-mails), models or last use."""
+    fields = _key_fields(key)
+    if key.team_id != team_id:
+        fields.update(team_id=None, models=[], limits=None, last_used_at=None)
+        return TeamKeyOut(**fields, blocked=blocked, made_here=False)
+    return TeamKeyOut(**fields, blocked=blocked)
 
 
 def key_created(key: KeyRecord, clear_key: str, replaces: str | None = None) -> KeyCreated:

@@ -33,8 +33,13 @@ class HttpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0  # a whole body, from its head; 408
     # idle between requests; behind an ALB above its idle timeout (up to 4,000 s), which the Terraform renders
     keep_alive_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=4200)] = 5.0
-    # open connections per peer address (trusted_proxies exempt); 0 = no cap; 429 too_many_connections
+    # open connections per client (an IPv6 client is its /64); behind trusted_proxies, requests in progress per
+    # client their X-Forwarded-For names; 0 = no cap; 429 too_many_connections
     max_connections_per_client: Annotated[int, msgspec.Meta(ge=0)] = 256
+    # bytes of request bodies begun and not ended, held by this process in all and per client (past the total, the
+    # largest holder of the largest client is cut; past a client's share, its connection that went over): 429
+    max_buffered_body_bytes: Annotated[int, msgspec.Meta(ge=1 << 16)] = 64 << 20
+    max_buffered_body_bytes_per_client: Annotated[int, msgspec.Meta(ge=1 << 16)] = 16 << 20
 
 
 class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -46,6 +51,16 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 
     webhook_secret: Annotated[str, msgspec.Meta(max_length=512)] = ""
     allow_http_webhooks: bool = False  # plain http:// webhook URLs (tests, a private network); else https only
+    # where webhooks may go (gateway/serving/outbound.py): [] = any host whose addresses are all public; else only
+    # these hosts ("hooks.example.com", or ".example.com" for its subdomains)
+    webhook_hosts: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=253)]],
+                             msgspec.Meta(max_length=1000)] = []
+    # private networks (CIDRs) a webhook may reach besides public addresses (an internal relay; tests); [] = none
+    webhook_networks: Annotated[list[str], msgspec.Meta(max_length=1000)] = []
+    # the domains a team's owner may send alert e-mails to (a domain covers its subdomains); [] = owners set no
+    # e-mail addresses (the operator's budgets, set through /admin, may name any)
+    email_domains: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=253)]],
+                             msgspec.Meta(max_length=1000)] = []
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 5.0  # one webhook call or SMTP session
     attempts: Annotated[int, msgspec.Meta(ge=1, le=5)] = 3  # per alert and destination, with backoff
     smtp_host: Annotated[str, msgspec.Meta(max_length=255)] = ""
@@ -54,6 +69,9 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     smtp_username: Annotated[str, msgspec.Meta(max_length=255)] = ""
     smtp_password: Annotated[str, msgspec.Meta(max_length=512)] = ""
     smtp_from: Annotated[str, msgspec.Meta(max_length=254)] = "sluice@localhost"
+
+    def __post_init__(self) -> None:
+        parse_networks(self.webhook_networks)  # a malformed CIDR is named at start
 
     def __repr__(self) -> str:  # the secrets never reach a log line
         shown = {f: "***" if f in ("webhook_secret", "smtp_password") and getattr(self, f) else getattr(self, f)
@@ -86,6 +104,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
     max_body_bytes: int = 4 * 1024 * 1024
+    # live (neither revoked nor expired) keys a team's owners may have made in it; more: 409 too_many_keys
+    max_keys_per_team: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
     # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client
     # address may make per minute; past it they get 429 with Retry-After (gateway/serving/rejections.py)
     rejections_per_minute: Annotated[int, msgspec.Meta(ge=1)] = 60

@@ -159,6 +159,12 @@ class Store:
         rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys{order}", tuple(params))
         return [_key(row) for row in rows]
 
+    async def count_live_keys(self, team_id: str, at: float) -> int:
+        """The keys made in `team_id` that are neither revoked nor expired at `at` (the cap on a team's keys)."""
+        row = await self._x.fetchone("SELECT COUNT(*) FROM api_keys WHERE team_id = ? AND revoked_at IS NULL "
+                                     "AND (expires_at IS NULL OR expires_at > ?)", (team_id, at))
+        return int(row[0])
+
     async def revoke_key(self, key_id: str, at: float) -> None:
         await self._x.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
                               (at, key_id))
@@ -223,10 +229,12 @@ class Store:
         return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
 
     async def list_team_audit(self, team_id: str, limit: int, before: str | None = None) -> list[AuditRecord]:
-        """Newest first, the entries that name `team_id`: as their target, a member of it, or in their detail."""
+        """Newest first, the entries that name `team_id`: as their target, a member of it, or in their detail;
+        never one about an admin key (the operator's, though admin keys live in the `default` team)."""
         escaped = team_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         params: list = [team_id, f"{escaped}/%", f'%"team_id":"{escaped}"%']
-        condition = "(target = ? OR target LIKE ? ESCAPE '\\' OR detail LIKE ? ESCAPE '\\')"
+        condition = ("(target = ? OR target LIKE ? ESCAPE '\\' OR detail LIKE ? ESCAPE '\\') AND detail NOT LIKE "
+                     "'%\"is_admin\":true%' AND target NOT IN (SELECT id FROM api_keys WHERE is_admin <> 0)")
         if before is not None:
             condition += " AND id < ?"
             params.append(before)

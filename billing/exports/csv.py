@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 
@@ -33,12 +34,30 @@ _LINE_FIELDS = ("model", "input_price_micros", "output_price_micros", "requests"
 # cost strings, "-1.500000") is no formula and stays a number; nor is a lone "-", the breakdowns' "none" key.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NO_FORMULA = re.compile(r"-|-?[0-9]+(\.[0-9]+)?")
+# Spreadsheets skip leading blanks and invisible characters before a formula and read fullwidth `＝` as `=`, so
+# a cell is judged after those (whitespace of any script, controls, format characters such as ZWSP and BOM).
+_SKIPPED = frozenset(("Zs", "Zl", "Zp", "Cc", "Cf"))
+_PLAIN_ASCII = frozenset(chr(c) for c in range(0x21, 0x7F)) - set("=+-@")
+
+
+def _formula_head(text: str) -> str:
+    """`text` as a spreadsheet reads its start: leading blank, control and format characters dropped, the
+    first visible character in its NFKC form (`＝` is `=`)."""
+    start = 0
+    while start < len(text) and (text[start].isspace() or unicodedata.category(text[start]) in _SKIPPED):
+        start += 1
+    return unicodedata.normalize("NFKC", text[start:start + 1]) + text[start + 1:]
 
 
 def safe_cell(value):
     """`value`, with a text cell that a spreadsheet would evaluate led by `'` (shown as text, not run);
     numbers, text that is a plain number, and "-" as they are."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NO_FORMULA.fullmatch(value):
+    if not isinstance(value, str) or not value or value[0] in _PLAIN_ASCII:
+        return value  # the common cell: nothing to skip and no formula sign first
+    if value.startswith(_FORMULA_START) and not _NO_FORMULA.fullmatch(value):
+        return "'" + value
+    head = _formula_head(value)
+    if head != value and head.startswith(_FORMULA_START[:4]) and not _NO_FORMULA.fullmatch(head):
         return "'" + value
     return value
 

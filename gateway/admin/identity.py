@@ -31,18 +31,18 @@ from auth.service import AuthService
 from common.json_body import read_json, read_optional_json
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import auth_service, require_admin
-from gateway.serving.spending import check_webhook
+from gateway.serving.outbound import OutboundRule, check_limits
 
 
 class ListOut(msgspec.Struct):
     data: list[Any]
 
 
-def http_webhooks_allowed(state: State) -> bool:
-    """Whether a spend budget's webhook may be plain http (`[budget_alerts] allow_http_webhooks`); an app
-    without the gateway's services (the identity API alone) allows none."""
+def outbound_rule(state: State) -> OutboundRule:
+    """Where a spend budget's alerts may go (`[budget_alerts]`, gateway/serving/outbound.py); an app without the
+    gateway's services (the identity API alone) allows public https hosts only."""
     services = state.get("services")
-    return bool(services is not None and services.settings.budget_alerts.allow_http_webhooks)
+    return OutboundRule.of(services.settings.budget_alerts) if services is not None else OutboundRule()
 
 
 def actor_of(request: Request, auth: AuthService) -> Actor:
@@ -60,9 +60,9 @@ async def list_users(auth: AuthService, limit: str | None = None, cursor: str | 
 
 
 @post("/teams", status_code=201)
-async def create_team(auth: AuthService, actor: Actor, http_webhooks: bool, payload: Any) -> TeamOut:
+async def create_team(auth: AuthService, actor: Actor, outbound: OutboundRule, payload: Any) -> TeamOut:
     body = body_as(payload, CreateTeam)
-    check_webhook(body.limits, http_webhooks)
+    await check_limits(body.limits, outbound, operator=True)
     return await auth.admin.create_team(actor, body)
 
 
@@ -72,9 +72,9 @@ async def list_teams(auth: AuthService, limit: str | None = None, cursor: str | 
 
 
 @patch("/teams/{team_id:str}")
-async def update_team(auth: AuthService, actor: Actor, http_webhooks: bool, payload: Any, team_id: str) -> TeamOut:
+async def update_team(auth: AuthService, actor: Actor, outbound: OutboundRule, payload: Any, team_id: str) -> TeamOut:
     body = body_as(payload, PatchTeam)
-    check_webhook(body.limits or None, http_webhooks)
+    await check_limits(body.limits or None, outbound, operator=True)
     return await auth.admin.update_team(actor, team_id, body)
 
 
@@ -95,9 +95,9 @@ async def delete_member(auth: AuthService, actor: Actor, team_id: str, user_id: 
 
 
 @post("/keys", status_code=201)
-async def create_key(auth: AuthService, actor: Actor, http_webhooks: bool, payload: Any) -> KeyCreated:
+async def create_key(auth: AuthService, actor: Actor, outbound: OutboundRule, payload: Any) -> KeyCreated:
     body = body_as(payload, CreateKey)
-    check_webhook(body.limits, http_webhooks)
+    await check_limits(body.limits, outbound, operator=True)
     return await auth.admin.create_key(actor, body)
 
 
@@ -133,5 +133,5 @@ def admin_router() -> Router:
         guards=[require_admin],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False), "payload": Provide(read_json),
-                      "http_webhooks": Provide(http_webhooks_allowed, sync_to_thread=False)},
+                      "outbound": Provide(outbound_rule, sync_to_thread=False)},
     )

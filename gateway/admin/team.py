@@ -20,26 +20,42 @@ from litestar.di import Provide
 
 from auth.admin import Actor
 from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
+from auth.paging import PageOut, parse_cursor, parse_limit
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
 from common.json_body import read_json, read_optional_json
-from gateway.admin.identity import ListOut, actor_of, http_webhooks_allowed
+from gateway.admin.identity import ListOut, actor_of, outbound_rule
 from gateway.authentication.headers import body_as
 from gateway.authentication.middleware import auth_service, require_owner
+from gateway.serving.outbound import OutboundRule, check_limits
 from gateway.serving.services import Services
-from gateway.serving.spending import LimitsView, check_webhook, limits_view, scoped_limits
+from gateway.serving.spending import LimitsView, limits_view, scoped_limits
 
 
 class TeamView(msgspec.Struct):
     id: str
-    limits: Limits | None
+    limits: Limits | None  # a spend budget's webhook_url and emails only for those who manage the team's keys
     role: str  # "owner", "member", "service" (a service key) or "admin"
+    alerts_to_webhook: bool = False  # the team's spend budget alerts a webhook (shown to every key of the team)
+    alerts_to_emails: int = 0  # ... and this many e-mail addresses
+
+
+def _without_destinations(limits: Limits | None) -> Limits | None:
+    """The limits with the spend budget's alert destinations left out: where alerts go is the owners' to know."""
+    budget = limits.spend_budget if limits is not None else None
+    if budget is None:
+        return limits
+    return msgspec.structs.replace(limits, spend_budget=msgspec.structs.replace(budget, webhook_url=None, emails=[]))
 
 
 @get("/")
 async def my_team(request: Request) -> TeamView:
     principal: Principal = request.user
-    return TeamView(principal.team_id, principal.team_limits, role_in(principal.is_admin, principal.role))
+    limits = principal.team_limits
+    budget = limits.spend_budget if limits is not None else None
+    shown = limits if principal.manager.manages_keys else _without_destinations(limits)
+    return TeamView(principal.team_id, shown, role_in(principal.is_admin, principal.role),
+                    budget is not None and budget.webhook_url is not None, len(budget.emails) if budget else 0)
 
 
 @get("/limits")
@@ -60,15 +76,18 @@ def manager_of(request: Request) -> Manager:
 
 
 @get("/keys", guards=[require_owner])
-async def keys(request: Request, auth: AuthService, manager: Manager) -> ListOut:
-    return ListOut(await auth.team_keys.outs(manager, request.user.team_id))
+async def keys(request: Request, auth: AuthService, manager: Manager, limit: str | None = None,
+               cursor: str | None = None) -> PageOut:
+    """Paged as the admin lists (`limit` 1-1,000, default 100; `cursor`: the previous page's `next_cursor`)."""
+    return await auth.team_keys.page(manager, request.user.team_id, parse_limit(limit),
+                                     parse_cursor("team_keys", cursor))
 
 
 @post("/keys", status_code=201, guards=[require_owner])
-async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, http_webhooks: bool,
+async def create_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
                      payload: Any) -> KeyCreated:
     body = body_as(payload, CreateTeamKey)
-    check_webhook(body.limits, http_webhooks)
+    await check_limits(body.limits, outbound, operator=request.user.is_admin)
     return await auth.team_keys.create(actor, manager, request.user.team_id, body)
 
 
@@ -78,10 +97,13 @@ async def revoke_key(request: Request, auth: AuthService, actor: Actor, manager:
 
 
 @patch("/keys/{key_id:str}", guards=[require_owner])
-async def edit_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, payload: Any,
-                   key_id: str) -> KeyOut:
+async def edit_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
+                   payload: Any, key_id: str) -> KeyOut:
     """Rename a key, set its limits or model allow-list (auth/policy.py: `edit` and the grants rule)."""
-    return await auth.team_keys.edit(actor, manager, request.user.team_id, key_id, body_as(payload, EditKey))
+    body = body_as(payload, EditKey)
+    if body.limits is not msgspec.UNSET:
+        await check_limits(body.limits, outbound, operator=request.user.is_admin)
+    return await auth.team_keys.edit(actor, manager, request.user.team_id, key_id, body)
 
 
 @post("/keys/{key_id:str}/rotate", status_code=201, guards=[require_owner],
@@ -112,5 +134,5 @@ def team_router() -> Router:
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
                       "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json),
-                      "http_webhooks": Provide(http_webhooks_allowed, sync_to_thread=False)},
+                      "outbound": Provide(outbound_rule, sync_to_thread=False)},
     )

@@ -49,7 +49,8 @@ async def audit_page(request: Request, sessions: SessionStore, auth: AuthService
     except RequestError as exc:
         before, problem = None, exc.message
     found = await auth.admin.team_audit_page(scope.team.id, AUDIT_PAGE, before[1] if before else None)
-    actors = await auth.directory.names(key_ids=[e.actor for e in found.data if not e.actor.startswith("cli:")])
+    actors = await auth.directory.names(key_ids=[e.actor for e in found.data if not e.actor.startswith("cli:")],
+                                        admin_names=scope.is_admin)
     return Template("audit.html.j2", status_code=400 if problem else 200, context={
         "session": session, "scope": scope, "page": "audit", "entries": found.data, "actors": actors,
         "prefix": display_prefix, "local": _local, "next_cursor": found.next_cursor, "problem": problem, "tz": tz})

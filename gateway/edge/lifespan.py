@@ -167,6 +167,7 @@ class GatewayServices(InitPluginProtocol):
         try:
             auth = await AuthService.open(url, pepper, trusted_proxies=settings.trusted_proxies,
                                           default_team_limits=settings.default_team_limits,
+                                          max_keys_per_team=settings.max_keys_per_team,
                                           failure_budget=address_budget(limiter, settings.rejections_per_minute))
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error

@@ -4,6 +4,8 @@ Beside the request path, never on it: `gateway/serving/spending.py` starts a tas
 gets at most `attempts` tries with a doubling pause, each bounded by `timeout_s`; a failure is logged and
 dropped (the threshold is already recorded as sent, so a fleet never sends it twice). The webhook body is JSON
 signed with HMAC-SHA256 under `webhook_secret`: header `x-sluice-signature: sha256=<hex of the body's MAC>`.
+Each call goes only where gateway/serving/outbound.py allows, to the address it checked: a refused destination
+is logged (`budget_alert_refused`) and not retried.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import hashlib
 import hmac
 import smtplib
 from email.message import EmailMessage
-from urllib.parse import urlsplit
 
 import httpx
 import msgspec
 import structlog
 
 from gateway.config import BudgetAlertSettings
+from gateway.serving.outbound import OutboundRefused, OutboundRule, pinned, resolve_webhook
 
 log = structlog.get_logger("gateway.budget_alerts")
 SIGNATURE_HEADER = "x-sluice-signature"
@@ -55,15 +57,10 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def webhook_allowed(url: str, allow_http: bool) -> bool:
-    """https, or plain http where the operator allowed it (`budget_alerts.allow_http_webhooks`)."""
-    scheme = urlsplit(url).scheme
-    return scheme == "https" or (scheme == "http" and allow_http)
-
-
 class AlertSender:
     def __init__(self, settings: BudgetAlertSettings) -> None:
         self.settings = settings
+        self.rule = OutboundRule.of(settings)
         self._client = httpx.AsyncClient(timeout=settings.timeout_s, follow_redirects=False)
 
     async def send(self, alert: Alert, webhook_url: str | None, emails: list[str]) -> None:
@@ -83,6 +80,9 @@ class AlertSender:
             try:
                 await attempt()
                 return
+            except OutboundRefused as refusal:  # the destination, not the moment: trying again changes nothing
+                log.warning("budget_alert_refused", channel=channel, reason=str(refusal))
+                return
             except Exception as exc:  # noqa: BLE001 - any failure of the destination is retried, then dropped
                 log.warning("budget_alert_failed", channel=channel, attempt=number,
                             error=f"{type(exc).__name__}: {exc}")
@@ -91,13 +91,12 @@ class AlertSender:
                 pause *= 2
 
     async def _post(self, alert: Alert, url: str) -> None:
-        if not webhook_allowed(url, self.settings.allow_http_webhooks):
-            raise ValueError("plain http webhooks are not allowed (budget_alerts.allow_http_webhooks)")
+        target, headers, extensions = pinned(*await resolve_webhook(url, self.rule))
         body = msgspec.json.encode(alert)
-        headers = {"content-type": "application/json", "user-agent": "sluice-budget-alerts"}
+        headers.update({"content-type": "application/json", "user-agent": "sluice-budget-alerts"})
         if self.settings.webhook_secret:
             headers[SIGNATURE_HEADER] = sign(self.settings.webhook_secret, body)
-        response = await self._client.post(url, content=body, headers=headers)
+        response = await self._client.post(target, content=body, headers=headers, extensions=extensions)
         if response.status_code >= 300:
             raise RuntimeError(f"webhook answered {response.status_code}")
 

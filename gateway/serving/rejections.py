@@ -1,8 +1,9 @@
-"""The budget of refused requests: a request refused for what it is (no or a bad key, an unknown model, a
-malformed or too large body, a model the key may not use) costs the gateway a read, a parse and, once
-authenticated, a usage record, so refusals are counted like requests. Per minute, each client address (the
-real client: `auth.forwarded`) and each key may have `rejections_per_minute` of them; past that the refusal is
-a 429 with Retry-After in the route's envelope. A valid request is never refused by this budget.
+"""The budget of refused requests: a request refused for what it is (no or a bad key, an unknown model, a malformed
+or too large body, a model the key may not use) costs the gateway a read, a parse and, once authenticated, a
+usage record, so refusals are counted like requests. Per minute, each client address (the real client:
+`auth.forwarded`; an IPv6 client by its /64, `client_group`) and each key may have `rejections_per_minute` of
+them; past that the refusal is a 429 with Retry-After in the route's envelope. A valid request is never refused
+by this budget.
 
 The windows are the limiter's (`LimitScope` with an rpm, zero tokens), so the in-process and Redis limiters both
 keep them, and gateways that share Redis share them.
@@ -11,6 +12,7 @@ keep them, and gateways that share Redis share them.
 from __future__ import annotations
 
 from auth import Principal
+from auth.forwarded import client_group
 from auth.throttle import FailureBudget
 from common.errors import retry_after_header
 from gateway.errors import RateLimited, SluiceError
@@ -37,7 +39,7 @@ async def count_rejection(limiter: Limiter, per_minute: int, principal: Principa
     its key or its address is over budget. A 429 or a server error is not a refusal of what the request is."""
     if not 400 <= error.status < 500 or error.status == 429:
         return error
-    wait = await over_budget(limiter, per_minute, [f"key:{principal.key_id}", f"address:{client}"])
+    wait = await over_budget(limiter, per_minute, [f"key:{principal.key_id}", f"address:{client_group(client)}"])
     if wait is None:
         return error
     return RateLimited(f"{REFUSED}: at most {per_minute} requests of a key or a client address may be refused per "
@@ -48,5 +50,5 @@ async def count_rejection(limiter: Limiter, per_minute: int, principal: Principa
 def address_budget(limiter: Limiter, per_minute: int) -> FailureBudget:
     """The failure budget the gateway gives its AuthService: every 401 counts against its client address."""
     async def charge(client: str) -> float | None:
-        return await over_budget(limiter, per_minute, [f"address:{client}"])
+        return await over_budget(limiter, per_minute, [f"address:{client_group(client)}"])
     return charge

@@ -27,8 +27,8 @@ from auth import Principal
 from auth.models import Limits, SpendBudget
 from billing.budgets import Window, period_window, reached, spent_micros, spent_tokens
 from billing.store.base import UsageStore
-from gateway.errors import BadRequest, SpendBudgetExhausted
-from gateway.serving.budget_alerts import ADJECTIVE, Alert, AlertSender, webhook_allowed
+from gateway.errors import SpendBudgetExhausted
+from gateway.serving.budget_alerts import ADJECTIVE, Alert, AlertSender
 
 log = structlog.get_logger("gateway.spending")
 CACHE_S = 1.0
@@ -204,11 +204,3 @@ async def limits_view(gate: SpendGate | None, team_id: str, scoped: list[tuple[s
                                   b.hard, spend.thresholds, iso(spend.window.end), b.webhook_url is not None,
                                   len(b.emails)))
     return LimitsView(team_id, rates, budgets)
-
-
-def check_webhook(limits: Limits | None, allow_http: bool) -> None:
-    """A spend budget's webhook must be https unless the operator allows plain http (400 naming the field)."""
-    url = limits.spend_budget.webhook_url if limits is not None and limits.spend_budget is not None else None
-    if url is not None and not webhook_allowed(url, allow_http):
-        raise BadRequest("limits.spend_budget.webhook_url must be an https:// URL (plain http needs the gateway's "
-                         "budget_alerts.allow_http_webhooks)", param="limits.spend_budget.webhook_url")

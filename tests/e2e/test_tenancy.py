@@ -192,7 +192,8 @@ def test_roles_members_use_the_api_and_owners_also_manage_the_teams_keys(server)
     # every key of the team uses the API, reads its usage and sees its team and role
     for role, headers in (("owner", owner), ("member", member), ("service", bearer(service["key"]))):
         assert call("GET", "/v1/usage", headers).status_code == 200
-        assert call("GET", "/v1/team", headers).json() == {"id": team, "limits": None, "role": role}
+        assert call("GET", "/v1/team", headers).json() == {"id": team, "limits": None, "role": role,
+                                                           "alerts_to_webhook": False, "alerts_to_emails": 0}
     # members and service keys manage nothing
     for headers in (member, bearer(service["key"])):
         for method, path, body in (("GET", "/v1/team/keys", {}), ("GET", "/v1/team/members", {}),

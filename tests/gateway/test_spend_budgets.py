@@ -34,6 +34,7 @@ DOLLAR = 1_000_000
 # $1 a token: the protocol worker's default answer (3 prompt tokens, 2 generated) costs $5
 PRICES = "[pricing.models.default]\ninput = 1000000000000\noutput = 1000000000000\n"
 SECRET = "budget-tests-webhook-secret"
+LOCAL = ["127.0.0.0/8"]  # the local webhook server: a private network the operator allows here
 OPENAI_PATHS = {"/v1/completions", "/v1/chat/completions", "/serverless/v1/completions",
                 "/serverless/v1/chat/completions"}
 TGI_SHAPED = {"/generate_stream", "/v1/completions/generate"}  # TGI's and DataCrunch's: 402, no error_type
@@ -54,8 +55,8 @@ def mail():
 def priced_settings(tmp_path, worker, mail, **alerts) -> Settings:
     (tmp_path / "prices.toml").write_text(PRICES)
     model = EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))
-    options = dict(allow_http_webhooks=True, webhook_secret=SECRET, smtp_host=mail.host, smtp_port=mail.port,
-                   smtp_starttls=False, timeout_s=2.0, **alerts)
+    options = dict(allow_http_webhooks=True, webhook_networks=LOCAL, webhook_secret=SECRET, smtp_host=mail.host,
+                   smtp_port=mail.port, smtp_starttls=False, timeout_s=2.0, **alerts)
     return Settings(data_dir=str(tmp_path / "data"), models=[model], admin_key=ADMIN_KEY,
                     pricing_file=str(tmp_path / "prices.toml"), budget_alerts=BudgetAlertSettings(**options))
 
@@ -193,7 +194,7 @@ async def test_a_keys_budget_refuses_that_key_only(priced):
 async def test_two_gateways_on_one_database_send_each_threshold_once(tmp_path, hooks):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     stores = [await open_store(url), await open_store(url)]
-    settings = BudgetAlertSettings(allow_http_webhooks=True, timeout_s=2.0)
+    settings = BudgetAlertSettings(allow_http_webhooks=True, webhook_networks=LOCAL, timeout_s=2.0)
     gates = [SpendGate(store, AlertSender(settings), cache_s=0.0) for store in stores]
     budget = SpendBudget(amount_micros=10 * DOLLAR, webhook_url=hooks.url)
     try:
@@ -211,7 +212,8 @@ async def test_two_gateways_on_one_database_send_each_threshold_once(tmp_path, h
 async def test_a_failing_webhook_is_retried_a_bounded_number_of_times(tmp_path, hooks):
     hooks.statuses = [500, 500, 500, 500]
     store = await open_store(f"sqlite:///{tmp_path / 'one.db'}")
-    gate = SpendGate(store, AlertSender(BudgetAlertSettings(allow_http_webhooks=True, attempts=3, timeout_s=2.0)),
+    gate = SpendGate(store, AlertSender(BudgetAlertSettings(
+        allow_http_webhooks=True, webhook_networks=LOCAL, attempts=3, timeout_s=2.0)),
                      cache_s=0.0)
     try:
         spend = await gate.spend("team:flaky", SpendBudget(amount_micros=DOLLAR, webhook_url=hooks.url))

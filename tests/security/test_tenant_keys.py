@@ -4,7 +4,13 @@ power in B, and gets none. B's owners see every key that can act in B; a block o
 the user's B access intact; every action is in the audit log (auth/policy.py states the rule).
 
 The cast: Ann owns A. Sam is a member of A and an owner of B; Sam's personal key was made in A (its default
-team is A, so B's old listing did not show it). Bea owns B. B also has a service key."""
+team is A, so B's old listing did not show it). Bea owns B. B also has a service key.
+
+What an owner sees of a key is this team's business only: a member's personal key made in another team is
+listed without that team's id, limits (a budget's webhook and e-mails), models or last use; a team's alert
+destinations are shown to its owners, not its members; the `default` team's owners see nothing of the admin
+keys that live in it. Bounds: at most `max_keys_per_team` live keys made by owners in a team; the listing is
+paged."""
 
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from testkit.admin import admin
 from tests.security.stub_served import MODEL, csrf_of, sign_in, stub_served
 
 ADMIN_KEY = "tenant-keys-admin-key-0123456789abcdef"
+MAX_KEYS = 12
+HOOK = "https://hooks.slack.example/services/T0B/B0B/b-teams-webhook-secret"
 SECRET = re.compile(r"sk-sluice-[0-9a-f]{12}-[a-z2-7]{32}")
 
 
@@ -59,7 +67,8 @@ def listed_ids(server, key: str, team: str | None = None) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with stub_served(tmp_path_factory.mktemp("tenant-keys"), ADMIN_KEY) as running:
+    with stub_served(tmp_path_factory.mktemp("tenant-keys"), ADMIN_KEY,
+                     config=f"max_keys_per_team = {MAX_KEYS}") as running:
         yield running
 
 
@@ -110,7 +119,7 @@ def test_bs_owners_see_every_key_that_can_act_in_b_without_secrets(server, cast)
     assert listing.status_code == 200 and not SECRET.search(listing.text)
     listed = {k["id"]: k for k in listing.json()["data"]}
     # Sam's key was made in A, yet it acts in B: B's owners see it
-    assert cast.sam_key["id"] in listed and listed[cast.sam_key["id"]]["team_id"] == cast.team_a
+    assert cast.sam_key["id"] in listed and listed[cast.sam_key["id"]]["made_here"] is False
     assert cast.b_service["id"] in listed and not any(k["is_admin"] for k in listed.values())
     # a new personal key of Sam's, wherever the operator makes it, shows up in B too
     later = admin(server, "POST", "/admin/keys", name="sam-second", team_id=cast.team_a, user_id=cast.sam)
@@ -243,3 +252,100 @@ def test_the_api_and_the_dashboard_apply_one_policy(server, cast):
         assert _api_roles(server, sam, teams) == {cast.team_b: "owner"}
         shown = _switcher(client.get("/dashboard/overview", params={"team_id": cast.team_b}).text)
         assert {team: role for team, role in shown.items() if team in teams} == {cast.team_b: "owner"}
+
+
+def test_a_shared_members_key_shows_the_owner_of_a_nothing_of_b(server, cast):
+    """Sam's personal key made in B carries B's budget (a Slack-style webhook, B's e-mails) and is used in B; A's
+    owner lists it (Sam is A's member too) and learns none of it."""
+    made_in_b = admin(server, "POST", "/admin/keys", name="sam-in-b", team_id=cast.team_b, user_id=cast.sam,
+                      models=[MODEL], limits={"spend_budget": {"amount_micros": 10**6, "webhook_url": HOOK,
+                                                               "emails": ["cfo@b-corp.example"]}})
+    assert acts_in(server, made_in_b["key"], cast.team_b)
+    listing = call(server, cast.ann_key, "GET", "/v1/team/keys")
+    assert listing.status_code == 200
+    shown = {k["id"]: k for k in listing.json()["data"]}[made_in_b["id"]]
+    assert shown["made_here"] is False and shown["user_id"] == cast.sam and shown["blocked"] is False
+    assert shown["team_id"] is None and shown["limits"] is None and shown["models"] == []
+    assert shown["last_used_at"] is None
+    for secret in (HOOK, "b-teams-webhook-secret", "cfo@b-corp.example", cast.team_b):
+        assert secret not in listing.text
+    # B's own owners see their key whole
+    theirs = {k["id"]: k for k in call(server, cast.bea_key, "GET", "/v1/team/keys").json()["data"]}
+    assert theirs[made_in_b["id"]]["limits"]["spend_budget"]["webhook_url"] == HOOK
+    # the block A's owner may still place answers in A's terms
+    blocked = call(server, cast.ann_key, "POST", f"/v1/team/keys/{made_in_b['id']}/block")
+    assert blocked.status_code == 200 and HOOK not in blocked.text and cast.team_b not in blocked.text
+
+
+def test_members_see_that_alerts_exist_not_where_they_go(server, cast):
+    admin(server, "PATCH", f"/admin/teams/{cast.team_b}",
+          limits={"spend_budget": {"amount_micros": 10**6, "webhook_url": HOOK, "emails": ["cfo@b-corp.example"]}})
+    member = admin(server, "POST", "/admin/users", name=f"mo-{cast.team_b[-8:]}")["id"]
+    admin(server, "PUT", f"/admin/teams/{cast.team_b}/members/{member}", role="member")
+    member_key = admin(server, "POST", "/admin/keys", name="mo", team_id=cast.team_b, user_id=member)["key"]
+    for key in (member_key, cast.b_service["key"]):  # a member, a service key
+        view = call(server, key, "GET", "/v1/team")
+        assert view.status_code == 200, view.text
+        assert HOOK not in view.text and "cfo@b-corp.example" not in view.text
+        body = view.json()
+        assert body["alerts_to_webhook"] is True and body["alerts_to_emails"] == 1
+        assert body["limits"]["spend_budget"]["amount_micros"] == 10**6
+    owner_view = call(server, cast.bea_key, "GET", "/v1/team").json()
+    assert owner_view["limits"]["spend_budget"]["webhook_url"] == HOOK
+
+
+def test_the_default_teams_owners_see_no_admin_key_names(server, cast):
+    default = next(t["id"] for t in admin(server, "GET", "/admin/teams?limit=1000")["data"] if t["name"] == "default")
+    root = admin(server, "POST", "/admin/keys", name="root-ops-zebra", team_id=default, is_admin=True)
+    made = httpx.post(f"{server.url}/admin/keys", json={"name": "by-root", "team_id": default}, timeout=30,
+                      headers={"authorization": f"Bearer {root['key']}"})
+    assert made.status_code == 201, made.text  # the admin key acts: an entry in the default team's log
+    owner = admin(server, "POST", "/admin/users", name=f"dora-{cast.team_a[-8:]}")["id"]
+    admin(server, "PUT", f"/admin/teams/{default}/members/{owner}", role="owner")
+    dora = admin(server, "POST", "/admin/keys", name="dora", team_id=default, user_id=owner)["key"]
+    with sign_in(server.url, dora) as client:
+        page = client.get("/dashboard/audit", params={"team_id": default})
+        assert page.status_code == 200, page.text[:300]
+        assert "by-root" in page.text  # the entry is there ...
+        assert "root-ops-zebra" not in page.text  # ... by "operator", not by the admin key's name
+    assert all(not k["is_admin"] for k in call(server, dora, "GET", "/v1/team/keys", default).json()["data"])
+
+
+def test_an_owner_makes_at_most_max_keys_per_team_live_keys(server, cast):
+    made = []
+    while True:
+        answer = call(server, cast.bea_key, "POST", "/v1/team/keys", name=f"bulk-{len(made)}")
+        if answer.status_code != 201:
+            break
+        made.append(answer.json()["id"])
+        assert len(made) <= MAX_KEYS
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "too_many_keys", answer.text
+    # the limit counts live keys made in B: B's service key, Bea's own, and what she made
+    assert len(made) == MAX_KEYS - 2
+    assert call(server, cast.bea_key, "DELETE", f"/v1/team/keys/{made[0]}").status_code == 200
+    assert call(server, cast.bea_key, "POST", "/v1/team/keys", name="after-revoke").status_code == 201
+    assert call(server, cast.bea_key, "POST", "/v1/team/keys", name="over").status_code == 409
+    # the operator is not capped
+    assert admin(server, "POST", "/admin/keys", name="by-operator", team_id=cast.team_b)["id"]
+
+
+def test_the_team_keys_listing_is_paged(server, cast):
+    for index in range(5):
+        assert call(server, cast.ann_key, "POST", "/v1/team/keys", name=f"page-{index}").status_code == 201
+    whole = listed_ids(server, cast.ann_key)
+    seen, cursor = [], None
+    while True:
+        answer = httpx.get(f"{server.url}/v1/team/keys", params={"limit": 2, **({"cursor": cursor} if cursor else {})},
+                           headers={"authorization": f"Bearer {cast.ann_key}"}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        page = answer.json()
+        assert len(page["data"]) <= 2
+        seen += [k["id"] for k in page["data"]]
+        if not page["has_more"]:
+            break
+        cursor = page["next_cursor"]
+    assert seen == list(whole) and len(seen) >= 7
+    for bad in ({"limit": "0"}, {"limit": "1001"}, {"cursor": "not-a-cursor"}):
+        refused = httpx.get(f"{server.url}/v1/team/keys", params=bad, timeout=30,
+                            headers={"authorization": f"Bearer {cast.ann_key}"})
+        assert refused.status_code == 400, (bad, refused.text)
