@@ -27,6 +27,7 @@ from billing.store.base import UsageStore
 from gateway.errors import QuotaExceeded, Unavailable
 from gateway.limits.budget_model import BudgetLine, BudgetSpent, Hold
 from gateway.limits.budgets import open_book
+from gateway.limits.model import LimiterUnavailable
 from gateway.serving.budget_alerts import ADJECTIVE, Alert, AlertSender
 from gateway.serving.spending import iso, scoped_limits
 
@@ -95,6 +96,8 @@ class BudgetGate:
             hold = await self.book.reserve([line for line, _ in found], amounts)
         except BudgetSpent as spent:
             raise refusal(spent) from None
+        except LimiterUnavailable as exc:  # Redis down and failing closed, as the limiter answers it
+            raise Unavailable("budgets are unavailable; retry shortly", code="limiter_unavailable") from exc
         return BudgetHold(hold, [budget for _, budget in found], model, arrived)
 
     async def settle(self, held: BudgetHold, prompt_tokens: int, output_tokens: int, compute_tokens: int) -> None:

@@ -97,7 +97,8 @@ class BudgetView(msgspec.Struct):
 class RateView(msgspec.Struct):
     """A scope's rate limits: rpm and tpm are sliding 60 s windows (capacity returns 60 s after each request),
     the monthly token budget resets at `token_budget_resets_at`; `monthly_tokens_used` is what the ledger
-    holds of it this UTC month (prompt + compute tokens; the limiter also counts requests still running)."""
+    holds of it this UTC month (prompt + compute tokens; the budget also holds back what requests still running
+    reserved)."""
 
     scope: str
     rpm: int | None
