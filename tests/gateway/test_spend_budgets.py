@@ -141,6 +141,16 @@ async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alert
     assert "retry-after" not in messages.headers and "budget of 100.00" in messages.json()["error"]["message"]
     small = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
     assert "85.00 used in" in small.json()["error"]["message"] and "resets at" in small.json()["error"]["message"]
+    # charted apart from rate limits, whichever status the dialect answered (429 or 402)
+    refusals = 1 + len(BODIES) + 2
+    window = {"start": time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(time.time() - 3600)),
+              "end": time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(time.time() + 7200)), "granularity": "hour"}
+    for _ in range(200):
+        totals = (await priced.get("/v1/usage/overview", params=window, headers=headers)).json()["totals"]
+        if totals["requests"] >= 17 + refusals:
+            break
+        await asyncio.sleep(0.05)
+    assert (totals["requests"], totals["budget_refused"], totals["rate_limited"]) == (17 + refusals, refusals, 0)
 
     await until(lambda: len(hooks.received) >= 2 and len(mail.delivered) >= 2, "two alerts by each channel")
     await asyncio.sleep(0.5)  # a duplicate would arrive meanwhile
