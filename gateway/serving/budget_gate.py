@@ -106,8 +106,9 @@ class BudgetGate:
         price = self._pricing.price(held.model, held.arrived) if self._pricing is not None else None
         cost = price.cost(prompt_tokens, output_tokens) if price is not None else 0
         actual = [prompt_tokens + compute_tokens if line.measure == "tokens" else cost for line in held.hold.lines]
-        settled = await self.book.settle(held.hold, actual)
-        for (line, before, after), budget in zip(settled, held.budgets):
+        budgets = {line.id: budget for line, budget in zip(held.hold.lines, held.budgets)}
+        for line, before, after in await self.book.settle(held.hold, actual):  # lines it still counts
+            budget = budgets[line.id]
             if budget is None or self._sender is None:
                 continue
             for threshold in THRESHOLDS:

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import re
+import sqlite3
 import time
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from auth.models import SpendBudget
 from billing.budgets import period_window
 from billing.store import open_store
+from billing.store.base import TABLE
 from gateway.config import BudgetAlertSettings, Settings
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.limits.budget_model import BudgetLine
@@ -315,3 +317,18 @@ async def test_the_limits_page_shows_every_member_the_budgets_and_resets(priced)
     assert re.search(r'<tr data-scope="key:[^"]+">.*?data-label="Requests / min"><span data-n="30">30</span></td>',
                      page.text)
     assert 'href="/dashboard/limits?team_id=' in page.text and 'aria-current="page">Limits' in page.text
+
+
+async def test_a_budget_the_ledger_cannot_tell_refuses_for_now(priced, tmp_path):
+    """A budget's counter starts from the ledger: while the ledger cannot be read, its requests get a 503 with
+    Retry-After (never served unchecked), and the next request after it returns reads it again."""
+    _, headers = await budget_team(priced, "Unread", amount_micros=100 * DOLLAR)
+    with sqlite3.connect(tmp_path / "data" / "sluice.db") as db:  # the usage table goes away under the gateway
+        db.execute(f"ALTER TABLE {TABLE} RENAME TO gone")
+    refused = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1, refused.text
+    assert refused.json()["error"]["code"] == "budget_unavailable"
+    with sqlite3.connect(tmp_path / "data" / "sluice.db") as db:
+        db.execute(f"ALTER TABLE gone RENAME TO {TABLE}")
+    served = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
+    assert served.status_code == 200, served.text
