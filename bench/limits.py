@@ -26,8 +26,8 @@ sys.path[:] = [str(Path(__file__).resolve().parents[1])] + [
 
 from gateway.limits import LimitScope, Ticket, open_limiter  # noqa: E402
 
-FULL = [LimitScope("key:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15),
-        LimitScope("team:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6, monthly_token_budget=10**15)]
+FULL = [LimitScope("key:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6),
+        LimitScope("team:bench", rpm=10**9, tpm=10**12, max_concurrency=10**6)]
 UNLIMITED = [LimitScope("key:bench"), LimitScope("team:bench")]
 
 

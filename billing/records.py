@@ -22,6 +22,9 @@ FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)  # in that rank
 Tokens = Annotated[int, msgspec.Meta(ge=0)]
 Millis = Annotated[float, msgspec.Meta(ge=0)]
 HttpStatus = Annotated[int, msgspec.Meta(ge=100, le=599)]
+# the error_code of a request a budget refused (gateway.errors.QuotaExceeded): 429 in some dialects, 402 in others,
+# counted apart from rate limits by the dashboards
+BUDGET_REFUSED = "insufficient_quota"
 
 
 class UsageRecord(msgspec.Struct, array_like=True):

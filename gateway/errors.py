@@ -22,7 +22,7 @@ UNREADY_RETRY_S = 5.0  # Retry-After while a model has no ready worker (one star
 
 __all__ = ["AdapterUnavailable", "BadRequest", "ContextTooLong", "GenerationFailed", "InvalidJSON", "NeverFits",
            "NotFound", "Overloaded", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "RequestTimedOut",
-           "SluiceError", "SpendBudgetExhausted",
+           "SluiceError",
            "StoreUnavailable", "Unavailable", "UnknownParameter", "UnsupportedMediaType", "UpstreamFailed",
            "ValidationFailed", "as_sluice_error", "restated"]
 
@@ -72,23 +72,18 @@ class NeverFits(RateLimited):
 
 
 class QuotaExceeded(RateLimited):
-    """A budget is spent (OpenAI's `insufficient_quota`), not a rate limit: waiting a moment cannot help, so
-    `x-should-retry: false`, which openai-python obeys before its own rule of retrying every 429. Dialects whose
-    service answers exhausted credit otherwise restate it: Anthropic's 402 `billing_error`, Hugging Face's 402
-    for TGI-shaped routes (docs/api.md, "Budgets in money")."""
+    """A budget (tokens or money, gateway/serving/budget_gate.py) has no room for the request: OpenAI's
+    `insufficient_quota`, not a rate limit. Waiting a moment cannot help, so no Retry-After (the message says when
+    the period resets) and `x-should-retry: false`, which openai-python obeys before its own rule of retrying every
+    429. Dialects whose service answers exhausted credit otherwise restate it: Anthropic's 402 `billing_error`,
+    Hugging Face's 402 for TGI-shaped routes (docs/api.md, "Budgets")."""
 
     type = code = "insufficient_quota"
+    retry_after_s = None
 
     def __init__(self, message: str, **kwargs):
         super().__init__(message, **kwargs)
         self.headers = {**self.headers, "x-should-retry": "false"}
-
-
-class SpendBudgetExhausted(QuotaExceeded):
-    """A hard budget in money is spent for its period: no Retry-After at all (as OpenAI answers exhausted
-    quota); the message says when the period ends."""
-
-    retry_after_s = None
 
 
 class Overloaded(SluiceError):

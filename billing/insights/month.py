@@ -1,12 +1,14 @@
 """Month-to-date usage of a team and a projection to the month's end, for the budget tile.
 
-Months are UTC calendar months, as the limiter's monthly token budget (gateway/limits/month.py), and
+Months are UTC calendar months, as the monthly token budget (gateway/serving/budget_gate.py), and
 budget tokens are counted as it counts them: prompt + compute tokens.
 
 Projection: the month so far plus the recent rate carried to the month's end. The rate is the
-usage of the trailing 7 days (or since the team's first day when it is younger, but at least an
-hour) per second: it follows a team whose traffic changed this month better than the month's own
-average, and a weekly window smooths weekends out. The projection is a forecast, not a bill.
+usage of the trailing 7 days (or since the team's first request when it is younger) per second: it
+follows a team whose traffic changed this month better than the month's own average, and a weekly
+window smooths weekends out. A team with less than a full day of traffic gets no projection: an
+hour (a test, a burst) carried over a month is no forecast ($0.26 in an hour read as $158.94). The
+projection is a forecast, not a bill.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from billing.store.base import TABLE, UsageStore
 from billing.store.sql import Params
 
 TRAILING_S = 7 * 86400
-_MIN_RATE_WINDOW_S = 3600
+MIN_HISTORY_S = 86400  # the least traffic history a projection is made from: one full day
 BUDGET_TOKENS = "SUM(prompt_tokens + compute_tokens)"  # what a monthly token budget counts
 NO_FILTERS = Filters()
 
@@ -35,9 +37,9 @@ class MonthToDate(msgspec.Struct):
     now: float
     usage: Sums  # the month so far
     budget_tokens_used: int  # prompt + compute tokens this month
-    rate_window_s: float  # the span the rate below was measured over
-    projected_tokens: int  # budget tokens at the month's end, at the recent rate
-    projected_cost_micros: int
+    rate_window_s: float  # the span the rate below was measured over (the team's history, at most a week)
+    projected_tokens: int | None  # budget tokens at the month's end, at the recent rate; None: under a day of history
+    projected_cost_micros: int | None
     budget_tokens: int | None = None  # the team's monthly token budget, when it has one
     used_fraction: float | None = None
     projected_fraction: float | None = None
@@ -60,40 +62,47 @@ async def month_to_date(store: UsageStore, team_id: str, now: float, *, budget_t
         return f"SELECT {source.sums()}, {BUDGET_TOKENS} FROM {source.table} WHERE {source.where(part, params)}"
 
     def recent(source: Source, part: Selection, params: Params) -> str:
-        return (f"SELECT {BUDGET_TOKENS}, SUM(cost_micros), MIN({source.time_column}) FROM {source.table} "
-                f"WHERE {source.where(part, params)}")
+        return f"SELECT {BUDGET_TOKENS}, SUM(cost_micros) FROM {source.table} WHERE {source.where(part, params)}"
 
-    month_rows, recent_rows, older = await asyncio.gather(
+    trailing = Selection(trailing_start, now, team_id, filters)
+    month_rows, recent_rows, older, first = await asyncio.gather(
         fetch_parts(store, for_totals(Selection(start, now, team_id, filters)), so_far),
-        fetch_parts(store, for_totals(Selection(trailing_start, now, team_id, filters)), recent),
-        _any(store, Selection(0.0, trailing_start, team_id, filters)))
+        fetch_parts(store, for_totals(trailing), recent),
+        _any(store, Selection(0.0, trailing_start, team_id, filters)), _first(store, trailing))
     usage = Sums("month")
     used = recent_tokens = recent_cost = 0
     for *values, tokens in month_rows:
         if values[0]:
             usage.add(Sums.of("month", values))
             used += int(tokens)
-    firsts = []
-    for tokens, cost, first in recent_rows:
+    for tokens, cost in recent_rows:
         recent_tokens, recent_cost = recent_tokens + int(tokens or 0), recent_cost + int(cost or 0)
-        if first is not None:
-            firsts.append(float(first))
-    # a team younger than the trailing window is measured from its first day (rollups keep days)
-    since = trailing_start if older or not firsts else min(firsts)
-    window = max(now - since, _MIN_RATE_WINDOW_S)
+    # a team younger than the trailing window is measured from its first request (read from the records, exact)
+    since = trailing_start if older or first is None else first
+    window = max(now - since, 0.0)
     remaining = max(end - now, 0.0)
-    projected_tokens = used + round(recent_tokens * remaining / window)
-    out = MonthToDate(month, start, end, now, usage, used, window, projected_tokens,
-                      usage.cost_micros + round(recent_cost * remaining / window))
+    projected_tokens = projected_cost = None
+    if window >= MIN_HISTORY_S:
+        projected_tokens = used + round(recent_tokens * remaining / window)
+        projected_cost = usage.cost_micros + round(recent_cost * remaining / window)
+    out = MonthToDate(month, start, end, now, usage, used, window, projected_tokens, projected_cost)
     if budget_tokens is not None:
         out.budget_tokens = budget_tokens
         out.used_fraction = used / budget_tokens if budget_tokens else None
-        out.projected_fraction = projected_tokens / budget_tokens if budget_tokens else None
+        if projected_tokens is not None and budget_tokens:
+            out.projected_fraction = projected_tokens / budget_tokens
         if used >= budget_tokens:
             out.exhausted_at = now
-        elif recent_tokens and projected_tokens > budget_tokens:
+        elif recent_tokens and projected_tokens is not None and projected_tokens > budget_tokens:
             out.exhausted_at = now + (budget_tokens - used) * window / recent_tokens
     return out
+
+
+async def _first(store: UsageStore, selection: Selection) -> float | None:
+    """When the selection's first request arrived (None: it has none)."""
+    params = Params(store.dialect)
+    rows = await store.fetch(f"SELECT MIN(time) FROM {TABLE} WHERE {where(selection, params)}", params.values)
+    return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 async def _any(store: UsageStore, selection: Selection) -> bool:

@@ -53,7 +53,8 @@ class Series(msgspec.Struct):
     buckets: list[Bucket]  # every bucket of the window, empty ones too
     group_by: str  # a key of SERIES_GROUPS
     by_group: list[GroupSeries]  # sorted by key
-    rate_limited: list[int]  # requests answered 429, per bucket
+    rate_limited: list[int]  # requests answered 429, per bucket, but for budget refusals
+    budget_refused: list[int]  # requests a budget refused (429 or 402 by dialect), per bucket
     cold_starts: list[int]  # requests that waited for their endpoint to wake
     cold_start_ms_total: list[float]  # their summed wait (mean = total / cold_starts)
     cold_start_ms_max: list[float | None]
@@ -138,9 +139,9 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing,
     index = {b: i for i, b in enumerate(buckets)}
     width = len(buckets)
     groups: dict[str, GroupSeries] = {}
-    rate_limited, cold, cold_total = [0] * width, [0] * width, [0.0] * width
+    rate_limited, budget_refused, cold, cold_total = [0] * width, [0] * width, [0] * width, [0.0] * width
     cold_max: list[float | None] = [None] * width
-    for k, s, g, requests, prompt, completion, compute, cost, limited, waits, waited, longest in rows:
+    for k, s, g, requests, prompt, completion, compute, cost, limited, budget, waits, waited, longest in rows:
         i = index[bucketing.bucket(k, s)]
         name = group_key(g)
         m = groups.get(name)
@@ -150,9 +151,10 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing,
                                (m.compute_tokens, compute), (m.cost_micros, cost)):
             values[i] += int(amount)
         rate_limited[i] += int(limited)
+        budget_refused[i] += int(budget)
         if waits:
             cold[i] += int(waits)
             cold_total[i] += float(waited)
             cold_max[i] = max(float(longest), cold_max[i] or 0.0)
     return Series(bucketing.granularity, bucketing.tz.key, buckets, group_by, [groups[g] for g in sorted(groups)],
-                  rate_limited, cold, cold_total, cold_max)
+                  rate_limited, budget_refused, cold, cold_total, cold_max)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
-from billing.store.rollups import DAILY, DAY, HOUR, HOURLY
+from billing.store.rollups import BUDGET_REFUSED_SQL, DAILY, DAY, HOUR, HOURLY, RATE_LIMITED_SQL
 from billing.store.sql import Params, SqlDialect
 from billing.timebuckets import Bucketing
 
@@ -19,10 +19,11 @@ _STATUS_COUNTS = ("ok", "cancelled", "error", "rejected")
 
 class Source:
     def __init__(self, table: str, time_column: str, period: int, dims: frozenset[str], *, count: str,
-                 null_user: str, rate_limited: str, cold: tuple[str, str, str], output: str) -> None:
+                 null_user: str, rate_limited: str, budget_refused: str, cold: tuple[str, str, str],
+                 output: str) -> None:
         self.table, self.time_column, self.period, self.dims = table, time_column, period, dims
         self.requests, self.null_user = count, null_user
-        self.rate_limited = rate_limited
+        self.rate_limited, self.budget_refused = rate_limited, budget_refused  # 429s of rate limits; budgets
         self.cold = cold  # requests that waited, their total wait, the longest
         self.output = output  # billed output tokens; {greatest} is the dialect's GREATEST(compute, completion)
 
@@ -38,11 +39,12 @@ class Source:
         """`row_sums` and how the requests ended, as `Sums.of` reads them."""
         one = "1" if self.requests == "COUNT(*)" else "requests"
         ended = ", ".join(f"SUM(CASE WHEN status = '{s}' THEN {one} ELSE 0 END)" for s in _STATUS_COUNTS)
-        return f"{self.row_sums()}, {ended}, {self.rate_limited}"
+        return f"{self.row_sums()}, {ended}, {self.rate_limited}, {self.budget_refused}"
 
     def series(self) -> str:
-        """`row_sums`, 429s, and cold starts: count, total wait, longest wait (0 when none)."""
-        return f"{self.row_sums()}, {self.rate_limited}, {', '.join(self.cold)}"
+        """`row_sums`, rate limits' 429s, budget refusals, and cold starts: count, total wait, longest wait (0 when
+        none)."""
+        return f"{self.row_sums()}, {self.rate_limited}, {self.budget_refused}, {', '.join(self.cold)}"
 
     def output_tokens(self, dialect: SqlDialect) -> str:
         return self.output.format(greatest=dialect.greatest("compute_tokens", "completion_tokens"))
@@ -56,16 +58,18 @@ class Source:
 
 _ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "error_status", "adapter"})
 RAW = Source(TABLE, "time", 0, _ALL_DIMS, count="COUNT(*)", null_user="user_id IS NULL",
-             rate_limited="SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)",
+             rate_limited=RATE_LIMITED_SQL, budget_refused=BUDGET_REFUSED_SQL,
              cold=("COUNT(cold_start_ms)", "COALESCE(SUM(cold_start_ms), 0)", "COALESCE(MAX(cold_start_ms), 0)"),
              output="SUM({greatest})")
 _ROLLUP_COLD = ("SUM(cold_starts)", "SUM(cold_start_ms_total)", "MAX(cold_start_ms_max)")
 DAILY_ROLLUP = Source(DAILY, "period", DAY, _ALL_DIMS, count="SUM(requests)", null_user="user_id = ''",
-                      rate_limited="SUM(CASE WHEN error_status = 429 THEN requests ELSE 0 END)", cold=_ROLLUP_COLD,
+                      rate_limited="SUM(CASE WHEN error_status = 429 THEN requests - budget_refused ELSE 0 END)",
+                      budget_refused="SUM(budget_refused)", cold=_ROLLUP_COLD,
                       output="SUM(output_tokens)")
 # no user (so no user filter) and no prices (so no statements)
 HOURLY_ROLLUP = Source(HOURLY, "period", HOUR, frozenset({"model"}), count="SUM(requests)", null_user="",
-                       rate_limited="SUM(rate_limited)", cold=_ROLLUP_COLD, output="")
+                       rate_limited="SUM(rate_limited)", budget_refused="SUM(budget_refused)", cold=_ROLLUP_COLD,
+                       output="")
 
 
 def split(selection: Selection, source: Source) -> list[tuple[Source, Selection]]:

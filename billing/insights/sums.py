@@ -14,7 +14,8 @@ class Sums(UsageRow):
     cancelled: int = 0
     errors: int = 0  # failed after reaching a worker, or a server fault
     rejected: int = 0  # refused before any token: invalid, over a limit, rate-limited
-    rate_limited: int = 0  # answered 429 (most rejections)
+    rate_limited: int = 0  # answered 429 by a rate limit, a concurrency cap or a full queue (not a budget)
+    budget_refused: int = 0  # refused by a budget (`records.BUDGET_REFUSED`: 429 or 402 by dialect)
 
     @classmethod
     def of(cls, key: str, values) -> Sums:
@@ -29,6 +30,7 @@ class Sums(UsageRow):
         self.errors += other.errors
         self.rejected += other.rejected
         self.rate_limited += other.rate_limited
+        self.budget_refused += other.budget_refused
 
     @property
     def error_rate(self) -> float:

@@ -9,13 +9,16 @@ always hold exactly the sums of the stored records (a replayed record is not new
 - `usage_hourly`: per team, UTC hour and model: the series by hour, and by local day in zones whose
   offsets are whole hours, when no filter other than the model is set.
 
+Both count the requests a budget refused (`budget_refused`, error code `records.BUDGET_REFUSED`, whatever status
+the dialect answered) apart from rate limits (schema 6); the hourly `rate_limited` counts 429s that were not.
+
 Integer sums only, so a rollup is exact; NULL-free keys (a user-less request is user_id '', no error
 status 0), because NULLs never collide in a unique key.
 """
 
 from __future__ import annotations
 
-from billing.records import LedgerEntry
+from billing.records import BUDGET_REFUSED, LedgerEntry
 from billing.store.base import TABLE
 from billing.store.sql import SqlDialect
 
@@ -24,18 +27,22 @@ DAY, HOUR = 86400, 3600
 DAILY_KEY = ("team_id", "period", "model", "key_id", "user_id", "dialect", "status", "error_status", "adapter",
              "input_price_micros", "output_price_micros")
 HOURLY_KEY = ("team_id", "period", "model")
-# (column, how the raw records fill it); cold_start_ms_max merges by max, the others add up
-DAILY_SUMS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
-              ("completion_tokens", "SUM(completion_tokens)"), ("compute_tokens", "SUM(compute_tokens)"),
-              ("output_tokens", "SUM({output})"), ("cost_micros", "SUM(cost_micros)"),
-              ("cold_starts", "COUNT(cold_start_ms)"), ("cold_start_ms_total", "COALESCE(SUM(cold_start_ms), 0)"),
-              ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
-HOURLY_SUMS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
-               ("completion_tokens", "SUM(completion_tokens)"), ("compute_tokens", "SUM(compute_tokens)"),
-               ("cost_micros", "SUM(cost_micros)"),
-               ("rate_limited", "SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)"),
-               ("cold_starts", "COUNT(cold_start_ms)"), ("cold_start_ms_total", "COALESCE(SUM(cold_start_ms), 0)"),
-               ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
+# (column, how the raw records fill it); cold_start_ms_max merges by max (and stays last), the others add up
+_COLD = (("cold_starts", "COUNT(cold_start_ms)"), ("cold_start_ms_total", "COALESCE(SUM(cold_start_ms), 0)"),
+         ("cold_start_ms_max", "COALESCE(MAX(cold_start_ms), 0)"))
+_TOKENS = (("requests", "COUNT(*)"), ("prompt_tokens", "SUM(prompt_tokens)"),
+           ("completion_tokens", "SUM(completion_tokens)"), ("compute_tokens", "SUM(compute_tokens)"))
+BUDGET_REFUSED_SQL = f"SUM(CASE WHEN error_code = '{BUDGET_REFUSED}' THEN 1 ELSE 0 END)"
+RATE_LIMITED_SQL = (f"SUM(CASE WHEN error_status = 429 AND COALESCE(error_code, '') <> '{BUDGET_REFUSED}' "
+                    "THEN 1 ELSE 0 END)")
+# schema 3's columns (its migration is history: it keeps them)
+_DAILY_SUMS_V3 = (*_TOKENS, ("output_tokens", "SUM({output})"), ("cost_micros", "SUM(cost_micros)"), *_COLD)
+_HOURLY_SUMS_V3 = (*_TOKENS, ("cost_micros", "SUM(cost_micros)"),
+                   ("rate_limited", "SUM(CASE WHEN error_status = 429 THEN 1 ELSE 0 END)"), *_COLD)
+DAILY_SUMS = (*_TOKENS, ("output_tokens", "SUM({output})"), ("cost_micros", "SUM(cost_micros)"),
+              ("budget_refused", BUDGET_REFUSED_SQL), *_COLD)
+HOURLY_SUMS = (*_TOKENS, ("cost_micros", "SUM(cost_micros)"), ("rate_limited", RATE_LIMITED_SQL),
+               ("budget_refused", BUDGET_REFUSED_SQL), *_COLD)
 _TEXT_KEYS = {"team_id", "model", "key_id", "user_id", "dialect", "status", "adapter"}
 
 
@@ -70,8 +77,18 @@ def backfill(dialect: SqlDialect) -> list[str]:
 
 
 def migration(dialect: SqlDialect, integer: str, real: str, without_rowid: str = "") -> list[str]:
-    return [_table(DAILY, DAILY_KEY, DAILY_SUMS, integer, real) + without_rowid,
-            _table(HOURLY, HOURLY_KEY, HOURLY_SUMS, integer, real) + without_rowid, *backfill(dialect)]
+    """Schema 3: the rollups with their first columns, filled."""
+    return [_table(DAILY, DAILY_KEY, _DAILY_SUMS_V3, integer, real) + without_rowid,
+            _table(HOURLY, HOURLY_KEY, _HOURLY_SUMS_V3, integer, real) + without_rowid,
+            _backfill(dialect, DAILY, DAILY_KEY, _DAILY_SUMS_V3, DAY),
+            _backfill(dialect, HOURLY, HOURLY_KEY, _HOURLY_SUMS_V3, HOUR)]
+
+
+def budget_refusals_migration(dialect: SqlDialect, integer: str) -> list[str]:
+    """Schema 6: budget refusals counted apart from rate limits; both rollups refilled from the records."""
+    return [f"ALTER TABLE {DAILY} ADD COLUMN budget_refused {integer} NOT NULL DEFAULT 0",
+            f"ALTER TABLE {HOURLY} ADD COLUMN budget_refused {integer} NOT NULL DEFAULT 0",
+            f"DELETE FROM {DAILY}", f"DELETE FROM {HOURLY}", *backfill(dialect)]
 
 
 def upsert_sql(dialect: SqlDialect, name: str, key: tuple[str, ...], sums, *,
@@ -108,11 +125,12 @@ def rollup_rows(entries: list[LedgerEntry]) -> tuple[list[tuple], list[tuple]]:
         day = int(u.time // DAY) * DAY
         key = (u.team_id, day, u.model, u.key_id, u.user_id or "", u.dialect, u.status, u.error_status or 0, u.adapter,
                e.input_price_micros, e.output_price_micros)
+        budget = int(u.error_code == BUDGET_REFUSED)
         _add(daily, key, (1, u.prompt_tokens, u.completion_tokens, u.compute_tokens,
-                          max(u.compute_tokens, u.completion_tokens), e.cost_micros, *waited))
+                          max(u.compute_tokens, u.completion_tokens), e.cost_micros, budget, *waited))
         _add(hourly, (u.team_id, int(u.time // HOUR) * HOUR, u.model),
-             (1, u.prompt_tokens, u.completion_tokens, u.compute_tokens, e.cost_micros, int(u.error_status == 429),
-              *waited))
+             (1, u.prompt_tokens, u.completion_tokens, u.compute_tokens, e.cost_micros,
+              int(u.error_status == 429 and not budget), budget, *waited))
     return ([(*k, *v) for k, v in sorted(daily.items())], [(*k, *v) for k, v in sorted(hourly.items())])
 
 

@@ -5,6 +5,7 @@ edit one that shipped, add the next."""
 from __future__ import annotations
 
 from billing.store.base import TABLE
+from billing.store.rollups import budget_refusals_migration
 from billing.store.rollups import migration as rollups_migration
 from billing.store.sql import PostgresDialect, SqliteDialect
 from storage import Migration, Schema
@@ -100,4 +101,7 @@ SCHEMA = Schema("billing", [
     Migration(4, "budget alerts sent: one row per scope, period and threshold, so a fleet sends each once",
               {"sqlite": [_ALERTS.format(real="REAL")], "postgres": [_ALERTS.format(real="DOUBLE PRECISION")]}),
     Migration(5, "why each request's answer ended (finish_reason)", [_FINISH_REASON]),
+    Migration(6, "budget refusals counted apart from rate limits in the rollups (rollups.py)", {
+        "sqlite": budget_refusals_migration(SqliteDialect(), "INTEGER"),
+        "postgres": budget_refusals_migration(PostgresDialect(), "BIGINT")}),
 ], legacy_table="billing_schema_migrations")

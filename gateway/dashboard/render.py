@@ -30,7 +30,8 @@ class SeriesRow(msgspec.Struct):
     requests: int
     tokens: int
     cost_micros: int
-    rate_limited: int
+    rate_limited: int  # 429s of rate limits, concurrency caps, full queues
+    budget_refused: int  # refused by a budget (429 or 402 by dialect): charted apart
     cold_starts: int
     cold_wait_mean_ms: float | None  # None: no request waited in this bucket
     cold_wait_max_ms: float | None
@@ -97,7 +98,8 @@ def series_rows(series: Series) -> list[SeriesRow]:
         models = series.by_group
         rows.append(SeriesRow(bucket.label, sum(m.requests[i] for m in models),
                               sum(m.prompt_tokens[i] + m.completion_tokens[i] for m in models),
-                              sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.cold_starts[i],
+                              sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.budget_refused[i],
+                              series.cold_starts[i],
                               _mean_wait(series, i), series.cold_start_ms_max[i]))
     return rows
 
@@ -156,7 +158,8 @@ def chart_data(o: Overview) -> dict:
             "tokens": _by_group(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
                                                                            strict=True)]),
             "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros]),
-            "events": [{"label": "429 rejections", "values": series.rate_limited},
+            "events": [{"label": "rate-limited (429)", "values": series.rate_limited},
+                       {"label": "budget refusals", "values": series.budget_refused},
                        {"label": "cold starts", "values": series.cold_starts}],
             "waits": [{"label": "mean cold-start wait (ms)",
                        "values": [_mean_wait(series, i) for i in range(len(series.buckets))]},

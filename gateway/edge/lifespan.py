@@ -43,10 +43,11 @@ from gateway.limits import open_limiter
 from gateway.redis_iam import IamCredentialProvider, RedisIamError
 from gateway.secrets import key_pepper
 from gateway.serving.budget_alerts import AlertSender
+from gateway.serving.budget_gate import BudgetGate
 from gateway.serving.health_probe import GenerationProbe
 from gateway.serving.rejections import address_budget
 from gateway.serving.services import Services
-from gateway.serving.spending import SpendGate
+from gateway.serving.spending import SpendReader
 from gateway.serving.worker_client import WorkerClient
 
 log = structlog.get_logger("gateway")
@@ -220,12 +221,12 @@ class GatewayServices(InitPluginProtocol):
         workers = WorkerClient(endpoints)
         probe = GenerationProbe(workers, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
-        spending = None
-        if ledger is not None:
-            spending = SpendGate(ledger.store, AlertSender(settings.budget_alerts))
-            opened.push_async_callback(spending.close)
+        budgets = BudgetGate(ledger.store if ledger else None, ledger.pricing if ledger else None,
+                             AlertSender(settings.budget_alerts), redis_url=settings.redis_url or None,
+                             fail_open=settings.limiter_fail_open, credentials=signer)
+        opened.push_async_callback(budgets.close)
         return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), workers=workers,
-                        probe=probe, spending=spending)
+                        probe=probe, budgets=budgets, spending=SpendReader(ledger.store) if ledger else None)
 
 
 def _team_lookup(auth: AuthService) -> TeamExists:

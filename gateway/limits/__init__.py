@@ -1,4 +1,4 @@
-"""Rate limits, concurrency caps and monthly token budgets; see README.md in this folder."""
+"""Rate limits, concurrency caps, and the budget book (tokens and money); see README.md in this folder."""
 
 from gateway.limits.base import Limiter, open_limiter
 from gateway.limits.model import LimiterUnavailable, LimitExceeded, Ticket

@@ -22,7 +22,7 @@ class Limiter(Protocol):
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Release the concurrency slots and charge the actual count: reserved-but-unused tokens go back to
-        the TPM window and the monthly budget. Idempotent; never raises for a backend outage."""
+        the TPM window. Idempotent; never raises for a backend outage."""
         ...
 
     async def close(self) -> None: ...

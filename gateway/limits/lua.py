@@ -1,9 +1,9 @@
 """The Redis scripts: one EVALSHA per admission, one per settlement.
 
-Per scope there are four keys: ``log`` (ZSET ticket -> admission µs), ``tok`` (HASH ticket -> tokens
+Per scope there are three keys: ``log`` (ZSET ticket -> admission µs), ``tok`` (HASH ticket -> tokens
 charged, plus ``#sum``, the running total of the window), ``slots`` (ZSET ticket -> lease expiry µs; a ticket of
-k sequences holds k members, ``ticket``, ``ticket#1`` .. ``ticket#k-1``, so ZCARD counts sequences) and
-``bud`` (STRING, tokens charged this UTC month). Times are integer µs; by default the server's TIME, so
+k sequences holds k members, ``ticket``, ``ticket#1`` .. ``ticket#k-1``, so ZCARD counts sequences). Budgets are the
+budget book's (redis_budgets.py). Times are integer µs; by default the server's TIME, so
 replicas with skewed clocks still share one window.
 """
 
@@ -19,11 +19,9 @@ local window = tonumber(ARGV[2])
 local lease = tonumber(ARGV[3])
 local id = ARGV[4]
 local tokens = tonumber(ARGV[5])
-local month_end = tonumber(ARGV[6])
-local budget_grace_ms = tonumber(ARGV[7])
-local sequences = tonumber(ARGV[8])
+local sequences = tonumber(ARGV[6])
 local cut = now - window
-local n = #KEYS / 4
+local n = #KEYS / 3
 local BATCH = 500  -- unpack() has a stack limit; work through long logs in slices
 
 -- drop entries that left the window, keeping the running sum in step with the hash
@@ -61,11 +59,11 @@ end
 local obs = {}
 local blocked = false
 for i = 1, n do
-  local log, tok, slots, bud = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local a = 9 + 4 * (i - 1)
-  local rpm, tpm, maxc, blim = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local count, sum, inflight, used = 0, 0, 0, 0
-  local rw, tw, cw, bw = -1, -1, -1, -1  -- µs until each clears; -1 = not blocking
+  local log, tok, slots = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local a = 7 + 3 * (i - 1)
+  local rpm, tpm, maxc = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local count, sum, inflight = 0, 0, 0
+  local rw, tw, cw = -1, -1, -1  -- µs until each clears; -1 = not blocking
   if rpm >= 0 or tpm >= 0 then
     trim(log, tok)
     count = redis.call('ZCARD', log)
@@ -83,19 +81,15 @@ for i = 1, n do
     inflight = redis.call('ZCARD', slots)
     if inflight + math.max(1, math.min(sequences, maxc)) > maxc then cw = 0 end
   end
-  if blim >= 0 then
-    used = tonumber(redis.call('GET', bud) or '0')
-    if used + tokens > blim then bw = math.max(0, month_end - now) end
-  end
-  if rw >= 0 or tw >= 0 or cw >= 0 or bw >= 0 then blocked = true end
-  obs[i] = {rpm, tpm, maxc, blim, count, sum, inflight, used, rw, tw, cw, bw}
+  if rw >= 0 or tw >= 0 or cw >= 0 then blocked = true end
+  obs[i] = {rpm, tpm, maxc, count, sum, inflight, rw, tw, cw}
 end
 
 local out = {blocked and 0 or 1, now}
 for i = 1, n do
   local o = obs[i]
-  local log, tok, slots, bud = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local count, sum, inflight, used = o[5], o[6], o[7], o[8]
+  local log, tok, slots = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local count, sum, inflight = o[4], o[5], o[6]
   if not blocked then
     if o[1] >= 0 or o[2] >= 0 then
       redis.call('ZADD', log, now, id)
@@ -116,15 +110,10 @@ for i = 1, n do
       redis.call('PEXPIRE', slots, math.floor(lease / 1000) + 1000)
       inflight = inflight + held
     end
-    if o[4] >= 0 then
-      used = redis.call('INCRBY', bud, tokens)
-      -- relative TTL: correct whichever clock (server or injected) measures `now`
-      redis.call('PEXPIRE', bud, math.floor((month_end - now) / 1000) + budget_grace_ms)
-    end
   end
   local oldest = -1
   if count > 0 then oldest = tonumber(redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')[2]) end
-  for _, v in ipairs({count, sum, inflight, used, oldest, o[9], o[10], o[11], o[12]}) do out[#out + 1] = v end
+  for _, v in ipairs({count, sum, inflight, oldest, o[7], o[8], o[9]}) do out[#out + 1] = v end
 end
 return out
 """
@@ -134,16 +123,13 @@ local id = ARGV[1]
 local delta = tonumber(ARGV[2])
 local members = {id}
 for k = 1, tonumber(ARGV[3]) - 1 do members[#members + 1] = id .. '#' .. k end
-for i = 1, #KEYS / 4 do
-  local tok, slots, bud = KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+for i = 1, #KEYS / 3 do
+  local tok, slots = KEYS[3 * i - 1], KEYS[3 * i]
   redis.call('ZREM', slots, unpack(members))
   -- only an entry still in the window holds tokens; an expired one was already subtracted
   if redis.call('HEXISTS', tok, id) == 1 then
     redis.call('HINCRBY', tok, id, delta)
     redis.call('HINCRBY', tok, '#sum', delta)
-  end
-  if ARGV[3 + i] == '1' and redis.call('EXISTS', bud) == 1 then
-    if redis.call('INCRBY', bud, delta) < 0 then redis.call('SET', bud, 0, 'KEEPTTL') end
   end
 end
 return 1

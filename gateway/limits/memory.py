@@ -1,5 +1,5 @@
-"""In-process limiter (one gateway): sliding-window log per scope, lease-based concurrency slots, and a
-per-UTC-month token counter. Decisions are synchronous (no await between check and reserve), so they are
+"""In-process limiter (one gateway): sliding-window log per scope and lease-based concurrency slots (budgets are
+the budget book's: budgets.py). Decisions are synchronous (no await between check and reserve), so they are
 atomic on the event loop; a lock makes them safe from threads too."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from gateway.limits.clock import Clock, MonotonicWall, to_us
 from gateway.limits.headers import Usage
 from gateway.limits.metrics import REJECTIONS
 from gateway.limits.model import Ticket
-from gateway.limits.month import MonthCache
 from gateway.limits.scope import LimitScope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 
@@ -24,7 +23,7 @@ class _State:
     tracking, and ``amounts`` maps seq -> tokens charged; a seq missing from it has left the window, so a
     late refund does not touch the running sum."""
 
-    __slots__ = ("log", "amounts", "sum", "slots", "inflight", "budget")
+    __slots__ = ("log", "amounts", "sum", "slots", "inflight")
 
     def __init__(self) -> None:
         self.log: deque[tuple[int, int]] = deque()
@@ -33,7 +32,6 @@ class _State:
         # ticket seq -> (lease expiry µs, concurrency slots held), in expiry order (insertion order)
         self.slots: dict[int, tuple[int, int]] = {}
         self.inflight = 0  # the slots held: the sum of the second fields
-        self.budget: dict[str, int] = {}  # month key -> tokens charged
 
     def trim(self, cut: int) -> None:
         log = self.log
@@ -71,7 +69,6 @@ class InProcessLimiter:
         self._lease_us = to_us(concurrency_lease)
         self._conc_retry_us = to_us(concurrency_retry)
         self._states: dict[str, _State] = {}
-        self._months = MonthCache()
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self._since_sweep = 0
@@ -89,7 +86,6 @@ class InProcessLimiter:
         refuse_impossible(scopes, tokens)
         with self._lock:
             now = self._clock.now_us()
-            month = self._months.at(now)
             cut = now - WINDOW_US
             states = []
             failures: list[Failure] | None = None
@@ -110,13 +106,8 @@ class InProcessLimiter:
                     st.reclaim(now)
                     if st.inflight + s.slots(sequences) > s.max_concurrency:
                         failures = (failures or []) + [("concurrency", s, None, st.inflight)]
-                if s.monthly_token_budget is not None:
-                    used = st.budget.get(month.key, 0)
-                    if used + tokens > s.monthly_token_budget:
-                        failures = (failures or []) + [("budget", s, month.end_us - now, used)]
             if failures:
-                refusal = reject(failures, tokens, now, WINDOW_US, self._usage(scopes, states), month.end_us,
-                                 self._conc_retry_us)
+                refusal = reject(failures, tokens, now, WINDOW_US, self._usage(scopes, states), self._conc_retry_us)
                 REJECTIONS.labels(refusal.kind).inc()
                 raise refusal
             seq = next(self._seq)
@@ -130,14 +121,10 @@ class InProcessLimiter:
                 if s.max_concurrency is not None:
                     st.slots[seq] = (now + self._lease_us, s.slots(sequences))
                     st.inflight += s.slots(sequences)
-                if s.monthly_token_budget is not None:
-                    if month.key not in st.budget:
-                        st.budget.clear()  # a new month: last month's counter is no longer needed
-                    st.budget[month.key] = st.budget.get(month.key, 0) + tokens
-                hold.append((st, logged, month.key if s.monthly_token_budget is not None else None))
+                hold.append((st, logged))
             self._since_sweep += 1
             if self._since_sweep >= 4096:
-                self._sweep(now, month.key)
+                self._sweep(now)
             return Ticket(str(seq), tokens, (now, WINDOW_US, self._usage(scopes, states)), (seq, hold))
 
     def settle_now(self, ticket: Ticket, used_tokens: int) -> None:
@@ -149,19 +136,17 @@ class InProcessLimiter:
         delta = used_tokens - ticket.tokens  # < 0 refunds; > 0 charges an overrun
         seq, hold = ticket._hold
         with self._lock:
-            for st, logged, month_key in hold:
+            for st, logged in hold:
                 if logged and seq in st.amounts:  # still inside the window: adjust entry and sum together
                     st.amounts[seq] += delta
                     st.sum += delta
                 st.release(seq)
-                if month_key is not None and month_key in st.budget:
-                    st.budget[month_key] = max(0, st.budget[month_key] + delta)
 
     @staticmethod
     def _usage(scopes: list[LimitScope], states: list[_State]) -> list[Usage]:
         return [(s, len(st.log), st.sum, st.log[0][0] if st.log else None) for s, st in zip(scopes, states)]
 
-    def _sweep(self, now: int, month_key: str) -> None:
+    def _sweep(self, now: int) -> None:
         """Forget idle scopes so a gateway that sees many keys does not grow without bound."""
         self._since_sweep = 0
         cut = now - WINDOW_US
@@ -169,5 +154,5 @@ class InProcessLimiter:
             st = self._states[sid]
             st.trim(cut)
             st.reclaim(now)
-            if not st.log and not st.slots and not any(k == month_key for k in st.budget):
+            if not st.log and not st.slots:
                 del self._states[sid]

@@ -6,15 +6,15 @@ from typing import Any, Literal
 
 from gateway.limits.headers import rate_headers
 
-Kind = Literal["rate_limit", "budget", "never_fits", "concurrency"]
+Kind = Literal["rate_limit", "never_fits", "concurrency"]
 
 
 class LimitExceeded(Exception):
     """The request is not admitted now.
 
-    kind: ``rate_limit`` (RPM/TPM window full), ``concurrency`` (too many in flight), ``budget`` (monthly
-    token budget spent: OpenAI's ``insufficient_quota``), ``never_fits`` (the reservation exceeds a limit
-    itself, so retrying cannot help). retry_after: seconds until the request would be admitted if nothing
+    kind: ``rate_limit`` (RPM/TPM window full), ``concurrency`` (too many in flight), ``never_fits`` (the
+    reservation exceeds a limit itself, so retrying cannot help). A spent budget is the budget book's
+    ``BudgetSpent`` (budgets.py). retry_after: seconds until the request would be admitted if nothing
     else happened meanwhile, None when never. headers: ``retry-after``/``retry-after-ms`` (when retry_after
     is known) and the x-ratelimit-* trios, ready to put on the 429.
     """

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
 
 import structlog
 from redis.credentials import CredentialProvider
@@ -19,7 +18,6 @@ from gateway.limits.clock import Clock, to_us
 from gateway.limits.headers import Usage
 from gateway.limits.metrics import BACKEND_ERRORS, BACKEND_UP, REJECTIONS
 from gateway.limits.model import LimiterUnavailable, Ticket
-from gateway.limits.month import MonthCache
 from gateway.limits.scope import LimitScope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 from gateway.redis_iam import redis_client
@@ -27,9 +25,8 @@ from gateway.redis_iam import redis_client
 log = structlog.get_logger("sluice.limits")
 
 WINDOW_US = 60_000_000
-_BUDGET_GRACE_MS = 7 * 86_400_000  # keep last month's counter a week for late refunds and inspection
 _OUTAGE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
-_PER_SCOPE = 9  # values per scope in the admit script's reply
+_PER_SCOPE = 7  # values per scope in the admit script's reply
 # Redis runs one script at a time, so more connections buy no throughput: calls past this many in flight wait
 # for a free connection (up to the timeout) instead of failing. redis-py 8's pool refuses past its own limit
 # with MaxConnectionsError, which a fail-closed limiter turned into a 503 for every request past the hundredth
@@ -54,7 +51,6 @@ class RedisLimiter:
         self._conc_retry_us = to_us(concurrency_retry)
         self._prefix = key_prefix
         self.fail_open = fail_open
-        self._months = MonthCache()
         self._node = os.urandom(6).hex()  # ticket ids: unique across processes without coordination
         self._seq = itertools.count(1)
         self._keys: dict[str, tuple[str, str, str]] = {}
@@ -70,25 +66,18 @@ class RedisLimiter:
             keys = self._keys[scope_id] = (f"{p}:log", f"{p}:tok", f"{p}:slots")
         return keys
 
-    def _now_us(self) -> tuple[str, int]:
-        """(script argument, local estimate); the estimate only picks the budget month."""
-        if self._clock is None:
-            return "", to_us(time.time())
-        now = to_us(self._clock())
-        return str(now), now
+    def _now_us(self) -> str:
+        """The script's clock argument: empty for the Redis server's TIME."""
+        return "" if self._clock is None else str(to_us(self._clock()))
 
     async def admit(self, scopes: list[LimitScope], tokens: int, sequences: int = 1) -> Ticket:
         refuse_impossible(scopes, tokens)
-        now_arg, now_local = self._now_us()
-        month = self._months.at(now_local)
         ticket_id = f"{self._node}{next(self._seq):x}"
         keys: list[str] = []
-        args: list[str | int] = [now_arg, WINDOW_US, self._lease_us, ticket_id, tokens, month.end_us,
-                                 _BUDGET_GRACE_MS, sequences]
+        args: list[str | int] = [self._now_us(), WINDOW_US, self._lease_us, ticket_id, tokens, sequences]
         for s in scopes:
             keys.extend(self._scope_keys(s.id))
-            keys.append(f"{self._prefix}:{s.id}:bud:{month.key}")
-            args.extend((_arg(s.rpm), _arg(s.tpm), _arg(s.max_concurrency), _arg(s.monthly_token_budget)))
+            args.extend((_arg(s.rpm), _arg(s.tpm), _arg(s.max_concurrency)))
         try:
             reply = await self._run(self._admit_script, keys, args)
         except _OUTAGE as exc:
@@ -98,7 +87,7 @@ class RedisLimiter:
         usage: list[Usage] = []
         failures: list[Failure] = []
         for i, s in enumerate(scopes):
-            count, tsum, inflight, used, oldest, rw, tw, cw, bw = reply[2 + _PER_SCOPE * i: 2 + _PER_SCOPE * (i + 1)]
+            count, tsum, inflight, oldest, rw, tw, cw = reply[2 + _PER_SCOPE * i: 2 + _PER_SCOPE * (i + 1)]
             usage.append((s, count, tsum, oldest if oldest >= 0 else None))
             if not admitted:
                 if rw >= 0:
@@ -107,14 +96,11 @@ class RedisLimiter:
                     failures.append(("tpm", s, tw, tsum))
                 if cw >= 0:
                     failures.append(("concurrency", s, None, inflight))
-                if bw >= 0:
-                    failures.append(("budget", s, bw, used))
         if not admitted:
-            refusal = reject(failures, tokens, now, WINDOW_US, usage, month.end_us, self._conc_retry_us)
+            refusal = reject(failures, tokens, now, WINDOW_US, usage, self._conc_retry_us)
             REJECTIONS.labels(refusal.kind).inc()
             raise refusal
-        budget_flags = ["1" if s.monthly_token_budget is not None else "0" for s in scopes]
-        return Ticket(ticket_id, tokens, (now, WINDOW_US, usage), (keys, budget_flags, sequences))
+        return Ticket(ticket_id, tokens, (now, WINDOW_US, usage), (keys, sequences))
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         if ticket.settled or ticket.degraded:
@@ -122,10 +108,9 @@ class RedisLimiter:
         if used_tokens < 0:
             raise ValueError("used_tokens must be >= 0")
         ticket.settled = True
-        keys, budget_flags, sequences = ticket._hold
+        keys, sequences = ticket._hold
         try:
-            await self._run(self._settle_script, keys,
-                            [ticket.id, used_tokens - ticket.tokens, sequences, *budget_flags])
+            await self._run(self._settle_script, keys, [ticket.id, used_tokens - ticket.tokens, sequences])
         except _OUTAGE as exc:
             # The slot's lease and the window's expiry bound the damage: nothing to hand to the caller.
             BACKEND_ERRORS.labels("settle", "dropped").inc()

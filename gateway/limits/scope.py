@@ -12,7 +12,6 @@ class LimitScope(msgspec.Struct, frozen=True):
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None  # sequences in flight (prompts x candidates), not requests
-    monthly_token_budget: int | None = None
 
     def slots(self, sequences: int) -> int:
         """Concurrency slots a request of `sequences` holds here: one per sequence, at most the whole cap (a

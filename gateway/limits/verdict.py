@@ -6,7 +6,6 @@ Both backends call this, so the in-process and Redis limiters refuse in the same
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 
 from common.errors import retry_after_header
 from gateway.limits.headers import (
@@ -21,9 +20,9 @@ from gateway.limits.scope import LimitScope
 # what blocked, in which scope, µs until it clears (None = unknown), and the observed amount in use
 Failure = tuple[str, LimitScope, int | None, int]
 
-# Kinds by precedence: a spent budget is reported as such even if the window is also full.
-_PRECEDENCE = ("budget", "rate_limit", "concurrency")
-_KIND = {"rpm": "rate_limit", "tpm": "rate_limit", "concurrency": "concurrency", "budget": "budget"}
+# Kinds by precedence (budgets are the budget book's, checked before the limiter: budgets.py).
+_PRECEDENCE = ("rate_limit", "concurrency")
+_KIND = {"rpm": "rate_limit", "tpm": "rate_limit", "concurrency": "concurrency"}
 
 
 def refuse_impossible(scopes: Sequence[LimitScope], tokens: int) -> None:
@@ -48,9 +47,6 @@ def never_fits(scopes: Sequence[LimitScope], tokens: int) -> LimitExceeded | Non
         if s.tpm is not None and tokens > s.tpm:
             reasons.append(f"this request reserves {tokens} tokens (prompt + max new tokens x sequences), "
                            f"more than the {s.tpm} tokens-per-minute limit of {s.id}")
-        if s.monthly_token_budget is not None and tokens > s.monthly_token_budget:
-            reasons.append(f"this request reserves {tokens} tokens, more than the whole monthly token budget "
-                           f"of {s.id} ({s.monthly_token_budget})")
     if not reasons:
         return None
     message = ("Request can never be admitted: " + "; ".join(reasons)
@@ -58,23 +54,19 @@ def never_fits(scopes: Sequence[LimitScope], tokens: int) -> LimitExceeded | Non
     return LimitExceeded("never_fits", message, None, limit_only_headers(scopes))
 
 
-def _describe(failure: Failure, tokens: int, month_end_us: int) -> str:
+def _describe(failure: Failure, tokens: int) -> str:
     what, s, _, amount = failure
     if what == "rpm":
         return f"{s.id} has made {amount} of its {s.rpm} requests per minute"
     if what == "tpm":
         return (f"{s.id} has {amount} of its {s.tpm} tokens per minute reserved and this request "
                 f"reserves {tokens}")
-    if what == "concurrency":
-        return (f"{s.id} has {amount} of its {s.max_concurrency} concurrent sequences in flight (each prompt's "
-                f"every choice, candidate or beam counts one)")
-    resets = datetime.fromtimestamp(month_end_us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return (f"{s.id} has used {amount} of its monthly token budget of {s.monthly_token_budget} and this "
-            f"request reserves {tokens}; the budget resets at {resets}")
+    return (f"{s.id} has {amount} of its {s.max_concurrency} concurrent sequences in flight (each prompt's "
+            f"every choice, candidate or beam counts one)")
 
 
 def reject(failures: Sequence[Failure], tokens: int, now_us: int, window_us: int, usage: Iterable[Usage],
-           month_end_us: int, concurrency_retry_us: int) -> LimitExceeded:
+           concurrency_retry_us: int) -> LimitExceeded:
     """The request is admitted only once every failure has cleared, so Retry-After is the latest of them."""
     kinds = {_KIND[f[0]] for f in failures}
     kind = next(k for k in _PRECEDENCE if k in kinds)
@@ -82,10 +74,9 @@ def reject(failures: Sequence[Failure], tokens: int, now_us: int, window_us: int
     retry_us = max(waits)
     retry_after = retry_us / 1_000_000
     ordered = sorted(failures, key=lambda f: _PRECEDENCE.index(_KIND[f[0]]))
-    head = {"budget": "Monthly token budget exhausted", "rate_limit": "Rate limit reached",
-            "concurrency": "Too many concurrent requests"}[kind]
+    head = {"rate_limit": "Rate limit reached", "concurrency": "Too many concurrent requests"}[kind]
     note = " (in-flight requests must finish first; this is a polling hint)" if kind == "concurrency" else ""
-    message = (f"{head}: " + "; ".join(_describe(f, tokens, month_end_us) for f in ordered)
+    message = (f"{head}: " + "; ".join(_describe(f, tokens) for f in ordered)
                + f". Retry after {retry_after:.3f} s{note}.")
     headers = rate_headers(now_us, window_us, usage)
     headers.update(retry_after_header(retry_after, ms=True))

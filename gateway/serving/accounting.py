@@ -40,6 +40,7 @@ class Accounting:
         self.dispatched = self.started  # set when admitted: what came before is the gateway's validation
         self.first_token: float | None = None
         self.ticket = None
+        self.budget_hold = None  # what the request reserved on its budgets (budget_gate.py)
         self.reached_worker = False
         self.prompt_tokens = self.completion_tokens = self.compute_tokens = 0
         self.streamed_tokens = 0  # tokens seen before a Done (what a cancelled stream is billed)
@@ -56,9 +57,12 @@ class Accounting:
 
     async def admit(self, parsed: Parsed) -> None:
         self.expected_dones = len(parsed.requests)
-        if self.services.spending is not None:  # a spent hard budget refuses before anything is reserved
-            await self.services.spending.check(self.principal)
-        self.ticket = await admission.admit(self.services.limiter, self.services.router, self.principal, parsed)
+        services = self.services
+        tokens = admission.reservation(services.router, parsed)
+        # budgets first: a request refused by one takes no rate-limit capacity
+        self.budget_hold = await services.budgets.reserve(self.principal, parsed.model, tokens, self.arrived)
+        self.ticket = await admission.admit_tokens(services.limiter, self.principal, tokens,
+                                                   admission.sequences(parsed))
         self.reached_worker = True
         self.dispatched = time.perf_counter()
 
@@ -115,6 +119,9 @@ class Accounting:
         used = self.prompt_tokens + self.compute_tokens
         if self.ticket is not None:
             await self.services.limiter.settle(self.ticket, used)
+        if self.budget_hold is not None:  # the ledger's cost rule: output = the larger of compute and completion
+            await self.services.budgets.settle(self.budget_hold, self.prompt_tokens,
+                                               max(self.compute_tokens, self.completion_tokens), self.compute_tokens)
         latency = (time.perf_counter() - self.started) * 1000
         metrics.observe(self, status)
         self.outcome.update(request_id=self.request_id, status=status, route=self.route,

@@ -1,11 +1,12 @@
 """Admission of a parsed request against its key's and its team's limits: which scopes apply, how many
-tokens to reserve; a refusal is the 429 (503 while the limiter is unavailable and fails closed)."""
+tokens to reserve; a refusal is the 429 (503 while the limiter is unavailable and fails closed). Budgets are
+reserved before, with the same token count (gateway/serving/budget_gate.py)."""
 
 from __future__ import annotations
 
 from auth import Principal
 from common.protocol import PromptOverhead
-from gateway.errors import NeverFits, QuotaExceeded, RateLimited, Unavailable
+from gateway.errors import NeverFits, RateLimited, Unavailable
 from gateway.limits import Limiter, LimiterUnavailable, LimitExceeded, LimitScope, Ticket
 from gateway.limits.tokens import request_reservation
 from gateway.replicas.pool import ReplicaRouter
@@ -14,18 +15,13 @@ from gateway.serving.dialect import Parsed
 DEFAULT_CONTEXT = 4096  # a model no worker has described yet (ModelConfig's default max_context)
 
 
-async def admit(limiter: Limiter, router: ReplicaRouter, principal: Principal, parsed: Parsed) -> Ticket:
-    """Reserve against every limit of the key and the team, or raise the refusal."""
-    return await admit_tokens(limiter, principal, reservation(router, parsed), sequences(parsed))
-
-
 async def admit_tokens(limiter: Limiter, principal: Principal, tokens: int, sequences: int = 1) -> Ticket:
     """One request, `tokens` tokens and `sequences` concurrency slots against every limit of the key and the
     team (a tokenizer call reserves no tokens and one slot), or raise the refusal."""
     try:
         return await limiter.admit(scopes(principal), tokens, sequences)
     except LimitExceeded as refusal:
-        kind = {"budget": QuotaExceeded, "never_fits": NeverFits}.get(refusal.kind, RateLimited)
+        kind = NeverFits if refusal.kind == "never_fits" else RateLimited
         raise kind(refusal.message, headers=refusal.headers) from refusal
     except LimiterUnavailable as exc:
         raise Unavailable("rate limiting is unavailable; retry shortly", code="limiter_unavailable") from exc
@@ -37,8 +33,7 @@ def scopes(principal: Principal) -> list[LimitScope]:
                                   ("team", principal.team_id, principal.team_limits)):
         if limits is not None:
             found.append(LimitScope(id=f"{prefix}:{owner}", rpm=limits.rpm, tpm=limits.tpm,
-                               max_concurrency=limits.max_concurrency,
-                               monthly_token_budget=limits.monthly_token_budget))
+                               max_concurrency=limits.max_concurrency))
     return found
 
 

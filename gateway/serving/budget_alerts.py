@@ -1,6 +1,7 @@
 """Sends a spend budget's alert to its webhook and its e-mail addresses (Settings' `[budget_alerts]`).
 
-Beside the request path, never on it: `gateway/serving/spending.py` starts a task per alert. Each destination
+Beside the request path, never on it: `gateway/serving/budget_gate.py` starts a task per alert, when a
+settlement carries the spend across a threshold. Each destination
 gets at most `attempts` tries with a doubling pause, each bounded by `timeout_s`; a failure is logged and
 dropped (the threshold is already recorded as sent, so a fleet never sends it twice). The webhook body is JSON
 signed with HMAC-SHA256 under `webhook_secret`: header `x-sluice-signature: sha256=<hex of the body's MAC>`.

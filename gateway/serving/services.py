@@ -13,8 +13,9 @@ from gateway.endpoints.adapters import AdapterRegistry
 from gateway.endpoints.service import Endpoints
 from gateway.limits import Limiter
 from gateway.replicas.pool import ReplicaRouter
+from gateway.serving.budget_gate import BudgetGate
 from gateway.serving.health_probe import GenerationProbe
-from gateway.serving.spending import SpendGate
+from gateway.serving.spending import SpendReader
 from gateway.serving.worker_client import WorkerClient
 
 DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.replicas.pool)
@@ -30,7 +31,8 @@ class Services:
     started_at: float  # unix time, `created` of /v1/models
     workers: WorkerClient  # every call to a worker goes through it
     probe: GenerationProbe  # GET /health_generate
-    spending: SpendGate | None = None  # budgets in money (None without a ledger: nothing to measure spend by)
+    budgets: BudgetGate  # every budget, in tokens and in money: reserved at admission, settled at the end
+    spending: SpendReader | None = None  # the views' figures of budgets (None without a ledger to read)
 
     @property
     def adapters(self) -> AdapterRegistry:

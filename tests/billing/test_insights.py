@@ -11,6 +11,7 @@ from billing.filters import NO_USER, Filters, Selection
 from billing.insights.month import month_to_date
 from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking
+from billing.records import BUDGET_REFUSED
 from tests.billing.factory import usage
 from tests.billing.http import auth, ts, usage_client
 from tests.billing.usage_data import (
@@ -97,7 +98,10 @@ async def check_overview(ledger, client, entries, selection):
     t = view.totals
     assert (t.ok, t.cancelled, t.errors, t.rejected) == tuple(
         sum(e.usage.status == s for e in rows) for s in ("ok", "cancelled", "error", "rejected"))
-    assert t.rate_limited == sum(e.usage.error_status == 429 for e in rows) == sum(view.series.rate_limited)
+    rate_limited = sum(e.usage.error_status == 429 and e.usage.error_code != BUDGET_REFUSED for e in rows)
+    assert t.rate_limited == rate_limited == sum(view.series.rate_limited)
+    budget_refused = sum(e.usage.error_code == BUDGET_REFUSED for e in rows)  # 429 or 402, never a rate limit
+    assert t.budget_refused == budget_refused == sum(view.series.budget_refused)
     assert view.error_rate == ((t.errors + t.rejected) / t.requests if t.requests else 0.0)
     colds = [e.usage.cold_start_ms for e in rows if e.usage.cold_start_ms is not None]
     assert sum(view.series.cold_starts) == len(colds)
@@ -183,6 +187,25 @@ async def test_month_to_date_of_a_young_team_measures_its_own_life(ledger):
     assert mtd.rate_window_s <= 3 * 86400  # since its first day, not a week of silence before it
     assert mtd.budget_tokens_used == 450 and mtd.projected_tokens > 450
     assert mtd.budget_tokens is None and mtd.exhausted_at is None
+
+
+async def test_under_a_day_of_traffic_projects_nothing(ledger):
+    """Issue 44: an hour's usage carried over the month read $0.26 as $158.94 at the month's end. A team with
+    less than a full day of history gets no projection; from a day on, its average rate over its whole life."""
+    now = ts("2025-06-10T12:00:00")
+    for minutes_ago in (60, 30, 1):
+        await ledger.record(usage(team_id="team-hour", time=now - minutes_ago * 60, prompt_tokens=100,
+                                  completion_tokens=50, compute_tokens=50))
+    await ledger.flush(10)
+    mtd = await month_to_date(ledger.store, "team-hour", now, budget_tokens=1000)
+    assert mtd.budget_tokens_used == 450 and mtd.used_fraction == 0.45
+    assert mtd.projected_tokens is None and mtd.projected_cost_micros is None
+    assert mtd.projected_fraction is None and mtd.exhausted_at is None
+    later = now + 86400 + 60 - 3600  # a day after its first request: the average over that day
+    mtd = await month_to_date(ledger.store, "team-hour", later)
+    assert mtd.rate_window_s == pytest.approx(86400 + 60)
+    remaining = ts("2025-07-01") - later
+    assert mtd.projected_tokens == 450 + round(450 * remaining / (86400 + 60))
 
 
 async def test_overview_and_ranking_over_http(ledger, entries):

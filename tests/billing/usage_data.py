@@ -11,7 +11,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from billing.filters import NO_USER, Selection
-from billing.records import LedgerEntry
+from billing.records import BUDGET_REFUSED, LedgerEntry
 from billing.usage import UsageQuery
 from tests.billing.factory import usage
 from tests.billing.http import ts
@@ -31,6 +31,9 @@ def make_records(n: int = 400, seed: int = 14) -> list:
         status = rnd.choices(["ok", "cancelled", "error", "rejected"], [70, 8, 7, 15])[0]
         rejected = status == "rejected"
         error_status = rnd.choice([429, 429, 422]) if rejected else 502 if status == "error" else None
+        error_code = {429: "rate_limit_exceeded", 422: "invalid_value", 502: "worker_failed"}.get(error_status)
+        if rejected and i % 4 == 0:  # a budget's refusal: 429 in OpenAI's dialects, 402 in others
+            error_code, error_status = BUDGET_REFUSED, 429 if error_status == 429 else 402
         completion = 0 if rejected else rnd.randint(1, 300)
         records.append(usage(
             request_id=f"req-{i:04d}", time=BASE + rnd.random() * SPAN_DAYS * 86400, team_id=team, key_id=key_id,
@@ -39,8 +42,7 @@ def make_records(n: int = 400, seed: int = 14) -> list:
             compute_tokens=completion * rnd.choice([1, 1, 3]), latency_ms=rnd.uniform(1, 900),
             ttft_ms=None if rejected or rnd.random() < 0.1 else rnd.uniform(1, 200),
             cold_start_ms=rnd.uniform(100, 9000) if rnd.random() < 0.1 else None,
-            error_code={429: "rate_limit_exceeded", 422: "invalid_value", 502: "worker_failed"}.get(error_status),
-            error_status=error_status, adapter=rnd.choice(["", "", "sql-lora"])))
+            error_code=error_code, error_status=error_status, adapter=rnd.choice(["", "", "sql-lora"])))
     # a request arriving on a day's first instant, and one a hair before: the edges of a rollup day
     records.append(usage(request_id="req-midnight", time=ts("2025-03-10T00:00:00"), team_id="team-a",
                          key_id="key-a", user_id="usr_1"))

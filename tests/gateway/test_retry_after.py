@@ -56,7 +56,11 @@ async def test_a_spent_budget_says_when_it_resets(gateway_app, worker):
                                headers=headers)).status_code == 200
     refused = await gateway_app.post("/generate", json=body("/generate", sampling_params={"max_new_tokens": 20}),
                                  headers=headers)
-    assert assert_retry_after(refused, 429) > 60  # the month's end, not "at once"
+    # a spent budget is exhausted quota, not a wait: no Retry-After (as OpenAI answers it), told not to retry,
+    # and the message says when the month's budget resets
+    assert refused.status_code == 429 and "exceeded your current quota" in refused.text, refused.text
+    assert "retry-after" not in refused.headers and refused.headers["x-should-retry"] == "false"
+    assert "resets at" in refused.json()["error"]["message"]
 
 
 async def test_a_request_no_wait_can_admit_says_not_to_retry(gateway_app):

@@ -1,8 +1,8 @@
-"""Budgets in money (gateway/serving/spending.py) through the real app: a hard budget, once spent, answers each
-dialect's exhausted-quota refusal (OpenAI: 429 `insufficient_quota`; Anthropic: 402 `billing_error`; the TGI-shaped
-routes: 402 as Hugging Face answers; never Retry-After), distinct from a rate
-limit; alerts at 50/80/100 % reach a real local webhook (signed) and a real local SMTP server, once per
-threshold per period, also from two gateways; budgets are validated, bounded and tenant-checked; every member
+"""Budgets in money (gateway/serving/budget_gate.py) through the real app: a hard budget without room for a request
+answers each dialect's exhausted-quota refusal (OpenAI: 429 `insufficient_quota`; Anthropic: 402 `billing_error`;
+the TGI-shaped routes: 402 as Hugging Face answers; never Retry-After), distinct from a rate limit; alerts at
+50/80/100 % reach a real local webhook (signed) and a real local SMTP server, once per threshold per period, also
+from two gateways; budgets are validated, bounded and tenant-checked; every member
 sees them (`GET /v1/team/limits`, the dashboard's Limits page)."""
 
 from __future__ import annotations
@@ -12,17 +12,20 @@ import hashlib
 import hmac
 import json
 import re
+import sqlite3
 import time
 
-import msgspec
 import pytest
 
 from auth.models import SpendBudget
+from billing.budgets import period_window
 from billing.store import open_store
+from billing.store.base import TABLE
 from gateway.config import BudgetAlertSettings, Settings
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
+from gateway.limits.budget_model import BudgetLine
 from gateway.serving.budget_alerts import AlertSender
-from gateway.serving.spending import SpendGate
+from gateway.serving.budget_gate import BudgetGate
 from testkit.protocol_worker import MODEL
 from testkit.smtp import smtp_server
 from testkit.webhook import webhook_server
@@ -31,7 +34,8 @@ from tests.gateway.generation_bodies import BODIES, body
 from tests.gateway.route_table import envelope
 
 DOLLAR = 1_000_000
-# $1 a token: the protocol worker's default answer (3 prompt tokens, 2 generated) costs $5
+# $1 a token: the protocol worker's default answer (3 prompt tokens, 2 generated) costs $5; a completion of "Hi"
+# with max_tokens=2 reserves $20 (its bound: gateway/limits/tokens.py)
 PRICES = "[pricing.models.default]\ninput = 1000000000000\noutput = 1000000000000\n"
 SECRET = "budget-tests-webhook-secret"
 LOCAL = ["127.0.0.0/8"]  # the local webhook server: a private network the operator allows here
@@ -102,13 +106,23 @@ def thresholds(hook) -> list[int]:
     return sorted(json.loads(r.body)["threshold"] for r in hook.received)
 
 
+async def until_refused(client, headers, most: int = 40) -> int:
+    """Small completions ($5 each, $20 reserved) until one is refused; how many were served."""
+    for served in range(most):
+        answer = await client.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
+        if answer.status_code != 200:
+            assert answer.json()["error"]["code"] == "insufficient_quota", answer.text
+            return served
+    raise AssertionError(f"never refused in {most} requests")
+
+
 async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alerts(priced, hooks, mail):
-    _, headers = await budget_team(priced, "Acme", amount_micros=10 * DOLLAR, webhook_url=hooks.url,
+    _, headers = await budget_team(priced, "Acme", amount_micros=100 * DOLLAR, webhook_url=hooks.url,
                                    emails=["ops@acme.example", "cfo@acme.example"])
-    for _ in range(2):  # $5 each: the budget is exactly spent
-        assert (await priced.post("/v1/completions", json=body("/v1/completions"), headers=headers)).status_code == 200
-    view = await spent(priced, headers, 10 * DOLLAR)
-    assert view["budgets"][0]["thresholds_reached"] == [50, 80, 100]
+    assert await until_refused(priced, headers) == 17  # $85 spent: $20 more would pass $100
+    view = await spent(priced, headers, 85 * DOLLAR)
+    assert view["budgets"][0]["spent_micros"] == 85 * DOLLAR
+    assert view["budgets"][0]["thresholds_reached"] == [50, 80]
 
     for path in BODIES:
         refused = await priced.post(path, json=body(path), headers=headers)
@@ -118,8 +132,7 @@ async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alert
         # `/generate` is SGLang's here (TGI's shares the path in the route table's sets)
         answer = refused.json()
         error = {"message": answer["error"]["message"]} if path == "/generate" else envelope(path, answer)
-        assert "quota" in error["message"] and "budget of 10.00 is spent" in error["message"], (path, error)
-        assert "resets at" in error["message"]
+        assert "quota" in error["message"] and "monthly budget of 100.00" in error["message"], (path, error)
         if path in OPENAI_PATHS:
             assert refused.json()["error"]["type"] == refused.json()["error"]["code"] == "insufficient_quota"
         if path in TGI_SHAPED:
@@ -128,22 +141,33 @@ async def test_a_spent_hard_budget_is_exhausted_quota_in_each_dialect_with_alert
         "/v1/chat/completions"]["messages"]}, headers=headers)
     assert messages.status_code == 402 and messages.headers["x-should-retry"] == "false"
     assert messages.json()["type"] == "error" and messages.json()["error"]["type"] == "billing_error"
-    assert "retry-after" not in messages.headers and "budget of 10.00 is spent" in messages.json()["error"]["message"]
+    assert "retry-after" not in messages.headers and "budget of 100.00" in messages.json()["error"]["message"]
+    small = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
+    assert "85.00 used in" in small.json()["error"]["message"] and "resets at" in small.json()["error"]["message"]
+    # charted apart from rate limits, whichever status the dialect answered (429 or 402)
+    refusals = 1 + len(BODIES) + 2
+    window = {"start": time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(time.time() - 3600)),
+              "end": time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(time.time() + 7200)), "granularity": "hour"}
+    for _ in range(200):
+        totals = (await priced.get("/v1/usage/overview", params=window, headers=headers)).json()["totals"]
+        if totals["requests"] >= 17 + refusals:
+            break
+        await asyncio.sleep(0.05)
+    assert (totals["requests"], totals["budget_refused"], totals["rate_limited"]) == (17 + refusals, refusals, 0)
 
-    await until(lambda: len(hooks.received) >= 3 and len(mail.delivered) >= 3, "three alerts by each channel")
+    await until(lambda: len(hooks.received) >= 2 and len(mail.delivered) >= 2, "two alerts by each channel")
     await asyncio.sleep(0.5)  # a duplicate would arrive meanwhile
-    assert thresholds(hooks) == [50, 80, 100]
+    assert thresholds(hooks) == [50, 80]
     for received in hooks.received:  # signed with the configured secret
         mac = hmac.new(SECRET.encode(), received.body, hashlib.sha256).hexdigest()
         assert received.headers["x-sluice-signature"] == f"sha256={mac}"
         assert received.path == "/hooks/budget"
     alert = json.loads(hooks.received[-1].body)
-    assert alert["period"] == "month" and alert["hard"] is True and alert["amount_micros"] == 10 * DOLLAR
-    assert len(mail.delivered) == 3
+    assert alert["period"] == "month" and alert["hard"] is True and alert["amount_micros"] == 100 * DOLLAR
+    assert len(mail.delivered) == 2
     assert all(d.recipients == ["ops@acme.example", "cfo@acme.example"] for d in mail.delivered)
     subjects = sorted(d.message["subject"] for d in mail.delivered)
-    assert [re.search(r"reached (\d+)% of its monthly budget", s).group(1) for s in subjects] == ["100", "50", "80"]
-    assert "refused" in next(d for d in mail.delivered if "100%" in d.message["subject"]).message.get_content()
+    assert [re.search(r"reached (\d+)% of its monthly budget", s).group(1) for s in subjects] == ["50", "80"]
 
 
 async def test_a_rate_limit_stays_a_retryable_429_beside_a_budget(priced):
@@ -173,34 +197,33 @@ async def test_a_soft_daily_budget_alerts_and_keeps_serving(priced, hooks):
 async def test_a_keys_budget_refuses_that_key_only(priced):
     team, _ = await budget_team(priced, "Keyed", amount_micros=1000 * DOLLAR)
     capped = await admin(priced, "POST", "/admin/keys", name="capped", team_id=team,
-                         limits={"spend_budget": {"amount_micros": 5 * DOLLAR}})
+                         limits={"spend_budget": {"amount_micros": 30 * DOLLAR}})
     other = await admin(priced, "POST", "/admin/keys", name="other", team_id=team)
     capped_headers = {"authorization": f"Bearer {capped.json()['key']}"}
     other_headers = {"authorization": f"Bearer {other.json()['key']}"}
-    assert (await priced.post("/v1/chat/completions", json=body("/v1/chat/completions"),
-                              headers=capped_headers)).status_code == 200
-    for _ in range(200):
-        budgets = (await priced.get("/v1/team/limits", headers=capped_headers)).json()["budgets"]
-        if next(b for b in budgets if b["scope"].startswith("key:"))["spent_micros"] >= 5 * DOLLAR:
-            break
-        await asyncio.sleep(0.05)
-    refused = await priced.post("/v1/chat/completions", json=body("/v1/chat/completions"), headers=capped_headers)
+    assert await until_refused(priced, capped_headers) == 3  # $15 spent: $20 more would pass $30
+    refused = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=capped_headers)
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
     assert "key's monthly budget" in refused.json()["error"]["message"]
-    assert (await priced.post("/v1/chat/completions", json=body("/v1/chat/completions"),
+    assert (await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2),
                               headers=other_headers)).status_code == 200
+
+
+def month_line(scope: str, amount: int) -> BudgetLine:
+    month = period_window("month", time.time())
+    return BudgetLine(scope, "micros", "month", month.key, month.start, month.end, amount)
 
 
 async def test_two_gateways_on_one_database_send_each_threshold_once(tmp_path, hooks):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     stores = [await open_store(url), await open_store(url)]
     settings = BudgetAlertSettings(allow_http_webhooks=True, webhook_networks=LOCAL, timeout_s=2.0)
-    gates = [SpendGate(store, AlertSender(settings), cache_s=0.0) for store in stores]
+    gates = [BudgetGate(store, None, AlertSender(settings)) for store in stores]
     budget = SpendBudget(amount_micros=10 * DOLLAR, webhook_url=hooks.url)
     try:
-        for gate in gates:  # each gateway sees the whole budget spent and announces what it reached
-            spend = await gate.spend("team:fleet", budget)
-            gate._notice(msgspec.structs.replace(spend, spent_micros=10 * DOLLAR))
+        for gate in gates:  # each gateway sees a settlement cross every threshold and announces them
+            for threshold in (50, 80, 100):
+                await gate._alert(month_line("team:fleet", 10 * DOLLAR), budget, threshold, 10 * DOLLAR)
         for gate in gates:
             await gate.close()
         assert thresholds(hooks) == [50, 80, 100]
@@ -212,15 +235,14 @@ async def test_two_gateways_on_one_database_send_each_threshold_once(tmp_path, h
 async def test_a_failing_webhook_is_retried_a_bounded_number_of_times(tmp_path, hooks):
     hooks.statuses = [500, 500, 500, 500]
     store = await open_store(f"sqlite:///{tmp_path / 'one.db'}")
-    gate = SpendGate(store, AlertSender(BudgetAlertSettings(
-        allow_http_webhooks=True, webhook_networks=LOCAL, attempts=3, timeout_s=2.0)),
-                     cache_s=0.0)
+    gate = BudgetGate(store, None, AlertSender(BudgetAlertSettings(
+        allow_http_webhooks=True, webhook_networks=LOCAL, attempts=3, timeout_s=2.0)))
     try:
-        spend = await gate.spend("team:flaky", SpendBudget(amount_micros=DOLLAR, webhook_url=hooks.url))
-        gate._notice(msgspec.structs.replace(spend, spent_micros=DOLLAR // 2))
+        line = month_line("team:flaky", DOLLAR)
+        await gate._alert(line, SpendBudget(amount_micros=DOLLAR, webhook_url=hooks.url), 50, DOLLAR // 2)
         await gate.close()
         assert len(hooks.received) == 3  # three attempts, then dropped; the threshold stays recorded
-        assert not await store.claim_alert("team:flaky", spend.window.key, 50, time.time())
+        assert not await store.claim_alert("team:flaky", line.period_key, 50, time.time())
     finally:
         await store.close()
 
@@ -275,9 +297,11 @@ async def test_budgets_are_the_teams_own(gateway_app):
 
 
 async def test_the_limits_page_shows_every_member_the_budgets_and_resets(priced):
-    team, service = await budget_team(priced, "Paged", amount_micros=8 * DOLLAR)
-    assert (await priced.post("/v1/completions", json=body("/v1/completions"), headers=service)).status_code == 200
-    await spent(priced, service, 5 * DOLLAR)
+    team, service = await budget_team(priced, "Paged", amount_micros=38 * DOLLAR)
+    for _ in range(4):  # $20 spent, 52 %: $20 more would pass $38
+        assert (await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2),
+                                  headers=service)).status_code == 200
+    await spent(priced, service, 20 * DOLLAR)
     user = (await admin(priced, "POST", "/admin/users", name="mia")).json()["id"]
     await admin(priced, "PUT", f"/admin/teams/{team}/members/{user}", role="member")
     key = (await admin(priced, "POST", "/admin/keys", name="mia", team_id=team, user_id=user,
@@ -288,9 +312,24 @@ async def test_the_limits_page_shows_every_member_the_budgets_and_resets(priced)
     page = await priced.get("/dashboard/limits")
     assert page.status_code == 200, page.text
     row = re.search(rf'<tr data-scope="team:{team}">.*?</tr>', page.text).group(0)
-    assert 'data-micros="5000000"' in row and 'data-micros="8000000"' in row and 'data-thresholds="50"' in row
+    assert 'data-micros="20000000"' in row and 'data-micros="38000000"' in row and 'data-thresholds="50"' in row
     assert "requests refused" in row and "T00:00:00Z" in row
     # the member's own key's rpm
     assert re.search(r'<tr data-scope="key:[^"]+">.*?data-label="Requests / min"><span data-n="30">30</span></td>',
                      page.text)
     assert 'href="/dashboard/limits?team_id=' in page.text and 'aria-current="page">Limits' in page.text
+
+
+async def test_a_budget_the_ledger_cannot_tell_refuses_for_now(priced, tmp_path):
+    """A budget's counter starts from the ledger: while the ledger cannot be read, its requests get a 503 with
+    Retry-After (never served unchecked), and the next request after it returns reads it again."""
+    _, headers = await budget_team(priced, "Unread", amount_micros=100 * DOLLAR)
+    with sqlite3.connect(tmp_path / "data" / "sluice.db") as db:  # the usage table goes away under the gateway
+        db.execute(f"ALTER TABLE {TABLE} RENAME TO gone")
+    refused = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1, refused.text
+    assert refused.json()["error"]["code"] == "budget_unavailable"
+    with sqlite3.connect(tmp_path / "data" / "sluice.db") as db:
+        db.execute(f"ALTER TABLE gone RENAME TO {TABLE}")
+    served = await priced.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=headers)
+    assert served.status_code == 200, served.text

@@ -1,6 +1,6 @@
-"""The small things a reader meets: service-key traffic is labelled, a month-end projection from a few hours
-says it is an early estimate, request times carry seconds, the keys page speaks the view's zone, and the
-pages have a favicon."""
+"""The small things a reader meets: service-key traffic is labelled, a team with minutes of traffic gets no
+month-end projection (one from a few days says it is an early estimate), request times carry seconds, the keys
+page speaks the view's zone, and the pages have a favicon."""
 
 from __future__ import annotations
 
@@ -34,14 +34,17 @@ async def team(dashboard_server) -> dict:
     return {"id": team, "personal": personal, "service": service}
 
 
-async def test_overview_labels_service_traffic_and_calls_a_young_projection_early(dashboard_server, team):
+async def test_overview_labels_service_traffic_and_projects_nothing_from_minutes(dashboard_server, team):
+    """Issue 44: main carried an hour's spend over the month ($0.26 -> $158.94); under a full day of traffic the
+    tile shows no projection, and says when one comes."""
     async with httpx.AsyncClient(base_url=dashboard_server.url, follow_redirects=True) as client:
         await signed_in(client, team["personal"]["key"])
         page = (await client.get("/dashboard/overview", params={"team_id": team["id"]})).text
     by_user = re.search(r'<table data-breakdown="user">.*?</table>', page, re.S).group(0)
     assert re.search(r'data-id="-"><em>service keys</em>', by_user), by_user
     caveat = re.search(r"<small data-caveat>([^<]+)</small>", page)
-    assert caveat and caveat.group(1) == "an early estimate: from 1 h of traffic"  # a team minutes old
+    assert caveat and caveat.group(1) == "after a full day of traffic", page  # a team minutes old
+    assert re.search(r'data-tile="month_projection" data-micros="">—<', page)
     assert '<link rel="icon" href="/dashboard/static/favicon.svg"' in page
     async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         icon = await client.get("/dashboard/static/favicon.svg")

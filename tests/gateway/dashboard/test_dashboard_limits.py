@@ -145,6 +145,9 @@ async def test_the_budget_panels_shares_have_thousands_separators(dashboard_serv
     await dashboard_server.ledger.record(UsageRecord(  # 4,000 + 1,000 budget tokens: 5,000 % of 100
         "overspent-1", time.time() - 5, team, key["id"], None, "small", "openai", "/v1/completions", 4000, 1000,
         1000, "ok", 10.0, 2.0, "w"))
+    await dashboard_server.ledger.record(UsageRecord(  # two days of history: a projection is made
+        "overspent-0", time.time() - 2 * 86400, team, key["id"], None, "small", "openai", "/v1/completions", 0, 0,
+        0, "ok", 10.0, 2.0, "w"))
     await dashboard_server.ledger.flush(10)
     async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         csrf = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/dashboard/login")).text).group(1)

@@ -51,8 +51,6 @@ async def test_reservation_larger_than_a_limit_never_fits(limiter):
     assert err.kind == "never_fits" and err.retry_after is None
     assert "100 tokens-per-minute limit of key:a" in err.message
     assert "retry-after" not in err.headers and err.headers["x-ratelimit-limit-tokens"] == "100"
-    err = await refused(limiter, [LimitScope("key:a", monthly_token_budget=50)], 51)
-    assert err.kind == "never_fits"
     assert (await refused(limiter, [LimitScope("key:a", rpm=0)], 1)).kind == "never_fits"
 
 
@@ -127,40 +125,6 @@ async def test_every_slot_of_an_unsettled_ticket_is_reclaimed_after_its_lease(li
     await limiter.admit(key, 0, sequences=3)  # its gateway "crashes"
     clock.advance(300)
     await limiter.admit(key, 0, sequences=3)
-
-
-async def test_budget_refused_as_its_own_kind_until_the_month_ends(limiter, clock):
-    clock.us = int(datetime(2025, 1, 31, 23, 59, 0, tzinfo=UTC).timestamp()) * 1_000_000
-    key = [LimitScope("key:a", monthly_token_budget=1000, rpm=1000)]
-    t = await limiter.admit(key, 800)
-    await limiter.settle(t, 300)  # refund 500: 300 used
-    await limiter.admit(key, 700)
-    err = await refused(limiter, key, 1)
-    assert err.kind == "budget" and err.retry_after == pytest.approx(60.0)
-    assert "2025-02-01T00:00:00Z" in err.message
-    clock.advance(59.999999)
-    assert (await refused(limiter, key, 1)).kind == "budget"
-    clock.advance(0.000001)
-    await limiter.admit(key, 1000)  # February: a fresh budget
-
-
-async def test_budget_resets_across_the_year_end(limiter, clock):
-    clock.us = int(datetime(2025, 12, 31, 23, 0, 0, tzinfo=UTC).timestamp()) * 1_000_000
-    key = [LimitScope("key:a", monthly_token_budget=10)]
-    await limiter.admit(key, 10)
-    err = await refused(limiter, key, 10)
-    assert err.retry_after == pytest.approx(3600.0)
-    clock.advance(3600)
-    await limiter.admit(key, 10)
-
-
-async def test_budget_takes_precedence_and_retry_is_the_latest_blocker(limiter, clock):
-    key = [LimitScope("key:a", rpm=1, monthly_token_budget=10)]
-    await limiter.admit(key, 10)
-    err = await refused(limiter, key, 5)
-    assert err.kind == "budget"
-    end_of_march = datetime(2025, 4, 1, tzinfo=UTC).timestamp()
-    assert err.retry_after == pytest.approx(end_of_march - clock())
 
 
 async def test_degenerate_inputs(limiter):
