@@ -10,8 +10,11 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
+from common.protocol import Token
 from testkit.admin import admin, admin_headers
+from testkit.protocol_worker import MODEL, Reply, sluice_on_protocol_worker, tokens
 from testkit.stub_gateway import ADMIN_KEY
 from tests.security.stub_served import stub_served
 
@@ -57,3 +60,27 @@ def test_a_failed_endpoint_tells_tenants_a_fixed_reason_and_the_operator_the_det
         assert status["reason"] in FIXED_REASONS and SECRET_DIR in status["detail"]
         health = httpx.get(f"{server.url}/health", headers=admin_headers(server), timeout=30)
         assert SECRET_DIR in health.json()["reason"]
+
+
+WORKER_FAULTS = {
+    "connection refused before an answer": [Reply.dropped()],
+    "connection lost mid-answer": [Reply.dropped(tokens()[:2])],
+    # msgspec builds a struct unchecked: this one is encoded with a string where the contract has an int
+    "an event off the contract": [Reply([tokens()[0], Token(index="not a number", token_id=1, text="a")])],
+    "the worker secret refused": [Reply.refused(401, "unauthorized", f"secret mismatch in {SECRET_DIR}/worker.env")],
+}
+
+
+@pytest.mark.parametrize("fault", WORKER_FAULTS)
+def test_a_worker_fault_tells_tenants_neither_addresses_nor_exception_text(tmp_path, fault):
+    """One request each: the fault ejects the only replica for a while (a stream's error event carries the same
+    error as this answer)."""
+    with sluice_on_protocol_worker(tmp_path / "gw", ADMIN_KEY) as (server, worker):
+        worker.replies = WORKER_FAULTS[fault]
+        answer = httpx.post(f"{server.url}/v1/chat/completions", timeout=120,
+                            headers={"authorization": f"Bearer {server.api_key}"},
+                            json={"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
+        assert answer.status_code >= 500 and answer.json()["error"]["message"], answer.text[:300]
+        host = worker.url.removeprefix("http://")
+        assert host not in answer.text and SECRET_DIR not in answer.text, (fault, answer.text[:500])
+        assert "Error" not in answer.text.replace("_error", "") and "$." not in answer.text, (fault, answer.text)
