@@ -11,6 +11,7 @@ expire and are purged, and stored responses stop well before the ledger's disk r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -106,6 +107,17 @@ def test_one_stored_response_is_bounded(server):
     refused(create(server, key, input="Hi", instructions=long_input), 400, "stored_response_too_large", "input")
     assert create(server, key, input=long_input, store=False).status_code == 200  # not stored: served
 
+    # an output that takes a response past the bound while it runs: served, not stored, and says so
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
+    near = "word " * ((MAX_RESPONSE_BYTES - 1500) // 5)
+    whole = client.responses.create(model=MODEL, input=near, max_output_tokens=600)
+    assert whole.store is False and len(whole.output_text) >= 2000
+    streamed = create(server, key, input=near, max_output_tokens=600, stream=True)
+    last = json.loads([line for line in streamed.text.splitlines() if line.startswith("data: ")][-1][6:])
+    assert last["type"] == "response.incomplete" and last["response"]["store"] is False  # cut by max_output_tokens
+    for response_id in (whole.id, last["response"]["id"]):
+        assert retrieve(server, key, response_id).status_code == 404
+
     # a conversation that grows by previous_response_id is refused once what it would store passes the bound
     previous, turns = None, 0
     while (answer := create(server, key, input="word " * 600, previous_response_id=previous)).status_code == 200:
@@ -156,9 +168,10 @@ def test_concurrent_creates_never_pass_the_quota(server):
     kept = [i for i in served_ids if retrieve(server, key, i).status_code == 200]
     assert len(kept) == TEAM_MAX_RESPONSES
     # a create that passed the first look but lost the race at its insert was served, and says it was not stored
-    for answer in answers:
-        if answer.status_code == 200 and answer.json()["id"] not in kept:
-            assert answer.json()["store"] is False
+    lost = [a.json() for a in answers if a.status_code == 200 and a.json()["id"] not in kept]
+    assert all(answer["store"] is False for answer in lost)
+    print(f"\n12 concurrent creates, quota {TEAM_MAX_RESPONSES}: {len(kept)} stored, {len(lost)} served unstored "
+          f"(lost the race at the insert), {len(answers) - len(served_ids)} refused before any work")
 
 
 def test_responses_expire_and_are_purged(tmp_path):
