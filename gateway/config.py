@@ -79,6 +79,18 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
         return f"BudgetAlertSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `[responses]` table: what the Responses API keeps of a `store: true` response, per team
+    (gateway/dialects/responses/store.py)."""
+
+    retention_s: Annotated[float, msgspec.Meta(gt=0, le=366 * 86_400)] = 30 * 86_400.0  # OpenAI's 30 days
+    # one stored response: its object (instructions, tools, metadata, output) and the conversation it continues
+    max_response_bytes: Annotated[int, msgspec.Meta(ge=1024, le=64 << 20)] = 1 << 20
+    team_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 128 << 20  # all of one team's stored responses
+    team_max_responses: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+    sweep_interval_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 60.0  # expired responses purged this often
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
@@ -130,6 +142,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
     budget_alerts: BudgetAlertSettings = msgspec.field(default_factory=BudgetAlertSettings)
+    responses: ResponsesSettings = msgspec.field(default_factory=ResponsesSettings)
 
     def __repr__(self) -> str:  # the secrets never reach a log line or a traceback
         hidden = {name: "***" for name in SECRETS if getattr(self, name)}

@@ -82,7 +82,8 @@ async def delete_endpoint(services: Services, name: str) -> Response:
 
 @get("/v1/endpoints", summary="The endpoints this key may call, with their state")
 async def visible_endpoints(request: Request, services: Services) -> Response:
-    """A team sees how each endpoint is doing, not how it is deployed (sources, provisioner settings)."""
+    """A team sees how each endpoint is doing, not how it is deployed (sources, provisioner settings): a failure
+    as its fixed phrase, never its detail."""
     data = [{"id": s.name, "object": "endpoint", "state": s.state, "reason": s.reason, "replicas": s.replicas,
              "waiting": s.waiting, "private": s.spec.private} for s in services.endpoints.visible(request.user)]
     return Response(_json.encode({"object": "list", "data": data}), media_type="application/json")

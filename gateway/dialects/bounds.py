@@ -30,6 +30,10 @@ LOGIT_BIAS_RANGE = 100.0  # every bias in [-100, 100], as OpenAI requires
 # the worker's grammar_compile_timeout_s; these keep one request's grammar far below that.
 MAX_GRAMMAR_BYTES = 65_536  # UTF-8 bytes of the grammar's text (a schema as the JSON it was sent as)
 MAX_ENUM_VALUES = 1024  # values of one `enum` in a schema
+# `metadata` of a Responses request is stored with the response: OpenAI's own bounds (16 pairs of strings)
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
 
 
 def at_most(items: Sized | None, limit: int, param: str, what: str) -> None:
@@ -75,6 +79,26 @@ def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
               f"logit_bias values must be between {-LOGIT_BIAS_RANGE:g} and {LOGIT_BIAS_RANGE:g}", "logit_bias")
         result[int(key)] = value
     return result
+
+
+def metadata(pairs: dict | None, param: str = "metadata") -> None:
+    """OpenAI's `metadata`: at most MAX_METADATA_PAIRS pairs of strings, keys at most MAX_METADATA_KEY_CHARS and
+    values MAX_METADATA_VALUE_CHARS characters. A long key is named by its first characters only."""
+    if pairs is None:
+        return
+    if len(pairs) > MAX_METADATA_PAIRS:
+        fail(f"Invalid '{param}': too many properties. Expected an object with at most {MAX_METADATA_PAIRS} "
+             f"properties, but got an object with {len(pairs)} properties instead.", param)
+    for key, value in pairs.items():
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            fail(f"Invalid '{param}': key {key[:MAX_METADATA_KEY_CHARS]!r}... too long. Expected a string with "
+                 f"maximum length {MAX_METADATA_KEY_CHARS}, but got a string with length {len(key)} instead.", param)
+        if not isinstance(value, str):
+            fail(f"Invalid type for '{param}.{key}': expected a string, but got {type(value).__name__} instead.",
+                 param)
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            fail(f"Invalid '{param}.{key}': string too long. Expected a string with maximum length "
+                 f"{MAX_METADATA_VALUE_CHARS}, but got a string with length {len(value)} instead.", param)
 
 
 def grammar(text: str, param: str, schema: object = None) -> None:

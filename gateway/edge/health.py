@@ -35,7 +35,7 @@ async def health(request: Request, services: Services) -> Response:
     if await is_admin_caller(request):
         body["endpoints"] = {status.name: status.state for status in states}
         if unready:
-            reasons = ", ".join(f"{s.name} ({s.state}{': ' + s.reason if s.reason else ''})" for s in unready)
+            reasons = ", ".join(f"{s.name} ({s.state}{': ' + s.detail if s.detail else ''})" for s in unready)
             body["reason"] = f"no ready worker for: {reasons}"
     elif unready:
         body["reason"] = "no ready worker for some endpoints"

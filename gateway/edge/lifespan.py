@@ -32,6 +32,8 @@ from billing.wal_home import OrphanSweeper, WalHome
 from common.errors import StoreUnavailable
 from gateway.authentication.middleware import STATE_KEY
 from gateway.config import Settings
+from gateway.dialects.responses.store import policy_of, response_store
+from gateway.dialects.responses.sweep import ResponseSweeper
 from gateway.edge import startup_failure as shutdown
 from gateway.endpoints.errors import InvalidEndpoint
 from gateway.endpoints.provisioners.base import Provisioner
@@ -218,6 +220,8 @@ class GatewayServices(InitPluginProtocol):
                 raise StartupError(f"cannot publish to CloudWatch ({_cause(error)}): set cloudwatch.region (or "
                                    "AWS_REGION), or unset cloudwatch.namespace") from error
             opened.push_async_callback(publisher.start().stop)
+        responses = response_store(auth.store.db, policy_of(settings))
+        opened.push_async_callback(ResponseSweeper(responses, settings.responses.sweep_interval_s).start().stop)
         workers = WorkerClient(endpoints)
         probe = GenerationProbe(workers, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)

@@ -98,7 +98,8 @@ class EndpointController:
                                  burst_factor=settings.burst_factor,
                                  capacity=spec.max_batch_size + spec.max_queue)
         self.members: dict[str, Member] = {}
-        self.failure: str | None = None
+        self.failure: str | None = None  # why it failed, in full: the operator's (log, admin views)
+        self.failure_reason: str | None = None  # the same in a fixed phrase: what a tenant is told
         self.stopping = False
         self.desired = 0
         self.start_streak = 0
@@ -139,7 +140,7 @@ class EndpointController:
                                  capacity=spec.max_batch_size + spec.max_queue)
         if self.failure is not None:
             log.info("endpoint_failure_cleared", endpoint=self.name)
-            self.failure, self.start_streak, self._next_start = None, 0, -math.inf
+            self.failure, self.failure_reason, self.start_streak, self._next_start = None, None, 0, -math.inf
         self.poke()
 
     def stop_accepting(self) -> None:
@@ -348,7 +349,7 @@ class EndpointController:
             log.warning("replica_lost", endpoint=self.name, replica=member.replica_id, reason=exit.reason)
             return
         if exit.load_failed:
-            self._fail(f"weights failed to load: {exit.reason}")
+            self._fail("weights failed to load", exit.reason)
             return
         self._start_failed(member, exit.reason)
 
@@ -357,7 +358,7 @@ class EndpointController:
         log.warning("replica_start_failed", endpoint=self.name, replica=member.replica_id, streak=self.start_streak,
                     reason=reason)
         if self.start_streak >= self.settings.start_failures:
-            self._fail(f"crash loop: {self.start_streak} replicas in a row exited while starting; last: {reason}")
+            self._fail("crash loop", f"{self.start_streak} replicas in a row exited while starting; last: {reason}")
         else:
             self._next_start = self.clock() + min(30.0, 0.5 * 2 ** (self.start_streak - 1))
 
@@ -426,9 +427,12 @@ class EndpointController:
         if member.replica is not None:
             await self.router.remove_replica(self.name, member.replica)
 
-    def _fail(self, reason: str) -> None:
-        self.failure = reason
-        log.error("endpoint_failed", endpoint=self.name, reason=reason)
+    def _fail(self, reason: str, detail: str) -> None:
+        """`reason`, a fixed phrase, is all a tenant learns (a 503's `endpoint_reason`, `GET /v1/endpoints`);
+        `detail` (a worker's last line: paths, an exception) stays with the operator: the log, the admin API,
+        `/health` for an admin key."""
+        self.failure, self.failure_reason = f"{reason}: {detail}", reason
+        log.error("endpoint_failed", endpoint=self.name, reason=self.failure)
         self.activator.reject_all("endpoint_failed", "the endpoint failed")
         for member in list(self.members.values()):
             task = asyncio.create_task(self._remove(member))
@@ -453,7 +457,7 @@ class EndpointController:
     def availability(self) -> Availability:
         state = self.state
         if state == "failed":
-            return Availability(state, self.failure, FAILED_RETRY_AFTER_S)
+            return Availability(state, self.failure_reason, FAILED_RETRY_AFTER_S)
         if state in ("starting", "scaled_to_zero"):
             starts = [self.clock() - m.since for m in self.members.values() if not m.ready]
             return Availability(state, None, max(1.0, self.expected_start_s - max(starts, default=0.0)))
@@ -462,7 +466,7 @@ class EndpointController:
     def status(self) -> EndpointStatus:
         ready, starting = self._counts()
         draining = sum(1 for m in self.members.values() if m.draining)
-        return EndpointStatus(name=self.name, state=self.state, reason=self.failure,
+        return EndpointStatus(name=self.name, state=self.state, reason=self.failure_reason, detail=self.failure,
                               replicas=ReplicaCounts(ready, starting, draining), desired_replicas=self.desired,
                               in_flight=self.in_flight, waiting=self.activator.waiting,
                               spec=self.spec)

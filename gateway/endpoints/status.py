@@ -21,12 +21,13 @@ class ReplicaCounts(msgspec.Struct):
 class EndpointStatus(msgspec.Struct):
     name: str
     state: State
-    reason: str | None  # why it failed (weights failed to load, crash loop, no capacity)
+    reason: str | None  # why it failed, a fixed phrase a tenant may see (weights failed to load, crash loop)
     replicas: ReplicaCounts
     desired_replicas: int
     in_flight: int
     waiting: int  # requests queued in the activator
     spec: EndpointSpec
+    detail: str | None = None  # the reason in full (a worker's last line: paths, exceptions): operator views only
 
     @property
     def healthy(self) -> bool:

@@ -6,7 +6,9 @@ An `attempt` is one try on one replica. Its failures before the first event reac
 result): nothing was relayed, so another replica can take the request invisibly. Once an event was
 relayed the client has seen output, and a broken connection is `WorkerLost` instead. A worker's `Error`
 event is raised as the gateway's error, before the first token (a real status) or mid-stream (the
-dialect's stream error), never passed on as an event.
+dialect's stream error), never passed on as an event. A fault of ours (an unreachable worker, a broken
+connection, an unreadable event, a refused worker secret) is told to the client in fixed words; its detail
+(addresses, exception text) goes to the log only.
 
 An `exchange` fails the same way before its answer: unreachable, a 5xx or a retryable worker `Error` is
 `RetryElsewhere`; any other worker `Error` is the gateway's error. Moving a call to another replica is
@@ -37,6 +39,8 @@ from gateway.replicas.pool import Replica
 from gateway.replicas.transport import WorkerConnectionError
 
 log = structlog.get_logger("gateway")
+# what a client is told of a worker fault: no worker address, no exception text (the log line has them)
+UNREACHABLE = "a worker of this model is unreachable; retry shortly"
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 
 
@@ -61,7 +65,8 @@ def worker_error(error: Error) -> SluiceError:
         return ContextTooLong(error.message, param=error.field, max_context=error.max_context,
                               prompt_tokens=error.prompt_tokens, max_tokens=error.max_tokens)
     if error.kind == "unauthorized":  # our configuration, not the client's key: SLUICE_WORKER_SECRET differs
-        return UpstreamFailed(f"a worker refused this gateway's worker secret: {error.message}")
+        log.error("worker_secret_refused", reason=error.message)
+        return UpstreamFailed("a worker refused this gateway's worker secret (the operator's configuration)")
     kind = _BY_STATUS.get(ERROR_STATUS.get(error.kind, 500), UpstreamFailed)
     return kind(error.message, param=error.field) if kind is ValidationFailed else kind(error.message)
 
@@ -92,7 +97,8 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                     except msgspec.DecodeError as exc:
                         # an event off the contract: the same request gets the same answer from any replica,
                         # so no retry, and this replica stays healthy (other requests are not refused)
-                        raise UpstreamFailed(f"the worker sent an event the gateway cannot read ({exc})") from exc
+                        log.warning("worker_event_unreadable", url=replica.url, error=str(exc))
+                        raise UpstreamFailed("the worker sent an event the gateway cannot read") from exc
                     if isinstance(event, Error):  # never relayed as an event: a dialect would skip it
                         if not relayed and retried_elsewhere(event):
                             raise RetryElsewhere(worker_error(event), replica_fault=event.kind != "overloaded")
@@ -109,9 +115,10 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                     yield event
     except WorkerConnectionError as exc:
         if relayed:
-            raise WorkerLost(f"the worker connection broke mid-generation ({exc})") from exc
+            log.warning("worker_lost", url=replica.url, error=str(exc))
+            raise WorkerLost("the worker connection broke mid-generation") from exc
         log.warning("replica_unreachable", url=replica.url, error=repr(exc))
-        raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
+        raise RetryElsewhere(Unavailable(UNREACHABLE), replica_fault=True) from exc
     if not relayed:
         raise RetryElsewhere(UpstreamFailed("the worker closed the stream without a result"), replica_fault=True)
 
@@ -124,7 +131,7 @@ async def exchange(replica: Replica, path: str, body: bytes) -> AsyncIterator[by
             answer = await response.aread()
     except WorkerConnectionError as exc:
         log.warning("replica_unreachable", url=replica.url, error=repr(exc))
-        raise RetryElsewhere(Unavailable(f"worker {replica.url} is unreachable"), replica_fault=True) from exc
+        raise RetryElsewhere(Unavailable(UNREACHABLE), replica_fault=True) from exc
     if response.status_code != 200:
         raise _refusal(response.status_code, answer)
     yield answer

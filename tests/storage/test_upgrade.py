@@ -30,11 +30,13 @@ OLD_TABLE = ("CREATE TABLE {table} (version INTEGER PRIMARY KEY, description TEX
 OLD_BILLING_TABLE = "CREATE TABLE {table} (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
 TABLES = {"sqlite": "SELECT name FROM sqlite_master WHERE type = 'table'",
           "postgres": "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"}
-# (schema, versions the old database holds); auth, billing and endpoints are one version behind the code
+# (schema, versions the old database holds); auth, billing, endpoints and responses are behind the code
 OLD = [(AUTH, [1, 2]), (BILLING, [1, 2, 3]), (ENDPOINTS, [1]), (RESPONSES, [1])]
 OLD_POSTGRES = [*OLD, (FLEET, [1])]  # the fleet's state lives only in PostgreSQL
 DATA = ["INSERT INTO teams (id, name, limits, created_at) VALUES ('team_old', 'old team', NULL, 1.0)",
-        "INSERT INTO endpoints (name, origin, body, updated_at) VALUES ('old-endpoint', 'api', '{}', 1.0)"]
+        "INSERT INTO endpoints (name, origin, body, updated_at) VALUES ('old-endpoint', 'api', '{}', 1.0)",
+        "INSERT INTO stored_responses (team_id, id, created_at, response, messages) "
+        "VALUES ('team_old', 'resp_old', 1.0, '{\"é\": 1}', '[]')"]
 
 
 def old_statements(dialect: str) -> list[str]:
@@ -96,7 +98,9 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         assert billing_versions[:3] == [(1, 1000), (2, 2000), (3, 3000)]
         endpoint_versions = await versions(db, ENDPOINTS)
         assert [v for v, _ in endpoint_versions] == [1, 2] and endpoint_versions[0] == (1, 1000)
-        assert await versions(db, RESPONSES) == [(1, 1000)]
+        responses_versions = await versions(db, RESPONSES)  # 2: stored bytes, counted for the team's quota
+        assert [v for v, _ in responses_versions] == [1, 2] and responses_versions[0] == (1, 1000)
+        assert await db.fetchone("SELECT bytes FROM stored_responses WHERE id = 'resp_old'") == (11,)  # UTF-8 bytes
         if fleet is not None:
             assert await versions(db, FLEET) == [(1, 1000)]
         # the old rows are there, and so are the tables of the versions applied now

@@ -15,16 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import structlog
 
 from common.protocol import Done, Event, Finish, GenerateRequest, SamplingParams, Token, ToolCall, ToolCallDelta
+from gateway.dialects import bounds
 from gateway.dialects.openai.errors import chat_wording
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.responses.request import TOLERATED, ResponsesBody, input_turns, text_format, tools
+from gateway.dialects.responses.store import NOT_STORED
 from gateway.errors import UnknownParameter
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Meta, Parsed, check, convert, required
 
 _json = msgspec.json.Encoder()
+log = structlog.get_logger("gateway")
 
 
 @dataclass
@@ -87,6 +91,7 @@ class OpenAIResponses(OpenAIFamily):
         self.refuse_unknown(payload, ResponsesBody)
         body = convert(payload, ResponsesBody)
         required(bool(body.model), "model")
+        bounds.metadata(body.metadata)
         turns = self.history + input_turns(body.input)
         messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + turns
         check(body.max_output_tokens is None or body.max_output_tokens >= 1, "max_output_tokens must be at least 1",
@@ -133,10 +138,20 @@ class OpenAIResponses(OpenAIFamily):
         self.pending = (response, [*parsed.options.turns, assistant_turn(finish)])
         return response
 
-    async def store_pending(self) -> None:
+    async def store_pending(self) -> dict | None:
+        """Store the finished response. One that no longer fits (its output took it past the bound, or the team's
+        quota filled while it ran) is answered unstored: its object then says `store: false`, and is returned
+        for the caller to send so."""
         pending, self.pending = self.pending, None
-        if pending is not None and self.save is not None:
+        if pending is None or self.save is None:
+            return None
+        try:
             await self.save(*pending)
+        except NOT_STORED as refused:
+            log.warning("responses.not_stored", code=refused.code, response_id=pending[0]["id"])
+            pending[0]["store"] = False
+            return pending[0]
+        return None
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         (choice,) = results[0].ordered()

@@ -2,32 +2,36 @@
 
 Responses are stored unless `store` is false (OpenAI's default is to store), per team: the routes and
 `previous_response_id` see only the caller's team's responses; another team's id is a 404, as is one that
-never existed."""
+never existed, or one past its retention. A create that could not be stored (over the size of one stored
+response, a team at its quota, storage low: gateway/dialects/responses/store.py) is refused before any work."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import Request, Router, delete, get, post
 from litestar.di import Provide
 from litestar.response import Response, Stream
 
 from auth import Principal
 from common.json_body import read_json
+from gateway.dialects import bounds
 from gateway.dialects.openapi import documented
 from gateway.dialects.responses.dialect import OpenAIResponses
 from gateway.dialects.responses.request import ResponsesBody
-from gateway.dialects.responses.store import ResponseStore, response_store
+from gateway.dialects.responses.store import ResponseStore, policy_of, response_store
 from gateway.errors import NotFound, SluiceError, ValidationFailed
 from gateway.serving.pipeline import handle_generation
 from gateway.serving.services import Services
 
 DEFAULT = OpenAIResponses()  # renders the errors of these routes
+_json = msgspec.json.Encoder()
 MAX_ID_CHARS = 128
 
 
 def store_of(services: Services) -> ResponseStore:
-    return response_store(services.auth.store.db)
+    return response_store(services.auth.store.db, policy_of(services.settings))
 
 
 async def stored(services: Services, principal: Principal, response_id: str, param: str):
@@ -53,7 +57,14 @@ async def create(request: Request, services: Services, payload: Any) -> Response
     except SluiceError as error:
         return DEFAULT.error_response(error)
     store = store_of(services)
-    keep = not (isinstance(payload, dict) and payload.get("store") is False)
+    keep = isinstance(payload, dict) and payload.get("store") is not False  # not a dict: parse refuses it
+    if keep:
+        try:  # the stored size before the output: the body as sent and the conversation it continues
+            metadata = payload.get("metadata")
+            bounds.metadata(metadata if isinstance(metadata, dict) else None)  # its own error before the size's
+            await store.admit(principal.team_id, len(_json.encode(payload)) + len(_json.encode(history)), "input")
+        except SluiceError as error:
+            return DEFAULT.error_response(error)
 
     async def save(response: dict, messages: list[dict]) -> None:
         await store.save(principal.team_id, response, messages)
@@ -61,7 +72,9 @@ async def create(request: Request, services: Services, payload: Any) -> Response
     dialect = OpenAIResponses(history, save if keep else None)
     answer = await handle_generation(request, services, dialect, "/v1/responses", payload)
     if not isinstance(answer, Stream) and (answer.status_code or 200) == 200:  # None: the route's own 200
-        await dialect.store_pending()  # a collected answer (a stream stores its own before it ends)
+        # a collected answer (a stream stores its own before it ends); one that no longer fit says store: false
+        if (unstored := await dialect.store_pending()) is not None:
+            answer.content = _json.encode(unstored)
     return answer
 
 
