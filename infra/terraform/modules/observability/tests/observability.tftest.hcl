@@ -2,6 +2,12 @@ mock_provider "aws" {
   mock_data "aws_caller_identity" {
     defaults = { account_id = "123456789012" }
   }
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_data "aws_partition" {
+    defaults = { partition = "aws" }
+  }
   mock_resource "aws_sns_topic" {
     defaults = { arn = "arn:aws:sns:us-east-1:123456789012:sluice-test-alarms" }
   }
@@ -95,7 +101,24 @@ run "alarms_for_hosts_capacity_storage_and_worker_starts" {
     error_message = "a worker service that cannot place its tasks goes there too"
   }
   assert {
-    condition     = jsondecode(aws_sns_topic_policy.alarms.policy).Statement[0].Principal.Service == "events.amazonaws.com"
+    condition     = contains([for s in jsondecode(aws_sns_topic_policy.alarms.policy).Statement : try(s.Principal.Service, "") if s.Action == "sns:Publish"], "events.amazonaws.com")
     error_message = "EventBridge may publish to the topic"
+  }
+}
+
+# issue #50: the policy admitted EventBridge alone, so every CloudWatch alarm's publish was denied
+run "cloudwatch_alarms_may_publish_to_the_topic" {
+  command = apply
+  assert {
+    condition = length([for s in jsondecode(aws_sns_topic_policy.alarms.policy).Statement : s
+      if s.Effect == "Allow" && try(s.Principal.Service, "") == "cloudwatch.amazonaws.com" && s.Action == "sns:Publish"
+    && s.Resource == aws_sns_topic.alarms.arn]) == 1
+    error_message = "CloudWatch alarms may publish to the alarm topic"
+  }
+  assert {
+    condition = alltrue([for s in jsondecode(aws_sns_topic_policy.alarms.policy).Statement :
+      s.Condition.ArnLike["aws:SourceArn"] == "arn:aws:cloudwatch:us-east-1:123456789012:alarm:*"
+    if try(s.Principal.Service, "") == "cloudwatch.amazonaws.com"])
+    error_message = "only this account's alarms in this region"
   }
 }
