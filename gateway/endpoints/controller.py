@@ -44,6 +44,7 @@ from gateway.endpoints.provisioners.base import (
     ReplicaAddress,
     ReplicaExit,
 )
+from gateway.endpoints.repeated_failure import RepeatedFailure
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
@@ -110,6 +111,8 @@ class EndpointController:
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
         self._closing = False  # the loop ends and the lease is no longer renewed (a cancel alone may be swallowed)
+        self._sync_failure = RepeatedFailure("fleet_sync_failed", endpoint=spec.name)
+        self._tick_failure = RepeatedFailure("endpoint_tick_failed", endpoint=spec.name)
         self._drains: set[asyncio.Task] = set()
         self.ownership = Ownership(fleet or LocalFleet(), spec.name, sync_s=settings.fleet_sync_seconds,
                                    lease_s=settings.lease_seconds)
@@ -212,8 +215,9 @@ class EndpointController:
         while not self._closing:
             try:
                 await self.tick()
-            except Exception:  # a provisioner's API error must not end the endpoint's loop
-                log.exception("endpoint_tick_failed", endpoint=self.name)
+                self._tick_failure.succeeded()
+            except Exception as error:  # a provisioner's API error must not end the endpoint's loop
+                self._tick_failure.failed(error)
             # a replica starting or requests waiting: look again soon (readiness is seen within 50 ms)
             busy = self.activator.waiting or any(not m.ready for m in self.members.values())
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the wait's result when a cancel comes
@@ -236,8 +240,9 @@ class EndpointController:
             try:
                 await self._sync_fleet(now, busy + self._turned_away)
                 self._turned_away = 0
-            except Exception:  # Redis or PostgreSQL away: serve on what is known; the lease lapses by itself
-                log.warning("fleet_sync_failed", endpoint=self.name, exc_info=True)
+                self._sync_failure.succeeded()
+            except Exception as error:  # Redis or PostgreSQL away: serve on what is known; the lease lapses itself
+                self._sync_failure.failed(error)
         if now >= self._next_observe:
             try:
                 observation = await self._look(now)

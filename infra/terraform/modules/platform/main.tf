@@ -11,6 +11,7 @@ locals {
     settings          = var.endpoint_settings
     scaling           = var.scaling
     trusted_proxies   = [var.cidr_block]
+    gateway_tasks     = var.gateway_max_tasks
     request_timeout_s = var.request_timeout_seconds
     aws_endpoint      = ""
     metric_namespace  = module.observability.activator_queue_metric_namespace
