@@ -1,5 +1,7 @@
 # Log groups (encrypted, with retention) and the alarms an operator is paged for: the gateway's 5xx
-# rate at the ALB, requests piling up in the activator (cold endpoints that do not wake), RDS CPU.
+# rate at the ALB, requests piling up in the activator (cold endpoints that do not wake), RDS CPU; the
+# gateways' own events (gateway_events.tf), the managed dependencies (dependencies.tf), spend (spend.tf), and
+# one dashboard of them all (dashboard.tf). Every alarm publishes to one SNS topic.
 
 resource "aws_cloudwatch_log_group" "service" {
   for_each          = toset(["gateway", "worker"])
@@ -172,6 +174,14 @@ resource "aws_sns_topic_policy" "alarms" {
         Sid       = "EcsEventsPublish"
         Effect    = "Allow"
         Principal = { Service = "events.amazonaws.com" }
+        Action    = "sns:Publish"
+        Resource  = aws_sns_topic.alarms.arn
+        Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
+      },
+      {
+        Sid       = "BudgetsPublish" # spend.tf
+        Effect    = "Allow"
+        Principal = { Service = "budgets.amazonaws.com" }
         Action    = "sns:Publish"
         Resource  = aws_sns_topic.alarms.arn
         Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
