@@ -186,6 +186,8 @@ class EndpointController:
         is repeated until the loop ends; a tick stuck past the bound is left behind (it can no longer renew)."""
         self._closing = True
         loop, deadline = self._loop, time.monotonic() + LOOP_STOP_S
+        if loop is asyncio.current_task():  # a stop from inside a tick: the loop ends when the tick returns
+            return
         while loop is not None and not loop.done() and time.monotonic() < deadline:
             loop.cancel()
             await asyncio.wait([loop], timeout=DRAIN_CHECK_S)
