@@ -7,7 +7,7 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -99,7 +99,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
     # sign in to Redis (ElastiCache) as an IAM-authenticated user with short-lived tokens (gateway/redis_iam.py)
     redis_iam: RedisIamSettings = msgspec.field(default_factory=RedisIamSettings)
-    limiter_fail_open: bool = False
+    # Redis away (gateway/limits/outage.py): `local` = each gateway admits within its share of every rate and
+    # concurrency limit (the limit / `limiter_outage_gateways`; scopes with a monthly token budget get 503),
+    # `closed` = 503 limiter_unavailable, `open` = unlimited
+    limiter_on_outage: Literal["local", "closed", "open"] = "local"
+    limiter_outage_gateways: Annotated[int, msgspec.Meta(ge=1)] = 2  # the most gateways that share the limits
+    limiter_fail_open: bool = False  # the older spelling of limiter_on_outage = "open" (true wins)
     # False: the first start never generates and prints a key (ECS, whose logs CloudWatch keeps): the admin key
     # must come from SLUICE_ADMIN_KEY, team keys from the CLI or the admin API; unset SLUICE_ADMIN_KEY -> exit 1
     print_bootstrap_keys: bool = True

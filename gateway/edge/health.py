@@ -3,7 +3,9 @@ no model, replica or database state, so load balancers and the ECS health check 
 failed endpoint never gets a healthy gateway replaced. `GET /health` (readiness): 200 once every endpoint is ready
 or may sleep (min_replicas 0) and has not failed, else 503. Anyone gets the verdict alone; endpoint names (private
 endpoints among them) and their states are for the operator: with an admin key the body lists each endpoint's
-state and why any is not ready."""
+state and why any is not ready. While the shared rate limiter's Redis is away the body says so (`limiter`: the
+outage policy in force); `/health` stays 200 under the `local` and `open` policies (requests are served) and is
+503 under `closed` (every generation would be refused)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,11 @@ async def livez() -> Response:
 async def health(request: Request, services: Services) -> Response:
     states = services.endpoints.states()
     unready = [status for status in states if not status.healthy]
-    body: dict = {"status": "unavailable" if unready else "ok"}
+    limiter = services.limiter.degraded
+    refusing = limiter == "closed"
+    body: dict = {"status": "unavailable" if unready or refusing else "degraded" if limiter else "ok"}
+    if limiter:
+        body["limiter"] = limiter
     if await is_admin_caller(request):
         body["endpoints"] = {status.name: status.state for status in states}
         if unready:
@@ -39,7 +45,9 @@ async def health(request: Request, services: Services) -> Response:
             body["reason"] = f"no ready worker for: {reasons}"
     elif unready:
         body["reason"] = "no ready worker for some endpoints"
-    if unready:
+    if limiter:
+        body["reason"] = "; ".join(filter(None, [body.get("reason"), f"rate limiter backend down (policy {limiter})"]))
+    if unready or refusing:
         return Response(_json.encode(body), status_code=503, media_type="application/json",
                         headers=retry_after_header(UNREADY_RETRY_S))
     return Response(_json.encode(body), media_type="application/json")

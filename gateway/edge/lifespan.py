@@ -165,6 +165,7 @@ class GatewayServices(InitPluginProtocol):
         opened.push_async_callback(database.close)
         signer = await redis_credentials(settings)
         limiter = open_limiter(settings.redis_url or None, fail_open=settings.limiter_fail_open,
+                               on_outage=settings.limiter_on_outage, outage_gateways=settings.limiter_outage_gateways,
                                concurrency_lease=settings.concurrency_lease_s, credentials=signer)
         opened.push_async_callback(limiter.close)
         try:

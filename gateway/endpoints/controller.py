@@ -44,6 +44,7 @@ from gateway.endpoints.provisioners.base import (
     ReplicaAddress,
     ReplicaExit,
 )
+from gateway.endpoints.repeated_failure import RepeatedFailure
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
@@ -54,6 +55,7 @@ FIRST_START_GUESS_S = 10.0  # Retry-After before any replica of the endpoint has
 FAILED_RETRY_AFTER_S = 30.0
 DRAIN_CHECK_S = 0.05
 BUSY_TICK_S = 0.05
+LOOP_STOP_S = 10.0  # the longest a stopping endpoint waits for its loop's current tick before going on without it
 
 
 @dataclass(eq=False)
@@ -109,6 +111,9 @@ class EndpointController:
         self._next_observe = -math.inf
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
+        self._closing = False  # the loop ends and the lease is no longer renewed (a cancel alone may be swallowed)
+        self._sync_failure = RepeatedFailure("fleet_sync_failed", endpoint=spec.name)
+        self._tick_failure = RepeatedFailure("endpoint_tick_failed", endpoint=spec.name)
         self._drains: set[asyncio.Task] = set()
         self.ownership = Ownership(fleet or LocalFleet(), spec.name, sync_s=settings.fleet_sync_seconds,
                                    lease_s=settings.lease_seconds)
@@ -157,10 +162,7 @@ class EndpointController:
         Shared replicas (ECS) are left as they are unless `keep_shared` is False (the endpoint is deleted):
         this gateway only waits for its own requests on them and gives its lease to another gateway."""
         self.stop_accepting()
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await self._stop_loop()
         if self.provisioner.shared and keep_shared:
             await self._leave_shared()
             return
@@ -177,6 +179,21 @@ class EndpointController:
         for member in list(self.members.values()):
             await self._forget(member)
         self._publish()
+
+    async def _stop_loop(self) -> None:
+        """End the loop within LOOP_STOP_S. A cancel alone is not enough: one that arrives while a library's
+        `asyncio.wait_for` (Python 3.11) sees its inner call finish is swallowed, and the loop ran on, renewing its
+        lease, forever. `_closing` ends the loop at its next turn and stops every fleet sync at once; the cancel
+        is repeated until the loop ends; a tick stuck past the bound is left behind (it can no longer renew)."""
+        self._closing = True
+        loop, deadline = self._loop, time.monotonic() + LOOP_STOP_S
+        if loop is asyncio.current_task():  # a stop from inside a tick: the loop ends when the tick returns
+            return
+        while loop is not None and not loop.done() and time.monotonic() < deadline:
+            loop.cancel()
+            await asyncio.wait([loop], timeout=DRAIN_CHECK_S)
+        if loop is not None and not loop.done():
+            log.error("endpoint_loop_stuck", endpoint=self.name, waited_s=LOOP_STOP_S)
 
     async def _leave_shared(self) -> None:
         deadline = self.clock() + self.spec.drain_seconds
@@ -198,11 +215,12 @@ class EndpointController:
             log.warning("endpoint_resign_failed", endpoint=self.name, exc_info=True)
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 await self.tick()
-            except Exception:  # a provisioner's API error must not end the endpoint's loop
-                log.exception("endpoint_tick_failed", endpoint=self.name)
+                self._tick_failure.succeeded()
+            except Exception as error:  # a provisioner's API error must not end the endpoint's loop
+                self._tick_failure.failed(error)
             # a replica starting or requests waiting: look again soon (readiness is seen within 50 ms)
             busy = self.activator.waiting or any(not m.ready for m in self.members.values())
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the wait's result when a cancel comes
@@ -221,12 +239,13 @@ class EndpointController:
         local = busy + self.activator.turned_away
         self._turned_away = max(self._turned_away, self.activator.turned_away)  # until published
         self.activator.turned_away = 0
-        if self.ownership.due(now, local):
+        if self.ownership.due(now, local) and not self._closing:
             try:
                 await self._sync_fleet(now, busy + self._turned_away)
                 self._turned_away = 0
-            except Exception:  # Redis or PostgreSQL away: serve on what is known; the lease lapses by itself
-                log.warning("fleet_sync_failed", endpoint=self.name, exc_info=True)
+                self._sync_failure.succeeded()
+            except Exception as error:  # Redis or PostgreSQL away: serve on what is known; the lease lapses itself
+                self._sync_failure.failed(error)
         if now >= self._next_observe:
             try:
                 observation = await self._look(now)

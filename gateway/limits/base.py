@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from gateway.limits.clock import Clock
 from gateway.limits.model import Ticket
+from gateway.limits.outage import OutagePolicy
 from gateway.limits.scope import LimitScope
 
 if TYPE_CHECKING:  # redis is imported only when it is configured
@@ -27,8 +28,15 @@ class Limiter(Protocol):
 
     async def close(self) -> None: ...
 
+    @property
+    def degraded(self) -> str | None:
+        """None while the limits hold exactly; during a shared backend's outage, the policy in force (outage.py):
+        `local` (each gateway a share of the limits), `closed` (every admission refused) or `open` (unlimited)."""
+        ...
 
-def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock | None = None,
+
+def open_limiter(redis_url: str | None, *, on_outage: OutagePolicy = "closed", outage_gateways: int = 1,
+                 fail_open: bool = False, clock: Clock | None = None,
                  concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
                  key_prefix: str = "sluice:rl", credentials: CredentialProvider | None = None) -> Limiter:
     """None -> in-process (one gateway); ``redis://…`` -> shared by every gateway using that server.
@@ -36,6 +44,8 @@ def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock
     concurrency_lease: seconds after which an unsettled slot is reclaimed (a crashed gateway); the gateway
     passes its `request_timeout_s` plus a margin (Settings.concurrency_lease_s), so no live request outlives it.
     concurrency_retry: the Retry-After hint for a concurrency refusal.
+    on_outage, outage_gateways: what a Redis limiter does while Redis cannot be reached (outage.py); fail_open=True
+    is the older spelling of on_outage="open".
     credentials: what signs in to Redis at each new connection (ElastiCache IAM, gateway/redis_iam.py); None:
     the URL's own user and password, if any.
     """
@@ -47,5 +57,6 @@ def open_limiter(redis_url: str | None, *, fail_open: bool = False, clock: Clock
         RedisLimiter,  # imports redis only when it is configured
     )
 
-    return RedisLimiter(redis_url, fail_open=fail_open, clock=clock, concurrency_lease=concurrency_lease,
+    return RedisLimiter(redis_url, on_outage=on_outage, outage_gateways=outage_gateways, fail_open=fail_open,
+                        clock=clock, concurrency_lease=concurrency_lease,
                         concurrency_retry=concurrency_retry, key_prefix=key_prefix, credentials=credentials)

@@ -63,6 +63,8 @@ class _State:
 
 
 class InProcessLimiter:
+    degraded: str | None = None  # its limits always hold (Limiter.degraded)
+
     def __init__(self, clock: Clock | None = None, *, concurrency_lease: float = 900.0,
                  concurrency_retry: float = 1.0):
         self._clock = MonotonicWall(clock)

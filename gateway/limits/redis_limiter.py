@@ -1,6 +1,6 @@
 """Redis limiter (many gateways): the same algorithm as the in-process one, run atomically by a Lua script
-(one round trip per admission, one per settlement). On an outage it fails open or closed as configured,
-logs the transition once and counts every affected call."""
+(one round trip per admission, one per settlement). On an outage it follows the configured policy (outage.py:
+a local share of the limits, closed or open), logs the transition once and counts every affected call."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.limits import lua
 from gateway.limits.clock import Clock, to_us
 from gateway.limits.headers import Usage
-from gateway.limits.metrics import BACKEND_ERRORS, BACKEND_UP, REJECTIONS
-from gateway.limits.model import LimiterUnavailable, Ticket
+from gateway.limits.metrics import REJECTIONS
+from gateway.limits.model import Ticket
+from gateway.limits.outage import Outage, OutagePolicy
 from gateway.limits.scope import LimitScope
 from gateway.limits.verdict import Failure, refuse_impossible, reject
 from gateway.redis_iam import redis_client
@@ -35,9 +36,11 @@ MAX_CONNECTIONS = 64
 
 
 class RedisLimiter:
-    def __init__(self, url: str, *, fail_open: bool = False, clock: Clock | None = None,
+    def __init__(self, url: str, *, on_outage: OutagePolicy = "closed", outage_gateways: int = 1,
+                 fail_open: bool = False, clock: Clock | None = None,
                  concurrency_lease: float = 900.0, concurrency_retry: float = 1.0,
                  key_prefix: str = "sluice:rl", timeout: float = 5.0, credentials: CredentialProvider | None = None):
+        # `on_outage`, `outage_gateways`: outage.py; `fail_open=True` is the older spelling of on_outage="open".
         # `credentials`: asked at each new connection (an IAM token, gateway/redis_iam.py); None = the URL's.
         # The timeout is generous: a busy gateway event loop must not look like a Redis outage. One quick
         # reconnect, never a retry after a read timeout (redis_client): a second admit would reserve twice.
@@ -50,12 +53,16 @@ class RedisLimiter:
         self._lease_us = to_us(concurrency_lease)
         self._conc_retry_us = to_us(concurrency_retry)
         self._prefix = key_prefix
-        self.fail_open = fail_open
+        self.outage = Outage("open" if fail_open else on_outage, gateways=outage_gateways, clock=clock,
+                             concurrency_lease=concurrency_lease, concurrency_retry=concurrency_retry)
         self._node = os.urandom(6).hex()  # ticket ids: unique across processes without coordination
         self._seq = itertools.count(1)
         self._keys: dict[str, tuple[str, str, str]] = {}
-        self._up = True
-        BACKEND_UP.set(1)
+
+    @property
+    def degraded(self) -> str | None:
+        """None while the shared limits hold; during an outage, the policy in force: local, closed or open."""
+        return None if self.outage.up else self.outage.policy
 
     def _scope_keys(self, scope_id: str) -> tuple[str, str, str]:
         keys = self._keys.get(scope_id)
@@ -78,11 +85,14 @@ class RedisLimiter:
         for s in scopes:
             keys.extend(self._scope_keys(s.id))
             args.extend((_arg(s.rpm), _arg(s.tpm), _arg(s.max_concurrency)))
+        if self.outage.skip_backend():
+            return await self.outage.admit(scopes, tokens, sequences, ticket_id, None)
         try:
             reply = await self._run(self._admit_script, keys, args)
         except _OUTAGE as exc:
-            return self._outage("admit", exc, ticket_id, tokens)
-        self._recovered()
+            self.outage.went_down("admit", repr(exc))
+            return await self.outage.admit(scopes, tokens, sequences, ticket_id, exc)
+        self.outage.recovered()
         admitted, now = reply[0], reply[1]
         usage: list[Usage] = []
         failures: list[Failure] = []
@@ -103,6 +113,9 @@ class RedisLimiter:
         return Ticket(ticket_id, tokens, (now, WINDOW_US, usage), (keys, sequences))
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        if self.outage.owns(ticket):  # admitted by the local share during an outage
+            await self.outage.settle(ticket, used_tokens)
+            return
         if ticket.settled or ticket.degraded:
             return
         if used_tokens < 0:
@@ -113,10 +126,10 @@ class RedisLimiter:
             await self._run(self._settle_script, keys, [ticket.id, used_tokens - ticket.tokens, sequences])
         except _OUTAGE as exc:
             # The slot's lease and the window's expiry bound the damage: nothing to hand to the caller.
-            BACKEND_ERRORS.labels("settle", "dropped").inc()
-            self._went_down("settle", exc)
+            self.outage.dropped_settle()
+            self.outage.went_down("settle", repr(exc))
             return
-        self._recovered()
+        self.outage.recovered()
 
     async def _run(self, script, keys: list[str], args: list) -> list:
         """The script on a connection of the pool, once one is free; none free within the timeout is an outage."""
@@ -135,26 +148,7 @@ class RedisLimiter:
 
     async def close(self) -> None:
         await self._redis.aclose()
-
-    def _outage(self, op: str, exc: Exception, ticket_id: str, tokens: int) -> Ticket:
-        outcome = "fail_open" if self.fail_open else "fail_closed"
-        BACKEND_ERRORS.labels(op, outcome).inc()
-        self._went_down(op, exc)
-        if not self.fail_open:
-            raise LimiterUnavailable(f"rate limiter backend unavailable: {exc.__class__.__name__}") from exc
-        return Ticket(ticket_id, tokens, degraded=True)
-
-    def _went_down(self, op: str, exc: Exception) -> None:
-        if self._up:
-            self._up = False
-            BACKEND_UP.set(0)
-            log.warning("limiter_backend_down", op=op, error=repr(exc), fail_open=self.fail_open)
-
-    def _recovered(self) -> None:
-        if not self._up:
-            self._up = True
-            BACKEND_UP.set(1)
-            log.info("limiter_backend_up")
+        await self.outage.close()
 
 
 def _arg(limit: int | None) -> int:

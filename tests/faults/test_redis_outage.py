@@ -1,11 +1,13 @@
 """redis-server killed (SIGKILL) and restarted under streaming load: the configured policy holds (fail closed:
-new requests get 503 `limiter_unavailable`; fail open: they are served), streams already admitted finish,
-nothing else fails, and once Redis is back the limits are exact again."""
+new requests get 503 `limiter_unavailable`; fail open and the default `local` policy: they are served), streams
+already admitted finish, nothing else fails, `/health` says the limiter is degraded, the log stays small, and once
+Redis is back the limits are exact again."""
 
 from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from testkit.admin import default_team_key
@@ -25,20 +27,36 @@ def kill(redis):
     return down
 
 
-@pytest.mark.parametrize("fail_open", [False, True], ids=["fail-closed", "fail-open"])
-def test_redis_killed_and_restarted_under_load(tmp_path, redis, fail_open):
-    extra = f'redis_url = "{redis.url}"\nlimiter_fail_open = {str(fail_open).lower()}'
+POLICIES = {"fail-closed": "limiter_on_outage = \"closed\"", "fail-open": "limiter_fail_open = true",
+            "local-default": ""}  # the default: each gateway a share of the limits (issue #50: it was fail-closed)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_redis_killed_and_restarted_under_load(tmp_path, redis, policy):
+    extra = f'redis_url = "{redis.url}"\n{POLICIES[policy]}'
+    fail_open = policy != "fail-closed"  # served through the outage
     with restarted_at_exit(redis), worker_process(token_delay=0.01) as stub, \
             sluice_on_worker_process(tmp_path / "gw", stub, extra) as server:
         host, port = host_port(server)
         key = default_team_key(server, "load", rpm=1_000_000, tpm=1_000_000_000, max_concurrency=1000)
+        probes: list[httpx.Response] = []
+
+        async def away() -> None:
+            await asyncio.sleep(2.0)
+            async with httpx.AsyncClient() as client:
+                probes.append(await client.get(f"{server.url}/health", timeout=30))
+
         run = asyncio.run(through_outage(host, port, key, clients=CLIENTS, take_down=kill(redis),
-                                         away=lambda: asyncio.sleep(2.0), bring_back=redis.start))
+                                         away=away, bring_back=redis.start))
         exact = fire_completions(server, default_team_key(server, "exact", rpm=5), 8)
         health = server.log_events("limiter_backend_down"), server.log_events("limiter_backend_up")
+        log_bytes = sum(len(line) for line in server.lines)
     outcomes, by_phase = run.outcomes, run.by_phase()
-    print(f"\nredis outage ({'fail open' if fail_open else 'fail closed'}): statuses by phase {by_phase}; "
-          f"served again {run.recovery_s:.2f} s after the restart")
+    print(f"\nredis outage ({policy}): statuses by phase {by_phase}; "
+          f"served again {run.recovery_s:.2f} s after the restart; gateway log {log_bytes} bytes")
+    (probe,) = probes
+    assert probe.json()["limiter"] == {"fail-closed": "closed", "fail-open": "open", "local-default": "local"}[policy]
+    assert probe.status_code == (503 if policy == "fail-closed" else 200)
     unexpected = [(p, o) for p, o in outcomes if o.status not in (200, 503)
                   or (o.status == 200 and not o.done) or o.error]
     assert unexpected == []

@@ -4,6 +4,7 @@ configured, exposes it in metrics, and recovers by itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import pytest
@@ -88,3 +89,48 @@ async def test_settle_during_outage_is_dropped_and_counted(redis):
         redis.start()
     assert errors("settle", "dropped") == before + 1
     await lim.close()
+
+
+async def test_the_local_policy_admits_each_gateway_its_share_while_redis_is_away(redis, capsys):
+    """Issue #50: with Redis down every generation got 503 `limiter_unavailable`. The `local` policy (the gateway's
+    default) admits within this gateway's share of each limit (limit / gateways), refuses past it with a 429,
+    reports the outage in `degraded`, logs one line (no traceback per call), and hands back to Redis once it answers."""
+    lim = open_limiter(redis.url, on_outage="local", outage_gateways=4, key_prefix=f"o:{uuid.uuid4().hex}")
+    scopes = [LimitScope("key:share", rpm=40, max_concurrency=8)]
+    try:
+        assert (await lim.admit(scopes, 5)).degraded is False and lim.degraded is None
+        before = errors("admit", "local")
+        redis.stop()
+        try:
+            admitted, refused = [], []
+            for _ in range(30):
+                try:
+                    admitted.append(await lim.admit(scopes, 5))
+                except LimitExceeded as refusal:
+                    refused.append(refusal)
+            assert lim.degraded == "local" and backend_up() == 0
+            assert len(admitted) == 2  # max_concurrency 8 / 4 gateways: 2 in flight at once
+            assert {r.kind for r in refused} == {"concurrency"}
+            for ticket in admitted:
+                await lim.settle(ticket, 3)  # the slots go back to the local share
+            more = 0
+            with pytest.raises(LimitExceeded) as past_share:
+                while more < 30:
+                    await lim.settle(await lim.admit(scopes, 5), 3)
+                    more += 1
+            assert more == 8 and past_share.value.kind == "rate_limit"  # rpm 40 / 4 gateways: 2 + 8 a minute
+            assert errors("admit", "local") - before >= 30
+        finally:
+            redis.start()
+        deadline = asyncio.get_running_loop().time() + 20
+        while lim.degraded is not None:  # the next probe (one a second) finds the server back
+            assert asyncio.get_running_loop().time() < deadline, "the limiter never went back to Redis"
+            with contextlib.suppress(LimitExceeded):
+                await lim.settle(await lim.admit(scopes, 5), 3)
+            await asyncio.sleep(0.1)
+        assert backend_up() == 1
+    finally:
+        await lim.close()
+    out = capsys.readouterr().out
+    assert out.count("limiter_backend_down") == 1 and out.count("limiter_backend_up") == 1
+    assert "Traceback" not in out

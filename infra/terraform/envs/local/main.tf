@@ -26,6 +26,7 @@ locals {
     settings          = var.endpoint_settings
     scaling           = {}
     trusted_proxies   = ["10.40.0.0/16"] # the network module's default cidr_block
+    gateway_tasks     = 1
     request_timeout_s = 840
     aws_endpoint      = var.aws_endpoint
     metric_namespace  = module.observability.activator_queue_metric_namespace
@@ -96,6 +97,7 @@ module "observability" {
   alb_arn_suffix     = module.gateway.alb_arn_suffix
   rds_alarm          = false
   gpu_alarms         = false
+  usage_export_alarm = false # an EventBridge rule: moto's endpoint list leaves EventBridge out
 }
 
 module "iam" {

@@ -210,6 +210,30 @@ resource "aws_iam_role_policy_attachment" "worker_instance" {
   policy_arn = "arn:${local.partition}:iam::aws:policy/${each.key}"
 }
 
+# a GPU host launched for the warm pool completes its own launch hook once it has pulled the worker image
+# (modules/worker_pool/user_data.sh.tftpl): only on the worker pool's autoscaling groups
+resource "aws_iam_role_policy" "worker_instance_launch_hook" {
+  name = "launch-hook"
+  role = aws_iam_role.worker_instance.name
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid      = "CompleteOwnLaunchHook"
+        Effect   = "Allow"
+        Action   = "autoscaling:CompleteLifecycleAction"
+        Resource = "arn:${local.partition}:autoscaling:${local.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${var.name}-gpu-*"
+      },
+      {
+        Sid      = "FindOwnGroup"
+        Effect   = "Allow"
+        Action   = "autoscaling:DescribeAutoScalingInstances" # no resource-level permissions
+        Resource = "*"
+      },
+    ]
+  })
+}
+
 resource "aws_iam_instance_profile" "worker" {
   name = "${var.name}-worker-instance"
   role = aws_iam_role.worker_instance.name

@@ -30,10 +30,11 @@ locals {
         }
       },
       {
-        # alarms publish to the SNS topic this key encrypts; EventBridge sends ECS task failures there too
+        # alarms publish to the SNS topic this key encrypts; EventBridge sends ECS task failures there too, and
+        # AWS Budgets its spend notices
         Sid       = "AlarmsPublishToEncryptedTopic"
         Effect    = "Allow"
-        Principal = { Service = ["cloudwatch.amazonaws.com", "events.amazonaws.com"] }
+        Principal = { Service = ["cloudwatch.amazonaws.com", "events.amazonaws.com", "budgets.amazonaws.com"] }
         Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
         Resource  = "*"
       },

@@ -21,3 +21,8 @@ output "security_group_ids" {
     wal      = aws_security_group.wal.id
   }
 }
+
+output "nat_gateway_ids" {
+  description = "The NAT gateways (none, one, or one per zone): their port-exhaustion alarms."
+  value       = aws_nat_gateway.main[*].id
+}

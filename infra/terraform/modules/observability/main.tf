@@ -1,5 +1,7 @@
 # Log groups (encrypted, with retention) and the alarms an operator is paged for: the gateway's 5xx
-# rate at the ALB, requests piling up in the activator (cold endpoints that do not wake), RDS CPU.
+# rate at the ALB, requests piling up in the activator (cold endpoints that do not wake), RDS CPU; the
+# gateways' own events (gateway_events.tf), the managed dependencies (dependencies.tf), spend (spend.tf), and
+# one dashboard of them all (dashboard.tf). Every alarm publishes to one SNS topic.
 
 resource "aws_cloudwatch_log_group" "service" {
   for_each          = toset(["gateway", "worker"])
@@ -149,22 +151,55 @@ resource "aws_cloudwatch_event_target" "worker_start_failures" {
   arn   = aws_sns_topic.alarms.arn
 }
 
+# A topic policy replaces SNS's default one, so it names every publisher: CloudWatch alarms of this account
+# (without this statement every alarm's publish is denied: the alarm history shows "Failed to execute action"
+# and nobody is paged), EventBridge (the worker start failures below), and the account's own principals.
 resource "aws_sns_topic_policy" "alarms" {
   arn = aws_sns_topic.alarms.arn
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [{
-      Sid       = "EcsEventsPublish"
-      Effect    = "Allow"
-      Principal = { Service = "events.amazonaws.com" }
-      Action    = "sns:Publish"
-      Resource  = aws_sns_topic.alarms.arn
-      Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
-    }]
+    Statement = [
+      {
+        Sid       = "CloudWatchAlarmsPublish"
+        Effect    = "Allow"
+        Principal = { Service = "cloudwatch.amazonaws.com" }
+        Action    = "sns:Publish"
+        Resource  = aws_sns_topic.alarms.arn
+        Condition = {
+          ArnLike      = { "aws:SourceArn" = "arn:${data.aws_partition.current.partition}:cloudwatch:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:alarm:*" }
+          StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id }
+        }
+      },
+      {
+        Sid       = "EcsEventsPublish"
+        Effect    = "Allow"
+        Principal = { Service = "events.amazonaws.com" }
+        Action    = "sns:Publish"
+        Resource  = aws_sns_topic.alarms.arn
+        Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
+      },
+      {
+        Sid       = "BudgetsPublish" # spend.tf
+        Effect    = "Allow"
+        Principal = { Service = "budgets.amazonaws.com" }
+        Action    = "sns:Publish"
+        Resource  = aws_sns_topic.alarms.arn
+        Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
+      },
+      {
+        Sid       = "AccountManagesAndPublishes"
+        Effect    = "Allow"
+        Principal = { AWS = "arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:root" }
+        Action    = ["sns:Publish", "sns:Subscribe", "sns:GetTopicAttributes", "sns:SetTopicAttributes", "sns:ListSubscriptionsByTopic"]
+        Resource  = aws_sns_topic.alarms.arn
+      },
+    ]
   })
 }
 
 data "aws_caller_identity" "current" {}
+data "aws_region" "current" {}
+data "aws_partition" "current" {}
 
 # the requests waiting in the gateways' activators, summed over endpoints: each gateway task sends the highest
 # depth it saw in each minute (gateway/endpoints/queue_metric.py, `[cloudwatch]` in the rendered config), no dimensions;

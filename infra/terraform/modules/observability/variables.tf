@@ -103,3 +103,47 @@ variable "min_rds_free_storage_gb" {
   type    = number
   default = 5
 }
+
+variable "cache_replication_group_id" {
+  description = "The ElastiCache replication group of the rate limits (\"\" = no Redis alarms)."
+  type        = string
+  default     = ""
+}
+
+variable "efs_alarm" {
+  description = "Page when the usage log's EFS file system (efs_file_system_id) is at its I/O limit."
+  type        = bool
+  default     = false
+}
+
+variable "efs_file_system_id" {
+  type    = string
+  default = ""
+}
+
+variable "nat_gateway_ids" {
+  type    = list(string)
+  default = []
+}
+
+variable "max_rds_connections" {
+  description = "PostgreSQL connections that page someone (keep it below the instance class's max_connections)."
+  type        = number
+  default     = 400
+}
+
+variable "usage_export_alarm" {
+  description = "Page when the daily usage export fails or does not finish within 26 hours."
+  type        = bool
+  default     = true
+}
+
+variable "monthly_budget_usd" {
+  description = "The month's AWS spend that pages at 80% (actual) and 100% (forecast); 0 = no budget."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.monthly_budget_usd >= 0
+    error_message = "monthly_budget_usd: 0 (none) or more."
+  }
+}

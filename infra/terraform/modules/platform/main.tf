@@ -11,6 +11,7 @@ locals {
     settings          = var.endpoint_settings
     scaling           = var.scaling
     trusted_proxies   = [var.cidr_block]
+    gateway_tasks     = var.gateway_max_tasks
     request_timeout_s = var.request_timeout_seconds
     aws_endpoint      = ""
     metric_namespace  = module.observability.activator_queue_metric_namespace
@@ -60,6 +61,11 @@ module "observability" {
   worker_service_prefix      = "${var.name}-worker-"
   db_instance_id             = module.data.db_instance_id
   alarm_emails               = var.alarm_emails
+  cache_replication_group_id = try(module.data.redis_iam.cache_name, "")
+  efs_alarm                  = true
+  efs_file_system_id         = module.data.wal_file_system_id
+  nat_gateway_ids            = module.network.nat_gateway_ids
+  monthly_budget_usd         = var.monthly_budget_usd
 }
 
 module "iam" {

@@ -150,6 +150,12 @@ variable "alarm_emails" {
   default = []
 }
 
+variable "monthly_budget_usd" {
+  description = "The month's AWS spend that pages the alarm topic at 80% (actual) and 100% (forecast); 0 = no budget."
+  type        = number
+  default     = 0
+}
+
 variable "deletion_protection" {
   type    = bool
   default = true

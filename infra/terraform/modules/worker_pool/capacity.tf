@@ -9,7 +9,8 @@ data "aws_ssm_parameter" "gpu_ami" {
 }
 
 locals {
-  ami_id = var.ami_id != "" ? var.ami_id : nonsensitive(data.aws_ssm_parameter.gpu_ami[0].value)
+  ami_id      = var.ami_id != "" ? var.ami_id : nonsensitive(data.aws_ssm_parameter.gpu_ami[0].value)
+  launch_hook = "${var.name}-gpu-launch"
 }
 
 resource "aws_launch_template" "gpu" {
@@ -17,13 +18,14 @@ resource "aws_launch_template" "gpu" {
   image_id      = local.ami_id
   instance_type = var.instance_type
   user_data = base64encode(templatefile("${path.module}/user_data.sh.tftpl", {
-    cluster    = var.cluster_name
-    image      = var.image
-    image_cuda = var.image_cuda_version
-    warm_pool  = var.warm_pool_size > 0
-    region     = data.aws_region.current.name
-    registry   = split("/", var.image)[0]
-    ecr_image  = can(regex("^[0-9]{12}\\.dkr\\.ecr\\.", var.image))
+    cluster     = var.cluster_name
+    image       = var.image
+    image_cuda  = var.image_cuda_version
+    warm_pool   = var.warm_pool_size > 0
+    launch_hook = local.launch_hook
+    region      = data.aws_region.current.name
+    registry    = split("/", var.image)[0]
+    ecr_image   = can(regex("^[0-9]{12}\\.dkr\\.ecr\\.", var.image))
   }))
   iam_instance_profile {
     arn = var.instance_profile_arn
@@ -67,17 +69,25 @@ resource "aws_autoscaling_group" "gpu" {
     value               = "true"
     propagate_at_launch = true
   }
-  # stopped hosts with the worker image already pulled (user data pulls it while the host is warmed):
-  # a scale-out starts one in about a minute instead of launching and pulling for several
+  # stopped hosts with the worker image already pulled: a scale-out starts one in about a minute instead of
+  # launching and pulling for several. As AWS documents for ECS: no ReuseOnScaleIn (ECS refuses it: a host that
+  # scales in terminates), ECS_WARM_POOLS_CHECK in user data, and a launch hook that user data completes once the
+  # pull is done (without it the host was stopped as soon as it booted, cutting the pull)
   dynamic "warm_pool" {
     for_each = var.warm_pool_size > 0 ? [var.warm_pool_size] : []
     content {
       pool_state                  = "Stopped"
       min_size                    = warm_pool.value
       max_group_prepared_capacity = warm_pool.value
-      instance_reuse_policy {
-        reuse_on_scale_in = true
-      }
+    }
+  }
+  dynamic "initial_lifecycle_hook" {
+    for_each = var.warm_pool_size > 0 ? [local.launch_hook] : []
+    content {
+      name                 = initial_lifecycle_hook.value
+      lifecycle_transition = "autoscaling:EC2_INSTANCE_LAUNCHING"
+      default_result       = "CONTINUE" # a host whose script died still goes on (its first task pulls the image)
+      heartbeat_timeout    = var.warm_pull_timeout_seconds
     }
   }
   enabled_metrics = ["GroupDesiredCapacity", "GroupInServiceInstances", "GroupMaxSize", "GroupPendingInstances"]

@@ -61,16 +61,22 @@ resource "aws_ecs_task_definition" "worker" {
 }
 
 resource "aws_ecs_service" "worker" {
-  for_each                           = var.endpoints
-  name                               = local.services[each.key].service
-  cluster                            = var.cluster_arn
-  task_definition                    = aws_ecs_task_definition.worker[each.key].arn
-  desired_count                      = 0
-  deployment_minimum_healthy_percent = 0
-  deployment_maximum_percent         = 100
+  for_each        = var.endpoints
+  name            = local.services[each.key].service
+  cluster         = var.cluster_arn
+  task_definition = aws_ecs_task_definition.worker[each.key].arn
+  desired_count   = 0
+  # a rollout starts each new task (a GPU host the capacity provider adds if none is free) before it stops the
+  # old one, so an endpoint keeps its replicas; at 0 % every replica stopped at once (a cold start per rollout)
+  deployment_minimum_healthy_percent = 100
+  deployment_maximum_percent         = 200
   propagate_tags                     = "SERVICE"
   enable_ecs_managed_tags            = true
   tags                               = { "sluice:endpoint" = each.key }
+  deployment_circuit_breaker {
+    enable   = true # a task definition whose tasks never start rolls back instead of retrying forever
+    rollback = true
+  }
   capacity_provider_strategy {
     capacity_provider = aws_ecs_capacity_provider.gpu.name
     weight            = 1

@@ -178,3 +178,13 @@ variable "worker_secret_arn" {
     error_message = "worker_secret_arn: the exact ARN of a Secrets Manager secret."
   }
 }
+
+variable "warm_pull_timeout_seconds" {
+  description = "The longest a host launched for the warm pool may take to pull the worker image before it is stopped anyway."
+  type        = number
+  default     = 1800
+  validation {
+    condition     = var.warm_pull_timeout_seconds >= 30 && var.warm_pull_timeout_seconds <= 7200
+    error_message = "warm_pull_timeout_seconds: 30 to 7200 (the lifecycle hook's heartbeat timeout)."
+  }
+}

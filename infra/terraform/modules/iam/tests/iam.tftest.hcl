@@ -195,3 +195,11 @@ run "the_export_may_read_back_its_objects_and_the_scheduler_only_runs_it" {
     error_message = "and pass the gateway's two roles, nothing else"
   }
 }
+
+run "gpu_hosts_complete_only_their_pools_launch_hook" {
+  command = plan
+  assert {
+    condition     = one([for st in jsondecode(aws_iam_role_policy.worker_instance_launch_hook.policy).Statement : st.Resource if st.Action == "autoscaling:CompleteLifecycleAction"]) == "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/sluice-test-gpu-*"
+    error_message = "a host may complete lifecycle actions of the worker pool's groups only"
+  }
+}

@@ -2,6 +2,12 @@ mock_provider "aws" {
   mock_data "aws_caller_identity" {
     defaults = { account_id = "123456789012" }
   }
+  mock_data "aws_region" {
+    defaults = { name = "us-east-1" }
+  }
+  mock_data "aws_partition" {
+    defaults = { partition = "aws" }
+  }
   mock_resource "aws_sns_topic" {
     defaults = { arn = "arn:aws:sns:us-east-1:123456789012:sluice-test-alarms" }
   }
@@ -18,6 +24,10 @@ variables {
   gpu_max_instances          = 4
   cluster_arn                = "arn:aws:ecs:us-east-1:123456789012:cluster/sluice-test"
   worker_service_prefix      = "sluice-test-worker-"
+  cache_replication_group_id = "sluice-test"
+  efs_alarm                  = true
+  efs_file_system_id         = "fs-12345678"
+  nat_gateway_ids            = ["nat-0a", "nat-0b"]
 }
 
 run "log_groups_have_retention_and_encryption" {
@@ -95,7 +105,81 @@ run "alarms_for_hosts_capacity_storage_and_worker_starts" {
     error_message = "a worker service that cannot place its tasks goes there too"
   }
   assert {
-    condition     = jsondecode(aws_sns_topic_policy.alarms.policy).Statement[0].Principal.Service == "events.amazonaws.com"
+    condition     = contains([for s in jsondecode(aws_sns_topic_policy.alarms.policy).Statement : try(s.Principal.Service, "") if s.Action == "sns:Publish"], "events.amazonaws.com")
     error_message = "EventBridge may publish to the topic"
+  }
+}
+
+# issue #50: the policy admitted EventBridge alone, so every CloudWatch alarm's publish was denied
+run "cloudwatch_alarms_may_publish_to_the_topic" {
+  command = apply
+  assert {
+    condition = length([for s in jsondecode(aws_sns_topic_policy.alarms.policy).Statement : s
+      if s.Effect == "Allow" && try(s.Principal.Service, "") == "cloudwatch.amazonaws.com" && s.Action == "sns:Publish"
+    && s.Resource == aws_sns_topic.alarms.arn]) == 1
+    error_message = "CloudWatch alarms may publish to the alarm topic"
+  }
+  assert {
+    condition = alltrue([for s in jsondecode(aws_sns_topic_policy.alarms.policy).Statement :
+      s.Condition.ArnLike["aws:SourceArn"] == "arn:aws:cloudwatch:us-east-1:123456789012:alarm:*"
+    if try(s.Principal.Service, "") == "cloudwatch.amazonaws.com"])
+    error_message = "only this account's alarms in this region"
+  }
+}
+
+# issue #50: a Redis outage, a failed endpoint, ECS throttling, the EFS usage log, NAT ports, RDS connections, the
+# daily export and spend paged nobody
+run "alarms_on_the_limiter_failed_endpoints_throttling_and_dependencies" {
+  command = apply
+  variables {
+    monthly_budget_usd = 5000
+  }
+  assert {
+    condition     = strcontains(aws_cloudwatch_log_metric_filter.gateway_event["limiter_outage"].pattern, "limiter_backend_down") && strcontains(aws_cloudwatch_log_metric_filter.gateway_event["limiter_outage"].pattern, "limiter_backend_still_down")
+    error_message = "the limiter's outage lines (gateway/limits/outage.py) are a metric"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.gateway_event["limiter_outage"].threshold == 1 && aws_cloudwatch_metric_alarm.gateway_event["limiter_outage"].alarm_actions == toset([aws_sns_topic.alarms.arn])
+    error_message = "one outage line pages"
+  }
+  assert {
+    condition     = strcontains(aws_cloudwatch_log_metric_filter.gateway_event["endpoint_failed"].pattern, "\"endpoint_failed\"") && strcontains(aws_cloudwatch_log_metric_filter.gateway_event["ecs_throttled"].pattern, "\"ecs_throttled\"")
+    error_message = "failed endpoints and ECS throttling are metrics"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.dependency["redis_cpu"].dimensions.CacheClusterId == "sluice-test-001" && aws_cloudwatch_metric_alarm.dependency["redis_memory"].namespace == "AWS/ElastiCache"
+    error_message = "Redis CPU and memory page"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.dependency["efs_io_limit"].dimensions.FileSystemId == "fs-12345678" && aws_cloudwatch_metric_alarm.dependency["rds_connections"].metric_name == "DatabaseConnections"
+    error_message = "the usage log's EFS and PostgreSQL's connections page"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.dependency["nat_1_port_allocation"].dimensions.NatGatewayId == "nat-0b"
+    error_message = "each NAT gateway's port exhaustion pages"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.usage_export_missing[0].treat_missing_data == "breaching" && jsondecode(aws_cloudwatch_event_rule.usage_export_failed[0].event_pattern).detail.group == ["family:sluice-test-usage-export"]
+    error_message = "an export that fails, or does not run, pages"
+  }
+  assert {
+    condition     = one([for n in aws_budgets_budget.monthly[0].notification : n.subscriber_sns_topic_arns if n.notification_type == "FORECASTED"]) == toset([aws_sns_topic.alarms.arn])
+    error_message = "spend forecast past the budget reaches the topic"
+  }
+  assert {
+    condition     = contains([for st in jsondecode(aws_sns_topic_policy.alarms.policy).Statement : try(st.Principal.Service, "")], "budgets.amazonaws.com")
+    error_message = "AWS Budgets may publish to the topic"
+  }
+  assert {
+    condition     = length(jsondecode(aws_cloudwatch_dashboard.main.dashboard_body).widgets) >= 5
+    error_message = "one dashboard shows traffic, the queue, the gateway events, the hosts and the dependencies"
+  }
+}
+
+run "no_budget_without_an_amount" {
+  command = plan
+  assert {
+    condition     = length(aws_budgets_budget.monthly) == 0
+    error_message = "monthly_budget_usd 0: no budget"
   }
 }

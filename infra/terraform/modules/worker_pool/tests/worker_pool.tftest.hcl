@@ -183,6 +183,60 @@ run "a_warm_pool_of_stopped_hosts_with_the_image_pulled" {
   }
 }
 
+# issue #50: ReuseOnScaleIn (which AWS refuses for ECS) and no launch hook, so a warmed host was stopped mid-pull
+run "the_warm_pool_as_aws_documents_it_for_ecs" {
+  command = plan
+  variables {
+    warm_pool_size = 2
+  }
+  assert {
+    condition     = !try(one(one(aws_autoscaling_group.gpu.warm_pool).instance_reuse_policy).reuse_on_scale_in, false)
+    error_message = "no ReuseOnScaleIn: ECS does not support returning hosts to the warm pool on scale-in"
+  }
+  assert {
+    condition     = one(aws_autoscaling_group.gpu.initial_lifecycle_hook).lifecycle_transition == "autoscaling:EC2_INSTANCE_LAUNCHING" && one(aws_autoscaling_group.gpu.initial_lifecycle_hook).heartbeat_timeout == 1800
+    error_message = "a launch hook holds each warmed host until its image is pulled"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "complete-lifecycle-action --region us-east-1 --lifecycle-hook-name ${one(aws_autoscaling_group.gpu.initial_lifecycle_hook).name}") && strcontains(base64decode(aws_launch_template.gpu.user_data), "/var/lib/cloud/scripts/per-boot/")
+    error_message = "user data completes the hook after the pull, and every later boot (into service) completes it too"
+  }
+  assert {
+    condition     = strcontains(split("docker pull", base64decode(aws_launch_template.gpu.user_data))[1], "sluice-launch-done.sh")
+    error_message = "the hook is completed after the pull, not before"
+  }
+}
+
+run "no_launch_hook_without_a_warm_pool" {
+  command = plan
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.initial_lifecycle_hook) == 0 && !strcontains(base64decode(aws_launch_template.gpu.user_data), "complete-lifecycle-action")
+    error_message = "no hook to complete: a plain launch goes straight into service"
+  }
+}
+
+# issue #50: worker tasks (awsvpc) could read the GPU host's instance-role credentials from IMDS
+run "worker_tasks_cannot_reach_the_hosts_metadata" {
+  command = plan
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_AWSVPC_BLOCK_IMDS=true")
+    error_message = "the ECS agent blocks IMDS for awsvpc tasks"
+  }
+}
+
+# issue #50: minimum healthy 0 % stopped every replica of an endpoint at each rollout
+run "worker_rollouts_keep_their_replicas" {
+  command = plan
+  assert {
+    condition     = alltrue([for s in aws_ecs_service.worker : s.deployment_minimum_healthy_percent == 100 && s.deployment_maximum_percent == 200])
+    error_message = "a rollout starts the new task before it stops the old one"
+  }
+  assert {
+    condition     = alltrue([for s in aws_ecs_service.worker : one(s.deployment_circuit_breaker).enable && one(s.deployment_circuit_breaker).rollback])
+    error_message = "a rollout whose tasks never start rolls back"
+  }
+}
+
 run "an_image_needing_a_newer_cuda_than_the_driver_is_refused" {
   command = plan
   variables {
