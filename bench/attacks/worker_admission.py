@@ -1,0 +1,148 @@
+"""Another team's time to first token while one team attacks what a worker computes before admission (issue #43,
+items 2, 3 and 9), same run.
+
+    .venv/bin/python bench/attacks/worker_admission.py [--quick] [--probes N] [--attackers N]
+
+One `sluice serve` with the default model (SmolLM2-135M, one worker). The quiet team sends `--probes` streamed
+4-token chats one after another; its TTFT (request sent -> first chunk) p50 / p99 in each phase:
+- idle: nothing else runs;
+- many ids (item 2): `--attackers` clients of another team keep sending completions of 400k token ids with one
+  embedding replaced (on main the worker embedded all of them, +2 GB, before the context check);
+- 4 MB prompt (item 3): the same with a 4 MB text prompt (on main tokenized in full, 6-14 s, then refused);
+- 600 KB chats (item 3): chats just under the size bound (`max_context x max_token_bytes`), so each is tokenized
+  in full by the worker and refused there: the most a prompt can still cost;
+- count_tokens (item 9): Anthropic token counts of 250k characters (on main one at a time per worker).
+Prints each phase, its ratio of p99 to the idle p99, and how the attacker's calls were answered (their statuses).
+The bar: the quiet team's p99 within 2x of idle under each attack. No assertions.
+`--quick` (or SLUICE_BENCH_QUICK=1) runs a small version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: bench.harness beside the packages
+
+import httpx
+
+from bench.harness.stats import percentile
+from testkit.admin import admin
+from testkit.sluice import MODEL, running_sluice
+
+WORDS = "the quick brown fox jumps over the lazy dog near a river bank. "
+CONFIG = f'default_team_limits = {{}}\n[[models]]\nname = "{MODEL}"\nmax_batch_size = 16\n'
+
+
+def attacks() -> dict[str, tuple[str, dict]]:
+    ids = [100 + i % 40_000 for i in range(400_000)]
+    return {
+        "many ids (item 2)": ("/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 4,
+                                                   "token_index_to_replace": [0], "embedding_to_replace": [0.5] * 576}),
+        "4 MB prompt (item 3)": ("/v1/completions", {"model": MODEL, "max_tokens": 4,
+                                                      "prompt": WORDS * (4_000_000 // len(WORDS))}),
+        "600 KB chats (item 3)": ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "user", "content": WORDS * (600_000 // len(WORDS))}]}),
+        "count_tokens (item 9)": ("/v1/messages/count_tokens", {"model": MODEL, "messages": [
+            {"role": "user", "content": WORDS * (250_000 // len(WORDS))}]}),
+    }
+
+
+class Attack:
+    """`clients` threads that send one body again and again, as one team, until stopped."""
+
+    def __init__(self, url: str, key: str, path: str, body: dict, clients: int):
+        self.url, self.key, self.path, self.body = url, key, path, body
+        self.statuses: Counter[int] = Counter()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
+
+    def _run(self, index: int) -> None:
+        headers = {"authorization": f"Bearer {self.key}", "x-forwarded-for": f"10.66.0.{index}"}
+        with httpx.Client(timeout=600) as client:
+            while not self.stop.is_set():
+                try:
+                    status = client.post(f"{self.url}{self.path}", json=self.body, headers=headers).status_code
+                except httpx.HTTPError:
+                    status = 0  # the connection failed
+                self.statuses[status] += 1
+
+    def __enter__(self) -> Attack:
+        for thread in self.threads:
+            thread.start()
+        time.sleep(2.0)  # the first bodies reach the worker
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=600)
+
+
+def ttft(client: httpx.Client, url: str, key: str) -> float:
+    """Seconds from sending a streamed 4-token chat to its first chunk."""
+    body = {"model": MODEL, "max_tokens": 4, "stream": True, "messages": [{"role": "user", "content": "Say hello."}]}
+    started = time.perf_counter()
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body,
+                       headers={"authorization": f"Bearer {key}"}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                return time.perf_counter() - started
+    raise RuntimeError(f"no chunk: {response.status_code}")
+
+
+def phase(url: str, key: str, probes: int) -> list[float]:
+    with httpx.Client(timeout=600) as client:
+        times = []
+        for _ in range(probes):
+            times.append(ttft(client, url, key))
+            time.sleep(0.05)
+    return times
+
+
+def team_key(server, name: str) -> str:
+    team = admin(server, "POST", "/admin/teams", name=name)
+    return admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1")
+    parser.add_argument("--probes", type=int, default=None, help="quiet chats per phase")
+    parser.add_argument("--attackers", type=int, default=6, help="the attacking team's concurrent clients")
+    args = parser.parse_args()
+    probes = args.probes or (6 if args.quick else 30)
+    chosen = attacks()
+    if args.quick:  # the two that reach the worker's tokenizer
+        chosen = {name: chosen[name] for name in ("600 KB chats (item 3)", "count_tokens (item 9)")}
+    results: dict[str, list[float]] = {}
+    statuses: dict[str, Counter[int]] = {}
+    with tempfile.TemporaryDirectory() as data, running_sluice(Path(data), config=CONFIG) as server:
+        quiet, hostile = team_key(server, "quiet"), team_key(server, "hostile")
+        print(f"{MODEL}, one worker; {args.attackers} attacking clients; {probes} quiet streamed chats per phase; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+        phase(server.url, quiet, 2)  # warm-up
+        results["idle"] = phase(server.url, quiet, probes)
+        for name, (path, body) in chosen.items():
+            with Attack(server.url, hostile, path, body, args.attackers) as attack:
+                results[name] = phase(server.url, quiet, probes)
+            statuses[name] = attack.statuses
+            print(f"  {name}: p99 {percentile(results[name], 0.99) * 1000:.0f} ms; attacker answers "
+                  f"{dict(sorted(attack.statuses.items()))}", flush=True)
+    idle = percentile(results["idle"], 0.99)
+    print(f"\n{'quiet team TTFT':<26} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
+    for name, times in results.items():
+        print(f"{name:<26} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
+              f"{percentile(times, 0.99) / idle:>10.2f}x")
+    print("\nbar: every attack's p99 within 2x of idle.")
+
+
+if __name__ == "__main__":
+    main()
