@@ -9,7 +9,7 @@ One `sluice serve` with the default model (SmolLM2-135M, one worker). The quiet 
 - many ids (item 2): `--attackers` clients of another team keep sending completions of 400k token ids with one
   embedding replaced (on main the worker embedded all of them, +2 GB, before the context check);
 - 4 MB prompt (item 3): the same with a 4 MB text prompt (on main tokenized in full, 6-14 s, then refused);
-- 600 KB chats (item 3): chats just under the size bound (`max_context x max_token_bytes`), so each is tokenized
+- 300 KB chats (item 3): chats just under the size bound (`max_context x max_token_bytes`), so each is tokenized
   in full by the worker and refused there: the most a prompt can still cost;
 - count_tokens (item 9): Anthropic token counts of 250k characters (on main one at a time per worker).
 Prints each phase, its ratio of p99 to the idle p99, and how the attacker's calls were answered (their statuses).
@@ -20,6 +20,7 @@ The bar: the quiet team's p99 within 2x of idle under each attack. No assertions
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -38,7 +39,12 @@ from testkit.admin import admin
 from testkit.sluice import MODEL, running_sluice
 
 WORDS = "the quick brown fox jumps over the lazy dog near a river bank. "
-CONFIG = f'default_team_limits = {{}}\n[[models]]\nname = "{MODEL}"\nmax_batch_size = 16\n'
+CONTEXT = 4096
+# the most a chat can be and still be tokenized: 9/10 of the context x SmolLM2's 82 bytes a token at most
+# (worker/token_bytes.py): about 16k tokens of these words, so refused as too long only once tokenized
+CHAT_BYTES = CONTEXT * 82 * 9 // 10
+# both teams have the default limits (rpm 1200, tpm 2M, 64 concurrent sequences)
+CONFIG = f'[[models]]\nname = "{MODEL}"\nmax_batch_size = 16\nmax_context = {CONTEXT}\n'
 
 
 def attacks() -> dict[str, tuple[str, dict]]:
@@ -48,8 +54,8 @@ def attacks() -> dict[str, tuple[str, dict]]:
                                                    "token_index_to_replace": [0], "embedding_to_replace": [0.5] * 576}),
         "4 MB prompt (item 3)": ("/v1/completions", {"model": MODEL, "max_tokens": 4,
                                                       "prompt": WORDS * (4_000_000 // len(WORDS))}),
-        "600 KB chats (item 3)": ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [
-            {"role": "user", "content": WORDS * (600_000 // len(WORDS))}]}),
+        "300 KB chats (item 3)": ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4, "messages": [
+            {"role": "user", "content": WORDS * (CHAT_BYTES // len(WORDS))}]}),
         "count_tokens (item 9)": ("/v1/messages/count_tokens", {"model": MODEL, "messages": [
             {"role": "user", "content": WORDS * (250_000 // len(WORDS))}]}),
     }
@@ -59,17 +65,19 @@ class Attack:
     """`clients` threads that send one body again and again, as one team, until stopped."""
 
     def __init__(self, url: str, key: str, path: str, body: dict, clients: int):
-        self.url, self.key, self.path, self.body = url, key, path, body
+        self.url, self.key, self.path = url, key, path
+        self.body = json.dumps(body).encode()  # once: the attack's own CPU must not be the victim's cost
         self.statuses: Counter[int] = Counter()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(clients)]
 
     def _run(self, index: int) -> None:
-        headers = {"authorization": f"Bearer {self.key}", "x-forwarded-for": f"10.66.0.{index}"}
+        headers = {"authorization": f"Bearer {self.key}", "x-forwarded-for": f"10.66.0.{index}",
+                   "content-type": "application/json"}
         with httpx.Client(timeout=600) as client:
             while not self.stop.is_set():
                 try:
-                    status = client.post(f"{self.url}{self.path}", json=self.body, headers=headers).status_code
+                    status = client.post(f"{self.url}{self.path}", content=self.body, headers=headers).status_code
                 except httpx.HTTPError:
                     status = 0  # the connection failed
                 self.statuses[status] += 1
@@ -121,7 +129,7 @@ def main() -> None:
     probes = args.probes or (6 if args.quick else 30)
     chosen = attacks()
     if args.quick:  # the two that reach the worker's tokenizer
-        chosen = {name: chosen[name] for name in ("600 KB chats (item 3)", "count_tokens (item 9)")}
+        chosen = {name: chosen[name] for name in ("300 KB chats (item 3)", "count_tokens (item 9)")}
     results: dict[str, list[float]] = {}
     statuses: dict[str, Counter[int]] = {}
     with tempfile.TemporaryDirectory() as data, running_sluice(Path(data), config=CONFIG) as server:
