@@ -1,38 +1,51 @@
 """Tenants take turns at the threads that do a request's work before the engine: preparing a generation
 (the chat template, tokenizing, a grammar) and the tokenizer routes (`/tokenize`, `/detokenize`).
 
-That work runs off the event loop and off the engine's thread, in `threads` threads of its own. One tenant
-(`GenerateRequest.tenant`, the billed team's tag) holds at most `per_tenant` of them at a time; its other calls
-wait in its own line. A freed thread goes to the waiting tenant whose last turn is the oldest, so a tenant with one
-short call waits for at most one call of each other tenant to end, however many calls they have queued. Before,
-generations shared the event loop's default executor first come, first served (6 threads on 2 cores: six long
-prompts held every one of them), and tokenizer calls one global semaphore.
+That work runs off the event loop and off the engine's thread, in `threads` threads of its own, which the OS
+schedules after the engine's (niceness PREPARE_NICENESS: a long prompt tokenizing slows no decode step much).
+One tenant (`GenerateRequest.tenant`, the billed team's tag) holds at most `per_tenant` of them at a time (a
+quarter of the cores, at least one); its other calls wait in its own line. A freed thread goes to the waiting
+tenant whose last turn is the oldest, so a tenant with one short call waits for at most one call of each other
+tenant to end, however many calls they have queued. Before, generations shared the event loop's default executor
+first come, first served (6 threads on 2 cores: six long prompts held every one of them), and tokenizer calls
+one global semaphore.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import os
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-PER_TENANT = 2  # a tenant's calls at once: its many small requests still overlap their Python with the tokenizer
+PREPARE_NICENESS = 5  # below the engine, above start-up work (worker.threads.BACKGROUND_NICENESS)
 
 
 def default_threads() -> int:
     return min(32, (os.cpu_count() or 1) + 4)  # as asyncio's default executor: short calls beside long ones
 
 
+def default_per_tenant() -> int:
+    return max(1, (os.cpu_count() or 1) // 4)  # a tokenizer releases the GIL: one call can take a whole core
+
+
+def _lower_priority() -> None:
+    with contextlib.suppress(OSError):  # Linux niceness is per thread
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), PREPARE_NICENESS)
+
+
 class TenantTurns:
-    def __init__(self, threads: int | None = None, per_tenant: int = PER_TENANT):
+    def __init__(self, threads: int | None = None, per_tenant: int | None = None):
         self.threads = threads or default_threads()
-        self.per_tenant = per_tenant
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sluice-prepare")
+        self.per_tenant = per_tenant or default_per_tenant()
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sluice-prepare", initializer=_lower_priority)
         self._free = self.threads
         self._running: Counter[str] = Counter()
         self._waiting: dict[str, deque[asyncio.Future]] = {}
