@@ -1,7 +1,7 @@
 """Tenants take turns at the threads that do a request's work before the engine: preparing a generation
 (the chat template, tokenizing, a grammar) and the tokenizer routes (`/tokenize`, `/detokenize`).
 
-That work runs off the event loop and off the engine's thread, in `threads` threads of its own, which the OS
+That work runs off the event loop and off the engine's thread, on at most `threads` threads at once, which the OS
 schedules after the engine's (niceness PREPARE_NICENESS: a long prompt tokenizing slows no decode step much).
 One tenant (`GenerateRequest.tenant`, the billed team's tag) holds at most `per_tenant` of them at a time (a
 quarter of the cores, at least one); its other calls wait in its own line. A freed thread goes to the waiting
@@ -21,7 +21,7 @@ import os
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -45,7 +45,6 @@ class TenantTurns:
     def __init__(self, threads: int | None = None, per_tenant: int | None = None):
         self.threads = threads or default_threads()
         self.per_tenant = per_tenant or default_per_tenant()
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sluice-prepare", initializer=_lower_priority)
         self._free = self.threads
         self._running: Counter[str] = Counter()
         self._waiting: dict[str, deque[asyncio.Future]] = {}
@@ -58,7 +57,7 @@ class TenantTurns:
         await self._turn(tenant)
         loop = asyncio.get_running_loop()
         try:
-            done = self._pool.submit(functools.partial(function, *args))
+            done = _in_thread(functools.partial(function, *args))
         except BaseException:
             self._release(tenant)
             raise
@@ -113,5 +112,20 @@ class TenantTurns:
         if tenant not in self._waiting and tenant not in self._running:
             self._last_turn.pop(tenant, None)
 
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _in_thread(call: Callable[[], T]) -> Future:
+    """`call` on a new daemon thread (the turns bound how many run; starting one costs some 0.1 ms): a call that
+    never ends, a grammar compile stuck, say, must not keep the process from exiting."""
+    done: Future = Future()
+
+    def work() -> None:
+        _lower_priority()
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(call())
+            except BaseException as error:  # handed to the caller, who raises it
+                done.set_exception(error)
+
+    threading.Thread(target=work, name="sluice-prepare", daemon=True).start()
+    return done

@@ -14,7 +14,7 @@ One `sluice serve` with the default model (SmolLM2-135M, one worker). The quiet 
 - count_tokens (item 9): Anthropic token counts of 250k characters (on main one at a time per worker).
 Prints each phase, its ratio of p99 to the idle p99, and how the attacker's calls were answered (their statuses).
 The bar: the quiet team's p99 within 2x of idle under each attack. No assertions.
-`--quick` (or SLUICE_BENCH_QUICK=1) runs a small version.
+`--quick` (or SLUICE_BENCH_QUICK=1) runs a small version. `measure()` is the same run for another bench to call.
 """
 
 from __future__ import annotations
@@ -120,30 +120,33 @@ def team_key(server, name: str) -> str:
     return admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
 
 
+def measure(probes: int, attackers: int, quick: bool = False) -> dict[str, list[float]]:
+    """The quiet team's TTFTs (seconds) idle and under each attack, by phase name; prints as it goes."""
+    chosen = attacks()
+    if quick:  # the two that reach the worker's tokenizer
+        chosen = {name: chosen[name] for name in ("300 KB chats (item 3)", "count_tokens (item 9)")}
+    results: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as data, running_sluice(Path(data), config=CONFIG) as server:
+        quiet, hostile = team_key(server, "quiet"), team_key(server, "hostile")
+        print(f"{MODEL}, one worker; {attackers} attacking clients; {probes} quiet streamed chats per phase; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+        phase(server.url, quiet, 2)  # warm-up
+        results["idle"] = phase(server.url, quiet, probes)
+        for name, (path, body) in chosen.items():
+            with Attack(server.url, hostile, path, body, attackers) as attack:
+                results[name] = phase(server.url, quiet, probes)
+            print(f"  {name}: p99 {percentile(results[name], 0.99) * 1000:.0f} ms; attacker answers "
+                  f"{dict(sorted(attack.statuses.items()))}", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1")
     parser.add_argument("--probes", type=int, default=None, help="quiet chats per phase")
     parser.add_argument("--attackers", type=int, default=6, help="the attacking team's concurrent clients")
     args = parser.parse_args()
-    probes = args.probes or (6 if args.quick else 30)
-    chosen = attacks()
-    if args.quick:  # the two that reach the worker's tokenizer
-        chosen = {name: chosen[name] for name in ("300 KB chats (item 3)", "count_tokens (item 9)")}
-    results: dict[str, list[float]] = {}
-    statuses: dict[str, Counter[int]] = {}
-    with tempfile.TemporaryDirectory() as data, running_sluice(Path(data), config=CONFIG) as server:
-        quiet, hostile = team_key(server, "quiet"), team_key(server, "hostile")
-        print(f"{MODEL}, one worker; {args.attackers} attacking clients; {probes} quiet streamed chats per phase; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-        phase(server.url, quiet, 2)  # warm-up
-        results["idle"] = phase(server.url, quiet, probes)
-        for name, (path, body) in chosen.items():
-            with Attack(server.url, hostile, path, body, args.attackers) as attack:
-                results[name] = phase(server.url, quiet, probes)
-            statuses[name] = attack.statuses
-            print(f"  {name}: p99 {percentile(results[name], 0.99) * 1000:.0f} ms; attacker answers "
-                  f"{dict(sorted(attack.statuses.items()))}", flush=True)
+    results = measure(args.probes or (6 if args.quick else 30), args.attackers, args.quick)
     idle = percentile(results["idle"], 0.99)
     print(f"\n{'quiet team TTFT':<26} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
     for name, times in results.items():

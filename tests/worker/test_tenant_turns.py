@@ -36,7 +36,6 @@ def test_one_tenant_holds_at_most_its_share_and_another_goes_next():
         assert all(not task.done() for task in hostile)
         release.set()
         assert sorted(await asyncio.gather(*hostile)) == [f"a{i}" for i in range(6)]
-        turns.shutdown()
 
     asyncio.run(scenario())
 
@@ -56,7 +55,6 @@ def test_a_freed_thread_goes_to_the_tenant_that_waited_longest_for_its_turn():
             await settle()
         await asyncio.gather(*tasks)
         assert started == ["a0", "b0", "a1", "a2"]  # "b" arrived after "a1" but had not had a turn
-        turns.shutdown()
 
     asyncio.run(scenario())
 
@@ -78,6 +76,5 @@ def test_a_caller_that_leaves_frees_its_turn_when_its_call_ends():
         release.set()
         assert await asyncio.wait_for(after, 30) == "b"
         assert started == ["a0"]
-        turns.shutdown()
 
     asyncio.run(scenario())
