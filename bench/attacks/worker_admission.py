@@ -11,7 +11,8 @@ One `sluice serve` with the default model (SmolLM2-135M, one worker). The quiet 
 - 4 MB prompt (item 3): the same with a 4 MB text prompt (on main tokenized in full, 6-14 s, then refused);
 - 300 KB chats (item 3): chats just under the size bound (`max_context x max_token_bytes`), so each is tokenized
   in full by the worker and refused there: the most a prompt can still cost;
-- count_tokens (item 9): Anthropic token counts of 250k characters (on main one at a time per worker).
+- count_tokens (item 9): Anthropic token counts of 250k characters (on main one at a time per worker); here the
+  quiet team's own count of a short chat is timed too (its latency against its idle latency).
 Prints each phase, its ratio of p99 to the idle p99, and how the attacker's calls were answered (their statuses).
 The bar: the quiet team's p99 within 2x of idle under each attack. No assertions.
 `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version. `measure()` is the same run for another bench to call.
@@ -40,6 +41,7 @@ from testkit.sluice import MODEL, running_sluice
 
 WORDS = "the quick brown fox jumps over the lazy dog near a river bank. "
 CONTEXT = 4096
+QUIET_COUNT = "quiet count_tokens"  # the quiet team's own token count, idle and under the count_tokens attack
 # the most a chat can be and still be tokenized: 9/10 of the context x SmolLM2's 82 bytes a token at most
 # (worker/token_bytes.py): about 16k tokens of these words, so refused as too long only once tokenized
 CHAT_BYTES = CONTEXT * 82 * 9 // 10
@@ -106,11 +108,19 @@ def ttft(client: httpx.Client, url: str, key: str) -> float:
     raise RuntimeError(f"no chunk: {response.status_code}")
 
 
-def phase(url: str, key: str, probes: int) -> list[float]:
+def count(client: httpx.Client, url: str, key: str) -> float:
+    """Seconds for a token count of a short chat (Anthropic's route)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}]}
+    started = time.perf_counter()
+    client.post(f"{url}/v1/messages/count_tokens", json=body, headers={"x-api-key": key}).raise_for_status()
+    return time.perf_counter() - started
+
+
+def phase(url: str, key: str, probes: int, probe=ttft) -> list[float]:
     with httpx.Client(timeout=600) as client:
         times = []
         for _ in range(probes):
-            times.append(ttft(client, url, key))
+            times.append(probe(client, url, key))
             time.sleep(0.05)
     return times
 
@@ -132,9 +142,12 @@ def measure(probes: int, attackers: int, quick: bool = False) -> dict[str, list[
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         phase(server.url, quiet, 2)  # warm-up
         results["idle"] = phase(server.url, quiet, probes)
+        results[QUIET_COUNT + ", idle"] = phase(server.url, quiet, probes, count)
         for name, (path, body) in chosen.items():
             with Attack(server.url, hostile, path, body, attackers) as attack:
                 results[name] = phase(server.url, quiet, probes)
+                if "count_tokens" in name:  # what item 9 measured: another team's count, not its chat
+                    results[QUIET_COUNT] = phase(server.url, quiet, probes, count)
             print(f"  {name}: p99 {percentile(results[name], 0.99) * 1000:.0f} ms; attacker answers "
                   f"{dict(sorted(attack.statuses.items()))}", flush=True)
     return results
@@ -147,10 +160,10 @@ def main() -> None:
     parser.add_argument("--attackers", type=int, default=6, help="the attacking team's concurrent clients")
     args = parser.parse_args()
     results = measure(args.probes or (6 if args.quick else 30), args.attackers, args.quick)
-    idle = percentile(results["idle"], 0.99)
-    print(f"\n{'quiet team TTFT':<26} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
+    print(f"\n{'quiet team TTFT':<32} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
     for name, times in results.items():
-        print(f"{name:<26} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
+        idle = percentile(results[QUIET_COUNT + ", idle" if name.startswith(QUIET_COUNT) else "idle"], 0.99)
+        print(f"{name:<32} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
               f"{percentile(times, 0.99) / idle:>10.2f}x")
     print("\nbar: every attack's p99 within 2x of idle.")
 
