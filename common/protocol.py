@@ -375,6 +375,9 @@ class ModelInfo(msgspec.Struct):
     # how long each phase of this worker's start took: process_start, imports, weights, engine, warm_up, compile, total
     start_seconds: dict[str, float] = {}
     prompt_overhead: PromptOverhead = msgspec.field(default_factory=PromptOverhead)
+    # the most UTF-8 bytes of text one token covers (0: no such bound): a text prompt of more than
+    # max_context x this many bytes cannot fit the context, which the gateway refuses before admission
+    max_token_bytes: int = 0
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -421,11 +424,13 @@ class TokenizeRequest(msgspec.Struct):
     messages: list[dict] | None = None
     tools: ToolSpec | None = None  # with messages: laid out as a generation would (Anthropic's count_tokens)
     add_special_tokens: bool = True
+    tenant: str = ""  # who asks (as GenerateRequest.tenant): tenants take turns at the worker's tokenizer
 
 
 class DetokenizeRequest(msgspec.Struct):
     tokens: list[int]
     skip_special_tokens: bool = True
+    tenant: str = ""  # as TokenizeRequest.tenant
 
 
 class DetokenizeResponse(msgspec.Struct):

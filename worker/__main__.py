@@ -99,7 +99,8 @@ def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: P
                      device=str(loaded.device), quantization=engine.loaded.quantization,
                      max_context=engine.runner.max_context, max_rows=engine.max_rows,
                      vocab_size=engine.vocab_size, eos_token_ids=engine.model_eos, worker_id=worker_id,
-                     start_seconds=timings, prompt_overhead=measure(loaded.tokenizer))
+                     start_seconds=timings, prompt_overhead=measure(loaded.tokenizer),
+                     max_token_bytes=engine.max_token_bytes)
     log.info("worker_ready", port=port, dtype=info.model_dtype, quantization=info.quantization, start_seconds=timings)
     try:
         uvicorn.run(create_worker_app(engine, info, secret), host=host, port=port, log_level="warning",

@@ -4,10 +4,12 @@ A client that disconnects mid-stream cancels the request (its rows leave the bat
 Bodies and events are the msgspec structs of `common.protocol`. With a secret, every route but
 `/health` needs it (worker/secret.py).
 
-Tokenizing runs off the event loop, one call at a time, so a long text never stalls the streams of
-this worker nor takes the threads that prepare generations. Its input is bounded: /tokenize takes at
-most MAX_TOKENIZE_CHARS characters (about 100k tokens of English, 0.5 s on one core; a million took
-2 s and answered 20 MB of spans), /detokenize at most MAX_DETOKENIZE_TOKENS ids.
+Preparing a generation and the tokenizer routes run off the event loop and off the engine's thread, in
+tenants' turns (worker/tenant_turns.py): one tenant's long prompts or token counts never hold another
+tenant's request. Their input is bounded: a prompt is tokenized no further than the context can hold
+(worker/engine/prompt_tokens.py), /tokenize takes at most MAX_TOKENIZE_CHARS characters (about 100k tokens
+of English, 0.5 s on one core; a million took 2 s and answered 20 MB of spans), /detokenize at most
+MAX_DETOKENIZE_TOKENS ids.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from common.protocol import (
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestRejected
 from worker.secret import secret_guard
+from worker.tenant_turns import TenantTurns
 from worker.tools.errors import ToolError
 from worker.tools.prompt import render_chat
 
@@ -54,11 +57,7 @@ def _refusal(error: Error) -> Response:
 
 def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None) -> Litestar:
     decoder = msgspec.json.Decoder(GenerateRequest)
-    tokenizing = asyncio.Semaphore(1)
-
-    async def off_loop(function, *args):
-        async with tokenizing:
-            return await asyncio.to_thread(function, *args)
+    turns = TenantTurns()
 
     @post("/generate", status_code=200)
     async def generate(request: Request) -> Response | Stream:
@@ -67,8 +66,8 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
         except msgspec.DecodeError as exc:
             return _error("validation", f"invalid request: {exc}")
         try:
-            # off the event loop: tokenizing and compiling a grammar can take a while
-            prepared = await asyncio.to_thread(engine.prepare, body)
+            # off the event loop, in the tenant's turn: tokenizing and compiling a grammar can take a while
+            prepared = await turns.run(body.tenant, engine.prepare, body)
         except RequestRejected as exc:
             return _refusal(exc.event())
         loop = asyncio.get_running_loop()
@@ -99,7 +98,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
     @post("/tokenize", status_code=200)
     async def tokenize(data: TokenizeRequest) -> Response:
         try:
-            spans = await off_loop(tokenize_spans, engine.tokenizer, data)
+            spans = await turns.run(data.tenant, tokenize_spans, engine.tokenizer, data)
         except RequestRejected as exc:
             return _error(exc.kind, exc.message, exc.field)
         return Response(_json.encode(spans), media_type="application/json")
@@ -113,8 +112,8 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
         bad = [t for t in data.tokens if not 0 <= t < vocab]
         if bad:
             return _error("validation", f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})", "tokens")
-        text = await off_loop(partial(engine.tokenizer.decode, skip_special_tokens=data.skip_special_tokens),
-                              data.tokens)
+        text = await turns.run(data.tenant, partial(engine.tokenizer.decode,
+                                                    skip_special_tokens=data.skip_special_tokens), data.tokens)
         return Response(_json.encode(DetokenizeResponse(text)), media_type="application/json")
 
     return Litestar([generate, load, model_info, health, tokenize, detokenize], debug=False,

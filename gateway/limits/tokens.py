@@ -62,3 +62,16 @@ def request_reservation(request: GenerateRequest, context: int, overhead: Prompt
         limit = params.max_total_tokens if params.max_total_tokens is not None else context
         prompt, new = fewest, max(limit - fewest, 0)
     return reservation_tokens(prompt, new, n=params.n, best_of=params.best_of, num_beams=params.num_beams)
+
+
+def fewest_prompt_tokens(request: GenerateRequest, max_token_bytes: int) -> int:
+    """The fewest tokens the worker can count for `request`'s prompt before any `truncate`: its ids or embeddings
+    one a position, a text at least its bytes over the most bytes one token covers (`ModelInfo.max_token_bytes`,
+    0: unknown). A chat's rendering is the worker's (its template may leave text out): 0 here."""
+    if request.prompt_ids is not None:
+        return len(request.prompt_ids)
+    if request.input_embeds is not None:
+        return len(request.input_embeds)
+    if request.prompt is not None and max_token_bytes > 0:
+        return -(-len(request.prompt.encode()) // max_token_bytes)
+    return 0

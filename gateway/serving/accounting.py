@@ -58,6 +58,7 @@ class Accounting:
     async def admit(self, parsed: Parsed) -> None:
         self.expected_dones = len(parsed.requests)
         services = self.services
+        admission.refuse_overflow(services.router, parsed)  # a prompt no context holds reserves nothing
         tokens = admission.reservation(services.router, parsed)
         # budgets first: a request refused by one takes no rate-limit capacity
         self.budget_hold = await services.budgets.reserve(self.principal, parsed.model, tokens, self.arrived)

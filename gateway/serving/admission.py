@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from auth import Principal
 from common.protocol import PromptOverhead
-from gateway.errors import NeverFits, RateLimited, Unavailable
+from gateway.errors import ContextTooLong, NeverFits, RateLimited, Unavailable
 from gateway.limits import Limiter, LimiterUnavailable, LimitExceeded, LimitScope, Ticket
-from gateway.limits.tokens import request_reservation
+from gateway.limits.tokens import fewest_prompt_tokens, request_reservation
 from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.dialect import Parsed
 
@@ -51,3 +51,24 @@ def reservation(router: ReplicaRouter, parsed: Parsed) -> int:
     overhead = info.prompt_overhead if info else PromptOverhead()
     return sum(request_reservation(request, context, overhead, context_known=info is not None)
                for request in parsed.requests)
+
+
+def refuse_overflow(router: ReplicaRouter, parsed: Parsed) -> None:
+    """ContextTooLong for a prompt that certainly exceeds the model's context as its workers describe it: token
+    ids or embeddings by their count, a text by its bytes (gateway/limits/tokens.py). Refused here, before
+    admission (a refusal the rejection budget counts), it never reaches a worker, which would read, check and
+    tokenize it first. A model none has described is left to its workers; so is a prompt under `truncate`."""
+    pool = router.pool(parsed.model)
+    info = pool.described() if pool else None
+    if info is None:
+        return
+    for request in parsed.requests:
+        if request.params.truncate is not None and request.params.truncate < info.max_context:
+            continue
+        fewest = fewest_prompt_tokens(request, info.max_token_bytes)
+        if fewest >= info.max_context:
+            exact = request.prompt is None  # ids and embeddings are counted, a text only bounded
+            counted = f"has {fewest}" if exact else f"is {len(request.prompt.encode())} bytes, at least {fewest}"
+            raise ContextTooLong(f"the prompt {counted} tokens; this model's context is {info.max_context} tokens",
+                                 param="prompt", max_context=info.max_context,
+                                 prompt_tokens=fewest if exact else None)

@@ -43,7 +43,7 @@ from gateway.serving.answer import collect_answer, honest, within
 from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unless_gone
 from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
-from gateway.serving.rejections import count_rejection
+from gateway.serving.rejections import count_rejection, refused_by_worker
 from gateway.serving.services import DEFAULT_MODEL, Services
 
 _json = msgspec.json.Encoder()
@@ -213,9 +213,9 @@ async def relay(context: RequestContext, waiting: AsyncIterator[StillWaiting] | 
 
 async def refuse(context: RequestContext, error: SluiceError) -> Response:
     """The error in the dialect's envelope, settled with the status the client gets. A request refused before
-    admission is counted against the rejection budget (gateway/serving/rejections.py)."""
+    admission, or by a worker for what it is, counts against the rejection budget (gateway/serving/rejections.py)."""
     services, accounting = context.services, context.accounting
-    if not accounting.reached_worker:
+    if not accounting.reached_worker or refused_by_worker(error):
         error = await count_rejection(services.limiter, services.settings.rejections_per_minute, context.principal,
                                       client_address(context.request, services.auth.clients), error)
     error = context.dialect.reported(error)

@@ -5,6 +5,10 @@ usage record, so refusals are counted like requests. Per minute, each client add
 them; past that the refusal is a 429 with Retry-After in the route's envelope. A valid request is never refused
 by this budget.
 
+A worker's refusal of what the request is (a prompt longer than the context, a token id outside the vocabulary,
+a grammar that does not compile: `refused_by_worker`) counts too: it cost the worker the prompt's reading and
+tokenizing, which the tenant is not billed for.
+
 The windows are the limiter's (`LimitScope` with an rpm, zero tokens), so the in-process and Redis limiters both
 keep them, and gateways that share Redis share them.
 """
@@ -15,7 +19,7 @@ from auth import Principal
 from auth.forwarded import client_group
 from auth.throttle import FailureBudget
 from common.errors import retry_after_header
-from gateway.errors import RateLimited, SluiceError
+from gateway.errors import BadRequest, NotFound, RateLimited, SluiceError, ValidationFailed
 from gateway.limits import Limiter, LimiterUnavailable, LimitExceeded, LimitScope
 
 REFUSED = "Too many rejected requests"
@@ -45,6 +49,12 @@ async def count_rejection(limiter: Limiter, per_minute: int, principal: Principa
     return RateLimited(f"{REFUSED}: at most {per_minute} requests of a key or a client address may be refused per "
                        f"minute (this one: {error.status} {error.code}). Retry after {wait:.3f} s.",
                        headers=retry_after_header(wait, ms=True))
+
+
+def refused_by_worker(error: SluiceError) -> bool:
+    """Whether `error`, met once the request was admitted, is a refusal of what the request is (the worker's 4xx
+    on its body) rather than of the moment (a deadline that passed, a replica overloaded, a fault)."""
+    return isinstance(error, BadRequest | ValidationFailed | NotFound)
 
 
 def address_budget(limiter: Limiter, per_minute: int) -> FailureBudget:

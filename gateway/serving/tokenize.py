@@ -4,7 +4,9 @@ A tokenizer call is work on a worker like a generation: it needs the key's permi
 against the key's and the team's request rate and concurrency (no tokens reserved, none billed), and takes a
 lease on the endpoint like a generation: it wakes a scaled-to-zero endpoint and waits for it (no longer than the
 endpoint's max_wait_seconds and the caller's X-Scale-Up-Timeout; a client that disconnects leaves the queue at
-once), and it counts in the endpoint's load."""
+once), and it counts in the endpoint's load. As Anthropic's token counting, it is free but for those limits; a
+refusal (a model the key may not call, a text the worker refuses) counts against the rejection budget. On the
+worker, tenants take turns at the tokenizer (worker/tenant_turns.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ from litestar import Request
 
 from common.headers import header
 from common.protocol import TokenSpan
+from gateway.authentication.headers import client_address
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
+from gateway.errors import SluiceError
 from gateway.serving.admission import admit_tokens
 from gateway.serving.client_gone import unless_gone
 from gateway.serving.pipeline import tenant_of
+from gateway.serving.rejections import count_rejection, refused_by_worker
 from gateway.serving.services import Services
 from gateway.serving.worker_client import WorkerClient
 
@@ -58,6 +63,7 @@ class Tokenizer:
         lease = self.workers.take_free(self.endpoint, self.tenant)
         if lease is None:
             lease = await unless_gone(self.request, self.workers.lease(self.endpoint, self.deadline, self.tenant))
+        body = {**body, "tenant": self.tenant}  # the worker's tokenizer is shared in tenants' turns
         return await self.workers.call(self.endpoint, lease, path, _json.encode(body), self.deadline)
 
 
@@ -67,13 +73,19 @@ async def tokenizer_call(services: Services, request: Request, model: str | None
     may see), which the caller may see and call as for a generation; the limits settle on exit. Its waits for a
     replica end as a generation's: at the earliest of the endpoint's max_wait_seconds and X-Scale-Up-Timeout."""
     principal = request.user
-    name = services.callable_model(principal, model)
-    header_s = parse_scale_up_timeout(header(request, SCALE_UP_TIMEOUT_HEADER))
-    ticket = await admit_tokens(services.limiter, principal, 0)
     try:
-        endpoint = services.endpoints.resolve(name, principal)
-        deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
-                                 header_s=header_s)
-        yield Tokenizer(services.workers, endpoint, tenant_of(principal.team_id), request, deadline)
-    finally:
-        await services.limiter.settle(ticket, 0)
+        name = services.callable_model(principal, model)
+        header_s = parse_scale_up_timeout(header(request, SCALE_UP_TIMEOUT_HEADER))
+        ticket = await admit_tokens(services.limiter, principal, 0)
+        try:
+            endpoint = services.endpoints.resolve(name, principal)
+            deadline = wait_deadline(time.monotonic(), time.time(), max_wait_s=endpoint.spec.max_wait_seconds,
+                                     header_s=header_s)
+            yield Tokenizer(services.workers, endpoint, tenant_of(principal.team_id), request, deadline)
+        finally:
+            await services.limiter.settle(ticket, 0)
+    except SluiceError as error:  # a refusal of what the call is, here or on the worker: the rejection budget's
+        if not refused_by_worker(error):
+            raise
+        raise await count_rejection(services.limiter, services.settings.rejections_per_minute, principal,
+                                    client_address(request, services.auth.clients), error) from error

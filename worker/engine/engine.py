@@ -38,6 +38,7 @@ from worker.engine.w8a8 import quantize_runner
 from worker.loading import LoadedModel, model_cache_dir, read_unread_weights
 from worker.lora.store import AdapterStore
 from worker.threads import decode_threads
+from worker.token_bytes import max_token_bytes
 
 log = structlog.get_logger(__name__)
 WARM_UP_PROMPTS = ("Hello, how are you today?", "The capital of France is")  # a few tokens each: prefill forwards
@@ -66,6 +67,7 @@ class Engine:
         self.max_rows = config.max_batch_size
         self.vocab_size = self.runner.vocab_size
         self.model_eos = _model_eos_ids(loaded)
+        self.max_token_bytes = max_token_bytes(self.tokenizer)  # how much text a prompt may be (prompt_tokens.py)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
                                         timeout_s=config.grammar_compile_timeout_s,
                                         cache_bytes=config.grammar_cache_bytes, build_later=compile_later)
@@ -124,7 +126,7 @@ class Engine:
         prepared = prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,
                            max_context=self.runner.max_context, max_rows=self.max_rows, model_eos=self.model_eos,
                            embed=self.runner.embed, tokenize_bad_words=tokenize_bad_words,
-                           compile_grammar=self.grammars.compile)
+                           compile_grammar=self.grammars.compile, max_token_bytes=self.max_token_bytes)
         prepared.validation_s = time.perf_counter() - started
         return prepared
 

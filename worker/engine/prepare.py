@@ -16,6 +16,7 @@ from common.protocol import GenerateRequest, SamplingParams
 from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.engine.beam_rules import validate_beams
 from worker.engine.prepare_errors import RequestRejected
+from worker.engine.prompt_tokens import text_ids
 from worker.engine.validate import normalise_params, validate_params
 from worker.tools import ToolError, ToolPlan, check_tools, plan_tools, render_chat
 
@@ -39,13 +40,12 @@ class PreparedRequest:
     tools: ToolPlan | None = None  # when the model may call tools (its grammar is `grammar`)
 
 
-def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[int]:
+def _prompt_ids(request: GenerateRequest, tokenizer, max_context: int, max_token_bytes: int) -> list[int]:
+    """The prompt's ids, unchecked; a text tokenized no further than the context can hold (prompt_tokens.py)."""
     if request.prompt_ids is not None:
-        ids = list(request.prompt_ids)
-        bad = [t for t in ids if not 0 <= t < vocab_size]
-        if bad:
-            raise RequestRejected(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", "prompt")
-        return ids
+        return list(request.prompt_ids)
+    bounded = functools.partial(text_ids, tokenizer, max_context=max_context, truncate=request.params.truncate,
+                                max_token_bytes=max_token_bytes)
     if request.messages is not None:
         try:
             rendered = render_chat(tokenizer, request.messages, request.tools, request.add_generation_prompt)
@@ -53,12 +53,19 @@ def _prompt_ids(request: GenerateRequest, tokenizer, vocab_size: int) -> list[in
             raise
         except Exception as exc:  # jinja errors on malformed messages are the client's problem
             raise RequestRejected(f"cannot apply the chat template: {exc}", "messages") from exc
-        return tokenizer(rendered, add_special_tokens=False).input_ids
+        return bounded(rendered, add_special_tokens=False, field="messages")
     if request.prompt is not None:
-        return tokenizer(request.prompt).input_ids
+        return bounded(request.prompt, add_special_tokens=True, field="prompt")
     if request.input_embeds is not None:
         return [0] * len(request.input_embeds)  # placeholders: the embeddings are the input
     raise RequestRejected("a prompt is required", "prompt")
+
+
+def _check_vocabulary(request: GenerateRequest, ids: list[int], vocab_size: int) -> None:
+    if request.prompt_ids is not None:
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise RequestRejected(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})", "prompt")
 
 
 def _float32_values(values: list[list[float]] | list[float], field: str) -> torch.Tensor:
@@ -129,22 +136,25 @@ def _seeds(params: SamplingParams, candidates: int) -> list[int]:
 
 def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size: int, max_context: int,
             max_rows: int, model_eos: list[int], embed, tokenize_bad_words,
-            compile_grammar=None) -> PreparedRequest:
+            compile_grammar=None, max_token_bytes: int = 0) -> PreparedRequest:
     params = request.params
     validate_params(params)
     validate_beams(request)
     normalise_params(params)
     try:
         check_tools(request)
-        ids = _prompt_ids(request, tokenizer, vocab_size)
+        ids = _prompt_ids(request, tokenizer, max_context, max_token_bytes)
     except ToolError as exc:
         raise RequestRejected(exc.message, exc.field) from None
     if params.truncate is not None and params.truncate < len(ids):
         ids = ids[len(ids) - params.truncate:]
     if not ids:
         raise RequestRejected("the prompt is empty", "prompt")
-    embeds = _embeddings(request, ids, hidden_size, embed)
+    # the lengths first: nothing that grows with the prompt (its embeddings: kilobytes a token) is made for a
+    # prompt the context cannot hold
     max_new, min_new = _lengths(params, len(ids), max_context)
+    _check_vocabulary(request, ids, vocab_size)
+    embeds = _embeddings(request, ids, hidden_size, embed)
     candidates = max(params.best_of or params.n, params.n, params.num_beams)
     if candidates > max_rows:
         raise RequestRejected(f"{candidates} sequences exceed this worker's {max_rows} rows",

@@ -18,6 +18,7 @@ from gateway.dialects.openai.errors import completions_wording
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.friendli_legacy import is_legacy, legacy_stream
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
+from gateway.dialects.token_ids import int_list, int_lists
 from gateway.serving.collect import Choice, Result
 from gateway.serving.dialect import Meta, Parsed, check, convert, fail, incomplete, required, sse
 
@@ -57,14 +58,15 @@ def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
     if isinstance(prompt, str):
         return [(prompt, None)]
     check(len(prompt) > 0, "prompt must not be empty", "prompt")
-    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-        return [(None, list(prompt))]
     if all(isinstance(p, str) for p in prompt):
         return [(p, None) for p in prompt]
-    check(all(isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
-              for p in prompt),
+    ids = int_list(prompt) if not isinstance(prompt[0], list) else None
+    if ids is not None:
+        return [(None, ids)]
+    lists = int_lists(prompt)
+    check(lists is not None,
           "prompt must be a string, a list of strings, a list of token ids or a list of token-id lists", "prompt")
-    return [(None, list(p)) for p in prompt]
+    return [(None, p) for p in lists]
 
 
 class OpenAICompletions(OpenAIFamily):
@@ -93,8 +95,8 @@ class OpenAICompletions(OpenAIFamily):
               f"logprobs must be between 0 and {MAX_LOGPROBS}", "logprobs")
         check(body.prompt is None or body.tokens is None, "give either prompt or tokens, not both", "tokens")
         if body.tokens is not None:
-            check(len(body.tokens) > 0 and all(t >= 0 for t in body.tokens),
-                  "tokens must be a non-empty list of token ids", "tokens")
+            check(len(body.tokens) > 0 and min(body.tokens) >= 0, "tokens must be a non-empty list of token ids",
+                  "tokens")
             prompts = [(None, list(body.tokens))]
         else:
             prompts = split_prompts(body.prompt)

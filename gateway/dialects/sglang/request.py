@@ -10,6 +10,7 @@ import msgspec
 
 from common.protocol import Constraint, SamplingParams
 from gateway.dialects import bounds
+from gateway.dialects.token_ids import int_list, int_lists
 from gateway.errors import ValidationFailed
 from gateway.serving.dialect import check, unknown_fields
 
@@ -97,10 +98,10 @@ def prompts_of(body: SGLangBody) -> tuple[list[dict], bool]:
     if body.input_ids is not None:
         ids = body.input_ids
         check(len(ids) > 0, "`input_ids` must not be empty", "input_ids")
-        batch = [ids] if all(_is_int(t) for t in ids) else ids
-        check(all(isinstance(p, list) and p and all(_is_int(t) and t >= 0 for t in p) for p in batch),
-              "`input_ids` must be a list of token ids or a list of such lists", "input_ids")
-        return [{"prompt_ids": list(p)} for p in batch], batch is ids
+        one = int_list(ids, non_negative=True) if not isinstance(ids[0], list) else None
+        batch = [one] if one is not None else int_lists(ids, non_negative=True)
+        check(batch is not None, "`input_ids` must be a list of token ids or a list of such lists", "input_ids")
+        return [{"prompt_ids": p} for p in batch], one is None
     embeds = body.input_embeds
     check(len(embeds) > 0, "`input_embeds` must not be empty", "input_embeds")
     batch = [embeds] if all(isinstance(v, list) and v and all(_is_num(x) for x in v) for v in embeds) else embeds
@@ -117,10 +118,6 @@ def refuse_unknown_sampling(payload: Any) -> None:
     for entry in raw if isinstance(raw, list) else [raw]:
         for name in unknown_fields(entry, SGLangSampling):
             check(False, f"sampling_params got an unexpected keyword argument {name!r}", name)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_num(value) -> bool:
