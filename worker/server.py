@@ -4,6 +4,11 @@ A client that disconnects mid-stream cancels the request (its rows leave the bat
 Bodies and events are the msgspec structs of `common.protocol`. With a secret, every route but
 `/health` needs it (worker/secret.py).
 
+Preparing a generation (tokenizing, validating) runs off the event loop; a grammar it must compile is
+awaited on the loop, not in a thread (`_prepare`), so compiles that wait or run for seconds (each tenant's
+bounded by worker/decoding/grammar/fair_queue.py) never take the threads another tenant's requests are
+prepared on.
+
 Tokenizing runs off the event loop, one call at a time, so a long text never stalls the streams of
 this worker nor takes the threads that prepare generations. Its input is bounded: /tokenize takes at
 most MAX_TOKENIZE_CHARS characters (about 100k tokens of English, 0.5 s on one core; a million took
@@ -13,6 +18,7 @@ most MAX_TOKENIZE_CHARS characters (about 100k tokens of English, 0.5 s on one c
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -33,6 +39,7 @@ from common.protocol import (
     WorkerLoad,
     encode_event,
 )
+from worker.decoding.grammar import GrammarPending
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestRejected
 from worker.secret import secret_guard
@@ -67,8 +74,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
         except msgspec.DecodeError as exc:
             return _error("validation", f"invalid request: {exc}")
         try:
-            # off the event loop: tokenizing and compiling a grammar can take a while
-            prepared = await asyncio.to_thread(engine.prepare, body)
+            prepared = await _prepare(engine, body)
         except RequestRejected as exc:
             return _refusal(exc.event())
         loop = asyncio.get_running_loop()
@@ -119,6 +125,21 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
 
     return Litestar([generate, load, model_info, health, tokenize, detokenize], debug=False,
                     before_request=secret_guard(secret) if secret else None)
+
+
+async def _prepare(engine: Engine, body: GenerateRequest):
+    """`engine.prepare` in a thread; when its grammar is not compiled yet, the compile is awaited here, with no
+    thread held, and the request prepared again (its grammar then at hand, or its error: a timeout, a bad
+    constraint). The compile goes on when the client leaves: it is the tenant's, cached for its retry."""
+    try:
+        return await asyncio.to_thread(partial(engine.prepare, body, pending=True))
+    except GrammarPending as pending:
+        started = time.monotonic()
+        waiter = asyncio.wrap_future(pending.future)
+        waiter.add_done_callback(lambda done: done.cancelled() or done.exception())  # read again by the 2nd pass
+        await asyncio.wait([waiter], timeout=pending.limit_s)  # neither raises nor cancels the compile
+        waited = time.monotonic() - started
+        return await asyncio.to_thread(partial(engine.prepare, body, waited_s=waited))
 
 
 async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> AsyncIterator[bytes]:
