@@ -5,17 +5,29 @@
   its cap allows; one larger than the cap runs alone;
 - the worker admits waiting requests in tenants' fair turns (worker/engine/fair_turns.py): another team's
   request starts before the remaining prompts of a team that got there first (asserted as an order, not a time;
-  bench/fairness.py measures the time to first token against idle).
+  bench/fairness.py measures the time to first token against idle);
+- a large collected answer (`n` = 32 x 20 top logprobs) is rendered and encoded off the gateway's event loop
+  (gateway/serving/answer_body.py), which every team's streams and `/livez` share.
+
+Rows parked for a newcomer when one request (`n`, `best_of`, beams) holds them all are in
+tests/worker/engine/test_preemption.py; grammar compiles that hold no prepare thread and per-team grammar caches
+in tests/worker/grammar/test_fairness.py (real engines, counted in steps and states rather than seconds).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
 import httpx
 import pytest
 
+from common.protocol import Done, Finish, Token, TopLogprob
+from gateway.dialects.openai.chat import OpenAIChat
+from gateway.serving.answer_body import answer_body, off_loop
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Meta
 from testkit.admin import admin
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker, tokens
@@ -97,3 +109,52 @@ def test_another_team_starts_before_the_remaining_prompts_of_a_big_request(tmp_p
         assert ended.is_set() and len(started) == 16
         # first come, first served started all 16 before it; in turns it takes the first row that frees
         assert seen <= 4, f"the small request finished after {seen} of the big request's 16 prompts had started"
+
+
+CHOICES, TOKENS, TOP = 32, 40, 20
+
+
+def large_answer() -> Result:
+    """What the workers send for `n` = 32 with 20 top logprobs a token: one answer of megabytes."""
+    result = Result()
+    for index in range(CHOICES):
+        for position in range(TOKENS):
+            result.add(Token(index=index, token_id=position, text=" tok", piece=" tok", logprob=-0.5,
+                             top_logprobs=[TopLogprob(k, -1.0 - k, f" alt{k}") for k in range(TOP)]))
+        result.add(Finish(index=index, reason="length", text=" tok" * TOKENS, token_ids=list(range(TOKENS)), seed=1))
+    result.add(Done(prompt_tokens=3, completion_tokens=CHOICES * TOKENS, compute_tokens=CHOICES * TOKENS))
+    return result
+
+
+async def test_a_large_answer_is_built_off_the_gateways_event_loop():
+    """The gateway's one event loop serves every team's streams and `/livez`: an answer as large as this one
+    (render and encode took 1.1 s for 9.5 MiB) is built in a thread while the loop goes on serving others. Asserted
+    by what the loop did meanwhile, not by a time: another task ran while the answer was built (none could, before).
+    bench/attacks/worker_fairness.py measures `/livez` and another team's first token beside such answers."""
+    chat = OpenAIChat()
+    parsed = chat.parse({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "n": CHOICES,
+                         "logprobs": True, "top_logprobs": TOP, "max_tokens": TOKENS}, "/v1/chat/completions")
+    result = large_answer()
+    assert off_loop([result])
+    ticks, building = 0, True
+
+    async def other_work() -> None:
+        nonlocal ticks
+        while building:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    before = ticks
+    body = await answer_body(chat, parsed, [result], Meta("r1", 1, "m"))
+    building = False
+    await other
+    assert ticks > before, "the event loop served nothing else while the answer was built"
+    choices = json.loads(body)["choices"]
+    assert len(choices) == CHOICES
+    assert all(len(c["logprobs"]["content"]) == TOKENS and len(c["logprobs"]["content"][0]["top_logprobs"]) == TOP
+               for c in choices)
+    small = Result()
+    small.add(Token(index=0, token_id=1, text="x"))
+    assert not off_loop([small])  # a short answer stays on the loop: a hand-off would cost more than its render
