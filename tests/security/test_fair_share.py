@@ -6,12 +6,14 @@
 - the worker admits waiting requests in tenants' fair turns (worker/engine/fair_turns.py): another team's
   request starts before the remaining prompts of a team that got there first (asserted as an order, not a time;
   bench/fairness.py measures the time to first token against idle);
+- one request of `n` = every row no longer holds them all while another team waits: a row of it is parked for
+  the newcomer (worker/engine/preemption.py; in engine steps, for `n`, `best_of` and beams, in
+  tests/worker/engine/test_preemption.py);
 - a large collected answer (`n` = 32 x 20 top logprobs) is rendered and encoded off the gateway's event loop
   (gateway/serving/answer_body.py), which every team's streams and `/livez` share.
 
-Rows parked for a newcomer when one request (`n`, `best_of`, beams) holds them all are in
-tests/worker/engine/test_preemption.py; grammar compiles that hold no prepare thread and per-team grammar caches
-in tests/worker/grammar/test_fairness.py (real engines, counted in steps and states rather than seconds).
+Grammar compiles that hold no prepare thread, and per-team grammar caches, are in
+tests/worker/grammar/test_fairness.py (a real engine and its HTTP app).
 """
 
 from __future__ import annotations
@@ -158,3 +160,38 @@ async def test_a_large_answer_is_built_off_the_gateways_event_loop():
     small = Result()
     small.add(Token(index=0, token_id=1, text="x"))
     assert not off_loop([small])  # a short answer stays on the loop: a hand-off would cost more than its render
+
+
+@pytest.mark.slow
+def test_another_team_gets_a_row_while_one_request_of_n_holds_every_row(tmp_path_factory):
+    """One request of `n` = every row was never parked: another team waited until it ended (45.6 s). Now a row of
+    it is parked for the newcomer, which ends while the wide request still streams (an order, not a time)."""
+    config = f'default_team_limits = {{}}\n[[models]]\nname = "{MODEL}"\nmax_batch_size = 2\nmax_context = 512\n'
+    with running_sluice(tmp_path_factory.mktemp("wide-request"), config=config,
+                        env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
+        wide, quiet = team_key(server, "wide"), team_key(server, "quiet")
+        streamed: list[int] = []  # the wide request's choices, one entry per token streamed
+        ended = threading.Event()
+
+        def wide_request() -> None:
+            body = {"model": MODEL, "prompt": "Tell a long story:", "n": 2, "max_tokens": 300, "temperature": 1.0,
+                    "seed": 3, "ignore_eos": True, "stream": True}
+            with httpx.stream("POST", f"{server.url}/v1/completions", json=body, headers=wide, timeout=600) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("data: {"):
+                        streamed.extend(choice["index"] for choice in json.loads(line[6:])["choices"])
+            ended.set()
+
+        thread = threading.Thread(target=wide_request)
+        thread.start()
+        try:
+            while len(set(streamed)) < 2:  # both rows of the worker decode its two choices
+                assert thread.is_alive(), "the wide request ended before streaming"
+                threading.Event().wait(0.01)
+            answer = httpx.post(f"{server.url}/v1/completions", headers=quiet, timeout=600,
+                                json={"model": MODEL, "prompt": "Hi", "max_tokens": 1, "temperature": 0})
+            assert answer.status_code == 200, answer.text
+            assert not ended.is_set(), "the other team waited for the whole wide request"
+        finally:
+            thread.join(timeout=600)
+        assert ended.is_set() and streamed.count(0) == streamed.count(1) > 300  # both choices whole (+ a finish chunk)
