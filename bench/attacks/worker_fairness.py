@@ -162,6 +162,9 @@ async def _grammar_phase(engine: Engine, probes: int, attack: bool) -> list[floa
             for task in attackers:
                 task.cancel()
             await asyncio.gather(*attackers, return_exceptions=True)
+            deadline = time.monotonic() + 120
+            while engine.by_id and time.monotonic() < deadline:  # what they submitted ends while this loop runs
+                await asyncio.sleep(0.05)
     label = "under compiles" if attack else "idle"
     print(f"  grammar {label}: p99 {percentile(times, 0.99) * 1000:.1f} ms, load {os.getloadavg()[0]:.1f}",
           flush=True)
