@@ -6,7 +6,10 @@ Bodies and events are the msgspec structs of `common.protocol`. With a secret, e
 
 Preparing a generation and the tokenizer routes run off the event loop and off the engine's thread, in
 tenants' turns (worker/tenant_turns.py): one tenant's long prompts or token counts never hold another
-tenant's request. Their input is bounded: a prompt is tokenized no further than the context can hold
+tenant's request. A grammar a generation must compile is awaited on the loop, holding no thread and no turn
+(`_prepare`), so compiles that wait or run for seconds (each tenant's bounded by
+worker/decoding/grammar/fair_queue.py) never take the threads another tenant's requests are prepared on.
+Their input is bounded: a prompt is tokenized no further than the context can hold
 (worker/engine/prompt_tokens.py), /tokenize takes at most MAX_TOKENIZE_CHARS characters (about 100k tokens
 of English, 0.5 s on one core; a million took 2 s and answered 20 MB of spans), /detokenize at most
 MAX_DETOKENIZE_TOKENS ids.
@@ -15,6 +18,7 @@ MAX_DETOKENIZE_TOKENS ids.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -35,6 +39,7 @@ from common.protocol import (
     WorkerLoad,
     encode_event,
 )
+from worker.decoding.grammar import GrammarPending
 from worker.engine.engine import Engine
 from worker.engine.prepare import RequestRejected
 from worker.secret import secret_guard
@@ -66,8 +71,7 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
         except msgspec.DecodeError as exc:
             return _error("validation", f"invalid request: {exc}")
         try:
-            # off the event loop, in the tenant's turn: tokenizing and compiling a grammar can take a while
-            prepared = await turns.run(body.tenant, engine.prepare, body)
+            prepared = await _prepare(engine, turns, body)
         except RequestRejected as exc:
             return _refusal(exc.event())
         loop = asyncio.get_running_loop()
@@ -118,6 +122,22 @@ def create_worker_app(engine: Engine, info: ModelInfo, secret: str | None = None
 
     return Litestar([generate, load, model_info, health, tokenize, detokenize], debug=False,
                     before_request=secret_guard(secret) if secret else None)
+
+
+async def _prepare(engine: Engine, turns: TenantTurns, body: GenerateRequest):
+    """`engine.prepare` in a thread, in the tenant's turn; when its grammar is not compiled yet, the compile is
+    awaited here, with no thread or turn held, and the request prepared again (its grammar then at hand, or its
+    error: a timeout, a bad constraint). The compile goes on when the client leaves: it is the tenant's, cached
+    for its retry."""
+    try:
+        return await turns.run(body.tenant, partial(engine.prepare, body, pending=True))
+    except GrammarPending as pending:
+        started = time.monotonic()
+        waiter = asyncio.wrap_future(pending.future)
+        waiter.add_done_callback(lambda done: done.cancelled() or done.exception())  # read again by the 2nd pass
+        await asyncio.wait([waiter], timeout=pending.limit_s)  # neither raises nor cancels the compile
+        waited = time.monotonic() - started
+        return await turns.run(body.tenant, partial(engine.prepare, body, waited_s=waited))
 
 
 async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> AsyncIterator[bytes]:

@@ -8,7 +8,8 @@ relayed the client has seen output, and a broken connection is `WorkerLost` inst
 event is raised as the gateway's error, before the first token (a real status) or mid-stream (the
 dialect's stream error), never passed on as an event. A fault of ours (an unreachable worker, a broken
 connection, an unreadable event, a refused worker secret) is told to the client in fixed words; its detail
-(addresses, exception text) goes to the log only.
+(addresses, exception text) goes to the log only. Events that arrive in a burst (a worker's buffered answer
+of thousands) are read YIELD_EVERY at a time, the event loop serving the other requests in between.
 
 An `exchange` fails the same way before its answer: unreachable, a 5xx or a retryable worker `Error` is
 `RetryElsewhere`; any other worker `Error` is the gateway's error. Moving a call to another replica is
@@ -17,6 +18,7 @@ gateway/replicas/failover.py's, over activator leases (gateway/serving/worker_cl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -42,6 +44,7 @@ log = structlog.get_logger("gateway")
 # what a client is told of a worker fault: no worker address, no exception text (the log line has them)
 UNREACHABLE = "a worker of this model is unreachable; retry shortly"
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
+YIELD_EVERY = 256  # events decoded before the loop takes a turn when they come faster than it would anyway
 
 
 def retried_elsewhere(error: Error) -> bool:
@@ -84,6 +87,7 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
     """One try of an encoded GenerateRequest on one replica (the caller counts it in `in_flight`)."""
     relayed = False
     pending: Accepted | None = None  # held until the first token so a retry stays invisible
+    decoded = 0
     try:
         async with replica.worker.post("/generate", body) as response:
             if response.status_code != 200:
@@ -92,6 +96,9 @@ async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
                 for line in lines:
                     if not line.strip():
                         continue
+                    decoded += 1
+                    if decoded % YIELD_EVERY == 0:  # a read of buffered data does not suspend: take a turn
+                        await asyncio.sleep(0)
                     try:
                         event = decode_event(line)
                     except msgspec.DecodeError as exc:

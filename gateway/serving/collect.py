@@ -20,12 +20,15 @@ class Result:
     accepted: Accepted | None = None
     choices: dict[int, Choice] = field(default_factory=dict)
     done: Done | None = None
+    weight: int = 0  # what rendering it walks: each token and every value it carries (answer_body.py)
 
     def add(self, event: Event) -> None:
         if isinstance(event, Accepted):
             self.accepted = event
         elif isinstance(event, Token):
             self.choices.setdefault(event.index, Choice()).tokens.append(event)
+            self.weight += 1 + sum(len(values) for values in (event.top_logprobs, event.token_ids_logprobs,
+                                                               event.hidden_state, event.logits) if values)
         elif isinstance(event, Finish):
             self.choices.setdefault(event.index, Choice()).finish = event
         elif isinstance(event, Done):

@@ -40,6 +40,7 @@ from gateway.endpoints.adapters import split_model
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import SluiceError
 from gateway.serving.answer import collect_answer, honest, within
+from gateway.serving.answer_body import answer_body
 from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unless_gone
 from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
@@ -204,11 +205,11 @@ async def relay(context: RequestContext, waiting: AsyncIterator[StillWaiting] | 
         return Stream(_stream(context, first, events), media_type=dialect.stream_media_type,
                       headers=_stream_headers(context))
     results = await collect_answer(dialect, worker_streams(context), accounting.observe, context.relay_timeout_s)
-    body = dialect.render(parsed, results, context.meta)
+    body = await answer_body(dialect, parsed, results, context.meta)  # a large one off the event loop
     await context.settle("ok")
     extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
                                      accounting.dispatched - accounting.started)
-    return Response(_json.encode(body), media_type="application/json", headers={**accounting.headers(), **extra})
+    return Response(body, media_type="application/json", headers={**accounting.headers(), **extra})
 
 
 async def refuse(context: RequestContext, error: SluiceError) -> Response:

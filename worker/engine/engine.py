@@ -12,6 +12,7 @@ has its prompt next (scheduler.py `yield_to_newcomer`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import threading
 import time
@@ -121,12 +122,15 @@ class Engine:
 
     # ---- called from the HTTP side (any thread) ----
 
-    def prepare(self, request: GenerateRequest) -> PreparedRequest:
+    def prepare(self, request: GenerateRequest, *, pending: bool = False, waited_s: float = 0.0) -> PreparedRequest:
+        """The request made ready to submit; it waits for its grammar's compile, or with `pending` raises
+        GrammarPending for the caller to wait elsewhere and ask again (`waited_s` then says how long it waited)."""
         started = time.perf_counter()
+        compile_grammar = functools.partial(self.grammars.compile, pending=pending, waited_s=waited_s)
         prepared = prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,
                            max_context=self.runner.max_context, max_rows=self.max_rows, model_eos=self.model_eos,
                            embed=self.runner.embed, tokenize_bad_words=tokenize_bad_words,
-                           compile_grammar=self.grammars.compile, max_token_bytes=self.max_token_bytes)
+                           compile_grammar=compile_grammar, max_token_bytes=self.max_token_bytes)
         prepared.validation_s = time.perf_counter() - started
         return prepared
 

@@ -122,7 +122,7 @@ class Executor:
 
     def _prefill(self, prefill: Prefill) -> None:
         state, slot = prefill.state, self.slots.free
-        if state.parked is not None:  # preempted before: its row comes back as it was, nothing to prefill
+        if state.parked:  # preempted before: its rows come back as they were, nothing to prefill
             self.slots.resume(state)
             return
         try:  # this request's own forward and first event: a failure there is its own
@@ -145,7 +145,7 @@ class Executor:
         run: list[Prefill] = []
         for prefill in prefills[first:]:
             state = prefill.state
-            if (state.adapter is not None or state.parked is not None
+            if (state.adapter is not None or state.parked
                     or state.set_aside is not None or state.prepared.candidates != 1
                     or state.prepared.request.params.prompt_logprobs
                     or self.slots.free + len(run) + 1 > self.runner.cache.max_rows):

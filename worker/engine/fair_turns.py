@@ -35,7 +35,7 @@ class FairTurns:
         for arrival, state in enumerate(waiting):
             tenant = tenant_of(state)
             ranked.append((running[tenant] + ahead[tenant], self._last.get(tenant, 0), arrival, state))
-            ahead[tenant] += state.prepared.candidates
+            ahead[tenant] += state.rows_wanted
         ranked.sort(key=lambda entry: entry[:3])
         return [entry[3] for entry in ranked]
 

@@ -1,16 +1,24 @@
-"""Preemption for fairness: a tenant with nothing running may take a row from the most-served tenant.
+"""Preemption for fairness: a tenant with nothing running may take rows from the most-served tenant.
 
 Fair turns (fair_turns.py) decide who starts when a row frees; with every row held by one tenant's long
-requests, another tenant's one-token request still waited for one of them to finish. So when the request
-at the head of the queue (in fair turns) belongs to a tenant that runs no rows and does not fit, the
-scheduler parks the newest one-row requests of the tenant running the most rows until it fits. A parked
-request keeps its row whole (its sequence, decoding state and cache positions: slots.py `Parked`), goes
-back to the front of the queue and resumes exactly where it stopped when fair turns give it a row again:
-its tokens are those it would have produced unparked. Rules that keep it from thrashing or piling up:
+requests (many one-row requests, or one request of `n` = 32 rows), another tenant's one-token request still
+waited for them to finish. So when the request at the head of the queue (in fair turns) belongs to a tenant
+that runs no rows and does not fit, the scheduler parks rows of the tenant running the most rows until it
+fits. What is parked, a unit at a time:
+- a row of a request whose rows are independent (one row, or `n` / `best_of` candidates: each its own seed,
+  history and cache): the newest request's last running candidate first, so a 32-row request gives up only
+  the rows the newcomer needs and keeps decoding the others;
+- a beam search whole: its beams share one search (scores, finished set, parents), so they stop together.
+A parked row keeps itself whole (its sequence, decoding state and cache positions: slots.py `Parked`); its
+request waits at the front of the queue for as many rows as it has parked and resumes them exactly where they
+stopped when fair turns give it rows again: its tokens are those it would have produced unparked. Rules that
+keep it from thrashing or piling up:
 - only a tenant running nothing preempts, and only when the head cannot start otherwise;
-- a victim's tenant keeps at least as many rows as the newcomer takes, so the newcomer's tenant is never
-  the one that runs the most, and the parked request's tenant (still running rows) cannot preempt back;
-- only ordinary one-row requests are parked (not beams, not `n` / `best_of` > 1, whose rows move together);
+- a victim's tenant keeps at least as many rows as the newcomer takes, so the newcomer's tenant is never the
+  one that runs the most and the victim's tenant (still running rows) cannot preempt back; a beam search
+  wider than the newcomer may be parked even when its tenant keeps fewer (none, when it was all it ran):
+  resuming it needs more rows than the newcomer's tenant holds, so it cannot take them back (it waits its
+  turn, and while it waits at the head the rows it left stay free for it);
 - at most `max_rows` rows are parked at once: their cache positions are held in memory meanwhile.
 """
 
@@ -22,26 +30,44 @@ from worker.engine.fair_turns import tenant_of
 from worker.engine.sequence import RequestState, Sequence
 
 
-def choose_victims(head: RequestState, rows: list[Sequence], max_rows: int, parked_rows: int) -> list[RequestState]:
-    """The requests to park (newest first) so that `head` fits beside `rows`, or [] when it fits already or
-    the rules above forbid it."""
-    need = len(rows) + head.prepared.candidates - max_rows
+def choose_victims(head: RequestState, rows: list[Sequence], max_rows: int, parked_rows: int) -> list[Sequence]:
+    """The rows to park (newest first) so that `head` fits beside `rows`, or [] when it fits already or the
+    rules above forbid it."""
+    wanted = head.rows_wanted
+    need = len(rows) + wanted - max_rows
     running = Counter(tenant_of(row.request) for row in rows)
-    if need <= 0 or running[tenant_of(head)] or parked_rows + need > max_rows:
+    if need <= 0 or running[tenant_of(head)]:
         return []
-    movable: dict[str, list[RequestState]] = {}
-    for row in rows:
-        state = row.request
-        if state.prepared.candidates == 1 and state.beam is None and not (state.done or row.finish):
-            movable.setdefault(tenant_of(state), []).append(state)
-    for states in movable.values():
-        states.sort(key=lambda state: state.admitted)
-    victims: list[RequestState] = []
+    units = parkable_units(rows)
+    victims: list[Sequence] = []
     while len(victims) < need:
-        tenants = [t for t, states in movable.items() if states and running[t] - 1 >= head.prepared.candidates]
+        tenants = [t for t, queue in units.items() if queue and may_give(running[t], len(queue[-1]), wanted)]
         if not tenants:
             return []
         tenant = max(tenants, key=lambda t: running[t])
-        victims.append(movable[tenant].pop())
-        running[tenant] -= 1
-    return victims
+        unit = units[tenant].pop()
+        victims += unit
+        running[tenant] -= len(unit)
+    return victims if parked_rows + len(victims) <= max_rows else []
+
+
+def parkable_units(rows: list[Sequence]) -> dict[str, list[list[Sequence]]]:
+    """Per tenant, what may be parked at once, oldest first: each running row of a request of independent
+    rows (by admission, then candidate), each beam search whole."""
+    units: dict[str, list[tuple[tuple[int, int], list[Sequence]]]] = {}
+    beams: dict[int, list[Sequence]] = {}
+    for row in rows:
+        state = row.request
+        if state.done or row.finish:
+            continue
+        if state.beam is None:
+            units.setdefault(tenant_of(state), []).append(((state.admitted, row.candidate), [row]))
+        elif id(state) not in beams:
+            beams[id(state)] = [r for r in rows if r.request is state]
+            units.setdefault(tenant_of(state), []).append(((state.admitted, 0), beams[id(state)]))
+    return {tenant: [unit for _, unit in sorted(queue, key=lambda entry: entry[0])] for tenant, queue in units.items()}
+
+
+def may_give(running: int, unit: int, wanted: int) -> bool:
+    """Whether a tenant running `running` rows may give up `unit` of them to a newcomer taking `wanted`."""
+    return running - unit >= wanted or unit > wanted

@@ -84,7 +84,7 @@ class Scheduler:
         self.beam_budget = BeamBudget(config.ordinary_share_beside_beams)
         self.pace = PrefillPace(config.max_batched_tokens)
         self.waiting_for_adapters = False  # nothing waiting can start until an adapter load ends
-        self.preemptions = 0  # requests parked so far
+        self.preemptions = 0  # requests parked (in whole or in part) so far
         self._admissions = itertools.count(1)
         self._queued = 0  # submitted and not yet admitted: max_queue bounds it
         self._queued_lock = threading.Lock()
@@ -122,9 +122,9 @@ class Scheduler:
         if state in self.waiting:
             self.waiting.remove(state)
             self._dequeued()
-        if state.parked is not None:  # its row is outside the batch: it ends there
-            state.parked.sequence.finish = "cancelled"
-            state.parked = None
+        for parked in state.parked:  # rows outside the batch: they end there
+            parked.sequence.finish = "cancelled"
+        state.parked = []
         if self.prefilling is state:
             self.prefilling = None
         for row in self.slots.rows:
@@ -147,8 +147,8 @@ class Scheduler:
         self._plan_prefills(plan, self.pace.allowance(decoding, prompts), starting)
         if plan.prefills:
             plan.rows_ahead = self._rows_ahead(plan)
-        rows = len(self.slots.rows) + sum(state.prepared.candidates for state in starting)
-        ordinary = self.slots.ordinary() + sum(s.prepared.candidates for s in starting
+        rows = len(self.slots.rows) + sum(state.rows_wanted for state in starting)
+        ordinary = self.slots.ordinary() + sum(s.rows_wanted for s in starting
                                                if s.prepared.request.params.num_beams <= 1)
         plan.beams_sit_out = 0 < ordinary < rows and not self.beam_budget.full_step()
         return plan
@@ -180,11 +180,10 @@ class Scheduler:
         if partial is not None and not running[tenant_of(partial)]:
             return False  # the prompt in the free slot is a newcomer's own
         head = self._head([], plan)
-        if head is None or head.parked is not None or running[tenant_of(head)]:
+        if head is None or head.parked or running[tenant_of(head)]:
             return False
-        parked_rows = sum(state.parked is not None for state in self.waiting)
-        if len(self.slots.rows) + head.prepared.candidates > self.max_rows and \
-                not choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
+        if len(self.slots.rows) + head.rows_wanted > self.max_rows and \
+                not choose_victims(head, self.slots.rows, self.max_rows, self._parked_rows()):
             return False
         if partial is not None:
             self.slots.set_aside(partial)
@@ -205,7 +204,7 @@ class Scheduler:
                 if state.done:  # dropped
                     continue
                 # reused blocks cost no budget; a parked request, or a prompt set aside, goes on with its own cache
-                own = state.parked is not None or state.prefilled
+                own = bool(state.parked) or state.prefilled
                 self.prefilling, reuse = state, None if own else self.prefixes.lookup(state)
             state = self.prefilling
             newcomer = not self._running(starting)[tenant_of(state)]
@@ -240,13 +239,18 @@ class Scheduler:
         for state in [row.request for row in left] + [prefill.state for prefill in plan.prefills]:
             if state.done:
                 self.requests.pop(state.request_id, None)
+                if state.parked:  # it ended (deadline, failure) while some of its rows were parked
+                    self._forget_parked(state)
 
     def clear(self) -> list[RequestState]:
         """The whole batch failed: every request admitted is forgotten, those not yet ended are returned."""
         waiting = {id(state) for state in self.waiting}
-        started = [state for state in self.requests.values() if id(state) not in waiting]
+        in_batch = {id(row.request) for row in self.slots.rows}  # a request partly parked lost its other rows
+        started = [state for state in self.requests.values() if id(state) not in waiting or id(state) in in_batch]
         for state in started:
             self.requests.pop(state.request_id, None)
+            if state.parked:
+                self._forget_parked(state)
         self.slots.reset()
         self.prefilling = None
         return [state for state in started if not state.done]
@@ -264,11 +268,27 @@ class Scheduler:
         head = self._head([], plan)
         if head is None:
             return
-        parked_rows = sum(state.parked is not None for state in self.waiting)
-        for victim in choose_victims(head, self.slots.rows, self.max_rows, parked_rows):
-            self.slots.park(victim)
-            self._requeue(victim)  # newest first, so the oldest ends up in front
+        victims = choose_victims(head, self.slots.rows, self.max_rows, self._parked_rows())
+        if not victims:
+            return
+        queued = {id(state) for state in self.waiting}
+        self.slots.park(victims)
+        for state in {id(row.request): row.request for row in victims}.values():  # newest first: the oldest in front
+            if id(state) not in queued:  # a request partly parked before waits where it is
+                self._requeue(state)
             self.preemptions += 1
+
+    def _parked_rows(self) -> int:
+        return sum(len(state.parked) for state in self.waiting)
+
+    def _forget_parked(self, state: RequestState) -> None:
+        """A request that ended leaves the queue with the rows it had parked."""
+        state.parked = []
+        for index, queued in enumerate(self.waiting):
+            if queued is state:
+                del self.waiting[index]
+                self._dequeued()
+                return
 
     def _requeue(self, state: RequestState) -> None:
         """Back at the queue's front (parked, or planned and not run); not refused when the queue is full."""
@@ -279,8 +299,8 @@ class Scheduler:
     def _admit(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
         """The next request to prefill, taken from the queue (done when it was dropped), or None."""
         state = self._head(starting, plan)
-        running = len(self.slots.rows) + sum(s.prepared.candidates for s in starting)
-        if state is None or running + state.prepared.candidates > self.max_rows:
+        running = len(self.slots.rows) + sum(s.rows_wanted for s in starting)
+        if state is None or running + state.rows_wanted > self.max_rows:
             return None
         self.waiting.remove(state)
         self._dequeued()
@@ -291,7 +311,7 @@ class Scheduler:
             self._drop(state, Error(kind="timeout", message="the request's deadline passed before it could start"),
                        plan)
             return state
-        if state.parked is None and not state.prefilled:  # a resumed request keeps its first wait
+        if not state.parked and not state.prefilled:  # a resumed request keeps its first wait
             state.queue_s = time.perf_counter() - state.submitted
         return state
 
@@ -300,7 +320,7 @@ class Scheduler:
         one growth of its slot axis for a burst rather than one per few rows joining (kv_cache.py)."""
         rows = len(self.slots.rows)
         for state in itertools.chain({id(p.state): p.state for p in plan.prefills}.values(), self.waiting):
-            rows += state.prepared.candidates
+            rows += state.rows_wanted
             if rows >= self.max_rows:
                 return self.max_rows
         return rows
@@ -330,7 +350,7 @@ class Scheduler:
         """Rows each tenant runs, counting those of the requests starting in this step."""
         running = Counter(tenant_of(row.request) for row in self.slots.rows)
         for state in starting:
-            running[tenant_of(state)] += state.prepared.candidates
+            running[tenant_of(state)] += state.rows_wanted
         return running
 
     def _refuse(self, state: RequestState, error: AdapterError, plan: StepPlan) -> None:

@@ -74,7 +74,7 @@ class RequestState:
     last_embed: object = None  # embedding of the last prompt token when embeddings replace ids
     beam: object = None  # BeamSearch (worker/engine/beams.py) when num_beams > 1
     adapter: object = None  # worker.lora.adapter.LoraAdapter once admitted with one
-    parked: object = None  # slots.Parked while preempted: its row set aside, waiting to resume
+    parked: list = field(default_factory=list)  # slots.Parked rows set aside while preempted, waiting to resume
     set_aside: object = None  # a partly prefilled prompt's cache positions (a tensor) while a newcomer goes first
     admitted: int = 0  # admission order (the newest is preempted first)
     submitted: float = field(default_factory=time.perf_counter)
@@ -90,6 +90,11 @@ class RequestState:
             sequence.finish = sequence.finish or "error"
         self.failure = failure
         self.done = True
+
+    @property
+    def rows_wanted(self) -> int:
+        """The rows it takes when it (next) starts: those it has parked, else one per candidate."""
+        return len(self.parked) or self.prepared.candidates
 
     @property
     def request_id(self) -> str:

@@ -62,13 +62,14 @@ class Slots:
         gone = [i for i, row in enumerate(self.rows) if row.finish]
         return self._remove(gone, prefilling)
 
-    def park(self, state: RequestState) -> None:
-        """A one-row request leaves the batch unfinished (preempted; no prompt is being prefilled): its
-        row and cache positions are kept on `state.parked` until `resume`."""
-        slot = next(i for i, row in enumerate(self.rows) if row.request is state)
-        row = self.rows[slot]
-        state.parked = Parked(row, self.batch.rows[slot], self.cache.copy_out(slot, 0, row.length))
-        self._remove([slot], None)
+    def park(self, rows: list[Sequence]) -> None:
+        """Rows leave the batch unfinished (preempted; no prompt is being prefilled): each row and its cache
+        positions are kept on its request's `parked`, in slot order, until `resume`."""
+        slots = sorted(next(i for i, held in enumerate(self.rows) if held is row) for row in rows)
+        for slot in slots:
+            row = self.rows[slot]
+            row.request.parked.append(Parked(row, self.batch.rows[slot], self.cache.copy_out(slot, 0, row.length)))
+        self._remove(slots, None)
 
     def set_aside(self, state: RequestState) -> None:
         """The prompt partly prefilled in the free slot leaves it: its positions are kept on `state.set_aside`
@@ -82,14 +83,16 @@ class Slots:
             state.set_aside = None
 
     def resume(self, state: RequestState) -> None:
-        """A parked request's row joins behind the others, in the free slot, as it was when parked."""
-        parked, first = state.parked, self.free
-        self.cache.copy_in(first, parked.kv)
-        ordinary = self.ordinary()
-        self.rows.append(parked.sequence)
-        self.batch.add_row(parked.row)
-        self._swap(joining_swaps(ordinary, first, len(self.rows)))
-        state.parked = None
+        """A request's parked rows join behind the others, from the free slot on, as they were when parked (a
+        beam search's in the order it parked them; an ordinary request's move ahead of the beam rows)."""
+        ordinary, first = self.ordinary(), self.free
+        for offset, parked in enumerate(state.parked):
+            self.cache.copy_in(first + offset, parked.kv)
+            self.rows.append(parked.sequence)
+            self.batch.add_row(parked.row)
+        if state.beam is None:
+            self._swap(joining_swaps(ordinary, first, len(self.rows)))
+        state.parked = []
 
     def _remove(self, gone: list[int], prefilling: RequestState | None) -> list[Sequence]:
         if not gone:

@@ -65,7 +65,7 @@ def test_a_quiet_tenant_takes_a_row_at_once_and_greedy_output_equals_generate(mo
     assert sorted(row.request.prepared.request.tenant for row in engine.rows) == ["h", "q"]
     # the newest hostile request was parked mid-way and waits at the front; the quiet one decoded at once
     parked = engine.scheduler.waiting[0]
-    assert parked.request_id == hostile[1].request_id and parked.parked is not None
+    assert parked.request_id == hostile[1].request_id and len(parked.parked) == 1
     assert len(quiet.tokens()) == 1 and 0 < len(parked.sequences[0].output_ids) < 12
     steps_until_done(engine, [*hostile, quiet])
     assert engine.scheduler.preemptions == 1  # the parked request resumed; nothing parked back
@@ -124,7 +124,7 @@ def test_who_may_be_parked(model, tmp_path):
     newest_h = max((row.request for row in rows if row.request.prepared.request.tenant == "h"),
                    key=lambda state: state.admitted)
     # a tenant running nothing takes h's newest row (h runs the most); never b's only row
-    assert choose_victims(waiting_state(engine, "q"), rows, 4, 0) == [newest_h]
+    assert [row.request for row in choose_victims(waiting_state(engine, "q"), rows, 4, 0)] == [newest_h]
     # two rows: h keeps one of its three, fewer than the newcomer's two: nobody is parked
     assert choose_victims(waiting_state(engine, "q", n=2, temperature=1.0), rows, 4, 0) == []
     # a tenant already running rows waits its turn; so does anyone once max_rows rows are parked
@@ -135,13 +135,33 @@ def test_who_may_be_parked(model, tmp_path):
     step(engine, 1)
 
 
-def test_beam_and_multi_candidate_requests_are_never_parked(model, tmp_path):
+def test_multi_row_requests_give_rows_one_at_a_time_and_beams_whole(model, tmp_path):
     engine = engine_of(model, tmp_path, rows=4)
-    submit(engine, request(prompt_ids=PROMPTS[0], max_tokens=20, num_beams=2, tenant="h"))
-    submit(engine, request(prompt_ids=PROMPTS[1], max_tokens=20, n=2, temperature=1.0, ignore_eos=True, tenant="h"))
+    beams = submit(engine, request(prompt_ids=PROMPTS[0], max_tokens=20, num_beams=2, tenant="h"))
+    sampled = submit(engine, request(prompt_ids=PROMPTS[1], max_tokens=20, n=2, temperature=1.0, ignore_eos=True,
+                                     tenant="h"))
     step(engine, 2)
     assert len(engine.rows) == 4
-    assert choose_victims(waiting_state(engine, "q"), engine.rows, 4, 0) == []
+    newest = sorted((row for row in engine.rows if row.request.request_id == sampled.request_id),
+                    key=lambda row: row.candidate)
+    # the newest request's last candidate alone; then its other candidate; h keeps as many rows as q takes
+    assert choose_victims(waiting_state(engine, "q"), engine.rows, 4, 0) == [newest[1]]
+    assert choose_victims(waiting_state(engine, "q", n=2, temperature=1.0), engine.rows, 4, 0) == newest[::-1]
+    # three rows: h would keep fewer than three after the second, and its beam search is not wider: none
+    assert choose_victims(waiting_state(engine, "q", n=3, temperature=1.0), engine.rows, 4, 0) == []
+    for run in (beams, sampled):
+        engine.cancel(run.request_id)
+    step(engine, 1)
+
+
+def test_a_beam_search_wider_than_the_newcomer_is_parked_whole(model, tmp_path):
+    engine = engine_of(model, tmp_path, rows=4)
+    submit(engine, request(prompt_ids=PROMPTS[0], max_tokens=20, num_beams=4, tenant="h"))
+    step(engine, 2)
+    assert len(engine.rows) == 4
+    assert choose_victims(waiting_state(engine, "q"), engine.rows, 4, 0) == engine.rows  # all four, in slot order
+    assert choose_victims(waiting_state(engine, "q", n=4, temperature=1.0), engine.rows, 4, 0) == []  # not wider
+    assert choose_victims(waiting_state(engine, "q"), engine.rows, 4, 1) == []  # four more would exceed max_rows
 
 
 def test_finish_events_once(model, tmp_path):
@@ -170,3 +190,33 @@ def test_a_parked_request_with_a_cached_prompt_resumes_from_its_own_cache(model,
                                         do_sample=False)[0, len(prompt):].tolist()
         assert run.finishes[0].token_ids == expected
         assert [t.token_id for t in run.tokens()] == expected
+
+
+@pytest.mark.parametrize("params", [
+    {"n": 4, "temperature": 1.0, "seed": [11]},
+    {"n": 2, "best_of": 4, "temperature": 0.9, "top_k": 20, "seed": [5], "repetition_penalty": 1.2},
+    {"num_beams": 4, "temperature": 0.0},
+])
+def test_one_request_holding_every_row_gives_a_newcomer_a_row_within_two_steps(model, tmp_path, params):
+    """One tenant's single request takes all four rows (`n`, `best_of` or beams); another tenant's request
+    decodes its first token within two engine steps of arriving, and every output equals the same request
+    run alone, never parked."""
+    engine = engine_of(model, tmp_path, rows=4)
+    hostile = submit(engine, request(prompt_ids=PROMPTS[0], max_tokens=14, ignore_eos=True, tenant="h", **params),
+                     strict=True)
+    step(engine, 3)
+    assert len(engine.rows) == 4
+    quiet = submit(engine, request(prompt_ids=PROMPTS[2], max_tokens=3, ignore_eos=True, tenant="q",
+                                   temperature=0.0), strict=True)
+    step(engine, 2)
+    assert quiet.tokens(), "the newcomer waited more than two steps for a row"
+    assert engine.scheduler.preemptions == 1
+    steps_until_done(engine, [hostile, quiet])
+    alone = engine_of(model, tmp_path, rows=4)
+    reference = submit(alone, request(prompt_ids=PROMPTS[0], max_tokens=14, ignore_eos=True, **params))
+    steps_until_done(alone, [reference])
+    assert [f.token_ids for f in hostile.finishes] == [f.token_ids for f in reference.finishes]
+    assert [f.cumulative_logprob for f in hostile.finishes] == \
+        pytest.approx([f.cumulative_logprob for f in reference.finishes])
+    assert len(quiet.finishes[0].token_ids) == 3
+    assert engine.scheduler.queued == 0 and not engine.scheduler.waiting

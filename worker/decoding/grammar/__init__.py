@@ -6,10 +6,11 @@ from worker.decoding.grammar.compiler import (
     GrammarBusy,
     GrammarCompiler,
     GrammarError,
+    GrammarPending,
     GrammarTimeout,
 )
 from worker.decoding.grammar.mask import GrammarMasker
 from worker.decoding.grammar.matcher import GrammarState
 
-__all__ = ["Grammar", "GrammarBusy", "GrammarCompiler", "GrammarError", "GrammarMasker", "GrammarState",
-           "GrammarTimeout"]
+__all__ = ["Grammar", "GrammarBusy", "GrammarCompiler", "GrammarError", "GrammarMasker", "GrammarPending",
+           "GrammarState", "GrammarTimeout"]

@@ -7,8 +7,14 @@ Compiles run on a few daemon threads, each handing its compiles to a child proce
 (compile_process.py); the caller waits at most `timeout_s`. A compile that the caller gave up on keeps
 going and lands in the cache, so a retry of the same schema is then free, unless it runs past `timeout_s`
 itself: then its process is killed and every waiter gets GrammarTimeout. The cache is an LRU of futures
-keyed by sha256(kind, value), so concurrent requests for one schema share one compile; it is bounded by
-the bytes of the compiled grammars (xgrammar's `memory_size_bytes`), since one large schema takes 100+ MB.
+keyed by sha256(tenant, kind, value), so one tenant's concurrent requests for one schema share one compile,
+and no tenant's answer time tells whether another tenant compiled a schema (a cached schema answers in
+milliseconds, a new one in seconds): each team compiles its own. It is bounded by the bytes of the
+compiled grammars (xgrammar's `memory_size_bytes`), since one large schema takes 100+ MB.
+
+A caller that must not hold a thread while a compile waits or runs (the worker's HTTP side) asks with
+`pending=True`: a grammar not ready yet raises GrammarPending with its future, to be awaited elsewhere, and
+the caller asks again once it is done.
 
 The threads are shared fairly among tenants (fair_queue.py): one tenant runs at most all threads but one
 and keeps a few compiles waiting, beyond which it is told to retry later; its heavy schemas then cost its
@@ -45,6 +51,15 @@ class GrammarTimeout(GrammarError):
 
 class GrammarBusy(GrammarError):
     """The tenant already has as many compiles waiting as it may: retry later."""
+
+
+class GrammarPending(Exception):
+    """Asked with `pending=True`: the grammar is being compiled (or waits its turn). Not a GrammarError, so it
+    leaves every caller that maps those to a client error."""
+
+    def __init__(self, future: Future, limit_s: float):
+        super().__init__("the grammar is being compiled")
+        self.future, self.limit_s = future, limit_s
 
 
 @dataclass(frozen=True)
@@ -116,13 +131,16 @@ class GrammarCompiler:
             raise GrammarError(f"structured output is unavailable for this model's tokenizer: {exc}") from None
 
     @staticmethod
-    def key(constraint: Constraint) -> str:
-        return hashlib.sha256(f"{constraint.kind}\0{constraint.value}".encode()).hexdigest()
+    def key(constraint: Constraint, tenant: str = "") -> str:
+        return hashlib.sha256(f"{tenant}\0{constraint.kind}\0{constraint.value}".encode()).hexdigest()
 
-    def compile(self, constraint: Constraint, timeout_s: float | None = None, tenant: str = "") -> Grammar:
-        """The compiled grammar (from the cache when seen before); GrammarError names what is wrong.
-        A new constraint is compiled in `tenant`'s turn (GrammarBusy when it has too many waiting)."""
-        key = self.key(constraint)
+    def compile(self, constraint: Constraint, timeout_s: float | None = None, tenant: str = "", *,
+                pending: bool = False, waited_s: float = 0.0) -> Grammar:
+        """The compiled grammar (from `tenant`'s cache when it compiled it before); GrammarError names what is
+        wrong. A new constraint is compiled in `tenant`'s turn (GrammarBusy when it has too many waiting).
+        `pending`: GrammarPending rather than a wait when it is not ready; `waited_s`: seconds of the limit
+        spent waiting for it elsewhere."""
+        key = self.key(constraint, tenant)
         with self._lock:
             future = self._cache.get(key)
             if future is None:
@@ -136,8 +154,10 @@ class GrammarCompiler:
             else:
                 self._cache.move_to_end(key)
         limit = self.timeout_s if timeout_s is None else timeout_s
+        if pending and not future.done():
+            raise GrammarPending(future, limit)
         try:
-            return future.result(timeout=limit)
+            return future.result(timeout=max(0.0, limit - waited_s))
         except FutureTimeout:
             raise GrammarTimeout(f"compiling the {constraint.kind} constraint took longer than {limit:g} s; "
                                  "simplify it or retry later") from None
@@ -161,8 +181,8 @@ class GrammarCompiler:
             del self._cache[old]
             self.cached_bytes -= self._sizes.pop(old)
 
-    def cached(self, constraint: Constraint) -> bool:
-        future = self._cache.get(self.key(constraint))
+    def cached(self, constraint: Constraint, tenant: str = "") -> bool:
+        future = self._cache.get(self.key(constraint, tenant))
         return future is not None and future.done() and future.exception() is None
 
     def backlog(self, tenant: str) -> tuple[int, int]:

@@ -1,0 +1,287 @@
+"""A hostile tenant, second round (issue #43 items 4, 8, 12): another team's TTFT idle and under each attack, same run.
+
+    .venv/bin/python bench/attacks/worker_fairness.py [--quick] [--rows 8] [--probes 20]
+
+Each attack beside a quiet team that sends one-token requests one after another (bench/fairness.py's `probe` and
+`phase`: submit -> first token, p50 / p99, and the p99 in engine steps):
+- rows: one request of `n` = every row, kept in flight with long outputs (before, it held every row until it
+  ended: the quiet team waited 45.6 s). In-process Engine, as bench/fairness.py drives it.
+- grammar: two teams keep heavy distinct JSON schemas compiling (seconds each) through the worker's HTTP app;
+  the quiet team's plain requests go through the same app (before, the compiles' requests held the threads that
+  prepare every request: 0.24 s became 14.8 s).
+- large answers: a team keeps non-streamed `n` = 32, `top_logprobs` = 20 answers of megabytes coming through a
+  real `sluice serve` (in front of the test kit's protocol worker, which sends them at once); the probe is the
+  gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s).
+Prints each phase and the ratio of each attack's p99 to the idle p99 (the bar: within 2x). No assertions.
+`--quick` (or SLUICE_BENCH_QUICK=1) runs a small version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import msgspec
+import torch
+
+# run as a script, this file's folder comes first on sys.path: the repository goes first instead
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.fairness import phase
+from bench.harness.stats import percentile
+from common.protocol import (
+    Accepted,
+    Constraint,
+    Done,
+    Error,
+    Finish,
+    GenerateRequest,
+    ModelConfig,
+    ModelInfo,
+    SamplingParams,
+    Token,
+    TopLogprob,
+)
+from testkit.admin import default_team_key
+from testkit.protocol_worker import MODEL as STUB_MODEL
+from testkit.protocol_worker import Reply, sluice_on_protocol_worker
+from worker.engine.engine import Engine
+from worker.loading import load_model
+from worker.server import create_worker_app
+
+REPO = Path(__file__).resolve().parents[2]
+ADMIN_KEY = "bench-worker-fairness-admin-key-0123456789"
+
+
+class WideRequests:
+    """A tenant that keeps one request of `n` = every row in flight, another queued behind it, until stopped."""
+
+    def __init__(self, engine: Engine, rows: int, tokens: int):
+        self.engine, self.rows, self.tokens = engine, rows, tokens
+        self.outstanding = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ids = iter(range(10**9))
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sink(self, events) -> None:
+        if any(isinstance(e, (Done, Error)) for e in events):
+            with self.lock:
+                self.outstanding -= 1
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                short = self.outstanding < 2
+                self.outstanding += short
+            if short:
+                request = GenerateRequest(request_id=f"wide-{next(self.ids)}", model="m", tenant="wide",
+                                          prompt="Write a long story about a river.",
+                                          params=SamplingParams(n=self.rows, max_tokens=self.tokens, temperature=1.0,
+                                                                ignore_eos=True))
+                self.engine.submit(self.engine.prepare(request), self._sink)
+            time.sleep(0.01)
+
+    def __enter__(self) -> WideRequests:
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while len(self.engine.rows) < self.rows and time.monotonic() < deadline:  # it holds every row
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        for request_id in list(self.engine.by_id):
+            if request_id.startswith("wide-"):
+                self.engine.cancel(request_id)
+        deadline = time.monotonic() + 120
+        while self.outstanding > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def rows_attack(engine: Engine, rows: int, probes: int, tokens: int) -> dict[str, list[float]]:
+    phase(engine, 2, "quiet")  # warm-up
+    idle = phase(engine, probes, "quiet")
+    parked = engine.scheduler.preemptions
+    with WideRequests(engine, rows, tokens):
+        attacked = phase(engine, probes, "quiet")
+    print(f"  rows parked for the quiet team: {engine.scheduler.preemptions - parked} requests")
+    return {"rows: idle": [s for s, _ in idle], f"rows: n = {rows} held": [s for s, _ in attacked]}
+
+
+async def _grammar_phase(engine: Engine, probes: int, attack: bool) -> list[float]:
+    """Plain one-token requests of a quiet team through the worker's HTTP app (on this loop, with its default
+    thread pool), beside two teams that keep heavy distinct schemas compiling when `attack`."""
+    info = ModelInfo(model_id="smol", model_dtype="float32", device="cpu", quantization="none",
+                     max_context=engine.runner.max_context, max_rows=engine.max_rows, vocab_size=engine.vocab_size,
+                     eos_token_ids=engine.model_eos)
+    transport = httpx.ASGITransport(app=create_worker_app(engine, info))
+    schemas = iter(range(10**9))
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker", timeout=900) as client:
+
+        async def post(tenant: str, **params) -> httpx.Response:
+            body = GenerateRequest(request_id=f"{tenant}-{time.monotonic_ns()}", model="m", tenant=tenant,
+                                   prompt="JSON:", params=SamplingParams(max_tokens=1, **params))
+            return await client.post("/generate", content=msgspec.json.encode(body))
+
+        async def compiling(tenant: str) -> None:
+            while True:  # seconds of compile each on the SmolLM2 vocabulary, never cached
+                schema = json.dumps({"type": "string", "maxLength": 2500 + next(schemas)})
+                answer = await post(tenant, constraint=Constraint("json_schema", schema))
+                if answer.status_code == 429:  # the team's compiles are at their cap: it retries
+                    await asyncio.sleep(0.05)
+
+        attackers = [asyncio.create_task(compiling(t)) for t in ("schemas-a", "schemas-b") for _ in range(6)
+                     if attack]
+        try:
+            if attack:
+                await asyncio.sleep(3)  # their compiles under way
+            await post("quiet")  # warm-up
+            times = []
+            for _ in range(probes):
+                started = time.perf_counter()
+                answer = await post("quiet")
+                times.append(time.perf_counter() - started)
+                assert answer.status_code == 200, answer.text
+                await asyncio.sleep(0.02)
+        finally:
+            for task in attackers:
+                task.cancel()
+            await asyncio.gather(*attackers, return_exceptions=True)
+            deadline = time.monotonic() + 120
+            while engine.by_id and time.monotonic() < deadline:  # what they submitted ends while this loop runs
+                await asyncio.sleep(0.05)
+    label = "under compiles" if attack else "idle"
+    print(f"  grammar {label}: p99 {percentile(times, 0.99) * 1000:.1f} ms, load {os.getloadavg()[0]:.1f}",
+          flush=True)
+    return times
+
+
+def grammar_attack(engine: Engine, probes: int) -> dict[str, list[float]]:
+    return {"grammar: idle": asyncio.run(_grammar_phase(engine, probes, False)),
+            "grammar: two teams compiling": asyncio.run(_grammar_phase(engine, probes, True))}
+
+
+def large_answer(choices: int, tokens: int, top: int) -> list:
+    """What a worker sends for `n` = choices with `top` alternatives a token, all at once."""
+    events: list = [Accepted(prompt_tokens=3, prompt_ids=[1, 2, 3], seeds=list(range(choices)))]
+    for index in range(choices):
+        events += [Token(index=index, token_id=t, text=" tok", piece=" tok", logprob=-0.5,
+                         top_logprobs=[TopLogprob(k, -1.0 - k, f" alt{k}") for k in range(top)])
+                   for t in range(tokens)]
+        events.append(Finish(index=index, reason="length", text=" tok" * tokens, token_ids=list(range(tokens)),
+                             seed=index))
+    events.append(Done(prompt_tokens=3, completion_tokens=choices * tokens, compute_tokens=choices * tokens))
+    return events
+
+
+_LIVEZ = '''
+import json, sys, time, httpx
+times = []
+with httpx.Client(timeout=60) as client:
+    for _ in range(int(sys.argv[2])):
+        started = time.perf_counter()
+        client.get(sys.argv[1] + "/livez").raise_for_status()
+        times.append(time.perf_counter() - started)
+        time.sleep(0.02)
+print(json.dumps(times))
+'''
+
+
+def _livez(url: str, count: int) -> list[float]:
+    """`/livez` latencies, probed from a process of their own: the stub worker and the attacker in this one
+    would otherwise hold the probe back at this process's GIL."""
+    probe = subprocess.run([sys.executable, "-c", _LIVEZ, url, str(count)], capture_output=True, text=True,
+                           check=True, timeout=600)
+    return json.loads(probe.stdout)
+
+
+def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
+    with tempfile.TemporaryDirectory() as data, \
+            sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
+        worker.replies = [Reply(large_answer(32, tokens, 20))]
+        worker.record = False
+        headers = {"authorization": f"Bearer {default_team_key(server, 'large-answers')}"}
+        body = {"model": STUB_MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 32, "logprobs": True,
+                "top_logprobs": 20, "max_tokens": tokens}
+        stop, sizes = threading.Event(), []
+
+        def attacker() -> None:
+            with httpx.Client(timeout=300) as client:
+                while not stop.is_set():
+                    answer = client.post(f"{server.url}/v1/chat/completions", json=body, headers=headers)
+                    sizes.append(len(answer.content))
+
+        idle = _livez(server.url, probes)
+        threads = [threading.Thread(target=attacker, daemon=True) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        with contextlib.suppress(Exception):
+            while not sizes:
+                time.sleep(0.05)
+        attacked = _livez(server.url, probes)
+        stop.set()
+        for thread in threads:
+            thread.join()
+    print(f"  large answers: {len(sizes)} of {statistics.median(sizes) / 2**20:.1f} MiB each")
+    return {"/livez: idle": idle, "/livez: large answers": attacked}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1")
+    parser.add_argument("--rows", type=int, default=8, help="the engine's max_batch_size")
+    parser.add_argument("--probes", type=int, default=None, help="quiet requests per phase")
+    parser.add_argument("--attacks", default="answers,rows,grammar", help="which of answers, rows, grammar")
+    args = parser.parse_args()
+    probes = args.probes or (8 if args.quick else 30)
+    attacks = set(args.attacks.split(","))
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    results = large_answer_attack(4 * probes, 100 if args.quick else 300) if "answers" in attacks else {}
+    if not attacks & {"rows", "grammar"}:
+        return report(results)
+    os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
+    torch.set_num_threads(1)
+    loaded = load_model(ModelConfig(dtype="float32"), REPO / ".bench" / "worker")
+    engine = Engine(loaded, ModelConfig(dtype="float32", max_batch_size=args.rows, max_context=512))
+    engine.start()
+    print(f"SmolLM2-135M float32, {args.rows} rows; {probes} quiet one-token probes per phase; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    try:
+        if "rows" in attacks:
+            results |= rows_attack(engine, args.rows, probes, 64 if args.quick else 256)
+        if "grammar" in attacks:
+            results |= grammar_attack(engine, probes)
+    finally:
+        engine.stop()
+    report(results)
+
+
+def report(results: dict[str, list[float]]) -> None:
+    print(f"\n{'another team':<32} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
+    idle = None
+    for name, times in results.items():
+        if name.endswith("idle"):
+            idle = percentile(times, 0.99)
+        print(f"{name:<32} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
+              f"{percentile(times, 0.99) / idle:>10.2f}x")
+    print("\nbar: each attack's p99 within 2x of its idle p99 (TTFT of a one-token request; /livez for large answers).")
+
+
+if __name__ == "__main__":
+    main()
