@@ -63,7 +63,7 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
     data_dir: str = ".data"
     database_url: str = ""  # "" = SQLite in the data dir; or postgresql://...
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
@@ -85,7 +85,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
-    max_body_bytes: int = 4 * 1024 * 1024
+    # a request body's size; 413 past it (the smallest still holds any generation request's JSON)
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
     # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client
     # address may make per minute; past it they get 429 with Retry-After (gateway/serving/rejections.py)
     rejections_per_minute: Annotated[int, msgspec.Meta(ge=1)] = 60
