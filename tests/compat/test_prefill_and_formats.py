@@ -72,6 +72,10 @@ def test_anthropic_messages_parse_with_an_output_format(claude):
     parsed = claude.messages.parse(model=MODEL, max_tokens=64, extra_body=GREEDY, output_format=Capital,
                                    messages=[{"role": "user", "content": "Name the capital of France as JSON."}])
     assert isinstance(parsed.parsed_output, Capital)  # old main: 400 "output_config: Extra inputs are not permitted"
+    unenforceable = {"format": {"type": "json_schema", "schema": {"type": "object", "not": {}}}}
+    with pytest.raises(anthropic.BadRequestError) as refused:  # the worker's refusal, in this API's words
+        claude.messages.create(model=MODEL, max_tokens=4, messages=[QUESTION], output_config=unenforceable)
+    assert "output_config.format" in refused.value.body["error"]["message"]
 
 
 def test_anthropic_sdk_reads_the_request_id(claude):

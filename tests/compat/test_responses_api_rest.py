@@ -103,3 +103,13 @@ def test_stream_options_are_accepted(client):
     stream = client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, stream=True,
                                      stream_options={"include_obfuscation": False})
     assert [event.type for event in stream][-1] in ("response.completed", "response.incomplete")
+
+
+def test_a_format_the_worker_refuses_is_named_as_this_api_names_it(client):
+    unenforceable = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "not": {}}}}
+    for tools in ([WEATHER], None):  # old main: "response_format cannot be combined with tools", a field not here
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, text=unenforceable,
+                                    **({"tools": tools} if tools else {}))
+        assert refused.value.body["param"] == "text.format", refused.value.body
+        assert "response_format" not in refused.value.body["message"]

@@ -171,6 +171,10 @@ class AnthropicMessages(Dialect):
         if error.status != 422:
             return error
         error = restated(error, 400)
+        if error.param == "response_format":  # the worker's name of the structured-output field; Anthropic's
+            message = error.message.replace("response_format", "output_config.format")  # messages start with it
+            error.param = "output_config.format"
+            error.message = message if message.startswith(error.param) else f"{error.param}: {message}"
         if isinstance(error, ContextTooLong) and error.max_context is not None and error.prompt_tokens is not None:
             error.message = (f"prompt is too long: {error.prompt_tokens} tokens > {error.max_context} maximum"
                              if error.max_tokens is None or error.prompt_tokens >= error.max_context else

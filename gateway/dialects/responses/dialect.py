@@ -10,6 +10,7 @@ A dialect object serves one request: it carries the conversation it continues an
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from gateway.dialects.responses.request import (
     text_format,
     tools,
 )
-from gateway.errors import UnknownParameter
+from gateway.errors import SluiceError, UnknownParameter
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Meta, Parsed, check, convert, required
 
@@ -122,6 +123,14 @@ class OpenAIResponses(OpenAIFamily):
                                   stream=bool(body.stream), tools=tools(body, body.model))
         return Parsed(body.model, [request], bool(body.stream),
                       Echo(body, chosen, turns, top is not None, max_tool_calls(body)))
+
+    def reported(self, error: SluiceError) -> SluiceError:
+        """As the other OpenAI routes, but the worker's structured-output field is this API's `text.format`."""
+        error = super().reported(error)
+        if error.param == "response_format":
+            error = copy.copy(error)
+            error.param, error.message = "text.format", error.message.replace("response_format", "text.format")
+        return error
 
     def refuse_unknown(self, payload: Any, kind: type[msgspec.Struct]) -> None:
         if isinstance(payload, dict):
