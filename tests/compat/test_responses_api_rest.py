@@ -57,6 +57,10 @@ def test_input_items_of_a_chained_response(client, sluice_on_smol):
     assert [item.id for item in one.get_next_page().data] == [items[1].id]  # the SDK's cursor: `after`
     with pytest.raises(openai.BadRequestError):
         client.responses.input_items.list(second.id, limit=101)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.input_items.list(second.id, after="msg_not_in_this_response")
+    with pytest.raises(openai.BadRequestError):
+        client.responses.input_items.list(second.id, include=["message.everything"])
     other = admin(sluice_on_smol, "POST", "/admin/teams", name="input-items-other")
     stranger = openai.OpenAI(base_url=client.base_url, max_retries=0, api_key=admin(
         sluice_on_smol, "POST", "/admin/keys", name="input-items-stranger", team_id=other["id"])["key"])

@@ -19,10 +19,17 @@ from common.json_body import read_json
 from gateway.dialects.openapi import documented
 from gateway.dialects.responses.dialect import OpenAIResponses
 from gateway.dialects.responses.input_items import items_of, page
-from gateway.dialects.responses.request import CountBody, ResponsesBody, input_turns, text_format, tools
+from gateway.dialects.responses.request import (
+    INCLUDABLE,
+    CountBody,
+    ResponsesBody,
+    input_turns,
+    text_format,
+    tools,
+)
 from gateway.dialects.responses.store import ResponseStore, response_store
 from gateway.errors import NotFound, SluiceError, ValidationFailed
-from gateway.serving.dialect import convert, required
+from gateway.serving.dialect import check, convert, required
 from gateway.serving.pipeline import handle_generation
 from gateway.serving.services import Services
 from gateway.serving.tokenize import tokenizer_call
@@ -85,9 +92,13 @@ async def remove(request: Request, services: Services, response_id: str) -> dict
 @get("/v1/responses/{response_id:str}/input_items", summary="The input items of a stored response",
      tags=["OpenAI"])
 async def input_items(request: Request, services: Services, response_id: str, limit: int | None = None,
-                      order: str | None = None, after: str | None = None, before: str | None = None,
-                      include: list[str] | None = None) -> dict:
+                      order: str | None = None, after: str | None = None, before: str | None = None) -> dict:
     found = await stored(services, request.user, response_id, "response_id")
+    # `include[]=` (the SDKs' list form) or `include=`; nothing of theirs is in an input here (no images, no tools)
+    include = request.query_params.getall("include[]", []) + request.query_params.getall("include", [])
+    for value in include:
+        check(value in INCLUDABLE, f"include: {value[:128]!r} is not one of {', '.join(sorted(INCLUDABLE))}",
+              "include")
     return page(items_of(response_id, found.messages[:-1]), limit=limit, order=order, after=after, before=before)
 
 
