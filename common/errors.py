@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import re
 
-RETRY_STATUSES = (429, 503)  # every answer with one of these says when to retry (Retry-After)
+# every answer with one of these says when to retry (Retry-After); 529 is Anthropic's "overloaded", our 429
+RETRY_STATUSES = (429, 503, 529)
 
 
 class SluiceError(Exception):

@@ -158,6 +158,23 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     watermark: Watermark | None = None
 
 
+# `chat_template_kwargs` (vLLM's, SGLang's): extra variables of the chat template, e.g. {"enable_thinking": false}.
+# Bounded here, so the worker's own decoding refuses what the gateway would: a few named scalars, never one of
+# the arguments or variables the worker sets itself (RESERVED_TEMPLATE_KWARGS)
+MAX_TEMPLATE_KWARGS = 16
+TEMPLATE_KWARG_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+MAX_TEMPLATE_KWARG_CHARS = 1024
+RESERVED_TEMPLATE_KWARGS = frozenset({
+    "messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    "chat_template", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs", "bos_token", "eos_token", "raise_exception",
+    "strftime_now", "date_string", "tools_in_user_message", "builtin_tools", "custom_tools"})
+TemplateKwargs = Annotated[
+    dict[Annotated[str, msgspec.Meta(pattern=TEMPLATE_KWARG_NAME)],
+         bool | int | float | Annotated[str, msgspec.Meta(max_length=MAX_TEMPLATE_KWARG_CHARS)] | None],
+    msgspec.Meta(max_length=MAX_TEMPLATE_KWARGS)]
+
+
 class AdapterRef(msgspec.Struct, frozen=True):
     """A LoRA adapter the operator registered: its name and where its PEFT files are (a directory
     holding adapter_config.json, or an s3://bucket/prefix). Only the gateway fills this; a client
@@ -174,6 +191,10 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     prompt_ids: list[int] | None = None
     messages: list[dict] | None = None  # chat: the worker applies the model's chat template
     add_generation_prompt: bool = True
+    # prefill: the last message is the assistant's, left open and continued (Anthropic's prefill, vLLM's
+    # continue_final_message); the output holds only what follows it
+    continue_final_message: bool = False
+    chat_template_kwargs: TemplateKwargs = {}
     input_embeds: list[list[float]] | None = None  # SGLang: one vector per prompt position
     token_index_to_replace: list[int] = []  # Friendli: prompt positions whose embedding is replaced
     embedding_to_replace: list[float] = []  # flattened, len = positions x hidden size
@@ -425,6 +446,8 @@ class TokenizeRequest(msgspec.Struct):
     tools: ToolSpec | None = None  # with messages: laid out as a generation would (Anthropic's count_tokens)
     add_special_tokens: bool = True
     tenant: str = ""  # who asks (as GenerateRequest.tenant): tenants take turns at the worker's tokenizer
+    continue_final_message: bool = False  # with messages: as GenerateRequest's
+    chat_template_kwargs: TemplateKwargs = {}
 
 
 class DetokenizeRequest(msgspec.Struct):

@@ -93,7 +93,7 @@ class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
     data_dir: str = ".data"
     database_url: str = ""  # "" = SQLite in the data dir; or postgresql://...
     redis_url: str = ""  # "" = in-process limiter; redis://... shares limits across gateways
@@ -120,7 +120,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
-    max_body_bytes: int = 4 * 1024 * 1024
+    # a request body's size; 413 past it (the smallest still holds any generation request's JSON)
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
     # live (neither revoked nor expired) keys a team's owners may have made in it; more: 409 too_many_keys
     max_keys_per_team: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
     # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client

@@ -53,7 +53,10 @@ class UnknownParameter(BadRequest):
 
 
 class NotFound(SluiceError):
-    status, type, code = 404, "not_found_error", "model_not_found"
+    """OpenAI's 404: its type is `invalid_request_error` (the code says what was not found); Anthropic's envelope
+    words it by status (`not_found_error`)."""
+
+    status, type, code = 404, "invalid_request_error", "model_not_found"
 
 
 class RateLimited(SluiceError):

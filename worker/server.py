@@ -156,7 +156,8 @@ async def _relay(engine: Engine, request_id: str, events: asyncio.Queue) -> Asyn
 def tokenize_spans(tokenizer, data: TokenizeRequest) -> list[TokenSpan]:
     if data.messages is not None:
         try:  # the prompt a generation of these messages (and tools) would prefill
-            text = render_chat(tokenizer, data.messages, data.tools, add_generation_prompt=True)
+            text = render_chat(tokenizer, data.messages, data.tools, add_generation_prompt=True,
+                               continue_final=data.continue_final_message, template_kwargs=data.chat_template_kwargs)
         except ToolError as exc:
             raise RequestRejected(exc.message, exc.field) from exc
         except Exception as exc:  # jinja errors on malformed messages are the client's problem

@@ -25,6 +25,7 @@ MAX_SEQUENCE_TOKENS = 32  # tokens of one `bad_word_tokens` / `stop_tokens` entr
 MAX_TOKEN_IDS = 256  # `stop_tokens`, `stop_token_ids`, `eos_token`, `token_ids_logprob` entries
 MAX_LOGIT_BIAS = 300  # `logit_bias` entries (OpenAI's own limit)
 LOGIT_BIAS_RANGE = 100.0  # every bias in [-100, 100], as OpenAI requires
+MAX_DENSE_LOGIT_BIAS = 1 << 18  # TGI's list-shaped `logit_bias` (one bias per token id): at most a vocabulary
 # A grammar (JSON schema, regex, EBNF; or a chat request's tool parameter schemas, all together) is compiled by
 # the worker: a 1 MB 40,000-value enum took 50 s and 366 MB. Compiles are cached and killed when they overrun
 # the worker's grammar_compile_timeout_s; these keep one request's grammar far below that.
@@ -69,8 +70,13 @@ def bad_words(words: list[str] | None, token_lists: list[list[int]] | None) -> N
     each_at_most(token_lists, MAX_SEQUENCE_TOKENS, "bad_word_tokens", "tokens")
 
 
-def logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
-    """`{"<token id>": bias}` -> {id: bias}: at most MAX_LOGIT_BIAS entries, each bias within the range."""
+def logit_bias(bias: dict[str, float] | list[float] | None) -> dict[int, float]:
+    """`{"<token id>": bias}` (OpenAI), or TGI's list `[bias of token 0, bias of token 1, ...]` (huggingface_hub's
+    `logit_bias: list[float]`; zeros are no bias) -> {id: bias}: at most MAX_LOGIT_BIAS biased tokens, each bias
+    within the range."""
+    if isinstance(bias, list):
+        at_most(bias, MAX_DENSE_LOGIT_BIAS, "logit_bias", "entries")
+        bias = {str(token): float(value) for token, value in enumerate(bias) if value != 0}
     at_most(bias, MAX_LOGIT_BIAS, "logit_bias", "entries")
     result = {}
     for key, value in (bias or {}).items():

@@ -69,8 +69,10 @@ def access_log_middleware(app):
 
 
 async def answer_request_id(message, scope) -> None:
-    """Every response names its request (`x-request-id`). A Litestar `before_send` hook, not the middleware's
-    own send: a refusal raised in a middleware (authentication) is rendered outside the middleware stack."""
+    """Every response names its request: `x-request-id`, and `request-id`, the header Anthropic answers with and its
+    SDKs read (`_request_id`). A Litestar `before_send` hook, not the middleware's own send: a refusal raised in a
+    middleware (authentication) is rendered outside the middleware stack."""
     if message["type"] == "http.response.start" and "answered_request_id" in scope.get("state", {}):
         scope["state"]["status"] = message["status"]
-        message["headers"] = [*message.get("headers", ()), (b"x-request-id", scope["state"]["answered_request_id"])]
+        request_id = scope["state"]["answered_request_id"]
+        message["headers"] = [*message.get("headers", ()), (b"x-request-id", request_id), (b"request-id", request_id)]

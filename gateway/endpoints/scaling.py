@@ -6,16 +6,20 @@ from typing import Annotated
 
 import msgspec
 
-Positive = Annotated[float, msgspec.Meta(gt=0)]
+DAY = 86_400.0
+Positive = Annotated[float, msgspec.Meta(gt=0, le=DAY)]  # a finite time or rate: `inf` (TOML) would never fire
 
 
 class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stable_window_seconds: Positive = 60.0  # demand averaged over this long decides scaling down (and slow up)
     panic_window_seconds: Positive = 6.0  # demand averaged over this long decides scaling up at once
-    panic_threshold: Annotated[float, msgspec.Meta(ge=1)] = 2.0  # panic when demand passes this x capacity
-    burst_factor: Annotated[float, msgspec.Meta(ge=1)] = 2.0  # queued requests released per replica: target x this
+    # panic when demand passes this x capacity
+    panic_threshold: Annotated[float, msgspec.Meta(ge=1, le=1000)] = 2.0
+    # queued requests released per replica: target x this
+    burst_factor: Annotated[float, msgspec.Meta(ge=1, le=1000)] = 2.0
     tick_seconds: Positive = 0.25  # how often each endpoint samples its demand and reconciles
-    start_failures: Annotated[int, msgspec.Meta(ge=1)] = 3  # replicas exiting during start in a row -> failed
+    # replicas exiting during start in a row -> failed
+    start_failures: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
     start_timeout_seconds: Positive = 600.0  # a replica not ready by then counts as a failed start
     # the same for an ECS replica: host launch + image pull + weights (ECS_MAX_WAIT_S in spec.py) with margin
     ecs_start_timeout_seconds: Positive = 1800.0

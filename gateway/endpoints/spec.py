@@ -24,7 +24,7 @@ import msgspec
 from common.protocol import ModelConfig
 from gateway.replicas.pool import DEFAULT_MODEL_ALIASES
 
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86_400.0)]  # finite: `inf` (TOML) would never fire
 NAME_LIMIT = 256
 _NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a hub id's parts; no "..", no ":" (adapters)
 ADAPTERS_WORD = "adapters"  # /admin/endpoints/<endpoint>/adapters[/<name>]: never a part of a name
@@ -167,21 +167,26 @@ def _check_name(name: str) -> None:
                          "stand for the first endpoint a caller may see")
 
 
-# (field, test, what it must be): the worker settings that ModelConfig itself leaves unchecked
+# (field, lowest, highest, what the lowest means): the worker settings that ModelConfig itself leaves unchecked.
+# Each bound is one the worker honours: max_queue 0 serves max_batch_size requests at once and queues none,
+# max_context 2 holds a one-token prompt and one new token (the warm-up fits it); past the highest a worker
+# would try to allocate more than any machine has, or wait longer than any request lives.
 _WORKER_RULES = (
-    ("max_batch_size", lambda v: v >= 1, "at least 1"),
-    ("max_batched_tokens", lambda v: v >= 1, "at least 1"),
-    ("threads", lambda v: v >= 0, "0 (automatic) or more"),
-    ("max_context", lambda v: v >= 2, "at least 2"),
-    ("max_queue", lambda v: v >= 0, "0 (no waiting) or more"),
-    ("grammar_compile_timeout_s", lambda v: v > 0, "more than 0"),
+    ("max_batch_size", 1, 4096, ""),
+    ("max_batched_tokens", 1, 1 << 20, ""),
+    ("threads", 0, 1024, " (automatic)"),
+    ("decode_threads", 0, 1024, " (automatic)"),
+    ("max_context", 2, 1 << 22, ""),
+    ("max_queue", 0, 1 << 20, " (no request waits for a row)"),
+    ("grammar_compile_timeout_s", 0.001, 3600.0, ""),
 )
 
 
 def _check_worker_fields(spec: EndpointSpec) -> None:
-    for field, ok, rule in _WORKER_RULES:
-        if not ok(getattr(spec, field)):
-            raise ValueError(f"`{field}` must be {rule} (got {getattr(spec, field)})")
+    for field, lowest, highest, meaning in _WORKER_RULES:
+        value = getattr(spec, field)
+        if not lowest <= value <= highest:
+            raise ValueError(f"`{field}` must be between {lowest}{meaning} and {highest} (got {value})")
 
 
 def _check_scaling(spec: EndpointSpec) -> None:

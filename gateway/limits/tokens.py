@@ -9,8 +9,9 @@ tokens of all sequences.
 
 The reservation is an upper bound of that charge, so that no body overruns tpm or a budget: the prompt's
 tokens are bounded by the UTF-8 bytes of everything that reaches it (a byte-level BPE token is at least one
-byte): the messages' JSON, the tools' JSON and tool prompt, and what the model's chat template adds
-(`PromptOverhead`, measured by the worker). Where the prompt's length decides how many tokens may be
+byte): the messages' JSON, the tools' JSON and tool prompt, the chat template variables a client sets (each as
+printed, once per message and once more), and what the model's chat template adds (`PromptOverhead`, measured by
+the worker). Where the prompt's length decides how many tokens may be
 generated (no max_tokens: up to the context or max_total_tokens), the worst case is the shortest prompt.
 """
 
@@ -35,6 +36,9 @@ def prompt_bounds(request: GenerateRequest, overhead: PromptOverhead) -> tuple[i
     elif request.messages is not None:
         fewest = 1
         most = overhead.fixed + sum(message_bytes(m) + overhead.per_message for m in request.messages)
+        if request.chat_template_kwargs:  # a template may print a variable once, or once per message
+            printed = sum(len(str(value).encode()) for value in request.chat_template_kwargs.values())
+            most += printed * (len(request.messages) + 1)
         tools = request.tools
         if tools is not None and tools.choice != "none" and tools.functions:
             most += overhead.tools + len((tools.prompt or "").encode())

@@ -49,9 +49,12 @@ class Tokenizer:
     async def tokenize(self, text: str) -> list[TokenSpan]:
         return _spans.decode(await self._call("/tokenize", {"text": text}))
 
-    async def tokenize_chat(self, messages: list[dict[str, Any]], tools: Any) -> list[TokenSpan]:
-        """The tokens of a conversation as the model's chat template lays it out (the tool prompt included)."""
-        return _spans.decode(await self._call("/tokenize", {"messages": messages, "tools": tools}))
+    async def tokenize_chat(self, messages: list[dict[str, Any]], tools: Any,
+                            continue_final_message: bool = False) -> list[TokenSpan]:
+        """The tokens of a conversation as the model's chat template lays it out (the tool prompt included; a final
+        assistant message left open when it is continued)."""
+        return _spans.decode(await self._call("/tokenize", {"messages": messages, "tools": tools,
+                                                            "continue_final_message": continue_final_message}))
 
     async def detokenize(self, tokens: list[int], skip_special_tokens: bool) -> bytes:
         """The worker's `DetokenizeResponse` JSON, relayed as it is; ids outside the vocabulary are a 422."""

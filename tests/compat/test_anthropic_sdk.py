@@ -130,6 +130,7 @@ def test_full_workers_are_anthropics_529_overloaded(client, worker):
     with pytest.raises(anthropic.OverloadedError) as info:
         client.with_options(max_retries=0).messages.create(model=MODEL, max_tokens=4, messages=HELLO)
     assert info.value.status_code == 529 and info.value.body["error"]["type"] == "overloaded_error"
+    assert info.value.response.headers.get("retry-after") == "1"  # the 429's Retry-After stays (old main: none)
 
 
 def test_a_context_overflow_in_anthropics_words(client, worker):

@@ -149,3 +149,28 @@ def test_the_bound_holds_for_odd_chats_on_the_real_tokenizer(messages, with_tool
     actual = len(tokenizer(render_chat(tokenizer, messages, tools, True), add_special_tokens=False).input_ids)
     request = GenerateRequest(request_id="r", model=MODEL, messages=messages, tools=tools)
     assert prompt_bounds(request, measure(tokenizer))[1] >= actual
+
+
+def test_the_bound_holds_for_chat_template_variables_printed_per_message():
+    """chat_template_kwargs (issue #49 item 5) reach the prompt as the template prints them: a template that prints
+    one in every turn and once more (the most a template of a served model does) stays within the reserved bound."""
+    import copy
+
+    from transformers import AutoTokenizer
+
+    from common.protocol import GenerateRequest
+    from gateway.limits.tokens import prompt_bounds
+    from testkit.sluice import default_model_dir
+    from worker.prompt_overhead import measure
+    from worker.tools import render_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
+    overhead = measure(tokenizer)
+    twin = copy.deepcopy(tokenizer)
+    twin.chat_template = "{{ note }}{% for m in messages %}[{{ note }}{{ m.content }}]{% endfor %}{{ flag }}"
+    messages = [{"role": "user", "content": "x"}] * 8
+    kwargs = {"note": " ".join(str(i % 10) for i in range(500)), "flag": True}  # about a token per byte
+    actual = len(twin(render_chat(twin, messages, None, True, template_kwargs=kwargs),
+                      add_special_tokens=False).input_ids)
+    request = GenerateRequest(request_id="r", model=MODEL, messages=messages, chat_template_kwargs=kwargs)
+    assert prompt_bounds(request, overhead)[1] >= actual

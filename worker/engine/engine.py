@@ -134,8 +134,8 @@ class Engine:
         prepared.validation_s = time.perf_counter() - started
         return prepared
 
-    def submit(self, prepared: PreparedRequest, sink) -> None:
-        self.scheduler.reserve_place()
+    def submit(self, prepared: PreparedRequest, sink, bounded: bool = True) -> None:
+        self.scheduler.reserve_place(bounded)
         self.inbox.put(("submit", RequestState(prepared, sink)))
 
     def cancel(self, request_id: str) -> None:
@@ -180,9 +180,12 @@ class Engine:
                     finished.set()
 
         for index, prompt in enumerate(WARM_UP_PROMPTS):
+            # the prompt's last tokens only, so that the smallest max_context allowed (2, spec.py) still holds it
+            new = min(2, self.runner.max_context - 1)
             request = GenerateRequest(request_id=f"warm-up-{index}", model=self.config.name, prompt=prompt,
-                                      params=SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
-            self.submit(self.prepare(request), sink)
+                                      params=SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True,
+                                                            truncate=self.runner.max_context - new))
+            self.submit(self.prepare(request), sink, bounded=False)  # the worker's own: never "queue full"
         finished.wait(timeout_s)
 
     def stop(self) -> None:

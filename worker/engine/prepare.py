@@ -48,7 +48,9 @@ def _prompt_ids(request: GenerateRequest, tokenizer, max_context: int, max_token
                                 max_token_bytes=max_token_bytes)
     if request.messages is not None:
         try:
-            rendered = render_chat(tokenizer, request.messages, request.tools, request.add_generation_prompt)
+            rendered = render_chat(tokenizer, request.messages, request.tools, request.add_generation_prompt,
+                                   continue_final=request.continue_final_message,
+                                   template_kwargs=request.chat_template_kwargs)
         except ToolError:
             raise
         except Exception as exc:  # jinja errors on malformed messages are the client's problem
@@ -101,9 +103,11 @@ def _embeddings(request: GenerateRequest, ids: list[int], hidden_size: int, embe
 
 def _lengths(params: SamplingParams, prompt_len: int, max_context: int) -> tuple[int, int]:
     room = max_context - prompt_len
-    if room <= 0:
+    if room <= 0:  # the completion asked for is named too: each dialect's wording counts it (OpenAI's does)
+        asked = {} if params.max_tokens is None else {"max_tokens": params.max_tokens}
         raise RequestRejected(f"the prompt has {prompt_len} tokens; this model's context is {max_context} tokens",
-                           "prompt", kind="too_long", sizes={"max_context": max_context, "prompt_tokens": prompt_len})
+                           "prompt", kind="too_long",
+                           sizes={"max_context": max_context, "prompt_tokens": prompt_len, **asked})
     if params.max_total_tokens is not None:
         wanted = params.max_total_tokens - prompt_len
         if wanted <= 0:

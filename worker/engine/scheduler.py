@@ -91,12 +91,21 @@ class Scheduler:
 
     # ---- any thread ----
 
-    def reserve_place(self) -> None:
-        """A place in the queue for a request about to be submitted, or the refusal when the queue is full."""
+    def reserve_place(self, bounded: bool = True) -> None:
+        """A place in the queue for a request about to be submitted, or the refusal when the queue is full.
+
+        `max_queue` bounds the requests that would wait for a row: those submitted beyond the rows free now (the
+        gateway counts a replica's room the same way, max_batch_size + max_queue), so 0 means "no waiting" and
+        still serves up to max_batch_size rows. `bounded=False`: the worker's own requests (its warm-up)."""
         with self._queued_lock:
-            if self._queued >= self.max_queue:
+            if bounded and self._queued + self._busy_rows() >= self.max_rows + self.max_queue:
                 raise RequestRejected("the worker queue is full, retry later", kind="overloaded")
             self._queued += 1
+
+    def _busy_rows(self) -> int:
+        """Rows of requests not ended yet: a row whose request just sent its Done leaves the batch only after the
+        step, and the gateway may already send the next request for it. A snapshot (read by other threads)."""
+        return sum(not row.request.done for row in list(self.slots.rows))
 
     @property
     def queued(self) -> int:

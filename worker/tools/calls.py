@@ -69,6 +69,9 @@ class CallParser:
     names: tuple[str, ...]  # the functions the grammar may call
     choice: int  # the choice index stamped on the deltas
     calls_only: bool = False  # the grammar allows nothing but calls (required / named): no text is content
+    # the grammar allows calls or content, never both (auto with a structured-output constraint): once a call
+    # starts, the rest is calls only
+    exclusive: bool = False
     calls: list[ToolCall] = field(default_factory=list)
     _state: str = "text"  # text | head | arguments | tail
     _pending: str = ""
@@ -130,6 +133,7 @@ class CallParser:
                 self._pending = self._pending[len(head):]
                 call = ToolCall(id=new_call_id(), name=name, arguments="")
                 self.calls.append(call)
+                self.calls_only = self.calls_only or self.exclusive
                 deltas[len(self.calls) - 1] = ToolCallDelta(index=self.choice, call=len(self.calls) - 1, id=call.id,
                                                             name=name)
                 self._scanner = _ArgumentsScanner()

@@ -9,7 +9,7 @@ from common.protocol import GenerateRequest
 from worker.decoding.grammar import GrammarBusy, GrammarError
 from worker.tools.calls import CallParser
 from worker.tools.errors import ToolError
-from worker.tools.grammar import arguments_grammar, tools_constraint
+from worker.tools.grammar import answer_grammar, arguments_grammar, tools_constraint
 from worker.tools.prompt import call_syntax, offered
 from worker.tools.syntax import CallSyntax
 
@@ -22,9 +22,10 @@ class ToolPlan:
     names: tuple[str, ...]  # the functions the model may call
     calls_only: bool  # no content: required or a named function
     grammar: object  # worker.decoding.grammar.Grammar
+    exclusive: bool = False  # calls or content valid for a constraint, never both (auto with a constraint)
 
     def parser(self, choice: int) -> CallParser:
-        return CallParser(self.syntax, self.names, choice, self.calls_only)
+        return CallParser(self.syntax, self.names, choice, self.calls_only, exclusive=self.exclusive)
 
 
 def check_tools(request: GenerateRequest) -> None:
@@ -60,19 +61,22 @@ def plan_tools(request: GenerateRequest, tokenizer, min_new: int, compile_gramma
     if not callable_names:
         return None
     params = request.params
-    if params.constraint is not None:
-        raise ToolError("response_format cannot be combined with tools (unless tool_choice is none)", "response_format")
+    # with "auto" the reply is calls or content valid for the constraint; "required" and a named function
+    # allow calls only, so the constraint is for a later turn's answer (as OpenAI applies it)
+    answer = None
+    if params.constraint is not None and spec.choice == "auto":
+        answer = answer_grammar(params.constraint, "response_format")
     if params.num_beams > 1:
         raise ToolError("tools cannot be combined with beam search (num_beams > 1)", "tools")
     if min_new > 0:
         raise ToolError("min_tokens cannot be combined with tools: the grammar decides where the output ends",
                         "min_tokens")
     syntax = call_syntax(tokenizer, spec)
-    constraint = tools_constraint(spec, syntax, {name: grammars[name] for name in callable_names})
+    constraint = tools_constraint(spec, syntax, {name: grammars[name] for name in callable_names}, answer)
     try:
         grammar = compile_grammar(constraint)
     except GrammarBusy:
         raise  # not the request's fault: prepare tells the client to retry
     except GrammarError as exc:
         raise ToolError(f"cannot build the grammar of the tools: {exc}", "tools") from None
-    return ToolPlan(syntax, tuple(callable_names), spec.choice != "auto", grammar)
+    return ToolPlan(syntax, tuple(callable_names), spec.choice != "auto", grammar, exclusive=answer is not None)

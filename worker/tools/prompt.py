@@ -15,7 +15,7 @@ import json
 import jinja2
 import jinja2.meta
 
-from common.protocol import FunctionTool, ToolSpec
+from common.protocol import RESERVED_TEMPLATE_KWARGS, FunctionTool, ToolSpec
 from worker.tools.errors import ToolError
 from worker.tools.syntax import JSON_CALLS, CallSyntax, syntax_of
 
@@ -78,20 +78,48 @@ def call_format(syntax: CallSyntax) -> str:
     return f"To call a tool, reply with {example}, one call per line."
 
 
-def render_chat(tokenizer, messages: list[dict], spec: ToolSpec | None, add_generation_prompt: bool) -> str:
+def render_chat(tokenizer, messages: list[dict], spec: ToolSpec | None, add_generation_prompt: bool, *,
+                continue_final: bool = False, template_kwargs: dict | None = None) -> str:
+    """The prompt text. `continue_final`: the last (assistant) message is left open, to be continued (a prefill:
+    transformers' continue_final_message); `template_kwargs`: extra template variables (chat_template_kwargs)."""
+    check_template_kwargs(template_kwargs or {})
+    if continue_final:
+        _check_prefill(messages)
     functions = offered(spec)
     template, native = chat_template(tokenizer, functions)
     syntax = syntax_of(template) if native else JSON_CALLS
     turns = [_native_turn(m, i) if native else _text_turn(m, i, syntax) for i, m in enumerate(messages)]
-    if functions and turns:
+    # the tool text closes the last turn the model answers: the user's, not a prefill that it continues
+    last = len(turns) - 2 if continue_final else len(turns) - 1
+    if functions and last >= 0:
         if not native:
             tool_text = (spec.prompt if spec.prompt is not None else DEFAULT_TOOL_PROMPT)
             tool_text += json.dumps(definitions(functions), separators=(",", ":")) + "\n" + call_format(syntax)
-            turns[-1] = {**turns[-1], "content": _content(turns[-1], len(turns) - 1) + SEPARATOR + tool_text}
+            turns[last] = {**turns[last], "content": _content(turns[last], last) + SEPARATOR + tool_text}
         elif spec.prompt:
-            turns[-1] = {**turns[-1], "content": _content(turns[-1], len(turns) - 1) + SEPARATOR + spec.prompt}
+            turns[last] = {**turns[last], "content": _content(turns[last], last) + SEPARATOR + spec.prompt}
     return tokenizer.apply_chat_template(turns, tools=definitions(functions) if native and functions else None,
-                                         tokenize=False, add_generation_prompt=add_generation_prompt)
+                                         tokenize=False, add_generation_prompt=add_generation_prompt and not
+                                         continue_final, continue_final_message=continue_final,
+                                         **(template_kwargs or {}))
+
+
+def check_template_kwargs(kwargs: dict) -> None:
+    """The worker's own check of chat_template_kwargs (the protocol bounds their count, names and sizes): never an
+    argument of apply_chat_template or a variable the worker sets itself."""
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(kwargs))
+    if reserved:
+        raise ToolError(f"chat_template_kwargs may not set {reserved[0]!r}: the server sets it", "chat_template_kwargs")
+
+
+def _check_prefill(messages: list[dict]) -> None:
+    """A prefill is a final assistant message of text, which the model continues."""
+    final = messages[-1] if messages else None
+    if not (isinstance(final, dict) and final.get("role") == "assistant" and not final.get("tool_calls")):
+        raise ToolError("continue_final_message needs a final assistant message (without tool calls) to continue",
+                        "messages")
+    if not _content(final, len(messages) - 1).strip():
+        raise ToolError("continue_final_message needs a final assistant message with text to continue", "messages")
 
 
 def _tool_calls(message: dict, index: int) -> list[tuple[str, object]]:

@@ -32,6 +32,8 @@ from gateway.dialects.anthropic.request import (
     TOLERATED,
     MessagesBody,
     conversation,
+    output_format,
+    prefill,
     tools,
 )
 from gateway.errors import ContextTooLong, Overloaded, QuotaExceeded, SluiceError, ValidationFailed, restated
@@ -91,8 +93,12 @@ class AnthropicMessages(Dialect):
             fail("stop_sequences: each must be a non-empty string", "stop_sequences")
         params = SamplingParams(max_tokens=body.max_tokens, temperature=1.0 if body.temperature is None
                                 else body.temperature, top_p=body.top_p or 1.0, top_k=body.top_k or 0, stop=stops)
+        continued = prefill(messages)
+        params.constraint = output_format(body)
+        check(not (continued and params.constraint is not None),
+              "output_config.format cannot be combined with a prefilled assistant message", "output_config.format")
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
-                                  stream=bool(body.stream), tools=tools(body))
+                                  stream=bool(body.stream), tools=tools(body), continue_final_message=continued)
         return Parsed(body.model, [request], bool(body.stream))
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
@@ -165,9 +171,13 @@ class AnthropicMessages(Dialect):
         if error.status != 422:
             return error
         error = restated(error, 400)
+        if error.param == "response_format":  # the worker's name of the structured-output field; Anthropic's
+            message = error.message.replace("response_format", "output_config.format")  # messages start with it
+            error.param = "output_config.format"
+            error.message = message if message.startswith(error.param) else f"{error.param}: {message}"
         if isinstance(error, ContextTooLong) and error.max_context is not None and error.prompt_tokens is not None:
             error.message = (f"prompt is too long: {error.prompt_tokens} tokens > {error.max_context} maximum"
-                             if error.max_tokens is None else
+                             if error.max_tokens is None or error.prompt_tokens >= error.max_context else
                              f"input length and `max_tokens` exceed context limit: {error.prompt_tokens} + "
                              f"{error.max_tokens} > {error.max_context}, decrease input length or `max_tokens` "
                              "and try again")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import msgspec
 
-from common.protocol import ToolSpec
+from common.protocol import Constraint, ToolSpec
 from gateway.dialects import bounds
+from gateway.dialects.chat_template import final_text
+from gateway.dialects.openai.request import constraint
 from gateway.dialects.openai.tools import tool_spec
 from gateway.serving.dialect import check, fail, required
 
@@ -27,6 +29,7 @@ class CountTokensBody(msgspec.Struct, kw_only=True):
     tools: list | None = None
     tool_choice: dict | None = None
     thinking: dict | None = None
+    output_config: dict | None = None  # {"format": {"type": "json_schema", "schema"}, "effort"}: structured outputs
 
 
 class MessagesBody(CountTokensBody, kw_only=True):
@@ -134,3 +137,42 @@ def tools(body: CountTokensBody) -> ToolSpec | None:
         "type": "function", "function": {"name": choice.get("name")}}
     parallel = False if choice.get("disable_parallel_tool_use") else None
     return tool_spec(functions, openai_choice, parallel, None)
+
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")  # accepted; this model has one effort
+
+
+def output_format(body: CountTokensBody) -> Constraint | None:
+    """`output_config.format` ({"type": "json_schema", "schema"}, what `messages.parse(output_format=...)` sends) as
+    the structured-output constraint: the text block is then JSON valid for the schema."""
+    config = body.output_config
+    if config is None:
+        return None
+    check(isinstance(config, dict), "output_config: must be an object", "output_config")
+    for key in config:
+        check(key in ("format", "effort"), f"output_config.{key}: Extra inputs are not permitted",
+              f"output_config.{key}")
+    check(config.get("effort") in (None, *EFFORTS), f"output_config.effort: must be one of {', '.join(EFFORTS)}",
+          "output_config.effort")
+    chosen = config.get("format")
+    if chosen is None:
+        return None
+    check(isinstance(chosen, dict) and chosen.get("type") == "json_schema",
+          "output_config.format.type: must be json_schema", "output_config.format")
+    check(isinstance(chosen.get("schema"), dict), "output_config.format.schema: must be a JSON schema object",
+          "output_config.format.schema")
+    return constraint({"type": "json_schema", "json_schema": {"schema": chosen["schema"]}})
+
+
+def prefill(turns: list[dict]) -> bool:
+    """Whether the conversation ends in an assistant prefill, which the model continues (as Anthropic does). An empty
+    final assistant message is dropped (a plain new turn); trailing whitespace is refused, as Anthropic refuses it."""
+    text = final_text(turns)
+    if text is None:
+        return False
+    if not text:
+        turns.pop()
+        return False
+    check(text == text.rstrip(), "messages: final assistant content cannot end with trailing whitespace",
+          f"messages.{len(turns) - 1}.content")
+    return True

@@ -15,7 +15,15 @@ from litestar.response import Response, Stream
 
 from common.json_body import read_json
 from gateway.dialects.anthropic.dialect import MESSAGES
-from gateway.dialects.anthropic.request import TOLERATED, CountTokensBody, MessagesBody, conversation, tools
+from gateway.dialects.anthropic.request import (
+    TOLERATED,
+    CountTokensBody,
+    MessagesBody,
+    conversation,
+    output_format,
+    prefill,
+    tools,
+)
 from gateway.dialects.fast_path import DIRECT
 from gateway.dialects.openapi import documented
 from gateway.errors import ValidationFailed
@@ -43,10 +51,12 @@ async def count_tokens(request: Request, services: Services, payload: Any) -> di
     body = convert(payload, CountTokensBody)
     required(bool(body.model), "model")
     turns = conversation(body)
+    continued = prefill(turns)  # a prefill is counted as the generation lays it out: its turn left open
+    output_format(body)  # checked as a generation checks it
     offered = tools(body)  # laid out by the worker as a generation would: the tool prompt counts too
     try:
         async with tokenizer_call(services, request, body.model) as tokenizer:
-            spans = await tokenizer.tokenize_chat(turns, offered)
+            spans = await tokenizer.tokenize_chat(turns, offered, continue_final_message=continued)
     except ValidationFailed as refused:  # the worker's refusal of the conversation (its template, its size)
         raise ValidationFailed(refused.message, param=refused.param or "messages") from refused
     return {"input_tokens": len(spans)}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from common.protocol import Done, Event, Finish, GenerateRequest, Token, ToolCallDelta
 from gateway.dialects import bounds
+from gateway.dialects.chat_template import final_text, template_kwargs
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
@@ -38,7 +39,11 @@ class ChatBody(OpenAIRequest, kw_only=True):
     tool_prompt: str | None = None  # TGI: the text that introduces the tools (templates without a tools slot)
     functions: list | None = None
     function_call: str | dict | None = None
-    chat_template_kwargs: dict | None = None
+    chat_template_kwargs: dict | None = None  # vLLM, SGLang: extra chat template variables (chat_template.py)
+    # vLLM: continue the final assistant message (a prefill) instead of starting a new turn; add_generation_prompt
+    # false renders no assistant header at all
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
 
 
 @dataclass
@@ -99,7 +104,20 @@ def refuse_unsupported(body: ChatBody) -> None:
     if body.functions is not None or body.function_call is not None:
         raise ValidationFailed("functions and function_call are deprecated and not supported: use tools and "
                                "tool_choice", param="functions", code="functions_not_supported")
-    check(body.chat_template_kwargs is None, "chat_template_kwargs is not supported yet", "chat_template_kwargs")
+
+
+def continuation(body: ChatBody, messages: list[dict]) -> tuple[bool, bool]:
+    """(add_generation_prompt, continue_final_message) as vLLM reads them: both set true is an error, and a
+    continued message must be the final assistant text."""
+    check(not (body.continue_final_message and body.add_generation_prompt),
+          "continue_final_message and add_generation_prompt cannot both be true", "continue_final_message")
+    if not body.continue_final_message:
+        return body.add_generation_prompt is not False, False
+    text = final_text(messages)
+    check(text is not None and text.strip() != "",
+          "continue_final_message needs a final assistant message with text (and no tool calls)",
+          "continue_final_message")
+    return False, True
 
 
 class OpenAIChat(OpenAIFamily):
@@ -122,9 +140,11 @@ class OpenAIChat(OpenAIFamily):
         logprobs = (top or 0) if body.logprobs else None
         params = sampling_params(body, default_max_tokens=None, max_temperature=None if self.friendli else 2.0,
                                  logprobs=logprobs)
+        add_prompt, continue_final = continuation(body, messages)
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
                                   deadline_unix=deadline(body.timeout_microseconds), stream=bool(body.stream),
-                                  tools=tools)
+                                  tools=tools, add_generation_prompt=add_prompt, continue_final_message=continue_final,
+                                  chat_template_kwargs=template_kwargs(body.chat_template_kwargs))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Parsed(body.model, [request], bool(body.stream),
                       ChatOptions(include_usage, logprobs is not None, params.n, params.constraint is not None))

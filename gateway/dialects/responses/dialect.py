@@ -10,6 +10,7 @@ A dialect object serves one request: it carries the conversation it continues an
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +20,21 @@ import structlog
 
 from common.protocol import Done, Event, Finish, GenerateRequest, SamplingParams, Token, ToolCall, ToolCallDelta
 from gateway.dialects import bounds
+from gateway.dialects.openai.chat import chat_logprobs
 from gateway.dialects.openai.errors import chat_wording
 from gateway.dialects.openai.family import OpenAIFamily
-from gateway.dialects.responses.request import TOLERATED, ResponsesBody, input_turns, text_format, tools
+from gateway.dialects.responses.request import (
+    TOLERATED,
+    ResponsesBody,
+    input_turns,
+    logprobs,
+    max_tool_calls,
+    stream_options,
+    text_format,
+    tools,
+)
 from gateway.dialects.responses.store import NOT_STORED
-from gateway.errors import UnknownParameter
+from gateway.errors import SluiceError, UnknownParameter
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Meta, Parsed, check, convert, required
 
@@ -38,17 +49,25 @@ class Echo:
     body: ResponsesBody
     format: dict
     turns: list[dict]  # the conversation so far, this request's input included (no instructions)
+    logprobs: bool = False  # include: message.output_text.logprobs
+    max_calls: int | None = None  # max_tool_calls: the calls past it are dropped
 
 
 def sse(name: str, payload: dict) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + _json.encode(payload) + b"\n\n"
 
 
-def output_items(finish: Finish, request_id: str, status: str) -> list[dict]:
+def token_logprobs(tokens: list[Token]) -> list[dict]:
+    """Responses' `output_text.logprobs`: chat's entries ({token, logprob, bytes, top_logprobs})."""
+    return chat_logprobs([t for t in tokens if t.text or t.piece])["content"]
+
+
+def output_items(finish: Finish, request_id: str, status: str, logprobs: list[dict] | None = None) -> list[dict]:
     items = []
     if finish.text or not finish.tool_calls:
         items.append({"type": "message", "id": f"msg_{request_id}", "status": status, "role": "assistant",
-                      "content": [{"type": "output_text", "text": finish.text, "annotations": [], "logprobs": []}]})
+                      "content": [{"type": "output_text", "text": finish.text, "annotations": [],
+                                   "logprobs": logprobs or []}]})
     items += [function_item(call, status) for call in finish.tool_calls]
     return items
 
@@ -100,12 +119,23 @@ class OpenAIResponses(OpenAIFamily):
               "temperature")
         check(body.top_p is None or 0 < body.top_p <= 1, "top_p must be in (0, 1]", "top_p")
         chosen, constrained = text_format(body.text)
+        stream_options(body)
+        top = logprobs(body)
         params = SamplingParams(max_tokens=body.max_output_tokens,
                                 temperature=1.0 if body.temperature is None else body.temperature,
-                                top_p=body.top_p or 1.0, constraint=constrained)
+                                top_p=body.top_p or 1.0, constraint=constrained, logprobs=top)
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
                                   stream=bool(body.stream), tools=tools(body, body.model))
-        return Parsed(body.model, [request], bool(body.stream), Echo(body, chosen, turns))
+        return Parsed(body.model, [request], bool(body.stream),
+                      Echo(body, chosen, turns, top is not None, max_tool_calls(body)))
+
+    def reported(self, error: SluiceError) -> SluiceError:
+        """As the other OpenAI routes, but the worker's structured-output field is this API's `text.format`."""
+        error = super().reported(error)
+        if error.param == "response_format":
+            error = copy.copy(error)
+            error.param, error.message = "text.format", error.message.replace("response_format", "text.format")
+        return error
 
     def refuse_unknown(self, payload: Any, kind: type[msgspec.Struct]) -> None:
         if isinstance(payload, dict):
@@ -130,12 +160,17 @@ class OpenAIResponses(OpenAIFamily):
                 "top_p": body.top_p or 1.0, "tool_choice": body.tool_choice or "auto", "tools": body.tools or [],
                 "text": {"format": echo.format}, "truncation": "disabled", "store": body.store is not False,
                 "metadata": body.metadata or {}, "reasoning": {"effort": None, "summary": None}, "user": None,
-                "usage": usage}
+                "top_logprobs": body.top_logprobs or 0, "max_tool_calls": body.max_tool_calls, "usage": usage}
 
-    def finished(self, parsed: Parsed, meta: Meta, finish: Finish, done: Done | None) -> dict:
+    def finished(self, parsed: Parsed, meta: Meta, finish: Finish, done: Done | None,
+                 tokens: list[Token] | None = None) -> dict:
+        echo: Echo = parsed.options
+        if echo.max_calls is not None and len(finish.tool_calls) > echo.max_calls:
+            finish = msgspec.structs.replace(finish, tool_calls=finish.tool_calls[:echo.max_calls])
         status = "incomplete" if finish.reason == "length" else "completed"
-        response = self.response(parsed, meta, status, output_items(finish, meta.request_id, status), done)
-        self.pending = (response, [*parsed.options.turns, assistant_turn(finish)])
+        logprobs = token_logprobs(tokens or []) if echo.logprobs else None
+        response = self.response(parsed, meta, status, output_items(finish, meta.request_id, status, logprobs), done)
+        self.pending = (response, [*echo.turns, assistant_turn(finish)])
         return response
 
     async def store_pending(self) -> dict | None:
@@ -155,10 +190,13 @@ class OpenAIResponses(OpenAIFamily):
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         (choice,) = results[0].ordered()
-        return self.finished(parsed, meta, choice.finish, results[0].done)
+        return self.finished(parsed, meta, choice.finish, results[0].done, choice.tokens)
 
     async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]], meta: Meta
                      ) -> AsyncIterator[bytes]:
+        """Each output item opens, streams its content and closes before the next one opens (OpenAI's order: the
+        SDKs' stream accumulators index the items by `output_index`)."""
+        echo: Echo = parsed.options
         number = 0
 
         def event(name: str, **fields) -> bytes:
@@ -170,68 +208,74 @@ class OpenAIResponses(OpenAIFamily):
         yield event("response.created", response=started)
         yield event("response.in_progress", response=started)
         message_id = f"msg_{meta.request_id}"
-        text_open, text = False, ""
-        items: list[dict] = []  # the output items opened so far
-        calls: dict[int, dict] = {}  # call number -> its function_call item
+        items = 0  # output items opened so far; the open one is the last
+        open_kind: str | None = None  # "message" | "function_call": the item open now
+        text, call = "", {}
+        tokens: list[Token] = []
         finish: Finish | None = None
         done: Done | None = None
 
-        def part(value: str) -> dict:
-            return {"type": "output_text", "text": value, "annotations": [], "logprobs": []}
+        def part(value: str, logprobs: list[dict]) -> dict:
+            return {"type": "output_text", "text": value, "annotations": [], "logprobs": logprobs}
 
-        def close_text() -> list[bytes]:
-            index = next(i for i, item in enumerate(items) if item["id"] == message_id)
-            item = {"type": "message", "id": message_id, "status": "completed", "role": "assistant",
-                    "content": [part(text)]}
-            return [event("response.output_text.done", item_id=message_id, output_index=index, content_index=0,
-                          text=text, logprobs=[]),
-                    event("response.content_part.done", item_id=message_id, output_index=index, content_index=0,
-                          part=part(text)),
-                    event("response.output_item.done", output_index=index, item=item)]
+        def close() -> list[bytes]:
+            index = items - 1
+            if open_kind == "message":
+                logprobs = token_logprobs(tokens) if echo.logprobs else []
+                item = {"type": "message", "id": message_id, "status": "completed", "role": "assistant",
+                        "content": [part(text, logprobs)]}
+                return [event("response.output_text.done", item_id=message_id, output_index=index, content_index=0,
+                              text=text, logprobs=logprobs),
+                        event("response.content_part.done", item_id=message_id, output_index=index,
+                              content_index=0, part=part(text, logprobs)),
+                        event("response.output_item.done", output_index=index, item=item)]
+            if open_kind == "function_call":
+                return [event("response.function_call_arguments.done", item_id=call["id"], output_index=index,
+                              arguments=call["arguments"]),
+                        event("response.output_item.done", output_index=index, item={**call, "status": "completed"})]
+            return []
 
         async for _, item in events:
-            if isinstance(item, Token) and item.text:
-                if not text_open:
-                    text_open = True
-                    items.append({"type": "message", "id": message_id, "status": "in_progress", "role": "assistant",
-                                  "content": []})
-                    yield event("response.output_item.added", output_index=len(items) - 1, item=items[-1])
-                    yield event("response.content_part.added", item_id=message_id, output_index=len(items) - 1,
-                                content_index=0, part=part(""))
+            if isinstance(item, Token):
+                tokens.append(item)
+                if not item.text:
+                    continue
+                if open_kind != "message":
+                    for chunk in close():
+                        yield chunk
+                    open_kind, items = "message", items + 1
+                    yield event("response.output_item.added", output_index=items - 1, item={
+                        "type": "message", "id": message_id, "status": "in_progress", "role": "assistant",
+                        "content": []})
+                    yield event("response.content_part.added", item_id=message_id, output_index=items - 1,
+                                content_index=0, part=part("", []))
                 text += item.text
-                yield event("response.output_text.delta", item_id=message_id, output_index=len(items) - 1,
-                            content_index=0, delta=item.text, logprobs=[])
+                yield event("response.output_text.delta", item_id=message_id, output_index=items - 1,
+                            content_index=0, delta=item.text,
+                            logprobs=token_logprobs([item]) if echo.logprobs else [])
             elif isinstance(item, ToolCallDelta):
+                if echo.max_calls is not None and item.call >= echo.max_calls:
+                    continue  # past max_tool_calls: ignored, as OpenAI ignores further calls
                 if item.id is not None:
-                    if text_open:
-                        for chunk in close_text():
-                            yield chunk
-                        text_open = False
+                    for chunk in close():
+                        yield chunk
+                    open_kind, items = "function_call", items + 1
                     call = {"type": "function_call", "id": f"fc_{item.id}", "call_id": item.id, "name": item.name,
                             "arguments": "", "status": "in_progress"}
-                    calls[item.call] = call
-                    items.append(call)
-                    yield event("response.output_item.added", output_index=len(items) - 1, item=call)
-                call = calls[item.call]
+                    yield event("response.output_item.added", output_index=items - 1, item=call)
                 if item.arguments:
                     call["arguments"] += item.arguments
                     yield event("response.function_call_arguments.delta", item_id=call["id"],
-                                output_index=items.index(call), delta=item.arguments)
+                                output_index=items - 1, delta=item.arguments)
             elif isinstance(item, Finish):
                 finish = item
             elif isinstance(item, Done):
                 done = item
-        if text_open:
-            for chunk in close_text():
-                yield chunk
-        for call in calls.values():
-            index = items.index(call)
-            yield event("response.function_call_arguments.done", item_id=call["id"], output_index=index,
-                        arguments=call["arguments"])
-            yield event("response.output_item.done", output_index=index, item={**call, "status": "completed"})
+        for chunk in close():
+            yield chunk
         if finish is None:
             return
-        response = self.finished(parsed, meta, finish, done)
+        response = self.finished(parsed, meta, finish, done, tokens)
         await self.store_pending()
         name = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         yield event(name, response=response)

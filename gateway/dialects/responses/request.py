@@ -17,23 +17,40 @@ from gateway.serving.dialect import check, fail, required
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
-TOLERATED = OPENAI_TOLERATED | {"truncation", "include", "user", "reasoning", "background"}
+TOLERATED = OPENAI_TOLERATED | {"truncation", "user", "reasoning", "background"}
+LOGPROBS = "message.output_text.logprobs"
+# OpenAI's `include` values: the logprobs apply; the others name outputs of hosted tools and inputs this model
+# never has (refused where they would be asked for), so there is nothing of theirs to include
+INCLUDABLE = frozenset({LOGPROBS, "reasoning.encrypted_content", "file_search_call.results", "web_search_call.results",
+                        "web_search_call.action.sources", "message.input_image.image_url",
+                        "computer_call_output.output.image_url", "code_interpreter_call.outputs"})
+MAX_TOP_LOGPROBS = 20
+MAX_TOOL_CALLS = 128  # as many calls as tools may be offered (gateway/dialects/openai/tools.py)
 
 
-class ResponsesBody(msgspec.Struct, kw_only=True):
+class CountBody(msgspec.Struct, kw_only=True):
+    """What `POST /v1/responses/input_tokens` reads: the input a response would be prompted with."""
+
     model: str | None = None
     input: str | list | None = None
     instructions: str | None = None
-    max_output_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
     tools: list | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
     text: dict | None = None
-    stream: bool | None = None
-    store: bool | None = None
     previous_response_id: str | None = None
+
+
+class ResponsesBody(CountBody, kw_only=True):
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool | None = None
+    stream_options: dict | None = None  # {"include_obfuscation"}: this server never pads its events
+    include: list[str] | None = None
+    top_logprobs: int | None = None
+    max_tool_calls: int | None = None
+    store: bool | None = None
     metadata: dict | None = None
 
 
@@ -88,7 +105,7 @@ def input_turns(value) -> list[dict]:
     return turns
 
 
-def tools(body: ResponsesBody, model: str) -> ToolSpec | None:
+def tools(body: CountBody, model: str) -> ToolSpec | None:
     """Function tools (`{"type": "function", "name", "description", "parameters", "strict"}`) as chat's tool
     spec; a hosted tool (web search, file search, computer use...) is refused, as OpenAI refuses a tool its
     model does not support."""
@@ -106,7 +123,10 @@ def tools(body: ResponsesBody, model: str) -> ToolSpec | None:
         check(choice.get("type") == "function" and isinstance(choice.get("name"), str),
               'tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}', "tool_choice")
         choice = {"type": "function", "function": {"name": choice["name"]}}
-    return tool_spec(functions or None, choice, body.parallel_tool_calls, None)
+    parallel = body.parallel_tool_calls
+    if getattr(body, "max_tool_calls", None) == 1 and functions:  # one call: the grammar ends there
+        parallel = False
+    return tool_spec(functions or None, choice, parallel, None)
 
 
 def text_format(text: dict | None) -> tuple[dict, Constraint | None]:
@@ -122,3 +142,32 @@ def text_format(text: dict | None) -> tuple[dict, Constraint | None]:
     check(kind in ("text", "json_object"), "text.format.type must be text, json_object or json_schema",
           "text.format.type")
     return chosen, constraint({"type": kind})
+
+
+def logprobs(body: ResponsesBody) -> int | None:
+    """How many alternatives each output token's logprobs list (None: no logprobs): they are returned when `include`
+    holds "message.output_text.logprobs", with `top_logprobs` (0-20) alternatives each."""
+    check(body.include is None or len(body.include) <= len(INCLUDABLE), "include holds a value twice", "include")
+    for value in body.include or []:
+        check(value in INCLUDABLE, f"include: {value!r} is not one of {', '.join(sorted(INCLUDABLE))}", "include")
+    top = body.top_logprobs
+    check(top is None or 0 <= top <= MAX_TOP_LOGPROBS, f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}",
+          "top_logprobs")
+    return (top or 0) if LOGPROBS in (body.include or []) else None
+
+
+def stream_options(body: ResponsesBody) -> None:
+    options = body.stream_options
+    if options is None:
+        return
+    check(isinstance(options, dict) and set(options) <= {"include_obfuscation"}
+          and isinstance(options.get("include_obfuscation", False), bool),
+          'stream_options must be {"include_obfuscation": true | false}', "stream_options")
+
+
+def max_tool_calls(body: ResponsesBody) -> int | None:
+    """The most calls one response makes (calls the model writes past it are dropped, as OpenAI ignores them)."""
+    limit = body.max_tool_calls
+    check(limit is None or 1 <= limit <= MAX_TOOL_CALLS, f"max_tool_calls must be between 1 and {MAX_TOOL_CALLS}",
+          "max_tool_calls")
+    return limit

@@ -1,4 +1,6 @@
-"""OpenAI's Responses API: `POST /v1/responses` (streamed or not), `GET` and `DELETE /v1/responses/{id}`.
+"""OpenAI's Responses API: `POST /v1/responses` (streamed or not), `GET` and `DELETE /v1/responses/{id}`,
+`GET /v1/responses/{id}/input_items` (input_items.py) and `POST /v1/responses/input_tokens` (the input's tokens as a
+generation would prefill them: a tokenizer call, nothing billed).
 
 Responses are stored unless `store` is false (OpenAI's default is to store), per team: the routes and
 `previous_response_id` see only the caller's team's responses; another team's id is a 404, as is one that
@@ -19,11 +21,21 @@ from common.json_body import read_json
 from gateway.dialects import bounds
 from gateway.dialects.openapi import documented
 from gateway.dialects.responses.dialect import OpenAIResponses
-from gateway.dialects.responses.request import ResponsesBody
+from gateway.dialects.responses.input_items import items_of, page
+from gateway.dialects.responses.request import (
+    INCLUDABLE,
+    CountBody,
+    ResponsesBody,
+    input_turns,
+    text_format,
+    tools,
+)
 from gateway.dialects.responses.store import ResponseStore, policy_of, response_store
 from gateway.errors import NotFound, SluiceError, ValidationFailed
+from gateway.serving.dialect import check, convert, required
 from gateway.serving.pipeline import handle_generation
 from gateway.serving.services import Services
+from gateway.serving.tokenize import tokenizer_call
 
 DEFAULT = OpenAIResponses()  # renders the errors of these routes
 _json = msgspec.json.Encoder()
@@ -90,6 +102,44 @@ async def remove(request: Request, services: Services, response_id: str) -> dict
     return {"id": response_id, "object": "response", "deleted": True}
 
 
+@get("/v1/responses/{response_id:str}/input_items", summary="The input items of a stored response",
+     tags=["OpenAI"])
+async def input_items(request: Request, services: Services, response_id: str, limit: int | None = None,
+                      order: str | None = None, after: str | None = None, before: str | None = None) -> dict:
+    found = await stored(services, request.user, response_id, "response_id")
+    # `include[]=` (the SDKs' list form) or `include=`; nothing of theirs is in an input here (no images, no tools)
+    include = request.query_params.getall("include[]", []) + request.query_params.getall("include", [])
+    for value in include:
+        check(value in INCLUDABLE, f"include: {value[:128]!r} is not one of {', '.join(sorted(INCLUDABLE))}",
+              "include")
+    return page(items_of(response_id, found.messages[:-1]), limit=limit, order=order, after=after, before=before)
+
+
+@post("/v1/responses/input_tokens", status_code=200, summary="OpenAI Responses: count the input's tokens",
+      tags=["OpenAI"], operation_class=documented(CountBody, closed=True))
+async def input_tokens(request: Request, services: Services, payload: Any) -> dict:
+    """The tokens a response to this input would be prompted with: the chat template over the instructions, the
+    previous response's conversation, the input, and the tool prompt when tools are offered. The key's permission
+    for the model and its request limits apply; nothing is billed."""
+    DEFAULT.refuse_unknown(payload, CountBody)
+    body = convert(payload, CountBody)
+    required(bool(body.model), "model")
+    history = []
+    if body.previous_response_id is not None:
+        history = (await stored(services, request.user, body.previous_response_id, "previous_response_id")).messages
+    turns = history + input_turns(body.input)
+    messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + turns
+    text_format(body.text)  # checked as a response checks it
+    offered = tools(body, body.model)
+    try:
+        async with tokenizer_call(services, request, body.model) as tokenizer:
+            spans = await tokenizer.tokenize_chat(messages, offered)
+    except ValidationFailed as refused:  # the worker's refusal of the conversation (its template, its size)
+        raise ValidationFailed(refused.message, param=refused.param or "input") from refused
+    return {"object": "response.input_tokens", "input_tokens": len(spans)}
+
+
 def router() -> Router:
-    return Router(path="/", route_handlers=[create, retrieve, remove], dependencies={"payload": Provide(read_json)},
-                  exception_handlers=DEFAULT.exception_handlers())
+    # input_tokens before the {response_id} routes: a POST there is never a response id's
+    return Router(path="/", route_handlers=[create, input_tokens, retrieve, input_items, remove],
+                  dependencies={"payload": Provide(read_json)}, exception_handlers=DEFAULT.exception_handlers())

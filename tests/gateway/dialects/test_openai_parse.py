@@ -247,7 +247,11 @@ def test_chat_accepts_friendli_client_nulls_and_tool_choice_auto():
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens"),
     ({"temperature": 3}, "temperature"),
-    ({"chat_template_kwargs": {"x": 1}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"tools": 1}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"x": [1]}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": {"bad name": 1}}, "chat_template_kwargs"),
+    ({"continue_final_message": True}, "continue_final_message"),  # the last message is the user's
+    ({"continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
     ({"n": 200}, "n"),
 ])
 def test_chat_validation_names_the_field(extra, param):
