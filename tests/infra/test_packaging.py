@@ -1,16 +1,21 @@
-"""The gateway installs and imports without torch: `pip install .[gateway]` in a fresh venv.
+"""What the images install is what runs: a wheel of this checkout, installed in a fresh venv.
 
-The venv is built under a tmp dir from a wheel of this checkout (no `--system-site-packages`), so
-only what `.[gateway]` declares is there. Dependencies come from pip's cache after the first run.
+The gateway installs and imports without torch: `pip install .[gateway]` in a venv built under a tmp dir
+(no `--system-site-packages`), so only what `.[gateway]` declares is there. Dependencies come from pip's
+cache after the first run. The worker's q4 default compiles forward.c on the host: the wheel carries the
+source, and an installed copy (nothing of the checkout on its path) builds the library from its own files.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -59,16 +64,22 @@ def test_gateway_side_never_imports_the_worker_or_torch():
 
 
 @pytest.fixture(scope="module")
-def gateway_venv(tmp_path_factory) -> Path:
-    """A fresh venv holding only `sluice[gateway]`, built from a wheel of this checkout."""
-    root = tmp_path_factory.mktemp("gateway-venv")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel of this checkout, built as the Dockerfiles build it (`pip wheel --no-deps`)."""
+    root = tmp_path_factory.mktemp("wheel")
     source = root / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".bench", ".data", ".sdk-venvs", "tests", "bench", ".terraform", "__pycache__", "infra"))
     wheels = root / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=300)
-    wheel = next(wheels.glob("sluice-*.whl"))
+    return next(wheels.glob("sluice-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def gateway_venv(tmp_path_factory, wheel) -> Path:
+    """A fresh venv holding only `sluice[gateway]`, built from a wheel of this checkout."""
+    root = tmp_path_factory.mktemp("gateway-venv")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
     python = venv / "bin" / "python"
@@ -99,3 +110,43 @@ def test_gateway_image_refuses_the_worker_subcommand_clearly(gateway_venv, tmp_p
                           timeout=120)
     assert done.returncode != 0
     assert "sluice[worker]" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_wheel_ships_the_native_source(wheel):
+    """Without forward.c an installed worker could not build q4 (its default on AVX512-VNNI hosts)."""
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = archive.read("worker/engine/native/forward.c")
+    assert shipped == (REPO / "worker/engine/native/forward.c").read_bytes()
+
+
+BUILD_FROM_INSTALLED = textwrap.dedent("""
+    import json, sys
+    from worker.engine.native import build
+    library = build.load_library()
+    print(json.dumps({"module": build.__file__, "source": str(build.SOURCE), "library": library._name,
+                      "vnni": library.sluice_native_vnni(), "path": sys.path}))
+""")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_an_installed_worker_builds_the_native_forward_from_its_own_files(wheel, tmp_path):
+    """The wheel in a venv with no site packages and nothing of the checkout on its path (cwd elsewhere, no
+    PYTHONPATH): the build module and the source it compiles are the venv's, and the library loads."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(SLUICE_NATIVE_CACHE=str(tmp_path / "native"), SLUICE_NATIVE_FLAGS="-O0")  # -O0: a short build
+    done = subprocess.run([str(python), "-c", BUILD_FROM_INSTALLED], capture_output=True, text=True, cwd=work,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    site = next(Path(p) for p in report["path"] if p.endswith("site-packages"))
+    assert site.is_relative_to(venv)
+    assert Path(report["module"]).is_relative_to(site) and Path(report["source"]).is_relative_to(site), report
+    assert not any(p.startswith(str(REPO)) for p in report["path"]), report["path"]
+    assert Path(report["library"]).is_relative_to(tmp_path / "native")
