@@ -14,10 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import zipfile
 from pathlib import Path
 
+import httpx
+import msgspec
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,18 +131,29 @@ BUILD_FROM_INSTALLED = textwrap.dedent("""
 """)
 
 
+def _installed(wheel: Path, venv: Path) -> Path:
+    """The wheel alone (--no-deps) in a new venv without site packages; its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+    return python
+
+
+def _outside_env() -> dict[str, str]:
+    """This environment without PYTHONPATH and friends: nothing of the checkout on an import path."""
+    return {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_an_installed_worker_builds_the_native_forward_from_its_own_files(wheel, tmp_path):
     """The wheel in a venv with no site packages and nothing of the checkout on its path (cwd elsewhere, no
     PYTHONPATH): the build module and the source it compiles are the venv's, and the library loads."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+    python = _installed(wheel, venv)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env = _outside_env()
     env.update(SLUICE_NATIVE_CACHE=str(tmp_path / "native"), SLUICE_NATIVE_FLAGS="-O0")  # -O0: a short build
     done = subprocess.run([str(python), "-c", BUILD_FROM_INSTALLED], capture_output=True, text=True, cwd=work,
                           env=env, timeout=600)
@@ -150,3 +164,56 @@ def test_an_installed_worker_builds_the_native_forward_from_its_own_files(wheel,
     assert Path(report["module"]).is_relative_to(site) and Path(report["source"]).is_relative_to(site), report
     assert not any(p.startswith(str(REPO)) for p in report["path"]), report["path"]
     assert Path(report["library"]).is_relative_to(tmp_path / "native")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_an_installed_worker_serves_q4(wheel, tmp_path):
+    """`python -m worker` from the wheel, configured `quantization = "q4"` (which fails its start where the
+    library cannot be built), serves a generation. The venv reaches the third-party packages of this one
+    (torch is too heavy to install again) through a .pth line, which comes after its own site-packages: our
+    packages are the wheel's (checked), nothing of the checkout is on the path."""
+    from common.protocol import Finish, GenerateRequest, SamplingParams, decode_event
+    from testkit.servers import free_port
+    from testkit.sluice import MODEL_CACHE, wait_for_health
+    from testkit.tiny_model import write_tiny_model
+
+    venv = tmp_path / "venv"
+    python = _installed(wheel, venv)
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    model = write_tiny_model(tmp_path / "tiny")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _outside_env()
+    env.update(SLUICE_MODEL_CACHE=str(MODEL_CACHE), SLUICE_NATIVE_CACHE=str(tmp_path / "native"))
+    where = subprocess.run([str(python), "-c", "import common, worker.engine.native.build as b; "
+                            "print(b.__file__); print(common.__file__)"],
+                           capture_output=True, text=True, cwd=work, env=env, timeout=120)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert all(Path(line).is_relative_to(site) for line in where.stdout.split()), where.stdout
+    port = free_port()
+    process = subprocess.Popen([str(python), "-m", "worker", "--port", str(port), "--data-dir", str(tmp_path / "data"),
+                                "--model-json", json.dumps({"source": str(model), "quantization": "q4",
+                                                            "dtype": "float32", "max_batch_size": 2,
+                                                            "max_context": 128})],
+                               cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_for_health(process, url, 300, "the installed worker")
+        except BaseException:
+            process.kill()
+            raise AssertionError(process.communicate(timeout=30)[1][-4000:]) from None
+        info = httpx.get(f"{url}/info", timeout=30).json()
+        chat = GenerateRequest(request_id="installed-q4", model="test", messages=[{"role": "user", "content": "Hi"}],
+                               params=SamplingParams(max_tokens=3, min_tokens=3, temperature=0.0))
+        reply = httpx.post(f"{url}/generate", content=msgspec.json.encode(chat), timeout=120)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert info["quantization"] == "q4", info
+    assert reply.status_code == 200, reply.text
+    events = [decode_event(line) for line in reply.content.splitlines() if line]
+    assert [len(e.token_ids) for e in events if isinstance(e, Finish)] == [3]
+    assert list((tmp_path / "native").glob("*/libsluice_forward.so"))  # built here, from the venv's source

@@ -87,7 +87,7 @@ def compiler_identity(cc: str) -> str:
     """What `cc --version` prints: the same path may hold another compiler after an upgrade."""
     result = _run([cc, "--version"], compile_timeout())
     if result.returncode != 0:
-        raise NativeUnavailable(f"{cc} --version exited with {result.returncode}: the compiler does not run")
+        raise NativeUnavailable(f"compiling {SOURCE.name} failed: `{cc} --version` exited with {result.returncode}")
     return result.stdout
 
 
