@@ -39,20 +39,23 @@ def check_call(*, hidden: torch.Tensor, hidden_size: int, slots: Sequence[int], 
         raise ValueError("a native forward call needs at least one token")
     if len(positions) != count:
         raise ValueError(f"{count} slots but {len(positions)} positions: one of each per token")
-    if hidden.dtype != torch.float32 or tuple(hidden.shape) != (count, hidden_size):
-        raise ValueError(f"hidden must be float32 [{count}, {hidden_size}], not {hidden.dtype} {list(hidden.shape)}")
+    if hidden.dtype != torch.float32 or tuple(hidden.shape) != (count, hidden_size) or not hidden.is_cpu:
+        raise ValueError(f"hidden must be float32 [{count}, {hidden_size}] on the CPU, not {hidden.dtype} "
+                         f"{list(hidden.shape)} on {hidden.device}")
     if len(keys) != layers or len(values) != layers:
         raise ValueError(f"the model has {layers} layers: got {len(keys)} key and {len(values)} value tensors")
-    for index, (key, value) in enumerate(zip(keys, values)):
-        if key.dtype != KV_DTYPE or value.dtype != KV_DTYPE:
+    slot_count = capacity = None
+    for index, (key, value) in enumerate(zip(keys, values)):  # a decode step's cost: attribute reads only
+        shape = key.shape
+        if key.dtype is not KV_DTYPE or value.dtype is not KV_DTYPE:
             raise ValueError(f"layer {index}: the KV cache must be stored as {KV_DTYPE}")
-        if key.dim() != 4 or key.shape != value.shape or key.shape[1] != kv_heads or key.shape[3] != head_dim:
+        if len(shape) != 4 or shape != value.shape or shape[1] != kv_heads or shape[3] != head_dim:
             raise ValueError(f"layer {index}: keys and values must both be [slots, {kv_heads}, capacity, "
-                             f"{head_dim}], not {list(key.shape)} and {list(value.shape)}")
-        if not (key.is_contiguous() and value.is_contiguous()) or key.device.type != "cpu":
+                             f"{head_dim}], not {list(shape)} and {list(value.shape)}")
+        if not (key.is_cpu and value.is_cpu and key.is_contiguous() and value.is_contiguous()):
             raise ValueError(f"layer {index}: keys and values must be contiguous CPU tensors")
-    slot_count = min(key.shape[0] for key in keys)
-    capacity = min(key.shape[2] for key in keys)
+        slot_count = shape[0] if slot_count is None else min(slot_count, shape[0])
+        capacity = shape[2] if capacity is None else min(capacity, shape[2])
     _within("slot", slots, slot_count, "the cache's slots")
     room = min(capacity, max_positions)
     _within("position", positions, room, f"the cache holds {capacity} positions, the rotary table {max_positions}")
