@@ -5,7 +5,7 @@
 # through the ECS GPU runtime; modules/worker_pool checks that it serves this image's CUDA (cu128 = 12.8).
 # Layers, largest and least often changed first: torch + CUDA, then the other dependencies (rebuilt when
 # pyproject.toml changes), then our code (a ~1 MB wheel: a code change pushes and pulls only that layer).
-FROM python:3.12.10-slim-bookworm AS build
+FROM python:3.11.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 # the worker's dependency list alone, so its layer below depends on pyproject.toml and not on the code
@@ -18,7 +18,7 @@ COPY storage storage
 COPY worker worker
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.12.10-slim-bookworm
+FROM python:3.11.11-slim-bookworm
 # torch's CUDA wheel index; modules/worker_pool's image_cuda_version must name the same CUDA
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
 ENV PYTHONUNBUFFERED=1 \

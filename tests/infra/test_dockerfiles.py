@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def test_the_worker_image_installs_cuda_torch_bitsandbytes_and_the_worker_extra(
     final = dockerfile.final_stage()
     run = installs(dockerfile)
     base = dockerfile.expand(final.all("FROM")[0])
-    assert base.startswith("python:3.12") and "slim" in base and "cuda" not in base
+    assert base.startswith("python:3.11") and "slim" in base and "cuda" not in base
     torch = re.search(r"--index-url\s+(\S+)\s+torch==([\d.]+)", run)
     assert torch, "torch must come from a CUDA wheel index"
     assert re.search(r"/whl/cu\d+", torch.group(1).strip('"'))
@@ -173,3 +174,14 @@ def test_dockerignore_keeps_environments_data_and_secrets_out():
                 assert source.rstrip("/") in allowed, f"{dockerfile}: COPY {source} is excluded by .dockerignore"
     for secret in ("**/.env", "**/key_pepper"):
         assert secret in lines
+
+
+def test_both_images_run_the_python_minor_the_tests_run():
+    """What ships is what is tested: CI's venv comes from the machine's python3 (`make install`), and a minor
+    version apart from it (3.12 in the worker image once) runs code no test ran."""
+    tested = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for image in ("gateway", "worker"):
+        dockerfile = parse(DOCKER / f"{image}.Dockerfile")
+        for base in (dockerfile.expand(value.split()[0]) for value in dockerfile.all("FROM")):
+            minor = re.match(r"python:(\d+\.\d+)", base)
+            assert minor and minor.group(1) == tested, f"{image}.Dockerfile: {base}, the tests run {tested}"

@@ -1,18 +1,26 @@
-"""The gateway installs and imports without torch: `pip install .[gateway]` in a fresh venv.
+"""What the images install is what runs: a wheel of this checkout, installed in a fresh venv.
 
-The venv is built under a tmp dir from a wheel of this checkout (no `--system-site-packages`), so
-only what `.[gateway]` declares is there. Dependencies come from pip's cache after the first run.
+The gateway installs and imports without torch: `pip install .[gateway]` in a venv built under a tmp dir
+(no `--system-site-packages`), so only what `.[gateway]` declares is there. Dependencies come from pip's
+cache after the first run. The worker's q4 default compiles forward.c on the host: the wheel carries the
+source, and an installed copy (nothing of the checkout on its path) builds the library from its own files.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
+import httpx
+import msgspec
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,16 +67,22 @@ def test_gateway_side_never_imports_the_worker_or_torch():
 
 
 @pytest.fixture(scope="module")
-def gateway_venv(tmp_path_factory) -> Path:
-    """A fresh venv holding only `sluice[gateway]`, built from a wheel of this checkout."""
-    root = tmp_path_factory.mktemp("gateway-venv")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel of this checkout, built as the Dockerfiles build it (`pip wheel --no-deps`)."""
+    root = tmp_path_factory.mktemp("wheel")
     source = root / "src"  # a copy, so the build leaves no build/ or egg-info in the checkout
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".bench", ".data", ".sdk-venvs", "tests", "bench", ".terraform", "__pycache__", "infra"))
     wheels = root / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(wheels), str(source)], check=True, capture_output=True, timeout=300)
-    wheel = next(wheels.glob("sluice-*.whl"))
+    return next(wheels.glob("sluice-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def gateway_venv(tmp_path_factory, wheel) -> Path:
+    """A fresh venv holding only `sluice[gateway]`, built from a wheel of this checkout."""
+    root = tmp_path_factory.mktemp("gateway-venv")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
     python = venv / "bin" / "python"
@@ -99,3 +113,107 @@ def test_gateway_image_refuses_the_worker_subcommand_clearly(gateway_venv, tmp_p
                           timeout=120)
     assert done.returncode != 0
     assert "sluice[worker]" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_wheel_ships_the_native_source(wheel):
+    """Without forward.c an installed worker could not build q4 (its default on AVX512-VNNI hosts)."""
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = archive.read("worker/engine/native/forward.c")
+    assert shipped == (REPO / "worker/engine/native/forward.c").read_bytes()
+
+
+BUILD_FROM_INSTALLED = textwrap.dedent("""
+    import json, sys
+    from worker.engine.native import build
+    library = build.load_library()
+    print(json.dumps({"module": build.__file__, "source": str(build.SOURCE), "library": library._name,
+                      "vnni": library.sluice_native_vnni(), "path": sys.path}))
+""")
+
+
+def _installed(wheel: Path, venv: Path) -> Path:
+    """The wheel alone (--no-deps) in a new venv without site packages; its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+    return python
+
+
+def _outside_env() -> dict[str, str]:
+    """This environment without PYTHONPATH and friends: nothing of the checkout on an import path."""
+    return {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_an_installed_worker_builds_the_native_forward_from_its_own_files(wheel, tmp_path):
+    """The wheel in a venv with no site packages and nothing of the checkout on its path (cwd elsewhere, no
+    PYTHONPATH): the build module and the source it compiles are the venv's, and the library loads."""
+    venv = tmp_path / "venv"
+    python = _installed(wheel, venv)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _outside_env()
+    env.update(SLUICE_NATIVE_CACHE=str(tmp_path / "native"), SLUICE_NATIVE_FLAGS="-O0")  # -O0: a short build
+    done = subprocess.run([str(python), "-c", BUILD_FROM_INSTALLED], capture_output=True, text=True, cwd=work,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    site = next(Path(p) for p in report["path"] if p.endswith("site-packages"))
+    assert site.is_relative_to(venv)
+    assert Path(report["module"]).is_relative_to(site) and Path(report["source"]).is_relative_to(site), report
+    assert not any(p.startswith(str(REPO)) for p in report["path"]), report["path"]
+    assert Path(report["library"]).is_relative_to(tmp_path / "native")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_an_installed_worker_serves_q4(wheel, tmp_path):
+    """`python -m worker` from the wheel, configured `quantization = "q4"` (which fails its start where the
+    library cannot be built), serves a generation. The venv reaches the third-party packages of this one
+    (torch is too heavy to install again) through a .pth line, which comes after its own site-packages: our
+    packages are the wheel's (checked), nothing of the checkout is on the path."""
+    from common.protocol import Finish, GenerateRequest, SamplingParams, decode_event
+    from testkit.servers import free_port
+    from testkit.sluice import MODEL_CACHE, wait_for_health
+    from testkit.tiny_model import write_tiny_model
+
+    venv = tmp_path / "venv"
+    python = _installed(wheel, venv)
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    model = write_tiny_model(tmp_path / "tiny")
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _outside_env()
+    env.update(SLUICE_MODEL_CACHE=str(MODEL_CACHE), SLUICE_NATIVE_CACHE=str(tmp_path / "native"))
+    where = subprocess.run([str(python), "-c", "import common, worker.engine.native.build as b; "
+                            "print(b.__file__); print(common.__file__)"],
+                           capture_output=True, text=True, cwd=work, env=env, timeout=120)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert all(Path(line).is_relative_to(site) for line in where.stdout.split()), where.stdout
+    port = free_port()
+    process = subprocess.Popen([str(python), "-m", "worker", "--port", str(port), "--data-dir", str(tmp_path / "data"),
+                                "--model-json", json.dumps({"source": str(model), "quantization": "q4",
+                                                            "dtype": "float32", "max_batch_size": 2,
+                                                            "max_context": 128})],
+                               cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        try:
+            wait_for_health(process, url, 300, "the installed worker")
+        except BaseException:
+            process.kill()
+            raise AssertionError(process.communicate(timeout=30)[1][-4000:]) from None
+        info = httpx.get(f"{url}/info", timeout=30).json()
+        chat = GenerateRequest(request_id="installed-q4", model="test", messages=[{"role": "user", "content": "Hi"}],
+                               params=SamplingParams(max_tokens=3, min_tokens=3, temperature=0.0))
+        reply = httpx.post(f"{url}/generate", content=msgspec.json.encode(chat), timeout=120)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert info["quantization"] == "q4", info
+    assert reply.status_code == 200, reply.text
+    events = [decode_event(line) for line in reply.content.splitlines() if line]
+    assert [len(e.token_ids) for e in events if isinstance(e, Finish)] == [3]
+    assert list((tmp_path / "native").glob("*/libsluice_forward.so"))  # built here, from the venv's source

@@ -23,6 +23,7 @@ from worker.engine.decode_layer import script_decode_layers
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.kv_cache import KVCache, widened
 from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
+from worker.engine.native.bounds import check_tokens
 from worker.lora.adapter import LoraAdapter
 from worker.lora.delta import NO_LORA, LoraRows, add_lora, lora_rows
 from worker.threads import intra_op_threads
@@ -170,6 +171,8 @@ class ModelRunner:
                         all_logits: bool, want_hidden: bool, threads: int) -> StepOutput:
         """`_prefill` through the native forward: the chunk's positions in one call."""
         length = len(token_ids)
+        if embeds is None:  # the packed embedding would wrap a negative id (native/bounds.py)
+            check_tokens(token_ids, self.vocab_size)
         self.cache.ensure(start + length, slot + 1)
         hidden = self.embed(torch.tensor(token_ids)) if embeds is None else embeds.to(self.device, self.dtype)
         out_rows = list(range(length)) if all_logits else [length - 1]
@@ -185,6 +188,9 @@ class ModelRunner:
         values only: no logits (a prompt's last token is its first decode step's input). A token's bits are
         those of its own prefill (forward.c is batch-invariant)."""
         for chunk in chunks:
+            if chunk.embeds is None:
+                check_tokens(chunk.token_ids, self.vocab_size)
+        for chunk in chunks:
             self.cache.ensure(chunk.start + len(chunk.token_ids), chunk.slot + 1)
         hidden = torch.cat([self.embed(torch.tensor(c.token_ids)) if c.embeds is None
                             else c.embeds.to(self.device, self.dtype) for c in chunks]).float()
@@ -197,6 +203,7 @@ class ModelRunner:
     def _native_decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool,
                        overrides: dict[int, torch.Tensor], threads: int | None) -> StepOutput:
         """`_decode_rows` of every row (slots 0..B-1) through the native forward: one call, its own threads."""
+        check_tokens([t for row, t in enumerate(token_ids) if row not in overrides], self.vocab_size)
         hidden = self.embed(torch.tensor(token_ids)).float().clone()
         for row, vector in overrides.items():
             hidden[row] = vector.to(self.device, torch.float32)

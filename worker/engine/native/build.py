@@ -1,8 +1,12 @@
-"""Compile forward.c with the system C compiler into a cache keyed by the source, the flags and the CPU.
+"""Compile forward.c with the system C compiler into a cache keyed by the source, the flags, the compiler and the
+CPU.
 
 `-march=native` makes the library specific to the CPU it was built on (AVX512-VNNI where present), so
 the CPU's model name and flags are part of the key. SLUICE_NATIVE_FLAGS adds flags after the built-in ones
 (part of the key too): `-mno-avx512vnni` builds the plain-C path a CPU without AVX512-VNNI runs, on any CPU.
+The compiler is keyed by its path and what `--version` prints, so an upgraded compiler at the same path builds
+anew. A compile that runs past SLUICE_NATIVE_COMPILE_TIMEOUT seconds (default 300) is killed with its whole
+process group (cc1, as, ld) and counts as a failed build.
 Built once per key under a lock (build_once.py), then loaded with ctypes: no torch C++ extension, whose
 headers alone take a minute to compile. No usable compiler, or a failed build: `NativeUnavailable` with one
 line saying so (a configured q4 fails its start with it; `auto` picks w8a8 instead, worker/loading.py).
@@ -14,6 +18,7 @@ import ctypes
 import hashlib
 import os
 import shlex
+import signal
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -24,6 +29,7 @@ from worker.c_compiler import NativeUnavailable, compiler
 SOURCE = Path(__file__).with_name("forward.c")
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-std=c11", "-lm")
 LIBRARY = "libsluice_forward.so"
+COMPILE_TIMEOUT = 300.0  # seconds; SLUICE_NATIVE_COMPILE_TIMEOUT
 
 
 def cache_root() -> Path:
@@ -46,24 +52,60 @@ def extra_flags() -> tuple[str, ...]:
     return tuple(shlex.split(os.environ.get("SLUICE_NATIVE_FLAGS", "")))
 
 
+def compile_timeout() -> float:
+    """SLUICE_NATIVE_COMPILE_TIMEOUT: seconds a compile (or the compiler's --version) may take."""
+    configured = os.environ.get("SLUICE_NATIVE_COMPILE_TIMEOUT")
+    try:
+        seconds = float(configured) if configured else COMPILE_TIMEOUT
+    except ValueError:
+        raise NativeUnavailable(f"SLUICE_NATIVE_COMPILE_TIMEOUT={configured!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise NativeUnavailable(f"SLUICE_NATIVE_COMPILE_TIMEOUT={configured!r} must be above 0")
+    return seconds
+
+
+def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`command` in its own process group, the group killed when it runs past `timeout` (a compiler driver's
+    children would otherwise keep running and hold its output pipes open)."""
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+    except OSError as error:  # not an executable after all
+        raise NativeUnavailable(f"compiling {SOURCE.name} failed: {command[0]}: {error}") from error
+    with process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise NativeUnavailable(f"compiling {SOURCE.name} failed: {command[0]} ran past {timeout:g} s "
+                                    "(SLUICE_NATIVE_COMPILE_TIMEOUT)") from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def compiler_identity(cc: str) -> str:
+    """What `cc --version` prints: the same path may hold another compiler after an upgrade."""
+    result = _run([cc, "--version"], compile_timeout())
+    if result.returncode != 0:
+        raise NativeUnavailable(f"compiling {SOURCE.name} failed: `{cc} --version` exited with {result.returncode}")
+    return result.stdout
+
+
 def load_library() -> ctypes.CDLL:
     """The compiled forward for the current compiler and SLUICE_NATIVE_FLAGS, built on first use."""
-    return _load(compiler(), extra_flags())
+    cc = compiler()
+    return _load(cc, compiler_identity(cc), extra_flags())
 
 
 @cache
-def _load(cc: str, extra: tuple[str, ...]) -> ctypes.CDLL:
+def _load(cc: str, identity: str, extra: tuple[str, ...]) -> ctypes.CDLL:
     flags = (*FLAGS[:-1], *extra)
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, " ".join((*flags, FLAGS[-1])).encode(), cc.encode(),
-                                     _cpu_identity().encode()])).hexdigest()[:24]
+                                     identity.encode(), _cpu_identity().encode()])).hexdigest()[:24]
 
     def build(staging: Path) -> None:
-        try:
-            result = subprocess.run([cc, *flags, str(SOURCE), "-o", str(staging / LIBRARY), FLAGS[-1]],
-                                    capture_output=True, text=True)
-        except OSError as error:  # not an executable after all
-            raise NativeUnavailable(f"compiling {SOURCE.name} failed: {cc}: {error}") from error
+        result = _run([cc, *flags, str(SOURCE), "-o", str(staging / LIBRARY), FLAGS[-1]], compile_timeout())
         if result.returncode != 0:
             detail = " ".join(result.stderr.split())[:500] or f"{cc} exited with {result.returncode}"
             raise NativeUnavailable(f"compiling {SOURCE.name} failed: {detail}")

@@ -539,10 +539,30 @@ static void *run_part(void *arg) {
 #define MAX_THREADS 64
 #define OWN_TOKENS 16 /* calls of up to this many tokens prepare inputs in every thread (forward_part) */
 
-/* Returns 0, or -1 when scratch memory could not be allocated. */
+#define BAD_INDEX -2
+
+/* The last guard against a caller that skipped model.py's checks (native/bounds.py): every index the forward
+ * writes or reads through, against the cache's `slot_count` slots and each layer's capacity. Nothing is
+ * touched before it passes, so a bad call changes no other request's keys and values. */
+static int indices_ok(const model_weights *m, int64_t n, const int32_t *slots, const int32_t *positions,
+                      const int64_t *capacity, int64_t slot_count, int64_t n_out, const int32_t *out_rows) {
+    if (n < 1 || n_out < 0 || n_out > n || slot_count < 1 || m->layers < 1) return 0;
+    int64_t room = m->max_positions; /* the rotary table's rows */
+    for (int64_t l = 0; l < m->layers; l++) room = capacity[l] < room ? capacity[l] : room;
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] < 0 || slots[i] >= slot_count || positions[i] < 0 || positions[i] >= room) return 0;
+    for (int64_t i = 0; i < n_out; i++)
+        if (out_rows[i] < 0 || out_rows[i] >= n) return 0;
+    return 1;
+}
+
+/* Returns 0, -1 when scratch memory could not be allocated, or BAD_INDEX (nothing done) when a slot, position
+ * or output row is out of range. `slot_count`: the slots every layer's cache holds. */
 int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slots, const int32_t *positions,
                           float *hidden, kv_t *const *keys, kv_t *const *values, const int64_t *capacity,
-                          int64_t n_out, const int32_t *out_rows, float *logits, float *out_hidden, int threads) {
+                          int64_t slot_count, int64_t n_out, const int32_t *out_rows, float *logits,
+                          float *out_hidden, int threads) {
+    if (!indices_ok(m, n, slots, positions, capacity, slot_count, n_out, out_rows)) return BAD_INDEX;
     const int64_t H = m->hidden, D = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->inter;
     const int64_t widest = max64(max64(H, I), heads * D);
     call_t c = {.m = m, .n = n, .n_out = n_out, .slots = slots, .positions = positions, .out_rows = out_rows,

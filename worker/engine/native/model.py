@@ -17,10 +17,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
 from worker.engine.native.pack import Packed, pick
 
-KV_DTYPE = torch.float16  # forward.c's kv_t
+BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
 _SILU = {"silu", "swish"}
 _MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
 
@@ -48,7 +49,8 @@ class _Model(ctypes.Structure):
 
 
 def _matrix(packed: Packed) -> _Matrix:
-    assert packed.tiles.is_contiguous() and packed.tiles.dtype == torch.uint8
+    if not packed.tiles.is_contiguous() or packed.tiles.dtype != torch.uint8:
+        raise ValueError("a packed matrix's tiles must be a contiguous uint8 tensor")
     return _Matrix(packed.tiles.data_ptr(), packed.bits, packed.rows, packed.cols)
 
 
@@ -160,26 +162,36 @@ class NativeForward:
         """hidden: [N, hidden] float32 input embeddings (overwritten: the residual stream). Writes each token's
         key/value at (slot, position) in every layer; returns (logits [len(out_rows), vocab] or None, final
         normed hidden states of those rows or None). `threads`: fewer than `self.threads` on a busy host."""
-        count, wanted = len(slots), len(out_rows)
         hidden = hidden.contiguous()
-        assert hidden.dtype == torch.float32 and hidden.shape == (count, self.hidden_size)
+        check_call(hidden=hidden, hidden_size=self.hidden_size, slots=slots, positions=positions, keys=keys,
+                   values=values, out_rows=out_rows, layers=self._model.layers, kv_heads=self._model.kv_heads,
+                   head_dim=self._model.head_dim, max_positions=self._model.max_positions)
+        return self._call(hidden, slots, positions, keys, values, out_rows, want_logits, want_hidden, threads)
+
+    def _call(self, hidden: torch.Tensor, slots: list[int], positions: list[int], keys: list[torch.Tensor],
+              values: list[torch.Tensor], out_rows: list[int], want_logits: bool, want_hidden: bool,
+              threads: int | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """`run` past its checks: forward.c's own index guard is all that stands between this and the cache."""
+        count, wanted = len(slots), len(out_rows)
         slot_index = torch.tensor(slots, dtype=torch.int32)
         position_index = torch.tensor(positions, dtype=torch.int32)
         rows = torch.tensor(out_rows, dtype=torch.int32)
         logits = torch.empty(wanted, self.vocab_size) if want_logits and wanted else None
         normed = torch.empty(wanted, self.hidden_size) if want_hidden and wanted else None
         layers = len(keys)
-        assert all(t.dtype == KV_DTYPE for t in (*keys, *values)), "the KV cache must be stored as KV_DTYPE"
         key_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in keys))
         value_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in values))
         capacities = (ctypes.c_int64 * layers)(*(t.shape[2] for t in keys))
+        slot_count = min(t.shape[0] for t in keys)
         status = self.library.sluice_native_forward(
             ctypes.byref(self._model), ctypes.c_int64(count), ctypes.c_void_p(slot_index.data_ptr()),
             ctypes.c_void_p(position_index.data_ptr()), ctypes.c_void_p(hidden.data_ptr()), key_pointers,
-            value_pointers, capacities, ctypes.c_int64(wanted), ctypes.c_void_p(rows.data_ptr()),
-            ctypes.c_void_p(None if logits is None else logits.data_ptr()),
+            value_pointers, capacities, ctypes.c_int64(slot_count), ctypes.c_int64(wanted),
+            ctypes.c_void_p(rows.data_ptr()), ctypes.c_void_p(None if logits is None else logits.data_ptr()),
             ctypes.c_void_p(None if normed is None else normed.data_ptr()),
             ctypes.c_int(min(threads or self.threads, self.threads)))
+        if status == BAD_INDEX:
+            raise ValueError("the native forward refused a slot, position or output row out of range")
         if status != 0:
             raise MemoryError("the native forward could not allocate its scratch memory")
         return logits, normed
