@@ -34,7 +34,14 @@ def cookie(request: Request, session: Session | None) -> Cookie:
 
 
 async def current_session(request: Request, sessions: SessionStore) -> Session | None:
-    return await sessions.get(request.cookies.get(COOKIE))
+    session = await sessions.get(request.cookies.get(COOKIE))
+    request.state.dashboard_session = session  # an error page offers its sign-out form
+    return session
+
+
+def read_so_far(request: Request) -> tuple[Session | None, DashboardScope | None]:
+    """The session and scope this request read, as far as it got: what an error page needs for its bar."""
+    return getattr(request.state, "dashboard_session", None), getattr(request.state, "dashboard_scope", None)
 
 
 async def posted_form(request: Request, session: Session | None) -> dict[str, Any]:
@@ -78,4 +85,6 @@ async def signed_in_scope(request: Request, sessions: SessionStore,
     if found is None:
         raise NotSignedIn
     session, key = found
-    return session, await resolve(auth, key, request.query_params.get("team_id") or None)
+    scope = await resolve(auth, key, request.query_params.get("team_id") or None)
+    request.state.dashboard_scope = scope  # an error page after this shows the whole bar
+    return session, scope

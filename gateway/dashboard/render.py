@@ -50,6 +50,11 @@ def money(micros: int) -> Markup:
     return Markup(f'<span class="money" title="${exact}" data-money="{exact}">{escape(shown)}</span>')
 
 
+def share(fraction: float) -> Markup:
+    """A share as a whole percentage ("117 %"); dashboard.js writes it in the reader's locale ("117 %", "117%")."""
+    return Markup(f'<span data-share="{fraction:.4f}">{fraction * 100:,.0f} %</span>')
+
+
 def ms(value: float | None) -> Markup:
     return Markup("–") if value is None else Markup(f'<span data-n="{round(value)}">{value:,.0f}</span> ms')
 
@@ -170,7 +175,7 @@ def request_value(view, name: str) -> str:
 
 def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
-    env.filters.update(count=count, money=money, ms=ms, rate=rate, when=when)
+    env.filters.update(count=count, money=money, share=share, ms=ms, rate=rate, when=when)
     env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data,
                        cold_starts=cold_starts, comparisons=comparisons, percentiles=PERCENTILES)
 

@@ -39,6 +39,7 @@ from gateway.dashboard.access import (
     cookie,
     current_session,
     posted_form,
+    read_so_far,
     signed_in_scope,
 )
 from gateway.dashboard.budget_panel import budget_rows
@@ -204,7 +205,13 @@ def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
 
 
 def _error_page(request: Request, exc: SluiceError) -> Template:
-    return Template("error.html.j2", context={"status": exc.status, "message": exc.message}, status_code=exc.status)
+    """The error with a way on: the dashboard's home and, signed in, the sign-out form (a key locked out of the
+    team it asked for still signs out)."""
+    session, scope = read_so_far(request)
+    signed = session is not None and session.signed_in
+    return Template("error.html.j2", status_code=exc.status, context={
+        "status": exc.status, "message": exc.message, "session": session if signed else None,
+        "scope": scope if signed else None, "page": ""})
 
 
 def static_router() -> Router:

@@ -115,6 +115,8 @@ function localizeNumbers(root) {
     const format = new Intl.NumberFormat(undefined, {minimumFractionDigits: digits, maximumFractionDigits: digits});
     el.textContent = format.format(Number(el.dataset.n));
   });
+  const percent = new Intl.NumberFormat(undefined, {style: "percent", maximumFractionDigits: 0});
+  root.querySelectorAll("[data-share]").forEach((el) => { el.textContent = percent.format(Number(el.dataset.share)); });
   root.querySelectorAll("[data-money]").forEach((el) => {
     const amount = Number(el.dataset.money);
     if (amount === 0 || Math.abs(amount) >= 0.01) el.textContent = money.format(amount);
