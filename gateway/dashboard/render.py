@@ -41,18 +41,23 @@ def count(value: int) -> Markup:
 
 
 def money(micros: int) -> Markup:
-    """Dollars to the cent as people read them ("$1,234.57", "<$0.01"); the exact amount in the title."""
+    """Dollars to the cent as people read them ("$1,234.57"); an amount under a cent (most single requests) to
+    two significant digits ("$0.00014"), never a bare "<$0.01"; the exact amount in the title."""
     exact = micros_to_decimal(micros)
     if 0 < abs(micros) < CENT_MICROS:
-        shown = "<$0.01"
+        amount = Decimal(exact)
+        step = max(Decimal(1).scaleb(amount.adjusted() - 1), Decimal("0.000001"))  # 2 digits; a micro at least
+        shown = f"${amount.quantize(step, ROUND_HALF_UP).normalize():f}"
     else:
         shown = f"${Decimal(exact).quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
     return Markup(f'<span class="money" title="${exact}" data-money="{exact}">{escape(shown)}</span>')
 
 
-def share(fraction: float) -> Markup:
-    """A share as a whole percentage ("117 %"); dashboard.js writes it in the reader's locale ("117 %", "117%")."""
-    return Markup(f'<span data-share="{fraction:.4f}">{fraction * 100:,.0f} %</span>')
+def share(fraction: float, digits: int = 0) -> Markup:
+    """A share as a percentage ("117 %", "0.25 %" with `digits`); dashboard.js writes it in the reader's locale
+    ("117 %" in German, "117%" in English)."""
+    return Markup(f'<span data-share="{fraction:.{digits + 4}f}" data-digits="{digits}">'
+                  f'{fraction * 100:,.{digits}f} %</span>')
 
 
 def ms(value: float | None) -> Markup:

@@ -106,8 +106,8 @@ function choosePercentile(select) {
 }
 
 // Numbers in the reader's locale: the browser's own (its language, the first it sends as Accept-Language).
-// The server writes them in English with their value beside (data-n, data-money); a cent that rounds to
-// nothing keeps its "<$0.01".
+// The server writes them in English with their value beside (data-n, data-money, data-share); an amount under
+// a cent keeps two significant digits ("$0.00014").
 function localizeNumbers(root) {
   const money = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD"});
   root.querySelectorAll("[data-n]").forEach((el) => {
@@ -115,11 +115,16 @@ function localizeNumbers(root) {
     const format = new Intl.NumberFormat(undefined, {minimumFractionDigits: digits, maximumFractionDigits: digits});
     el.textContent = format.format(Number(el.dataset.n));
   });
-  const percent = new Intl.NumberFormat(undefined, {style: "percent", maximumFractionDigits: 0});
-  root.querySelectorAll("[data-share]").forEach((el) => { el.textContent = percent.format(Number(el.dataset.share)); });
+  root.querySelectorAll("[data-share]").forEach((el) => {
+    const digits = Number(el.dataset.digits || 0);
+    const percent = new Intl.NumberFormat(undefined, {style: "percent", minimumFractionDigits: digits,
+                                                      maximumFractionDigits: digits});
+    el.textContent = percent.format(Number(el.dataset.share));
+  });
+  const cents = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD", maximumSignificantDigits: 2});
   root.querySelectorAll("[data-money]").forEach((el) => {
     const amount = Number(el.dataset.money);
-    if (amount === 0 || Math.abs(amount) >= 0.01) el.textContent = money.format(amount);
+    el.textContent = (amount === 0 || Math.abs(amount) >= 0.01 ? money : cents).format(amount);
   });
 }
 

@@ -79,9 +79,10 @@ def expected_tiles(totals: dict) -> dict[str, str]:
 
 
 def dollars(micros: int) -> str:
-    """Money as the dashboard shows it: to the cent (the exact amount is in the element's title)."""
+    """Money as the dashboard shows it: to the cent, an amount under a cent to two significant digits (the exact
+    amount is in the element's title)."""
     if 0 < micros < 10_000:
-        return "<$0.01"
+        return f"${Decimal(micros) / 10**6:.2g}"
     return f"${Decimal(micros_to_decimal(micros)).quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
 
 
@@ -103,7 +104,7 @@ async def test_sign_in_overview_equals_the_usage_api_and_sign_out(dashboard_serv
     totals = await api_totals(dashboard_server, data["alice_key"]["key"], {"start": "2000-01-01"})
     assert totals["requests"] == 5 and totals["prompt_tokens"] == 3003 + 5000 + 10
     assert {k: shown[k] for k in expected_tiles(totals)} == expected_tiles(totals)
-    assert shown["error_rate"] == "20.00 %"
+    assert shown["error_rate"] == "20.00%"  # in the browser's locale (en-US)
     # the month's tiles and the budget panel: a token budget counts prompt + compute tokens since the UTC month
     # began, as the limiter
     await dashboard_server.admin("PATCH", f"/admin/teams/{data['acme']}", limits={"monthly_token_budget": 100_000})

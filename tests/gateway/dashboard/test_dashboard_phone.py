@@ -26,3 +26,20 @@ async def test_a_requests_detail_reads_on_a_phone(dashboard_server, two_teams, a
             "[data-field=model]", "d => [parseFloat(getComputedStyle(d).fontSize), d.getBoundingClientRect().height]")
         assert model < 2 * size, (model, size)  # "small" on one line
         assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+async def test_the_overviews_tables_show_cost_on_a_phone(dashboard_server, two_teams, artifacts):  # noqa: F811
+    """Each row of a breakdown becomes a card of labelled lines: Cost is on the screen, not scrolled off it."""
+    async with chromium_page(**PHONE) as page:
+        await page.goto(f"{dashboard_server.url}/dashboard/login")
+        await page.fill("#api_key", two_teams["key"]["key"])
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("[data-breakdown=model]")
+        for table in ("[data-breakdown=model]", "[data-breakdown=key]", "[data-series=time]"):
+            column = await page.eval_on_selector(  # the Cost column, by its header
+                table, "t => [...t.tHead.rows[0].cells].findIndex(c => c.innerText.trim() === 'Cost')")
+            cell = page.locator(f"{table} tbody tr").first.locator("th, td").nth(column)
+            box = await cell.bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 390, (table, box)
+            assert "$" in await cell.inner_text()
+        await page.locator("[data-breakdown=model]").screenshot(path=artifacts / "overview-by-model-phone.png")

@@ -68,6 +68,7 @@ async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(
     assert await shown("ttft") == "1,900 ms"
     # 1,200 at $0.10 and 40 at $0.40 a million
     assert await page.get_attribute("[data-field=cost]", "data-micros") == "136"
+    assert await shown("cost") == "$0.00014"  # a request's cost to two significant digits, not "<$0.01"
     assert "ann's laptop" in await shown("key") and "ann" in await shown("user")
     await page.screenshot(path=artifacts / "request-detail.png", full_page=True)
 
