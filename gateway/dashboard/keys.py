@@ -44,7 +44,7 @@ from gateway.dashboard.access import (
     signed_in_scope,
 )
 from gateway.dashboard.fields import whole_number
-from gateway.dashboard.filters import RANGES, View, read_view_or_problem
+from gateway.dashboard.filters import RANGES, View, read_view_or_problem, zone_or_utc
 from gateway.dashboard.key_limits import budget_spend, limits_text, scope_of
 from gateway.dashboard.render import when
 from gateway.dashboard.scope import DashboardScope
@@ -261,7 +261,9 @@ async def _block(request: Request, sessions: SessionStore, auth: AuthService, ke
 def _keys_url(request: Request, scope: DashboardScope) -> str:
     """The keys page the form came from: the team on screen (the admin's `keys_of` kept)."""
     keys_of = request.query_params.get("keys_of") if scope.is_admin else None
-    return f"{BASE}/keys?" + urlencode({"team_id": scope.team.id, **({"keys_of": keys_of} if keys_of else {})})
+    tz = zone_or_utc(request.query_params)[0]
+    return f"{BASE}/keys?" + urlencode({"team_id": scope.team.id, **({"keys_of": keys_of} if keys_of else {}),
+                                        **({"tz": tz} if tz != "UTC" else {})})
 
 
 @post("/keys/{key_id:str}/block", opt=PUBLIC, status_code=303)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+from urllib.parse import quote
 
 import msgspec
+from jinja2 import pass_context
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 from markupsafe import Markup, escape
@@ -20,6 +22,7 @@ from billing.insights.overview import Overview, Series
 from billing.insights.timings import Timings
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
+from gateway.dashboard.filters import zone_or_utc
 
 TEMPLATES = Path(__file__).parent / "templates"
 CENT_MICROS = 10_000
@@ -173,6 +176,26 @@ def chart_data(o: Overview) -> dict:
                       {"label": "longest cold-start wait (ms)", "values": series.cold_start_ms_max}]}
 
 
+@pass_context
+def page_zone(context) -> str:
+    """The zone of the page being drawn: its view's, else the page's own `tz`, else the URL's (UTC when refused)."""
+    view = context.get("view")
+    if view and not view.problem:
+        return view.tz
+    if context.get("tz"):
+        return context["tz"]
+    request = context.get("request")
+    return zone_or_utc(request.query_params)[0] if request is not None else "UTC"
+
+
+@pass_context
+def zone_query(context) -> str:
+    """"&tz=<zone>" for a link of this page when it is in a zone other than UTC, else "": every link of the bar
+    and of the pages keeps the zone the reader chose."""
+    tz = page_zone(context)
+    return "" if tz == "UTC" else "&tz=" + quote(tz, safe="")
+
+
 def request_value(view, name: str) -> str:
     """The first value of a view parameter, for a form field."""
     return next((v for k, v in view.params if k == name), "")
@@ -182,7 +205,8 @@ def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
     env.filters.update(count=count, money=money, share=share, ms=ms, rate=rate, when=when)
     env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data,
-                       cold_starts=cold_starts, comparisons=comparisons, percentiles=PERCENTILES)
+                       zone_query=zone_query, page_zone=page_zone, cold_starts=cold_starts, comparisons=comparisons,
+                       percentiles=PERCENTILES)
 
 
 def template_config() -> TemplateConfig:

@@ -9,8 +9,10 @@ is a message on the sign-in page.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from litestar import Request, Response, Router, get, post
 from litestar.di import Provide
@@ -59,9 +61,25 @@ REQUESTS_PAGE = 50
 MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
 
 
-def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200) -> Template:
-    return Template("login.html.j2", context={"csrf": session.csrf, "message": message}, status_code=status,
-                    cookies=[cookie(request, session)])
+MAX_NEXT = 2000
+NEXT = re.compile(r"/dashboard/[A-Za-z0-9._~%/?&=+:@,;!*'()-]*")  # a page of this dashboard, nothing else
+
+
+def _next_page(raw) -> str | None:
+    """Where the reader was going before sign-in asked for a key: a path of this dashboard only (never another
+    host, scheme or the sign-in and sign-out pages), bounded; None for anything else."""
+    if not isinstance(raw, str) or len(raw) > MAX_NEXT or not NEXT.fullmatch(raw) or "//" in raw:
+        return None
+    path = raw.split("?", 1)[0]
+    if "%" in path or {".", ".."} & set(path.split("/")):  # no dot segment, plain or encoded, leaves /dashboard/
+        return None
+    return None if raw.startswith((f"{BASE}/login", f"{BASE}/logout")) else raw
+
+
+def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200,
+                next_page: str | None = None) -> Template:
+    return Template("login.html.j2", context={"csrf": session.csrf, "message": message, "next": next_page},
+                    status_code=status, cookies=[cookie(request, session)])
 
 
 @get("/", opt=PUBLIC)
@@ -72,30 +90,31 @@ async def home() -> Redirect:
 @get("/login", opt=PUBLIC)
 async def login_form(request: Request, sessions: SessionStore) -> Template:
     session = await current_session(request, sessions) or sessions.anonymous()
-    return _login_page(request, session)
+    return _login_page(request, session, next_page=_next_page(request.query_params.get("next")))
 
 
 @post("/login", opt=PUBLIC, status_code=303)
 async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
     session = await current_session(request, sessions)
     form = await posted_form(request, session)
+    next_page = _next_page(form.get("next"))
     key = form.get("api_key")
     key = key.strip() if isinstance(key, str) else ""
     if not key:
-        return _login_page(request, session, "Enter an API key.", 400)
+        return _login_page(request, session, "Enter an API key.", 400, next_page)
     if len(key) > MAX_KEY_CHARS:
-        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400)
+        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400, next_page)
     try:
         principal = await auth.authenticate(f"Bearer {key}", None, client_address(request, auth.clients))
     except AuthError as exc:
-        return _login_page(request, session, exc.message, exc.status)
+        return _login_page(request, session, exc.message, exc.status, next_page)
     if session.signed_in:
         await sessions.end(session.id)
     # a new id once signed in: a planted cookie never becomes a signed-in one
     signed = await sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
     # the operator lands on the ranking of every team, not on the (often empty) default team's overview
-    landing = "teams" if principal.is_admin else "overview"
-    return Redirect(f"{BASE}/{landing}", status_code=303, cookies=[cookie(request, signed)])
+    landing = next_page or f"{BASE}/{'teams' if principal.is_admin else 'overview'}"
+    return Redirect(landing, status_code=303, cookies=[cookie(request, signed)])
 
 
 @post("/logout", opt=PUBLIC, status_code=303)
@@ -201,7 +220,10 @@ async def statement_download(request: Request, sessions: SessionStore, auth: Aut
 
 
 def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
-    return Redirect(f"{BASE}/login")
+    """The sign-in page, which comes back here once signed in (a GET page only: a form is not posted again)."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    back = _next_page(here) if request.method == "GET" else None
+    return Redirect(f"{BASE}/login" + (f"?{urlencode({'next': back})}" if back else ""))
 
 
 def _error_page(request: Request, exc: SluiceError) -> Template:

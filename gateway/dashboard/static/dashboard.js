@@ -152,6 +152,18 @@ document.addEventListener("change", (event) => {
   }
 });
 
+// A GET form (the filters) sends only the fields that say something: an empty filter means "all", so it stays out
+// of the URL (a link to the view is as short as the view).
+document.addEventListener("formdata", (event) => {
+  if (event.target.method !== "get") return;
+  const data = event.formData;
+  for (const name of new Set(data.keys())) {
+    const kept = data.getAll(name).filter((value) => value !== "");
+    data.delete(name);
+    kept.forEach((value) => data.append(name, value));
+  }
+}, true);
+
 // A page that answered a POST (a new key shown once) takes the plain page's place in the history: a reload
 // asks for that page and never posts the form again.
 function replaceHistoryEntry() {
