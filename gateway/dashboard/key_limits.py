@@ -6,6 +6,7 @@ gateway/serving/spending.py's `limits_view`)."""
 
 from __future__ import annotations
 
+import msgspec
 from markupsafe import Markup, escape
 
 from auth.models import KeyRecord, Limits, SpendBudget
@@ -49,3 +50,22 @@ def limits_text(limits: Limits | None, spent: BudgetView | None = None) -> Marku
     if limits.spend_budget is not None:
         shown.append(_budget(limits.spend_budget, spent))
     return Markup(" · ").join(shown) if shown else escape(NONE_OF_ITS_OWN)
+
+
+def said(name: str, value) -> Markup:
+    """A value of an audit entry's detail as a reader reads it, never as Python prints it: limits as the keys page
+    writes them, lists joined, objects as "name value" pairs, yes/no, "none"."""
+    if name == "limits" and isinstance(value, dict):
+        try:
+            return limits_text(msgspec.convert(value, Limits))
+        except (msgspec.ValidationError, TypeError):
+            pass  # an older entry's shape: written out below
+    if value is None:
+        return Markup("none")
+    if isinstance(value, bool):
+        return Markup("yes" if value else "no")
+    if isinstance(value, list | tuple):
+        return Markup(", ").join(said(name, v) for v in value) if value else Markup("none")
+    if isinstance(value, dict):
+        return Markup(" · ").join(Markup("{} {}").format(k, said(k, v)) for k, v in value.items())
+    return escape(str(value))
