@@ -13,6 +13,7 @@ form is key_edit.py."""
 
 from __future__ import annotations
 
+from datetime import date, datetime, time, timedelta
 from urllib.parse import urlencode
 
 import msgspec
@@ -33,6 +34,7 @@ from auth.sessions import Session, SessionStore
 from auth.team_keys import OWN_KEY_BLOCK, ListedKey
 from billing.insights.aggregate import usage_report
 from billing.ledger import Ledger
+from billing.timebuckets import zone
 from billing.usage import UsageQuery, UsageRow
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import PUBLIC
@@ -55,6 +57,7 @@ from gateway.serving.spending import SpendGate
 log = structlog.get_logger("gateway.dashboard")
 
 PAGE = 200
+CREATE_FIELDS = ("name", "expires_at", "expires_on")
 
 
 class KeyRow(msgspec.Struct, frozen=True):
@@ -125,7 +128,8 @@ def _offered(actions: tuple[str, ...], key_id: str, own_key: str) -> tuple[str, 
 
 
 async def _page(request: Request, auth: AuthService, ledger: Ledger, services: Services, session: Session,
-                scope: DashboardScope, created: KeyCreated | None = None, status: int = 200) -> Template:
+                scope: DashboardScope, created: KeyCreated | None = None, status: int = 200,
+                create_form: dict | None = None) -> Template:
     """The keys of the team on screen (the admin: of every team, or of `keys_of`), a page at a time. After a
     create or rotate (`created`), the new key is shown whatever happens to the list: the change is committed,
     and a key lost to a rendering error could only be rotated again."""
@@ -138,7 +142,8 @@ async def _page(request: Request, auth: AuthService, ledger: Ledger, services: S
         status = view.problem.status
     tz = view.tz if view.problem is None else "UTC"
     context = {"session": session, "scope": scope, "keys_of": keys_of, "tz": tz, "view": view, "ranges": RANGES,
-               "created": created, "page": "keys", "rows": [], "next_cursor": None, "list_failed": False}
+               "created": created, "page": "keys", "rows": [], "next_cursor": None, "list_failed": False,
+               "create_form": create_form or {}}
     try:
         listed = await _listed(request, auth, scope, keys_of)
         context.update(rows=await _rows(auth, ledger, services.spending, scope, listed.data, view, tz,
@@ -180,6 +185,19 @@ async def keys_page(request: Request, sessions: SessionStore, auth: AuthService,
     return await _page(request, auth, ledger, services, *await _owner_scope(request, sessions, auth))
 
 
+def _expiry(typed: str, tz: str) -> str | None:
+    """The form's "valid until" day (YYYY-MM-DD, the date picker's) as the API's ISO 8601 instant: the end of that
+    day in the page's zone. None when left empty."""
+    if not typed.strip():
+        return None
+    try:
+        day = date.fromisoformat(typed.strip())
+    except ValueError:
+        raise RequestError(400, "invalid_expires_at", "Choose a day (YYYY-MM-DD), or leave it empty for a key "
+                           "that does not expire.", "expires_on") from None
+    return datetime.combine(day + timedelta(days=1), time(), zone(tz)).isoformat()
+
+
 @post("/keys/create", opt=PUBLIC, status_code=201)
 async def create_key(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger,
                      services: Services) -> Response:
@@ -187,9 +205,18 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
     team_id = (form.get("team_id") or scope.team.id) if scope.is_admin else scope.team.id  # the admin: any team
     if team_id not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
-    body = body_as({"name": form.get("name", ""), "expires_at": form.get("expires_at") or None},
-                   CreateTeamKey)  # a service key of this team
-    created = await auth.team_keys.create(_actor(request, session, auth), scope.manager, team_id, body)
+    typed = {"name": str(form.get("name", "")), "expires_on": str(form.get("expires_on", ""))}
+    try:
+        expires_at = _expiry(typed["expires_on"], zone_or_utc(request.query_params)[0])
+        body = body_as({"name": typed["name"], "expires_at": expires_at}, CreateTeamKey)  # a service key of the team
+        created = await auth.team_keys.create(_actor(request, session, auth), scope.manager, team_id, body)
+    except RequestError as exc:
+        if exc.param not in CREATE_FIELDS:
+            raise
+        # said at its field, the form as typed: nothing the owner wrote is thrown away
+        field = "expires_on" if exc.param == "expires_at" else exc.param
+        return await _page(request, auth, ledger, services, session, scope, status=exc.status,
+                           create_form={**typed, "team_id": team_id, "problem": (field, exc.message)})
     return await _page(request, auth, ledger, services, session, scope, created, status=201)
 
 
