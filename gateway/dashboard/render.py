@@ -171,9 +171,15 @@ def chart_data(o: Overview) -> dict:
             "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros]),
             "events": [{"label": "429 rejections", "values": series.rate_limited},
                        {"label": "cold starts", "values": series.cold_starts}],
-            "waits": [{"label": "mean cold-start wait (ms)",
+            "waits": [{"label": "mean cold-start wait",
                        "values": [_mean_wait(series, i) for i in range(len(series.buckets))]},
-                      {"label": "longest cold-start wait (ms)", "values": series.cold_start_ms_max}]}
+                      {"label": "longest cold-start wait", "values": series.cold_start_ms_max}],
+            "units": UNITS}
+
+
+# what each chart's values are: the legend under the pointer writes them rounded, with this unit
+UNITS = {"requests": "requests", "errors": "requests", "events": "requests", "latency": "ms", "ttft": "ms",
+         "waits": "ms", "speed": "tok/s", "tokens": "tokens", "cost": "USD"}
 
 
 @pass_context
