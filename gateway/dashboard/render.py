@@ -133,42 +133,62 @@ def cold_starts(series: Series) -> ColdStarts:
                       max(longest) if longest else None)
 
 
-def _by_group(series: Series, per_group) -> list[dict]:
+def _by_group(series: Series, per_group, unserved: set[str]) -> list[dict]:
     """Per group, its own value in each bucket: the browser stacks them for the fills, and the legend reads
-    each group's own."""
-    return [{"label": m.key, "values": per_group(m)} for m in series.by_group]
+    each group's own. The names nobody serves (`unserved`) are one group."""
+    lines = [{"label": m.key, "values": per_group(m)} for m in series.by_group if m.key not in unserved]
+    folded = [per_group(m) for m in series.by_group if m.key in unserved]
+    if folded:
+        lines.append({"label": f"{NOT_SERVED} ({len(folded)} names)",
+                      "values": [sum(v or 0 for v in bucket) for bucket in zip(*folded, strict=True)]})
+    return lines
+
+
+NOT_SERVED = "models nobody serves"
+
+
+def unserved_models(series: Series, served: set[str] | None) -> set[str]:
+    """The model names of the view that no endpoint serves and that never ran a token: what callers typed (a
+    typo, another provider's name) and were refused for. A model that did run (an endpoint since removed) keeps
+    its own line. None: the served models are not known here (nothing is folded)."""
+    if served is None or series.group_by != "model":
+        return set()
+    return {m.key for m in series.by_group
+            if m.key not in served and not any(m.prompt_tokens) and not any(m.compute_tokens)}
 
 
 ALL_MODELS = "all models"
 PERCENTILES = ("p50", "p95", "p99")
 
 
-def _by_model(timed: Timings, per_line) -> list[dict]:
+def _by_model(timed: Timings, per_line, unserved: set[str] = frozenset()) -> list[dict]:
     """One line per model (its own value in each bucket), and all models together when there are several (first:
-    drawn under the models' lines)."""
-    lines = [{"label": m.model, "values": per_line(m)} for m in timed.by_model]
+    drawn under the models' lines). A name nobody serves draws no line: its requests were refusals."""
+    lines = [{"label": m.model, "values": per_line(m)} for m in timed.by_model if m.model not in unserved]
     if len(lines) != 1:
         lines.insert(0, {"label": ALL_MODELS, "values": per_line(timed), "dash": True})
     return lines
 
 
-def _percentiles(timed: Timings, column: str) -> dict[str, list[dict]]:
+def _percentiles(timed: Timings, column: str, unserved: set[str]) -> dict[str, list[dict]]:
     """Per percentile (the chart's selector picks one), a line per model."""
-    return {name: _by_model(timed, lambda m, name=name: [getattr(p, name) for p in getattr(m, column)])
+    return {name: _by_model(timed, lambda m, name=name: [getattr(p, name) for p in getattr(m, column)], unserved)
             for name in PERCENTILES}
 
 
-def chart_data(o: Overview) -> dict:
-    """What the charts draw; the tables under them hold the same numbers."""
+def chart_data(o: Overview, served: set[str] | None = None) -> dict:
+    """What the charts draw; the tables under them hold the same numbers. `served`: the models the gateway serves
+    (the names nobody serves are folded into one group)."""
     series, timed = o.series, o.timings
+    unserved = unserved_models(series, served)
     return {"x": [b.start for b in series.buckets], "tz": series.tz,
-            "requests": _by_group(series, lambda m: m.requests),
+            "requests": _by_group(series, lambda m: m.requests, unserved),
             "errors": [{"label": status, "values": values} for status, values in timed.errors_by_status.items()],
-            "latency": _percentiles(timed, "latency_ms"), "ttft": _percentiles(timed, "ttft_ms"),
-            "speed": _by_model(timed, lambda m: m.output_tokens_per_s),
+            "latency": _percentiles(timed, "latency_ms", unserved), "ttft": _percentiles(timed, "ttft_ms", unserved),
+            "speed": _by_model(timed, lambda m: m.output_tokens_per_s, unserved),
             "tokens": _by_group(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
-                                                                           strict=True)]),
-            "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros]),
+                                                                           strict=True)], unserved),
+            "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros], unserved),
             "events": [{"label": "429 rejections", "values": series.rate_limited},
                        {"label": "cold starts", "values": series.cold_starts}],
             "waits": [{"label": "mean cold-start wait",

@@ -165,7 +165,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
     # htmx swaps the page's <main> in place
     return await _page("overview", session, scope, view, auth, ledger, o=result, month=month, labels=labels,
-                       budgets=budgets)
+                       budgets=budgets, served=set(services.endpoints.controllers))
 
 
 @get("/teams", opt=PUBLIC)

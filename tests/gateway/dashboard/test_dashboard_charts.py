@@ -214,3 +214,30 @@ async def test_the_charts_follow_the_windows_width(dashboard_server, page, artif
     await page.keyboard.press("End")
     values = [v for _, v in (await legend(page, "cost"))[1:]]
     assert values and all(re.fullmatch(r"\$[\d,]+\.\d\d|\$0\.0+\d{1,2}", v) for v in values), values
+
+
+async def test_model_names_nobody_serves_are_one_group(dashboard_server, page):
+    """Requests refused for a model name no endpoint serves (typos, another provider's names) ran no token: they
+    are one group of the charts, not a line each; a model that ran (here `big`, not served now) keeps its own."""
+    key, _ = await seed(dashboard_server)
+    team = (await dashboard_server.admin("GET", "/admin/keys?limit=200"))["data"]
+    charts = next(k for k in team if k["name"] == "charts")
+    for name in ("gpt-4o-typo", "claude-nope", "gpt-4o-typo"):
+        await dashboard_server.ledger.record(usage(
+            team_id=charts["team_id"], key_id=charts["id"], model=name, time=time.time() - 120, status="rejected",
+            prompt_tokens=0, completion_tokens=0, compute_tokens=0, error_code="model_not_found", error_status=404,
+            ttft_ms=None))
+    await dashboard_server.ledger.flush(10)
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
+    await page.fill("#api_key", key)
+    await page.click("button[type=submit]")
+    await page.wait_for_selector("[data-chart=requests] canvas")
+    labels = await page.eval_on_selector("[data-chart=requests]", "b => b.plot.series.slice(1).map(s => s.label)")
+    assert sorted(labels) == ["big", "models nobody serves (2 names)", "small"], labels
+    data = await page.eval_on_selector("[data-chart-data]", "s => JSON.parse(s.textContent)")
+    folded = next(line for line in data["requests"] if line["label"].startswith("models nobody serves"))
+    assert sum(folded["values"]) == 3
+    speed = [line["label"] for line in data["speed"]]
+    assert "gpt-4o-typo" not in speed and "claude-nope" not in speed
+    # the table of models still names each (a filter finds them)
+    assert "gpt-4o-typo" in await page.inner_text("table[data-breakdown=model]")
