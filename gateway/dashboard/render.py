@@ -7,6 +7,8 @@ Accept-Language first), so a reader in Germany sees "1.234.567" and "1.234,57 $"
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -22,9 +24,11 @@ from billing.insights.overview import Overview, Series
 from billing.insights.timings import Timings
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
+from gateway.dashboard.access import masked_token
 from gateway.dashboard.filters import zone_or_utc
 
 TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
 CENT_MICROS = 10_000
 
 
@@ -72,11 +76,13 @@ def rate(value: float | None) -> Markup:
     return Markup("–") if value is None else Markup(f'<span data-n="{value:.1f}" data-digits="1">{value:,.1f}</span>')
 
 
-def change(current: float, previous: float) -> str:
-    """The change from the previous period, as a signed percentage ("+12.5 %"), or why there is none."""
+def change(current: float, previous: float) -> Markup:
+    """The change from the previous period, as a signed percentage ("+12.5 %", localized as every share), or why
+    there is none."""
     if previous == 0:
-        return "new" if current else "no change"
-    return f"{(current - previous) / previous * 100:+.1f} %"
+        return Markup("new" if current else "no change")
+    fraction = (current - previous) / previous
+    return Markup(f'<span data-share="{fraction:.5f}" data-digits="1" data-signed>{fraction * 100:+,.1f} %</span>')
 
 
 class Comparison(msgspec.Struct):
@@ -84,7 +90,7 @@ class Comparison(msgspec.Struct):
 
     name: str
     previous: float
-    change: str
+    change: Markup
 
 
 def comparisons(o: Overview) -> list[Comparison]:
@@ -222,6 +228,14 @@ def zone_query(context) -> str:
     return "" if tz == "UTC" else "&tz=" + quote(tz, safe="")
 
 
+@functools.cache
+def static_url(path: str) -> str:
+    """A static file's URL with its content's digest (`?v=`): the file is cached for a year and a new version is a
+    new URL, so no reader runs a stale script against a new page."""
+    digest = hashlib.sha256((STATIC / path).read_bytes()).hexdigest()[:12]
+    return f"/dashboard/static/{path}?v={digest}"
+
+
 def request_value(view, name: str) -> str:
     """The first value of a view parameter, for a form field."""
     return next((v for k, v in view.params if k == name), "")
@@ -230,7 +244,8 @@ def request_value(view, name: str) -> str:
 def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
     env.filters.update(count=count, money=money, share=share, ms=ms, rate=rate, when=when)
-    env.globals.update(series_rows=series_rows, request_value=request_value, chart_data=chart_data,
+    env.globals.update(csrf_token=masked_token, static_url=static_url,
+                       series_rows=series_rows, request_value=request_value, chart_data=chart_data,
                        zone_query=zone_query, page_zone=page_zone, cold_starts=cold_starts, comparisons=comparisons,
                        percentiles=PERCENTILES)
 

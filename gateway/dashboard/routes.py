@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from pathlib import Path
 from urllib.parse import urlencode
 
 from litestar import Request, Response, Router, get, post
+from litestar.datastructures import CacheControlHeader
 from litestar.di import Provide
 from litestar.response import Redirect, Stream, Template
 from litestar.static_files import create_static_files_router
@@ -40,22 +40,24 @@ from gateway.dashboard.access import (
     NotSignedIn,
     cookie,
     current_session,
+    masked_token,
     posted_form,
     read_so_far,
     signed_in_scope,
 )
 from gateway.dashboard.budget_panel import budget_rows
+from gateway.dashboard.compression import gzipped
 from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, read_view_or_problem
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.key_edit import EDIT_HANDLERS
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.limits import LIMITS_HANDLERS, team_limits
+from gateway.dashboard.render import STATIC
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
 from gateway.dashboard.team_pages import TEAM_HANDLERS
 from gateway.serving.services import Services
 
-STATIC = Path(__file__).parent / "static"
 MAX_KEY_CHARS = 512
 REQUESTS_PAGE = 50
 MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
@@ -78,7 +80,7 @@ def _next_page(raw) -> str | None:
 
 def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200,
                 next_page: str | None = None) -> Template:
-    return Template("login.html.j2", context={"csrf": session.csrf, "message": message, "next": next_page},
+    return Template("login.html.j2", context={"csrf": masked_token(session), "message": message, "next": next_page},
                     status_code=status, cookies=[cookie(request, session)])
 
 
@@ -236,9 +238,15 @@ def _error_page(request: Request, exc: SluiceError) -> Template:
         "scope": scope if signed else None, "page": ""})
 
 
+YEAR_S = 365 * 86400
+
+
 def static_router() -> Router:
-    """The dashboard's CSS and the vendored browser libraries (no CDN: it works without internet)."""
-    return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static")
+    """The dashboard's CSS and the vendored browser libraries (no CDN: it works without internet), gzipped and
+    cached for a year: the pages link them with their digest (`render.static_url`), so a new file is a new URL."""
+    return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static",
+                                      cache_control=CacheControlHeader(public=True, max_age=YEAR_S, immutable=True),
+                                      middleware=[gzipped])
 
 
 def _sessions(auth: AuthService) -> SessionStore:
@@ -253,4 +261,5 @@ def dashboard_router() -> Router:
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},
-                  middleware=[page_headers])  # CSP, no framing, no-store: on every answer, error pages included
+                  # CSP, no framing, no-store: on every answer, error pages included; gzipped where accepted
+                  middleware=[page_headers, gzipped])

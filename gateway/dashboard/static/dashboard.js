@@ -146,7 +146,8 @@ function localizeNumbers(root) {
   root.querySelectorAll("[data-share]").forEach((el) => {
     const digits = Number(el.dataset.digits || 0);
     const percent = new Intl.NumberFormat(undefined, {style: "percent", minimumFractionDigits: digits,
-                                                      maximumFractionDigits: digits});
+                                                      maximumFractionDigits: digits,
+                                                      signDisplay: "signed" in el.dataset ? "exceptZero" : "auto"});
     el.textContent = percent.format(Number(el.dataset.share));
   });
   const cents = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD", maximumSignificantDigits: 2});
