@@ -109,16 +109,29 @@ def when(unix: float, tz: str, *, seconds: bool = False) -> str:
     return datetime.fromtimestamp(unix, zone(tz)).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
-def series_rows(series: Series) -> list[SeriesRow]:
-    """One row per bucket, summed over the models."""
-    rows = []
-    for i, bucket in enumerate(series.buckets):
+MAX_TABLE_ROWS = 400  # buckets a table lists in full (90 days by day, 16 days by hour)
+TRIMMED_ROWS = 168  # past that, the latest week of hours (the charts draw every bucket)
+
+
+def table_rows(series: Series) -> range:
+    """The buckets the tables under the charts list: every one, or the latest TRIMMED_ROWS past MAX_TABLE_ROWS.
+    A table of 2,160 hours × every model made the 90-day hourly page 200,000 elements that took half a minute to
+    lay out, and nobody reads it: the charts draw them all, the CSV holds every record."""
+    count = len(series.buckets)
+    return range(count) if count <= MAX_TABLE_ROWS else range(count - TRIMMED_ROWS, count)
+
+
+def series_rows(series: Series, rows: range | None = None) -> list[SeriesRow]:
+    """One row per bucket (of `rows`: all by default), summed over the models."""
+    rows_out = []
+    for i in (rows if rows is not None else range(len(series.buckets))):
+        bucket = series.buckets[i]
         models = series.by_group
-        rows.append(SeriesRow(bucket.label, sum(m.requests[i] for m in models),
+        rows_out.append(SeriesRow(bucket.label, sum(m.requests[i] for m in models),
                               sum(m.prompt_tokens[i] + m.completion_tokens[i] for m in models),
                               sum(m.cost_micros[i] for m in models), series.rate_limited[i], series.cold_starts[i],
                               _mean_wait(series, i), series.cold_start_ms_max[i]))
-    return rows
+    return rows_out
 
 
 def _mean_wait(series: Series, i: int) -> float | None:
@@ -176,9 +189,16 @@ def _by_model(timed: Timings, per_line, unserved: set[str] = frozenset()) -> lis
     return lines
 
 
+def _tenths(values, digits: int = 1) -> list[float | None]:
+    """Values as the charts can show them (a tenth of a millisecond; a hundredth of a token a second): no pixel
+    and no legend shows more, and the 90-day hourly page's JSON is half as long."""
+    return [None if v is None else round(v, digits) for v in values]
+
+
 def _percentiles(timed: Timings, column: str, unserved: set[str]) -> dict[str, list[dict]]:
     """Per percentile (the chart's selector picks one), a line per model."""
-    return {name: _by_model(timed, lambda m, name=name: [getattr(p, name) for p in getattr(m, column)], unserved)
+    return {name: _by_model(timed, lambda m, name=name: _tenths(getattr(p, name) for p in getattr(m, column)),
+                            unserved)
             for name in PERCENTILES}
 
 
@@ -191,15 +211,15 @@ def chart_data(o: Overview, served: set[str] | None = None) -> dict:
             "requests": _by_group(series, lambda m: m.requests, unserved),
             "errors": [{"label": status, "values": values} for status, values in timed.errors_by_status.items()],
             "latency": _percentiles(timed, "latency_ms", unserved), "ttft": _percentiles(timed, "ttft_ms", unserved),
-            "speed": _by_model(timed, lambda m: m.output_tokens_per_s, unserved),
+            "speed": _by_model(timed, lambda m: _tenths(m.output_tokens_per_s, 2), unserved),
             "tokens": _by_group(series, lambda m: [p + c for p, c in zip(m.prompt_tokens, m.completion_tokens,
                                                                            strict=True)], unserved),
             "cost": _by_group(series, lambda m: [c / 1e6 for c in m.cost_micros], unserved),
             "events": [{"label": "429 rejections", "values": series.rate_limited},
                        {"label": "cold starts", "values": series.cold_starts}],
             "waits": [{"label": "mean cold-start wait",
-                       "values": [_mean_wait(series, i) for i in range(len(series.buckets))]},
-                      {"label": "longest cold-start wait", "values": series.cold_start_ms_max}],
+                       "values": _tenths(_mean_wait(series, i) for i in range(len(series.buckets)))},
+                      {"label": "longest cold-start wait", "values": _tenths(series.cold_start_ms_max)}],
             "units": UNITS}
 
 
@@ -244,7 +264,7 @@ def request_value(view, name: str) -> str:
 def _register(engine: JinjaTemplateEngine) -> None:
     env = engine.engine
     env.filters.update(count=count, money=money, share=share, ms=ms, rate=rate, when=when)
-    env.globals.update(csrf_token=masked_token, static_url=static_url,
+    env.globals.update(csrf_token=masked_token, static_url=static_url, table_rows=table_rows,
                        series_rows=series_rows, request_value=request_value, chart_data=chart_data,
                        zone_query=zone_query, page_zone=page_zone, cold_starts=cold_starts, comparisons=comparisons,
                        percentiles=PERCENTILES)
