@@ -214,9 +214,10 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
         if exc.param not in CREATE_FIELDS:
             raise
         # said at its field, the form as typed: nothing the owner wrote is thrown away
-        field = "expires_on" if exc.param == "expires_at" else exc.param
+        field, message = ("expires_on", exc.message.replace("expires_at", "The day")) if exc.param == "expires_at" \
+            else (exc.param, exc.message)
         return await _page(request, auth, ledger, services, session, scope, status=exc.status,
-                           create_form={**typed, "team_id": team_id, "problem": (field, exc.message)})
+                           create_form={**typed, "team_id": team_id, "problem": (field, message)})
     return await _page(request, auth, ledger, services, session, scope, created, status=201)
 
 
