@@ -22,11 +22,15 @@ from auth.paging import PageOut, Position
 from auth.policy import Action, Manager, allowed_actions, check, check_manages, grants_refusal
 from auth.store import Store
 
+OWN_KEY_BLOCK = ("This is the key you are acting with: blocking it would lock you out of this team, and only the "
+                 "operator could unblock it. Block it with another owner's key.")
+
 
 class ListedKey(msgspec.Struct, frozen=True):
     key: KeyRecord
     blocked: bool  # blocked in the team listed (False in the operator's list of every key)
     actions: tuple[Action, ...]  # what the manager who listed it may do to it
+    blocked_in: tuple[str, ...] = ()  # the operator's list of every key: the teams it is blocked in
 
 
 class TeamKeys:
@@ -68,8 +72,10 @@ class TeamKeys:
         if not manager.is_admin:
             raise RequestError(404, "team_not_found", "No such team.", "team_id")
         at = now()
-        return [ListedKey(k, False, allowed_actions(manager, k, live=k.is_live(at), blocked=None))
-                for k in await self._store.list_keys(team_id, limit, after)]
+        keys = await self._store.list_keys(team_id, limit, after)
+        blocks = await self._store.blocks_of([k.id for k in keys if k.user_id is not None])
+        return [ListedKey(k, False, allowed_actions(manager, k, live=k.is_live(at), blocked=None),
+                          tuple(blocks.get(k.id, ()))) for k in keys]
 
     async def page(self, manager: Manager, team_id: str, limit: int, after: Position | None) -> PageOut:
         """One page of the team's keys as its owners see them (`GET /v1/team/keys`), in creation order."""
@@ -128,8 +134,11 @@ class TeamKeys:
     async def block(self, actor: Actor, manager: Manager, team_id: str, key_id: str, *, blocked: bool,
                     reason: str | None = None) -> TeamKeyOut:
         """Block (or unblock) a personal key in this team only; idempotent, audited (with the owner's `reason`)
-        when it changed anything."""
+        when it changed anything. The key that asks may not block itself: it would lose the team at once, and
+        only the operator could give it back."""
         key = await self.may(manager, team_id, key_id, "block" if blocked else "unblock")
+        if blocked and key_id == actor.id:
+            raise RequestError(409, "own_key", OWN_KEY_BLOCK, "key_id")
         async with self._store.transaction() as tx:
             changed = (await tx.block_key(team_id, key_id, now()) if blocked
                        else await tx.unblock_key(team_id, key_id))

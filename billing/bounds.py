@@ -19,7 +19,8 @@ MAX_WORD_CHARS = 64  # dialect, route, error code: words of the gateway's own vo
 
 FIELD_BOUNDS = {
     "request_id": MAX_ID_CHARS, "team_id": MAX_ID_CHARS, "key_id": MAX_ID_CHARS, "user_id": MAX_ID_CHARS,
-    "worker_id": MAX_ID_CHARS, "model": MAX_NAME_CHARS, "adapter": MAX_NAME_CHARS, "dialect": MAX_WORD_CHARS,
+    "worker_id": MAX_ID_CHARS, "client_request_id": MAX_ID_CHARS, "model": MAX_NAME_CHARS,
+    "adapter": MAX_NAME_CHARS, "dialect": MAX_WORD_CHARS,
     "route": MAX_WORD_CHARS, "error_code": MAX_WORD_CHARS,
 }
 # the most bytes a record's strings take in UTF-8 (4 bytes a character at most): what a frame can grow to

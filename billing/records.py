@@ -56,6 +56,9 @@ class UsageRecord(msgspec.Struct, array_like=True):
     adapter: str = ""  # LoRA adapter name; "" for the base model
     # Added with the request detail view (schema 5), last for the same reason.
     finish_reason: FinishReason | None = None
+    # Added with the search by a caller's own id (schema 6): the X-Request-Id the caller sent (None: none, or one
+    # the gateway would not echo). Never the ledger key: two requests may send the same one.
+    client_request_id: str | None = None
 
     @classmethod
     def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,

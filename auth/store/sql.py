@@ -206,6 +206,18 @@ class Store:
         rows = await self._x.fetchall("SELECT team_id FROM key_blocks WHERE key_id = ? ORDER BY team_id", (key_id,))
         return [row[0] for row in rows]
 
+    async def blocks_of(self, key_ids: list[str]) -> dict[str, list[str]]:
+        """The teams each of `key_ids` is blocked in (keys blocked nowhere are left out)."""
+        if not key_ids:
+            return {}
+        marks = ", ".join("?" * len(key_ids))
+        rows = await self._x.fetchall(f"SELECT key_id, team_id FROM key_blocks WHERE key_id IN ({marks}) "
+                                      "ORDER BY key_id, team_id", tuple(key_ids))
+        found: dict[str, list[str]] = {}
+        for key_id, team_id in rows:
+            found.setdefault(key_id, []).append(team_id)
+        return found
+
     async def copy_blocks(self, from_key: str, to_key: str, at: float) -> None:
         """A rotated key's successor stays blocked where it was (a rotation is no way out of a block)."""
         await self._x.execute("INSERT INTO key_blocks (team_id, key_id, blocked_at) SELECT team_id, ?, ? "

@@ -90,3 +90,13 @@ async def one(store: UsageStore, team_id: str | None, request_id: str) -> Ledger
         condition += f" AND team_id = {params(team_id)}"
     rows = await store.fetch(f"SELECT {ENTRY_COLUMNS} FROM {TABLE} WHERE {condition}", params.values)
     return row_entry(rows[0]) if rows else None
+
+
+async def sent_as(store: UsageStore, team_id: str, client_request_id: str, limit: int = 2) -> list[LedgerEntry]:
+    """The team's records whose caller sent `client_request_id` as its own X-Request-Id, newest first (`limit` of
+    them: a caller may send one id twice); another team's are never among them."""
+    params = Params(store.dialect)
+    rows = await store.fetch(f"SELECT {ENTRY_COLUMNS} FROM {TABLE} WHERE team_id = {params(team_id)} AND "
+                             f"client_request_id = {params(client_request_id)} ORDER BY time DESC, request_id DESC "
+                             f"LIMIT {int(limit)}", params.values)
+    return [row_entry(row) for row in rows]

@@ -91,6 +91,11 @@ _ALERTS = """CREATE TABLE IF NOT EXISTS budget_alerts (
 _FINISH_REASON = (f"ALTER TABLE {TABLE} ADD COLUMN finish_reason TEXT CHECK (finish_reason IN "
                   "('error', 'timeout', 'cancelled', 'length', 'tool_calls', 'stop_sequence', 'stop'))")
 
+# schema 6: the caller's own X-Request-Id, so support finds a request by the id the customer has; looked up within
+# a team (the dashboard's search), so the index leads with the team
+_CLIENT_REQUEST_ID = [f"ALTER TABLE {TABLE} ADD COLUMN client_request_id TEXT",
+                      f"CREATE INDEX {TABLE}_client_request_id ON {TABLE} (team_id, client_request_id)"]
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -104,4 +109,5 @@ SCHEMA = Schema("billing", [
     Migration(6, "budget refusals counted apart from rate limits in the rollups (rollups.py)", {
         "sqlite": budget_refusals_migration(SqliteDialect(), "INTEGER"),
         "postgres": budget_refusals_migration(PostgresDialect(), "BIGINT")}),
+    Migration(7, "the caller's own X-Request-Id (client_request_id)", _CLIENT_REQUEST_ID),
 ], legacy_table="billing_schema_migrations")

@@ -3,6 +3,7 @@ form once the CSRF token matched."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from litestar import Request
@@ -34,7 +35,39 @@ def cookie(request: Request, session: Session | None) -> Cookie:
 
 
 async def current_session(request: Request, sessions: SessionStore) -> Session | None:
-    return await sessions.get(request.cookies.get(COOKIE))
+    session = await sessions.get(request.cookies.get(COOKIE))
+    request.state.dashboard_session = session  # an error page offers its sign-out form
+    return session
+
+
+def read_so_far(request: Request) -> tuple[Session | None, DashboardScope | None]:
+    """The session and scope this request read, as far as it got: what an error page needs for its bar."""
+    return getattr(request.state, "dashboard_session", None), getattr(request.state, "dashboard_scope", None)
+
+
+def masked_token(session: Session) -> str:
+    """The session's CSRF token under a fresh one-time pad, as a form carries it: a different string on every page,
+    so a compressed page that also reflects what an attacker sent cannot give the token away (BREACH)."""
+    token = session.csrf.encode()
+    pad = secrets.token_bytes(len(token))
+    return (pad + bytes(t ^ p for t, p in zip(token, pad, strict=True))).hex()
+
+
+def _unmasked(value: Any) -> str | None:
+    """The token a form's masked value carries (None: not one of ours)."""
+    if not isinstance(value, str) or len(value) > 1024:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    half = len(raw) // 2
+    if not half or len(raw) % 2:
+        return None
+    try:  # the tokens are ASCII (compare_digest takes no other str)
+        return bytes(m ^ p for m, p in zip(raw[half:], raw[:half], strict=True)).decode("ascii")
+    except UnicodeDecodeError:
+        return None
 
 
 async def posted_form(request: Request, session: Session | None) -> dict[str, Any]:
@@ -49,8 +82,8 @@ async def posted_form(request: Request, session: Session | None) -> dict[str, An
         form = await request.form()
     except Exception as exc:  # the parser's own errors: nothing of ours went wrong
         raise BadRequest(f"This form could not be read ({type(exc).__name__}).") from exc
-    token = form.get("csrf")
-    if session is None or not isinstance(token, str) or not session.csrf_matches(token):
+    token = _unmasked(form.get("csrf"))
+    if session is None or token is None or not session.csrf_matches(token):
         raise Forbidden("This form has expired or did not come from this dashboard; reload the page and retry.")
     return dict(form)
 
@@ -78,4 +111,6 @@ async def signed_in_scope(request: Request, sessions: SessionStore,
     if found is None:
         raise NotSignedIn
     session, key = found
-    return session, await resolve(auth, key, request.query_params.get("team_id") or None)
+    scope = await resolve(auth, key, request.query_params.get("team_id") or None)
+    request.state.dashboard_scope = scope  # an error page after this shows the whole bar
+    return session, scope

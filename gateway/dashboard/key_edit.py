@@ -20,9 +20,8 @@ from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from common.errors import BadRequest
 from gateway.authentication.middleware import PUBLIC
-from gateway.dashboard.access import BASE
 from gateway.dashboard.fields import ascii_whole
-from gateway.dashboard.keys import _acting_team, _actor, _owner_form, _owner_scope
+from gateway.dashboard.keys import _acting_team, _actor, _keys_url, _owner_form, _owner_scope
 from gateway.dashboard.scope import DashboardScope
 
 MAX_NAME = 200
@@ -108,7 +107,7 @@ async def edit_key(request: Request, sessions: SessionStore, auth: AuthService, 
         if exc.status not in (400, 403, 409):
             raise
         return await _form(auth, session, scope, key, typed, {exc.param or "name": exc.message}, exc.status)
-    return Redirect(f"{BASE}/keys?team_id={scope.team.id}", status_code=303)
+    return Redirect(_keys_url(request, scope), status_code=303)
 
 
 EDIT_HANDLERS = [edit_form, edit_key]

@@ -17,7 +17,7 @@ from litestar.response import Redirect, Template
 
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
-from billing.insights.requests import one
+from billing.insights.requests import one, sent_as
 from billing.ledger import Ledger
 from billing.params import UsageParamError
 from billing.records import LedgerEntry
@@ -27,7 +27,8 @@ from gateway.dashboard.filters import zone_or_utc
 from gateway.dashboard.scope import DashboardScope
 
 MAX_ID = 128
-REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# ours and the responses' ids, and a caller's own X-Request-Id (gateway.edge.access_log.CLIENT_ID_PATTERN)
+REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,127}")
 RESPONSE_PREFIX = re.compile(r"(?:chatcmpl-|cmpl-|msg_|resp_)(.+)")  # the ids the dialects answer with
 NOT_FOUND = "No request with this id in this team."
 # the ledger's finish reasons (billing.records.FinishReason) in a reader's words
@@ -42,16 +43,20 @@ def read_request_id(raw: str) -> str:
     if not text:
         raise UsageParamError("id", "Enter a request id.")
     if len(text) > MAX_ID or not REQUEST_ID.fullmatch(text):
-        raise UsageParamError("id", f"A request id has at most {MAX_ID} letters, digits and . _ : - "
+        raise UsageParamError("id", f"A request id has at most {MAX_ID} letters, digits and . _ : = + / - "
                                     "(as a response's id or X-Request-Id shows it).")
     return text
 
 
 async def find(ledger: Ledger, team_id: str, request_id: str) -> LedgerEntry | None:
-    """The team's record of `request_id`, also when given as a response's id."""
+    """The team's record of `request_id`: the ledger's id, a response's id, or the caller's own X-Request-Id (the
+    newest request that sent it)."""
     found = await one(ledger.store, team_id, request_id)
     if found is None and (bare := RESPONSE_PREFIX.fullmatch(request_id)):
         found = await one(ledger.store, team_id, bare.group(1))
+    if found is None:
+        sent = await sent_as(ledger.store, team_id, request_id, limit=1)
+        found = sent[0] if sent else None
     return found
 
 

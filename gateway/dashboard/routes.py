@@ -9,10 +9,12 @@ is a message on the sign-in page.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from pathlib import Path
+from urllib.parse import urlencode
 
 from litestar import Request, Response, Router, get, post
+from litestar.datastructures import CacheControlHeader
 from litestar.di import Provide
 from litestar.response import Redirect, Stream, Template
 from litestar.static_files import create_static_files_router
@@ -38,29 +40,48 @@ from gateway.dashboard.access import (
     NotSignedIn,
     cookie,
     current_session,
+    masked_token,
     posted_form,
+    read_so_far,
     signed_in_scope,
 )
 from gateway.dashboard.budget_panel import budget_rows
+from gateway.dashboard.compression import gzipped
 from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, read_view_or_problem
 from gateway.dashboard.headers import page_headers
 from gateway.dashboard.key_edit import EDIT_HANDLERS
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.limits import LIMITS_HANDLERS, team_limits
+from gateway.dashboard.render import STATIC
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
 from gateway.dashboard.team_pages import TEAM_HANDLERS
 from gateway.serving.services import Services
 
-STATIC = Path(__file__).parent / "static"
 MAX_KEY_CHARS = 512
 REQUESTS_PAGE = 50
 MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
 
 
-def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200) -> Template:
-    return Template("login.html.j2", context={"csrf": session.csrf, "message": message}, status_code=status,
-                    cookies=[cookie(request, session)])
+MAX_NEXT = 2000
+NEXT = re.compile(r"/dashboard/[A-Za-z0-9._~%/?&=+:@,;!*'()-]*")  # a page of this dashboard, nothing else
+
+
+def _next_page(raw) -> str | None:
+    """Where the reader was going before sign-in asked for a key: a path of this dashboard only (never another
+    host, scheme or the sign-in and sign-out pages), bounded; None for anything else."""
+    if not isinstance(raw, str) or len(raw) > MAX_NEXT or not NEXT.fullmatch(raw) or "//" in raw:
+        return None
+    path = raw.split("?", 1)[0]
+    if "%" in path or {".", ".."} & set(path.split("/")):  # no dot segment, plain or encoded, leaves /dashboard/
+        return None
+    return None if raw.startswith((f"{BASE}/login", f"{BASE}/logout")) else raw
+
+
+def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200,
+                next_page: str | None = None) -> Template:
+    return Template("login.html.j2", context={"csrf": masked_token(session), "message": message, "next": next_page},
+                    status_code=status, cookies=[cookie(request, session)])
 
 
 @get("/", opt=PUBLIC)
@@ -71,30 +92,31 @@ async def home() -> Redirect:
 @get("/login", opt=PUBLIC)
 async def login_form(request: Request, sessions: SessionStore) -> Template:
     session = await current_session(request, sessions) or sessions.anonymous()
-    return _login_page(request, session)
+    return _login_page(request, session, next_page=_next_page(request.query_params.get("next")))
 
 
 @post("/login", opt=PUBLIC, status_code=303)
 async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
     session = await current_session(request, sessions)
     form = await posted_form(request, session)
+    next_page = _next_page(form.get("next"))
     key = form.get("api_key")
     key = key.strip() if isinstance(key, str) else ""
     if not key:
-        return _login_page(request, session, "Enter an API key.", 400)
+        return _login_page(request, session, "Enter an API key.", 400, next_page)
     if len(key) > MAX_KEY_CHARS:
-        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400)
+        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400, next_page)
     try:
         principal = await auth.authenticate(f"Bearer {key}", None, client_address(request, auth.clients))
     except AuthError as exc:
-        return _login_page(request, session, exc.message, exc.status)
+        return _login_page(request, session, exc.message, exc.status, next_page)
     if session.signed_in:
         await sessions.end(session.id)
     # a new id once signed in: a planted cookie never becomes a signed-in one
     signed = await sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
     # the operator lands on the ranking of every team, not on the (often empty) default team's overview
-    landing = "teams" if principal.is_admin else "overview"
-    return Redirect(f"{BASE}/{landing}", status_code=303, cookies=[cookie(request, signed)])
+    landing = next_page or f"{BASE}/{'teams' if principal.is_admin else 'overview'}"
+    return Redirect(landing, status_code=303, cookies=[cookie(request, signed)])
 
 
 @post("/logout", opt=PUBLIC, status_code=303)
@@ -145,7 +167,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     labels = await _labels(auth, [r.key for r in result.by_key], [r.key for r in result.by_user])
     # htmx swaps the page's <main> in place
     return await _page("overview", session, scope, view, auth, ledger, o=result, month=month, labels=labels,
-                       budgets=budgets)
+                       budgets=budgets, served=set(services.endpoints.controllers))
 
 
 @get("/teams", opt=PUBLIC)
@@ -200,16 +222,31 @@ async def statement_download(request: Request, sessions: SessionStore, auth: Aut
 
 
 def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
-    return Redirect(f"{BASE}/login")
+    """The sign-in page, which comes back here once signed in (a GET page only: a form is not posted again)."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    back = _next_page(here) if request.method == "GET" else None
+    return Redirect(f"{BASE}/login" + (f"?{urlencode({'next': back})}" if back else ""))
 
 
 def _error_page(request: Request, exc: SluiceError) -> Template:
-    return Template("error.html.j2", context={"status": exc.status, "message": exc.message}, status_code=exc.status)
+    """The error with a way on: the dashboard's home and, signed in, the sign-out form (a key locked out of the
+    team it asked for still signs out)."""
+    session, scope = read_so_far(request)
+    signed = session is not None and session.signed_in
+    return Template("error.html.j2", status_code=exc.status, context={
+        "status": exc.status, "message": exc.message, "session": session if signed else None,
+        "scope": scope if signed else None, "page": ""})
+
+
+YEAR_S = 365 * 86400
 
 
 def static_router() -> Router:
-    """The dashboard's CSS and the vendored browser libraries (no CDN: it works without internet)."""
-    return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static")
+    """The dashboard's CSS and the vendored browser libraries (no CDN: it works without internet), gzipped and
+    cached for a year: the pages link them with their digest (`render.static_url`), so a new file is a new URL."""
+    return create_static_files_router(path=f"{BASE}/static", directories=[STATIC], opt=PUBLIC, name="dashboard-static",
+                                      cache_control=CacheControlHeader(public=True, max_age=YEAR_S, immutable=True),
+                                      middleware=[gzipped])
 
 
 def _sessions(auth: AuthService) -> SessionStore:
@@ -224,4 +261,5 @@ def dashboard_router() -> Router:
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},
-                  middleware=[page_headers])  # CSP, no framing, no-store: on every answer, error pages included
+                  # CSP, no framing, no-store: on every answer, error pages included; gzipped where accepted
+                  middleware=[page_headers, gzipped])

@@ -18,6 +18,7 @@ from auth.service import AuthService
 from auth.sessions import SessionStore
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.filters import zone_or_utc
+from gateway.dashboard.key_limits import said
 from gateway.dashboard.keys import _owner_scope
 from gateway.dashboard.render import when
 
@@ -53,7 +54,8 @@ async def audit_page(request: Request, sessions: SessionStore, auth: AuthService
                                         admin_names=scope.is_admin)
     return Template("audit.html.j2", status_code=400 if problem else 200, context={
         "session": session, "scope": scope, "page": "audit", "entries": found.data, "actors": actors,
-        "prefix": display_prefix, "local": _local, "next_cursor": found.next_cursor, "problem": problem, "tz": tz})
+        "prefix": display_prefix, "local": _local, "said": said, "next_cursor": found.next_cursor, "problem": problem,
+        "tz": tz})
 
 
 TEAM_HANDLERS = [members_page, audit_page]

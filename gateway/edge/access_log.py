@@ -14,7 +14,7 @@ import time
 import structlog
 
 from common.logs import configure_logging  # shared with the workers
-from gateway.serving.request_scope import REQUEST_ID, logged_outcome, new_request_id
+from gateway.serving.request_scope import CLIENT_REQUEST_ID, REQUEST_ID, logged_outcome, new_request_id
 
 __all__ = ["access_log_middleware", "answer_request_id", "configure_logging"]
 
@@ -46,6 +46,7 @@ def access_log_middleware(app):
         request_id = new_request_id()
         client_id = client_request_id(scope)
         scope.setdefault("state", {})[REQUEST_ID] = request_id
+        scope["state"][CLIENT_REQUEST_ID] = client_id  # the ledger keeps it beside ours: support finds either
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         if client_id is not None:

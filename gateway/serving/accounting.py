@@ -29,10 +29,11 @@ _RANK = {reason: rank for rank, reason in enumerate(FINISH_REASONS)}
 
 class Accounting:
     def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
-                 outcome: dict):
+                 outcome: dict, client_request_id: str | None = None):
         self.services, self.principal = services, principal
         self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
+        self.client_request_id = client_request_id  # the caller's X-Request-Id: the ledger keeps it beside ours
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
         self.arrived = time.time()  # selects the price in force
@@ -151,4 +152,4 @@ class Accounting:
             worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
             error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or "",
             cold_start_ms=self.cold_start_ms or None,  # None: it did not wait for its endpoint to wake
-            finish_reason=self.ledger_finish_reason(status, error)))
+            finish_reason=self.ledger_finish_reason(status, error), client_request_id=self.client_request_id))

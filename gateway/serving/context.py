@@ -25,7 +25,7 @@ from gateway.endpoints.controller import EndpointController
 from gateway.errors import SluiceError
 from gateway.serving.accounting import Accounting
 from gateway.serving.dialect import Dialect, Meta, Parsed
-from gateway.serving.request_scope import cancelled, enter, outcome_of, request_id_of
+from gateway.serving.request_scope import cancelled, client_request_id_of, enter, outcome_of, request_id_of
 from gateway.serving.services import Services
 
 
@@ -53,7 +53,8 @@ class RequestContext:
         """The context of an authenticated request (`request.user`), entered into its request scope."""
         principal: Principal = request.user
         request_id = request_id_of(request)
-        accounting = Accounting(services, principal, request_id, dialect.name, route, outcome_of(request))
+        accounting = Accounting(services, principal, request_id, dialect.name, route, outcome_of(request),
+                                client_request_id_of(request))
         context = cls(request, services, dialect, route, request_id, principal, accounting)
         enter(request, context)
         return context

@@ -22,6 +22,7 @@ from typing import Protocol
 import anyio
 
 REQUEST_ID = "request_id"
+CLIENT_REQUEST_ID = "client_request_id"  # the caller's own X-Request-Id, when the access log accepted it
 OUTCOME = "outcome"
 CONTEXT = "request_context"
 
@@ -43,6 +44,11 @@ def new_request_id() -> str:
 def request_id_of(connection) -> str:
     """The id the access log gave this request (a Litestar `Request`, or anything with an ASGI `scope`)."""
     return connection.scope["state"][REQUEST_ID]
+
+
+def client_request_id_of(connection) -> str | None:
+    """The caller's own X-Request-Id as the access log accepted it (None: it sent none, or one we do not echo)."""
+    return connection.scope["state"].get(CLIENT_REQUEST_ID)
 
 
 def outcome_of(connection) -> dict:

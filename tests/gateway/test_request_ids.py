@@ -12,7 +12,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from gateway.serving.request_scope import new_request_id
+from testkit.protocol_worker import MODEL
 from tests.gateway.generation_bodies import body
+from tests.gateway.test_request_scope import record_of
 
 OURS = re.compile(r"[0-9a-f]{32}")
 
@@ -85,3 +87,30 @@ async def test_a_refused_request_still_answers_its_id(gateway_app, headers):
                                   headers={**headers, "x-request-id": "refused-1"})
     assert response.status_code == 401, response.text
     assert response.headers["x-request-id"] == "refused-1"
+
+
+async def test_the_ledger_keeps_the_callers_id_beside_ours(gateway_app):
+    """The id the caller has (its own, echoed back) is in its record, so support finds the request by it."""
+    given = "Root=1-abc/x+y:z.1_2"
+    response = await gateway_app.post("/v1/completions", json=body("/v1/completions"),
+                                      headers={**gateway_app.key_headers, "x-request-id": given})
+    assert response.status_code == 200, response.text
+    ours = response.json()["id"].removeprefix("cmpl-")
+    record = await record_of(gateway_app, ours)
+    assert record["client_request_id"] == given
+    unsent = await gateway_app.post("/v1/completions", json=body("/v1/completions"), headers=gateway_app.key_headers)
+    assert (await record_of(gateway_app, unsent.headers["x-request-id"]))["client_request_id"] is None
+
+
+@pytest.mark.parametrize(("path", "payload", "dialect"), [
+    ("/v1/completions/generate", body("/v1/completions/generate"), "datacrunch"),
+    ("/generate_stream", body("/generate_stream"), "tgi"),
+    ("/v1/responses", {"model": MODEL, "input": "Hi"}, "responses"),
+    ("/v1/chat/completions", body("/v1/chat/completions"), "openai"),
+])
+async def test_each_api_is_recorded_as_its_own_dialect(gateway_app, path, payload, dialect):
+    """DataCrunch speaks TGI's bodies and the Responses API is OpenAI's, but each is its own API in the ledger
+    (the usage API's and the dashboard's `dialect`)."""
+    response = await gateway_app.post(path, json=payload, headers=gateway_app.key_headers)
+    assert response.status_code == 200, response.text
+    assert (await record_of(gateway_app, response.headers["x-request-id"]))["dialect"] == dialect

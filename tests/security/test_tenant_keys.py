@@ -154,6 +154,19 @@ def test_a_block_in_a_leaves_the_members_b_access_intact_and_survives_rotation(s
     assert call(server, successor, "POST", f"/v1/team/keys/{new_id}/block", cast.team_a).status_code == 403
 
 
+def test_no_key_blocks_itself_through_the_team_api(server, cast):
+    """A key that blocked itself lost the team at once, and only the operator's API could give it back."""
+    ann_id = key_id(cast.ann_key)
+    refused = call(server, cast.ann_key, "POST", f"/v1/team/keys/{ann_id}/block", reason="oops")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "own_key", refused.text
+    assert "lock you out" in refused.json()["error"]["message"]
+    assert acts_in(server, cast.ann_key, cast.team_a)
+    assert listed_ids(server, cast.ann_key)[ann_id]["blocked"] is False
+    # nor in another team it owns
+    sam_b = call(server, cast.sam_key["key"], "POST", f"/v1/team/keys/{cast.sam_key['id']}/block", cast.team_b)
+    assert sam_b.status_code == 409, sam_b.text
+
+
 def test_the_dashboard_is_no_second_back_door(server, cast):
     sam_id = cast.sam_key["id"]
     with sign_in(server.url, cast.ann_key) as ann, sign_in(server.url, cast.sam_key["key"]) as sam:

@@ -6,6 +6,21 @@ const COLORS = ["#3a7bd5", "#e07b39", "#2e9e6a", "#b04fb0", "#c9a227", "#5b6b8c"
 const COMPACT = new Intl.NumberFormat(undefined, {notation: "compact", maximumSignificantDigits: 3});
 const FULL = new Intl.NumberFormat(undefined, {maximumFractionDigits: 6});
 
+// A value under the pointer as the tables write it: rounded, with its unit ("1,234 ms", "12.3 tok/s", "$1.23").
+const UNIT_FORMATS = {
+  ms: [new Intl.NumberFormat(undefined, {maximumFractionDigits: 0}), " ms"],
+  "tok/s": [new Intl.NumberFormat(undefined, {minimumFractionDigits: 1, maximumFractionDigits: 1}), " tok/s"],
+  tokens: [new Intl.NumberFormat(undefined, {maximumFractionDigits: 0}), " tokens"],
+  requests: [new Intl.NumberFormat(undefined, {maximumFractionDigits: 0}), ""],
+};
+const DOLLARS = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD"});
+const UNDER_A_CENT = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD", maximumSignificantDigits: 2});
+function withUnit(value, unit) {
+  if (unit === "USD") return (value === 0 || Math.abs(value) >= 0.01 ? DOLLARS : UNDER_A_CENT).format(value);
+  const [format, suffix] = UNIT_FORMATS[unit] || [FULL, ""];
+  return format.format(value) + suffix;
+}
+
 // Axis text and grid in the page's colours (the stylesheet's, light or dark as the system is).
 function theme() {
   const css = getComputedStyle(document.documentElement);
@@ -16,7 +31,7 @@ function theme() {
 
 // Bucket starts in seconds; each line holds its own value per bucket. A stacked chart draws running sums
 // (each fill shows one model's share) while its legend reads each model's own value.
-function draw(box, x, lines, stacked, tz) {
+function draw(box, x, lines, stacked, tz, unit) {
   if (box.plot) box.plot.destroy();  // a redraw (another percentile) drops the old plot's listeners
   box.replaceChildren();
   // times as the tables write them: the legend "2026-11-26 13:00"; an axis tick its day, or its hour in a day
@@ -43,10 +58,10 @@ function draw(box, x, lines, stacked, tz) {
     series.push({label: lines[i].label, stroke: color, fill: stacked ? color + "55" : undefined,
                  dash: lines[i].dash ? [6, 4] : undefined,
                  paths: uPlot.paths.stepped({align: 1, alignGaps: 1}), points: {show: !stacked},
-                 value: (u, v, si, idx) => idx == null || own[idx] == null ? "–" : FULL.format(own[idx])});
+                 value: (u, v, si, idx) => idx == null || own[idx] == null ? "–" : withUnit(own[idx], unit)});
     columns.push(x.length ? [...drawn[i], drawn[i][drawn[i].length - 1]] : drawn[i]);
   }
-  const width = Math.max(260, box.clientWidth - 8);
+  const width = chartWidth(box);
   const ticks = (u, splits) => splits.map((ts) => {
     const d = tzDate(ts);
     return d.getHours() || d.getMinutes() ? HOUR(d) : DAY(d);
@@ -62,6 +77,7 @@ function draw(box, x, lines, stacked, tz) {
                           scales: {x: {time: true}, y: {range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1]}}},
                          columns, box);
   box.plot = plot;  // the browser tests read the drawn scales and legend from it
+  followWidth(box);
   if (empty) {
     const note = document.createElement("p");
     note.className = "chart-empty";
@@ -83,6 +99,17 @@ function draw(box, x, lines, stacked, tz) {
   };
 }
 
+function chartWidth(box) { return Math.max(260, box.clientWidth - 8); }
+
+// A chart follows its box's width (a window resized, a phone turned): the plot is resized, not drawn again.
+const resized = new ResizeObserver((entries) => {
+  for (const entry of entries) {
+    const box = entry.target;
+    if (box.plot && Math.abs(box.plot.width - chartWidth(box)) > 1) box.plot.setSize({width: chartWidth(box), height: 220});
+  }
+});
+function followWidth(box) { resized.observe(box); }
+
 function drawCharts(root) {
   const source = (root.querySelector ? root : document).querySelector("[data-chart-data]");
   if (!source || !window.uPlot) return;
@@ -96,7 +123,8 @@ function drawChart(box, data) {
   const select = document.querySelector(`select[data-percentile-for="${box.dataset.chart}"]`);
   if (select) box.dataset.percentile = select.value;
   const lines = data[box.dataset.chart];
-  draw(box, data.x, select ? lines[select.value] : lines, box.dataset.stacked === "true", data.tz);
+  draw(box, data.x, select ? lines[select.value] : lines, box.dataset.stacked === "true", data.tz,
+       (data.units || {})[box.dataset.chart]);
 }
 
 function choosePercentile(select) {
@@ -106,8 +134,8 @@ function choosePercentile(select) {
 }
 
 // Numbers in the reader's locale: the browser's own (its language, the first it sends as Accept-Language).
-// The server writes them in English with their value beside (data-n, data-money); a cent that rounds to
-// nothing keeps its "<$0.01".
+// The server writes them in English with their value beside (data-n, data-money, data-share); an amount under
+// a cent keeps two significant digits ("$0.00014").
 function localizeNumbers(root) {
   const money = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD"});
   root.querySelectorAll("[data-n]").forEach((el) => {
@@ -115,9 +143,17 @@ function localizeNumbers(root) {
     const format = new Intl.NumberFormat(undefined, {minimumFractionDigits: digits, maximumFractionDigits: digits});
     el.textContent = format.format(Number(el.dataset.n));
   });
+  root.querySelectorAll("[data-share]").forEach((el) => {
+    const digits = Number(el.dataset.digits || 0);
+    const percent = new Intl.NumberFormat(undefined, {style: "percent", minimumFractionDigits: digits,
+                                                      maximumFractionDigits: digits,
+                                                      signDisplay: "signed" in el.dataset ? "exceptZero" : "auto"});
+    el.textContent = percent.format(Number(el.dataset.share));
+  });
+  const cents = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD", maximumSignificantDigits: 2});
   root.querySelectorAll("[data-money]").forEach((el) => {
     const amount = Number(el.dataset.money);
-    if (amount === 0 || Math.abs(amount) >= 0.01) el.textContent = money.format(amount);
+    el.textContent = (amount === 0 || Math.abs(amount) >= 0.01 ? money : cents).format(amount);
   });
 }
 
@@ -144,6 +180,18 @@ document.addEventListener("change", (event) => {
     field.form.querySelectorAll("[data-custom-range]").forEach((input) => { input.value = ""; });
   }
 });
+
+// A GET form (the filters) sends only the fields that say something: an empty filter means "all", so it stays out
+// of the URL (a link to the view is as short as the view).
+document.addEventListener("formdata", (event) => {
+  if (event.target.method !== "get") return;
+  const data = event.formData;
+  for (const name of new Set(data.keys())) {
+    const kept = data.getAll(name).filter((value) => value !== "");
+    data.delete(name);
+    kept.forEach((value) => data.append(name, value));
+  }
+}, true);
 
 // A page that answered a POST (a new key shown once) takes the plain page's place in the history: a reload
 // asks for that page and never posts the form again.

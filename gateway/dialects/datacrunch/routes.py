@@ -21,8 +21,8 @@ from gateway.serving.pipeline import handle_generation
 from gateway.serving.services import Services
 
 DEFAULT_MAX_NEW_TOKENS = 20
-GENERATE = TGI(DEFAULT_MAX_NEW_TOKENS, stream=False)
-GENERATE_STREAM = TGI(DEFAULT_MAX_NEW_TOKENS, stream=True)
+GENERATE = TGI(DEFAULT_MAX_NEW_TOKENS, stream=False, name="datacrunch")
+GENERATE_STREAM = TGI(DEFAULT_MAX_NEW_TOKENS, stream=True, name="datacrunch")
 _json = msgspec.json.Encoder()
 
 

@@ -96,6 +96,7 @@ class OpenAIResponses(OpenAIFamily):
     response with its conversation (None: `store` is false). A collected answer leaves it in `pending` for the
     route to store (rendering cannot wait); a stream stores it before its last event."""
 
+    name = "responses"  # the ledger's dialect: the Responses API, not Chat Completions
     prompt_param = "input"
     context_wording = staticmethod(input_wording)
 

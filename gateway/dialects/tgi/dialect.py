@@ -52,7 +52,9 @@ class TGI(Dialect):
     name = "tgi"
     model_optional = True  # TGI has no model field; DataCrunch's is optional
 
-    def __init__(self, default_max_new_tokens: int = 100, compat: bool = False, stream: bool | None = None):
+    def __init__(self, default_max_new_tokens: int = 100, compat: bool = False, stream: bool | None = None,
+                 name: str = "tgi"):
+        self.name = name  # the ledger's dialect: DataCrunch's routes speak TGI's bodies but are DataCrunch's
         self.default_max_new_tokens = default_max_new_tokens
         self.compat = compat  # POST /: `stream` in the body, array reply
         self.route_stream = stream  # /generate: False, /generate_stream: True

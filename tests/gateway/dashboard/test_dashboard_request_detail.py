@@ -68,6 +68,7 @@ async def test_search_by_the_responses_id_opens_the_requests_detail_in_chromium(
     assert await shown("ttft") == "1,900 ms"
     # 1,200 at $0.10 and 40 at $0.40 a million
     assert await page.get_attribute("[data-field=cost]", "data-micros") == "136"
+    assert await shown("cost") == "$0.00014"  # a request's cost to two significant digits, not "<$0.01"
     assert "ann's laptop" in await shown("key") and "ann" in await shown("user")
     await page.screenshot(path=artifacts / "request-detail.png", full_page=True)
 
@@ -130,3 +131,24 @@ async def test_a_malformed_request_id_is_said_at_the_field(dashboard_server, two
         await signed_in(client, two_teams["key"]["key"])
         answer = await client.get("/dashboard/request", params={"team_id": two_teams["a"], "id": typed})
     assert answer.status_code == 400 and says in error_at_field(answer.text)
+
+
+async def test_a_callers_own_x_request_id_finds_its_request(dashboard_server, two_teams, page):
+    """A caller that sends its own X-Request-Id gets it back as the response's and quotes it to support: the
+    ledger keeps it beside ours, and the search finds the team's newest request that sent it (never another
+    team's)."""
+    sent = "trace/2026-12-06T07:00Z=a+b"
+    for team, key, when in ((two_teams["a"], two_teams["key"]["id"], 300), (two_teams["a"], two_teams["key"]["id"], 30),
+                            (two_teams["b"], "beta-key", 10)):
+        await dashboard_server.ledger.record(usage(team_id=team, key_id=key, time=time.time() - when,
+                                                   client_request_id=sent, prompt_tokens=when))
+    await dashboard_server.ledger.flush(10)
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
+    await page.fill("#api_key", two_teams["key"]["key"])
+    await page.click("button[type=submit]")
+    await page.click("nav >> text=Find request")
+    await page.fill("#request-id", sent)
+    await page.click("#find")
+    await page.wait_for_selector("#request-detail")
+    assert (await page.inner_text("[data-field=client_request_id]")).strip() == sent
+    assert (await page.inner_text("[data-field=prompt_tokens]")).strip() == "30"  # the newest of Alpha's two

@@ -65,3 +65,26 @@ async def test_members_and_audit_are_for_owners_only(dashboard_server, crew):
         assert bad.status_code == 400 and 'id="cursor-error"' in bad.text
         zone = await client.get("/dashboard/members", params={"team_id": crew["id"], "tz": "Mars/Olympus"})
         assert zone.status_code == 400 and 'id="tz-error"' in zone.text
+
+
+async def test_the_audit_log_says_what_changed_in_words(dashboard_server, crew, page, artifacts):
+    """An edit's limits and models, a block's reason: written as the keys page writes them, never as Python's
+    repr ("{'rpm': 60}", "['small']", "None", "True")."""
+    async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
+        headers = {"authorization": f"Bearer {crew['owner']['key']}", "x-team-id": crew["id"]}
+        edited = await client.patch(f"/v1/team/keys/{crew['service']['id']}", headers=headers, json={
+            "models": ["small", "big"], "limits": {"rpm": 60, "spend_budget": {"amount_micros": 5_000_000}}})
+        assert edited.status_code == 200, edited.text
+    await page.goto(f"{dashboard_server.url}/dashboard/login")
+    await page.fill("#api_key", crew["owner"]["key"])
+    await page.click("button[type=submit]")
+    await page.click("nav >> text=Audit log")
+    row = page.locator("tr[data-audit-id]", has_text="keys.edit").first
+    limits = await row.locator("[data-detail=limits]").inner_text()
+    models = await row.locator("[data-detail=models]").inner_text()
+    assert limits == "limits: rpm 60 · $5.00 a month, hard", limits
+    assert models == "models: small, big", models
+    details = "\n".join(await page.locator("table[data-audit] td[data-label=Detail]").all_inner_texts())
+    for python in ("{'", "['", "None", "True", "False"):
+        assert python not in details, (python, details)
+    await row.screenshot(path=artifacts / "audit-edit-row.png")

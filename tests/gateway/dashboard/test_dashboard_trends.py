@@ -95,12 +95,12 @@ async def test_timing_charts_and_their_table_equal_the_records(dashboard_server,
     legend = dict(await page.eval_on_selector_all(
         "[data-chart=latency] .u-legend .u-series",
         "rows => rows.map(r => [r.querySelector('.u-label').innerText, r.querySelector('.u-value').innerText])"))
-    assert legend["all models"] == f"{nearest_rank(latencies, 0.99):,.0f}", legend  # whole milliseconds here
+    assert legend["all models"] == f"{nearest_rank(latencies, 0.99):,.0f} ms", legend  # whole milliseconds
     models = {r.model for r in reached}
     assert len(models) == 2
     for model in models:
         own = [r.latency_ms for r in reached if r.model == model]
-        assert legend[model] == f"{nearest_rank(own, 0.99):,.0f}", (model, legend)
+        assert legend[model] == f"{nearest_rank(own, 0.99):,.0f} ms", (model, legend)
     errors = await page.eval_on_selector("[data-chart=errors]", "box => box.plot.series.map(s => s.label)")
     assert sorted(errors[1:]) == ["429", "502"]
     requests = await page.eval_on_selector("[data-chart=requests]", "box => box.plot.series.map(s => s.label)")
@@ -156,7 +156,8 @@ async def test_the_change_from_the_previous_period_equals_the_usage_api(dashboar
     assert int(change) == api["totals"]["requests"] == 10
     now = int((await page.inner_text("[data-tile=requests]")).replace(",", ""))
     assert now == 42
-    assert (await page.inner_text("[data-change=requests]")).startswith(f"{(now - 10) / 10 * 100:+.1f} %")
+    # a share in the browser's locale (en-US: "+320.0%")
+    assert (await page.inner_text("[data-change=requests]")).startswith(f"{(now - 10) / 10 * 100:+,.1f}%")
 
 
 async def test_numbers_follow_the_browsers_locale(dashboard_server, team, artifacts):
