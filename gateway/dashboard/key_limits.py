@@ -11,7 +11,7 @@ from markupsafe import Markup, escape
 
 from auth.models import KeyRecord, Limits, SpendBudget
 from gateway.dashboard.render import count, money, share
-from gateway.serving.spending import BudgetView, SpendGate, limits_view
+from gateway.serving.spending import BudgetView, SpendReader, limits_view
 
 RATES = ("rpm", "tpm", "max_concurrency")
 NONE_OF_ITS_OWN = "team's"
@@ -21,7 +21,7 @@ def scope_of(key: KeyRecord) -> str:
     return f"key:{key.id}"
 
 
-async def budget_spend(gate: SpendGate | None, keys: list[KeyRecord]) -> dict[str, BudgetView]:
+async def budget_spend(gate: SpendReader | None, keys: list[KeyRecord]) -> dict[str, BudgetView]:
     """The spend of each key's budget in money in its current period, by scope ("key:<id>")."""
     scoped = [(scope_of(k), k.limits) for k in keys if k.limits is not None and k.limits.spend_budget is not None]
     if not scoped:

@@ -52,7 +52,7 @@ from gateway.dashboard.render import when
 from gateway.dashboard.scope import DashboardScope
 from gateway.errors import NotFound
 from gateway.serving.services import Services
-from gateway.serving.spending import SpendGate
+from gateway.serving.spending import SpendReader
 
 log = structlog.get_logger("gateway.dashboard")
 
@@ -101,7 +101,7 @@ def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
     return Actor(id=session.key_id, source=f"dashboard:{client_address(request, auth.clients)}")
 
 
-async def _rows(auth: AuthService, ledger: Ledger, gate: SpendGate | None, scope: DashboardScope,
+async def _rows(auth: AuthService, ledger: Ledger, gate: SpendReader | None, scope: DashboardScope,
                 listed: list[ListedKey], view: View, tz: str, own_key: str) -> list[KeyRow]:
     teams = {t.id: t.name for t in scope.teams}
     window = view.selection
@@ -112,13 +112,28 @@ async def _rows(auth: AuthService, ledger: Ledger, gate: SpendGate | None, scope
         return when(unix, tz) if unix is not None else "never"
 
     users = await auth.directory.names(user_ids={item.key.user_id for item in listed if item.key.user_id})
-    spent = await budget_spend(gate, [item.key for item in listed])
+    shown = [(item, _as_seen(item.key, scope)) for item in listed]
+    spent = await budget_spend(gate, [k for _, k in shown if k.team_id])
     return [KeyRow(k.id, display_prefix(k.id), k.name, teams.get(k.team_id, k.team_id),
-                   users.get(k.user_id, k.user_id) if k.user_id else "service", _at(k.created_at), _at(k.last_used_at),
-                   _at(k.expires_at), _status(k, item.blocked), _offered(item.actions, k.id, own_key),
-                   used.get(k.id, UsageRow(k.id)), limits_text(k.limits, spent.get(scope_of(k))),
-                   ", ".join(k.models) or "every model", tuple((t, teams.get(t, t)) for t in item.blocked_in))
-            for item in listed for k in (item.key,)]
+                   users.get(k.user_id, k.user_id) if k.user_id else "service", _at(k.created_at),
+                   _at(k.last_used_at) if k.team_id else "—", _at(k.expires_at), _status(k, item.blocked),
+                   _offered(item.actions, k.id, own_key), used.get(k.id, UsageRow(k.id)),
+                   limits_text(k.limits, spent.get(scope_of(k))) if k.team_id else Markup(MADE_ELSEWHERE),
+                   (", ".join(k.models) or "every model") if k.team_id else "—",
+                   tuple((t, teams.get(t, t)) for t in item.blocked_in))
+            for item, k in shown]
+
+
+MADE_ELSEWHERE = "made in another team"  # its limits are that team's business
+
+
+def _as_seen(key: KeyRecord, scope: DashboardScope) -> KeyRecord:
+    """A member's personal key made in another team, as this team's owners see it: no team id, limits (a budget's
+    webhook and e-mails), models or last use of that team's (the team API's rule, auth/views.py team_key_out);
+    the admin sees every key whole."""
+    if scope.is_admin or key.team_id == scope.team.id:
+        return key
+    return msgspec.structs.replace(key, team_id="", models=(), limits=None, last_used_at=None)
 
 
 def _offered(actions: tuple[str, ...], key_id: str, own_key: str) -> tuple[str, ...]:

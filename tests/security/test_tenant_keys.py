@@ -282,6 +282,13 @@ def test_a_shared_members_key_shows_the_owner_of_a_nothing_of_b(server, cast):
     assert shown["last_used_at"] is None
     for secret in (HOOK, "b-teams-webhook-secret", "cfo@b-corp.example", cast.team_b):
         assert secret not in listing.text
+    with sign_in(server.url, cast.ann_key) as ann:  # nor does A's owner's keys page
+        page = ann.get("/dashboard/keys")
+        assert page.status_code == 200 and made_in_b["id"] in page.text
+        row = re.search(rf'<tr data-key-id="{made_in_b["id"]}">.*?</tr>', page.text, re.S).group(0)
+        assert "made in another team" in row and "$1.00" not in row
+        for secret in (HOOK, "cfo@b-corp.example", cast.team_b):
+            assert secret not in page.text
     # B's own owners see their key whole
     theirs = {k["id"]: k for k in call(server, cast.bea_key, "GET", "/v1/team/keys").json()["data"]}
     assert theirs[made_in_b["id"]]["limits"]["spend_budget"]["webhook_url"] == HOOK
