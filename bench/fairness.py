@@ -18,6 +18,13 @@ goes next even when it arrives in the middle of a step's prefill forwards (worke
 it shares a step with every busy row: on a CPU a 16-row step costs several times a 1-row step, so the time ratio
 stays above 1 where the step count does not (a GPU's step barely grows with rows).
 `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version for `make bench`.
+
+`--attack NAME` (repeatable; `all` for every one) also runs the hostile tenant's second round (issue #43), each in
+its own process, each printing the quiet team's p99 against its idle p99 in the same run (bar: within 2x):
+- `admission` (bench/attacks/worker_admission.py): huge id lists, 4 MB and 300 KB prompts, big token counts;
+- `rows`, `grammar`, `answers` (bench/attacks/worker_fairness.py): one request of `n` = every row, two teams'
+  grammar compiles, large collected answers beside `/livez`;
+- `bodies` (bench/attacks/edge.py): 100 stalled 3.8 MB request bodies.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -122,13 +130,35 @@ def phase(engine: Engine, probes: int, quiet_tenant: str) -> list[tuple[float, i
     return results
 
 
+# each attack of the second round: its script and the arguments that pick it
+ATTACKS = {"admission": ("bench/attacks/worker_admission.py", []),
+           "rows": ("bench/attacks/worker_fairness.py", ["--attacks", "rows"]),
+           "grammar": ("bench/attacks/worker_fairness.py", ["--attacks", "grammar"]),
+           "answers": ("bench/attacks/worker_fairness.py", ["--attacks", "answers"]),
+           "bodies": ("bench/attacks/edge.py", [])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1")
     parser.add_argument("--rows", type=int, default=16, help="the engine's max_batch_size")
     parser.add_argument("--probes", type=int, default=None, help="quiet requests per phase")
     parser.add_argument("--hostile-tokens", type=int, default=None, help="new tokens of each hostile prompt")
+    parser.add_argument("--attack", action="append", choices=[*ATTACKS, "all"], default=[],
+                        help="also run this attack of the second round (repeatable)")
+    parser.add_argument("--attacks-only", action="store_true", help="skip the hostile neighbour's phases")
     args = parser.parse_args()
+    if not args.attacks_only:
+        neighbour(args)
+    for name in ATTACKS if "all" in args.attack else dict.fromkeys(args.attack):
+        script, extra = ATTACKS[name]
+        print(f"\n== attack {name}: {script} {' '.join(extra)}", flush=True)
+        subprocess.run([sys.executable, str(REPO / script), *extra, *(["--quick"] if args.quick else [])],
+                       check=True)
+
+
+def neighbour(args: argparse.Namespace) -> None:
+    """The hostile neighbour's phases: idle, fair turns, one FIFO queue."""
     probes = args.probes or (8 if args.quick else 30)
     hostile_tokens = args.hostile_tokens or (8 if args.quick else 32)
 
