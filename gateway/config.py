@@ -88,7 +88,7 @@ class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     max_response_bytes: Annotated[int, msgspec.Meta(ge=1024, le=64 << 20)] = 1 << 20
     team_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 128 << 20  # all of one team's stored responses
     team_max_responses: Annotated[int, msgspec.Meta(ge=0)] = 10_000
-    sweep_interval_s: Annotated[float, msgspec.Meta(gt=0, le=86_400)] = 60.0  # expired responses purged this often
+    sweep_interval_s: Annotated[float, msgspec.Meta(ge=1, le=86_400)] = 60.0  # expired responses purged this often
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -100,10 +100,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # sign in to Redis (ElastiCache) as an IAM-authenticated user with short-lived tokens (gateway/redis_iam.py)
     redis_iam: RedisIamSettings = msgspec.field(default_factory=RedisIamSettings)
     # Redis away (gateway/limits/outage.py): `local` = each gateway admits within its share of every rate and
-    # concurrency limit (the limit / `limiter_outage_gateways`; scopes with a monthly token budget get 503),
+    # concurrency limit (the limit / `limiter_outage_gateways`; budgets, the budget book's, fail closed: 503),
     # `closed` = 503 limiter_unavailable, `open` = unlimited
     limiter_on_outage: Literal["local", "closed", "open"] = "local"
-    limiter_outage_gateways: Annotated[int, msgspec.Meta(ge=1)] = 2  # the most gateways that share the limits
+    limiter_outage_gateways: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 2  # most gateways sharing the limits
     limiter_fail_open: bool = False  # the older spelling of limiter_on_outage = "open" (true wins)
     # False: the first start never generates and prints a key (ECS, whose logs CloudWatch keeps): the admin key
     # must come from SLUICE_ADMIN_KEY, team keys from the CLI or the admin API; unset SLUICE_ADMIN_KEY -> exit 1

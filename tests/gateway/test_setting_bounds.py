@@ -72,6 +72,22 @@ BOUNDARIES = [
     (MODEL + "drain_seconds = 604800", MODEL + "drain_seconds = 604801", "drain_seconds"),
     (MODEL + "max_wait_seconds = 604800", MODEL + "max_wait_seconds = 0", "max_wait_seconds"),
     (MODEL + "target_concurrency = 0.5", MODEL + "target_concurrency = 0", "target_concurrency"),
+    ("limiter_outage_gateways = 1", "limiter_outage_gateways = 0", "limiter_outage_gateways"),
+    ("limiter_outage_gateways = 10000", "limiter_outage_gateways = 10001", "limiter_outage_gateways"),
+    ("max_keys_per_team = 1", "max_keys_per_team = 0", "max_keys_per_team"),
+    ("max_keys_per_team = 1000000", "max_keys_per_team = 1000001", "max_keys_per_team"),
+    ("[http]\nmax_buffered_body_bytes = 65536", "[http]\nmax_buffered_body_bytes = 65535", "max_buffered_body_bytes"),
+    ("[http]\nmax_buffered_body_bytes_per_client = 65536", "[http]\nmax_buffered_body_bytes_per_client = 65535",
+     "max_buffered_body_bytes_per_client"),
+    ("[responses]\nretention_s = 31622400", "[responses]\nretention_s = 31622401", "retention_s"),
+    ("[responses]\nretention_s = 0.001", "[responses]\nretention_s = 0", "retention_s"),
+    ("[responses]\nmax_response_bytes = 1024", "[responses]\nmax_response_bytes = 1023", "max_response_bytes"),
+    ("[responses]\nmax_response_bytes = 67108864", "[responses]\nmax_response_bytes = 67108865",
+     "max_response_bytes"),
+    ("[responses]\nteam_max_bytes = 0", "[responses]\nteam_max_bytes = -1", "team_max_bytes"),
+    ("[responses]\nteam_max_responses = 0", "[responses]\nteam_max_responses = -1", "team_max_responses"),
+    ("[responses]\nsweep_interval_s = 1", "[responses]\nsweep_interval_s = 0.5", "sweep_interval_s"),
+    ("[responses]\nsweep_interval_s = 86400", "[responses]\nsweep_interval_s = inf", "sweep_interval_s"),
 ]
 
 
