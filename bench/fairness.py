@@ -53,17 +53,25 @@ REPO = Path(__file__).resolve().parents[1]
 BATCH = 128  # prompts in one hostile request: the gateway's MAX_PROMPTS
 
 
-class Hostile:
-    """A tenant that keeps one to two 128-prompt requests in flight until stopped: every row busy, the rest
-    waiting."""
+class BusyTenant:
+    """A tenant that keeps requests in flight until stopped (`_wanted` says which to add when it runs short);
+    `with` waits until it is as busy as it means to be (`_ready`) and cancels what is left on the way out."""
 
-    def __init__(self, engine: Engine, tenant: str, tokens: int):
-        self.engine, self.tenant, self.tokens = engine, tenant, tokens
+    prefix = "busy"
+
+    def __init__(self, engine: Engine, tokens: int):
+        self.engine, self.tokens = engine, tokens
         self.outstanding = 0
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.ids = iter(range(10**9))
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _wanted(self) -> list[GenerateRequest]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
 
     def _sink(self, events) -> None:
         if any(isinstance(e, (Done, Error)) for e in events):
@@ -73,22 +81,16 @@ class Hostile:
     def _run(self) -> None:
         while not self.stop.is_set():
             with self.lock:
-                short = self.outstanding < BATCH  # so 128 to 256 of its requests are in flight
-            if short:
-                for index in range(BATCH):
-                    with self.lock:
-                        self.outstanding += 1
-                    request = GenerateRequest(request_id=f"hostile-{next(self.ids)}", model="m", tenant=self.tenant,
-                                              prompt=f"Write a long story about river number {index}.",
-                                              params=SamplingParams(max_tokens=self.tokens, temperature=0.0,
-                                                                    ignore_eos=True))
-                    self.engine.submit(self.engine.prepare(request), self._sink)
+                requests = self._wanted()
+                self.outstanding += len(requests)
+            for request in requests:
+                self.engine.submit(self.engine.prepare(request), self._sink)
             time.sleep(0.01)
 
-    def __enter__(self) -> Hostile:
+    def __enter__(self):
         self.thread.start()
-        deadline = time.monotonic() + 60
-        while self.outstanding < BATCH and time.monotonic() < deadline:  # its first request is queued
+        deadline = time.monotonic() + 120
+        while not self._ready() and time.monotonic() < deadline:
             time.sleep(0.01)
         return self
 
@@ -96,11 +98,33 @@ class Hostile:
         self.stop.set()
         self.thread.join()
         for request_id in list(self.engine.by_id):
-            if request_id.startswith("hostile-"):
+            if request_id.startswith(f"{self.prefix}-"):
                 self.engine.cancel(request_id)
         deadline = time.monotonic() + 120
         while self.outstanding > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+class Hostile(BusyTenant):
+    """A tenant that keeps one to two 128-prompt requests in flight until stopped: every row busy, the rest
+    waiting."""
+
+    prefix = "hostile"
+
+    def __init__(self, engine: Engine, tenant: str, tokens: int):
+        super().__init__(engine, tokens)
+        self.tenant = tenant
+
+    def _wanted(self) -> list[GenerateRequest]:
+        if self.outstanding >= BATCH:  # so 128 to 256 of its requests are in flight
+            return []
+        return [GenerateRequest(request_id=f"hostile-{next(self.ids)}", model="m", tenant=self.tenant,
+                                prompt=f"Write a long story about river number {index}.",
+                                params=SamplingParams(max_tokens=self.tokens, temperature=0.0, ignore_eos=True))
+                for index in range(BATCH)]
+
+    def _ready(self) -> bool:
+        return self.outstanding >= BATCH  # its first request is queued
 
 
 def probe(engine: Engine, tenant: str, index: int) -> tuple[float, int]:

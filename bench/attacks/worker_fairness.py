@@ -40,13 +40,12 @@ import torch
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.fairness import phase
+from bench.fairness import BusyTenant, phase
 from bench.harness.stats import percentile
 from common.protocol import (
     Accepted,
     Constraint,
     Done,
-    Error,
     Finish,
     GenerateRequest,
     ModelConfig,
@@ -66,51 +65,25 @@ REPO = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "bench-worker-fairness-admin-key-0123456789"
 
 
-class WideRequests:
+class WideRequests(BusyTenant):
     """A tenant that keeps one request of `n` = every row in flight, another queued behind it, until stopped."""
 
+    prefix = "wide"
+
     def __init__(self, engine: Engine, rows: int, tokens: int):
-        self.engine, self.rows, self.tokens = engine, rows, tokens
-        self.outstanding = 0
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.ids = iter(range(10**9))
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(engine, tokens)
+        self.rows = rows
 
-    def _sink(self, events) -> None:
-        if any(isinstance(e, (Done, Error)) for e in events):
-            with self.lock:
-                self.outstanding -= 1
+    def _wanted(self) -> list[GenerateRequest]:
+        if self.outstanding >= 2:
+            return []
+        return [GenerateRequest(request_id=f"wide-{next(self.ids)}", model="m", tenant="wide",
+                                prompt="Write a long story about a river.",
+                                params=SamplingParams(n=self.rows, max_tokens=self.tokens, temperature=1.0,
+                                                      ignore_eos=True))]
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            with self.lock:
-                short = self.outstanding < 2
-                self.outstanding += short
-            if short:
-                request = GenerateRequest(request_id=f"wide-{next(self.ids)}", model="m", tenant="wide",
-                                          prompt="Write a long story about a river.",
-                                          params=SamplingParams(n=self.rows, max_tokens=self.tokens, temperature=1.0,
-                                                                ignore_eos=True))
-                self.engine.submit(self.engine.prepare(request), self._sink)
-            time.sleep(0.01)
-
-    def __enter__(self) -> WideRequests:
-        self.thread.start()
-        deadline = time.monotonic() + 120
-        while len(self.engine.rows) < self.rows and time.monotonic() < deadline:  # it holds every row
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
-        for request_id in list(self.engine.by_id):
-            if request_id.startswith("wide-"):
-                self.engine.cancel(request_id)
-        deadline = time.monotonic() + 120
-        while self.outstanding > 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    def _ready(self) -> bool:
+        return len(self.engine.rows) >= self.rows  # it holds every row
 
 
 def rows_attack(engine: Engine, rows: int, probes: int, tokens: int) -> dict[str, list[float]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -19,23 +18,11 @@ import pytest
 from testkit.admin import wait_for_records
 from testkit.protocol_worker import worker_process
 from testkit.stub_gateway import sluice_on_worker_process
+from tests.disks import small_disk
 from tests.faults.load import MODEL
 
 pytestmark = pytest.mark.slow
 RESERVE = 1 << 20
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size: str = "4m"):
-    path.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                             check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def fill(path: Path, leave: int) -> Path:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from testkit.admin import admin
 from testkit.protocol_worker import MODEL, worker_process
 from testkit.sluice import SluiceServer, running_sluice
 from testkit.stub_gateway import ADMIN_KEY
+from tests.disks import small_disk
 
 MAX_RESPONSE_BYTES = 16_384
 TEAM_MAX_BYTES = 30_000
@@ -193,19 +193,6 @@ def test_responses_expire_and_are_purged(tmp_path):
             time.sleep(0.2)
         assert stored_rows(server) == 0  # purged from the database, not only hidden
         assert create(server, key).status_code == 200  # an expired response no longer counts
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size: str):
-    path.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
-                             check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def test_stored_responses_cannot_fill_the_ledgers_disk(tmp_path):
