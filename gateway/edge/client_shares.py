@@ -6,7 +6,8 @@ address carries every client), the client its `X-Forwarded-For` names; an IPv6 c
   `max_connections_per_client` of them together.
 - **Body bytes**: bytes of request bodies that have started and not ended (a stalled body holds them until
   `body_timeout_s`), per client at most `max_buffered_body_bytes_per_client`, in all at most
-  `max_buffered_body_bytes`. Past the per-client share the connection that went over is cut; past the total,
+  `max_buffered_body_bytes`. Past the per-client share the client's newest body is cut (whichever connection's
+  bytes arrived last, the body the client began first goes on); past the total,
   the connection holding the most of the client holding the most is cut (the others' bodies go on), so a client
   spreading stalled bodies over many addresses evicts itself before anyone who sends at the pace of the network.
 """
@@ -28,7 +29,7 @@ class ClientShares:
         self.slots: dict[str, int] = {}
         self.body_total = 0
         self._body_of: dict[str, int] = {}
-        self._holders: dict[str, set[Holder]] = {}
+        self._holders: dict[str, dict[Holder, None]] = {}  # per client, in the order their bodies began
 
     # --- slots ---
     def take_slot(self, client: str) -> bool:
@@ -51,15 +52,19 @@ class ClientShares:
             self.slots.pop(client, None)
 
     # --- body bytes ---
-    def hold(self, holder: Holder, client: str, size: int) -> bool:
-        """Count `size` more bytes of `holder`'s unfinished body for `client`; False when that takes the client
-        past its share (the caller cuts `holder`, which releases them)."""
+    def hold(self, holder: Holder, client: str, size: int) -> None:
+        """Count `size` more bytes of `holder`'s unfinished body for `client`."""
         holder.body_held += size
         self.body_total += size
-        held = self._body_of.get(client, 0) + size
-        self._body_of[client] = held
-        self._holders.setdefault(client, set()).add(holder)
-        return held <= self.body_cap_per_client
+        self._body_of[client] = self._body_of.get(client, 0) + size
+        self._holders.setdefault(client, {})[holder] = None
+
+    def over_share(self, client: str) -> Holder | None:
+        """While `client` holds more than its share: its newest body, for the caller to cut (which releases it)."""
+        if self._body_of.get(client, 0) <= self.body_cap_per_client:
+            return None
+        holders = self._holders.get(client)
+        return next(reversed(holders)) if holders else None
 
     def release(self, holder: Holder, client: str) -> None:
         """`holder`'s body ended, was cut, or its connection closed: its bytes are no longer held."""
@@ -70,7 +75,7 @@ class ClientShares:
         left = self._body_of.get(client, 0) - size
         holders = self._holders.get(client)
         if holders is not None:
-            holders.discard(holder)
+            holders.pop(holder, None)
         if left > 0:
             self._body_of[client] = left
         else:

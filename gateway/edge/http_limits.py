@@ -194,8 +194,9 @@ def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[Http
             cycle = self.cycle
             if cycle.response_complete or cycle.disconnected or self.transport.is_closing():
                 return
-            if not shares.hold(self, self._client, len(body)):
-                self._cut_body("body_buffer_full")
+            shares.hold(self, self._client, len(body))
+            while (newest := shares.over_share(self._client)) is not None:  # the client's newest body goes first
+                newest._cut_body("body_buffer_full")
             while shares.over_total():  # evict the largest holder of the largest client, this one or another
                 victim = shares.largest_holder()
                 if victim is None:
