@@ -88,7 +88,7 @@ class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     max_response_bytes: Annotated[int, msgspec.Meta(ge=1024, le=64 << 20)] = 1 << 20
     team_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 128 << 20  # all of one team's stored responses
     team_max_responses: Annotated[int, msgspec.Meta(ge=0)] = 10_000
-    sweep_interval_s: Annotated[float, msgspec.Meta(ge=1, le=86_400)] = 60.0  # expired responses purged this often
+    sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86_400)] = 60.0  # expired responses purged this often
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -35,6 +35,7 @@ NOT_SETTINGS = {
                        "gateway/replicas/trust.py, worker/secret.py",
     "SLUICE_MODEL_CACHE": "worker: where dequantized GGUF weights are cached, shared by data dirs: worker/loading.py",
     "SLUICE_NATIVE_CACHE": "worker: where the q4 forward's compiled C library is cached: worker/engine/native/build.py",
+    "SLUICE_NATIVE_COMPILE_TIMEOUT": "worker: seconds the q4 forward's compile may take: worker/engine/native/build.py",
     "SLUICE_NATIVE_FLAGS": "worker: flags added to the q4 forward's C build (`-mno-avx512vnni`: the plain-C path): "
                            "worker/engine/native/build.py",
     "SLUICE_TORCH_THREADS": "worker: torch threads where the model's `threads` is 0: worker/threads.py",

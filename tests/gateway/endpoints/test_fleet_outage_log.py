@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.endpoints import repeated_failure
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.fleet import RedisFleet
 from gateway.endpoints.provisioners.static import StaticProvisioner
@@ -12,11 +13,13 @@ from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.replicas.pool import ReplicaRouter
 from testkit.servers import free_port
+from tests.logged import logged
 
 SETTINGS = ScalingSettings(tick_seconds=0.05, fleet_sync_seconds=0.05, lease_seconds=1.0, standby_worker=False)
 
 
-async def test_a_sync_failing_at_every_tick_is_logged_once(capsys):
+async def test_a_sync_failing_at_every_tick_is_logged_once(monkeypatch):
+    events = logged(monkeypatch, repeated_failure)
     fleet = RedisFleet(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)  # nothing listens there
     spec = EndpointSpec(name="m", provisioner=StaticProvisioning(urls=[f"http://127.0.0.1:{free_port()}"]))
     controller = EndpointController(spec, StaticProvisioner(spec.provisioner.urls), ReplicaRouter(), SETTINGS,
@@ -27,6 +30,6 @@ async def test_a_sync_failing_at_every_tick_is_logged_once(capsys):
     finally:
         await controller.drain_and_stop()
         await fleet.close()
-    lines = [line for line in capsys.readouterr().out.splitlines() if "fleet_sync_failed" in line]
-    tracebacks = [line for line in lines if "] fleet_sync_failed " in line]  # the line the traceback follows
+    lines = [event for event in events if event["event"].startswith("fleet_sync_failed")]
+    tracebacks = [event for event in lines if "exc_info" in event]
     assert len(tracebacks) == 1 and len(lines) <= 2, lines  # the first one; a minute later, one with the count
