@@ -26,6 +26,7 @@ import structlog
 from billing.ledger import Ledger
 from billing.pricing import PricingTable
 from billing.wal import list_segments
+from common.periodic import Periodic
 
 log = structlog.get_logger(__name__)
 _LOCK = ".lock"
@@ -112,24 +113,8 @@ async def adopt_orphans(home: WalHome, database_url: str, pricing: PricingTable)
     return adopted
 
 
-class OrphanSweeper:
-    """Adopts dead gateways' logs at start-up and then every `interval` seconds."""
-
-    def __init__(self, home: WalHome, database_url: str, pricing: PricingTable, interval: float = 30.0) -> None:
-        self.home, self.database_url, self.pricing, self.interval = home, database_url, pricing, interval
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> OrphanSweeper:
-        if self.home.root is not None:
-            self._task = asyncio.create_task(self._run(), name="billing-wal-sweeper")
-        return self
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            await adopt_orphans(self.home, self.database_url, self.pricing)
-            await asyncio.sleep(self.interval)
+def orphan_sweeper(home: WalHome, database_url: str, pricing: PricingTable, interval: float = 30.0) -> Periodic | None:
+    """Adopts dead gateways' logs at start-up and then every `interval` seconds; None without a shared WAL root."""
+    if home.root is None:
+        return None
+    return Periodic("billing-wal-sweeper", interval, lambda: adopt_orphans(home, database_url, pricing))

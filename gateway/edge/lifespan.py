@@ -28,12 +28,12 @@ import storage
 from auth import AuthService, Bootstrap
 from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
-from billing.wal_home import OrphanSweeper, WalHome
+from billing.wal_home import WalHome, orphan_sweeper
 from common.errors import StoreUnavailable
 from gateway.authentication.middleware import STATE_KEY
 from gateway.config import Settings
 from gateway.dialects.responses.store import policy_of, response_store
-from gateway.dialects.responses.sweep import ResponseSweeper
+from gateway.dialects.responses.sweep import response_sweeper
 from gateway.edge import startup_failure as shutdown
 from gateway.endpoints.errors import InvalidEndpoint
 from gateway.endpoints.provisioners.base import Provisioner
@@ -197,7 +197,8 @@ class GatewayServices(InitPluginProtocol):
             except StoreUnavailable as error:
                 raise database_failure(url, error) from error
             opened.push_async_callback(ledger.close)
-            opened.push_async_callback(OrphanSweeper(wal, url, pricing).start().stop)
+            if (sweeper := orphan_sweeper(wal, url, pricing)) is not None:
+                opened.push_async_callback(sweeper.start().stop)
         try:
             endpoints = await Endpoints.open(url, settings.models, data, settings.scaling,
                                              provisioners=None if self.supervise else _no_local_workers(data),
@@ -222,7 +223,7 @@ class GatewayServices(InitPluginProtocol):
                                    "AWS_REGION), or unset cloudwatch.namespace") from error
             opened.push_async_callback(publisher.start().stop)
         responses = response_store(auth.store.db, policy_of(settings))
-        opened.push_async_callback(ResponseSweeper(responses, settings.responses.sweep_interval_s).start().stop)
+        opened.push_async_callback(response_sweeper(responses, settings.responses.sweep_interval_s).start().stop)
         workers = WorkerClient(endpoints)
         probe = GenerationProbe(workers, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
