@@ -30,7 +30,7 @@ _RANK = {reason: rank for rank, reason in enumerate(FINISH_REASONS)}
 
 class Accounting:
     def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
-                 outcome: dict, client_request_id: str | None = None, *, batch: BatchMark | None = None):
+                 outcome: dict, client_request_id: str | None = None, batch: BatchMark | None = None):
         self.services, self.principal = services, principal
         self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
