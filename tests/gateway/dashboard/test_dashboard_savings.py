@@ -49,7 +49,13 @@ async def test_the_overview_shows_what_cache_and_batches_saved_and_the_detail_a_
     totals = await api_totals(dashboard_server, key["key"], view_params(page))  # the same view through the API
     assert (totals["cached_tokens"], totals["cache_saved_micros"], totals["batch_cost_micros"],
             totals["batch_saved_micros"]) == (150_000, *micros.values())
+    row = "table[data-breakdown=model] tbody tr"  # the one model, its cached tokens, batch cost and both savings
+    assert (await page.inner_text(f"{row} [data-cached]")).strip() == "150,000"
+    assert await page.get_attribute(f"{row} [data-batch-micros]", "data-batch-micros") == "22000"
+    assert await page.get_attribute(f"{row} [data-saved-micros]", "data-saved-micros") == str(11_250 + 22_000)
     await page.screenshot(path=artifacts / "overview-savings.png", full_page=True)
+    await page.locator(".tiles.savings").screenshot(path=artifacts / "overview-savings-tiles.png")
+    await page.locator("table[data-breakdown=model]").screenshot(path=artifacts / "overview-savings-by-model.png")
 
     await page.goto(f"{dashboard_server.url}/dashboard/requests/{batch.request_id}?team_id={team}")
     assert (await page.inner_text("[data-field=batch]")).strip() == f"batch_5f1e, line {CUSTOM_ID}"
