@@ -13,12 +13,15 @@ import json
 
 import pytest
 from litestar import Request
+from litestar.testing import AsyncTestClient
 
 from billing.batch_mark import BatchMark
 from billing.records import Price
 from common.protocol import Accepted, Done, Finish, Token
 from gateway.config import Settings
 from gateway.dialects.openai.routes import CHAT
+from gateway.edge.app import create_app
+from gateway.edge.lifespan import STATE_FAILURE
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.serving.accounting import Accounting
 from gateway.serving.context import RequestContext
@@ -129,3 +132,18 @@ async def default_team(gateway_app) -> str:
 async def test_a_key_of_the_team_that_made_no_request_has_no_batch_spend(gateway_app):
     usage = (await gateway_app.get("/v1/usage?group_by=none", headers=await new_key(gateway_app))).json()
     assert (usage["totals"]["batch_requests"], usage["totals"]["cached_tokens"]) == (0, 0)
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ("cached_input = 2000000\n", ("cached_input", "above its input price")),
+    ("batch_discount_percent = 120\n", ("batch_discount_percent", "0 to 100")),
+    ('batch_discount_percent = "half"\n', ("batch_discount_percent",))])
+async def test_a_bad_cached_or_batch_price_stops_the_gateway_with_one_line(gateway_settings, fields, words):
+    with open(gateway_settings.pricing_file, "w") as prices:
+        prices.write(f'[pricing.models."{MODEL}"]\ninput = 1000000\noutput = 4000000\n{fields}')
+    app = create_app(gateway_settings, supervise=False)
+    with pytest.raises(ExceptionGroup):  # the lifespan's StartupError, through the test client's task group
+        async with AsyncTestClient(app=app):
+            pass
+    failure = app.state[STATE_FAILURE]
+    assert "\n" not in failure and "pricing_file" in failure and all(w in failure for w in words), failure
