@@ -11,6 +11,7 @@ import pytest
 
 from billing.records import Price
 from tests.billing.factory import usage
+from tests.gateway.dashboard.served import ADMIN_KEY
 from tests.gateway.dashboard.test_dashboard_browser import api_totals, sign_in, tiles, view_params
 
 pytestmark = pytest.mark.slow
@@ -67,3 +68,16 @@ async def test_the_overview_shows_what_cache_and_batches_saved_and_the_detail_a_
     # another team's batch line is no request of this team
     await page.goto(f"{dashboard_server.url}/dashboard/requests/{foreign.request_id}?team_id={team}")
     assert await page.query_selector("#request-detail") is None
+
+    # the admin's ranking of teams: each team's batch spend and savings beside its cost
+    await page.goto(f"{dashboard_server.url}/dashboard/overview?team_id={team}")
+    await page.click("#sign-out")
+    await sign_in(page, dashboard_server, ADMIN_KEY)
+    await page.wait_for_url("**/dashboard/teams")
+    ranked = await page.eval_on_selector_all("table[data-ranking] tbody tr", """rows => rows.map(r => [
+        r.cells[1].innerText, r.querySelector('[data-batch-micros]').dataset.batchMicros,
+        r.querySelector('[data-saved-micros]').dataset.savedMicros])""")
+    foreign_saved = SMALL.charge(9_000_000, 5, cached_tokens=9_000_000, batch=True)
+    assert ["Savers", "22000", str(11_250 + 22_000)] in ranked
+    assert ["Others", str(foreign_saved.cost_micros),
+            str(foreign_saved.cache_saved_micros + foreign_saved.batch_saved_micros)] in ranked
