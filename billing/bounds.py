@@ -22,6 +22,9 @@ FIELD_BOUNDS = {
     "worker_id": MAX_ID_CHARS, "client_request_id": MAX_ID_CHARS, "model": MAX_NAME_CHARS,
     "adapter": MAX_NAME_CHARS, "dialect": MAX_WORD_CHARS,
     "route": MAX_WORD_CHARS, "error_code": MAX_WORD_CHARS,
+    # a batch's id is the gateway's own; a line's custom_id is the caller's (OpenAI's batch files and Anthropic's
+    # Message Batches: at most 64 characters there), kept whole up to a model name's bound
+    "batch_id": MAX_ID_CHARS, "custom_id": MAX_NAME_CHARS,
 }
 # the most bytes a record's strings take in UTF-8 (4 bytes a character at most): what a frame can grow to
 MAX_STRING_BYTES = 4 * sum(FIELD_BOUNDS.values())

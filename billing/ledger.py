@@ -96,13 +96,19 @@ class Ledger:
         withdraw the record. Raises ValueError for a malformed record, LedgerUnavailable when the log
         cannot be written. Strings longer than their bound (billing/bounds.py) are stored cut."""
         rec = bounded(rec)
-        if rec.status == "rejected" and (rec.prompt_tokens or rec.completion_tokens or rec.compute_tokens):
-            rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0)
+        if rec.status == "rejected" and (rec.prompt_tokens or rec.completion_tokens or rec.compute_tokens
+                                         or rec.cached_tokens):
+            rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0, cached_tokens=0)
+        if rec.cached_tokens > rec.prompt_tokens >= 0:  # never more of the prompt cached than the prompt
+            rec = msgspec.structs.replace(rec, cached_tokens=rec.prompt_tokens)
         price = self.pricing.price(rec.model, rec.time)
         # output is billed on every generated token (beams, best_of), as compute_tokens counts them
-        cost = price.cost(rec.prompt_tokens, max(rec.compute_tokens, rec.completion_tokens))
+        charge = price.charge(rec.prompt_tokens, max(rec.compute_tokens, rec.completion_tokens),
+                              cached_tokens=rec.cached_tokens, batch=rec.batch_id is not None)
         payload = self._encoder.encode(
-            LedgerEntry(rec, price.input_micros, price.output_micros, cost, time.time()))
+            LedgerEntry(rec, price.input_micros, price.output_micros, charge.cost_micros, time.time(),
+                        price.cached_micros, price.batch_discount_percent, charge.cache_saved_micros,
+                        charge.batch_saved_micros))
         try:
             self._check.decode(payload)  # types and ranges, checked before the record can poison the log
         except msgspec.ValidationError as exc:

@@ -7,6 +7,8 @@ gateway's whole config file, so the prices sit under `[pricing]`)::
     [pricing.models."HuggingFaceTB/SmolLM2-135M-Instruct"]
     input = 150000
     output = 600000
+    cached_input = 75000            # prompt tokens the prefix cache supplied (default: the input price; at most it)
+    batch_discount_percent = 50     # off the whole cost of a batch line (default 0; 0-100), as OpenAI and Anthropic
 
     [pricing.models.default]        # any model not listed; without it unknown models cost zero
     input = 100000
@@ -40,6 +42,10 @@ class PricingError(ValueError):
     pass
 
 
+_FIELDS = ("input", "output", "cached_input", "batch_discount_percent")
+MAX_PRICE_MICROS = 10**15  # a billion currency units per million tokens: anything larger is a typo (and an overflow)
+
+
 def parse_prices(doc: Mapping[str, object]) -> dict[str, Price]:
     models = doc.get("models", {})
     if not isinstance(models, dict):
@@ -48,18 +54,24 @@ def parse_prices(doc: Mapping[str, object]) -> dict[str, Price]:
     for name, entry in models.items():
         if not isinstance(entry, dict):
             raise PricingError(f"models.{name} must be a table")
-        values = []
-        for field in ("input", "output"):
-            value = entry.get(field, 0)
-            # bool is an int subclass; floats would make money inexact
-            if type(value) is not int or value < 0:
-                raise PricingError(f"models.{name}.{field} must be a non-negative integer "
-                                   "(micro-units per million tokens)")
-            values.append(value)
-        unknown = set(entry) - {"input", "output"}
+        unknown = set(entry) - set(_FIELDS)
         if unknown:
-            raise PricingError(f"models.{name}: unknown field(s) {sorted(unknown)}")
-        prices[name] = Price(*values)
+            raise PricingError(f"models.{name}: unknown field(s) {sorted(unknown)}; known: {', '.join(_FIELDS)}")
+        values = {}
+        for field in _FIELDS[:3]:
+            value = entry.get(field, 0 if field != "cached_input" else None)
+            # bool is an int subclass; floats would make money inexact
+            if value is not None and (type(value) is not int or not 0 <= value <= MAX_PRICE_MICROS):
+                raise PricingError(f"models.{name}.{field} must be an integer from 0 to {MAX_PRICE_MICROS} "
+                                   "(micro-units per million tokens)")
+            values[field] = value
+        if values["cached_input"] is not None and values["cached_input"] > values["input"]:
+            raise PricingError(f"models.{name}.cached_input ({values['cached_input']}) is above its input price "
+                               f"({values['input']}): a cached token never costs more than a prefilled one")
+        discount = entry.get("batch_discount_percent", 0)
+        if type(discount) is not int or not 0 <= discount <= 100:
+            raise PricingError(f"models.{name}.batch_discount_percent must be a whole percentage from 0 to 100")
+        prices[name] = Price(values["input"], values["output"], values["cached_input"], discount)
     return prices
 
 

@@ -59,6 +59,12 @@ class UsageRecord(msgspec.Struct, array_like=True):
     # Added with the search by a caller's own id (schema 6): the X-Request-Id the caller sent (None: none, or one
     # the gateway would not echo). Never the ledger key: two requests may send the same one.
     client_request_id: str | None = None
+    # Added with cached-input and batch prices (schema 8), last for the same reason: the prompt tokens the worker's
+    # prefix cache supplied (priced at the cached-input price), and the batch line the request ran for (None: an
+    # interactive request; a record with a batch_id pays the batch rate). Both ids are cut to bounds.py's limits.
+    cached_tokens: Tokens = 0
+    batch_id: str | None = None
+    custom_id: str | None = None
 
     @classmethod
     def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,
@@ -77,21 +83,57 @@ class LedgerEntry(msgspec.Struct, array_like=True):
     output_price_micros: int  # per million generated (compute) tokens
     cost_micros: int
     recorded_at: float  # unix seconds, UTC, when the ledger accepted it
+    # Added with schema 8, last and optional so that entries logged before them still decode (their records have
+    # no cached tokens and no batch mark, so they saved nothing). None: the entry predates a cached-input price.
+    cached_input_price_micros: int | None = None  # per million prompt tokens from the prefix cache
+    batch_discount_percent: int = 0  # the discount in force for batch lines (applied when usage.batch_id is set)
+    cache_saved_micros: int = 0  # what the cached tokens saved against the input price (list cost − cached cost)
+    batch_saved_micros: int = 0  # what the batch rate saved on top (cached cost − cost)
 
     def flat(self) -> dict:
         """Named fields in a fixed order (the structs are array-like): what the records API, the CSV
         and the S3 export write for one request. Metadata only; the ledger never holds text."""
         return {**msgspec.structs.asdict(self.usage), "input_price_micros": self.input_price_micros,
                 "output_price_micros": self.output_price_micros, "cost_micros": self.cost_micros,
-                "recorded_at": self.recorded_at}
+                "recorded_at": self.recorded_at, "cached_input_price_micros": self.cached_input_price_micros,
+                "batch_discount_percent": self.batch_discount_percent,
+                "cache_saved_micros": self.cache_saved_micros, "batch_saved_micros": self.batch_saved_micros}
+
+
+class Charge(msgspec.Struct, frozen=True):
+    """A request's cost and what it saved against the list prices, in micro-units."""
+
+    cost_micros: int  # what the team pays
+    cache_saved_micros: int  # list cost (every prompt token at the input price) − the cost with cached prices
+    batch_saved_micros: int  # the cost with cached prices − what the batch discount leaves of it
 
 
 class Price(msgspec.Struct, frozen=True):
-    """Micro-units per million tokens."""
+    """Micro-units per million tokens. `cached_input_micros` (None: the input price) prices the prompt tokens the
+    prefix cache supplied; `batch_discount_percent` (0–100) comes off the whole cost of a batch line."""
 
     input_micros: int = 0
     output_micros: int = 0
+    cached_input_micros: int | None = None
+    batch_discount_percent: int = 0
+
+    @property
+    def cached_micros(self) -> int:
+        return self.input_micros if self.cached_input_micros is None else self.cached_input_micros
 
     def cost(self, prompt_tokens: int, output_tokens: int) -> int:
         # Integer arithmetic end to end; round half up to the nearest micro-unit.
         return (prompt_tokens * self.input_micros + output_tokens * self.output_micros + 500_000) // 1_000_000
+
+    def charge(self, prompt_tokens: int, output_tokens: int, *, cached_tokens: int = 0, batch: bool = False) -> Charge:
+        """The cost with `cached_tokens` of the prompt at the cached-input price and, for a batch line, the batch
+        discount off the whole; each amount rounded half up once, from exact integer sums, so that the list cost
+        = cost + both savings, and neither saving is ever negative (the cached price is at most the input price)."""
+        cached = min(cached_tokens, prompt_tokens)
+        listed = self.cost(prompt_tokens, output_tokens)
+        exact = ((prompt_tokens - cached) * self.input_micros + cached * self.cached_micros
+                 + output_tokens * self.output_micros)  # micro-units × 10⁶
+        with_cache = (exact + 500_000) // 1_000_000
+        paid = 100 - self.batch_discount_percent if batch else 100
+        cost = (exact * paid + 50_000_000) // 100_000_000
+        return Charge(cost, listed - with_cache, with_cache - cost)

@@ -2,7 +2,9 @@
 request ran (every ledger record carries its prices). A price change within the month therefore
 gives that model two line items, each with its own price and its own dates. A line's amount is the
 sum of its requests' costs, each rounded to the micro-unit when the ledger priced it, so the
-statement's total equals the usage API's cost for the month to the micro-unit."""
+statement's total equals the usage API's cost for the month to the micro-unit. A line is also one cached-input
+price, one batch discount, and batch lines or interactive requests (never both): a team reads its batch spend and
+what the prefix cache and the batch rate saved it line by line."""
 
 from __future__ import annotations
 
@@ -31,6 +33,15 @@ class StatementLine(msgspec.Struct):
     cost: str  # the same amount as a decimal string
     first_day: str  # the first and last UTC day this month when a request paid this price
     last_day: str
+    # schema 8: the cached-input price and batch discount of the line, whether its requests were batch lines (a batch
+    # line and an interactive one of the same model are two lines), its cached prompt tokens, and what the cache and
+    # the batch discount saved against the list prices (list cost = cost + both)
+    cached_input_price_micros: int = 0
+    batch_discount_percent: int = 0
+    batch: bool = False
+    cached_tokens: int = 0
+    cache_saved_micros: int = 0
+    batch_saved_micros: int = 0
 
 
 class Statement(msgspec.Struct):
@@ -38,9 +49,12 @@ class Statement(msgspec.Struct):
     month: str  # "2025-03", a UTC calendar month
     start: float
     end: float
-    lines: list[StatementLine]  # by model, then by when each price was first used
+    lines: list[StatementLine]  # by model, interactive before batch, then by when each price was first used
     total_micros: int
     total: str
+    batch_micros: int = 0  # of the total, what batch lines cost
+    cache_saved_micros: int = 0  # the lines' savings, summed
+    batch_saved_micros: int = 0
 
 
 def month_window(month: str) -> tuple[float, float]:
@@ -58,29 +72,38 @@ async def monthly_statement(store: UsageStore, team_id: str, month: str) -> Stat
     start, end = month_window(month)
 
     def statement(source: Source, part: Selection, params: Params) -> str:
-        return (f"SELECT model, input_price_micros, output_price_micros, {source.requests}, SUM(prompt_tokens), "
+        prices = f"model, input_price_micros, output_price_micros, {source.cached_price}, batch_discount_percent"
+        return (f"SELECT {prices}, {source.batched} AS b, {source.requests}, SUM(prompt_tokens), "
                 f"{source.output_tokens(store.dialect)}, SUM(cost_micros), MIN({source.time_column}), "
-                f"MAX({source.time_column}) FROM {source.table} WHERE {source.where(part, params)} "
-                "GROUP BY model, input_price_micros, output_price_micros")
+                f"MAX({source.time_column}), {source.savings} FROM {source.table} WHERE {source.where(part, params)} "
+                f"GROUP BY {prices}, b")
 
     lines: dict[tuple, StatementLine] = {}
-    for model, price_in, price_out, n, prompt, out, cost, first, last in await fetch_parts(
+    for (model, price_in, price_out, price_cached, discount, batched, n, prompt, out, cost, first, last, cached,
+         _batch_n, _batch_cost, cache_saved, batch_saved) in await fetch_parts(
             store, for_totals(Selection(start, end, team_id)), statement):
-        key = (model, int(price_in), int(price_out))
+        key = (model, int(price_in), int(price_out), int(price_cached), int(discount), bool(batched))
         line = lines.get(key)
         if line is None:
-            line = lines[key] = StatementLine(model, key[1], key[2], 0, 0, 0, 0, "", _day(first), _day(last))
+            line = lines[key] = StatementLine(model, key[1], key[2], 0, 0, 0, 0, "", _day(first), _day(last),
+                                              key[3], key[4], key[5])
         line.requests += int(n)
         line.prompt_tokens += int(prompt)
         line.output_tokens += int(out)
         line.cost_micros += int(cost)
+        line.cached_tokens += int(cached)
+        line.cache_saved_micros += int(cache_saved)
+        line.batch_saved_micros += int(batch_saved)
         line.first_day, line.last_day = min(line.first_day, _day(first)), max(line.last_day, _day(last))
-    ordered = sorted(lines.values(), key=lambda line: (line.model, line.first_day, line.input_price_micros,
-                                                       line.output_price_micros))
+    ordered = sorted(lines.values(), key=lambda line: (line.model, line.batch, line.first_day,
+                                                       line.input_price_micros, line.output_price_micros,
+                                                       line.cached_input_price_micros, line.batch_discount_percent))
     for line in ordered:
         line.cost = micros_to_decimal(line.cost_micros)
     total = sum(line.cost_micros for line in ordered)
-    return Statement(team_id, month, start, end, ordered, total, micros_to_decimal(total))
+    return Statement(team_id, month, start, end, ordered, total, micros_to_decimal(total),
+                     sum(line.cost_micros for line in ordered if line.batch),
+                     sum(line.cache_saved_micros for line in ordered), sum(line.batch_saved_micros for line in ordered))
 
 
 def _day(unix: float) -> str:

@@ -33,13 +33,20 @@ class UsageRow(msgspec.Struct):
     completion_tokens: int = 0
     compute_tokens: int = 0
     cost_micros: int = 0
+    # schema 8: prompt tokens from the prefix cache, batch lines and what they cost (within cost_micros), and what
+    # the cached-input price and the batch discount saved against the list prices (cost + both = the list cost)
+    cached_tokens: int = 0
+    batch_requests: int = 0
+    batch_cost_micros: int = 0
+    cache_saved_micros: int = 0
+    batch_saved_micros: int = 0
 
     def add(self, other: UsageRow) -> None:
-        self.requests += other.requests
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.compute_tokens += other.compute_tokens
-        self.cost_micros += other.cost_micros
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_SUMMED = UsageRow.__struct_fields__[1:]
 
 
 class UsageReport(msgspec.Struct):

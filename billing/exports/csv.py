@@ -21,13 +21,13 @@ from billing.insights.requests import every_page
 from billing.records import LedgerEntry, UsageRecord
 from billing.statements import Statement
 from billing.store.base import UsageStore
-from billing.usage import UsageReport, micros_to_decimal
+from billing.usage import UsageReport, UsageRow, micros_to_decimal
 
-_ROW_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "compute_tokens", "cost_micros")
-RECORD_FIELDS: tuple[str, ...] = (*UsageRecord.__struct_fields__, "input_price_micros", "output_price_micros",
-                                  "cost_micros", "recorded_at")
+_ROW_FIELDS = UsageRow.__struct_fields__[1:]  # requests ... cost_micros, then cached tokens, batch spend, savings
+RECORD_FIELDS: tuple[str, ...] = (*UsageRecord.__struct_fields__, *LedgerEntry.__struct_fields__[1:])
 _LINE_FIELDS = ("model", "input_price_micros", "output_price_micros", "requests", "prompt_tokens", "output_tokens",
-                "cost_micros", "cost", "first_day", "last_day")
+                "cost_micros", "cost", "first_day", "last_day", "cached_input_price_micros", "batch_discount_percent",
+                "batch", "cached_tokens", "cache_saved_micros", "batch_saved_micros")
 
 
 # What spreadsheets read as the start of a formula (OWASP's "CSV injection" list). A plain number (our decimal
@@ -84,8 +84,8 @@ def _iso(unix: float) -> str:
 
 def _record_row(entry: LedgerEntry) -> list:
     # RECORD_FIELDS' order: `LedgerEntry.flat()` without building the dict
-    return [*msgspec.structs.astuple(entry.usage), entry.input_price_micros, entry.output_price_micros,
-            entry.cost_micros, entry.recorded_at, _iso(entry.usage.time), micros_to_decimal(entry.cost_micros)]
+    return [*msgspec.structs.astuple(entry.usage), *msgspec.structs.astuple(entry)[1:], _iso(entry.usage.time),
+            micros_to_decimal(entry.cost_micros)]
 
 
 async def records_csv(store: UsageStore, selection: Selection, *, newest_first: bool = False,
@@ -97,8 +97,15 @@ async def records_csv(store: UsageStore, selection: Selection, *, newest_first: 
 
 
 def statement_csv(statement: Statement) -> str:
-    """Line items, then a total row."""
+    """Line items, then the batch lines' share of the total ("of which batch"), then the total row."""
     lines = ([getattr(line, f) for f in _LINE_FIELDS] for line in statement.lines)
-    total = ["total", "", "", sum(x.requests for x in statement.lines), sum(x.prompt_tokens for x in statement.lines),
-             sum(x.output_tokens for x in statement.lines), statement.total_micros, statement.total, "", ""]
-    return csv_text([list(_LINE_FIELDS), *lines, total])
+    every = statement.lines
+    total = ["total", "", "", sum(x.requests for x in every), sum(x.prompt_tokens for x in every),
+             sum(x.output_tokens for x in every), statement.total_micros, statement.total, "", "", "", "", "",
+             sum(x.cached_tokens for x in every), statement.cache_saved_micros, statement.batch_saved_micros]
+    batch = ["of which batch", "", "", sum(x.requests for x in every if x.batch),
+             sum(x.prompt_tokens for x in every if x.batch), sum(x.output_tokens for x in every if x.batch),
+             statement.batch_micros, micros_to_decimal(statement.batch_micros), "", "", "", "", "true",
+             sum(x.cached_tokens for x in every if x.batch), sum(x.cache_saved_micros for x in every if x.batch),
+             statement.batch_saved_micros]
+    return csv_text([list(_LINE_FIELDS), *lines, batch, total])

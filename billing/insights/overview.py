@@ -141,7 +141,7 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing,
     groups: dict[str, GroupSeries] = {}
     rate_limited, budget_refused, cold, cold_total = [0] * width, [0] * width, [0] * width, [0.0] * width
     cold_max: list[float | None] = [None] * width
-    for k, s, g, requests, prompt, completion, compute, cost, limited, budget, waits, waited, longest in rows:
+    for k, s, g, requests, prompt, completion, compute, cost, *_saved, limited, budget, waits, waited, longest in rows:
         i = index[bucketing.bucket(k, s)]
         name = group_key(g)
         m = groups.get(name)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
-from billing.store.rollups import BUDGET_REFUSED_SQL, DAILY, DAY, HOUR, HOURLY, RATE_LIMITED_SQL
+from billing.store.rollups import BUDGET_REFUSED_SQL, DAILY, DAY, HOUR, HOURLY, RATE_LIMITED_SQL, SAVINGS
 from billing.store.sql import Params, SqlDialect
 from billing.timebuckets import Bucketing
 
@@ -20,20 +20,23 @@ _STATUS_COUNTS = ("ok", "cancelled", "error", "rejected")
 class Source:
     def __init__(self, table: str, time_column: str, period: int, dims: frozenset[str], *, count: str,
                  null_user: str, rate_limited: str, budget_refused: str, cold: tuple[str, str, str],
-                 output: str) -> None:
+                 output: str, savings: str, cached_price: str, batched: str) -> None:
         self.table, self.time_column, self.period, self.dims = table, time_column, period, dims
         self.requests, self.null_user = count, null_user
         self.rate_limited, self.budget_refused = rate_limited, budget_refused  # 429s of rate limits; budgets
         self.cold = cold  # requests that waited, their total wait, the longest
         self.output = output  # billed output tokens; {greatest} is the dialect's GREATEST(compute, completion)
+        self.savings = savings  # cached tokens, batch lines, their cost, cache and batch savings (UsageRow's order)
+        self.cached_price, self.batched = cached_price, batched  # a statement line's cached price; 1 for batch lines
 
     def where(self, selection: Selection, params: Params) -> str:
         return where(selection, params, time_column=self.time_column, null_user=self.null_user)
 
     def row_sums(self) -> str:
-        """A usage row's sums: requests, prompt, completion, compute tokens, cost."""
+        """A usage row's sums (`UsageRow`'s order): requests, prompt, completion, compute tokens, cost, cached tokens,
+        batch lines, batch cost, saved by the cache, saved by the batch rate."""
         return (f"{self.requests}, SUM(prompt_tokens), SUM(completion_tokens), SUM(compute_tokens), "
-                "SUM(cost_micros)")
+                f"SUM(cost_micros), {self.savings}")
 
     def sums(self) -> str:
         """`row_sums` and how the requests ended, as `Sums.of` reads them."""
@@ -60,16 +63,20 @@ _ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "error
 RAW = Source(TABLE, "time", 0, _ALL_DIMS, count="COUNT(*)", null_user="user_id IS NULL",
              rate_limited=RATE_LIMITED_SQL, budget_refused=BUDGET_REFUSED_SQL,
              cold=("COUNT(cold_start_ms)", "COALESCE(SUM(cold_start_ms), 0)", "COALESCE(MAX(cold_start_ms), 0)"),
-             output="SUM({greatest})")
+             output="SUM({greatest})", savings=", ".join(expr for _, expr in SAVINGS),
+             cached_price="COALESCE(cached_input_price_micros, input_price_micros)",
+             batched="CASE WHEN batch_id IS NULL THEN 0 ELSE 1 END")
+_ROLLUP_SAVINGS = ", ".join(f"SUM({column})" for column, _ in SAVINGS)
 _ROLLUP_COLD = ("SUM(cold_starts)", "SUM(cold_start_ms_total)", "MAX(cold_start_ms_max)")
 DAILY_ROLLUP = Source(DAILY, "period", DAY, _ALL_DIMS, count="SUM(requests)", null_user="user_id = ''",
                       rate_limited="SUM(CASE WHEN error_status = 429 THEN requests - budget_refused ELSE 0 END)",
                       budget_refused="SUM(budget_refused)", cold=_ROLLUP_COLD,
-                      output="SUM(output_tokens)")
+                      output="SUM(output_tokens)", savings=_ROLLUP_SAVINGS,
+                      cached_price="cached_input_price_micros", batched="batched")
 # no user (so no user filter) and no prices (so no statements)
 HOURLY_ROLLUP = Source(HOURLY, "period", HOUR, frozenset({"model"}), count="SUM(requests)", null_user="",
                        rate_limited="SUM(rate_limited)", budget_refused="SUM(budget_refused)", cold=_ROLLUP_COLD,
-                       output="")
+                       output="", savings=_ROLLUP_SAVINGS, cached_price="", batched="")
 
 
 def split(selection: Selection, source: Source) -> list[tuple[Source, Selection]]:

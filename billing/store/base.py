@@ -15,6 +15,8 @@ COLUMNS: tuple[str, ...] = (
     "prompt_tokens", "completion_tokens", "compute_tokens", "status", "latency_ms", "ttft_ms",
     "worker_id", "input_price_micros", "output_price_micros", "cost_micros", "recorded_at",
     "cold_start_ms", "error_code", "error_status", "adapter", "finish_reason", "client_request_id",
+    "cached_tokens", "batch_id", "custom_id", "cached_input_price_micros", "batch_discount_percent",
+    "cache_saved_micros", "batch_saved_micros",
 )
 ENTRY_COLUMNS = ", ".join(COLUMNS)  # what `row_entry` reads, in order
 
@@ -29,17 +31,21 @@ def entry_row(entry: LedgerEntry) -> tuple:
             u.route, u.prompt_tokens, u.completion_tokens, u.compute_tokens, u.status, u.latency_ms,
             u.ttft_ms, u.worker_id, entry.input_price_micros, entry.output_price_micros,
             entry.cost_micros, entry.recorded_at, u.cold_start_ms, u.error_code, u.error_status, u.adapter,
-            u.finish_reason, u.client_request_id)
+            u.finish_reason, u.client_request_id, u.cached_tokens, u.batch_id, u.custom_id,
+            entry.cached_input_price_micros, entry.batch_discount_percent, entry.cache_saved_micros,
+            entry.batch_saved_micros)
 
 
 def row_entry(row) -> LedgerEntry:
     (request_id, t, _day, team_id, key_id, user_id, model, dialect, route, prompt, completion, compute,
      status, latency_ms, ttft_ms, worker_id, in_price, out_price, cost, recorded_at, cold_start_ms, error_code,
-     error_status, adapter, finish_reason, client_request_id) = tuple(row)
+     error_status, adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id, cached_price,
+     batch_discount, cache_saved, batch_saved) = tuple(row)
     usage = UsageRecord(request_id, t, team_id, key_id, user_id, model, dialect, route, prompt, completion,
                         compute, status, latency_ms, ttft_ms, worker_id, cold_start_ms, error_code, error_status,
-                        adapter, finish_reason, client_request_id)
-    return LedgerEntry(usage, in_price, out_price, cost, recorded_at)
+                        adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id)
+    return LedgerEntry(usage, in_price, out_price, cost, recorded_at, cached_price, batch_discount, cache_saved,
+                       batch_saved)
 
 
 class UsageStore(Protocol):

@@ -5,7 +5,7 @@ edit one that shipped, add the next."""
 from __future__ import annotations
 
 from billing.store.base import TABLE
-from billing.store.rollups import budget_refusals_migration
+from billing.store.rollups import budget_refusals_migration, savings_migration
 from billing.store.rollups import migration as rollups_migration
 from billing.store.sql import PostgresDialect, SqliteDialect
 from storage import Migration, Schema
@@ -96,6 +96,26 @@ _FINISH_REASON = (f"ALTER TABLE {TABLE} ADD COLUMN finish_reason TEXT CHECK (fin
 _CLIENT_REQUEST_ID = [f"ALTER TABLE {TABLE} ADD COLUMN client_request_id TEXT",
                       f"CREATE INDEX {TABLE}_client_request_id ON {TABLE} (team_id, client_request_id)"]
 
+
+# schema 8: cached prompt tokens and batch lines, and what each priced record saved; NULL cached-input price: a record
+# from before it (its cached price was its input price). PostgreSQL's covering index gains the columns the views sum.
+def _savings_columns(integer: str) -> list[str]:
+    return [f"ALTER TABLE {TABLE} ADD COLUMN cached_tokens {integer} NOT NULL DEFAULT 0",
+            f"ALTER TABLE {TABLE} ADD COLUMN batch_id TEXT", f"ALTER TABLE {TABLE} ADD COLUMN custom_id TEXT",
+            f"ALTER TABLE {TABLE} ADD COLUMN cached_input_price_micros {integer}",
+            f"ALTER TABLE {TABLE} ADD COLUMN batch_discount_percent INTEGER NOT NULL DEFAULT 0",
+            f"ALTER TABLE {TABLE} ADD COLUMN cache_saved_micros {integer} NOT NULL DEFAULT 0",
+            f"ALTER TABLE {TABLE} ADD COLUMN batch_saved_micros {integer} NOT NULL DEFAULT 0"]
+
+
+_DASHBOARD_COLUMNS_V8 = (f"{_DASHBOARD_COLUMNS}, cached_tokens, batch_id, cached_input_price_micros, "
+                         "batch_discount_percent, cache_saved_micros, batch_saved_micros")
+_POSTGRES_V8 = [*_savings_columns("BIGINT"), f"DROP INDEX IF EXISTS {TABLE}_team_time",
+                f"CREATE INDEX {TABLE}_team_time ON {TABLE} (team_id, time, request_id) "
+                f"INCLUDE ({_DASHBOARD_COLUMNS_V8})",
+                *savings_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")]
+_SQLITE_V8 = [*_savings_columns("INTEGER"), *savings_migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID")]
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -110,4 +130,6 @@ SCHEMA = Schema("billing", [
         "sqlite": budget_refusals_migration(SqliteDialect(), "INTEGER"),
         "postgres": budget_refusals_migration(PostgresDialect(), "BIGINT")}),
     Migration(7, "the caller's own X-Request-Id (client_request_id)", _CLIENT_REQUEST_ID),
+    Migration(8, "cached prompt tokens, batch lines (batch_id, custom_id), cached-input and batch prices, savings; "
+              "the rollups sum them (rollups.py)", {"sqlite": _SQLITE_V8, "postgres": _POSTGRES_V8}),
 ], legacy_table="billing_schema_migrations")

@@ -64,11 +64,19 @@ class RowOut(msgspec.Struct):
     compute_tokens: int
     cost_micros: int
     cost: str  # the same amount as a decimal string, for humans
+    # of those: prompt tokens from the prefix cache, batch lines and their cost, and what the cached-input price and
+    # the batch discount saved against the list prices (billing/README.md, "Cached tokens and batch prices")
+    cached_tokens: int = 0
+    batch_requests: int = 0
+    batch_cost_micros: int = 0
+    cache_saved_micros: int = 0
+    batch_saved_micros: int = 0
 
     @classmethod
     def of(cls, row: UsageRow) -> RowOut:
         return cls(row.key, row.requests, row.prompt_tokens, row.completion_tokens, row.compute_tokens,
-                   row.cost_micros, micros_to_decimal(row.cost_micros))
+                   row.cost_micros, micros_to_decimal(row.cost_micros), row.cached_tokens, row.batch_requests,
+                   row.batch_cost_micros, row.cache_saved_micros, row.batch_saved_micros)
 
 
 class UsageOut(msgspec.Struct):

@@ -11,6 +11,7 @@ import time
 import structlog
 
 from auth import Principal
+from billing.batch_mark import BatchMark
 from billing.records import FINISH_REASONS, UsageRecord
 from common.errors import LedgerUnavailable
 from common.protocol import Accepted, Done, Event, Finish, Token
@@ -29,11 +30,12 @@ _RANK = {reason: rank for rank, reason in enumerate(FINISH_REASONS)}
 
 class Accounting:
     def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
-                 outcome: dict, client_request_id: str | None = None):
+                 outcome: dict, client_request_id: str | None = None, batch: BatchMark | None = None):
         self.services, self.principal = services, principal
         self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.client_request_id = client_request_id  # the caller's X-Request-Id: the ledger keeps it beside ours
+        self.batch = batch  # the batch line this request runs for (None: interactive); priced at the batch rate
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
         self.arrived = time.time()  # selects the price in force
@@ -44,6 +46,7 @@ class Accounting:
         self.budget_hold = None  # what the request reserved on its budgets (budget_gate.py)
         self.reached_worker = False
         self.prompt_tokens = self.completion_tokens = self.compute_tokens = 0
+        self.cached_tokens = 0  # prompt tokens the workers' prefix caches supplied (known from their Done events)
         self.streamed_tokens = 0  # tokens seen before a Done (what a cancelled stream is billed)
         self.accepted_prompt_tokens = 0
         self.dones = 0
@@ -81,6 +84,7 @@ class Accounting:
             self.prompt_tokens += event.prompt_tokens
             self.completion_tokens += event.completion_tokens
             self.compute_tokens += event.compute_tokens
+            self.cached_tokens += event.cached_tokens
             self.worker_id = event.worker_id or self.worker_id
         elif isinstance(event, Finish):
             reason = LEDGER_FINISH[event.reason]
@@ -123,7 +127,8 @@ class Accounting:
             await self.services.limiter.settle(self.ticket, used)
         if self.budget_hold is not None:  # the ledger's cost rule: output = the larger of compute and completion
             await self.services.budgets.settle(self.budget_hold, self.prompt_tokens,
-                                               max(self.compute_tokens, self.completion_tokens), self.compute_tokens)
+                                               max(self.compute_tokens, self.completion_tokens), self.compute_tokens,
+                                               cached_tokens=self.cached_tokens, batch=self.batch is not None)
         latency = (time.perf_counter() - self.started) * 1000
         metrics.observe(self, status)
         self.outcome.update(request_id=self.request_id, status=status, route=self.route,
@@ -152,4 +157,8 @@ class Accounting:
             worker_id=self.worker_id, error_code=(error.code if error else "internal_error") if failed else None,
             error_status=(error.status if error else 500) if failed else None, adapter=self.adapter or "",
             cold_start_ms=self.cold_start_ms or None,  # None: it did not wait for its endpoint to wake
-            finish_reason=self.ledger_finish_reason(status, error), client_request_id=self.client_request_id))
+            finish_reason=self.ledger_finish_reason(status, error), client_request_id=self.client_request_id,
+            cached_tokens=min(self.cached_tokens, self.prompt_tokens),
+            # the ledger cuts both ids to billing/bounds.py's lengths
+            batch_id=self.batch.batch_id if self.batch else None,
+            custom_id=self.batch.custom_id if self.batch else None))

@@ -100,11 +100,14 @@ class BudgetGate:
             raise Unavailable("budgets are unavailable; retry shortly", code="limiter_unavailable") from exc
         return BudgetHold(hold, [budget for _, budget in found], model, arrived)
 
-    async def settle(self, held: BudgetHold, prompt_tokens: int, output_tokens: int, compute_tokens: int) -> None:
+    async def settle(self, held: BudgetHold, prompt_tokens: int, output_tokens: int, compute_tokens: int, *,
+                     cached_tokens: int = 0, batch: bool = False) -> None:
         """Charge what the request used and cost (nothing for one refused after reserving), then send the alerts
-        of the thresholds this settlement carried the spend across."""
+        of the thresholds this settlement carried the spend across. The cost is the ledger's: cached prompt tokens
+        at the cached-input price, a batch line at the batch rate."""
         price = self._pricing.price(held.model, held.arrived) if self._pricing is not None else None
-        cost = price.cost(prompt_tokens, output_tokens) if price is not None else 0
+        cost = (price.charge(prompt_tokens, output_tokens, cached_tokens=cached_tokens, batch=batch).cost_micros
+                if price is not None else 0)
         actual = [prompt_tokens + compute_tokens if line.measure == "tokens" else cost for line in held.hold.lines]
         budgets = {line.id: budget for line, budget in zip(held.hold.lines, held.budgets)}
         for line, before, after in await self.book.settle(held.hold, actual):  # lines it still counts

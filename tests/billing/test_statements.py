@@ -81,7 +81,8 @@ async def test_statement_total_equals_usage_api_and_csv_equals_json(priced_ledge
     assert admin == as_json
     assert as_csv.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(as_csv.text)))
-    assert [{k: str(v) for k, v in line.items()} for line in as_json["lines"]] == rows[:-1]
+    assert [{k: str(v) for k, v in line.items()} for line in as_json["lines"]] == rows[:-2]
+    assert rows[-2]["model"] == "of which batch" and int(rows[-2]["cost_micros"]) == as_json["batch_micros"] == 0
     assert rows[-1]["model"] == "total" and int(rows[-1]["cost_micros"]) == as_json["total_micros"]
     assert int(rows[-1]["requests"]) == sum(line["requests"] for line in as_json["lines"])
 

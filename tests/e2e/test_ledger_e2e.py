@@ -7,6 +7,8 @@
 3. PostgreSQL stops mid-run and comes back: every request that got a complete 200 is billed exactly once.
 4. Finish reasons (SQLite and PostgreSQL): an answer that ends on EOS, one cut by max_tokens, a stream its client
    cancels and a tool call each leave a record that says so.
+5. Cached prompt tokens (SQLite and PostgreSQL): the same long prompt twice; the second is a hit in the worker's
+   prefix cache, and its record holds the cached tokens the client was told, priced at the cached-input price.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ def worker(tmp_path_factory):
         yield url
 
 
-def start_gateway(data_dir: Path, worker: str, database_url: str | None = None) -> SluiceServer:
+def start_gateway(data_dir: Path, worker: str, database_url: str | None = None, prices_extra: str = "") -> SluiceServer:
     data_dir.mkdir(parents=True, exist_ok=True)
     prices = data_dir / "prices.toml"
-    prices.write_text(f'[pricing.models."{MODEL}"]\ninput = {PRICE_IN}\noutput = {PRICE_OUT}\n')
+    prices.write_text(f'[pricing.models."{MODEL}"]\ninput = {PRICE_IN}\noutput = {PRICE_OUT}\n{prices_extra}')
     config = f'pricing_file = "{prices}"\n'
     config += "default_team_limits = {}\n"  # the load below hammers the default key: billing, not rate limits
     if database_url:
@@ -536,5 +538,41 @@ async def test_each_record_says_why_its_answer_ended(backend, request, worker, t
         assert {c.label: (records[c.request_id]["status"], records[c.request_id]["finish_reason"]) for c in calls} == {
             "eos": ("ok", "stop"), "max_tokens": ("ok", "length"), "cancelled": ("cancelled", "cancelled"),
             "tool call": ("ok", "tool_calls")}
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- 5. cached prompt tokens
+
+PRICE_CACHED = 30_000  # micro-units per million prompt tokens the prefix cache supplied
+SHARED_PROMPT = " ".join(f"Rule {i}: answer briefly and politely." for i in range(30))  # ~ 250 tokens
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_prefix_cache_hit_is_recorded_and_priced_at_the_cached_price(backend, request, worker, tmp_path):
+    database_url = await create_database(request.getfixturevalue("postgres").url) if backend == "postgres" else None
+    server = start_gateway(tmp_path / "gateway", worker, database_url, prices_extra=f"cached_input = {PRICE_CACHED}\n")
+    try:
+        answers = []
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            body = completion_body(f"[{backend}] {SHARED_PROMPT}", max_tokens=2)
+            for _ in range(2):  # one after the other: the first fills the cache the second reads
+                response = await client.post(COMPLETION, json=body, headers=auth(server.api_key))
+                assert response.status_code == 200, response.text
+                answers.append(response)
+        told = [a.json()["usage"] for a in answers]
+        ids = [a.headers["x-request-id"] for a in answers]
+        records = {r["request_id"]: r for r in await asyncio.to_thread(wait_for_request_ids, server, set(ids))}
+        first, second = (records[i] for i in ids)
+        assert told[0]["prompt_tokens_details"]["cached_tokens"] == first["cached_tokens"] == 0
+        cached = second["cached_tokens"]
+        assert cached == told[1]["prompt_tokens_details"]["cached_tokens"] and 0 < cached <= second["prompt_tokens"]
+        assert cached >= second["prompt_tokens"] - 32  # every whole block of the prompt but its last
+        output = max(second["compute_tokens"], second["completion_tokens"])
+        exact = (second["prompt_tokens"] - cached) * PRICE_IN + cached * PRICE_CACHED + output * PRICE_OUT
+        assert second["cost_micros"] == (exact + 500_000) // 1_000_000
+        assert second["cache_saved_micros"] == cost(second["prompt_tokens"], output) - second["cost_micros"] > 0
+        assert first["cost_micros"] == cost(first["prompt_tokens"], max(first["compute_tokens"],
+                                                                         first["completion_tokens"]))
     finally:
         server.stop()

@@ -19,7 +19,8 @@ from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from testkit.servers import free_port
 
 ADMIN_KEY = "dashboard-admin-key-0123456789abcdef"
-PRICES = ('[pricing.models.small]\ninput = 100000\noutput = 400000\n'
+# small: a cached-input price and a batch discount too (tests/gateway/dashboard/test_dashboard_savings.py)
+PRICES = ('[pricing.models.small]\ninput = 100000\noutput = 400000\ncached_input = 25000\nbatch_discount_percent = 50\n'
           '[pricing.models.big]\ninput = 3000000\noutput = 15000000\n')
 
 
