@@ -11,6 +11,7 @@ import time
 import structlog
 
 from auth import Principal
+from billing.batch_mark import BatchMark
 from billing.records import FINISH_REASONS, UsageRecord
 from common.errors import LedgerUnavailable
 from common.protocol import Accepted, Done, Event, Finish, Token
@@ -29,11 +30,12 @@ _RANK = {reason: rank for rank, reason in enumerate(FINISH_REASONS)}
 
 class Accounting:
     def __init__(self, services: Services, principal: Principal, request_id: str, dialect: str, route: str,
-                 outcome: dict, client_request_id: str | None = None):
+                 outcome: dict, client_request_id: str | None = None, batch: BatchMark | None = None):
         self.services, self.principal = services, principal
         self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.client_request_id = client_request_id  # the caller's X-Request-Id: the ledger keeps it beside ours
+        self.batch = batch  # the batch line this request runs (gateway/batches/), else None
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
         self.arrived = time.time()  # selects the price in force
