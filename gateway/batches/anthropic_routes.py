@@ -16,7 +16,7 @@ from litestar.di import Provide
 from litestar.response import Stream
 
 from common.errors import BadRequest
-from common.json_body import read_json
+from common.json_body import read_json, read_optional_json
 from gateway.batches import lines as checks
 from gateway.batches.objects import anthropic_batch
 from gateway.batches.runner import anthropic_results
@@ -82,8 +82,8 @@ async def list_batches(request: Request, batches: BatchService, limit: int | Non
 
 
 @post("/v1/messages/batches/{batch_id:str}/cancel", status_code=200, summary="Anthropic Message Batches: cancel",
-      tags=["Anthropic"])
-async def cancel(request: Request, batches: BatchService, batch_id: str) -> dict:
+      tags=["Anthropic"], dependencies={"payload": Provide(read_optional_json)})
+async def cancel(request: Request, batches: BatchService, batch_id: str, payload: Any) -> dict:
     batch = await _batch(batches, request, batch_id)
     if batch.status == "in_progress":
         await batches.store.cancel(batch)

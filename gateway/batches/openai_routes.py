@@ -20,7 +20,7 @@ from litestar.response import Response
 
 from auth import Principal
 from common.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
-from common.json_body import read_json
+from common.json_body import read_json, read_optional_json
 from gateway.batches import lines as checks
 from gateway.batches.files import file_object
 from gateway.batches.objects import COMPLETION_WINDOW, openai_batch
@@ -167,8 +167,9 @@ async def list_batches(request: Request, batches: BatchService, after: str | Non
             "last_id": data[-1]["id"] if data else None, "has_more": more}
 
 
-@post("/v1/batches/{batch_id:str}/cancel", status_code=200, summary="OpenAI Batches: cancel", tags=["OpenAI"])
-async def cancel_batch(request: Request, batches: BatchService, batch_id: str) -> dict:
+@post("/v1/batches/{batch_id:str}/cancel", status_code=200, summary="OpenAI Batches: cancel", tags=["OpenAI"],
+      dependencies={"payload": Provide(read_optional_json)})
+async def cancel_batch(request: Request, batches: BatchService, batch_id: str, payload: Any) -> dict:
     batch = await _batch(batches, _principal(request).team_id, batch_id)
     if batch.status == "in_progress":
         await batches.store.cancel(batch)
@@ -182,7 +183,8 @@ async def cancel_batch(request: Request, batches: BatchService, batch_id: str) -
 
 def router(max_file_bytes: int) -> Router:
     files_create = post("/v1/files", status_code=200, summary="OpenAI Files: upload (purpose batch)",
-                        tags=["OpenAI"], request_max_body_size=max_file_bytes + MULTIPART_SLACK)(upload)
+                        tags=["OpenAI"], request_max_body_size=max_file_bytes + MULTIPART_SLACK,
+                        opt={"multipart": True})(upload)
     return Router(path="/", route_handlers=[files_create, list_files, retrieve_file, delete_file, file_content,
                                             create_batch, retrieve_batch, list_batches, cancel_batch],
                   dependencies={"payload": Provide(read_json)}, exception_handlers=OPENAI.exception_handlers())
