@@ -20,6 +20,7 @@ import msgspec
 from litestar import Request
 
 from auth import Principal
+from auth.errors import AuthError
 from billing.batch_mark import BatchMark
 from common.errors import LedgerUnavailable
 from gateway.batches.store import Claimed
@@ -71,8 +72,8 @@ class BatchAccounting(Accounting):
         self.dispatched = time.perf_counter()
 
     async def _record(self, ledger, status, latency, ttft, error) -> None:
-        if isinstance(error, RETRIED):
-            return  # the line runs again; its one record is that run's
+        if isinstance(error, RETRIED) or status == "cancelled":
+            return  # the line runs again (refused for now; its gateway stopping): its one record is that run's
         await super()._record(ledger, status, latency, ttft, error)
 
 
@@ -88,9 +89,21 @@ def synthetic_request(url: str, principal: Principal, request_id: str) -> Reques
     return Request(scope, _never_leaves)
 
 
+async def key_refusal(services: Services, principal: Principal) -> AuthError | None:
+    """Why the batch's key may no longer run lines (revoked or expired since the batch was made), else None."""
+    key = await services.auth.store.get_key(principal.key_id)
+    if key is None or key.revoked_at is not None:
+        return AuthError(401, "revoked_api_key", "The API key that created this batch has been revoked.")
+    if key.expires_at is not None and key.expires_at <= time.time():
+        return AuthError(401, "expired_api_key", "The API key that created this batch has expired.")
+    return None
+
+
 async def run_line(services: Services, principal: Principal, url: str, line: Claimed, request_id: str) -> Outcome:
     """Run one line; its outcome (the dialect's JSON answer or error body, with its status)."""
     dialect = dialect_of(url)
+    if (refusal := await key_refusal(services, principal)) is not None:
+        return Outcome(refusal.status, dialect.error_body(refusal)[1])
     request = synthetic_request(url, principal, request_id)
     accounting = BatchAccounting(services, principal, request_id, dialect.name, url,
                                  request.scope["state"].setdefault(OUTCOME, {}),

@@ -66,12 +66,16 @@ class BatchRunner:
         return self
 
     async def stop(self) -> None:
-        """Stop claiming; lines in flight are cancelled (their leases lapse, another run takes them: the ledger
-        records each line once)."""
+        """Stop claiming; lines in flight are cancelled and given back (recorded nowhere: their next run is
+        recorded, once)."""
         tasks = [t for t in (self._task, *self._lines) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await self.store.release_all(self.owner)
+        except SluiceError as error:  # the database is away: the leases lapse instead
+            log.warning("batches.release_failed", error=error.message)
 
     def wake(self) -> None:
         self.wakeup.set()

@@ -263,6 +263,13 @@ class BatchStore:
                              "WHERE batch_id = ? AND idx = ? AND owner = ? AND state = 'running'",
                              (line.batch_id, line.index, owner))
 
+    async def release_all(self, owner: str) -> None:
+        """A stopping runner gives back every line it holds: another start takes them at once."""
+        db = await self.migrated()
+        async with db.transaction(exclusive=False) as tx:
+            await tx.execute("UPDATE batch_lines SET state = 'pending', owner = NULL, lease_until = NULL "
+                             "WHERE owner = ? AND state = 'running'", (owner,))
+
     async def expire(self, batch: Batch) -> None:
         """Past the window: lines not claimed (or whose lease lapsed) end `expired`."""
         db = await self.migrated()

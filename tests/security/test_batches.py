@@ -31,7 +31,7 @@ def served(data_dir: Path, batches: str = "") -> Iterator[tuple[SluiceServer, st
     with worker_process(token_delay=0, quiet=True) as worker:
         config = (f'default_team_limits = {{}}\nrejections_per_minute = 1000000\n'
                   f'[batches]\nmax_file_bytes = {MAX_FILE_BYTES}\nmax_file_lines = {MAX_LINES}\n'
-                  f'poll_interval_s = 0.2\n{batches}\n'
+                  f'poll_interval_s = 0.2\nin_flight_per_endpoint = 2\n{batches}\n'
                   f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker.url}"] }}\n')
         with running_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
             yield server, worker.url
@@ -213,6 +213,36 @@ def test_an_invalid_input_file_fails_the_batch_with_each_line_named(server, team
                                completion_window="24h")
     assert batch.status == "failed" and batch.failed_at
     assert code in {error.code for error in batch.errors.data}, batch.errors
+
+
+def test_a_revoked_keys_batch_runs_no_more_lines(server, teams):
+    (team, _), _ = teams
+    made = admin(server, "POST", "/admin/keys", name="short-lived", team_id=team)
+    api = client(server, made["key"])
+    with worker_process(token_delay=0.05, quiet=True) as slow:  # lines that take a while: the revoke comes first
+        admin(server, "POST", "/admin/endpoints", name="slow", provisioner={"kind": "static", "urls": [slow.url]})
+        lines = [chat_line(f"r-{i}", model="slow") for i in range(MAX_LINES)]
+        batch = api.batches.create(input_file_id=upload(api, lines), endpoint="/v1/chat/completions",
+                                   completion_window="24h")
+        admin(server, "DELETE", f"/admin/keys/{made['id']}")
+        done = wait_ended(lambda: client(server, teams[0][1]).batches.retrieve(batch.id))
+    owner = client(server, teams[0][1])  # the team's other key reads the batch
+    errors = lines_of(owner, done.error_file_id)
+    assert errors and all(line["response"]["body"]["error"]["code"] == "revoked_api_key" for line in errors)
+    assert done.request_counts.completed + len(errors) == MAX_LINES
+
+
+def test_malformed_multipart_uploads_are_4xx(server, teams):
+    (_, key), _ = teams
+    headers = {"authorization": f"Bearer {key}"}
+    for content_type, body in (("multipart/form-data", b"--x\r\n"),
+                               ("multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data\r\n"),
+                               ("multipart/form-data; boundary=x", b"garbage"),
+                               ("multipart/form-data; boundary=x", b"--x--\r\n")):
+        response = httpx.post(f"{server.url}/v1/files", headers={**headers, "content-type": content_type},
+                              content=body, timeout=30)
+        assert 400 <= response.status_code < 500, (content_type, body, response.text)
+        assert response.json()["error"]["message"]
 
 
 def test_bad_requests_get_openai_errors_never_a_500(server, teams):
