@@ -1,12 +1,15 @@
 """Files of the OpenAI Files API, per team: uploads (`purpose: batch`) and what batches produce
-(`batch_output`). Metadata rows in the database (schema.py), bodies in `<data dir>/batch_files/` (written to a
-temporary name, then renamed: a crash leaves no half file under a file's name).
+(`batch_output`). Metadata rows in the database (schema.py). Bodies: with SQLite (one host) in
+`<data dir>/batch_files/` (written to a temporary name, then renamed: a crash leaves no half file under a file's
+name); with PostgreSQL in the database, in CHUNK-byte rows written in the transaction that adds the file's row,
+since a fleet's gateways share the database but not a disk (any gateway may serve a file or finalize a batch).
 
 Bounds: one upload is at most `max_file_bytes` (413) and a team keeps at most `team_max_file_bytes` of files
 (400 `file_quota_exceeded`, checked in the inserting transaction); a file expires after `file_retention_s`
 (gone for every read, purged by the runner's sweep). No upload is kept while the data dir's disk is under its
 floor (twice the ledger's reserve plus the upload: 503 `file_storage_full`), so files never eat the space the
-ledger keeps. Produced files are written whatever the quota: a batch's results are never dropped."""
+ledger keeps (SQLite; PostgreSQL's disk is its server's). Produced files are written whatever the quota: a
+batch's results are never dropped."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from storage import Database
 
 MAX_FILENAME_CHARS = 256
 PURPOSES = ("batch", "batch_output")
+CHUNK = 1 << 20
 
 
 class FileQuotaExceeded(BadRequest):
@@ -80,13 +84,16 @@ class FileStore:
         if not produced and len(body) > self.settings.max_file_bytes:
             raise PayloadTooLarge(f"A file may hold at most {self.settings.max_file_bytes} bytes; this one holds "
                                   f"{len(body)}.", param="file")
-        self.root.mkdir(parents=True, exist_ok=True)
-        if not produced and not self._disk_has_room(len(body)):
+        on_disk = db.dialect == "sqlite"
+        if on_disk:
+            self.root.mkdir(parents=True, exist_ok=True)
+        if on_disk and not produced and not self._disk_has_room(len(body)):
             raise FileStorageFull("Files cannot be stored right now (storage is low); retry later.", param="file")
         file_id = file_id or new_file_id()
         now = time.time()
-        temporary = self.root / f".{file_id}.{secrets.token_hex(4)}.part"
-        await asyncio.to_thread(_write, temporary, self.path(file_id), body)
+        if on_disk:
+            temporary = self.root / f".{file_id}.{secrets.token_hex(4)}.part"
+            await asyncio.to_thread(_write, temporary, self.path(file_id), body)
         try:
             async with db.transaction() as tx:
                 if await tx.fetchone("SELECT 1 FROM batch_files WHERE id = ?", (file_id,)) is not None:
@@ -102,8 +109,12 @@ class FileStore:
                 row = (file_id, team_id, purpose, filename[:MAX_FILENAME_CHARS], len(body), now,
                        now + self.settings.file_retention_s)
                 await tx.execute(f"INSERT INTO batch_files ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+                if not on_disk:
+                    await tx.executemany("INSERT INTO batch_file_bodies (file_id, seq, data) VALUES (?, ?, ?)",
+                                         [(file_id, seq, body[start:start + CHUNK])
+                                          for seq, start in enumerate(range(0, len(body), CHUNK))])
         except BaseException:
-            if not produced:
+            if not produced and on_disk:
                 self.path(file_id).unlink(missing_ok=True)
             raise
         return file_object(row)
@@ -131,7 +142,10 @@ class FileStore:
         return rows[:limit], len(rows) > limit
 
     async def read(self, file_id: str) -> bytes:
-        return await asyncio.to_thread(self.path(file_id).read_bytes)
+        if self.db.dialect == "sqlite":
+            return await asyncio.to_thread(self.path(file_id).read_bytes)
+        rows = await self.db.fetchall("SELECT data FROM batch_file_bodies WHERE file_id = ? ORDER BY seq", (file_id,))
+        return b"".join(bytes(data) for (data,) in rows)
 
     async def delete(self, team_id: str, file_id: str) -> bool:
         db = await self.migrated()
@@ -139,8 +153,14 @@ class FileStore:
             if await tx.fetchone("SELECT 1 FROM batch_files WHERE id = ? AND team_id = ?", (file_id, team_id)) is None:
                 return False
             await tx.execute("DELETE FROM batch_files WHERE id = ?", (file_id,))
-        self.path(file_id).unlink(missing_ok=True)
+            await self._drop_body(tx, file_id)
         return True
+
+    async def _drop_body(self, tx, file_id: str) -> None:
+        if self.db.dialect == "sqlite":
+            self.path(file_id).unlink(missing_ok=True)
+        else:
+            await tx.execute("DELETE FROM batch_file_bodies WHERE file_id = ?", (file_id,))
 
     async def purge_expired(self) -> int:
         db = await self.migrated()
@@ -148,7 +168,7 @@ class FileStore:
         for (file_id,) in rows:
             async with db.transaction(exclusive=False) as tx:
                 await tx.execute("DELETE FROM batch_files WHERE id = ?", (file_id,))
-            self.path(file_id).unlink(missing_ok=True)
+                await self._drop_body(tx, file_id)
         return len(rows)
 
 

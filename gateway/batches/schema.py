@@ -1,5 +1,6 @@
 """The batch tables (package `batches`, its own schema versions): uploaded and produced files, batches, and one
-row per batch line, which is what the runners of a fleet claim and where each line's result is kept."""
+row per batch line, which is what the runners of a fleet claim and where each line's result is kept. On
+PostgreSQL, file bodies too (files.py)."""
 
 from __future__ import annotations
 
@@ -29,4 +30,8 @@ SCHEMA = Schema("batches", [
             PRIMARY KEY (batch_id, idx))""",
         "CREATE INDEX IF NOT EXISTS batch_lines_state ON batch_lines (batch_id, state, idx)",
     ]),
+    # a fleet's gateways share the database, not a disk: there a file's body is kept in chunks beside its row
+    Migration(2, "file bodies in the database (PostgreSQL)", {"sqlite": [], "postgres": [
+        """CREATE TABLE IF NOT EXISTS batch_file_bodies (
+            file_id TEXT NOT NULL, seq INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (file_id, seq))"""]}),
 ])
