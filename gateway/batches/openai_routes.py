@@ -9,6 +9,7 @@ batch belongs to the caller's team: another team's id is a 404, as is one that n
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -143,7 +144,8 @@ async def create_batch(request: Request, batches: BatchService, payload: Any) ->
     row = await _file(batches, principal.team_id, file_id, "input_file_id")
     check(row[2] == "batch", f"The file {file_id} has purpose {row[2]!r}; a batch needs purpose 'batch'",
           "input_file_id")
-    checked = checks.openai_file(await batches.files.read(file_id), endpoint, batches.settings.batches.max_file_lines)
+    raw = await batches.files.read(file_id)  # up to max_file_bytes: checked off the event loop
+    checked = await asyncio.to_thread(checks.openai_file, raw, endpoint, batches.settings.batches.max_file_lines)
     batch = await batches.store.create(principal.team_id, "openai", endpoint, file_id,
                                        msgspec.json.encode(principal).decode(), metadata, checked.lines, checked.errors)
     batches.runner.wake()

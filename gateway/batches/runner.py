@@ -4,7 +4,9 @@ window and purges expired files.
 
 The priority rule, per endpoint: a batch line starts only while
 - nobody waits in the endpoint's activator queue (an interactive request waiting for a replica pauses batches),
-- a ready replica has a free place (its in-flight count below the activator's capacity: what it takes at once),
+- a ready replica has a free place: its in-flight count (interactive and batch) below both the activator's
+  capacity (what it takes at once) and the endpoint's `target_concurrency` (the load the autoscaler aims for per
+  replica, so batch lines alone never make it add replicas),
 - and this gateway runs fewer than `[batches] in_flight_per_endpoint` lines on it.
 An endpoint at zero replicas gets one line, which waits in its queue and wakes it like any request; once the
 batch is done its idle timer takes it back to zero. A line the endpoint refuses for now (queue full, wait over)
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import math
 import os
 import secrets
 import socket
@@ -137,7 +140,9 @@ class BatchRunner:
         candidates = activator.pool.candidates()
         if not candidates:  # asleep or waking: one line wakes it and waits in its queue
             return self.per_endpoint[name] == 0
-        return any(replica.in_flight < activator.capacity for replica in candidates)
+        # a replica's load as the autoscaler aims for it: batch lines never push one past it (no scale-up for them)
+        room = min(activator.capacity, math.ceil(controller.spec.target_concurrency))
+        return any(replica.in_flight < room for replica in candidates)
 
     async def _dispatch(self, startable: dict[str, list[Batch]]) -> None:
         principals = {}
