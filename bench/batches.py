@@ -117,8 +117,9 @@ def main() -> None:
           f" interactive {interactive_rate:.1f} tok/s, batch {batch_rate:.1f} tok/s")
     print(f"TTFT p99 ratio (with batch / alone): {p99_together / p99_alone:.2f}   (bar <= 1.2)")
     print(f"both loads / saturated: {(interactive_rate + batch_rate) / saturated_rate:.2f}   (bar >= 0.8)")
-    idle = max(saturated_rate - alone_rate, 1e-9)
-    print(f"batch / idle capacity (saturated - interactive alone): {batch_rate / idle:.2f}")
+    idle = saturated_rate - alone_rate
+    share = f"{batch_rate / idle:.2f}" if idle > 0 else "n/a (the saturated run was no faster: a loaded machine)"
+    print(f"batch / idle capacity (saturated - interactive alone): {share}")
 
 
 if __name__ == "__main__":

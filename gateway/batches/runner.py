@@ -1,6 +1,6 @@
 """The batch runner, one per gateway: it claims batch lines (store.py) and runs them (line_run.py) on the
 capacity interactive requests leave idle, finalizes batches whose lines all ended, expires those past their
-window and purges expired files.
+window and purges expired files and the batches as old (with their lines).
 
 The priority rule, per endpoint: a batch line starts only while
 - nobody waits in the endpoint's activator queue (an interactive request waiting for a replica pauses batches),
@@ -103,6 +103,7 @@ class BatchRunner:
         if now - self._purged > PURGE_EVERY_S:
             self._purged = now
             await self.files.purge_expired()
+            await self.store.purge_ended(now - self.settings.file_retention_s)  # kept as long as their files
         startable: dict[str, list[Batch]] = {}
         for batch in await self.store.active():
             if batch.status in ("in_progress", "cancelling") and now >= (batch.times["expires_at"] or now):

@@ -263,6 +263,17 @@ class BatchStore:
                              "WHERE batch_id = ? AND idx = ? AND owner = ? AND state = 'running'",
                              (line.batch_id, line.index, owner))
 
+    async def purge_ended(self, before: float) -> int:
+        """Delete ended batches created before `before` with their lines (their files expire on their own)."""
+        db = await self.migrated()
+        rows = await db.fetchall("SELECT id FROM batches WHERE created_at < ? AND status NOT IN (?, ?, ?)",
+                                 (before, *ACTIVE))
+        for (batch_id,) in rows:
+            async with db.transaction(exclusive=False) as tx:
+                await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
+                await tx.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+        return len(rows)
+
     async def release_all(self, owner: str) -> None:
         """A stopping runner gives back every line it holds: another start takes them at once."""
         db = await self.migrated()

@@ -12,7 +12,7 @@ import pytest
 
 import storage
 from gateway.batches.lines import Line, anthropic_requests, estimated_tokens, openai_file
-from gateway.batches.store import BatchStore, EnqueuedTokensExceeded
+from gateway.batches.store import BatchStore, Counts, EnqueuedTokensExceeded
 
 
 def lines(count: int) -> list[Line]:
@@ -88,6 +88,9 @@ async def test_cancel_expiry_and_the_enqueued_token_limit(store_url):
         older, _ = await store.list("team_a", "openai", newest[-1].id, None, 10)
         assert {b.id for b in older}.isdisjoint(b.id for b in newest)
         assert time.time() < made[0].times["expires_at"] <= time.time() + 86_400
+        assert await store.purge_ended(time.time() + 1) == 3  # the ended ones (cancelled, expired, failed)
+        assert await store.get("team_a", "openai", made[0].id) is None and await store.counts(made[0].id) == Counts()
+        assert await store.get("team_a", "openai", newest[-1].id) is not None  # in progress: kept
     finally:
         await db.close()
 
