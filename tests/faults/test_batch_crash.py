@@ -1,6 +1,6 @@
 """A gateway SIGKILLed three times in the middle of a batch (#48): each start resumes it (lines claimed by the
 dead process come back when their leases lapse), and the batch ends with exactly one output line and exactly one
-ledger record per input line. `make test` runs 150 lines; SLUICE_BATCH_CRASH_LINES=2000 runs the issue's size."""
+ledger record per input line. `make test` runs 90 lines; SLUICE_BATCH_CRASH_LINES=2000 runs the issue's size."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from testkit.protocol_worker import MODEL, worker_process
 from testkit.sluice import start_sluice
 from testkit.stub_gateway import ADMIN_KEY
 
-LINES = int(os.environ.get("SLUICE_BATCH_CRASH_LINES", "150"))
+LINES = int(os.environ.get("SLUICE_BATCH_CRASH_LINES", "90"))
 KILLS = 3
 
 

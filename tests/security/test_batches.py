@@ -221,7 +221,7 @@ def test_a_revoked_keys_batch_runs_no_more_lines(server, teams):
     api = client(server, made["key"])
     with worker_process(token_delay=0.05, quiet=True) as slow:  # lines that take a while: the revoke comes first
         admin(server, "POST", "/admin/endpoints", name="slow", provisioner={"kind": "static", "urls": [slow.url]})
-        lines = [chat_line(f"r-{i}", model="slow") for i in range(MAX_LINES)]
+        lines = [chat_line(f"r-{i}", model="slow") for i in range(12)]
         batch = api.batches.create(input_file_id=upload(api, lines), endpoint="/v1/chat/completions",
                                    completion_window="24h")
         admin(server, "DELETE", f"/admin/keys/{made['id']}")
@@ -229,7 +229,7 @@ def test_a_revoked_keys_batch_runs_no_more_lines(server, teams):
     owner = client(server, teams[0][1])  # the team's other key reads the batch
     errors = lines_of(owner, done.error_file_id)
     assert errors and all(line["response"]["body"]["error"]["code"] == "revoked_api_key" for line in errors)
-    assert done.request_counts.completed + len(errors) == MAX_LINES
+    assert done.request_counts.completed + len(errors) == 12
 
 
 def test_malformed_multipart_uploads_are_4xx(server, teams):
