@@ -91,6 +91,20 @@ class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86_400)] = 60.0  # expired responses purged this often
 
 
+class BatchSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `[batches]` table: OpenAI Files + Batches and Anthropic Message Batches (gateway/batches/README.md)."""
+
+    max_file_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 200 << 20  # OpenAI's 200 MB per file
+    max_file_lines: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 50_000  # OpenAI's 50,000 requests per batch
+    team_max_file_bytes: Annotated[int, msgspec.Meta(ge=0)] = 1 << 30  # all of one team's files (uploads + results)
+    # tokens a team's unfinished batches may hold (OpenAI's "enqueued tokens"), apart from its interactive tpm
+    team_max_enqueued_tokens: Annotated[int, msgspec.Meta(ge=0)] = 20_000_000
+    in_flight_per_endpoint: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 8  # batch lines one gateway runs at once
+    lease_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 60.0  # a claimed line's lease; renewed while it runs
+    poll_interval_s: Annotated[float, msgspec.Meta(ge=0.05, le=60)] = 1.0  # how often an idle runner looks again
+    file_retention_s: Annotated[float, msgspec.Meta(gt=0, le=366 * 86_400)] = 30 * 86_400.0  # files expire
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
@@ -149,6 +163,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
     budget_alerts: BudgetAlertSettings = msgspec.field(default_factory=BudgetAlertSettings)
     responses: ResponsesSettings = msgspec.field(default_factory=ResponsesSettings)
+    batches: BatchSettings = msgspec.field(default_factory=BatchSettings)
 
     def __repr__(self) -> str:  # the secrets never reach a log line or a traceback
         hidden = {name: "***" for name in SECRETS if getattr(self, name)}

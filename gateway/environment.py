@@ -46,6 +46,7 @@ NOT_SETTINGS = {
     "SLUICE_API_KEY": "docs: the key the README's client examples send (a client's, never read by sluice)",
     "SLUICE_ARTIFACTS": "test-only: where the dashboard tests write screenshots",
     "SLUICE_DISCONNECT_REQUESTS": "test-only: requests of tests/faults/test_disconnects.py",
+    "SLUICE_BATCH_CRASH_LINES": "test-only: lines of tests/faults/test_batch_crash.py's batch (the issue's 2,000)",
     "SLUICE_SOAK_CLIENTS": "test-only: clients of tests/faults/test_soak.py",
     "SLUICE_SOAK_SECONDS": "test-only: length of tests/faults/test_soak.py",
     "SLUICE_FUZZ_SCALE": "test-only: examples per property test, times this (`make fuzz`)",

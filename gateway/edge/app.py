@@ -14,6 +14,9 @@ from gateway.admin.identity import admin_router
 from gateway.admin.team import team_router
 from gateway.admin.usage import admin_usage_router, usage_router
 from gateway.authentication.middleware import authentication, require_admin
+from gateway.batches import anthropic_routes as message_batches
+from gateway.batches import openai_routes as batch_files
+from gateway.batches.dashboard_page import dashboard_batches_router
 from gateway.config import Settings
 from gateway.dashboard.render import template_config
 from gateway.dashboard.routes import dashboard_router, static_router
@@ -41,9 +44,9 @@ def create_app(settings: Settings, *, supervise: bool = True, ledger: bool = Tru
     """`ledger=False` keeps no usage records and serves no usage API: only bench/ledger_gateway.py's baseline."""
     rooms = [openai.router(), friendli.router(), monster.router(), tgi.router(), datacrunch.router(),
              sglang.router(), shared_paths.router(), anthropic.router(),
-             responses.router()]
+             responses.router(), batch_files.router(settings.batches.max_file_bytes), message_batches.router()]
     usage = ([usage_router(), admin_usage_router(guards=[require_admin]), dashboard_router(),
-              static_router()]
+              dashboard_batches_router(), static_router()]
              if ledger else [])
     # outermost first; the direct routes run the same ones, then authenticate themselves. The request scope sits
     # inside the access log, so a request is settled before its line is written

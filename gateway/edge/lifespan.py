@@ -31,6 +31,7 @@ from billing.pricing import PricingError, PricingTable
 from billing.wal_home import WalHome, orphan_sweeper
 from common.errors import StoreUnavailable
 from gateway.authentication.middleware import STATE_KEY
+from gateway.batches.service import BatchService, open_batches
 from gateway.config import Settings
 from gateway.dialects.responses.store import policy_of, response_store
 from gateway.dialects.responses.sweep import response_sweeper
@@ -105,6 +106,10 @@ def provide_ledger(state: State) -> Ledger | None:
     return state.services.ledger
 
 
+def provide_batches(state: State) -> BatchService:
+    return state.batches
+
+
 class GatewayServices(InitPluginProtocol):
     """`supervise=False` starts no local worker: an endpoint of the local provisioner then has no replica (tests
     of the routes themselves), while static and ECS endpoints work as configured. `ledger=False` opens no usage
@@ -118,7 +123,8 @@ class GatewayServices(InitPluginProtocol):
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         app_config.lifespan.append(self.lifespan)
         app_config.dependencies.update(services=Provide(provide_services, sync_to_thread=False),
-                                       ledger=Provide(provide_ledger, sync_to_thread=False))
+                                       ledger=Provide(provide_ledger, sync_to_thread=False),
+                                       batches=Provide(provide_batches, sync_to_thread=False))
         return app_config
 
     @asynccontextmanager
@@ -126,6 +132,9 @@ class GatewayServices(InitPluginProtocol):
         async with AsyncExitStack() as opened:
             try:
                 app.state.services = await self._open(opened)
+                app.state.batches = open_batches(app.state.services)
+                await app.state.batches.store.migrated()
+                opened.push_async_callback(app.state.batches.runner.start().stop)
             except StartupError as error:
                 app.state[STATE_FAILURE] = str(error)
                 raise

@@ -10,7 +10,8 @@ from litestar import Litestar
 TGI_PATHS = {"/", "/generate", "/generate_stream", "/tokenize", "/v1/completions/generate",
              "/v1/completions/generate_stream", "/info"}
 SGLANG_PATHS = {"/detokenize", "/get_model_info", "/get_server_info"}  # every other path answers in the OpenAI envelope
-ANTHROPIC_PATHS = {"/v1/messages", "/v1/messages/count_tokens"}
+ANTHROPIC_PATHS = {"/v1/messages", "/v1/messages/count_tokens", "/v1/messages/batches", "/v1/messages/batches/x",
+                   "/v1/messages/batches/x/cancel", "/v1/messages/batches/x/results"}
 
 
 def route_table(app: Litestar) -> list[tuple[str, str, object]]:

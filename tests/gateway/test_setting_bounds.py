@@ -88,6 +88,17 @@ BOUNDARIES = [
     ("[responses]\nteam_max_responses = 0", "[responses]\nteam_max_responses = -1", "team_max_responses"),
     ("[responses]\nsweep_interval_s = 0.1", "[responses]\nsweep_interval_s = 0.05", "sweep_interval_s"),
     ("[responses]\nsweep_interval_s = 86400", "[responses]\nsweep_interval_s = inf", "sweep_interval_s"),
+    ("[batches]\nmax_file_bytes = 1024", "[batches]\nmax_file_bytes = 1023", "max_file_bytes"),
+    ("[batches]\nmax_file_lines = 1000000", "[batches]\nmax_file_lines = 1000001", "max_file_lines"),
+    ("[batches]\nmax_file_lines = 1", "[batches]\nmax_file_lines = 0", "max_file_lines"),
+    ("[batches]\nteam_max_file_bytes = 0", "[batches]\nteam_max_file_bytes = -1", "team_max_file_bytes"),
+    ("[batches]\nteam_max_enqueued_tokens = 0", "[batches]\nteam_max_enqueued_tokens = -1",
+     "team_max_enqueued_tokens"),
+    ("[batches]\nin_flight_per_endpoint = 4096", "[batches]\nin_flight_per_endpoint = 4097",
+     "in_flight_per_endpoint"),
+    ("[batches]\nlease_s = 1", "[batches]\nlease_s = 0.5", "lease_s"),
+    ("[batches]\npoll_interval_s = 60", "[batches]\npoll_interval_s = 61", "poll_interval_s"),
+    ("[batches]\nfile_retention_s = 31622400", "[batches]\nfile_retention_s = 0", "file_retention_s"),
 ]
 
 

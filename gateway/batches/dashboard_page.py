@@ -1,0 +1,65 @@
+"""The dashboard's Batches page: a team's batches (both APIs), newest first, with their status, progress, counts
+and tokens, and links to each OpenAI batch's output and error files (downloaded through the dashboard's session,
+from the team on screen only). For the team's owners and members; a service key's session, the admin's and
+another team's get 403 (a team the key cannot reach: 404, as every dashboard page)."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, Router, get
+from litestar.di import Provide
+from litestar.response import Template
+
+from auth.service import AuthService
+from auth.sessions import SessionStore
+from common.errors import SluiceError
+from gateway.authentication.middleware import PUBLIC, auth_service
+from gateway.batches.service import BatchService
+from gateway.dashboard.access import BASE, Forbidden, NotSignedIn, signed_in_scope
+from gateway.dashboard.compression import gzipped
+from gateway.dashboard.headers import page_headers
+from gateway.dashboard.render import when
+from gateway.dashboard.routes import _error_page, _sessions, _sign_in_first
+from gateway.errors import NotFound
+
+SHOWN = 200  # batches the page lists
+READERS = ("owner", "member")
+
+
+async def _team_scope(request: Request, sessions: SessionStore, auth: AuthService):
+    session, scope = await signed_in_scope(request, sessions, auth)
+    if scope.team.role not in READERS:
+        raise Forbidden("The Batches page is for the team's owners and members.")
+    return session, scope
+
+
+@get("/batches", opt=PUBLIC)
+async def batches_page(request: Request, sessions: SessionStore, auth: AuthService, batches: BatchService) -> Template:
+    session, scope = await _team_scope(request, sessions, auth)
+    rows = []
+    for batch in await batches.store.all_of_team(scope.team.id, SHOWN):
+        counts = await batches.store.counts(batch.id)
+        ended = counts.succeeded + counts.errored + counts.cancelled + counts.expired
+        rows.append({"batch": batch, "counts": counts, "done": ended, "total": batch.total,
+                     "percent": int(100 * ended / batch.total) if batch.total else 100,
+                     "created": when(batch.times["created_at"], "UTC")})
+    return Template("batches.html.j2", context={"session": session, "scope": scope, "page": "batches",
+                                                "rows": rows, "shown": SHOWN})
+
+
+@get("/batches/files/{file_id:str}", opt=PUBLIC)
+async def batch_file(request: Request, sessions: SessionStore, auth: AuthService, batches: BatchService,
+                     file_id: str) -> Response:
+    _, scope = await _team_scope(request, sessions, auth)
+    row = await batches.files.get(scope.team.id, file_id[:128])
+    if row is None:
+        raise NotFound("No such file in this team.")
+    return Response(await batches.files.read(row[0]), media_type="application/jsonl",
+                    headers={"content-disposition": f'attachment; filename="{row[0]}.jsonl"'})
+
+
+def dashboard_batches_router() -> Router:
+    return Router(path=BASE, route_handlers=[batches_page, batch_file],
+                  dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
+                                "auth": Provide(auth_service, sync_to_thread=False)},
+                  exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},
+                  middleware=[page_headers, gzipped])
