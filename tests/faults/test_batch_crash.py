@@ -84,5 +84,7 @@ def test_a_batch_survives_three_sigkills_with_one_output_and_one_record_per_line
             assert len(records) == LINES, len(records)
             assert {r["request_id"] for r in records} == {line["response"]["request_id"] for line in output}
             assert all(r["status"] == "ok" for r in records)
+            # each record carries its line's mark: the batch and the custom_id it answered
+            assert {(r["batch_id"], r["custom_id"]) for r in records} == {(batch_id, f"line-{i}") for i in range(LINES)}
         finally:
             server.stop(signal.SIGKILL)
