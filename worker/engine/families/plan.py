@@ -18,7 +18,9 @@ class LayerPlan:
     attention: nn.Module
     mlp: nn.Module  # the MLP as the runner calls it whole (a TopKExperts for a mixture of experts)
     qkv_modules: list[nn.Module]  # the Hugging Face q/k/v projection(s), in the family's order
-    gate_up_modules: list[nn.Module]  # gate and up (or the fused one, or the ungated input projection)
+    out: nn.Module  # attention's output projection
+    gate_up_modules: list[nn.Module]  # gate and up (or the fused one, or the ungated input projection); [] for experts
+    down: nn.Module | None  # the MLP's output projection; None for experts
     input_norm: Norm | None
     attention_out_norm: Norm | None
     mlp_norm: Norm | None
@@ -32,6 +34,11 @@ class LayerPlan:
     scale: float | None  # attention's score scale, None: 1 / sqrt(head_dim)
     softcap: float | None
     moe: bool
+
+    @property
+    def projections(self) -> list[nn.Module]:
+        """The Hugging Face projections the fused ones (FusedLayer) stand for: what a quantized path frees."""
+        return [*self.qkv_modules, self.out, *self.gate_up_modules, *([self.down] if self.down is not None else [])]
 
     @property
     def plain(self) -> bool:
@@ -65,17 +72,17 @@ def plan_layer(family: Family, config, layer: nn.Module, index: int, max_context
     moe = family.moe and hasattr(mlp, "experts")  # Qwen3-MoE may keep some layers dense
     if moe:
         normalised = True if family.moe_normalised is None else bool(getattr(config, family.moe_normalised))
-        runs = TopKExperts(mlp, config.num_experts_per_tok, normalised)
-        gate_up = []
+        runs, gate_up, down = TopKExperts(mlp, config.num_experts_per_tok, normalised), [], None
     else:
-        runs = mlp
+        runs, down = mlp, getattr(mlp, family.down)
         gate_up = [getattr(mlp, name) for name in (family.gate_up or (family.up,))]
     layer_types = getattr(config, "layer_types", None)
     q_norm = k_norm = None
     if family.qk_norm is not None:
         q_norm, k_norm = Norm(family.norm, attention.q_norm), Norm(family.norm, attention.k_norm)
     softcap = getattr(config, "attn_logit_softcapping", None) if family.softcap else None
-    return LayerPlan(attention, runs, [getattr(attention, name) for name in family.qkv], gate_up,
+    return LayerPlan(attention, runs, [getattr(attention, name) for name in family.qkv], getattr(attention, family.out),
+                     gate_up, down,
                      _norm(family, layer, family.input_norm), _norm(family, layer, family.attention_out_norm),
                      _norm(family, layer, family.mlp_norm), _norm(family, layer, family.mlp_out_norm),
                      q_norm, k_norm, family.qk_norm,
@@ -97,7 +104,6 @@ def _by_head(module: nn.Linear, heads: int) -> Projection:
 def fuse_layer(family: Family, plan: LayerPlan, heads: int) -> FusedLayer:
     """The layer's projections as the runner calls them: q/k/v as one matmul and gate/up as one, where the
     modules are plain Linear layers (bitsandbytes and other subclasses keep their own forward)."""
-    attention = plan.attention
     qkv = gate_up = None
     projections = plan.qkv_modules
     if len(projections) == 1 and plain_linear(*projections):
@@ -108,16 +114,16 @@ def fuse_layer(family: Family, plan: LayerPlan, heads: int) -> FusedLayer:
         if plain_linear(*projections) and len(set(biases)) == 1:
             qkv = Projection(concat_weights(projections),
                              torch.cat([p.bias.data for p in projections]) if biases[0] else None)
-    out = getattr(attention, family.out)
+    out = plan.out
     if plan.moe:
         return FusedLayer(qkv, None, out, None)
     mlp, members = plan.mlp, plan.gate_up_modules
     if not family.gated:
         if plain_linear(*members):
-            return FusedLayer(qkv, members[0], out, getattr(mlp, family.down), getattr(mlp, family.act), gated=False)
+            return FusedLayer(qkv, members[0], out, plan.down, getattr(mlp, family.act), gated=False)
         return FusedLayer(qkv, None, out, None)
     if plain_linear(*members) and all(m.bias is None for m in members):
         gate_up = Projection(members[0].weight) if len(members) == 1 else Projection(concat_weights(members))
     if gate_up is None:
         return FusedLayer(qkv, None, out, None)
-    return FusedLayer(qkv, gate_up, out, getattr(mlp, family.down), getattr(mlp, family.act))
+    return FusedLayer(qkv, gate_up, out, plan.down, getattr(mlp, family.act))

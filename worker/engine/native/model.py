@@ -58,9 +58,33 @@ def _float(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().float().contiguous()
 
 
+def _family_gaps(runner) -> list[str]:
+    """What the runner's family uses (families/family.py) that forward.c does not compute: it runs Llama's layer."""
+    family, plans = runner.family, runner.plans
+    gaps = [f"{family.norm} norms" for _ in [0] if family.norm != "rms"]
+    gaps += [what for what, used in (
+        ("norms after attention or the MLP", any(p.attention_out_norm or p.mlp_out_norm for p in plans)),
+        ("a layer without its input or MLP norm", any(p.input_norm is None or p.mlp_norm is None for p in plans)),
+        ("q/k norms", family.qk_norm is not None),
+        ("a parallel residual", any(p.parallel for p in plans)),
+        ("a sliding window", any(p.window is not None for p in plans)),
+        ("rotary tables per layer type", family.rope_by_layer_type),
+        ("attention soft-capping", any(p.softcap is not None for p in plans)),
+        ("final logit soft-capping", runner.logit_softcap is not None),
+        ("mixture-of-experts MLPs", family.moe),
+        ("an ungated MLP", not family.gated),
+        ("partial rotary", runner.rotary_dim != runner.head_dim),
+        ("a q/k/v layout by head", family.qkv_by_head),
+        ("scaled embeddings", hasattr(runner.embed_tokens, "embed_scale"))) if used]
+    return gaps
+
+
 def check_supported(runner) -> None:
     """Raise NativeUnsupported unless forward.c computes this runner's model."""
     config = runner.model.config
+    gaps = _family_gaps(runner)
+    if gaps:
+        raise NativeUnsupported(f"{runner.family.name}: {', '.join(gaps)} not in the native q4 forward")
     if runner.device.type != "cpu" or runner.dtype != torch.float32:
         raise NativeUnsupported("q4 runs on the CPU in float32")
     if runner._rope_table is None:
@@ -75,7 +99,7 @@ def check_supported(runner) -> None:
         if fused.o_proj.bias is not None or fused.down_proj.bias is not None:
             raise NativeUnsupported("q4 supports a bias on q/k/v only")
         for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm"):
+            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Phi3RMSNorm"):
                 raise NativeUnsupported(f"q4 does not run {type(norm).__name__}")
     if type(runner.lm_head) is not nn.Linear or runner.lm_head.bias is not None:
         raise NativeUnsupported("q4 needs a plain vocabulary projection")
@@ -84,11 +108,9 @@ def check_supported(runner) -> None:
 def matrix_sources(runner) -> dict[str, list[nn.Module]]:
     """Each packed matrix's modules, whose weights it stacks (q, k, v; gate, up)."""
     sources: dict[str, list[nn.Module]] = {}
-    for index, layer in enumerate(runner.layers):
-        attention, mlp = layer.self_attn, layer.mlp
-        sources.update({f"{index}.qkv": [attention.q_proj, attention.k_proj, attention.v_proj],
-                        f"{index}.o": [attention.o_proj], f"{index}.gate_up": [mlp.gate_proj, mlp.up_proj],
-                        f"{index}.down": [mlp.down_proj]})
+    for index, plan in enumerate(runner.plans):
+        sources.update({f"{index}.qkv": plan.qkv_modules, f"{index}.o": [plan.out],
+                        f"{index}.gate_up": plan.gate_up_modules, f"{index}.down": [plan.down]})
     if runner.lm_head.weight is runner.embed_tokens.weight:  # tied: the vocabulary matrix is the embedding
         sources["lm_head"] = [runner.embed_tokens]
     else:

@@ -1,0 +1,106 @@
+"""Every decoder family of worker/engine/families/ on a tiny random model built offline (testkit/tiny_families.py):
+the engine in the exact mode (float32, unquantized) gives transformers `generate()`'s greedy tokens, sampled
+tokens whose logprobs are the model's own, and the same seeded tokens alone or beside other rows. Gemma 2 also
+through chunked prefill, the prefix cache and beam search. A model type without a description, and a family
+the native q4 forward does not compute, are refused with a reason that names what is missing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from testkit.tiny_families import EOS, FAMILIES, tiny_family, word_tokenizer
+from tests.worker.beam.helpers import beam_reference
+from tests.worker.engine.runs import request, running_engine, submit
+from worker.engine.native.model import NativeUnsupported, check_supported
+from worker.engine.runner import ModelRunner, UnsupportedModel
+
+NEW_TOKENS = 12
+PROMPTS = [[5, 17, 300, 42, 9, 77, 128, 3, 250, 61, 8, 99, 14, 470],  # longer than the windows (6)
+           [260, 31, 7, 401, 55, 12, 90, 3, 18]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return word_tokenizer()
+
+
+def _greedy_reference(model, prompt: list[int]) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                             do_sample=False, pad_token_id=EOS)
+    return out[0, len(prompt):].tolist()
+
+
+def _sampled_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    """The model's own log-probabilities of `tokens` after `prompt`, teacher-forced."""
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1].float()
+    return logits.log_softmax(-1).gather(1, torch.tensor(tokens).unsqueeze(1))[:, 0].tolist()
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_engine_decodes_each_family_as_transformers_does(name, tokenizer):
+    """Two greedy prompts share the batch (unequal lengths: the padding mask and the windows are exercised), with
+    a seeded sampled request beside them; the seeded request alone gives the same tokens."""
+    loaded = tiny_family(name, tokenizer)
+    runner_family = ModelRunner(loaded.model, 1, 64).family.name
+    assert runner_family == name
+    sampled = dict(max_tokens=NEW_TOKENS, temperature=1.0, seed=[7], logprobs=0)  # logprobs of the raw softmax
+    with running_engine(loaded, f"family-{name}", max_batch_size=4, max_context=128) as engine:
+        runs = [submit(engine, request(prompt_ids=prompt, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
+                                       temperature=0), strict=True) for prompt in PROMPTS]
+        crowded = submit(engine, request(prompt_ids=PROMPTS[1], **sampled), strict=True)
+        for run in runs:
+            run.wait()
+        crowded.wait()
+        alone = submit(engine, request(prompt_ids=PROMPTS[1], **sampled), strict=True).wait()
+    for run, prompt in zip(runs, PROMPTS):
+        assert run.finishes[0].token_ids == _greedy_reference(loaded.model, prompt), name
+    tokens = crowded.finishes[0].token_ids
+    assert alone.finishes[0].token_ids == tokens
+    reported = [token.logprob for token in crowded.tokens()]
+    assert reported == pytest.approx(_sampled_logprobs(loaded.model, PROMPTS[1], tokens), abs=1e-4)
+
+
+def test_gemma2_through_chunked_prefill_the_prefix_cache_and_beams(tokenizer):
+    """Small prefill chunks and a cached prefix give generate()'s greedy tokens; beam search gives transformers'
+    beams and scores."""
+    loaded = tiny_family("gemma2", tokenizer, seed=3)
+    shared = [int(t) for t in torch.randint(2, 512, (40,), generator=torch.Generator().manual_seed(5))]
+    prompts = [shared + [11, 12], shared + [40, 41, 42]]
+    with running_engine(loaded, "gemma2-features", max_batch_size=4, max_context=128, max_batched_tokens=8) as engine:
+        first = submit(engine, request(prompt_ids=prompts[0], max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
+                                       temperature=0), strict=True).wait()
+        second = submit(engine, request(prompt_ids=prompts[1], max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
+                                        temperature=0), strict=True).wait()
+        params = dict(num_beams=3, n=2, max_tokens=8, temperature=0.0)
+        beams = submit(engine, request(prompt_ids=prompts[1], **params), strict=True).wait()
+    assert first.done.cached_tokens == 0 and second.done.cached_tokens == 32  # two whole blocks of 16
+    for run, prompt in zip((first, second), prompts):
+        assert run.finishes[0].token_ids == _greedy_reference(loaded.model, prompt)
+    sequences, scores = beam_reference(loaded.model, prompts[1], params, [EOS])
+    assert [f.token_ids for f in beams.finishes] == sequences
+    assert [f.score for f in beams.finishes] == pytest.approx(scores, abs=1e-3)
+
+
+def test_a_model_type_without_a_description_is_refused_by_name():
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2)).eval()
+    with pytest.raises(UnsupportedModel, match="gpt2: no family description"):
+        ModelRunner(model, 1, 32)
+
+
+@pytest.mark.parametrize("name", sorted(set(FAMILIES) - {"llama", "mistral", "qwen2"}))
+def test_the_native_forward_refuses_what_it_does_not_compute(name, tokenizer):
+    runner = ModelRunner(tiny_family(name, tokenizer).model, 1, 64)
+    with pytest.raises(NativeUnsupported, match=f"^{name}: .* not in the native q4 forward"):
+        check_supported(runner)
+
+
+def test_the_native_forward_takes_a_window_no_row_reaches(tokenizer):
+    """Mistral's window runs natively only where the context never exceeds it (the C forward has no window)."""
+    loaded = tiny_family("mistral", tokenizer)
+    check_supported(ModelRunner(loaded.model, 1, 6))
+    with pytest.raises(NativeUnsupported, match="sliding window"):
+        check_supported(ModelRunner(loaded.model, 1, 64))
