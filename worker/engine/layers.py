@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # RMSNorms that compute weight * (x * rsqrt(mean(x^2) + eps)) in float32, like Llama's
-_PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MixtralRMSNorm",
-                    "Qwen3MoeRMSNorm", "Phi3RMSNorm"}
+_PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MixtralRMSNorm", "Phi3RMSNorm"}
 
 
 class Projection(nn.Module):
@@ -60,12 +59,6 @@ def concat_weights(modules: list[nn.Linear]) -> torch.Tensor:
 
 def plain_rms_norm(norm: nn.Module) -> bool:
     return type(norm).__name__ in _PLAIN_RMS_NORMS
-
-
-def rms_norm(norm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    if not plain_rms_norm(norm):
-        return norm(hidden)
-    return weighted_rms_norm(hidden, norm.weight, norm.variance_epsilon)
 
 
 def weighted_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

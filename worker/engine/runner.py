@@ -88,7 +88,7 @@ class ModelRunner:
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.vocab_size = self.lm_head.weight.shape[0]
+        self.vocab_size = config.vocab_size
         self.hidden_size = config.hidden_size
         self.max_context = min(max_context, getattr(config, "max_position_embeddings", max_context))
         # q4 may leave the projections unread (meta): the device is where the loaded ones are
