@@ -1,6 +1,7 @@
 """Tiny random decoders of every family the lean runner describes (worker/engine/families/), built offline from
-transformers' config classes (4 layers, hidden 64, float32), on a word-level tokenizer of VOCAB words, so a
-test serves each through the engine and compares it with transformers `generate()` on the same weights."""
+transformers' config classes (4 layers, hidden 64, float32; Gemma 3's heads x head_dim wider than its hidden, as
+in the 270M), on a word-level tokenizer of VOCAB words, so a test serves each through the engine and compares it
+with transformers `generate()` on the same weights."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(head_dim=16, sliding_window=WINDOW, layer_types=_ALTERNATING,
                                                          query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
                                                          final_logit_softcapping=3.0)),
-    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(head_dim=16, sliding_window=WINDOW,
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(head_dim=32, sliding_window=WINDOW,
                                                                   layer_types=_ALTERNATING, query_pre_attn_scalar=24,
                                                                   rope_local_base_freq=100.0)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(rope_parameters=dict(
