@@ -1,7 +1,8 @@
 """Every decoder family of worker/engine/families/ on a tiny random model built offline (testkit/tiny_families.py):
 the engine in the exact mode (float32, unquantized) gives transformers `generate()`'s greedy tokens, sampled
 tokens whose logprobs are the model's own, and the same seeded tokens alone or beside other rows. Gemma 2 also
-through chunked prefill, the prefix cache and beam search. A model type without a description, and a family
+through chunked prefill, the prefix cache and beam search, and with a LoRA adapter (Qwen3, Gemma 2). A model type
+without a description, and a family
 the native q4 forward does not compute, are refused with a reason that names what is missing."""
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from common.protocol import AdapterRef
+from testkit.lora_adapters import write_adapter
 from testkit.tiny_families import EOS, FAMILIES, tiny_family, word_tokenizer
 from tests.worker.beam.helpers import beam_reference
 from tests.worker.engine.runs import request, running_engine, submit
+from tests.worker.lora.adapters import merged
 from worker.engine.native.model import NativeUnsupported, check_supported
 from worker.engine.runner import ModelRunner, UnsupportedModel
 
@@ -83,6 +87,24 @@ def test_gemma2_through_chunked_prefill_the_prefix_cache_and_beams(tokenizer):
     sequences, scores = beam_reference(loaded.model, prompts[1], params, [EOS])
     assert [f.token_ids for f in beams.finishes] == sequences
     assert [f.score for f in beams.finishes] == pytest.approx(scores, abs=1e-3)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma2"])
+def test_a_lora_adapter_on_a_family_gives_pefts_merged_model(name, tokenizer, tmp_path):
+    """An adapter on every projection of a non-Llama family, beside a base-model row: each gives what PEFT's merged
+    model (or the base model) gives with `generate()`."""
+    loaded = tiny_family(name, tokenizer, seed=2)
+    directory = write_adapter(loaded.model, tmp_path / f"{name}-lora", 4)
+    with running_engine(loaded, f"lora-{name}", max_batch_size=4, max_context=128) as engine:
+        adapted = request(prompt_ids=PROMPTS[0], max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS, temperature=0)
+        adapted.adapter = AdapterRef(name="shop", source=str(directory))
+        runs = [submit(engine, adapted, strict=True),
+                submit(engine, request(prompt_ids=PROMPTS[1], max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
+                                       temperature=0), strict=True)]
+        tokens = [run.wait().finishes[0].token_ids for run in runs]
+    assert tokens == [_greedy_reference(merged(loaded.model, directory), PROMPTS[0]),
+                      _greedy_reference(loaded.model, PROMPTS[1])]
+    assert tokens[0] != _greedy_reference(loaded.model, PROMPTS[0])  # the adapter changed the answer
 
 
 def test_a_model_type_without_a_description_is_refused_by_name():
