@@ -1,9 +1,9 @@
 """Every decoder family of worker/engine/families/ on a tiny random model built offline (testkit/tiny_families.py):
 the engine in the exact mode (float32, unquantized) gives transformers `generate()`'s greedy tokens, sampled
 tokens whose logprobs are the model's own, and the same seeded tokens alone or beside other rows. Gemma 2 also
-through chunked prefill, the prefix cache and beam search, and with a LoRA adapter (Qwen3, Gemma 2). A model type
-without a description, and a family
-the native q4 forward does not compute, are refused with a reason that names what is missing."""
+through chunked prefill, the prefix cache and beam search; Qwen3 and Gemma 2 with a LoRA adapter. A model type
+without a description, and a family the native q4 forward does not compute, are refused with a reason that
+names what is missing."""
 
 from __future__ import annotations
 
