@@ -7,6 +7,8 @@ names what is missing."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -19,6 +21,7 @@ from tests.worker.engine.runs import request, running_engine, submit
 from tests.worker.lora.adapters import merged
 from worker.engine.native.model import NativeUnsupported, check_supported
 from worker.engine.runner import ModelRunner, UnsupportedModel
+from worker.engine.w8a8 import quantize_runner
 
 NEW_TOKENS = 12
 PROMPTS = [[5, 17, 300, 42, 9, 77, 128, 3, 250, 61, 8, 99, 14, 470],  # longer than the windows (6)
@@ -105,6 +108,19 @@ def test_a_lora_adapter_on_a_family_gives_pefts_merged_model(name, tokenizer, tm
     assert tokens == [_greedy_reference(merged(loaded.model, directory), PROMPTS[0]),
                       _greedy_reference(loaded.model, PROMPTS[1])]
     assert tokens[0] != _greedy_reference(loaded.model, PROMPTS[0])  # the adapter changed the answer
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_w8a8_quantizes_each_familys_layout(name, tokenizer):
+    """w8a8 (auto's pick without VNNI) reads each family's projections in its own layout (fused, by head, experts
+    kept in float32): every position's logits point where float32's do (bench/family_quality.py: the quality rule)."""
+    loaded = tiny_family(name, tokenizer)
+    exact, quantized = ModelRunner(loaded.model, 1, 64), ModelRunner(copy.deepcopy(loaded.model), 1, 64)
+    quantize_runner(quantized, tokenizer)
+    expected = exact.prefill(0, PROMPTS[0], all_logits=True).logits
+    got = quantized.prefill(0, PROMPTS[0], all_logits=True).logits
+    assert not torch.equal(got, expected)  # the int8 projections ran
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=-1).min() > 0.99
 
 
 def test_a_model_type_without_a_description_is_refused_by_name():
