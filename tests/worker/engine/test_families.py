@@ -19,7 +19,8 @@ from testkit.tiny_families import EOS, FAMILIES, tiny_family, word_tokenizer
 from tests.worker.beam.helpers import beam_reference
 from tests.worker.engine.runs import request, running_engine, submit
 from tests.worker.lora.adapters import merged
-from worker.engine.native.model import NativeUnsupported, check_supported
+from worker.engine.native.install import install_native
+from worker.engine.native.model import KV_DTYPE, NativeUnsupported, check_supported
 from worker.engine.runner import ModelRunner, UnsupportedModel
 from worker.engine.w8a8 import quantize_runner
 
@@ -129,11 +130,25 @@ def test_a_model_type_without_a_description_is_refused_by_name():
         ModelRunner(model, 1, 32)
 
 
-@pytest.mark.parametrize("name", sorted(set(FAMILIES) - {"llama", "mistral", "qwen2"}))
+@pytest.mark.parametrize("name", sorted(set(FAMILIES) - {"llama", "mistral", "qwen2", "qwen3"}))
 def test_the_native_forward_refuses_what_it_does_not_compute(name, tokenizer):
     runner = ModelRunner(tiny_family(name, tokenizer).model, 1, 64)
     with pytest.raises(NativeUnsupported, match=f"^{name}: .* not in the native q4 forward"):
         check_supported(runner)
+
+
+def test_qwen3_runs_natively_with_its_per_head_norms(tokenizer):
+    """forward.c norms each q and k head before the rotation: Qwen3's q4 logits point where float32's do, prefill
+    and decode (without the norms they would not: the weights are perturbed away from one)."""
+    loaded = tiny_family("qwen3", tokenizer)
+    exact = ModelRunner(loaded.model, 1, 64)
+    native = ModelRunner(copy.deepcopy(loaded.model), 1, 64, kv_dtype=KV_DTYPE)
+    install_native(native)
+    expected, got = (r.prefill(0, PROMPTS[0], all_logits=True).logits for r in (exact, native))
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=-1).min() > 0.999
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+    expected, got = (r.decode([7], [len(PROMPTS[0])]).logits for r in (exact, native))
+    assert torch.nn.functional.cosine_similarity(got, expected, dim=-1).min() > 0.999
 
 
 def test_the_native_forward_takes_a_window_no_row_reaches(tokenizer):

@@ -37,7 +37,8 @@ class _Matrix(ctypes.Structure):
 
 class _Layer(ctypes.Structure):
     _fields_ = [("qkv", _Matrix), ("o", _Matrix), ("gate_up", _Matrix), ("down", _Matrix),
-                ("qkv_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p)]
+                ("qkv_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
+                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
 
 
 class _Model(ctypes.Structure):
@@ -65,7 +66,7 @@ def _family_gaps(runner) -> list[str]:
     gaps += [what for what, used in (
         ("norms after attention or the MLP", any(p.attention_out_norm or p.mlp_out_norm for p in plans)),
         ("a layer without its input or MLP norm", any(p.input_norm is None or p.mlp_norm is None for p in plans)),
-        ("q/k norms", family.qk_norm is not None),
+        ("q/k norms over all heads", family.qk_norm == "full"),
         ("a parallel residual", any(p.parallel for p in plans)),
         ("a sliding window", any(p.window is not None for p in plans)),
         ("rotary tables per layer type", family.rope_by_layer_type),
@@ -93,13 +94,15 @@ def check_supported(runner) -> None:
         raise NativeUnsupported("q4 supports SiLU-gated MLPs and head_dim <= 1024")
     if runner.heads % runner.kv_heads:
         raise NativeUnsupported("q4 needs heads to be a multiple of kv_heads")
-    for layer, fused in zip(runner.layers, runner.fused):
-        if fused.qkv is None or fused.gate_up is None or hasattr(layer.self_attn, "q_norm"):
-            raise NativeUnsupported("q4 needs plain Linear projections, a gated MLP and no per-head norms")
+    for layer, plan, fused in zip(runner.layers, runner.plans, runner.fused):
+        if fused.qkv is None or fused.gate_up is None:
+            raise NativeUnsupported("q4 needs plain Linear projections and a gated MLP")
         if fused.o_proj.bias is not None or fused.down_proj.bias is not None:
             raise NativeUnsupported("q4 supports a bias on q/k/v only")
-        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Phi3RMSNorm"):
+        head_norms = [] if plan.q_norm is None else [plan.q_norm.module, plan.k_norm.module]
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm, *head_norms):
+            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm",
+                                           "Phi3RMSNorm"):
                 raise NativeUnsupported(f"q4 does not run {type(norm).__name__}")
     if type(runner.lm_head) is not nn.Linear or runner.lm_head.bias is not None:
         raise NativeUnsupported("q4 needs a plain vocabulary projection")
@@ -149,19 +152,23 @@ class NativeForward:
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
         first = runner.layers[0]
+        head_norms = [norm.module for plan in runner.plans for norm in (plan.q_norm, plan.k_norm) if norm is not None]
         epsilons = {float(norm.variance_epsilon) for layer in runner.layers
                     for norm in (layer.input_layernorm, layer.post_attention_layernorm, runner.final_norm)}
+        epsilons |= {float(norm.variance_epsilon) for norm in head_norms}
         if len(epsilons) != 1:
             raise NativeUnsupported("q4 needs one RMSNorm epsilon for every norm")
         self.matrices = packed_matrices(runner) if matrices is None else matrices
         layers = (_Layer * len(runner.layers))()
-        for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
+        for index, (layer, plan, fused) in enumerate(zip(runner.layers, runner.plans, runner.fused)):
             packed = {name: self.matrices[f"{index}.{name}"] for name in ("qkv", "o", "gate_up", "down")}
             bias = None if fused.qkv.bias is None else self._hold(_float(fused.qkv.bias))
+            q_norm, k_norm = (None if norm is None else self._hold(_float(norm.weight)).data_ptr()
+                              for norm in (plan.q_norm, plan.k_norm))
             layers[index] = _Layer(*(_matrix(packed[name]) for name in ("qkv", "o", "gate_up", "down")),
                                    bias.data_ptr() if bias is not None else None,
                                    self._hold(_float(layer.input_layernorm.weight)).data_ptr(),
-                                   self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr())
+                                   self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr(), q_norm, k_norm)
         cos, sin = (self._hold(_float(t)) for t in runner._rope_table)
         scale = getattr(first.self_attn, "scaling", None) or runner.head_dim ** -0.5
         head = self.matrices["lm_head"]
