@@ -17,8 +17,8 @@ the graph executor's optimizations off (`torch.jit.optimized_execution(False)`):
 would record the stack's first call and run its optimization passes over the 30 inlined layers at the
 second, ~2.5 s of a core in all, which were the first decode steps of a burst that woke a worker; the
 interpreted graph it leaves runs no faster on CPU (no fuser runs there). Layers it cannot compile
-(bitsandbytes projections, norms other than plain RMSNorm, Qwen3's per-head norms, an activation
-that does not script) keep the Python path.
+(bitsandbytes projections, norms other than plain RMSNorm, any family variant beyond Llama's layer:
+per-head norms, windows, soft-caps, experts; an activation that does not script) keep the Python path.
 """
 
 from __future__ import annotations
@@ -115,6 +115,8 @@ class DecodeStack(nn.Module):
 
 def script_decode_layers(runner) -> torch.jit.ScriptModule | None:
     """The runner's layers as one scripted DecodeStack, or None where any layer keeps the Python path."""
+    if not runner.plain:  # a family's variants (families/): the Python path runs them
+        return None
     for layer, fused in zip(runner.layers, runner.fused):
         if fused.qkv is None or fused.gate_up is None or hasattr(layer.self_attn, "q_norm") or not (
                 plain_rms_norm(layer.input_layernorm) and plain_rms_norm(layer.post_attention_layernorm)):

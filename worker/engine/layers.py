@@ -1,4 +1,5 @@
-"""The per-layer pieces of the lean forward: fused projections, RMSNorm and the rotary embedding.
+"""The per-layer pieces of the lean forward: fused projections, the norms (RMS, Gemma's 1 + w, LayerNorm),
+the rotary embedding (full or partial) and attention (with or without soft-capping).
 
 Each does what the Hugging Face module does, in the same arithmetic, with fewer dispatched ops:
 a step at batch 1 is mostly per-op overhead on CPU, so one matmul instead of three counts.
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # RMSNorms that compute weight * (x * rsqrt(mean(x^2) + eps)) in float32, like Llama's
-_PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
+_PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MixtralRMSNorm", "Phi3RMSNorm"}
 
 
 class Projection(nn.Module):
@@ -37,14 +38,15 @@ class FusedLayer:
     o_proj: nn.Module
     down_proj: nn.Module | None
     act: nn.Module | None = None
+    gated: bool = True  # gate_up holds [gate | up]; False: it is the ungated MLP's input projection
 
 
-def _plain(*modules) -> bool:
+def plain_linear(*modules) -> bool:
     """Only exact nn.Linear layers are fused: bitsandbytes and other subclasses keep their own forward."""
     return all(type(m) is nn.Linear for m in modules) and len({m.weight.dtype for m in modules}) == 1
 
 
-def _concat(modules: list[nn.Linear]) -> torch.Tensor:
+def concat_weights(modules: list[nn.Linear]) -> torch.Tensor:
     """One weight for several Linear layers; each layer's weight becomes a view into it (no extra memory)."""
     fused = torch.cat([m.weight.data for m in modules])
     offset = 0
@@ -55,35 +57,56 @@ def _concat(modules: list[nn.Linear]) -> torch.Tensor:
     return fused
 
 
-def fuse_layer(layer: nn.Module, heads: int, kv_heads: int, head_dim: int) -> FusedLayer:
-    attention, mlp = layer.self_attn, layer.mlp
-    qkv = gate_up = None
-    projections = [attention.q_proj, attention.k_proj, attention.v_proj]
-    biases = [p.bias is not None for p in projections]
-    if _plain(*projections) and len(set(biases)) == 1:
-        qkv = Projection(_concat(projections), torch.cat([p.bias.data for p in projections]) if biases[0] else None)
-    gated = all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn"))
-    if gated and _plain(mlp.gate_proj, mlp.up_proj) and mlp.gate_proj.bias is None and mlp.up_proj.bias is None:
-        gate_up = Projection(_concat([mlp.gate_proj, mlp.up_proj]))
-    if gate_up is None:
-        return FusedLayer(qkv, None, attention.o_proj, None)
-    return FusedLayer(qkv, gate_up, attention.o_proj, mlp.down_proj, mlp.act_fn)
-
-
 def plain_rms_norm(norm: nn.Module) -> bool:
     return type(norm).__name__ in _PLAIN_RMS_NORMS
-
-
-def rms_norm(norm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    if not plain_rms_norm(norm):
-        return norm(hidden)
-    return weighted_rms_norm(hidden, norm.weight, norm.variance_epsilon)
 
 
 def weighted_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     wide = hidden.float()  # the same tensor in float32
     normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
     return weight * normed.to(hidden.dtype)
+
+
+class Norm(nn.Module):
+    """A family's norm (families/family.py `norm`) over the Hugging Face module's weight, in its arithmetic."""
+
+    def __init__(self, kind: str, module: nn.Module):
+        super().__init__()
+        self.kind, self.module, self.weight = kind, module, module.weight
+        self.eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+        if kind not in ("rms", "rms_wide", "gemma", "layer"):
+            raise ValueError(f"unknown norm kind {kind!r}")
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.kind == "rms" and plain_rms_norm(self.module):
+            return weighted_rms_norm(hidden, self.weight, self.eps)
+        if self.kind == "layer":
+            return F.layer_norm(hidden, self.weight.shape, self.weight, self.module.bias, self.eps)
+        wide = hidden.float()
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.kind == "gemma":  # (x * (1 + w)) before the cast, Gemma's order
+            return (normed * (1.0 + self.weight.float())).type_as(hidden)
+        if self.kind == "rms_wide":  # OLMo 2: the weight applied before the cast
+            return (self.weight * normed).to(hidden.dtype)
+        return self.module(hidden)  # an RMSNorm class not known to be plain: its own forward
+
+
+def capped_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor | None,
+                     scale: float, softcap: float | None) -> torch.Tensor:
+    """Attention written out, for what SDPA cannot do (soft-capped scores, Gemma 2): query [B, L, heads, D] over
+    keys/values [B, kv_heads, T, D], `keep` [B or 1, 1, L, T] -> [B, L, heads * D]. As transformers' eager
+    attention: scores x scale, then cap * tanh(scores / cap), masked, softmax in float32."""
+    batch, length, heads, dim = query.shape
+    kv_heads = keys.shape[1]
+    grouped = query.transpose(1, 2).reshape(batch, kv_heads, heads // kv_heads, length, dim)
+    scores = torch.matmul(grouped, keys.unsqueeze(2).transpose(-1, -2)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if keep is not None:
+        scores = scores.masked_fill(~keep.unsqueeze(2), float("-inf"))
+    weights = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype)
+    out = torch.matmul(weights, values.unsqueeze(2)).reshape(batch, heads, length, dim)
+    return out.transpose(1, 2).reshape(batch, length, heads * dim)
 
 
 def decode_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, keep: torch.Tensor | None,
@@ -105,3 +128,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
     """x * cos + rotate_half(x) * sin, with rotate_half(x) = cat(-x2, x1) = roll(x) * sign folded
     into `signed_sin` (negating is exact, so this is transformers' arithmetic)."""
     return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
+
+
+def rotate_partial(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """`rotate` of the first cos.shape[-1] dimensions of each head; the rest pass (partial rotary: GPT-NeoX, Phi)."""
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return rotate(x, cos, signed_sin)
+    return torch.cat([rotate(x[..., :width], cos, signed_sin), x[..., width:]], dim=-1)

@@ -1,4 +1,5 @@
-"""A lean forward pass over Llama-family decoders (Llama, Mistral, Qwen2, SmolLM) with our own KV cache.
+"""A lean forward pass over the decoder families of families/ (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OLMo 2,
+GPT-NeoX, Mixtral, Qwen3-MoE) with our own KV cache; a model of another family raises UnsupportedModel.
 
 It reuses the Hugging Face weights (bitsandbytes layers run through their own modules unchanged) and
 replaces what costs time per step in the stock forward: cache objects, mask building, per-call
@@ -20,9 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from worker.engine.decode_layer import script_decode_layers
+from worker.engine.families import family_of
+from worker.engine.families.family import UnsupportedModel
+from worker.engine.families.plan import LayerPlan, fuse_layer, plan_layer
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.kv_cache import KVCache, widened
-from worker.engine.layers import FusedLayer, decode_attention, fuse_layer, rms_norm, rotate
+from worker.engine.layers import FusedLayer, Norm, capped_attention, decode_attention, rotate_partial
 from worker.engine.native.bounds import check_tokens
 from worker.lora.adapter import LoraAdapter
 from worker.lora.delta import NO_LORA, LoraRows, add_lora, lora_rows
@@ -33,10 +37,7 @@ _HEAD_CHUNK = 2048  # vocabulary rows per slice of the output projection (bench:
 MIN_GROUP_ROWS = 4  # fewer rows per decode thread gain nothing (2 rows in two threads ran slower than in one)
 _NOT_BUILT = object()
 T = TypeVar("T")
-
-
-class UnsupportedModel(RuntimeError):
-    pass
+__all__ = ["ModelRunner", "PromptChunk", "StepOutput", "UnsupportedModel"]
 
 
 @dataclass
@@ -67,17 +68,25 @@ class ModelRunner:
                  kv_dtype: torch.dtype | None = None):
         """`kv_dtype`: the KV cache's storage, if not the compute dtype (q4: native/model.py's KV_DTYPE)."""
         config = model.config
-        inner = getattr(model, "model", None)
-        if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
-            raise UnsupportedModel(f"architecture {type(model).__name__} is not a Llama-family decoder")
+        self.family = family_of(model)
+        family = self.family
+        inner = getattr(model, family.decoder, None)
+        missing = [name for name, owner in ((family.decoder, model), (family.head, model)) if owner is None or
+                   not hasattr(owner, name)] + [name for name in ("layers", family.embed, family.final_norm,
+                                                                  "rotary_emb") if not hasattr(inner, name)]
+        if missing:
+            raise UnsupportedModel(f"{family.name}: {type(model).__name__} has no {', '.join(missing)} "
+                                   f"where the lean path reads it")
+        if getattr(config, "use_bidirectional_attention", False):
+            raise UnsupportedModel(f"{family.name}: bidirectional attention is not supported by the lean path")
         self.model = model
         self.layers = list(inner.layers)
-        self.embed_tokens = inner.embed_tokens
-        self.final_norm = inner.norm
+        self.embed_tokens = getattr(inner, family.embed)
+        self.final_norm = getattr(inner, family.final_norm)
         self.rotary = inner.rotary_emb
-        self.lm_head = model.lm_head
+        self.lm_head = getattr(model, family.head)
         self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.vocab_size = config.vocab_size
         self.hidden_size = config.hidden_size
@@ -88,37 +97,57 @@ class ModelRunner:
         self.dtype = self.embed_tokens.weight.dtype  # compute dtype (bnb layers keep int weights)
         self.cache = KVCache(len(self.layers), self.kv_heads, self.head_dim, max_rows, self.max_context,
                              kv_dtype or self.dtype, self.device)
-        self.fused: list[FusedLayer] = [fuse_layer(layer, self.heads, self.kv_heads, self.head_dim)
-                                        for layer in self.layers]
+        self.plans: list[LayerPlan] = [plan_layer(family, config, layer, index, self.max_context)
+                                       for index, layer in enumerate(self.layers)]
+        self.fused: list[FusedLayer] = [fuse_layer(family, plan, self.heads) for plan in self.plans]
+        self.norm = Norm(family.norm, self.final_norm)
+        self.logit_softcap = getattr(config, "final_logit_softcapping", None) if family.softcap else None
+        # the scripted decode stack and the native forward run Llama's layer only
+        self.plain = self.logit_softcap is None and all(plan.plain for plan in self.plans)
         self._positions = torch.arange(self.max_context, device=self.device)
         plain_head = type(self.lm_head) is torch.nn.Linear and self.lm_head.bias is None
         self._head_chunks = self.lm_head.weight.split(_HEAD_CHUNK) if plain_head else None
-        self._rope_table = None if getattr(self.rotary, "rope_type", "default") in _DYNAMIC_ROPE else \
-            self._rotary_table()
+        rope_types = getattr(self.rotary, "rope_type", "default")
+        rope_types = set(rope_types.values()) if isinstance(rope_types, dict) else {rope_types}
+        self._rope_tables = None if rope_types & set(_DYNAMIC_ROPE) else self._rotary_tables()
+        probe = torch.zeros(1, 1, dtype=self.dtype, device=self.device)
+        self.rotary_dim = next(iter(self._rope(probe, self._positions[:1].unsqueeze(0)).values()))[0].shape[-1]
+        self.plain = self.plain and self.rotary_dim == self.head_dim
         self._helpers = HelperThreads(max(decode_threads, 1) - 1, name="sluice-decode")
         self.prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
         self._decode_layers = _NOT_BUILT
         self._no_lora: list[list[torch.Tensor]] = [[] for _ in self.layers]  # the stack's LoRA weights
         self.native = None  # a NativeForward (native/model.py, `quantization = "q4"`): rows without an adapter
 
-    def _rotary_table(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sign-folded sin of every position, from the model's own rotary module (one outer
-        product per position, so a row of the table equals what the module computes for it)."""
+    def _rotary_tables(self) -> dict[str | None, tuple[torch.Tensor, torch.Tensor]]:
+        """cos and sign-folded sin of every position, from the model's own rotary module (one outer product per
+        position, so a row of a table equals what the module computes for it): one table, or one per layer
+        type whose rotary base differs (Gemma 3)."""
         probe = torch.zeros(1, dtype=self.dtype, device=self.device)
-        cos, sin = self.rotary(probe, self._positions.unsqueeze(0))
-        half = cos.shape[-1] // 2
-        sin = torch.cat([-sin[0, :, :half], sin[0, :, half:]], dim=-1)
-        return cos[0].contiguous(), sin.contiguous()
+        keys = sorted({plan.rope for plan in self.plans}, key=str)
+        return {key: _signed(*self._rotary(probe, self._positions.unsqueeze(0), key), squeeze=True) for key in keys}
 
-    def _rope(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos / signed sin for `positions` [B, L], shaped [B, L, 1, head_dim] to broadcast over heads."""
-        if self._rope_table is None:
-            cos, sin = self.rotary(hidden, positions)
-            half = cos.shape[-1] // 2
-            sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
-        else:
-            cos, sin = self._rope_table[0][positions], self._rope_table[1][positions]
-        return cos.unsqueeze(2), sin.unsqueeze(2)
+    def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor, key: str | None):
+        return self.rotary(hidden, positions) if key is None else self.rotary(hidden, positions, key)
+
+    @property
+    def _rope_table(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The one static table (native/model.py reads it), None where rotary tables are dynamic or per layer type."""
+        tables = self._rope_tables
+        return None if tables is None or list(tables) != [None] else tables[None]
+
+    def _rope(self, hidden: torch.Tensor, positions: torch.Tensor) -> dict:
+        """Per rotary key: cos / signed sin for `positions` [B, L], shaped [B, L, 1, rotary_dim] to broadcast over
+        heads. A dynamic table (longrope, dynamic NTK) is the module's for each row alone, as `generate()`
+        computes it for that request."""
+        if self._rope_tables is None:
+            keys = {plan.rope for plan in self.plans}
+            rows = [[_signed(*self._rotary(hidden, positions[row:row + 1], key)) for row in range(len(positions))]
+                    for key in keys]
+            return {key: tuple(torch.cat(parts).unsqueeze(2) for parts in zip(*row_parts))
+                    for key, row_parts in zip(keys, rows)}
+        return {key: (cos[positions].unsqueeze(2), sin[positions].unsqueeze(2))
+                for key, (cos, sin) in self._rope_tables.items()}
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(token_ids.to(self.device))
@@ -149,21 +178,22 @@ class ModelRunner:
         hidden = self.embed(ids) if embeds is None else embeds.to(self.device, self.dtype).unsqueeze(0)
         positions = self._positions[start:end].unsqueeze(0)
         rope = self._rope(hidden, positions)
-        mask = (self._positions[:end].unsqueeze(0) <= positions[0].unsqueeze(1)).view(1, 1, length, end)
-        for index, layer in enumerate(self.layers):
+        keep = (self._positions[:end].unsqueeze(0) <= positions[0].unsqueeze(1)).view(1, 1, length, end)
+        masks = _Masks(keep, self._positions[:end].view(1, 1, 1, end), positions[0].view(1, 1, length, 1))
+        for index in range(len(self.layers)):
             keys, values = self.cache.keys[index], self.cache.values[index]
 
             def write(k, v, keys=keys, values=values):  # k, v: [1, L, kv_heads, head_dim] (copy_ converts)
                 keys[slot, :, start:end] = k[0].transpose(0, 1)
                 values[slot, :, start:end] = v[0].transpose(0, 1)
 
-            hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
+            hidden = self._layer(index, hidden, rope, masks, write,
                                  keys[slot:slot + 1, :, :end], values[slot:slot + 1, :, :end],
                                  lora.rows, lora.weights(index))
-        hidden = rms_norm(self.final_norm, hidden)[0]
+        hidden = self.norm(hidden)[0]
         if not all_logits:
             hidden = hidden[-1:]
-        logits = self.lm_head(hidden).float()
+        logits = self._capped(self.lm_head(hidden)).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
     @torch.inference_mode()
@@ -273,20 +303,21 @@ class ModelRunner:
         if stack is not None:  # every layer in one call, the GIL released
             weights = [lora.weights(index) for index in range(len(self.layers))] if lora.rows else self._no_lora
             with torch.jit.optimized_execution(False):  # the graph as compiled: decode_layer.py says why
-                hidden = stack(hidden, *rope, mask, slots, self.cache.keys, self.cache.values, first, longest,
+                hidden = stack(hidden, *rope[None], mask, slots, self.cache.keys, self.cache.values, first, longest,
                                lora.rows, weights)
         else:
-            for index, layer in enumerate(self.layers):
+            masks = _Masks(mask, self._positions[:longest].view(1, 1, 1, longest), positions.view(rows, 1, 1, 1))
+            for index in range(len(self.layers)):
                 keys, values = self.cache.keys[index], self.cache.values[index]
 
                 def write(k, v, keys=keys, values=values, slots=slots[index]):  # k, v: [B, 1, kv_heads, head_dim]
                     self.cache.write_decode(keys, values, slots, k, v)
 
-                hidden = self._layer(self.fused[index], layer, hidden, rope, mask, write,
+                hidden = self._layer(index, hidden, rope, masks, write,
                                      keys[first:first + rows, :, :longest], values[first:first + rows, :, :longest],
                                      lora.rows, lora.weights(index))
-        hidden = rms_norm(self.final_norm, hidden)[:, 0]
-        logits = self._head(hidden).float()
+        hidden = self.norm(hidden)[:, 0]
+        logits = self._capped(self._head(hidden)).float()
         return StepOutput(logits, hidden.float() if want_hidden else None)
 
     def scripted_layers(self) -> torch.jit.ScriptModule | None:
@@ -327,28 +358,37 @@ class ModelRunner:
             torch.mm(hidden, chunk.t(), out=logits[:, index * _HEAD_CHUNK:index * _HEAD_CHUNK + chunk.shape[0]])
         return logits
 
-    def _layer(self, fused: FusedLayer, layer, hidden, rope, mask, write, keys, values,
+    def _capped(self, logits: torch.Tensor) -> torch.Tensor:
+        """Gemma 2's final soft-capping: cap * tanh(logits / cap)."""
+        cap = self.logit_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    def _layer(self, index: int, hidden, rope: dict, masks: _Masks, write, keys, values,
                lora_rows: list[torch.Tensor], lora: list[torch.Tensor]) -> torch.Tensor:
-        """One decoder layer; `lora_rows` / `lora`: the LoRA segments of the rows (delta.py)."""
-        attention, mlp = layer.self_attn, layer.mlp
+        """One decoder layer as its plan says; `lora_rows` / `lora`: the LoRA segments of the rows (delta.py)."""
+        plan, fused = self.plans[index], self.fused[index]
         batch, length, _ = hidden.shape
         heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
-        normed = rms_norm(layer.input_layernorm, hidden)
+        normed = hidden if plan.input_norm is None else plan.input_norm(hidden)
         if fused.qkv is not None:
             qkv = fused.qkv(normed)
         else:
-            qkv = torch.cat([attention.q_proj(normed), attention.k_proj(normed), attention.v_proj(normed)], dim=-1)
+            qkv = torch.cat([projection(normed) for projection in plan.qkv_modules], dim=-1)
         _add_lora(normed, qkv, lora_rows, lora, 0)
+        if plan.qk_norm == "full":  # OLMo 2: over all of q and all of k, before the heads are split
+            query, key, value = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+            qkv = torch.cat([plan.q_norm(query), plan.k_norm(key), value], dim=-1)
         qkv = qkv.view(batch, length, heads + 2 * kv_heads, head_dim)
         query_key, value = qkv[:, :, : heads + kv_heads], qkv[:, :, heads + kv_heads:]
-        if hasattr(attention, "q_norm"):  # Qwen3-style per-head norms, before the rotation
-            query_key = torch.cat([attention.q_norm(query_key[:, :, :heads]),
-                                   attention.k_norm(query_key[:, :, heads:])], dim=2)
-        query_key = rotate(query_key, *rope)  # q and k rotated together: [B, L, heads + kv_heads, D]
+        if plan.qk_norm == "head":  # Qwen3, Gemma 3: per head, before the rotation
+            query_key = torch.cat([plan.q_norm(query_key[:, :, :heads]), plan.k_norm(query_key[:, :, heads:])], dim=2)
+        query_key = rotate_partial(query_key, *rope[plan.rope])  # q and k together: [B, L, heads + kv_heads, D]
         write(query_key[:, :, heads:], value)
         keys, values = widened(keys, hidden.dtype), widened(values, hidden.dtype)  # read after the write
-        scale = getattr(attention, "scaling", None)
-        if length == 1 and batch > 1:
+        mask, scale = masks.get(plan.window), plan.scale
+        if plan.softcap is not None:
+            out = capped_attention(query_key[:, :, :heads], keys, values, mask, scale or head_dim ** -0.5, plan.softcap)
+        elif length == 1 and batch > 1:
             out = decode_attention(query_key[:, :, :heads], keys, values, mask, scale or head_dim ** -0.5)
         else:
             query = query_key[:, :, :heads].transpose(1, 2)
@@ -356,21 +396,57 @@ class ModelRunner:
             out = out.transpose(1, 2).reshape(batch, length, heads * head_dim)
         projected = fused.o_proj(out)
         _add_lora(out, projected, lora_rows, lora, 1)
+        if plan.attention_out_norm is not None:
+            projected = plan.attention_out_norm(projected)
+        if plan.parallel:  # GPT-NeoX: the MLP reads the layer's input, not attention's output
+            return (self._mlp(plan, fused, hidden, lora_rows, lora) + projected) + hidden
         hidden = hidden + projected
-        normed = rms_norm(layer.post_attention_layernorm, hidden)
+        return hidden + self._mlp(plan, fused, hidden, lora_rows, lora)
+
+    def _mlp(self, plan: LayerPlan, fused: FusedLayer, hidden: torch.Tensor, lora_rows: list[torch.Tensor],
+             lora: list[torch.Tensor]) -> torch.Tensor:
+        """The layer's MLP of `hidden` (normed before and after as its plan says), to add to the residual."""
+        normed = hidden if plan.mlp_norm is None else plan.mlp_norm(hidden)
         if fused.gate_up is not None:
             gate_up, act, down_proj = fused.gate_up(normed), fused.act, fused.down_proj
-        elif lora_rows:  # bitsandbytes: the MLP's modules one by one, so the adapter reaches each of them
-            gate_up, act, down_proj = torch.cat([mlp.gate_proj(normed), mlp.up_proj(normed)], dim=-1), \
-                mlp.act_fn, mlp.down_proj
+        elif lora_rows and len(plan.gate_up_modules) == 2:  # bitsandbytes: one by one, so the adapter reaches each
+            gate_up, act, down_proj = torch.cat([m(normed) for m in plan.gate_up_modules], dim=-1), \
+                plan.mlp.act_fn, plan.mlp.down_proj
         else:
-            return hidden + mlp(normed)
+            out = plan.mlp(normed)
+            return out if plan.mlp_out_norm is None else plan.mlp_out_norm(out)
         _add_lora(normed, gate_up, lora_rows, lora, 2)
-        gate, up = gate_up.chunk(2, dim=-1)
-        inner = act(gate) * up
-        projected = down_proj(inner)
-        _add_lora(inner, projected, lora_rows, lora, 3)
-        return hidden + projected
+        if fused.gated:
+            gate, up = gate_up.chunk(2, dim=-1)
+            inner = act(gate) * up
+        else:
+            inner = act(gate_up)
+        out = down_proj(inner)
+        _add_lora(inner, out, lora_rows, lora, 3)
+        return out if plan.mlp_out_norm is None else plan.mlp_out_norm(out)
+
+
+class _Masks:
+    """The attention masks of one forward, per sliding window (None: causal only), built when first asked.
+    `keep`: the causal mask (None: nothing to mask); `key_positions` / `query_positions` broadcast against it."""
+
+    def __init__(self, keep: torch.Tensor | None, key_positions: torch.Tensor, query_positions: torch.Tensor):
+        self._masks = {None: keep}
+        self._keys, self._queries = key_positions, query_positions
+
+    def get(self, window: int | None) -> torch.Tensor | None:
+        if window not in self._masks:
+            inside = self._keys > self._queries - window  # transformers' sliding_window_overlay
+            causal = self._masks[None]
+            self._masks[window] = inside if causal is None else causal & inside
+        return self._masks[window]
+
+
+def _signed(cos: torch.Tensor, sin: torch.Tensor, squeeze: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rotary module's cos / sin with rotate_half's sign folded into sin (layers.py `rotate`)."""
+    half = cos.shape[-1] // 2
+    sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+    return (cos[0].contiguous(), sin[0].contiguous()) if squeeze else (cos, sin)
 
 
 def _add_lora(x: torch.Tensor, out: torch.Tensor, rows: list[torch.Tensor], weights: list[torch.Tensor],

@@ -174,27 +174,30 @@ def calibrated_peaks(model: nn.Module, tokenizer, modules: list[nn.Module], cach
 def quantize_runner(runner, tokenizer, release: bool = False, cache: Path | None = None,
                     weights_id: str | None = None) -> None:
     """Swap every projection the runner calls (fused q/k/v, o, fused gate/up, down, lm_head) for an
-    Int8Linear. The Hugging Face modules keep their float32 weights unless `release` (the runner is the
-    model's only user, as in a worker): then each layer's float32 projections are dropped as soon as its
-    int8 ones exist, ~400 MB of SmolLM2's 540 (the tied embedding stays: lookups need it).
+    Int8Linear (a mixture of experts keeps its experts in float32). The Hugging Face modules keep their
+    float32 weights unless `release` (the runner is the model's only user, as in a worker): then each layer's
+    float32 projections are dropped as soon as its int8 ones exist, ~400 MB of SmolLM2's 540 (the tied
+    embedding stays: lookups need it).
 
     `cache` (a model cache directory), `weights_id`: where the calibration (`CALIBRATION_DIR`) and the
     quantized projections (`PACKED_DIR`, worker/tensor_cache.py) are remembered, so that a later start only
     reads them and lets FBGEMM pack them. No cache or no id: both computed."""
-    if any(f.qkv is None or f.gate_up is None for f in runner.fused) or type(runner.lm_head) is not nn.Linear:
-        raise UnsupportedModel("w8a8 needs plain float32 Linear projections (a gated MLP, no bitsandbytes)")
-    observed = [m for layer in runner.layers for m in (layer.self_attn.q_proj, layer.self_attn.o_proj,
-                                                       layer.mlp.gate_proj, layer.mlp.down_proj)] + [runner.lm_head]
+    if any(f.qkv is None or (f.gate_up is None and not plan.moe) for plan, f in zip(runner.plans, runner.fused)) \
+            or type(runner.lm_head) is not nn.Linear:
+        raise UnsupportedModel("w8a8 needs plain float32 Linear projections (no bitsandbytes)")
+    # each fused projection's calibration input is that of its first member; experts stay float32
+    sources = [{"qkv": plan.qkv_modules[0], "o_proj": plan.out}
+               | ({} if plan.moe else {"gate_up": plan.gate_up_modules[0], "down_proj": plan.down})
+               for plan in runner.plans]
+    observed = [m for layer in sources for m in layer.values()] + [runner.lm_head]
 
     def quantize() -> dict[str, torch.Tensor]:
         peaks = calibrated_peaks(runner.model, tokenizer, observed, cache and cache / CALIBRATION_DIR, weights_id)
         parts = {}
-        for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
-            attention, mlp = layer.self_attn, layer.mlp
-            projections = (("qkv", fused.qkv, attention.q_proj), ("o_proj", attention.o_proj, None),
-                           ("gate_up", fused.gate_up, mlp.gate_proj), ("down_proj", mlp.down_proj, None))
-            for name, projection, seen in projections:
-                layer_parts = quantized_parts(projection.weight, projection.bias, peaks[seen or projection])
+        for index, (layer, fused) in enumerate(zip(sources, runner.fused)):
+            for name, seen in layer.items():
+                projection = getattr(fused, name)
+                layer_parts = quantized_parts(projection.weight, projection.bias, peaks[seen])
                 parts.update({f"{index}.{name}.{part}": tensor for part, tensor in layer_parts.items()})
         head = quantized_parts(runner.lm_head.weight, runner.lm_head.bias, peaks[runner.lm_head])
         return {**parts, **{f"head.{part}": tensor for part, tensor in head.items()}}
@@ -204,13 +207,11 @@ def quantize_runner(runner, tokenizer, release: bool = False, cache: Path | None
     else:
         parts = cached_tensors(cache / PACKED_DIR, f"w8a8 {PACKED_FORMAT}\0{recipe(weights_id, len(observed))}",
                                quantize)
-    for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
-        for name in ("qkv", "o_proj", "gate_up", "down_proj"):
+    for index, (layer, plan, fused) in enumerate(zip(sources, runner.plans, runner.fused)):
+        for name in layer:
             setattr(fused, name, Int8Linear.from_parts(_named(parts, f"{index}.{name}.")))
         if release:
-            attention, mlp = layer.self_attn, layer.mlp
-            for module in (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
-                           mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            for module in plan.projections:
                 _release(module)
     runner.set_head(Int8Linear.from_parts(_named(parts, "head.")))
 

@@ -34,10 +34,10 @@ class LoraAdapter:
 
 def model_shape(decoder_layers: list[torch.nn.Module]) -> ModelShape:
     """In and out widths of every projection an adapter may target (Linear and bitsandbytes layers
-    both carry in_features / out_features)."""
+    both carry in_features / out_features); a family without them (GPT-NeoX, Phi-3's fused ones) has none."""
     first = decoder_layers[0]
     dims = {}
-    for block in (first.self_attn, first.mlp):
+    for block in (getattr(first, "self_attn", None), getattr(first, "mlp", None)):
         for name in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
             module = getattr(block, name, None)
             if module is not None:

@@ -188,7 +188,8 @@ def _stack_inputs(runner: ModelRunner, prompts: list[list[int]]) -> tuple:
     longest = int(lengths.max()) + 1
     mask = (runner._positions[:longest].unsqueeze(0) <= lengths).view(len(prompts), 1, 1, longest)
     slots = runner.cache.decode_slots(0, len(prompts), lengths[:, 0])
-    return (hidden, *runner._rope(hidden, lengths), mask, slots, runner.cache.keys, runner.cache.values, 0, longest,
+    cos, sin = runner._rope(hidden, lengths)[None]  # the one rotary table of a Llama
+    return (hidden, cos, sin, mask, slots, runner.cache.keys, runner.cache.values, 0, longest,
             [], [[] for _ in runner.layers])
 
 

@@ -60,6 +60,7 @@ typedef struct {
     qmat qkv, o, gate_up, down;
     const float *qkv_bias; /* NULL: none */
     const float *input_norm, *post_norm;
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] of q / k (Qwen3); NULL: none */
 } layer_weights;
 
 typedef struct {
@@ -438,6 +439,14 @@ typedef struct {
     int count;
 } call_t;
 
+/* v = w * (v / rms(v)) over one head: Qwen3's per-head q/k norm, in float32 as the torch path computes it */
+static void head_norm(float *v, int64_t D, const float *w, float eps) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < D; j++) sum += v[j] * v[j];
+    const float r = 1.f / sqrtf(sum / (float)D + eps);
+    for (int64_t j = 0; j < D; j++) v[j] = w[j] * (v[j] * r);
+}
+
 static void forward_part(call_t *c, int me) {
     const model_weights *m = c->m;
     const int64_t H = m->hidden, D = m->head_dim, heads = m->heads, kvh = m->kv_heads, I = m->inter, n = c->n;
@@ -471,6 +480,8 @@ static void forward_part(call_t *c, int me) {
             float turned[1024];
             for (int64_t h = 0; h < heads + kvh; h++) {
                 float *v = row + h * D;
+                const float *qk_norm = h < heads ? w->q_norm : w->k_norm;
+                if (qk_norm) head_norm(v, D, qk_norm, m->eps);
                 for (int64_t j = 0; j < D; j++) turned[j] = v[j] * cs[j] + v[(j + D / 2) % D] * sn[j];
                 memcpy(v, turned, sizeof(float) * D);
             }

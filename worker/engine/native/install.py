@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from worker.engine.native.model import NativeForward, matrix_sources, packed_matrices
+from worker.engine.native.model import NativeForward, check_supported, matrix_sources, packed_matrices
 from worker.engine.native.pack import EXACT_4BIT, Packed
 from worker.engine.native.packed_torch import run_on_packed
 from worker.tensor_cache import cached_tensors
@@ -29,6 +29,7 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
     embedding are freed and the torch paths run on the packed weights (packed_torch.py); a model whose
     weights were left unread is always released. `cache` (a model cache directory) and `weights_id`: where
     the packed matrices are kept; either None: packed at each start. `read`: a weight left unread, by name."""
+    check_supported(runner)  # before anything is read or packed: matrix_sources names Llama's modules
     deferred = any(m.weight.is_meta for modules in matrix_sources(runner).values() for m in modules)
     if cache is None or weights_id is None:
         matrices = packed_matrices(runner, read)

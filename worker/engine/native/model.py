@@ -37,7 +37,8 @@ class _Matrix(ctypes.Structure):
 
 class _Layer(ctypes.Structure):
     _fields_ = [("qkv", _Matrix), ("o", _Matrix), ("gate_up", _Matrix), ("down", _Matrix),
-                ("qkv_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p)]
+                ("qkv_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
+                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
 
 
 class _Model(ctypes.Structure):
@@ -58,9 +59,33 @@ def _float(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().float().contiguous()
 
 
+def _family_gaps(runner) -> list[str]:
+    """What the runner's family uses (families/family.py) that forward.c does not compute: it runs Llama's layer."""
+    family, plans = runner.family, runner.plans
+    gaps = [f"{family.norm} norms" for _ in [0] if family.norm != "rms"]
+    gaps += [what for what, used in (
+        ("norms after attention or the MLP", any(p.attention_out_norm or p.mlp_out_norm for p in plans)),
+        ("a layer without its input or MLP norm", any(p.input_norm is None or p.mlp_norm is None for p in plans)),
+        ("q/k norms over all heads", family.qk_norm == "full"),
+        ("a parallel residual", any(p.parallel for p in plans)),
+        ("a sliding window", any(p.window is not None for p in plans)),
+        ("rotary tables per layer type", family.rope_by_layer_type),
+        ("attention soft-capping", any(p.softcap is not None for p in plans)),
+        ("final logit soft-capping", runner.logit_softcap is not None),
+        ("mixture-of-experts MLPs", family.moe),
+        ("an ungated MLP", not family.gated),
+        ("partial rotary", runner.rotary_dim != runner.head_dim),
+        ("a q/k/v layout by head", family.qkv_by_head),
+        ("scaled embeddings", hasattr(runner.embed_tokens, "embed_scale"))) if used]
+    return gaps
+
+
 def check_supported(runner) -> None:
     """Raise NativeUnsupported unless forward.c computes this runner's model."""
     config = runner.model.config
+    gaps = _family_gaps(runner)
+    if gaps:
+        raise NativeUnsupported(f"{runner.family.name}: {', '.join(gaps)} not in the native q4 forward")
     if runner.device.type != "cpu" or runner.dtype != torch.float32:
         raise NativeUnsupported("q4 runs on the CPU in float32")
     if runner._rope_table is None:
@@ -69,13 +94,15 @@ def check_supported(runner) -> None:
         raise NativeUnsupported("q4 supports SiLU-gated MLPs and head_dim <= 1024")
     if runner.heads % runner.kv_heads:
         raise NativeUnsupported("q4 needs heads to be a multiple of kv_heads")
-    for layer, fused in zip(runner.layers, runner.fused):
-        if fused.qkv is None or fused.gate_up is None or hasattr(layer.self_attn, "q_norm"):
-            raise NativeUnsupported("q4 needs plain Linear projections, a gated MLP and no per-head norms")
+    for layer, plan, fused in zip(runner.layers, runner.plans, runner.fused):
+        if fused.qkv is None or fused.gate_up is None:
+            raise NativeUnsupported("q4 needs plain Linear projections and a gated MLP")
         if fused.o_proj.bias is not None or fused.down_proj.bias is not None:
             raise NativeUnsupported("q4 supports a bias on q/k/v only")
-        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm"):
+        head_norms = [] if plan.q_norm is None else [plan.q_norm.module, plan.k_norm.module]
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm, *head_norms):
+            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm",
+                                           "Phi3RMSNorm"):
                 raise NativeUnsupported(f"q4 does not run {type(norm).__name__}")
     if type(runner.lm_head) is not nn.Linear or runner.lm_head.bias is not None:
         raise NativeUnsupported("q4 needs a plain vocabulary projection")
@@ -84,11 +111,9 @@ def check_supported(runner) -> None:
 def matrix_sources(runner) -> dict[str, list[nn.Module]]:
     """Each packed matrix's modules, whose weights it stacks (q, k, v; gate, up)."""
     sources: dict[str, list[nn.Module]] = {}
-    for index, layer in enumerate(runner.layers):
-        attention, mlp = layer.self_attn, layer.mlp
-        sources.update({f"{index}.qkv": [attention.q_proj, attention.k_proj, attention.v_proj],
-                        f"{index}.o": [attention.o_proj], f"{index}.gate_up": [mlp.gate_proj, mlp.up_proj],
-                        f"{index}.down": [mlp.down_proj]})
+    for index, plan in enumerate(runner.plans):
+        sources.update({f"{index}.qkv": plan.qkv_modules, f"{index}.o": [plan.out],
+                        f"{index}.gate_up": plan.gate_up_modules, f"{index}.down": [plan.down]})
     if runner.lm_head.weight is runner.embed_tokens.weight:  # tied: the vocabulary matrix is the embedding
         sources["lm_head"] = [runner.embed_tokens]
     else:
@@ -127,19 +152,23 @@ class NativeForward:
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
         first = runner.layers[0]
+        head_norms = [norm.module for plan in runner.plans for norm in (plan.q_norm, plan.k_norm) if norm is not None]
         epsilons = {float(norm.variance_epsilon) for layer in runner.layers
                     for norm in (layer.input_layernorm, layer.post_attention_layernorm, runner.final_norm)}
+        epsilons |= {float(norm.variance_epsilon) for norm in head_norms}
         if len(epsilons) != 1:
             raise NativeUnsupported("q4 needs one RMSNorm epsilon for every norm")
         self.matrices = packed_matrices(runner) if matrices is None else matrices
         layers = (_Layer * len(runner.layers))()
-        for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
+        for index, (layer, plan, fused) in enumerate(zip(runner.layers, runner.plans, runner.fused)):
             packed = {name: self.matrices[f"{index}.{name}"] for name in ("qkv", "o", "gate_up", "down")}
             bias = None if fused.qkv.bias is None else self._hold(_float(fused.qkv.bias))
+            q_norm, k_norm = (None if norm is None else self._hold(_float(norm.weight)).data_ptr()
+                              for norm in (plan.q_norm, plan.k_norm))
             layers[index] = _Layer(*(_matrix(packed[name]) for name in ("qkv", "o", "gate_up", "down")),
                                    bias.data_ptr() if bias is not None else None,
                                    self._hold(_float(layer.input_layernorm.weight)).data_ptr(),
-                                   self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr())
+                                   self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr(), q_norm, k_norm)
         cos, sin = (self._hold(_float(t)) for t in runner._rope_table)
         scale = getattr(first.self_attn, "scaling", None) or runner.head_dim ** -0.5
         head = self.matrices["lm_head"]

@@ -65,13 +65,12 @@ def release(module: nn.Module) -> None:
 def run_on_packed(runner, matrices: dict[str, Packed]) -> None:
     """The runner's torch paths compute with `matrices` (native/install.py's names) and its model's float32
     projections and embeddings are freed. `matrices["embed"]`: an untied model's packed embedding."""
-    for index, (layer, fused) in enumerate(zip(runner.layers, runner.fused)):
+    for index, (plan, fused) in enumerate(zip(runner.plans, runner.fused)):
         fused.qkv = PackedLinear(matrices[f"{index}.qkv"], fused.qkv.bias)  # the bias: its own small tensor
         fused.o_proj = PackedLinear(matrices[f"{index}.o"])
         fused.gate_up = PackedLinear(matrices[f"{index}.gate_up"])
         fused.down_proj = PackedLinear(matrices[f"{index}.down"])
-        for module in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
-                       layer.self_attn.o_proj, layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+        for module in plan.projections:
             release(module)
     for module in (runner.embed_tokens, runner.lm_head):
         release(module)
