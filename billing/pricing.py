@@ -123,7 +123,7 @@ class PricingTable:
             if stamp == self._stamp and not force:
                 return False
             with open(self.path, "rb") as f:
-                doc = tomllib.load(f)
+                doc: Mapping[str, object] = tomllib.load(f)
             if self.section is not None:
                 doc = section_of(doc, self.section)
             prices = parse_prices(doc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -63,7 +64,7 @@ async def monthly_statement(store: UsageStore, team_id: str, month: str) -> Stat
                 f"MAX({source.time_column}) FROM {source.table} WHERE {source.where(part, params)} "
                 "GROUP BY model, input_price_micros, output_price_micros")
 
-    lines: dict[tuple, StatementLine] = {}
+    lines: dict[tuple[Any, ...], StatementLine] = {}
     for model, price_in, price_out, n, prompt, out, cost, first, last in await fetch_parts(
             store, for_totals(Selection(start, end, team_id)), statement):
         key = (model, int(price_in), int(price_out))
