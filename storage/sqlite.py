@@ -57,12 +57,12 @@ class SqliteConnection:
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with conflicts():
             async with self._conn.execute(sql, tuple(args)) as cur:
-                return cast(RowTuple | None, await cur.fetchone())
+                return cast("RowTuple | None", await cur.fetchone())
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with conflicts():
             async with self._conn.execute(sql, tuple(args)) as cur:
-                return cast(list[RowTuple], list(await cur.fetchall()))
+                return cast("list[RowTuple]", list(await cur.fetchall()))
 
 
 class SqlitePool:
@@ -115,7 +115,7 @@ class SqlitePool:
         reader = await self._reader()
         try:
             async with reader.execute(sql, tuple(args)) as cur:
-                return cast(list[RowTuple], list(await cur.fetchall()))
+                return cast("list[RowTuple]", list(await cur.fetchall()))
         finally:
             self._idle.put_nowait(reader)
 
