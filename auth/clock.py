@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import overload
 
 
 def now() -> float:
     return time.time()
 
 
+@overload
+def iso(ts: float) -> str: ...
+@overload
+def iso(ts: None) -> None: ...
+@overload
+def iso(ts: float | None) -> str | None: ...
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None

@@ -34,16 +34,17 @@ class Directory:
     async def teams_reached(self, key: KeyRecord) -> list[ReachedTeam]:
         """Every team `key` may act in (auth.policy.reaches), by name, with its role there."""
         store = self._store
-        personal = not key.is_admin and key.user_id is not None
+        user_id = None if key.is_admin else key.user_id  # a personal key's user
+        personal = user_id is not None
         if key.is_admin:
             candidates = await store.list_teams()
         else:
-            team_ids = set(await store.teams_of(key.user_id)) if personal else {key.team_id}
+            team_ids = set(await store.teams_of(user_id)) if user_id is not None else {key.team_id}
             candidates = [team for team_id in team_ids if (team := await store.get_team(team_id)) is not None]
         blocked = set(await store.blocked_teams(key.id)) if personal else set()
         reached = []
         for team in candidates:
-            role = await store.get_role(team.id, key.user_id) if personal else None
+            role = await store.get_role(team.id, user_id) if user_id is not None else None
             if reaches(key, team.id, role, team.id in blocked):
                 reached.append(ReachedTeam(team.id, team.name, role_in(key.is_admin, role)))
         return sorted(reached, key=lambda team: team.name)

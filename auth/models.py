@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -108,7 +108,7 @@ class AuditRecord(msgspec.Struct, frozen=True):
     source: str  # client address, or "cli"
     action: str  # e.g. "keys.create"
     target: str  # id of the thing acted on
-    detail: dict = {}  # never holds a secret
+    detail: dict[str, Any] = {}  # never holds a secret
 
 
 # --- admin request bodies ---
@@ -217,7 +217,8 @@ class KeyOut(msgspec.Struct):
 class TeamKeyOut(KeyOut):
     """A key as the owners of a team see it (`GET /v1/team/keys`, auth/views.py `team_key_out`)."""
 
-    team_id: str | None  # None: a member's personal key made in another team (whose details are not shown)
+    # None: a member's personal key made in another team (whose details are not shown); the base's is never None
+    team_id: str | None  # type: ignore[assignment]
     blocked: bool = False  # blocked in this team by its owners: it cannot act here (its other teams unaffected)
     made_here: bool = True  # False: made in another team; team_id, models, limits and last_used_at are hidden
 
@@ -234,4 +235,4 @@ class AuditOut(msgspec.Struct):
     source: str
     action: str
     target: str
-    detail: dict
+    detail: dict[str, Any]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -59,7 +60,8 @@ def parse_cursor(listing: str, raw: str | None) -> Position | None:
     return cursor.created_at, cursor.id
 
 
-def page(listing: str, rows: list, limit: int, position, out) -> PageOut:
+def page(listing: str, rows: Sequence[Any], limit: int, position: Callable[[Any], Position],
+         out: Callable[[Any], Any]) -> PageOut:
     """The answer for `rows` (up to limit + 1 of them, the extra one saying that more follow): `position(row)`
     is where a row stands, `out(row)` what the API shows of it."""
     shown = rows[:limit]
@@ -67,6 +69,6 @@ def page(listing: str, rows: list, limit: int, position, out) -> PageOut:
     cursor = None
     if more:
         created_at, row_id = position(shown[-1])
-        cursor = base64.urlsafe_b64encode(msgspec.msgpack.encode(_Cursor(listing, created_at, row_id)))
-        cursor = cursor.decode().rstrip("=")
+        packed = base64.urlsafe_b64encode(msgspec.msgpack.encode(_Cursor(listing, created_at, row_id)))
+        cursor = packed.decode().rstrip("=")
     return PageOut([out(row) for row in shown], more, cursor)

@@ -123,7 +123,8 @@ def check(manager: Manager, action: Action, key_user_id: str | None) -> None:
 def allowed_actions(manager: Manager, key: KeyRecord, *, live: bool, blocked: bool | None) -> tuple[Action, ...]:
     """What `manager` may do to `key` now (the dashboard offers exactly these). `blocked`: whether the key is
     blocked in the team on screen; None when no one team is on screen (the operator's list of every key)."""
-    offered = (["rotate"] if live and not key.replaced_by else []) + (["revoke", "edit"] if live else [])
+    offered: list[Action] = ["rotate"] if live and not key.replaced_by else []
+    offered += ["revoke", "edit"] if live else []
     if blocked is not None and (live or blocked):
         offered.append("unblock" if blocked else "block")
     return tuple(action for action in offered if refusal(manager, action, key.user_id) is None)

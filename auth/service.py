@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from functools import partial
+from typing import Any, TypeVar
 
 import msgspec
 import structlog
@@ -26,6 +27,7 @@ from auth.throttle import FailureBudget, FailureThrottle
 from common.errors import StoreUnavailable
 
 log = structlog.get_logger("auth")
+_T = TypeVar("_T")
 ADMIN_KEY_SHAPE = (f"SLUICE_ADMIN_KEY is not a usable key: a key starting with {PREFIX} must have the generated "
                    f"shape {PREFIX}<12 hex digits>-<32 characters a-z, 2-7>; any other key needs {MIN_CUSTOM_LENGTH} "
                    "to 256 printable ASCII characters without spaces. Fix it, or unset it to have an admin key "
@@ -73,14 +75,14 @@ class AuthService:
         self._outage_grace = outage_grace  # how old a last answer may be served while the store is down
         self._used: dict[str, float] = {}  # key id -> last use, written to the store in batches
         self._last_flush = now()
-        self._flush_task: asyncio.Task | None = None
+        self._flush_task: asyncio.Task[None] | None = None
         self.admin = AdminOps(store, hasher, self._forget)
         # what owners may do (auth/policy.py), with at most `max_keys_per_team` live keys made in a team
         self.team_keys = TeamKeys(store, self.admin, self._forget, max_keys_per_team)
         self.directory = Directory(store)  # what the dashboard reads, under the same rules
 
     @classmethod
-    async def open(cls, database_url: str, pepper: bytes, **options) -> AuthService:
+    async def open(cls, database_url: str, pepper: bytes, **options: Any) -> AuthService:
         """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, failure_budget,
         trusted_proxies (CIDRs whose X-Forwarded-For names the client), default_team_limits, outage_grace,
         max_keys_per_team."""
@@ -131,8 +133,8 @@ class AuthService:
         """The billed team and the key's user's role in it."""
         requested = team_header.strip() if team_header else ""
         team_id = requested or key.team_id
-        personal = not key.is_admin and key.user_id is not None
-        role = await self._role(team_id, key.user_id, mono) if personal else None
+        user_id = None if key.is_admin else key.user_id  # a personal key's user
+        role = await self._role(team_id, user_id, mono) if user_id is not None else None
         if role is not None and await self._blocked(team_id, key.id, mono):
             # the user is a member (so the team's existence is theirs to know): say why
             raise AuthError.denied(f"This API key is blocked in team {team_id[:100]!r} by the team's owners.")
@@ -150,22 +152,24 @@ class AuthService:
     async def _team(self, team_id: str, mono: float) -> TeamRecord | None:
         return await self._cached(self._teams, team_id, mono, self._store.get_team, team_id)
 
-    async def _role(self, team_id: str, user_id: str, mono: float) -> str | None:
+    async def _role(self, team_id: str, user_id: str, mono: float) -> Role | None:
         return await self._cached(self._roles, (team_id, user_id), mono, self._store.get_role, team_id, user_id)
 
     async def _blocked(self, team_id: str, key_id: str, mono: float) -> bool:
         return await self._cached(self._blocks, (team_id, key_id), mono, self._store.is_blocked, team_id, key_id)
 
-    async def _cached(self, cache: TtlCache, key, mono: float, read, *args):
+    async def _cached(self, cache: TtlCache, key: Hashable, mono: float, read: Callable[..., Awaitable[_T]],
+                      *args: Any) -> _T:
         """The fresh cached answer, else the store's; while the store is down, the last answer it gave
         (auth/cache.py says why that is safe), and StoreUnavailable only for what was never seen."""
-        hit = cache.get(key, mono)
+        hit: _T = cache.get(key, mono)
         if hit is not MISS:
             if cache.due(key, mono):
                 cache.refresh(key, mono, partial(read, *args))
             return hit
         try:
-            return await cache.load(key, mono, partial(read, *args))
+            loaded: _T = await cache.load(key, mono, partial(read, *args))
+            return loaded
         except StoreUnavailable:
             hit = cache.last_known(key, mono, self._outage_grace)
             if hit is MISS:
@@ -230,7 +234,7 @@ class AuthService:
             existing = await tx.get_team_by_name("default")
             team_id = existing.id if existing else new_id("team")
             if not await tx.claim_setting("bootstrap", team_id):
-                team_id = await tx.get_setting("bootstrap")
+                team_id = await tx.get_setting("bootstrap") or team_id  # the claim's: it is there
                 created = False
             else:
                 created = True

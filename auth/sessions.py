@@ -42,7 +42,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
         return self.key_id is not None
 
     def csrf_matches(self, token: str | None) -> bool:
-        return bool(token) and hmac.compare_digest(self.csrf, token)
+        return token is not None and token != "" and hmac.compare_digest(self.csrf, token)
 
 
 def _digest(session_id: str) -> str:

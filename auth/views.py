@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from auth.clock import iso
 from auth.keys import display_prefix
 from auth.models import (
@@ -33,7 +35,7 @@ def member_out(member: MemberRecord) -> MemberOut:
                      created_at=iso(member.created_at))
 
 
-def _key_fields(key: KeyRecord) -> dict:
+def _key_fields(key: KeyRecord) -> dict[str, Any]:
     return dict(id=key.id, prefix=display_prefix(key.id), name=key.name, user_id=key.user_id,
                 team_id=key.team_id, is_admin=key.is_admin, models=list(key.models), limits=key.limits,
                 expires_at=iso(key.expires_at), revoked_at=iso(key.revoked_at), created_at=iso(key.created_at),

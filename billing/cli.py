@@ -14,7 +14,9 @@ import argparse
 import asyncio
 import sqlite3
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
+from typing import Any, TypeVar
 
 import asyncpg
 import boto3
@@ -26,12 +28,14 @@ from billing.exports.csv import statement_csv
 from billing.exports.s3 import export_day
 from billing.statements import monthly_statement
 from billing.store import open_store
+from billing.store.base import UsageStore
 
 # what a bad bucket, credentials, endpoint or database URL raises: one line and exit 1, no traceback
+_T = TypeVar("_T")
 _FAILURES = (BotoCoreError, ClientError, OSError, sqlite3.Error, asyncpg.PostgresError, ValueError)
 
 
-def register(subparsers) -> None:
+def register(subparsers: Any) -> None:  # argparse's _SubParsersAction
     usage = subparsers.add_parser("usage", help="usage exports and statements")
     commands = usage.add_subparsers(dest="usage_command", required=True)
     export = commands.add_parser("export", help="export a UTC day's usage records to S3, one object per team")
@@ -61,7 +65,7 @@ def _quiet_logs() -> None:
         structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
 
 
-async def _with_store(database_url: str, work):
+async def _with_store(database_url: str, work: Callable[[UsageStore], Awaitable[_T]]) -> _T:
     store = await open_store(database_url)
     try:
         return await work(store)

@@ -7,14 +7,19 @@ the base model (no LoRA adapter)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
+from typing import Any, cast, overload
 
 from billing.filters import Filters, Selection
 from billing.insights.overview import bucketing_for
 from billing.insights.requests import MAX_PAGE_SIZE, Cursor, CursorError
 from billing.records import STATUSES
-from billing.timebuckets import GRANULARITIES, ZoneError, zone
+from billing.timebuckets import GRANULARITIES, Granularity, ZoneError, zone
 from common.errors import BadRequest
+
+# the query string: Litestar's multi-dict (getall gives a repeated parameter's values), or a plain dict
+Query = Mapping[str, Any]
 
 DEFAULT_WINDOW = timedelta(days=30)
 HOURLY_UP_TO = timedelta(days=3)  # the default series granularity: hours for windows this short, else days
@@ -49,7 +54,7 @@ def parse_instant(param: str, raw: str, *, is_end: bool) -> datetime:
     return moment
 
 
-def parse_window(query, now: datetime | None = None) -> tuple[datetime, datetime]:
+def parse_window(query: Query, now: datetime | None = None) -> tuple[datetime, datetime]:
     now = now or datetime.now(UTC)
     raw_start, raw_end = query.get("start"), query.get("end")
     end = parse_instant("end", raw_end, is_end=True) if raw_end else now
@@ -59,8 +64,12 @@ def parse_window(query, now: datetime | None = None) -> tuple[datetime, datetime
     return start, end
 
 
-def parse_choice(query, param: str, allowed: tuple[str, ...], default: str | None) -> str | None:
-    raw = query.get(param)
+@overload
+def parse_choice(query: Query, param: str, allowed: tuple[str, ...], default: str) -> str: ...
+@overload
+def parse_choice(query: Query, param: str, allowed: tuple[str, ...], default: None) -> str | None: ...
+def parse_choice(query: Query, param: str, allowed: tuple[str, ...], default: str | None) -> str | None:
+    raw: str | None = query.get(param)
     if raw is None or raw == "":
         return default
     if raw not in allowed:
@@ -74,18 +83,18 @@ def _check_value(param: str, value: str) -> str:
     return value
 
 
-def parse_team(query) -> str | None:
+def parse_team(query: Query) -> str | None:
     raw = query.get("team_id")
     return _check_value("team_id", raw) if raw else None
 
 
-def _values(query, param: str) -> list[str]:
+def _values(query: Query, param: str) -> list[str]:
     getall = getattr(query, "getall", None)
     raw = getall(param, []) if getall is not None else ([query[param]] if query.get(param) is not None else [])
     return [v for v in raw if v != ""]
 
 
-def parse_filters(query) -> Filters:
+def parse_filters(query: Query) -> Filters:
     found: dict[str, tuple[str, ...]] = {}
     for param, field in FILTER_PARAMS.items():
         values = _values(query, param)
@@ -102,12 +111,12 @@ def parse_filters(query) -> Filters:
     return Filters(**found)
 
 
-def parse_selection(query, team_id: str | None, now: datetime | None = None) -> Selection:
+def parse_selection(query: Query, team_id: str | None, now: datetime | None = None) -> Selection:
     start, end = parse_window(query, now)
     return Selection(start.timestamp(), end.timestamp(), team_id, parse_filters(query))
 
 
-def parse_tz(query) -> str:
+def parse_tz(query: Query) -> str:
     raw = query.get("tz")
     if not raw:
         return "UTC"
@@ -117,7 +126,7 @@ def parse_tz(query) -> str:
         raise UsageParamError("tz", f"tz: {exc}") from None
 
 
-def parse_limit(query, default: int) -> int:
+def parse_limit(query: Query, default: int) -> int:
     raw = query.get("limit")
     if raw is None or raw == "":
         return default
@@ -130,7 +139,7 @@ def parse_limit(query, default: int) -> int:
     return limit
 
 
-def parse_cursor(query, *, newest_first: bool) -> Cursor | None:
+def parse_cursor(query: Query, *, newest_first: bool) -> Cursor | None:
     raw = query.get("cursor")
     if not raw:
         return None
@@ -140,13 +149,13 @@ def parse_cursor(query, *, newest_first: bool) -> Cursor | None:
         raise UsageParamError("cursor", f"cursor: {exc}") from None
 
 
-def parse_granularity(query, selection: Selection, tz: str) -> str:
+def parse_granularity(query: Query, selection: Selection, tz: str) -> str:
     """`granularity` (hour or day; by default hours for windows up to 3 days), refused when the
     window would have too many buckets."""
     default = "hour" if selection.end - selection.start <= HOURLY_UP_TO.total_seconds() else "day"
     granularity = parse_choice(query, "granularity", GRANULARITIES, default)
     try:
-        bucketing_for(selection, granularity, tz)
+        bucketing_for(selection, cast(Granularity, granularity), tz)  # one of GRANULARITIES
     except ValueError as exc:
         raise UsageParamError("granularity", f"granularity: {exc}") from None
     return granularity

@@ -26,6 +26,7 @@ import time
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -57,7 +58,7 @@ def parse_prices(doc: Mapping[str, object]) -> dict[str, Price]:
         unknown = set(entry) - set(_FIELDS)
         if unknown:
             raise PricingError(f"models.{name}: unknown field(s) {sorted(unknown)}; known: {', '.join(_FIELDS)}")
-        values = {}
+        values: dict[str, Any] = {}  # int, or None for an unset cached_input
         for field in _FIELDS[:3]:
             value = entry.get(field, 0 if field != "cached_input" else None)
             # bool is an int subclass; floats would make money inexact
@@ -135,7 +136,7 @@ class PricingTable:
             if stamp == self._stamp and not force:
                 return False
             with open(self.path, "rb") as f:
-                doc = tomllib.load(f)
+                doc: Mapping[str, object] = tomllib.load(f)
             if self.section is not None:
                 doc = section_of(doc, self.section)
             prices = parse_prices(doc)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -90,7 +90,7 @@ class LedgerEntry(msgspec.Struct, array_like=True):
     cache_saved_micros: int = 0  # what the cached tokens saved against the input price (list cost − cached cost)
     batch_saved_micros: int = 0  # what the batch rate saved on top (cached cost − cost)
 
-    def flat(self) -> dict:
+    def flat(self) -> dict[str, Any]:
         """Named fields in a fixed order (the structs are array-like): what the records API, the CSV
         and the S3 export write for one request. Metadata only; the ledger never holds text."""
         return {**msgspec.structs.asdict(self.usage), "input_price_micros": self.input_price_micros,

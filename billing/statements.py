@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -78,7 +79,7 @@ async def monthly_statement(store: UsageStore, team_id: str, month: str) -> Stat
                 f"MAX({source.time_column}), {source.savings} FROM {source.table} WHERE {source.where(part, params)} "
                 f"GROUP BY {prices}, b")
 
-    lines: dict[tuple, StatementLine] = {}
+    lines: dict[tuple[Any, ...], StatementLine] = {}
     for (model, price_in, price_out, price_cached, discount, batched, n, prompt, out, cost, first, last, cached,
          _batch_n, _batch_cost, cache_saved, batch_saved) in await fetch_parts(
             store, for_totals(Selection(start, end, team_id)), statement):

@@ -61,7 +61,9 @@ class Span(msgspec.Struct, frozen=True, array_like=True):
 
 
 def _offset(tz: ZoneInfo, t: float) -> int:
-    return int(datetime.fromtimestamp(t, tz).utcoffset().total_seconds())
+    offset = datetime.fromtimestamp(t, tz).utcoffset()
+    assert offset is not None  # an aware datetime's
+    return int(offset.total_seconds())
 
 
 def offset_spans(tz: ZoneInfo, start: float, end: float) -> list[Span]:

@@ -196,7 +196,7 @@ class WalWriter:
         shipper) and tell the batch's waiters, on their own loop if they append from another (tests do)."""
         if error is not None:
             log.error("billing.wal.write_failed", error=repr(error))
-        else:
+        elif position is not None:  # always, without an error
             self.seq, self.durable_offset = position
         if batch.get_loop() is self._loop:
             _resolve(batch, error)
@@ -226,6 +226,7 @@ class WalWriter:
                 position = self._commit(data)
             except Exception as exc:  # noqa: BLE001 - reported to every waiter of the batch
                 error = exc
+            assert self._loop is not None and batch is not None  # set by start(), and with the first frame in _buf
             self._loop.call_soon_threadsafe(self._settled, batch, position, error)
 
     def _open_segment(self, seq: int) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 # every answer with one of these says when to retry (Retry-After); 529 is Anthropic's "overloaded", our 429
 RETRY_STATUSES = (429, 503, 529)
@@ -102,7 +103,7 @@ class LedgerUnavailable(SluiceError):
 
     status, type, code = 503, "service_unavailable", "ledger_unavailable"
 
-    def __init__(self, message: str, **kwargs):
+    def __init__(self, message: str, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.headers.update(retry_after_header(5))
 

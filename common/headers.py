@@ -7,10 +7,12 @@ servers lowercase header names, so an exact byte match is the case-insensitive m
 
 from __future__ import annotations
 
+from typing import Any
+
 from litestar.connection import ASGIConnection
 
 
-def header(connection: ASGIConnection, name: bytes) -> str | None:
+def header(connection: ASGIConnection[Any, Any, Any, Any], name: bytes) -> str | None:
     """The first value of the header `name` (lowercase), or None."""
     for key, value in connection.scope["headers"]:
         if key == name:
@@ -18,6 +20,6 @@ def header(connection: ASGIConnection, name: bytes) -> str | None:
     return None
 
 
-def header_values(connection: ASGIConnection, name: bytes) -> list[str]:
+def header_values(connection: ASGIConnection[Any, Any, Any, Any], name: bytes) -> list[str]:
     """Every value of the header `name` (lowercase), in the order they came."""
     return [value.decode("latin-1") for key, value in connection.scope["headers"] if key == name]

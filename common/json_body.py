@@ -13,13 +13,16 @@ The nesting limit is checked before decoding, so a body of 5,000 `[` never reach
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 from litestar import Request
 
 from common.errors import BodyIncomplete, InvalidJSON, PayloadTooLarge, UnsupportedMediaType
 from common.headers import header
+
+if TYPE_CHECKING:
+    from litestar.types import HTTPRequestEvent
 
 MAX_DEPTH = 64  # arrays and objects inside each other; real bodies stay under 10, a JSON schema under 30
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)  # possessive: an unterminated string fails in linear time
@@ -80,18 +83,18 @@ def decode_json(raw: bytes, max_bytes: int | None = None) -> Any:
         raise InvalidJSON(f"the request body is not valid JSON: {exc}") from None
 
 
-async def read_json(request: Request) -> Any:
+async def read_json(request: Request[Any, Any, Any]) -> Any:
     """Read and decode a request's JSON body; the size limit is the route's `request_max_body_size`. Also a
     dependency provider: `Provide(read_json)` under the name `payload`."""
     return await _read(request, optional=False)
 
 
-async def read_optional_json(request: Request) -> Any:
+async def read_optional_json(request: Request[Any, Any, Any]) -> Any:
     """The same for a body that may be left out: an empty body reads as `{}`."""
     return await _read(request, optional=True)
 
 
-async def _read(request: Request, optional: bool) -> Any:
+async def _read(request: Request[Any, Any, Any], optional: bool) -> Any:
     check_content_type(header(request, b"content-type"))
     limit = request.route_handler.resolve_request_max_body_size()
     raw = await read_body(request, limit)
@@ -100,7 +103,7 @@ async def _read(request: Request, optional: bool) -> Any:
     return decode_json(raw, limit)
 
 
-async def read_body(request: Request, limit: int | None) -> bytes:
+async def read_body(request: Request[Any, Any, Any], limit: int | None) -> bytes:
     """The request's body from its ASGI messages, refused (413) past `limit` bytes the way Litestar's
     `request.body()` refuses it: by the announced content-length before anything is read, then by the bytes that
     came. Litestar's version builds its multi-dict of every header first and gathers the chunks through a
@@ -115,6 +118,7 @@ async def read_body(request: Request, limit: int | None) -> bytes:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             raise BodyIncomplete("the connection ended before the request body did")
+        message = cast("HTTPRequestEvent", message)  # typed as any ASGI message; an HTTP request's is one of two
         if chunk := message.get("body", b""):
             size += len(chunk)
             if limit is not None and size > limit:

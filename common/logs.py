@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import MutableMapping
+from typing import Any
 
 import msgspec
 import structlog
@@ -14,7 +16,7 @@ import structlog
 _encoder = msgspec.json.Encoder(enc_hook=repr)
 
 
-def _dumps(event: dict, **_options) -> bytes:
+def _dumps(event: Any, **_options: Any) -> bytes:
     return _encoder.encode(event)
 
 
@@ -26,7 +28,7 @@ class UtcStamp:
     def __init__(self) -> None:
         self._second = (-1, "")  # (unix second, its formatted prefix): one tuple, so threads never see half
 
-    def __call__(self, _logger, _method: str, event_dict: dict) -> dict:
+    def __call__(self, _logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         now = time.time()
         second, prefix = self._second
         if int(now) != second:
@@ -38,6 +40,8 @@ class UtcStamp:
 
 
 def configure_logging(fmt: str = "json", level: int = logging.INFO) -> None:
+    renderer: structlog.typing.Processor
+    output: structlog.BytesLoggerFactory | structlog.PrintLoggerFactory
     if fmt == "json":  # bytes straight to the stream: no str round trip, one write per line
         renderer, output = structlog.processors.JSONRenderer(_dumps), structlog.BytesLoggerFactory(sys.stderr.buffer)
     else:

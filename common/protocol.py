@@ -16,7 +16,7 @@ request with an `Error` instead.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -80,7 +80,7 @@ class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str  # the dialect checks ^[A-Za-z0-9_-]{1,64}$ and uniqueness; the worker re-checks both
     description: str | None = None
-    parameters: dict | None = None  # JSON schema of the arguments; None = any JSON object
+    parameters: dict[str, Any] | None = None  # JSON schema of the arguments; None = any JSON object
 
 
 class ToolSpec(msgspec.Struct, kw_only=True):
@@ -189,7 +189,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     model: str
     prompt: str | None = None
     prompt_ids: list[int] | None = None
-    messages: list[dict] | None = None  # chat: the worker applies the model's chat template
+    messages: list[dict[str, Any]] | None = None  # chat: the worker applies the model's chat template
     add_generation_prompt: bool = True
     # prefill: the last message is the assistant's, left open and continued (Anthropic's prefill, vLLM's
     # continue_final_message); the output holds only what follows it
@@ -442,7 +442,7 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class TokenizeRequest(msgspec.Struct):
     text: str | None = None
-    messages: list[dict] | None = None
+    messages: list[dict[str, Any]] | None = None
     tools: ToolSpec | None = None  # with messages: laid out as a generation would (Anthropic's count_tokens)
     add_special_tokens: bool = True
     tenant: str = ""  # who asks (as GenerateRequest.tenant): tenants take turns at the worker's tokenizer

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from storage.errors import unavailable_when_down
 
@@ -20,10 +20,10 @@ Dialect = Literal["sqlite", "postgres"]
 
 
 class Executor(Protocol):
-    async def execute(self, sql: str, args: Sequence = ()) -> None: ...
-    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None: ...
-    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None: ...
-    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]: ...
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None: ...
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
 
 class Pool(Executor, Protocol):
@@ -32,30 +32,30 @@ class Pool(Executor, Protocol):
     dialect: Dialect
 
     def transaction(self, exclusive: bool = True) -> contextlib.AbstractAsyncContextManager[Executor]: ...
-    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]: ...
+    async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
     async def close(self) -> None: ...
 
 
 class _Translated:
     """An executor whose driver failures raise `StoreUnavailable` naming the store."""
 
-    def __init__(self, executor: Executor, down: Callable[[], contextlib.AbstractContextManager]) -> None:
+    def __init__(self, executor: Executor, down: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
         self._x = executor
         self._down = down
 
-    async def execute(self, sql: str, args: Sequence = ()) -> None:
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with self._down():
             await self._x.execute(sql, args)
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with self._down():
             await self._x.executemany(sql, rows)
 
-    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with self._down():
             return await self._x.fetchone(sql, args)
 
-    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._down():
             return await self._x.fetchall(sql, args)
 
@@ -68,7 +68,7 @@ class Database(_Translated):
                  release: Callable[[], Awaitable[None]] | None = None) -> None:
         super().__init__(pool, functools.partial(unavailable_when_down, store, code))
         self.pool = pool
-        self._release = release if release is not None else pool.close
+        self._release: Callable[[], Awaitable[None]] | None = release if release is not None else pool.close
 
     @property
     def dialect(self) -> Dialect:
@@ -83,7 +83,7 @@ class Database(_Translated):
             async with self.pool.transaction(exclusive) as tx:
                 yield _Translated(tx, self._down)
 
-    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of one read-only statement, committed data only, run beside the writes (SQLite:
         on a read-only connection of their own)."""
         with self._down():

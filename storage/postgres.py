@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import asyncpg
 
+from storage.database import Dialect
 from storage.errors import conflicts
 
+_T = TypeVar("_T")
 POOL_SIZE = 8
 _CONNECT_TIMEOUT = 10.0  # seconds: an unreachable server fails the start quickly instead of hanging
 LOCK_ID = 0x5A17_A0B1  # the advisory lock of exclusive transactions
@@ -41,26 +44,26 @@ class PostgresConnection:
     def __init__(self, conn: asyncpg.Connection | asyncpg.Pool) -> None:
         self._conn = conn
 
-    async def execute(self, sql: str, args: Sequence = ()) -> None:
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with conflicts():
             await self._conn.execute(numbered(sql), *args)
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with conflicts():
             await self._conn.executemany(numbered(sql), [tuple(r) for r in rows])
 
-    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with conflicts():
             row = await self._conn.fetchrow(numbered(sql), *args)
         return tuple(row) if row is not None else None
 
-    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with conflicts():
             return [tuple(r) for r in await self._conn.fetch(numbered(sql), *args)]
 
 
 class PostgresPool:
-    dialect = "postgres"
+    dialect: Dialect = "postgres"
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -70,23 +73,23 @@ class PostgresPool:
     async def connect(cls, url: str) -> PostgresPool:
         return cls(await asyncpg.create_pool(url, min_size=1, max_size=POOL_SIZE, timeout=_CONNECT_TIMEOUT))
 
-    async def execute(self, sql: str, args: Sequence = ()) -> None:
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         await self._exec.execute(sql, args)  # a write is not retried: it may have been done
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         await self._exec.executemany(sql, rows)  # the pool runs it in a transaction of its own
 
-    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         return await self._retried(self._exec.fetchone, sql, args)
 
-    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await self._retried(self._exec.fetchall, sql, args)
 
-    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return await self._retried(self._exec.fetchall, sql, args)
 
     @staticmethod
-    async def _retried(method, sql: str, args: Sequence):
+    async def _retried(method: Callable[[str, Sequence[Any]], Awaitable[_T]], sql: str, args: Sequence[Any]) -> _T:
         # Every pooled connection may be dead at once; each failed try makes the pool replace one.
         for _ in range(POOL_SIZE):
             try:

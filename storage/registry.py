@@ -84,11 +84,11 @@ async def _release(by_url: dict[str, _Shared], key: str, shared: _Shared) -> Non
         await shared.opening.result().close()
 
 
-def _failed(opening: asyncio.Future) -> bool:
+def _failed(opening: asyncio.Future[Pool]) -> bool:
     return opening.done() and (opening.cancelled() or opening.exception() is not None)
 
 
-_closing: set[asyncio.Task] = set()  # references to the closes started by a callback, until they end
+_closing: set[asyncio.Task[None]] = set()  # references to the closes started by a callback, until they end
 
 
 def _close_when_open(opening: asyncio.Future[Pool]) -> None:

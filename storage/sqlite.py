@@ -13,13 +13,17 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import aiosqlite
 
+from storage.database import Dialect
 from storage.errors import conflicts
 from storage.sqlite_wal import connect_wal
 
 READERS = 3
+# without a row_factory (none is set) sqlite3 returns plain tuples; aiosqlite's stubs say `Row`
+RowTuple = tuple[Any, ...]
 _WRITER_PRAGMAS = ("PRAGMA foreign_keys=ON", "PRAGMA synchronous=FULL")
 _READER_PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-65536", "PRAGMA mmap_size=268435456",
                    "PRAGMA temp_store=MEMORY")
@@ -42,27 +46,27 @@ class SqliteConnection:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
 
-    async def execute(self, sql: str, args: Sequence = ()) -> None:
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with conflicts():
             await self._conn.execute(sql, tuple(args))
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with conflicts():
             await self._conn.executemany(sql, [tuple(r) for r in rows])
 
-    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with conflicts():
             async with self._conn.execute(sql, tuple(args)) as cur:
-                return await cur.fetchone()
+                return cast("RowTuple | None", await cur.fetchone())
 
-    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with conflicts():
             async with self._conn.execute(sql, tuple(args)) as cur:
-                return list(await cur.fetchall())
+                return cast("list[RowTuple]", list(await cur.fetchall()))
 
 
 class SqlitePool:
-    dialect = "sqlite"
+    dialect: Dialect = "sqlite"
 
     def __init__(self, path: Path, writer: aiosqlite.Connection) -> None:
         self.path = path
@@ -78,19 +82,19 @@ class SqlitePool:
         path.parent.mkdir(parents=True, exist_ok=True)
         return cls(path, await _open(path, _WRITER_PRAGMAS))
 
-    async def execute(self, sql: str, args: Sequence = ()) -> None:
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         async with self._lock:
             await self._exec.execute(sql, args)
 
-    async def executemany(self, sql: str, rows: Iterable[Sequence]) -> None:
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         async with self.transaction() as tx:
             await tx.executemany(sql, rows)
 
-    async def fetchone(self, sql: str, args: Sequence = ()) -> tuple | None:
+    async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         async with self._lock:
             return await self._exec.fetchone(sql, args)
 
-    async def fetchall(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         async with self._lock:
             return await self._exec.fetchall(sql, args)
 
@@ -107,11 +111,11 @@ class SqlitePool:
                 raise
             await self._writer.execute("COMMIT")
 
-    async def read(self, sql: str, args: Sequence = ()) -> list[tuple]:
+    async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         reader = await self._reader()
         try:
             async with reader.execute(sql, tuple(args)) as cur:
-                return list(await cur.fetchall())
+                return cast("list[RowTuple]", list(await cur.fetchall()))
         finally:
             self._idle.put_nowait(reader)
 

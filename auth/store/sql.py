@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import msgspec
 
-from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, SessionRecord, TeamRecord, UserRecord
+from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, Role, SessionRecord, TeamRecord, UserRecord
 from storage import Database, Executor
 
 _KEY_COLUMNS = ("id, secret_hash, name, user_id, team_id, is_admin, models, limits, expires_at, "
@@ -25,14 +26,14 @@ def _limits_text(limits: Limits | None) -> str | None:
     return _encode(limits).decode() if limits is not None else None
 
 
-def _key(row: tuple) -> KeyRecord:
+def _key(row: tuple[Any, ...]) -> KeyRecord:
     return KeyRecord(id=row[0], secret_hash=row[1], name=row[2], user_id=row[3], team_id=row[4],
                      is_admin=bool(row[5]), models=_models_decoder.decode(row[6]), limits=_limits(row[7]),
                      expires_at=row[8], revoked_at=row[9], created_at=row[10], last_used_at=row[11],
                      replaced_by=row[12])
 
 
-def _in_order(conditions: list[str], params: list, after: tuple[float, str] | None, limit: int | None) -> str:
+def _in_order(conditions: list[str], params: list[Any], after: tuple[float, str] | None, limit: int | None) -> str:
     """WHERE (the conditions, and after `after` in (created_at, id) order), ORDER BY and LIMIT of a listing;
     its parameters are appended to `params`."""
     if after is not None:
@@ -45,7 +46,12 @@ def _in_order(conditions: list[str], params: list, after: tuple[float, str] | No
     return f"{where} ORDER BY created_at, id LIMIT ?"
 
 
-def _team(row: tuple) -> TeamRecord:
+def _audit(row: tuple[Any, ...]) -> AuditRecord:
+    entry_id, at, actor, source, action, target, detail = row
+    return AuditRecord(entry_id, at, actor, source, action, target, detail=msgspec.json.decode(detail))
+
+
+def _team(row: tuple[Any, ...]) -> TeamRecord:
     return TeamRecord(id=row[0], name=row[1], limits=_limits(row[2]), created_at=row[3])
 
 
@@ -74,7 +80,7 @@ class Store:
         return UserRecord(*row) if row else None
 
     async def list_users(self, limit: int | None = None, after: tuple[float, str] | None = None) -> list[UserRecord]:
-        params: list = []
+        params: list[Any] = []
         rows = await self._x.fetchall(f"SELECT id, name, created_at FROM users{_in_order([], params, after, limit)}",
                                       tuple(params))
         return [UserRecord(*row) for row in rows]
@@ -93,7 +99,7 @@ class Store:
         return _team(row) if row else None
 
     async def list_teams(self, limit: int | None = None, after: tuple[float, str] | None = None) -> list[TeamRecord]:
-        params: list = []
+        params: list[Any] = []
         rows = await self._x.fetchall(
             f"SELECT id, name, limits, created_at FROM teams{_in_order([], params, after, limit)}", tuple(params))
         return [_team(row) for row in rows]
@@ -114,7 +120,7 @@ class Store:
                                      (team_id, user_id))
         return row is not None
 
-    async def get_role(self, team_id: str, user_id: str) -> str | None:
+    async def get_role(self, team_id: str, user_id: str) -> Role | None:
         row = await self._x.fetchone("SELECT role FROM memberships WHERE team_id = ? AND user_id = ?",
                                      (team_id, user_id))
         return row[0] if row else None
@@ -154,7 +160,7 @@ class Store:
         default team it is, and the personal keys of its members (a personal key acts in all its user's teams)."""
         conditions = ["is_admin = 0",
                       "(team_id = ? OR user_id IN (SELECT user_id FROM memberships WHERE team_id = ?))"]
-        params: list = [team_id, team_id]
+        params: list[Any] = [team_id, team_id]
         order = _in_order(conditions, params, after, limit)
         rows = await self._x.fetchall(f"SELECT {_KEY_COLUMNS} FROM api_keys{order}", tuple(params))
         return [_key(row) for row in rows]
@@ -163,7 +169,7 @@ class Store:
         """The keys made in `team_id` that are neither revoked nor expired at `at` (the cap on a team's keys)."""
         row = await self._x.fetchone("SELECT COUNT(*) FROM api_keys WHERE team_id = ? AND revoked_at IS NULL "
                                      "AND (expires_at IS NULL OR expires_at > ?)", (team_id, at))
-        return int(row[0])
+        return int(row[0]) if row else 0  # COUNT(*) always answers one row
 
     async def revoke_key(self, key_id: str, at: float) -> None:
         await self._x.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
@@ -238,13 +244,13 @@ class Store:
         else:
             rows = await self._x.fetchall(f"SELECT {columns} FROM audit_log WHERE id < ? ORDER BY id DESC LIMIT ?",
                                           (before, limit))
-        return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
+        return [_audit(row) for row in rows]
 
     async def list_team_audit(self, team_id: str, limit: int, before: str | None = None) -> list[AuditRecord]:
         """Newest first, the entries that name `team_id`: as their target, a member of it, or in their detail;
         never one about an admin key (the operator's, though admin keys live in the `default` team)."""
         escaped = team_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        params: list = [team_id, f"{escaped}/%", f'%"team_id":"{escaped}"%']
+        params: list[Any] = [team_id, f"{escaped}/%", f'%"team_id":"{escaped}"%']
         condition = ("(target = ? OR target LIKE ? ESCAPE '\\' OR detail LIKE ? ESCAPE '\\') AND detail NOT LIKE "
                      "'%\"is_admin\":true%' AND target NOT IN (SELECT id FROM api_keys WHERE is_admin <> 0)")
         if before is not None:
@@ -252,7 +258,7 @@ class Store:
             params.append(before)
         rows = await self._x.fetchall("SELECT id, at, actor, source, action, target, detail FROM audit_log "
                                       f"WHERE {condition} ORDER BY id DESC LIMIT ?", (*params, limit))
-        return [AuditRecord(*row[:6], detail=msgspec.json.decode(row[6])) for row in rows]
+        return [_audit(row) for row in rows]
 
     # --- dashboard sessions ---
     async def insert_session(self, session: SessionRecord) -> None:

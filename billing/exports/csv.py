@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -49,7 +50,7 @@ def _formula_head(text: str) -> str:
     return unicodedata.normalize("NFKC", text[start:start + 1]) + text[start + 1:]
 
 
-def safe_cell(value):
+def safe_cell(value: Any) -> Any:
     """`value`, with a text cell that a spreadsheet would evaluate led by `'` (shown as text, not run);
     numbers, text that is a plain number, and "-" as they are."""
     if not isinstance(value, str) or not value or value[0] in _PLAIN_ASCII:
@@ -62,7 +63,7 @@ def safe_cell(value):
     return value
 
 
-def csv_text(rows: Iterable[Iterable]) -> str:
+def csv_text(rows: Iterable[Iterable[Any]]) -> str:
     """The one CSV writer of the project: every cell through `safe_cell`. Rows end in CRLF (RFC 4180), which
     also makes the writer quote a cell holding a lone CR (with "\\n" it did not, and a reader that ends rows at
     a CR saw a row the tenant wrote)."""
@@ -82,7 +83,7 @@ def _iso(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).isoformat()
 
 
-def _record_row(entry: LedgerEntry) -> list:
+def _record_row(entry: LedgerEntry) -> list[Any]:
     # RECORD_FIELDS' order: `LedgerEntry.flat()` without building the dict
     return [*msgspec.structs.astuple(entry.usage), *msgspec.structs.astuple(entry)[1:], _iso(entry.usage.time),
             micros_to_decimal(entry.cost_micros)]

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import tempfile
 from datetime import UTC, date, datetime, timedelta
+from typing import IO, Any
 from urllib.parse import quote
 
 import msgspec
@@ -54,7 +55,7 @@ async def teams_with_usage(store: UsageStore, start: float, end: float) -> list[
     return sorted(r[0] for r in rows)
 
 
-async def export_day(store: UsageStore, s3, bucket: str, day: date, *, prefix: str = "",
+async def export_day(store: UsageStore, s3: Any, bucket: str, day: date, *, prefix: str = "",
                      team_ids: list[str] | None = None) -> list[ExportedObject]:
     """Export `day` (UTC) for every team with usage that day, or for `team_ids`. `s3` is a boto3 S3
     client (its calls run in a thread)."""
@@ -71,7 +72,7 @@ async def export_day(store: UsageStore, s3, bucket: str, day: date, *, prefix: s
     return exported
 
 
-async def _write_gzipped_lines(store: UsageStore, selection: Selection, spool) -> int:
+async def _write_gzipped_lines(store: UsageStore, selection: Selection, spool: IO[bytes]) -> int:
     encoder = msgspec.json.Encoder()
     records = 0
     # mtime=0 and no file name: the gzip header carries nothing that changes between runs
@@ -83,7 +84,7 @@ async def _write_gzipped_lines(store: UsageStore, selection: Selection, spool) -
     return records
 
 
-def _size_and_sha256(spool) -> tuple[int, str]:
+def _size_and_sha256(spool: IO[bytes]) -> tuple[int, str]:
     spool.seek(0)
     digest, size = hashlib.sha256(), 0
     while chunk := spool.read(_HASH_CHUNK):
@@ -92,7 +93,7 @@ def _size_and_sha256(spool) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _upload_unless_same(s3, bucket: str, key: str, spool, digest: str, records: int) -> bool:
+def _upload_unless_same(s3: Any, bucket: str, key: str, spool: IO[bytes], digest: str, records: int) -> bool:
     try:
         if s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get("sha256") == digest:
             return False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import AsyncIterator
 
 import msgspec
 
@@ -67,7 +68,8 @@ async def page(store: UsageStore, selection: Selection, limit: int, cursor: Curs
     return Page(entries, Cursor(last.time, last.request_id, newest_first).encode() if last else None)
 
 
-async def every_page(store: UsageStore, selection: Selection, batch: int = 2000, *, newest_first: bool = False):
+async def every_page(store: UsageStore, selection: Selection, batch: int = 2000, *,
+                     newest_first: bool = False) -> AsyncIterator[list[LedgerEntry]]:
     """Every record of the view, one page of `batch` at a time (exports: memory stays bounded, and no
     read transaction stays open while a slow client drains them)."""
     cursor = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
@@ -108,9 +109,10 @@ def for_buckets(selection: Selection, bucketing: Bucketing, *grouped: str) -> li
 QueryText = Callable[[Source, Selection, Params], str]  # one part's SQL
 
 
-async def fetch_parts(store: UsageStore, parts: list[tuple[Source, Selection]], statement: QueryText) -> list:
+async def fetch_parts(store: UsageStore, parts: list[tuple[Source, Selection]],
+                      statement: QueryText) -> list[tuple[Any, ...]]:
     """Every part's rows of `statement(source, selection, params)`, run side by side."""
-    async def one(source: Source, selection: Selection) -> list:
+    async def one(source: Source, selection: Selection) -> list[tuple[Any, ...]]:
         params = Params(store.dialect)
         return await store.fetch(statement(source, selection, params), params.values)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from billing.usage import UsageRow
 
@@ -18,12 +19,12 @@ class Sums(UsageRow):
     budget_refused: int = 0  # refused by a budget (`records.BUDGET_REFUSED`: 429 or 402 by dialect)
 
     @classmethod
-    def of(cls, key: str, values) -> Sums:
+    def of(cls, key: str, values: Iterable[Any]) -> Sums:
         """From the columns of `Source.sums()`."""
         # PostgreSQL sums bigints as numeric (Decimal): int() is exact
         return cls(key, *(int(v or 0) for v in values))
 
-    def add(self, other: Sums) -> None:
+    def add(self, other: Sums) -> None:  # type: ignore[override]  # sums add only to sums
         super().add(other)
         self.ok += other.ok
         self.cancelled += other.cancelled

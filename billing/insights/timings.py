@@ -20,6 +20,7 @@ import asyncio
 from functools import partial
 from itertools import chain
 from operator import is_not
+from typing import Any
 
 import msgspec
 
@@ -28,7 +29,7 @@ from billing.insights.percentiles import FRACTIONS, MEASURED, Percentiles, perce
 from billing.insights.sources import Source, fetch_parts, for_buckets
 from billing.store.base import TABLE, UsageStore
 from billing.store.sql import Params
-from billing.timebuckets import Bucketing
+from billing.timebuckets import Bucket, Bucketing
 
 NO_STATUS = "other"  # a failed request recorded without an HTTP status (records from before schema 2)
 _STREAMED = "status = 'ok' AND ttft_ms IS NOT NULL AND latency_ms > ttft_ms"  # requests with a generation time
@@ -61,7 +62,7 @@ async def timings(store: UsageStore, selection: Selection,
     scan = _postgres if store.dialect.name == "postgresql" else _sqlite
     (scanned, overall), errors = await asyncio.gather(scan(store, selection, bucketing),
                                                       _errors(store, selection, bucketing))
-    lines: dict[str | None, tuple[list, list, list, list]] = {}  # model -> latency, ttft, tokens, their ms
+    lines: dict[str | None, Line] = {}  # model -> latency, ttft, tokens, their ms
     positions: dict[tuple[int, int], int] = {}
     for (k, s, model), (ranked, streamed_tokens, streamed_ms) in scanned.items():
         line = lines.get(model)
@@ -74,7 +75,7 @@ async def timings(store: UsageStore, selection: Selection,
         line[2][i] += int(streamed_tokens or 0)
         line[3][i] += float(streamed_ms or 0)
 
-    def measured(model: str | None) -> tuple[list, list, list]:
+    def measured(model: str | None) -> tuple[list[Percentiles], list[Percentiles], list[float | None]]:
         latency, ttft, tokens, spent = lines.get(model) or _empty(width)
         return latency, ttft, [_rate(t, ms) for t, ms in zip(tokens, spent, strict=True)]
 
@@ -86,12 +87,12 @@ async def timings(store: UsageStore, selection: Selection,
                    [ModelTimings(m, *measured(m)) for m in models]), overall
 
 
-def _empty(width: int) -> tuple[list, list, list, list]:
+def _empty(width: int) -> Line:
     """A line with nothing measured: latency and ttft percentiles, streamed tokens and their ms, per bucket."""
     return [Percentiles(0)] * width, [Percentiles(0)] * width, [0] * width, [0.0] * width
 
 
-def _index(bucketing: Bucketing) -> tuple[dict, int]:
+def _index(bucketing: Bucketing) -> tuple[dict[Bucket, int], int]:
     buckets = bucketing.all()
     return {b: i for i, b in enumerate(buckets)}, len(buckets)
 
@@ -100,12 +101,12 @@ def _rate(tokens: float, ms: float) -> float | None:
     return tokens * 1000 / ms if ms > 0 else None
 
 
-def _status(error_status) -> str:
+def _status(error_status: int | None) -> str:
     # the daily rollup keeps "no status" as 0 (its keys are NULL-free)
     return NO_STATUS if not error_status else str(error_status)
 
 
-async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing) -> list:
+async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing) -> list[tuple[Any, ...]]:
     """(key, span, error status, failed requests): sums, so the daily rollup answers the whole days."""
     def statement(source: Source, part: Selection, params: Params) -> str:
         key, span = bucketing.sql(store.dialect, source.time_column)
@@ -116,6 +117,8 @@ async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing)
     return await fetch_parts(store, for_buckets(selection, bucketing, "status", "error_status"), statement)
 
 
+# per bucket: latency and ttft percentiles, streamed tokens and their ms
+Line = tuple[list[Percentiles], list[Percentiles], list[int], list[float]]
 # (key, span, model; None: all models) -> (percentiles by column, streamed requests' completion tokens, their ms
 # after the first token)
 Scanned = dict[tuple[int, int, str | None], tuple[dict[str, Percentiles], int, float]]
@@ -123,7 +126,7 @@ Scanned = dict[tuple[int, int, str | None], tuple[dict[str, Percentiles], int, f
 
 async def _postgres(store: UsageStore, selection: Selection,
                     bucketing: Bucketing) -> tuple[Scanned, dict[str, Percentiles]]:
-    async def grouped() -> list:
+    async def grouped() -> list[tuple[Any, ...]]:
         params = Params(store.dialect)
         key, span = bucketing.sql(store.dialect)
         wanted = "ARRAY[" + ", ".join(str(f) for f in FRACTIONS) + "]::float8[]"
@@ -157,12 +160,13 @@ async def _sqlite(store: UsageStore, selection: Selection,
     rows = await store.fetch(
         f"SELECT {key}, {span}, model, {', '.join(MEASURED)}, CASE WHEN {_STREAMED} THEN completion_tokens END "
         f"FROM {TABLE} WHERE {where(selection, params)} AND status <> 'rejected'", params.values)
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     for row in rows:
         groups.setdefault(row[:3], []).append(row)
     columns = range(len(MEASURED))
     out: Scanned = {}
-    buckets: dict[tuple[int, int], tuple[list[list], list[float]]] = {}  # sorted runs per column; tokens, ms
+    # sorted runs per column; [streamed tokens (an int), their ms]
+    buckets: dict[tuple[int, int], tuple[list[list[list[float]]], list[Any]]] = {}
     for (k, s, model), group in groups.items():
         _, _, _, latency, ttft, streamed = zip(*group, strict=True)  # columns (built in C, as the filters and sorts)
         ordered = [sorted(filter(_present, values)) for values in (latency, ttft)]
@@ -174,7 +178,7 @@ async def _sqlite(store: UsageStore, selection: Selection,
             runs[c].append(ordered[c])
         sums[0] += tokens
         sums[1] += spent
-    window: list[list] = [[] for _ in columns]
+    window: list[list[list[float]]] = [[] for _ in columns]
     for (k, s), (runs, (tokens, spent)) in buckets.items():
         merged = [runs[c][0] if len(runs[c]) == 1 else sorted(chain.from_iterable(runs[c])) for c in columns]
         out[(k, s, None)] = (_ranked(merged), tokens, spent)
@@ -186,5 +190,5 @@ async def _sqlite(store: UsageStore, selection: Selection,
 _present = partial(is_not, None)
 
 
-def _ranked(ordered: list[list]) -> dict[str, Percentiles]:
+def _ranked(ordered: list[list[float]]) -> dict[str, Percentiles]:
     return {column: Percentiles.ranked(ordered[c]) for c, column in enumerate(MEASURED)}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from billing.records import LedgerEntry, UsageRecord
 from billing.store.sql import SqlDialect
@@ -25,7 +26,7 @@ def utc_day(unix: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(unix))
 
 
-def entry_row(entry: LedgerEntry) -> tuple:
+def entry_row(entry: LedgerEntry) -> tuple[Any, ...]:
     u = entry.usage
     return (u.request_id, u.time, utc_day(u.time), u.team_id, u.key_id, u.user_id, u.model, u.dialect,
             u.route, u.prompt_tokens, u.completion_tokens, u.compute_tokens, u.status, u.latency_ms,
@@ -36,7 +37,7 @@ def entry_row(entry: LedgerEntry) -> tuple:
             entry.batch_saved_micros)
 
 
-def row_entry(row) -> LedgerEntry:
+def row_entry(row: Sequence[Any]) -> LedgerEntry:
     (request_id, t, _day, team_id, key_id, user_id, model, dialect, route, prompt, completion, compute,
      status, latency_ms, ttft_ms, worker_id, in_price, out_price, cost, recorded_at, cold_start_ms, error_code,
      error_status, adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id, cached_price,
@@ -57,7 +58,7 @@ class UsageStore(Protocol):
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
         """Record a budget alert as sent; False when it was already recorded (by any gateway)."""
 
-    async def fetch(self, sql: str, params: list) -> list[tuple]:
+    async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Rows of one read-only statement (committed data only)."""
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:

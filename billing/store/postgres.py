@@ -3,10 +3,12 @@ the server is replaced on the next acquire, so the shipper's retries reconnect b
 
 from __future__ import annotations
 
+from typing import Any
+
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.sql import PostgresDialect, claim_alert_sql
+from billing.store.sql import PostgresDialect, SqlDialect, claim_alert_sql
 from storage import Database
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
@@ -23,7 +25,7 @@ _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
 
 
 class PostgresStore:
-    dialect = _DIALECT
+    dialect: SqlDialect = _DIALECT
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -34,7 +36,7 @@ class PostgresStore:
         # locked in key order (rollups.py)
         async with self._db.transaction(exclusive=False) as tx:
             inserted = {row[0] for row in await tx.fetchall(_INSERT, columns)}
-            new = {}
+            new: dict[str, LedgerEntry] = {}
             for e in entries:  # the rollups add exactly the records the insert added
                 if e.usage.request_id in inserted:
                     new.setdefault(e.usage.request_id, e)
@@ -51,7 +53,7 @@ class PostgresStore:
             row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
         return row is not None
 
-    async def fetch(self, sql: str, params: list) -> list[tuple]:
+    async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return await self._db.read(sql, params)
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:

@@ -22,6 +22,8 @@ status 0), because NULLs never collide in a unique key.
 
 from __future__ import annotations
 
+from typing import Any
+
 from billing.records import BUDGET_REFUSED, LedgerEntry
 from billing.store.base import TABLE
 from billing.store.sql import SqlDialect
@@ -58,22 +60,23 @@ _HOURLY_SUMS_V6 = (*_TOKENS, ("cost_micros", "SUM(cost_micros)"), ("rate_limited
                    ("budget_refused", BUDGET_REFUSED_SQL), *_COLD)
 DAILY_SUMS = (*_DAILY_SUMS_V6[:-len(_COLD)], *SAVINGS, *_COLD)
 HOURLY_SUMS = (*_HOURLY_SUMS_V6[:-len(_COLD)], *SAVINGS, *_COLD)
+Sums = tuple[tuple[str, str], ...]  # (column, the SQL that sums it)
 _TEXT_KEYS = {"team_id", "model", "key_id", "user_id", "dialect", "status", "adapter"}
 
 
-def column_kinds(key: tuple[str, ...], sums) -> list[tuple[str, str]]:
+def column_kinds(key: tuple[str, ...], sums: Sums) -> list[tuple[str, str]]:
     """(column, "text" | "integer" | "real") of a rollup, in its upsert's order."""
     return ([(c, "text" if c in _TEXT_KEYS else "integer") for c in key]
             + [(c, "real" if c.startswith("cold_start_ms") else "integer") for c, _ in sums])
 
 
-def _table(name: str, key: tuple[str, ...], sums, integer: str, real: str) -> str:
+def _table(name: str, key: tuple[str, ...], sums: Sums, integer: str, real: str) -> str:
     types = {"text": "TEXT", "integer": integer, "real": real}
     columns = [f"{c} {types[kind]} NOT NULL" for c, kind in column_kinds(key, sums)]
     return f"CREATE TABLE {name} ({', '.join(columns)}, PRIMARY KEY ({', '.join(key)}))"
 
 
-def _backfill(dialect: SqlDialect, name: str, key: tuple[str, ...], sums, period: int) -> str:
+def _backfill(dialect: SqlDialect, name: str, key: tuple[str, ...], sums: Sums, period: int) -> str:
     """Fills a new rollup from the records already stored."""
     from_raw = {"period": f"{dialect.floor_div('time', period)} * {period}", "user_id": "COALESCE(user_id, '')",
                 "error_status": "COALESCE(error_status, 0)",
@@ -124,7 +127,7 @@ def savings_migration(dialect: SqlDialect, integer: str, real: str, without_rowi
 _V8 = ((DAILY_KEY, DAILY_SUMS), (HOURLY_KEY, HOURLY_SUMS))  # the next migration freezes these before changing them
 
 
-def upsert_sql(dialect: SqlDialect, name: str, key: tuple[str, ...], sums, *,
+def upsert_sql(dialect: SqlDialect, name: str, key: tuple[str, ...], sums: Sums, *,
                arrays: dict[str, str] | None = None) -> str:
     """The upsert adding one increment row; with `arrays` (PostgreSQL type per kind) it takes one
     array per column and adds every row in one statement."""
@@ -146,11 +149,11 @@ def upserts(dialect: SqlDialect, *, arrays: dict[str, str] | None = None) -> tup
             upsert_sql(dialect, HOURLY, HOURLY_KEY, HOURLY_SUMS, arrays=arrays))
 
 
-def rollup_rows(entries: list[LedgerEntry]) -> tuple[list[tuple], list[tuple]]:
+def rollup_rows(entries: list[LedgerEntry]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The rollups' increments for newly stored entries: (daily rows, hourly rows), each sorted by
     key so that concurrent writers lock rollup rows in the same order (no deadlock)."""
-    daily: dict[tuple, list] = {}
-    hourly: dict[tuple, list] = {}
+    daily: dict[tuple[Any, ...], list[Any]] = {}
+    hourly: dict[tuple[Any, ...], list[Any]] = {}
     for e in entries:
         u = e.usage
         cold = u.cold_start_ms
@@ -171,7 +174,7 @@ def rollup_rows(entries: list[LedgerEntry]) -> tuple[list[tuple], list[tuple]]:
     return ([(*k, *v) for k, v in sorted(daily.items())], [(*k, *v) for k, v in sorted(hourly.items())])
 
 
-def _add(groups: dict[tuple, list], key: tuple, values: tuple) -> None:
+def _add(groups: dict[tuple[Any, ...], list[Any]], key: tuple[Any, ...], values: tuple[Any, ...]) -> None:
     current = groups.get(key)
     if current is None:
         groups[key] = list(values)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class SqlDialect:
@@ -65,9 +66,9 @@ class Params:
 
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
-        self.values: list = []
+        self.values: list[Any] = []
 
-    def __call__(self, value) -> str:
+    def __call__(self, value: Any) -> str:
         self.values.append(value)
         return self.dialect.mark(len(self.values))
 

@@ -4,10 +4,12 @@ writer, and see committed data only (storage/sqlite.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from billing.records import LedgerEntry
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.sql import SqliteDialect, claim_alert_sql
+from billing.store.sql import SqlDialect, SqliteDialect, claim_alert_sql
 from storage import Database, Executor
 
 # no conflict target: a replayed entry collides with the primary key and the request_id index alike
@@ -18,7 +20,7 @@ _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT)
 
 
 class SqliteStore:
-    dialect = _DIALECT
+    dialect: SqlDialect = _DIALECT
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -39,7 +41,7 @@ class SqliteStore:
             row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
         return row is not None
 
-    async def fetch(self, sql: str, params: list) -> list[tuple]:
+    async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return await self._db.read(sql, params)
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
@@ -66,7 +68,7 @@ async def _new_entries(tx: Executor, entries: list[LedgerEntry]) -> list[LedgerE
         rows = await tx.fetchall(f"SELECT request_id FROM {TABLE} WHERE request_id IN ({', '.join('?' * len(chunk))})",
                                  chunk)
         stored.update(row[0] for row in rows)
-    new = {}
+    new: dict[str, LedgerEntry] = {}
     for e in entries:
         if e.usage.request_id not in stored:
             new.setdefault(e.usage.request_id, e)

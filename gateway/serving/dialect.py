@@ -17,7 +17,7 @@ from litestar import Request, Response
 from litestar.types import ExceptionHandlersMap
 
 from common.errors import invalid_field
-from common.protocol import Event, GenerateRequest
+from common.protocol import Event, Finish, GenerateRequest
 from gateway.errors import SluiceError, ValidationFailed, as_sluice_error
 from gateway.serving.collect import Result
 
@@ -105,7 +105,7 @@ def sse(payload: Any, space: bool = True) -> bytes:
     return (b"data: " if space else b"data:") + _encoder.encode(payload) + b"\n\n"
 
 
-def convert(payload: Any, kind: type, what: str = "request body"):
+def convert(payload: Any, kind: type, what: str = "request body") -> Any:
     """Validate a decoded JSON value into a msgspec Struct, naming the offending field on failure."""
     if not isinstance(payload, dict):
         raise ValidationFailed(f"the {what} must be a JSON object")
@@ -129,7 +129,7 @@ def unknown_fields(payload: Any, kind: type[msgspec.Struct], tolerated: frozense
             if value is not None and key not in kind.__struct_fields__ and key not in tolerated]
 
 
-def incomplete(finish) -> dict:
+def incomplete(finish: Finish | None) -> dict[str, bool]:
     """`{"incomplete": true}` for a structured output cut before its grammar accepted, else nothing:
     merged into a finished choice so no dialect reports a silently invalid result."""
     return {"incomplete": True} if finish is not None and finish.incomplete else {}

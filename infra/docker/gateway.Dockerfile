@@ -17,9 +17,11 @@ ENV PYTHONUNBUFFERED=1 \
     SLUICE_LOG_FORMAT=json \
     SLUICE_DATA_DIR=/var/lib/sluice
 COPY --from=build /wheels /wheels
+# every version from the lock that CI installs (`make install`)
+COPY requirements.lock /tmp/requirements.lock
 RUN wheel="$(ls /wheels/sluice-*.whl)" \
-    && pip install --no-cache-dir "${wheel}[gateway]" \
-    && rm -rf /wheels \
+    && pip install --no-cache-dir -c /tmp/requirements.lock "${wheel}[gateway]" \
+    && rm -rf /wheels /tmp/requirements.lock \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin sluice \
     && mkdir -p /var/lib/sluice \
     && chown sluice:sluice /var/lib/sluice

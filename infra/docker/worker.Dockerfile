@@ -30,10 +30,12 @@ ENV PYTHONUNBUFFERED=1 \
 # layer 1: torch pinned from the CUDA index, with its nvidia-* CUDA libraries
 RUN python -m venv /opt/sluice \
     && /opt/sluice/bin/pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0
-# layer 2: the other dependencies of `.[worker]` (torch==2.13.0 is already satisfied), bitsandbytes among them
+# layer 2: the other dependencies of `.[worker]` (torch==2.13.0 is already satisfied), bitsandbytes among them,
+# each at the version of the lock that CI installs (`make install`)
 COPY --from=build /requirements.txt /tmp/requirements.txt
-RUN /opt/sluice/bin/pip install --no-cache-dir -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt \
+COPY requirements.lock /tmp/requirements.lock
+RUN /opt/sluice/bin/pip install --no-cache-dir -c /tmp/requirements.lock -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt /tmp/requirements.lock \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin sluice \
     && mkdir -p /var/lib/sluice /var/cache/sluice \
     && chown sluice:sluice /var/lib/sluice /var/cache/sluice

@@ -165,7 +165,8 @@ def test_dockerignore_keeps_environments_data_and_secrets_out():
              if line.strip() and not line.startswith("#")]
     assert lines[0] == "*", "deny everything, then allow the packages"
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert allowed <= {"pyproject.toml", "README.md", "gateway", "auth", "billing", "common", "storage", "worker"}
+    assert allowed <= {"pyproject.toml", "requirements.lock", "README.md", "gateway", "auth", "billing", "common",
+                       "storage", "worker"}
     for dockerfile in ("gateway", "worker"):
         for value in parse(DOCKER / f"{dockerfile}.Dockerfile").all("COPY"):
             if value.startswith("--from"):
