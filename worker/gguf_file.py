@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
-from gguf.quants import dequantize
+from gguf.quants import Q4_K, dequantize
 
 from worker.load_errors import ModelLoadError
 
@@ -114,3 +114,32 @@ def _read_into(descriptor: int, buffer: np.ndarray, offset: int, path: Path, ent
         if got == 0:
             raise ModelLoadError(f"{path.name} is truncated: tensor {entry.name} ends past the file's end")
         done += got
+
+
+FOUR_BIT = frozenset({"Q4_0", "Q4_1", "Q4_K"})  # groups of 32 whose weights are scale * code + minimum
+
+
+def read_four_bit(path: Path, entry: TensorEntry) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_0 / Q4_1 / Q4_K matrix as its blocks hold it: (codes uint8 [rows, columns], scale and minimum
+    float32 [rows, columns / 32]) with w = scale * code + minimum in each group of 32 inputs; computed in
+    float32, that is gguf's dequantization to the bit."""
+    rows, columns = math.prod(entry.shape[:-1]), entry.shape[-1]
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[entry.kind]]
+    raw = np.empty((rows * columns // block, type_size), dtype=np.uint8)
+    with path.open("rb", buffering=0) as handle:
+        _read_into(handle.fileno(), raw, entry.offset, path, entry)
+    halves = raw[:, :4].copy().view(np.float16).astype(np.float32)  # d (and m / dmin) of each block
+    if entry.kind == "Q4_K":
+        sub_scales, sub_minimums = Q4_K.get_scale_min(raw[:, 4:16])
+        nibbles = raw[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+        scale = halves[:, :1] * sub_scales.astype(np.float32)
+        minimum = -(halves[:, 1:2] * sub_minimums.astype(np.float32))
+    else:  # Q4_0: w = d * (q - 8); Q4_1: w = d * q + m
+        first = 2 if entry.kind == "Q4_0" else 4
+        nibbles = raw[:, first:].reshape(-1, 1, 1, 16) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+        scale = halves[:, :1]
+        minimum = -8 * scale if entry.kind == "Q4_0" else halves[:, 1:2]
+    codes = (nibbles & np.uint8(15)).reshape(rows, columns)
+    groups = columns // 32
+    return (torch.from_numpy(codes), torch.from_numpy(np.ascontiguousarray(scale).reshape(rows, groups)),
+            torch.from_numpy(np.ascontiguousarray(minimum).reshape(rows, groups)))

@@ -7,7 +7,8 @@ tensor index, are kept as a small directory in the model cache: `<cache>/<sha256
 device from that config and reads the weights one GGUF tensor at a time (gguf_file.read_tensor), through
 transformers' name map and fix-ups (gguf_names.py), each cast to the compute dtype and put in its place at
 once: no float32 copy of the model exists, only of the tensor being read. Weights the engine packs itself
-(q4 `engine_only`, loading.py) are left unread; `GgufWeights` reads one by name when it is needed.
+(q4 `engine_only`, loading.py) are left unread; `GgufWeights` reads one by name when it is needed, and
+hands q4 a Q4_0 / Q4_1 / Q4_K matrix's codes and scales as they are (`four_bit`), packed without a float copy.
 
 Earlier versions cached the whole model dequantized to float32 safetensors under `<cache>/<sha256>`; those
 directories are no longer read or written (delete them to reclaim the space).
@@ -28,7 +29,7 @@ from transformers import AutoConfig, AutoTokenizer
 from worker.build_once import build_once
 from worker.direct_load import fill, skeleton
 from worker.file_hash import remembered_sha256
-from worker.gguf_file import TensorEntry, read_index, read_tensor
+from worker.gguf_file import FOUR_BIT, TensorEntry, read_four_bit, read_index, read_tensor
 from worker.gguf_names import GgufTensors, known_architecture, known_architectures, tensor_names
 from worker.load_errors import ModelLoadError
 
@@ -90,6 +91,23 @@ class GgufWeights:
     def converted(self, entry: TensorEntry) -> tuple[str | None, torch.Tensor]:
         name, values = self.tensors.convert(entry.name, read_tensor(self.gguf, entry).numpy())
         return name, torch.from_numpy(np.ascontiguousarray(values)).to(self.dtype)
+
+    def four_bit(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """A 4-bit matrix's codes, scales and minimums as its GGUF blocks hold them (gguf_file.read_four_bit),
+        rows in the state dict's order: what q4 packs without a float round trip. None where the tensor is
+        not Q4_0 / Q4_1 / Q4_K, or its architecture's fix-up does more than reorder rows."""
+        source = self._by_name.get(self._sources.get(name, ""))
+        if source is None or source.kind not in FOUR_BIT or len(source.shape) != 2:
+            return None
+        rows = source.shape[0]
+        probe = np.arange(rows, dtype=np.float32).reshape(rows, 1)  # each row's index, through the fix-up
+        converted, order = self.tensors.convert(source.name, probe)
+        if converted != name or order.shape != (rows, 1) or \
+                not np.array_equal(np.sort(order[:, 0]), probe[:, 0]):
+            return None
+        codes, scale, minimum = read_four_bit(self.gguf, source)
+        index = torch.from_numpy(order[:, 0].astype(np.int64))
+        return codes[index], scale[index], minimum[index]
 
     def __call__(self, name: str) -> torch.Tensor:
         source = self._by_name.get(self._sources.get(name, ""))

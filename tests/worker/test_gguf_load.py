@@ -22,7 +22,8 @@ from testkit.sluice import REPO
 from testkit.tiny_gguf import write_gguf
 from testkit.tiny_model import write_tiny_model
 from worker import gguf_file
-from worker.gguf_file import READABLE, read_index, read_tensor
+from worker.engine.native.pack import four_bit
+from worker.gguf_file import READABLE, read_four_bit, read_index, read_tensor
 from worker.loading import ModelLoadError, default_gguf_path, load_model, packed_by_q4
 
 EVERY_TYPE = sorted(READABLE, key=lambda kind: kind.name)
@@ -54,6 +55,16 @@ def test_q4_for_an_engine_leaves_the_packed_weights_unread_and_reads_each_as_the
                  "model.embed_tokens.weight", "model.layers.29.mlp.down_proj.weight"):
         assert torch.equal(loaded.read_weight(name), full[name]), name
     assert loaded.weights_id == smol.weights_id and loaded.weights_id is not None
+    # what q4 packs instead of those floats: the file's own codes and scales, rows where the floats are
+    for name in ("model.layers.3.self_attn.q_proj.weight", "model.layers.3.self_attn.k_proj.weight",
+                 "model.layers.0.mlp.gate_proj.weight"):
+        codes, scale, minimum = loaded.read_weight.four_bit(name)
+        rows, groups = scale.shape
+        weights = codes.reshape(rows, groups, 32).float() * scale.unsqueeze(-1) + minimum.unsqueeze(-1)
+        assert torch.equal(weights.reshape(rows, -1), full[name]), name
+        packed = four_bit(codes, scale, minimum)
+        assert packed.bits == 4 and torch.equal(packed.dequantize(), full[name])  # Q4_1: half floats, exact
+    assert loaded.read_weight.four_bit("model.embed_tokens.weight") is None  # Q8_0: packed from floats
 
 
 def test_every_tensor_type_reads_as_ggufs_own_dequantization(tmp_path, monkeypatch):
@@ -68,6 +79,21 @@ def test_every_tensor_type_reads_as_ggufs_own_dequantization(tmp_path, monkeypat
         assert ours.dtype == torch.float32 and ours.shape == (40, 512)
         assert np.array_equal(ours.numpy(), theirs[entry.name].reshape(40, 512)), entry.kind
         assert ours.isfinite().all() and 0 < float(ours.abs().max()) < 1, entry.kind
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q4_K"])
+def test_four_bit_blocks_pack_as_they_are(tmp_path, kind):
+    path = write_gguf(tmp_path / "four.gguf", "llama", {"m": (GGMLQuantizationType[kind], (40, 512))})
+    [entry] = read_index(path)[1]
+    theirs = dequantize(GGUFReader(path).tensors[0].data, GGMLQuantizationType[kind])
+    codes, scale, minimum = read_four_bit(path, entry)
+    weights = codes.reshape(40, 16, 32).float() * scale.unsqueeze(-1) + minimum.unsqueeze(-1)
+    assert np.array_equal(weights.reshape(40, 512).numpy(), theirs)  # gguf's dequantization, to the bit
+    error = (four_bit(codes, scale, minimum).dequantize() - torch.from_numpy(theirs)).abs().max()
+    if kind == "Q4_K":  # half-float scales of d x 6-bit products: rounded, at 2^-11 of the largest weight
+        assert float(error) <= 2 ** -11 * float(np.abs(theirs).max())
+    else:
+        assert float(error) == 0
 
 
 def _truncated(tmp_path: Path) -> Path:
