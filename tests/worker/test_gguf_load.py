@@ -166,3 +166,19 @@ def test_the_worker_refuses_a_corrupt_gguf_in_one_line_and_exits(tmp_path):
     [line] = [line for line in done.stderr.splitlines() if line.startswith(MODEL_LOAD_FAILED)]
     assert "model.gguf is truncated" in line
     assert _cache_entries(cache) == []
+
+
+def test_loading_the_default_gguf_peaks_within_a_quarter_above_what_it_then_holds(smol, tmp_path):
+    """Peak RSS (VmHWM) of a fresh process loading SmolLM2 in float32 against its RSS once loaded: one tensor
+    in float32 beside the model at a time, never a copy of the model (the old path peaked at 2.75x)."""
+    script = ("import json; from pathlib import Path; from common.protocol import ModelConfig; "
+              "from worker.loading import load_model; "
+              f"m = load_model(ModelConfig(quantization='none', dtype='float32'), Path({str(tmp_path)!r})); "
+              "status = dict(line.split(':', 1) for line in open('/proc/self/status')); "
+              "print(json.dumps({k: int(status[k].split()[0]) for k in ('VmHWM', 'VmRSS')}))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # SLUICE_MODEL_CACHE: the tests' cache (the `smol` fixture)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    memory = json.loads(done.stdout.strip().splitlines()[-1])
+    assert memory["VmHWM"] <= 1.25 * memory["VmRSS"], memory
