@@ -5,7 +5,7 @@ once the endpoint is warm.
                                          [--burst 100] [--burst-tokens 16] [--quantization auto|w8a8|q4|...]
                                          [--quick]
 
-`--model default` is SmolLM2-135M-Instruct (its dequantized copy cached); `tiny` the tiny random Llama the
+`--model default` is SmolLM2-135M-Instruct (its GGUF metadata cached); `tiny` the tiny random Llama the
 tests use (testkit/tiny_model.py, written to a temporary directory): what is left when the weights
 cost nothing, i.e. the activator, the process and the engine.
 
@@ -17,8 +17,9 @@ its own start phase by phase (`/info` start_seconds): process start, imports, we
 (lean runner, KV cache), warm-up, compile (the TorchScript decode layers). Two ways to wake:
 - standby: the default, a spare worker process already imported waits for an assignment;
 - cold: `[scaling] standby_worker = false`, a new process imports everything first.
-The peer, measured in the same run: a fresh Python process loading the same cached weights with
-transformers (`from_pretrained`) and generating one token, what a plain transformers server pays.
+The peer, measured in the same run: a fresh Python process loading the same weights with transformers
+(`from_pretrained`; the default model from its GGUF) and generating one token, what a plain transformers
+server pays.
 
 Then, warm: the activator's own latency (acquire + release of a lease on the ready endpoint, p50/p99)
 and the time to first token through the service against the same request sent to the worker directly.
@@ -70,8 +71,12 @@ import sys, time
 began = float(sys.argv[1])
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained(sys.argv[2])
-model = AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.float32)
+from pathlib import Path
+where = Path(sys.argv[2])
+source = {"pretrained_model_name_or_path": where.parent, "gguf_file": where.name} if where.suffix == ".gguf" else \
+    {"pretrained_model_name_or_path": where}
+tokenizer = AutoTokenizer.from_pretrained(**source)
+model = AutoModelForCausalLM.from_pretrained(**source, dtype=torch.float32)
 ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
 model.generate(ids, max_new_tokens=1, do_sample=False)
 print(time.time() - began)
@@ -295,7 +300,9 @@ def main() -> None:
             bench_model("the tiny random Llama", {"name": TINY, "source": tiny, "threads": 1, "decode_threads": 1},
                         Path(tiny), args)
     if args.model in ("default", "both"):
-        weights = next(p for p in CACHE.iterdir() if (p / "config.json").exists())
+        from worker.loading import default_gguf_path
+
+        weights = default_gguf_path()  # the peer loads the GGUF itself (transformers dequantizes it)
         bench_model(f"SmolLM2-135M ({args.quantization})", {"name": MODEL, "quantization": args.quantization},
                     weights, args)
 

@@ -150,7 +150,7 @@ def main() -> None:
     print(f"auto picks: quantization={picked.quantization} dtype={picked.dtype} ({picked.reason})", flush=True)
     config = ModelConfig(dtype="float32", quantization="none")
     torch.set_num_threads(torch_threads(config))
-    data_dir = REPO / ".data"  # the dequantized default model is cached there, as for the other benches
+    data_dir = REPO / ".data"  # the default model's GGUF metadata and q4 packs are cached there, as elsewhere
     reference_model = load_model(config, data_dir)
     tokenizer = reference_model.tokenizer
     prompts = chat_prompts(tokenizer)

@@ -33,7 +33,7 @@ NOT_SETTINGS = {
     "SLUICE_CONFIG_TOML": "the whole config file in one variable (ECS task definitions): gateway/config.py",
     WORKER_SECRET_ENV: "the secret the gateway and its workers share, given to remote workers too: "
                        "gateway/replicas/trust.py, worker/secret.py",
-    "SLUICE_MODEL_CACHE": "worker: where dequantized GGUF weights are cached, shared by data dirs: worker/loading.py",
+    "SLUICE_MODEL_CACHE": "worker: the model cache (GGUF metadata, q4 packs), shared by data dirs: worker/loading.py",
     "SLUICE_NATIVE_CACHE": "worker: where the q4 forward's compiled C library is cached: worker/engine/native/build.py",
     "SLUICE_NATIVE_COMPILE_TIMEOUT": "worker: seconds the q4 forward's compile may take: worker/engine/native/build.py",
     "SLUICE_NATIVE_FLAGS": "worker: flags added to the q4 forward's C build (`-mno-avx512vnni`: the plain-C path): "

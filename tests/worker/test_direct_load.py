@@ -7,7 +7,6 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from testkit.sluice import default_model_dir
 from testkit.tiny_model import write_tiny_model
 from worker.direct_load import load_direct
 
@@ -24,11 +23,23 @@ def assert_same_model(direct, reference) -> None:
         assert torch.equal(direct(ids).logits, reference(ids).logits)
 
 
-def test_the_default_model_loads_directly_as_from_pretrained_loads_it():
-    cached = default_model_dir()
-    direct = load_direct(cached, torch.float32)
+def test_a_tied_model_loads_directly_as_from_pretrained_loads_it(tmp_path):
+    directory = write_tiny_model(tmp_path / "tiny", tied=True)
+    direct = load_direct(directory, torch.float32)
     assert direct is not None and direct.lm_head.weight is direct.model.embed_tokens.weight
-    assert_same_model(direct, AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32))
+    assert_same_model(direct, AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
+
+
+def test_a_bfloat16_file_is_cast_tensor_by_tensor_and_sharded_files_are_read_whole(tmp_path):
+    """A bf16 checkpoint in two shards, loaded in float32: the same model `from_pretrained` gives."""
+    directory = write_tiny_model(tmp_path / "tiny", tied=False)
+    reference = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
+    (directory / "model.safetensors").unlink()
+    reference.save_pretrained(directory, max_shard_size="300KB")
+    assert len(list(directory.glob("*.safetensors"))) > 1
+    direct = load_direct(directory, torch.float32)
+    assert direct is not None
+    assert_same_model(direct, AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
 
 
 def test_an_untied_model_and_another_dtype(tmp_path):

@@ -21,6 +21,7 @@ from worker.c_compiler import compiler_problem
 from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
 from worker.engine.runner import ModelRunner, UnsupportedModel
 from worker.engine.w8a8 import quantize_runner
+from worker.gguf_load import METADATA_FORMAT, gguf_metadata_dir
 from worker.loading import (
     ModelLoadError,
     default_gguf_path,
@@ -91,19 +92,16 @@ def test_a_4bit_layer_off_the_block_size_keeps_the_portable_layout_and_answers(n
     assert greedy(loaded, "Hello there", 6) == hf_greedy(loaded, "Hello there", 6)
 
 
-def test_gguf_is_dequantized_once_and_then_cached(smol, tmp_path):
+def test_a_gguf_is_read_as_it_is_and_its_metadata_kept_once(smol, tmp_path):
     gguf = default_gguf_path()
-    cached = MODEL_CACHE / file_sha256(gguf)
-    weights = next(cached.glob("*.safetensors"))
-    stamp = weights.stat().st_mtime_ns
-    assert resolve_source("", tmp_path) == cached  # reused: no second dequantization
-    assert weights.stat().st_mtime_ns == stamp
+    assert resolve_source("", tmp_path) == gguf == resolve_source(str(gguf), tmp_path)
+    kept = gguf_metadata_dir(gguf, MODEL_CACHE)
+    assert kept == MODEL_CACHE / f"{file_sha256(gguf)}.gguf{METADATA_FORMAT}"
+    assert not list(kept.glob("*.safetensors"))  # config, tokenizer and the tensor index: no weights
+    stamp = (kept / "config.json").stat().st_mtime_ns
+    assert gguf_metadata_dir(gguf, MODEL_CACHE) == kept and (kept / "config.json").stat().st_mtime_ns == stamp
     assert smol.model.config.model_type == "llama" and smol.dtype == torch.float32
     assert smol.quantization == "none"
-
-
-def test_gguf_path_given_explicitly_uses_the_same_cache(tmp_path):
-    assert resolve_source(str(default_gguf_path()), tmp_path) == MODEL_CACHE / file_sha256(default_gguf_path())
 
 
 def test_a_files_hash_is_remembered_until_the_file_changes(tmp_path):

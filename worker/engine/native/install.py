@@ -34,7 +34,10 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
     if cache is None or weights_id is None:
         matrices = packed_matrices(runner, read)
     else:
-        recipe = f"q4 {PACKED_FORMAT}\0{weights_id}\0{EXACT_4BIT}\0{sorted(matrix_sources(runner))}"
+        # packed from the file's 4-bit blocks (a GGUF read for an engine alone) or from float weights: not
+        # always the same bytes, so not one entry
+        blocks = "\0blocks" if deferred and hasattr(read, "four_bit") else ""
+        recipe = f"q4 {PACKED_FORMAT}\0{weights_id}\0{EXACT_4BIT}\0{sorted(matrix_sources(runner))}{blocks}"
         matrices = _unflatten(cached_tensors(cache / PACKED_DIR, recipe,
                                              lambda: _flatten(packed_matrices(runner, read))))
     runner.native = NativeForward(runner, threads, matrices)

@@ -19,7 +19,7 @@ from torch import nn
 
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
-from worker.engine.native.pack import Packed, pick
+from worker.engine.native.pack import Packed, four_bit, pick
 
 BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
 _SILU = {"silu", "swish"}
@@ -123,7 +123,8 @@ def matrix_sources(runner) -> dict[str, list[nn.Module]]:
 
 def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -> dict[str, Packed]:
     """Every matrix of `matrix_sources` packed (`pick`), one at a time. A weight left unread at load (meta) is
-    read by its state-dict name through `read`."""
+    read by its state-dict name through `read`; where `read` has `four_bit` (a GGUF's reader) and gives the
+    file's 4-bit codes for each part of a matrix, those are packed as they are (pack.four_bit)."""
     names = {module: name for name, module in runner.model.named_modules()}
 
     def weight(module: nn.Module) -> torch.Tensor:
@@ -133,13 +134,29 @@ def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -
             raise NativeUnsupported(f"{names[module]}.weight was not loaded and nothing can read it")
         return read(f"{names[module]}.weight")
 
+    def as_stored(modules: list[nn.Module]) -> Packed | None:
+        """The matrix from the file's own 4-bit codes, where `read` offers them for every unread part."""
+        stored = getattr(read, "four_bit", None)
+        if stored is None or not all(m.weight.is_meta for m in modules):
+            return None
+        parts = [stored(f"{names[m]}.weight") for m in modules]
+        if any(part is None for part in parts):
+            return None
+        return four_bit(*(torch.cat(tensors) for tensors in zip(*parts)))
+
     def packed(name: str, modules: list[nn.Module]) -> Packed:
         try:
+            stored = as_stored(modules)
+            if stored is not None:
+                return stored
             return pick(torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0]))
         except ValueError as error:  # weights pack.py cannot hold
             raise NativeUnsupported(f"q4 cannot pack {name}: {error}") from None
 
-    return {name: packed(name, modules) for name, modules in matrix_sources(runner).items()}
+    # the largest first (the vocabulary matrices): a float copy read to pack one then sits beside few packed
+    # matrices, not beside all of them (a cold start's peak RSS)
+    largest_first = sorted(matrix_sources(runner).items(), key=lambda item: -sum(m.weight.numel() for m in item[1]))
+    return {name: packed(name, modules) for name, modules in largest_first}
 
 
 class NativeForward:

@@ -6,7 +6,7 @@
   scale). For matrices 4-bit groups do not reproduce (a Q6_K / Q8_0 embedding, float checkpoints).
 
 `pick` measures each matrix: 4-bit where its relative error (max |w' - w| / max |w|) stays under
-EXACT_4BIT, else 8-bit.
+EXACT_4BIT, else 8-bit. `four_bit` takes a quantized file's 4-bit codes and group scales as they are.
 
 The layout is forward.c's register tile, one run of bytes per matrix that the kernel reads front to back:
 `tiles` [blocks, groups, code bytes + 64], block b holding rows 16b..16b+15 (the last block padded with zero
@@ -21,6 +21,7 @@ bytes). Half floats are exact for a Q4_1 / Q8_0 GGUF, whose blocks store d and m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -152,6 +153,20 @@ def pack8(weight: torch.Tensor) -> Packed:
     safe = torch.where(step > 0, step, torch.ones_like(step))
     codes = ((groups / safe.unsqueeze(-1)).round().clamp_(-127, 127) + 128).to(torch.uint8)
     return _tiled(codes.reshape(weight.shape[0], -1), scale, (-128 * step).half(), 8)
+
+
+def four_bit(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> Packed:
+    """4-bit codes [rows, cols] and their groups' scales and minimums [rows, cols / 32] as a quantized file
+    holds them (a GGUF's Q4_0 / Q4_1 / Q4_K blocks) -> the layout, without a float copy of the matrix. The
+    half floats are exact for Q4_0 / Q4_1, whose blocks store them so; Q4_K's scales (a half-float scale times
+    a 6-bit one) round to a relative 2^-11, a tenth of what repacking its dequantized weights in 8 bits errs."""
+    if codes.shape[1] % GROUP or scale.shape != (codes.shape[0], codes.shape[1] // GROUP) != minimum.shape:
+        raise ValueError(f"4-bit codes {tuple(codes.shape)} need scales of [rows, {codes.shape[1] // GROUP}]")
+    largest = float((scale.abs() * 15 + minimum.abs()).max()) if scale.numel() else 0.0
+    if not math.isfinite(largest) or largest > LARGEST_WEIGHT:
+        raise ValueError(f"a projection's weights must be finite and within +-{LARGEST_WEIGHT:g}")
+    return _joined([_tiled(c, s, m, 4) for c, s, m in zip(codes.split(PICK_ROWS), scale.split(PICK_ROWS),
+                                                          minimum.split(PICK_ROWS))])
 
 
 def relative_error(packed: Packed, weight: torch.Tensor) -> float:
