@@ -108,7 +108,7 @@ def read_tensor(path: Path, entry: TensorEntry) -> torch.Tensor:
 
 
 def _read_into(descriptor: int, buffer: np.ndarray, offset: int, path: Path, entry: TensorEntry) -> None:
-    view, done = memoryview(buffer).cast("B"), 0
+    view, done = buffer.data.cast("B"), 0
     while done < len(view):
         got = os.preadv(descriptor, [view[done:]], offset + done)
         if got == 0:

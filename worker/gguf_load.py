@@ -30,7 +30,7 @@ from worker.build_once import build_once
 from worker.direct_load import fill, skeleton
 from worker.file_hash import remembered_sha256
 from worker.gguf_file import FOUR_BIT, TensorEntry, read_four_bit, read_index, read_tensor
-from worker.gguf_names import GgufTensors, known_architecture, known_architectures, tensor_names
+from worker.gguf_names import GgufTensors, config_dict, known_architecture, known_architectures, tensor_names
 from worker.load_errors import ModelLoadError
 
 log = structlog.get_logger(__name__)
@@ -84,7 +84,7 @@ class GgufWeights:
             raise ModelLoadError(f"{gguf.name} changed while it was being loaded")
         self.gguf, self.dtype = gguf, dtype
         self.entries = [TensorEntry.from_json(value) for value in index["tensors"]]
-        self.tensors = GgufTensors(index["architecture"], model.config.to_dict(), index["names"])
+        self.tensors = GgufTensors(index["architecture"], config_dict(model), index["names"])
         self._sources = self.tensors.sources()
         self._by_name = {entry.name: entry for entry in self.entries}
 

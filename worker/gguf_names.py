@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from transformers import PretrainedConfig
 from transformers.modeling_gguf_pytorch_utils import (
     GGUF_SUPPORTED_ARCHITECTURES,
     TENSOR_PROCESSORS,
@@ -52,10 +53,16 @@ class _Shallow:
         return []
 
 
+def config_dict(model: torch.nn.Module) -> dict:
+    """The model's config as a dict (`config` is an attribute of a PreTrainedModel, not of Module)."""
+    config: PretrainedConfig = getattr(model, "config")  # noqa: B009 -- Module's __getattr__ types it as a tensor
+    return config.to_dict()
+
+
 def tensor_names(architecture: str, model: torch.nn.Module) -> dict[str, str]:
     """GGUF tensor name -> state-dict name, for `model` (a skeleton: only its names are read), as transformers
     maps them; the whole model's names first, the submodules' walk only where some are left unmapped."""
-    processor = _processor(architecture, model.config.to_dict())
+    processor = _processor(architecture, config_dict(model))
     names = get_gguf_hf_weights_map(_Shallow(model), processor)
     tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
     if set(model.state_dict()) - tied - set(names.values()):
