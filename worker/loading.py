@@ -26,6 +26,9 @@ from worker.build_once import build_once
 from worker.c_compiler import compiler_problem
 from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import WeightReader, load_direct
+from worker.gguf_package import is_package_source, package_gguf
+from worker.known_chat_templates import fill_chat_template
+from worker.model_config_check import check_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -224,11 +227,14 @@ def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") ->
 
 
 def resolve_source(source: str, data_dir: Path) -> Path | str:
-    """Map a configured source to a local HF directory, or a hub id to load offline."""
+    """Map a configured source to a local HF directory, or a hub id to load offline (`gguf_package:<name>`:
+    worker/gguf_package.py)."""
     if source in ("", "default"):
         return dequantized_gguf_dir(default_gguf_path(), model_cache_dir(data_dir))
     if source.startswith("s3://"):
         return download_s3_prefix(source, data_dir)
+    if is_package_source(source):  # a PyPI package's GGUF, assembled once into the data dir
+        source = str(package_gguf(source, data_dir))
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -287,6 +293,7 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
         raise ModelLoadError("quantization q4 runs a native CPU forward: it needs device cpu and dtype float32")
     bitsandbytes = quantization in ("int8", "nf4", "fp4")
     location = resolve_source(config.source, data_dir)
+    check_model_config(location)
     offline = {"local_files_only": True}
     try:
         # the tokenizer (mostly JSON parsing) beside the weights (mostly reading, without the GIL): ~0.3 s
@@ -307,6 +314,7 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
     if quantization in ("nf4", "fp4"):
         keep_4bit_layout(model)
     model.eval()
+    fill_chat_template(model, tokenizer)
     fallback = "w8a8" if quantization == "q4" and config.quantization == "auto" else None
     unread = any(p.is_meta for p in model.parameters())
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, fallback=fallback,
