@@ -89,6 +89,7 @@ class TransformersRunner:
         parameters = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in parameters
         self._positions = "position_ids" in parameters  # some (Bloom: ALiBi) take positions from the mask
+        self._cache_arg = "cache" if "cache" in parameters else "past_key_values"  # transformers renamed it
         layers, kv_heads, head_dim, cache_dtype, self.vocab_size = self._probe()
         self.cache = KVCache(layers, kv_heads, head_dim, max_rows, self.max_context, kv_dtype or cache_dtype,
                              self.device)
@@ -107,7 +108,7 @@ class TransformersRunner:
         probe = DynamicCache()
         try:
             out = self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
-                             past_key_values=probe, use_cache=True)
+                             use_cache=True, **{self._cache_arg: probe})
         except Exception as error:
             raise UnsupportedModel(f"{type(self.model).__name__}'s forward failed on one token: "
                                    f"{type(error).__name__}: {error}") from error
@@ -136,13 +137,15 @@ class TransformersRunner:
         length = (ids if ids is not None else embeds).shape[1]
         self.cache.ensure(start + length, first + rows)
         cache = Cache(layers=[_SlotLayer(self.cache, index, first, rows, start) for index in range(self.cache.layers)])
-        extra = {"logits_to_keep": keep} if self._logits_to_keep and keep else {}
+        extra = {self._cache_arg: cache}
+        if self._logits_to_keep and keep:
+            extra["logits_to_keep"] = keep
         if self._positions:
             extra["position_ids"] = torch.arange(start, start + length, device=self.device).expand(rows, -1)
         self._hidden.clear()
         self._want = want_hidden and self._has_head
         try:
-            out = self.model(input_ids=ids, inputs_embeds=embeds, past_key_values=cache, use_cache=True,
+            out = self.model(input_ids=ids, inputs_embeds=embeds, use_cache=True,
                              attention_mask=torch.ones((rows, start + length), dtype=torch.long, device=self.device),
                              **extra)
         finally:
