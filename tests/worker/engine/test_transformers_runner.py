@@ -32,7 +32,8 @@ from worker.engine.prepare_errors import RequestRejected
 from worker.engine.runner import UnsupportedModel
 from worker.loading import LoadedModel
 
-PROMPTS = ["Hi", "The quick brown fox jumps over the lazy dog and runs", "One two three four five", "x y"]
+PROMPTS = ["Hi", "The quick brown fox jumps over the lazy dog and runs to the river bank, where the old miller "
+           "keeps his boat tied to a post", "One two three four five", "x y"]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,9 @@ def run(engine, prompt, **params):
 def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer, monkeypatch):
     loaded = tiny(family, tokenizer)
     lines = logged(monkeypatch, runner_choice)
-    with running_engine(loaded, family, max_batch_size=8, max_context=128, quantization="none",
-                        dtype="float32") as engine:
+    # prompts prefilled in chunks of 8 tokens, a repeated one from the prefix cache
+    with running_engine(loaded, family, max_batch_size=8, max_context=128, quantization="none", dtype="float32",
+                        max_batched_tokens=8) as engine:
         assert isinstance(engine.runner, TransformersRunner)
         assert [(line["event"], line["model_class"]) for line in lines] == \
             [("transformers_forward", type(loaded.model).__name__)]
@@ -84,6 +86,9 @@ def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer
                 expected = loaded.model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12,
                                                  do_sample=False, pad_token_id=eos)[0, len(ids):].tolist()
             assert result.wait().finishes[0].token_ids == expected
+            if prompt == PROMPTS[1]:
+                cached = run(engine, prompt, max_tokens=12, temperature=0, ignore_eos=True)
+                assert cached.done.cached_tokens >= 16 and cached.finishes[0].token_ids == expected
 
         sampled = dict(max_tokens=10, temperature=1.0, seed=[7], logprobs=0, ignore_eos=True)
         first, again = run(engine, PROMPTS[1], **sampled), run(engine, PROMPTS[1], **sampled)
