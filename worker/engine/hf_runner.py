@@ -36,9 +36,13 @@ class _SlotLayer(CacheLayerMixin):
     positions already; the forward's new keys and values go to start.. of each."""
     is_sliding = False  # every position is kept: the model's mask applies its window (kv offset 0)
 
-    def __init__(self, cache: KVCache, index: int, first: int, rows: int, start: int):
+    def __init__(self, cache: KVCache, index: int, first: int, rows: int, start: int,
+                 positions: torch.Tensor | None = None):
+        """`positions`: one decode token per row, row b written at positions[b] <= start (rows of unequal
+        length in one forward, the shorter ones' padding masked by the caller)."""
         super().__init__()
         self.cache, self.index, self.first, self.rows, self.start = cache, index, first, rows, start
+        self.positions = positions
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -48,8 +52,13 @@ class _SlotLayer(CacheLayerMixin):
         end = self.start + key_states.shape[-2]
         rows = slice(self.first, self.first + self.rows)
         keys, values = self.cache.keys[self.index], self.cache.values[self.index]
-        keys[rows, :, self.start:end] = key_states  # copy_ converts to the cache's dtype
-        values[rows, :, self.start:end] = value_states
+        if self.positions is None:
+            keys[rows, :, self.start:end] = key_states  # copy_ converts to the cache's dtype
+            values[rows, :, self.start:end] = value_states
+        else:
+            slots = torch.arange(self.first, self.first + self.rows, device=keys.device)
+            keys[slots, :, self.positions] = key_states[:, :, 0].to(keys.dtype)
+            values[slots, :, self.positions] = value_states[:, :, 0].to(values.dtype)
         return widened(keys[rows, :, :end], key_states.dtype), widened(values[rows, :, :end], value_states.dtype)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -90,6 +99,11 @@ class TransformersRunner:
         self._logits_to_keep = "logits_to_keep" in parameters
         self._positions = "position_ids" in parameters  # some (Bloom: ALiBi) take positions from the mask
         self._cache_arg = "cache" if "cache" in parameters else "past_key_values"  # transformers renamed it
+        # rows of unequal length share a forward where the model takes each row's position and no window is
+        # placed by the one query offset a forward has (a sliding window would sit at the longest row's)
+        sliding = getattr(config, "sliding_window", None) is not None or \
+            any("sliding" in str(kind) for kind in getattr(config, "layer_types", None) or [])
+        self.pads_rows = self._positions and not sliding
         layers, kv_heads, head_dim, cache_dtype, self.vocab_size = self._probe()
         self.cache = KVCache(layers, kv_heads, head_dim, max_rows, self.max_context, kv_dtype or cache_dtype,
                              self.device)
@@ -131,23 +145,28 @@ class TransformersRunner:
         return self._embeddings(token_ids.to(self.device))
 
     def _forward(self, first: int, rows: int, start: int, ids: torch.Tensor | None, embeds: torch.Tensor | None,
-                 keep: int, want_hidden: bool) -> StepOutput:
+                 keep: int, want_hidden: bool, lengths: list[int] | None = None) -> StepOutput:
         """Slots first..first+rows-1, each holding `start` positions, run their next len(ids) tokens; the
-        logits (and hidden states) of the last `keep` positions of each (0 = all), as [rows * kept, ...]."""
+        logits (and hidden states) of the last `keep` positions of each (0 = all), as [rows * kept, ...].
+        `lengths`: a decode step of rows holding lengths[b] <= start positions each (start = the longest)."""
         length = (ids if ids is not None else embeds).shape[1]
         self.cache.ensure(start + length, first + rows)
-        cache = Cache(layers=[_SlotLayer(self.cache, index, first, rows, start) for index in range(self.cache.layers)])
+        written = None if lengths is None else torch.tensor(lengths, device=self.device)
+        cache = Cache(layers=[_SlotLayer(self.cache, index, first, rows, start, written)
+                              for index in range(self.cache.layers)])
         extra = {self._cache_arg: cache}
         if self._logits_to_keep and keep:
             extra["logits_to_keep"] = keep
-        if self._positions:
+        mask = torch.ones((rows, start + length), dtype=torch.long, device=self.device)
+        if written is not None:  # each row sees its own positions 0..lengths[b]; the rest is padding
+            mask = (torch.arange(start + 1, device=self.device) <= written[:, None]).long()
+            extra["position_ids"] = written[:, None]
+        elif self._positions:
             extra["position_ids"] = torch.arange(start, start + length, device=self.device).expand(rows, -1)
         self._hidden.clear()
         self._want = want_hidden and self._has_head
         try:
-            out = self.model(input_ids=ids, inputs_embeds=embeds, use_cache=True,
-                             attention_mask=torch.ones((rows, start + length), dtype=torch.long, device=self.device),
-                             **extra)
+            out = self.model(input_ids=ids, inputs_embeds=embeds, use_cache=True, attention_mask=mask, **extra)
         finally:
             self._want = False
         logits = out.logits if not keep else out.logits[:, -keep:]
@@ -179,8 +198,9 @@ class TransformersRunner:
                       embeds_override: dict[int, torch.Tensor] | None = None,
                       then: Callable[[int, int, StepOutput], T] | None = None, adapters=None,
                       threads: int | None = None) -> list[T]:
-        """One token for each of rows 0..B-1 (row b writes position lengths[b]): one forward per run of
-        neighbouring rows of the same length; `then(first, end, output)` after each, in row order."""
+        """One token for each of rows 0..B-1 (row b writes position lengths[b]): one forward for all of them
+        (`pads_rows`), else one per run of neighbouring rows of the same length; `then(first, end, output)` after
+        each, in row order."""
         if adapters is not None and any(adapter is not None for adapter in adapters):
             raise UnsupportedModel("LoRA adapters need a model family with a fast path")
         self.cache.ensure(max(lengths) + 1, len(token_ids))
@@ -189,8 +209,9 @@ class TransformersRunner:
         first = 0
         while first < len(token_ids):
             end = first + 1
-            while end < len(token_ids) and lengths[end] == lengths[first]:
+            while end < len(token_ids) and (self.pads_rows or lengths[end] == lengths[first]):
                 end += 1
+            longest = max(lengths[first:end])
             ids = torch.tensor(token_ids[first:end], device=self.device).unsqueeze(1)
             embeds = None
             if any(first <= row < end for row in overrides):
@@ -199,7 +220,8 @@ class TransformersRunner:
                     if first <= row < end:
                         embeds[row - first, 0] = vector.to(self.device, self.dtype)
                 ids = None
-            out = self._forward(first, end - first, lengths[first], ids, embeds, 1, want_hidden)
+            padded = None if min(lengths[first:end]) == longest else lengths[first:end]
+            out = self._forward(first, end - first, longest, ids, embeds, 1, want_hidden, padded)
             results.append(out if then is None else then(first, end, out))
             first = end
         return results
