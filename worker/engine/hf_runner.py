@@ -9,9 +9,10 @@ feature that acts on logits works unchanged. Positions, masks, rotary variants, 
 soft-capping are the model's own business: its forward sees what `generate()` shows it for one sequence (a
 cache holding positions 0..start-1, an all-ones mask), so greedy output equals `generate()`'s.
 
-The price: rows decode together only where they sit side by side at the same length (a request's `n`
-candidates or beams); others take a forward each. No native q4, no w8a8, no LoRA (the engine refuses those
-or falls back, see runner_choice.py).
+Decode rows of unequal length share one forward, padded and masked, where the model takes per-row position
+ids and has no sliding window; otherwise only rows side by side at the same length do (a request's `n`
+candidates or beams). No native q4, no w8a8, no LoRA (the engine refuses those or falls back, see
+runner_choice.py).
 """
 
 from __future__ import annotations
