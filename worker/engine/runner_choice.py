@@ -19,9 +19,14 @@ from worker.loading import LoadedModel, read_unread_weights
 
 log = structlog.get_logger(__name__)
 
-# the config `model_type`s the lean runner computes exactly (greedy equal to `generate()`: tests/worker/engine);
-# the families' registry replaces this list as it grows
-LEAN_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"})
+# the config `model_type`s the lean runner computes exactly (greedy equal to `generate()`: tests/worker/engine):
+# the families' registry where the lean runner has one (worker/engine/families), else the Llama shapes it runs
+try:
+    from worker.engine.families import FAMILIES
+
+    LEAN_MODEL_TYPES = frozenset(FAMILIES)
+except ImportError:
+    LEAN_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"})
 # quantizations that live inside the lean runner (its projections); bitsandbytes' layers run anywhere
 LEAN_ONLY = ("q4", "w8a8")
 

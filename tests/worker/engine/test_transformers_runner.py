@@ -1,5 +1,6 @@
 """Families with no fast path run through transformers' own forward in the engine (hf_runner.py), in the exact
-mode: tiny random GPT-2, OPT, Falcon, Bloom and Gemma 3 (sliding window smaller than the prompts) built here.
+mode: tiny random GPT-2, OPT, Falcon, Bloom and Gemma 3 (sliding window smaller than the prompts) built here,
+each sent through the fallback whatever fast paths the lean runner has.
 Greedy output equals `generate()` for rows of different lengths sharing the batch; seeded sampling reports the
 logprobs of the model's own full forward; beams equal transformers' beam search; and on a tiny Llama the
 fallback samples exactly what the lean runner does."""
@@ -70,6 +71,7 @@ def run(engine, prompt, **params):
 @pytest.mark.parametrize("family", ["gpt2", "opt", "falcon", "bloom", "gemma3"])
 def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer, monkeypatch):
     loaded = tiny(family, tokenizer)
+    monkeypatch.setattr(runner_choice, "LEAN_MODEL_TYPES", frozenset())  # the fallback, whatever has a fast path
     lines = logged(monkeypatch, runner_choice)
     # prompts prefilled in chunks of 8 tokens, a repeated one from the prefix cache
     with running_engine(loaded, family, max_batch_size=8, max_context=128, quantization="none", dtype="float32",
@@ -102,10 +104,12 @@ def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gemma3"])
-def test_beams_and_prompt_logprobs_on_the_fallback(family, tokenizer):
+def test_beams_and_prompt_logprobs_on_the_fallback(family, tokenizer, monkeypatch):
     loaded = tiny(family, tokenizer)
+    monkeypatch.setattr(runner_choice, "LEAN_MODEL_TYPES", frozenset())
     with running_engine(loaded, family, max_batch_size=8, max_context=128, quantization="none",
                         dtype="float32") as engine:
+        assert isinstance(engine.runner, TransformersRunner)
         ids = tokenizer(PROMPTS[1]).input_ids
         params = dict(num_beams=3, n=2, max_tokens=8)
         result = run(engine, PROMPTS[1], **params)
