@@ -28,7 +28,10 @@ from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import WeightReader, load_direct
 from worker.file_hash import file_sha256, remembered_sha256  # noqa: F401 (where callers have found them)
 from worker.gguf_load import gguf_metadata_dir, gguf_weights_id, is_gguf, load_gguf
+from worker.gguf_package import is_package_source, package_gguf
+from worker.known_chat_templates import fill_chat_template
 from worker.load_errors import ModelLoadError
+from worker.model_config_check import check_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -174,11 +177,14 @@ def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") ->
 
 
 def resolve_source(source: str, data_dir: Path) -> Path | str:
-    """Map a configured source to a local HF directory, a GGUF file, or a hub id to load offline."""
+    """Map a configured source to a local HF directory, a GGUF file, or a hub id to load offline
+    (`gguf_package:<name>`: worker/gguf_package.py)."""
     if source in ("", "default"):
         return default_gguf_path()
     if source.startswith("s3://"):
         return download_s3_prefix(source, data_dir)
+    if is_package_source(source):  # a PyPI package's GGUF, assembled once into the data dir
+        source = str(package_gguf(source, data_dir))
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -240,6 +246,7 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
     gguf = location if is_gguf(location) else None
     if gguf is not None:  # its config and tokenizer (from its metadata), kept in the model cache
         location = gguf_metadata_dir(gguf, model_cache_dir(data_dir))
+    check_model_config(location)
     offline = {"local_files_only": True}
     unread = packed_by_q4 if engine_only and quantization == "q4" else None
     reader: Callable[[str], torch.Tensor] | None = None
@@ -268,6 +275,7 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
     if quantization in ("nf4", "fp4"):
         keep_4bit_layout(model)
     model.eval()
+    fill_chat_template(model, tokenizer)
     fallback = "w8a8" if quantization == "q4" and config.quantization == "auto" else None
     left_unread = any(p.is_meta for p in model.parameters())
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, fallback=fallback,

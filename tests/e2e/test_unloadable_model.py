@@ -14,12 +14,15 @@ from testkit.sluice import pid_alive, start_sluice
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("broken", ["missing", "not-a-model"])
+@pytest.mark.parametrize("broken", ["missing", "not-a-model", "unknown-architecture"])
 def test_a_model_that_cannot_load_stops_sluice_serve_with_one_line(tmp_path, broken):
     source = tmp_path / broken
     if broken == "not-a-model":
         source.mkdir()
         (source / "config.json").write_text("{ this is not json")
+    if broken == "unknown-architecture":  # worker/model_config_check.py names it
+        source.mkdir()
+        (source / "config.json").write_text('{"model_type": "frobnicator", "architectures": ["FrobForCausalLM"]}')
     config = f'[[models]]\nname = "org/broken"\nsource = "{source}"\n'
     server = start_sluice(tmp_path / "data", config=config, wait=False)
     try:
@@ -31,6 +34,8 @@ def test_a_model_that_cannot_load_stops_sluice_serve_with_one_line(tmp_path, bro
     assert len(lines) == 1, server.output[-3000:]
     assert "cannot load model 'org/broken'" in lines[0] and str(source) in lines[0]
     assert "set its `source` to" in lines[0]
+    if broken == "unknown-architecture":
+        assert "unknown architecture: model_type 'frobnicator' (FrobForCausalLM)" in lines[0]
     pids = server.worker_pids()
     assert pids and not any(pid_alive(pid) for pid in pids)
 

@@ -30,8 +30,10 @@ from worker.engine.native.model import KV_DTYPE
 from worker.engine.outputs import StepEvents
 from worker.engine.prefix_cache import PrefixCache
 from worker.engine.prepare import PreparedRequest, prepare
+from worker.engine.prepare_errors import RequestRejected
 from worker.engine.quiet_work import QuietWork
 from worker.engine.runner import ModelRunner
+from worker.engine.runner_choice import build_runner
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
@@ -54,8 +56,9 @@ class Engine:
         uses `loaded.model` (a worker), so w8a8 and q4 may free the float32 weights they replace."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
-        self.runner = ModelRunner(loaded.model, config.max_batch_size, config.max_context, decode_threads(config),
-                                  kv_dtype=KV_DTYPE if loaded.quantization == "q4" else None)
+        self.runner, loaded = build_runner(loaded, config, decode_threads(config),
+                                           KV_DTYPE if loaded.quantization == "q4" else None)
+        self.loaded = loaded
         if loaded.quantization == "q4":  # decode and prefill of rows without an adapter run natively
             loaded = self.loaded = self._start_native(loaded, owns_model, data_dir)
         if loaded.quantization == "w8a8":
@@ -125,6 +128,9 @@ class Engine:
     def prepare(self, request: GenerateRequest, *, pending: bool = False, waited_s: float = 0.0) -> PreparedRequest:
         """The request made ready to submit; it waits for its grammar's compile, or with `pending` raises
         GrammarPending for the caller to wait elsewhere and ask again (`waited_s` then says how long it waited)."""
+        if request.adapter is not None and not self.runner.layers:
+            raise RequestRejected(f"model {self.config.name} runs on transformers' forward, which serves no LoRA "
+                                  "adapters", field="adapter")
         started = time.perf_counter()
         compile_grammar = functools.partial(self.grammars.compile, pending=pending, waited_s=waited_s)
         prepared = prepare(request, self.tokenizer, vocab_size=self.vocab_size, hidden_size=self.runner.hidden_size,

@@ -35,6 +35,8 @@ class LoraAdapter:
 def model_shape(decoder_layers: list[torch.nn.Module]) -> ModelShape:
     """In and out widths of every projection an adapter may target (Linear and bitsandbytes layers
     both carry in_features / out_features); a family without them (GPT-NeoX, Phi-3's fused ones) has none."""
+    if not decoder_layers:  # a runner without LoRA (hf_runner.py): nothing an adapter may target
+        return ModelShape(0, {})
     first = decoder_layers[0]
     dims = {}
     for block in (getattr(first, "self_attn", None), getattr(first, "mlp", None)):
