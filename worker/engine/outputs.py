@@ -103,10 +103,13 @@ def final_events(state: RequestState, tokenizer, worker_id: str) -> list[Event]:
         returned = sorted(state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
         if not state.cancelled:
             events += [finish_event(sequence, index) for index, sequence in enumerate(returned)]
+    drafting = [s for s in state.sequences if s.drafter is not None]
     events.append(Done(prompt_tokens=len(prepared.prompt_ids),
                        completion_tokens=sum(len(s.output_ids) for s in returned),
                        compute_tokens=sum(len(s.output_ids) for s in state.sequences), worker_id=worker_id,
-                       cached_tokens=state.cached_tokens))
+                       cached_tokens=state.cached_tokens,
+                       accepted_prediction_tokens=sum(s.drafter.accepted_prediction for s in drafting),
+                       rejected_prediction_tokens=sum(s.drafter.rejected_prediction for s in drafting)))
     return events
 
 
