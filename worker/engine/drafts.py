@@ -19,12 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LOOKUP_NGRAMS = (3, 2)  # a single token repeats too often to predict what follows it
-PREDICTION_NGRAMS = (4, 3, 2, 1)  # inside a prediction, the nearest match after the cursor is a good guess
+PREDICTION_NGRAMS = (4, 3, 2)  # where the output rejoins the prediction after an edit
 MAX_LOOKUP_DRAFT = 8
 MAX_PREDICTION_DRAFT = 16
-# a decode forward's fixed cost (reading every weight) in units of one more token's cost: a token is worth
-# drafting while its chance to be accepted beats tokens / (FIXED_COST_TOKENS + tokens) of the step
-FIXED_COST_TOKENS = 6.0
+# The native forward on a CPU reads every weight once per forward, so a forward of a few tokens costs about what
+# one costs; past ~a dozen it costs each token in full (SmolLM2 q4, one thread: 1 row + 7 drafts ~2x one token,
+# 16 rows + 15 drafts ~2x 16 rows). So a step holds at most STEP_TOKENS tokens with its drafts (16 rows draft
+# nothing), and below that a draft token is worth scoring while its chance of being accepted beats the share
+# tokens / (FIXED_COST_TOKENS + tokens) it adds to the step's cost.
+STEP_TOKENS = 12
+FIXED_COST_TOKENS = 5.0
 ALPHA_STEP = 0.25  # weight of one verified draft token in its source's acceptance estimate
 
 
@@ -101,6 +105,7 @@ class Drafter:
     rejected_prediction: int = 0  # prediction tokens scored and refused
     last_source: str = ""
     lost_at: int = 0  # where the output last left the prediction
+    followed: int = 0  # output tokens the cursor has followed
 
     def propose(self, output: list[int], tokens: int, room: int) -> list[int]:
         """Draft tokens for the row whose output so far is `output`, in a step of `tokens` tokens, at most
@@ -108,6 +113,7 @@ class Drafter:
         if room <= 0:
             return []
         if self.prediction:
+            self._follow(output)
             length = draft_length(self.from_prediction.alpha, tokens, min(room, MAX_PREDICTION_DRAFT))
             start = self.cursor
             if length and start is not None and start < len(self.prediction):
@@ -137,16 +143,15 @@ class Drafter:
             self.from_lookup.record(len(drafted), accepted)
         self.last_source = ""
 
-    def follow(self, emitted: list[int], output: list[int]) -> None:
-        """The prediction's cursor follows the tokens the step emitted (`output`: the row's output after them);
-        lost, it looks for the output's last tokens in the prediction, nearest after where it was lost."""
-        if not self.prediction:
-            return
-        for token in emitted:
+    def _follow(self, output: list[int]) -> None:
+        """The prediction's cursor follows the output tokens not followed yet; lost, it looks for the output's last
+        tokens in the prediction, nearest after where it was lost."""
+        for token in output[self.followed:]:
             if self.cursor is not None and self.cursor < len(self.prediction) and self.prediction[self.cursor] == token:
                 self.cursor += 1
             elif self.cursor is not None:
                 self.lost_at, self.cursor = self.cursor, None
+        self.followed = len(output)
         if self.cursor is None:
             if self.predicted is None:
                 self.predicted = NGramIndex(PREDICTION_NGRAMS, self.prediction, keep_all=True)

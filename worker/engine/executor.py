@@ -341,7 +341,6 @@ class Executor:
                       events: StepEvents) -> None:
         """While the row's last token equals the next draft token, the logits at that draft's position choose its
         next token, through the row's own logits pipeline (speculation.py)."""
-        emitted = len(row.output_ids) - 1  # the step's first token is in already
         accepted = 0
         for index, token in enumerate(draft):
             if row.finish or row.request.done or row.output_ids[-1] != token:
@@ -362,7 +361,6 @@ class Executor:
                 self._fail(row.request, f"building its output failed ({type(exc).__name__})", events)
                 break
         row.drafter.verified(draft, accepted)
-        row.drafter.follow(row.output_ids[emitted:], row.output_ids)
 
     def _advance(self, i: int, row: Sequence, choice: Choice, out: StepOutput, events: StepEvents,
                  batch_row: RowState | None = None) -> None:

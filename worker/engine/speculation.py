@@ -14,7 +14,7 @@ holds the positions of the tokens kept; the rest lie past the row's length, neve
 
 from __future__ import annotations
 
-from worker.engine.drafts import Drafter
+from worker.engine.drafts import STEP_TOKENS, Drafter
 from worker.engine.sequence import RequestState, Sequence
 
 
@@ -32,16 +32,20 @@ def new_drafter(state: RequestState, prompt_lookup: bool) -> Drafter | None:
 
 def plan_drafts(rows: list[Sequence], capacity: int, vocab_size: int) -> dict[int, list[int]]:
     """{row position: its draft tokens} for this step, rows without any left out. A draft stays inside what the
-    cache holds now (no growth inside a step), what the row may still generate, and the vocabulary."""
+    cache holds now (no growth inside a step), what the row may still generate, the vocabulary, and the step's
+    STEP_TOKENS (drafts.py: a full batch drafts nothing)."""
     tokens = len(rows)
     drafts: dict[int, list[int]] = {}
     for position, row in enumerate(rows):
+        if tokens >= STEP_TOKENS:
+            break
         drafter = row.drafter
         if drafter is None or row.finish or row.request.done:
             continue
         if not row.output_ids and row.request.last_embed is not None:  # its first input is an embedding
             continue
-        room = min(row.request.prepared.max_new_tokens - len(row.output_ids) - 1, capacity - row.length - 1)
+        room = min(row.request.prepared.max_new_tokens - len(row.output_ids) - 1, capacity - row.length - 1,
+                   STEP_TOKENS - tokens)
         draft = drafter.propose(row.output_ids, tokens, room)
         usable = next((index for index, token in enumerate(draft) if not 0 <= token < vocab_size), len(draft))
         if usable:
