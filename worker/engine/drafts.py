@@ -29,6 +29,8 @@ MAX_PREDICTION_DRAFT = 16
 # tokens / (FIXED_COST_TOKENS + tokens) it adds to the step's cost.
 STEP_TOKENS = 12
 FIXED_COST_TOKENS = 5.0
+MIN_REACH = 0.3  # and never a token less likely than this to be reached and taken: the logits head costs per token
+RECOVERY = 0.02  # a source that stopped drafting regains this much acceptance a step, up to where it started
 ALPHA_STEP = 0.25  # weight of one verified draft token in its source's acceptance estimate
 
 
@@ -72,6 +74,14 @@ class NGramIndex:
 class Acceptance:
     """How often a source's draft tokens were accepted lately: an exponential average over verified tokens."""
     alpha: float
+    start: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.start = self.alpha
+
+    def idle(self) -> None:
+        """A step it drafted nothing for want of acceptance: it creeps back, so a row tries again later."""
+        self.alpha = min(self.start, self.alpha + RECOVERY)
 
     def record(self, drafted: int, accepted: int) -> None:
         for index in range(min(drafted, accepted + 1)):  # tokens past the first rejection were never judged
@@ -82,7 +92,7 @@ def draft_length(alpha: float, tokens: int, limit: int) -> int:
     """The most draft tokens worth scoring for a row whose tokens are accepted with probability `alpha`, in a
     step of `tokens` tokens: the j-th is kept while alpha^j (the chance it is reached and accepted) beats the
     share one more token adds to the step's cost."""
-    threshold = tokens / (FIXED_COST_TOKENS + tokens)
+    threshold = max(tokens / (FIXED_COST_TOKENS + tokens), MIN_REACH)
     length, reach = 0, alpha
     while length < limit and reach > threshold:
         length += 1
@@ -116,13 +126,16 @@ class Drafter:
             self._follow(output)
             length = draft_length(self.from_prediction.alpha, tokens, min(room, MAX_PREDICTION_DRAFT))
             start = self.cursor
-            if length and start is not None and start < len(self.prediction):
+            if not length:
+                self.from_prediction.idle()
+            elif start is not None and start < len(self.prediction):
                 self.last_source = "prediction"
                 return self.prediction[start:start + length]
         if not self.lookup:
             return []
         length = draft_length(self.from_lookup.alpha, tokens, min(room, MAX_LOOKUP_DRAFT))
         if not length:
+            self.from_lookup.idle()
             return []
         if self.seen is None:
             self.seen = NGramIndex(LOOKUP_NGRAMS, self.prompt)

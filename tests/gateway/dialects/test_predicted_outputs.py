@@ -132,4 +132,5 @@ async def test_a_prediction_too_long_for_the_context_is_openais_400(gateway_app,
                                             "prediction": {"type": "content", "content": "x " * 5000}})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and "context" in error["message"]
+    assert error["type"] == "invalid_request_error" and "context" in error["message"], error
+    assert error["code"] == "context_length_exceeded" and error["param"] == "prediction", error

@@ -13,6 +13,7 @@ import math
 import pytest
 
 from common.protocol import ModelConfig
+from gateway.config import load_settings
 from testkit.tiny_model import tiny_llama
 from tests.worker.engine.runs import Run, request, running_engine
 from tests.worker.lora.adapters import greedy
@@ -157,11 +158,11 @@ def test_a_prediction_cursor_follows_the_output_and_finds_it_again_after_an_edit
 def test_draft_lengths_follow_acceptance_and_a_full_batch_drafts_nothing():
     assert draft_length(0.95, tokens=1, limit=16) == 16
     assert 0 < draft_length(0.6, tokens=1, limit=16) < 6
-    assert draft_length(0.2, tokens=1, limit=16) == 1
-    assert draft_length(0.1, tokens=1, limit=16) == 0
+    assert draft_length(0.35, tokens=1, limit=16) == 1
+    assert draft_length(0.2, tokens=1, limit=16) == 0
     assert draft_length(0.6, tokens=8, limit=16) < draft_length(0.6, tokens=1, limit=16)
     lookup = Drafter(prompt=[1, 2, 3, 4, 5, 6, 1, 2, 3], lookup=True)
-    assert lookup.propose([], tokens=1, room=STEP_TOKENS - 1) == [4, 5, 6]  # "1 2 3" was followed by "4 5 6 ..."
+    assert lookup.propose([], tokens=1, room=STEP_TOKENS - 1) == [4, 5]  # "1 2 3" was followed by "4 5 6 ..."
     assert lookup.propose([], tokens=1, room=0) == []
 
 
@@ -174,4 +175,13 @@ def test_prompt_lookup_off_drafts_only_from_a_prediction(tiny):
         predicted = serve(engine, request(prompt_ids=ids, max_tokens=8, temperature=0, ignore_eos=True),
                           plain.finishes[0].token_ids)
         assert predicted.done.accepted_prediction_tokens > 0
-        assert ModelConfig().prompt_lookup is True
+
+
+def test_prompt_lookup_is_a_per_model_setting(tmp_path):
+    assert ModelConfig().prompt_lookup is True
+    config = tmp_path / "sluice.toml"
+    config.write_text('[[models]]\nprompt_lookup = "no"\n')
+    with pytest.raises(SystemExit, match="prompt_lookup"):
+        load_settings(str(config))
+    config.write_text("[[models]]\nprompt_lookup = false\n")
+    assert load_settings(str(config)).models[0].worker_config().prompt_lookup is False
