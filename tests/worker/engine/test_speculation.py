@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from common.protocol import ModelConfig
+from common.protocol import Constraint, ModelConfig
 from gateway.config import load_settings
 from testkit.tiny_model import tiny_llama
 from tests.worker.engine.runs import Run, request, running_engine
@@ -20,7 +20,7 @@ from tests.worker.lora.adapters import greedy
 from worker.engine.drafts import STEP_TOKENS, Drafter, draft_length
 
 PROMPT = "The ferry crossed the river at dawn. The ferry crossed the river at dawn. The ferry crossed the"
-CONFIG = dict(max_batch_size=8, max_context=256)
+CONFIG = dict(max_batch_size=8, max_context=256, grammar_compile_timeout_s=300)  # a busy CI box compiles slowly
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,7 @@ FEATURES = {
     "logprobs": dict(temperature=0, logprobs=4, min_tokens=6),
     "sampling": dict(temperature=0.9, top_p=0.95, top_k=50, seed=[11], logprobs=2),
     "stop": dict(temperature=0, stop=[" dawn"], stop_token_ids=[13]),
+    "grammar": dict(temperature=0, constraint=Constraint("regex", "[a-z ]{4,40}[.]")),
 }
 
 
