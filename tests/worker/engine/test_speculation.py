@@ -137,7 +137,7 @@ def test_a_drafted_token_is_accepted_as_often_as_the_model_samples_it(tiny, smol
         probs = torch.softmax(tiny.model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)
     draft = int(probs.argsort(descending=True)[1])  # the second likeliest: p well inside (0, 1)
     p = float(probs[draft])
-    trials = 240
+    trials = 150
     with running_engine(tiny, "stat", **CONFIG) as engine:
         runs = [serve(engine, request(prompt_ids=ids, max_tokens=2, temperature=1.0, seed=[seed], ignore_eos=True),
                       [draft, draft]) for seed in range(trials)]
