@@ -112,7 +112,8 @@ class Executor:
             report.mixed = 0 < ordinary < rows
             report.full = not (report.mixed and plan.beams_sit_out)
             started = time.perf_counter()
-            self._decode(rows if report.full else ordinary, events)
+            # a step that prefills too drafts nothing: the prompts joining wait for its forward, and the batch grows
+            self._decode(rows if report.full else ordinary, events, drafting=not plan.prefills)
             report.decoded, report.seconds = True, time.perf_counter() - started
         return report
 
@@ -278,8 +279,9 @@ class Executor:
 
     # ---- decode ----
 
-    def _decode(self, count: int, events: StepEvents) -> None:
-        """One token for each of the first `count` rows (all of them, or the ordinary ones)."""
+    def _decode(self, count: int, events: StepEvents, drafting: bool = True) -> None:
+        """One token for each of the first `count` rows (all of them, or the ordinary ones); more for rows whose
+        draft tokens (speculation.py) are taken, where `drafting`."""
         rows = self.slots.rows[:count]
         batch = self.slots.batch.prefix(count)
         want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
@@ -287,7 +289,7 @@ class Executor:
                      if not r.output_ids and r.request.last_embed is not None}
 
         drafts = plan_drafts(rows, self.runner.cache.capacity, self.runner.vocab_size) \
-            if any(r.drafter is not None for r in rows) else {}
+            if drafting and any(r.drafter is not None for r in rows) else {}
         tokens = count + sum(len(draft) for draft in drafts.values())
         threads = self.host.prefill_threads(self.runner.prefill_threads)
         native = self.runner.native is not None and all(r.request.adapter is None for r in rows)
