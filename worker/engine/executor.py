@@ -112,8 +112,8 @@ class Executor:
             report.mixed = 0 < ordinary < rows
             report.full = not (report.mixed and plan.beams_sit_out)
             started = time.perf_counter()
-            # a step that prefills too drafts nothing: the prompts joining wait for its forward, and the batch grows
-            self._decode(rows if report.full else ordinary, events, drafting=not plan.prefills)
+            # while prompts wait to join, rows draft nothing: the prompts wait for each forward, and the batch grows
+            self._decode(rows if report.full else ordinary, events, drafting=not plan.others_wait)
             report.decoded, report.seconds = True, time.perf_counter() - started
         return report
 
