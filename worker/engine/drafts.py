@@ -29,7 +29,7 @@ MAX_PREDICTION_DRAFT = 16
 # tokens / (FIXED_COST_TOKENS + tokens) it adds to the step's cost.
 STEP_TOKENS = 12
 FIXED_COST_TOKENS = 5.0
-MIN_REACH = 0.3  # and never a token less likely than this to be reached and taken: the logits head costs per token
+MIN_REACH = 0.4  # and never a token less likely than this to be reached and taken: the logits head costs per token
 RECOVERY = 0.02  # a source that stopped drafting regains this much acceptance a step, up to where it started
 ALPHA_STEP = 0.25  # weight of one verified draft token in its source's acceptance estimate
 

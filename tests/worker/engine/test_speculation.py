@@ -159,11 +159,11 @@ def test_a_prediction_cursor_follows_the_output_and_finds_it_again_after_an_edit
 def test_draft_lengths_follow_acceptance_and_a_full_batch_drafts_nothing():
     assert draft_length(0.95, tokens=1, limit=16) == 16
     assert 0 < draft_length(0.6, tokens=1, limit=16) < 6
-    assert draft_length(0.35, tokens=1, limit=16) == 1
-    assert draft_length(0.2, tokens=1, limit=16) == 0
+    assert draft_length(0.45, tokens=1, limit=16) == 1
+    assert draft_length(0.3, tokens=1, limit=16) == 0
     assert draft_length(0.6, tokens=8, limit=16) < draft_length(0.6, tokens=1, limit=16)
     lookup = Drafter(prompt=[1, 2, 3, 4, 5, 6, 1, 2, 3], lookup=True)
-    assert lookup.propose([], tokens=1, room=STEP_TOKENS - 1) == [4, 5]  # "1 2 3" was followed by "4 5 6 ..."
+    assert lookup.propose([], tokens=1, room=STEP_TOKENS - 1) == [4]  # "1 2 3" was followed by "4 5 6 ..."
     assert lookup.propose([], tokens=1, room=0) == []
 
 
