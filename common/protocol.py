@@ -205,6 +205,9 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     tenant: str = ""  # who pays (the gateway's team id): the worker shares grammar compiles fairly among tenants
     adapter: AdapterRef | None = None  # LoRA adapter applied to this request's rows; None = the base model
     tools: ToolSpec | None = None  # chat tool calling (needs messages)
+    # OpenAI's Predicted Outputs: text the output is expected to mostly repeat; its tokens are draft tokens
+    # (worker/engine/drafts.py), which never change the output, only how fast it comes
+    prediction: str | None = None
 
 
 class TopLogprob(msgspec.Struct, array_like=True):
@@ -323,6 +326,10 @@ class Done(msgspec.Struct, tag="done"):
     compute_tokens: int  # every token generated, beams and best_of candidates included
     worker_id: str = ""
     cached_tokens: int = 0  # prompt tokens whose KV came from the worker's prefix cache (not prefilled again)
+    # GenerateRequest.prediction's tokens the output took, and those scored and refused (billed as completion
+    # tokens, as OpenAI bills them)
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 class Error(msgspec.Struct, tag="error"):
@@ -438,6 +445,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # KV of prompt prefixes kept for later requests of the same tenant and adapter, in bytes (SmolLM2 in
     # float32: 45 KiB per token, so the default holds ~2,900 tokens); 0 = no prefix caching
     prefix_cache_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**40)] = 128 * 2**20
+    # speculative decoding from n-gram matches in the prompt and output (worker/engine/drafts.py); false: only a
+    # request's own `prediction` drafts tokens
+    prompt_lookup: bool = True
 
 
 class TokenizeRequest(msgspec.Struct):

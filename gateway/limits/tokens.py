@@ -65,7 +65,10 @@ def request_reservation(request: GenerateRequest, context: int, overhead: Prompt
     else:  # up to max_total_tokens or the context: the shorter the prompt, the more every sequence may generate
         limit = params.max_total_tokens if params.max_total_tokens is not None else context
         prompt, new = fewest, max(limit - fewest, 0)
-    return reservation_tokens(prompt, new, n=params.n, best_of=params.best_of, num_beams=params.num_beams)
+    # a prediction's rejected tokens are billed as completion tokens (OpenAI's rule), each sequence at most the
+    # prediction's tokens, which its bytes bound
+    predicted = len(request.prediction.encode()) if request.prediction else 0
+    return reservation_tokens(prompt, new + predicted, n=params.n, best_of=params.best_of, num_beams=params.num_beams)
 
 
 def fewest_prompt_tokens(request: GenerateRequest, max_token_bytes: int) -> int:

@@ -141,6 +141,30 @@ def test_chat_stream_framing(sluice_on_smol):
     assert sorted(c["index"] for c in finishes) == [0, 1] and all(c["delta"] == {} for c in finishes)
 
 
+def test_chat_prediction_speeds_nothing_up_it_cannot_change(client):
+    """Predicted Outputs through the SDK on the real worker: the answer is the one without a prediction (greedy,
+    logprobs equal), with n > 1 and logprobs, which OpenAI refuses beside a prediction; usage says how much of
+    the prediction the answer took."""
+    messages = [{"role": "user", "content": "Repeat exactly: the cat sat on the mat, the dog sat on the log."}]
+    plain = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, temperature=0,
+                                           logprobs=True, top_logprobs=2)
+    text = plain.choices[0].message.content
+    predicted = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, temperature=0,
+                                               logprobs=True, top_logprobs=2, n=2,
+                                               prediction={"type": "content", "content": text})
+    assert [c.message.content for c in predicted.choices] == [text, text]
+    # the second request's prompt comes partly from the prefix cache, which rounds as another chunk would
+    assert [t.logprob for t in predicted.choices[0].logprobs.content] == \
+        pytest.approx([t.logprob for t in plain.choices[0].logprobs.content], abs=1e-4)
+    details = predicted.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > 0
+    assert predicted.usage.completion_tokens == 2 * plain.usage.completion_tokens + details.rejected_prediction_tokens
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
+                                       prediction={"type": "content", "content": [{"type": "image_url"}]})
+    assert refused.value.body["param"] == "prediction"
+
+
 def test_chat_logprobs_layout(client):
     reply = client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=4, temperature=0, logprobs=True,
                                            top_logprobs=3)

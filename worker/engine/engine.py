@@ -84,7 +84,8 @@ class Engine:
         self.slots = Slots(self.runner.cache, self.vocab_size)
         self.prefixes = PrefixCache(self.runner.cache, config.prefix_cache_bytes)
         self.scheduler = Scheduler(config, self.slots, self.adapters, self.prefixes)
-        self.executor = Executor(self.runner, self.slots, self.prefixes, self.tokenizer, worker_id)
+        self.executor = Executor(self.runner, self.slots, self.prefixes, self.tokenizer, worker_id,
+                                 prompt_lookup=config.prompt_lookup)
         self.quiet_work = QuietWork()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-engine", daemon=True)

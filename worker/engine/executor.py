@@ -22,8 +22,9 @@ import structlog
 import torch
 
 from common.protocol import Accepted, Done, Error, Finish
-from worker.decoding.batch import RowSpec
+from worker.decoding.batch import DecodingBatch, RowSpec
 from worker.decoding.detokenizer import IncrementalDetokenizer
+from worker.decoding.rows import RowState
 from worker.decoding.sampling import Choice
 from worker.decoding.stops import StopMatcher
 from worker.engine.beam_rows import new_beam_search, prenormalize, row_params, step_beams
@@ -43,6 +44,7 @@ from worker.engine.runner import ModelRunner, PromptChunk, StepOutput
 from worker.engine.scheduler import Prefill, StepPlan, StepReport
 from worker.engine.sequence import RequestState, Sequence
 from worker.engine.slots import Slots
+from worker.engine.speculation import new_drafter, plan_drafts
 from worker.engine.thread_choice import ThreadChoice
 from worker.threads import intra_op_threads
 
@@ -60,8 +62,10 @@ def logits_threads(rows: int, team: int) -> int:
 
 
 class Executor:
-    def __init__(self, runner: ModelRunner, slots: Slots, prefixes: PrefixCache, tokenizer, worker_id: str):
+    def __init__(self, runner: ModelRunner, slots: Slots, prefixes: PrefixCache, tokenizer, worker_id: str,
+                 prompt_lookup: bool = True):
         self.runner, self.slots, self.prefixes = runner, slots, prefixes
+        self.prompt_lookup = prompt_lookup  # ModelConfig.prompt_lookup: drafts from n-gram matches (drafts.py)
         self.tokenizer, self.worker_id = tokenizer, worker_id
         self.special_ids = frozenset(tokenizer.all_special_ids)
         self.steps = 0  # decode steps run
@@ -108,7 +112,8 @@ class Executor:
             report.mixed = 0 < ordinary < rows
             report.full = not (report.mixed and plan.beams_sit_out)
             started = time.perf_counter()
-            self._decode(rows if report.full else ordinary, events)
+            # while prompts wait to join, rows draft nothing: the prompts wait for each forward, and the batch grows
+            self._decode(rows if report.full else ordinary, events, drafting=not plan.others_wait)
             report.decoded, report.seconds = True, time.perf_counter() - started
         return report
 
@@ -251,7 +256,8 @@ class Executor:
                 state, candidate, seed, length=len(prepared.prompt_ids) - 1, next_input=prepared.prompt_ids[-1],
                 detokenizer=IncrementalDetokenizer(self.tokenizer, prepared.prompt_ids, params.skip_special_tokens),
                 stopper=StopMatcher(params.stop),
-                call_parser=prepared.tools.parser(candidate) if prepared.tools else None))
+                call_parser=prepared.tools.parser(candidate) if prepared.tools else None,
+                drafter=new_drafter(state, self.prompt_lookup)))
             specs.append(RowSpec(row_params(params), prepared.prompt_ids, seed, prepared.eos_token_ids,
                                  prepared.bad_word_ids, grammar=prepared.grammar))
         self.slots.join(state.sequences, specs, state.prefilled)
@@ -273,18 +279,22 @@ class Executor:
 
     # ---- decode ----
 
-    def _decode(self, count: int, events: StepEvents) -> None:
-        """One token for each of the first `count` rows (all of them, or the ordinary ones)."""
+    def _decode(self, count: int, events: StepEvents, drafting: bool = True) -> None:
+        """One token for each of the first `count` rows (all of them, or the ordinary ones); more for rows whose
+        draft tokens (speculation.py) are taken, where `drafting`."""
         rows = self.slots.rows[:count]
         batch = self.slots.batch.prefix(count)
         want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
         overrides = {i: r.request.last_embed for i, r in enumerate(rows)
                      if not r.output_ids and r.request.last_embed is not None}
 
+        drafts = plan_drafts(rows, self.runner.cache.capacity, self.runner.vocab_size) \
+            if drafting and any(r.drafter is not None for r in rows) else {}
+        tokens = count + sum(len(draft) for draft in drafts.values())
         threads = self.host.prefill_threads(self.runner.prefill_threads)
         native = self.runner.native is not None and all(r.request.adapter is None for r in rows)
         if native:  # one native call: 1 thread or the team, whichever this host ran faster lately
-            threads = self.thread_choice.pick(count, threads)
+            threads = self.thread_choice.pick(tokens, threads)
         began = time.perf_counter()
 
         def choose(first: int, end: int, out: StepOutput):  # in each row group's thread, after its forward
@@ -294,11 +304,18 @@ class Executor:
                 scores, choice, faults = choose_isolating(batch.slice(first, end), logits)
             return out, scores, choice, {first + i: why for i, why in faults.items()}
 
-        groups = self.runner.decode_groups([r.next_input for r in rows], [r.length for r in rows],
-                                           want_hidden=want_hidden, embeds_override=overrides, then=choose,
-                                           adapters=[r.request.adapter for r in rows], threads=threads)
+        inputs, lengths = [r.next_input for r in rows], [r.length for r in rows]
+        if drafts and native:  # every row's tokens, drafts included, in one forward
+            first, later = self.runner.decode_with_drafts(inputs, lengths, drafts, want_hidden, overrides, threads)
+            groups = [choose(0, count, first)]
+        else:
+            groups = self.runner.decode_groups(inputs, lengths, want_hidden=want_hidden, embeds_override=overrides,
+                                               then=choose, adapters=[r.request.adapter for r in rows],
+                                               threads=threads)
+            later = {i: self.runner.prefill(i, draft, start=rows[i].length + 1, all_logits=True,  # its own chunk
+                                            adapter=rows[i].request.adapter).logits for i, draft in drafts.items()}
         if native:
-            self.thread_choice.record(count, threads, time.perf_counter() - began)
+            self.thread_choice.record(tokens, threads, time.perf_counter() - began)
         out = StepOutput.concat([group[0] for group in groups])
         scores = groups[0][1] if len(groups) == 1 else torch.cat([group[1] for group in groups])  # one group: no copy
         choice = Choice.concat([group[2] for group in groups])
@@ -318,11 +335,39 @@ class Executor:
                 except Exception as exc:  # detokenizing, stop strings, its events: this request's own
                     log.exception("row_advance_failed", request_id=row.request.request_id)
                     self._fail(row.request, f"building its output failed ({type(exc).__name__})", events)
+        for i, draft in drafts.items():
+            self._check_drafts(rows[i], batch.slice(i, i + 1), draft, later[i], events)
         self._end_requests(events)
 
-    def _advance(self, i: int, row: Sequence, choice: Choice, out: StepOutput, events: StepEvents) -> None:
+    def _check_drafts(self, row: Sequence, single: DecodingBatch, draft: list[int], logits: torch.Tensor,
+                      events: StepEvents) -> None:
+        """While the row's last token equals the next draft token, the logits at that draft's position choose its
+        next token, through the row's own logits pipeline (speculation.py)."""
+        accepted = 0
+        for index, token in enumerate(draft):
+            if row.finish or row.request.done or row.output_ids[-1] != token:
+                break
+            accepted += 1
+            out = StepOutput(logits[index:index + 1], None)
+            scores, choice, faults = choose_isolating(single, out.logits)
+            faults = faults or broken_rows(choice, scores)
+            if faults:
+                self._fail(row.request, faults[0], events)
+                break
+            single.append(choice.tokens)
+            row.length += 1
+            try:
+                self._advance(0, row, choice, out, events, single.rows[0])
+            except Exception as exc:
+                log.exception("row_advance_failed", request_id=row.request.request_id)
+                self._fail(row.request, f"building its output failed ({type(exc).__name__})", events)
+                break
+        row.drafter.verified(draft, accepted)
+
+    def _advance(self, i: int, row: Sequence, choice: Choice, out: StepOutput, events: StepEvents,
+                 batch_row: RowState | None = None) -> None:
         token = choice.token_ids[i]
-        batch_row = self.slots.batch.rows[i]
+        batch_row = batch_row or self.slots.batch.rows[i]
         delta, calls = row.take(token, choice.logprobs[i], batch_row.spec, batch_row.grammar, self.runner.max_context)
         state = row.request
         if state.streams_tokens:

@@ -103,10 +103,17 @@ def final_events(state: RequestState, tokenizer, worker_id: str) -> list[Event]:
         returned = sorted(state.sequences, key=lambda s: s.cumulative_logprob, reverse=True)[: prepared.returned]
         if not state.cancelled:
             events += [finish_event(sequence, index) for index, sequence in enumerate(returned)]
+    # rejected prediction tokens are billed as completion tokens, as OpenAI bills them: per sequence at most the
+    # prediction's length (what the gateway reserved for them), however often a stretch of it was drafted again
+    most = len(prepared.prediction_ids or ())
+    rejected = {id(s): min(s.drafter.rejected_prediction, most) for s in state.sequences if s.drafter is not None}
     events.append(Done(prompt_tokens=len(prepared.prompt_ids),
-                       completion_tokens=sum(len(s.output_ids) for s in returned),
-                       compute_tokens=sum(len(s.output_ids) for s in state.sequences), worker_id=worker_id,
-                       cached_tokens=state.cached_tokens))
+                       completion_tokens=sum(len(s.output_ids) + rejected.get(id(s), 0) for s in returned),
+                       compute_tokens=sum(len(s.output_ids) for s in state.sequences) + sum(rejected.values()),
+                       worker_id=worker_id, cached_tokens=state.cached_tokens,
+                       accepted_prediction_tokens=sum(s.drafter.accepted_prediction for s in returned
+                                                      if s.drafter is not None),
+                       rejected_prediction_tokens=sum(rejected.get(id(s), 0) for s in returned)))
     return events
 
 

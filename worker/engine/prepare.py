@@ -38,6 +38,7 @@ class PreparedRequest:
     grammar: object = None  # worker.decoding.grammar.Grammar when the request is constrained
     validation_s: float = 0.0  # how long prepare() took
     tools: ToolPlan | None = None  # when the model may call tools (its grammar is `grammar`)
+    prediction_ids: list[int] | None = None  # the request's `prediction`, tokenized: draft tokens
 
 
 def _prompt_ids(request: GenerateRequest, tokenizer, max_context: int, max_token_bytes: int) -> list[int]:
@@ -176,7 +177,20 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
     tools = _tools(request, tokenizer, min_new, compile_grammar)  # last: grammars are the only slow step
     grammar = tools.grammar if tools else _grammar(params, min_new, compile_grammar, request.tenant)
     return PreparedRequest(request, ids, embeds, max_new, min_new, candidates, params.n, _seeds(params, candidates),
-                           eos, bad_word_ids, grammar, tools=tools)
+                           eos, bad_word_ids, grammar, tools=tools,
+                           prediction_ids=_prediction(request, tokenizer, max_context, max_token_bytes))
+
+
+def _prediction(request: GenerateRequest, tokenizer, max_context: int, max_token_bytes: int) -> list[int] | None:
+    """The prediction's tokens, bounded like a prompt: a text the context cannot hold is refused."""
+    if not request.prediction:
+        return None
+    ids = text_ids(tokenizer, request.prediction, add_special_tokens=False, max_context=max_context, truncate=None,
+                   max_token_bytes=max_token_bytes, field="prediction")
+    if len(ids) > max_context:
+        raise RequestRejected(f"the prediction has {len(ids)} tokens; this model's context is {max_context} tokens",
+                              "prediction", kind="too_long", sizes={"max_context": max_context})
+    return ids
 
 
 def _tools(request: GenerateRequest, tokenizer, min_new: int, compile_grammar) -> ToolPlan | None:

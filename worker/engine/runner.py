@@ -242,6 +242,33 @@ class ModelRunner:
                                          want_hidden=want_hidden, threads=threads)
         return StepOutput(logits, normed)
 
+    @torch.inference_mode()
+    def decode_with_drafts(self, token_ids: list[int], lengths: list[int], drafts: dict[int, list[int]],
+                           want_hidden: bool, overrides: dict[int, torch.Tensor],
+                           threads: int | None) -> tuple[StepOutput, dict[int, torch.Tensor]]:
+        """`_native_decode` where some rows carry draft tokens (speculation.py): row b feeds token_ids[b] at
+        lengths[b], then drafts[b] at the positions after it, every token of every row in one native call. Each
+        position's logits are those a step of it alone gives (forward.c is batch-invariant). Returns the rows'
+        output at their first position, and each drafting row's logits at its draft positions."""
+        fed, slots, positions, firsts = [], [], [], []
+        for row, (token, length) in enumerate(zip(token_ids, lengths)):
+            chain = [token, *drafts.get(row, ())]
+            firsts.append(len(fed))
+            fed += chain
+            slots += [row] * len(chain)
+            positions += range(length, length + len(chain))
+        self.cache.ensure(max(positions) + 1, len(token_ids))
+        replaced = {firsts[row] for row in overrides}
+        check_tokens([t for index, t in enumerate(fed) if index not in replaced], self.vocab_size)
+        hidden = self.embed(torch.tensor(fed)).float().clone()
+        for row, vector in overrides.items():
+            hidden[firsts[row]] = vector.to(self.device, torch.float32)
+        logits, normed = self.native.run(hidden, slots, positions, self.cache.keys, self.cache.values,
+                                         list(range(len(fed))), want_hidden=want_hidden, threads=threads)
+        first = torch.tensor(firsts)
+        out = StepOutput(logits[first], None if normed is None else normed[first])
+        return out, {row: logits[firsts[row] + 1:firsts[row] + 1 + len(draft)] for row, draft in drafts.items()}
+
     def decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                embeds_override: dict[int, torch.Tensor] | None = None,
                adapters: list[LoraAdapter | None] | None = None) -> StepOutput:

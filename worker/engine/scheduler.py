@@ -60,6 +60,7 @@ class StepPlan:
     dropped: list[tuple[RequestState, Error]] = field(default_factory=list)  # waiting requests that never start
     beams_sit_out: bool = False  # with ordinary rows beside them, beam rows skip this decode step
     rows_ahead: int = 0  # with prefills: the rows the batch will hold once what waits has joined (<= max_rows)
+    others_wait: bool = False  # a prompt waits or is partly prefilled after this step: rows draft nothing (drafts.py)
 
 
 @dataclass
@@ -160,6 +161,7 @@ class Scheduler:
         ordinary = self.slots.ordinary() + sum(s.rows_wanted for s in starting
                                                if s.prepared.request.params.num_beams <= 1)
         plan.beams_sit_out = 0 < ordinary < rows and not self.beam_budget.full_step()
+        plan.others_wait = bool(self.waiting) or self.prefilling is not None
         return plan
 
     def yield_to_newcomer(self, plan: StepPlan, ran: int) -> None:

@@ -12,6 +12,7 @@ from worker.decoding.finish import finish_reason
 from worker.decoding.grammar import GrammarState
 from worker.decoding.rows import RowSpec
 from worker.decoding.stops import StopMatcher
+from worker.engine.drafts import Drafter
 from worker.engine.prepare import PreparedRequest
 from worker.tools import CallParser
 
@@ -32,6 +33,7 @@ class Sequence:
     matched_stop: str | int | None = None
     incomplete: bool = False  # a constrained output that ended before its grammar accepted
     call_parser: CallParser | None = None  # splits the text into content and tool calls when tools may be called
+    drafter: Drafter | None = None  # its draft tokens (speculation.py); None: it never drafts (beams, hidden states)
 
     def take(self, token: int, logprob: float, spec: RowSpec, grammar: GrammarState | None,
              max_context: int) -> tuple[str, list]:

@@ -17,6 +17,7 @@ from gateway.dialects import bounds
 from gateway.dialects.chat_template import final_text, template_kwargs
 from gateway.dialects.openai.completions import FINISH, stream_end, usage
 from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.openai.prediction import prediction_text
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from gateway.dialects.openai.tools import delta_call, history_calls, message_calls, tool_spec
 from gateway.errors import ValidationFailed
@@ -44,6 +45,7 @@ class ChatBody(OpenAIRequest, kw_only=True):
     # false renders no assistant header at all
     continue_final_message: bool | None = None
     add_generation_prompt: bool | None = None
+    prediction: dict | None = None  # OpenAI's Predicted Outputs (prediction.py)
 
 
 @dataclass
@@ -54,6 +56,7 @@ class ChatOptions:
     # `incomplete: true` on a choice cut before its response_format grammar accepted; a tool call cut by
     # max_tokens is said by finish_reason "length" alone, as OpenAI says it (its clients read nothing else)
     flags_incomplete: bool = True
+    predicted: bool = False  # usage carries completion_tokens_details (Predicted Outputs)
 
     def incomplete(self, finish: Finish) -> dict:
         return incomplete(finish) if self.flags_incomplete else {}
@@ -144,10 +147,12 @@ class OpenAIChat(OpenAIFamily):
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
                                   deadline_unix=deadline(body.timeout_microseconds), stream=bool(body.stream),
                                   tools=tools, add_generation_prompt=add_prompt, continue_final_message=continue_final,
-                                  chat_template_kwargs=template_kwargs(body.chat_template_kwargs))
+                                  chat_template_kwargs=template_kwargs(body.chat_template_kwargs),
+                                  prediction=prediction_text(body.prediction))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Parsed(body.model, [request], bool(body.stream),
-                      ChatOptions(include_usage, logprobs is not None, params.n, params.constraint is not None))
+                      ChatOptions(include_usage, logprobs is not None, params.n, params.constraint is not None,
+                                  predicted=request.prediction is not None))
 
     def render(self, parsed: Parsed, results: list[Result], meta: Meta) -> dict:
         options: ChatOptions = parsed.options
@@ -156,7 +161,8 @@ class OpenAIChat(OpenAIFamily):
                     "logprobs": chat_logprobs(c.tokens) if options.logprobs else None, **options.incomplete(c.finish)}
                    for c in results[0].ordered()]
         return {"id": f"chatcmpl-{meta.request_id}", "object": "chat.completion", "created": meta.created,
-                "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices, "usage": usage(results)}
+                "model": meta.model, "system_fingerprint": FINGERPRINT, "choices": choices,
+                "usage": usage(results, predicted=options.predicted)}
 
     async def stream(self, parsed: Parsed, events: AsyncIterator[tuple[int, Event]],
                      meta: Meta) -> AsyncIterator[bytes]:
@@ -183,7 +189,7 @@ class OpenAIChat(OpenAIFamily):
                                                 **options.incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
-        for chunk in stream_end(head, dones, options.include_usage):
+        for chunk in stream_end(head, dones, options.include_usage, options.predicted):
             yield chunk
 
 

@@ -17,6 +17,7 @@ from gateway.dialects import bounds
 from gateway.dialects.openai.errors import completions_wording
 from gateway.dialects.openai.family import OpenAIFamily
 from gateway.dialects.openai.friendli_legacy import is_legacy, legacy_stream
+from gateway.dialects.openai.prediction import prediction_text
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from gateway.dialects.token_ids import int_list, int_lists
 from gateway.serving.collect import Choice, Result
@@ -41,6 +42,7 @@ class CompletionBody(OpenAIRequest, kw_only=True):
     soft_prompts: list | None = None
     position_ids: list | None = None
     generation_offset: int | None = None
+    prediction: dict | None = None  # OpenAI's Predicted Outputs (prediction.py)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Options:
     logprobs: int | None
     n: int
     legacy: bool = False
+    predicted: bool = False  # usage carries completion_tokens_details (Predicted Outputs)
 
 
 def split_prompts(prompt) -> list[tuple[str | None, list[int] | None]]:
@@ -108,14 +111,16 @@ class OpenAICompletions(OpenAIFamily):
         # OpenAI's echo with logprobs scores the prompt too (how evaluation harnesses compute likelihoods)
         params.prompt_logprobs = echo and params.logprobs is not None
         until = deadline(body.timeout_microseconds)
+        predicted = prediction_text(body.prediction)
         requests = [GenerateRequest(request_id="", model=model, prompt=text, prompt_ids=ids, params=params,
+                                    prediction=predicted,
                                     return_prompt_text=echo, deadline_unix=until, stream=bool(body.stream),
                                     token_index_to_replace=list(body.token_index_to_replace or []),
                                     embedding_to_replace=list(body.embedding_to_replace or []))
                     for text, ids in prompts]
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return Parsed(model, requests, bool(body.stream),
-                      Options(echo, include_usage, params.logprobs, params.n, legacy))
+                      Options(echo, include_usage, params.logprobs, params.n, legacy, predicted is not None))
 
     # ---- rendering ----
 
@@ -127,7 +132,8 @@ class OpenAICompletions(OpenAIFamily):
                 choices.append(self._choice(prompt_index * options.n + choice.finish.index, choice,
                                             result.accepted, options))
         return {"id": f"cmpl-{meta.request_id}", "object": "text_completion", "created": meta.created,
-                "model": meta.model, "choices": choices, "usage": usage(results)}
+                "model": meta.model, "choices": choices,
+                "usage": usage(results, predicted=options.predicted)}
 
     def _choice(self, index: int, choice: Choice, accepted: Accepted, options: Options) -> dict:
         finish = choice.finish
@@ -172,7 +178,7 @@ class OpenAICompletions(OpenAIFamily):
                                                 **incomplete(event)}]})
             elif isinstance(event, Done):
                 dones.append(event)
-        for chunk in stream_end(head, dones, options.include_usage):
+        for chunk in stream_end(head, dones, options.include_usage, options.predicted):
             yield chunk
 
 
@@ -199,22 +205,28 @@ def joined(first: dict, second: dict) -> dict:
     return {key: first[key] + second[key] for key in first}
 
 
-def stream_end(head: dict, dones: list[Done], include_usage: bool) -> list[bytes]:
+def stream_end(head: dict, dones: list[Done], include_usage: bool, predicted: bool = False) -> list[bytes]:
     """The end of every OpenAI-shaped stream: the optional usage chunk (no choices), then `[DONE]`."""
-    usage_chunk = [sse({**head, "choices": [], "usage": usage_of(dones)})] if include_usage else []
+    usage_chunk = [sse({**head, "choices": [], "usage": usage_of(dones, predicted=predicted)})] if include_usage else []
     return [*usage_chunk, b"data: [DONE]\n\n"]
 
 
-def usage_of(dones: list[Done], cached: bool = True) -> dict:
+def usage_of(dones: list[Done], cached: bool = True, predicted: bool = False) -> dict:
     """OpenAI's usage; `cached`: with `prompt_tokens_details.cached_tokens`, the prompt tokens the worker took
-    from its prefix cache (worker/engine/prefix_cache.py)."""
+    from its prefix cache (worker/engine/prefix_cache.py); `predicted`: with `completion_tokens_details`, the
+    prediction's tokens accepted and rejected (the rejected ones are in completion_tokens: billed, as OpenAI does)."""
     prompt = sum(d.prompt_tokens for d in dones)
     completion = sum(d.completion_tokens for d in dones)
     counts = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     if cached:
         counts["prompt_tokens_details"] = {"cached_tokens": sum(d.cached_tokens for d in dones)}
+    if predicted:
+        counts["completion_tokens_details"] = {
+            "reasoning_tokens": 0, "audio_tokens": 0,
+            "accepted_prediction_tokens": sum(d.accepted_prediction_tokens for d in dones),
+            "rejected_prediction_tokens": sum(d.rejected_prediction_tokens for d in dones)}
     return counts
 
 
-def usage(results: list[Result], cached: bool = True) -> dict:
-    return usage_of([r.done for r in results if r.done is not None], cached)
+def usage(results: list[Result], cached: bool = True, predicted: bool = False) -> dict:
+    return usage_of([r.done for r in results if r.done is not None], cached, predicted)
