@@ -1,13 +1,17 @@
 """One owner per fact (issue #46, item 3), each proven through the real gateway app: the limiter's series are in
 the registry `/metrics` renders (they sat in prometheus_client's default one, which nothing scrapes), and
 `rejections_per_minute` is what refuses bad keys (a hard-coded per-process throttle, 10 then 429, answered
-first whatever the setting said)."""
+first whatever the setting said), and one readiness rule answers every health route."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import msgspec
 import pytest
 
+from gateway.endpoints.spec import parse_endpoint
 from tests.gateway.app_client import app_client
 
 BAD_KEY = {"authorization": "Bearer sk-sluice-000000000000-" + "a" * 32}
@@ -36,3 +40,20 @@ async def test_the_limiters_series_reach_metrics(gateway_settings):
                    if line and not line.startswith("#")}
         assert samples.get('sluice_limiter_rejections_total{kind="rate_limit"}', 0) >= 1, [
             line for line in scraped.text.splitlines() if "limiter" in line]
+
+
+async def test_health_routes_agree_on_an_endpoint_at_zero(gateway_settings, tmp_path):
+    """One readiness rule (gateway/serving/readiness.py): an endpoint that may sleep is ready at zero for
+    `/health` and DataCrunch's `/v1/completions/health` alike (the latter said 503)."""
+    sleeping = parse_endpoint({"name": "org/sleepy", "source": str(tmp_path / "unused"), "min_replicas": 0})
+    settings = msgspec.structs.replace(gateway_settings, models=[*gateway_settings.models, sleeping])
+    async with app_client(settings) as client:
+        deadline = time.monotonic() + 120
+        while (await client.get("/health")).status_code != 200:  # the protocol worker's endpoint comes up
+            assert time.monotonic() < deadline, (await client.get("/health", headers=client.admin_headers)).text
+            await asyncio.sleep(0.05)
+        detail = (await client.get("/health", headers=client.admin_headers)).json()
+        assert detail["endpoints"]["org/sleepy"] == "scaled_to_zero", detail
+        for headers in ({}, client.admin_headers):
+            answer = await client.get("/v1/completions/health", headers=headers)
+            assert answer.status_code == 200 and answer.json() == {"status": "ok"}, answer.text
