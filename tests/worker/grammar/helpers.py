@@ -16,6 +16,8 @@ from tests.worker.engine.runs import Run
 from tests.worker.engine.runs import submit as engine_submit
 
 _ids = itertools.count()
+# how long a test waits for the engine or a compile: a hang guard, never a speed bound (a loaded machine is slow)
+HANG_GUARD_S = 3600.0
 
 
 def ask(prompt: str, **params) -> GenerateRequest:
@@ -29,7 +31,7 @@ def submit(engine, request: GenerateRequest) -> Run:
 
 
 def generate(engine, prompt: str, **params) -> Run:
-    return submit(engine, ask(prompt, **params)).wait()
+    return submit(engine, ask(prompt, **params)).wait(HANG_GUARD_S)
 
 
 def schema_constraint(schema) -> Constraint:
@@ -64,7 +66,7 @@ def compiles_held(compiler):
     compiler._tokenizer  # noqa: B018 - builds the vocabulary and one started process per compile thread
     held = []
     for process in list(compiler._processes):
-        process._ready()  # it has read the tokenizer's table, so a compile sent to it is timed as a compile
+        process._ready(HANG_GUARD_S)  # it has read the tokenizer's table, so a compile sent to it is timed as a compile
         held.append(process.pid)
     for pid in held:
         os.kill(pid, signal.SIGSTOP)

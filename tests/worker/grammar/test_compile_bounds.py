@@ -15,7 +15,7 @@ import pytest
 import xgrammar
 
 from common.protocol import Constraint
-from tests.worker.grammar.helpers import compiles_held
+from tests.worker.grammar.helpers import HANG_GUARD_S, compiles_held
 from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 from worker.decoding.grammar.compile_process import _serve
 
@@ -32,7 +32,7 @@ def _compiler(smol, **settings) -> GrammarCompiler:
 
 @pytest.fixture
 def cache_compiler(smol):
-    compiler = _compiler(smol, timeout_s=3600.0, cache_bytes=3_000_000)  # about two 1.2 MB string grammars
+    compiler = _compiler(smol, timeout_s=HANG_GUARD_S, cache_bytes=3_000_000)  # about two 1.2 MB string grammars
     yield compiler
     compiler.close()
 
@@ -59,12 +59,13 @@ def test_a_compile_that_overruns_is_stopped(smol):
     try:
         with compiles_held(compiler) as held:
             with pytest.raises(GrammarTimeout) as stopped:
-                compiler.compile(schema({"type": "boolean"}), timeout_s=3600)  # waits for the compiler's limit
+                compiler.compile(schema({"type": "boolean"}), timeout_s=HANG_GUARD_S)  # waits for the compiler's limit
         assert "took longer than 1 s and was stopped" in str(stopped.value)
         killed = [pid for pid in held if _gone(pid, seconds=0.5)]
         assert len(killed) == 1  # the process that ran it, and only that one
         assert not compiler.cached(schema({"type": "boolean"}))
-        assert compiler.compile(LIGHT, timeout_s=3600).compiled.memory_size_bytes > 0  # served on a new process
+        compiler.timeout_s = HANG_GUARD_S  # the next compile is not about the limit: none that can trip
+        assert compiler.compile(LIGHT, timeout_s=HANG_GUARD_S).compiled.memory_size_bytes > 0  # served on a new process
     finally:
         compiler.close()
 
@@ -72,14 +73,14 @@ def test_a_compile_that_overruns_is_stopped(smol):
 def test_a_compile_is_stopped_by_its_cpu_limit_whatever_the_wall_clock(smol):
     """RLIMIT_CPU counts the work done, not the time waited: with an hour of wall clock and 1 s of CPU, a compile
     that needs minutes of CPU is stopped (a busy machine only makes it take longer to get there)."""
-    compiler = _compiler(smol, timeout_s=3600.0, cpu_s=1.0)
+    compiler = _compiler(smol, timeout_s=HANG_GUARD_S, cpu_s=1.0)
     try:
         heavy = schema({"type": "string", "maxLength": 20_000})  # minutes of CPU on this vocabulary
         with pytest.raises(GrammarTimeout) as stopped:
-            compiler.compile(heavy, timeout_s=3600)
+            compiler.compile(heavy, timeout_s=HANG_GUARD_S)
         assert "used more than 1 s of CPU and was stopped" in str(stopped.value)
         assert not compiler.cached(heavy)
-        assert compiler.compile(LIGHT, timeout_s=3600).compiled.memory_size_bytes > 0  # a new process serves on
+        assert compiler.compile(LIGHT, timeout_s=HANG_GUARD_S).compiled.memory_size_bytes > 0  # a new process serves on
     finally:
         compiler.close()
 
@@ -87,7 +88,7 @@ def test_a_compile_is_stopped_by_its_cpu_limit_whatever_the_wall_clock(smol):
 def test_compile_processes_run_below_the_workers_priority(cache_compiler):
     """A tenant's compiles get a core only when serving leaves one idle: each process is niced 10 steps below the
     fork server it came from (which has the worker's priority)."""
-    cache_compiler.compile(LIGHT, timeout_s=3600)
+    cache_compiler.compile(LIGHT, timeout_s=HANG_GUARD_S)
     pids = [process.pid for process in cache_compiler._processes if process.pid is not None]
     assert pids
     for pid in pids:
@@ -97,13 +98,13 @@ def test_compile_processes_run_below_the_workers_priority(cache_compiler):
 
 def test_the_cache_is_bounded_in_bytes(cache_compiler):
     small = schema({"type": "array", "items": {"type": "integer"}})
-    assert 0 < cache_compiler.compile(small, timeout_s=120).compiled.memory_size_bytes < 100_000
-    again = cache_compiler.compile(small, timeout_s=120)
+    assert 0 < cache_compiler.compile(small, timeout_s=HANG_GUARD_S).compiled.memory_size_bytes < 100_000
+    again = cache_compiler.compile(small, timeout_s=HANG_GUARD_S)
     assert cache_compiler.cached_bytes == again.compiled.memory_size_bytes  # measured
     strings = [schema({"type": "string", "maxLength": 20 + i}) for i in range(4)]  # ~1.2 MB each
     sizes = []
     for constraint in strings:
-        sizes.append(cache_compiler.compile(constraint, timeout_s=120).compiled.memory_size_bytes)
+        sizes.append(cache_compiler.compile(constraint, timeout_s=HANG_GUARD_S).compiled.memory_size_bytes)
         assert cache_compiler.cached_bytes <= cache_compiler.cache_bytes
     assert sum(sizes) > cache_compiler.cache_bytes  # so some had to go: the least recently used
     assert not cache_compiler.cached(small) and not cache_compiler.cached(strings[0])

@@ -10,6 +10,7 @@ import pytest
 from common.protocol import Constraint
 from testkit.corpora.grammar import REGEXES, SCHEMAS
 from tests.worker.grammar.helpers import (
+    HANG_GUARD_S,
     ask,
     check_regex_output,
     check_schema_output,
@@ -35,7 +36,7 @@ def corpus_runs(grammar_engine):
             runs[("regex", name, mode)] = submit(grammar_engine, ask(
                 f"Give one example of a {name.replace('_', ' ')}.", max_tokens=MAX_TOKENS,
                 constraint=Constraint("regex", pattern), **params))
-    return {key: run.wait().finishes[0] for key, run in runs.items()}
+    return {key: run.wait(HANG_GUARD_S).finishes[0] for key, run in runs.items()}
 
 
 def test_corpus_size():

@@ -19,7 +19,7 @@ import pytest
 
 from common.protocol import Constraint, ModelConfig, ModelInfo
 from tests.worker.engine.runs import request, running_engine
-from tests.worker.grammar.helpers import compiles_held
+from tests.worker.grammar.helpers import HANG_GUARD_S, compiles_held
 from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.engine.engine import Engine
@@ -51,12 +51,12 @@ def engine(smol):
 def compiler(engine):
     """The engine's compiler, fresh per test: a tenant may keep one compile waiting; no time limit can trip."""
     engine.grammars = GrammarCompiler(engine.tokenizer, engine.vocab_size, engine.model_eos, threads=2,
-                                      waiting_per_tenant=1, timeout_s=3600)
+                                      waiting_per_tenant=1, timeout_s=HANG_GUARD_S)
     yield engine.grammars
     engine.grammars.close()
 
 
-def _until(condition, seconds: float = 60.0) -> None:
+def _until(condition, seconds: float = HANG_GUARD_S) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "the compile threads never picked the job up"
@@ -106,11 +106,11 @@ def test_each_tenant_compiles_and_caches_its_own_grammars(compiler):
     """A cached schema answers in milliseconds, a new one in seconds: shared across tenants, the cache told
     any team whether another had sent a schema. Each team now compiles its own."""
     constraint = light()
-    first = compiler.compile(constraint, timeout_s=120, tenant="team-c")
-    theirs = compiler.compile(constraint, timeout_s=120, tenant="team-d")
+    first = compiler.compile(constraint, timeout_s=HANG_GUARD_S, tenant="team-c")
+    theirs = compiler.compile(constraint, timeout_s=HANG_GUARD_S, tenant="team-d")
     assert theirs is not first and theirs.key != first.key  # compiled again, not team-c's from the cache
     assert compiler.cached(constraint, tenant="team-c") and not compiler.cached(constraint, tenant="team-e")
-    assert compiler.compile(constraint, timeout_s=120, tenant="team-c") is first  # its own cache still serves it
+    assert compiler.compile(constraint, timeout_s=HANG_GUARD_S, tenant="team-c") is first  # its own cache serves it
 
 
 async def test_compiles_in_progress_hold_no_thread_another_tenants_request_is_prepared_at_once(smol):
@@ -120,8 +120,9 @@ async def test_compiles_in_progress_hold_no_thread_another_tenants_request_is_pr
     with running_engine(smol, "grammar-threads", max_batch_size=2, max_context=256) as engine:
         engine.grammars.close()
         compiler = engine.grammars = GrammarCompiler(engine.tokenizer, engine.vocab_size, engine.model_eos,
-                                                     threads=2, timeout_s=600)
-        warm = [threading.Thread(target=compiler.compile, args=(light(),), kwargs={"tenant": t, "timeout_s": 120})
+                                                     threads=2, timeout_s=HANG_GUARD_S)
+        warm = [threading.Thread(target=compiler.compile, args=(light(),),
+                                 kwargs={"tenant": t, "timeout_s": HANG_GUARD_S})
                 for t in ("warm-1", "warm-2")]  # one compile on each process: both started and answering
         for thread in warm:
             thread.start()
@@ -146,13 +147,13 @@ async def test_compiles_in_progress_hold_no_thread_another_tenants_request_is_pr
                                                                         if task.done()]
                     await asyncio.sleep(0.01)  # both compiles taken by the stopped processes
                 plain = await asyncio.wait_for(client.post("/generate", content=generate_body(
-                    "Hi", max_tokens=1, tenant="team-c")), 120)
+                    "Hi", max_tokens=1, tenant="team-c")), HANG_GUARD_S)
                 assert plain.status_code == 200, plain.text
                 assert not any(task.done() for task in compiling)  # answered while both compiles wait
                 for pid in pids:
                     os.kill(pid, signal.SIGCONT)
                 pids = []
-                for answer in await asyncio.wait_for(asyncio.gather(*compiling), 600):
+                for answer in await asyncio.wait_for(asyncio.gather(*compiling), HANG_GUARD_S):
                     assert answer.status_code == 200, answer.text
         finally:
             for pid in pids:

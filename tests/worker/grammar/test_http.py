@@ -18,7 +18,7 @@ from common.protocol import (
     SamplingParams,
     decode_event,
 )
-from tests.worker.grammar.helpers import compiles_held
+from tests.worker.grammar.helpers import HANG_GUARD_S, compiles_held
 from worker.server import create_worker_app
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]}
@@ -38,7 +38,7 @@ def body(kind: str, value: str = "", **params) -> bytes:
 
 
 async def post(app, payload: bytes):
-    async with AsyncTestClient(app=app) as client:
+    async with AsyncTestClient(app=app, timeout=HANG_GUARD_S) as client:
         return await client.post("/generate", content=payload, headers={"content-type": "application/json"})
 
 

@@ -12,6 +12,7 @@ import pytest
 from common.protocol import Constraint, SamplingParams
 from testkit.corpora.grammar import EBNF, EBNF_PATTERN
 from tests.worker.grammar.helpers import (
+    HANG_GUARD_S,
     ask,
     check_regex_output,
     check_schema_output,
@@ -73,7 +74,7 @@ def test_mixed_batch_leaves_unconstrained_rows_alone(grammar_engine):
                                                constraint=schema_constraint(PERSON))))
         runs.append(submit(grammar_engine, ask("Tell me about cats.", temperature=0.0, max_tokens=40)))
     for i, run in enumerate(runs):
-        finish = run.wait().finishes[0]
+        finish = run.wait(HANG_GUARD_S).finishes[0]
         if i % 2:
             assert finish.text == alone.text and not finish.incomplete  # the grammar mask touched no other row
         else:
@@ -158,7 +159,7 @@ def test_compile_timeout_is_a_clear_error(grammar_engine):
         with pytest.raises(GrammarTimeout) as timed_out:
             compiler.compile(constraint, timeout_s=0.05)
     assert "took longer than 0.05 s" in str(timed_out.value)
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + HANG_GUARD_S
     while not compiler.cached(constraint):
         assert time.monotonic() < deadline, "the compile never finished"
         time.sleep(0.05)
