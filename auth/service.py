@@ -23,7 +23,7 @@ from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.policy import Manager, reaches
 from auth.store import Store, open_store
 from auth.team_keys import TeamKeys
-from auth.throttle import FailureBudget, FailureThrottle
+from auth.throttle import FailureBudget
 from common.errors import StoreUnavailable
 
 log = structlog.get_logger("auth")
@@ -58,7 +58,7 @@ class Bootstrap(msgspec.Struct):
 
 class AuthService:
     def __init__(self, store: Store, hasher: KeyHasher, *, cache_ttl: float = 0.5, touch_interval: float = 30.0,
-                 throttle: FailureThrottle | None = None, failure_budget: FailureBudget | None = None,
+                 failure_budget: FailureBudget | None = None,
                  trusted_proxies: Iterable[str] = (), default_team_limits: Limits | None = None,
                  outage_grace: float = 3600.0, max_keys_per_team: int | None = None) -> None:
         self._store = store
@@ -67,8 +67,7 @@ class AuthService:
         self._teams = TtlCache(cache_ttl)
         self._roles = TtlCache(cache_ttl)
         self._blocks = TtlCache(cache_ttl)  # (team, key) -> whether the team's owners blocked the key there
-        self._throttle = throttle or FailureThrottle()
-        self._failure_budget = failure_budget  # shared beyond this process (auth/throttle.py); None: none
+        self._failure_budget = failure_budget  # the one failed-auth rule (auth/throttle.py); None: none
         self.clients = ClientAddresses(trusted_proxies)  # who the throttle and the audit log see
         self._default_team_limits = default_team_limits  # the limits of a new deployment's "default" team
         self._touch_interval = touch_interval
@@ -83,7 +82,7 @@ class AuthService:
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options: Any) -> AuthService:
-        """Connect, apply migrations. Options: cache_ttl, touch_interval, throttle, failure_budget,
+        """Connect, apply migrations. Options: cache_ttl, touch_interval, failure_budget,
         trusted_proxies (CIDRs whose X-Forwarded-For names the client), default_team_limits, outage_grace,
         max_keys_per_team."""
         hasher = KeyHasher(pepper)
@@ -100,25 +99,25 @@ class AuthService:
     # --- hot path ---
     async def authenticate(self, authorization: str | None, team_header: str | None, client: str) -> Principal:
         """`client`: the real client (`clients.client`). A valid key is served whatever its client's failures:
-        the throttle turns that client's failed attempts into 429s, it never refuses a valid key."""
+        the failure budget turns that client's failed attempts into 429s, it never refuses a valid key."""
         mono = time.monotonic()
         token = bearer_token(authorization)
         if token is None:
             if authorization:
-                raise await self._fail(client, mono, "malformed", AuthError.invalid_key(
+                raise await self._fail(client, "malformed", AuthError.invalid_key(
                     "Malformed Authorization header; expected 'Bearer <API key>'."))
-            missing = AuthError(401, "missing_api_key", "Missing API key; send 'Authorization: Bearer <API key>'.")
-            raise await self._over_budget(client, missing)  # not a guess: the budget only, not the throttle
+            raise await self._fail(client, "missing", AuthError(
+                401, "missing_api_key", "Missing API key; send 'Authorization: Bearer <API key>'."))
         key_id = self._hasher.key_id(token)
         key = await self._key(key_id, mono) if key_id is not None else None
         if key is None or not self._hasher.matches(token, key.secret_hash):
-            raise await self._fail(client, mono, "unknown", AuthError.invalid_key(), key_id)
+            raise await self._fail(client, "unknown", AuthError.invalid_key(), key_id)
         wall = now()
         if key.revoked_at is not None:
-            raise await self._fail(client, mono, "revoked",
+            raise await self._fail(client, "revoked",
                              AuthError(401, "revoked_api_key", "This API key has been revoked."), key_id)
         if key.expires_at is not None and key.expires_at <= wall:
-            raise await self._fail(client, mono, "expired",
+            raise await self._fail(client, "expired",
                              AuthError(401, "expired_api_key", "This API key has expired."), key_id)
         team, role = await self._team_for(key, team_header, mono)
         self._note_use(key.id, wall)
@@ -176,20 +175,11 @@ class AuthService:
                 raise
             return hit
 
-    async def _fail(self, client: str, mono: float, reason: str, refusal: AuthError,
-                    key_id: str | None = None) -> AuthError:
-        """Count a failed attempt; the refusal to raise: `refusal`, or 429 once the client has failed too often
-        (so a throttled guesser learns nothing from the answer and must wait)."""
-        wait = self._throttle.retry_after(client, mono)
-        self._throttle.failed(client, mono)
-        log.info("auth.failed", reason=reason, client=client, key_id=key_id, throttled=wait is not None)  # no token
-        if wait is not None:
-            return _too_many(wait)
-        return await self._over_budget(client, refusal)
-
-    async def _over_budget(self, client: str, refusal: AuthError) -> AuthError:
-        """Count a refusal against the client's failure budget: `refusal`, or 429 once it is spent."""
+    async def _fail(self, client: str, reason: str, refusal: AuthError, key_id: str | None = None) -> AuthError:
+        """Count a failed attempt against the client's failure budget; the refusal to raise: `refusal`, or 429
+        once the budget is spent (so a throttled guesser learns nothing from the answer and must wait)."""
         wait = await self._failure_budget(client) if self._failure_budget is not None else None
+        log.info("auth.failed", reason=reason, client=client, key_id=key_id, throttled=wait is not None)  # no token
         return refusal if wait is None else _too_many(wait)
 
     def _forget(self, key: str | None = None, team: str | None = None, user: str | None = None,

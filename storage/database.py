@@ -31,7 +31,7 @@ class Pool(Executor, Protocol):
 
     dialect: Dialect
 
-    def transaction(self, exclusive: bool = True) -> contextlib.AbstractAsyncContextManager[Executor]: ...
+    def transaction(self, lock: str | None = None) -> contextlib.AbstractAsyncContextManager[Executor]: ...
     async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
     async def close(self) -> None: ...
 
@@ -75,12 +75,13 @@ class Database(_Translated):
         return self.pool.dialect
 
     @contextlib.asynccontextmanager
-    async def transaction(self, *, exclusive: bool = True) -> AsyncIterator[Executor]:
-        """One transaction; on PostgreSQL `exclusive` also takes the database-wide advisory lock (every
-        SQLite transaction is exclusive). The usage ledger's inserts, which touch only their own rows,
-        pass False."""
+    async def transaction(self, *, lock: str | None = None) -> AsyncIterator[Executor]:
+        """One transaction. A write that reads before it writes (a count against a quota, a row it may have to
+        create) names a `lock`: on PostgreSQL the transactions of one lock name run one at a time across every
+        process, and no others wait for them (every SQLite transaction is exclusive anyway). Writes that touch
+        only their own rows (the ledger's inserts, a stored response's delete) name none."""
         with self._down():
-            async with self.pool.transaction(exclusive) as tx:
+            async with self.pool.transaction(lock) as tx:
                 yield _Translated(tx, self._down)
 
     async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

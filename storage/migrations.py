@@ -58,7 +58,7 @@ class Schema:
 async def migrate(db: Database, schema: Schema, now: float | None = None) -> list[int]:
     """Apply the versions of `schema` not yet recorded; returns those applied."""
     now = time.time() if now is None else now
-    async with db.transaction() as tx:
+    async with db.transaction(lock="migrations") as tx:
         await tx.execute(_CREATE)
         if schema.legacy_table is not None:
             await _adopt(tx, db.dialect, schema, schema.legacy_table)

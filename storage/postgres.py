@@ -1,9 +1,11 @@
 """The PostgreSQL driver: one asyncpg pool.
 
 Queries are written with `?` placeholders, as for SQLite; they are numbered here ($1, $2…), so a query
-that already numbers its own (`$1`) passes unchanged. An exclusive transaction first takes a
-database-wide advisory lock, so that migrations, bootstrap and the fleet's state run one at a time
-across every process sharing the database. Reads outside a transaction are retried after a
+that already numbers its own (`$1`) passes unchanged. Transactions run at READ COMMITTED and take no lock of
+their own; one opened with `lock=<name>` first takes the transaction-scoped advisory lock of that name, so the
+writes that read before they write (migrations, bootstrap, a quota check, the fleet's state of one endpoint)
+run one at a time across every process sharing the database, and nothing else waits for them (storage/README.md
+lists who takes which). Reads outside a transaction are retried after a
 connection the server ended (restart, failover, `pg_terminate_backend`).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -22,7 +25,6 @@ from storage.errors import conflicts
 _T = TypeVar("_T")
 POOL_SIZE = 8
 _CONNECT_TIMEOUT = 10.0  # seconds: an unreachable server fails the start quickly instead of hanging
-LOCK_ID = 0x5A17_A0B1  # the advisory lock of exclusive transactions
 # What a connection ended by the server raises on its next use.
 _RECONNECT_ERRORS = (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, asyncpg.InternalClientError,
                      asyncpg.AdminShutdownError, asyncpg.PostgresConnectionError, ConnectionError)
@@ -35,6 +37,11 @@ def numbered(sql: str) -> str:
     for i, part in enumerate(parts[1:], start=1):
         out.append(f"${i}{part}")
     return "".join(out)
+
+
+def lock_id(name: str) -> int:
+    """The advisory lock's number for `name`: a signed 64-bit hash, the same in every process."""
+    return int.from_bytes(hashlib.sha256(f"sluice:{name}".encode()).digest()[:8], "big", signed=True)
 
 
 class PostgresConnection:
@@ -99,10 +106,10 @@ class PostgresPool:
         return await method(sql, args)
 
     @contextlib.asynccontextmanager
-    async def transaction(self, exclusive: bool = True) -> AsyncIterator[PostgresConnection]:
+    async def transaction(self, lock: str | None = None) -> AsyncIterator[PostgresConnection]:
         async with self._pool.acquire() as conn, conn.transaction():
-            if exclusive:
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_ID)
+            if lock is not None:
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_id(lock))
             yield PostgresConnection(conn)
 
     async def close(self) -> None:

@@ -99,9 +99,9 @@ class SqlitePool:
             return await self._exec.fetchall(sql, args)
 
     @contextlib.asynccontextmanager
-    async def transaction(self, exclusive: bool = True) -> AsyncIterator[SqliteConnection]:
-        # every SQLite transaction is exclusive: IMMEDIATE takes the write lock up front, so that
-        # concurrent processes queue on the busy timeout instead of failing at their first write
+    async def transaction(self, lock: str | None = None) -> AsyncIterator[SqliteConnection]:
+        # every SQLite transaction is exclusive (so `lock` adds nothing): IMMEDIATE takes the write lock up
+        # front, so that concurrent processes queue on the busy timeout instead of failing at their first write
         async with self._lock:
             await self._writer.execute("BEGIN IMMEDIATE")
             try:

@@ -64,7 +64,10 @@ class Store:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Store]:
-        async with self.db.transaction() as tx:
+        """Identity writes (bootstrap, keys against a team's cap, memberships against the last owner) read before
+        they write and are rare: they run one at a time under one lock, which no other write of the database
+        (the ledger, stored responses, the fleet) waits for."""
+        async with self.db.transaction(lock="identity") as tx:
             yield Store(self.db, tx)
 
     async def close(self) -> None:

@@ -31,12 +31,8 @@ class Percentiles(msgspec.Struct):
     @classmethod
     def ranked(cls, ordered: list[float]) -> Percentiles:
         """Of values sorted ascending."""
-        n = len(ordered)  # nearest_rank's index, inline: a view has a group per bucket and model
+        n = len(ordered)  # the nearest rank's index
         return cls(n, *[ordered[max(math.ceil(f * n), 1) - 1] for f in FRACTIONS]) if n else cls(0)
-
-
-def nearest_rank(ordered: list[float], fraction: float) -> float:
-    return ordered[max(math.ceil(fraction * len(ordered)), 1) - 1]
 
 
 async def percentiles(store: UsageStore, selection: Selection) -> dict[str, Percentiles]:

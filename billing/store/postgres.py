@@ -32,9 +32,9 @@ class PostgresStore:
 
     async def insert(self, entries: list[LedgerEntry]) -> int:
         columns = list(zip(*(entry_row(e) for e in entries), strict=True))
-        # not exclusive: concurrent inserts conflict only on their own rows, and the rollup rows are
+        # no lock: concurrent inserts conflict only on their own rows, and the rollup rows are
         # locked in key order (rollups.py)
-        async with self._db.transaction(exclusive=False) as tx:
+        async with self._db.transaction() as tx:
             inserted = {row[0] for row in await tx.fetchall(_INSERT, columns)}
             new: dict[str, LedgerEntry] = {}
             for e in entries:  # the rollups add exactly the records the insert added
@@ -49,7 +49,7 @@ class PostgresStore:
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
         """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
         recorded it first (insert-once on the table's primary key)."""
-        async with self._db.transaction(exclusive=False) as tx:
+        async with self._db.transaction() as tx:
             row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
         return row is not None
 

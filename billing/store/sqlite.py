@@ -37,7 +37,7 @@ class SqliteStore:
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
         """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
         recorded it first (insert-once on the table's primary key)."""
-        async with self._db.transaction(exclusive=False) as tx:
+        async with self._db.transaction() as tx:
             row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
         return row is not None
 

@@ -95,7 +95,7 @@ class FileStore:
             temporary = self.root / f".{file_id}.{secrets.token_hex(4)}.part"
             await asyncio.to_thread(_write, temporary, self.path(file_id), body)
         try:
-            async with db.transaction() as tx:
+            async with db.transaction(lock=f"batch-file:{file_id}") as tx:  # an output file made once by any runner
                 if await tx.fetchone("SELECT 1 FROM batch_files WHERE id = ?", (file_id,)) is not None:
                     row = await tx.fetchone(f"SELECT {COLUMNS} FROM batch_files WHERE id = ?", (file_id,))
                     return file_object(row)  # a produced file written again (its batch finalized twice)
@@ -166,7 +166,7 @@ class FileStore:
         db = await self.migrated()
         rows = await db.fetchall("SELECT id FROM batch_files WHERE expires_at <= ?", (time.time(),))
         for (file_id,) in rows:
-            async with db.transaction(exclusive=False) as tx:
+            async with db.transaction() as tx:
                 await tx.execute("DELETE FROM batch_files WHERE id = ?", (file_id,))
                 await self._drop_body(tx, file_id)
         return len(rows)

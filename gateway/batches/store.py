@@ -116,7 +116,7 @@ class BatchStore:
         now = time.time()
         status = "failed" if errors else "in_progress"
         tokens = 0 if errors else sum(estimated_tokens(line.body) for line in lines)
-        async with db.transaction() as tx:  # exclusive: no two creates pass the enqueued-token limit together
+        async with db.transaction(lock=f"batches:{team_id}") as tx:  # no two creates pass the enqueued-token limit
             if tokens:
                 (held,) = await tx.fetchone(
                     "SELECT COALESCE(SUM(enqueued_tokens), 0) FROM batches WHERE team_id = ? AND status IN "
@@ -221,7 +221,7 @@ class BatchStore:
         db = await self.migrated()
         now = time.time()
         skip_locked = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgres" else ""
-        async with db.transaction(exclusive=db.dialect != "postgres") as tx:
+        async with db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT idx, custom_id, body FROM batch_lines WHERE batch_id = ? AND (state = 'pending' OR "
                 f"(state = 'running' AND lease_until < ?)) ORDER BY idx LIMIT 1{skip_locked}", (batch_id, now))
@@ -235,7 +235,7 @@ class BatchStore:
         if not lines:
             return
         db = await self.migrated()
-        async with db.transaction(exclusive=False) as tx:
+        async with db.transaction() as tx:
             await tx.executemany("UPDATE batch_lines SET lease_until = ? WHERE batch_id = ? AND idx = ? AND "
                                  "owner = ? AND state = 'running'",
                                  [(time.time() + lease_s, batch_id, index, owner) for batch_id, index in lines])
@@ -244,7 +244,7 @@ class BatchStore:
                      prompt_tokens: int = 0, completion_tokens: int = 0) -> bool:
         """The line's result, written once: only while `owner` still holds it. False: another runner did."""
         db = await self.migrated()
-        async with db.transaction(exclusive=False) as tx:
+        async with db.transaction() as tx:
             held = await tx.fetchone("SELECT 1 FROM batch_lines WHERE batch_id = ? AND idx = ? AND owner = ? AND "
                                      "state = 'running'", (line.batch_id, line.index, owner))
             if held is None:
@@ -258,7 +258,7 @@ class BatchStore:
     async def release(self, line: Claimed, owner: str) -> None:
         """Give a line back unrun (its endpoint refused it for now): any runner takes it again later."""
         db = await self.migrated()
-        async with db.transaction(exclusive=False) as tx:
+        async with db.transaction() as tx:
             await tx.execute("UPDATE batch_lines SET state = 'pending', owner = NULL, lease_until = NULL "
                              "WHERE batch_id = ? AND idx = ? AND owner = ? AND state = 'running'",
                              (line.batch_id, line.index, owner))
@@ -269,7 +269,7 @@ class BatchStore:
         rows = await db.fetchall("SELECT id FROM batches WHERE created_at < ? AND status NOT IN (?, ?, ?)",
                                  (before, *ACTIVE))
         for (batch_id,) in rows:
-            async with db.transaction(exclusive=False) as tx:
+            async with db.transaction() as tx:
                 await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
                 await tx.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
         return len(rows)
@@ -277,7 +277,7 @@ class BatchStore:
     async def release_all(self, owner: str) -> None:
         """A stopping runner gives back every line it holds: another start takes them at once."""
         db = await self.migrated()
-        async with db.transaction(exclusive=False) as tx:
+        async with db.transaction() as tx:
             await tx.execute("UPDATE batch_lines SET state = 'pending', owner = NULL, lease_until = NULL "
                              "WHERE owner = ? AND state = 'running'", (owner,))
 

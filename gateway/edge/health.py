@@ -1,7 +1,8 @@
 """Two probes. `GET /livez` (liveness): 200 whenever the process runs and its event loop answers; it reads
 no model, replica or database state, so load balancers and the ECS health check use it and a GPU cold start or a
-failed endpoint never gets a healthy gateway replaced. `GET /health` (readiness): 200 once every endpoint is ready
-or may sleep (min_replicas 0) and has not failed, else 503. Anyone gets the verdict alone; endpoint names (private
+failed endpoint never gets a healthy gateway replaced. `GET /health` (readiness, the rule of
+gateway/serving/readiness.py): 200 once every endpoint is ready or may sleep (min_replicas 0) and has not failed,
+else 503. Anyone gets the verdict alone; endpoint names (private
 endpoints among them) and their states are for the operator: with an admin key the body lists each endpoint's
 state and why any is not ready. While the shared rate limiter's Redis is away the body says so (`limiter`: the
 outage policy in force); `/health` stays 200 under the `local` and `open` policies (requests are served) and is
@@ -15,6 +16,7 @@ from litestar import Request, Response, get
 from common.errors import retry_after_header
 from gateway.authentication.middleware import PUBLIC, is_admin_caller
 from gateway.errors import UNREADY_RETRY_S
+from gateway.serving.readiness import readiness
 from gateway.serving.services import Services
 
 _json = msgspec.json.Encoder()
@@ -31,23 +33,16 @@ async def livez() -> Response:
 @get("/health", summary="200 once every endpoint is ready, or scaled to zero on purpose (detail: admin key)",
      opt=PUBLIC)
 async def health(request: Request, services: Services) -> Response:
-    states = services.endpoints.states()
-    unready = [status for status in states if not status.healthy]
-    limiter = services.limiter.degraded
-    refusing = limiter == "closed"
-    body: dict = {"status": "unavailable" if unready or refusing else "degraded" if limiter else "ok"}
-    if limiter:
-        body["limiter"] = limiter
-    if await is_admin_caller(request):
-        body["endpoints"] = {status.name: status.state for status in states}
-        if unready:
-            reasons = ", ".join(f"{s.name} ({s.state}{': ' + s.detail if s.detail else ''})" for s in unready)
-            body["reason"] = f"no ready worker for: {reasons}"
-    elif unready:
-        body["reason"] = "no ready worker for some endpoints"
-    if limiter:
-        body["reason"] = "; ".join(filter(None, [body.get("reason"), f"rate limiter backend down (policy {limiter})"]))
-    if unready or refusing:
+    verdict = readiness(services)
+    body: dict = {"status": "unavailable" if not verdict.ready else "degraded" if verdict.limiter else "ok"}
+    if verdict.limiter:
+        body["limiter"] = verdict.limiter
+    admin = await is_admin_caller(request)
+    if admin:
+        body["endpoints"] = {status.name: status.state for status in verdict.states}
+    if reason := verdict.reason(admin):
+        body["reason"] = reason
+    if not verdict.ready:
         return Response(_json.encode(body), status_code=503, media_type="application/json",
                         headers=retry_after_header(UNREADY_RETRY_S))
     return Response(_json.encode(body), media_type="application/json")

@@ -1,6 +1,7 @@
 """The fleet's shared state (fleet.py) in PostgreSQL, for a fleet whose gateways share a PostgreSQL database but
 no Redis. The same rules as `RedisFleet`, one transaction per operation, times from the database server's
-clock (no skew between gateways):
+clock (no skew between gateways); the transactions of one endpoint (of one ECS call scope) hold its advisory
+lock, so they run one at a time across the fleet while other endpoints' go on:
 
 - `fleet_leases`: one row per endpoint, never deleted; a new holder takes an expired (or free) row and
   increments its `token`, so tokens only grow; `fenced` is the newest token that wrote.
@@ -55,7 +56,7 @@ class PostgresFleet(Fleet):
         return cls(db, **options)
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
-        async with self._db.transaction() as tx:
+        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
             (now,) = await tx.fetchone(NOW)
             await tx.execute("""INSERT INTO fleet_reports (endpoint, gateway, body, expires_at) VALUES (?, ?, ?, ?)
                                 ON CONFLICT (endpoint, gateway) DO UPDATE
@@ -85,7 +86,7 @@ class PostgresFleet(Fleet):
         return int(token) + 1
 
     async def fence(self, endpoint, token):
-        async with self._db.transaction() as tx:
+        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
             (now,) = await tx.fetchone(NOW)
             held = await tx.fetchone("""SELECT holder, token, expires_at, fenced FROM fleet_leases
                                         WHERE endpoint = ? FOR UPDATE""", (endpoint,))
@@ -98,7 +99,7 @@ class PostgresFleet(Fleet):
             return True
 
     async def resign(self, endpoint):
-        async with self._db.transaction() as tx:
+        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
             await tx.execute("UPDATE fleet_leases SET expires_at = 0 WHERE endpoint = ? AND holder = ?",
                              (endpoint, self.gateway_id))
             await tx.execute("DELETE FROM fleet_reports WHERE endpoint = ? AND gateway = ?",
@@ -122,12 +123,12 @@ class PostgresFleet(Fleet):
         return {replica for (replica,) in rows}
 
     async def forget_draining(self, endpoint, replica_ids):
-        async with self._db.transaction() as tx:
+        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
             for replica in replica_ids:
                 await tx.execute("DELETE FROM fleet_draining WHERE endpoint = ? AND replica = ?", (endpoint, replica))
 
     async def take_call(self, scope, calls=1):
-        async with self._db.transaction() as tx:
+        async with self._db.transaction(lock=f"fleet-calls:{scope}") as tx:
             (now,) = await tx.fetchone(NOW)
             second = math.floor(now)
             await tx.execute("INSERT INTO fleet_calls (scope, second, used) VALUES (?, ?, 0) ON CONFLICT DO NOTHING",

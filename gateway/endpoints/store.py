@@ -68,7 +68,7 @@ class EndpointStore:
 
     async def put(self, name: str, origin: Origin, body: dict[str, Any]) -> None:
         text = msgspec.json.encode(body).decode()
-        async with self._db.transaction() as tx:  # an upsert both databases spell the same way
+        async with self._db.transaction(lock=f"endpoint:{name}") as tx:  # an upsert both databases spell alike
             await tx.execute("DELETE FROM endpoints WHERE name = ?", (name,))
             await tx.execute("INSERT INTO endpoints (name, origin, body, updated_at) VALUES (?, ?, ?, ?)",
                              (name, origin, text, time.time()))
@@ -81,7 +81,7 @@ class EndpointStore:
         return [StoredAdapter(endpoint, name, source) for endpoint, name, source in found]
 
     async def put_adapter(self, endpoint: str, name: str, source: str) -> None:
-        async with self._db.transaction() as tx:
+        async with self._db.transaction(lock=f"adapter:{endpoint}:{name}") as tx:
             await tx.execute("DELETE FROM endpoint_adapters WHERE endpoint = ? AND name = ?", (endpoint, name))
             await tx.execute("INSERT INTO endpoint_adapters (endpoint, name, source, updated_at) VALUES (?, ?, ?, ?)",
                              (endpoint, name, source, time.time()))

@@ -131,13 +131,11 @@ class ModelPool:
 
 
 class ReplicaRouter:
-    """Model name -> pool; polls every replica's load so routing and /health stay current."""
+    """Model name -> pool. Each endpoint's controller polls its own replicas (gateway/endpoints/controller.py)."""
 
-    def __init__(self, poll_interval: float = 0.5, read_timeout: float = DEFAULT_READ_TIMEOUT_S):
+    def __init__(self, read_timeout: float = DEFAULT_READ_TIMEOUT_S):
         self.pools: dict[str, ModelPool] = {}
-        self.poll_interval = poll_interval
         self.read_timeout = read_timeout  # settings.request_timeout_s: no read outlives the concurrency lease
-        self._task: asyncio.Task | None = None
         self._clients: list[httpx.AsyncClient] = []
 
     def add_replica(self, model: str, url: str, replica_id: str = "") -> Replica:
@@ -173,24 +171,10 @@ class ReplicaRouter:
     def pool(self, model: str) -> ModelPool | None:
         return self.pools.get(model)
 
-    def unready_models(self) -> list[str]:
-        return [name for name, pool in self.pools.items() if not pool.ready]
-
     async def poll_all(self) -> None:
         await asyncio.gather(*(r.poll() for pool in self.pools.values() for r in pool.replicas))
 
-    async def start(self) -> None:
-        await self.poll_all()
-        self._task = asyncio.create_task(self._poll_forever())
-
-    async def _poll_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval)
-            await self.poll_all()
-
     async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
         for client in self._clients:
             await client.aclose()
         for pool in self.pools.values():

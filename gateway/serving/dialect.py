@@ -101,8 +101,14 @@ def openai_envelope(error: SluiceError) -> dict:
                       **error.fields}}
 
 
-def sse(payload: Any, space: bool = True) -> bytes:
-    return (b"data: " if space else b"data:") + _encoder.encode(payload) + b"\n\n"
+def sse(payload: Any, space: bool = True, event: str | None = None) -> bytes:
+    """One server-sent event, the framing of every dialect's stream: `event: <name>` when named (Anthropic,
+    Responses), then `data: <JSON>` (`data:<JSON>` without the space, as Friendli's servers write)."""
+    head = b"" if event is None else b"event: " + event.encode() + b"\n"
+    return head + (b"data: " if space else b"data:") + _encoder.encode(payload) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"  # the end of an OpenAI-shaped stream (OpenAI, SGLang, Monster)
 
 
 def convert(payload: Any, kind: type, what: str = "request body") -> Any:

@@ -22,7 +22,9 @@ from testkit.sluice import MODEL, running_sluice
 pytestmark = pytest.mark.slow
 ADMIN_KEY = "tenancy-test-admin-key-0123456789abcdef"
 PROXY = "127.0.0.2"
-OWN_ADDRESS = "127.0.0.4"  # a client no other test makes fail (the throttle tests throttle 127.0.0.1)
+OWN_ADDRESS = "127.0.0.4"  # a client no other test makes fail (the throttle tests throttle 127.0.0.5)
+SPOOFER = "127.0.0.5"  # an untrusted peer only the throttle test uses, so it alone counts that address's refusals
+REJECTIONS = 60  # the default rejections_per_minute: the failed-auth budget of a client
 BAD_KEY = "sk-sluice-000000000000-" + "a" * 32
 DEFAULT_LIMITS = {"rpm": 1000, "tpm": 500_000, "max_concurrency": 16}
 CONFIG = f"""
@@ -147,8 +149,8 @@ def _client(local_address: str) -> httpx.Client:
 
 
 def test_forwarded_for_from_an_untrusted_peer_does_not_escape_the_throttle(server):
-    with _client("127.0.0.1") as client:
-        for attempt in range(10):  # a new "client" each time, as far as the header goes
+    with _client(SPOOFER) as client:
+        for attempt in range(REJECTIONS):  # a new "client" each time, as far as the header goes
             spoofed = {"x-forwarded-for": f"198.51.100.{attempt}"}
             assert client.get(f"{server.url}/v1/models", headers=bearer(BAD_KEY, **spoofed)).status_code == 401
         throttled = client.get(f"{server.url}/v1/models", headers=bearer(BAD_KEY, **{"x-forwarded-for": "1.2.3.4"}))
@@ -163,7 +165,7 @@ def test_throttle_is_keyed_by_the_client_a_trusted_proxy_names(server):
         return client.get(f"{server.url}/v1/models", headers=headers).status_code
 
     with _client(PROXY) as proxy:
-        assert [attempt(proxy, "203.0.113.5") for _ in range(10)] == [401] * 10
+        assert [attempt(proxy, "203.0.113.5") for _ in range(REJECTIONS)] == [401] * REJECTIONS
         assert attempt(proxy, "203.0.113.5") == 429
         # the client's own (leftmost) entries are not trusted: the rightmost untrusted hop is the client
         assert attempt(proxy, "6.6.6.6, 203.0.113.5") == 429

@@ -82,7 +82,7 @@ async def test_the_usage_api_is_a_503_with_retry_after_when_its_store_is_away(ga
 
 async def test_the_usage_api_throttle_is_a_429_with_retry_after(gateway_app):
     bad = {"authorization": "Bearer sk-sluice-000000000000-" + "c" * 32}
-    for _ in range(12):
+    for _ in range(61):  # the default rejections_per_minute (60), then one more
         response = await gateway_app.get("/v1/usage", headers=bad)
     assert_retry_after(response, 429)
     assert envelope("/v1/usage", response.json())["kind"] == "rate_limit_exceeded"

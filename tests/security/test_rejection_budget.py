@@ -19,7 +19,7 @@ from testkit.stub_gateway import sluice_on_worker_process
 from tests.faults.load import MODEL
 
 pytestmark = pytest.mark.slow
-BUDGET = 5  # below the failed-auth throttle's burst (10), so the 401 checks see this budget, not the throttle
+BUDGET = 5  # rejections_per_minute: the one budget of refusals, 401s included
 LONG_MODEL = "u" * 100_000
 
 
@@ -97,7 +97,7 @@ def test_an_addresses_rejections_meet_429_whichever_key_sends_them(tmp_path, lim
 def test_unauthenticated_401s_count_per_address(tmp_path, limiter_config):
     with sluice(tmp_path, limiter_config) as server:
         body = {"model": MODEL, "prompt": "hi"}
-        # no key at all: the failed-auth throttle ignores these, the budget does not
+        # no key at all counts too
         answers = [post(server, "/v1/completions", body, None, "10.3.0.1") for _ in range(BUDGET + 3)]
         assert [r.status_code for r in answers[:BUDGET]] == [401] * BUDGET
         for response in answers[BUDGET:]:

@@ -13,8 +13,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
-
 from common.protocol import (
     Accepted,
     Done,
@@ -38,7 +36,7 @@ from gateway.dialects.anthropic.request import (
 )
 from gateway.errors import ContextTooLong, Overloaded, QuotaExceeded, SluiceError, ValidationFailed, restated
 from gateway.serving.collect import Result
-from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, fail, required, unknown_fields
+from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, fail, required, sse, unknown_fields
 
 STOP_REASONS = {"eos_token": "end_turn", "stop_token": "end_turn", "stop_sequence": "stop_sequence",
                 "length": "max_tokens", "tool_calls": "tool_use"}
@@ -46,11 +44,10 @@ STOP_REASONS = {"eos_token": "end_turn", "stop_token": "end_turn", "stop_sequenc
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
                529: "overloaded_error"}
-_json = msgspec.json.Encoder()
 
 
 def event(name: str, payload: dict) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + _json.encode(payload) + b"\n\n"
+    return sse(payload, event=name)
 
 
 def tool_input(call: ToolCall) -> dict:

@@ -17,7 +17,6 @@ from gateway.serving.dialect import check, fail, required
 # Anthropic parameters that change nothing here: accepted and ignored
 TOLERATED = frozenset({"metadata", "service_tier", "container", "mcp_servers"})
 MAX_STOP_SEQUENCES = bounds.MAX_STOPS
-MAX_SYSTEM_BLOCKS = bounds.MAX_MESSAGES
 
 
 class CountTokensBody(msgspec.Struct, kw_only=True):

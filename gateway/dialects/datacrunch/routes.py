@@ -18,6 +18,7 @@ from gateway.dialects.tgi.dialect import TGI
 from gateway.dialects.tgi.docs import TGI_DOC, TGI_STREAM_DOC
 from gateway.errors import UNREADY_RETRY_S
 from gateway.serving.pipeline import handle_generation
+from gateway.serving.readiness import readiness
 from gateway.serving.services import Services
 
 DEFAULT_MAX_NEW_TOKENS = 20
@@ -38,13 +39,12 @@ async def generate_stream(request: Request, services: Services) -> Response | St
     return await handle_generation(request, services, GENERATE_STREAM, "/v1/completions/generate_stream")
 
 
-@get("/v1/completions/health", summary="DataCrunch: 200 once every model has a ready worker", tags=["DataCrunch"],
-     opt=PUBLIC)
+@get("/v1/completions/health", summary="DataCrunch: 200 when the gateway is ready (the rule of GET /health)",
+     tags=["DataCrunch"], opt=PUBLIC)
 async def health(request: Request, services: Services) -> Response:
-    missing = services.router.unready_models()
-    if missing:  # which ones (private endpoints among them) only for an admin key, as on GET /health
-        which = ", ".join(missing) if await is_admin_caller(request) else "some models"
-        body = {"error": f"no ready worker for: {which}", "error_type": "healthcheck"}
+    verdict = readiness(services)
+    if not verdict.ready:  # which endpoints (private ones among them) only for an admin key, as on GET /health
+        body = {"error": verdict.reason(await is_admin_caller(request)), "error_type": "healthcheck"}
         return Response(_json.encode(body), status_code=503, media_type="application/json",
                         headers=retry_after_header(UNREADY_RETRY_S))
     return Response(_json.encode({"status": "ok"}), media_type="application/json")

@@ -21,7 +21,7 @@ from gateway.dialects.openai.prediction import prediction_text
 from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_params
 from gateway.dialects.token_ids import int_list, int_lists
 from gateway.serving.collect import Choice, Result
-from gateway.serving.dialect import Meta, Parsed, check, convert, fail, incomplete, required, sse
+from gateway.serving.dialect import SSE_DONE, Meta, Parsed, check, convert, fail, incomplete, required, sse
 
 # a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.answer.honest fails the request
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
@@ -208,7 +208,7 @@ def joined(first: dict, second: dict) -> dict:
 def stream_end(head: dict, dones: list[Done], include_usage: bool, predicted: bool = False) -> list[bytes]:
     """The end of every OpenAI-shaped stream: the optional usage chunk (no choices), then `[DONE]`."""
     usage_chunk = [sse({**head, "choices": [], "usage": usage_of(dones, predicted=predicted)})] if include_usage else []
-    return [*usage_chunk, b"data: [DONE]\n\n"]
+    return [*usage_chunk, SSE_DONE]
 
 
 def usage_of(dones: list[Done], cached: bool = True, predicted: bool = False) -> dict:

@@ -36,9 +36,8 @@ from gateway.dialects.responses.request import (
 from gateway.dialects.responses.store import NOT_STORED
 from gateway.errors import SluiceError, UnknownParameter
 from gateway.serving.collect import Result
-from gateway.serving.dialect import Meta, Parsed, check, convert, required
+from gateway.serving.dialect import Meta, Parsed, check, convert, required, sse
 
-_json = msgspec.json.Encoder()
 log = structlog.get_logger("gateway")
 
 
@@ -51,10 +50,6 @@ class Echo:
     turns: list[dict]  # the conversation so far, this request's input included (no instructions)
     logprobs: bool = False  # include: message.output_text.logprobs
     max_calls: int | None = None  # max_tool_calls: the calls past it are dropped
-
-
-def sse(name: str, payload: dict) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + _json.encode(payload) + b"\n\n"
 
 
 def token_logprobs(tokens: list[Token]) -> list[dict]:
@@ -203,7 +198,7 @@ class OpenAIResponses(OpenAIFamily):
         def event(name: str, **fields) -> bytes:
             nonlocal number
             number += 1
-            return sse(name, {"type": name, "sequence_number": number - 1, **fields})
+            return sse({"type": name, "sequence_number": number - 1, **fields}, event=name)
 
         started = self.response(parsed, meta, "in_progress", [], None)
         yield event("response.created", response=started)

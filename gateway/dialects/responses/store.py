@@ -164,7 +164,8 @@ class ResponseStore:
         encoded_response = msgspec.json.encode(response).decode()
         encoded_messages = msgspec.json.encode(messages).decode()
         size = len(encoded_response.encode()) + len(encoded_messages.encode())
-        async with db.transaction() as tx:  # exclusive: no other create passes the quota in between
+        async with db.transaction(lock=f"stored-responses:{team_id}") as tx:  # no other create of the team passes
+            # the quota in between; other teams' creates do not wait
             await self._check(tx, team_id, size, "input")
             await tx.execute("INSERT INTO stored_responses (team_id, id, created_at, response, messages, bytes) "
                              "VALUES (?, ?, ?, ?, ?, ?)",
@@ -194,7 +195,7 @@ class ResponseStore:
         """Delete every response past its retention; returns how many."""
         db = await self._migrated()
         cutoff = self._cutoff(now)
-        async with db.transaction(exclusive=False) as tx:
+        async with db.transaction() as tx:
             row = await tx.fetchone("SELECT COUNT(*) FROM stored_responses WHERE created_at < ?", (cutoff,))
             await tx.execute("DELETE FROM stored_responses WHERE created_at < ?", (cutoff,))
         return int(row[0])

@@ -35,7 +35,7 @@ from gateway.dialects.sglang.request import (
 )
 from gateway.errors import SluiceError, ValidationFailed
 from gateway.serving.collect import Result
-from gateway.serving.dialect import Dialect, Meta, Parsed, check, convert, incomplete, sse
+from gateway.serving.dialect import SSE_DONE, Dialect, Meta, Parsed, check, convert, incomplete, sse
 
 
 @dataclass
@@ -158,7 +158,7 @@ class SGLang(Dialect):
             if options.batch:
                 output["index"] = prompt * options.n + event.index
             yield sse(output)
-        yield b"data: [DONE]\n\n"
+        yield SSE_DONE
 
     def error_body(self, error: SluiceError) -> tuple[int, Any]:
         if isinstance(error, BodyInvalid):
@@ -168,7 +168,7 @@ class SGLang(Dialect):
         return status, {"error": {"message": error.message, **error.fields}}
 
     def stream_error(self, error: SluiceError) -> bytes:
-        return sse({"error": {"message": error.message, **error.fields}}) + b"data: [DONE]\n\n"
+        return sse({"error": {"message": error.message, **error.fields}}) + SSE_DONE
 
 
 def _triples(items: list[TopLogprob] | None, triple) -> list | None:

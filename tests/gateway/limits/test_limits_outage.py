@@ -8,9 +8,9 @@ import contextlib
 import uuid
 
 import pytest
-from prometheus_client import REGISTRY
 
 from gateway.limits import LimiterUnavailable, LimitExceeded, LimitScope, open_limiter, outage
+from gateway.metrics import REGISTRY
 from tests.logged import logged
 
 SCOPES = [LimitScope("key:outage", rpm=100_000, max_concurrency=50)]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import re
+import signal
 
 import jsonschema
 
@@ -13,6 +16,8 @@ from tests.worker.engine.runs import Run
 from tests.worker.engine.runs import submit as engine_submit
 
 _ids = itertools.count()
+# how long a test waits for the engine or a compile: a hang guard, never a speed bound (a loaded machine is slow)
+HANG_GUARD_S = 3600.0
 
 
 def ask(prompt: str, **params) -> GenerateRequest:
@@ -26,7 +31,7 @@ def submit(engine, request: GenerateRequest) -> Run:
 
 
 def generate(engine, prompt: str, **params) -> Run:
-    return submit(engine, ask(prompt, **params)).wait()
+    return submit(engine, ask(prompt, **params)).wait(HANG_GUARD_S)
 
 
 def schema_constraint(schema) -> Constraint:
@@ -52,3 +57,22 @@ def check_regex_output(finish: Finish, pattern: str) -> bool:
     assert finish.reason == "eos_token" and not finish.incomplete, (finish.reason, finish.text)
     assert re.fullmatch(pattern, finish.text), (pattern, finish.text)
     return True
+
+
+@contextlib.contextmanager
+def compiles_held(compiler):
+    """Every compile process of `compiler` stopped (SIGSTOP) for the block: a compile sent to one cannot finish
+    before the block ends, whatever the machine's load. Enter it with no compile running."""
+    compiler._tokenizer  # noqa: B018 - builds the vocabulary and one started process per compile thread
+    held = []
+    for process in list(compiler._processes):
+        process._ready(HANG_GUARD_S)  # it has read the tokenizer's table, so a compile sent to it is timed as a compile
+        held.append(process.pid)
+    for pid in held:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield held
+    finally:
+        for pid in held:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)

@@ -19,6 +19,7 @@ import pytest
 
 from common.protocol import Constraint, ModelConfig, ModelInfo
 from tests.worker.engine.runs import request, running_engine
+from tests.worker.grammar.helpers import HANG_GUARD_S, compiles_held
 from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.engine.engine import Engine
@@ -27,8 +28,10 @@ from worker.server import create_worker_app
 
 
 def heavy(index: int) -> Constraint:
-    """Seconds of compile each on the SmolLM2 vocabulary (a long bounded string), distinct per index."""
-    return Constraint("json_schema", json.dumps({"type": "string", "maxLength": 2500 + index}))
+    """A schema distinct per index. Its compile is as slow as the test needs: the tests hold it (its process
+    stopped) rather than count on a schema that usually takes long, which a loaded machine makes unpredictable."""
+    return Constraint("json_schema", json.dumps({"type": "object", "properties": {"slow": {"type": "integer"}},
+                                                 "title": f"heavy {index}"}))
 
 
 def light() -> Constraint:
@@ -38,38 +41,47 @@ def light() -> Constraint:
 
 @pytest.fixture(scope="module")
 def engine(smol):
-    """An engine (not started: only prepare runs) whose compiler lets a tenant keep one compile waiting."""
+    """An engine (not started: only prepare runs)."""
     engine = Engine(smol, ModelConfig(max_batch_size=2, max_context=512), "fairness")
     engine.grammars.close()
-    engine.grammars = GrammarCompiler(engine.tokenizer, engine.vocab_size, engine.model_eos, threads=2,
-                                      waiting_per_tenant=1)
     yield engine
+
+
+@pytest.fixture
+def compiler(engine):
+    """The engine's compiler, fresh per test: a tenant may keep one compile waiting; no time limit can trip."""
+    engine.grammars = GrammarCompiler(engine.tokenizer, engine.vocab_size, engine.model_eos, threads=2,
+                                      waiting_per_tenant=1, timeout_s=HANG_GUARD_S)
+    yield engine.grammars
     engine.grammars.close()
 
 
-def _until(condition, seconds: float = 60.0) -> None:
+def _until(condition, seconds: float = HANG_GUARD_S) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "the compile threads never picked the job up"
         time.sleep(0.01)
 
 
-def test_one_tenants_heavy_schemas_leave_a_thread_to_the_others(engine):
-    compiler = engine.grammars
-    with pytest.raises(GrammarTimeout):  # gives up waiting; the compile goes on (and lands in the cache)
-        compiler.compile(heavy(0), timeout_s=0.01, tenant="team-a")
-    _until(lambda: compiler.backlog("team-a") == (1, 0))
-    with pytest.raises(GrammarTimeout):
-        compiler.compile(heavy(1), timeout_s=0.01, tenant="team-a")
-    assert compiler.backlog("team-a") == (1, 1)  # a tenant runs on all threads but one: this one waits
+def test_one_tenants_heavy_schemas_leave_a_thread_to_the_others(engine, compiler):
+    with compiles_held(compiler):
+        with pytest.raises(GrammarTimeout):  # gives up waiting; the compile goes on (held: it cannot finish)
+            compiler.compile(heavy(0), timeout_s=0.01, tenant="team-a")
+        _until(lambda: compiler.backlog("team-a") == (1, 0) and any(p.compiling for p in compiler._processes))
+        for process in compiler._processes:  # the process with team-a's compile stays stopped; the others serve
+            if not process.compiling:
+                os.kill(process.pid, signal.SIGCONT)
+        with pytest.raises(GrammarTimeout):
+            compiler.compile(heavy(1), timeout_s=0.01, tenant="team-a")
+        assert compiler.backlog("team-a") == (1, 1)  # a tenant runs on all threads but one: this one waits
 
-    with pytest.raises(RequestRejected) as refused:  # a third would wait too: retry later, through prepare
-        engine.prepare(request("JSON:", max_tokens=8, constraint=heavy(2), tenant="team-a"))
-    assert refused.value.kind == "overloaded" and refused.value.field == "response_format"
+        with pytest.raises(RequestRejected) as refused:  # a third would wait too: retry later, through prepare
+            engine.prepare(request("JSON:", max_tokens=8, constraint=heavy(2), tenant="team-a"))
+        assert refused.value.kind == "overloaded" and refused.value.field == "response_format"
 
-    prepared = engine.prepare(request("JSON:", max_tokens=8, constraint=light(), tenant="team-b"))
-    assert prepared.grammar is not None
-    assert not compiler.cached(heavy(0)) and not compiler.cached(heavy(1))  # team-b waited for none of them
+        prepared = engine.prepare(request("JSON:", max_tokens=8, constraint=light(), tenant="team-b"))
+        assert prepared.grammar is not None
+        assert not compiler.cached(heavy(0)) and not compiler.cached(heavy(1))  # team-b waited for neither
 
 
 def test_the_queue_serves_tenants_in_turn_within_their_caps():
@@ -90,15 +102,15 @@ def test_the_queue_serves_tenants_in_turn_within_their_caps():
     assert queue.take() == ("a", "a2") and queue.backlog("a") == (1, 0)
 
 
-def test_each_tenant_compiles_and_caches_its_own_grammars(engine):
+def test_each_tenant_compiles_and_caches_its_own_grammars(compiler):
     """A cached schema answers in milliseconds, a new one in seconds: shared across tenants, the cache told
     any team whether another had sent a schema. Each team now compiles its own."""
-    compiler, constraint = engine.grammars, light()
-    first = compiler.compile(constraint, timeout_s=120, tenant="team-c")
-    theirs = compiler.compile(constraint, timeout_s=120, tenant="team-d")
+    constraint = light()
+    first = compiler.compile(constraint, timeout_s=HANG_GUARD_S, tenant="team-c")
+    theirs = compiler.compile(constraint, timeout_s=HANG_GUARD_S, tenant="team-d")
     assert theirs is not first and theirs.key != first.key  # compiled again, not team-c's from the cache
     assert compiler.cached(constraint, tenant="team-c") and not compiler.cached(constraint, tenant="team-e")
-    assert compiler.compile(constraint, timeout_s=120, tenant="team-c") is first  # its own cache still serves it
+    assert compiler.compile(constraint, timeout_s=HANG_GUARD_S, tenant="team-c") is first  # its own cache serves it
 
 
 async def test_compiles_in_progress_hold_no_thread_another_tenants_request_is_prepared_at_once(smol):
@@ -108,8 +120,9 @@ async def test_compiles_in_progress_hold_no_thread_another_tenants_request_is_pr
     with running_engine(smol, "grammar-threads", max_batch_size=2, max_context=256) as engine:
         engine.grammars.close()
         compiler = engine.grammars = GrammarCompiler(engine.tokenizer, engine.vocab_size, engine.model_eos,
-                                                     threads=2, timeout_s=600)
-        warm = [threading.Thread(target=compiler.compile, args=(light(),), kwargs={"tenant": t, "timeout_s": 120})
+                                                     threads=2, timeout_s=HANG_GUARD_S)
+        warm = [threading.Thread(target=compiler.compile, args=(light(),),
+                                 kwargs={"tenant": t, "timeout_s": HANG_GUARD_S})
                 for t in ("warm-1", "warm-2")]  # one compile on each process: both started and answering
         for thread in warm:
             thread.start()
@@ -134,13 +147,13 @@ async def test_compiles_in_progress_hold_no_thread_another_tenants_request_is_pr
                                                                         if task.done()]
                     await asyncio.sleep(0.01)  # both compiles taken by the stopped processes
                 plain = await asyncio.wait_for(client.post("/generate", content=generate_body(
-                    "Hi", max_tokens=1, tenant="team-c")), 120)
+                    "Hi", max_tokens=1, tenant="team-c")), HANG_GUARD_S)
                 assert plain.status_code == 200, plain.text
                 assert not any(task.done() for task in compiling)  # answered while both compiles wait
                 for pid in pids:
                     os.kill(pid, signal.SIGCONT)
                 pids = []
-                for answer in await asyncio.wait_for(asyncio.gather(*compiling), 600):
+                for answer in await asyncio.wait_for(asyncio.gather(*compiling), HANG_GUARD_S):
                     assert answer.status_code == 200, answer.text
         finally:
             for pid in pids:

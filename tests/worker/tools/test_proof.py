@@ -76,13 +76,3 @@ def test_usage_is_counted_as_for_any_chat(batch):
     for reply in replies.values():
         assert reply.done.prompt_tokens == reply.accepted.prompt_tokens == len(reply.accepted.prompt_ids)
         assert reply.done.completion_tokens == len(reply.finish.token_ids) > 0
-
-
-def test_record_of_the_choices_made(batch, capsys):
-    """Not an assertion on the model's choices: a record of them (shown with -s)."""
-    choice, replies = batch
-    finishes = [replies[(n, True)].finish for n in range(len(PROMPTS))]
-    with capsys.disabled():
-        print(f"\n{choice}: {sum(bool(f.tool_calls) for f in finishes)}/{len(finishes)} replies with calls, "
-              f"{sum(len(f.tool_calls) for f in finishes)} calls, reasons {sorted({f.reason for f in finishes})}, "
-              f"prompt tokens {sum(replies[(n, True)].done.prompt_tokens for n in range(len(PROMPTS)))}")

@@ -12,13 +12,24 @@ which imports xgrammar (with torch: 2.4 s, 260 MB) once, before any thread runs 
 pages and starts by reading the tokenizer's table (1.6 MB of JSON), not by importing again. A worker starts the
 server beside its own imports (worker/__main__.py; a standby spare before it is assigned), so that import does not
 compete with its first requests.
+
+A tenant's compiles must not take the CPU that serves every tenant: each child runs `_NICENESS` steps below the
+worker (the engine's step and the HTTP threads win every contest for a core), and each compile gets a CPU-time
+limit (RLIMIT_CPU, set afresh before each one) beside the caller's wall-clock limit. The wall clock stops a
+compile the worker is waiting for; the CPU limit also stops one nobody waits for any more (an orphan whose worker
+was killed), and does so by the work done, whatever the load.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import multiprocessing.forkserver
+import os
+import resource
+import signal
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import xgrammar as xgr
@@ -28,6 +39,7 @@ _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload([__name__])  # the children start with xgrammar already imported
 _START_S = 120.0  # a child that has not read the tokenizer's table by then is broken
 _starting = threading.Lock()  # the fork server is started once, by the first compile thread that needs it
+_NICENESS = 10  # below the worker's threads: a compile gets a core only when serving leaves one idle
 
 
 def start_server() -> None:
@@ -49,11 +61,13 @@ class CompileOverran(RuntimeError):
 class CompileProcess:
     """One child process that compiles constraints, one at a time, for one compile thread."""
 
-    def __init__(self, tokenizer_json: str):
+    def __init__(self, tokenizer_json: str, cpu_s: float = 3600.0):
         self._tokenizer_json = tokenizer_json
+        self.cpu_s = cpu_s  # CPU seconds one compile may use (whole seconds, rounded up: RLIMIT_CPU's unit)
         self._process = None
         self._conn: Connection | None = None
         self._started = False
+        self.compiling = False  # a constraint is in the child now
         # close() runs on the compile thread (an overrun, a dead child) and on the compiler's close() at once:
         # the handles are taken under this lock so that each is closed once (a second close of a pipe's fd
         # fails with EBADF, or closes whatever file reused its number)
@@ -61,21 +75,35 @@ class CompileProcess:
 
     def compile(self, kind: str, value: str, timeout_s: float) -> str:
         """The compiled grammar as xgrammar's JSON. CompileFailed: xgrammar refused it; CompileOverran: it took
-        longer than `timeout_s` (counted from when the child had it, not from its start-up)."""
-        conn = self._ready()
+        longer than `timeout_s` (counted from when the child had it, not from its start-up) or used more than
+        `cpu_s` of CPU."""
+        conn = self._ready(timeout_s)
+        process = self._process
         try:
-            conn.send((kind, value))
+            self.compiling = True
+            conn.send((kind, value, self.cpu_s))
             answered = conn.poll(timeout_s)
             ok, text = conn.recv() if answered else (False, "")
-        except (EOFError, OSError):  # the child died (out of memory, a crash in xgrammar), or close() ran
+        except (EOFError, OSError):  # the child died (its CPU limit, out of memory, a crash in xgrammar), or close()
+            if process is not None:
+                process.join(timeout=10)
             self.close()
+            if process is not None and process.exitcode == -signal.SIGXCPU:
+                raise CompileOverran(f"the compile used more than {self.cpu_s:g} s of CPU and was stopped") from None
             raise CompileFailed("the compile process ended without an answer") from None
+        finally:
+            self.compiling = False
         if not answered:
             self.close()
-            raise CompileOverran(f"the compile ran past {timeout_s:g} s and was stopped")
+            raise CompileOverran(f"the compile took longer than {timeout_s:g} s and was stopped")
         if not ok:
             raise CompileFailed(text)
         return text
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return None if process is None else process.pid
 
     def start(self) -> CompileProcess:
         """Fork the child now (it reads the tokenizer's table on its own); `compile` waits until it has."""
@@ -83,19 +111,20 @@ class CompileProcess:
             self.close()
             ours, theirs = _context.Pipe()
             with _starting:
-                self._process = _context.Process(target=_serve, args=(theirs, self._tokenizer_json),
+                self._process = _context.Process(target=_child, args=(theirs, self._tokenizer_json),
                                                  name="sluice-grammar-compile", daemon=True)
                 self._process.start()
             theirs.close()
             self._conn, self._started = ours, False
         return self
 
-    def _ready(self) -> Connection:
+    def _ready(self, timeout_s: float = 0.0) -> Connection:
         conn = self.start()._conn
         if not self._started:  # its first message says it has the table
-            if not conn.poll(_START_S):
+            start_s = max(_START_S, timeout_s)  # niced, on a busy machine, it starts as slowly as it compiles
+            if not conn.poll(start_s):
                 self.close()
-                raise CompileFailed(f"the compile process did not start within {_START_S:g} s")
+                raise CompileFailed(f"the compile process did not start within {start_s:g} s")
             try:
                 conn.recv()
             except EOFError:
@@ -115,20 +144,37 @@ class CompileProcess:
             conn.close()
 
 
-def _serve(conn: Connection, tokenizer_json: str) -> None:
-    """The child: compile each (kind, value) received until the pipe closes."""
+def _child(conn: Connection, tokenizer_json: str) -> None:
+    """The child process: below the worker's priority, no core files (SIGXCPU's default action dumps one)."""
+    os.nice(_NICENESS)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _serve(conn, tokenizer_json, _limit_cpu)
+
+
+def _serve(conn: Connection, tokenizer_json: str, limit_cpu: Callable[[float], None]) -> None:
+    """Compile each (kind, value, cpu_s) received until the pipe closes, under `limit_cpu(cpu_s)` each."""
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.deserialize_json(tokenizer_json), max_threads=1,
                                    cache_enabled=False)
     conn.send(True)
     while True:
         try:
-            kind, value = conn.recv()
+            kind, value, cpu_s = conn.recv()
         except (EOFError, ConnectionResetError):  # the pipe closed, or its parent was killed: nothing to serve
             return
+        limit_cpu(cpu_s)
         try:
             conn.send((True, build(compiler, kind, value).serialize_json()))
         except RuntimeError as exc:  # xgrammar reports a bad constraint as a RuntimeError with a C++ prefix
             conn.send((False, str(exc)))
+
+
+def _limit_cpu(cpu_s: float) -> None:
+    """SIGXCPU (which ends this process) once this compile has used `cpu_s` more CPU seconds than all before it.
+    Only the soft limit moves: an unprivileged process cannot raise a hard limit it lowered."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    soft = math.ceil(used.ru_utime + used.ru_stime + cpu_s)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 def build(compiler: xgr.GrammarCompiler, kind: str, value: str) -> xgr.CompiledGrammar:

@@ -4,10 +4,12 @@ xgrammar was chosen over llguidance by measurement on the SmolLM2 tokenizer (ben
 much lower per-token mask cost, the dominant cost once a schema is cached.
 
 Compiles run on a few daemon threads, each handing its compiles to a child process of its own
-(compile_process.py); the caller waits at most `timeout_s`. A compile that the caller gave up on keeps
-going and lands in the cache, so a retry of the same schema is then free, unless it runs past `timeout_s`
-itself: then its process is killed and every waiter gets GrammarTimeout. The cache is an LRU of futures
-keyed by sha256(tenant, kind, value), so one tenant's concurrent requests for one schema share one compile,
+(compile_process.py, niced below the worker), which gets at most `timeout_s` of wall-clock time and `cpu_s` of
+CPU time (by default the same number) per compile; the caller waits at most `timeout_s`. A compile that the
+caller gave up on keeps going and lands in the cache, so a retry of the same schema is then free, unless it
+runs past its limits itself: then its process is killed and every waiter gets GrammarTimeout. The cache is an
+LRU of futures keyed by sha256(tenant, kind, value), so one tenant's concurrent requests for one schema share
+one compile,
 and no tenant's answer time tells whether another tenant compiled a schema (a cached schema answers in
 milliseconds, a new one in seconds): each team compiles its own. It is bounded by the bytes of the
 compiled grammars (xgrammar's `memory_size_bytes`), since one large schema takes 100+ MB.
@@ -80,12 +82,13 @@ def _tokenizer_info(tokenizer, vocab_size: int, stop_ids: list[int]) -> tuple[xg
 
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
-                 cache_bytes: int = 256 * 2**20, threads: int = 2, waiting_per_tenant: int = 4,
-                 build_later: bool = False):
+                 cpu_s: float | None = None, cache_bytes: int = 256 * 2**20, threads: int = 2,
+                 waiting_per_tenant: int = 4, build_later: bool = False):
         """The tokenizer's vocabulary table takes ~0.35 s: it is built in a low-priority thread, now or,
         with `build_later`, when `build_in_background` is called (a worker does once it is warm)."""
         self.stop_ids = tuple(stop_ids)
         self.timeout_s, self.cache_bytes = timeout_s, cache_bytes
+        self.cpu_s = timeout_s if cpu_s is None else cpu_s
         self._vocabulary = partial(_tokenizer_info, tokenizer, vocab_size, stop_ids)
         self._xgr_ready: Future = Future()
         self._building = threading.Lock()
@@ -113,14 +116,15 @@ class GrammarCompiler:
             if self._xgr_ready.done():
                 return
             try:
-                self._xgr_ready.set_result(self._vocabulary())
+                vocabulary = self._vocabulary()
             except Exception as exc:  # reported by the first compile
                 self._xgr_ready.set_exception(exc)
                 return
-        with self._lock:  # one compile process per thread, forked now rather than by the first compile
-            if not self._closed:
-                self._idle.extend(CompileProcess(self._xgr_ready.result()[1]).start() for _ in range(self._threads))
-                self._processes.extend(self._idle)
+            with self._lock:  # one compile process per thread, forked now rather than by the first compile
+                if not self._closed:
+                    self._idle.extend(CompileProcess(vocabulary[1], self.cpu_s).start() for _ in range(self._threads))
+                    self._processes.extend(self._idle)
+            self._xgr_ready.set_result(vocabulary)  # after the processes: whoever sees it ready sees them
 
     @property
     def _tokenizer(self) -> tuple[xgr.TokenizerInfo, str]:
@@ -207,9 +211,9 @@ class GrammarCompiler:
                 except Exception as exc:  # the waiters get it (GrammarError names a bad constraint)
                     future.set_exception(exc)
                 else:
-                    future.set_result(grammar)
-                    with self._lock:
+                    with self._lock:  # counted (and older ones evicted) before any waiter sees it
                         self._keep(key, future, grammar.compiled.memory_size_bytes)
+                    future.set_result(grammar)
             with self._lock:
                 self._jobs.done(tenant)
                 self._ready.notify_all()  # the tenant may run another one now
@@ -219,7 +223,7 @@ class GrammarCompiler:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-            process = CompileProcess(tokenizer_json)
+            process = CompileProcess(tokenizer_json, self.cpu_s)
             self._processes.append(process)
         return process
 
@@ -236,9 +240,8 @@ class GrammarCompiler:
             raise GrammarError(f"the {_NAMES[kind]} is empty")
         try:
             text = process.compile(kind, value, self.timeout_s)
-        except CompileOverran:
-            raise GrammarTimeout(f"compiling the {kind} constraint took longer than {self.timeout_s:g} s and was "
-                                 "stopped; simplify it") from None
+        except CompileOverran as exc:
+            raise GrammarTimeout(f"compiling the {kind} constraint {_overran(exc)}; simplify it") from None
         except CompileFailed as exc:
             raise GrammarError(f"invalid {_NAMES[kind]}: {_clean(exc)}") from None
         return Grammar(key, kind, xgr.CompiledGrammar.deserialize_json(text, self._tokenizer[0]), self.stop_ids)
@@ -256,6 +259,11 @@ class GrammarCompiler:
 
 _NAMES = {"json_schema": "JSON schema", "json_object": "JSON object grammar", "regex": "regex", "ebnf": "EBNF grammar",
           "structural_tag": "structural tag"}
+
+
+def _overran(exc: CompileOverran) -> str:
+    """'took longer than 10 s and was stopped' / 'used more than 10 s of CPU and was stopped'."""
+    return str(exc).removeprefix("the compile ").strip()
 
 
 def _clean(exc: Exception) -> str:

@@ -49,12 +49,6 @@ class Packed:
         """the tiles viewed as float16 [blocks, groups, bytes / 2] (the same memory), for `tile_scales`"""
         return self.tiles.view(torch.float16)
 
-    def by_row(self, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """uint8 codes [rows, cols] (of the given row indices, else every row), in input order."""
-        if rows is None:
-            return tiled_rows(self.tiles, self.bits)[:self.rows]
-        return picked_rows(self.tiles, self.bits, rows)
-
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """float32 [rows, cols] (of the given row indices, else every row)."""
         if rows is None:
