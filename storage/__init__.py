@@ -4,7 +4,7 @@ It imports nothing of ours but `common`."""
 
 from storage.database import Database, Executor
 from storage.errors import Conflict
-from storage.migrations import Migration, Schema, migrate
+from storage.migrations import MigratedOnFirstUse, Migration, Schema, migrate
 from storage.registry import open
 
-__all__ = ["Conflict", "Database", "Executor", "Migration", "Schema", "migrate", "open"]
+__all__ = ["Conflict", "Database", "Executor", "MigratedOnFirstUse", "Migration", "Schema", "migrate", "open"]

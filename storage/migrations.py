@@ -12,6 +12,7 @@ database, or one list per dialect (`{"sqlite": [...], "postgres": [...]}`).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,24 @@ async def migrate(db: Database, schema: Schema, now: float | None = None) -> lis
                              (schema.package, migration.version, migration.description, now))
             applied.append(migration.version)
         return applied
+
+
+class MigratedOnFirstUse:
+    """`await it()`: the database, with `schema` applied on the first call of this process (concurrent first
+    callers wait for the one run): a store migrates when it is first used, not when it is built."""
+
+    def __init__(self, db: Database, schema: Schema) -> None:
+        self.db, self.schema = db, schema
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> Database:
+        if not self._ready:
+            async with self._lock:
+                if not self._ready:
+                    await migrate(self.db, self.schema)
+                    self._ready = True
+        return self.db
 
 
 async def _adopt(tx: Executor, dialect: Dialect, schema: Schema, legacy: str) -> None:

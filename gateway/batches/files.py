@@ -56,16 +56,7 @@ COLUMNS = "id, team_id, purpose, filename, bytes, created_at, expires_at"
 class FileStore:
     def __init__(self, db: Database, root: Path, settings: BatchSettings, floor_bytes: int) -> None:
         self.db, self.root, self.settings, self.floor_bytes = db, root, settings, floor_bytes
-        self._ready = False
-        self._lock = asyncio.Lock()
-
-    async def migrated(self) -> Database:
-        if not self._ready:
-            async with self._lock:
-                if not self._ready:
-                    await storage.migrate(self.db, SCHEMA)
-                    self._ready = True
-        return self.db
+        self.migrated = storage.MigratedOnFirstUse(db, SCHEMA)
 
     def path(self, file_id: str) -> Path:
         return self.root / f"{file_id}.jsonl"

@@ -10,7 +10,6 @@ Lines of a cancelled batch that never started end `cancelled`, those of a batch 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
 from dataclasses import dataclass
@@ -96,16 +95,7 @@ class BatchStore:
     def __init__(self, db: Database, team_max_enqueued_tokens: int) -> None:
         self.db = db
         self.team_max_enqueued_tokens = team_max_enqueued_tokens
-        self._ready = False
-        self._lock = asyncio.Lock()
-
-    async def migrated(self) -> Database:
-        if not self._ready:
-            async with self._lock:
-                if not self._ready:
-                    await storage.migrate(self.db, SCHEMA)
-                    self._ready = True
-        return self.db
+        self.migrated = storage.MigratedOnFirstUse(db, SCHEMA)
 
     async def create(self, team_id: str, api: str, endpoint: str, input_file_id: str | None, principal: str,
                      metadata: dict | None, lines: list[Line], errors: list[dict] | None) -> Batch:

@@ -18,7 +18,6 @@ operator make room."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from dataclasses import dataclass
@@ -100,16 +99,7 @@ class ResponseStore:
     def __init__(self, db: Database, policy: StoragePolicy | None = None) -> None:
         self.db = db
         self.policy = policy or StoragePolicy()
-        self._ready = False
-        self._lock = asyncio.Lock()
-
-    async def _migrated(self) -> Database:
-        if not self._ready:
-            async with self._lock:
-                if not self._ready:
-                    await storage.migrate(self.db, SCHEMA)
-                    self._ready = True
-        return self.db
+        self._migrated = storage.MigratedOnFirstUse(db, SCHEMA)
 
     def _cutoff(self, now: float | None = None) -> float:
         """The oldest `created_at` still kept."""
