@@ -98,8 +98,9 @@ def generate(rows: int, seed: int = 7):
         batch.append((f"req_{i:09d}", t, utc_day(t), team, key_id, user_id, model, dialect, "/v1/chat/completions",
                       prompt, completion, compute, status, latency, ttft, "w-1", price_in, price_out, cost, t + 1.0,
                       cold, error_code, error_status, "", finish,
-                      # schema 7's client id, schema 8's cached tokens, batch mark, prices and savings: none drawn
-                      None, 0, None, None, price_in, 0, 0, 0))
+                      # schema 7's client id, schema 8's cached tokens, batch mark, prices and savings, schema 9's
+                      # prediction tokens: none drawn
+                      None, 0, None, None, price_in, 0, 0, 0, 0, 0))
         if len(batch) == BATCH:
             yield batch
             batch = []

@@ -97,10 +97,13 @@ class Ledger:
         cannot be written. Strings longer than their bound (billing/bounds.py) are stored cut."""
         rec = bounded(rec)
         if rec.status == "rejected" and (rec.prompt_tokens or rec.completion_tokens or rec.compute_tokens
-                                         or rec.cached_tokens):
-            rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0, cached_tokens=0)
+                                         or rec.cached_tokens or rec.accepted_prediction_tokens
+                                         or rec.rejected_prediction_tokens):
+            rec = msgspec.structs.replace(rec, prompt_tokens=0, completion_tokens=0, compute_tokens=0, cached_tokens=0,
+                                          accepted_prediction_tokens=0, rejected_prediction_tokens=0)
         if rec.cached_tokens > rec.prompt_tokens >= 0:  # never more of the prompt cached than the prompt
             rec = msgspec.structs.replace(rec, cached_tokens=rec.prompt_tokens)
+        rec = _prediction_within_completion(rec)
         price = self.pricing.price(rec.model, rec.time)
         # output is billed on every generated token (beams, best_of), as compute_tokens counts them
         charge = price.charge(rec.prompt_tokens, max(rec.compute_tokens, rec.completion_tokens),
@@ -160,3 +163,13 @@ class Ledger:
         await self._shipper.stop()
         await self._shipper.retire_current()
         await self.store.close()
+
+
+def _prediction_within_completion(rec: UsageRecord) -> UsageRecord:
+    """Both prediction counts are part of completion_tokens: a record claiming more keeps its rejected tokens up to
+    them (those are what the prediction added to the bill), then its accepted ones up to the rest."""
+    rejected = min(rec.rejected_prediction_tokens, rec.completion_tokens)
+    accepted = min(rec.accepted_prediction_tokens, rec.completion_tokens - rejected)
+    if (accepted, rejected) == (rec.accepted_prediction_tokens, rec.rejected_prediction_tokens):
+        return rec
+    return msgspec.structs.replace(rec, accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected)

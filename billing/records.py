@@ -65,6 +65,11 @@ class UsageRecord(msgspec.Struct, array_like=True):
     cached_tokens: Tokens = 0
     batch_id: str | None = None
     custom_id: str | None = None
+    # Added with Predicted Outputs (schema 9), last for the same reason: of `completion_tokens`, the tokens of the
+    # request's `prediction` the answer took, and those the worker scored and refused (billed, as OpenAI bills them).
+    # Both 0 without a prediction; the ledger keeps their sum within completion_tokens.
+    accepted_prediction_tokens: Tokens = 0
+    rejected_prediction_tokens: Tokens = 0
 
     @classmethod
     def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,

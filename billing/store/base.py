@@ -17,7 +17,7 @@ COLUMNS: tuple[str, ...] = (
     "worker_id", "input_price_micros", "output_price_micros", "cost_micros", "recorded_at",
     "cold_start_ms", "error_code", "error_status", "adapter", "finish_reason", "client_request_id",
     "cached_tokens", "batch_id", "custom_id", "cached_input_price_micros", "batch_discount_percent",
-    "cache_saved_micros", "batch_saved_micros",
+    "cache_saved_micros", "batch_saved_micros", "accepted_prediction_tokens", "rejected_prediction_tokens",
 )
 ENTRY_COLUMNS = ", ".join(COLUMNS)  # what `row_entry` reads, in order
 
@@ -34,17 +34,18 @@ def entry_row(entry: LedgerEntry) -> tuple[Any, ...]:
             entry.cost_micros, entry.recorded_at, u.cold_start_ms, u.error_code, u.error_status, u.adapter,
             u.finish_reason, u.client_request_id, u.cached_tokens, u.batch_id, u.custom_id,
             entry.cached_input_price_micros, entry.batch_discount_percent, entry.cache_saved_micros,
-            entry.batch_saved_micros)
+            entry.batch_saved_micros, u.accepted_prediction_tokens, u.rejected_prediction_tokens)
 
 
 def row_entry(row: Sequence[Any]) -> LedgerEntry:
     (request_id, t, _day, team_id, key_id, user_id, model, dialect, route, prompt, completion, compute,
      status, latency_ms, ttft_ms, worker_id, in_price, out_price, cost, recorded_at, cold_start_ms, error_code,
      error_status, adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id, cached_price,
-     batch_discount, cache_saved, batch_saved) = tuple(row)
+     batch_discount, cache_saved, batch_saved, accepted_prediction, rejected_prediction) = tuple(row)
     usage = UsageRecord(request_id, t, team_id, key_id, user_id, model, dialect, route, prompt, completion,
                         compute, status, latency_ms, ttft_ms, worker_id, cold_start_ms, error_code, error_status,
-                        adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id)
+                        adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id,
+                        accepted_prediction, rejected_prediction)
     return LedgerEntry(usage, in_price, out_price, cost, recorded_at, cached_price, batch_discount, cache_saved,
                        batch_saved)
 

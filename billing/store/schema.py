@@ -116,6 +116,15 @@ _POSTGRES_V8 = [*_savings_columns("BIGINT"), f"DROP INDEX IF EXISTS {TABLE}_team
                 *savings_migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION")]
 _SQLITE_V8 = [*_savings_columns("INTEGER"), *savings_migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID")]
 
+
+
+# schema 9: Predicted Outputs' accepted and rejected prediction tokens, both within completion_tokens (0: a record
+# without a prediction, or from before it); no view sums them yet, so the rollups and indexes stay as they were
+def _prediction_columns(integer: str) -> list[str]:
+    return [f"ALTER TABLE {TABLE} ADD COLUMN accepted_prediction_tokens {integer} NOT NULL DEFAULT 0",
+            f"ALTER TABLE {TABLE} ADD COLUMN rejected_prediction_tokens {integer} NOT NULL DEFAULT 0"]
+
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -132,4 +141,6 @@ SCHEMA = Schema("billing", [
     Migration(7, "the caller's own X-Request-Id (client_request_id)", _CLIENT_REQUEST_ID),
     Migration(8, "cached prompt tokens, batch lines (batch_id, custom_id), cached-input and batch prices, savings; "
               "the rollups sum them (rollups.py)", {"sqlite": _SQLITE_V8, "postgres": _POSTGRES_V8}),
+    Migration(9, "Predicted Outputs' accepted and rejected prediction tokens",
+              {"sqlite": _prediction_columns("INTEGER"), "postgres": _prediction_columns("BIGINT")}),
 ], legacy_table="billing_schema_migrations")

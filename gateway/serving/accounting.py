@@ -47,6 +47,8 @@ class Accounting:
         self.reached_worker = False
         self.prompt_tokens = self.completion_tokens = self.compute_tokens = 0
         self.cached_tokens = 0  # prompt tokens the workers' prefix caches supplied (known from their Done events)
+        # of the completion tokens, the request's prediction's tokens the answers took and those refused (Done events)
+        self.accepted_prediction_tokens = self.rejected_prediction_tokens = 0
         self.streamed_tokens = 0  # tokens seen before a Done (what a cancelled stream is billed)
         self.accepted_prompt_tokens = 0
         self.dones = 0
@@ -85,6 +87,8 @@ class Accounting:
             self.completion_tokens += event.completion_tokens
             self.compute_tokens += event.compute_tokens
             self.cached_tokens += event.cached_tokens
+            self.accepted_prediction_tokens += event.accepted_prediction_tokens
+            self.rejected_prediction_tokens += event.rejected_prediction_tokens
             self.worker_id = event.worker_id or self.worker_id
         elif isinstance(event, Finish):
             reason = LEDGER_FINISH[event.reason]
@@ -159,6 +163,9 @@ class Accounting:
             cold_start_ms=self.cold_start_ms or None,  # None: it did not wait for its endpoint to wake
             finish_reason=self.ledger_finish_reason(status, error), client_request_id=self.client_request_id,
             cached_tokens=min(self.cached_tokens, self.prompt_tokens),
+            # the ledger keeps their sum within completion_tokens (billing/ledger.py)
+            accepted_prediction_tokens=self.accepted_prediction_tokens,
+            rejected_prediction_tokens=self.rejected_prediction_tokens,
             # the ledger cuts both ids to billing/bounds.py's lengths
             batch_id=self.batch.batch_id if self.batch else None,
             custom_id=self.batch.custom_id if self.batch else None))

@@ -9,6 +9,8 @@
    cancels and a tool call each leave a record that says so.
 5. Cached prompt tokens (SQLite and PostgreSQL): the same long prompt twice; the second is a hit in the worker's
    prefix cache, and its record holds the cached tokens the client was told, priced at the cached-input price.
+6. Predicted Outputs: a chat request whose `prediction` is its greedy answer after a few wrong words; its record
+   holds the accepted and rejected prediction tokens the client was told, within the completion tokens billed.
 """
 
 from __future__ import annotations
@@ -574,5 +576,37 @@ async def test_a_prefix_cache_hit_is_recorded_and_priced_at_the_cached_price(bac
         assert second["cache_saved_micros"] == cost(second["prompt_tokens"], output) - second["cost_micros"] > 0
         assert first["cost_micros"] == cost(first["prompt_tokens"], max(first["compute_tokens"],
                                                                          first["completion_tokens"]))
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- 6. predicted outputs
+
+
+async def test_a_predicted_request_records_the_prediction_tokens_it_was_told(worker, tmp_path):
+    server = start_gateway(tmp_path / "gateway", worker)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            plain = await client.post(CHAT, json=chat_body(max_tokens=16), headers=auth(server.api_key))
+            assert plain.status_code == 200, plain.text
+            text = plain.json()["choices"][0]["message"]["content"]
+            # words it will not say, then the answer: the first refused, the answer then found again and accepted
+            prediction = "Zebra quartz violin. " + text
+            predicted = await client.post(CHAT, headers=auth(server.api_key), json=chat_body(
+                max_tokens=16, prediction={"type": "content", "content": prediction}))
+            assert predicted.status_code == 200, predicted.text
+        told = predicted.json()["usage"]
+        request_id = predicted.headers["x-request-id"]
+        record = next(r for r in await asyncio.to_thread(wait_for_request_ids, server, {request_id})
+                      if r["request_id"] == request_id)
+        details = told["completion_tokens_details"]
+        assert details["accepted_prediction_tokens"] > 0 and details["rejected_prediction_tokens"] > 0, told
+        assert (record["accepted_prediction_tokens"], record["rejected_prediction_tokens"],
+                record["completion_tokens"]) == (details["accepted_prediction_tokens"],
+                                                 details["rejected_prediction_tokens"], told["completion_tokens"])
+        predicted_tokens = record["accepted_prediction_tokens"] + record["rejected_prediction_tokens"]
+        assert predicted_tokens <= record["completion_tokens"]
+        assert record["cost_micros"] == cost(record["prompt_tokens"], max(record["compute_tokens"],
+                                                                          record["completion_tokens"]))
     finally:
         server.stop()

@@ -1,7 +1,8 @@
 """OpenAI's Predicted Outputs (`prediction`) on chat and completions: every validation rule, what reaches the
 worker, the usage it reports (`completion_tokens_details`, whole and streamed), the token reservation and the
-worker's refusal of a prediction too long for the context (OpenAI's 400, never a 500). Parsing runs on the
-dialects; the rest through the real gateway app in front of the protocol worker."""
+worker's refusal of a prediction too long for the context (OpenAI's 400, never a 500), and the ledger record of a
+predicted request (the accepted and rejected counts the client was told, read only by its own team). Parsing runs
+on the dialects; the rest through the real gateway app in front of the protocol worker."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gateway.dialects.openai.completions import OpenAICompletions
 from gateway.errors import ValidationFailed
 from gateway.limits.tokens import request_reservation
 from testkit.protocol_worker import MODEL, Reply
+from tests.gateway.test_request_scope import record_of
 
 CHAT, COMPLETIONS = OpenAIChat(), OpenAICompletions()
 USER = [{"role": "user", "content": "Rename x to y"}]
@@ -104,6 +106,49 @@ async def test_usage_reports_accepted_and_rejected_prediction_tokens(gateway_app
                                         json={"model": MODEL, "prompt": "def", "max_tokens": 8,
                                               "prediction": {"type": "content", "content": CODE}})
     assert completion.json()["usage"]["completion_tokens_details"] == DETAILS
+
+
+async def test_the_ledger_records_the_prediction_tokens_the_client_was_told(gateway_app, worker):
+    # two prompts: two Done events, summed as the usage sums them
+    worker.replies = [Reply(PREDICTED), Reply(PREDICTED), Reply(PREDICTED)]
+    answers = [await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
+                                      json={"model": MODEL, "messages": USER, "max_tokens": 8,
+                                            "prediction": {"type": "content", "content": CODE}}),
+               await gateway_app.post("/v1/completions", headers=gateway_app.key_headers,
+                                      json={"model": MODEL, "prompt": ["def", "class"], "max_tokens": 8,
+                                            "prediction": {"type": "content", "content": CODE}})]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        told = answer.json()["usage"]
+        record = await record_of(gateway_app, answer.headers["x-request-id"])
+        assert (record["accepted_prediction_tokens"], record["rejected_prediction_tokens"],
+                record["completion_tokens"]) == (told["completion_tokens_details"]["accepted_prediction_tokens"],
+                                                 told["completion_tokens_details"]["rejected_prediction_tokens"],
+                                                 told["completion_tokens"])
+    assert [a.json()["usage"]["completion_tokens_details"]["rejected_prediction_tokens"] for a in answers] == [6, 12]
+    # the team's own records carry them; another team's key sees none of them
+    ids = {a.headers["x-request-id"] for a in answers}
+    mine = (await gateway_app.get("/v1/usage/requests?limit=100", headers=gateway_app.key_headers)).json()["data"]
+    assert {(r["accepted_prediction_tokens"], r["rejected_prediction_tokens"]) for r in mine
+            if r["request_id"] in ids} == {(1, 6), (2, 12)}
+    other_team = (await gateway_app.post("/admin/teams", headers=gateway_app.admin_headers,
+                                         json={"name": "other"})).json()["id"]
+    theirs = (await gateway_app.post("/admin/keys", headers=gateway_app.admin_headers,
+                                     json={"name": "theirs", "team_id": other_team})).json()["key"]
+    listed = await gateway_app.get("/v1/usage/requests?limit=100", headers={"authorization": f"Bearer {theirs}"})
+    assert listed.status_code == 200 and not ids & {r["request_id"] for r in listed.json()["data"]}
+
+
+async def test_prediction_counts_a_worker_overstates_are_cut_to_the_completion(gateway_app, worker):
+    overstated = [*PREDICTED[:2], Done(prompt_tokens=9, completion_tokens=4, compute_tokens=4,
+                                       accepted_prediction_tokens=3, rejected_prediction_tokens=9)]
+    worker.replies = [Reply(overstated)]
+    answer = await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
+                                    json={"model": MODEL, "messages": USER, "max_tokens": 8,
+                                          "prediction": {"type": "content", "content": CODE}})
+    assert answer.status_code == 200, answer.text
+    record = await record_of(gateway_app, answer.headers["x-request-id"])
+    assert (record["accepted_prediction_tokens"], record["rejected_prediction_tokens"]) == (0, 4)
 
 
 async def test_a_malformed_prediction_gets_openais_400_envelope(gateway_app, worker):
