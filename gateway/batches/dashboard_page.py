@@ -5,6 +5,8 @@ another team's get 403 (a team the key cannot reach: 404, as every dashboard pag
 
 from __future__ import annotations
 
+from typing import cast
+
 from litestar import Request, Response, Router, get
 from litestar.di import Provide
 from litestar.response import Template
@@ -41,7 +43,7 @@ async def batches_page(request: Request, sessions: SessionStore, auth: AuthServi
         ended = counts.succeeded + counts.errored + counts.cancelled + counts.expired
         rows.append({"batch": batch, "counts": counts, "done": ended, "total": batch.total,
                      "percent": int(100 * ended / batch.total) if batch.total else 100,
-                     "created": when(batch.times["created_at"], "UTC")})
+                     "created": when(cast(float, batch.times["created_at"]), "UTC")})  # set on insert
     return Template("batches.html.j2", context={"session": session, "scope": scope, "page": "batches",
                                                 "rows": rows, "shown": SHOWN})
 

@@ -89,10 +89,13 @@ class FileStore:
             async with db.transaction(lock=f"batch-file:{file_id}") as tx:  # an output file made once by any runner
                 if await tx.fetchone("SELECT 1 FROM batch_files WHERE id = ?", (file_id,)) is not None:
                     row = await tx.fetchone(f"SELECT {COLUMNS} FROM batch_files WHERE id = ?", (file_id,))
+                    assert row is not None  # found a line above, in this transaction
                     return file_object(row)  # a produced file written again (its batch finalized twice)
                 if not produced:
-                    (used,) = await tx.fetchone("SELECT COALESCE(SUM(bytes), 0) FROM batch_files WHERE team_id = ? "
-                                                "AND expires_at > ?", (team_id, now))
+                    summed = await tx.fetchone("SELECT COALESCE(SUM(bytes), 0) FROM batch_files WHERE team_id = ? "
+                                               "AND expires_at > ?", (team_id, now))
+                    assert summed is not None  # an aggregate without GROUP BY always returns one row
+                    (used,) = summed
                     if int(used) + len(body) > self.settings.team_max_file_bytes:
                         raise FileQuotaExceeded(f"Your team keeps {int(used)} bytes of files; its quota is "
                                                 f"{self.settings.team_max_file_bytes}. Delete files to make room.",

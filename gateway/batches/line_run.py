@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any, cast
 
 import msgspec
 from litestar import Request
+from litestar.types import HTTPDisconnectEvent, HTTPScope
 
 from auth import Principal
 from auth.errors import AuthError
@@ -77,16 +79,17 @@ class BatchAccounting(Accounting):
         await super()._record(ledger, status, latency, ttft, error)
 
 
-async def _never_leaves() -> dict:
+async def _never_leaves() -> HTTPDisconnectEvent:
     await asyncio.Event().wait()
     return {"type": "http.disconnect"}
 
 
 def synthetic_request(url: str, principal: Principal, request_id: str) -> Request:
-    scope = {"type": "http", "method": "POST", "path": url, "raw_path": url.encode(), "query_string": b"",
-             "headers": [], "client": None, "server": None, "scheme": "http", "root_path": "",
-             "state": {REQUEST_ID: request_id}, "user": principal, "path_params": {}}
-    return Request(scope, _never_leaves)
+    scope: dict[str, Any] = {
+        "type": "http", "method": "POST", "path": url, "raw_path": url.encode(), "query_string": b"",
+        "headers": [], "client": None, "server": None, "scheme": "http", "root_path": "",
+        "state": {REQUEST_ID: request_id}, "user": principal, "path_params": {}}
+    return Request(cast(HTTPScope, scope), _never_leaves)  # only the keys the pipeline reads
 
 
 async def key_refusal(services: Services, principal: Principal) -> AuthError | None:
@@ -122,14 +125,15 @@ async def run_line(services: Services, principal: Principal, url: str, line: Cla
             await admit(context)
             waiting = await lease(context)
             answer = await relay(context, waiting)
-            return Outcome(answer.status_code or 200, msgspec.json.decode(answer.content),
+            content = cast(bytes, answer.content)  # collected: a batch line is never streamed (refused above)
+            return Outcome(answer.status_code or 200, msgspec.json.decode(content),
                            accounting.prompt_tokens, accounting.completion_tokens)
         except SluiceError as error:
             return await _refused(context, error)
         except Exception as fault:  # a fault: the line's error, settled once like any request's
-            error = as_sluice_error(fault)
-            await context.settle("error", error)
-            return Outcome(error.status, dialect.error_body(error)[1])
+            failure = as_sluice_error(fault)
+            await context.settle("error", failure)
+            return Outcome(failure.status, dialect.error_body(failure)[1])
     finally:
         left = context.close(None)
         if left is not None:

@@ -80,6 +80,7 @@ async def upload(request: Request, batches: BatchService) -> dict:
     check(purpose == "batch", f"purpose must be 'batch' (got {str(purpose)[:64]!r})", "purpose")
     upload_file = form.get("file")
     required(isinstance(upload_file, UploadFile), "file")
+    assert isinstance(upload_file, UploadFile)  # narrowed for the type check: required() raised otherwise
     body = await upload_file.read()
     settings = batches.settings.batches
     if len(body) > settings.max_file_bytes:

@@ -146,7 +146,7 @@ class BatchRunner:
         return any(replica.in_flight < room for replica in candidates)
 
     async def _dispatch(self, startable: dict[str, list[Batch]]) -> None:
-        principals = {}
+        principals: dict[str, Principal] = {}
         progress = True
         while progress and startable:
             progress = False
@@ -233,7 +233,7 @@ class BatchRunner:
                 line = openai_line(batch, index, custom_id, state, status_code, body)
                 (output if state == "succeeded" else errors).extend(_json.encode(line) + b"\n")
             after = rows[-1][0] + 1
-        ids = []
+        ids: list[str | None] = []
         for kind, body in (("output", output), ("error", errors)):
             if not body:
                 ids.append(None)

@@ -10,6 +10,7 @@ Lines of a cancelled batch that never started end `cancelled`, those of a batch 
 
 from __future__ import annotations
 
+import builtins
 import secrets
 import time
 from dataclasses import dataclass
@@ -108,9 +109,11 @@ class BatchStore:
         tokens = 0 if errors else sum(estimated_tokens(line.body) for line in lines)
         async with db.transaction(lock=f"batches:{team_id}") as tx:  # no two creates pass the enqueued-token limit
             if tokens:
-                (held,) = await tx.fetchone(
+                summed = await tx.fetchone(
                     "SELECT COALESCE(SUM(enqueued_tokens), 0) FROM batches WHERE team_id = ? AND status IN "
                     "(?, ?, ?)", (team_id, *ACTIVE))
+                assert summed is not None  # an aggregate without GROUP BY always returns one row
+                (held,) = summed
                 if int(held) + tokens > self.team_max_enqueued_tokens:
                     raise EnqueuedTokensExceeded(
                         f"Enqueued token limit reached: your team's unfinished batches hold about {int(held)} tokens "
@@ -148,7 +151,8 @@ class BatchStore:
                    limit: int) -> tuple[list[Batch], bool]:
         """Newest first; `after`: those older than that batch, `before`: newer (Anthropic's paging)."""
         db = await self.migrated()
-        sql, args = f"SELECT {COLUMNS} FROM batches WHERE team_id = ? AND api = ?", [team_id, api]
+        sql = f"SELECT {COLUMNS} FROM batches WHERE team_id = ? AND api = ?"
+        args: builtins.list[object] = [team_id, api]
         order = "DESC"
         for anchor_id, sign in ((after, "<"), (before, ">")):
             if anchor_id is None:
@@ -166,7 +170,7 @@ class BatchStore:
             batches.reverse()
         return batches, len(rows) > limit
 
-    async def all_of_team(self, team_id: str, limit: int) -> list[Batch]:
+    async def all_of_team(self, team_id: str, limit: int) -> builtins.list[Batch]:
         db = await self.migrated()
         rows = await db.fetchall(f"SELECT {COLUMNS} FROM batches WHERE team_id = ? ORDER BY created_at DESC LIMIT ?",
                                  (team_id, limit))
@@ -200,7 +204,7 @@ class BatchStore:
             await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch.id,))
             await tx.execute("DELETE FROM batches WHERE id = ?", (batch.id,))
 
-    async def active(self) -> list[Batch]:
+    async def active(self) -> builtins.list[Batch]:
         db = await self.migrated()
         rows = await db.fetchall(f"SELECT {COLUMNS} FROM batches WHERE status IN (?, ?, ?) ORDER BY created_at",
                                  ACTIVE)
@@ -221,7 +225,7 @@ class BatchStore:
                              "WHERE batch_id = ? AND idx = ?", (owner, now + lease_s, batch_id, row[0]))
         return Claimed(batch_id, int(row[0]), row[1], msgspec.json.decode(row[2]))
 
-    async def renew(self, owner: str, lines: list[tuple[str, int]], lease_s: float) -> None:
+    async def renew(self, owner: str, lines: builtins.list[tuple[str, int]], lease_s: float) -> None:
         if not lines:
             return
         db = await self.migrated()
@@ -278,7 +282,7 @@ class BatchStore:
             await tx.execute("UPDATE batch_lines SET state = 'expired' WHERE batch_id = ? AND (state = 'pending' OR "
                              "(state = 'running' AND lease_until < ?))", (batch.id, time.time()))
 
-    async def results(self, batch_id: str, after: int, limit: int) -> list[tuple]:
+    async def results(self, batch_id: str, after: int, limit: int) -> builtins.list[tuple]:
         """(idx, custom_id, state, status_code, result) of ended lines, in order, from line `after` on."""
         db = await self.migrated()
         return await db.fetchall(
@@ -295,7 +299,8 @@ class BatchStore:
                                       (batch_id, *expected))
             if found is None:
                 return False
-            sets, args = ["status = ?"], [status]
+            sets: builtins.list[str] = ["status = ?"]
+            args: builtins.list[object] = [status]
             if stamp is not None:
                 sets.append(f"{stamp} = ?")
                 args.append(time.time())

@@ -18,6 +18,7 @@ from common.protocol import Accepted, Done, Event, Finish, Token
 from gateway import metrics
 from gateway.errors import DeadlineExceeded, RequestTimedOut, SluiceError
 from gateway.serving import admission
+from gateway.serving.budget_gate import BudgetHold
 from gateway.serving.dialect import Parsed
 from gateway.serving.services import Services
 
@@ -43,7 +44,7 @@ class Accounting:
         self.dispatched = self.started  # set when admitted: what came before is the gateway's validation
         self.first_token: float | None = None
         self.ticket = None
-        self.budget_hold = None  # what the request reserved on its budgets (budget_gate.py)
+        self.budget_hold: BudgetHold | None = None  # what the request reserved on its budgets (budget_gate.py)
         self.reached_worker = False
         self.prompt_tokens = self.completion_tokens = self.compute_tokens = 0
         self.cached_tokens = 0  # prompt tokens the workers' prefix caches supplied (known from their Done events)

@@ -40,7 +40,8 @@ class NGramIndex:
     def __init__(self, sizes: tuple[int, ...], tokens: list[int] | None = None, keep_all: bool = False):
         self.sizes, self.keep_all = sizes, keep_all
         self.tokens: list[int] = []
-        self.index: dict[tuple[int, ...], list[int] | int] = {}
+        self.last: dict[tuple[int, ...], int] = {}  # without keep_all: the latest occurrence's
+        self.every: dict[tuple[int, ...], list[int]] = {}  # with keep_all: every occurrence's, in order
         self.extend(tokens or [])
 
     def extend(self, tokens: list[int]) -> None:
@@ -51,9 +52,9 @@ class NGramIndex:
                 if end >= n:
                     key = tuple(self.tokens[end - n:end])
                     if self.keep_all:
-                        self.index.setdefault(key, []).append(end)
+                        self.every.setdefault(key, []).append(end)
                     else:
-                        self.index[key] = end
+                        self.last[key] = end
 
     def follow(self, tail: list[int], after: int = 0) -> int | None:
         """Where the tokens that followed `tail`'s last n tokens start (longest n first; with `keep_all`, the
@@ -61,12 +62,12 @@ class NGramIndex:
         for n in self.sizes:
             if len(tail) < n:
                 continue
-            found = self.index.get(tuple(tail[-n:]))
-            if found is None:
-                continue
-            if not self.keep_all:
-                return found
-            return next((start for start in found if start >= after), found[0])
+            key = tuple(tail[-n:])
+            if self.keep_all:
+                if (starts := self.every.get(key)) is not None:
+                    return next((start for start in starts if start >= after), starts[0])
+            elif (latest := self.last.get(key)) is not None:
+                return latest
         return None
 
 
@@ -123,7 +124,7 @@ class Drafter:
         if room <= 0:
             return []
         if self.prediction:
-            self._follow(output)
+            self._follow(self.prediction, output)
             length = draft_length(self.from_prediction.alpha, tokens, min(room, MAX_PREDICTION_DRAFT))
             start = self.cursor
             if not length:
@@ -156,16 +157,16 @@ class Drafter:
             self.from_lookup.record(len(drafted), accepted)
         self.last_source = ""
 
-    def _follow(self, output: list[int]) -> None:
+    def _follow(self, prediction: list[int], output: list[int]) -> None:
         """The prediction's cursor follows the output tokens not followed yet; lost, it looks for the output's last
         tokens in the prediction, nearest after where it was lost."""
         for token in output[self.followed:]:
-            if self.cursor is not None and self.cursor < len(self.prediction) and self.prediction[self.cursor] == token:
+            if self.cursor is not None and self.cursor < len(prediction) and prediction[self.cursor] == token:
                 self.cursor += 1
             elif self.cursor is not None:
                 self.lost_at, self.cursor = self.cursor, None
         self.followed = len(output)
         if self.cursor is None:
             if self.predicted is None:
-                self.predicted = NGramIndex(PREDICTION_NGRAMS, self.prediction, keep_all=True)
+                self.predicted = NGramIndex(PREDICTION_NGRAMS, prediction, keep_all=True)
             self.cursor = self.predicted.follow(output, self.lost_at)

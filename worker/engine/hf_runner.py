@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
@@ -27,6 +27,9 @@ from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache
 from worker.engine.kv_cache import KVCache, widened
 from worker.engine.runner import StepOutput, UnsupportedModel
 from worker.threads import intra_op_threads
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 T = TypeVar("T")
 _CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
@@ -81,8 +84,10 @@ class TransformersRunner:
     def __init__(self, model: torch.nn.Module, max_rows: int, max_context: int, decode_threads: int = 1,
                  kv_dtype: torch.dtype | None = None):
         self.model = model
+        model = cast("PreTrainedModel", model)  # what loading.py loads: a transformers causal LM
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        embeddings = model.get_input_embeddings()
+        # an nn.Embedding or a subclass (its `embedding_dim` is read below)
+        embeddings = cast(torch.nn.Embedding | None, model.get_input_embeddings())
         if embeddings is None or not hasattr(model, "forward"):
             raise UnsupportedModel(f"{type(model).__name__} has no input embeddings to decode from")
         self._embeddings = embeddings
@@ -110,11 +115,11 @@ class TransformersRunner:
                              self.device)
         self.prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
         self._hidden: list[torch.Tensor] = []
+        self._want = False
         head = model.get_output_embeddings()
         if head is not None:  # its input is the last (post-norm) hidden state, whatever the family calls it
             head.register_forward_hook(lambda module, args, out: self._hidden.append(args[0]) if self._want else None)
         self._has_head = head is not None
-        self._want = False
 
     @torch.inference_mode()
     def _probe(self) -> tuple[int, int, int, torch.dtype, int]:
@@ -150,12 +155,14 @@ class TransformersRunner:
         """Slots first..first+rows-1, each holding `start` positions, run their next len(ids) tokens; the
         logits (and hidden states) of the last `keep` positions of each (0 = all), as [rows * kept, ...].
         `lengths`: a decode step of rows holding lengths[b] <= start positions each (start = the longest)."""
-        length = (ids if ids is not None else embeds).shape[1]
+        given = ids if ids is not None else embeds
+        assert given is not None  # every caller passes ids or embeds
+        length = given.shape[1]
         self.cache.ensure(start + length, first + rows)
         written = None if lengths is None else torch.tensor(lengths, device=self.device)
         cache = Cache(layers=[_SlotLayer(self.cache, index, first, rows, start, written)
                               for index in range(self.cache.layers)])
-        extra = {self._cache_arg: cache}
+        extra: dict[str, Any] = {self._cache_arg: cache}
         if self._logits_to_keep and keep:
             extra["logits_to_keep"] = keep
         mask = torch.ones((rows, start + length), dtype=torch.long, device=self.device)
@@ -206,7 +213,8 @@ class TransformersRunner:
             raise UnsupportedModel("LoRA adapters need a model family with a fast path")
         self.cache.ensure(max(lengths) + 1, len(token_ids))
         overrides = embeds_override or {}
-        results = []
+        results: list[T] = []
+        ids: torch.Tensor | None  # a group's tokens, None where embeddings replace them
         first = 0
         while first < len(token_ids):
             end = first + 1
@@ -223,7 +231,7 @@ class TransformersRunner:
                 ids = None
             padded = None if min(lengths[first:end]) == longest else lengths[first:end]
             out = self._forward(first, end - first, longest, ids, embeds, 1, want_hidden, padded)
-            results.append(out if then is None else then(first, end, out))
+            results.append(cast(T, out) if then is None else then(first, end, out))  # no `then`: T is StepOutput
             first = end
         return results
 

@@ -5,13 +5,22 @@ same expert order, as transformers' eager experts, so greedy output matches `gen
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
 class TopKExperts(nn.Module):
-    def __init__(self, block: nn.Module, top_k: int, normalised: bool):
+    # declared: nn.Module's __getattr__ would type each of these as a Tensor or a Module
+    router: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    act: Callable[[torch.Tensor], torch.Tensor]
+
+    def __init__(self, block: Any, top_k: int, normalised: bool):  # a transformers MoE block (its own names)
         super().__init__()
         self.router = block.gate.weight  # [experts, hidden]
         self.gate_up = block.experts.gate_up_proj  # [experts, 2 x inner, hidden]

@@ -26,7 +26,7 @@ FAMILIES: dict[str, Family] = {module.FAMILY.name: module.FAMILY for module in (
 def family_of(model) -> Family:
     """The model's family, or UnsupportedModel naming its model_type."""
     model_type = getattr(model.config, "model_type", None)
-    family = FAMILIES.get(model_type)
+    family = FAMILIES.get(model_type or "")  # no family is named ""
     if family is None:
         raise UnsupportedModel(f"{model_type or type(model).__name__}: no family description for the lean path "
                                f"(it runs {', '.join(sorted(FAMILIES))})")

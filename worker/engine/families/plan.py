@@ -4,6 +4,7 @@ Hugging Face layer and config into modules and per-layer values (window, rotary 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -76,7 +77,6 @@ def plan_layer(family: Family, config, layer: nn.Module, index: int, max_context
     else:
         runs, down = mlp, getattr(mlp, family.down)
         gate_up = [getattr(mlp, name) for name in (family.gate_up or (family.up,))]
-    layer_types = getattr(config, "layer_types", None)
     q_norm = k_norm = None
     if family.qk_norm is not None:
         q_norm, k_norm = Norm(family.norm, attention.q_norm), Norm(family.norm, attention.k_norm)
@@ -88,7 +88,7 @@ def plan_layer(family: Family, config, layer: nn.Module, index: int, max_context
                      q_norm, k_norm, family.qk_norm,
                      bool(getattr(config, family.parallel_residual)) if family.parallel_residual else False,
                      _window(family, config, index, max_context),
-                     layer_types[index] if family.rope_by_layer_type else None,
+                     config.layer_types[index] if family.rope_by_layer_type else None,
                      getattr(attention, "scaling", None), softcap, moe)
 
 
@@ -101,19 +101,25 @@ def _by_head(module: nn.Linear, heads: int) -> Projection:
                       None if module.bias is None else order(module.bias.detach()))
 
 
+def _plain(modules: list[nn.Module]) -> list[nn.Linear] | None:
+    """The modules as the exact nn.Linear layers they are (plain_linear), else None."""
+    return cast(list[nn.Linear], modules) if plain_linear(*modules) else None
+
+
 def fuse_layer(family: Family, plan: LayerPlan, heads: int) -> FusedLayer:
     """The layer's projections as the runner calls them: q/k/v as one matmul and gate/up as one, where the
     modules are plain Linear layers (bitsandbytes and other subclasses keep their own forward)."""
     qkv = gate_up = None
     projections = plan.qkv_modules
-    if len(projections) == 1 and plain_linear(*projections):
-        only = projections[0]
+    linears = _plain(projections)
+    if len(projections) == 1 and linears is not None:
+        only = linears[0]
         qkv = _by_head(only, heads) if family.qkv_by_head else Projection(only.weight, only.bias)
     elif not family.qkv_by_head:
         biases = [p.bias is not None for p in projections]
-        if plain_linear(*projections) and len(set(biases)) == 1:
-            qkv = Projection(concat_weights(projections),
-                             torch.cat([p.bias.data for p in projections]) if biases[0] else None)
+        if linears is not None and len(set(biases)) == 1:
+            qkv = Projection(concat_weights(linears),
+                             torch.cat([p.bias.data for p in linears]) if biases[0] else None)
     out = plan.out
     if plan.moe:
         return FusedLayer(qkv, None, out, None)
@@ -122,8 +128,10 @@ def fuse_layer(family: Family, plan: LayerPlan, heads: int) -> FusedLayer:
         if plain_linear(*members):
             return FusedLayer(qkv, members[0], out, plan.down, getattr(mlp, family.act), gated=False)
         return FusedLayer(qkv, None, out, None)
-    if plain_linear(*members) and all(m.bias is None for m in members):
-        gate_up = Projection(members[0].weight) if len(members) == 1 else Projection(concat_weights(members))
+    plain_members = _plain(members)
+    if plain_members is not None and all(m.bias is None for m in plain_members):
+        gate_up = (Projection(plain_members[0].weight) if len(plain_members) == 1
+                   else Projection(concat_weights(plain_members)))
     if gate_up is None:
         return FusedLayer(qkv, None, out, None)
     return FusedLayer(qkv, gate_up, out, plan.down, getattr(mlp, family.act))
