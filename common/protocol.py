@@ -361,6 +361,17 @@ class PrefixCacheStats(msgspec.Struct):
     evicted_blocks: int = 0
 
 
+class EngineStats(msgspec.Struct):
+    """The worker's engine since it started: the gateway's `sluice_worker_*` series
+    (gateway/replicas/worker_metrics.py)."""
+
+    steps: int = 0  # decode steps run
+    step_seconds: float = 0.0  # their time, summed
+    prompt_tokens: int = 0  # of the requests finished (cancelled ones included)
+    generated_tokens: int = 0  # every token those requests generated (best_of candidates and beams included)
+    kv_cache_use: float = 0.0  # KV positions held by running rows over what max_rows full contexts hold, 0..1
+
+
 class WorkerLoad(msgspec.Struct):
     """`GET /load` on a worker: what the router needs to pick a replica."""
 
@@ -373,6 +384,7 @@ class WorkerLoad(msgspec.Struct):
     worker_id: str = ""
     adapters: list[str] = []  # LoRA adapters loaded right now (names): a request for one starts at once
     prefix_cache: PrefixCacheStats = msgspec.field(default_factory=PrefixCacheStats)
+    engine: EngineStats = msgspec.field(default_factory=EngineStats)
 
 
 class PromptOverhead(msgspec.Struct):

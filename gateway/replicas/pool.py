@@ -18,6 +18,7 @@ import structlog
 from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
 from gateway.replicas.transport import WorkerHTTP
 from gateway.replicas.trust import worker_secret
+from gateway.replicas.worker_metrics import WORKERS
 
 log = structlog.get_logger(__name__)
 # model names of clients that name none ("tgi" from text-generation, "dummy" from huggingface_hub's chat_completion
@@ -137,6 +138,7 @@ class ReplicaRouter:
         self.pools: dict[str, ModelPool] = {}
         self.read_timeout = read_timeout  # settings.request_timeout_s: no read outlives the concurrency lease
         self._clients: list[httpx.AsyncClient] = []
+        WORKERS.watch(self)  # its replicas' engine series reach /metrics
 
     def add_replica(self, model: str, url: str, replica_id: str = "") -> Replica:
         # idle connections are dropped well before the worker's own keep-alive timeout (uvicorn: 5 s): a request
@@ -175,6 +177,7 @@ class ReplicaRouter:
         await asyncio.gather(*(r.poll() for pool in self.pools.values() for r in pool.replicas))
 
     async def close(self) -> None:
+        WORKERS.forget(self)
         for client in self._clients:
             await client.aclose()
         for pool in self.pools.values():

@@ -21,7 +21,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, WorkerLoad
+from common.protocol import Done, EngineStats, Error, GenerateRequest, ModelConfig, SamplingParams, WorkerLoad
 from worker.decoding.bad_words import tokenize_bad_words
 from worker.decoding.grammar import GrammarCompiler
 from worker.engine.executor import Executor
@@ -154,7 +154,14 @@ class Engine:
                           running_rows=rows, max_rows=self.max_rows,
                           free_cache_tokens=(self.max_rows - rows) * self.runner.max_context,
                           worker_id=self.worker_id, adapters=list(self.adapters.loaded_names),
-                          prefix_cache=self.prefixes.stats())
+                          prefix_cache=self.prefixes.stats(), engine=self._stats())
+
+    def _stats(self) -> EngineStats:
+        executor = self.executor
+        held = sum(row.length for row in list(self.slots.rows))  # a copy: the engine thread changes the list
+        return EngineStats(steps=executor.steps, step_seconds=executor.step_seconds,
+                           prompt_tokens=executor.prompt_tokens, generated_tokens=executor.generated_tokens,
+                           kv_cache_use=min(1.0, held / (self.max_rows * self.runner.max_context)))
 
     def start(self) -> None:
         self._thread.start()

@@ -69,6 +69,9 @@ class Executor:
         self.tokenizer, self.worker_id = tokenizer, worker_id
         self.special_ids = frozenset(tokenizer.all_special_ids)
         self.steps = 0  # decode steps run
+        self.step_seconds = 0.0  # their time (EngineStats, read by the HTTP side: plain numbers, no lock)
+        self.prompt_tokens = 0  # of the requests completed
+        self.generated_tokens = 0
         self.host = HostLoad()
         self.thread_choice = ThreadChoice()
 
@@ -115,11 +118,15 @@ class Executor:
             # while prompts wait to join, rows draft nothing: the prompts wait for each forward, and the batch grows
             self._decode(rows if report.full else ordinary, events, drafting=not plan.others_wait)
             report.decoded, report.seconds = True, time.perf_counter() - started
+            self.step_seconds += report.seconds
         return report
 
     def complete(self, state: RequestState, events: StepEvents) -> None:
         """Its rows all finished (or it was cancelled): its last events."""
         for event in final_events(state, self.tokenizer, self.worker_id):
+            if isinstance(event, Done):
+                self.prompt_tokens += event.prompt_tokens
+                self.generated_tokens += event.compute_tokens
             events.add(state, event)
         state.done = True
 
