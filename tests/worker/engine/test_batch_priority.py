@@ -12,6 +12,7 @@ from common.protocol import GenerateRequest
 from tests.worker.beam.tiny import tiny_model
 from tests.worker.engine.runs import request, submit
 from tests.worker.engine.test_preemption import PROMPTS, engine_of, step, steps_until_done
+from worker.engine.engine import Engine
 from worker.engine.prepare_errors import RequestRejected
 
 
@@ -73,3 +74,20 @@ def test_a_bad_priority_is_refused(model, tmp_path):
     assert refused.value.field == "priority" and "interactive, batch" in refused.value.message
     with pytest.raises(msgspec.ValidationError, match="priority"):  # the worker's /generate decoder
         msgspec.json.Decoder(GenerateRequest).decode(b'{"request_id": "r", "model": "m", "priority": "urgent"}')
+
+
+def test_a_batch_prompt_half_prefilled_steps_aside_for_an_interactive_one(model, tmp_path):
+    from common.protocol import ModelConfig
+
+    config = ModelConfig(name="tiny", max_batch_size=2, max_context=64, decode_threads=1, max_batched_tokens=4)
+    engine = Engine(model, config, "priority", tmp_path, compile_later=True)
+    long_prompt = [1, 2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7, 2]
+    batch = ask(engine, long_prompt, 4, "t", "batch")
+    step(engine, 1)  # 4 of its 19 prompt positions in the cache
+    assert engine.scheduler.prefilling is not None and engine.scheduler.prefilling.request_id == batch.request_id
+    interactive = ask(engine, PROMPTS[2], 2, "t")
+    step(engine, 1)
+    assert len(interactive.tokens()) == 1 and not batch.tokens()  # its prompt took the step, the batch's waited
+    steps_until_done(engine, [interactive, batch])
+    assert batch.finishes[0].token_ids == greedy(model, long_prompt, 4)  # it went on where it stopped
+    assert interactive.finishes[0].token_ids == greedy(model, PROMPTS[2], 2)
