@@ -208,6 +208,8 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     # OpenAI's Predicted Outputs: text the output is expected to mostly repeat; its tokens are draft tokens
     # (worker/engine/drafts.py), which never change the output, only how fast it comes
     prediction: str | None = None
+    # batch lines (gateway/batches) run below interactive requests: they fill idle rows (worker/engine/README.md)
+    priority: Literal["interactive", "batch"] = "interactive"
 
 
 class TopLogprob(msgspec.Struct, array_like=True):

@@ -5,6 +5,8 @@ id and custom_id) as an interactive request. Two things differ, on purpose:
 
 - the interactive rate limits (rpm, tpm, concurrency) are not charged: batch tokens count against the team's
   enqueued-token limit when the batch is created (store.py). Budgets in money and tokens apply as always.
+- the worker requests are marked `priority="batch"`: the worker runs them below interactive requests (the
+  engine's README, "Batch priority").
 - a refusal that waiting cures (the endpoint's queue full or its wait over, the ledger away) is not the line's
   result: nothing is recorded, the line goes back to pending and runs later (`Outcome.retry`).
 
@@ -123,6 +125,8 @@ async def run_line(services: Services, principal: Principal, url: str, line: Cla
             await parse(context, body)
             authorize(context)
             await admit(context)
+            for generate in cast(Parsed, context.parsed).requests:  # below interactive requests: idle rows only
+                generate.priority = "batch"
             waiting = await lease(context)
             answer = await relay(context, waiting)
             content = cast(bytes, answer.content)  # collected: a batch line is never streamed (refused above)

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from testkit.admin import admin
-from testkit.protocol_worker import MODEL, worker_process
+from testkit.protocol_worker import MODEL, protocol_worker, worker_process
 from testkit.sluice import SluiceServer, running_sluice
 from testkit.stub_gateway import ADMIN_KEY
 
@@ -213,6 +213,19 @@ def test_an_invalid_input_file_fails_the_batch_with_each_line_named(server, team
                                completion_window="24h")
     assert batch.status == "failed" and batch.failed_at
     assert code in {error.code for error in batch.errors.data}, batch.errors
+
+
+def test_batch_lines_reach_the_worker_at_batch_priority_and_interactive_requests_do_not(server, teams):
+    (_, key), _ = teams
+    api = client(server, key)
+    with protocol_worker() as recorded:  # keeps the GenerateRequest bodies it received
+        admin(server, "POST", "/admin/endpoints", name="recorded",
+              provisioner={"kind": "static", "urls": [recorded.url]})
+        batch = api.batches.create(input_file_id=upload(api, [chat_line(f"p-{i}", model="recorded") for i in range(2)]),
+                                   endpoint="/v1/chat/completions", completion_window="24h")
+        assert wait_ended(lambda: api.batches.retrieve(batch.id)).request_counts.completed == 2
+        api.chat.completions.create(model="recorded", messages=[{"role": "user", "content": "now"}], max_tokens=5)
+    assert [body["priority"] for body in recorded.requests] == ["batch", "batch", "interactive"]
 
 
 def test_a_revoked_keys_batch_runs_no_more_lines(server, teams):

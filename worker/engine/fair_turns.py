@@ -6,6 +6,11 @@ many rows its tenant runs now plus how many rows of the tenant's requests wait b
 the tenant that started a request least recently goes first, then arrival order. So a tenant with nothing
 running is considered first, and tenants that wait together alternate even when each runs nothing. The
 gateway names the tenant (`GenerateRequest.tenant`, the billed team's tag); requests without one share "".
+
+Batch requests (`GenerateRequest.priority` "batch", the gateway's batch lines) come after every interactive
+one, whatever their ranks: a request's lane is its priority and its tenant, and turns are taken within a lane
+(rows running and last turns are counted per lane), so a team's batch rows never rank its interactive requests
+behind another team's, and teams' batches take turns among themselves.
 """
 
 from __future__ import annotations
@@ -23,24 +28,33 @@ def tenant_of(state: RequestState) -> str:
     return state.prepared.request.tenant
 
 
+def is_batch(state: RequestState) -> bool:
+    return state.prepared.request.priority == "batch"
+
+
+def lane_of(state: RequestState) -> tuple[bool, str]:
+    """Whom a request takes turns with: requests of its priority; interactive (False) sorts first."""
+    return is_batch(state), tenant_of(state)
+
+
 class FairTurns:
     def __init__(self) -> None:
         self._clock = itertools.count(1)
-        self._last: dict[str, int] = {}  # tenant -> when it last started a request, oldest first
+        self._last: dict[tuple[bool, str], int] = {}  # lane -> when it last started a request, oldest first
 
-    def order(self, waiting: Iterable[RequestState], running: Counter[str]) -> list[RequestState]:
-        """`waiting` (in arrival order) in fair turns, given the rows each tenant runs now."""
-        ahead: Counter[str] = Counter()
+    def order(self, waiting: Iterable[RequestState], running: Counter[tuple[bool, str]]) -> list[RequestState]:
+        """`waiting` (in arrival order) in fair turns, given the rows each lane runs now: interactive first."""
+        ahead: Counter[tuple[bool, str]] = Counter()
         ranked = []
         for arrival, state in enumerate(waiting):
-            tenant = tenant_of(state)
-            ranked.append((running[tenant] + ahead[tenant], self._last.get(tenant, 0), arrival, state))
-            ahead[tenant] += state.rows_wanted
-        ranked.sort(key=lambda entry: entry[:3])
-        return [entry[3] for entry in ranked]
+            lane = lane_of(state)
+            ranked.append((lane[0], running[lane] + ahead[lane], self._last.get(lane, 0), arrival, state))
+            ahead[lane] += state.rows_wanted
+        ranked.sort(key=lambda entry: entry[:4])
+        return [entry[4] for entry in ranked]
 
     def started(self, state: RequestState) -> None:
-        tenant = tenant_of(state)
+        tenant = lane_of(state)
         self._last.pop(tenant, None)
         self._last[tenant] = next(self._clock)
         if len(self._last) > _REMEMBERED:

@@ -20,13 +20,17 @@ keep it from thrashing or piling up:
   resuming it needs more rows than the newcomer's tenant holds, so it cannot take them back (it waits its
   turn, and while it waits at the head the rows it left stay free for it);
 - at most `max_rows` rows are parked at once: their cache positions are held in memory meanwhile.
+
+Priorities (fair_turns.py lanes): for an interactive request that does not fit, batch rows (any tenant's) are
+parked first, newest first, and never the other way round: a batch request parks only batch rows. The rules
+above hold within a lane: a tenant "runs nothing" when it runs no rows of the request's priority.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from worker.engine.fair_turns import tenant_of
+from worker.engine.fair_turns import is_batch, lane_of
 from worker.engine.sequence import RequestState, Sequence
 
 
@@ -35,11 +39,21 @@ def choose_victims(head: RequestState, rows: list[Sequence], max_rows: int, park
     rules above forbid it."""
     wanted = head.rows_wanted
     need = len(rows) + wanted - max_rows
-    running = Counter(tenant_of(row.request) for row in rows)
-    if need <= 0 or running[tenant_of(head)]:
+    if need <= 0:
         return []
     units = parkable_units(rows)
     victims: list[Sequence] = []
+    if not is_batch(head):  # batch rows give way to an interactive request first, the newest first
+        batch = sorted((unit for lane, queue in units.items() if lane[0] for unit in queue),
+                       key=lambda unit: unit[0].request.admitted)
+        while batch and len(victims) < need:
+            victims += batch.pop()
+        units = {lane: queue for lane, queue in units.items() if not lane[0]}
+    parked = {id(row) for row in victims}
+    running = Counter(lane_of(row.request) for row in rows if id(row) not in parked)
+    if len(victims) < need and running[lane_of(head)]:
+        return []
+    units = {lane: queue for lane, queue in units.items() if lane[0] == is_batch(head)}
     while len(victims) < need:
         tenants = [t for t, queue in units.items() if queue and may_give(running[t], len(queue[-1]), wanted)]
         if not tenants:
@@ -51,20 +65,20 @@ def choose_victims(head: RequestState, rows: list[Sequence], max_rows: int, park
     return victims if parked_rows + len(victims) <= max_rows else []
 
 
-def parkable_units(rows: list[Sequence]) -> dict[str, list[list[Sequence]]]:
-    """Per tenant, what may be parked at once, oldest first: each running row of a request of independent
+def parkable_units(rows: list[Sequence]) -> dict[tuple[bool, str], list[list[Sequence]]]:
+    """Per lane, what may be parked at once, oldest first: each running row of a request of independent
     rows (by admission, then candidate), each beam search whole."""
-    units: dict[str, list[tuple[tuple[int, int], list[Sequence]]]] = {}
+    units: dict[tuple[bool, str], list[tuple[tuple[int, int], list[Sequence]]]] = {}
     beams: dict[int, list[Sequence]] = {}
     for row in rows:
         state = row.request
         if state.done or row.finish:
             continue
         if state.beam is None:
-            units.setdefault(tenant_of(state), []).append(((state.admitted, row.candidate), [row]))
+            units.setdefault(lane_of(state), []).append(((state.admitted, row.candidate), [row]))
         elif id(state) not in beams:
             beams[id(state)] = [r for r in rows if r.request is state]
-            units.setdefault(tenant_of(state), []).append(((state.admitted, 0), beams[id(state)]))
+            units.setdefault(lane_of(state), []).append(((state.admitted, 0), beams[id(state)]))
     return {tenant: [unit for _, unit in sorted(queue, key=lambda entry: entry[0])] for tenant, queue in units.items()}
 
 

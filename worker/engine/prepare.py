@@ -22,6 +22,8 @@ from worker.tools import ToolError, ToolPlan, check_tools, plan_tools, render_ch
 
 __all__ = ["PreparedRequest", "RequestRejected", "prepare"]
 
+PRIORITIES = ("interactive", "batch")
+
 
 @dataclass
 class PreparedRequest:
@@ -143,6 +145,8 @@ def prepare(request: GenerateRequest, tokenizer, *, vocab_size: int, hidden_size
             max_rows: int, model_eos: list[int], embed, tokenize_bad_words,
             compile_grammar=None, max_token_bytes: int = 0) -> PreparedRequest:
     params = request.params
+    if request.priority not in PRIORITIES:  # msgspec checks it on the wire; an in-process caller may not
+        raise RequestRejected(f"priority must be one of {', '.join(PRIORITIES)}", "priority")
     validate_params(params)
     validate_beams(request)
     normalise_params(params)

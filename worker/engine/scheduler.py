@@ -9,10 +9,12 @@ admitted prompts prefilled one at a time, at most `max_batched_tokens` prompt to
 decode, about what one decode step costs (prefill_pace.py), so a long prompt takes several steps (chunked
 prefill) while the running rows decode between its chunks, and the KV cache grows for it a layer a step; a
 request of a tenant that runs nothing is the step's last prefill, so its first token waits for no other
-prompt: another tenant's prompt partly prefilled steps aside for it (its cache positions kept, it goes on where
-it stopped), and one that arrives while the step runs its prefills takes the step's rest, the prompts planned
-after the forward in flight back at the queue's front (`yield_to_newcomer`); then one decode step for the
-running rows, all of them or only the ordinary ones while beam rows sit the step out (beam_budget.py). A prompt
+prompt (nor does an interactive request's wait for a batch prompt: batch requests, `GenerateRequest.priority`,
+come after every interactive one in the queue, their rows are parked first for one, and their prompts step
+aside for one as below): another tenant's prompt partly prefilled steps aside for it (its cache positions kept,
+it goes on where it stopped), and one that arrives while the step runs its prefills takes the step's rest, the
+prompts planned after the forward in flight back at the queue's front (`yield_to_newcomer`); then one decode step
+for the running rows, all of them or only the ordinary ones while beam rows sit the step out (beam_budget.py). A prompt
 whose prefill completes counts as running from that step on: the next admission and the decode step of the same
 step see its rows. After the step, finished rows leave (slots.py).
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from common.protocol import Error, ModelConfig
 from worker.engine.admission import next_admissible
 from worker.engine.beam_budget import BeamBudget
-from worker.engine.fair_turns import FairTurns, tenant_of
+from worker.engine.fair_turns import FairTurns, is_batch, lane_of
 from worker.engine.preemption import choose_victims
 from worker.engine.prefill_pace import Allowance, PrefillPace
 from worker.engine.prefix_cache import PrefixCache, PrefixHit
@@ -181,17 +183,20 @@ class Scheduler:
         self._plan_prefills(plan, self.pace.allowance(bool(self.slots.rows)), [])
 
     def _give_way(self, plan: StepPlan, tail: list[Prefill]) -> bool:
-        """Whether the queue's head is a newcomer (its tenant runs nothing) that can start now, before the prefills
-        of `tail` (planned, not run); if so, a prompt partly prefilled of a tenant running rows steps aside: its
-        positions leave the free slot and it waits at the queue's front, to go on where it stopped."""
+        """Whether the queue's head outranks every prompt still to prefill in this step (those of `tail`, planned,
+        not run, and one partly prefilled) and can start now; if so, the partial prompt steps aside: its positions
+        leave the free slot and it waits at the queue's front, to go on where it stopped. Ranks: interactive
+        before batch, then a newcomer (its tenant runs no rows of its priority) before the others. With nothing
+        left to prefill, only an interactive newcomer takes the step's rest."""
         running = self._running([])
-        if any(not running[tenant_of(prefill.state)] for prefill in tail):
-            return False  # a newcomer is planned already
+
+        def rank(state: RequestState) -> tuple[bool, bool]:
+            return is_batch(state), bool(running[lane_of(state)])
+
         partial = None if any(p.state is self.prefilling for p in tail) else self.prefilling
-        if partial is not None and not running[tenant_of(partial)]:
-            return False  # the prompt in the free slot is a newcomer's own
+        pending = [prefill.state for prefill in tail] + ([partial] if partial is not None else [])
         head = self._head([], plan)
-        if head is None or head.parked or running[tenant_of(head)]:
+        if head is None or head.parked or rank(head) >= min(map(rank, pending), default=(False, True)):
             return False
         if len(self.slots.rows) + head.rows_wanted > self.max_rows and \
                 not choose_victims(head, self.slots.rows, self.max_rows, self._parked_rows()):
@@ -206,10 +211,11 @@ class Scheduler:
         """Prompt chunks for the step, one forward each, while `allowance` lasts; `starting` gathers the requests
         whose prefill completes."""
         decoding = bool(self.slots.rows)
+        interactive = False  # an interactive prompt is planned: no batch prompt delays its first token
         while allowance.open:
             reuse = None
             if self.prefilling is None:
-                state = self._admit(starting, plan)
+                state = self._admit(starting, plan, batch=not interactive)
                 if state is None:
                     break
                 if state.done:  # dropped
@@ -218,7 +224,8 @@ class Scheduler:
                 own = bool(state.parked) or state.prefilled
                 self.prefilling, reuse = state, None if own else self.prefixes.lookup(state)
             state = self.prefilling
-            newcomer = not self._running(starting)[tenant_of(state)]
+            interactive = interactive or not is_batch(state)
+            newcomer = not self._running(starting)[lane_of(state)]
             start = state.prefilled if reuse is None else reuse.tokens
             target = len(state.prepared.prompt_ids) - 1  # the last prompt token is fed by the first decode step
             wanted = max(target - start, 0)
@@ -307,11 +314,12 @@ class Scheduler:
         with self._queued_lock:
             self._queued += 1
 
-    def _admit(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
-        """The next request to prefill, taken from the queue (done when it was dropped), or None."""
+    def _admit(self, starting: list[RequestState], plan: StepPlan, batch: bool = True) -> RequestState | None:
+        """The next request to prefill, taken from the queue (done when it was dropped), or None (also for a batch
+        request when `batch` is False)."""
         state = self._head(starting, plan)
         running = len(self.slots.rows) + sum(s.rows_wanted for s in starting)
-        if state is None or running + state.rows_wanted > self.max_rows:
+        if state is None or running + state.rows_wanted > self.max_rows or (is_batch(state) and not batch):
             return None
         self.waiting.remove(state)
         self._dequeued()
@@ -357,11 +365,12 @@ class Scheduler:
             allowance.reserve(plan.grow_layers * layer_s)
         return cache.capacity
 
-    def _running(self, starting: list[RequestState]) -> Counter[str]:
-        """Rows each tenant runs, counting those of the requests starting in this step."""
-        running = Counter(tenant_of(row.request) for row in self.slots.rows)
+    def _running(self, starting: list[RequestState]) -> Counter[tuple[bool, str]]:
+        """Rows each lane (priority, tenant: fair_turns.py) runs, counting those of the requests starting in this
+        step."""
+        running = Counter(lane_of(row.request) for row in self.slots.rows)
         for state in starting:
-            running[tenant_of(state)] += state.rows_wanted
+            running[lane_of(state)] += state.rows_wanted
         return running
 
     def _refuse(self, state: RequestState, error: AdapterError, plan: StepPlan) -> None:

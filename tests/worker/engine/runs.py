@@ -61,7 +61,7 @@ _counter = iter(range(10**9))
 def request(prompt=None, **params) -> GenerateRequest:
     ids = params.pop("prompt_ids", None)
     extra = {k: params.pop(k) for k in ("messages", "input_embeds", "token_index_to_replace",
-                                        "embedding_to_replace", "deadline_unix", "tenant") if k in params}
+                                        "embedding_to_replace", "deadline_unix", "tenant", "priority") if k in params}
     return GenerateRequest(request_id=f"req-{next(_counter)}", model="m", prompt=prompt, prompt_ids=ids,
                            params=SamplingParams(**params), **extra)
 

@@ -55,6 +55,6 @@ def test_waiting_tenants_alternate_counting_rows(one_row_engine):
         return [names[id(s)] for s in turns.order(waiting.values(), running)]
 
     # ranks (rows the tenant runs + its rows waiting ahead): a 0 1 2, b 0 1, c 2 (two running); ties by arrival
-    assert order(Counter({"c": 2})) == ["a1", "b1", "a2", "b2", "a3", "c1"]
+    assert order(Counter({(False, "c"): 2})) == ["a1", "b1", "a2", "b2", "a3", "c1"]
     turns.started(waiting.pop("a1"))  # a1 ran and finished: a and b rank alike again, but b's turn is older
     assert order(Counter()) == ["b1", "c1", "a2", "b2", "a3"]
