@@ -209,7 +209,9 @@ def test_beside_decoding_rows_the_cache_grows_a_layer_a_step_ahead_of_the_prompt
     prompt's chunks stay below what every layer holds; the rows decoding meanwhile (scripted layers, their
     layers of two sizes) and the prompt give what they give without each other."""
     loaded = tiny_model(layers=36, positions=1024)
-    config = ModelConfig(name="tiny", max_batch_size=3, max_context=1024, max_batched_tokens=512, decode_threads=1)
+    # one token per decode step (the count below): no prompt-lookup drafts, which this repetitive tiny model accepts
+    config = ModelConfig(name="tiny", max_batch_size=3, max_context=1024, max_batched_tokens=512, decode_threads=1,
+                         prompt_lookup=False)
     engine = Engine(loaded, config, "grow", tmp_path)
     cache = engine.runner.cache
     slow_growth = (0.01, 0.002, 0.042, 1.0)  # growing a layer takes the whole allowance: 8-token chunks
