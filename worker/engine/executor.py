@@ -75,6 +75,12 @@ class Executor:
         self.host = HostLoad()
         self.thread_choice = ThreadChoice()
 
+    def _looks_up(self, state: RequestState) -> bool:
+        """Prompt lookup (unasked-for drafts) only where a verified token is bitwise the token of a step of its
+        own: the native forward, rows without an adapter. Elsewhere a draft chunk rounds unlike a decode step, and
+        a plain request's greedy tokens must not depend on what was drafted; a `prediction` drafts everywhere."""
+        return self.prompt_lookup and self.runner.native is not None and state.prepared.request.adapter is None
+
     def run(self, plan: StepPlan, events: StepEvents, between: Callable[[int], None] | None = None) -> StepReport:
         """Run `plan`; the decode step's events go into `events`, the others to their sinks at once. After each
         prefill forward, `between(forwards run)` may replace the plan's prefills not yet run."""
@@ -264,7 +270,7 @@ class Executor:
                 detokenizer=IncrementalDetokenizer(self.tokenizer, prepared.prompt_ids, params.skip_special_tokens),
                 stopper=StopMatcher(params.stop),
                 call_parser=prepared.tools.parser(candidate) if prepared.tools else None,
-                drafter=new_drafter(state, self.prompt_lookup)))
+                drafter=new_drafter(state, self._looks_up(state))))
             specs.append(RowSpec(row_params(params), prepared.prompt_ids, seed, prepared.eos_token_ids,
                                  prepared.bad_word_ids, grammar=prepared.grammar))
         self.slots.join(state.sequences, specs, state.prefilled)
