@@ -50,6 +50,10 @@ def fill(model: torch.nn.Module, config, state: dict[str, torch.Tensor], left: s
     rotary = getattr(inner, "rotary_emb", None)
     if rotary is not None:  # its buffers are computed, not stored; float32, as from_pretrained leaves them
         inner.rotary_emb = type(rotary)(config=config)
+    for module in model.modules():  # computed buffers the checkpoint never holds: Gemma's embedding scale
+        scale = getattr(module, "scalar_embed_scale", None)
+        if scale is not None and getattr(module, "embed_scale", None) is not None and module.embed_scale.is_meta:
+            module.embed_scale = torch.tensor(scale)
     unfilled = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()]
                 if tensor.is_meta and name not in left]
     return f"tensors left unfilled: {unfilled[:3]}" if unfilled else None
