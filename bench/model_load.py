@@ -41,6 +41,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.harness.processes import stop  # noqa: E402
 from testkit.servers import free_port  # noqa: E402
 from testkit.tiny_gguf import random_blocks  # noqa: E402
 
@@ -234,12 +235,7 @@ def serve_once(source: Path, data_dir: Path, cache: Path, quantization: str, che
         serving = memory(process.pid)["VmRSS"]
         info = httpx.get(f"http://127.0.0.1:{port}/info", timeout=10).json()
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
     return {"peak_mb": peak, "serving_mb": serving, "ratio": peak / serving, "ready_s": ready,
             "quantization": info.get("quantization"), "weights_s": info.get("start_seconds", {}).get("weights")}
 
