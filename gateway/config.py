@@ -131,6 +131,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the limits of the "default" team a new deployment creates (`sluice teams` / the admin API change them)
     default_team_limits: Limits = msgspec.field(default_factory=lambda: Limits(**DEFAULT_TEAM_LIMITS))
     pricing_file: str = ""  # TOML pricing table, re-read on change
+    # the address people reach the gateway at (https://llm.example.com), for the links in account e-mails
+    # (sign-in, password reset, invitations); "" = http://<host>:<port>
+    public_url: Annotated[str, msgspec.Meta(max_length=500, pattern=r"^(https?://[^\s/?#]+/?)?$")] = ""
     # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py

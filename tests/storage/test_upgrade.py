@@ -92,7 +92,7 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         db = auth.db
         # the versions recorded before keep their times; the missing ones were applied now
         auth_versions = await versions(db, AUTH)
-        assert [v for v, _ in auth_versions] == [1, 2, 3] and auth_versions[:2] == [(1, 1000), (2, 2000)]
+        assert [v for v, _ in auth_versions] == [1, 2, 3, 4] and auth_versions[:2] == [(1, 1000), (2, 2000)]
         # 4: budget_alerts, 5: finish_reason, 6: budget_refused, 7: client_request_id, 8: cached tokens and batches,
         # 9: prediction tokens
         billing_versions = await versions(db, BILLING)
