@@ -40,8 +40,8 @@ async def _start(request: Request, sessions: SessionStore, auth: AuthService, ol
     return Redirect(landing, status_code=303, cookies=[cookie(request, signed)])
 
 
-def _page(request: Request, session: Session, name: str, status: int = 200, **context) -> Template:
-    return Template(f"{name}.html.j2", status_code=status, cookies=[cookie(request, session)],
+def _page(request: Request, session: Session, template: str, status: int = 200, **context) -> Template:
+    return Template(f"{template}.html.j2", status_code=status, cookies=[cookie(request, session)],
                     context={"csrf": masked_token(session), "session": None, "page": "", **context})
 
 
@@ -162,7 +162,7 @@ async def invite_page(request: Request, sessions: SessionStore, auth: AuthServic
 
 
 async def _invite_page(request: Request, session: Session, auth: AuthService, token: object,
-                       message: str | None = None, status: int = 200) -> Template:
+                       message: str | None = None, status: int = 200, name: object = "") -> Template:
     link = await auth.memberships.peek(token)
     if link is None or link.team_id is None:
         return _page(request, session, "invite", 400, link=None, token="", message=None)
@@ -170,7 +170,7 @@ async def _invite_page(request: Request, session: Session, auth: AuthService, to
     account = await auth.store.account_by_email(link.email)
     return _page(request, session, "invite", status, link=link, token=token, team=team.name if team else "",
                  new_account=account is None, needs_password=account is None or account.password_hash is None,
-                 message=message)
+                 message=message, name=name if isinstance(name, str) else "")
 
 
 @post("/invite", opt=PUBLIC, status_code=303)
@@ -179,12 +179,12 @@ async def accept_invite(request: Request, sessions: SessionStore, auth: AuthServ
     form = await posted_form(request, session)
     token = form.get("token")
     if "password" in form and form.get("password") != form.get("confirm"):
-        return await _invite_page(request, session, auth, token, "The two passwords differ.", 400)
+        return await _invite_page(request, session, auth, token, "The two passwords differ.", 400, form.get("name"))
     try:
         user_id, team_id = await auth.memberships.accept(token, form.get("name"), form.get("password"),
                                                          f"dashboard:{_client(request, auth)}")
     except RequestError as exc:
-        return await _invite_page(request, session, auth, token, exc.message, exc.status)
+        return await _invite_page(request, session, auth, token, exc.message, exc.status, form.get("name"))
     return await _start(request, sessions, auth, session, user_id, f"{BASE}/overview?team_id={team_id}")
 
 

@@ -15,6 +15,7 @@ from litestar.response import Redirect, Template
 
 from auth.accounts import normal_email
 from auth.admin import Actor
+from auth.clock import parse_iso
 from auth.errors import AuthError, RequestError
 from auth.memberships import INVITE_TTL_S, MAX_PENDING_INVITES
 from auth.models import ROLES
@@ -34,8 +35,9 @@ DONE = {"invited": "Invitation sent.", "role": "Role changed.", "removed": "Memb
         "withdrawn": "Invitation withdrawn."}  # what the page says after a redirect: fixed words, never the URL's
 
 
-def _local(at: float, tz: str) -> str:
-    return when(at, tz, seconds=True)
+def _local(at: float | str, tz: str) -> str:
+    """A time as every dashboard table writes it, in the view's zone (an API time is ISO 8601, UTC)."""
+    return when(parse_iso(at) if isinstance(at, str) else at, tz, seconds=True)
 
 
 async def _render(request: Request, session: Session, scope: DashboardScope, auth: AuthService,
