@@ -79,6 +79,27 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
         return f"BudgetAlertSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+class OidcSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `[oidc]` table: sign-in to the dashboard through the operator's identity provider (OpenID Connect,
+    authorization code with PKCE: gateway/dashboard/oidc.py). Off while `issuer` is "". A person signs in to the
+    account whose e-mail address the provider vouches for (`email_verified`); the provider creates no accounts."""
+
+    issuer: Annotated[str, msgspec.Meta(max_length=500, pattern=r"^(https?://\S+)?$")] = ""
+    client_id: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    client_secret: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    allow_http: bool = False  # an http:// issuer (tests, a provider on loopback); else https only
+    label: Annotated[str, msgspec.Meta(max_length=100)] = "your identity provider"  # "Sign in with <label>"
+
+    def __post_init__(self) -> None:
+        if self.issuer.startswith("http://") and not self.allow_http:
+            raise ValueError("oidc.issuer must be an https:// URL (allow_http = true for a provider on loopback)")
+        if self.issuer and not self.client_id:
+            raise ValueError("oidc.client_id is needed once oidc.issuer is set")
+
+    def __repr__(self) -> str:  # the client secret never reaches a log line
+        return f"OidcSettings(issuer={self.issuer!r}, client_id={self.client_id!r}, client_secret=***)"
+
+
 class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The `[responses]` table: what the Responses API keeps of a `store: true` response, per team
     (gateway/dialects/responses/store.py)."""
@@ -165,6 +186,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
     budget_alerts: BudgetAlertSettings = msgspec.field(default_factory=BudgetAlertSettings)
+    oidc: OidcSettings = msgspec.field(default_factory=OidcSettings)
     responses: ResponsesSettings = msgspec.field(default_factory=ResponsesSettings)
     batches: BatchSettings = msgspec.field(default_factory=BatchSettings)
 

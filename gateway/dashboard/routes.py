@@ -52,6 +52,7 @@ from gateway.dashboard.key_edit import EDIT_HANDLERS
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.limits import LIMITS_HANDLERS, team_limits
 from gateway.dashboard.members import MEMBER_HANDLERS
+from gateway.dashboard.oidc import OIDC_HANDLERS
 from gateway.dashboard.render import STATIC
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
@@ -238,7 +239,7 @@ def dashboard_router() -> Router:
                                                   statement_download,
                                                   teams_page, *KEY_HANDLERS, *EDIT_HANDLERS, *REQUEST_HANDLERS,
                                                   *TEAM_HANDLERS, *LIMITS_HANDLERS, *ACCOUNT_HANDLERS,
-                                                  *MEMBER_HANDLERS],
+                                                  *MEMBER_HANDLERS, *OIDC_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},

@@ -29,6 +29,9 @@ def next_page_of(raw) -> str | None:
 def login_page(request: Request, session: Session, message: str | None = None, status: int = 200,
                next_page: str | None = None, *, email: object = "", notice: bool = False) -> Template:
     """`notice`: the message is news (a link was sent), not a refusal."""
+    services = getattr(request.app.state, "services", None)
+    oidc = services.settings.oidc if services is not None else None
     return Template("login.html.j2", context={
         "csrf": masked_token(session), "message": message, "next": next_page, "notice": notice,
+        "oidc_label": oidc.label if oidc is not None and oidc.issuer else None,
         "email": email if isinstance(email, str) else ""}, status_code=status, cookies=[cookie(request, session)])
