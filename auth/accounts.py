@@ -89,7 +89,9 @@ class Accounts:
                             "minutes, or ask for a sign-in link.", wait)
         account = await self._store.account_by_email(email)
         if not verify(password, account.password_hash if account else None) or account is None:
-            await self._store.add_failure([subject for subject, _ in limits], now())
+            at = now()
+            await self._store.add_failure([subject for subject, _ in limits], at)
+            await self._store.delete_failures_before(at - WINDOW_S)  # the table holds one window, no more
             raise AuthError(401, "wrong_password", WRONG)
         await self._store.clear_failures(limits[0][0])
         return account.user_id
@@ -105,6 +107,7 @@ class Accounts:
         at = now()
         await self._store.add_failure([subject for subject, _ in limits], at)
         await self._store.delete_failures_before(at - WINDOW_S)
+        await self._store.delete_links_before(at)  # expired links are swept as new ones are made
         if await self._store.account_by_email(email) is None:
             return None
         token = new_token()

@@ -72,7 +72,6 @@ class Directory:
         names = {}
         for key_id in key_ids:
             if key_id.startswith("user:"):  # an account's own action (auth/sessions.py ACCOUNT)
-                user_ids = [*user_ids, key_id[5:]]
                 if (user := await self._store.get_user(key_id[5:])) is not None:
                     names[key_id] = user.name
                 continue

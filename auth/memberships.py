@@ -97,10 +97,11 @@ class Memberships:
             account = await tx.account_by_email(link.email)
             needs_password = account is None or account.password_hash is None
             password_hash = new_password(password) if needs_password else None  # a refusal keeps the link
+            display_name = _name(name, link.email)
             await tx.use_link(token_hash(token), "invite", now())
             at = now()
             if account is None:
-                user = UserRecord(new_id("user"), _name(name, link.email), at)
+                user = UserRecord(new_id("user"), display_name, at)
                 await tx.insert_user(user)
                 account = AccountRecord(user.id, link.email, password_hash, at)
                 await tx.insert_account(account)

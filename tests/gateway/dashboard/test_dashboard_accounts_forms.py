@@ -130,3 +130,22 @@ async def test_a_link_survives_a_get_follows_public_url_and_never_the_host_heade
         assert (await client.get("/dashboard/invite?token=nope")).status_code == 400
         assert (await client.get("/dashboard/reset")).status_code == 400
     assert [d.recipients for d in mail.delivered] == [["ann@example.com"]]
+
+
+async def test_an_invitation_bounds_its_name_and_keeps_its_link(served, mail):
+    a, _ = await owner_account(served, "A", "ann@example.com")
+    async with _signed_in(served, "ann@example.com") as ann:
+        token = await _csrf(ann, f"/dashboard/members?team_id={a}")
+        sent = await ann.post(f"/dashboard/members/invite?team_id={a}",
+                              data={"csrf": token, "email": "cy@example.com", "role": "member"})
+        assert sent.status_code == 303
+    link, _ = await link_mailed(mail, "cy@example.com")
+    async with httpx.AsyncClient(base_url=served.url, timeout=30) as cy:
+        token = await _csrf(cy, link.removeprefix(served.url))
+        invite = {"csrf": token, "token": link.split("token=")[1], "password": PASSWORD, "confirm": PASSWORD}
+        long_name = await cy.post("/dashboard/invite", data={**invite, "name": "n" * 201})
+        assert long_name.status_code == 400 and "at most 200" in long_name.text
+        differ = await cy.post("/dashboard/invite", data={**invite, "name": "Cy", "confirm": "something else"})
+        assert differ.status_code == 400 and "differ" in differ.text
+        joined = await cy.post("/dashboard/invite", data={**invite, "name": "Cy"}, follow_redirects=False)
+        assert joined.status_code == 303 and joined.headers["location"] == f"/dashboard/overview?team_id={a}"
