@@ -33,6 +33,7 @@ async def signed(tmp_path):
             yield served, provider, team
 
 
+@pytest.mark.slow
 async def test_a_person_signs_in_through_the_provider_in_chromium(signed):
     served, _, team = signed
     async with chromium_page() as page:
