@@ -31,6 +31,18 @@ class Directory:
         key = await self._store.get_key(key_id)
         return key if key is not None and key.is_live(now()) else None
 
+    async def account_signer(self, user_id: str) -> KeyRecord | None:
+        """A signed-in account as the dashboard's rules read a signer: a personal key of the user that is no key
+        (id `user:<id>`, no secret, no grants of its own), reaching exactly the teams the user belongs to with
+        the user's role there. None once the user is gone."""
+        user = await self._store.get_user(user_id)
+        if user is None:
+            return None
+        teams = await self._store.teams_of(user_id)
+        return KeyRecord(id=f"user:{user_id}", secret_hash="", name=user.name, user_id=user_id,
+                         team_id=teams[0] if teams else "", is_admin=False, models=(), limits=None,
+                         expires_at=None, revoked_at=None, created_at=user.created_at)
+
     async def teams_reached(self, key: KeyRecord) -> list[ReachedTeam]:
         """Every team `key` may act in (auth.policy.reaches), by name, with its role there."""
         store = self._store
@@ -59,6 +71,10 @@ class Directory:
         team's, though admin keys live in the `default` team."""
         names = {}
         for key_id in key_ids:
+            if key_id.startswith("user:"):  # an account's own action (auth/sessions.py ACCOUNT)
+                if (user := await self._store.get_user(key_id[5:])) is not None:
+                    names[key_id] = user.name
+                continue
             if (key := await self._store.get_key(key_id)) is not None:
                 names[key_id] = key.name if admin_names or not key.is_admin else OPERATOR
         for user_id in user_ids:

@@ -58,13 +58,44 @@ class UserRecord(msgspec.Struct, frozen=True):
 
 
 class SessionRecord(msgspec.Struct, frozen=True):
-    """A signed-in dashboard session; the browser's cookie holds the id whose SHA-256 is `id_hash`."""
+    """A signed-in dashboard session; the browser's cookie holds the id whose SHA-256 is `id_hash`. It belongs to
+    a key (signed in with an API key) or to a user (signed in to their account), never both."""
 
     id_hash: str
-    key_id: str
+    key_id: str | None
     is_admin: bool
     created_at: float
     seen_at: float
+    user_id: str | None = None
+    client: str = ""  # the address it signed in from, as the account page lists it
+    agent: str = ""  # the browser's User-Agent, cut to MAX_AGENT
+
+
+MAX_AGENT = 200
+
+
+class AccountRecord(msgspec.Struct, frozen=True):
+    """A user's sign-in: their e-mail address (lower case, unique) and password hash (None: none set yet)."""
+
+    user_id: str
+    email: str
+    password_hash: str | None
+    created_at: float
+
+
+LinkPurpose = Literal["sign_in", "reset", "invite"]
+
+
+class LinkRecord(msgspec.Struct, frozen=True):
+    """A one-time e-mail link, stored by the SHA-256 of its token: used once, before `expires_at`."""
+
+    purpose: str
+    email: str
+    team_id: str | None  # invite: the team joined, with `role`
+    role: str | None
+    created_by: str  # who asked: an actor id, or the e-mail address itself
+    created_at: float
+    expires_at: float
 
 
 class TeamRecord(msgspec.Struct, frozen=True):

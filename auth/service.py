@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import msgspec
 import structlog
 
+from auth.accounts import Accounts
 from auth.admin import Actor, AdminOps, audit_entry, issue_key, new_id
 from auth.cache import MISS, TtlCache
 from auth.clock import now
@@ -19,6 +20,7 @@ from auth.directory import Directory
 from auth.errors import AuthError
 from auth.forwarded import ClientAddresses
 from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
+from auth.memberships import Memberships
 from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.policy import Manager, reaches
 from auth.store import Store, open_store
@@ -79,6 +81,8 @@ class AuthService:
         # what owners may do (auth/policy.py), with at most `max_keys_per_team` live keys made in a team
         self.team_keys = TeamKeys(store, self.admin, self._forget, max_keys_per_team)
         self.directory = Directory(store)  # what the dashboard reads, under the same rules
+        self.accounts = Accounts(store)  # people signing in as themselves (e-mail and password, e-mail links)
+        self.memberships = Memberships(store, self._forget)  # owners inviting, promoting and removing members
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options: Any) -> AuthService:

@@ -79,6 +79,27 @@ class BudgetAlertSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
         return f"BudgetAlertSettings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+class OidcSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `[oidc]` table: sign-in to the dashboard through the operator's identity provider (OpenID Connect,
+    authorization code with PKCE: gateway/dashboard/oidc.py). Off while `issuer` is "". A person signs in to the
+    account whose e-mail address the provider vouches for (`email_verified`); the provider creates no accounts."""
+
+    issuer: Annotated[str, msgspec.Meta(max_length=500, pattern=r"^(https?://\S+)?$")] = ""
+    client_id: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    client_secret: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    allow_http: bool = False  # an http:// issuer (tests, a provider on loopback); else https only
+    label: Annotated[str, msgspec.Meta(max_length=100)] = "your identity provider"  # "Sign in with <label>"
+
+    def __post_init__(self) -> None:
+        if self.issuer.startswith("http://") and not self.allow_http:
+            raise ValueError("oidc.issuer must be an https:// URL (allow_http = true for a provider on loopback)")
+        if self.issuer and not self.client_id:
+            raise ValueError("oidc.client_id is needed once oidc.issuer is set")
+
+    def __repr__(self) -> str:  # the client secret never reaches a log line
+        return f"OidcSettings(issuer={self.issuer!r}, client_id={self.client_id!r}, client_secret=***)"
+
+
 class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The `[responses]` table: what the Responses API keeps of a `store: true` response, per team
     (gateway/dialects/responses/store.py)."""
@@ -131,6 +152,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the limits of the "default" team a new deployment creates (`sluice teams` / the admin API change them)
     default_team_limits: Limits = msgspec.field(default_factory=lambda: Limits(**DEFAULT_TEAM_LIMITS))
     pricing_file: str = ""  # TOML pricing table, re-read on change
+    # the address people reach the gateway at (https://llm.example.com), for the links in account e-mails
+    # (sign-in, password reset, invitations); "" = http://<host>:<port>
+    public_url: Annotated[str, msgspec.Meta(max_length=500, pattern=r"^(https?://[^\s/?#]+/?)?$")] = ""
     # free space kept on the ledger log's disk for requests already admitted; below it new requests get 503
     ledger_min_free_bytes: Annotated[int, msgspec.Meta(ge=0)] = 64 * 1024 * 1024
     wal_root: str = ""  # "" = the usage WAL in the data dir; a volume shared by gateways (EFS): billing/wal_home.py
@@ -162,6 +186,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # the activator's queue depth sent to CloudWatch for the Terraform alarm (off while namespace is "")
     cloudwatch: CloudWatchSettings = msgspec.field(default_factory=CloudWatchSettings)
     budget_alerts: BudgetAlertSettings = msgspec.field(default_factory=BudgetAlertSettings)
+    oidc: OidcSettings = msgspec.field(default_factory=OidcSettings)
     responses: ResponsesSettings = msgspec.field(default_factory=ResponsesSettings)
     batches: BatchSettings = msgspec.field(default_factory=BatchSettings)
 

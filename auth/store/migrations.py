@@ -44,6 +44,31 @@ MIGRATIONS = [
         "CREATE INDEX key_blocks_key ON key_blocks(key_id)",
         "CREATE INDEX api_keys_user ON api_keys(user_id)",
     ]),
+    Migration(4, "accounts: e-mail sign-in, one-time links, sign-in throttle; sessions of a user or a key", [
+        """CREATE TABLE accounts (
+            user_id TEXT PRIMARY KEY REFERENCES users(id), email TEXT NOT NULL UNIQUE, password_hash TEXT,
+            created_at DOUBLE PRECISION NOT NULL)""",
+        # one-time links (sign-in, password reset, team invitation) by the SHA-256 of their token
+        """CREATE TABLE email_links (
+            token_hash TEXT PRIMARY KEY, purpose TEXT NOT NULL, email TEXT NOT NULL,
+            team_id TEXT REFERENCES teams(id), role TEXT, created_by TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL, used_at DOUBLE PRECISION)""",
+        "CREATE INDEX email_links_team ON email_links(team_id, purpose)",
+        """CREATE TABLE sign_in_failures (subject TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX sign_in_failures_subject ON sign_in_failures(subject, at)",
+        # a session now belongs to a key (API-key sign-in) or to a user (an account): key_id becomes nullable
+        """CREATE TABLE dashboard_sessions_4 (
+            id_hash TEXT PRIMARY KEY, key_id TEXT REFERENCES api_keys(id), user_id TEXT REFERENCES users(id),
+            is_admin INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL,
+            seen_at DOUBLE PRECISION NOT NULL, client TEXT NOT NULL DEFAULT '', agent TEXT NOT NULL DEFAULT '',
+            CHECK (key_id IS NOT NULL OR user_id IS NOT NULL))""",
+        """INSERT INTO dashboard_sessions_4 (id_hash, key_id, is_admin, created_at, seen_at)
+            SELECT id_hash, key_id, is_admin, created_at, seen_at FROM dashboard_sessions""",
+        "DROP TABLE dashboard_sessions",
+        "ALTER TABLE dashboard_sessions_4 RENAME TO dashboard_sessions",
+        "CREATE INDEX dashboard_sessions_key ON dashboard_sessions(key_id)",
+        "CREATE INDEX dashboard_sessions_user ON dashboard_sessions(user_id)",
+    ]),
 ]
 
 SCHEMA = Schema("auth", MIGRATIONS, legacy_table="auth_schema_migrations")

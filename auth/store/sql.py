@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from auth.models import AuditRecord, KeyRecord, Limits, MemberRecord, Role, SessionRecord, TeamRecord, UserRecord
+from auth.store.account_sql import AccountQueries
 from storage import Database, Executor
 
 _KEY_COLUMNS = ("id, secret_hash, name, user_id, team_id, is_admin, models, limits, expires_at, "
@@ -46,6 +47,13 @@ def _in_order(conditions: list[str], params: list[Any], after: tuple[float, str]
     return f"{where} ORDER BY created_at, id LIMIT ?"
 
 
+_SESSION_COLUMNS = "id_hash, key_id, is_admin, created_at, seen_at, user_id, client, agent"
+
+
+def _session(row: tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(row[0], row[1], bool(row[2]), row[3], row[4], row[5], row[6], row[7])
+
+
 def _audit(row: tuple[Any, ...]) -> AuditRecord:
     entry_id, at, actor, source, action, target, detail = row
     return AuditRecord(entry_id, at, actor, source, action, target, detail=msgspec.json.decode(detail))
@@ -55,7 +63,7 @@ def _team(row: tuple[Any, ...]) -> TeamRecord:
     return TeamRecord(id=row[0], name=row[1], limits=_limits(row[2]), created_at=row[3])
 
 
-class Store:
+class Store(AccountQueries):
     """Queries bound to an executor: the database itself, or one open transaction."""
 
     def __init__(self, db: Database, executor: Executor | None = None) -> None:
@@ -266,13 +274,19 @@ class Store:
     # --- dashboard sessions ---
     async def insert_session(self, session: SessionRecord) -> None:
         await self._x.execute(
-            "INSERT INTO dashboard_sessions (id_hash, key_id, is_admin, created_at, seen_at) VALUES (?, ?, ?, ?, ?)",
-            (session.id_hash, session.key_id, int(session.is_admin), session.created_at, session.seen_at))
+            f"INSERT INTO dashboard_sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (session.id_hash, session.key_id, int(session.is_admin), session.created_at, session.seen_at,
+             session.user_id, session.client, session.agent))
 
     async def get_session(self, id_hash: str) -> SessionRecord | None:
-        row = await self._x.fetchone("SELECT id_hash, key_id, is_admin, created_at, seen_at FROM dashboard_sessions "
-                                     "WHERE id_hash = ?", (id_hash,))
-        return SessionRecord(row[0], row[1], bool(row[2]), row[3], row[4]) if row else None
+        row = await self._x.fetchone(f"SELECT {_SESSION_COLUMNS} FROM dashboard_sessions WHERE id_hash = ?",
+                                     (id_hash,))
+        return _session(row) if row else None
+
+    async def user_sessions(self, user_id: str) -> list[SessionRecord]:
+        rows = await self._x.fetchall(f"SELECT {_SESSION_COLUMNS} FROM dashboard_sessions WHERE user_id = ? "
+                                      "ORDER BY created_at DESC", (user_id,))
+        return [_session(row) for row in rows]
 
     async def touch_session(self, id_hash: str, at: float) -> None:
         await self._x.execute("UPDATE dashboard_sessions SET seen_at = ? WHERE id_hash = ?", (at, id_hash))
@@ -280,8 +294,17 @@ class Store:
     async def delete_session(self, id_hash: str) -> None:
         await self._x.execute("DELETE FROM dashboard_sessions WHERE id_hash = ?", (id_hash,))
 
+    async def delete_user_session(self, user_id: str, id_hash: str) -> bool:
+        """One of the user's own sessions (another user's is never matched)."""
+        row = await self._x.fetchone("DELETE FROM dashboard_sessions WHERE id_hash = ? AND user_id = ? "
+                                     "RETURNING id_hash", (id_hash, user_id))
+        return row is not None
+
     async def delete_key_sessions(self, key_id: str) -> None:
         await self._x.execute("DELETE FROM dashboard_sessions WHERE key_id = ?", (key_id,))
+
+    async def delete_user_sessions(self, user_id: str) -> None:
+        await self._x.execute("DELETE FROM dashboard_sessions WHERE user_id = ?", (user_id,))
 
     async def delete_sessions_before(self, seen_before: float, created_before: float) -> None:
         """The sessions idle since `seen_before` or older than `created_before` (expired either way)."""

@@ -93,6 +93,12 @@ async def signed_in(request: Request, sessions: SessionStore, auth: AuthService)
     session = await current_session(request, sessions)
     if session is None or not session.signed_in:
         return None
+    if session.user_id is not None:  # an account: its user's teams and roles (auth/directory.py)
+        signer = await auth.directory.account_signer(session.user_id)
+        if signer is None:
+            await sessions.end_user(session.user_id)
+            return None
+        return session, signer
     key = await auth.directory.live_key(session.key_id)
     if key is None:
         await sessions.end_key(session.key_id)

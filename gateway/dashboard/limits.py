@@ -25,7 +25,7 @@ async def team_limits(scope: DashboardScope, auth: AuthService, services: Servic
     budget tokens this month, when the caller counted them already (`limits_view`)."""
     team = await auth.directory.team(scope.team.id)
     scoped = [(f"team:{scope.team.id}", team.limits if team is not None else None)]
-    if not scope.is_admin:  # the admin key's own limits are not the team's business
+    if not scope.is_admin and not scope.is_account:  # the admin key's are not the team's business; an account has none
         scoped.append((f"key:{scope.key.id}", scope.key.limits))
     view = await limits_view(services.spending, scope.team.id, scoped, team_month_tokens=team_month_tokens)
     names = {f"team:{scope.team.id}": f"Team {scope.team.name}", f"key:{scope.key.id}": f"Your key {scope.key.name}"}

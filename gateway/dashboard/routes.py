@@ -9,7 +9,6 @@ is a message on the sign-in page.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from urllib.parse import urlencode
 
@@ -40,11 +39,11 @@ from gateway.dashboard.access import (
     NotSignedIn,
     cookie,
     current_session,
-    masked_token,
     posted_form,
     read_so_far,
     signed_in_scope,
 )
+from gateway.dashboard.account_pages import ACCOUNT_HANDLERS
 from gateway.dashboard.budget_panel import budget_rows
 from gateway.dashboard.compression import gzipped
 from gateway.dashboard.filters import RANGES, View, filter_choices, read_view, read_view_or_problem
@@ -52,36 +51,18 @@ from gateway.dashboard.headers import page_headers
 from gateway.dashboard.key_edit import EDIT_HANDLERS
 from gateway.dashboard.keys import KEY_HANDLERS
 from gateway.dashboard.limits import LIMITS_HANDLERS, team_limits
+from gateway.dashboard.members import MEMBER_HANDLERS
+from gateway.dashboard.oidc import OIDC_HANDLERS
 from gateway.dashboard.render import STATIC
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
+from gateway.dashboard.sign_in_page import login_page, next_page_of
 from gateway.dashboard.team_pages import TEAM_HANDLERS
 from gateway.serving.services import Services
 
 MAX_KEY_CHARS = 512
 REQUESTS_PAGE = 50
 MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
-
-
-MAX_NEXT = 2000
-NEXT = re.compile(r"/dashboard/[A-Za-z0-9._~%/?&=+:@,;!*'()-]*")  # a page of this dashboard, nothing else
-
-
-def _next_page(raw) -> str | None:
-    """Where the reader was going before sign-in asked for a key: a path of this dashboard only (never another
-    host, scheme or the sign-in and sign-out pages), bounded; None for anything else."""
-    if not isinstance(raw, str) or len(raw) > MAX_NEXT or not NEXT.fullmatch(raw) or "//" in raw:
-        return None
-    path = raw.split("?", 1)[0]
-    if "%" in path or {".", ".."} & set(path.split("/")):  # no dot segment, plain or encoded, leaves /dashboard/
-        return None
-    return None if raw.startswith((f"{BASE}/login", f"{BASE}/logout")) else raw
-
-
-def _login_page(request: Request, session: Session, message: str | None = None, status: int = 200,
-                next_page: str | None = None) -> Template:
-    return Template("login.html.j2", context={"csrf": masked_token(session), "message": message, "next": next_page},
-                    status_code=status, cookies=[cookie(request, session)])
 
 
 @get("/", opt=PUBLIC)
@@ -92,24 +73,24 @@ async def home() -> Redirect:
 @get("/login", opt=PUBLIC)
 async def login_form(request: Request, sessions: SessionStore) -> Template:
     session = await current_session(request, sessions) or sessions.anonymous()
-    return _login_page(request, session, next_page=_next_page(request.query_params.get("next")))
+    return login_page(request, session, next_page=next_page_of(request.query_params.get("next")))
 
 
 @post("/login", opt=PUBLIC, status_code=303)
 async def login(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
     session = await current_session(request, sessions)
     form = await posted_form(request, session)
-    next_page = _next_page(form.get("next"))
+    next_page = next_page_of(form.get("next"))
     key = form.get("api_key")
     key = key.strip() if isinstance(key, str) else ""
     if not key:
-        return _login_page(request, session, "Enter an API key.", 400, next_page)
+        return login_page(request, session, "Enter an API key.", 400, next_page)
     if len(key) > MAX_KEY_CHARS:
-        return _login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400, next_page)
+        return login_page(request, session, f"An API key has at most {MAX_KEY_CHARS} characters.", 400, next_page)
     try:
         principal = await auth.authenticate(f"Bearer {key}", None, client_address(request, auth.clients))
     except AuthError as exc:
-        return _login_page(request, session, exc.message, exc.status, next_page)
+        return login_page(request, session, exc.message, exc.status, next_page)
     if session.signed_in:
         await sessions.end(session.id)
     # a new id once signed in: a planted cookie never becomes a signed-in one
@@ -224,7 +205,7 @@ async def statement_download(request: Request, sessions: SessionStore, auth: Aut
 def _sign_in_first(request: Request, _: NotSignedIn) -> Redirect:
     """The sign-in page, which comes back here once signed in (a GET page only: a form is not posted again)."""
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    back = _next_page(here) if request.method == "GET" else None
+    back = next_page_of(here) if request.method == "GET" else None
     return Redirect(f"{BASE}/login" + (f"?{urlencode({'next': back})}" if back else ""))
 
 
@@ -257,7 +238,8 @@ def dashboard_router() -> Router:
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
                                                   statement_download,
                                                   teams_page, *KEY_HANDLERS, *EDIT_HANDLERS, *REQUEST_HANDLERS,
-                                                  *TEAM_HANDLERS, *LIMITS_HANDLERS],
+                                                  *TEAM_HANDLERS, *LIMITS_HANDLERS, *ACCOUNT_HANDLERS,
+                                                  *MEMBER_HANDLERS, *OIDC_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},

@@ -28,6 +28,11 @@ class DashboardScope(msgspec.Struct, frozen=True):
         return self.key.is_admin
 
     @property
+    def is_account(self) -> bool:
+        """Signed in to a person's account (auth/directory.py `account_signer`), not with an API key."""
+        return self.key.id.startswith("user:")
+
+    @property
     def manager(self) -> Manager:
         """The signed-in key as auth/policy.py judges what it may do to the keys of the team on screen."""
         return Manager(user_id=self.key.user_id, is_admin=self.is_admin, role=self.team.role)
@@ -45,5 +50,8 @@ async def resolve(auth: AuthService, key: KeyRecord, team_id: str | None) -> Das
     if team is None and team_id is None and teams:
         team = teams[0]
     if team is None:
+        if not teams:
+            raise NotFound("Your account belongs to no team yet: ask a team's owner for an invitation.",
+                           code="no_team")
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
     return DashboardScope(key, teams, team)

@@ -1,6 +1,6 @@
-"""The owners' read-only pages of their team: its members (roles, when they joined) and its audit log (the
-entries that name the team: its keys created, rotated, edited, revoked or blocked, its members and limits
-changed). Both are the operator's to change (`/admin`), so the pages show and never act. The rule is the
+"""The owners' read-only audit log of their team (the entries that name the team: its keys created, rotated,
+edited, revoked or blocked, its members invited, joined, promoted or removed, its limits changed); the Members
+page is gateway/dashboard/members.py. The rule is the
 keys page's (auth/policy.py `check_manages`): owners and the admin; a member or a service key gets 403 and
 no link in the bar. The audit log is paged newest first (`cursor`, as the admin API's); a cursor this page
 did not hand out is said at the paging link (400), never a bare error."""
@@ -30,17 +30,6 @@ def _local(iso: str, tz: str) -> str:
     return when(parse_iso(iso), tz, seconds=True)
 
 
-@get("/members", opt=PUBLIC)
-async def members_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session, scope = await _owner_scope(request, sessions, auth)
-    members = await auth.admin.list_members(scope.team.id)
-    names = await auth.directory.names(user_ids=[m.user_id for m in members])
-    tz, tz_problem = zone_or_utc(request.query_params)
-    return Template("members.html.j2", status_code=400 if tz_problem else 200, context={
-        "session": session, "scope": scope, "page": "members", "members": members, "names": names, "tz": tz,
-        "local": _local, "tz_problem": tz_problem})
-
-
 @get("/audit", opt=PUBLIC)
 async def audit_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
     session, scope = await _owner_scope(request, sessions, auth)
@@ -58,4 +47,4 @@ async def audit_page(request: Request, sessions: SessionStore, auth: AuthService
         "tz": tz})
 
 
-TEAM_HANDLERS = [members_page, audit_page]
+TEAM_HANDLERS = [audit_page]

@@ -1,0 +1,75 @@
+"""The e-mails of accounts: a sign-in link, a password reset link, a team invitation. They go through the SMTP
+server of Settings' `[budget_alerts]` (the one mail relay the operator configures), each with Date and
+Message-ID, in the background: the page answers at once and the same way whether or not an account exists
+(the time of the answer tells nothing), and a relay that is down is logged, never shown to whoever asked.
+
+Links point at `public_url` (the address people reach the gateway at), never at the request's Host header,
+which whoever asks could set to their own site and so receive the token."""
+
+from __future__ import annotations
+
+import asyncio
+import smtplib
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from urllib.parse import urlencode
+
+import structlog
+
+from gateway.config import Settings
+
+log = structlog.get_logger("gateway.dashboard.mail")
+_sending: set[asyncio.Task] = set()  # held until sent: a task nobody references may be collected
+
+
+def link(settings: Settings, path: str, token: str) -> str:
+    base = settings.public_url.rstrip("/") or f"http://{settings.host}:{settings.port}"
+    return f"{base}/dashboard/{path}?{urlencode({'token': token})}"
+
+
+def _send(settings: Settings, to: str, subject: str, text: str) -> None:
+    s = settings.budget_alerts
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = s.smtp_from, to, subject
+    message["Date"] = formatdate(usegmt=True)
+    message["Message-ID"] = make_msgid(domain=s.smtp_from.rpartition("@")[2] or "localhost")
+    message.set_content(text)
+    with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.timeout_s) as smtp:
+        if s.smtp_starttls:
+            smtp.starttls()
+        if s.smtp_username:
+            smtp.login(s.smtp_username, s.smtp_password)
+        smtp.send_message(message)
+
+
+async def _deliver(settings: Settings, kind: str, to: str, subject: str, text: str) -> None:
+    try:
+        await asyncio.to_thread(_send, settings, to, subject, text)
+    except (OSError, smtplib.SMTPException) as exc:
+        log.warning("account_mail_failed", kind=kind, error=type(exc).__name__)  # never the link: it is a secret
+
+
+def send(settings: Settings, kind: str, to: str, subject: str, text: str) -> None:
+    """Mails `text` to `to` in the background (nothing when no SMTP server is configured: logged)."""
+    if not settings.budget_alerts.smtp_host:
+        log.warning("account_mail_skipped", kind=kind, reason="no smtp_host configured in [budget_alerts]")
+        return
+    task = asyncio.get_running_loop().create_task(_deliver(settings, kind, to, subject, text))
+    _sending.add(task)
+    task.add_done_callback(_sending.discard)
+
+
+def sign_in_text(url: str, minutes: int) -> str:
+    return (f"Someone (we hope you) asked to sign in to the Sluice dashboard with this address.\n\n"
+            f"Sign in: {url}\n\nThe link works once, for {minutes} minutes. If you did not ask, ignore this e-mail.\n")
+
+
+def reset_text(url: str, minutes: int) -> str:
+    return (f"Someone (we hope you) asked to set a new password for the Sluice dashboard.\n\n"
+            f"Set a new password: {url}\n\nThe link works once, for {minutes} minutes; setting a password signs "
+            "you out everywhere. If you did not ask, ignore this e-mail: your password stays as it is.\n")
+
+
+def invite_text(url: str, team: str, role: str, days: int) -> str:
+    return (f"You are invited to join the team {team!r} on Sluice as {'an owner' if role == 'owner' else 'a member'}."
+            f"\n\nAccept: {url}\n\nThe link works once, for {days} days.\n")
