@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Callable
+from typing import TypeVar
 
 from auth.clock import now
 from auth.errors import AuthError, RequestError
 from auth.forwarded import client_group
 from auth.models import AccountRecord, LinkRecord
-from auth.passwords import PasswordRefused, check_new, hash_password, verify
+from auth.passwords import Hashing, HashingBusy, PasswordRefused, check_new, hash_password, verify
 from auth.store import Store
 
 WINDOW_S = 15 * 60.0
@@ -36,6 +38,8 @@ MAX_EMAIL = 254
 _EMAIL = re.compile(r"[^@\s<>,;\"'()\[\]\\]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
 LINK_GONE = "This link has expired or was already used; ask for a new one."
 WRONG = "That e-mail address and password do not match an account."
+BUSY_RETRY_S = 5.0
+T = TypeVar("T")
 
 
 def normal_email(raw: object) -> str:
@@ -57,19 +61,29 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def new_password(password: object) -> str:
-    """The hash of a password that may be set; 400 `weak_password` saying why not."""
+def settable_password(password: object) -> str:
+    """A password that may be set; 400 `weak_password` saying why not."""
     text = password if isinstance(password, str) else ""
     try:
         check_new(text)
     except PasswordRefused as exc:
         raise RequestError(400, "weak_password", str(exc), "password") from exc
-    return hash_password(text)
+    return text
+
+
+async def hashed(hashing: Hashing, work: Callable[..., T], *args: object) -> T:
+    """`work` (a hash or a check) run by `hashing`; 429 `too_many_sign_ins` while too many wait already."""
+    try:
+        return await hashing.run(work, *args)
+    except HashingBusy:
+        raise AuthError(429, "too_many_sign_ins", "Too many sign-ins at once; try again in a few seconds.",
+                        BUSY_RETRY_S) from None
 
 
 class Accounts:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, hashing: Hashing) -> None:
         self._store = store
+        self._hashing = hashing
 
     async def _wait(self, limits: list[tuple[str, int]]) -> float | None:
         """Seconds until the first of `limits` ((subject, most in the window)) that is spent frees a slot."""
@@ -88,7 +102,8 @@ class Accounts:
             raise AuthError(429, "too_many_sign_ins", f"Too many failed sign-ins; try again in {int(wait // 60) + 1} "
                             "minutes, or ask for a sign-in link.", wait)
         account = await self._store.account_by_email(email)
-        if not verify(password, account.password_hash if account else None) or account is None:
+        if not await hashed(self._hashing, verify, password, account.password_hash if account else None) \
+                or account is None:
             at = now()
             await self._store.add_failure([subject for subject, _ in limits], at)
             await self._store.delete_failures_before(at - WINDOW_S)  # the table holds one window, no more
@@ -131,8 +146,9 @@ class Accounts:
     async def reset_password(self, token: object, password: object) -> str:
         """Sets the password the reset link was sent for and ends every session of its user (a reset is what
         someone does who thinks another knows the old one); the user id."""
-        password_hash = new_password(password)  # refused before the link is used: a weak try keeps the link
+        text = settable_password(password)  # refused before the link is used: a weak try keeps the link
         link = await self._use("reset", token)
+        password_hash = await hashed(self._hashing, hash_password, text)  # hashed once the link proved good
         account = await self._store.account_by_email(link.email)
         if account is None:
             raise RequestError(400, "link_expired", LINK_GONE)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from auth.accounts import LINK_GONE, new_password, new_token, token_hash
+from auth.accounts import LINK_GONE, hashed, new_token, settable_password, token_hash
 from auth.admin import Actor, audit_entry, new_id
 from auth.clock import now
 from auth.errors import RequestError
 from auth.models import ROLES, AccountRecord, LinkRecord, MemberRecord, UserRecord
+from auth.passwords import Hashing, hash_password
 from auth.policy import OWNER, Manager, check_manages
 from auth.store import Store
 
@@ -40,9 +41,10 @@ def _name(name: object, email: str) -> str:
 
 
 class Memberships:
-    def __init__(self, store: Store, forget: Callable[..., None]) -> None:
+    def __init__(self, store: Store, forget: Callable[..., None], hashing: Hashing) -> None:
         self._store = store
         self._forget = forget
+        self._hashing = hashing
 
     async def invite(self, actor: Actor, manager: Manager, team_id: str, email: str, role: object) -> str:
         """The invitation's token (the caller mails the link); 409 when the address is already a member or the
@@ -88,15 +90,23 @@ class Memberships:
         """(user id, team id): the invited address's account (made now with `password`, or the existing one,
         which sets `password` if it had none) joins the team with the invited role (a member already there
         keeps theirs). The link works once."""
-        if not isinstance(token, str) or len(token) > 100:
+        if not isinstance(token, str) or len(token) > 100 or (invited := await self.peek(token)) is None:
             raise RequestError(400, "link_expired", LINK_GONE)
+        # the new password hashed off the loop and outside the transaction, only for a good link (a refusal
+        # keeps the link); the transaction below looks again, and sets it only where none is set yet
+        known = await self._store.account_by_email(invited.email)
+        new_hash = None
+        if known is None or known.password_hash is None:
+            new_hash = await hashed(self._hashing, hash_password, settable_password(password))
         async with self._store.transaction() as tx:
             link = await tx.peek_link(token_hash(token), "invite", now())
             if link is None or link.team_id is None:
                 raise RequestError(400, "link_expired", LINK_GONE)
             account = await tx.account_by_email(link.email)
             needs_password = account is None or account.password_hash is None
-            password_hash = new_password(password) if needs_password else None  # a refusal keeps the link
+            if needs_password and new_hash is None:  # an account that lost its password meanwhile
+                raise RequestError(400, "link_expired", LINK_GONE)
+            password_hash = new_hash if needs_password else None
             display_name = _name(name, link.email)
             await tx.use_link(token_hash(token), "invite", now())
             at = now()

@@ -9,15 +9,21 @@ not tell whether the account exists.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
+from typing import TypeVar
 
 LOG2_N, R, P = 15, 8, 1
 KEY_BYTES = 32
 MIN_LENGTH, MAX_LENGTH = 10, 256  # a longer input is refused before any hashing (no hash-time denial of service)
 _MAXMEM = 64 * 1024 * 1024
+HASHES_AT_ONCE = 2  # each is ~0.1 s of one core and 32 MiB
+HASHES_WAITING = 16  # beyond these a password request is refused at once, not queued
+T = TypeVar("T")
 
 
 class PasswordRefused(ValueError):
@@ -60,3 +66,27 @@ def verify(password: str, stored: str | None) -> bool:
     except (ValueError, MemoryError):
         return False
     return hmac.compare_digest(computed, base64.b64decode(expected)) and stored is not None
+
+
+class HashingBusy(Exception):
+    """More password hashes are waiting than HASHES_WAITING: the caller answers 429 and asks to try again."""
+
+
+class Hashing:
+    """Where password hashes are computed: off the event loop, HASHES_AT_ONCE at a time, at most HASHES_WAITING
+    more queued. A hash costs ~0.1 s of CPU, so guesses sent in parallel from many addresses (each under its
+    failure throttle) must not take the gateway's loop, its cores or its memory from everyone else."""
+
+    def __init__(self) -> None:
+        self._slots = asyncio.Semaphore(HASHES_AT_ONCE)
+        self._waiting = 0
+
+    async def run(self, work: Callable[..., T], *args: object) -> T:
+        if self._waiting >= HASHES_WAITING:
+            raise HashingBusy
+        self._waiting += 1
+        try:
+            async with self._slots:
+                return await asyncio.to_thread(work, *args)
+        finally:
+            self._waiting -= 1

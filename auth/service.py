@@ -22,6 +22,7 @@ from auth.forwarded import ClientAddresses
 from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.memberships import Memberships
 from auth.models import KeyRecord, Limits, Role, TeamRecord
+from auth.passwords import Hashing
 from auth.policy import Manager, reaches
 from auth.store import Store, open_store
 from auth.team_keys import TeamKeys
@@ -81,8 +82,9 @@ class AuthService:
         # what owners may do (auth/policy.py), with at most `max_keys_per_team` live keys made in a team
         self.team_keys = TeamKeys(store, self.admin, self._forget, max_keys_per_team)
         self.directory = Directory(store)  # what the dashboard reads, under the same rules
-        self.accounts = Accounts(store)  # people signing in as themselves (e-mail and password, e-mail links)
-        self.memberships = Memberships(store, self._forget)  # owners inviting, promoting and removing members
+        hashing = Hashing()  # one bound on password hashes for every route that computes one
+        self.accounts = Accounts(store, hashing)  # people signing in as themselves (e-mail and password, e-mail links)
+        self.memberships = Memberships(store, self._forget, hashing)  # owners inviting, promoting, removing members
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options: Any) -> AuthService:

@@ -70,6 +70,14 @@ def _unmasked(value: Any) -> str | None:
         return None
 
 
+async def session_form(request: Request, sessions: SessionStore) -> tuple[Session, dict[str, Any]]:
+    """The request's session and its posted form (posted_form: 403 without a session whose CSRF token matches)."""
+    session = await current_session(request, sessions)
+    form = await posted_form(request, session)
+    assert session is not None  # posted_form refused the request otherwise
+    return session, form
+
+
 async def posted_form(request: Request, session: Session | None) -> dict[str, Any]:
     """The posted form, once its CSRF token matched the session's."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()

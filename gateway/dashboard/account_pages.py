@@ -18,7 +18,16 @@ from auth.sessions import Session, SessionStore, digest
 from gateway.authentication.headers import client_address
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard import account_mail
-from gateway.dashboard.access import BASE, NotSignedIn, cookie, current_session, masked_token, posted_form, signed_in
+from gateway.dashboard.access import (
+    BASE,
+    NotSignedIn,
+    cookie,
+    current_session,
+    masked_token,
+    posted_form,
+    session_form,
+    signed_in,
+)
 from gateway.dashboard.render import when
 from gateway.dashboard.sign_in_page import login_page, next_page_of
 from gateway.serving.services import Services
@@ -51,8 +60,7 @@ def sign_in_landing(next_page: str | None) -> str:
 
 @post("/sign-in", opt=PUBLIC, status_code=303)
 async def password_sign_in(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = await current_session(request, sessions)
-    form = await posted_form(request, session)
+    session, form = await session_form(request, sessions)
     next_page = next_page_of(form.get("next"))
     password = form.get("password") if isinstance(form.get("password"), str) else ""
     try:
@@ -68,8 +76,7 @@ async def password_sign_in(request: Request, sessions: SessionStore, auth: AuthS
 async def _mail_link(request: Request, sessions: SessionStore, auth: AuthService, services: Services,
                      purpose: str) -> tuple[Session, str | None, int, object]:
     """Asks for a sign-in or reset link: (session, the message to show, its status, the address as typed)."""
-    session = await current_session(request, sessions)
-    form = await posted_form(request, session)
+    session, form = await session_form(request, sessions)
     try:
         email = normal_email(form.get("email"))
         token = await auth.accounts.request_link(purpose, email, _client(request, auth))
@@ -106,8 +113,7 @@ async def sign_in_link_page(request: Request, sessions: SessionStore, auth: Auth
 
 @post("/sign-in/link", opt=PUBLIC, status_code=303)
 async def use_sign_in_link(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = await current_session(request, sessions)
-    form = await posted_form(request, session)
+    session, form = await session_form(request, sessions)
     try:
         user_id = await auth.accounts.use_sign_in_link(form.get("token"))
     except RequestError:
@@ -139,8 +145,7 @@ async def reset_page(request: Request, sessions: SessionStore, auth: AuthService
 
 @post("/reset", opt=PUBLIC, status_code=303)
 async def reset_password(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = await current_session(request, sessions)
-    form = await posted_form(request, session)
+    session, form = await session_form(request, sessions)
     token = form.get("token")
     if form.get("password") != form.get("confirm"):
         link = await auth.accounts.peek("reset", token)
@@ -175,8 +180,7 @@ async def _invite_page(request: Request, session: Session, auth: AuthService, to
 
 @post("/invite", opt=PUBLIC, status_code=303)
 async def accept_invite(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = await current_session(request, sessions)
-    form = await posted_form(request, session)
+    session, form = await session_form(request, sessions)
     token = form.get("token")
     if "password" in form and form.get("password") != form.get("confirm"):
         return await _invite_page(request, session, auth, token, "The two passwords differ.", 400, form.get("name"))

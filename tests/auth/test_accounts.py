@@ -4,6 +4,8 @@ owner acting on another team."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
 import pytest
@@ -14,7 +16,7 @@ from auth.accounts import normal_email
 from auth.admin import Actor
 from auth.errors import AuthError, RequestError
 from auth.models import CreateTeam, CreateUser, PutMember
-from auth.passwords import hash_password, verify
+from auth.passwords import HASHES_WAITING, hash_password, verify
 from auth.policy import Manager
 
 CLI = Actor("cli:test", "cli")
@@ -173,3 +175,26 @@ async def test_an_operator_made_user_gets_an_account_by_invitation(service):
     token = await service.memberships.invite(CLI, Manager(None, True, "admin"), team.id, "new@example.com", "member")
     user_id, _ = await service.memberships.accept(token, "", PASSWORD, "test")
     assert user_id != made.id and (await service.store.get_user(user_id)).name == "new"
+
+
+async def test_password_hashes_run_off_the_loop_and_a_flood_is_refused_not_queued(service, monkeypatch):
+    """Guesses sent at once from many addresses (each under its own throttle) are hashed on threads, a few at a
+    time; past HASHES_WAITING the rest get 429 at once instead of taking the gateway's cores and memory."""
+    await _team_with_owner(service, "A", "ann@example.com")
+    loop_thread, hashed_on = threading.get_ident(), set()
+    real_verify = accounts_module.verify
+
+    def watched_verify(password, stored):
+        hashed_on.add(threading.get_ident())
+        return real_verify(password, stored)
+
+    monkeypatch.setattr(accounts_module, "verify", watched_verify)
+    flood = HASHES_WAITING + 8
+    outcomes = await asyncio.gather(*(service.accounts.sign_in(f"u{i}@example.com", PASSWORD, f"10.1.{i}.1")
+                                      for i in range(flood)), return_exceptions=True)
+    assert all(isinstance(o, AuthError) for o in outcomes)
+    busy = [o for o in outcomes if o.code == "too_many_sign_ins"]
+    assert len(busy) == flood - HASHES_WAITING and all(o.status == 429 and o.retry_after for o in busy)
+    assert [o.status for o in outcomes if o not in busy] == [401] * HASHES_WAITING
+    assert hashed_on and loop_thread not in hashed_on
+    assert await service.accounts.sign_in("ann@example.com", PASSWORD, "10.0.0.9")  # the flood left no debt
