@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import cast
 
-from litestar import Request, Response, Router, get
+from litestar import Request, Router, get
 from litestar.di import Provide
-from litestar.response import Template
+from litestar.response import Stream, Template
 
 from auth.service import AuthService
 from auth.sessions import SessionStore
@@ -50,13 +50,13 @@ async def batches_page(request: Request, sessions: SessionStore, auth: AuthServi
 
 @get("/batches/files/{file_id:str}", opt=PUBLIC)
 async def batch_file(request: Request, sessions: SessionStore, auth: AuthService, batches: BatchService,
-                     file_id: str) -> Response:
+                     file_id: str) -> Stream:
     _, scope = await _team_scope(request, sessions, auth)
     row = await batches.files.get(scope.team.id, file_id[:128])
     if row is None:
         raise NotFound("No such file in this team.")
-    return Response(await batches.files.read(row[0]), media_type="application/jsonl",
-                    headers={"content-disposition": f'attachment; filename="{row[0]}.jsonl"'})
+    return Stream(batches.files.chunks(row[0]), media_type="application/jsonl",
+                  headers={"content-disposition": f'attachment; filename="{row[0]}.jsonl"'})
 
 
 def dashboard_batches_router() -> Router:
