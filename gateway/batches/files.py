@@ -201,7 +201,7 @@ class FileStore:
         return len(rows)
 
 
-STALE_SLACK_S = 60.0  # past its timeout an upload still commits for a moment: its body is left alone that long
+STALE_SLACK_S = 60.0  # past its timeout an upload may still be committing: its body is left alone this long more
 
 
 class Upload:
