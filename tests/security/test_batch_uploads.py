@@ -179,3 +179,31 @@ def test_a_gateway_killed_mid_upload_keeps_no_half_file(worker, tmp_path):
         api = client(again, key)
         assert api.files.list().data == []
         assert api.files.create(file=("next.jsonl", io.BytesIO(LINE)), purpose="batch").bytes == len(LINE)
+
+
+def test_an_upload_may_outlast_the_body_timeout_but_never_stall_that_long(worker, tmp_path):
+    """`body_timeout_s` 2: a body that keeps coming for longer passes, one that stops for 2 s is cut (408) and the
+    upload's place is given back."""
+    settings = "[http]\nbody_timeout_s = 2\n"
+    with running_sluice(tmp_path, config=config(worker.url, settings), env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:
+        key = team_key(server, "trickle")
+        body = multipart(LINE * 400)
+        pieces = [body[start:start + len(body) // 8 + 1] for start in range(0, len(body), len(body) // 8 + 1)]
+
+        def trickle():
+            for piece in pieces:
+                yield piece
+                time.sleep(0.4)  # 8 pieces: ~3 s in all, never 2 s without bytes
+
+        made = httpx.post(f"{server.url}/v1/files", content=trickle(), timeout=30,
+                          headers={"authorization": f"Bearer {key}", "content-length": str(len(body)),
+                                   "content-type": f"multipart/form-data; boundary={BOUNDARY}"})
+        assert made.status_code == 200, made.text
+        with half_upload(server, key) as stalled:
+            stalled.settimeout(30)
+            answer = stalled.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and b"body_timeout" in answer
+        wait_for(lambda: parts(server) == [], "the stalled upload's body dropped")
+        api = client(server, key)
+        assert api.files.create(file=("after.jsonl", io.BytesIO(LINE)), purpose="batch").bytes == len(LINE)
+        assert len(api.files.list().data) == 2
