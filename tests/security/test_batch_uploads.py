@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import httpx
 import openai
 import pytest
@@ -207,3 +208,37 @@ def test_an_upload_may_outlast_the_body_timeout_but_never_stall_that_long(worker
         api = client(server, key)
         assert api.files.create(file=("after.jsonl", io.BytesIO(LINE)), purpose="batch").bytes == len(LINE)
         assert len(api.files.list().data) == 2
+
+
+def test_file_bodies_in_s3_stream_both_ways_and_stay_their_teams(worker, tmp_path):
+    """`file_bucket` set (moto's S3 server): the upload is an S3 object (multipart past 8 MiB) and nothing on the
+    data dir; its content streams back, to its team only."""
+    from moto.server import ThreadedMotoServer
+
+    from testkit.servers import free_port
+
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        aws = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="sluice-batch-files")
+        settings = f'file_bucket = "sluice-batch-files"\nfile_prefix = "files/"\ns3_endpoint_url = "{endpoint}"\n'
+        with running_sluice(tmp_path, config=config(worker.url, settings),
+                            env={"SLUICE_ADMIN_KEY": ADMIN_KEY, **aws}) as server:
+            api = client(server, team_key(server, "s3-team"))
+            body = LINE * ((10 * MIB) // len(LINE))
+            made = api.files.create(file=("big.jsonl", io.BytesIO(body)), purpose="batch")
+            stored = s3.head_object(Bucket="sluice-batch-files", Key=f"files/{made.id}.jsonl")
+            assert stored["ContentLength"] == len(body)
+            assert not (server.data_dir / "batch_files").exists() or parts(server) == []
+            assert api.files.content(made.id).content == body
+            with pytest.raises(openai.NotFoundError):
+                client(server, team_key(server, "s3-other")).files.content(made.id)
+            api.files.delete(made.id)
+            assert s3.list_objects_v2(Bucket="sluice-batch-files").get("KeyCount", 0) == 0
+    finally:
+        moto.stop()
