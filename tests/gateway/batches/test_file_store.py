@@ -6,6 +6,8 @@ dropped by the sweep (gateway/batches/files.py, bodies.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
@@ -158,3 +160,13 @@ async def test_an_upload_cut_by_a_dead_gateway_leaves_no_file_and_is_swept(home)
     await files.purge_expired()
     assert await stored_bodies(home) == []
     await files.create("team_a", "batch", "next.jsonl", LINE)  # its place given back
+
+
+async def test_a_produced_file_is_written_once_whoever_finalizes_and_whatever_the_quota(home):
+    files = files_of(home, team_max_file_bytes=0)
+    body = LINE * ((3 << 20) // len(LINE))
+    made = await asyncio.gather(*(files.create("team_a", "batch_output", "out.jsonl", body, produced=True,
+                                               file_id="file-batch_x_output") for _ in range(2)))
+    assert made[0] == made[1] and made[0]["bytes"] == len(body)
+    assert await files.read("file-batch_x_output") == body
+    assert await files.get("team_b", "file-batch_x_output") is None
