@@ -47,10 +47,15 @@ async def receive_upload(request: Request, files: FileStore, team_id: str, setti
         except TimeoutError:
             raise UploadTimedOut(f"The upload did not arrive within upload_timeout_s "
                                  f"({settings.upload_timeout_s:g} s).") from None
-        required(purpose is not None and bool(purpose), "purpose")
-        check(purpose == "batch", f"purpose must be 'batch' (got {str(purpose)[:MAX_PURPOSE_BYTES]!r})", "purpose")
+        _check_purpose(purpose)
         required(filename is not None, "file")
         return await upload.commit(filename or "upload.jsonl")
+
+
+def _check_purpose(purpose: bytes | str | None) -> None:
+    required(purpose is not None and bool(purpose), "purpose")
+    text = bytes(purpose).decode("utf-8", "replace") if isinstance(purpose, (bytes, bytearray)) else purpose
+    check(text == "batch", f"purpose must be 'batch' (got {str(text)[:MAX_PURPOSE_BYTES]!r})", "purpose")
 
 
 async def _parse(request: Request, boundary: str, upload: Upload) -> tuple[str | None, str | None]:
@@ -74,6 +79,8 @@ async def _parse(request: Request, boundary: str, upload: Upload) -> tuple[str |
                             check(purpose is None, "send purpose once", "purpose")
                             purpose = bytearray()
                     elif event is None:
+                        if field == "purpose":  # a wrong purpose refused before the file is streamed in
+                            _check_purpose(purpose)
                         field = None
                     elif field == "file":
                         await upload.write(event)
