@@ -7,6 +7,7 @@ dropped by the sweep (gateway/batches/files.py, bodies.py)."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 import boto3
 import pytest
@@ -103,7 +104,9 @@ async def test_a_streamed_upload_reads_back_in_chunks_and_only_for_its_team(home
 
 @pytest.mark.parametrize(("bounds", "pieces", "refusal"), [
     ({"max_line_bytes": 1024}, [b"{" + b"x" * 600, b"y" * 600], LineTooLarge),  # a line split over two pieces
+    ({"max_line_bytes": 1024}, [b"{}\n" + b"x" * 1100 + b"\n{}\n"], LineTooLarge),  # inside one piece
     ({"max_file_lines": 3}, [LINE * 3, b"{}"], TooManyLines),  # a fourth line without its newline
+    ({"max_file_lines": 3}, [b"{}\n" * 4], TooManyLines),
     ({"max_file_bytes": 1024}, [LINE * 10, LINE * 10], PayloadTooLarge),
     ({"team_max_file_bytes": 1000}, [LINE * 8, LINE * 8], FileQuotaExceeded),
 ])
@@ -170,3 +173,20 @@ async def test_a_produced_file_is_written_once_whoever_finalizes_and_whatever_th
     assert made[0] == made[1] and made[0]["bytes"] == len(body)
     assert await files.read("file-batch_x_output") == body
     assert await files.get("team_b", "file-batch_x_output") is None
+
+
+async def test_lines_are_counted_alike_however_the_pieces_fall(tmp_path):
+    db = await storage.open(f"sqlite:///{tmp_path}/files.db")
+    try:
+        files = files_of((db, DiskBodies(tmp_path / "bodies")), max_line_bytes=1024)
+        rng = random.Random(48)
+        text = b"".join(b"x" * rng.choice([0, 1, 5, 300, 1024]) + b"\n" for _ in range(500))
+        for trial in range(5):
+            upload = await files.begin_upload("team_a")
+            async with upload:
+                cuts = sorted(rng.sample(range(1, len(text)), 40 * trial + 1))
+                for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+                    await upload.write(text[start:end])
+                assert upload.lines == 500 and upload.line_bytes == 0
+    finally:
+        await db.close()
