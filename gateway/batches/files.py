@@ -3,7 +3,8 @@
 the database, or S3), written and read in chunks.
 
 An upload streams in (`begin_upload`, upload.py feeds it): it is a `batch_file_uploads` row while it runs, which
-bounds a team's uploads in progress across a fleet (`team_max_concurrent_uploads`, 429 `too_many_uploads`), and
+bounds a team's uploads in progress across a fleet (`team_max_concurrent_uploads`, 429 `too_many_uploads`; one
+process takes `max_concurrent_uploads` of every team at once, bounding what their buffers hold), and
 becomes a file only when its `batch_files` row is written, after its body is whole: a gateway killed mid-upload
 leaves no file, and its body is dropped once the upload is `upload_timeout_s` old (`purge_expired`).
 
@@ -73,6 +74,7 @@ class FileStore:
     def __init__(self, db: Database, bodies: Bodies, settings: BatchSettings, floor_bytes: int) -> None:
         self.db, self.bodies, self.settings, self.floor_bytes = db, bodies, settings, floor_bytes
         self.migrated = storage.MigratedOnFirstUse(db, SCHEMA)
+        self.open_uploads = 0  # this process's, every team's
 
     def _disk_has_room(self, size: int) -> bool:
         if not isinstance(self.bodies, DiskBodies):
@@ -105,6 +107,9 @@ class FileStore:
         if isinstance(self.bodies, DiskBodies):
             self.bodies.root.mkdir(parents=True, exist_ok=True)
         self._check_room(0)
+        if self.open_uploads >= self.settings.max_concurrent_uploads:
+            raise TooManyUploads(f"This gateway takes in {self.open_uploads} uploads at once, as many as it may "
+                                 "(max_concurrent_uploads); retry shortly.")
         now, file_id = time.time(), new_file_id()
         async with db.transaction(lock=f"batch-uploads:{team_id}") as tx:
             row = await tx.fetchone("SELECT COUNT(*) FROM batch_file_uploads WHERE team_id = ? AND started_at > ?",
@@ -118,7 +123,13 @@ class FileStore:
                 raise refused
             await tx.execute("INSERT INTO batch_file_uploads (file_id, team_id, started_at) VALUES (?, ?, ?)",
                              (file_id, team_id, now))
-        return Upload(self, team_id, file_id, used, self.bodies.writer(file_id))
+        self.open_uploads += 1
+        try:
+            return Upload(self, team_id, file_id, used, self.bodies.writer(file_id))
+        except BaseException:
+            self.open_uploads -= 1
+            await db.execute("DELETE FROM batch_file_uploads WHERE file_id = ?", (file_id,))
+            raise
 
     async def create(self, team_id: str, purpose: str, filename: str, body: bytes, *,
                      produced: bool = False, file_id: str | None = None) -> dict:
@@ -294,12 +305,17 @@ class Upload:
                 raise refused
             await tx.execute(f"INSERT INTO batch_files ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
             await tx.execute("DELETE FROM batch_file_uploads WHERE file_id = ?", (self.file_id,))
-        self.done = True
+        self._end()
         return file_object(row)
+
+    def _end(self) -> None:
+        if not self.done:
+            self.done = True
+            self.files.open_uploads -= 1
 
     async def abort(self) -> None:
         """Nothing of it kept: its body dropped, its place among the team's uploads given back."""
-        self.done = True
+        self._end()
         db = await self.files.migrated()
         try:
             await self.writer.abort()

@@ -190,3 +190,16 @@ async def test_lines_are_counted_alike_however_the_pieces_fall(tmp_path):
                 assert upload.lines == 500 and upload.line_bytes == 0
     finally:
         await db.close()
+
+
+async def test_one_process_takes_a_bounded_number_of_uploads_of_every_team(home):
+    files = files_of(home, max_concurrent_uploads=2)
+    first, second = await files.begin_upload("team_a"), await files.begin_upload("team_b")
+    with pytest.raises(TooManyUploads):
+        await files.begin_upload("team_c")
+    await first.write(LINE)
+    await first.commit("a.jsonl")
+    third = await files.begin_upload("team_c")
+    await second.abort()
+    await third.abort()
+    assert files.open_uploads == 0
