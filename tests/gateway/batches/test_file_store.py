@@ -1,12 +1,13 @@
 """File bodies in each of their three homes (the data dir with SQLite, the database with PostgreSQL, S3 through
-moto's server): an upload streamed in pieces reads back in chunks, is nobody's file until committed, and every
-bound of an upload (line length, line count, file size, the team's quota, the team's uploads in progress) refuses
-it as the bytes arrive and keeps nothing of it; an upload whose gateway died leaves no file and its body is
-dropped by the sweep (gateway/batches/files.py, bodies.py)."""
+moto's server beside either database): an upload streamed in pieces reads back in chunks, is nobody's file until
+committed, and every bound of an upload (line length, line count, file size, the team's quota, the uploads in
+progress of a team and of a process) refuses it as the bytes arrive and keeps nothing of it; an upload whose
+gateway died leaves no file and its body is dropped by the sweep (gateway/batches/files.py, bodies.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
 import boto3
@@ -25,6 +26,7 @@ from gateway.batches.files import (
     TooManyUploads,
 )
 from gateway.config import BatchSettings
+from testkit.databases import fresh_database
 from testkit.servers import free_port
 
 BUCKET = "sluice-files"
@@ -42,28 +44,27 @@ def s3_endpoint():
         server.stop()
 
 
-@pytest.fixture(params=["disk", "database", "s3"])
+@pytest.fixture(params=["disk", "database", "s3", "s3-postgres"])
 async def home(request, tmp_path, monkeypatch):
-    """(database, bodies) of one home; S3 beside SQLite (the bucket, not the database, holds the bodies)."""
-    if request.param == "database":
-        from testkit.databases import fresh_database
-
-        async with fresh_database(request.getfixturevalue("postgres"), "files") as url:
-            db = await storage.open(url)
+    """(database, bodies) of one home; S3 beside SQLite or PostgreSQL (a fleet: the bucket holds the bodies)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if request.param in ("database", "s3-postgres"):
+            url = await stack.enter_async_context(fresh_database(request.getfixturevalue("postgres"), "files"))
+        else:
+            url = f"sqlite:///{tmp_path}/files.db"
+        db = await storage.open(url)
+        stack.push_async_callback(db.close)
+        if request.param == "disk":
+            yield db, DiskBodies(tmp_path / "batch_files")
+        elif request.param == "database":
             yield db, DatabaseBodies(db)
-            await db.close()
-        return
-    db = await storage.open(f"sqlite:///{tmp_path}/files.db")
-    if request.param == "disk":
-        yield db, DiskBodies(tmp_path / "batch_files")
-    else:
-        for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                            "AWS_DEFAULT_REGION": "us-east-1"}.items():
-            monkeypatch.setenv(name, value)
-        endpoint = request.getfixturevalue("s3_endpoint")
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-        yield db, S3Bodies(BUCKET, f"{request.node.name[-40:]}/", endpoint)
-    await db.close()
+        else:
+            for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                                "AWS_DEFAULT_REGION": "us-east-1"}.items():
+                monkeypatch.setenv(name, value)
+            endpoint = request.getfixturevalue("s3_endpoint")
+            boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
+            yield db, S3Bodies(BUCKET, f"{request.node.name[-40:]}/", endpoint)
 
 
 def files_of(home, **bounds) -> FileStore:
