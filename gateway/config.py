@@ -124,6 +124,16 @@ class BatchSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     lease_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 60.0  # a claimed line's lease; renewed while it runs
     poll_interval_s: Annotated[float, msgspec.Meta(ge=0.05, le=60)] = 1.0  # how often an idle runner looks again
     file_retention_s: Annotated[float, msgspec.Meta(gt=0, le=366 * 86_400)] = 30 * 86_400.0  # files expire
+    max_line_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 8 << 20  # one JSONL line of an upload
+    # uploads of one team in progress at once (all gateways), each within upload_timeout_s (408)
+    team_max_concurrent_uploads: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 4
+    # uploads one gateway process takes in at once, every team together: bounds their buffers (an S3 part each)
+    max_concurrent_uploads: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    upload_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=86_400)] = 1800.0
+    # file bodies in S3 (a fleet's gateways share it) instead of the data dir (SQLite) or the database (PostgreSQL)
+    file_bucket: Annotated[str, msgspec.Meta(max_length=63, pattern=r"^([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])?$")] = ""
+    file_prefix: Annotated[str, msgspec.Meta(max_length=512)] = "batch-files/"
+    s3_endpoint_url: Annotated[str, msgspec.Meta(max_length=512)] = ""  # "" = AWS; or an S3-compatible store
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

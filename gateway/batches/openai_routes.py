@@ -14,19 +14,18 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request, Router, delete, get, post
-from litestar.datastructures import UploadFile
 from litestar.di import Provide
-from litestar.exceptions import HTTPException
 from litestar.params import Parameter
-from litestar.response import Response
+from litestar.response import Stream
 
 from auth import Principal
-from common.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
+from common.errors import BadRequest, UnsupportedMediaType
 from common.json_body import read_json, read_optional_json
 from gateway.batches import lines as checks
 from gateway.batches.files import file_object
 from gateway.batches.objects import COMPLETION_WINDOW, openai_batch
 from gateway.batches.service import BatchService
+from gateway.batches.upload import UPLOAD_PATH, receive_upload
 from gateway.dialects import bounds
 from gateway.dialects.openai.routes import OPENAI
 from gateway.errors import NotFound
@@ -64,34 +63,12 @@ async def _batch(batches: BatchService, team_id: str, batch_id: str):
 
 
 async def upload(request: Request, batches: BatchService) -> dict:
-    """`files.create(file=..., purpose="batch")`: the file's bytes (at most `max_file_bytes`, 413) as a JSONL
-    upload of at most `max_file_lines` lines."""
+    """`files.create(file=..., purpose="batch")`: a JSONL file streamed to storage as it arrives (upload.py), within
+    `max_file_bytes` (413), `max_file_lines` lines of `max_line_bytes` and the team's quota."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise UnsupportedMediaType("upload a file as multipart/form-data with the fields `purpose` and `file`")
-    try:
-        form = await request.form()
-    except HTTPException as refused:
-        if refused.status_code == 413:
-            raise PayloadTooLarge(f"A file may hold at most {batches.settings.batches.max_file_bytes} bytes.",
-                                  param="file") from None
-        raise BadRequest(f"the multipart body could not be read: {refused.detail}") from None
-    purpose = form.get("purpose")
-    required(isinstance(purpose, str) and bool(purpose), "purpose")
-    check(purpose == "batch", f"purpose must be 'batch' (got {str(purpose)[:64]!r})", "purpose")
-    upload_file = form.get("file")
-    required(isinstance(upload_file, UploadFile), "file")
-    assert isinstance(upload_file, UploadFile)  # narrowed for the type check: required() raised otherwise
-    body = await upload_file.read()
-    settings = batches.settings.batches
-    if len(body) > settings.max_file_bytes:
-        raise PayloadTooLarge(f"A file may hold at most {settings.max_file_bytes} bytes; this one holds "
-                              f"{len(body)}.", param="file")
-    if body.count(b"\n") + (0 if body.endswith(b"\n") else 1) > settings.max_file_lines:
-        raise BadRequest(f"A batch file may hold at most {settings.max_file_lines} lines.", param="file",
-                         code="too_many_lines")
-    return await batches.files.create(_principal(request).team_id, "batch", upload_file.filename or "upload.jsonl",
-                                      body)
+    return await receive_upload(request, batches.files, _principal(request).team_id, batches.settings.batches)
 
 
 @get("/v1/files", summary="OpenAI Files: the team's files", tags=["OpenAI"])
@@ -122,9 +99,9 @@ async def delete_file(request: Request, batches: BatchService, file_id: str) -> 
 
 
 @get("/v1/files/{file_id:str}/content", summary="OpenAI Files: a file's bytes", tags=["OpenAI"])
-async def file_content(request: Request, batches: BatchService, file_id: str) -> Response:
+async def file_content(request: Request, batches: BatchService, file_id: str) -> Stream:
     row = await _file(batches, _principal(request).team_id, file_id)
-    return Response(await batches.files.read(row[0]), media_type="application/octet-stream")
+    return Stream(batches.files.chunks(row[0]), media_type="application/octet-stream")
 
 
 @post("/v1/batches", status_code=200, summary="OpenAI Batches: create", tags=["OpenAI"])
@@ -187,7 +164,7 @@ async def cancel_batch(request: Request, batches: BatchService, batch_id: str, p
 
 
 def router(max_file_bytes: int) -> Router:
-    files_create = post("/v1/files", status_code=200, summary="OpenAI Files: upload (purpose batch)",
+    files_create = post(UPLOAD_PATH, status_code=200, summary="OpenAI Files: upload (purpose batch)",
                         tags=["OpenAI"], request_max_body_size=max_file_bytes + MULTIPART_SLACK,
                         opt={"multipart": True})(upload)
     return Router(path="/", route_handlers=[files_create, list_files, retrieve_file, delete_file, file_content,

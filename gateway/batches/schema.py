@@ -1,6 +1,6 @@
 """The batch tables (package `batches`, its own schema versions): uploaded and produced files, batches, and one
-row per batch line, which is what the runners of a fleet claim and where each line's result is kept. On
-PostgreSQL, file bodies too (files.py)."""
+row per batch line, which is what the runners of a fleet claim and where each line's result is kept; uploads in
+progress. On PostgreSQL without a bucket, file bodies too (bodies.py)."""
 
 from __future__ import annotations
 
@@ -34,4 +34,10 @@ SCHEMA = Schema("batches", [
     Migration(2, "file bodies in the database (PostgreSQL)", {"sqlite": [], "postgres": [
         """CREATE TABLE IF NOT EXISTS batch_file_bodies (
             file_id TEXT NOT NULL, seq INTEGER NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (file_id, seq))"""]}),
+    # an upload streams in as this row; it becomes a file (its batch_files row) only once its body is whole
+    Migration(3, "uploads in progress", [
+        """CREATE TABLE IF NOT EXISTS batch_file_uploads (
+            file_id TEXT PRIMARY KEY, team_id TEXT NOT NULL, started_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS batch_file_uploads_team ON batch_file_uploads (team_id, started_at)",
+    ]),
 ])

@@ -1,10 +1,12 @@
 """What the batch routes and the dashboard share, opened by the gateway's lifespan: the batch and file stores on
-the gateway's database (the auth store's handle) and this gateway's runner."""
+the gateway's database (the auth store's handle), file bodies where `[batches]` puts them (bodies.py) and this
+gateway's runner."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.batches.bodies import open_bodies
 from gateway.batches.files import FileStore
 from gateway.batches.runner import BatchRunner
 from gateway.batches.store import BatchStore
@@ -28,6 +30,8 @@ def open_batches(services: Services) -> BatchService:
     settings = services.settings
     db = services.auth.store.db
     store = BatchStore(db, settings.batches.team_max_enqueued_tokens)
-    files = FileStore(db, settings.data_path / "batch_files", settings.batches,
-                      2 * settings.ledger_min_free_bytes + SQLITE_CHECKPOINT_BYTES)
+    config = settings.batches
+    bodies = open_bodies(db, settings.data_path / "batch_files", config.file_bucket, config.file_prefix,
+                         config.s3_endpoint_url)
+    files = FileStore(db, bodies, config, 2 * settings.ledger_min_free_bytes + SQLITE_CHECKPOINT_BYTES)
     return BatchService(store, files, BatchRunner(services, store, files, settings.batches), settings)

@@ -18,6 +18,7 @@ import uvicorn
 
 from auth.cli import register
 from billing.cli import register as register_usage
+from gateway.batches.upload import UPLOAD_PATH
 from gateway.cli.draining import DrainingServer
 from gateway.cli.processes import Siblings, inherited_socket, shared_wal_root
 from gateway.config import Settings, load_settings
@@ -95,7 +96,8 @@ def _serve(args: argparse.Namespace) -> int:
     server = DrainingServer(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                            loop="uvloop", lifespan="on",
                                            # httptools, with bounds on heads, bodies and connections per client
-                                           http=edge_protocol(settings.http, settings.trusted_proxies),
+                                           http=edge_protocol(settings.http, settings.trusted_proxies,
+                                                              frozenset({UPLOAD_PATH.encode()})),
                                            timeout_keep_alive=settings.http.keep_alive_timeout_s,
                                            access_log=False,  # our own line per request (gateway/edge/access_log.py)
                                            timeout_graceful_shutdown=drain_s,

@@ -10,6 +10,8 @@ address carries every client), the client its `X-Forwarded-For` names; an IPv6 c
   bytes arrived last, the body the client began first goes on); past the total,
   the connection holding the most of the client holding the most is cut (the others' bodies go on), so a client
   spreading stalled bodies over many addresses evicts itself before anyone who sends at the pace of the network.
+  A streamed body (a route that reads its body as it comes: file uploads) holds only what waits for the app to
+  read it, which uvicorn keeps to about 64 KiB by pausing the connection.
 """
 
 from __future__ import annotations
@@ -58,6 +60,14 @@ class ClientShares:
         self.body_total += size
         self._body_of[client] = self._body_of.get(client, 0) + size
         self._holders.setdefault(client, {})[holder] = None
+
+    def set_held(self, holder: Holder, client: str, size: int) -> None:
+        """`holder`'s body holds `size` bytes now (a streamed body: what waits for the app), keeping its place."""
+        change = size - holder.body_held
+        holder.body_held = size
+        self.body_total += change
+        self._body_of[client] = self._body_of.get(client, 0) + change
+        self._holders.setdefault(client, {}).setdefault(holder, None)
 
     def over_share(self, client: str) -> Holder | None:
         """While `client` holds more than its share: its newest body, for the caller to cut (which releases it)."""

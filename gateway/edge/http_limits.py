@@ -8,7 +8,10 @@ of it (`edge_protocol`, what `sluice serve` runs) adds:
   a head that completes inside a larger read is measured exactly before it is refused.
 - `header_timeout_s`: a connection that has not sent a complete head this long after it opened (or after the
   first byte of its next request) is closed, with a 408 when part of a request came.
-- `body_timeout_s`: the body must arrive within this long after its head (408, the app sees a disconnect).
+- `body_timeout_s`: the body must arrive within this long after its head (408, the app sees a disconnect). A
+  streamed body (POST to one of `streamed_paths`: the file upload, which reads its body as it comes and bounds
+  its own length and time) must instead never stall this long, and counts against the body shares below only
+  what waits for the app to read it.
 - `keep_alive_timeout_s`: uvicorn's own idle timer between requests, from these settings.
 - per client (gateway/edge/client_shares.py: the peer, or the client a trusted proxy forwards for; IPv6 by
   /64): `max_connections_per_client` open connections, or requests in progress behind a trusted proxy (429
@@ -90,7 +93,8 @@ def _forwarded_for(headers: list[tuple[bytes, bytes]]) -> list[str]:
     return [value.decode("latin-1") for name, value in headers if name == b"x-forwarded-for"]
 
 
-def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[HttpToolsProtocol]:
+def edge_protocol(limits: HttpSettings, trusted_proxies: list[str],
+                  streamed_paths: frozenset[bytes] = frozenset()) -> type[HttpToolsProtocol]:
     """The protocol class for `uvicorn.Config(http=...)`: one per server, holding its per-client counts."""
     clients = ClientAddresses(trusted_proxies)
     cap = limits.max_connections_per_client
@@ -124,6 +128,7 @@ def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[Http
             self._request_slots: list[str] = []  # behind a trusted proxy: the clients of its requests in progress
             self._client = ""  # whom the current request's body is counted for
             self.body_held = 0
+            self._streamed = False  # the current request's body is read by the app as it comes
             self._head_bytes = 0
             self._reading_head = True
             self._deadline = self.loop.time() + limits.header_timeout_s
@@ -166,6 +171,8 @@ def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[Http
 
         def on_headers_complete(self) -> None:
             self._reading_head = False
+            self._streamed = bool(streamed_paths) and (self.parser.get_method() == b"POST"
+                              and self.url.split(b"?", 1)[0] in streamed_paths)
             self._deadline = self.loop.time() + limits.body_timeout_s
             self._deadline_reason = "body_timeout"
             if self._head_bytes > limits.max_header_bytes and self._exact_head_bytes() > limits.max_header_bytes:
@@ -194,7 +201,11 @@ def edge_protocol(limits: HttpSettings, trusted_proxies: list[str]) -> type[Http
             cycle = self.cycle
             if cycle.response_complete or cycle.disconnected or self.transport.is_closing():
                 return
-            shares.hold(self, self._client, len(body))
+            if self._streamed:  # only what the app has not read yet; the clock runs from the last bytes
+                shares.set_held(self, self._client, len(cycle.body))
+                self._deadline = self.loop.time() + limits.body_timeout_s
+            else:
+                shares.hold(self, self._client, len(body))
             while (newest := shares.over_share(self._client)) is not None:  # the client's newest body goes first
                 newest._cut_body("body_buffer_full")
             while shares.over_total():  # evict the largest holder of the largest client, this one or another

@@ -99,6 +99,18 @@ BOUNDARIES = [
     ("[batches]\nlease_s = 1", "[batches]\nlease_s = 0.5", "lease_s"),
     ("[batches]\npoll_interval_s = 60", "[batches]\npoll_interval_s = 61", "poll_interval_s"),
     ("[batches]\nfile_retention_s = 31622400", "[batches]\nfile_retention_s = 0", "file_retention_s"),
+    ("[batches]\nmax_line_bytes = 1024", "[batches]\nmax_line_bytes = 1023", "max_line_bytes"),
+    ("[batches]\nmax_line_bytes = 1073741824", "[batches]\nmax_line_bytes = 1073741825", "max_line_bytes"),
+    ("[batches]\nteam_max_concurrent_uploads = 1", "[batches]\nteam_max_concurrent_uploads = 0",
+     "team_max_concurrent_uploads"),
+    ("[batches]\nteam_max_concurrent_uploads = 1000", "[batches]\nteam_max_concurrent_uploads = 1001",
+     "team_max_concurrent_uploads"),
+    ("[batches]\nmax_concurrent_uploads = 1", "[batches]\nmax_concurrent_uploads = 0", "max_concurrent_uploads"),
+    ("[batches]\nmax_concurrent_uploads = 10000", "[batches]\nmax_concurrent_uploads = 10001",
+     "max_concurrent_uploads"),
+    ("[batches]\nupload_timeout_s = 1", "[batches]\nupload_timeout_s = 0.5", "upload_timeout_s"),
+    ("[batches]\nupload_timeout_s = 86400", "[batches]\nupload_timeout_s = 86401", "upload_timeout_s"),
+    ('[batches]\nfile_bucket = "my.bucket-1"', '[batches]\nfile_bucket = "Not_A_Bucket"', "file_bucket"),
 ]
 
 

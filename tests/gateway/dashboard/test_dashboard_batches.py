@@ -1,5 +1,6 @@
 """The Batches page (#48): a team's owners and members see its batches with progress and counts and download
-their output and error files; a service key's session gets 403, another team's batches and files are not
+their output and error files, and each batch's spend (cost, batch and cache savings, exact, from the team's own
+records only); a service key's session gets 403, another team's batches and files are not
 reachable (404). The batch is a real one through the API: its line names a model no one serves, so it ends with
 an error file."""
 
@@ -12,7 +13,10 @@ import time
 import httpx
 import pytest
 
+from billing.usage import micros_to_decimal
+from tests.billing.factory import usage
 from tests.gateway.dashboard.test_dashboard_details import signed_in
+from tests.gateway.dashboard.test_dashboard_savings import SMALL
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +49,14 @@ async def test_members_see_their_teams_batches_and_download_the_files(dashboard_
     other_team, _, stranger = await dashboard_server.owned_team("Others", "oz", "oz's")
     batch = await _batch(dashboard_server.url, owner["key"])
     theirs = await _batch(dashboard_server.url, stranger["key"])
+    # the batch's spend: its lines' records, never another team's record that names the same batch id
+    line = dict(model="small", prompt_tokens=400_000, cached_tokens=100_000, completion_tokens=10_000,
+                compute_tokens=10_000, batch_id=batch["id"], custom_id="only")
+    for record in (usage(team_id=team, key_id=owner["id"], **line), usage(team_id=team, key_id=owner["id"], **line),
+                   usage(team_id=other_team, key_id=stranger["id"], **line)):
+        await dashboard_server.ledger.record(record)
+    await dashboard_server.ledger.flush(10)
+    charge = SMALL.charge(400_000, 10_000, cached_tokens=100_000, batch=True)
 
     await page.goto(f"{dashboard_server.url}/dashboard/login")
     await page.fill("#api_key", member["key"])
@@ -54,6 +66,11 @@ async def test_members_see_their_teams_batches_and_download_the_files(dashboard_
     await row.wait_for()
     assert (await row.locator("[data-status]").inner_text()).strip() == "completed"
     assert (await row.locator("[data-errored]").inner_text()).strip() == "1"
+    spent = {name: await row.locator(f"[data-{name}] .money").first.get_attribute("data-money")
+             for name in ("cost", "batch-saved", "cache-saved")}
+    assert spent == {"cost": micros_to_decimal(2 * charge.cost_micros),
+                     "batch-saved": micros_to_decimal(2 * charge.batch_saved_micros),
+                     "cache-saved": micros_to_decimal(2 * charge.cache_saved_micros)}
     assert await page.locator(f"tr[data-batch-id='{theirs['id']}']").count() == 0
     await page.screenshot(path=artifacts / "batches.png", full_page=True)
     link = await row.locator("a[data-file=error]").get_attribute("href")
