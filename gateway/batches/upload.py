@@ -52,7 +52,7 @@ async def receive_upload(request: Request, files: FileStore, team_id: str, setti
         return await upload.commit(filename or "upload.jsonl")
 
 
-def _check_purpose(purpose: bytes | str | None) -> None:
+def _check_purpose(purpose: bytes | bytearray | str | None) -> None:
     required(purpose is not None and bool(purpose), "purpose")
     text = bytes(purpose).decode("utf-8", "replace") if isinstance(purpose, (bytes, bytearray)) else purpose
     check(text == "batch", f"purpose must be 'batch' (got {str(text)[:MAX_PURPOSE_BYTES]!r})", "purpose")
