@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 class LargeBodiesBusy(SluiceError):
-    status, type, code = 429, "rate_limit_error", "large_bodies_busy"
+    status, type, code = 429, "rate_limit_exceeded", "large_bodies_busy"
     retry_after_s = 1.0
 
 
