@@ -8,18 +8,21 @@ by the admin and usage APIs. Each refusal is a 4xx naming the problem, which the
   of range and anything after the JSON value are 400 `invalid_json`.
 
 The nesting limit is checked before decoding, so a body of 5,000 `[` never reaches a recursive parser.
+A body over `LARGE_BODY_BYTES` is decoded off the event loop, in its owner's turn (common/large_bodies.py).
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 from litestar import Request
 
 from common.errors import BodyIncomplete, InvalidJSON, PayloadTooLarge, UnsupportedMediaType
 from common.headers import header
+from common.large_bodies import LARGE_BODY_BYTES, TURNS, owner_of
 
 if TYPE_CHECKING:
     from litestar.types import HTTPRequestEvent
@@ -30,6 +33,7 @@ _OPEN_CLOSE = bytes.maketrans(b"[{]}", b"(())")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _NON_FINITE = re.compile(rb"(?<![\w.])-?(?:NaN|Infinity)(?![\w.])")
 _decoder = msgspec.json.Decoder()
+T = TypeVar("T")
 
 
 def check_content_type(header: str | None) -> None:
@@ -94,13 +98,27 @@ async def read_optional_json(request: Request[Any, Any, Any]) -> Any:
     return await _read(request, optional=True)
 
 
-async def _read(request: Request[Any, Any, Any], optional: bool) -> Any:
+async def read_json_then(request: Request[Any, Any, Any], then: Callable[[Any], T]) -> T:
+    """`then(value)` of the decoded body, where the body is decoded: for a large body, off the event loop in one
+    turn with its decoding (what a generation route does first with it, its dialect's parse, is as heavy)."""
+    result: T = await _read(request, optional=False, then=then)
+    return result
+
+
+async def _read(request: Request[Any, Any, Any], optional: bool, then: Callable[[Any], Any] | None = None) -> Any:
     check_content_type(header(request, b"content-type"))
     limit = request.route_handler.resolve_request_max_body_size()
     raw = await read_body(request, limit)
     if optional and not raw.strip():
-        return {}
-    return decode_json(raw, limit)
+        return {} if then is None else then({})
+
+    def decoded() -> Any:
+        value = decode_json(raw, limit)
+        return value if then is None else then(value)
+
+    if len(raw) > LARGE_BODY_BYTES:  # tens of milliseconds of C holding the GIL: not on the loop, and in turns
+        return await TURNS.run(owner_of(request.scope), decoded)
+    return decoded()
 
 
 async def read_body(request: Request[Any, Any, Any], limit: int | None) -> bytes:

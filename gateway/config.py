@@ -109,6 +109,8 @@ class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     max_response_bytes: Annotated[int, msgspec.Meta(ge=1024, le=64 << 20)] = 1 << 20
     team_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 128 << 20  # all of one team's stored responses
     team_max_responses: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+    # every team's stored responses together, across a fleet (PostgreSQL has no disk floor of ours): past it 503
+    max_total_bytes: Annotated[int, msgspec.Meta(ge=0)] = 16 << 30
     sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86_400)] = 60.0  # expired responses purged this often
 
 

@@ -130,11 +130,14 @@ def team_key(server, name: str) -> str:
     return admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
 
 
-def measure(probes: int, attackers: int, quick: bool = False) -> dict[str, list[float]]:
-    """The quiet team's TTFTs (seconds) idle and under each attack, by phase name; prints as it goes."""
+def measure(probes: int, attackers: int, quick: bool = False, only: str = "") -> dict[str, list[float]]:
+    """The quiet team's TTFTs (seconds) idle and under each attack, by phase name; prints as it goes. `only`: the
+    attacks whose names hold one of these comma-separated words."""
     chosen = attacks()
     if quick:  # the two that reach the worker's tokenizer
         chosen = {name: chosen[name] for name in ("300 KB chats (item 3)", "count_tokens (item 9)")}
+    if only:
+        chosen = {name: attack for name, attack in chosen.items() if any(w in name for w in only.split(","))}
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as data, running_sluice(Path(data), config=CONFIG) as server:
         quiet, hostile = team_key(server, "quiet"), team_key(server, "hostile")
@@ -158,8 +161,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1")
     parser.add_argument("--probes", type=int, default=None, help="quiet chats per phase")
     parser.add_argument("--attackers", type=int, default=6, help="the attacking team's concurrent clients")
+    parser.add_argument("--only", default="", help="attacks whose names hold one of these words (comma-separated)")
     args = parser.parse_args()
-    results = measure(args.probes or (6 if args.quick else 30), args.attackers, args.quick)
+    results = measure(args.probes or (6 if args.quick else 30), args.attackers, args.quick, args.only)
     print(f"\n{'quiet team TTFT':<32} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
     for name, times in results.items():
         idle = percentile(results[QUIET_COUNT + ", idle" if name.startswith(QUIET_COUNT) else "idle"], 0.99)

@@ -32,7 +32,7 @@ from litestar.response import Stream
 
 from common.errors import LedgerUnavailable
 from common.headers import header
-from common.json_body import read_json
+from common.json_body import read_json_then
 from common.protocol import Event
 from gateway.authentication.headers import client_address
 from gateway.endpoints.activator import Lease, StillWaiting
@@ -79,14 +79,31 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
 async def parse(context: RequestContext, payload: Any) -> None:
     """The body, read unless the route read it, parsed by the dialect. A rejected request is still attributed
     to the model it names."""
-    if payload is UNREAD:
-        payload = await read_json(context.request)
-    if context.dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
+    dialect, route = context.dialect, context.route
+    parsed: Any = UNREAD
+    if payload is UNREAD:  # read here: a large body is parsed where it is decoded, off the event loop
+        payload, parsed = await read_json_then(context.request, lambda value: _parsed(dialect, route, value))
+    if dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
         # TGI and SGLang bodies name no model: the first endpoint the caller may see
         payload["model"] = context.services.endpoints.resolve(DEFAULT_MODEL, context.principal).name
+        parsed = UNREAD
     if isinstance(payload, dict) and isinstance(payload.get("model"), str):
         context.accounting.model = payload["model"]
-    context.parsed = context.dialect.parse(payload, context.route)
+    if isinstance(parsed, SluiceError):
+        raise parsed
+    context.parsed = dialect.parse(payload, route) if parsed is UNREAD else parsed
+
+
+def _parsed(dialect: Dialect, route: str, payload: Any) -> tuple[Any, Any]:
+    """(the body, its parse or the refusal of it); UNREAD where a model is still to be chosen (on the loop). Once
+    parsed, only the body's `model` goes back: the rest (a large body's 400k ids) is freed here, not on the loop."""
+    if dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
+        return payload, UNREAD
+    try:
+        parsed = dialect.parse(payload, route)
+    except SluiceError as error:  # raised by `parse`, once the model it names is on the record
+        parsed = error.with_traceback(None)  # its frames would keep the body alive
+    return ({"model": payload.get("model")} if isinstance(payload, dict) else None), parsed
 
 
 def authorize(context: RequestContext) -> None:

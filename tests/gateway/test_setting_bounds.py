@@ -85,6 +85,7 @@ BOUNDARIES = [
     ("[responses]\nmax_response_bytes = 67108864", "[responses]\nmax_response_bytes = 67108865",
      "max_response_bytes"),
     ("[responses]\nteam_max_bytes = 0", "[responses]\nteam_max_bytes = -1", "team_max_bytes"),
+    ("[responses]\nmax_total_bytes = 0", "[responses]\nmax_total_bytes = -1", "max_total_bytes"),
     ("[responses]\nteam_max_responses = 0", "[responses]\nteam_max_responses = -1", "team_max_responses"),
     ("[responses]\nsweep_interval_s = 0.1", "[responses]\nsweep_interval_s = 0.05", "sweep_interval_s"),
     ("[responses]\nsweep_interval_s = 86400", "[responses]\nsweep_interval_s = inf", "sweep_interval_s"),

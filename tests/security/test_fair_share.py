@@ -27,7 +27,8 @@ import pytest
 
 from common.protocol import Done, Finish, Token, TopLogprob
 from gateway.dialects.openai.chat import OpenAIChat
-from gateway.serving.answer_body import answer_body, off_loop
+from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.serving.answer_body import answer_body, off_loop, pieces_of
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Meta
 from testkit.admin import admin
@@ -160,6 +161,23 @@ async def test_a_large_answer_is_built_off_the_gateways_event_loop():
     small = Result()
     small.add(Token(index=0, token_id=1, text="x"))
     assert not off_loop([small])  # a short answer stays on the loop: a hand-off would cost more than its render
+
+
+async def test_a_large_answer_is_encoded_in_short_pieces():
+    """In its thread the render still held the loop out while msgspec encoded the whole answer in one C call (tens
+    of ms for megabytes; `/livez` 3-18x idle beside such answers). Now each piece is one token's entry at most, and
+    together they are msgspec's bytes exactly: for chat's shape and for completions' (top logprobs as dicts)."""
+    result = large_answer()
+    for dialect, route, extra in ((OpenAIChat(), "/v1/chat/completions", {"logprobs": True, "top_logprobs": TOP}),
+                                  (OpenAICompletions(), "/v1/completions", {"logprobs": 5})):
+        asked = {"prompt": "Hi"} if route == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
+        body = {"model": "m", "n": CHOICES, "max_tokens": TOKENS, **extra, **asked}
+        parsed = dialect.parse(body, route)
+        rendered = dialect.render(parsed, [result], Meta("r1", 1, "m"))
+        pieces = pieces_of(rendered)
+        whole = json.dumps(rendered, separators=(",", ":"), ensure_ascii=False).encode()
+        assert b"".join(pieces) == await answer_body(dialect, parsed, [result], Meta("r1", 1, "m")) == whole
+        assert max(map(len, pieces)) < 4096 < len(whole) // 50, (route, max(map(len, pieces)), len(whole))
 
 
 @pytest.mark.slow

@@ -23,7 +23,10 @@ import httpx
 import openai
 import pytest
 
+from storage import Database
+from storage.registry import connect
 from testkit.admin import admin
+from testkit.databases import fresh_database
 from testkit.protocol_worker import MODEL, worker_process
 from testkit.sluice import SluiceServer, running_sluice
 from testkit.stub_gateway import ADMIN_KEY
@@ -227,3 +230,46 @@ def test_stored_responses_cannot_fill_the_ledgers_disk(tmp_path):
                                 headers={"authorization": f"Bearer {keys[index % 2]}"}).status_code == 200
         again = create(server, keys[0], input=chunk)
         assert again.status_code == 200 and retrieve(server, keys[0], again.json()["id"]).status_code == 200
+
+
+async def test_every_teams_stored_responses_are_bounded_together_on_postgresql(postgres):
+    """PostgreSQL has no disk floor of ours, and per-team quotas times the teams bound nothing a tenant with many
+    teams cannot exceed: a fleet-wide total (`max_total_bytes`) holds, moved in each inserting transaction. Two
+    gateways (two pools on one real database) store for twelve teams at once; the total never passes the bound,
+    the refused are `response_storage_full` (503, `param: "store"`), and deletes and the purge make room again."""
+    import asyncio
+
+    from gateway.dialects.responses.store import ResponseStorageFull, ResponseStore, StoragePolicy
+
+    policy = StoragePolicy(max_response_bytes=1 << 20, team_max_bytes=1 << 30, team_max_responses=10_000,
+                           max_total_bytes=100_000)
+    async with fresh_database(postgres, "responses") as url:
+        databases = [Database(await connect(url)) for _ in range(2)]
+        try:
+            stores = [ResponseStore(db, policy) for db in databases]
+            text = "x" * 9_000
+
+            async def create(index: int) -> str | None:
+                team, response = f"team{index % 12}", {"id": f"resp_{index}", "output": text}
+                try:
+                    await stores[index % 2].save(team, response, [])
+                    return team
+                except ResponseStorageFull as full:
+                    assert (full.status, full.code, full.param) == (503, "response_storage_full", "store")
+                    return None
+
+            kept = [team for team in await asyncio.gather(*(create(i) for i in range(40))) if team is not None]
+            rows = await databases[0].fetchone("SELECT COUNT(*), SUM(bytes) FROM stored_responses")
+            total = await stores[1].total_bytes()
+            assert rows[0] == len(kept) and 0 < rows[1] == total <= policy.max_total_bytes
+            assert len(kept) == policy.max_total_bytes // (total // len(kept))  # full, not stopped early
+            with pytest.raises(ResponseStorageFull):  # refused before any work too
+                await stores[0].admit("a-new-team", 9_000, "input")
+
+            assert await stores[0].delete(kept[0], "resp_0") or await stores[0].delete(kept[1], "resp_1")
+            await stores[1].save("a-new-team", {"id": "resp_new", "output": text}, [])
+            assert await stores[0].purge_expired(now=time.time() + policy.retention_s + 1) == len(kept)
+            assert await stores[1].total_bytes() == 0
+        finally:
+            for db in databases:
+                await db.close()

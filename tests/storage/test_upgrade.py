@@ -100,9 +100,11 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         assert billing_versions[:3] == [(1, 1000), (2, 2000), (3, 3000)]
         endpoint_versions = await versions(db, ENDPOINTS)
         assert [v for v, _ in endpoint_versions] == [1, 2] and endpoint_versions[0] == (1, 1000)
-        responses_versions = await versions(db, RESPONSES)  # 2: stored bytes, counted for the team's quota
-        assert [v for v, _ in responses_versions] == [1, 2] and responses_versions[0] == (1, 1000)
+        # 2: stored bytes, counted for the team's quota; 3: every team's total, for the fleet-wide bound
+        responses_versions = await versions(db, RESPONSES)
+        assert [v for v, _ in responses_versions] == [1, 2, 3] and responses_versions[0] == (1, 1000)
         assert await db.fetchone("SELECT bytes FROM stored_responses WHERE id = 'resp_old'") == (11,)  # UTF-8 bytes
+        assert await response_store(auth.db).total_bytes() == 11  # seeded from the rows already stored
         if fleet is not None:
             assert await versions(db, FLEET) == [(1, 1000)]
         # the old rows are there, and so are the tables of the versions applied now

@@ -13,8 +13,10 @@ team keeps at most `team_max_responses` of them and `team_max_bytes` in all; a r
 is checked in the transaction that inserts, so concurrent creates cannot pass it together. On SQLite nothing
 is stored while the database's disk has less than `disk_floor_bytes` free (`policy_of`: twice the ledger's reserve
 and room for what SQLite adds at once), so stored responses never eat the space the usage ledger keeps for the
-requests it admitted; a 503 `response_storage_full` refuses `store: true` alone until deletes, the sweep or the
-operator make room."""
+requests it admitted; on any database the fleet's stored responses together hold at most `max_total_bytes` (a
+running total, `stored_responses_total`, moved in the transaction that inserts, deletes or purges: PostgreSQL's
+row lock makes every gateway's creates pass it one at a time). Past either, a 503 `response_storage_full` refuses
+`store: true` alone until deletes, the sweep or the operator make room."""
 
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ SCHEMA = Schema("responses", [
         "postgres": ["ALTER TABLE stored_responses ADD COLUMN bytes BIGINT NOT NULL DEFAULT 0",
                      "UPDATE stored_responses SET bytes = octet_length(response) + octet_length(messages)",
                      *INDEXES]}),
+    Migration(3, "a running total of every team's stored bytes", [
+        "CREATE TABLE IF NOT EXISTS stored_responses_total (id INTEGER PRIMARY KEY, bytes BIGINT NOT NULL)",
+        "INSERT INTO stored_responses_total (id, bytes) SELECT 1, COALESCE(SUM(bytes), 0) FROM stored_responses"]),
 ], legacy_table="responses_schema_migrations")
 # SQLite's default WAL auto-checkpoint (1000 pages of 4 KiB) moves this much into the database file at once
 SQLITE_CHECKPOINT_BYTES = 4 << 20
@@ -68,6 +73,11 @@ class ResponseStorageFull(SluiceError):
     retry_after_s = STORAGE_FULL_RETRY_S
 
 
+def storage_full() -> ResponseStorageFull:
+    return ResponseStorageFull("Responses cannot be stored right now (storage is low); retry later, or send "
+                               "`store: false`.", param="store")
+
+
 NOT_STORED = (ResponseTooLarge, StoredResponsesQuotaExceeded, ResponseStorageFull)  # what `save` refuses with
 
 
@@ -77,6 +87,7 @@ class StoragePolicy:  # the `[responses]` settings (gateway/config.py) and the d
     max_response_bytes: int = 1 << 20
     team_max_bytes: int = 128 << 20
     team_max_responses: int = 10_000
+    max_total_bytes: int = 16 << 30  # every team's together, fleet-wide
     disk_floor_bytes: int = 0  # free bytes the database's disk keeps (SQLite only); 0: none
 
 
@@ -86,6 +97,7 @@ def policy_of(settings: Settings) -> StoragePolicy:
     kept = settings.responses
     return StoragePolicy(retention_s=kept.retention_s, max_response_bytes=kept.max_response_bytes,
                          team_max_bytes=kept.team_max_bytes, team_max_responses=kept.team_max_responses,
+                         max_total_bytes=kept.max_total_bytes,
                          disk_floor_bytes=2 * settings.ledger_min_free_bytes + SQLITE_CHECKPOINT_BYTES
                          + 2 * kept.max_response_bytes)
 
@@ -122,9 +134,9 @@ class ResponseStore:
                 f"Your team stores {count} responses ({used} bytes); its quota is {policy.team_max_responses} "
                 f"responses and {policy.team_max_bytes} bytes. Delete stored responses, or send `store: false`.",
                 param="store")
-        if not await self._disk_has_room(tx):
-            raise ResponseStorageFull("Responses cannot be stored right now (storage is low); retry later, or send "
-                                      "`store: false`.", param="store")
+        (total,) = await tx.fetchone("SELECT bytes FROM stored_responses_total WHERE id = 1")
+        if total + size > policy.max_total_bytes or not await self._disk_has_room(tx):
+            raise storage_full()
 
     async def _usage(self, tx, team_id: str) -> tuple[int, int]:
         row = await tx.fetchone("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM stored_responses "
@@ -157,6 +169,10 @@ class ResponseStore:
         async with db.transaction(lock=f"stored-responses:{team_id}") as tx:  # no other create of the team passes
             # the quota in between; other teams' creates do not wait
             await self._check(tx, team_id, size, "input")
+            # the fleet's total, checked again under its row lock: another team's create may have just moved it
+            if await tx.fetchone("UPDATE stored_responses_total SET bytes = bytes + ? WHERE id = 1 AND bytes + ? <= ? "
+                                 "RETURNING bytes", (size, size, self.policy.max_total_bytes)) is None:
+                raise storage_full()
             await tx.execute("INSERT INTO stored_responses (team_id, id, created_at, response, messages, bytes) "
                              "VALUES (?, ?, ?, ?, ?, ?)",
                              (team_id, response["id"], time.time(), encoded_response, encoded_messages, size))
@@ -174,8 +190,21 @@ class ResponseStore:
         if await self.get(team_id, response_id) is None:
             return False
         async with db.transaction() as tx:
-            await tx.execute("DELETE FROM stored_responses WHERE team_id = ? AND id = ?", (team_id, response_id))
+            await self._forget(tx, await tx.fetchall("DELETE FROM stored_responses WHERE team_id = ? AND id = ? "
+                                                     "RETURNING bytes", (team_id, response_id)))
         return True
+
+    @staticmethod
+    async def _forget(tx, deleted: list[tuple]) -> None:
+        """Take the `bytes` of rows just deleted (each returned once, whoever else deletes) off the total."""
+        if deleted:
+            await tx.execute("UPDATE stored_responses_total SET bytes = bytes - ? WHERE id = 1",
+                             (sum(int(row[0]) for row in deleted),))
+
+    async def total_bytes(self) -> int:
+        """Every team's stored bytes, expired ones not yet purged included (they still hold the disk)."""
+        (total,) = await (await self._migrated()).fetchone("SELECT bytes FROM stored_responses_total WHERE id = 1")
+        return int(total)
 
     async def usage(self, team_id: str) -> tuple[int, int]:
         """(responses, bytes) a team keeps now, expired ones left out."""
@@ -186,9 +215,9 @@ class ResponseStore:
         db = await self._migrated()
         cutoff = self._cutoff(now)
         async with db.transaction() as tx:
-            row = await tx.fetchone("SELECT COUNT(*) FROM stored_responses WHERE created_at < ?", (cutoff,))
-            await tx.execute("DELETE FROM stored_responses WHERE created_at < ?", (cutoff,))
-        return int(row[0])
+            deleted = await tx.fetchall("DELETE FROM stored_responses WHERE created_at < ? RETURNING bytes", (cutoff,))
+            await self._forget(tx, deleted)
+        return len(deleted)
 
 
 _stores: dict[int, ResponseStore] = {}

@@ -18,8 +18,10 @@ A caller that must not hold a thread while a compile waits or runs (the worker's
 `pending=True`: a grammar not ready yet raises GrammarPending with its future, to be awaited elsewhere, and
 the caller asks again once it is done.
 
-The threads are shared fairly among tenants (fair_queue.py): one tenant runs at most all threads but one
-and keeps a few compiles waiting, beyond which it is told to retry later; its heavy schemas then cost its
+There is one compile thread (and process) for every two cores (at least one; `compile_threads`): compiles
+together never take more than half the machine from the engine, however many tenants send schemas. The
+threads are shared fairly among tenants (fair_queue.py): one tenant runs at most all threads but one (one when
+there is one) and keeps a few compiles waiting, beyond which it is told to retry later; its heavy schemas then cost its
 own requests (for at most `timeout_s` each), not everyone's structured output.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import CancelledError, Future
@@ -80,9 +83,14 @@ def _tokenizer_info(tokenizer, vocab_size: int, stop_ids: list[int]) -> tuple[xg
     return info, info.serialize_json()
 
 
+def compile_threads() -> int:
+    """Compiles that may run at once: one for every two cores this process may use, at least one."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
 class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, stop_ids: list[int], *, timeout_s: float = 10.0,
-                 cpu_s: float | None = None, cache_bytes: int = 256 * 2**20, threads: int = 2,
+                 cpu_s: float | None = None, cache_bytes: int = 256 * 2**20, threads: int | None = None,
                  waiting_per_tenant: int = 4, build_later: bool = False):
         """The tokenizer's vocabulary table takes ~0.35 s: it is built in a low-priority thread, now or,
         with `build_later`, when `build_in_background` is called (a worker does once it is warm)."""
@@ -95,6 +103,7 @@ class GrammarCompiler:
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each compiled grammar in the cache
         self.cached_bytes = 0
+        threads = compile_threads() if threads is None else threads
         self._processes: list[CompileProcess] = []  # every one started, for close()
         self._idle: list[CompileProcess] = []  # started and not yet taken by a thread
         self._threads = threads
