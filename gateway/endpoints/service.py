@@ -137,6 +137,7 @@ class Endpoints:
         self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
         self._admin = asyncio.Lock()  # one admin change (or reload) at a time
         self.follower: ConfigFollower | None = None  # a fleet's other gateways' changes (not a lone gateway)
+        self._stopping = False
 
     @classmethod
     async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
@@ -197,6 +198,8 @@ class Endpoints:
         await asyncio.gather(*(self._stop_deleted(name) for name in list(self.controllers) if name not in specs))
         for name, spec in specs.items():
             controller = self.controllers.get(name)
+            if controller is None and self._stopping:
+                continue
             if controller is None:
                 try:
                     await self._launch(spec)
@@ -220,6 +223,7 @@ class Endpoints:
     def stop_accepting(self) -> None:
         """SIGTERM's first step (gateway/cli/draining.py): every endpoint refuses new requests with a 503 in
         state `draining`; the requests already on a replica go on."""
+        self._stopping = True  # a reload from now on starts no endpoint here
         for controller in self.controllers.values():
             controller.stop_accepting()
 
@@ -360,8 +364,11 @@ class Endpoints:
         async with self._admin:
             await self._follow()
             spec = await self.registry.patch(name, changes)
-            controller = self.controllers[name]
-            controller.update(spec)
+            controller = self.controllers.get(name)
+            if controller is None:  # its start failed here at a reload: the patch is a retry
+                controller = await self._launch(spec)
+            else:
+                controller.update(spec)
             await self._announce(name)
             log.info("endpoint_patched", endpoint=name, fields=sorted(changes))
             return controller.status()
