@@ -190,10 +190,14 @@ class EndpointController:
 
     async def _remove_unseen(self) -> None:
         """A deleted shared endpoint's owner also removes the replicas it had not seen yet (a task asked for a
-        moment ago, another gateway's create): else the service kept them with no gateway left to scale it."""
+        moment ago) or could not remove (its lease ran out while the loop was stopped): else the service kept them
+        with no gateway left to scale it. Every gateway stopping it claims the lease for this; one gets it."""
         deadline = self.clock() + LOOP_STOP_S
-        while self.ownership.owner and self.clock() < deadline:
+        while self.clock() < deadline:
             try:
+                await self.ownership.sync(self.clock(), Report(0.0))  # renew, or take the lapsed lease
+                if not self.ownership.owner:
+                    return  # another gateway holds it, and stops the rest itself
                 unseen = (await self.provisioner.observe()).replicas
                 for address in unseen:
                     await self._remove(Member(address.replica_id, self.clock()))
@@ -201,6 +205,9 @@ class EndpointController:
                     return
             except ProvisionerBackoff as backoff:
                 await asyncio.sleep(backoff.retry_in)
+            except Exception:  # the shared state or ECS away: what is left stays for the operator (logged)
+                log.warning("endpoint_delete_incomplete", endpoint=self.name, exc_info=True)
+                return
 
     async def _stop_loop(self) -> None:
         """End the loop within LOOP_STOP_S. A cancel alone is not enough: one that arrives while a library's
