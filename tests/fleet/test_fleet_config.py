@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 import redis as redis_client
 
+from gateway.endpoints import controller as controller_module
 from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, EndpointUnavailable
 from gateway.endpoints.fleet import Fleet, RedisFleet
 from gateway.endpoints.fleet_postgres import PostgresFleet
@@ -25,6 +26,7 @@ from testkit.databases import create_database
 from testkit.local_aws import moto_server
 from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
 from tests.gateway.endpoints.helpers import until
+from tests.logged import logged
 
 SETTINGS = dict(stable_window_seconds=3, panic_window_seconds=1, tick_seconds=0.1, standby_worker=False,
                 health_interval_seconds=0.2, fleet_sync_seconds=0.1, lease_seconds=1.0)
@@ -145,13 +147,15 @@ def _owner(*gateways: Endpoints) -> Endpoints:
 
 
 async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_across_a_lease_move(
-        gateways, ecs, moto_url):
-    # moto schedules no task: the owner's start gets no address and times out, a crash loop at the first
-    a, b = await gateways(2, start_failures=1, ecs_start_timeout_seconds=0.5)
+        gateways, ecs, moto_url, monkeypatch):
+    # moto schedules no task: the owner's start gets no address and times out, a crash loop at the first; a lease
+    # far longer than the test keeps A the owner until it stops, so B only learns of the failure from the fleet
+    a, b = await gateways(2, start_failures=1, ecs_start_timeout_seconds=0.5, lease_seconds=600)
     await a.create(_ecs_body(moto_url))
     await until(lambda: "gpu" in b.controllers, WAIT_S, "the ECS endpoint on gateway B")
     await until(lambda: a.controllers["gpu"].state == "failed", WAIT_S, "the owner's failure")
     follower = b.controllers["gpu"]
+    assert not follower.ownership.owner
     await until(lambda: follower.state == "failed", WAIT_S, "the failure on the other gateway")
     with pytest.raises(EndpointUnavailable) as refused:  # at once, not after the request's whole wait
         await b.acquire(follower, time.monotonic() + 600)
@@ -159,10 +163,12 @@ async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_acr
     await until(lambda: desired_count(ecs) == 0, WAIT_S, "the failed endpoint's service at 0")
 
     await a.drain_and_stop()  # the lease moves to B
+    events = logged(monkeypatch, controller_module)
     await until(lambda: follower.ownership.owner, WAIT_S, "B taking the lease")
     for _ in range(3):  # whole ticks as owner: a new owner that forgot the failure starts a task here
         await follower.tick()
     assert follower.state == "failed" and desired_count(ecs) == 0
+    assert not [e for e in events if e["event"] in ("endpoint_scale_up", "replica_start_failed")], events
 
     await b.patch("gpu", {"min_replicas": 0})  # the operator's retry clears it on every gateway
     assert b.get("gpu").state != "failed" and await b.fleet.failure("gpu") is None
