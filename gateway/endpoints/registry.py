@@ -34,9 +34,10 @@ class EndpointRegistry:
         self._declared = {spec.name: spec for spec in declared}
         self._specs: dict[str, EndpointSpec] = {}
         self._overlays: dict[str, dict[str, Any]] = {}  # name -> patched fields of a declared endpoint
+        self.unreadable: set[str] = set()  # stored API endpoints this version cannot read (a newer gateway's)
 
     async def load(self, *, prune: bool = True) -> list[EndpointSpec]:
-        specs, overlays = dict(self._declared), {}
+        specs, overlays, unreadable = dict(self._declared), {}, set()
         for row in await self._store.rows():
             if row.origin == "config" and row.name in self._declared:
                 try:
@@ -51,12 +52,13 @@ class EndpointRegistry:
                     continue
                 except msgspec.ValidationError as error:
                     log.error("endpoint_unreadable", endpoint=row.name, reason=str(error))
+                    unreadable.add(row.name)
                     continue  # kept in the store: a later version may read it
             else:
                 log.warning("endpoint_row_superseded", endpoint=row.name, origin=row.origin)
             if prune:
                 await self._store.remove(row.name)
-        self._specs, self._overlays = specs, overlays
+        self._specs, self._overlays, self.unreadable = specs, overlays, unreadable
         return list(specs.values())
 
     def get(self, name: str) -> EndpointSpec | None:

@@ -195,7 +195,9 @@ class Endpoints:
 
     async def _reconcile(self) -> None:
         specs = {spec.name: spec for spec in await self.registry.load(prune=False)}
-        await asyncio.gather(*(self._stop_deleted(name) for name in list(self.controllers) if name not in specs))
+        # a row this version cannot read (a newer gateway wrote it mid-deploy) is no delete: that endpoint runs on
+        gone = [name for name in self.controllers if name not in specs and name not in self.registry.unreadable]
+        await asyncio.gather(*(self._stop_deleted(name) for name in gone))
         for name, spec in specs.items():
             controller = self.controllers.get(name)
             if controller is None and self._stopping:

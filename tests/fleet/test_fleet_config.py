@@ -117,6 +117,17 @@ async def test_a_change_whose_message_was_lost_converges_at_the_next_check(gatew
     await until(lambda: b.controllers["first"].spec.max_replicas == 2, WAIT_S, "the patch after a lost message")
 
 
+async def test_a_row_this_version_cannot_read_stops_nothing(gateways):
+    a, b = await gateways(2, fleet_config_check_seconds=3600)
+    await a.create({"name": "running", **LOCAL})
+    await until(lambda: "running" in b.controllers, WAIT_S, "the endpoint on gateway B")
+    row = (await a.store.rows())[0]
+    await a.store.put("running", "api", {**row.body, "max_replicas": {"per_zone": 2}})  # a newer gateway's form
+    version = await a.fleet.bump_config()
+    await until(lambda: b.follower.version == version, WAIT_S, "B's reload")
+    assert "running" in b.controllers and b.resolve("running", None).state != "draining"
+
+
 # ---- ECS endpoints: the failure and the delete, fleet-wide ----
 
 @pytest.fixture(scope="module")
