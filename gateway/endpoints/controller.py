@@ -13,7 +13,9 @@ Every tick (and at once when a request starts waiting) the loop:
 
 A drained replica takes no new request, finishes what it has (up to the endpoint's `drain_seconds`),
 then is stopped. A failed endpoint refuses requests at once and stops its replicas; a PATCH of its
-spec is the operator's retry and clears the failure.
+spec is the operator's retry and clears the failure. A shared endpoint's failure is the fleet's (fleet.py): the
+owner that saw it stores it at its next sync, every other gateway takes it from there (and refuses at once),
+a new owner after a lease move starts nothing, and a PATCH on any gateway clears it everywhere.
 
 Replicas a fleet shares (`provisioner.shared`: ECS) have one owner at a time (ownership.py): every
 gateway publishes its demand and reads the fleet's, but only the owner looks at ECS, scales, drains and
@@ -35,7 +37,7 @@ import structlog
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Activator, Availability
 from gateway.endpoints.autoscaler import Autoscaler, Bounds, plan
-from gateway.endpoints.fleet import Fleet, LocalFleet, Report
+from gateway.endpoints.fleet import Failure, Fleet, LocalFleet, Report
 from gateway.endpoints.ownership import Ownership
 from gateway.endpoints.provisioners.base import (
     Observation,
@@ -102,6 +104,7 @@ class EndpointController:
         self.members: dict[str, Member] = {}
         self.failure: str | None = None  # why it failed, in full: the operator's (log, admin views)
         self.failure_reason: str | None = None  # the same in a fixed phrase: what a tenant is told
+        self._failure_shared = False  # the fleet's state holds this failure (from here on it is the authority)
         self.stopping = False
         self.desired = 0
         self.start_streak = 0
@@ -144,9 +147,13 @@ class EndpointController:
                                  burst_factor=self.settings.burst_factor,
                                  capacity=spec.max_batch_size + spec.max_queue)
         if self.failure is not None:
-            log.info("endpoint_failure_cleared", endpoint=self.name)
-            self.failure, self.failure_reason, self.start_streak, self._next_start = None, None, 0, -math.inf
+            self._clear_failure()
         self.poke()
+
+    def _clear_failure(self) -> None:
+        log.info("endpoint_failure_cleared", endpoint=self.name)
+        self.failure, self.failure_reason, self.start_streak, self._next_start = None, None, 0, -math.inf
+        self._failure_shared = False
 
     def stop_accepting(self) -> None:
         """No new request from now on (503, `draining`), and none waiting; running streams go on."""
@@ -174,11 +181,33 @@ class EndpointController:
         while self._drains:
             await asyncio.gather(*self._drains, return_exceptions=True)
         if self.provisioner.shared:  # deleted: the service went to 0 (if this gateway owned it); let go
+            await self._remove_unseen()
             await self._resign()
         await self.provisioner.close()
         for member in list(self.members.values()):
             await self._forget(member)
         self._publish()
+
+    async def _remove_unseen(self) -> None:
+        """A deleted shared endpoint's owner also removes the replicas it had not seen yet (a task asked for a
+        moment ago) or could not remove (its lease ran out while the loop was stopped): else the service kept them
+        with no gateway left to scale it. Every gateway stopping it claims the lease for this; one gets it."""
+        deadline = self.clock() + LOOP_STOP_S
+        while self.clock() < deadline:
+            try:
+                await self.ownership.sync(self.clock(), Report(0.0))  # renew, or take the lapsed lease
+                if not self.ownership.owner:
+                    return  # another gateway holds it, and stops the rest itself
+                unseen = (await self.provisioner.observe()).replicas
+                for address in unseen:
+                    await self._remove(Member(address.replica_id, self.clock()))
+                if not unseen:
+                    return
+            except ProvisionerBackoff as backoff:
+                await asyncio.sleep(backoff.retry_in)
+            except Exception:  # the shared state or ECS away: what is left stays for the operator (logged)
+                log.warning("endpoint_delete_incomplete", endpoint=self.name, exc_info=True)
+                return
 
     async def _stop_loop(self) -> None:
         """End the loop within LOOP_STOP_S. A cancel alone is not enough: one that arrives while a library's
@@ -271,7 +300,11 @@ class EndpointController:
         """Publish this gateway's demand, renew or take the lease, read the fleet's demand and marks."""
         in_flight = {m.replica_id: m.replica.in_flight for m in self.members.values()
                      if m.replica is not None and m.replica.in_flight}
+        if self.failure is not None and not self._failure_shared and self.provisioner.shared:
+            await self.ownership.fleet.mark_failed(self.name, Failure(self.failure_reason or "failed", self.failure))
+            self._failure_shared = True
         await self.ownership.sync(now, Report(local, in_flight, sorted(self.ownership.draining)))
+        self._follow_fleet_failure()
         if not self.ownership.owner:
             self._adopted = False
         elif not self._adopted and self.provisioner.shared:  # taken over: start from what ECS says
@@ -282,6 +315,18 @@ class EndpointController:
                 # the count it inherits stands for a stable window: this gateway's window may be young
                 self._hold_until = now + self.settings.stable_window_seconds
         self._apply_draining()
+
+    def _follow_fleet_failure(self) -> None:
+        """A shared endpoint's failure as the fleet has it: another gateway's (or a former owner's) is taken
+        over, one that a PATCH cleared elsewhere is cleared here."""
+        if not self.provisioner.shared:
+            return
+        shared = self.ownership.failure
+        if shared is not None and self.failure is None:
+            self._failure_shared = True
+            self._fail(shared.reason, shared.detail.removeprefix(f"{shared.reason}: "))
+        elif shared is None and self.failure is not None and self._failure_shared:
+            self._clear_failure()
 
     async def _look(self, now: float) -> Observation | None:
         """The owner asks the provisioner (and shares the answer); the others read the owner's answer."""
@@ -452,6 +497,7 @@ class EndpointController:
         `/health` for an admin key."""
         self.failure, self.failure_reason = f"{reason}: {detail}", reason
         log.error("endpoint_failed", endpoint=self.name, reason=self.failure)
+        self.ownership.sync_soon()  # a shared endpoint's failure reaches the fleet at the next tick
         self.activator.reject_all("endpoint_failed", "the endpoint failed")
         for member in list(self.members.values()):
             task = asyncio.create_task(self._remove(member))

@@ -9,7 +9,13 @@ Several gateways serve the same ECS worker services. For each endpoint they shar
 - the **replica list** the owner discovered (ECS tasks, with addresses), which the others read instead of
   asking ECS themselves;
 - the **draining** replicas: marked by the owner, skipped by every gateway's router;
-- the **ECS API budget**: calls per second for the whole fleet (`take_call`).
+- the **ECS API budget**: calls per second for the whole fleet (`take_call`);
+- the endpoint's **failure** (`mark_failed`): a crash loop the owner saw holds on every gateway and across
+  a lease move until a PATCH, a DELETE or a new create clears it.
+
+And for the fleet as a whole, the **config version** (`bump_config`): every admin change of an endpoint (kept in
+the gateways' shared database, store.py) increments it and tells every gateway (`config_changed`), which reloads
+(config_follower.py); a gateway that missed the message sees the new number at its next periodic look.
 
 `RedisFleet` keeps it in Redis (`redis_url`); `LocalFleet` in this process (the embedded single gateway,
 and every `local` or `static` endpoint, whose replicas belong to one gateway): the lone gateway always
@@ -18,6 +24,8 @@ holds the lease. gateway/endpoints/README.md ("A fleet of gateways") says how th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import os
 import time
@@ -25,6 +33,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import msgspec
+from redis.asyncio.client import PubSub
 from redis.credentials import CredentialProvider
 
 from gateway.redis_iam import redis_client
@@ -36,6 +45,19 @@ class Report(msgspec.Struct, frozen=True):
     demand: float  # requests in flight on the endpoint's replicas + waiting for one
     in_flight: dict[str, int] = {}  # replica id -> this gateway's requests on it (zeros left out)
     draining_seen: list[str] = []  # the draining marks this gateway has applied to its router
+
+
+FAILURE_DETAIL_CHARS = 2000  # a worker's last line, kept whole enough to read and bounded in the shared state
+
+
+class Failure(msgspec.Struct, frozen=True):
+    """Why an endpoint failed: `reason` a fixed phrase a tenant may see, `detail` the operator's."""
+
+    reason: str
+    detail: str
+
+    def bounded(self) -> Failure:
+        return Failure(self.reason[:200], self.detail[:FAILURE_DETAIL_CHARS])
 
 
 class Replicas(msgspec.Struct, frozen=True):
@@ -106,6 +128,28 @@ class Fleet(ABC):
         """0 when `calls` API calls against `scope` (an AWS region's ECS) may go now, else seconds to wait.
         `calls` above the budget per second never go: ask for them in turns."""
 
+    @abstractmethod
+    async def mark_failed(self, endpoint: str, failure: Failure) -> None: ...
+
+    @abstractmethod
+    async def failure(self, endpoint: str) -> Failure | None: ...
+
+    @abstractmethod
+    async def clear_failed(self, endpoint: str) -> None: ...
+
+    @abstractmethod
+    async def config_version(self) -> int:
+        """The number of admin changes to endpoints so far (0 before the first)."""
+
+    @abstractmethod
+    async def bump_config(self) -> int:
+        """After an admin change was stored: count it and tell every gateway; the new version."""
+
+    @abstractmethod
+    async def config_changed(self, timeout: float) -> None:
+        """Return when some gateway bumped the version (a hint: read `config_version`) or after `timeout`; at once
+        after (re)connecting its listener, since a bump just before sent it nothing."""
+
     async def close(self) -> None:  # noqa: B027 (an optional hook: most fleets hold nothing to close)
         pass
 
@@ -119,6 +163,9 @@ class LocalFleet(Fleet):
         self._draining: dict[str, set[str]] = {}
         self._budgets: dict[str, CallBudget] = {}
         self._calls_per_second = calls_per_second
+        self._failures: dict[str, Failure] = {}
+        self._version = 0
+        self._bumped = asyncio.Event()
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
         return 1, {self.gateway_id: report}
@@ -147,6 +194,29 @@ class LocalFleet(Fleet):
     async def take_call(self, scope, calls=1):
         budget = self._budgets.setdefault(scope, CallBudget(self._calls_per_second))
         return budget.take(time.time(), calls)
+
+    async def mark_failed(self, endpoint, failure):
+        self._failures[endpoint] = failure.bounded()
+
+    async def failure(self, endpoint):
+        return self._failures.get(endpoint)
+
+    async def clear_failed(self, endpoint):
+        self._failures.pop(endpoint, None)
+
+    async def config_version(self):
+        return self._version
+
+    async def bump_config(self):
+        self._version += 1
+        self._bumped.set()
+        return self._version
+
+    async def config_changed(self, timeout):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._bumped.wait()
+        self._bumped.clear()
 
 
 # KEYS: owner, token counter, fence; ARGV: gateway id, lease ms. Renew our lease, or take a free one with a new
@@ -191,6 +261,7 @@ return 1
 """
 _report = msgspec.json.Decoder(Report)
 _replicas = msgspec.json.Decoder(Replicas)
+_failure = msgspec.json.Decoder(Failure)
 
 
 class RedisFleet(Fleet):
@@ -207,6 +278,7 @@ class RedisFleet(Fleet):
         self._fence = self._redis.register_script(_FENCE)
         self._resign = self._redis.register_script(_RESIGN)
         self._take_call = self._redis.register_script(_TAKE_CALL)
+        self._pubsub: PubSub | None = None  # opened by the first `config_changed`
 
     def _key(self, endpoint: str, what: str) -> str:
         return f"{self._prefix}:{{{endpoint}}}:{what}"
@@ -267,5 +339,43 @@ class RedisFleet(Fleet):
             return 0.0
         return second + 1 - now
 
+    async def mark_failed(self, endpoint, failure):
+        await self._redis.set(self._key(endpoint, "failed"), msgspec.json.encode(failure.bounded()))
+
+    async def failure(self, endpoint):
+        body = await self._redis.get(self._key(endpoint, "failed"))
+        return None if body is None else _failure.decode(body)
+
+    async def clear_failed(self, endpoint):
+        await self._redis.delete(self._key(endpoint, "failed"))
+
+    async def config_version(self):
+        return int(await self._redis.get(f"{self._prefix}:config:version") or 0)
+
+    async def bump_config(self):
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.incr(f"{self._prefix}:config:version")
+            pipe.publish(f"{self._prefix}:config", b"")
+            version, _ = await pipe.execute()
+        return int(version)
+
+    async def config_changed(self, timeout):
+        try:
+            if self._pubsub is None:
+                self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                await self._pubsub.subscribe(f"{self._prefix}:config")
+                return  # a bump before the subscription sent no message here: the caller looks at the version now
+            await self._pubsub.get_message(timeout=timeout)
+        except BaseException:
+            await self._close_pubsub()  # a lost connection: subscribe afresh at the next call
+            raise
+
+    async def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
     async def close(self):
+        await self._close_pubsub()
         await self._redis.aclose()

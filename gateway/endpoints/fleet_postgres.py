@@ -1,23 +1,30 @@
 """The fleet's shared state (fleet.py) in PostgreSQL, for a fleet whose gateways share a PostgreSQL database but
-no Redis. The same rules as `RedisFleet`, one transaction per operation, times from the database server's
-clock (no skew between gateways); the transactions of one endpoint (of one ECS call scope) hold its advisory
-lock, so they run one at a time across the fleet while other endpoints' go on:
+no Redis. The same rules as `RedisFleet`, times from the database server's clock (no skew between gateways).
+No advisory lock: each operation is one statement (or a transaction of row locks) on the rows of its own
+endpoint, so the syncs of different endpoints never wait for each other and those of one endpoint wait only
+for that endpoint's lease row (`INSERT ... ON CONFLICT DO UPDATE` locks it):
 
 - `fleet_leases`: one row per endpoint, never deleted; a new holder takes an expired (or free) row and
   increments its `token`, so tokens only grow; `fenced` is the newest token that wrote.
 - `fleet_reports`: one row per (endpoint, gateway) with its expiry; expired rows are deleted by the next sync.
 - `fleet_replicas`, `fleet_draining`: the owner's replica list and its draining marks.
 - `fleet_calls`: ECS API calls per (scope, wall-clock second).
+- `fleet_failures`: a failed endpoint's reason, until cleared.
+- `fleet_config`: one row, the config version; each bump also sends `NOTIFY sluice_fleet_config`, which every
+  gateway LISTENs to on a connection of its own (`config_changed`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 
+import asyncpg
 import msgspec
 
 import storage
-from gateway.endpoints.fleet import Fleet, Replicas, Report
+from gateway.endpoints.fleet import Failure, Fleet, Replicas, Report
 from storage import Database, Migration, Schema
 
 SCHEMA = Schema("fleet", [
@@ -33,17 +40,61 @@ SCHEMA = Schema("fleet", [
         """CREATE TABLE fleet_calls (
             scope TEXT NOT NULL, second BIGINT NOT NULL, used INTEGER NOT NULL, PRIMARY KEY (scope, second))""",
     ]),
+    Migration(2, "failures and the endpoint config version, fleet-wide", [
+        "CREATE TABLE fleet_failures (endpoint TEXT PRIMARY KEY, body TEXT NOT NULL)",
+        "CREATE TABLE fleet_config (id INTEGER PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL)",
+        "INSERT INTO fleet_config (id, version) VALUES (1, 0)",
+    ]),
 ], legacy_table="fleet_schema_migrations")
 NOW = "SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION)"
+CHANNEL = "sluice_fleet_config"
+LISTEN_CONNECT_S = 10.0
+# One statement: publish the report, drop expired ones, take or renew the lease, read the live reports (a CTE
+# sees the snapshot from before the statement: this gateway's fresh report is added by the caller).
+# $1 endpoint, $2 gateway, $3 report body, $4 report ttl, $5 lease seconds.
+_SYNC = """
+WITH now AS (SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) AS t),
+published AS (
+    INSERT INTO fleet_reports (endpoint, gateway, body, expires_at) SELECT $1, $2, $3, t + $4 FROM now
+    ON CONFLICT (endpoint, gateway) DO UPDATE SET body = excluded.body, expires_at = excluded.expires_at),
+expired AS (DELETE FROM fleet_reports WHERE endpoint = $1 AND expires_at < (SELECT t FROM now)),
+claimed AS (
+    INSERT INTO fleet_leases AS held (endpoint, holder, token, expires_at, fenced)
+    SELECT $1, $2, 1, t + $5, 0 FROM now
+    ON CONFLICT (endpoint) DO UPDATE SET
+        token = CASE WHEN held.holder = excluded.holder AND held.expires_at >= (SELECT t FROM now)
+                     THEN held.token ELSE held.token + 1 END,
+        holder = excluded.holder, expires_at = excluded.expires_at
+    WHERE held.expires_at < (SELECT t FROM now) OR held.holder = excluded.holder
+    RETURNING token)
+SELECT NULL, (SELECT token FROM claimed), NULL
+UNION ALL
+SELECT gateway, NULL, body FROM fleet_reports
+WHERE endpoint = $1 AND gateway <> $2 AND expires_at >= (SELECT t FROM now)
+"""
+# $1 scope, $2 second, $3 calls, $4 limit: count the calls if the second has room for all of them.
+_TAKE_CALL = """
+INSERT INTO fleet_calls AS taken (scope, second, used)
+SELECT $1, $2, CAST($3 AS INTEGER) WHERE CAST($3 AS INTEGER) <= CAST($4 AS DOUBLE PRECISION)
+ON CONFLICT (scope, second) DO UPDATE SET used = taken.used + excluded.used
+WHERE taken.used + excluded.used <= CAST($4 AS DOUBLE PRECISION)
+RETURNING used
+"""
 _report = msgspec.json.Decoder(Report)
 _replicas = msgspec.json.Decoder(Replicas)
+_failure = msgspec.json.Decoder(Failure)
 
 
 class PostgresFleet(Fleet):
-    def __init__(self, db: Database, *, calls_per_second: float = 2.0, gateway_id: str | None = None):
+    def __init__(self, db: Database, *, calls_per_second: float = 2.0, gateway_id: str | None = None,
+                 listen_url: str = ""):
+        """`listen_url`: the database to LISTEN on for config changes ("": none, `config_changed` only waits)."""
         super().__init__(gateway_id)
         self._db = db
         self._calls_per_second = calls_per_second
+        self._listen_url = listen_url
+        self._listener: asyncpg.Connection | None = None
+        self._notified = asyncio.Event()
 
     @classmethod
     async def open(cls, database_url: str, **options) -> PostgresFleet:
@@ -53,40 +104,18 @@ class PostgresFleet(Fleet):
         except BaseException:
             await db.close()
             raise
-        return cls(db, **options)
+        return cls(db, listen_url=database_url, **options)
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
-        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
-            (now,) = await tx.fetchone(NOW)
-            await tx.execute("""INSERT INTO fleet_reports (endpoint, gateway, body, expires_at) VALUES (?, ?, ?, ?)
-                                ON CONFLICT (endpoint, gateway) DO UPDATE
-                                SET body = excluded.body, expires_at = excluded.expires_at""",
-                             (endpoint, self.gateway_id, msgspec.json.encode(report).decode(), now + ttl_s))
-            await tx.execute("DELETE FROM fleet_reports WHERE endpoint = ? AND expires_at < ?", (endpoint, now))
-            rows = await tx.fetchall("SELECT gateway, body FROM fleet_reports WHERE endpoint = ?", (endpoint,))
-            token = await self._claim(tx, endpoint, now, lease_s)
-        return token, {gateway: _report.decode(body) for gateway, body in rows}
-
-    async def _claim(self, tx, endpoint: str, now: float, lease_s: float) -> int | None:
-        held = await tx.fetchone("SELECT holder, token, expires_at FROM fleet_leases WHERE endpoint = ? FOR UPDATE",
-                                 (endpoint,))
-        if held is None:
-            taken = await tx.fetchone("""INSERT INTO fleet_leases (endpoint, holder, token, expires_at, fenced)
-                                         VALUES (?, ?, 1, ?, 0) ON CONFLICT (endpoint) DO NOTHING RETURNING token""",
-                                      (endpoint, self.gateway_id, now + lease_s))
-            return None if taken is None else int(taken[0])
-        holder, token, expires_at = held
-        if holder == self.gateway_id and expires_at >= now:
-            await tx.execute("UPDATE fleet_leases SET expires_at = ? WHERE endpoint = ?", (now + lease_s, endpoint))
-            return int(token)
-        if expires_at >= now:
-            return None
-        await tx.execute("UPDATE fleet_leases SET holder = ?, token = ?, expires_at = ? WHERE endpoint = ?",
-                         (self.gateway_id, token + 1, now + lease_s, endpoint))
-        return int(token) + 1
+        body = msgspec.json.encode(report).decode()
+        rows = await self._db.fetchall(_SYNC, (endpoint, self.gateway_id, body, ttl_s, lease_s))
+        token = rows[0][1]
+        reports = {gateway: _report.decode(text) for gateway, _, text in rows[1:]}
+        reports[self.gateway_id] = report
+        return (None if token is None else int(token)), reports
 
     async def fence(self, endpoint, token):
-        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
+        async with self._db.transaction() as tx:
             (now,) = await tx.fetchone(NOW)
             held = await tx.fetchone("""SELECT holder, token, expires_at, fenced FROM fleet_leases
                                         WHERE endpoint = ? FOR UPDATE""", (endpoint,))
@@ -99,7 +128,7 @@ class PostgresFleet(Fleet):
             return True
 
     async def resign(self, endpoint):
-        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
+        async with self._db.transaction() as tx:
             await tx.execute("UPDATE fleet_leases SET expires_at = 0 WHERE endpoint = ? AND holder = ?",
                              (endpoint, self.gateway_id))
             await tx.execute("DELETE FROM fleet_reports WHERE endpoint = ? AND gateway = ?",
@@ -123,24 +152,58 @@ class PostgresFleet(Fleet):
         return {replica for (replica,) in rows}
 
     async def forget_draining(self, endpoint, replica_ids):
-        async with self._db.transaction(lock=f"fleet:{endpoint}") as tx:
-            for replica in replica_ids:
-                await tx.execute("DELETE FROM fleet_draining WHERE endpoint = ? AND replica = ?", (endpoint, replica))
+        if replica_ids:
+            await self._db.execute("DELETE FROM fleet_draining WHERE endpoint = ? AND replica = ANY(?)",
+                                   (endpoint, sorted(replica_ids)))
 
     async def take_call(self, scope, calls=1):
-        async with self._db.transaction(lock=f"fleet-calls:{scope}") as tx:
-            (now,) = await tx.fetchone(NOW)
-            second = math.floor(now)
-            await tx.execute("INSERT INTO fleet_calls (scope, second, used) VALUES (?, ?, 0) ON CONFLICT DO NOTHING",
-                             (scope, second))
-            (used,) = await tx.fetchone("SELECT used FROM fleet_calls WHERE scope = ? AND second = ? FOR UPDATE",
-                                        (scope, second))
-            if used + calls > self._calls_per_second:
-                return second + 1 - now
-            await tx.execute("UPDATE fleet_calls SET used = ? WHERE scope = ? AND second = ?",
-                             (used + calls, scope, second))
-            await tx.execute("DELETE FROM fleet_calls WHERE scope = ? AND second < ?", (scope, second - 60))
-            return 0.0
+        (now,) = await self._db.fetchone(NOW)
+        second = math.floor(now)
+        taken = await self._db.fetchone(_TAKE_CALL, (scope, second, calls, self._calls_per_second))
+        if second % 60 == 0:  # old windows, once a minute
+            await self._db.execute("DELETE FROM fleet_calls WHERE scope = ? AND second < ?", (scope, second - 60))
+        return 0.0 if taken is not None else second + 1 - now
+
+    async def mark_failed(self, endpoint, failure):
+        await self._db.execute("""INSERT INTO fleet_failures (endpoint, body) VALUES (?, ?)
+                                  ON CONFLICT (endpoint) DO UPDATE SET body = excluded.body""",
+                               (endpoint, msgspec.json.encode(failure.bounded()).decode()))
+
+    async def failure(self, endpoint):
+        row = await self._db.fetchone("SELECT body FROM fleet_failures WHERE endpoint = ?", (endpoint,))
+        return None if row is None else _failure.decode(row[0])
+
+    async def clear_failed(self, endpoint):
+        await self._db.execute("DELETE FROM fleet_failures WHERE endpoint = ?", (endpoint,))
+
+    async def config_version(self):
+        (version,) = await self._db.fetchone("SELECT version FROM fleet_config WHERE id = 1")
+        return int(version)
+
+    async def bump_config(self):
+        # the NOTIFY goes out when the statement's transaction commits, with the new version stored
+        (version,) = await self._db.fetchone(f"""WITH bumped AS (
+            UPDATE fleet_config SET version = version + 1 WHERE id = 1 RETURNING version)
+            SELECT version FROM bumped, pg_notify('{CHANNEL}', CAST(version AS TEXT)) AS sent""")
+        return int(version)
+
+    async def config_changed(self, timeout):
+        if self._listen_url and (self._listener is None or self._listener.is_closed()):
+            await self._close_listener()  # a lost connection: listen afresh
+            self._listener = await asyncpg.connect(self._listen_url, timeout=LISTEN_CONNECT_S)
+            await self._listener.add_listener(CHANNEL, lambda *_: self._notified.set())
+            return  # a bump before the LISTEN sent no message here: the caller looks at the version now
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._notified.wait()
+        self._notified.clear()
+
+    async def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close(timeout=LISTEN_CONNECT_S)
 
     async def close(self):
+        await self._close_listener()
         await self._db.close()

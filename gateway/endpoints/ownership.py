@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.endpoints.fleet import Fleet, Replicas, Report
+from gateway.endpoints.fleet import Failure, Fleet, Replicas, Report
 
 log = structlog.get_logger(__name__)
 REPORT_TTL_FACTOR = 3  # a report outlives this many missed publishes...
@@ -37,6 +37,7 @@ class Ownership:
         self.token: int | None = None
         self.reports: dict[str, Report] = {}
         self.draining: set[str] = set()  # replica ids marked draining in the shared state
+        self.failure: Failure | None = None  # the endpoint's failure in the shared state, as of the last sync
         self._next_sync = -math.inf
         self._published_demand = 0.0
 
@@ -58,11 +59,16 @@ class Ownership:
         token, self.reports = await self.fleet.sync(self.endpoint, report, self.report_ttl_s, self.lease_s)
         self._published_demand = report.demand
         self.draining = await self.fleet.draining(self.endpoint)
+        self.failure = await self.fleet.failure(self.endpoint)
         if (token is None) != (self.token is None) or (token is not None and token != self.token):
             log.info("endpoint_ownership", endpoint=self.endpoint, owner=token is not None, token=token,
                      gateway=self.fleet.gateway_id)
             self.token = token
             self.on_change(token is not None)
+
+    def sync_soon(self) -> None:
+        """Sync at the next tick (something to tell the fleet)."""
+        self._next_sync = -math.inf
 
     async def fenced(self) -> bool:
         """May this gateway write the endpoint's replica count now?"""

@@ -8,6 +8,9 @@ Precedence, decided once at start:
 - A stored API endpoint whose name the file now declares gives way to the file's entry (logged);
   patches stored for a name the file no longer declares are dropped, and so are patches that no longer
   fit the edited entry (a `min_replicas` above the file's new `max_replicas`, say).
+
+`load` runs again whenever another gateway of the fleet changed an endpoint (config_follower.py); such a
+reload drops no row (`prune=False`): gateways mid-deploy may read different config files.
 """
 
 from __future__ import annotations
@@ -31,14 +34,15 @@ class EndpointRegistry:
         self._declared = {spec.name: spec for spec in declared}
         self._specs: dict[str, EndpointSpec] = {}
         self._overlays: dict[str, dict[str, Any]] = {}  # name -> patched fields of a declared endpoint
+        self.unreadable: set[str] = set()  # stored API endpoints this version cannot read (a newer gateway's)
 
-    async def load(self) -> list[EndpointSpec]:
-        specs = dict(self._declared)
+    async def load(self, *, prune: bool = True) -> list[EndpointSpec]:
+        specs, overlays, unreadable = dict(self._declared), {}, set()
         for row in await self._store.rows():
             if row.origin == "config" and row.name in self._declared:
                 try:
                     specs[row.name] = self._declared[row.name].patched(row.body)
-                    self._overlays[row.name] = row.body
+                    overlays[row.name] = row.body
                     continue
                 except (ValueError, msgspec.ValidationError) as error:
                     log.warning("endpoint_patch_dropped", endpoint=row.name, reason=str(error))
@@ -48,11 +52,13 @@ class EndpointRegistry:
                     continue
                 except msgspec.ValidationError as error:
                     log.error("endpoint_unreadable", endpoint=row.name, reason=str(error))
+                    unreadable.add(row.name)
                     continue  # kept in the store: a later version may read it
             else:
                 log.warning("endpoint_row_superseded", endpoint=row.name, origin=row.origin)
-            await self._store.remove(row.name)
-        self._specs = specs
+            if prune:
+                await self._store.remove(row.name)
+        self._specs, self._overlays, self.unreadable = specs, overlays, unreadable
         return list(specs.values())
 
     def get(self, name: str) -> EndpointSpec | None:
@@ -67,7 +73,8 @@ class EndpointRegistry:
     async def create(self, spec: EndpointSpec) -> EndpointSpec:
         if spec.name in self._specs:
             raise EndpointConflict(f"the endpoint {spec.name!r} exists already; PATCH it or DELETE it first")
-        await self._store.put(spec.name, "api", msgspec.to_builtins(spec))
+        if not await self._store.insert(spec.name, "api", msgspec.to_builtins(spec)):  # another gateway's, just now
+            raise EndpointConflict(f"the endpoint {spec.name!r} exists already; PATCH it or DELETE it first")
         self._specs[spec.name] = spec
         return spec
 

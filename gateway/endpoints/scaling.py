@@ -30,6 +30,8 @@ class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     fleet_sync_seconds: Positive = 0.25  # how often a gateway publishes its demand and reads the fleet's
     lease_seconds: Positive = 5.0  # an endpoint's scaling owner that stops renewing is replaced after this
     ecs_api_calls_per_second: Positive = 2.0  # the whole fleet's ECS API calls (shared through Redis)
+    # how often a gateway checks the fleet's endpoint config version, besides the change messages (a lost one)
+    fleet_config_check_seconds: Annotated[float, msgspec.Meta(ge=0.05, le=3600)] = 5.0
 
     def __post_init__(self) -> None:
         if self.fleet_sync_seconds * 2 > self.lease_seconds:

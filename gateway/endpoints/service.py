@@ -52,8 +52,10 @@ Admin (POST/GET/PATCH/DELETE /admin/endpoints[/{name}], names taken whole, `/` i
     endpoints.get(name) / endpoints.list()
     await endpoints.patch(name, changes)             # PATCHABLE fields only; bounds and idle time apply
                                                      # at the next tick, no restart; clears a failure
-    await endpoints.delete(name)                     # drains the replicas first; 409 for an endpoint
+    await endpoints.delete(name)                     # drains the replicas; 409 for an endpoint
                                                      # the config file declares
+    Each change is stored in the shared database, then the fleet's config version is bumped: every other
+    gateway reloads (config_follower.py, `reload`) and starts, updates or stops the endpoint the same way.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ import structlog
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import AdapterRegistry
+from gateway.endpoints.config_follower import ConfigFollower
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
@@ -132,7 +135,9 @@ class Endpoints:
         self.router = ReplicaRouter(read_timeout=read_timeout)  # settings.request_timeout_s
         self.controllers: dict[str, EndpointController] = {}
         self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
-        self._admin = asyncio.Lock()  # one admin change at a time
+        self._admin = asyncio.Lock()  # one admin change (or reload) at a time
+        self.follower: ConfigFollower | None = None  # a fleet's other gateways' changes (not a lone gateway)
+        self._stopping = False
 
     @classmethod
     async def open(cls, database_url: str, declared: Iterable[EndpointSpec], data_dir: Path,
@@ -169,17 +174,58 @@ class Endpoints:
 
     async def start(self) -> None:
         """InvalidEndpoint when an endpoint of the config file names a team that does not exist."""
-        specs = await self.registry.load()
-        for spec in specs:
-            if self.registry.declared(spec.name):  # the API's were checked when created or patched
-                await self._check_team(spec.team_id, f"the endpoint {spec.name!r} of the config file")
-        await self.adapters.load({spec.name for spec in specs})
-        for spec in specs:
-            await self._launch(spec)
+        async with self._admin:  # a reload waits for the first load
+            if not isinstance(self.fleet, LocalFleet):
+                self.follower = ConfigFollower(self.fleet, self.reload, self.settings.fleet_config_check_seconds)
+                await self.follower.start()  # the version first: a change stored after it is reloaded
+            specs = await self.registry.load()
+            for spec in specs:
+                if self.registry.declared(spec.name):  # the API's were checked when created or patched
+                    await self._check_team(spec.team_id, f"the endpoint {spec.name!r} of the config file")
+            await self.adapters.load({spec.name for spec in specs})
+            for spec in specs:
+                await self._launch(spec)
+
+    async def reload(self) -> None:
+        """Another gateway changed endpoints: start the created ones, update the patched ones (bounds, idle time,
+        a cleared failure), stop the deleted ones (their replicas drained; the owner of a shared one scales its
+        service to 0), as that gateway did."""
+        async with self._admin:
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        specs = {spec.name: spec for spec in await self.registry.load(prune=False)}
+        # a row this version cannot read (a newer gateway wrote it mid-deploy) is no delete: that endpoint runs on
+        gone = [name for name in self.controllers if name not in specs and name not in self.registry.unreadable]
+        await asyncio.gather(*(self._stop_deleted(name) for name in gone))
+        for name, spec in specs.items():
+            controller = self.controllers.get(name)
+            if controller is None and self._stopping:
+                continue
+            if controller is None:
+                try:
+                    await self._launch(spec)
+                except Exception as error:  # its gateway started it; here it waits for the next change
+                    log.error("endpoint_reload_start_failed", endpoint=name, error=str(error)[:500])
+            elif controller.spec != spec:
+                controller.update(spec)
+
+    async def _follow(self) -> None:
+        """Before an admin change: take in the fleet's newer changes, so that this one builds on them."""
+        if self.follower is not None:
+            await self.follower.catch_up(self._reconcile)
+
+    async def _announce(self, name: str) -> None:
+        """After an admin change was stored: a new spec clears the fleet's failure mark; tell every gateway."""
+        if self.follower is None:
+            return
+        await self.fleet.clear_failed(name)
+        await self.fleet.bump_config()
 
     def stop_accepting(self) -> None:
         """SIGTERM's first step (gateway/cli/draining.py): every endpoint refuses new requests with a 503 in
         state `draining`; the requests already on a replica go on."""
+        self._stopping = True  # a reload from now on starts no endpoint here
         for controller in self.controllers.values():
             controller.stop_accepting()
 
@@ -199,6 +245,8 @@ class Endpoints:
         return not any(s.replicas.starting or s.in_flight or s.waiting for s in local)
 
     async def drain_and_stop(self) -> None:
+        if self.follower is not None:
+            await self.follower.close()
         controllers, self.controllers = list(self.controllers.values()), {}
         await asyncio.gather(*(c.drain_and_stop() for c in controllers))
         if self.standby is not None:
@@ -300,12 +348,14 @@ class Endpoints:
             raise InvalidEndpoint(str(error)) from error
         await self._check_team(spec.team_id, "a private endpoint")
         async with self._admin:
+            await self._follow()
             await self.registry.create(spec)
             try:
                 controller = await self._launch(spec)
             except Exception as error:  # e.g. its ECS service does not exist: nothing is kept
                 await self.registry.delete(spec.name)
                 raise InvalidEndpoint(f"the endpoint {spec.name!r} cannot start: {error}") from error
+            await self._announce(spec.name)
             log.info("endpoint_created", endpoint=spec.name)
             return controller.status()
 
@@ -314,23 +364,33 @@ class Endpoints:
         if isinstance(team_id, str) and self.registry.get(name) is not None:  # else the spec's own message, a 404
             await self._check_team(team_id, "a private endpoint")
         async with self._admin:
+            await self._follow()
             spec = await self.registry.patch(name, changes)
-            controller = self.controllers[name]
-            controller.update(spec)
+            controller = self.controllers.get(name)
+            if controller is None:  # its start failed here at a reload: the patch is a retry
+                controller = await self._launch(spec)
+            else:
+                controller.update(spec)
+            await self._announce(name)
             log.info("endpoint_patched", endpoint=name, fields=sorted(changes))
             return controller.status()
 
     async def delete(self, name: str) -> None:
         async with self._admin:
+            await self._follow()
             self.registry.check_deletable(name)
-            controller = self.controllers.pop(name)
-            await controller.drain_and_stop(keep_shared=False)  # a deleted endpoint's ECS service goes to 0
-            self._pace_discovery()
-            await self.registry.delete(name)
+            await self.registry.delete(name)  # stored first: the other gateways stop routing and scaling it now
             await self.adapters.forget(name)
-            self.router.drop_pool(name)
-            metrics.forget(name)
+            await self._announce(name)
+            await self._stop_deleted(name)
             log.info("endpoint_deleted", endpoint=name)
+
+    async def _stop_deleted(self, name: str) -> None:
+        controller = self.controllers.pop(name)
+        await controller.drain_and_stop(keep_shared=False)  # a deleted endpoint's ECS service goes to 0
+        self._pace_discovery()
+        self.router.drop_pool(name)
+        metrics.forget(name)
 
     async def _check_team(self, team_id: str | None, what: str) -> None:
         if team_id is None or self.team_exists is None or await self.team_exists(team_id):

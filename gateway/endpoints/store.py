@@ -73,6 +73,15 @@ class EndpointStore:
             await tx.execute("INSERT INTO endpoints (name, origin, body, updated_at) VALUES (?, ?, ?, ?)",
                              (name, origin, text, time.time()))
 
+    async def insert(self, name: str, origin: Origin, body: dict[str, Any]) -> bool:
+        """Store a new row; False when the name has one already (another gateway created it meanwhile)."""
+        try:
+            await self._db.execute("INSERT INTO endpoints (name, origin, body, updated_at) VALUES (?, ?, ?, ?)",
+                                   (name, origin, msgspec.json.encode(body).decode(), time.time()))
+        except storage.Conflict:
+            return False
+        return True
+
     async def remove(self, name: str) -> None:
         await self._db.execute("DELETE FROM endpoints WHERE name = ?", (name,))
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from gateway.config import load_settings
-from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet, Report
+from gateway.endpoints.fleet import FAILURE_DETAIL_CHARS, Failure, Fleet, LocalFleet, RedisFleet, Report
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from testkit.databases import create_database
 
@@ -87,6 +87,27 @@ async def test_twelve_gateways_make_at_most_two_ecs_calls_a_second(shared_state)
     windows = math.floor(end) - math.floor(start) + 1
     assert 0 < len(granted) <= 2 * windows
     assert await fleet[0].take_call("ecs:us-east-1", 3) > 0  # more than a second's budget never goes
+
+
+async def test_a_failure_is_the_whole_fleets_bounded_and_cleared_by_any_gateway(shared_state):
+    first, second = await shared_state(2)
+    await first.mark_failed("model", Failure("crash loop", "crash loop: " + "x" * 100_000))
+    seen = await second.failure("model")
+    assert seen.reason == "crash loop" and len(seen.detail) == FAILURE_DETAIL_CHARS  # bounded where it is stored
+    assert await second.failure("other") is None  # one endpoint's failure only
+    await second.clear_failed("model")
+    assert await first.failure("model") is None
+
+
+async def test_a_config_bump_is_counted_and_wakes_the_other_gateways(shared_state):
+    first, second = await shared_state(2)
+    assert await second.config_version() == 0
+    await second.config_changed(0.05)  # (re)connects its listener: returns at once, nothing was missed
+    waiting = asyncio.ensure_future(second.config_changed(3600))
+    await asyncio.sleep(0)
+    assert await first.bump_config() == 1
+    await asyncio.wait_for(waiting, 60)  # the message, not the hour's check, ends the wait
+    assert await second.config_version() == 1
 
 
 async def test_the_lone_gateway_owns_every_endpoint_without_redis():
