@@ -108,6 +108,7 @@ module "iam" {
   gateway_secret_arns   = values(module.data.secret_arns)
   worker_secret_arn     = module.data.secret_arns["worker_secret"]
   export_bucket_arn     = module.data.bucket_arns["exports"]
+  config_object_arn     = "${module.data.bucket_arns["config"]}/gateway/config.toml" # unused: the config stays inline here
   weights_bucket_arn    = module.data.bucket_arns["weights"]
   kms_key_arn           = module.kms.key_arn
   wal_file_system_arn   = module.data.wal_file_system_arn

@@ -130,7 +130,13 @@ variable "wal_access_point_id" {
 }
 
 variable "config_toml" {
-  description = "The gateway's config file (endpoints and their ECS services), passed as SLUICE_CONFIG_TOML."
+  description = "The gateway's config file (endpoints and their ECS services): an S3 object in config_bucket, else SLUICE_CONFIG_TOML."
+  type        = string
+  default     = ""
+}
+
+variable "config_bucket" {
+  description = "A versioned bucket the gateway's config is written to (gateway/config.toml, read at start: SLUICE_CONFIG_S3); empty: inline."
   type        = string
   default     = ""
 }
@@ -157,8 +163,8 @@ variable "request_timeout_seconds" {
   type        = number
   default     = 840
   validation {
-    condition     = var.request_timeout_seconds >= 30 && var.request_timeout_seconds + 60 <= 4000
-    error_message = "request_timeout_seconds: 30 to 3940 (the ALB's idle timeout, 60 s more, is at most 4000)."
+    condition     = var.request_timeout_seconds >= 30 && var.request_timeout_seconds + 10 <= 3600
+    error_message = "request_timeout_seconds: 30 to 3590 (the target group's drain, 10 s more, is at most 3600)."
   }
 }
 
@@ -180,6 +186,26 @@ variable "export_schedule" {
   validation {
     condition     = can(regex("^(cron|rate)\\(.+\\)$", var.export_schedule))
     error_message = "export_schedule: a cron(...) or rate(...) expression."
+  }
+}
+
+variable "export_task_role_arn" {
+  description = "The usage export task's role (modules/iam export-task): writes the exports, nothing of the gateway's."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.export_task_role_arn == "" || can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_task_role_arn))
+    error_message = "export_task_role_arn: an IAM role ARN."
+  }
+}
+
+variable "export_exec_role_arn" {
+  description = "The usage export's execution role (modules/iam export-execution): injects the database URL only."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.export_exec_role_arn == "" || can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_exec_role_arn))
+    error_message = "export_exec_role_arn: an IAM role ARN."
   }
 }
 

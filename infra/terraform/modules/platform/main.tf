@@ -76,6 +76,8 @@ module "iam" {
   gateway_secret_arns   = values(module.data.secret_arns)
   worker_secret_arn     = module.data.secret_arns["worker_secret"]
   export_bucket_arn     = module.data.bucket_arns["exports"]
+  export_secret_arn     = module.data.secret_arns["database_url"]
+  config_object_arn     = "${module.data.bucket_arns["config"]}/${module.gateway.config_key}"
   weights_bucket_arn    = module.data.bucket_arns["weights"]
   kms_key_arn           = module.kms.key_arn
   wal_file_system_arn   = module.data.wal_file_system_arn
@@ -109,10 +111,13 @@ module "gateway" {
   access_log_bucket       = module.data.bucket_names["alb-logs"]
   request_timeout_seconds = var.request_timeout_seconds
   export_bucket           = module.data.bucket_names["exports"]
+  export_task_role_arn    = module.iam.export_task_role_arn
+  export_exec_role_arn    = module.iam.export_execution_role_arn
   scheduler_role_arn      = module.iam.scheduler_role_arn
   kms_key_arn             = module.kms.key_arn
   deletion_protection     = var.deletion_protection
   config_toml             = local.gateway_config_toml
+  config_bucket           = module.data.bucket_names["config"] # any number of endpoints (SLUICE_CONFIG_S3)
 }
 
 data "aws_region" "current" {}

@@ -104,8 +104,8 @@ run "redis_signs_the_gateway_in_with_iam_and_has_no_password" {
 run "buckets_are_private_encrypted_and_versioned" {
   command = apply
   assert {
-    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "access-logs", "alb-logs"])
-    error_message = "weights, exports, access-logs and alb-logs buckets"
+    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "config", "access-logs", "alb-logs"])
+    error_message = "weights, exports, config, access-logs and alb-logs buckets"
   }
   assert {
     condition = alltrue([for b in aws_s3_bucket_public_access_block.main :

@@ -182,12 +182,64 @@ run "idle_timeout_outlasts_the_request_timeout_and_access_logs_are_on" {
   }
 }
 
-run "a_request_timeout_beyond_the_alb_maximum_is_refused" {
+run "a_request_timeout_beyond_the_drain_maximum_is_refused" {
   command = plan
   variables {
-    request_timeout_seconds = 3990
+    request_timeout_seconds = 3595
   }
   expect_failures = [var.request_timeout_seconds]
+}
+
+run "a_deploy_lets_every_stream_finish_before_sigterm" {
+  command = plan
+  variables {
+    request_timeout_seconds = 1200
+  }
+  assert {
+    condition     = aws_lb_target_group.gateway.deregistration_delay == "1210"
+    error_message = "the target group drains for the longest request (a stream) the gateway allows, not 30 s: ${aws_lb_target_group.gateway.deregistration_delay}"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].stopTimeout == 120 && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_SHUTDOWN_GRACE_SECONDS", value = "100" })
+    error_message = "after the drain, SIGTERM: the gateway's own grace ends 20 s before ECS's stop timeout (the usage log's drain)"
+  }
+}
+
+run "the_config_is_an_s3_object_named_by_version" {
+  command = plan
+  override_resource {
+    target          = aws_s3_object.config
+    override_during = plan # the version S3 gives the object, known at apply only
+    values          = { version_id = "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY" }
+  }
+  variables {
+    config_toml   = "[[models]]\nname = \"m\"\n"
+    config_bucket = "sluice-test-config-123456789012"
+    kms_key_arn   = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+  }
+  assert {
+    condition     = aws_s3_object.config[0].bucket == var.config_bucket && aws_s3_object.config[0].key == "gateway/config.toml" && aws_s3_object.config[0].content == var.config_toml && aws_s3_object.config[0].kms_key_id == var.kms_key_arn
+    error_message = "the rendered config is written, encrypted with the platform key, to the config bucket"
+  }
+  assert {
+    condition     = contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_CONFIG_S3", value = "s3://sluice-test-config-123456789012/gateway/config.toml?versionId=${aws_s3_object.config[0].version_id}" })
+    error_message = "the task definition names the object's version (gateway/config_object.py reads it)"
+  }
+  assert {
+    condition     = length([for e in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment : e if e.name == "SLUICE_CONFIG_TOML"]) == 0
+    error_message = "the config is no longer inline: the task definition's size no longer caps the endpoint count"
+  }
+}
+
+run "without_a_bucket_the_config_stays_inline" {
+  command = plan
+  variables {
+    config_toml = "[[models]]\nname = \"m\"\n"
+  }
+  assert {
+    condition     = length(aws_s3_object.config) == 0 && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_CONFIG_TOML", value = var.config_toml })
+    error_message = "envs/local (moto) keeps the config in the task definition"
+  }
 }
 
 run "no_export_schedule_without_a_bucket" {
@@ -201,10 +253,12 @@ run "no_export_schedule_without_a_bucket" {
 run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
   command = plan
   variables {
-    export_bucket      = "sluice-test-exports-123456789012"
-    scheduler_role_arn = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
-    kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
-    secret_arns        = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+    export_bucket        = "sluice-test-exports-123456789012"
+    scheduler_role_arn   = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
+    export_task_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-task"
+    export_exec_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-execution"
+    kms_key_arn          = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    secret_arns          = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
   }
   assert {
     condition     = aws_scheduler_schedule.usage_export["usage"].schedule_expression == "cron(30 1 * * ? *)" && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].launch_type == "FARGATE"
@@ -230,4 +284,16 @@ run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
     condition     = aws_scheduler_schedule.usage_export["usage"].kms_key_arn == var.kms_key_arn
     error_message = "the schedule is encrypted with the platform key"
   }
+  assert {
+    condition     = aws_ecs_task_definition.usage_export["usage"].task_role_arn == var.export_task_role_arn && aws_ecs_task_definition.usage_export["usage"].execution_role_arn == var.export_exec_role_arn
+    error_message = "the export runs with its own roles, not the serving gateway's (one role per job)"
+  }
+}
+
+run "an_export_without_its_roles_is_refused" {
+  command = plan
+  variables {
+    export_bucket = "sluice-test-exports-123456789012"
+  }
+  expect_failures = [aws_ecs_task_definition.usage_export]
 }
