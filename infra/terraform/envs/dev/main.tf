@@ -42,7 +42,8 @@ module "platform" {
   gateway_max_tasks     = 3
   gateway_cpu           = 512
   gateway_memory        = 1024
-  gpu_instance_type     = "g4dn.xlarge"
+  gpu_instance_types    = var.gpu_instance_types
+  gpu_spot              = var.gpu_spot
   gpu_max_instances     = 2
   db_instance_class     = "db.t4g.micro"
   db_multi_az           = false

@@ -153,7 +153,7 @@ module "worker_pool" {
   security_group_ids   = module.network.security_group_ids
   image                = "sluice-worker:local"
   endpoints            = var.endpoints
-  instance_type        = "g4dn.xlarge"
+  instance_types       = ["g4dn.xlarge"]
   max_instances        = 2
   ami_id               = "ami-12c6146b" # moto's stock image; real envs read the GPU AMI from SSM
   instance_profile_arn = module.iam.worker_instance_profile_arn

@@ -42,7 +42,8 @@ module "platform" {
   gateway_max_tasks     = 12
   gateway_cpu           = 1024
   gateway_memory        = 2048
-  gpu_instance_type     = "g5.xlarge"
+  gpu_instance_types    = var.gpu_instance_types
+  gpu_spot              = var.gpu_spot
   gpu_max_instances     = 8
   db_instance_class     = "db.r6g.large"
   db_multi_az           = true

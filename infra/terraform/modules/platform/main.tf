@@ -131,7 +131,8 @@ module "worker_pool" {
   security_group_ids   = module.network.security_group_ids
   image                = var.worker_image
   endpoints            = var.endpoints
-  instance_type        = var.gpu_instance_type
+  instance_types       = var.gpu_instance_types
+  spot                 = var.gpu_spot
   max_instances        = var.gpu_max_instances
   instance_profile_arn = module.iam.worker_instance_profile_arn
   execution_role_arn   = module.iam.worker_execution_role_arn

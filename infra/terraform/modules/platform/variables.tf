@@ -98,9 +98,16 @@ variable "request_timeout_seconds" {
   default     = 840
 }
 
-variable "gpu_instance_type" {
-  type    = string
-  default = "g5.xlarge"
+variable "gpu_instance_types" {
+  description = "GPU instance types in order of preference (modules/worker_pool instance_types, validated there)."
+  type        = list(string)
+  default     = ["g5.xlarge"]
+}
+
+variable "gpu_spot" {
+  description = "Spot GPU hosts beside the on-demand ones (modules/worker_pool spot): { enabled, max_instances, on_demand_base, on_demand_weight, spot_weight }."
+  type        = any
+  default     = {}
 }
 
 variable "gpu_warm_pool_size" {
