@@ -2,6 +2,12 @@
 
 locals {
   worker_port = 8100
+  # the pull permission follows the images: an ECR image's repository ARN, read from its URI
+  image_repositories = distinct(concat(var.image_repository_arns, [
+    for image in [var.gateway_image, var.worker_image] :
+    format("arn:%s:ecr:%s:%s:repository/%s", data.aws_partition.current.partition, regex("^[0-9]{12}\\.dkr\\.ecr\\.([a-z0-9-]+)\\.", image)[0], split(".", image)[0], regex("^[^/]+/([^:@]+)", image)[0])
+    if can(regex("^[0-9]{12}\\.dkr\\.ecr\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?/", image))
+  ]))
   # the gateway's endpoints: each one scaled by its ECS provisioner through its own worker service
   gateway_config_toml = templatefile("${path.module}/gateway.toml.tftpl", {
     cluster           = var.name
@@ -84,7 +90,7 @@ module "iam" {
   wal_access_point_arn  = module.data.wal_access_point_arn
   gateway_log_group_arn = module.observability.log_group_arns["gateway"]
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
-  image_repository_arns = var.image_repository_arns
+  image_repository_arns = local.image_repositories
   metric_namespace      = module.observability.activator_queue_metric_namespace
   redis_iam             = module.data.redis_iam
 }
@@ -121,6 +127,7 @@ module "gateway" {
 }
 
 data "aws_region" "current" {}
+data "aws_partition" "current" {}
 
 module "worker_pool" {
   source               = "../worker_pool"

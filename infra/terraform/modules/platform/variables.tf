@@ -35,8 +35,13 @@ variable "worker_image" {
 }
 
 variable "image_repository_arns" {
-  type    = list(string)
-  default = []
+  description = "ECR repositories the tasks may pull from beyond those of gateway_image and worker_image (those are derived)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for arn in var.image_repository_arns : can(regex("^arn:aws[a-z-]*:ecr:[a-z0-9-]+:[0-9]{12}:repository/[a-z0-9._/-]+$", arn))])
+    error_message = "image_repository_arns: ECR repository ARNs (arn:aws:ecr:<region>:<account>:repository/<name>), no wildcards."
+  }
 }
 
 variable "gateway_min_tasks" {

@@ -250,3 +250,13 @@ run "the_gateway_reads_its_config_from_the_config_bucket" {
     error_message = "the usage export's own execution role injects the database URL only"
   }
 }
+
+run "the_images_repositories_may_be_pulled_without_listing_them" {
+  command = plan
+  assert {
+    condition = toset(one([for s in jsondecode(module.iam.policies["gateway-execution"]).Statement : s.Resource if s.Sid == "PullImage"])) == toset([
+      "arn:aws:ecr:eu-west-1:123456789012:repository/sluice-gateway", "arn:aws:ecr:eu-west-1:123456789012:repository/sluice-worker",
+    ])
+    error_message = "the pull permission names the repositories of gateway_image and worker_image (it was empty by default)"
+  }
+}
