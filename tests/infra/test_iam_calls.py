@@ -27,6 +27,8 @@ IMPLICIT = {
         "elasticfilesystem:ClientWrite": "the usage log is written there",
         "kms:Decrypt": "the config object is SSE-KMS: S3 decrypts it for GetObject",
         "elasticache:Connect": "gateway/redis_iam.py presigns the Redis sign-in token (no client call)",
+        "logs:CreateLogStream": "the task's metrics collector (ADOT, modules/gateway) opens its EMF stream",
+        "logs:PutLogEvents": "and writes the scraped /metrics into it",
     },
     "export_task_policy": {
         "kms:Decrypt": "head_object / multipart upload of SSE-KMS objects",

@@ -71,7 +71,7 @@ resource "aws_ecs_task_definition" "gateway" {
   memory                   = var.memory
   execution_role_arn       = var.execution_role_arn
   task_role_arn            = var.task_role_arn
-  container_definitions    = jsonencode([local.container])
+  container_definitions    = jsonencode(concat([local.container], local.collector ? [local.collector_container] : []))
   runtime_platform {
     operating_system_family = "LINUX"
     cpu_architecture        = "X86_64"

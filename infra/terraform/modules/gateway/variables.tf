@@ -220,3 +220,29 @@ variable "kms_key_arn" {
   type        = string
   default     = null
 }
+
+variable "metrics_log_group_name" {
+  description = "Where the task's collector writes the gateway's /metrics as embedded-metric records; empty (or no metrics_token secret): no collector."
+  type        = string
+  default     = ""
+}
+
+variable "metrics_namespace" {
+  description = "CloudWatch namespace of the scraped series (<namespace>/Gateway)."
+  type        = string
+  default     = "Sluice"
+  validation {
+    condition     = can(regex("^[0-9A-Za-z.\\-_/#:]{1,240}$", var.metrics_namespace)) && !startswith(var.metrics_namespace, "AWS/")
+    error_message = "metrics_namespace: 1-240 of A-Z a-z 0-9 . - _ / # :, not starting with AWS/."
+  }
+}
+
+variable "metrics_collector_image" {
+  description = "The AWS Distro for OpenTelemetry collector, pinned by tag or digest."
+  type        = string
+  default     = "public.ecr.aws/aws-observability/aws-otel-collector:v0.40.0"
+  validation {
+    condition     = can(regex("(@sha256:[0-9a-f]{64}|:v[0-9][A-Za-z0-9._-]*)$", var.metrics_collector_image))
+    error_message = "metrics_collector_image: pin a version tag (:vX.Y.Z) or a digest."
+  }
+}

@@ -1,7 +1,8 @@
 # Least privilege, one role per job; each grants what the code of that job calls (tests/infra/test_iam_calls.py
 # reads the boto3 calls from the source and holds every role to them):
 #   gateway task:      scale and describe the worker services, list/describe/protect/stop their tasks, read its config
-#                      object, mount its WAL directory, publish its queue metric, sign in to its Redis as its IAM user.
+#                      object, mount its WAL directory, publish its queue metric, sign in to its Redis as its IAM user;
+#                      its metrics collector writes its log group.
 #   gateway execution: pull the image, write its log group, inject its secrets.
 #   export task:       write (and read back) the usage exports. Nothing else.
 #   export execution:  pull the image, write the gateway's log group, inject the database URL only.
@@ -86,7 +87,13 @@ locals {
         Resource  = "*"
         Condition = { StringEquals = { "cloudwatch:namespace" = var.metric_namespace } }
       },
-      ], var.redis_iam == null ? [] : [{
+      ], var.metrics_log_group_arn == null ? [] : [{
+        # the task's metrics collector (modules/gateway metrics_collector.tf) writes embedded-metric records
+        Sid      = "WriteMetricRecords"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+        Resource = "${var.metrics_log_group_arn}:*"
+        }], var.redis_iam == null ? [] : [{
         # IAM authentication (gateway/redis_iam.py): the token names both the cache and the user
         Sid      = "ConnectToRedis"
         Effect   = "Allow"

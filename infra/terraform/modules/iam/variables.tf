@@ -111,3 +111,13 @@ variable "redis_iam" {
     error_message = "redis_iam: cache_name and user are ElastiCache ids (lowercase letters, digits, hyphens; no wildcard)."
   }
 }
+
+variable "metrics_log_group_arn" {
+  description = "The log group the gateway task's metrics collector writes (modules/observability `metrics`); null: no collector."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.metrics_log_group_arn == null || can(regex("^arn:aws[a-z-]*:logs:[a-z0-9-]+:[0-9]{12}:log-group:[^*]+$", coalesce(var.metrics_log_group_arn, "-")))
+    error_message = "metrics_log_group_arn: one log group's ARN, no wildcards."
+  }
+}

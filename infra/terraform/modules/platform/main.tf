@@ -93,6 +93,7 @@ module "iam" {
   image_repository_arns = local.image_repositories
   metric_namespace      = module.observability.activator_queue_metric_namespace
   redis_iam             = module.data.redis_iam
+  metrics_log_group_arn = module.observability.log_group_arns["metrics"]
 }
 
 module "gateway" {
@@ -124,6 +125,8 @@ module "gateway" {
   deletion_protection     = var.deletion_protection
   config_toml             = local.gateway_config_toml
   config_bucket           = module.data.bucket_names["config"] # any number of endpoints (SLUICE_CONFIG_S3)
+  metrics_log_group_name  = module.observability.log_group_names["metrics"]
+  metrics_namespace       = module.observability.activator_queue_metric_namespace
 }
 
 data "aws_region" "current" {}

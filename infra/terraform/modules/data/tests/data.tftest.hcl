@@ -150,7 +150,7 @@ run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {
 run "secrets_are_generated_and_encrypted" {
   command = plan
   assert {
-    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "database_url", "redis_url"])
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "metrics_token", "database_url", "redis_url"])
     error_message = "admin key, pepper, database and Redis URLs"
   }
   assert {
@@ -189,7 +189,7 @@ run "without_managed_databases" {
     error_message = "no [redis_iam] without a managed Redis"
   }
   assert {
-    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret"])
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "metrics_token"])
     error_message = "only the gateway's own secrets"
   }
 }

@@ -297,3 +297,47 @@ run "an_export_without_its_roles_is_refused" {
   }
   expect_failures = [aws_ecs_task_definition.usage_export]
 }
+
+run "metrics_are_scraped_inside_the_task_with_the_metrics_token" {
+  command = plan
+  variables {
+    metrics_log_group_name = "/sluice/sluice-test/metrics"
+    metrics_namespace      = "Sluice/sluice-test"
+    secret_arns            = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", metrics_token = "arn:aws:secretsmanager:us-east-1:123456789012:secret:m" }
+  }
+  assert {
+    condition     = [for c in jsondecode(aws_ecs_task_definition.gateway.container_definitions) : c.name] == ["gateway", "metrics-collector"] && !jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].essential
+    error_message = "a non-essential collector beside the gateway"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].secrets == [{ name = "SLUICE_METRICS_TOKEN", valueFrom = var.secret_arns.metrics_token }] && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].secrets, { name = "SLUICE_METRICS_TOKEN", valueFrom = var.secret_arns.metrics_token })
+    error_message = "the gateway and its collector share the metrics token (the gateway's metrics_token setting)"
+  }
+  assert {
+    condition     = yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).receivers.prometheus.config.scrape_configs[0].static_configs[0].targets == ["127.0.0.1:8000"] && yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).receivers.prometheus.config.scrape_configs[0].authorization.credentials == "$${env:SLUICE_METRICS_TOKEN}"
+    error_message = "the collector scrapes the gateway's own /metrics with the bearer token"
+  }
+  assert {
+    condition     = yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.log_group_name == "/sluice/sluice-test/metrics" && yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.namespace == "Sluice/sluice-test/Gateway"
+    error_message = "embedded-metric records to the metrics log group, per-model metrics in the environment's namespace"
+  }
+}
+
+run "no_collector_without_a_metrics_token" {
+  command = plan
+  variables {
+    metrics_log_group_name = "/sluice/sluice-test/metrics"
+  }
+  assert {
+    condition     = length(jsondecode(aws_ecs_task_definition.gateway.container_definitions)) == 1
+    error_message = "nothing to scrape with: the gateway alone"
+  }
+}
+
+run "an_unpinned_collector_image_is_refused" {
+  command = plan
+  variables {
+    metrics_collector_image = "public.ecr.aws/aws-observability/aws-otel-collector:latest"
+  }
+  expect_failures = [var.metrics_collector_image]
+}

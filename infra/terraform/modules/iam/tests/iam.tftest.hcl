@@ -220,3 +220,18 @@ run "gpu_hosts_complete_only_their_pools_launch_hook" {
     error_message = "a host may complete lifecycle actions of the worker pool's groups only"
   }
 }
+
+run "the_metrics_collector_writes_its_log_group_only" {
+  command = plan
+  variables {
+    metrics_log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/metrics"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "WriteMetricRecords"]) == "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/metrics:*"
+    error_message = "the collector's records go to the metrics log group only"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "cloudwatch:PutMetricData\",\"logs")
+    error_message = "EMF records need no PutMetricData beyond the queue metric's"
+  }
+}

@@ -260,3 +260,11 @@ run "the_images_repositories_may_be_pulled_without_listing_them" {
     error_message = "the pull permission names the repositories of gateway_image and worker_image (it was empty by default)"
   }
 }
+
+run "the_gateways_metrics_are_scraped" {
+  command = plan
+  assert {
+    condition     = module.iam.policies["gateway-task"] != "" && one([for s in jsondecode(module.iam.policies["gateway-task"]).Statement : s.Resource if s.Sid == "WriteMetricRecords"]) == "arn:aws:logs:eu-west-1:123456789012:log-group:/sluice/sluice-test/any:*"
+    error_message = "the collector may write the metrics log group"
+  }
+}
