@@ -27,13 +27,7 @@ locals {
 }
 
 resource "aws_ecs_task_definition" "usage_export" {
-  for_each = local.export
-  lifecycle {
-    precondition {
-      condition     = var.export_task_role_arn != "" && var.export_exec_role_arn != ""
-      error_message = "export_bucket needs export_task_role_arn and export_exec_role_arn (modules/iam)."
-    }
-  }
+  for_each                 = local.export
   family                   = "${var.name}-usage-export"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"

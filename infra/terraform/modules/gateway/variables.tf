@@ -192,9 +192,8 @@ variable "export_schedule" {
 variable "export_task_role_arn" {
   description = "The usage export task's role (modules/iam export-task): writes the exports, nothing of the gateway's."
   type        = string
-  default     = ""
   validation {
-    condition     = var.export_task_role_arn == "" || can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_task_role_arn))
+    condition     = can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_task_role_arn))
     error_message = "export_task_role_arn: an IAM role ARN."
   }
 }
@@ -202,9 +201,8 @@ variable "export_task_role_arn" {
 variable "export_exec_role_arn" {
   description = "The usage export's execution role (modules/iam export-execution): injects the database URL only."
   type        = string
-  default     = ""
   validation {
-    condition     = var.export_exec_role_arn == "" || can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_exec_role_arn))
+    condition     = can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_exec_role_arn))
     error_message = "export_exec_role_arn: an IAM role ARN."
   }
 }

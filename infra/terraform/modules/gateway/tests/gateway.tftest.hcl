@@ -11,19 +11,21 @@ mock_provider "aws" {
 }
 
 variables {
-  name                = "sluice-test"
-  vpc_id              = "vpc-1"
-  public_subnet_ids   = ["subnet-pub-a", "subnet-pub-b"]
-  private_subnet_ids  = ["subnet-a", "subnet-b"]
-  security_group_ids  = { alb = "sg-alb", gateway = "sg-gw" }
-  certificate_arn     = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
-  image               = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-gateway:0.1.0"
-  execution_role_arn  = "arn:aws:iam::123456789012:role/exec"
-  task_role_arn       = "arn:aws:iam::123456789012:role/task"
-  log_group_name      = "/sluice/sluice-test/gateway"
-  secret_arns         = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
-  wal_file_system_id  = "fs-12345678"
-  wal_access_point_id = "fsap-12345678"
+  name                 = "sluice-test"
+  vpc_id               = "vpc-1"
+  public_subnet_ids    = ["subnet-pub-a", "subnet-pub-b"]
+  private_subnet_ids   = ["subnet-a", "subnet-b"]
+  security_group_ids   = { alb = "sg-alb", gateway = "sg-gw" }
+  certificate_arn      = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  image                = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-gateway:0.1.0"
+  execution_role_arn   = "arn:aws:iam::123456789012:role/exec"
+  task_role_arn        = "arn:aws:iam::123456789012:role/task"
+  export_task_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-task"
+  export_exec_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-execution"
+  log_group_name       = "/sluice/sluice-test/gateway"
+  secret_arns          = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+  wal_file_system_id   = "fs-12345678"
+  wal_access_point_id  = "fsap-12345678"
 }
 
 run "https_listener_with_a_tls13_policy_and_http_redirect" {
@@ -253,12 +255,10 @@ run "no_export_schedule_without_a_bucket" {
 run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
   command = plan
   variables {
-    export_bucket        = "sluice-test-exports-123456789012"
-    scheduler_role_arn   = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
-    export_task_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-task"
-    export_exec_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-execution"
-    kms_key_arn          = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
-    secret_arns          = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+    export_bucket      = "sluice-test-exports-123456789012"
+    scheduler_role_arn = "arn:aws:iam::123456789012:role/sluice-test-scheduler"
+    kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    secret_arns        = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
   }
   assert {
     condition     = aws_scheduler_schedule.usage_export["usage"].schedule_expression == "cron(30 1 * * ? *)" && aws_scheduler_schedule.usage_export["usage"].target[0].ecs_parameters[0].launch_type == "FARGATE"
@@ -290,12 +290,12 @@ run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
   }
 }
 
-run "an_export_without_its_roles_is_refused" {
+run "an_export_role_that_is_not_a_role_is_refused" {
   command = plan
   variables {
-    export_bucket = "sluice-test-exports-123456789012"
+    export_task_role_arn = "sluice-test-export-task"
   }
-  expect_failures = [aws_ecs_task_definition.usage_export]
+  expect_failures = [var.export_task_role_arn]
 }
 
 run "metrics_are_scraped_inside_the_task_with_the_metrics_token" {
