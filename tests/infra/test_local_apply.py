@@ -152,7 +152,8 @@ def test_no_secret_value_is_in_the_terraform_state(applied_local_env: AppliedEnv
     manager = applied_local_env.aws.client("secretsmanager")
     values = {key: manager.get_secret_value(SecretId=arn)["SecretString"]
               for key, arn in applied_local_env.outputs["secret_arns"].items()}
-    assert set(values) == {"admin_key", "key_pepper", "worker_secret"} and all(len(v) >= 48 for v in values.values())
+    assert set(values) == {"admin_key", "key_pepper", "worker_secret", "metrics_token"}
+    assert all(len(v) >= 48 for v in values.values())
     state = terraform.run("envs/local", "state", "pull").stdout
     assert '"secret_arns"' in state and '"aws_secretsmanager_secret_version"' in state  # the state read is the env's
     assert [key for key, value in values.items() if value in state] == []
