@@ -13,7 +13,7 @@ import msgspec
 
 from auth.forwarded import parse_networks
 from auth.models import Limits
-from gateway import environment
+from gateway import config_object, environment
 from gateway.endpoints.queue_metric import CloudWatchSettings
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, check_spelling
@@ -244,12 +244,16 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
 
     Every mistake exits with one line naming it (SystemExit); an unknown SLUICE_ variable is a warning on stderr."""
     raw: dict = {}
-    inline = os.environ.get("SLUICE_CONFIG_TOML")  # the whole file in one variable (ECS task definitions)
-    if config_file or inline:
+    inline = os.environ.get("SLUICE_CONFIG_TOML")  # the whole file in one variable (small ECS task definitions)
+    stored = os.environ.get(config_object.ENV)  # an S3 object: any number of endpoints (gateway/config_object.py)
+    if inline and stored and not config_file:
+        raise SystemExit(f"sluice: set one of SLUICE_CONFIG_TOML and {config_object.ENV}, not both")
+    if config_file or inline or stored:
+        where = f"file {config_file}" if config_file else "in SLUICE_CONFIG_TOML" if inline else f"from {stored}"
         try:
-            raw = tomllib.loads(Path(config_file).read_text() if config_file else inline)
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            where = f"file {config_file}" if config_file else "in SLUICE_CONFIG_TOML"
+            text = Path(config_file).read_text() if config_file else inline or config_object.read(stored or "")
+            raw = tomllib.loads(text)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError is a ValueError
             raise SystemExit(f"sluice: cannot read the config {where}: {exc}") from exc
     for line in environment.unknown(Settings, os.environ):
         print(line, file=sys.stderr, flush=True)

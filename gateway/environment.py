@@ -31,6 +31,7 @@ TABLE_SEPARATOR = "__"
 # theirs; `sluice serve` ignores every one of them without a warning.
 NOT_SETTINGS = {
     "SLUICE_CONFIG_TOML": "the whole config file in one variable (ECS task definitions): gateway/config.py",
+    "SLUICE_CONFIG_S3": "the config file as an S3 object, s3://bucket/key[?versionId=v]: gateway/config_object.py",
     WORKER_SECRET_ENV: "the secret the gateway and its workers share, given to remote workers too: "
                        "gateway/replicas/trust.py, worker/secret.py",
     "SLUICE_MODEL_CACHE": "worker: the model cache (GGUF metadata, q4 packs), shared by data dirs: worker/loading.py",

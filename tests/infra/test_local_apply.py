@@ -136,7 +136,7 @@ def test_the_gateway_service_gets_its_secrets_and_the_wal_volume(applied_local_e
     secrets = {s["name"]: s["valueFrom"] for s in container["secrets"]}
     arns = applied_local_env.outputs["secret_arns"]
     assert secrets == {"SLUICE_ADMIN_KEY": arns["admin_key"], "SLUICE_KEY_PEPPER": arns["key_pepper"],
-                       "SLUICE_WORKER_SECRET": arns["worker_secret"]}
+                       "SLUICE_WORKER_SECRET": arns["worker_secret"], "SLUICE_METRICS_TOKEN": arns["metrics_token"]}
     environment = {e["name"]: e["value"] for e in container["environment"]}
     assert not any(word in name for name in environment for word in ("KEY", "PEPPER", "PASSWORD"))
     volume = definition["volumes"][0]["efsVolumeConfiguration"]
@@ -152,7 +152,8 @@ def test_no_secret_value_is_in_the_terraform_state(applied_local_env: AppliedEnv
     manager = applied_local_env.aws.client("secretsmanager")
     values = {key: manager.get_secret_value(SecretId=arn)["SecretString"]
               for key, arn in applied_local_env.outputs["secret_arns"].items()}
-    assert set(values) == {"admin_key", "key_pepper", "worker_secret"} and all(len(v) >= 48 for v in values.values())
+    assert set(values) == {"admin_key", "key_pepper", "worker_secret", "metrics_token"}
+    assert all(len(v) >= 48 for v in values.values())
     state = terraform.run("envs/local", "state", "pull").stdout
     assert '"secret_arns"' in state and '"aws_secretsmanager_secret_version"' in state  # the state read is the env's
     assert [key for key, value in values.items() if value in state] == []
@@ -181,9 +182,9 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     actions = sorted({a for s in document["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
                                                                    else s["Action"])})
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
-                              "ecs:StopTask", "ecs:UpdateTaskProtection", "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload",
-                              "kms:Decrypt", "kms:GenerateDataKey", "elasticfilesystem:ClientMount",
-                              "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData"])
+                              "ecs:StopTask", "ecs:UpdateTaskProtection", "s3:GetObject", "kms:Decrypt",
+                              "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+                              "cloudwatch:PutMetricData"])
     publish = next(s for s in document["Statement"] if s["Sid"] == "PublishQueueMetric")
     namespace = applied_local_env.outputs["activator_queue_metric_namespace"]
     assert publish["Condition"] == {"StringEquals": {"cloudwatch:namespace": namespace}}

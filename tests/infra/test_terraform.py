@@ -50,14 +50,8 @@ def test_module_suite(terraform: Terraform, module: str, secrets_manager: dict[s
     assert int(summary.group(2)) >= 2
 
 
-def test_dev_and_prod_keep_state_in_s3_with_a_lock_table():
-    for env in ("dev", "prod"):
-        text = (TERRAFORM_SOURCE / "envs" / env / "main.tf").read_text()
-        backend = re.search(r'backend "s3" \{(.*?)\n  \}', text, re.S)
-        assert backend, env
-        for setting in ("bucket", "key", "region", "dynamodb_table", "encrypt"):
-            assert re.search(rf"^\s*{setting}\s*=", backend.group(1), re.M), (env, setting)
-        assert f'key            = "{env}/terraform.tfstate"' in backend.group(1)
+def test_local_keeps_no_remote_state():
+    """dev and prod: tests/infra/test_deploy_readme.py (a partial backend, filled by envs/bootstrap)."""
     assert "backend" not in (TERRAFORM_SOURCE / "envs" / "local" / "main.tf").read_text()
 
 

@@ -108,6 +108,7 @@ module "iam" {
   gateway_secret_arns   = values(module.data.secret_arns)
   worker_secret_arn     = module.data.secret_arns["worker_secret"]
   export_bucket_arn     = module.data.bucket_arns["exports"]
+  config_object_arn     = "${module.data.bucket_arns["config"]}/gateway/config.toml" # unused: the config stays inline here
   weights_bucket_arn    = module.data.bucket_arns["weights"]
   kms_key_arn           = module.kms.key_arn
   wal_file_system_arn   = module.data.wal_file_system_arn
@@ -119,28 +120,30 @@ module "iam" {
 }
 
 module "gateway" {
-  source              = "../../modules/gateway"
-  name                = local.name
-  kms_key_arn         = module.kms.key_arn
-  vpc_id              = module.network.vpc_id
-  public_subnet_ids   = module.network.public_subnet_ids
-  private_subnet_ids  = module.network.private_subnet_ids
-  security_group_ids  = module.network.security_group_ids
-  certificate_arn     = var.certificate_arn
-  image               = "sluice-gateway:local"
-  cpu                 = 512
-  memory              = 1024
-  min_tasks           = 1
-  max_tasks           = 2
-  execution_role_arn  = module.iam.gateway_execution_role_arn
-  task_role_arn       = module.iam.gateway_task_role_arn
-  log_group_name      = module.observability.log_group_names["gateway"]
-  secret_arns         = module.data.secret_arns
-  wal_file_system_id  = module.data.wal_file_system_id
-  wal_access_point_id = module.data.wal_access_point_id
-  deletion_protection = false
-  autoscaling         = false # the provider never sees moto's scalable target as created
-  config_toml         = local.gateway_config_toml
+  source               = "../../modules/gateway"
+  name                 = local.name
+  kms_key_arn          = module.kms.key_arn
+  vpc_id               = module.network.vpc_id
+  public_subnet_ids    = module.network.public_subnet_ids
+  private_subnet_ids   = module.network.private_subnet_ids
+  security_group_ids   = module.network.security_group_ids
+  certificate_arn      = var.certificate_arn
+  image                = "sluice-gateway:local"
+  cpu                  = 512
+  memory               = 1024
+  min_tasks            = 1
+  max_tasks            = 2
+  execution_role_arn   = module.iam.gateway_execution_role_arn
+  task_role_arn        = module.iam.gateway_task_role_arn
+  export_task_role_arn = module.iam.export_task_role_arn
+  export_exec_role_arn = module.iam.export_execution_role_arn
+  log_group_name       = module.observability.log_group_names["gateway"]
+  secret_arns          = module.data.secret_arns
+  wal_file_system_id   = module.data.wal_file_system_id
+  wal_access_point_id  = module.data.wal_access_point_id
+  deletion_protection  = false
+  autoscaling          = false # the provider never sees moto's scalable target as created
+  config_toml          = local.gateway_config_toml
 }
 
 module "worker_pool" {
@@ -152,7 +155,7 @@ module "worker_pool" {
   security_group_ids   = module.network.security_group_ids
   image                = "sluice-worker:local"
   endpoints            = var.endpoints
-  instance_type        = "g4dn.xlarge"
+  instance_types       = ["g4dn.xlarge"]
   max_instances        = 2
   ami_id               = "ami-12c6146b" # moto's stock image; real envs read the GPU AMI from SSM
   instance_profile_arn = module.iam.worker_instance_profile_arn

@@ -1,5 +1,5 @@
-# The prod environment. State in S3 with a DynamoDB lock (create both once, see infra/README.md):
-#   terraform -chdir=infra/terraform/envs/prod init && terraform -chdir=infra/terraform/envs/prod apply
+# The prod environment. State in the S3 bucket envs/bootstrap creates (infra/README.md, Deploy):
+#   terraform -chdir=infra/terraform/envs/prod init -backend-config=backend.hcl && terraform -chdir=infra/terraform/envs/prod apply
 
 terraform {
   required_version = ">= 1.11" # write-only arguments (modules/data)
@@ -9,12 +9,12 @@ terraform {
       version = "~> 5.100"
     }
   }
+  # partial: the bucket and region come from envs/bootstrap (`terraform output -raw backend_config > backend.hcl`,
+  # then `terraform init -backend-config=backend.hcl`); S3's own lock file serializes applies (no DynamoDB table)
   backend "s3" {
-    bucket         = "sluice-terraform-state"
-    key            = "prod/terraform.tfstate"
-    region         = "us-east-1"
-    dynamodb_table = "sluice-terraform-locks"
-    encrypt        = true
+    key          = "prod/terraform.tfstate"
+    encrypt      = true
+    use_lockfile = true
   }
 }
 
@@ -42,7 +42,8 @@ module "platform" {
   gateway_max_tasks     = 12
   gateway_cpu           = 1024
   gateway_memory        = 2048
-  gpu_instance_type     = "g5.xlarge"
+  gpu_instance_types    = var.gpu_instance_types
+  gpu_spot              = var.gpu_spot
   gpu_max_instances     = 8
   db_instance_class     = "db.r6g.large"
   db_multi_az           = true

@@ -43,3 +43,21 @@ variable "alarm_emails" {
   type    = list(string)
   default = []
 }
+
+variable "gpu_instance_types" {
+  description = "GPU instance types, in order of preference; each must hold the largest endpoint (gpus, memory_mib)."
+  type        = list(string)
+  default     = ["g5.xlarge", "g6.xlarge"]
+}
+
+variable "gpu_spot" {
+  description = "Spot GPU hosts beside on-demand: { enabled = true, max_instances = 4, on_demand_base = 1, on_demand_weight = 0, spot_weight = 1 }."
+  type = object({
+    enabled          = optional(bool, false)
+    max_instances    = optional(number, 4)
+    on_demand_base   = optional(number, 1)
+    on_demand_weight = optional(number, 0)
+    spot_weight      = optional(number, 1)
+  })
+  default = {}
+}

@@ -1,9 +1,10 @@
-# weights: model files the workers read; exports: usage exports the gateway writes; access-logs:
+# weights: model files the workers read; exports: usage exports the gateway writes; config: the gateway's config
+# file (each version the gateway tasks start with, modules/gateway); access-logs:
 # server access logs of the others; alb-logs: the ALB's access logs. All private, versioned, TLS-only;
 # KMS-encrypted except alb-logs: Elastic Load Balancing delivers only to SSE-S3 (AES256) buckets.
 
 locals {
-  buckets = toset(["weights", "exports", "access-logs", "alb-logs"])
+  buckets = toset(["weights", "exports", "config", "access-logs", "alb-logs"])
 }
 
 data "aws_caller_identity" "current" {}
@@ -76,7 +77,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "main" {
       }
     }
     dynamic "expiration" {
-      for_each = each.key == "weights" ? [] : [1]
+      for_each = contains(["weights", "config"], each.key) ? [] : [1] # never expire what a running task names
       content {
         days = each.key == "exports" ? var.export_retention_days : 400
       }
@@ -85,7 +86,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "main" {
 }
 
 resource "aws_s3_bucket_logging" "main" {
-  for_each      = toset(["weights", "exports", "alb-logs"]) # access-logs cannot log to itself
+  for_each      = toset(["weights", "exports", "config", "alb-logs"]) # access-logs cannot log to itself
   bucket        = aws_s3_bucket.main[each.key].id
   target_bucket = aws_s3_bucket.main["access-logs"].id
   target_prefix = "${each.key}/"

@@ -27,6 +27,12 @@ ephemeral "aws_secretsmanager_random_password" "worker_secret" {
   exclude_punctuation = true # sent in an HTTP header
 }
 
+ephemeral "aws_secretsmanager_random_password" "metrics_token" {
+  provider            = aws.secrets
+  password_length     = 48
+  exclude_punctuation = true # a bearer token
+}
+
 ephemeral "aws_secretsmanager_random_password" "database" {
   provider            = aws.secrets
   password_length     = 40
@@ -40,6 +46,8 @@ locals {
       key_pepper = ephemeral.aws_secretsmanager_random_password.key_pepper.random_password
       # the gateway sends it on every call to a worker, which refuses calls without it (worker/secret.py)
       worker_secret = ephemeral.aws_secretsmanager_random_password.worker_secret.random_password
+      # GET /metrics for the gateway task's own collector (modules/gateway metrics_collector.tf), never the ALB
+      metrics_token = ephemeral.aws_secretsmanager_random_password.metrics_token.random_password
     },
     var.managed_databases ? {
       database_url = "postgresql://sluice:${ephemeral.aws_secretsmanager_random_password.database.random_password}@${aws_db_instance.main[0].address}:5432/sluice?sslmode=require"
@@ -50,7 +58,7 @@ locals {
 
 resource "aws_secretsmanager_secret" "gateway" {
   #checkov:skip=CKV2_AWS_57:The key pepper keys every stored API-key hash and the database URL holds the live database password: rotation is an operator runbook step, not a timer (infra/README.md).
-  for_each                = toset(concat(["admin_key", "key_pepper", "worker_secret"], var.managed_databases ? ["database_url", "redis_url"] : []))
+  for_each                = toset(concat(["admin_key", "key_pepper", "worker_secret", "metrics_token"], var.managed_databases ? ["database_url", "redis_url"] : []))
   name                    = "${var.name}/gateway/${each.key}"
   kms_key_id              = var.kms_key_arn
   recovery_window_in_days = var.deletion_protection ? 30 : 0

@@ -24,12 +24,15 @@ resource "aws_lb" "main" {
 }
 
 resource "aws_lb_target_group" "gateway" {
-  name                 = "${var.name}-gw"
-  port                 = var.port
-  protocol             = "HTTP"
-  target_type          = "ip"
-  vpc_id               = var.vpc_id
-  deregistration_delay = 30
+  name        = "${var.name}-gw"
+  port        = var.port
+  protocol    = "HTTP"
+  target_type = "ip"
+  vpc_id      = var.vpc_id
+  # a deploy or scale-in waits for every request in flight, streams included, before ECS sends SIGTERM (it
+  # waits for this drain to end; it ends early once the target has no request left); a stream is never longer
+  # than the gateway's request timeout
+  deregistration_delay = min(var.request_timeout_seconds + 10, 3600)
   health_check {
     path                = "/livez" # liveness; /health is readiness (503 during a GPU cold start)
     matcher             = "200"

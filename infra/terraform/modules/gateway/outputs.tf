@@ -29,3 +29,8 @@ output "alb_access_log_bucket" {
 output "target_group_arn_suffix" {
   value = aws_lb_target_group.gateway.arn_suffix
 }
+
+output "config_key" {
+  description = "The key of the gateway's config object in config_bucket (the gateway task role may read it only)."
+  value       = local.config_key
+}

@@ -11,7 +11,11 @@ locals {
       # SIGTERM to SIGKILL: requests in flight finish, then the usage log drains (10 s) with margin
       SLUICE_SHUTDOWN_GRACE_SECONDS = tostring(var.stop_timeout_seconds - 20)
     },
-    var.config_toml == "" ? {} : { SLUICE_CONFIG_TOML = var.config_toml },
+    # the config as an S3 object (any number of endpoints) or, without a bucket, inline (the task definition's
+    # size limit allows ~150 endpoints); the object's version rolls the gateways and pins what a rollback reads
+    var.config_toml == "" ? {} : var.config_bucket == "" ? { SLUICE_CONFIG_TOML = var.config_toml } : {
+      SLUICE_CONFIG_S3                                                          = "s3://${var.config_bucket}/${local.config_key}?versionId=${aws_s3_object.config[0].version_id}"
+    },
   )
   container = {
     name                   = "gateway"
@@ -46,6 +50,19 @@ locals {
 
 data "aws_region" "current" {}
 
+locals {
+  config_key = "gateway/config.toml"
+}
+
+resource "aws_s3_object" "config" {
+  count        = var.config_toml != "" && var.config_bucket != "" ? 1 : 0
+  bucket       = var.config_bucket
+  key          = local.config_key
+  content      = var.config_toml
+  content_type = "application/toml"
+  kms_key_id   = var.kms_key_arn
+}
+
 resource "aws_ecs_task_definition" "gateway" {
   family                   = "${var.name}-gateway"
   requires_compatibilities = ["FARGATE"]
@@ -54,7 +71,7 @@ resource "aws_ecs_task_definition" "gateway" {
   memory                   = var.memory
   execution_role_arn       = var.execution_role_arn
   task_role_arn            = var.task_role_arn
-  container_definitions    = jsonencode([local.container])
+  container_definitions    = jsonencode(concat([local.container], local.collector ? [local.collector_container] : []))
   runtime_platform {
     operating_system_family = "LINUX"
     cpu_architecture        = "X86_64"

@@ -33,9 +33,10 @@ resource "aws_ecs_task_definition" "usage_export" {
   network_mode             = "awsvpc"
   cpu                      = 512
   memory                   = 1024
-  execution_role_arn       = var.execution_role_arn
-  task_role_arn            = var.task_role_arn # the gateway's: exports bucket (PutObject, GetObject), KMS via S3
-  container_definitions    = jsonencode([local.export_container])
+  # its own roles (modules/iam export-*): the exports bucket and the database URL, none of the gateway's grants
+  execution_role_arn    = var.export_exec_role_arn
+  task_role_arn         = var.export_task_role_arn
+  container_definitions = jsonencode([local.export_container])
   runtime_platform {
     operating_system_family = "LINUX"
     cpu_architecture        = "X86_64"

@@ -130,7 +130,13 @@ variable "wal_access_point_id" {
 }
 
 variable "config_toml" {
-  description = "The gateway's config file (endpoints and their ECS services), passed as SLUICE_CONFIG_TOML."
+  description = "The gateway's config file (endpoints and their ECS services): an S3 object in config_bucket, else SLUICE_CONFIG_TOML."
+  type        = string
+  default     = ""
+}
+
+variable "config_bucket" {
+  description = "A versioned bucket the gateway's config is written to (gateway/config.toml, read at start: SLUICE_CONFIG_S3); empty: inline."
   type        = string
   default     = ""
 }
@@ -157,8 +163,8 @@ variable "request_timeout_seconds" {
   type        = number
   default     = 840
   validation {
-    condition     = var.request_timeout_seconds >= 30 && var.request_timeout_seconds + 60 <= 4000
-    error_message = "request_timeout_seconds: 30 to 3940 (the ALB's idle timeout, 60 s more, is at most 4000)."
+    condition     = var.request_timeout_seconds >= 30 && var.request_timeout_seconds + 10 <= 3600
+    error_message = "request_timeout_seconds: 30 to 3590 (the target group's drain, 10 s more, is at most 3600)."
   }
 }
 
@@ -183,6 +189,24 @@ variable "export_schedule" {
   }
 }
 
+variable "export_task_role_arn" {
+  description = "The usage export task's role (modules/iam export-task): writes the exports, nothing of the gateway's."
+  type        = string
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_task_role_arn))
+    error_message = "export_task_role_arn: an IAM role ARN."
+  }
+}
+
+variable "export_exec_role_arn" {
+  description = "The usage export's execution role (modules/iam export-execution): injects the database URL only."
+  type        = string
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:iam::[0-9]{12}:role/", var.export_exec_role_arn))
+    error_message = "export_exec_role_arn: an IAM role ARN."
+  }
+}
+
 variable "scheduler_role_arn" {
   description = "The role EventBridge Scheduler runs the export task with (modules/iam: scheduler_role_arn)."
   type        = string
@@ -193,4 +217,30 @@ variable "kms_key_arn" {
   description = "The platform key: it encrypts the usage-export schedule (EventBridge Scheduler)."
   type        = string
   default     = null
+}
+
+variable "metrics_log_group_name" {
+  description = "Where the task's collector writes the gateway's /metrics as embedded-metric records; empty (or no metrics_token secret): no collector."
+  type        = string
+  default     = ""
+}
+
+variable "metrics_namespace" {
+  description = "CloudWatch namespace of the scraped series (<namespace>/Gateway)."
+  type        = string
+  default     = "Sluice"
+  validation {
+    condition     = can(regex("^[0-9A-Za-z.\\-_/#:]{1,240}$", var.metrics_namespace)) && !startswith(var.metrics_namespace, "AWS/")
+    error_message = "metrics_namespace: 1-240 of A-Z a-z 0-9 . - _ / # :, not starting with AWS/."
+  }
+}
+
+variable "metrics_collector_image" {
+  description = "The AWS Distro for OpenTelemetry collector, pinned by tag or digest."
+  type        = string
+  default     = "public.ecr.aws/aws-observability/aws-otel-collector:v0.40.0"
+  validation {
+    condition     = can(regex("(@sha256:[0-9a-f]{64}|:v[0-9][A-Za-z0-9._-]*)$", var.metrics_collector_image))
+    error_message = "metrics_collector_image: pin a version tag (:vX.Y.Z) or a digest."
+  }
 }

@@ -1,8 +1,11 @@
-# Least privilege, one role per job:
-#   gateway task:      scale and describe the worker services, list/describe/protect/stop their tasks, read its own
-#                      secrets, write usage exports, mount its WAL directory, sign in to its Redis as its IAM user.
-#                      Nothing else.
+# Least privilege, one role per job; each grants what the code of that job calls (tests/infra/test_iam_calls.py
+# reads the boto3 calls from the source and holds every role to them):
+#   gateway task:      scale and describe the worker services, list/describe/protect/stop their tasks, read its config
+#                      object, mount its WAL directory, publish its queue metric, sign in to its Redis as its IAM user;
+#                      its metrics collector writes its log group.
 #   gateway execution: pull the image, write its log group, inject its secrets.
+#   export task:       write (and read back) the usage exports. Nothing else.
+#   export execution:  pull the image, write the gateway's log group, inject the database URL only.
 #   worker task:       read the weights bucket. Nothing else.
 #   worker execution:  pull the image, write its log group, inject the worker secret.
 #   worker instance:   the ECS agent on the GPU hosts.
@@ -55,24 +58,19 @@ locals {
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
       {
-        Sid      = "ReadOwnSecrets"
+        # the config file, S3-encrypted with the platform key (gateway/config_object.py); secrets come from the
+        # execution role, injected by ECS: the gateway itself reads none
+        Sid      = "ReadConfig"
         Effect   = "Allow"
-        Action   = "secretsmanager:GetSecretValue"
-        Resource = var.gateway_secret_arns
+        Action   = "s3:GetObject"
+        Resource = var.config_object_arn
       },
       {
-        # GetObject: the export's head_object reads an object's checksum to skip an unchanged upload
-        Sid      = "WriteUsageExports"
-        Effect   = "Allow"
-        Action   = ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"]
-        Resource = "${var.export_bucket_arn}/*"
-      },
-      {
-        Sid       = "UseDataKey"
+        Sid       = "DecryptConfig"
         Effect    = "Allow"
-        Action    = ["kms:Decrypt", "kms:GenerateDataKey"]
+        Action    = "kms:Decrypt"
         Resource  = var.kms_key_arn
-        Condition = { StringEquals = { "kms:ViaService" = ["secretsmanager.${local.region}.amazonaws.com", "s3.${local.region}.amazonaws.com"] } }
+        Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
       },
       {
         Sid       = "MountWalDirectory"
@@ -89,7 +87,13 @@ locals {
         Resource  = "*"
         Condition = { StringEquals = { "cloudwatch:namespace" = var.metric_namespace } }
       },
-      ], var.redis_iam == null ? [] : [{
+      ], var.metrics_log_group_arn == null ? [] : [{
+        # the task's metrics collector (modules/gateway metrics_collector.tf) writes embedded-metric records
+        Sid      = "WriteMetricRecords"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+        Resource = "${var.metrics_log_group_arn}:*"
+        }], var.redis_iam == null ? [] : [{
         # IAM authentication (gateway/redis_iam.py): the token names both the cache and the user
         Sid      = "ConnectToRedis"
         Effect   = "Allow"
@@ -121,6 +125,51 @@ locals {
         Condition = { StringEquals = { "kms:ViaService" = "secretsmanager.${local.region}.amazonaws.com" } }
       },
     ])
+  }
+
+  # the daily usage export (`sluice usage export`, billing/exports/s3.py): a one-off task of the gateway image
+  export_task_policy = {
+    Version = "2012-10-17"
+    Statement = [
+      {
+        # head_object reads an object's checksum to skip an unchanged upload (GetObject); upload_fileobj writes in
+        # parts and aborts a failed multipart upload
+        Sid      = "WriteUsageExports"
+        Effect   = "Allow"
+        Action   = ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"]
+        Resource = "${var.export_bucket_arn}/*"
+      },
+      {
+        Sid       = "UseDataKey"
+        Effect    = "Allow"
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey"]
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
+      },
+    ]
+  }
+
+  export_execution_policy = {
+    Version = "2012-10-17"
+    Statement = concat(local.pull_image, [
+      {
+        Sid      = "WriteLogs"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+        Resource = "${var.gateway_log_group_arn}:*"
+      },
+      ], var.export_secret_arn == null ? [] : [{
+        Sid      = "InjectDatabaseUrl"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = var.export_secret_arn
+        }], var.export_secret_arn == null ? [] : [{
+        Sid       = "DecryptDatabaseUrl"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = var.kms_key_arn
+        Condition = { StringEquals = { "kms:ViaService" = "secretsmanager.${local.region}.amazonaws.com" } }
+    }])
   }
 
   worker_task_policy = {
@@ -176,6 +225,8 @@ locals {
   roles = {
     gateway-task      = local.gateway_task_policy
     gateway-execution = local.gateway_execution_policy
+    export-task       = local.export_task_policy
+    export-execution  = local.export_execution_policy
     worker-task       = local.worker_task_policy
     worker-execution  = local.worker_execution_policy
   }
@@ -194,7 +245,8 @@ resource "aws_iam_role_policy" "task" {
   policy   = jsonencode(each.value)
 }
 
-# -- GPU hosts: the ECS agent's own role (AWS's managed policy for container instances)
+# -- GPU hosts: the ECS agent's own role (AWS's managed policy for container instances); no SSM agent policy: nothing
+# of ours runs commands on the hosts (attach AmazonSSMManagedInstanceCore by hand for a debugging session)
 
 resource "aws_iam_role" "worker_instance" {
   name = "${var.name}-worker-instance"
@@ -205,9 +257,8 @@ resource "aws_iam_role" "worker_instance" {
 }
 
 resource "aws_iam_role_policy_attachment" "worker_instance" {
-  for_each   = toset(["service-role/AmazonEC2ContainerServiceforEC2Role", "AmazonSSMManagedInstanceCore"])
   role       = aws_iam_role.worker_instance.name
-  policy_arn = "arn:${local.partition}:iam::aws:policy/${each.key}"
+  policy_arn = "arn:${local.partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
 }
 
 # a GPU host launched for the warm pool completes its own launch hook once it has pulled the worker image
@@ -240,7 +291,7 @@ resource "aws_iam_instance_profile" "worker" {
 }
 
 # -- EventBridge Scheduler: runs the daily usage export task (modules/gateway/usage_export.tf) and hands it the
-# gateway's roles; nothing else
+# export's roles; nothing else
 
 resource "aws_iam_role" "scheduler" {
   name = "${var.name}-scheduler"
@@ -269,10 +320,10 @@ resource "aws_iam_role_policy" "scheduler" {
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
       {
-        Sid       = "PassGatewayRoles"
+        Sid       = "PassExportRoles"
         Effect    = "Allow"
         Action    = "iam:PassRole"
-        Resource  = [aws_iam_role.task["gateway-task"].arn, aws_iam_role.task["gateway-execution"].arn]
+        Resource  = [aws_iam_role.task["export-task"].arn, aws_iam_role.task["export-execution"].arn]
         Condition = { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }
       },
       {

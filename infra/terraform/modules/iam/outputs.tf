@@ -6,6 +6,14 @@ output "gateway_execution_role_arn" {
   value = aws_iam_role.task["gateway-execution"].arn
 }
 
+output "export_task_role_arn" {
+  value = aws_iam_role.task["export-task"].arn
+}
+
+output "export_execution_role_arn" {
+  value = aws_iam_role.task["export-execution"].arn
+}
+
 output "worker_task_role_arn" {
   value = aws_iam_role.task["worker-task"].arn
 }

@@ -41,6 +41,25 @@ variable "export_bucket_arn" {
   type = string
 }
 
+variable "export_secret_arn" {
+  description = "The one secret the usage export's execution role may inject: the database URL (null: none, envs/local)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.export_secret_arn == null || !strcontains(coalesce(var.export_secret_arn, "-"), "*")
+    error_message = "export_secret_arn: an exact ARN, no wildcards."
+  }
+}
+
+variable "config_object_arn" {
+  description = "The gateway's config object (modules/gateway: <config bucket>/gateway/config.toml), the one object it reads."
+  type        = string
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:s3:::[a-z0-9.-]+/[^*]+$", var.config_object_arn))
+    error_message = "config_object_arn: one S3 object's ARN (arn:aws:s3:::<bucket>/<key>), no wildcards."
+  }
+}
+
 variable "weights_bucket_arn" {
   type = string
 }
@@ -90,5 +109,15 @@ variable "redis_iam" {
   validation {
     condition     = var.redis_iam == null || alltrue([for id in [try(var.redis_iam.cache_name, ""), try(var.redis_iam.user, "")] : can(regex("^[a-z][a-z0-9-]{0,39}$", id))])
     error_message = "redis_iam: cache_name and user are ElastiCache ids (lowercase letters, digits, hyphens; no wildcard)."
+  }
+}
+
+variable "metrics_log_group_arn" {
+  description = "The log group the gateway task's metrics collector writes (modules/observability `metrics`); null: no collector."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.metrics_log_group_arn == null || can(regex("^arn:aws[a-z-]*:logs:[a-z0-9-]+:[0-9]{12}:log-group:[^*]+$", coalesce(var.metrics_log_group_arn, "-")))
+    error_message = "metrics_log_group_arn: one log group's ARN, no wildcards."
   }
 }

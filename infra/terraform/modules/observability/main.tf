@@ -4,7 +4,7 @@
 # one dashboard of them all (dashboard.tf). Every alarm publishes to one SNS topic.
 
 resource "aws_cloudwatch_log_group" "service" {
-  for_each          = toset(["gateway", "worker"])
+  for_each          = toset(["gateway", "worker", "metrics"]) # metrics: the gateway's /metrics as EMF records
   name              = "/sluice/${var.name}/${each.key}"
   retention_in_days = var.log_retention_days
   kms_key_id        = var.kms_key_arn

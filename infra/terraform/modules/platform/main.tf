@@ -2,6 +2,12 @@
 
 locals {
   worker_port = 8100
+  # the pull permission follows the images: an ECR image's repository ARN, read from its URI
+  image_repositories = distinct(concat(var.image_repository_arns, [
+    for image in [var.gateway_image, var.worker_image] :
+    format("arn:%s:ecr:%s:%s:repository/%s", data.aws_partition.current.partition, regex("^[0-9]{12}\\.dkr\\.ecr\\.([a-z0-9-]+)\\.", image)[0], split(".", image)[0], regex("^[^/]+/([^:@]+)", image)[0])
+    if can(regex("^[0-9]{12}\\.dkr\\.ecr\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?/", image))
+  ]))
   # the gateway's endpoints: each one scaled by its ECS provisioner through its own worker service
   gateway_config_toml = templatefile("${path.module}/gateway.toml.tftpl", {
     cluster           = var.name
@@ -76,15 +82,18 @@ module "iam" {
   gateway_secret_arns   = values(module.data.secret_arns)
   worker_secret_arn     = module.data.secret_arns["worker_secret"]
   export_bucket_arn     = module.data.bucket_arns["exports"]
+  export_secret_arn     = module.data.secret_arns["database_url"]
+  config_object_arn     = "${module.data.bucket_arns["config"]}/${module.gateway.config_key}"
   weights_bucket_arn    = module.data.bucket_arns["weights"]
   kms_key_arn           = module.kms.key_arn
   wal_file_system_arn   = module.data.wal_file_system_arn
   wal_access_point_arn  = module.data.wal_access_point_arn
   gateway_log_group_arn = module.observability.log_group_arns["gateway"]
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
-  image_repository_arns = var.image_repository_arns
+  image_repository_arns = local.image_repositories
   metric_namespace      = module.observability.activator_queue_metric_namespace
   redis_iam             = module.data.redis_iam
+  metrics_log_group_arn = module.observability.log_group_arns["metrics"]
 }
 
 module "gateway" {
@@ -109,13 +118,19 @@ module "gateway" {
   access_log_bucket       = module.data.bucket_names["alb-logs"]
   request_timeout_seconds = var.request_timeout_seconds
   export_bucket           = module.data.bucket_names["exports"]
+  export_task_role_arn    = module.iam.export_task_role_arn
+  export_exec_role_arn    = module.iam.export_execution_role_arn
   scheduler_role_arn      = module.iam.scheduler_role_arn
   kms_key_arn             = module.kms.key_arn
   deletion_protection     = var.deletion_protection
   config_toml             = local.gateway_config_toml
+  config_bucket           = module.data.bucket_names["config"] # any number of endpoints (SLUICE_CONFIG_S3)
+  metrics_log_group_name  = module.observability.log_group_names["metrics"]
+  metrics_namespace       = module.observability.activator_queue_metric_namespace
 }
 
 data "aws_region" "current" {}
+data "aws_partition" "current" {}
 
 module "worker_pool" {
   source               = "../worker_pool"
@@ -126,7 +141,8 @@ module "worker_pool" {
   security_group_ids   = module.network.security_group_ids
   image                = var.worker_image
   endpoints            = var.endpoints
-  instance_type        = var.gpu_instance_type
+  instance_types       = var.gpu_instance_types
+  spot                 = var.gpu_spot
   max_instances        = var.gpu_max_instances
   instance_profile_arn = module.iam.worker_instance_profile_arn
   execution_role_arn   = module.iam.worker_execution_role_arn

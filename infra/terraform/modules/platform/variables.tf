@@ -35,8 +35,13 @@ variable "worker_image" {
 }
 
 variable "image_repository_arns" {
-  type    = list(string)
-  default = []
+  description = "ECR repositories the tasks may pull from beyond those of gateway_image and worker_image (those are derived)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for arn in var.image_repository_arns : can(regex("^arn:aws[a-z-]*:ecr:[a-z0-9-]+:[0-9]{12}:repository/[a-z0-9._/-]+$", arn))])
+    error_message = "image_repository_arns: ECR repository ARNs (arn:aws:ecr:<region>:<account>:repository/<name>), no wildcards."
+  }
 }
 
 variable "gateway_min_tasks" {
@@ -98,9 +103,16 @@ variable "request_timeout_seconds" {
   default     = 840
 }
 
-variable "gpu_instance_type" {
-  type    = string
-  default = "g5.xlarge"
+variable "gpu_instance_types" {
+  description = "GPU instance types in order of preference (modules/worker_pool instance_types, validated there)."
+  type        = list(string)
+  default     = ["g5.xlarge"]
+}
+
+variable "gpu_spot" {
+  description = "Spot GPU hosts beside the on-demand ones (modules/worker_pool spot): { enabled, max_instances, on_demand_base, on_demand_weight, spot_weight }."
+  type        = any
+  default     = {}
 }
 
 variable "gpu_warm_pool_size" {

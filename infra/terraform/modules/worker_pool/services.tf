@@ -79,7 +79,15 @@ resource "aws_ecs_service" "worker" {
   }
   capacity_provider_strategy {
     capacity_provider = aws_ecs_capacity_provider.gpu.name
-    weight            = 1
+    base              = var.spot.enabled ? var.spot.on_demand_base : 0
+    weight            = var.spot.enabled ? var.spot.on_demand_weight : 1
+  }
+  dynamic "capacity_provider_strategy" {
+    for_each = aws_ecs_capacity_provider.gpu_spot[*].name
+    content {
+      capacity_provider = capacity_provider_strategy.value
+      weight            = var.spot.spot_weight
+    }
   }
   network_configuration {
     subnets          = var.private_subnet_ids

@@ -56,12 +56,42 @@ variable "endpoints" {
   }
 }
 
-variable "instance_type" {
-  type    = string
-  default = "g5.xlarge"
+variable "instance_types" {
+  description = "GPU instance types, in order of preference (on-demand takes the first with capacity; spot any of them). Each must hold the largest endpoint's gpus and memory_mib."
+  type        = list(string)
+  default     = ["g5.xlarge"]
   validation {
-    condition     = can(regex("^(g4dn|g5|g6|g6e|p3|p4d|p5)\\.[0-9a-z]+$", var.instance_type))
-    error_message = "instance_type: a GPU instance type (g4dn, g5, g6, g6e, p3, p4d, p5 families)."
+    condition     = length(var.instance_types) >= 1 && length(var.instance_types) <= 20 && length(distinct(var.instance_types)) == length(var.instance_types)
+    error_message = "instance_types: 1 to 20 types, no repeats (an Auto Scaling group takes at most 20 overrides)."
+  }
+  validation {
+    condition     = alltrue([for t in var.instance_types : can(regex("^(g4dn|g5|g6|g6e|p3|p4d|p5)\\.[0-9a-z]+$", t))])
+    error_message = "instance_types: GPU instance types only (g4dn, g5, g6, g6e, p3, p4d, p5 families)."
+  }
+}
+
+variable "spot" {
+  description = "Spot GPU hosts beside the on-demand ones: a second capacity provider. on_demand_base tasks of each endpoint stay on on-demand hosts; the rest split on_demand_weight : spot_weight."
+  type = object({
+    enabled          = optional(bool, false)
+    max_instances    = optional(number, 4)
+    on_demand_base   = optional(number, 1)
+    on_demand_weight = optional(number, 0)
+    spot_weight      = optional(number, 1)
+  })
+  default  = {}
+  nullable = false
+  validation {
+    condition     = var.spot.max_instances >= 1 && var.spot.max_instances <= 100 && floor(var.spot.max_instances) == var.spot.max_instances
+    error_message = "spot.max_instances: a whole number from 1 to 100."
+  }
+  validation {
+    condition     = alltrue([for n in [var.spot.on_demand_base, var.spot.on_demand_weight, var.spot.spot_weight] : n >= 0 && n <= 1000 && floor(n) == n]) && var.spot.on_demand_base <= 100000
+    error_message = "spot: on_demand_base, on_demand_weight and spot_weight are whole numbers from 0 to 1000 (ECS's bounds)."
+  }
+  validation {
+    condition     = var.spot.on_demand_weight + var.spot.spot_weight > 0
+    error_message = "spot: on_demand_weight and spot_weight cannot both be 0 (ECS needs a weight to place tasks)."
   }
 }
 

@@ -104,8 +104,8 @@ run "redis_signs_the_gateway_in_with_iam_and_has_no_password" {
 run "buckets_are_private_encrypted_and_versioned" {
   command = apply
   assert {
-    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "access-logs", "alb-logs"])
-    error_message = "weights, exports, access-logs and alb-logs buckets"
+    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "config", "access-logs", "alb-logs"])
+    error_message = "weights, exports, config, access-logs and alb-logs buckets"
   }
   assert {
     condition = alltrue([for b in aws_s3_bucket_public_access_block.main :
@@ -150,7 +150,7 @@ run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {
 run "secrets_are_generated_and_encrypted" {
   command = plan
   assert {
-    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "database_url", "redis_url"])
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "metrics_token", "database_url", "redis_url"])
     error_message = "admin key, pepper, database and Redis URLs"
   }
   assert {
@@ -189,7 +189,7 @@ run "without_managed_databases" {
     error_message = "no [redis_iam] without a managed Redis"
   }
   assert {
-    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret"])
+    condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "metrics_token"])
     error_message = "only the gateway's own secrets"
   }
 }

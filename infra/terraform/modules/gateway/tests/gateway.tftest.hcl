@@ -11,19 +11,21 @@ mock_provider "aws" {
 }
 
 variables {
-  name                = "sluice-test"
-  vpc_id              = "vpc-1"
-  public_subnet_ids   = ["subnet-pub-a", "subnet-pub-b"]
-  private_subnet_ids  = ["subnet-a", "subnet-b"]
-  security_group_ids  = { alb = "sg-alb", gateway = "sg-gw" }
-  certificate_arn     = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
-  image               = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-gateway:0.1.0"
-  execution_role_arn  = "arn:aws:iam::123456789012:role/exec"
-  task_role_arn       = "arn:aws:iam::123456789012:role/task"
-  log_group_name      = "/sluice/sluice-test/gateway"
-  secret_arns         = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
-  wal_file_system_id  = "fs-12345678"
-  wal_access_point_id = "fsap-12345678"
+  name                 = "sluice-test"
+  vpc_id               = "vpc-1"
+  public_subnet_ids    = ["subnet-pub-a", "subnet-pub-b"]
+  private_subnet_ids   = ["subnet-a", "subnet-b"]
+  security_group_ids   = { alb = "sg-alb", gateway = "sg-gw" }
+  certificate_arn      = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  image                = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-gateway:0.1.0"
+  execution_role_arn   = "arn:aws:iam::123456789012:role/exec"
+  task_role_arn        = "arn:aws:iam::123456789012:role/task"
+  export_task_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-task"
+  export_exec_role_arn = "arn:aws:iam::123456789012:role/sluice-test-export-execution"
+  log_group_name       = "/sluice/sluice-test/gateway"
+  secret_arns          = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", database_url = "arn:aws:secretsmanager:us-east-1:123456789012:secret:d" }
+  wal_file_system_id   = "fs-12345678"
+  wal_access_point_id  = "fsap-12345678"
 }
 
 run "https_listener_with_a_tls13_policy_and_http_redirect" {
@@ -182,12 +184,64 @@ run "idle_timeout_outlasts_the_request_timeout_and_access_logs_are_on" {
   }
 }
 
-run "a_request_timeout_beyond_the_alb_maximum_is_refused" {
+run "a_request_timeout_beyond_the_drain_maximum_is_refused" {
   command = plan
   variables {
-    request_timeout_seconds = 3990
+    request_timeout_seconds = 3595
   }
   expect_failures = [var.request_timeout_seconds]
+}
+
+run "a_deploy_lets_every_stream_finish_before_sigterm" {
+  command = plan
+  variables {
+    request_timeout_seconds = 1200
+  }
+  assert {
+    condition     = aws_lb_target_group.gateway.deregistration_delay == "1210"
+    error_message = "the target group drains for the longest request (a stream) the gateway allows, not 30 s: ${aws_lb_target_group.gateway.deregistration_delay}"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].stopTimeout == 120 && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_SHUTDOWN_GRACE_SECONDS", value = "100" })
+    error_message = "after the drain, SIGTERM: the gateway's own grace ends 20 s before ECS's stop timeout (the usage log's drain)"
+  }
+}
+
+run "the_config_is_an_s3_object_named_by_version" {
+  command = plan
+  override_resource {
+    target          = aws_s3_object.config
+    override_during = plan # the version S3 gives the object, known at apply only
+    values          = { version_id = "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY" }
+  }
+  variables {
+    config_toml   = "[[models]]\nname = \"m\"\n"
+    config_bucket = "sluice-test-config-123456789012"
+    kms_key_arn   = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+  }
+  assert {
+    condition     = aws_s3_object.config[0].bucket == var.config_bucket && aws_s3_object.config[0].key == "gateway/config.toml" && aws_s3_object.config[0].content == var.config_toml && aws_s3_object.config[0].kms_key_id == var.kms_key_arn
+    error_message = "the rendered config is written, encrypted with the platform key, to the config bucket"
+  }
+  assert {
+    condition     = contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_CONFIG_S3", value = "s3://sluice-test-config-123456789012/gateway/config.toml?versionId=${aws_s3_object.config[0].version_id}" })
+    error_message = "the task definition names the object's version (gateway/config_object.py reads it)"
+  }
+  assert {
+    condition     = length([for e in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment : e if e.name == "SLUICE_CONFIG_TOML"]) == 0
+    error_message = "the config is no longer inline: the task definition's size no longer caps the endpoint count"
+  }
+}
+
+run "without_a_bucket_the_config_stays_inline" {
+  command = plan
+  variables {
+    config_toml = "[[models]]\nname = \"m\"\n"
+  }
+  assert {
+    condition     = length(aws_s3_object.config) == 0 && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_CONFIG_TOML", value = var.config_toml })
+    error_message = "envs/local (moto) keeps the config in the task definition"
+  }
 }
 
 run "no_export_schedule_without_a_bucket" {
@@ -230,4 +284,60 @@ run "the_usage_export_runs_daily_on_fargate_with_a_writable_spool" {
     condition     = aws_scheduler_schedule.usage_export["usage"].kms_key_arn == var.kms_key_arn
     error_message = "the schedule is encrypted with the platform key"
   }
+  assert {
+    condition     = aws_ecs_task_definition.usage_export["usage"].task_role_arn == var.export_task_role_arn && aws_ecs_task_definition.usage_export["usage"].execution_role_arn == var.export_exec_role_arn
+    error_message = "the export runs with its own roles, not the serving gateway's (one role per job)"
+  }
+}
+
+run "an_export_role_that_is_not_a_role_is_refused" {
+  command = plan
+  variables {
+    export_task_role_arn = "sluice-test-export-task"
+  }
+  expect_failures = [var.export_task_role_arn]
+}
+
+run "metrics_are_scraped_inside_the_task_with_the_metrics_token" {
+  command = plan
+  variables {
+    metrics_log_group_name = "/sluice/sluice-test/metrics"
+    metrics_namespace      = "Sluice/sluice-test"
+    secret_arns            = { admin_key = "arn:aws:secretsmanager:us-east-1:123456789012:secret:a", key_pepper = "arn:aws:secretsmanager:us-east-1:123456789012:secret:p", metrics_token = "arn:aws:secretsmanager:us-east-1:123456789012:secret:m" }
+  }
+  assert {
+    condition     = [for c in jsondecode(aws_ecs_task_definition.gateway.container_definitions) : c.name] == ["gateway", "metrics-collector"] && !jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].essential
+    error_message = "a non-essential collector beside the gateway"
+  }
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].secrets == [{ name = "SLUICE_METRICS_TOKEN", valueFrom = var.secret_arns.metrics_token }] && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].secrets, { name = "SLUICE_METRICS_TOKEN", valueFrom = var.secret_arns.metrics_token })
+    error_message = "the gateway and its collector share the metrics token (the gateway's metrics_token setting)"
+  }
+  assert {
+    condition     = yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).receivers.prometheus.config.scrape_configs[0].static_configs[0].targets == ["127.0.0.1:8000"] && yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).receivers.prometheus.config.scrape_configs[0].authorization.credentials == "$${env:SLUICE_METRICS_TOKEN}"
+    error_message = "the collector scrapes the gateway's own /metrics with the bearer token"
+  }
+  assert {
+    condition     = yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.log_group_name == "/sluice/sluice-test/metrics" && yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.namespace == "Sluice/sluice-test/Gateway"
+    error_message = "embedded-metric records to the metrics log group, per-model metrics in the environment's namespace"
+  }
+}
+
+run "no_collector_without_a_metrics_token" {
+  command = plan
+  variables {
+    metrics_log_group_name = "/sluice/sluice-test/metrics"
+  }
+  assert {
+    condition     = length(jsondecode(aws_ecs_task_definition.gateway.container_definitions)) == 1
+    error_message = "nothing to scrape with: the gateway alone"
+  }
+}
+
+run "an_unpinned_collector_image_is_refused" {
+  command = plan
+  variables {
+    metrics_collector_image = "public.ecr.aws/aws-observability/aws-otel-collector:latest"
+  }
+  expect_failures = [var.metrics_collector_image]
 }

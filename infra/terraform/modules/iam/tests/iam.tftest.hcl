@@ -17,6 +17,8 @@ variables {
   gateway_secret_arns   = ["arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/admin_key-AbCdEf"]
   worker_secret_arn     = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/worker_secret-GhIjKl"
   export_bucket_arn     = "arn:aws:s3:::sluice-test-exports-123456789012"
+  export_secret_arn     = "arn:aws:secretsmanager:us-east-1:123456789012:secret:sluice-test/gateway/database_url-MnOpQr"
+  config_object_arn     = "arn:aws:s3:::sluice-test-config-123456789012/gateway/config.toml"
   weights_bucket_arn    = "arn:aws:s3:::sluice-test-weights-123456789012"
   kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
   wal_file_system_arn   = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/fs-12345678"
@@ -26,15 +28,14 @@ variables {
   metric_namespace      = "Sluice/sluice-test"
 }
 
-run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
+run "gateway_task_role_touches_only_worker_services_and_its_config" {
   command = plan
   assert {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
       "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "ecs:UpdateTaskProtection",
-      "secretsmanager:GetSecretValue", "s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey",
-      "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData",
+      "s3:GetObject", "kms:Decrypt", "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData",
     ])
-    error_message = "the gateway task role has exactly the actions the platform needs"
+    error_message = "the gateway task role has exactly the actions the gateway's code calls (no secrets: ECS injects them; no exports: the export task writes them)"
   }
   assert {
     condition     = alltrue([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Effect == "Allow" && !contains(flatten([s.Resource]), "*") if s.Sid != "PublishQueueMetric"])
@@ -57,12 +58,12 @@ run "gateway_task_role_touches_only_worker_services_its_secrets_and_exports" {
     error_message = "scale-in protects the kept tasks (UpdateTaskProtection) on this cluster's tasks only"
   }
   assert {
-    condition     = toset(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ReadOwnSecrets"])) == toset(var.gateway_secret_arns)
-    error_message = "the gateway reads exactly its own secrets"
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "ReadConfig"]) == var.config_object_arn
+    error_message = "the gateway reads its one config object"
   }
   assert {
-    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "WriteUsageExports"]) == "${var.export_bucket_arn}/*"
-    error_message = "the gateway writes only the export bucket"
+    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "exports") && !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "secretsmanager")
+    error_message = "the serving gateway neither writes exports nor reads secrets itself"
   }
   assert {
     condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "weights")
@@ -176,11 +177,23 @@ run "a_wildcard_metric_namespace_is_refused" {
   expect_failures = [var.metric_namespace]
 }
 
-run "the_export_may_read_back_its_objects_and_the_scheduler_only_runs_it" {
+run "the_export_has_its_own_roles_and_the_scheduler_only_runs_it" {
   command = apply
   assert {
-    condition     = contains(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action if s.Sid == "WriteUsageExports"]), "s3:GetObject")
+    condition     = contains(one([for s in jsondecode(aws_iam_role_policy.task["export-task"].policy).Statement : s.Action if s.Sid == "WriteUsageExports"]), "s3:GetObject")
     error_message = "head_object (skip an unchanged upload) needs s3:GetObject"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["export-task"].policy).Statement : s.Resource if s.Sid == "WriteUsageExports"]) == "${var.export_bucket_arn}/*"
+    error_message = "the export writes only the export bucket"
+  }
+  assert {
+    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["export-task"].policy).Statement : s.Action])) == toset(["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "kms:Decrypt", "kms:GenerateDataKey"])
+    error_message = "the export task role only writes exports"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["export-execution"].policy).Statement : s.Resource if s.Action == "secretsmanager:GetSecretValue"]) == var.export_secret_arn
+    error_message = "the export's execution role injects the database URL only, not the admin key or the pepper"
   }
   assert {
     condition     = jsondecode(aws_iam_role.scheduler.assume_role_policy).Statement[0].Principal.Service == "scheduler.amazonaws.com"
@@ -191,15 +204,34 @@ run "the_export_may_read_back_its_objects_and_the_scheduler_only_runs_it" {
     error_message = "it may run the export task definition only"
   }
   assert {
-    condition     = length(one([for s in jsondecode(aws_iam_role_policy.scheduler.policy).Statement : s.Resource if s.Sid == "PassGatewayRoles"])) == 2
-    error_message = "and pass the gateway's two roles, nothing else"
+    condition     = length(one([for s in jsondecode(aws_iam_role_policy.scheduler.policy).Statement : s.Resource if s.Sid == "PassExportRoles"])) == 2
+    error_message = "and pass the export's two roles, nothing else (not the gateway's)"
   }
 }
 
 run "gpu_hosts_complete_only_their_pools_launch_hook" {
   command = plan
   assert {
+    condition     = endswith(aws_iam_role_policy_attachment.worker_instance.policy_arn, "/service-role/AmazonEC2ContainerServiceforEC2Role")
+    error_message = "the GPU hosts hold the ECS agent's policy only (no SSM: nothing runs commands on them)"
+  }
+  assert {
     condition     = one([for st in jsondecode(aws_iam_role_policy.worker_instance_launch_hook.policy).Statement : st.Resource if st.Action == "autoscaling:CompleteLifecycleAction"]) == "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/sluice-test-gpu-*"
     error_message = "a host may complete lifecycle actions of the worker pool's groups only"
+  }
+}
+
+run "the_metrics_collector_writes_its_log_group_only" {
+  command = plan
+  variables {
+    metrics_log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/metrics"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "WriteMetricRecords"]) == "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/metrics:*"
+    error_message = "the collector's records go to the metrics log group only"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "cloudwatch:PutMetricData\",\"logs")
+    error_message = "EMF records need no PutMetricData beyond the queue metric's"
   }
 }

@@ -94,7 +94,7 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
   command = plan
   assert {
     condition = output.gateway_config_toml == join("\n", [
-      "# Rendered by Terraform (modules/platform, envs/local); passed to the gateway tasks as SLUICE_CONFIG_TOML.",
+      "# Rendered by Terraform: an S3 object the gateway tasks read at start (modules/platform), or SLUICE_CONFIG_TOML (envs/local).",
       "# One endpoint per worker service: the gateway's ECS provisioner (gateway/endpoints/provisioners/ecs.py)",
       "# scales that service's desired count and routes to its tasks' private addresses on `port`.",
       "data_dir = \"/var/lib/sluice\"",
@@ -232,5 +232,39 @@ run "the_gateway_task_role_signs_in_to_the_data_modules_redis" {
   assert {
     condition     = strcontains(module.iam.policies["gateway-task"], "elasticache:eu-west-1:123456789012:replicationgroup:sluice-test\"") && strcontains(module.iam.policies["gateway-task"], "elasticache:eu-west-1:123456789012:user:sluice-test-gateway\"")
     error_message = "the gateway task role may sign in to the data module's cache as the user its [redis_iam] names"
+  }
+}
+
+run "the_gateway_reads_its_config_from_the_config_bucket" {
+  command = plan
+  assert {
+    condition     = module.gateway.config_key == "gateway/config.toml" && module.data.bucket_names["config"] != ""
+    error_message = "the rendered config goes to the data module's config bucket"
+  }
+  assert {
+    condition     = one([for s in jsondecode(module.iam.policies["gateway-task"]).Statement : s.Resource if s.Sid == "ReadConfig"]) == "arn:aws:s3:::sluice-test-bucket/gateway/config.toml"
+    error_message = "the gateway task role may read exactly that object"
+  }
+  assert {
+    condition     = one([for s in jsondecode(module.iam.policies["export-execution"]).Statement : s.Resource if s.Sid == "InjectDatabaseUrl"]) == module.data.secret_arns["database_url"]
+    error_message = "the usage export's own execution role injects the database URL only"
+  }
+}
+
+run "the_images_repositories_may_be_pulled_without_listing_them" {
+  command = plan
+  assert {
+    condition = toset(one([for s in jsondecode(module.iam.policies["gateway-execution"]).Statement : s.Resource if s.Sid == "PullImage"])) == toset([
+      "arn:aws:ecr:eu-west-1:123456789012:repository/sluice-gateway", "arn:aws:ecr:eu-west-1:123456789012:repository/sluice-worker",
+    ])
+    error_message = "the pull permission names the repositories of gateway_image and worker_image (it was empty by default)"
+  }
+}
+
+run "the_gateways_metrics_are_scraped" {
+  command = plan
+  assert {
+    condition     = module.iam.policies["gateway-task"] != "" && one([for s in jsondecode(module.iam.policies["gateway-task"]).Statement : s.Resource if s.Sid == "WriteMetricRecords"]) == "arn:aws:logs:eu-west-1:123456789012:log-group:/sluice/sluice-test/any:*"
+    error_message = "the collector may write the metrics log group"
   }
 }

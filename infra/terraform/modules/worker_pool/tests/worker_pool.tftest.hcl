@@ -111,9 +111,111 @@ run "ami_override_skips_ssm" {
 run "cpu_instance_type_is_refused" {
   command = plan
   variables {
-    instance_type = "m5.large"
+    instance_types = ["g5.xlarge", "m5.large"]
   }
-  expect_failures = [var.instance_type]
+  expect_failures = [var.instance_types]
+}
+
+run "no_or_repeated_instance_types_are_refused" {
+  command = plan
+  variables {
+    instance_types = ["g5.xlarge", "g5.xlarge"]
+  }
+  expect_failures = [var.instance_types]
+}
+
+run "an_empty_instance_type_list_is_refused" {
+  command = plan
+  variables {
+    instance_types = []
+  }
+  expect_failures = [var.instance_types]
+}
+
+run "one_type_is_the_launch_template_and_on_demand_only" {
+  command = plan
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.launch_template) == 1 && length(aws_autoscaling_group.gpu.mixed_instances_policy) == 0 && aws_launch_template.gpu.instance_type == "g5.xlarge"
+    error_message = "one instance type: the launch template as is (a warm pool stays possible)"
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.gpu_spot) == 0 && length(aws_ecs_capacity_provider.gpu_spot) == 0 && aws_ecs_cluster_capacity_providers.main.capacity_providers == toset(["FARGATE", "sluice-test-gpu"])
+    error_message = "no spot capacity unless asked for"
+  }
+  assert {
+    condition     = alltrue([for svc in aws_ecs_service.worker : length(svc.capacity_provider_strategy) == 1])
+    error_message = "the services place on the on-demand provider only"
+  }
+}
+
+run "several_types_on_demand_in_the_lists_order" {
+  command = plan
+  variables {
+    instance_types = ["g6.xlarge", "g5.xlarge", "g4dn.xlarge"]
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.launch_template) == 0 && [for o in one(one(aws_autoscaling_group.gpu.mixed_instances_policy).launch_template).override : o.instance_type] == ["g6.xlarge", "g5.xlarge", "g4dn.xlarge"]
+    error_message = "every listed type is an override of the on-demand group"
+  }
+  assert {
+    condition     = one(one(aws_autoscaling_group.gpu.mixed_instances_policy).instances_distribution).on_demand_allocation_strategy == "prioritized" && one(one(aws_autoscaling_group.gpu.mixed_instances_policy).instances_distribution).on_demand_percentage_above_base_capacity == 100
+    error_message = "on-demand only, the first type with capacity first"
+  }
+}
+
+run "a_warm_pool_with_several_types_is_refused" {
+  command = plan
+  variables {
+    instance_types = ["g6.xlarge", "g5.xlarge"]
+    warm_pool_size = 1
+  }
+  expect_failures = [aws_autoscaling_group.gpu]
+}
+
+run "spot_capacity_beside_on_demand" {
+  command = plan
+  variables {
+    instance_types = ["g6.xlarge", "g5.xlarge"]
+    spot           = { enabled = true, max_instances = 6, on_demand_base = 1, on_demand_weight = 1, spot_weight = 3 }
+  }
+  assert {
+    condition     = one(one(aws_autoscaling_group.gpu_spot[0].mixed_instances_policy).instances_distribution).on_demand_percentage_above_base_capacity == 0 && one(one(aws_autoscaling_group.gpu_spot[0].mixed_instances_policy).instances_distribution).spot_allocation_strategy == "price-capacity-optimized" && aws_autoscaling_group.gpu_spot[0].max_size == 6 && aws_autoscaling_group.gpu_spot[0].min_size == 0
+    error_message = "a spot group of the listed types, price-capacity-optimized, from zero"
+  }
+  assert {
+    condition     = aws_autoscaling_group.gpu_spot[0].capacity_rebalance && aws_autoscaling_group.gpu_spot[0].protect_from_scale_in && aws_ecs_capacity_provider.gpu_spot[0].auto_scaling_group_provider[0].managed_termination_protection == "ENABLED"
+    error_message = "replacements start on a rebalance signal; hosts with workers are never scaled in"
+  }
+  assert {
+    condition     = contains(aws_ecs_cluster_capacity_providers.main.capacity_providers, "sluice-test-gpu-spot")
+    error_message = "the cluster holds the spot provider"
+  }
+  assert {
+    condition = alltrue([for svc in aws_ecs_service.worker : { for c in svc.capacity_provider_strategy : c.capacity_provider => c.weight } == {
+      "sluice-test-gpu" = 1, "sluice-test-gpu-spot" = 3
+    } && one([for c in svc.capacity_provider_strategy : c.base if c.capacity_provider == "sluice-test-gpu"]) == 1])
+    error_message = "each endpoint keeps its first task on demand and splits the rest 1:3"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true")
+    error_message = "an interrupted spot host drains its tasks to other hosts"
+  }
+}
+
+run "spot_weights_of_zero_are_refused" {
+  command = plan
+  variables {
+    spot = { enabled = true, on_demand_weight = 0, spot_weight = 0 }
+  }
+  expect_failures = [var.spot]
+}
+
+run "a_fractional_spot_size_is_refused" {
+  command = plan
+  variables {
+    spot = { enabled = true, max_instances = 1.5 }
+  }
+  expect_failures = [var.spot]
 }
 
 run "zero_gpus_is_refused" {
