@@ -43,7 +43,7 @@ BOUNDARIES = [
     ("[cloudwatch]\ninterval_seconds = 3600", "[cloudwatch]\ninterval_seconds = 0", "interval_seconds"),
     ("[scaling]\nhealth_interval_seconds = 86400", "[scaling]\nhealth_interval_seconds = 86401",
      "health_interval_seconds"),
-    ("[scaling]\necs_api_calls_per_second = 0.5", "[scaling]\necs_api_calls_per_second = 0",
+    ("[scaling]\necs_api_calls_per_second = 2", "[scaling]\necs_api_calls_per_second = 1.99",
      "ecs_api_calls_per_second"),
     ("[default_team_limits]\nrpm = 0", "[default_team_limits]\nrpm = -1", "rpm"),
     (MODEL + "max_queue = 0", MODEL + "max_queue = -1", "max_queue"),
