@@ -153,6 +153,11 @@ class EndpointController:
         self._wake.set()
 
     @property
+    def adopted(self) -> bool:
+        """This gateway owns the endpoint, has read its service and looked at its replicas since: it may scale."""
+        return self.ownership.owner and self._adopted and self._looked
+
+    @property
     def ever_started(self) -> bool:
         """A replica of this endpoint was ready at least once."""
         return self._starts_seen > 0

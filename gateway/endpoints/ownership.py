@@ -31,7 +31,9 @@ LEASES_PER_REPORT = 2  # ...and two leases: a stalled event loop must not look l
 # streams a drain would stop waiting for); a dead gateway's demand lingers this long, which only delays a scale-in
 IDLE_OWNER_S = 1.0  # an idle endpoint's owner syncs this often (at most a fifth of the lease): it sees new demand
 IDLE_REPORTS_PER_TTL = 3  # an idle follower refreshes its report this many times per report lifetime
-WRITE_MARGIN_S = 1.0  # a write needs this much of the lease left after its fence check (connect + send)
+# a write needs this much of the lease left after its fence check (ECS's connect timeout + the send; ecs.py),
+# and at most a quarter of the lease
+WRITE_MARGIN_S = 1.0
 
 
 class Ownership:
@@ -48,6 +50,7 @@ class Ownership:
         self.draining: set[str] = set()  # replica ids marked draining in the shared state
         self.idle_owner_s = max(sync_s, min(IDLE_OWNER_S, lease_s / 5))
         self.idle_follower_s = max(sync_s, min(lease_s, self.report_ttl_s / IDLE_REPORTS_PER_TTL))
+        self.write_margin_s = min(WRITE_MARGIN_S, lease_s / 4)
         self.pace_s = sync_s  # the interval chosen at the last sync
         self._next_sync = -math.inf
         self._renewed_at = -math.inf  # monotonic: when the sync that last returned our token began
@@ -87,7 +90,7 @@ class Ownership:
     async def write_window(self) -> float:
         """Seconds during which a write this gateway starts now still lands inside its lease (0: write nothing):
         the fence (the lease still holds our token, and no newer token wrote) checked now, and what is left of
-        the lease since it was last renewed, less WRITE_MARGIN_S. Called immediately before each ECS write."""
+        the lease since it was last renewed, less the write margin. Called immediately before each ECS write."""
         if self.token is None:
             return 0.0
         if isinstance(self.fleet, LocalFleet):  # this gateway alone: its lease never lapses
@@ -98,7 +101,7 @@ class Ownership:
             log.warning("endpoint_fence_failed", endpoint=self.endpoint, exc_info=True)
             held = False
         if held:
-            left = self._renewed_at + self.lease_s - time.monotonic() - WRITE_MARGIN_S
+            left = self._renewed_at + self.lease_s - time.monotonic() - self.write_margin_s
             if left > 0:
                 return left
             log.warning("endpoint_lease_too_old_to_write", endpoint=self.endpoint, token=self.token)
