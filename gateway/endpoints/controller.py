@@ -275,6 +275,8 @@ class EndpointController:
         owner = self.ownership.owner
         if not owner:  # not, or no longer, ours: a later lease starts from what the service says then
             self._adopted = self._looked = False
+            if self._adopt_failed:  # that finding was the owner's: whoever owns it now looks again
+                self._clear_adopt_failure()
         elif not self._adopted and now >= self._next_adopt and not self._closing:
             await self._adopt(now)
         if now >= self._next_observe and (self._adopted or not owner):
@@ -322,12 +324,16 @@ class EndpointController:
                 self._fail(ADOPT_FAILED, _cause(error), stop_replicas=False)
             return
         if self._adopt_failed:
-            log.info("endpoint_failure_cleared", endpoint=self.name, why="the service was adopted")
-            self.failure = self.failure_reason = None
-            self._adopt_failed = False
+            self._clear_adopt_failure()
         self._adopted, self._next_observe = True, -math.inf
         # the count it inherits stands for a stable window: this gateway's window may be young
         self._hold_until = now + self.settings.stable_window_seconds
+
+    def _clear_adopt_failure(self) -> None:
+        self._adopt_failed = False
+        if self.failure is not None and self.failure_reason == ADOPT_FAILED:
+            log.info("endpoint_failure_cleared", endpoint=self.name)
+            self.failure = self.failure_reason = None
 
     async def _look(self, now: float) -> Observation | None:
         """The owner asks the provisioner (and shares the answer); the others read the owner's answer."""

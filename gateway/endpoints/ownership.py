@@ -55,6 +55,7 @@ class Ownership:
         self._next_sync = -math.inf
         self._renewed_at = -math.inf  # monotonic: when the sync that last returned our token began
         self._published_demand = 0.0
+        self._report = Report(0.0)  # the last one published (a renewal before a write sends it again)
 
     @property
     def owner(self) -> bool:
@@ -74,6 +75,7 @@ class Ownership:
         started = time.monotonic()
         token, self.reports = await self.fleet.sync(self.endpoint, report, self.report_ttl_s, self.lease_s)
         self._published_demand = report.demand
+        self._report = report
         self.draining = await self.fleet.draining(self.endpoint)
         if token is not None:
             self._renewed_at = started  # the lease runs lease_s from a moment after this at the earliest
@@ -89,27 +91,34 @@ class Ownership:
 
     async def write_window(self) -> float:
         """Seconds during which a write this gateway starts now still lands inside its lease (0: write nothing):
-        the fence (the lease still holds our token, and no newer token wrote) checked now, and what is left of
-        the lease since it was last renewed, less the write margin. Called immediately before each ECS write."""
+        what is left of the lease since it was last renewed, less the write margin (a lease too near its end is
+        renewed first, if it is still ours: a write that waited for the ECS budget is not lost for that), and the
+        fence (the lease still holds our token, and no newer token wrote) checked now. Called immediately before
+        each ECS write."""
         if self.token is None:
             return 0.0
         if isinstance(self.fleet, LocalFleet):  # this gateway alone: its lease never lapses
             return math.inf
         try:
-            held = await self.fleet.fence(self.endpoint, self.token)
+            if self._left() <= 0:
+                started = time.monotonic()
+                token, self.reports = await self.fleet.sync(self.endpoint, self._report, self.report_ttl_s,
+                                                            self.lease_s)
+                if token == self.token:
+                    self._renewed_at = started
+            held = self._left() > 0 and await self.fleet.fence(self.endpoint, self.token)
         except Exception:  # the shared state cannot vouch for this token: write nothing
             log.warning("endpoint_fence_failed", endpoint=self.endpoint, exc_info=True)
             held = False
         if held:
-            left = self._renewed_at + self.lease_s - time.monotonic() - self.write_margin_s
-            if left > 0:
-                return left
-            log.warning("endpoint_lease_too_old_to_write", endpoint=self.endpoint, token=self.token)
-            return 0.0  # ours, but it may lapse before the write lands: the next sync renews it
+            return self._left()
         log.warning("endpoint_lease_lost", endpoint=self.endpoint, token=self.token)
         self.token = None
         self.on_change(False)
         return 0.0
+
+    def _left(self) -> float:
+        return self._renewed_at + self.lease_s - time.monotonic() - self.write_margin_s
 
     async def fenced(self) -> bool:
         """May this gateway write the endpoint's replica count now?"""

@@ -4,7 +4,9 @@ call. This docstring is the contract.
 Lifecycle
     endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings,
                                      redis_url=redis_url)  # "": this gateway alone owns every endpoint
-    await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop
+    await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop; makes no
+                                      # ECS call (each ECS endpoint's owner adopts its service in the loop; one
+                                      # that cannot be adopted is `failed`, never a gateway that cannot start)
     ...
     await endpoints.drain_and_stop()  # SIGTERM: no new request; every stream finishes (each replica up
                                       # to its endpoint's drain_seconds); local replicas stopped, ECS

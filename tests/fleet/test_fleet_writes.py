@@ -133,12 +133,10 @@ async def test_a_write_goes_only_while_the_lease_holds_and_has_time_left(aws, mo
         assert desired_count(ecs) == 1
         await provisioner.add(1, target=1)  # the same target again (a retry, a late twin): nothing more
         assert desired_count(ecs) == 1
-        # A stops renewing: its lease still holds, but for less than a write needs to land inside it
+        # A stopped syncing: its lease holds for less than a write needs to land inside it; still A's, it is renewed
         await asyncio.sleep(a.lease_s - a.write_margin_s / 2)
-        assert await a.write_window() == 0 and a.owner
-        with pytest.raises(FenceLost):
-            await provisioner.add(1, target=2)
-        await asyncio.sleep(a.write_margin_s)  # the lease lapses
+        assert await a.write_window() > a.lease_s - 2 * a.write_margin_s and a.owner
+        await asyncio.sleep(a.lease_s + a.write_margin_s)  # the lease lapses
         await b.sync(time.monotonic(), Report(0.0))  # B owns the endpoint now
         assert b.owner
         with pytest.raises(FenceLost):
