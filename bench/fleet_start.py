@@ -12,7 +12,7 @@ min_replicas 0); Redis a real redis-server. Two parts, each run for this tree an
   budget (2 calls/s): seconds from the process's spawn to its first `/livez` 200, and until every endpoint's
   service was adopted (its `ecs_service_adopted` log line);
 - idle: `--gateways` gateways (each its own process holding the gateway's `Endpoints` service with every
-  endpoint, as `sluice serve` does) on one Redis; once every endpoint has an owner that has looked at its
+  endpoint, as `sluice serve` does) on one Redis; once every endpoint has an owner that has adopted its
   service, over `--idle-seconds`: Redis commands a second (INFO total_commands_processed) and each gateway
   process's CPU (% of one core). The idle part runs with a budget of 20 ECS calls/s so that adopting every
   endpoint takes seconds rather than minutes (the budget does not change the idle sync pace).
@@ -71,11 +71,13 @@ def ecs_services(moto_url: str, count: int) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_url)
     vpc = ec2.create_vpc(CidrBlock="10.41.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.41.1.0/24")["Subnet"]["SubnetId"]
-    network = {"awsvpcConfiguration": {"subnets": [subnet]}}
+    group = ec2.create_security_group(GroupName="workers", Description="workers", VpcId=vpc)["GroupId"]
+    network = {"awsvpcConfiguration": {"subnets": [subnet], "securityGroups": [group]}}
     ecs.create_cluster(clusterName=CLUSTER)
     ecs.register_task_definition(family="worker", networkMode="awsvpc", requiresCompatibilities=["FARGATE"],
                                  cpu="1024", memory="2048",
-                                 containerDefinitions=[{"name": "worker", "image": "sluice-worker", "memory": 2048}])
+                                 containerDefinitions=[{"name": "worker", "image": "sluice-worker", "memory": 2048,
+                                                        "portMappings": [{"containerPort": PORT}]}])
     for index in range(count):
         ecs.create_service(cluster=CLUSTER, serviceName=service(index), taskDefinition="worker", desiredCount=0,
                            launchType="FARGATE", networkConfiguration=network)
@@ -141,8 +143,18 @@ async def gateway_child(count: int, moto_url: str, redis_url: str, data: str) ->
     endpoints = await Endpoints.open(f"sqlite:///{data}/gateway.db", specs, Path(data), settings,
                                      redis_url=redis_url)
     await endpoints.start()
-    print("started", flush=True)
-    await asyncio.Event().wait()
+    while True:  # how many endpoints this gateway owns and has adopted (attributes the baseline has too)
+        owned = sum(1 for c in endpoints.controllers.values() if c.ownership.owner and c._adopted)
+        (Path(data) / "adopted").write_text(str(owned))
+        await asyncio.sleep(1)
+
+
+def adopted(root: Path, gateways: int) -> int:
+    """Endpoints adopted by their owners, once every gateway's start has returned (0 before)."""
+    files = [root / f"g{n}" / "adopted" for n in range(gateways)]
+    if not all(f.exists() for f in files):
+        return 0
+    return sum(int(f.read_text() or 0) for f in files)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -166,12 +178,12 @@ def measure_idle(tree: Path, count: int, gateways: int, seconds: float, moto_url
                 children.append(subprocess.Popen(
                     [sys.executable, str(HERE), "_gateway", "--endpoints", str(count), "--moto", moto_url,
                      "--redis", redis_url, "--data", str(data)], cwd=tree, env=tree_env(tree),
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            keys = [f"sluice:fleet:{{{name(i)}}}:replicas" for i in range(count)]
+                    stdout=subprocess.DEVNULL, stderr=(data / "stderr").open("w")))
             deadline = time.monotonic() + WAIT_S
-            while sum(server.exists(key) for key in keys) < count:  # every owner has looked at its service
+            while adopted(Path(root), gateways) < count:  # every endpoint's owner has adopted its service
                 if time.monotonic() > deadline or any(c.poll() is not None for c in children):
-                    raise RuntimeError(f"{tree}: not every endpoint was adopted")
+                    errors = [(Path(root) / f"g{n}" / "stderr").read_text()[-2000:] for n in range(gateways)]
+                    raise RuntimeError(f"{tree}: not every endpoint was adopted: {errors}")
                 time.sleep(0.5)
             time.sleep(10)  # past the followers' first syncs and the owners' first looks
             commands, cpu, began = server.info("stats")["total_commands_processed"], \
@@ -201,7 +213,8 @@ def main() -> None:
     parser.add_argument("--redis", default="")
     parser.add_argument("--data", default="")
     args = parser.parse_args()
-    if args.mode == "_gateway":
+    if args.mode == "_gateway":  # bench/gateway.py would shadow the package of the tree on PYTHONPATH
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE.parent]
         asyncio.run(gateway_child(args.endpoints, args.moto, args.redis, args.data))
         return
     if args.quick:

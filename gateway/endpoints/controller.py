@@ -326,6 +326,10 @@ class EndpointController:
         if self._adopt_failed:
             self._clear_adopt_failure()
         self._adopted, self._next_observe = True, -math.inf
+        if getattr(self.provisioner, "desired", None) == 0 and not self.members:
+            # nothing asked for and nothing known: no task to list now (the steady pace looks later), which
+            # halves what adopting a fleet of idle endpoints costs the ECS budget
+            self._looked, self._next_observe = True, now + self.provisioner.observe_interval_s
         # the count it inherits stands for a stable window: this gateway's window may be young
         self._hold_until = now + self.settings.stable_window_seconds
 

@@ -100,24 +100,25 @@ class Ownership:
         if isinstance(self.fleet, LocalFleet):  # this gateway alone: its lease never lapses
             return math.inf
         try:
-            if self._left() <= 0:
+            if self.lease_left() <= 0:
                 started = time.monotonic()
                 token, self.reports = await self.fleet.sync(self.endpoint, self._report, self.report_ttl_s,
                                                             self.lease_s)
                 if token == self.token:
                     self._renewed_at = started
-            held = self._left() > 0 and await self.fleet.fence(self.endpoint, self.token)
+            held = self.lease_left() > 0 and await self.fleet.fence(self.endpoint, self.token)
         except Exception:  # the shared state cannot vouch for this token: write nothing
             log.warning("endpoint_fence_failed", endpoint=self.endpoint, exc_info=True)
             held = False
         if held:
-            return self._left()
+            return self.lease_left()
         log.warning("endpoint_lease_lost", endpoint=self.endpoint, token=self.token)
         self.token = None
         self.on_change(False)
         return 0.0
 
-    def _left(self) -> float:
+    def lease_left(self) -> float:
+        """Seconds a write started now has inside the lease, by this gateway's clock, less the write margin."""
         return self._renewed_at + self.lease_s - time.monotonic() - self.write_margin_s
 
     async def fenced(self) -> bool:

@@ -38,6 +38,7 @@ import asyncio
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -68,6 +69,9 @@ BUDGET_WAIT_MAX_S = 5.0  # a call waits this long at most for a slot of the API 
 PROTECT_MINUTES = 1  # scale-in protection of the tasks a scale-in keeps: ECS's shortest (1 to 2,880)
 PROTECT_LIMIT = 10  # tasks per UpdateTaskProtection call
 CONNECT_TIMEOUT_S = 1.0  # a write that cannot connect by then is dropped: it must land inside the lease
+MAX_CONNECTIONS = 10  # of a shared client (botocore's default): the fleet's budget allows a few calls a second
+_CLIENTS: dict[tuple, object] = {}
+_CLIENTS_LOCK = threading.Lock()
 
 
 class EcsProvisionerError(RuntimeError):
@@ -89,6 +93,23 @@ def mapped_address(path: str) -> Callable[[str, int], str | None]:
             return json.load(file).get(f"{ip}:{port}")
 
     return resolve
+
+
+def shared_client(settings: EcsProvisioning):
+    """One ECS client per region, endpoint URL (and test-only throttle file), made once: a client costs ~0.1 s of
+    CPU (botocore loads the service model), which a gateway with 100 ECS endpoints paid 100 times before it
+    listened. Clients are thread-safe; botocore's default session, which makes them, is not (hence the lock)."""
+    key = (settings.region, settings.endpoint_url, settings.test_throttle_file)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = boto3.client(
+                "ecs", region_name=settings.region, endpoint_url=settings.endpoint_url or None,
+                config=Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=CONNECT_TIMEOUT_S,
+                              max_pool_connections=MAX_CONNECTIONS))
+            if settings.test_throttle_file:
+                inject_throttling(client, settings.test_throttle_file)
+        return client
 
 
 def inject_throttling(client, path: str) -> None:
@@ -117,12 +138,7 @@ class EcsProvisioner(Provisioner):
         if resolve is None:
             resolve = mapped_address(settings.test_address_map) if settings.test_address_map else direct_address
         self.resolve = resolve
-        self.client = client or boto3.client("ecs", region_name=settings.region,
-                                             endpoint_url=settings.endpoint_url or None,
-                                             config=Config(retries={"mode": "standard", "total_max_attempts": 1},
-                                                           connect_timeout=CONNECT_TIMEOUT_S))
-        if settings.test_throttle_file:
-            inject_throttling(self.client, settings.test_throttle_file)
+        self.client = client  # None: the shared one of its region, made at the first call (shared_client)
         self.budget = budget
         # seconds a write started now lands inside this gateway's lease (0: not ours); None: no fleet to ask
         self.fence: Callable[[], Awaitable[float]] | None = None
@@ -198,23 +214,23 @@ class EcsProvisioner(Provisioner):
         count = max(0, current - 1)
         keep = sorted(self._live - {stop}) if count < current else []
         for start in range(0, len(keep), PROTECT_LIMIT):
-            await self._call(self.client.update_task_protection, fenced=True, cluster=self.settings.cluster,
+            await self._call("update_task_protection", fenced=True, cluster=self.settings.cluster,
                              tasks=keep[start:start + PROTECT_LIMIT], protectionEnabled=True,
                              expiresInMinutes=PROTECT_MINUTES)
         await self._write_count(count, current, stop)
 
     async def _write_count(self, count: int, current: int, stop: str | None = None) -> None:
         await self._take(SCALE_IN_CALLS if stop else 1)
-        await self._call(self.client.update_service, budgeted=False, fenced=True, cluster=self.settings.cluster,
+        await self._call("update_service", budgeted=False, fenced=True, cluster=self.settings.cluster,
                          service=self.settings.service, desiredCount=count)
         log.info("ecs_desired_count", service=self.settings.service, desired=count, was=current)
         self.desired = count
         if stop is not None:
-            await self._call(self.client.stop_task, budgeted=False, fenced=True, cluster=self.settings.cluster,
+            await self._call("stop_task", budgeted=False, fenced=True, cluster=self.settings.cluster,
                              task=stop, reason="drained and removed by the sluice autoscaler")
 
     async def _service(self) -> dict:
-        answer = await self._call(self.client.describe_services, cluster=self.settings.cluster,
+        answer = await self._call("describe_services", cluster=self.settings.cluster,
                                   services=[self.settings.service])
         found = [s for s in answer.get("services", []) if s.get("status") == "ACTIVE"]
         if not found:
@@ -237,15 +253,17 @@ class EcsProvisioner(Provisioner):
             await asyncio.sleep(pause)
             waited += pause
 
-    async def _call(self, method, *, budgeted: bool = True, fenced: bool = False, **arguments):
+    async def _call(self, operation: str, *, budgeted: bool = True, fenced: bool = False, **arguments):
         """One ECS API call: within the fleet's budget (`budgeted`: take its slot now), off the event loop. A write
         (`fenced`) goes only if the fence, checked right here, after every wait, leaves it time to land."""
         if budgeted:
             await self._take(1)
         if fenced and self.fence is not None and await self.fence() <= 0:
-            raise FenceLost(f"not written ({method.__name__}): this gateway no longer holds the lease")
+            raise FenceLost(f"not written ({operation}): this gateway no longer holds the lease")
+        if self.client is None:
+            self.client = await asyncio.to_thread(shared_client, self.settings)
         try:
-            answer = await asyncio.to_thread(method, **arguments)
+            answer = await asyncio.to_thread(getattr(self.client, operation), **arguments)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") not in THROTTLED:
                 raise
@@ -262,7 +280,7 @@ class EcsProvisioner(Provisioner):
         arns: list[str] = []
         token = None
         while True:
-            page = await self._call(self.client.list_tasks, cluster=self.settings.cluster,
+            page = await self._call("list_tasks", cluster=self.settings.cluster,
                                     serviceName=self.settings.service, desiredStatus="RUNNING",
                                     **({"nextToken": token} if token else {}))
             arns.extend(page.get("taskArns", []))
@@ -273,7 +291,7 @@ class EcsProvisioner(Provisioner):
     async def _describe(self, arns: list[str]) -> list[dict]:
         tasks = []
         for start in range(0, len(arns), DESCRIBE_LIMIT):
-            answer = await self._call(self.client.describe_tasks, cluster=self.settings.cluster,
+            answer = await self._call("describe_tasks", cluster=self.settings.cluster,
                                       tasks=arns[start:start + DESCRIBE_LIMIT])
             tasks.extend(answer.get("tasks", []))
         return tasks
