@@ -186,11 +186,15 @@ def measure_idle(tree: Path, count: int, gateways: int, seconds: float, moto_url
                     raise RuntimeError(f"{tree}: not every endpoint was adopted: {errors}")
                 time.sleep(0.5)
             time.sleep(10)  # past the followers' first syncs and the owners' first looks
-            commands, cpu, began = server.info("stats")["total_commands_processed"], \
-                [cpu_seconds(c.pid) for c in children], time.monotonic()
+            commands, cpu, began = server.info("commandstats"), [cpu_seconds(c.pid) for c in children], time.monotonic()
             time.sleep(seconds)
             elapsed = time.monotonic() - began
-            rate = (server.info("stats")["total_commands_processed"] - commands) / elapsed
+            calls = {name: stats["calls"] - commands.get(name, {}).get("calls", 0)
+                     for name, stats in server.info("commandstats").items()}
+            rate = sum(calls.values()) / elapsed
+            top = sorted(calls.items(), key=lambda item: -item[1])[:6]
+            print(f"{tree}: commands/s by kind: " + ", ".join(f"{n.removeprefix('cmdstat_')} {c / elapsed:,.0f}"
+                                                           for n, c in top), flush=True)
             shares = [100 * (cpu_seconds(c.pid) - before) / elapsed for c, before in zip(children, cpu)]
             return rate, sum(shares) / len(shares), max(shares)
         finally:
