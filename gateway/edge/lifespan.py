@@ -221,7 +221,7 @@ class GatewayServices(InitPluginProtocol):
             await endpoints.start()
         except InvalidEndpoint as error:  # a config entry the store contradicts (a team that does not exist)
             raise StartupError(f"invalid configuration: {error.message}") from error
-        except Exception as error:  # e.g. the ECS service of a stored endpoint is gone
+        except Exception as error:  # a local provisioner that cannot start (ECS services are adopted in the loop)
             raise StartupError(f"an endpoint cannot start ({_cause(error)}): fix its provisioner settings, or "
                                "delete it with DELETE /admin/endpoints/{name}") from error
         if settings.cloudwatch.namespace:

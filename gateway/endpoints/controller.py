@@ -21,6 +21,13 @@ Replicas a fleet shares (`provisioner.shared`: ECS) have one owner at a time (ow
 gateway publishes its demand and reads the fleet's, but only the owner looks at ECS, scales, drains and
 times out starts; the others take the owner's replica list and its draining marks. A replica is only
 removed once no gateway has a request on it, and a stopping gateway leaves shared replicas running.
+
+A shared endpoint starts without a call to its platform: `start` returns at once and the owner adopts the
+service (its count) in its loop, backing off while ECS throttles (the provisioner's jittered backoff). A
+service that cannot be adopted (missing, a bad cluster or region, refused) makes this endpoint `failed` with
+the platform's answer, touches nothing, and is tried again every `ADOPT_RETRY_S` (a PATCH retries at once):
+one broken endpoint never keeps a gateway, or a fleet, from starting. A new owner neither scales nor removes
+anything before its first look at the tasks since it adopted the service.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from gateway.endpoints.autoscaler import Autoscaler, Bounds, plan
 from gateway.endpoints.fleet import Failure, Fleet, LocalFleet, Report
 from gateway.endpoints.ownership import Ownership
 from gateway.endpoints.provisioners.base import (
+    FenceLost,
     Observation,
     Provisioner,
     ProvisionerBackoff,
@@ -57,6 +65,8 @@ FIRST_START_GUESS_S = 10.0  # Retry-After before any replica of the endpoint has
 FAILED_RETRY_AFTER_S = 30.0
 DRAIN_CHECK_S = 0.05
 BUSY_TICK_S = 0.05
+ADOPT_RETRY_S = 30.0  # a service that could not be adopted is tried again this often
+ADOPT_FAILED = "service unavailable"  # the tenant's reason when the platform's service cannot be adopted
 LOOP_STOP_S = 10.0  # the longest a stopping endpoint waits for its loop's current tick before going on without it
 
 
@@ -121,19 +131,34 @@ class EndpointController:
         self.ownership = Ownership(fleet or LocalFleet(), spec.name, sync_s=settings.fleet_sync_seconds,
                                    lease_s=settings.lease_seconds)
         self._adopted = False  # this owner read the provisioner's state since it took the lease
+        self._looked = False  # ... and looked at its replicas since: it may scale
+        self._next_adopt = -math.inf
+        self._adopt_failed = False  # the failure is the adoption's: a later adoption clears it
+        if provisioner.shared:
+            provisioner.fence = self.ownership.write_window  # checked immediately before each write
         self._turned_away = 0  # requests refused for a full queue since the last publish
         self._hold_until = -math.inf  # a new owner removes no replica before this
 
     # ---- lifecycle ----
 
-    async def start(self) -> None:
-        await self.provisioner.open()
-        self._adopted = True
-        await self.tick()
+    async def start(self, *, check: bool = False) -> None:
+        """A shared endpoint returns at once (its owner adopts the service in the loop); `check` first asks the
+        platform once whether the service exists (an admin create: refused at once when it does not)."""
+        if not self.provisioner.shared:
+            await self.provisioner.open()
+            self._adopted = self._looked = True
+            await self.tick()
+        elif check:
+            await self.provisioner.open()
         self._loop = asyncio.create_task(self._run(), name=f"endpoint {self.name}")
 
     def poke(self) -> None:
         self._wake.set()
+
+    @property
+    def adopted(self) -> bool:
+        """This gateway owns the endpoint, has read its service and looked at its replicas since: it may scale."""
+        return self.ownership.owner and self._adopted and self._looked
 
     @property
     def ever_started(self) -> bool:
@@ -148,6 +173,7 @@ class EndpointController:
                                  capacity=spec.max_batch_size + spec.max_queue)
         if self.failure is not None:
             self._clear_failure()
+            self._next_adopt = -math.inf
         self.poke()
 
     def _clear_failure(self) -> None:
@@ -275,17 +301,25 @@ class EndpointController:
                 self._sync_failure.succeeded()
             except Exception as error:  # Redis or PostgreSQL away: serve on what is known; the lease lapses itself
                 self._sync_failure.failed(error)
-        if now >= self._next_observe:
+        owner = self.ownership.owner
+        if not owner:  # not, or no longer, ours: a later lease starts from what the service says then
+            self._adopted = self._looked = False
+            if self._adopt_failed:  # that finding was the owner's: whoever owns it now looks again
+                self._clear_adopt_failure()
+        elif not self._adopted and now >= self._next_adopt and not self._closing:
+            await self._adopt(now)
+        if now >= self._next_observe and (self._adopted or not owner):
             try:
                 observation = await self._look(now)
             except ProvisionerBackoff as backoff:
                 self._next_observe = now + backoff.retry_in
                 observation = None
             if observation is not None:
+                self._looked = self._looked or self.ownership.owner
                 await self._sync(observation, now)
                 self._apply_draining()
         await self._poll(now)
-        owner = self.ownership.owner
+        owner = self.ownership.owner and self._looked  # an owner acts only on what it has seen itself
         if owner:
             await self._time_out_starts(now)
         self.autoscaler.record(now, self.ownership.fleet_demand(local))
@@ -305,15 +339,6 @@ class EndpointController:
             self._failure_shared = True
         await self.ownership.sync(now, Report(local, in_flight, sorted(self.ownership.draining)))
         self._follow_fleet_failure()
-        if not self.ownership.owner:
-            self._adopted = False
-        elif not self._adopted and self.provisioner.shared:  # taken over: start from what ECS says
-            with contextlib.suppress(ProvisionerBackoff):  # throttled: adopt at the next sync
-                await self.provisioner.open()
-                self._next_observe = -math.inf
-                self._adopted = True
-                # the count it inherits stands for a stable window: this gateway's window may be young
-                self._hold_until = now + self.settings.stable_window_seconds
         self._apply_draining()
 
     def _follow_fleet_failure(self) -> None:
@@ -328,6 +353,38 @@ class EndpointController:
         elif shared is None and self.failure is not None and self._failure_shared:
             self._clear_failure()
 
+    async def _adopt(self, now: float) -> None:
+        """This gateway owns the endpoint and has not read the service since: start from what ECS says. Throttled:
+        again after the provisioner's backoff. Refused (no such service, cluster or region; no permission): the
+        endpoint fails with the platform's answer, and nothing is written."""
+        try:
+            await self.provisioner.open()
+        except ProvisionerBackoff as backoff:
+            self._next_adopt = now + backoff.retry_in
+            return
+        except Exception as error:
+            self._next_adopt = now + ADOPT_RETRY_S
+            if self.failure is None:
+                self._adopt_failed = True
+                self._fail(ADOPT_FAILED, _cause(error), stop_replicas=False)
+            return
+        if self._adopt_failed:
+            self._clear_adopt_failure()
+            if self.provisioner.shared:  # the fleet took this owner's finding over: it no longer holds
+                await self.ownership.fleet.clear_failed(self.name)
+        self._adopted, self._next_observe = True, -math.inf
+        if getattr(self.provisioner, "desired", None) == 0 and not self.members:
+            # nothing asked for and nothing known: no task to list now (the steady pace looks later), which
+            # halves what adopting a fleet of idle endpoints costs the ECS budget
+            self._looked, self._next_observe = True, now + self.provisioner.observe_interval_s
+        # the count it inherits stands for a stable window: this gateway's window may be young
+        self._hold_until = now + self.settings.stable_window_seconds
+
+    def _clear_adopt_failure(self) -> None:
+        self._adopt_failed = False
+        if self.failure is not None and self.failure_reason == ADOPT_FAILED:
+            self._clear_failure()
+
     async def _look(self, now: float) -> Observation | None:
         """The owner asks the provisioner (and shares the answer); the others read the owner's answer."""
         shared = self.provisioner.shared
@@ -338,7 +395,7 @@ class EndpointController:
                 await self.ownership.share([(r.replica_id, r.url) for r in observation.replicas],
                                            getattr(self.provisioner, "desired", len(observation.replicas)))
             return observation
-        self._next_observe = now + self.ownership.sync_s
+        self._next_observe = now + self.ownership.pace_s  # idle: no need to read the owner's list 4x a second
         replicas = await self.ownership.shared()
         if replicas is None:
             return None
@@ -366,10 +423,12 @@ class EndpointController:
             log.info("endpoint_scale_up", endpoint=self.name, replicas=ready + starting, desired=decision.desired,
                      panicking=decision.panicking, stable=round(decision.stable_average, 2),
                      panic=round(decision.panic_average, 2))
+            # absolute: the decision plus the drained replicas the service still counts until they stop
+            target = decision.desired + sum(1 for m in self.members.values() if m.draining)
             try:
-                await self.provisioner.add(actions.start)
-            except ProvisionerBackoff:
-                return  # throttled: the next tick decides again
+                await self.provisioner.add(actions.start, target=target)
+            except (ProvisionerBackoff, FenceLost):
+                return  # throttled, or no longer ours: the next tick decides again
             metrics.STARTS.labels(self.name).inc(actions.start)
             self._next_observe = -math.inf  # see the new replicas before deciding again
         if actions.remove and now >= self._hold_until:
@@ -482,7 +541,8 @@ class EndpointController:
         if not await self.ownership.fenced():
             await self._forget(member)  # no longer ours to stop: the owner's list brings it back if it lives
             return
-        await self.provisioner.remove(member.replica_id)  # first: throttled, the replica stays a member
+        with contextlib.suppress(FenceLost):  # lost just before the write: the same
+            await self.provisioner.remove(member.replica_id)  # first: throttled, the replica stays a member
         await self._forget(member)
 
     async def _forget(self, member: Member) -> None:
@@ -491,7 +551,7 @@ class EndpointController:
         if member.replica is not None:
             await self.router.remove_replica(self.name, member.replica)
 
-    def _fail(self, reason: str, detail: str) -> None:
+    def _fail(self, reason: str, detail: str, *, stop_replicas: bool = True) -> None:
         """`reason`, a fixed phrase, is all a tenant learns (a 503's `endpoint_reason`, `GET /v1/endpoints`);
         `detail` (a worker's last line: paths, an exception) stays with the operator: the log, the admin API,
         `/health` for an admin key."""
@@ -499,7 +559,7 @@ class EndpointController:
         log.error("endpoint_failed", endpoint=self.name, reason=self.failure)
         self.ownership.sync_soon()  # a shared endpoint's failure reaches the fleet at the next tick
         self.activator.reject_all("endpoint_failed", "the endpoint failed")
-        for member in list(self.members.values()):
+        for member in list(self.members.values()) if stop_replicas else []:
             task = asyncio.create_task(self._remove(member))
             self._drains.add(task)
             task.add_done_callback(self._drains.discard)
@@ -542,3 +602,8 @@ class EndpointController:
         for phase in metrics.PHASES:
             metrics.REPLICAS.labels(self.name, phase).set(getattr(status.replicas, phase))
         metrics.DESIRED.labels(self.name).set(status.desired_replicas)
+
+
+def _cause(error: Exception) -> str:
+    """The platform's answer in one line (a botocore error names its code and message)."""
+    return " ".join(str(error).split())[:500] or type(error).__name__

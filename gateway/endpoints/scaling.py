@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 
 DAY = 86_400.0
+SCALE_IN_CALLS = 2  # ECS calls a scale-in takes together: UpdateService(desiredCount) + StopTask (provisioners/ecs.py)
 Positive = Annotated[float, msgspec.Meta(gt=0, le=DAY)]  # a finite time or rate: `inf` (TOML) would never fire
 
 
@@ -29,7 +30,9 @@ class ScalingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # a fleet of gateways (gateway/endpoints/README.md, "A fleet of gateways"); ECS endpoints only
     fleet_sync_seconds: Positive = 0.25  # how often a gateway publishes its demand and reads the fleet's
     lease_seconds: Positive = 5.0  # an endpoint's scaling owner that stops renewing is replaced after this
-    ecs_api_calls_per_second: Positive = 2.0  # the whole fleet's ECS API calls (shared through Redis)
+    # the whole fleet's ECS API calls (shared through Redis); a scale-in takes UpdateService + StopTask in one
+    # second's window (ecs.py), so fewer than 2 could never scale in
+    ecs_api_calls_per_second: Annotated[float, msgspec.Meta(ge=SCALE_IN_CALLS, le=DAY)] = 2.0
     # how often a gateway checks the fleet's endpoint config version, besides the change messages (a lost one)
     fleet_config_check_seconds: Annotated[float, msgspec.Meta(ge=0.05, le=3600)] = 5.0
 

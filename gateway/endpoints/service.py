@@ -4,7 +4,9 @@ call. This docstring is the contract.
 Lifecycle
     endpoints = await Endpoints.open(database_url, declared_specs, data_dir, scaling_settings,
                                      redis_url=redis_url)  # "": this gateway alone owns every endpoint
-    await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop
+    await endpoints.start()           # loads config + stored endpoints, starts every endpoint's loop; makes no
+                                      # ECS call (each ECS endpoint's owner adopts its service in the loop; one
+                                      # that cannot be adopted is `failed`, never a gateway that cannot start)
     ...
     await endpoints.drain_and_stop()  # SIGTERM: no new request; every stream finishes (each replica up
                                       # to its endpoint's drain_seconds); local replicas stopped, ECS
@@ -255,7 +257,10 @@ class Endpoints:
         await self.router.close()
         await self.store.close()
 
-    async def _launch(self, spec: EndpointSpec) -> EndpointController:
+    async def _launch(self, spec: EndpointSpec, *, check: bool = False) -> EndpointController:
+        """Start the endpoint's loop. An ECS endpoint makes no ECS call here (its owner adopts the service in the
+        loop, within the fleet's budget): a gateway serves at once, whatever ECS says; `check` (an admin create)
+        asks ECS once whether the service exists."""
         provisioner = self.provisioners(spec)
         if isinstance(provisioner, EcsProvisioner) and provisioner.budget is None:
             provisioner.budget = self.fleet.take_call  # every ECS call of the fleet within one budget
@@ -264,7 +269,7 @@ class Endpoints:
         self.controllers[spec.name] = controller
         self._pace_discovery()
         try:
-            await controller.start()
+            await controller.start(check=check)
         except BaseException:
             del self.controllers[spec.name]
             await controller.drain_and_stop()
@@ -351,7 +356,7 @@ class Endpoints:
             await self._follow()
             await self.registry.create(spec)
             try:
-                controller = await self._launch(spec)
+                controller = await self._launch(spec, check=True)
             except Exception as error:  # e.g. its ECS service does not exist: nothing is kept
                 await self.registry.delete(spec.name)
                 raise InvalidEndpoint(f"the endpoint {spec.name!r} cannot start: {error}") from error

@@ -118,7 +118,7 @@ async def test_the_lone_gateway_owns_every_endpoint_without_redis():
 
 @pytest.mark.parametrize(("scaling", "words"), [
     ("lease_seconds = 0.4", ["lease_seconds", "twice", "fleet_sync_seconds"]),
-    ("ecs_api_calls_per_second = 0", ["ecs_api_calls_per_second", "> 0"]),
+    ("ecs_api_calls_per_second = 1.5", ["ecs_api_calls_per_second", ">= 2"]),
 ])
 def test_fleet_settings_that_cannot_work_are_refused_by_name(tmp_path, scaling, words):
     config = tmp_path / "sluice.toml"

@@ -43,7 +43,7 @@ BOUNDARIES = [
     ("[cloudwatch]\ninterval_seconds = 3600", "[cloudwatch]\ninterval_seconds = 0", "interval_seconds"),
     ("[scaling]\nhealth_interval_seconds = 86400", "[scaling]\nhealth_interval_seconds = 86401",
      "health_interval_seconds"),
-    ("[scaling]\necs_api_calls_per_second = 0.5", "[scaling]\necs_api_calls_per_second = 0",
+    ("[scaling]\necs_api_calls_per_second = 2", "[scaling]\necs_api_calls_per_second = 1.99",
      "ecs_api_calls_per_second"),
     ("[scaling]\nfleet_config_check_seconds = 0.05", "[scaling]\nfleet_config_check_seconds = 0.04",
      "fleet_config_check_seconds"),

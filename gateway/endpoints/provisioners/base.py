@@ -39,6 +39,11 @@ class ProvisionerBackoff(Exception):
         self.retry_in = retry_in
 
 
+class FenceLost(Exception):
+    """The write was not made: this gateway no longer holds the endpoint's lease (or too little of it is left for
+    the write to land inside it). The new owner decides from what the service says."""
+
+
 class Provisioner(ABC):
     scalable = True  # False: a fixed set of replicas (add and remove do nothing)
     # True: the replicas outlive this gateway and every gateway of the fleet sees them (an ECS service): one
@@ -54,8 +59,10 @@ class Provisioner(ABC):
     async def observe(self) -> Observation: ...
 
     @abstractmethod
-    async def add(self, count: int) -> None:
-        """Start `count` more replicas."""
+    async def add(self, count: int, *, target: int | None = None) -> None:
+        """Start `count` more replicas. `target`, where the provisioner writes a count (ECS): the absolute count
+        the service should reach (the controller's decision), so a repeated or late call asks for the same
+        count again instead of one more."""
 
     @abstractmethod
     async def remove(self, replica_id: str) -> None:

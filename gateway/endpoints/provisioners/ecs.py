@@ -1,14 +1,19 @@
 """One ECS service per endpoint: its desired count is the endpoint's replica count, its tasks the replicas.
 
-- `add` and `remove` move the service's desiredCount (`UpdateService`) from the count ECS reports at that
-  moment (`DescribeServices` first: the count is never written from a stale copy). Only the endpoint's
-  owner calls them, after its fencing check (ownership.py).
+- `add` raises the service's desiredCount to an absolute target, the controller's decision (`UpdateService`),
+  never lowering what ECS reports at that moment (`DescribeServices` first) and writing nothing when the count
+  is there already: a repeated or late add asks for the same tasks, never one more. `remove` lowers the count
+  by one from the count ECS reports. Only the endpoint's owner calls them, and every write (`UpdateService`,
+  `StopTask`, `UpdateTaskProtection`) is preceded, after its budget slot and its read, immediately by the
+  fencing check (`fence`, ownership.py `write_window`): a gateway that lost the lease, or holds too little of
+  it for the write to land inside it, writes nothing (`FenceLost`).
 - `remove` scales in without letting ECS choose: it first puts every other task of the service under
   task scale-in protection (`UpdateTaskProtection`, 10 tasks a call, for `PROTECT_MINUTES`), then lowers
   desiredCount and at once stops the task the controller drained (`StopTask`, which protection does not
   guard). ECS never stops a protected task when the count drops, so in the moment between the two calls
   it can only stop the drained one (or a task too new to carry work); were StopTask lost, ECS would
   still converge on that one. The protection simply lapses: it outlives the scale-in by a minute at most.
+  No scale-in before the first `observe` since `open`: the tasks to protect are the ones it lists.
 - `observe` lists the service's tasks (`ListTasks` + `DescribeTasks`, filtered on the task group
   `service:<name>` that ECS gives service tasks). A task's replica URL is its private IPv4 address
   (the awsvpc ENI attachment, which Fargate and awsvpc EC2 tasks have) and the configured container
@@ -33,6 +38,7 @@ import asyncio
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -43,12 +49,14 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gateway.endpoints.provisioners.base import (
+    FenceLost,
     Observation,
     Provisioner,
     ProvisionerBackoff,
     ReplicaAddress,
     ReplicaExit,
 )
+from gateway.endpoints.scaling import SCALE_IN_CALLS
 from gateway.endpoints.spec import EcsProvisioning
 
 log = structlog.get_logger(__name__)
@@ -60,6 +68,10 @@ BUSY_OBSERVE_S = 1.0  # discovery pace while a task waits for an address
 BUDGET_WAIT_MAX_S = 5.0  # a call waits this long at most for a slot of the API budget, then backs off
 PROTECT_MINUTES = 1  # scale-in protection of the tasks a scale-in keeps: ECS's shortest (1 to 2,880)
 PROTECT_LIMIT = 10  # tasks per UpdateTaskProtection call
+CONNECT_TIMEOUT_S = 1.0  # a write that cannot connect by then is dropped: it must land inside the lease
+MAX_CONNECTIONS = 10  # of a shared client (botocore's default): the fleet's budget allows a few calls a second
+_CLIENTS: dict[tuple, object] = {}
+_CLIENTS_LOCK = threading.Lock()
 
 
 class EcsProvisionerError(RuntimeError):
@@ -81,6 +93,23 @@ def mapped_address(path: str) -> Callable[[str, int], str | None]:
             return json.load(file).get(f"{ip}:{port}")
 
     return resolve
+
+
+def shared_client(settings: EcsProvisioning):
+    """One ECS client per region, endpoint URL (and test-only throttle file), made once: a client costs ~0.1 s of
+    CPU (botocore loads the service model), which a gateway with 100 ECS endpoints paid 100 times before it
+    listened. Clients are thread-safe; botocore's default session, which makes them, is not (hence the lock)."""
+    key = (settings.region, settings.endpoint_url, settings.test_throttle_file)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = boto3.client(
+                "ecs", region_name=settings.region, endpoint_url=settings.endpoint_url or None,
+                config=Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=CONNECT_TIMEOUT_S,
+                              max_pool_connections=MAX_CONNECTIONS))
+            if settings.test_throttle_file:
+                inject_throttling(client, settings.test_throttle_file)
+        return client
 
 
 def inject_throttling(client, path: str) -> None:
@@ -109,15 +138,14 @@ class EcsProvisioner(Provisioner):
         if resolve is None:
             resolve = mapped_address(settings.test_address_map) if settings.test_address_map else direct_address
         self.resolve = resolve
-        self.client = client or boto3.client("ecs", region_name=settings.region,
-                                             endpoint_url=settings.endpoint_url or None,
-                                             config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
-        if settings.test_throttle_file:
-            inject_throttling(self.client, settings.test_throttle_file)
+        self.client = client  # None: the shared one of its region, made at the first call (shared_client)
         self.budget = budget
+        # seconds a write started now lands inside this gateway's lease (0: not ours); None: no fleet to ask
+        self.fence: Callable[[], Awaitable[float]] | None = None
         self.steady_interval_s = 1.0
         self.desired = 0
         self._live: set[str] = set()  # task ARNs seen running or starting, to report each exit once
+        self._observed = False  # the tasks were listed since `open`: a scale-in knows which ones to protect
         self._unaddressed = False  # a task (or a placeholder) waits for an address: look again soon
         self._backoff_s = 0.0
         self._not_before = 0.0  # monotonic: no call before this (backing off after throttling)
@@ -130,6 +158,7 @@ class EcsProvisioner(Provisioner):
 
     async def open(self) -> None:
         service = await self._service()
+        self._observed = False
         self.desired = service["desiredCount"]
         log.info("ecs_service_adopted", cluster=self.settings.cluster, service=self.settings.service,
                  desired=self.desired)
@@ -156,44 +185,52 @@ class EcsProvisioner(Provisioner):
         # tasks ECS has yet to place: replicas without an address, so nobody asks for them twice
         replicas += [ReplicaAddress(f"{PENDING}{n}", None) for n in range(self.desired - len(replicas))]
         self._unaddressed = any(r.url is None for r in replicas)
+        self._observed = True
         return Observation(replicas, exits)
 
-    async def add(self, count: int) -> None:
-        await self._move_desired(count)
+    async def add(self, count: int, *, target: int | None = None) -> None:
+        async with self._moving:  # one count move at a time (read, then write)
+            current = (await self._service())["desiredCount"]
+            wanted = max(current, target) if target is not None else current + count
+            if wanted == current:  # asked for already (by this call's twin, or the count it read is newer)
+                self.desired = current
+                return
+            await self._write_count(wanted, current)
 
     async def remove(self, replica_id: str) -> None:
+        if not self._observed:  # the tasks to protect are not known yet: ECS could pick a serving one
+            raise ProvisionerBackoff("no look at the service's tasks since it was adopted", BUSY_OBSERVE_S)
         task = None if replica_id.startswith(PENDING) else replica_id
-        await self._move_desired(-1, stop=task)
+        async with self._moving:
+            await self._scale_in(task)
         if task is not None:
             self._live.discard(task)
 
-    async def _move_desired(self, change: int, stop: str | None = None) -> None:
-        """desiredCount = what ECS says it is now + `change` (never below 0). Scaling in, every task but
-        `stop` is protected first (a slot of the budget per call), then the count is lowered and the drained
-        task `stop` stopped at once (both calls in one take of the budget: nothing waits between them). One move
-        at a time (read, then write)."""
-        async with self._moving:
-            await self._move_desired_now(change, stop)
-
-    async def _move_desired_now(self, change: int, stop: str | None) -> None:
+    async def _scale_in(self, stop: str | None) -> None:
+        """desiredCount = what ECS says it is now - 1 (never below 0). Every task but `stop` is protected first
+        (a slot of the budget per call), then the count is lowered and the drained task `stop` stopped at once
+        (both calls in one take of the budget: nothing waits between them)."""
         current = (await self._service())["desiredCount"]
-        count = max(0, current + change)
+        count = max(0, current - 1)
         keep = sorted(self._live - {stop}) if count < current else []
         for start in range(0, len(keep), PROTECT_LIMIT):
-            await self._call(self.client.update_task_protection, cluster=self.settings.cluster,
+            await self._call("update_task_protection", fenced=True, cluster=self.settings.cluster,
                              tasks=keep[start:start + PROTECT_LIMIT], protectionEnabled=True,
                              expiresInMinutes=PROTECT_MINUTES)
-        await self._take(2 if stop else 1)
-        await self._call(self.client.update_service, budgeted=False, cluster=self.settings.cluster,
+        await self._write_count(count, current, stop)
+
+    async def _write_count(self, count: int, current: int, stop: str | None = None) -> None:
+        await self._take(SCALE_IN_CALLS if stop else 1)
+        await self._call("update_service", budgeted=False, fenced=True, cluster=self.settings.cluster,
                          service=self.settings.service, desiredCount=count)
         log.info("ecs_desired_count", service=self.settings.service, desired=count, was=current)
         self.desired = count
         if stop is not None:
-            await self._call(self.client.stop_task, budgeted=False, cluster=self.settings.cluster, task=stop,
-                             reason="drained and removed by the sluice autoscaler")
+            await self._call("stop_task", budgeted=False, fenced=True, cluster=self.settings.cluster,
+                             task=stop, reason="drained and removed by the sluice autoscaler")
 
     async def _service(self) -> dict:
-        answer = await self._call(self.client.describe_services, cluster=self.settings.cluster,
+        answer = await self._call("describe_services", cluster=self.settings.cluster,
                                   services=[self.settings.service])
         found = [s for s in answer.get("services", []) if s.get("status") == "ACTIVE"]
         if not found:
@@ -216,12 +253,17 @@ class EcsProvisioner(Provisioner):
             await asyncio.sleep(pause)
             waited += pause
 
-    async def _call(self, method, *, budgeted: bool = True, **arguments):
-        """One ECS API call: within the fleet's budget (`budgeted`: take its slot now), off the event loop."""
+    async def _call(self, operation: str, *, budgeted: bool = True, fenced: bool = False, **arguments):
+        """One ECS API call: within the fleet's budget (`budgeted`: take its slot now), off the event loop. A write
+        (`fenced`) goes only if the fence, checked right here, after every wait, leaves it time to land."""
         if budgeted:
             await self._take(1)
+        if fenced and self.fence is not None and await self.fence() <= 0:
+            raise FenceLost(f"not written ({operation}): this gateway no longer holds the lease")
+        if self.client is None:
+            self.client = await asyncio.to_thread(shared_client, self.settings)
         try:
-            answer = await asyncio.to_thread(method, **arguments)
+            answer = await asyncio.to_thread(getattr(self.client, operation), **arguments)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") not in THROTTLED:
                 raise
@@ -238,7 +280,7 @@ class EcsProvisioner(Provisioner):
         arns: list[str] = []
         token = None
         while True:
-            page = await self._call(self.client.list_tasks, cluster=self.settings.cluster,
+            page = await self._call("list_tasks", cluster=self.settings.cluster,
                                     serviceName=self.settings.service, desiredStatus="RUNNING",
                                     **({"nextToken": token} if token else {}))
             arns.extend(page.get("taskArns", []))
@@ -249,7 +291,7 @@ class EcsProvisioner(Provisioner):
     async def _describe(self, arns: list[str]) -> list[dict]:
         tasks = []
         for start in range(0, len(arns), DESCRIBE_LIMIT):
-            answer = await self._call(self.client.describe_tasks, cluster=self.settings.cluster,
+            answer = await self._call("describe_tasks", cluster=self.settings.cluster,
                                       tasks=arns[start:start + DESCRIBE_LIMIT])
             tasks.extend(answer.get("tasks", []))
         return tasks

@@ -41,7 +41,7 @@ class LocalProvisioner(Provisioner):
         replicas = [ReplicaAddress(replica_id, process.url) for replica_id, process in self._processes.items()]
         return Observation(replicas, exits)
 
-    async def add(self, count: int) -> None:
+    async def add(self, count: int, *, target: int | None = None) -> None:
         short = self.model.name.rsplit("/", 1)[-1]
         for _ in range(count):
             replica_id = f"{short}-{next(self._numbers)}"

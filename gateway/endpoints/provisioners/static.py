@@ -14,7 +14,7 @@ class StaticProvisioner(Provisioner):
     async def observe(self) -> Observation:
         return Observation([ReplicaAddress(url, url) for url in self.urls])
 
-    async def add(self, count: int) -> None:
+    async def add(self, count: int, *, target: int | None = None) -> None:
         """Nothing to start: the set is fixed."""
 
     async def remove(self, replica_id: str) -> None:
