@@ -31,6 +31,7 @@ LEASES_PER_REPORT = 2  # ...and two leases: a stalled event loop must not look l
 # streams a drain would stop waiting for); a dead gateway's demand lingers this long, which only delays a scale-in
 IDLE_OWNER_S = 1.0  # an idle endpoint's owner syncs this often (at most a fifth of the lease): it sees new demand
 IDLE_REPORTS_PER_TTL = 3  # an idle follower refreshes its report this many times per report lifetime
+IDLE_FOLLOWER_MAX_S = 5.0  # and at least this often, whatever the lease: it learns of a failure or a drain
 # a write needs this much of the lease left after its fence check (ECS's connect timeout + the send; ecs.py),
 # and at most a quarter of the lease
 WRITE_MARGIN_S = 1.0
@@ -50,7 +51,7 @@ class Ownership:
         self.draining: set[str] = set()  # replica ids marked draining in the shared state
         self.failure: Failure | None = None  # the endpoint's failure in the shared state, as of the last sync
         self.idle_owner_s = max(sync_s, min(IDLE_OWNER_S, lease_s / 5))
-        self.idle_follower_s = max(sync_s, min(lease_s, self.report_ttl_s / IDLE_REPORTS_PER_TTL))
+        self.idle_follower_s = max(sync_s, min(lease_s, self.report_ttl_s / IDLE_REPORTS_PER_TTL, IDLE_FOLLOWER_MAX_S))
         self.write_margin_s = min(WRITE_MARGIN_S, lease_s / 4)
         self.pace_s = sync_s  # the interval chosen at the last sync
         self._next_sync = -math.inf
