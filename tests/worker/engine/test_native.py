@@ -43,7 +43,7 @@ from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
 from worker.engine.native.build import FLAGS, NativeUnavailable, compiler, load_library
 from worker.engine.native.install import install_native
 from worker.engine.native.model import KV_DTYPE, NativeForward, NativeUnsupported
-from worker.engine.native.pack import EXACT_4BIT, PICK_ROWS, pack4, pack8, pick, relative_error
+from worker.engine.native.pack import EXACT_4BIT, PICK_ROWS, SLICE_ROWS, pack4, pack8, pick, pick_slices, relative_error
 from worker.engine.native.packed_torch import PackedEmbedding, PackedLinear
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear
@@ -190,6 +190,21 @@ def test_pick_packs_a_tall_matrix_in_slices_as_it_would_whole():
         packed = pick(weight)
         assert packed.bits == bits
         assert torch.equal(packed.tiles, whole.tiles) and packed.rows == whole.rows
+
+
+def test_pick_of_slices_read_one_at_a_time_packs_as_pick_of_the_whole():
+    """`pick_slices` (a file's matrix read SLICE_ROWS rows at a time) decides and packs as `pick` does."""
+    exact = pack4(torch.randn(2 * PICK_ROWS + 3, 64)).dequantize()
+    rough = exact.clone()
+    rough[-1, 0] += 0.3  # one group of the last slice that 4 bits cannot hold: the whole matrix takes 8
+    for weight, bits in ((exact, 4), (rough, 8)):
+        whole, sliced = pick(weight), pick_slices(lambda w=weight: iter(w.split(SLICE_ROWS)), len(weight))
+        assert sliced.bits == whole.bits == bits and sliced.rows == whole.rows
+        assert torch.equal(sliced.tiles, whole.tiles)
+    with pytest.raises(ValueError, match="hold 0 rows, not 5"):
+        pick_slices(lambda: iter([]), 5)
+    with pytest.raises(ValueError, match="whole tiles"):  # a ragged slice before the last
+        pick_slices(lambda: iter(exact.split(SLICE_ROWS - 1)), len(exact))
 
 
 def test_prefill_in_chunks_matches_one_torch_prefill(tiny_pair):

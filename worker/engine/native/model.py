@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
-from worker.engine.native.pack import Packed, four_bit, pick
+from worker.engine.native.pack import SLICE_ROWS, Packed, four_bit, pick, pick_slices
 
 BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
 _SILU = {"silu", "swish"}
@@ -144,11 +144,21 @@ def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -
             return None
         return four_bit(*(torch.cat(tensors) for tensors in zip(*parts)))
 
+    def streamed(modules: list[nn.Module]) -> Callable[[], Iterator[torch.Tensor]] | None:
+        """An unread matrix's rows, a slice at a time, where `read` offers them (a GGUF's reader)."""
+        slices = getattr(read, "row_slices", None)
+        if slices is None or len(modules) != 1 or not modules[0].weight.is_meta:
+            return None
+        return slices(f"{names[modules[0]]}.weight", SLICE_ROWS)
+
     def packed(name: str, modules: list[nn.Module]) -> Packed:
         try:
             stored = as_stored(modules)
             if stored is not None:
                 return stored
+            slices = streamed(modules)
+            if slices is not None:
+                return pick_slices(slices, modules[0].weight.shape[0])
             return pick(torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0]))
         except ValueError as error:  # weights pack.py cannot hold
             raise NativeUnsupported(f"q4 cannot pack {name}: {error}") from None

@@ -22,6 +22,7 @@ bytes). Half floats are exact for a Q4_1 / Q8_0 GGUF, whose blocks store d and m
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ TILE_ROWS = 16  # forward.c's rows per register tile: an int32 lane each in a 51
 SCALE_BYTES = TILE_ROWS * 2 * 2  # a tile group's 16 half-float scales and 16 minimums
 EXACT_4BIT = 1e-4  # a Q4_1 matrix re-packs to ~1e-7; one that was never 4-bit errs by ~1e-2
 PICK_ROWS = 4096  # rows `pick` packs at a time (whole tiles)
+SLICE_ROWS = 1024  # rows `pick_slices` reads at a time: its temporaries, a few MB
 LARGEST_WEIGHT = 2.0 ** 15  # the 8-bit minimum (-128 x scale) of a larger one would pass float16's largest
 
 
@@ -178,6 +180,43 @@ def pick(weight: torch.Tensor) -> Packed:
         return _joined(fours)
     del fours
     return _joined([pack8(part) for part in slices])
+
+
+def pick_slices(slices: Callable[[], Iterable[torch.Tensor]], rows: int) -> Packed:
+    """`pick` of a matrix of `rows` rows read from a file a few at a time (`slices()` yields them, whole tiles
+    but the last, and reads them again when called again): no float copy of the whole exists, nor a 4-bit
+    pack beside the 8-bit one, nor the slices' packs beside their join. The first pass packs 8 bits and
+    measures 4; only a matrix that 4 bits reproduce is read again."""
+    measured = {"error": 0.0, "largest": 0.0}
+
+    def eights() -> Iterator[Packed]:
+        for part in slices():
+            error = float((pack4(part).dequantize() - part.float()).abs().max())
+            measured["error"] = max(measured["error"], error)
+            measured["largest"] = max(measured["largest"], float(part.detach().abs().max()))
+            yield pack8(part)
+
+    packed = _gathered(eights(), rows)
+    if measured["error"] > EXACT_4BIT * max(measured["largest"], 1e-30):
+        return packed
+    del packed
+    return _gathered((pack4(part) for part in slices()), rows)
+
+
+def _gathered(parts: Iterable[Packed], rows: int) -> Packed:
+    """Slices' packs copied one by one into the whole matrix's tiles (a join would hold both)."""
+    tiles, at, bits = None, 0, 0
+    for part in parts:
+        if tiles is None:
+            tiles, bits = torch.empty(-(-rows // TILE_ROWS), *part.tiles.shape[1:], dtype=torch.uint8), part.bits
+        if part.rows % TILE_ROWS and at + part.tiles.shape[0] < tiles.shape[0] or \
+                at + part.tiles.shape[0] > tiles.shape[0]:
+            raise ValueError(f"slices of a {rows}-row matrix must be whole tiles of {TILE_ROWS} rows but the last")
+        tiles[at:at + part.tiles.shape[0]] = part.tiles
+        at += part.tiles.shape[0]
+    if tiles is None or at != tiles.shape[0]:
+        raise ValueError(f"a projection's slices hold {at * TILE_ROWS} rows, not {rows}")
+    return Packed(tiles, rows, bits)
 
 
 def _joined(parts: list[Packed]) -> Packed:
