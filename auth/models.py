@@ -38,15 +38,26 @@ class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True
                 raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
 
 
+class Ceiling(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """The operator's ceiling on what a team's owners may give their team and its keys (auth/budget_rules.py):
+    a budget in money of at most `spend_micros` (per its own period) and a monthly token budget of at most
+    `monthly_tokens`; a field left out caps nothing. Only the operator sets it (`PATCH /admin/teams/{id}`), on a
+    team; without one, owners cannot change their team's budgets."""
+
+    spend_micros: Annotated[int, Meta(ge=1, le=MAX_BUDGET_MICROS)] | None = None
+    monthly_tokens: NonNegative | None = None
+
+
 class Limits(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """Per-key or per-team limits, enforced by the gateway's limits package (the spend budget by
-    gateway/serving/spending.py); None = unlimited."""
+    gateway/serving/spending.py); None = unlimited. `ceiling`: a team's only (see Ceiling)."""
 
     rpm: NonNegative | None = None
     tpm: NonNegative | None = None
     max_concurrency: NonNegative | None = None
     monthly_token_budget: NonNegative | None = None
     spend_budget: SpendBudget | None = None
+    ceiling: Ceiling | None = None
 
 
 # --- stored records (times are UTC epoch seconds) ---
@@ -164,6 +175,14 @@ class EditKey(msgspec.Struct, forbid_unknown_fields=True):
     name: Name | UnsetType = UNSET
     models: Annotated[list[ModelName], Meta(max_length=MAX_KEY_MODELS)] | UnsetType = UNSET
     limits: Limits | None | UnsetType = UNSET
+
+
+class TeamBudgets(msgspec.Struct, forbid_unknown_fields=True):
+    """`PUT /v1/team/budgets` (and the Limits page's form): the team's own budgets as its owners set them, within
+    the operator's ceiling (auth/budget_rules.py). null: no budget of that kind (refused where a ceiling caps it)."""
+
+    spend_budget: SpendBudget | None = None
+    monthly_token_budget: NonNegative | None = None
 
 
 class BlockKey(msgspec.Struct, forbid_unknown_fields=True):

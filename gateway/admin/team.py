@@ -5,8 +5,9 @@
 - owners (and admin keys, for the team they name): the team's members, and its keys (auth/team_keys.py, under
   the rule of auth/policy.py): list every key that can act in the team, create and rotate service keys, revoke
   them, edit them (`PATCH /keys/{id}`: rename; limits within the team's own and the model allow-list of a
-  service key), block a member's personal key in this team (`POST|DELETE /keys/{id}/block`). Membership, team
-  limits, personal and admin keys stay with the operator (`/admin`).
+  service key), block a member's personal key in this team (`POST|DELETE /keys/{id}/block`), set the team's
+  budgets within the operator's ceiling (`PUT /budgets`, auth/budget_rules.py). Membership, the team's rate
+  limits and ceiling, personal and admin keys stay with the operator (`/admin`).
 
 The team is the billed team of the request (`X-Team-Id`, else the key's team), as everywhere."""
 
@@ -15,11 +16,21 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Request, Router, delete, get, patch, post
+from litestar import Request, Router, delete, get, patch, post, put
 from litestar.di import Provide
 
 from auth.admin import Actor
-from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
+from auth.models import (
+    BlockKey,
+    CreateTeamKey,
+    EditKey,
+    KeyCreated,
+    KeyOut,
+    Limits,
+    RotateKey,
+    TeamBudgets,
+    TeamKeyOut,
+)
 from auth.paging import PageOut, parse_cursor, parse_limit
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
@@ -91,6 +102,16 @@ async def create_key(request: Request, auth: AuthService, actor: Actor, manager:
     return await auth.team_keys.create(actor, manager, request.user.team_id, body)
 
 
+@put("/budgets", guards=[require_owner])
+async def set_budgets(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
+                      payload: Any) -> Limits:
+    """The team's budget in money and monthly token budget, set by its owners within the operator's ceiling
+    (auth/budget_rules.py); the team's limits after the change."""
+    body = body_as(payload, TeamBudgets)
+    await check_limits(Limits(spend_budget=body.spend_budget), outbound, operator=request.user.is_admin)
+    return await auth.team_budgets.set(actor, manager, request.user.team_id, body)
+
+
 @delete("/keys/{key_id:str}", status_code=200, guards=[require_owner])
 async def revoke_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, key_id: str) -> KeyOut:
     return await auth.team_keys.revoke(actor, manager, request.user.team_id, key_id)
@@ -129,8 +150,8 @@ async def unblock_key(request: Request, auth: AuthService, actor: Actor, manager
 def team_router() -> Router:
     return Router(
         path="/v1/team",
-        route_handlers=[my_team, my_limits, members, keys, create_key, edit_key, revoke_key, rotate_key, block_key,
-                        unblock_key],
+        route_handlers=[my_team, my_limits, set_budgets, members, keys, create_key, edit_key, revoke_key,
+                        rotate_key, block_key, unblock_key],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
                       "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json),
