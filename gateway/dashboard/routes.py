@@ -55,6 +55,7 @@ from gateway.dashboard.limits import LIMITS_HANDLERS, team_limits
 from gateway.dashboard.render import STATIC
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
+from gateway.dashboard.team_budgets import BUDGET_HANDLERS
 from gateway.dashboard.team_pages import TEAM_HANDLERS
 from gateway.serving.services import Services
 
@@ -257,7 +258,7 @@ def dashboard_router() -> Router:
     return Router(path=BASE, route_handlers=[home, login_form, login, logout, overview_page, requests_page, export_csv,
                                                   statement_download,
                                                   teams_page, *KEY_HANDLERS, *EDIT_HANDLERS, *REQUEST_HANDLERS,
-                                                  *TEAM_HANDLERS, *LIMITS_HANDLERS],
+                                                  *TEAM_HANDLERS, *LIMITS_HANDLERS, *BUDGET_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},
