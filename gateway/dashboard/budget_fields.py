@@ -39,7 +39,7 @@ def spend_values(budget: SpendBudget | None) -> dict[str, str]:
 def read_spend(form: dict, errors: dict[str, str]) -> SpendBudget | None:
     """The form's budget in money (None: the amount left empty); a problem goes into `errors` by field."""
     raw = str(form.get("spend_amount", "")).strip()
-    period = str(form.get("spend_period", "month"))
+    period = str(form.get("spend_period") or "month")
     if period not in PERIODS:
         errors["spend_period"] = "Choose month or day."
     webhook = str(form.get("spend_webhook", "")).strip() or None
