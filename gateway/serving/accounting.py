@@ -36,6 +36,8 @@ class Accounting:
         self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.client_request_id = client_request_id  # the caller's X-Request-Id: the ledger keeps it beside ours
+        self.end_user: str | None = None  # the body's end user and tags (request_tags.py), once parsed
+        self.tags: dict[str, str] = {}
         self.batch = batch  # the batch line this request runs for (None: interactive); priced at the batch rate
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
@@ -169,4 +171,4 @@ class Accounting:
             rejected_prediction_tokens=self.rejected_prediction_tokens,
             # the ledger cuts both ids to billing/bounds.py's lengths
             batch_id=self.batch.batch_id if self.batch else None,
-            custom_id=self.batch.custom_id if self.batch else None))
+            custom_id=self.batch.custom_id if self.batch else None, end_user=self.end_user, tags=self.tags))

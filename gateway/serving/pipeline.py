@@ -45,6 +45,7 @@ from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unles
 from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
 from gateway.serving.rejections import count_rejection, refused_by_worker
+from gateway.serving.request_tags import end_user_and_tags
 from gateway.serving.services import DEFAULT_MODEL, Services
 
 _json = msgspec.json.Encoder()
@@ -87,6 +88,7 @@ async def parse(context: RequestContext, payload: Any) -> None:
     if isinstance(payload, dict) and isinstance(payload.get("model"), str):
         context.accounting.model = payload["model"]
     context.parsed = context.dialect.parse(payload, context.route)
+    context.accounting.end_user, context.accounting.tags = end_user_and_tags(context.dialect.name, payload)
 
 
 def authorize(context: RequestContext) -> None:
