@@ -7,8 +7,11 @@ owner sets a key's budget, the key spends it, the alert reaches a real local web
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -45,18 +48,26 @@ def mail():
         yield server
 
 
+@contextlib.asynccontextmanager
+async def priced_gateway(folder: Path, alerts: BudgetAlertSettings | None = None) -> AsyncIterator:
+    """The served gateway in front of a protocol worker, at $1 a token, sending alerts as `alerts` says."""
+    (folder / "prices.toml").write_text(PRICES)
+    with protocol_worker() as worker:
+        model = EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))
+        settings = Settings(data_dir=str(folder / "data"), port=free_port(), models=[model], admin_key=ADMIN_KEY,
+                            pricing_file=str(folder / "prices.toml"), log_format="console",
+                            budget_alerts=alerts or BudgetAlertSettings())
+        async with served_gateway(settings) as server:
+            yield server
+
+
 @pytest.fixture
 async def served(tmp_path, hooks, mail):
-    (tmp_path / "prices.toml").write_text(PRICES)
     alerts = BudgetAlertSettings(allow_http_webhooks=True, webhook_networks=["127.0.0.0/8"],
                                  email_domains=["acme.example"], smtp_host=mail.host, smtp_port=mail.port,
                                  smtp_starttls=False, timeout_s=2.0)
-    with protocol_worker() as worker:
-        model = EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))
-        settings = Settings(data_dir=str(tmp_path / "data"), port=free_port(), models=[model], admin_key=ADMIN_KEY,
-                            pricing_file=str(tmp_path / "prices.toml"), log_format="console", budget_alerts=alerts)
-        async with served_gateway(settings) as server:
-            yield server
+    async with priced_gateway(tmp_path, alerts) as server:
+        yield server
 
 
 async def team_limits(served, team: str) -> dict | None:
