@@ -64,10 +64,12 @@ def key_budgets_refusal(ceiling: Ceiling | None, limits: Limits | None) -> tuple
             or _tokens_refusal(ceiling, limits.monthly_token_budget, team=False))
 
 
-def ceiling_on_key(limits: Limits | None) -> tuple[str, str] | None:
-    """A ceiling belongs to a team: refused on a key, whoever sets it."""
+def team_only_on_key(limits: Limits | None) -> tuple[str, str] | None:
+    """A ceiling and health alerts belong to a team: refused on a key, whoever sets them."""
     if limits is not None and limits.ceiling is not None:
         return "limits.ceiling", "A ceiling is set on a team (by the operator), never on a key."
+    if limits is not None and limits.health_alerts is not None:
+        return "limits.health_alerts", "Health alerts are a team's (PUT /v1/team/alerts), never a key's."
     return None
 
 
@@ -76,4 +78,4 @@ def with_budgets(limits: Limits | None, body: TeamBudgets) -> Limits:
     base = limits or Limits()
     return Limits(rpm=base.rpm, tpm=base.tpm, max_concurrency=base.max_concurrency,
                   monthly_token_budget=body.monthly_token_budget, spend_budget=body.spend_budget,
-                  ceiling=base.ceiling)
+                  ceiling=base.ceiling, health_alerts=base.health_alerts)

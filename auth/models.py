@@ -38,6 +38,29 @@ class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True
                 raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
 
 
+class HealthAlerts(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """A team's alerts on its requests' health (gateway/serving/health_alerts.py), set by its owners
+    (`PUT /v1/team/alerts`): the share of requests that failed (`error_rate_percent`) or the 95th percentile of
+    latency (`latency_p95_ms`) over the last `window_s` seconds, once at least `min_requests` ended there. Each
+    fires once when it crosses above its threshold and again only after falling back below it; it goes to the
+    webhook and e-mails as a budget's alerts do (gateway/serving/outbound.py's rule)."""
+
+    error_rate_percent: Annotated[int, Meta(ge=1, le=100)] | None = None
+    latency_p95_ms: Annotated[int, Meta(ge=1, le=3_600_000)] | None = None
+    window_s: Annotated[int, Meta(ge=60, le=86_400)] = 300
+    min_requests: Annotated[int, Meta(ge=1, le=100_000)] = 20
+    webhook_url: Annotated[str, Meta(max_length=2000)] | None = None
+    emails: Annotated[list[Email], Meta(max_length=10)] = []
+
+    def __post_init__(self) -> None:
+        if self.webhook_url is not None:
+            parts = urlsplit(self.webhook_url)
+            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
+                raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
+        if self.error_rate_percent is None and self.latency_p95_ms is None:
+            raise ValueError("set error_rate_percent, latency_p95_ms or both")
+
+
 class Ceiling(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """The operator's ceiling on what a team's owners may give their team and its keys (auth/budget_rules.py):
     a budget in money of at most `spend_micros` (per its own period) and a monthly token budget of at most
@@ -58,6 +81,7 @@ class Limits(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     monthly_token_budget: NonNegative | None = None
     spend_budget: SpendBudget | None = None
     ceiling: Ceiling | None = None
+    health_alerts: HealthAlerts | None = None  # a team's only (HealthAlerts)
 
 
 # --- stored records (times are UTC epoch seconds) ---

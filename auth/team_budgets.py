@@ -1,5 +1,6 @@
-"""A team's budgets as its owners set them (`PUT /v1/team/budgets`, the dashboard's Limits page): within the
-operator's ceiling (auth/budget_rules.py), checked and written in one transaction, audited with what changed."""
+"""What a team's owners set on the team itself: its budgets (`PUT /v1/team/budgets`, the dashboard's Limits page)
+within the operator's ceiling (auth/budget_rules.py), and its health alerts (`PUT /v1/team/alerts`); each checked
+and written in one transaction, audited with what changed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import msgspec
 from auth.admin import Actor, audit_entry
 from auth.budget_rules import team_budgets_refusal, with_budgets
 from auth.errors import RequestError
-from auth.models import Limits, TeamBudgets
+from auth.models import HealthAlerts, Limits, TeamBudgets
 from auth.policy import Manager, check_manages
 from auth.store import Store
 
@@ -38,5 +39,20 @@ class TeamBudgetOps:
                 await tx.update_team(msgspec.structs.replace(team, limits=limits))
                 await tx.insert_audit(audit_entry(actor, "teams.budgets", team_id,
                                                   {"limits": msgspec.to_builtins(limits)}))
+        self._forget(team=team_id)
+        return limits
+
+    async def set_alerts(self, actor: Actor, manager: Manager, team_id: str, alerts: HealthAlerts | None) -> Limits:
+        """The team's health alerts (None: none), set by its owners (no ceiling caps them); the team's limits after."""
+        check_manages(manager)
+        async with self._store.transaction() as tx:
+            team = await tx.get_team(team_id)
+            if team is None:
+                raise RequestError(404, "team_not_found", f"No team {team_id!r}.", "team_id")
+            limits = msgspec.structs.replace(team.limits or Limits(), health_alerts=alerts)
+            if limits != team.limits:
+                await tx.update_team(msgspec.structs.replace(team, limits=limits))
+                await tx.insert_audit(audit_entry(actor, "teams.alerts", team_id,
+                                                  {"health_alerts": msgspec.to_builtins(alerts)}))
         self._forget(team=team_id)
         return limits

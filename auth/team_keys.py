@@ -15,7 +15,7 @@ import msgspec
 
 from auth import paging, views
 from auth.admin import Actor, AdminOps, audit_entry
-from auth.budget_rules import ceiling_on_key
+from auth.budget_rules import team_only_on_key
 from auth.clock import now
 from auth.errors import RequestError
 from auth.models import CreateKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
@@ -132,7 +132,7 @@ class TeamKeys:
 
     async def _check_grants(self, manager: Manager, team_id: str | None, key_user_id: str | None, limits) -> None:
         """403 naming the field when the grants rule (auth/policy.py) refuses these limits; 400 for a ceiling."""
-        on_key = ceiling_on_key(limits)
+        on_key = team_only_on_key(limits)
         if on_key is not None:
             raise RequestError(400, "invalid_limits", on_key[1], on_key[0])
         team = await self._store.get_team(team_id) if team_id is not None else None
