@@ -18,7 +18,17 @@ from auth.admin import Actor, AdminOps, audit_entry
 from auth.budget_rules import team_only_on_key
 from auth.clock import now
 from auth.errors import RequestError
-from auth.models import CreateKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
+from auth.models import (
+    CreateKey,
+    CreateTeamKey,
+    EditKey,
+    KeyCreated,
+    KeyOut,
+    KeyRecord,
+    Limits,
+    RotateKey,
+    TeamKeyOut,
+)
 from auth.paging import PageOut, Position
 from auth.policy import Action, Manager, allowed_actions, check, check_manages, grants_refusal
 from auth.store import Store
@@ -130,7 +140,8 @@ class TeamKeys:
             self._forget(key=key_id)
         return views.key_out(msgspec.structs.replace(key, name=name, models=models, limits=limits))
 
-    async def _check_grants(self, manager: Manager, team_id: str | None, key_user_id: str | None, limits) -> None:
+    async def _check_grants(self, manager: Manager, team_id: str | None, key_user_id: str | None,
+                            limits: Limits | None) -> None:
         """403 naming the field when the grants rule (auth/policy.py) refuses these limits; 400 for a ceiling."""
         on_key = team_only_on_key(limits)
         if on_key is not None:

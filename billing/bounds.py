@@ -43,8 +43,8 @@ def trim(value: str, limit: int) -> str:
 
 def bounded(rec: UsageRecord) -> UsageRecord:
     """The record with every string field within its bound (the record itself when all are)."""
-    changes: dict = {name: trim(value, limit) for name, limit in FIELD_BOUNDS.items()
-                     if isinstance(value := getattr(rec, name), str) and len(value) > limit}
+    changes: dict[str, object] = {name: trim(value, limit) for name, limit in FIELD_BOUNDS.items()
+                                 if isinstance(value := getattr(rec, name), str) and len(value) > limit}
     if len(rec.tags) > MAX_TAGS or any(len(k) > MAX_TAG_KEY_CHARS or len(v) > MAX_TAG_VALUE_CHARS
                                        for k, v in rec.tags.items()):
         changes["tags"] = {trim(k, MAX_TAG_KEY_CHARS): trim(v, MAX_TAG_VALUE_CHARS)

@@ -4,6 +4,8 @@ selection always means the same rows."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from billing.store.base import tag_pattern
@@ -24,7 +26,7 @@ class Filters(msgspec.Struct, frozen=True, kw_only=True):
     end_users: tuple[str, ...] = ()  # the caller's end user (OpenAI's `user`, Anthropic's `metadata.user_id`)
     tags: tuple[tuple[str, str], ...] = ()  # (key, value) pairs: a row has every one of them
 
-    def columns(self) -> list[tuple[str, tuple]]:
+    def columns(self) -> list[tuple[str, tuple[Any, ...]]]:
         """The filtered columns and their values; `tags` (a row has all its pairs) is matched apart, in `where`."""
         return [(c, v) for c, v in (("model", self.models), ("key_id", self.key_ids), ("user_id", self.user_ids),
                                     ("dialect", self.dialects), ("status", self.statuses),

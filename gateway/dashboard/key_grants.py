@@ -36,4 +36,4 @@ def read_grants(typed: dict[str, str], errors: dict[str, str]) -> tuple[list[str
             else:
                 limits[field] = value
     spend = read_spend(typed, errors)
-    return models, (Limits(**limits, spend_budget=spend) if limits or spend else None)
+    return models, (Limits(**limits, spend_budget=spend) if limits or spend else None)  # type: ignore[arg-type]

@@ -106,7 +106,8 @@ class HealthWatch:
         log.info("health_alert", scope=scope, measure=measure, value=value, threshold=threshold)
         alert = HealthAlert(scope, measure, threshold, value, alerts.window_s, requests,
                             datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-        await self._sender.send(alert, alerts.webhook_url, list(alerts.emails))  # type: ignore[arg-type]
+        if self._sender is not None:  # the sender reads only `subject`, `text()` and the JSON of an alert
+            await self._sender.send(alert, alerts.webhook_url, list(alerts.emails))  # type: ignore[arg-type]
 
     async def close(self) -> None:
         """Let the alerts under way finish (the sender's own timeouts and attempts bound them)."""
