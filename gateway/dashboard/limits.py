@@ -36,7 +36,7 @@ async def team_limits(scope: DashboardScope, auth: AuthService, services: Servic
 
 async def limits_template(scope: DashboardScope, session: Session, auth: AuthService, services: Services, *,
                           values: dict[str, str] | None = None, errors: dict[str, str] | None = None,
-                          status: int = 200) -> Template:
+                          alert_values: dict[str, str] | None = None, status: int = 200) -> Template:
     """The page; for the team's owners (and the operator) with the form that sets the team's budgets within the
     operator's ceiling (team_budgets.py), filled with `values` as typed when a field was refused."""
     view, names = await team_limits(scope, auth, services)
@@ -44,9 +44,17 @@ async def limits_template(scope: DashboardScope, session: Session, auth: AuthSer
     own = team.limits if team is not None and team.limits is not None else Limits()
     shown = values or {**spend_values(own.spend_budget), "monthly_token_budget": (
         "" if own.monthly_token_budget is None else str(own.monthly_token_budget))}
+    health = own.health_alerts
+    alerts_shown = alert_values or ({
+        "error_rate_percent": str(health.error_rate_percent or ""), "latency_p95_ms": str(health.latency_p95_ms or ""),
+        "window_s": str(health.window_s), "min_requests": str(health.min_requests),
+        "alert_webhook": health.webhook_url or "", "alert_emails": ", ".join(health.emails)} if health else {
+        "error_rate_percent": "", "latency_p95_ms": "", "window_s": "300", "min_requests": "20", "alert_webhook": "",
+        "alert_emails": ""})
     return Template("limits.html.j2", status_code=status, context={
         "page": "limits", "session": session, "scope": scope, "view": None, "limits": view, "names": names,
-        "sets_budgets": scope.manager.manages_keys, "ceiling": own.ceiling, "values": shown, "errors": errors or {}})
+        "sets_budgets": scope.manager.manages_keys, "ceiling": own.ceiling, "values": shown, "errors": errors or {},
+        "alerts": alerts_shown})
 
 
 @get("/limits", opt=PUBLIC)

@@ -221,3 +221,38 @@ async def test_who_may_set_which_teams_budgets(served):
         assert posted.status_code == 403
     assert (await team_limits(served, acme["id"]))["spend_budget"] == {
         "amount_micros": 50 * DOLLAR}
+
+
+@pytest.mark.parametrize(("fields", "field", "says"), [
+    ({"error_rate_percent": "0"}, "error_rate_percent", ">= 1"),
+    ({"error_rate_percent": "1e2"}, "error_rate_percent", "digits 0-9"),
+    ({"latency_p95_ms": "500", "window_s": "10"}, "window_s", ">= 60"),
+    ({"error_rate_percent": "5", "alert_webhook": "http://10.1.2.3/h"}, "alert_webhook", "not a public address"),
+    ({"error_rate_percent": "5", "alert_emails": "boss@elsewhere.example"}, "alert_emails", "domains"),
+])
+async def test_owners_set_health_alerts_on_the_limits_page(served, hooks, fields, field, says):
+    acme = await _acme(served)
+    base = {"error_rate_percent": "", "latency_p95_ms": "", "window_s": "300", "min_requests": "20",
+            "alert_webhook": "", "alert_emails": ""}
+    async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        await signed_in(client, acme["owner"])
+        form = (await client.get("/dashboard/limits", params={"team_id": acme["id"]})).text
+        assert 'id="team-alerts"' in form
+        refused = await client.post("/dashboard/limits/alerts", params={"team_id": acme["id"]},
+                                    data={"csrf": csrf(form), **base, **fields})
+        assert refused.status_code in (400, 403) and says in field_error(refused.text, field), refused.text[-1500:]
+        assert (await team_limits(served, acme["id"])).get("health_alerts") is None
+        saved = await client.post("/dashboard/limits/alerts", params={"team_id": acme["id"]}, data={
+            "csrf": csrf(form), **base, "error_rate_percent": "25", "alert_webhook": f"{hooks.url}/h",
+            "alert_emails": "ops@acme.example"}, follow_redirects=False)
+        assert saved.status_code == 303
+    stored = (await team_limits(served, acme["id"]))["health_alerts"]
+    assert (stored["error_rate_percent"], stored.get("window_s", 300), stored["webhook_url"], stored["emails"]) == (
+        25, 300, f"{hooks.url}/h", ["ops@acme.example"])
+    async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        await signed_in(client, acme["member"])
+        page = (await client.get("/dashboard/limits", params={"team_id": acme["id"]})).text
+        assert 'id="team-alerts"' not in page
+        posted = await client.post("/dashboard/limits/alerts", params={"team_id": acme["id"]},
+                                   data={"csrf": csrf(page), **base})
+        assert posted.status_code == 403
