@@ -10,6 +10,7 @@ import msgspec
 import structlog
 
 from auth import paging, views
+from auth.budget_rules import team_only_on_key
 from auth.clock import now, parse_iso
 from auth.errors import RequestError
 from auth.keys import KeyHasher, new_key
@@ -176,6 +177,9 @@ class AdminOps:
     # --- keys ---
     async def create_key(self, actor: Actor, body: CreateKey, live_cap: int | None = None) -> KeyCreated:
         """`live_cap`: refuse (409) when the key's team already has that many live keys (a tenant's creation)."""
+        on_key = team_only_on_key(body.limits)
+        if on_key is not None:
+            raise RequestError(400, "invalid_limits", on_key[1], on_key[0])
         expires_at = None
         if body.expires_at is not None:
             try:

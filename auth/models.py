@@ -38,15 +38,50 @@ class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True
                 raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
 
 
+class HealthAlerts(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """A team's alerts on its requests' health (gateway/serving/health_alerts.py), set by its owners
+    (`PUT /v1/team/alerts`): the share of requests that failed (`error_rate_percent`) or the 95th percentile of
+    latency (`latency_p95_ms`) over the last `window_s` seconds, once at least `min_requests` ended there. Each
+    fires once when it crosses above its threshold and again only after falling back below it; it goes to the
+    webhook and e-mails as a budget's alerts do (gateway/serving/outbound.py's rule)."""
+
+    error_rate_percent: Annotated[int, Meta(ge=1, le=100)] | None = None
+    latency_p95_ms: Annotated[int, Meta(ge=1, le=3_600_000)] | None = None
+    window_s: Annotated[int, Meta(ge=60, le=86_400)] = 300
+    min_requests: Annotated[int, Meta(ge=1, le=100_000)] = 20
+    webhook_url: Annotated[str, Meta(max_length=2000)] | None = None
+    emails: Annotated[list[Email], Meta(max_length=10)] = []
+
+    def __post_init__(self) -> None:
+        if self.webhook_url is not None:
+            parts = urlsplit(self.webhook_url)
+            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
+                raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
+        if self.error_rate_percent is None and self.latency_p95_ms is None:
+            raise ValueError("set error_rate_percent, latency_p95_ms or both")
+
+
+class Ceiling(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """The operator's ceiling on what a team's owners may give their team and its keys (auth/budget_rules.py):
+    a budget in money of at most `spend_micros` (per its own period) and a monthly token budget of at most
+    `monthly_tokens`; a field left out caps nothing. Only the operator sets it (`PATCH /admin/teams/{id}`), on a
+    team; without one, owners cannot change their team's budgets."""
+
+    spend_micros: Annotated[int, Meta(ge=1, le=MAX_BUDGET_MICROS)] | None = None
+    monthly_tokens: NonNegative | None = None
+
+
 class Limits(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """Per-key or per-team limits, enforced by the gateway's limits package (the spend budget by
-    gateway/serving/spending.py); None = unlimited."""
+    gateway/serving/spending.py); None = unlimited. `ceiling`: a team's only (see Ceiling)."""
 
     rpm: NonNegative | None = None
     tpm: NonNegative | None = None
     max_concurrency: NonNegative | None = None
     monthly_token_budget: NonNegative | None = None
     spend_budget: SpendBudget | None = None
+    ceiling: Ceiling | None = None
+    health_alerts: HealthAlerts | None = None  # a team's only (HealthAlerts)
 
 
 # --- stored records (times are UTC epoch seconds) ---
@@ -195,6 +230,14 @@ class EditKey(msgspec.Struct, forbid_unknown_fields=True):
     name: Name | UnsetType = UNSET
     models: Annotated[list[ModelName], Meta(max_length=MAX_KEY_MODELS)] | UnsetType = UNSET
     limits: Limits | None | UnsetType = UNSET
+
+
+class TeamBudgets(msgspec.Struct, forbid_unknown_fields=True):
+    """`PUT /v1/team/budgets` (and the Limits page's form): the team's own budgets as its owners set them, within
+    the operator's ceiling (auth/budget_rules.py). null: no budget of that kind (refused where a ceiling caps it)."""
+
+    spend_budget: SpendBudget | None = None
+    monthly_token_budget: NonNegative | None = None
 
 
 class BlockKey(msgspec.Struct, forbid_unknown_fields=True):

@@ -28,6 +28,7 @@ from typing import Literal
 
 import msgspec
 
+from auth.budget_rules import key_budgets_refusal
 from auth.errors import AuthError
 from auth.models import KeyRecord, Limits
 
@@ -100,7 +101,8 @@ LIMIT_FIELDS = ("rpm", "tpm", "max_concurrency", "monthly_token_budget")
 def grants_refusal(manager: Manager, key_user_id: str | None, team_limits: Limits | None,
                    limits: Limits | None) -> tuple[str, str] | None:
     """(field, why) when `manager` may not give a key of user `key_user_id` new limits or models: an owner sets
-    them on service keys only, each limit at most the team's own (the operator's cap). None when allowed."""
+    them on service keys only, each limit at most the team's own (the operator's cap), its budgets at most the
+    team's ceiling (auth/budget_rules.py). None when allowed."""
     if manager.is_admin:
         return None
     if key_user_id is not None:
@@ -110,7 +112,7 @@ def grants_refusal(manager: Manager, key_user_id: str | None, team_limits: Limit
         cap = getattr(team_limits, name) if team_limits is not None else None
         if value is not None and cap is not None and value > cap:
             return name, f"{name} may be at most the team's own limit, {cap:,}."
-    return None
+    return key_budgets_refusal(team_limits.ceiling if team_limits is not None else None, limits)
 
 
 def check(manager: Manager, action: Action, key_user_id: str | None) -> None:

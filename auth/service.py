@@ -25,6 +25,7 @@ from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.passwords import Hashing
 from auth.policy import Manager, reaches
 from auth.store import Store, open_store
+from auth.team_budgets import TeamBudgetOps
 from auth.team_keys import TeamKeys
 from auth.throttle import FailureBudget
 from common.errors import StoreUnavailable
@@ -81,6 +82,7 @@ class AuthService:
         self.admin = AdminOps(store, hasher, self._forget)
         # what owners may do (auth/policy.py), with at most `max_keys_per_team` live keys made in a team
         self.team_keys = TeamKeys(store, self.admin, self._forget, max_keys_per_team)
+        self.team_budgets = TeamBudgetOps(store, self._forget)  # owners' budgets within the operator's ceiling
         self.directory = Directory(store)  # what the dashboard reads, under the same rules
         hashing = Hashing()  # one bound on password hashes for every route that computes one
         self.accounts = Accounts(store, hashing)  # people signing in as themselves (e-mail and password, e-mail links)

@@ -15,9 +15,20 @@ import msgspec
 
 from auth import paging, views
 from auth.admin import Actor, AdminOps, audit_entry
+from auth.budget_rules import team_only_on_key
 from auth.clock import now
 from auth.errors import RequestError
-from auth.models import CreateKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, KeyRecord, RotateKey, TeamKeyOut
+from auth.models import (
+    CreateKey,
+    CreateTeamKey,
+    EditKey,
+    KeyCreated,
+    KeyOut,
+    KeyRecord,
+    Limits,
+    RotateKey,
+    TeamKeyOut,
+)
 from auth.paging import PageOut, Position
 from auth.policy import Action, Manager, allowed_actions, check, check_manages, grants_refusal
 from auth.store import Store
@@ -86,6 +97,7 @@ class TeamKeys:
     # --- changes ---
     async def create(self, actor: Actor, manager: Manager, team_id: str, body: CreateTeamKey) -> KeyCreated:
         check(manager, "create", body.user_id)
+        await self._check_grants(manager, team_id, body.user_id, body.limits)
         cap = None if manager.is_admin else self._max_keys
         return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id), cap)
 
@@ -117,10 +129,7 @@ class TeamKeys:
         changed = {field: value for field, value, old in (("name", name, key.name), ("models", list(models),
                    list(key.models)), ("limits", limits, key.limits)) if value != old}
         if "models" in changed or "limits" in changed:
-            team = await self._store.get_team(key.team_id)
-            refused = grants_refusal(manager, key.user_id, team.limits if team is not None else None, limits)
-            if refused is not None:
-                raise RequestError(403, "permission_denied", refused[1], refused[0])
+            await self._check_grants(manager, key.team_id, key.user_id, limits)
         if changed:
             async with self._store.transaction() as tx:
                 await tx.edit_key(key_id, name, models, limits)
@@ -130,6 +139,17 @@ class TeamKeys:
                 await tx.insert_audit(audit_entry(actor, "keys.edit", key_id, detail))
             self._forget(key=key_id)
         return views.key_out(msgspec.structs.replace(key, name=name, models=models, limits=limits))
+
+    async def _check_grants(self, manager: Manager, team_id: str | None, key_user_id: str | None,
+                            limits: Limits | None) -> None:
+        """403 naming the field when the grants rule (auth/policy.py) refuses these limits; 400 for a ceiling."""
+        on_key = team_only_on_key(limits)
+        if on_key is not None:
+            raise RequestError(400, "invalid_limits", on_key[1], on_key[0])
+        team = await self._store.get_team(team_id) if team_id is not None else None
+        refused = grants_refusal(manager, key_user_id, team.limits if team is not None else None, limits)
+        if refused is not None:
+            raise RequestError(403, "permission_denied", refused[1], refused[0])
 
     async def block(self, actor: Actor, manager: Manager, team_id: str, key_id: str, *, blocked: bool,
                     reason: str | None = None) -> TeamKeyOut:

@@ -56,11 +56,11 @@ def team_names(n: int = 50) -> list[str]:
     return [f"team_{i:02d}" for i in range(n)]
 
 
-def generate(rows: int, seed: int = 7):
+def generate(rows: int, seed: int = 7, teams: list[str] | None = None):
     """Rows in `COLUMNS` order, in time order, in batches; keys belong to users (or are service keys),
-    and each key mostly calls one model through one dialect, as real clients do."""
+    and each key mostly calls one model through one dialect, as real clients do. `teams`: theirs (else 50)."""
     rnd = random.Random(seed)
-    teams = team_names()
+    teams = teams or team_names()
     weights = [1 / math.sqrt(i + 1) for i in range(len(teams))]
     keys = {}
     for team in teams:
@@ -99,8 +99,8 @@ def generate(rows: int, seed: int = 7):
                       prompt, completion, compute, status, latency, ttft, "w-1", price_in, price_out, cost, t + 1.0,
                       cold, error_code, error_status, "", finish,
                       # schema 7's client id, schema 8's cached tokens, batch mark, prices and savings, schema 9's
-                      # prediction tokens: none drawn
-                      None, 0, None, None, price_in, 0, 0, 0, 0, 0))
+                      # prediction tokens, schema 10's end user and tags: none drawn
+                      None, 0, None, None, price_in, 0, 0, 0, 0, 0, None, None))
         if len(batch) == BATCH:
             yield batch
             batch = []
@@ -108,14 +108,14 @@ def generate(rows: int, seed: int = 7):
         yield batch
 
 
-async def build(url: str, rows: int) -> tuple[float, float]:
+async def build(url: str, rows: int, teams: list[str] | None = None) -> tuple[float, float]:
     """Bulk-loads all but the last batches with the driver itself and fills the rollups from them
     (the migration's own statements), then writes the rest through the store in the shipper's batches
     of 2,000, rollups kept as in production. Returns (build seconds, store insert rows/s)."""
     started = time.perf_counter()
     store = await open_store(url)
     await store.close()
-    batches = list(generate(rows))
+    batches = list(generate(rows, teams=teams))
     bulk, tail = batches[:-1], batches[-1:]
     if url.startswith("sqlite"):
         db = sqlite3.connect(parse(url)[1])

@@ -25,9 +25,16 @@ FIELD_BOUNDS = {
     # a batch's id is the gateway's own; a line's custom_id is the caller's (OpenAI's batch files and Anthropic's
     # Message Batches: at most 64 characters there), kept whole up to a model name's bound
     "batch_id": MAX_ID_CHARS, "custom_id": MAX_NAME_CHARS,
+    # the caller's end user (OpenAI's `user`, Anthropic's `metadata.user_id`: at most 256 characters there)
+    "end_user": MAX_NAME_CHARS,
 }
+# a record's tags (OpenAI's `metadata` bounds): the gateway refuses more with a 400; the ledger keeps to them too
+MAX_TAGS = 16
+MAX_TAG_KEY_CHARS = 64
+MAX_TAG_VALUE_CHARS = 512
+BOUNDED_APART = {"tags"}
 # the most bytes a record's strings take in UTF-8 (4 bytes a character at most): what a frame can grow to
-MAX_STRING_BYTES = 4 * sum(FIELD_BOUNDS.values())
+MAX_STRING_BYTES = 4 * (sum(FIELD_BOUNDS.values()) + MAX_TAGS * (MAX_TAG_KEY_CHARS + MAX_TAG_VALUE_CHARS))
 
 
 def trim(value: str, limit: int) -> str:
@@ -36,14 +43,18 @@ def trim(value: str, limit: int) -> str:
 
 def bounded(rec: UsageRecord) -> UsageRecord:
     """The record with every string field within its bound (the record itself when all are)."""
-    changes = {name: trim(value, limit) for name, limit in FIELD_BOUNDS.items()
-               if isinstance(value := getattr(rec, name), str) and len(value) > limit}
+    changes: dict[str, object] = {name: trim(value, limit) for name, limit in FIELD_BOUNDS.items()
+                                 if isinstance(value := getattr(rec, name), str) and len(value) > limit}
+    if len(rec.tags) > MAX_TAGS or any(len(k) > MAX_TAG_KEY_CHARS or len(v) > MAX_TAG_VALUE_CHARS
+                                       for k, v in rec.tags.items()):
+        changes["tags"] = {trim(k, MAX_TAG_KEY_CHARS): trim(v, MAX_TAG_VALUE_CHARS)
+                           for k, v in list(rec.tags.items())[:MAX_TAGS]}
     return msgspec.structs.replace(rec, **changes) if changes else rec
 
 
 def _every_string_field_is_bounded() -> None:
     strings = {f.name for f in msgspec.structs.fields(UsageRecord) if "str" in str(f.type)}
-    missing = strings - FIELD_BOUNDS.keys()
+    missing = strings - FIELD_BOUNDS.keys() - BOUNDED_APART
     if missing:  # a new string field must get a bound here before it can reach the log
         raise TypeError(f"UsageRecord fields without a bound in billing/bounds.py: {sorted(missing)}")
 

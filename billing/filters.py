@@ -4,8 +4,11 @@ selection always means the same rows."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
+from billing.store.base import tag_pattern
 from billing.store.sql import Params
 
 NO_USER = "-"  # the user of requests made with a service key: a filter value and a breakdown key (ids never are "-")
@@ -20,11 +23,15 @@ class Filters(msgspec.Struct, frozen=True, kw_only=True):
     dialects: tuple[str, ...] = ()
     statuses: tuple[str, ...] = ()
     adapters: tuple[str, ...] = ()
+    end_users: tuple[str, ...] = ()  # the caller's end user (OpenAI's `user`, Anthropic's `metadata.user_id`)
+    tags: tuple[tuple[str, str], ...] = ()  # (key, value) pairs: a row has every one of them
 
-    def columns(self) -> list[tuple[str, tuple[str, ...]]]:
+    def columns(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """The filtered columns and their values; `tags` (a row has all its pairs) is matched apart, in `where`."""
         return [(c, v) for c, v in (("model", self.models), ("key_id", self.key_ids), ("user_id", self.user_ids),
                                     ("dialect", self.dialects), ("status", self.statuses),
-                                    ("adapter", self.adapters)) if v]
+                                    ("adapter", self.adapters), ("end_user", self.end_users),
+                                    ("tags", self.tags)) if v]
 
 
 class Selection(msgspec.Struct, frozen=True):
@@ -48,7 +55,9 @@ def where(selection: Selection, params: Params, *, time_column: str = "time",
     parts += [f"{time_column} >= {params(float(selection.start))}", f"{time_column} < {params(float(selection.end))}"]
     dialect = params.dialect
     for column, values in selection.filters.columns():
-        if column == "user_id" and NO_USER in values:
+        if column == "tags":
+            parts += [dialect.contains("tags", tag_pattern(key, value), params) for key, value in values]
+        elif column == "user_id" and NO_USER in values:
             named = [v for v in values if v != NO_USER]
             named_sql = f"{dialect.one_of(column, named, params)} OR " if named else ""
             parts.append(f"({named_sql}{null_user})")

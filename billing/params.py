@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast, overload
 
+from billing.bounds import MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS
 from billing.filters import Filters, Selection
 from billing.insights.overview import bucketing_for
 from billing.insights.requests import MAX_PAGE_SIZE, Cursor, CursorError
@@ -29,7 +30,9 @@ MAX_FILTER_VALUES = 50
 MAX_VALUE_LENGTH = 256
 BASE_MODEL = ""  # the adapter of a request without one
 FILTER_PARAMS = {"model": "models", "key_id": "key_ids", "user_id": "user_ids", "dialect": "dialects",
-                 "status": "statuses", "adapter": "adapters"}
+                 "status": "statuses", "adapter": "adapters", "end_user": "end_users"}
+TAG_PARAM = "tag"  # `tag=env=prod`: a record's tag pair (key, then its value after the first "="); each one given
+MAX_TAG_FILTERS = 8
 
 
 class UsageParamError(BadRequest):
@@ -108,7 +111,23 @@ def parse_filters(query: Query) -> Filters:
             values = [BASE_MODEL if v == "-" else v for v in values]
         if values:
             found[field] = tuple(dict.fromkeys(values))
-    return Filters(**found)
+    return Filters(**found, tags=_tags(query))
+
+
+def _tags(query: Query) -> tuple[tuple[str, str], ...]:
+    """The `tag` parameters as (key, value) pairs, each bounded as the gateway bounds a request's tags."""
+    values = _values(query, TAG_PARAM)
+    if len(values) > MAX_TAG_FILTERS:
+        raise UsageParamError(TAG_PARAM, f"{TAG_PARAM} may be given at most {MAX_TAG_FILTERS} times")
+    pairs = []
+    for value in values:
+        key, equals, tag = value.partition("=")
+        if not equals or not 1 <= len(key) <= MAX_TAG_KEY_CHARS or len(tag) > MAX_TAG_VALUE_CHARS \
+                or not value.isprintable():
+            raise UsageParamError(TAG_PARAM, f"{TAG_PARAM} is key=value: a key of 1 to {MAX_TAG_KEY_CHARS} and a value "
+                                  f"of at most {MAX_TAG_VALUE_CHARS} printable characters (got {value[:80]!r})")
+        pairs.append((key, tag))
+    return tuple(dict.fromkeys(pairs))
 
 
 def parse_selection(query: Query, team_id: str | None, now: datetime | None = None) -> Selection:

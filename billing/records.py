@@ -70,6 +70,11 @@ class UsageRecord(msgspec.Struct, array_like=True):
     # Both 0 without a prediction; the ledger keeps their sum within completion_tokens.
     accepted_prediction_tokens: Tokens = 0
     rejected_prediction_tokens: Tokens = 0
+    # Added with end users and tags (schema 10), last for the same reason: the end user the caller named (OpenAI's
+    # `user`, Anthropic's `metadata.user_id`) and its tags (OpenAI's `metadata`: string pairs), within
+    # billing/bounds.py's limits. Never the caller's text: names the caller chose to tell its requests apart.
+    end_user: str | None = None
+    tags: dict[str, str] = {}
 
     @classmethod
     def rejected(cls, *, request_id: str, time: float, team_id: str, key_id: str, user_id: str | None,

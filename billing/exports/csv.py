@@ -21,7 +21,7 @@ from billing.filters import Selection
 from billing.insights.requests import every_page
 from billing.records import LedgerEntry, UsageRecord
 from billing.statements import Statement
-from billing.store.base import UsageStore
+from billing.store.base import UsageStore, tags_text
 from billing.usage import UsageReport, UsageRow, micros_to_decimal
 
 _ROW_FIELDS = UsageRow.__struct_fields__[1:]  # requests ... cost_micros, then cached tokens, batch spend, savings
@@ -84,9 +84,10 @@ def _iso(unix: float) -> str:
 
 
 def _record_row(entry: LedgerEntry) -> list[Any]:
-    # RECORD_FIELDS' order: `LedgerEntry.flat()` without building the dict
-    return [*msgspec.structs.astuple(entry.usage), *msgspec.structs.astuple(entry)[1:], _iso(entry.usage.time),
-            micros_to_decimal(entry.cost_micros)]
+    # RECORD_FIELDS' order: `LedgerEntry.flat()` without building the dict; the tags (last) as their JSON text
+    usage = msgspec.structs.astuple(entry.usage)
+    return [*usage[:-1], tags_text(entry.usage.tags) or "{}", *msgspec.structs.astuple(entry)[1:],
+            _iso(entry.usage.time), micros_to_decimal(entry.cost_micros)]
 
 
 async def records_csv(store: UsageStore, selection: Selection, *, newest_first: bool = False,

@@ -61,7 +61,8 @@ class Source:
 
 
 _ALL_DIMS = frozenset({"model", "key_id", "user_id", "dialect", "status", "error_status", "adapter"})
-RAW = Source(TABLE, "time", 0, _ALL_DIMS, count="COUNT(*)", null_user="user_id IS NULL",
+# the caller's end users and tags are the records' only: a view filtered by them reads the records
+RAW = Source(TABLE, "time", 0, _ALL_DIMS | {"end_user", "tags"}, count="COUNT(*)", null_user="user_id IS NULL",
              rate_limited=RATE_LIMITED_SQL, budget_refused=BUDGET_REFUSED_SQL,
              cold=("COUNT(cold_start_ms)", "COALESCE(SUM(cold_start_ms), 0)", "COALESCE(MAX(cold_start_ms), 0)"),
              output="SUM({greatest})", savings=", ".join(expr for _, expr in SAVINGS),

@@ -6,6 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import msgspec
+
 from billing.records import LedgerEntry, UsageRecord
 from billing.store.sql import SqlDialect
 
@@ -18,8 +20,24 @@ COLUMNS: tuple[str, ...] = (
     "cold_start_ms", "error_code", "error_status", "adapter", "finish_reason", "client_request_id",
     "cached_tokens", "batch_id", "custom_id", "cached_input_price_micros", "batch_discount_percent",
     "cache_saved_micros", "batch_saved_micros", "accepted_prediction_tokens", "rejected_prediction_tokens",
+    "end_user", "tags",
 )
 ENTRY_COLUMNS = ", ".join(COLUMNS)  # what `row_entry` reads, in order
+
+
+_tags = msgspec.json.Decoder(dict[str, str])
+
+
+def tags_text(tags: dict[str, str]) -> str | None:
+    """A record's tags as the `tags` column holds them: compact JSON, keys sorted (None: no tags), so one pair is
+    always spelled the same (`tag_pattern`)."""
+    return msgspec.json.encode(dict(sorted(tags.items()))).decode() if tags else None
+
+
+def tag_pattern(key: str, value: str) -> str:
+    """The text that a `tags` column holds exactly when the record has the pair key=value: its JSON spelling, quotes
+    included, so "a":"b" never matches "a":"bc" (a quote inside a key or value is escaped in the column)."""
+    return msgspec.json.encode({key: value}).decode()[1:-1]
 
 
 def utc_day(unix: float) -> str:
@@ -34,18 +52,20 @@ def entry_row(entry: LedgerEntry) -> tuple[Any, ...]:
             entry.cost_micros, entry.recorded_at, u.cold_start_ms, u.error_code, u.error_status, u.adapter,
             u.finish_reason, u.client_request_id, u.cached_tokens, u.batch_id, u.custom_id,
             entry.cached_input_price_micros, entry.batch_discount_percent, entry.cache_saved_micros,
-            entry.batch_saved_micros, u.accepted_prediction_tokens, u.rejected_prediction_tokens)
+            entry.batch_saved_micros, u.accepted_prediction_tokens, u.rejected_prediction_tokens, u.end_user,
+            tags_text(u.tags))
 
 
 def row_entry(row: Sequence[Any]) -> LedgerEntry:
     (request_id, t, _day, team_id, key_id, user_id, model, dialect, route, prompt, completion, compute,
      status, latency_ms, ttft_ms, worker_id, in_price, out_price, cost, recorded_at, cold_start_ms, error_code,
      error_status, adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id, cached_price,
-     batch_discount, cache_saved, batch_saved, accepted_prediction, rejected_prediction) = tuple(row)
+     batch_discount, cache_saved, batch_saved, accepted_prediction, rejected_prediction, end_user,
+     tags) = tuple(row)
     usage = UsageRecord(request_id, t, team_id, key_id, user_id, model, dialect, route, prompt, completion,
                         compute, status, latency_ms, ttft_ms, worker_id, cold_start_ms, error_code, error_status,
                         adapter, finish_reason, client_request_id, cached_tokens, batch_id, custom_id,
-                        accepted_prediction, rejected_prediction)
+                        accepted_prediction, rejected_prediction, end_user, _tags.decode(tags) if tags else {})
     return LedgerEntry(usage, in_price, out_price, cost, recorded_at, cached_price, batch_discount, cache_saved,
                        batch_saved)
 

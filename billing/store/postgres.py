@@ -14,7 +14,7 @@ from storage import Database
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
                  "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8",
                  "float8", "text", "int4", "text", "text", "text",
-                 "int8", "text", "text", "int8", "int4", "int8", "int8", "int8", "int8")
+                 "int8", "text", "text", "int8", "int4", "int8", "int8", "int8", "int8", "text", "text")
 # One statement per batch: unnest the column arrays; ON CONFLICT makes re-shipping harmless.
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
            + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_COLUMN_TYPES, start=1))

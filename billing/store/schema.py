@@ -125,6 +125,12 @@ def _prediction_columns(integer: str) -> list[str]:
             f"ALTER TABLE {TABLE} ADD COLUMN rejected_prediction_tokens {integer} NOT NULL DEFAULT 0"]
 
 
+# schema 10: the caller's end user and its tags (JSON, keys sorted: billing/store/base.py `tags_text`), both read
+# from the raw records only (no rollup keeps them); the end user looked up within a team, so its index leads with it
+_END_USERS = [f"ALTER TABLE {TABLE} ADD COLUMN end_user TEXT", f"ALTER TABLE {TABLE} ADD COLUMN tags TEXT",
+              f"CREATE INDEX {TABLE}_end_user ON {TABLE} (team_id, end_user, time)"]
+
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -143,4 +149,5 @@ SCHEMA = Schema("billing", [
               "the rollups sum them (rollups.py)", {"sqlite": _SQLITE_V8, "postgres": _POSTGRES_V8}),
     Migration(9, "Predicted Outputs' accepted and rejected prediction tokens",
               {"sqlite": _prediction_columns("INTEGER"), "postgres": _prediction_columns("BIGINT")}),
+    Migration(10, "the caller's end user and tags (end_user, tags)", _END_USERS),
 ], legacy_table="billing_schema_migrations")

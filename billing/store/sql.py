@@ -24,6 +24,10 @@ class SqlDialect:
     def one_of(self, column: str, values: Sequence[str], params: Params) -> str:
         raise NotImplementedError
 
+    def contains(self, column: str, text: str, params: Params) -> str:
+        """`column` holds `text` as a substring: exactly, case-sensitively, no character a wildcard."""
+        raise NotImplementedError
+
 
 class SqliteDialect(SqlDialect):
     name = "sqlite"
@@ -43,6 +47,9 @@ class SqliteDialect(SqlDialect):
     def one_of(self, column: str, values: Sequence[str], params: Params) -> str:
         return f"{column} IN ({', '.join(params(v) for v in values)})"
 
+    def contains(self, column: str, text: str, params: Params) -> str:
+        return f"instr({column}, {params(text)}) > 0"
+
 
 class PostgresDialect(SqlDialect):
     name = "postgresql"
@@ -59,6 +66,9 @@ class PostgresDialect(SqlDialect):
 
     def one_of(self, column: str, values: Sequence[str], params: Params) -> str:
         return f"{column} = ANY({params(list(values))}::text[])"
+
+    def contains(self, column: str, text: str, params: Params) -> str:
+        return f"strpos({column}, {params(text)}::text) > 0"
 
 
 class Params:

@@ -5,8 +5,10 @@
 - owners (and admin keys, for the team they name): the team's members, and its keys (auth/team_keys.py, under
   the rule of auth/policy.py): list every key that can act in the team, create and rotate service keys, revoke
   them, edit them (`PATCH /keys/{id}`: rename; limits within the team's own and the model allow-list of a
-  service key), block a member's personal key in this team (`POST|DELETE /keys/{id}/block`). Membership, team
-  limits, personal and admin keys stay with the operator (`/admin`).
+  service key), block a member's personal key in this team (`POST|DELETE /keys/{id}/block`), set the team's
+  budgets within the operator's ceiling (`PUT /budgets`, auth/budget_rules.py) and its alerts on error rate and
+  latency (`PUT|DELETE /alerts`). Membership, the team's rate
+  limits and ceiling, personal and admin keys stay with the operator (`/admin`).
 
 The team is the billed team of the request (`X-Team-Id`, else the key's team), as everywhere."""
 
@@ -15,11 +17,22 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Request, Router, delete, get, patch, post
+from litestar import Request, Router, delete, get, patch, post, put
 from litestar.di import Provide
 
 from auth.admin import Actor
-from auth.models import BlockKey, CreateTeamKey, EditKey, KeyCreated, KeyOut, Limits, RotateKey, TeamKeyOut
+from auth.models import (
+    BlockKey,
+    CreateTeamKey,
+    EditKey,
+    HealthAlerts,
+    KeyCreated,
+    KeyOut,
+    Limits,
+    RotateKey,
+    TeamBudgets,
+    TeamKeyOut,
+)
 from auth.paging import PageOut, parse_cursor, parse_limit
 from auth.policy import Manager, role_in
 from auth.service import AuthService, Principal
@@ -27,7 +40,7 @@ from common.json_body import read_json, read_optional_json
 from gateway.admin.identity import ListOut, actor_of, outbound_rule
 from gateway.authentication.headers import body_as
 from gateway.authentication.middleware import auth_service, require_owner
-from gateway.serving.outbound import OutboundRule, check_limits
+from gateway.serving.outbound import OutboundRule, check_health_alerts, check_limits
 from gateway.serving.services import Services
 from gateway.serving.spending import LimitsView, limits_view, scoped_limits
 
@@ -91,6 +104,31 @@ async def create_key(request: Request, auth: AuthService, actor: Actor, manager:
     return await auth.team_keys.create(actor, manager, request.user.team_id, body)
 
 
+@put("/budgets", guards=[require_owner])
+async def set_budgets(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
+                      payload: Any) -> Limits:
+    """The team's budget in money and monthly token budget, set by its owners within the operator's ceiling
+    (auth/budget_rules.py); the team's limits after the change."""
+    body = body_as(payload, TeamBudgets)
+    await check_limits(Limits(spend_budget=body.spend_budget), outbound, operator=request.user.is_admin)
+    return await auth.team_budgets.set(actor, manager, request.user.team_id, body)
+
+
+@put("/alerts", guards=[require_owner])
+async def set_alerts(request: Request, auth: AuthService, actor: Actor, manager: Manager, outbound: OutboundRule,
+                     payload: Any) -> Limits:
+    """The team's alerts on its error rate and latency (gateway/serving/health_alerts.py). The team's limits after
+    the change."""
+    alerts = body_as(payload, HealthAlerts)
+    await check_health_alerts(alerts, outbound, operator=request.user.is_admin)
+    return await auth.team_budgets.set_alerts(actor, manager, request.user.team_id, alerts)
+
+
+@delete("/alerts", status_code=200, guards=[require_owner])
+async def clear_alerts(request: Request, auth: AuthService, actor: Actor, manager: Manager) -> Limits:
+    return await auth.team_budgets.set_alerts(actor, manager, request.user.team_id, None)
+
+
 @delete("/keys/{key_id:str}", status_code=200, guards=[require_owner])
 async def revoke_key(request: Request, auth: AuthService, actor: Actor, manager: Manager, key_id: str) -> KeyOut:
     return await auth.team_keys.revoke(actor, manager, request.user.team_id, key_id)
@@ -129,8 +167,8 @@ async def unblock_key(request: Request, auth: AuthService, actor: Actor, manager
 def team_router() -> Router:
     return Router(
         path="/v1/team",
-        route_handlers=[my_team, my_limits, members, keys, create_key, edit_key, revoke_key, rotate_key, block_key,
-                        unblock_key],
+        route_handlers=[my_team, my_limits, set_budgets, set_alerts, clear_alerts, members, keys, create_key,
+                        edit_key, revoke_key, rotate_key, block_key, unblock_key],
         dependencies={"auth": Provide(auth_service, sync_to_thread=False),
                       "actor": Provide(actor_of, sync_to_thread=False),
                       "manager": Provide(manager_of, sync_to_thread=False), "payload": Provide(read_json),

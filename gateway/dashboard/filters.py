@@ -21,6 +21,7 @@ from billing.insights.overview import SERIES_GROUPS
 from billing.ledger import Ledger
 from billing.params import (
     FILTER_PARAMS,
+    TAG_PARAM,
     UsageParamError,
     parse_choice,
     parse_filters,
@@ -35,7 +36,7 @@ from billing.usage import UsageQuery
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30), "90d": timedelta(days=90)}
 DEFAULT_RANGE = "7d"
 CUSTOM = "custom"
-VIEW_PARAMS = ("range", "start", "end", "tz", "granularity", "group_by", *FILTER_PARAMS)
+VIEW_PARAMS = ("range", "start", "end", "tz", "granularity", "group_by", *FILTER_PARAMS, TAG_PARAM)
 GROUPS = tuple(SERIES_GROUPS)
 DEFAULT_GROUP = "model"
 MAX_CHOICES = 200  # a select of more would not be read; the URL still takes any value

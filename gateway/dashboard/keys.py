@@ -36,6 +36,7 @@ from billing.insights.aggregate import usage_report
 from billing.ledger import Ledger
 from billing.timebuckets import zone
 from billing.usage import UsageQuery, UsageRow
+from common.errors import BadRequest
 from gateway.authentication.headers import body_as, client_address
 from gateway.authentication.middleware import PUBLIC
 from gateway.dashboard.access import (
@@ -45,8 +46,10 @@ from gateway.dashboard.access import (
     posted_form,
     signed_in_scope,
 )
+from gateway.dashboard.budget_fields import FIELD_OF_PARAM, check_destinations
 from gateway.dashboard.fields import whole_number
 from gateway.dashboard.filters import RANGES, View, read_view_or_problem, zone_or_utc
+from gateway.dashboard.key_grants import GRANT_FIELDS, read_grants
 from gateway.dashboard.key_limits import budget_spend, limits_text, scope_of
 from gateway.dashboard.render import when
 from gateway.dashboard.scope import DashboardScope
@@ -220,17 +223,24 @@ async def create_key(request: Request, sessions: SessionStore, auth: AuthService
     team_id = (form.get("team_id") or scope.team.id) if scope.is_admin else scope.team.id  # the admin: any team
     if team_id not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
-    typed = {"name": str(form.get("name", "")), "expires_on": str(form.get("expires_on", ""))}
+    typed = {name: str(form.get(name, "")) for name in ("name", "expires_on", *GRANT_FIELDS)}
+    errors: dict[str, str] = {}
+    models, limits = read_grants(typed, errors)
     try:
+        if errors:  # the first bad field, said at it
+            raise RequestError(400, "invalid_field", *reversed(next(iter(errors.items()))))
+        await check_destinations(request, limits, operator=scope.is_admin)
         expires_at = _expiry(typed["expires_on"], zone_or_utc(request.query_params)[0])
-        body = body_as({"name": typed["name"], "expires_at": expires_at}, CreateTeamKey)  # a service key of the team
+        body = body_as({"name": typed["name"], "expires_at": expires_at, "models": models,
+                        "limits": msgspec.to_builtins(limits)}, CreateTeamKey)  # a service key of the team
         created = await auth.team_keys.create(_actor(request, session, auth), scope.manager, team_id, body)
-    except RequestError as exc:
-        if exc.param not in CREATE_FIELDS:
+    except (RequestError, BadRequest) as exc:
+        param = FIELD_OF_PARAM.get(exc.param or "", exc.param)
+        if param not in CREATE_FIELDS and param not in GRANT_FIELDS:
             raise
         # said at its field, the form as typed: nothing the owner wrote is thrown away
-        field, message = ("expires_on", exc.message.replace("expires_at", "The day")) if exc.param == "expires_at" \
-            else (exc.param, exc.message)
+        field, message = ("expires_on", exc.message.replace("expires_at", "The day")) if param == "expires_at" \
+            else (param, exc.message)
         return await _page(request, auth, ledger, services, session, scope, status=exc.status,
                            create_form={**typed, "team_id": team_id, "problem": (field, message)})
     return await _page(request, auth, ledger, services, session, scope, created, status=201)

@@ -57,6 +57,7 @@ from gateway.dashboard.render import STATIC
 from gateway.dashboard.request_detail import REQUEST_HANDLERS
 from gateway.dashboard.scope import DashboardScope
 from gateway.dashboard.sign_in_page import login_page, next_page_of
+from gateway.dashboard.team_budgets import BUDGET_HANDLERS
 from gateway.dashboard.team_pages import TEAM_HANDLERS
 from gateway.serving.services import Services
 
@@ -239,7 +240,7 @@ def dashboard_router() -> Router:
                                                   statement_download,
                                                   teams_page, *KEY_HANDLERS, *EDIT_HANDLERS, *REQUEST_HANDLERS,
                                                   *TEAM_HANDLERS, *LIMITS_HANDLERS, *ACCOUNT_HANDLERS,
-                                                  *MEMBER_HANDLERS, *OIDC_HANDLERS],
+                                                  *MEMBER_HANDLERS, *OIDC_HANDLERS, *BUDGET_HANDLERS],
                   dependencies={"sessions": Provide(_sessions, sync_to_thread=False),
                                 "auth": Provide(auth_service, sync_to_thread=False)},
                   exception_handlers={SluiceError: _error_page, NotSignedIn: _sign_in_first},

@@ -47,6 +47,7 @@ from gateway.redis_iam import IamCredentialProvider, RedisIamError
 from gateway.secrets import key_pepper
 from gateway.serving.budget_alerts import AlertSender
 from gateway.serving.budget_gate import BudgetGate
+from gateway.serving.health_alerts import HealthWatch
 from gateway.serving.health_probe import GenerationProbe
 from gateway.serving.rejections import address_budget
 from gateway.serving.services import Services
@@ -236,12 +237,16 @@ class GatewayServices(InitPluginProtocol):
         workers = WorkerClient(endpoints)
         probe = GenerationProbe(workers, settings.health_generate_interval_s)
         opened.push_async_callback(probe.close)
+        sender = AlertSender(settings.budget_alerts)
         budgets = BudgetGate(ledger.store if ledger else None, ledger.pricing if ledger else None,
-                             AlertSender(settings.budget_alerts), redis_url=settings.redis_url or None,
+                             sender, redis_url=settings.redis_url or None,
                              fail_open=settings.limiter_fail_open, credentials=signer)
-        opened.push_async_callback(budgets.close)
+        opened.push_async_callback(budgets.close)  # closes the sender, after the health alerts' last sends
+        health = HealthWatch(sender)
+        opened.push_async_callback(health.close)
         return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), workers=workers,
-                        probe=probe, budgets=budgets, spending=SpendReader(ledger.store) if ledger else None)
+                        probe=probe, budgets=budgets, spending=SpendReader(ledger.store) if ledger else None,
+                        health=health)
 
 
 def _team_lookup(auth: AuthService) -> TeamExists:

@@ -36,6 +36,8 @@ class Accounting:
         self.outcome = outcome  # the request's log line (`request_done`, written by gateway.edge.access_log)
         self.request_id, self.dialect, self.route = request_id, dialect, route
         self.client_request_id = client_request_id  # the caller's X-Request-Id: the ledger keeps it beside ours
+        self.end_user: str | None = None  # the body's end user and tags (request_tags.py), once parsed
+        self.tags: dict[str, str] = {}
         self.batch = batch  # the batch line this request runs for (None: interactive); priced at the batch rate
         self.model = ""
         self.adapter: str | None = None  # the LoRA adapter the request named (the ledger's `adapter`)
@@ -136,6 +138,10 @@ class Accounting:
                                                cached_tokens=self.cached_tokens, batch=self.batch is not None)
         latency = (time.perf_counter() - self.started) * 1000
         metrics.observe(self, status)
+        if self.services.health is not None and status in ("ok", "error"):  # answered, or failed once admitted
+            limits = self.principal.team_limits
+            self.services.health.observe(self.principal.team_id, limits.health_alerts if limits else None, status,
+                                         latency)
         self.outcome.update(request_id=self.request_id, status=status, route=self.route,
                             prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                             latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
@@ -169,4 +175,4 @@ class Accounting:
             rejected_prediction_tokens=self.rejected_prediction_tokens,
             # the ledger cuts both ids to billing/bounds.py's lengths
             batch_id=self.batch.batch_id if self.batch else None,
-            custom_id=self.batch.custom_id if self.batch else None))
+            custom_id=self.batch.custom_id if self.batch else None, end_user=self.end_user, tags=self.tags))

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from auth.forwarded import parse_networks
-from auth.models import Limits
+from auth.models import HealthAlerts, Limits
 from gateway.config import BudgetAlertSettings
 from gateway.errors import BadRequest
 
@@ -206,3 +206,18 @@ async def check_limits(limits: Limits | None, rule: OutboundRule, *, operator: b
         check_emails(list(budget.emails), rule, operator=operator)
     except OutboundRefused as refusal:
         raise BadRequest(f"{EMAILS}: {refusal}", param=EMAILS) from None
+
+
+async def check_health_alerts(alerts: HealthAlerts | None, rule: OutboundRule, *, operator: bool) -> None:
+    """As `check_limits`, for a team's health alerts (`PUT /v1/team/alerts`): 400 naming the field."""
+    if alerts is None:
+        return
+    try:
+        if alerts.webhook_url is not None:
+            await check_webhook(alerts.webhook_url, rule)
+    except OutboundRefused as refusal:
+        raise BadRequest(f"webhook_url: {refusal}", param="webhook_url") from None
+    try:
+        check_emails(list(alerts.emails), rule, operator=operator)
+    except OutboundRefused as refusal:
+        raise BadRequest(f"emails: {refusal}", param="emails") from None

@@ -45,6 +45,7 @@ from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unles
 from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
 from gateway.serving.rejections import count_rejection, refused_by_worker
+from gateway.serving.request_tags import end_user_and_tags
 from gateway.serving.services import DEFAULT_MODEL, Services
 
 _json = msgspec.json.Encoder()
@@ -77,8 +78,8 @@ async def handle_generation(request: Request, services: Services, dialect: Diale
 
 
 async def parse(context: RequestContext, payload: Any) -> None:
-    """The body, read unless the route read it, parsed by the dialect. A rejected request is still attributed
-    to the model it names."""
+    """The body, read unless the route read it, parsed by the dialect, with the end user and tags it names. A
+    rejected request is still attributed to the model it names."""
     dialect, route = context.dialect, context.route
     parsed: Any = UNREAD
     if payload is UNREAD:  # read here: a large body is parsed where it is decoded, off the event loop
@@ -91,16 +92,24 @@ async def parse(context: RequestContext, payload: Any) -> None:
         context.accounting.model = payload["model"]
     if isinstance(parsed, SluiceError):
         raise parsed
-    context.parsed = dialect.parse(payload, route) if parsed is UNREAD else parsed
+    request, (end_user, tags) = _parse_and_label(dialect, route, payload) if parsed is UNREAD else parsed
+    context.parsed = request
+    context.accounting.end_user, context.accounting.tags = end_user, tags
+
+
+def _parse_and_label(dialect: Dialect, route: str, payload: Any) -> tuple[Any, tuple[str | None, dict[str, str]]]:
+    """(the dialect's parse of the body, (its end user, its tags)); a refusal of either raised."""
+    return dialect.parse(payload, route), end_user_and_tags(dialect.name, payload)
 
 
 def _parsed(dialect: Dialect, route: str, payload: Any) -> tuple[Any, Any]:
-    """(the body, its parse or the refusal of it); UNREAD where a model is still to be chosen (on the loop). Once
-    parsed, only the body's `model` goes back: the rest (a large body's 400k ids) is freed here, not on the loop."""
+    """(the body, its parse and labels or the refusal of them); UNREAD where a model is still to be chosen (on the
+    loop). Once parsed, only the body's `model` goes back: the rest (a large body's 400k ids) is freed here, not
+    on the loop."""
     if dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
         return payload, UNREAD
     try:
-        parsed = dialect.parse(payload, route)
+        parsed: Any = _parse_and_label(dialect, route, payload)
     except SluiceError as error:  # raised by `parse`, once the model it names is on the record
         parsed = error.with_traceback(None)  # its frames would keep the body alive
     return ({"model": payload.get("model")} if isinstance(payload, dict) else None), parsed

@@ -14,6 +14,7 @@ from gateway.endpoints.service import Endpoints
 from gateway.limits import Limiter
 from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.budget_gate import BudgetGate
+from gateway.serving.health_alerts import HealthWatch
 from gateway.serving.health_probe import GenerationProbe
 from gateway.serving.spending import SpendReader
 from gateway.serving.worker_client import WorkerClient
@@ -33,6 +34,7 @@ class Services:
     probe: GenerationProbe  # GET /health_generate
     budgets: BudgetGate  # every budget, in tokens and in money: reserved at admission, settled at the end
     spending: SpendReader | None = None  # the views' figures of budgets (None without a ledger to read)
+    health: HealthWatch | None = None  # the teams' alerts on error rate and latency
 
     @property
     def adapters(self) -> AdapterRegistry:

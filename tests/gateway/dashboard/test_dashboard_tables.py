@@ -71,8 +71,9 @@ async def test_rows_reflow_on_a_phone_and_scroll_regions_take_focus(dashboard_se
         await page.goto(f"{dashboard_server.url}/dashboard/requests?team_id={team}")
         cells = await page.eval_on_selector("table[data-requests] tbody tr", """row => [...row.cells].map(c => [
             getComputedStyle(c, '::before').content, c.getBoundingClientRect().right])""")
-        assert [label for label, _ in cells] == ['"Time"', '"Key"', '"User"', '"Model"', '"Dialect"', '"Prompt"',
-                                                 '"Completion"', '"Cost"', '"Latency"', '"Outcome"', '"Request id"']
+        assert [label for label, _ in cells] == ['"Time"', '"Key"', '"User"', '"End user, tags"', '"Model"',
+                                                 '"Dialect"', '"Prompt"', '"Completion"', '"Cost"', '"Latency"',
+                                                 '"Outcome"', '"Request id"']
         assert all(right <= PHONE["width"] for _, right in cells), cells
         await page.screenshot(path=artifacts / "requests-phone.png", full_page=True)
         await page.goto(f"{dashboard_server.url}/dashboard/keys?team_id={team}")
