@@ -160,12 +160,16 @@ def _owner(*gateways: Endpoints) -> Endpoints:
 async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_across_a_lease_move(
         gateways, ecs, moto_url, monkeypatch):
     # moto schedules no task: the owner's start gets no address and times out, a crash loop at the first; a lease
-    # far longer than the test keeps A the owner until it stops, so B only learns of the failure from the fleet
+    # far longer than the test keeps the owner until it stops, so the other only learns of it from the fleet
     a, b = await gateways(2, start_failures=1, ecs_start_timeout_seconds=0.5, lease_seconds=600)
     await a.create(_ecs_body(moto_url))
     await until(lambda: "gpu" in b.controllers, WAIT_S, "the ECS endpoint on gateway B")
-    await until(lambda: a.controllers["gpu"].state == "failed", WAIT_S, "the owner's failure")
-    follower = b.controllers["gpu"]
+    # whichever loop synced first holds the lease (B's may start before A's own, after A's create message)
+    owners = lambda: [g for g in (a, b) if "gpu" in g.controllers and g.controllers["gpu"].ownership.owner]  # noqa: E731
+    await until(lambda: len(owners()) == 1, WAIT_S, "an owner")
+    owner, other = (a, b) if owners() == [a] else (b, a)
+    await until(lambda: owner.controllers["gpu"].state == "failed", WAIT_S, "the owner's failure")
+    follower = other.controllers["gpu"]
     assert not follower.ownership.owner
     await until(lambda: follower.state == "failed", WAIT_S, "the failure on the other gateway")
     with pytest.raises(EndpointUnavailable) as refused:  # at once, not after the request's whole wait
@@ -173,16 +177,16 @@ async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_acr
     assert refused.value.code == "endpoint_failed" and refused.value.reason == "crash loop"
     await until(lambda: desired_count(ecs) == 0, WAIT_S, "the failed endpoint's service at 0")
 
-    await a.drain_and_stop()  # the lease moves to B
+    await owner.drain_and_stop()  # the lease moves to the other gateway
     events = logged(monkeypatch, controller_module)
-    await until(lambda: follower.ownership.owner, WAIT_S, "B taking the lease")
+    await until(lambda: follower.ownership.owner, WAIT_S, "the other gateway taking the lease")
     for _ in range(3):  # whole ticks as owner: a new owner that forgot the failure starts a task here
         await follower.tick()
     assert follower.state == "failed" and desired_count(ecs) == 0
     assert not [e for e in events if e["event"] in ("endpoint_scale_up", "replica_start_failed")], events
 
-    await b.patch("gpu", {"min_replicas": 0})  # the operator's retry clears it on every gateway
-    assert b.get("gpu").state != "failed" and await b.fleet.failure("gpu") is None
+    await other.patch("gpu", {"min_replicas": 0})  # the operator's retry clears it on every gateway
+    assert other.get("gpu").state != "failed" and await other.fleet.failure("gpu") is None
 
 
 async def test_an_ecs_endpoint_deleted_on_a_follower_is_stopped_by_its_owner_and_scaled_by_no_one(
