@@ -39,6 +39,29 @@ def redis():
         yield server
 
 
+@pytest.fixture(scope="module")
+def moto_url():
+    """A moto server for the module's ECS tests, its tasks' states played by the tests (testkit/played_ecs.py)."""
+    from testkit.local_aws import moto_server  # moto and boto3 only in the sessions that use them
+    from testkit.played_ecs import manual_task_states
+
+    with moto_server() as url:
+        manual_task_states(url)
+        yield url
+
+
+@pytest.fixture
+def aws(moto_url, monkeypatch):
+    """(ECS client, network) of a fresh cluster and service in moto, with the test credentials set."""
+    from testkit.played_ecs import ecs_service
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    with ecs_service(moto_url) as (ecs, network):
+        yield ecs, network
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store_url(request, tmp_path):
     """Both databases the gateway opens for auth and endpoints: a SQLite file, a fresh PostgreSQL database."""

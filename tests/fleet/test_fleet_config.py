@@ -23,8 +23,7 @@ from gateway.endpoints.service import Endpoints, default_provisioners
 from gateway.endpoints.spec import parse_endpoint
 from gateway.endpoints.store import EndpointStore
 from testkit.databases import create_database
-from testkit.local_aws import moto_server
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
+from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count
 from tests.gateway.endpoints.helpers import until
 from tests.logged import logged
 
@@ -130,20 +129,9 @@ async def test_a_row_this_version_cannot_read_stops_nothing(gateways):
 
 # ---- ECS endpoints: the failure and the delete, fleet-wide ----
 
-@pytest.fixture(scope="module")
-def moto_url():
-    with moto_server() as url:
-        manual_task_states(url)
-        yield url
-
-
 @pytest.fixture
-def ecs(moto_url, monkeypatch):
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    with ecs_service(moto_url) as (client, _):
-        yield client
+def ecs(aws):
+    return aws[0]
 
 
 def _ecs_body(moto_url: str, **fields) -> dict:
@@ -152,9 +140,14 @@ def _ecs_body(moto_url: str, **fields) -> dict:
                             "port": PORT}, **fields}
 
 
-def _owner(*gateways: Endpoints) -> Endpoints:
-    (owner,) = [g for g in gateways if "gpu" in g.controllers and g.controllers["gpu"].ownership.owner]
-    return owner
+async def _owner_and_other(a: Endpoints, b: Endpoints) -> tuple[Endpoints, Endpoints]:
+    """(the gateway that holds gpu's lease, the other): A that created it, unless B's loop synced first (it can,
+    once A's create message reached it)."""
+    def owners() -> list[Endpoints]:
+        return [g for g in (a, b) if "gpu" in g.controllers and g.controllers["gpu"].ownership.owner]
+
+    await until(lambda: len(owners()) == 1, WAIT_S, "one owner of gpu")
+    return (a, b) if owners() == [a] else (b, a)
 
 
 async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_across_a_lease_move(
@@ -164,10 +157,7 @@ async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_acr
     a, b = await gateways(2, start_failures=1, ecs_start_timeout_seconds=0.5, lease_seconds=600)
     await a.create(_ecs_body(moto_url))
     await until(lambda: "gpu" in b.controllers, WAIT_S, "the ECS endpoint on gateway B")
-    # whichever loop synced first holds the lease (B's may start before A's own, after A's create message)
-    owners = lambda: [g for g in (a, b) if "gpu" in g.controllers and g.controllers["gpu"].ownership.owner]  # noqa: E731
-    await until(lambda: len(owners()) == 1, WAIT_S, "an owner")
-    owner, other = (a, b) if owners() == [a] else (b, a)
+    owner, other = await _owner_and_other(a, b)
     await until(lambda: owner.controllers["gpu"].state == "failed", WAIT_S, "the owner's failure")
     follower = other.controllers["gpu"]
     assert not follower.ownership.owner
@@ -195,10 +185,10 @@ async def test_an_ecs_endpoint_deleted_on_a_follower_is_stopped_by_its_owner_and
     await a.create(_ecs_body(moto_url, min_replicas=1))  # A creates it, owns it, asks ECS for a task
     await until(lambda: desired_count(ecs) == 1, WAIT_S, "the owner's scale-up to min_replicas")
     await until(lambda: "gpu" in b.controllers, WAIT_S, "the ECS endpoint on gateway B")
-    assert _owner(a, b) is a
+    owner, other = await _owner_and_other(a, b)
 
-    await b.delete("gpu")  # on the gateway that does not own it
-    await until(lambda: "gpu" not in a.controllers, WAIT_S, "the delete on the owner")
+    await other.delete("gpu")  # on the gateway that does not own it
+    await until(lambda: "gpu" not in owner.controllers, WAIT_S, "the delete on the owner")
     await until(lambda: desired_count(ecs) == 0, WAIT_S, "the deleted endpoint's service at 0")
     for endpoints in (a, b):
         with pytest.raises(EndpointNotFound):

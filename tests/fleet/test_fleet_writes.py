@@ -28,27 +28,13 @@ from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import EcsProvisioning, parse_endpoint
 from gateway.replicas.pool import ReplicaRouter
-from testkit.local_aws import moto_server
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count, ecs_service, manual_task_states
-from tests.fleet.fleet import AWS_ENV, WAIT_S
+from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count
+from tests.fleet.fleet import WAIT_S
 
 SETTINGS = ScalingSettings(stable_window_seconds=2, panic_window_seconds=1, tick_seconds=0.05, fleet_sync_seconds=0.1,
                            lease_seconds=1.0, standby_worker=False, ecs_api_calls_per_second=50)
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    with moto_server() as url:
-        manual_task_states(url)
-        yield url
-
-
-@pytest.fixture
-def aws(moto_url, monkeypatch):
-    for name, value in AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    with ecs_service(moto_url) as (ecs, network):
-        yield ecs, network
 
 
 def ecs_client(moto_url: str):

@@ -30,7 +30,6 @@ from gateway.endpoints.errors import InvalidEndpoint
 from gateway.endpoints.provisioners.ecs import PENDING, PROTECT_MINUTES, EcsProvisioner, EcsProvisionerError
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import EcsProvisioning, parse_endpoint
-from testkit.local_aws import moto_server
 from testkit.played_ecs import (
     CLUSTER,
     PORT,
@@ -38,30 +37,12 @@ from testkit.played_ecs import (
     PlayedEcs,
     TaskWorker,
     desired_count,
-    ecs_service,
-    manual_task_states,
     private_ip,
 )
 from testkit.servers import free_port
 from testkit.sluice import REPO, pid_alive
 from testkit.tiny_model import write_tiny_model
 from tests.gateway.endpoints.helpers import FAST, complete, until
-
-
-@pytest.fixture(scope="module")
-def moto_url():
-    with moto_server() as url:
-        manual_task_states(url)
-        yield url
-
-
-@pytest.fixture
-def aws(moto_url, monkeypatch):
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    with ecs_service(moto_url) as (ecs, network):
-        yield ecs, network
 
 
 def worker_process(model_dir: Path, data_dir: Path):
