@@ -18,6 +18,14 @@ MAX_BUDGET_MICROS = 10**15  # a billion in money: larger is a typo, not a budget
 Email = Annotated[str, Meta(min_length=3, max_length=254, pattern=r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;]+$")]
 
 
+def _check_webhook(url: str | None) -> None:
+    """The shape of an alert webhook (where it may point is gateway/serving/outbound.py's rule, at send)."""
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
+            raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
+
+
 class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """A budget in money for a key or a team, per UTC calendar month or day (gateway/serving/spending.py).
 
@@ -32,10 +40,7 @@ class SpendBudget(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True
     emails: Annotated[list[Email], Meta(max_length=10)] = []
 
     def __post_init__(self) -> None:
-        if self.webhook_url is not None:
-            parts = urlsplit(self.webhook_url)
-            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
-                raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
+        _check_webhook(self.webhook_url)
 
 
 class HealthAlerts(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -53,10 +58,7 @@ class HealthAlerts(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=Tru
     emails: Annotated[list[Email], Meta(max_length=10)] = []
 
     def __post_init__(self) -> None:
-        if self.webhook_url is not None:
-            parts = urlsplit(self.webhook_url)
-            if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.password:
-                raise ValueError("webhook_url must be an https:// URL with a host and no credentials")
+        _check_webhook(self.webhook_url)
         if self.error_rate_percent is None and self.latency_p95_ms is None:
             raise ValueError("set error_rate_percent, latency_p95_ms or both")
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import smtplib
-from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
 from urllib.parse import urlencode
 
 import structlog
 
 from gateway.config import Settings
+from gateway.serving.mail import send_mail
 
 log = structlog.get_logger("gateway.dashboard.mail")
 _sending: set[asyncio.Task] = set()  # held until sent: a task nobody references may be collected
@@ -27,24 +26,9 @@ def link(settings: Settings, path: str, token: str) -> str:
     return f"{base}/dashboard/{path}?{urlencode({'token': token})}"
 
 
-def _send(settings: Settings, to: str, subject: str, text: str) -> None:
-    s = settings.budget_alerts
-    message = EmailMessage()
-    message["From"], message["To"], message["Subject"] = s.smtp_from, to, subject
-    message["Date"] = formatdate(usegmt=True)
-    message["Message-ID"] = make_msgid(domain=s.smtp_from.rpartition("@")[2] or "localhost")
-    message.set_content(text)
-    with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.timeout_s) as smtp:
-        if s.smtp_starttls:
-            smtp.starttls()
-        if s.smtp_username:
-            smtp.login(s.smtp_username, s.smtp_password)
-        smtp.send_message(message)
-
-
 async def _deliver(settings: Settings, kind: str, to: str, subject: str, text: str) -> None:
     try:
-        await asyncio.to_thread(_send, settings, to, subject, text)
+        await asyncio.to_thread(send_mail, settings.budget_alerts, to, subject, text)
     except (OSError, smtplib.SMTPException) as exc:
         log.warning("account_mail_failed", kind=kind, error=type(exc).__name__)  # never the link: it is a secret
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import smtplib
-from email.message import EmailMessage
 
 import httpx
 import msgspec
 import structlog
 
 from gateway.config import BudgetAlertSettings
+from gateway.serving.mail import send_mail
 from gateway.serving.outbound import OutboundRefused, OutboundRule, pinned, resolve_webhook
 
 log = structlog.get_logger("gateway.budget_alerts")
@@ -102,16 +101,7 @@ class AlertSender:
             raise RuntimeError(f"webhook answered {response.status_code}")
 
     def _mail(self, alert: Alert, emails: list[str]) -> None:
-        s = self.settings
-        message = EmailMessage()
-        message["From"], message["To"], message["Subject"] = s.smtp_from, ", ".join(emails), alert.subject
-        message.set_content(alert.text())
-        with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.timeout_s) as smtp:
-            if s.smtp_starttls:
-                smtp.starttls()
-            if s.smtp_username:
-                smtp.login(s.smtp_username, s.smtp_password)
-            smtp.send_message(message)
+        send_mail(self.settings, ", ".join(emails), alert.subject, alert.text())
 
     async def close(self) -> None:
         await self._client.aclose()
