@@ -11,7 +11,7 @@ import msgspec
 from auth.admin import Actor, audit_entry
 from auth.budget_rules import team_budgets_refusal, with_budgets
 from auth.errors import RequestError
-from auth.models import HealthAlerts, Limits, TeamBudgets
+from auth.models import HealthAlerts, Limits, TeamBudgets, TeamRecord
 from auth.policy import Manager, check_manages
 from auth.store import Store
 
@@ -25,34 +25,36 @@ class TeamBudgetOps:
         """The team's limits after the change: 403 for a member, 403 naming the field above the ceiling (or when
         the operator set none); the operator (an admin key) is not capped."""
         check_manages(manager)
-        async with self._store.transaction() as tx:
-            team = await tx.get_team(team_id)
-            if team is None:
-                raise RequestError(404, "team_not_found", f"No team {team_id!r}.", "team_id")
+
+        def changed(team: TeamRecord) -> Limits:
             if not manager.is_admin:
                 refused = team_budgets_refusal(team.limits.ceiling if team.limits is not None else None, body)
                 if refused is not None:
                     raise RequestError(403, "above_ceiling" if refused[0] != "ceiling" else "no_ceiling",
                                        refused[1], refused[0])
-            limits = with_budgets(team.limits, body)
-            if limits != team.limits:
-                await tx.update_team(msgspec.structs.replace(team, limits=limits))
-                await tx.insert_audit(audit_entry(actor, "teams.budgets", team_id,
-                                                  {"limits": msgspec.to_builtins(limits)}))
-        self._forget(team=team_id)
-        return limits
+            return with_budgets(team.limits, body)
+
+        return await self._change(actor, team_id, "teams.budgets", changed,
+                                  lambda limits: {"limits": msgspec.to_builtins(limits)})
 
     async def set_alerts(self, actor: Actor, manager: Manager, team_id: str, alerts: HealthAlerts | None) -> Limits:
         """The team's health alerts (None: none), set by its owners (no ceiling caps them); the team's limits after."""
         check_manages(manager)
+        return await self._change(actor, team_id, "teams.alerts",
+                                  lambda team: msgspec.structs.replace(team.limits or Limits(), health_alerts=alerts),
+                                  lambda _: {"health_alerts": msgspec.to_builtins(alerts)})
+
+    async def _change(self, actor: Actor, team_id: str, action: str, changed: Callable[[TeamRecord], Limits],
+                      detail: Callable[[Limits], dict[str, object]]) -> Limits:
+        """`changed(team)` written and audited as `action` in one transaction, unless it changes nothing; 404 for
+        a team that is not there."""
         async with self._store.transaction() as tx:
             team = await tx.get_team(team_id)
             if team is None:
                 raise RequestError(404, "team_not_found", f"No team {team_id!r}.", "team_id")
-            limits = msgspec.structs.replace(team.limits or Limits(), health_alerts=alerts)
+            limits = changed(team)
             if limits != team.limits:
                 await tx.update_team(msgspec.structs.replace(team, limits=limits))
-                await tx.insert_audit(audit_entry(actor, "teams.alerts", team_id,
-                                                  {"health_alerts": msgspec.to_builtins(alerts)}))
+                await tx.insert_audit(audit_entry(actor, action, team_id, detail(limits)))
         self._forget(team=team_id)
         return limits
