@@ -184,7 +184,8 @@ def test_the_gateway_role_may_scale_only_the_worker_services(applied_local_env: 
     assert actions == sorted(["ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks",
                               "ecs:StopTask", "ecs:UpdateTaskProtection", "s3:GetObject", "kms:Decrypt",
                               "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
-                              "cloudwatch:PutMetricData"])
+                              "cloudwatch:PutMetricData", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                              "s3:ListBucketMultipartUploads", "kms:GenerateDataKey"])
     publish = next(s for s in document["Statement"] if s["Sid"] == "PublishQueueMetric")
     namespace = applied_local_env.outputs["activator_queue_metric_namespace"]
     assert publish["Condition"] == {"StringEquals": {"cloudwatch:namespace": namespace}}
