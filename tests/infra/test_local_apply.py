@@ -303,6 +303,22 @@ def test_a_gateway_configured_by_terraform_keeps_batch_files_in_its_bucket(appli
     s3 = applied_local_env.aws.client("s3")
     env = {"SLUICE_CONFIG_TOML": outputs["gateway_config_toml"], "AWS_ACCESS_KEY_ID": "local",
            "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": REGION, "SLUICE_ADMIN_KEY": ADMIN_KEY}
+    # moto serves plain HTTP, which the bucket's TLS-only policy refuses (as AWS would; boto3 speaks HTTPS there):
+    # proven here, then the policy is lifted for the test and put back for the destroy
+    tls_only = s3.get_bucket_policy(Bucket=bucket)["Policy"]
+    with pytest.raises(s3.exceptions.ClientError, match="Forbidden|AccessDenied"):
+        s3.put_object(Bucket=bucket, Key="batch-files/plain-http.jsonl", Body=b"{}")
+    s3.delete_bucket_policy(Bucket=bucket)
+    try:
+        _keeps_a_file_in(bucket, s3, env, tmp_path)
+    finally:  # no version left behind: moto fails to dispose of a delete marker when destroy empties the bucket
+        listed = s3.list_object_versions(Bucket=bucket)
+        for version in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
+            s3.delete_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])
+        s3.put_bucket_policy(Bucket=bucket, Policy=tls_only)
+
+
+def _keeps_a_file_in(bucket: str, s3, env: dict[str, str], tmp_path) -> None:
     line = json.dumps({"custom_id": "one", "method": "POST", "url": "/v1/completions",
                        "body": {"model": ENDPOINT, "prompt": "Hi", "max_tokens": 4}}) + "\n"
     with running_sluice(tmp_path / "gateway", env=env) as sluice:
