@@ -25,7 +25,8 @@ IMPLICIT = {
     "gateway_task_policy": {
         "elasticfilesystem:ClientMount": "ECS mounts the usage log's EFS access point with the task role (IAM auth)",
         "elasticfilesystem:ClientWrite": "the usage log is written there",
-        "kms:Decrypt": "the config object is SSE-KMS: S3 decrypts it for GetObject",
+        "kms:Decrypt": "the config object and the batch bodies are SSE-KMS: S3 decrypts them for GetObject",
+        "kms:GenerateDataKey": "S3 encrypts each new batch body (object or part) with a data key",
         "elasticache:Connect": "gateway/redis_iam.py presigns the Redis sign-in token (no client call)",
         "logs:CreateLogStream": "the task's metrics collector (ADOT, modules/gateway) opens its EMF stream",
         "logs:PutLogEvents": "and writes the scraped /metrics into it",
@@ -39,7 +40,8 @@ IMPLICIT = {
 }
 # IAM actions whose name is not the operation's (S3's), and boto3's transfer helpers
 S3_ACTIONS = {"HeadObject": "GetObject", "ListObjectsV2": "ListBucket", "ListObjects": "ListBucket",
-              "CreateMultipartUpload": "PutObject", "UploadPart": "PutObject", "CompleteMultipartUpload": "PutObject"}
+              "CreateMultipartUpload": "PutObject", "UploadPart": "PutObject", "CompleteMultipartUpload": "PutObject",
+              "ListMultipartUploads": "ListBucketMultipartUploads"}
 TRANSFER = {"upload_fileobj": "PutObject", "upload_file": "PutObject", "download_file": "GetObject",
             "download_fileobj": "GetObject"}
 # a method called or handed to a thread (asyncio.to_thread(self.client.update_service, ...)), or paginated

@@ -31,6 +31,7 @@ locals {
     aws_endpoint      = var.aws_endpoint
     metric_namespace  = module.observability.activator_queue_metric_namespace
     redis_iam         = module.data.redis_iam # null: no managed Redis in moto
+    batch_files       = module.data.batch_files
   })
 }
 
@@ -117,6 +118,7 @@ module "iam" {
   worker_log_group_arn  = module.observability.log_group_arns["worker"]
   metric_namespace      = module.observability.activator_queue_metric_namespace
   redis_iam             = module.data.redis_iam
+  batch_files           = module.data.batch_files
 }
 
 module "gateway" {

@@ -1,10 +1,11 @@
 # weights: model files the workers read; exports: usage exports the gateway writes; config: the gateway's config
-# file (each version the gateway tasks start with, modules/gateway); access-logs:
+# file (each version the gateway tasks start with, modules/gateway); batch-files: the bodies of the Files/Batches
+# APIs' files (gateway/batches/bodies.py, shared by every gateway task); access-logs:
 # server access logs of the others; alb-logs: the ALB's access logs. All private, versioned, TLS-only;
 # KMS-encrypted except alb-logs: Elastic Load Balancing delivers only to SSE-S3 (AES256) buckets.
 
 locals {
-  buckets = toset(["weights", "exports", "config", "access-logs", "alb-logs"])
+  buckets = toset(["weights", "exports", "config", "batch-files", "access-logs", "alb-logs"])
 }
 
 data "aws_caller_identity" "current" {}
@@ -64,10 +65,12 @@ resource "aws_s3_bucket_lifecycle_configuration" "main" {
     status = "Enabled"
     filter {}
     abort_incomplete_multipart_upload {
-      days_after_initiation = 7
+      # a batch upload lasts at most upload_timeout_s (30 min); one a killed gateway left open is gone a day later
+      days_after_initiation = each.key == "batch-files" ? 1 : 7
     }
     noncurrent_version_expiration {
-      noncurrent_days = each.key == "exports" ? 365 : 30
+      # a deleted (expired) batch file is a customer's data: kept one day for an operator's mistake, no longer
+      noncurrent_days = lookup({ exports = 365, "batch-files" = 1 }, each.key, 30)
     }
     dynamic "transition" {
       for_each = each.key == "exports" ? [1] : []
@@ -79,14 +82,16 @@ resource "aws_s3_bucket_lifecycle_configuration" "main" {
     dynamic "expiration" {
       for_each = contains(["weights", "config"], each.key) ? [] : [1] # never expire what a running task names
       content {
-        days = each.key == "exports" ? var.export_retention_days : 400
+        # batch files: the gateway deletes each as it expires (file_retention_s, the same days); this is the
+        # backstop, a day later, so no object outlives its row for long and none goes before it
+        days = lookup({ exports = var.export_retention_days, "batch-files" = var.batch_file_retention_days + 1 }, each.key, 400)
       }
     }
   }
 }
 
 resource "aws_s3_bucket_logging" "main" {
-  for_each      = toset(["weights", "exports", "config", "alb-logs"]) # access-logs cannot log to itself
+  for_each      = toset(["weights", "exports", "config", "batch-files", "alb-logs"]) # access-logs cannot log to itself
   bucket        = aws_s3_bucket.main[each.key].id
   target_bucket = aws_s3_bucket.main["access-logs"].id
   target_prefix = "${each.key}/"

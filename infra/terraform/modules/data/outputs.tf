@@ -38,3 +38,13 @@ output "redis_iam" {
     user       = aws_elasticache_user.gateway[0].user_id
   } : null
 }
+
+output "batch_files" {
+  description = "Where the gateway keeps Files/Batches API bodies: the [batches] table of its config (modules/platform's template) and its task role's grant (modules/iam)."
+  value = {
+    bucket      = aws_s3_bucket.main["batch-files"].bucket
+    bucket_arn  = aws_s3_bucket.main["batch-files"].arn
+    prefix      = "batch-files/" # every key the gateway writes: <prefix><file id>.jsonl
+    retention_s = var.batch_file_retention_days * 86400
+  }
+}

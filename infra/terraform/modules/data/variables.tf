@@ -97,3 +97,13 @@ variable "efs_management_apis" {
   type        = bool
   default     = true
 }
+
+variable "batch_file_retention_days" {
+  description = "Days a Files/Batches API file is kept: the gateway's [batches] file_retention_s (modules/platform writes both); the batch-files bucket expires an object a day after."
+  type        = number
+  default     = 30
+  validation {
+    condition     = var.batch_file_retention_days >= 1 && var.batch_file_retention_days <= 365 && floor(var.batch_file_retention_days) == var.batch_file_retention_days
+    error_message = "batch_file_retention_days: a whole number of days, 1 to 365 (the gateway's file_retention_s allows 366 days at most)."
+  }
+}

@@ -1,8 +1,8 @@
 # Least privilege, one role per job; each grants what the code of that job calls (tests/infra/test_iam_calls.py
 # reads the boto3 calls from the source and holds every role to them):
 #   gateway task:      scale and describe the worker services, list/describe/protect/stop their tasks, read its config
-#                      object, mount its WAL directory, publish its queue metric, sign in to its Redis as its IAM user;
-#                      its metrics collector writes its log group.
+#                      object, keep the batch file bodies under their prefix, mount its WAL directory, publish its queue
+#                      metric, sign in to its Redis as its IAM user; its metrics collector writes its log group.
 #   gateway execution: pull the image, write its log group, inject its secrets.
 #   export task:       write (and read back) the usage exports. Nothing else.
 #   export execution:  pull the image, write the gateway's log group, inject the database URL only.
@@ -86,6 +86,37 @@ locals {
         Action    = "cloudwatch:PutMetricData"
         Resource  = "*"
         Condition = { StringEquals = { "cloudwatch:namespace" = var.metric_namespace } }
+      },
+      {
+        # Files/Batches API bodies (gateway/batches/bodies.py): one object per file under the prefix, written whole
+        # or as a multipart upload (PutObject covers its parts), read back, deleted as it expires, and an upload a
+        # killed gateway left open aborted
+        Sid      = "KeepBatchFileBodies"
+        Effect   = "Allow"
+        Action   = ["s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+        Resource = "${var.batch_files.bucket_arn}/${var.batch_files.prefix}*"
+      },
+      {
+        # finding that open upload (list_multipart_uploads): a bucket-level action with no prefix condition key,
+        # bounded by the bucket holding nothing but batch bodies
+        Sid      = "FindOpenBatchUploads"
+        Effect   = "Allow"
+        Action   = "s3:ListBucketMultipartUploads"
+        Resource = var.batch_files.bucket_arn
+      },
+      {
+        # the bucket is SSE-KMS with a bucket key: a new object (or part) needs a data key, under that bucket's
+        # encryption context only
+        Sid      = "EncryptBatchFileBodies"
+        Effect   = "Allow"
+        Action   = ["kms:GenerateDataKey", "kms:Decrypt"]
+        Resource = var.kms_key_arn
+        Condition = {
+          StringEquals = {
+            "kms:ViaService"                   = "s3.${local.region}.amazonaws.com"
+            "kms:EncryptionContext:aws:s3:arn" = var.batch_files.bucket_arn
+          }
+        }
       },
       ], var.metrics_log_group_arn == null ? [] : [{
         # the task's metrics collector (modules/gateway metrics_collector.tf) writes embedded-metric records

@@ -121,3 +121,15 @@ variable "metrics_log_group_arn" {
     error_message = "metrics_log_group_arn: one log group's ARN, no wildcards."
   }
 }
+
+variable "batch_files" {
+  description = "The bucket and key prefix of the Files/Batches API bodies (modules/data's batch_files): the gateway task writes, reads and deletes objects under the prefix only."
+  type = object({
+    bucket_arn = string
+    prefix     = string
+  })
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:s3:::[a-z0-9][a-z0-9.-]+$", var.batch_files.bucket_arn)) && can(regex("^[A-Za-z0-9_./-]+/$", var.batch_files.prefix))
+    error_message = "batch_files: one bucket's ARN (arn:aws:s3:::<bucket>) and a prefix ending in /, no wildcards."
+  }
+}

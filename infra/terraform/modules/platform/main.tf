@@ -22,6 +22,7 @@ locals {
     aws_endpoint      = ""
     metric_namespace  = module.observability.activator_queue_metric_namespace
     redis_iam         = module.data.redis_iam
+    batch_files       = module.data.batch_files
   })
 }
 
@@ -52,6 +53,8 @@ module "data" {
   cache_node_type     = var.cache_node_type
   cache_replicas      = var.cache_replicas
   deletion_protection = var.deletion_protection
+
+  batch_file_retention_days = var.batch_file_retention_days
 }
 
 module "observability" {
@@ -94,6 +97,7 @@ module "iam" {
   metric_namespace      = module.observability.activator_queue_metric_namespace
   redis_iam             = module.data.redis_iam
   metrics_log_group_arn = module.observability.log_group_arns["metrics"]
+  batch_files           = module.data.batch_files
 }
 
 module "gateway" {

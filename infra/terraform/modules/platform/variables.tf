@@ -172,3 +172,9 @@ variable "deletion_protection" {
   type    = bool
   default = true
 }
+
+variable "batch_file_retention_days" {
+  description = "Days a Files/Batches API file is kept: the gateway's [batches] file_retention_s, and the batch-files bucket's expiry (a day later)."
+  type        = number
+  default     = 30
+}

@@ -104,8 +104,8 @@ run "redis_signs_the_gateway_in_with_iam_and_has_no_password" {
 run "buckets_are_private_encrypted_and_versioned" {
   command = apply
   assert {
-    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "config", "access-logs", "alb-logs"])
-    error_message = "weights, exports, config, access-logs and alb-logs buckets"
+    condition     = toset(keys(aws_s3_bucket.main)) == toset(["weights", "exports", "config", "batch-files", "access-logs", "alb-logs"])
+    error_message = "weights, exports, config, batch-files, access-logs and alb-logs buckets"
   }
   assert {
     condition = alltrue([for b in aws_s3_bucket_public_access_block.main :
@@ -129,6 +129,53 @@ run "buckets_are_private_encrypted_and_versioned" {
     condition     = alltrue([for p in aws_s3_bucket_policy.main : jsondecode(p.policy).Statement[0].Effect == "Deny" && jsondecode(p.policy).Statement[0].Condition.Bool["aws:SecureTransport"] == "false"])
     error_message = "every bucket refuses plain HTTP"
   }
+}
+
+run "batch_file_bodies_are_private_kms_encrypted_and_expire_with_their_files" {
+  command = apply
+  variables {
+    batch_file_retention_days = 14
+  }
+  assert {
+    condition     = aws_s3_bucket.main["batch-files"].bucket == "sluice-test-batch-files-123456789012" && output.batch_files.bucket == aws_s3_bucket.main["batch-files"].bucket && output.batch_files.prefix == "batch-files/"
+    error_message = "the gateway's [batches] file_bucket and file_prefix come from here"
+  }
+  assert {
+    condition     = aws_s3_bucket_public_access_block.main["batch-files"].block_public_acls && aws_s3_bucket_public_access_block.main["batch-files"].block_public_policy && aws_s3_bucket_public_access_block.main["batch-files"].ignore_public_acls && aws_s3_bucket_public_access_block.main["batch-files"].restrict_public_buckets
+    error_message = "customer files are never public"
+  }
+  assert {
+    condition     = one(aws_s3_bucket_server_side_encryption_configuration.main["batch-files"].rule).apply_server_side_encryption_by_default[0].sse_algorithm == "aws:kms" && one(aws_s3_bucket_server_side_encryption_configuration.main["batch-files"].rule).apply_server_side_encryption_by_default[0].kms_master_key_id == var.kms_key_arn && one(aws_s3_bucket_server_side_encryption_configuration.main["batch-files"].rule).bucket_key_enabled
+    error_message = "encrypted with the platform key, with a bucket key (modules/iam scopes GenerateDataKey to the bucket's encryption context)"
+  }
+  assert {
+    condition     = jsondecode(aws_s3_bucket_policy.main["batch-files"].policy).Statement[0].Condition.Bool["aws:SecureTransport"] == "false" && length(jsondecode(aws_s3_bucket_policy.main["batch-files"].policy).Statement) == 1
+    error_message = "TLS only, and the bucket policy admits no one: the gateway task role's own policy is the only grant"
+  }
+  assert {
+    condition     = one(aws_s3_bucket_lifecycle_configuration.main["batch-files"].rule).abort_incomplete_multipart_upload[0].days_after_initiation == 1
+    error_message = "an upload a killed gateway left open is aborted a day later"
+  }
+  assert {
+    condition     = one(aws_s3_bucket_lifecycle_configuration.main["batch-files"].rule).expiration[0].days == 15 && output.batch_files.retention_s == 14 * 86400
+    error_message = "an object expires a day after the gateway's file_retention_s (never before its file does)"
+  }
+  assert {
+    condition     = one(aws_s3_bucket_lifecycle_configuration.main["batch-files"].rule).noncurrent_version_expiration[0].noncurrent_days == 1
+    error_message = "a deleted file's old version is gone a day later"
+  }
+  assert {
+    condition     = aws_s3_bucket_logging.main["batch-files"].target_prefix == "batch-files/"
+    error_message = "its access is logged to the access-logs bucket"
+  }
+}
+
+run "batch_file_retention_beyond_the_gateways_bound_is_refused" {
+  command = plan
+  variables {
+    batch_file_retention_days = 400
+  }
+  expect_failures = [var.batch_file_retention_days]
 }
 
 run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {

@@ -26,6 +26,7 @@ variables {
   gateway_log_group_arn = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/gateway"
   worker_log_group_arn  = "arn:aws:logs:us-east-1:123456789012:log-group:/sluice/sluice-test/worker"
   metric_namespace      = "Sluice/sluice-test"
+  batch_files           = { bucket_arn = "arn:aws:s3:::sluice-test-batch-files-123456789012", prefix = "batch-files/" }
 }
 
 run "gateway_task_role_touches_only_worker_services_and_its_config" {
@@ -34,6 +35,7 @@ run "gateway_task_role_touches_only_worker_services_and_its_config" {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
       "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "ecs:UpdateTaskProtection",
       "s3:GetObject", "kms:Decrypt", "elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite", "cloudwatch:PutMetricData",
+      "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListBucketMultipartUploads", "kms:GenerateDataKey",
     ])
     error_message = "the gateway task role has exactly the actions the gateway's code calls (no secrets: ECS injects them; no exports: the export task writes them)"
   }
@@ -69,6 +71,50 @@ run "gateway_task_role_touches_only_worker_services_and_its_config" {
     condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "weights")
     error_message = "the gateway cannot read the weights bucket"
   }
+}
+
+run "the_gateway_keeps_batch_file_bodies_under_their_prefix_only" {
+  command = plan
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "KeepBatchFileBodies"]) == "arn:aws:s3:::sluice-test-batch-files-123456789012/batch-files/*"
+    error_message = "object actions on the batch-files bucket only under the prefix"
+  }
+  assert {
+    condition     = toset(one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action if s.Sid == "KeepBatchFileBodies"])) == toset(["s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"])
+    error_message = "write, read, delete and abort: what gateway/batches/bodies.py calls, no more"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s if s.Sid == "FindOpenBatchUploads"]).Resource == "arn:aws:s3:::sluice-test-batch-files-123456789012" && one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action if s.Sid == "FindOpenBatchUploads"]) == "s3:ListBucketMultipartUploads"
+    error_message = "the one bucket-level action is listing open uploads, on the batch-files bucket alone"
+  }
+  assert {
+    condition     = length([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s if contains(flatten([s.Action]), "s3:PutObject") || contains(flatten([s.Action]), "s3:DeleteObject")]) == 1
+    error_message = "no other statement writes or deletes objects (the config object is read-only)"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Condition.StringEquals if s.Sid == "EncryptBatchFileBodies"]) == { "kms:ViaService" = "s3.us-east-1.amazonaws.com", "kms:EncryptionContext:aws:s3:arn" = "arn:aws:s3:::sluice-test-batch-files-123456789012" }
+    error_message = "a data key only through S3 and only for the batch-files bucket"
+  }
+  assert {
+    condition     = length([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s if contains(flatten([s.Action]), "kms:GenerateDataKey")]) == 1
+    error_message = "GenerateDataKey nowhere else"
+  }
+}
+
+run "batch_files_reject_a_wildcard_prefix" {
+  command = plan
+  variables {
+    batch_files = { bucket_arn = "arn:aws:s3:::sluice-test-batch-files-123456789012", prefix = "*" }
+  }
+  expect_failures = [var.batch_files]
+}
+
+run "batch_files_reject_a_wildcard_bucket" {
+  command = plan
+  variables {
+    batch_files = { bucket_arn = "arn:aws:s3:::*", prefix = "batch-files/" }
+  }
+  expect_failures = [var.batch_files]
 }
 
 run "the_gateway_signs_in_to_its_redis_as_its_iam_user_only" {

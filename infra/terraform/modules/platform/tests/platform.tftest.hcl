@@ -132,6 +132,13 @@ run "the_gateway_config_names_each_endpoints_ecs_service" {
       "region = \"eu-west-1\"",
       "port = 8100",
       "",
+      "# Files/Batches API bodies in S3, shared by every gateway task (gateway/batches/bodies.py); modules/data's",
+      "# batch-files bucket expires an object a day after file_retention_s, the gateway deletes it at the time",
+      "[batches]",
+      "file_bucket = \"sluice-test-batch-files-123456789012\"",
+      "file_prefix = \"batch-files/\"",
+      "file_retention_s = 2592000",
+      "",
       "# the activator's queue depth, for the alarm modules/observability sets (gateway/endpoints/queue_metric.py)",
       "[cloudwatch]",
       "namespace = \"Sluice/sluice-test\"",
@@ -248,6 +255,21 @@ run "the_gateway_reads_its_config_from_the_config_bucket" {
   assert {
     condition     = one([for s in jsondecode(module.iam.policies["export-execution"]).Statement : s.Resource if s.Sid == "InjectDatabaseUrl"]) == module.data.secret_arns["database_url"]
     error_message = "the usage export's own execution role injects the database URL only"
+  }
+}
+
+run "the_gateway_keeps_batch_bodies_where_its_role_may" {
+  command = plan
+  variables {
+    batch_file_retention_days = 7
+  }
+  assert {
+    condition     = strcontains(output.gateway_config_toml, "\n[batches]\nfile_bucket = \"${module.data.bucket_names["batch-files"]}\"\nfile_prefix = \"batch-files/\"\nfile_retention_s = 604800\n")
+    error_message = "the config sends bodies to the data module's batch-files bucket and keeps files as long as the bucket: ${output.gateway_config_toml}"
+  }
+  assert {
+    condition     = one([for s in jsondecode(module.iam.policies["gateway-task"]).Statement : s.Resource if s.Sid == "KeepBatchFileBodies"]) == "${module.data.bucket_arns["batch-files"]}/batch-files/*"
+    error_message = "the gateway task role may touch objects under that config's prefix of that bucket"
   }
 }
 
