@@ -14,11 +14,16 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
+
+from common.errors import SluiceError
 from storage import Database
+
+log = structlog.get_logger(__name__)
 
 CHUNK = 1 << 20
 PART = 8 << 20  # an S3 part: at least 5 MiB but the last; at most this much of an upload is held per writer
@@ -138,6 +143,12 @@ class _DatabaseWriter:
         await self.db.execute("DELETE FROM batch_file_bodies WHERE file_id = ?", (self.file_id,))
 
 
+class FileStorageUnavailable(SluiceError):
+    """The bucket refused or could not be reached: the caller's request fails cleanly, never a 500."""
+    status, type, code = 503, "service_unavailable", "file_storage_unavailable"
+    retry_after_s = 30.0
+
+
 class S3Bodies:
     def __init__(self, bucket: str, prefix: str, endpoint_url: str = "") -> None:
         import boto3  # only a gateway configured with a bucket needs it loaded
@@ -148,23 +159,34 @@ class S3Bodies:
     def key(self, file_id: str) -> str:
         return f"{self.prefix}{file_id}.jsonl"
 
+    async def call(self, work: Callable[..., Any], **arguments: Any) -> Any:
+        """One S3 call off the event loop; whatever S3 or the network answers wrong is FileStorageUnavailable (the
+        operator reads why in the log: a policy, a key, the network)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await asyncio.to_thread(work, **arguments)
+        except (BotoCoreError, ClientError) as error:
+            log.warning("batch_file_storage_failed", call=getattr(work, "__name__", "?"), error=str(error)[:500])
+            raise FileStorageUnavailable("The file storage is unavailable; retry later.") from error
+
     def writer(self, file_id: str) -> BodyWriter:
         return _S3Writer(self, self.key(file_id))
 
     async def put(self, tx: Any, file_id: str, body: bytes) -> None:
-        await asyncio.to_thread(self.s3.put_object, Bucket=self.bucket, Key=self.key(file_id), Body=body)
+        await self.call(self.s3.put_object, Bucket=self.bucket, Key=self.key(file_id), Body=body)
 
     async def chunks(self, file_id: str) -> AsyncIterator[bytes]:
-        answer = await asyncio.to_thread(self.s3.get_object, Bucket=self.bucket, Key=self.key(file_id))
+        answer = await self.call(self.s3.get_object, Bucket=self.bucket, Key=self.key(file_id))
         stream = answer["Body"]
         try:
-            while data := await asyncio.to_thread(stream.read, CHUNK):
+            while data := await self.call(stream.read, amt=CHUNK):
                 yield data
         finally:
             stream.close()
 
     async def drop(self, tx: Any, file_id: str) -> None:
-        await asyncio.to_thread(self._drop, self.key(file_id))
+        await self.call(self._drop, key=self.key(file_id))
 
     def _drop(self, key: str) -> None:
         self.s3.delete_object(Bucket=self.bucket, Key=key)
@@ -187,30 +209,30 @@ class _S3Writer:
             await self._send_part()
 
     async def _send_part(self) -> None:
-        s3, bucket = self.bodies.s3, self.bodies.bucket
+        bodies, s3, bucket = self.bodies, self.bodies.s3, self.bodies.bucket
         if self.upload_id is None:
-            started = await asyncio.to_thread(s3.create_multipart_upload, Bucket=bucket, Key=self.key)
+            started = await bodies.call(s3.create_multipart_upload, Bucket=bucket, Key=self.key)
             self.upload_id = started["UploadId"]
         number = len(self.parts) + 1
-        sent = await asyncio.to_thread(s3.upload_part, Bucket=bucket, Key=self.key, UploadId=self.upload_id,
-                                       PartNumber=number, Body=bytes(self.pending))
+        sent = await bodies.call(s3.upload_part, Bucket=bucket, Key=self.key, UploadId=self.upload_id,
+                                 PartNumber=number, Body=bytes(self.pending))
         self.parts.append({"PartNumber": number, "ETag": sent["ETag"]})
         self.pending = bytearray()
 
     async def finish(self) -> None:
-        s3, bucket = self.bodies.s3, self.bodies.bucket
+        bodies, s3, bucket = self.bodies, self.bodies.s3, self.bodies.bucket
         if self.upload_id is None:  # under one part: one plain object
-            await asyncio.to_thread(s3.put_object, Bucket=bucket, Key=self.key, Body=bytes(self.pending))
+            await bodies.call(s3.put_object, Bucket=bucket, Key=self.key, Body=bytes(self.pending))
             return
         if self.pending:
             await self._send_part()
-        await asyncio.to_thread(s3.complete_multipart_upload, Bucket=bucket, Key=self.key, UploadId=self.upload_id,
-                                MultipartUpload={"Parts": self.parts})
+        await bodies.call(s3.complete_multipart_upload, Bucket=bucket, Key=self.key, UploadId=self.upload_id,
+                          MultipartUpload={"Parts": self.parts})
 
     async def abort(self) -> None:
         if self.upload_id is not None:
-            await asyncio.to_thread(self.bodies.s3.abort_multipart_upload, Bucket=self.bodies.bucket, Key=self.key,
-                                    UploadId=self.upload_id)
+            await self.bodies.call(self.bodies.s3.abort_multipart_upload, Bucket=self.bodies.bucket, Key=self.key,
+                                   UploadId=self.upload_id)
 
 
 def open_bodies(db: Database, root: Path, bucket: str, prefix: str, endpoint_url: str) -> Bodies:

@@ -16,7 +16,7 @@ from moto.server import ThreadedMotoServer
 
 import storage
 from common.errors import PayloadTooLarge
-from gateway.batches.bodies import CHUNK, DatabaseBodies, DiskBodies, S3Bodies
+from gateway.batches.bodies import CHUNK, DatabaseBodies, DiskBodies, FileStorageUnavailable, S3Bodies
 from gateway.batches.files import (
     STALE_SLACK_S,
     FileQuotaExceeded,
@@ -204,3 +204,28 @@ async def test_one_process_takes_a_bounded_number_of_uploads_of_every_team(home)
     await second.abort()
     await third.abort()
     assert files.open_uploads == 0
+
+
+async def test_a_bucket_that_refuses_is_a_clean_503_not_a_500(s3_endpoint, tmp_path, monkeypatch):
+    """A bucket that is not there (or a policy that refuses: the same ClientError) fails the upload, the read and
+    the delete with FileStorageUnavailable (503 `file_storage_unavailable`), and no file is left behind."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    db = await storage.open(f"sqlite:///{tmp_path}/files.db")
+    try:
+        bodies = S3Bodies("no-such-bucket", "x/", s3_endpoint)
+        files = files_of((db, bodies))
+        upload = await files.begin_upload("team_a")
+        with pytest.raises(FileStorageUnavailable) as refused:
+            async with upload:
+                await upload.write(LINE)
+                await upload.commit("in.jsonl")
+        assert (refused.value.status, refused.value.code) == (503, "file_storage_unavailable")
+        assert await files.list("team_a", None, None, 10, True) == ([], False)
+        with pytest.raises(FileStorageUnavailable):
+            [piece async for piece in bodies.chunks("file-abc")]
+        with pytest.raises(FileStorageUnavailable):
+            await bodies.drop(None, "file-abc")
+    finally:
+        await db.close()
