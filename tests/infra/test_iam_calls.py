@@ -44,10 +44,11 @@ S3_ACTIONS = {"HeadObject": "GetObject", "ListObjectsV2": "ListBucket", "ListObj
               "ListMultipartUploads": "ListBucketMultipartUploads"}
 TRANSFER = {"upload_fileobj": "PutObject", "upload_file": "PutObject", "download_file": "GetObject",
             "download_fileobj": "GetObject"}
-# a method called or handed to a thread (asyncio.to_thread(self.client.update_service, ...)), or paginated
-CALL = re.compile(r"\b(?:self\.client|client|s3)\.(\w+)\b")
+# a method called or handed to a thread (asyncio.to_thread(self.client.update_service, ...)), named to the ECS
+# provisioner's one caller (self._call("update_service", ...)), or paginated
+CALL = re.compile(r"\b(?:self\.client|client|s3)\.(\w+)\b|\bself\._call\(\"(\w+)\"")
 PAGINATED = re.compile(r"get_paginator\(\"(\w+)\"\)")
-SERVICE = re.compile(r"boto3\.client\(\"([\w-]+)\"")
+SERVICE = re.compile(r"boto3\.client\(\s*\"([\w-]+)\"")
 
 
 def code_actions(policy: str) -> dict[str, set[str]]:
@@ -64,7 +65,7 @@ def code_actions(policy: str) -> dict[str, set[str]]:
     actions: dict[str, set[str]] = {}
     for path in used:
         source = path.read_text()
-        for name in CALL.findall(source) + PAGINATED.findall(source):
+        for name in [a or b for a, b in CALL.findall(source)] + PAGINATED.findall(source):
             if name in TRANSFER:
                 action = f"s3:{TRANSFER[name]}"
             elif name in operations:
