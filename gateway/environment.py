@@ -52,7 +52,8 @@ NOT_SETTINGS = {
     "SLUICE_SOAK_SECONDS": "test-only: length of tests/faults/test_soak.py",
     "SLUICE_FUZZ_SCALE": "test-only: examples per property test, times this (`make fuzz`)",
     "SLUICE_HYPOTHESIS_PROFILE": "test-only: the Hypothesis profile (tests/conftest.py)",
-    "SLUICE_TOOL_PROOF_PROMPTS": "test-only: prompts of tests/compat/test_openai_tools.py",
+    "SLUICE_TOOL_PROOF_PROMPTS": "test-only: prompts of tests/compat/test_openai_tools.py and "
+                                 "tests/worker/tools/test_proof.py (20: the whole corpus)",
     "SLUICE_TF_PLUGINS": "test-only: the Terraform provider mirror of tests/infra",
     "SLUICE_BENCH_QUICK": "bench-only: the small version of each benchmark (`make bench`)",
     "SLUICE_BENCH_NO_LEDGER": "bench-only: bench/ledger_gateway.py's baseline without a usage ledger: "

@@ -15,7 +15,7 @@ import pytest
 
 from testkit.sluice import (
     MODEL,
-    MODEL_CACHE,
+    default_model_dir,
     pid_alive,
     running_sluice,
     start_sluice,
@@ -33,8 +33,7 @@ def client(sluice_on_smol):
 def tokenizer():
     from transformers import AutoTokenizer
 
-    cached = next(p for p in MODEL_CACHE.iterdir() if (p / "config.json").exists())
-    return AutoTokenizer.from_pretrained(cached)
+    return AutoTokenizer.from_pretrained(default_model_dir())  # the cache holds other models' too (Gemma 3)
 
 
 def test_sdk_completion_streamed_equals_non_streamed(client, tokenizer):

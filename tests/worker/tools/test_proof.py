@@ -1,11 +1,14 @@
-"""Tool calls through the worker's HTTP API on the real SmolLM2: 20 prompts x every tool_choice, streamed and
-not. Every call parses and validates against its schema; named choices call only that function, required ones
-call at least one, none never calls; the streamed pieces rebuild exactly the calls and the content of the
-Finish event, and a request sent not streamed gets the same calls as the streamed one (greedy).
+"""Tool calls through the worker's HTTP API on the real SmolLM2: prompts (10 in `make test`; the issue's proof is
+SLUICE_TOOL_PROOF_PROMPTS=20) x every tool_choice, streamed and not. Every call parses and validates against its
+schema; named choices call only that function, required ones call at least one, none never calls; the streamed
+pieces rebuild exactly the calls and the content of the Finish event, and a request sent not streamed gets the
+same calls as the streamed one (greedy).
 
 Prefill is the cost here (the tool definitions make the prompts ~200 tokens): one batch per tool_choice."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -15,6 +18,7 @@ from tests.worker.tools.helpers import chat, check_calls, post_all
 pytestmark = pytest.mark.slow
 TOOLS = [WEATHER, FLIGHTS]  # strings with maxLength and enum; patterns and an integer range
 REPEATED = 4  # prompts also sent not streamed
+PROMPTS = PROMPTS[:max(int(os.environ.get("SLUICE_TOOL_PROOF_PROMPTS", 10)), REPEATED)]
 TOOL_PROMPT = "You can call these tools:\n"  # shorter than TGI's default (tested in test_prompt.py)
 
 
