@@ -274,8 +274,8 @@ async def test_requests_page_csv_and_chart_show_the_same_records_as_the_api(dash
     await page.click("nav >> text=Requests")
     await page.wait_for_url("**/dashboard/requests**")
     await page.screenshot(path=artifacts / "requests.png", full_page=True)
-    shown = await page.eval_on_selector_all("table[data-requests] tbody tr",
-                                            "rows => rows.map(r => r.cells[10].innerText)")
+    request_ids = "rows => rows.map(r => r.querySelector('[data-label=\"Request id\"]').innerText)"
+    shown = await page.eval_on_selector_all("table[data-requests] tbody tr", request_ids)
     async with httpx.AsyncClient(base_url=dashboard_server.url) as client:
         api = await client.get("/v1/usage/requests", params={"start": "2000-01-01"},
                                headers={"authorization": f"Bearer {key}"})

@@ -55,8 +55,12 @@ def native_forward_builds() -> bool:
 
 
 def workers() -> list[int]:
-    """This test's worker processes (the replica and any spare), not their own children."""
-    return [pid for pid, command in descendants(os.getpid()).items() if " -m worker" in command]
+    """This test's worker processes (the replica and any spare), not their own children, nor those of a `sluice
+    serve` that another module of this test process keeps running (tests/conftest.py's shared server)."""
+    below = descendants(os.getpid())
+    elsewhere = {pid for server, command in below.items() if "gateway.cli.main" in command
+                 for pid in descendants(server)}
+    return [pid for pid, command in below.items() if " -m worker" in command and pid not in elsewhere]
 
 
 async def test_the_spare_is_refilled_only_once_the_woken_replica_is_quiet(tmp_path):
