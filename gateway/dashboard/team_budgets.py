@@ -52,9 +52,7 @@ async def set_budgets(request: Request, sessions: SessionStore, auth: AuthServic
                                          status=exc.status)
     if errors:
         return await limits_template(scope, session, auth, services, values=typed, errors=errors, status=400)
-    tz = zone_or_utc(request.query_params)[0]
-    return Redirect(f"{BASE}/limits?" + urlencode({"team_id": scope.team.id, **({"tz": tz} if tz != "UTC" else {})}),
-                    status_code=303)
+    return _back_to_limits(request, scope.team.id)
 
 
 ALERT_NUMBERS = ("error_rate_percent", "latency_p95_ms", "window_s", "min_requests")
@@ -104,8 +102,13 @@ async def set_alerts(request: Request, sessions: SessionStore, auth: AuthService
                                          status=exc.status)
     if errors:
         return await limits_template(scope, session, auth, services, alert_values=typed, errors=errors, status=400)
+    return _back_to_limits(request, scope.team.id)
+
+
+def _back_to_limits(request: Request, team_id: str) -> Redirect:
+    """The Limits page of the team again, in the zone it was seen in (post, redirect, get)."""
     tz = zone_or_utc(request.query_params)[0]
-    return Redirect(f"{BASE}/limits?" + urlencode({"team_id": scope.team.id, **({"tz": tz} if tz != "UTC" else {})}),
+    return Redirect(f"{BASE}/limits?" + urlencode({"team_id": team_id, **({"tz": tz} if tz != "UTC" else {})}),
                     status_code=303)
 
 
