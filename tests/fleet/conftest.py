@@ -19,6 +19,17 @@ from testkit.protocol_worker import MODEL
 from tests.fleet.fleet import AWS_ENV, Fleet, task_worker
 
 
+@pytest.fixture
+def moto_ecs(monkeypatch):
+    """(moto URL, ECS client) of one service whose tasks the test plays, with the test credentials set."""
+    for name, value in AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+    with moto_server() as url:
+        manual_task_states(url)
+        with ecs_service(url) as (ecs, _):
+            yield url, ecs
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory, postgres, redis) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")

@@ -11,24 +11,12 @@ import json
 import signal
 
 import httpx
-import pytest
 
-from testkit.local_aws import moto_server
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, ecs_service, manual_task_states
+from testkit.played_ecs import CLUSTER, PORT, SERVICE
 from testkit.sluice import start_sluice
 from tests.fleet.fleet import ADMIN_KEY, AWS_ENV, WAIT_S, until
 
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
-
-
-@pytest.fixture
-def moto_ecs(monkeypatch):
-    for name, value in AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    with moto_server() as url:
-        manual_task_states(url)
-        with ecs_service(url) as (ecs, _):
-            yield url, ecs
 
 
 def endpoint_toml(name: str, service: str, moto_url: str, throttle_file) -> str:

@@ -6,22 +6,9 @@ from __future__ import annotations
 
 import signal
 
-import pytest
-
-from testkit.local_aws import moto_server
-from testkit.played_ecs import desired_count, ecs_service, manual_task_states, provisioner_toml
+from testkit.played_ecs import desired_count, provisioner_toml
 from testkit.sluice import start_sluice
 from tests.fleet.fleet import AWS_ENV, WAIT_S, until
-
-
-@pytest.fixture
-def moto_ecs(monkeypatch):
-    for name, value in AWS_ENV.items():
-        monkeypatch.setenv(name, value)
-    with moto_server() as url:
-        manual_task_states(url)
-        with ecs_service(url) as (ecs, _):
-            yield url, ecs
 
 
 def test_sigterm_leaves_the_ecs_service_running(moto_ecs, tmp_path):

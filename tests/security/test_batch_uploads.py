@@ -213,15 +213,9 @@ def test_an_upload_may_outlast_the_body_timeout_but_never_stall_that_long(worker
 def test_file_bodies_in_s3_stream_both_ways_and_stay_their_teams(worker, tmp_path):
     """`file_bucket` set (moto's S3 server): the upload is an S3 object (multipart past 8 MiB) and nothing on the
     data dir; its content streams back, to its team only."""
-    from moto.server import ThreadedMotoServer
+    from testkit.local_aws import moto_server
 
-    from testkit.servers import free_port
-
-    port = free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    moto.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
+    with moto_server() as endpoint:
         aws = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
         s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
                           region_name="us-east-1")
@@ -240,5 +234,3 @@ def test_file_bodies_in_s3_stream_both_ways_and_stay_their_teams(worker, tmp_pat
                 client(server, team_key(server, "s3-other")).files.content(made.id)
             api.files.delete(made.id)
             assert s3.list_objects_v2(Bucket="sluice-batch-files").get("KeyCount", 0) == 0
-    finally:
-        moto.stop()

@@ -12,7 +12,6 @@ import random
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 import storage
 from common.errors import PayloadTooLarge
@@ -27,7 +26,7 @@ from gateway.batches.files import (
 )
 from gateway.config import BatchSettings
 from testkit.databases import fresh_database
-from testkit.servers import free_port
+from testkit.local_aws import moto_server
 
 BUCKET = "sluice-files"
 LINE = b'{"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
@@ -35,13 +34,8 @@ LINE = b'{"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "bo
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture(params=["disk", "database", "s3", "s3-postgres"])
