@@ -104,11 +104,18 @@ async def ask_sign_in_link(request: Request, sessions: SessionStore, auth: AuthS
 
 @get("/sign-in/link", opt=PUBLIC)
 async def sign_in_link_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
+    return await _link_page(request, sessions, auth, "sign_in", "link_sign_in")
+
+
+async def _link_page(request: Request, sessions: SessionStore, auth: AuthService, purpose: str, template: str,
+                     **context: object) -> Response:
+    """The page an e-mailed link opens: its confirmation form while the link is good (opening it spends
+    nothing), else a 400 saying it is gone."""
     session = await current_session(request, sessions) or sessions.anonymous()
     token = request.query_params.get("token")
-    link = await auth.accounts.peek("sign_in", token)
-    return _page(request, session, "link_sign_in", 200 if link else 400, token=token if link else "",
-                 email=link.email if link else "")
+    link = await auth.accounts.peek(purpose, token)
+    return _page(request, session, template, 200 if link else 400, token=token if link else "",
+                 email=link.email if link else "", **context)
 
 
 @post("/sign-in/link", opt=PUBLIC, status_code=303)
@@ -136,11 +143,7 @@ async def ask_reset_link(request: Request, sessions: SessionStore, auth: AuthSer
 
 @get("/reset", opt=PUBLIC)
 async def reset_page(request: Request, sessions: SessionStore, auth: AuthService) -> Response:
-    session = await current_session(request, sessions) or sessions.anonymous()
-    token = request.query_params.get("token")
-    link = await auth.accounts.peek("reset", token)
-    return _page(request, session, "reset", 200 if link else 400, token=token if link else "",
-                 email=link.email if link else "", message=None)
+    return await _link_page(request, sessions, auth, "reset", "reset", message=None)
 
 
 @post("/reset", opt=PUBLIC, status_code=303)
