@@ -1,12 +1,14 @@
-"""A large batch file through `POST /v1/files` (#48): the gateway's peak RSS growth while it streams in and back out,
-against the file's own size (the whole-body path held the file at least twice: growth / size >= 2).
+"""A large batch file through `POST /v1/files` and `POST /v1/batches` (#48): the gateway's peak RSS growth while it
+streams in and back out, and while a batch is made of it, against the file's own size (the whole-body paths held the
+file at least twice: growth / size >= 2; the old batch create also held every line parsed).
 
     .venv/bin/python bench/upload_memory.py [--mib 200] [--quick]
 
 One `sluice serve` (SQLite, bodies in its data dir; the protocol worker stands behind it for `/health`, nothing
 runs on it), `max_file_bytes` raised to the file. Prints the upload's and the download's MiB/s, the upload's MiB
 per gateway CPU-second, the gateway's RSS before, its peak (VmHWM, reset before the upload) and the growth / file
-size ratio. No assertions. `--quick` (or SLUICE_BENCH_QUICK=1): 20 MiB.
+size ratio; then the same for the batch create (lines per second written; the batch is cancelled). No assertions.
+`--quick` (or SLUICE_BENCH_QUICK=1): 20 MiB.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from testkit.stub_gateway import ADMIN_KEY  # noqa: E402
 MIB = 1 << 20
 LINE = json.dumps({"custom_id": "x", "method": "POST", "url": "/v1/chat/completions",
                    "body": {"model": MODEL, "messages": [{"role": "user", "content": "hi " * 40}]}}).encode() + b"\n"
+NUMBERED = LINE.replace(b'"x"', b'"c%07d"')  # a batch's lines need their own custom_ids
 
 
 def kib(pid: int, field: str) -> int:
@@ -53,9 +56,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1")
     args = parser.parse_args()
     size = (20 if args.quick else args.mib) * MIB
-    body = LINE * (size // len(LINE))
+    body = b"".join(NUMBERED % n for n in range(min(size // len(NUMBERED), 1_000_000)))
     config = (f"[batches]\nmax_file_bytes = {len(body) + MIB}\nmax_file_lines = 1000000\n"
-              f'team_max_file_bytes = {4 * len(body)}\n[[models]]\nname = "{MODEL}"\n'
+              f"team_max_file_bytes = {4 * len(body)}\nteam_max_enqueued_tokens = {len(body) * 10}\n"
+              f'[[models]]\nname = "{MODEL}"\n'
               'provisioner = {{ kind = "static", urls = ["{url}"] }}\n')
     with (tempfile.TemporaryDirectory() as data, worker_process(token_delay=0, quiet=True) as worker,
           running_sluice(Path(data), config=config.format(url=worker.url),
@@ -79,11 +83,25 @@ def main() -> None:
                     received += len(piece)
             down_s = time.perf_counter() - started
             peak = kib(pid, "VmHWM")
+            batch_before = kib(pid, "VmRSS")
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+            started = time.perf_counter()
+            batch = client.post("/v1/batches", headers=auth, json={
+                "input_file_id": made.json()["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"})
+            batch_s = time.perf_counter() - started
+            batch_peak = kib(pid, "VmHWM")
+            assert batch.status_code == 200 and batch.json()["status"] == "in_progress", batch.text
+            client.post(f"/v1/batches/{batch.json()['id']}/cancel", headers=auth)
+    lines = len(body) // len(NUMBERED)
     growth = (peak - before) / 1024
     print(f"file {len(body) / MIB:.0f} MiB: upload {len(body) / MIB / up_s:.0f} MiB/s ({len(body) / MIB / up_cpu:.0f} "
           f"MiB per gateway CPU-second), download {received / MIB / down_s:.0f} MiB/s")
     print(f"gateway RSS before {before / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB: growth {growth:.1f} MiB = "
           f"{growth * MIB / len(body):.3f} x the file (whole-body path: >= 2)")
+    batch_growth = (batch_peak - batch_before) / 1024
+    print(f"batch of {lines} lines made in {batch_s:.1f} s ({lines / batch_s:.0f} lines/s): RSS before "
+          f"{batch_before / 1024:.0f} MiB, peak {batch_peak / 1024:.0f} MiB: growth {batch_growth:.1f} MiB = "
+          f"{batch_growth * MIB / len(body):.3f} x the file")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ async def create(request: Request, batches: BatchService, payload: Any) -> dict:
         raise ValidationFailed(f"{where}{first['message']}", param=first["param"])
     principal = request.user
     batch = await batches.store.create(principal.team_id, "anthropic", checks.ANTHROPIC_URL, None,
-                                       msgspec.json.encode(principal).decode(), None, checked.lines, None)
+                                       msgspec.json.encode(principal).decode(), None, checked)
     batches.runner.wake()
     return await _object(batches, request, batch)
 

@@ -181,9 +181,6 @@ class FileStore:
         """A file's body, CHUNK bytes at a time (the caller checked the file is its team's: `get`)."""
         return self.bodies.chunks(file_id)
 
-    async def read(self, file_id: str) -> bytes:
-        return b"".join([data async for data in self.bodies.chunks(file_id)])
-
     async def delete(self, team_id: str, file_id: str) -> bool:
         db = await self.migrated()
         async with db.transaction() as tx:

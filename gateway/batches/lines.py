@@ -29,18 +29,26 @@ class Line:
 
 
 class Checked:
-    def __init__(self) -> None:
+    """What a batch's input came to: its errors (the first MAX_ERRORS) or, line by line, what the batch will
+    hold. `keep=False` counts the lines without holding them (a file is checked as it is read)."""
+
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep
         self.lines: list[Line] = []
         self.errors: list[dict] = []
         self.error_count = 0
         self.seen: set[str] = set()
+        self.models: set[str] = set()
+        self.model = ""  # the first line's
+        self.total = 0
+        self.tokens = 0  # estimated_tokens of every line: what the batch holds of the enqueued-token limit
 
     def error(self, line: int | None, code: str, message: str, param: str | None = None) -> None:
         self.error_count += 1
         if len(self.errors) < MAX_ERRORS:
             self.errors.append({"code": code, "message": message, "param": param, "line": line})
 
-    def add(self, number: int, custom_id: Any, body: Any) -> None:
+    def add(self, number: int, custom_id: Any, body: Any) -> Line | None:
         if not isinstance(custom_id, str) or not custom_id:
             self.error(number, "invalid_custom_id", "custom_id must be a non-empty string", "custom_id")
         elif len(custom_id) > MAX_CUSTOM_ID_CHARS:
@@ -54,53 +62,87 @@ class Checked:
         elif not isinstance(body.get("model"), str) or not body["model"]:
             self.error(number, "missing_required_parameter", "body.model is required", "body.model")
         else:
+            line = Line(custom_id, body, body["model"])
             self.seen.add(custom_id)
-            self.lines.append(Line(custom_id, body, body["model"]))
+            self.models.add(line.model[:64])
+            self.model = self.model or line.model
+            self.total += 1
+            self.tokens += estimated_tokens(body)
+            if self.keep:
+                self.lines.append(line)
+            return line
+        return None
 
     def one_model(self) -> None:
-        models = {line.model for line in self.lines}
-        if len(models) > 1:
+        if len(self.models) > 1:
             self.error(None, "mismatched_model", f"A batch's requests must all name one model; these name "
-                       f"{len(models)}: {', '.join(sorted(m[:64] for m in models)[:4])}", "body.model")
+                       f"{len(self.models)}: {', '.join(sorted(self.models)[:4])}", "body.model")
 
 
-def openai_file(raw: bytes, url: str, max_lines: int) -> Checked:
-    """The lines of an uploaded JSONL file for a batch on `url`."""
-    checked = Checked()
-    rows = raw.split(b"\n")
-    if rows and not rows[-1].strip():
-        rows.pop()
-    if len(rows) > max_lines:
-        checked.error(None, "too_many_requests", f"A batch holds at most {max_lines} requests; this file has "
-                      f"{len(rows)} lines.")
-        return checked
-    for number, row in enumerate(rows, start=1):
+class OpenAIFile:
+    """An uploaded JSONL file for a batch on `url`, checked piece by piece as it is read: `feed` gives the lines
+    a piece completes and holds only the unfinished one (at most the upload's `max_line_bytes`), so a file of any
+    size is checked in the memory of one piece. Once it has more than `max_lines` lines, they are only counted."""
+
+    def __init__(self, url: str, max_lines: int) -> None:
+        self.url, self.max_lines = url, max_lines
+        self.checked = Checked(keep=False)
+        self.rows = 0
+        self._rest = b""
+
+    def feed(self, data: bytes) -> list[Line]:
+        rows = (self._rest + data).split(b"\n")
+        self._rest = rows.pop()
+        return self._check(rows)
+
+    def finish(self) -> list[Line]:
+        """The last line (a blank one after the final newline is no line), then the checks of the whole file."""
+        lines = self._check([self._rest] if self._rest.strip() else [])
+        self._rest = b""
+        checked = self.checked
+        checked.seen = set()  # every custom_id was compared: a large file's ids need not outlive its check
+        if self.rows > self.max_lines:
+            checked.errors, checked.error_count = [], 0
+            checked.error(None, "too_many_requests", f"A batch holds at most {self.max_lines} requests; this file "
+                          f"has {self.rows} lines.")
+        elif not self.rows:
+            checked.error(None, "empty_file", "The input file holds no requests.")
+        checked.one_model()
+        return lines
+
+    def _check(self, rows: list[bytes]) -> list[Line]:
+        lines: list[Line] = []
+        for row in rows:
+            self.rows += 1
+            if self.rows > self.max_lines:
+                continue
+            line = self._line(self.rows, row)
+            if line is not None:
+                lines.append(line)
+        return lines
+
+    def _line(self, number: int, row: bytes) -> Line | None:
+        checked = self.checked
         if not row.strip():
             checked.error(number, "invalid_json_line", "The line is empty.")
-            continue
-        if nesting_depth_exceeds(row, MAX_DEPTH):
+        elif nesting_depth_exceeds(row, MAX_DEPTH):
             checked.error(number, "invalid_json_line", f"The line nests deeper than {MAX_DEPTH} levels.")
-            continue
-        try:
-            value = _decoder.decode(row)
-        except msgspec.DecodeError:
-            checked.error(number, "invalid_json_line", "This line is not parseable as valid JSON.")
-            continue
-        if not isinstance(value, dict):
-            checked.error(number, "invalid_json_line", "Each line must be a JSON object.")
-            continue
-        if value.get("method") != "POST":
-            checked.error(number, "invalid_method", "method must be POST", "method")
-            continue
-        if value.get("url") != url:
-            checked.error(number, "invalid_url", f"The url of every line must be the batch's endpoint {url}",
-                          "url")
-            continue
-        checked.add(number, value.get("custom_id"), value.get("body"))
-    if not rows:
-        checked.error(None, "empty_file", "The input file holds no requests.")
-    checked.one_model()
-    return checked
+        else:
+            try:
+                value = _decoder.decode(row)
+            except msgspec.DecodeError:
+                checked.error(number, "invalid_json_line", "This line is not parseable as valid JSON.")
+                return None
+            if not isinstance(value, dict):
+                checked.error(number, "invalid_json_line", "Each line must be a JSON object.")
+            elif value.get("method") != "POST":
+                checked.error(number, "invalid_method", "method must be POST", "method")
+            elif value.get("url") != self.url:
+                checked.error(number, "invalid_url", f"The url of every line must be the batch's endpoint "
+                              f"{self.url}", "url")
+            else:
+                return checked.add(number, value.get("custom_id"), value.get("body"))
+        return None
 
 
 def anthropic_requests(requests: Any, max_lines: int) -> Checked:

@@ -37,7 +37,8 @@ def openai_batch(batch: Batch, counts: Counts) -> dict:
     }
 
 
-ANTHROPIC_STATUS = {"in_progress": "in_progress", "finalizing": "in_progress", "cancelling": "canceling"}
+ANTHROPIC_STATUS = {"validating": "in_progress", "in_progress": "in_progress", "finalizing": "in_progress",
+                    "cancelling": "canceling"}
 
 
 def anthropic_batch(batch: Batch, counts: Counts, base_url: str) -> dict:

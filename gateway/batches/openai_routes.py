@@ -10,6 +10,7 @@ batch belongs to the caller's team: another team's id is a 404, as is one that n
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -23,6 +24,7 @@ from common.errors import BadRequest, UnsupportedMediaType
 from common.json_body import read_json, read_optional_json
 from gateway.batches import lines as checks
 from gateway.batches.files import file_object
+from gateway.batches.lines import Line
 from gateway.batches.objects import COMPLETION_WINDOW, openai_batch
 from gateway.batches.service import BatchService
 from gateway.batches.upload import UPLOAD_PATH, receive_upload
@@ -124,12 +126,22 @@ async def create_batch(request: Request, batches: BatchService, payload: Any) ->
     row = await _file(batches, principal.team_id, file_id, "input_file_id")
     check(row[2] == "batch", f"The file {file_id} has purpose {row[2]!r}; a batch needs purpose 'batch'",
           "input_file_id")
-    raw = await batches.files.read(file_id)  # up to max_file_bytes: checked off the event loop
-    checked = await asyncio.to_thread(checks.openai_file, raw, endpoint, batches.settings.batches.max_file_lines)
+    max_lines = batches.settings.batches.max_file_lines
+    whole = checks.OpenAIFile(endpoint, max_lines)
+    async for _ in _file_lines(batches, file_id, whole):  # first the whole file's checks, holding no line
+        pass
     batch = await batches.store.create(principal.team_id, "openai", endpoint, file_id,
-                                       msgspec.json.encode(principal).decode(), metadata, checked.lines, checked.errors)
+                                       msgspec.json.encode(principal).decode(), metadata, whole.checked,
+                                       _file_lines(batches, file_id, checks.OpenAIFile(endpoint, max_lines)))
     batches.runner.wake()
     return openai_batch(batch, await batches.store.counts(batch.id))
+
+
+async def _file_lines(batches: BatchService, file_id: str, check: checks.OpenAIFile) -> AsyncIterator[list[Line]]:
+    """A batch file's lines as it is read, a piece at a time, each piece checked off the event loop."""
+    async for piece in batches.files.chunks(file_id):
+        yield await asyncio.to_thread(check.feed, piece)
+    yield check.finish()
 
 
 @get("/v1/batches/{batch_id:str}", summary="OpenAI Batches: one batch", tags=["OpenAI"])

@@ -40,6 +40,7 @@ from gateway.serving.services import Services
 
 log = structlog.get_logger("gateway")
 PAUSE_S = 5.0  # an endpoint that refused a line for now is left alone this long
+VALIDATING_STALE_S = 3_600.0  # a create writes its lines in seconds; one validating this long lost its gateway
 PURGE_EVERY_S = 300.0
 RESULT_PAGE = 1000
 _json = msgspec.json.Encoder()
@@ -104,6 +105,7 @@ class BatchRunner:
             self._purged = now
             await self.files.purge_expired()
             await self.store.purge_ended(now - self.settings.file_retention_s)  # kept as long as their files
+            await self.store.fail_stale(now - VALIDATING_STALE_S)
         startable: dict[str, list[Batch]] = {}
         for batch in await self.store.active():
             if batch.status in ("in_progress", "cancelling") and now >= (batch.times["expires_at"] or now):

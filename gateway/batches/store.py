@@ -6,24 +6,28 @@ the line runs); its result is written once, by the owner of its lease, in the sa
 line (`succeeded` or `errored`), so a result can be written only once for each (batch, line). A runner that dies
 leaves its lines `running` until their leases expire; then any runner claims them again. On PostgreSQL a claim
 is `FOR UPDATE SKIP LOCKED`: two gateways never claim the same line at once; SQLite's one writer serialises them.
-Lines of a cancelled batch that never started end `cancelled`, those of a batch past its window `expired`."""
+Lines of a cancelled batch that never started end `cancelled`, those of a batch past its window `expired`. A batch
+is `validating` while its lines are written (a group per transaction), then `in_progress`."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import secrets
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
 import msgspec
 
 import storage
 from common.errors import BadRequest
-from gateway.batches.lines import Line, encoded, estimated_tokens
+from gateway.batches.lines import Checked, Line, encoded
 from gateway.batches.schema import SCHEMA
 from storage import Database
 
 ACTIVE = ("in_progress", "finalizing", "cancelling")  # statuses whose lines may still change
+HOLDING = ("validating", *ACTIVE)  # statuses whose lines count against the team's enqueued-token limit
 ENDED_LINES = ("succeeded", "errored", "cancelled", "expired")
 WINDOW_S = 86_400.0  # "24h", the one completion window both APIs offer
 
@@ -99,42 +103,84 @@ class BatchStore:
         self.migrated = storage.MigratedOnFirstUse(db, SCHEMA)
 
     async def create(self, team_id: str, api: str, endpoint: str, input_file_id: str | None, principal: str,
-                     metadata: dict | None, lines: list[Line], errors: list[dict] | None) -> Batch:
-        """A batch of `lines` (in_progress), or, with validation `errors`, one that failed at once."""
+                     metadata: dict | None, checked: Checked,
+                     groups: AsyncIterable[builtins.list[Line]] | None = None) -> Batch:
+        """With `checked.errors`, a batch that failed at once; else one of the lines `groups` yields (those `checked`
+        kept where None), `in_progress` once all are written. They are written a group per transaction under a
+        `validating` batch, so neither the input nor the database's writer is held for a whole file; a batch left
+        `validating` by a gateway that died is failed by `fail_stale`."""
         db = await self.migrated()
         prefix = "msgbatch_" if api == "anthropic" else "batch_"
         batch_id = prefix + secrets.token_hex(12)
         now = time.time()
-        status = "failed" if errors else "in_progress"
-        tokens = 0 if errors else sum(estimated_tokens(line.body) for line in lines)
+        errors = checked.errors
         async with db.transaction(lock=f"batches:{team_id}") as tx:  # no two creates pass the enqueued-token limit
-            if tokens:
+            if not errors:
                 summed = await tx.fetchone(
                     "SELECT COALESCE(SUM(enqueued_tokens), 0) FROM batches WHERE team_id = ? AND status IN "
-                    "(?, ?, ?)", (team_id, *ACTIVE))
+                    "(?, ?, ?, ?)", (team_id, *HOLDING))
                 assert summed is not None  # an aggregate without GROUP BY always returns one row
                 (held,) = summed
-                if int(held) + tokens > self.team_max_enqueued_tokens:
+                if int(held) + checked.tokens > self.team_max_enqueued_tokens:
                     raise EnqueuedTokensExceeded(
                         f"Enqueued token limit reached: your team's unfinished batches hold about {int(held)} tokens "
-                        f"and this batch about {tokens}; the limit is {self.team_max_enqueued_tokens}. Wait for "
-                        "batches to finish, or cancel some.", param="input_file_id")
+                        f"and this batch about {checked.tokens}; the limit is {self.team_max_enqueued_tokens}. Wait "
+                        "for batches to finish, or cancel some.", param="input_file_id")
             await tx.execute(
                 "INSERT INTO batches (id, team_id, api, endpoint, input_file_id, status, principal, metadata, errors, "
-                "created_at, expires_at, in_progress_at, failed_at, total, enqueued_tokens, model) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (batch_id, team_id, api, endpoint, input_file_id, status, principal,
+                "created_at, expires_at, failed_at, total, enqueued_tokens, model) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (batch_id, team_id, api, endpoint, input_file_id, "failed" if errors else "validating", principal,
                  encoded(metadata) if metadata is not None else None,
                  encoded({"object": "list", "data": errors}) if errors else None, now, now + WINDOW_S,
-                 None if errors else now, now if errors else None, 0 if errors else len(lines), tokens,
-                 lines[0].model if lines else ""))
-            if not errors:
-                await tx.executemany(
-                    "INSERT INTO batch_lines (batch_id, idx, custom_id, body, state) VALUES (?, ?, ?, ?, 'pending')",
-                    [(batch_id, index, line.custom_id, encoded(line.body)) for index, line in enumerate(lines)])
+                 now if errors else None, 0 if errors else checked.total, 0 if errors else checked.tokens,
+                 checked.model))
+        if not errors:
+            try:
+                await self._write_lines(batch_id, checked, groups)
+            except BaseException:
+                await asyncio.shield(self._drop(batch_id))  # a create cut short (a client gone) leaves nothing
+                raise
         found = await self.get(team_id, api, batch_id)
         assert found is not None
         return found
+
+    async def _write_lines(self, batch_id: str, checked: Checked,
+                           groups: AsyncIterable[builtins.list[Line]] | None) -> None:
+        db = await self.migrated()
+        written = 0
+        async for group in groups if groups is not None else _once(checked.lines):
+            if group:
+                async with db.transaction() as tx:
+                    await tx.executemany(
+                        "INSERT INTO batch_lines (batch_id, idx, custom_id, body, state) "
+                        "VALUES (?, ?, ?, ?, 'pending')",
+                        [(batch_id, written + n, line.custom_id, encoded(line.body)) for n, line in enumerate(group)])
+                written += len(group)
+        if written != checked.total:  # its input read differently the second time: never run half a batch
+            raise RuntimeError(f"batch {batch_id}: {written} lines written of {checked.total} checked")
+        await self.mark(batch_id, "in_progress", "in_progress_at", expected=("validating",))
+
+    async def _drop(self, batch_id: str) -> None:
+        db = await self.migrated()
+        async with db.transaction() as tx:
+            await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
+            await tx.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+
+    async def fail_stale(self, before: float) -> int:
+        """Batches still `validating` that were created before `before`: their gateway died while writing their
+        lines. Each ends `failed` with no line (the client asks again)."""
+        db = await self.migrated()
+        rows = await db.fetchall("SELECT id FROM batches WHERE status = 'validating' AND created_at < ?", (before,))
+        errors = encoded({"object": "list", "data": [{
+            "code": "validation_interrupted", "line": None, "param": None,
+            "message": "The gateway that was checking this batch's input stopped; create the batch again."}]})
+        for (batch_id,) in rows:
+            async with db.transaction() as tx:
+                await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
+                await tx.execute("UPDATE batches SET status = 'failed', failed_at = ?, errors = ?, total = 0 "
+                                 "WHERE id = ? AND status = 'validating'", (time.time(), errors, batch_id))
+        return len(rows)
 
     async def get(self, team_id: str, api: str, batch_id: str) -> Batch | None:
         db = await self.migrated()
@@ -260,8 +306,8 @@ class BatchStore:
     async def purge_ended(self, before: float) -> int:
         """Delete ended batches created before `before` with their lines (their files expire on their own)."""
         db = await self.migrated()
-        rows = await db.fetchall("SELECT id FROM batches WHERE created_at < ? AND status NOT IN (?, ?, ?)",
-                                 (before, *ACTIVE))
+        rows = await db.fetchall("SELECT id FROM batches WHERE created_at < ? AND status NOT IN (?, ?, ?, ?)",
+                                 (before, *HOLDING))
         for (batch_id,) in rows:
             async with db.transaction() as tx:
                 await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
@@ -312,3 +358,7 @@ class BatchStore:
                 args.append(error_file_id)
             await tx.execute(f"UPDATE batches SET {', '.join(sets)} WHERE id = ?", (*args, batch_id))
         return True
+
+
+async def _once(lines: builtins.list[Line]) -> AsyncIterator[builtins.list[Line]]:
+    yield lines

@@ -27,7 +27,8 @@ def test_checkov_finds_nothing_and_every_skip_says_why(tmp_path):
                            "dockerfile", "--output", "json", "--output-file-path", str(report),
                            "--skip-download"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     path = report / "results_json.json"
-    assert path.exists(), f"checkov wrote no report (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    assert path.exists(), (f"checkov wrote no report (exit {done.returncode}):\n"
+                           f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
     results = json.loads(path.read_text())
     results = results if isinstance(results, list) else [results]
     assert {r["check_type"] for r in results} == {"terraform", "dockerfile"}

@@ -19,14 +19,16 @@ DEPLOY = README[README.index("## Deploy\n"):README.index("### Deploys that keep 
 
 def test_dev_and_prod_take_their_state_bucket_from_the_bootstrap():
     for env in ("dev", "prod"):
-        backend = re.search(r'backend "s3" \{(.*?)\n  \}', (TERRAFORM_SOURCE / "envs" / env / "main.tf").read_text(), re.S)
+        main_tf = (TERRAFORM_SOURCE / "envs" / env / "main.tf").read_text()
+        backend = re.search(r'backend "s3" \{(.*?)\n  \}', main_tf, re.S)
         assert backend, env
         settings = dict(re.findall(r"^\s*(\w+)\s*=\s*(.+?)\s*$", backend.group(1), re.M))
         assert "bucket" not in settings and "dynamodb_table" not in settings, (env, settings)  # nothing account-bound
         assert settings == {"key": f'"{env}/terraform.tfstate"', "encrypt": "true", "use_lockfile": "true"}, env
     bootstrap = (TERRAFORM_SOURCE / "modules" / "bootstrap" / "main.tf").read_text()
     assert 'resource "aws_s3_bucket" "state"' in bootstrap and 'resource "aws_ecr_repository" "image"' in bootstrap
-    steps = [DEPLOY.index(s) for s in ("envs/bootstrap apply", "output -raw backend_config > infra/terraform/envs/$ENV/backend.hcl",
+    steps = [DEPLOY.index(s) for s in ("envs/bootstrap apply",
+                                       "output -raw backend_config > infra/terraform/envs/$ENV/backend.hcl",
                                        "docker push", "init -backend-config=backend.hcl")]
     assert steps == sorted(steps), "bootstrap, backend.hcl, images, then the env's init"
 
@@ -53,7 +55,8 @@ def test_the_first_team_is_made_without_a_gateway_by_the_readmes_command(tmp_pat
     (container,) = overrides["containerOverrides"]
     service = (TERRAFORM_SOURCE / "modules" / "gateway" / "service.tf").read_text()
     assert f'name                   = "{container["name"]}"' in service  # the task definition's container
-    assert 'family                   = "${var.name}-gateway"' in service and "--task-definition sluice-$ENV-gateway" in DEPLOY
+    assert 'family                   = "${var.name}-gateway"' in service
+    assert "--task-definition sluice-$ENV-gateway" in DEPLOY
     # what the one-off task has: the gateway's config (an ECS endpoint whose team does not exist yet), the
     # database URL and the pepper from Secrets Manager; no gateway serves
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}

@@ -19,7 +19,9 @@ run "render" {
   command = plan
   variables {
     endpoint_settings = {
-      "HuggingFaceTB/SmolLM2-135M-Instruct" = { min_replicas = 0, max_replicas = 3, idle_seconds = 900, target_concurrency = 8.5, team_id = "team-abc" }
+      "HuggingFaceTB/SmolLM2-135M-Instruct" = {
+        min_replicas = 0, max_replicas = 3, idle_seconds = 900, target_concurrency = 8.5, team_id = "team-abc"
+      }
     }
     scaling = { ecs_start_timeout_seconds = 2400 }
   }

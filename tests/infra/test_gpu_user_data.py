@@ -31,7 +31,8 @@ def boot_check(tmp_path: Path, image_cuda: str, driver_cuda: str | None) -> tupl
         (bin_dir / "nvidia-smi").write_text(SMI.format(cuda=driver_cuda))
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
-    done = subprocess.run(["bash", "-c", script + "\necho joined\n"], capture_output=True, text=True, timeout=30, check=False,
+    done = subprocess.run(["bash", "-c", script + "\necho joined\n"], capture_output=True, text=True, timeout=30,
+                          check=False,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     return done.returncode, done.stdout + done.stderr, calls.read_text().splitlines() if calls.exists() else []
 
@@ -53,7 +54,8 @@ def test_an_older_or_missing_driver_powers_the_host_off_before_joining(tmp_path,
 def rendered_warm_pool_script(tmp_path: Path) -> str:
     """The whole template as Terraform renders it with a warm pool and an ECR image, its host paths moved under
     `tmp_path` (the ECS config, cloud-init's per-boot folder)."""
-    values = {"cluster": "sluice-test", "image_cuda": "12.8", "region": "us-east-1", "launch_hook": "sluice-test-gpu-launch",
+    values = {"cluster": "sluice-test", "image_cuda": "12.8", "region": "us-east-1",
+              "launch_hook": "sluice-test-gpu-launch",
               "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/sluice-worker:1",
               "registry": "123456789012.dkr.ecr.us-east-1.amazonaws.com"}
     text = TEMPLATE.read_text()

@@ -76,6 +76,7 @@ def test_every_install_takes_its_versions_from_the_lock(source):
     assert installs, f"{source}: no pip install found"
     free = [line for line in installs if "requirements.lock" not in line and "--no-deps" not in line
             and "--upgrade pip" not in line and not re.search(r"torch==[\d.]+\s*$", line.strip())
-            and "$(CHECKOV_PIN)" not in line and "'uv>=" not in line]  # `make lock` bootstraps the tool that writes the lock
+            and "$(CHECKOV_PIN)" not in line
+            and "'uv>=" not in line]  # `make lock` bootstraps the tool that writes the lock
     assert not free, f"{source}: installs outside the lock: {free}"
     assert any("requirements.lock" in line for line in installs)

@@ -101,7 +101,8 @@ async def test_sigterm_under_load_loses_no_answered_request(postgres, worker, tm
         await asyncio.gather(*clients)
 
     # uvicorn re-raises the SIGTERM it caught once shutdown is complete; the lifespan closed everything first
-    assert exit_code in (0, -signal.SIGTERM) and '"gateway_stopped"' in server.output, (exit_code, server.output[-3000:])
+    assert exit_code in (0, -signal.SIGTERM) and '"gateway_stopped"' in server.output, (exit_code,
+                                                                                      server.output[-3000:])
     assert refused > 0  # the clients were still sending when it stopped
     counts = await stored(database_url, answered)
     missing = [rid for rid, count in counts.items() if count != 1]
