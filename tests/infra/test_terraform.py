@@ -25,7 +25,15 @@ def test_formatting(terraform: Terraform):
     assert done.returncode == 0, f"run `terraform fmt -recursive infra/terraform`:\n{done.stdout}{done.stderr}"
 
 
-@pytest.mark.parametrize("directory", [f"modules/{m}" for m in MODULES] + [f"envs/{e}" for e in ENVS])
+def test_every_module_is_validated_through_an_env():
+    """`validate` of a root module checks the modules it calls: the envs' runs below cover every module (each
+    module's own `terraform test` validates it again), so no module is initialised and validated twice."""
+    called = {m for env in ENVS for path in (TERRAFORM_SOURCE / "envs" / env).glob("*.tf")
+              for m in re.findall(r'source\s*=\s*"\.\./\.\./modules/(\w+)"', path.read_text())}
+    assert called == set(MODULES)
+
+
+@pytest.mark.parametrize("directory", [f"envs/{e}" for e in ENVS])
 def test_init_and_validate(terraform: Terraform, directory: str):
     terraform.init(directory)
     done = terraform.run(directory, "validate", "-json", check=False)
