@@ -61,6 +61,8 @@ def _expected(kind: Any) -> str:
     info = types.type_info(kind)
     if isinstance(info, types.UnionType):  # `int | None`: the value's own type
         info = next((t for t in info.types if not isinstance(t, types.NoneType)), info)
+    if isinstance(info, types.LiteralType):
+        return "one of " + ", ".join(str(value) for value in info.values)
     words = {types.IntType: "an integer", types.FloatType: "a number", types.BoolType: "true or false",
              types.StrType: "text", types.ListType: "a comma-separated list"}
     return next((said for kind_of, said in words.items() if isinstance(info, kind_of)), "a valid value")

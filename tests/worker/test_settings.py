@@ -155,3 +155,12 @@ def test_a_worker_with_a_bad_setting_exits_non_zero_with_one_line(tmp_path):
         "sluice worker: invalid configuration in the environment: SLUICE_TORCH_THREADS='-1': must be an integer "
         "(Expected `int` >= 0)"]
     assert Path(tmp_path).exists()
+
+
+def test_the_gateway_refuses_a_log_format_its_workers_would(monkeypatch):
+    """SLUICE_LOG_FORMAT is the gateway's setting and, passed on, its workers': both take the same two values."""
+    from gateway.config import load_settings
+
+    monkeypatch.setenv("SLUICE_LOG_FORMAT", "text")
+    with pytest.raises(SystemExit, match="SLUICE_LOG_FORMAT='text': must be one of console, json"):
+        load_settings()
