@@ -40,8 +40,8 @@ from billing.statements import monthly_statement
 from billing.store import open_store
 from billing.store.base import COLUMNS, ENTRY_COLUMNS, TABLE, row_entry, utc_day
 from billing.store.rollups import backfill
-from billing.store.sql import PostgresDialect, SqliteDialect
 from storage.registry import parse
+from storage.sql_dialect import PostgresDialect, SqliteDialect
 from testkit.servers import postgres_server
 
 DAYS = 90

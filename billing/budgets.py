@@ -16,7 +16,7 @@ from billing.filters import Filters, Selection
 from billing.insights.month import BUDGET_TOKENS, month_bounds
 from billing.insights.sources import Source, fetch_parts, for_totals
 from billing.store.base import UsageStore
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 Period = Literal["month", "day"]
 THRESHOLDS: tuple[int, ...] = (50, 80, 100)  # percent of the amount

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from billing.store.base import tag_pattern
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 NO_USER = "-"  # the user of requests made with a service key: a filter value and a breakdown key (ids never are "-")
 

@@ -17,8 +17,8 @@ import msgspec
 from billing.filters import Selection
 from billing.insights.sources import Source, fetch_parts, for_totals
 from billing.store.base import UsageStore
-from billing.store.sql import Params
 from billing.usage import micros_to_decimal
+from storage.sql_dialect import Params
 
 _MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits: `\d` takes "٢٠٢٦-١١" too
 

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from billing.store.sql import SqlDialect
+from storage.sql_dialect import SqlDialect
 
 Granularity = Literal["hour", "day", "week", "month"]
 GRANULARITIES: tuple[str, ...] = ("hour", "day", "week", "month")

@@ -7,6 +7,7 @@
 - A worker whose model cannot load writes one plain line, prefixed `MODEL_LOAD_FAILED`, to stderr and
   exits with `MODEL_LOAD_FAILED_EXIT`. Starting it again cannot help, so the endpoint controller marks the
   endpoint failed instead of restarting it.
+- Every other setting of a worker is a field of `WorkerSettings` (common/worker_settings.py).
 - `SPAWNED_AT_ENV` carries the unix time the gateway spawned (or assigned) the process, so the worker
   can report how long its start took from the gateway's point of view.
 """
@@ -16,10 +17,11 @@ from __future__ import annotations
 import msgspec
 
 from common.protocol import ModelConfig
+from common.worker_settings import variable
 
 MODEL_LOAD_FAILED_EXIT = 3
 MODEL_LOAD_FAILED = "sluice worker: cannot load model"
-SPAWNED_AT_ENV = "SLUICE_SPAWNED_AT"
+SPAWNED_AT_ENV = variable("spawned_at")  # SLUICE_SPAWNED_AT
 STANDBY_READY = "worker_standby_ready"  # the log event a standby worker writes once it has imported everything
 
 

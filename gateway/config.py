@@ -13,6 +13,7 @@ import msgspec
 
 from auth.forwarded import parse_networks
 from auth.models import Limits
+from common import settings_env
 from gateway import config_object, environment
 from gateway.endpoints.queue_metric import CloudWatchSettings
 from gateway.endpoints.scaling import ScalingSettings
@@ -187,7 +188,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # gateway processes accepting on the one listening socket (gateway/cli/processes.py); more than 1 needs redis_url
     # (limits shared through Redis) and no local workers
     gateway_processes: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
-    log_format: str = "json"  # "json" or "console"
+    log_format: Literal["json", "console"] = "json"  # its workers' too (common/worker_settings.py)
     # SIGTERM: requests in flight get this long to finish, then the usage log drains (up to 10 s more)
     shutdown_grace_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 10.0
     models: list[EndpointSpec] = msgspec.field(default_factory=lambda: [EndpointSpec()])  # each one an endpoint
@@ -258,7 +259,7 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
     for line in environment.unknown(Settings, os.environ):
         print(line, file=sys.stderr, flush=True)
     try:
-        _merge(raw, environment.overrides(Settings, os.environ))
+        _merge(raw, settings_env.overrides(Settings, os.environ))
     except ValueError as exc:
         raise SystemExit(f"sluice: invalid configuration in the environment: {exc}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})

@@ -1,7 +1,8 @@
 """`Database`: a store's handle on the shared pool of one database URL, with one shape for SQLite and
 PostgreSQL (storage/sqlite.py, storage/postgres.py).
 
-Queries are written once with `?` placeholders. A write that a constraint refuses raises `Conflict`; a
+Queries are written once, in the stores' one SQL (`?` / `?N` parameters, row locks as PostgreSQL spells them),
+and translated per backend in one place (storage/sql_text.py). A write that a constraint refuses raises `Conflict`; a
 database that cannot be reached raises `StoreUnavailable` (503) naming the store that asked, never a
 driver error. Several stores hold handles on one pool (storage/registry.py); closing a handle releases
 it, and the pool closes with the last one.
@@ -15,8 +16,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from typing import Any, Literal, Protocol
 
 from storage.errors import unavailable_when_down
+from storage.sql_dialect import PostgresDialect, SqlDialect, SqliteDialect
 
 Dialect = Literal["sqlite", "postgres"]
+_SQL: dict[Dialect, SqlDialect] = {"sqlite": SqliteDialect(), "postgres": PostgresDialect()}
 
 
 class Executor(Protocol):
@@ -73,6 +76,11 @@ class Database(_Translated):
     @property
     def dialect(self) -> Dialect:
         return self.pool.dialect
+
+    @property
+    def sql(self) -> SqlDialect:
+        """The SQL functions this database spells its own way (storage/sql_dialect.py)."""
+        return _SQL[self.dialect]
 
     @contextlib.asynccontextmanager
     async def transaction(self, *, lock: str | None = None) -> AsyncIterator[Executor]:

@@ -1,7 +1,7 @@
 """The PostgreSQL driver: one asyncpg pool.
 
-Queries are written with `?` placeholders, as for SQLite; they are numbered here ($1, $2…), so a query
-that already numbers its own (`$1`) passes unchanged. Transactions run at READ COMMITTED and take no lock of
+Queries are written in the one SQL of the stores (`?` / `?N` parameters: storage/sql_text.py), numbered here
+($1, $2…) by `sql_text.postgres`. Transactions run at READ COMMITTED and take no lock of
 their own; one opened with `lock=<name>` first takes the transaction-scoped advisory lock of that name, so the
 writes that read before they write (migrations, bootstrap, a quota check, the fleet's state of one endpoint)
 run one at a time across every process sharing the database, and nothing else waits for them (storage/README.md
@@ -12,7 +12,6 @@ connection the server ended (restart, failover, `pg_terminate_backend`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ import asyncpg
 
 from storage.database import Dialect
 from storage.errors import conflicts
+from storage.sql_text import postgres
 
 _T = TypeVar("_T")
 POOL_SIZE = 8
@@ -28,15 +28,6 @@ _CONNECT_TIMEOUT = 10.0  # seconds: an unreachable server fails the start quickl
 # What a connection ended by the server raises on its next use.
 _RECONNECT_ERRORS = (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, asyncpg.InternalClientError,
                      asyncpg.AdminShutdownError, asyncpg.PostgresConnectionError, ConnectionError)
-
-
-@functools.lru_cache(maxsize=512)
-def numbered(sql: str) -> str:
-    parts = sql.split("?")
-    out = [parts[0]]
-    for i, part in enumerate(parts[1:], start=1):
-        out.append(f"${i}{part}")
-    return "".join(out)
 
 
 def lock_id(name: str) -> int:
@@ -53,20 +44,20 @@ class PostgresConnection:
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with conflicts():
-            await self._conn.execute(numbered(sql), *args)
+            await self._conn.execute(postgres(sql), *args)
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with conflicts():
-            await self._conn.executemany(numbered(sql), [tuple(r) for r in rows])
+            await self._conn.executemany(postgres(sql), [tuple(r) for r in rows])
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with conflicts():
-            row = await self._conn.fetchrow(numbered(sql), *args)
+            row = await self._conn.fetchrow(postgres(sql), *args)
         return tuple(row) if row is not None else None
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with conflicts():
-            return [tuple(r) for r in await self._conn.fetch(numbered(sql), *args)]
+            return [tuple(r) for r in await self._conn.fetch(postgres(sql), *args)]
 
 
 class PostgresPool:
@@ -109,7 +100,7 @@ class PostgresPool:
     async def transaction(self, lock: str | None = None) -> AsyncIterator[PostgresConnection]:
         async with self._pool.acquire() as conn, conn.transaction():
             if lock is not None:
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_id(lock))
+                await conn.execute(postgres("SELECT pg_advisory_xact_lock(?)"), lock_id(lock))
             yield PostgresConnection(conn)
 
     async def close(self) -> None:

@@ -3,7 +3,8 @@
 One writing connection in autocommit mode runs every statement that may write, one at a time (an
 asyncio lock keeps other coroutines out of an open transaction); a few read-only connections, opened
 on first use, answer `read` in parallel with each other and with the writer, and see committed data
-only. The writer syncs every commit (`synchronous=FULL`): the usage ledger deletes a log segment as
+only. Statements are the stores' one SQL, translated by `sql_text.sqlite` (row locks dropped: every transaction
+here is exclusive). The writer syncs every commit (`synchronous=FULL`): the usage ledger deletes a log segment as
 soon as the commit that stored it returns.
 """
 
@@ -19,6 +20,7 @@ import aiosqlite
 
 from storage.database import Dialect
 from storage.errors import conflicts
+from storage.sql_text import sqlite
 from storage.sqlite_wal import connect_wal
 
 READERS = 3
@@ -48,20 +50,20 @@ class SqliteConnection:
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> None:
         with conflicts():
-            await self._conn.execute(sql, tuple(args))
+            await self._conn.execute(sqlite(sql), tuple(args))
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         with conflicts():
-            await self._conn.executemany(sql, [tuple(r) for r in rows])
+            await self._conn.executemany(sqlite(sql), [tuple(r) for r in rows])
 
     async def fetchone(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with conflicts():
-            async with self._conn.execute(sql, tuple(args)) as cur:
+            async with self._conn.execute(sqlite(sql), tuple(args)) as cur:
                 return cast("RowTuple | None", await cur.fetchone())
 
     async def fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with conflicts():
-            async with self._conn.execute(sql, tuple(args)) as cur:
+            async with self._conn.execute(sqlite(sql), tuple(args)) as cur:
                 return cast("list[RowTuple]", list(await cur.fetchall()))
 
 
@@ -114,7 +116,7 @@ class SqlitePool:
     async def read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         reader = await self._reader()
         try:
-            async with reader.execute(sql, tuple(args)) as cur:
+            async with reader.execute(sqlite(sql), tuple(args)) as cur:
                 return cast("list[RowTuple]", list(await cur.fetchall()))
         finally:
             self._idle.put_nowait(reader)

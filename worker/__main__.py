@@ -8,22 +8,20 @@ engine, warm_up, compile (the scripted decode layers), total.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import os
 import sys
 import time
 import uuid
 from pathlib import Path
 
-import msgspec
 import structlog
 import torch
 import uvicorn
 
 from common.logs import configure_logging
-from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
-from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
+from common.protocol import ModelConfig, ModelInfo
+from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, STANDBY_READY
+from common.worker_settings import WorkerSettings
 from worker import IMPORTED_AT
 from worker.allocator import return_large_blocks, trim_periodically
 from worker.decoding.grammar.compile_process import start_server
@@ -33,50 +31,42 @@ from worker.loading import load_model, preload_model_code
 from worker.prompt_overhead import measure
 from worker.secret import bind_refusal
 from worker.server import create_worker_app
+from worker.settings import assigned, load
 from worker.threads import torch_threads
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker")
-    parser.add_argument("--model-json", default="{}", help="a ModelConfig as JSON")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8100)
-    parser.add_argument("--data-dir", default=".data")
-    parser.add_argument("--worker-id", default="")
-    parser.add_argument("--standby", action="store_true", help="import, then read an Assignment line from stdin")
-    args = parser.parse_args(argv)
-    secret = os.environ.get(WORKER_SECRET_ENV) or None
-    refusal = bind_refusal(args.host, secret)
+    settings = load(argv)  # the one read of the environment, the flags (worker/settings.py)
+    secret = settings.worker_secret or None
+    refusal = bind_refusal(settings.host, secret)
     if refusal:
         raise SystemExit(refusal)
-    configure_logging(os.environ.get("SLUICE_LOG_FORMAT", "json"))
+    configure_logging(settings.log_format)
     return_large_blocks()  # before the weights load: what loading frees must leave the process
     trim_periodically()
     # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) while this process imports
     # the model code and loads (a spare: before it is assigned), not once the worker serves its first requests
     start_server()
-    if args.standby:
+    if settings.standby:
         preload_model_code()
         preload_native()
         structlog.get_logger("worker").info(STANDBY_READY)
-        line = sys.stdin.buffer.readline()
-        if not line.strip():
+        job = assigned(settings)  # blocks until the gateway assigns this spare
+        if job is None:
             return  # the gateway let go of its standby worker
-        job = msgspec.json.decode(line, type=Assignment)
         timings = {"process_start": 0.0, "imports": 0.0, "standby_imports": round(time.time() - IMPORTED_AT, 3)}
-        serve(job.model, args.host, job.port, job.worker_id or _new_id(), Path(job.data_dir), job.assigned_at,
-              timings, secret)
+        serve(job, job.spawned_at, timings)
         return
     preload_model_code()  # counted as imports, not as the weights' load that would run them lazily
-    spawned = float(os.environ.get(SPAWNED_AT_ENV) or IMPORTED_AT)
+    spawned = settings.spawned_at or IMPORTED_AT
     timings = {"process_start": round(IMPORTED_AT - spawned, 3), "imports": round(time.time() - IMPORTED_AT, 3)}
-    config = msgspec.json.decode(args.model_json.encode(), type=ModelConfig)
-    serve(config, args.host, args.port, args.worker_id or _new_id(), Path(args.data_dir), spawned, timings, secret)
+    serve(settings, spawned, timings)
 
 
-def serve(config: ModelConfig, host: str, port: int, worker_id: str, data_dir: Path, began: float,
-          timings: dict[str, float], secret: str | None) -> None:
+def serve(settings: WorkerSettings, began: float, timings: dict[str, float]) -> None:
     """Load, warm up and serve; `began` (unix time) is when the gateway asked for this worker."""
+    config, host, port, data_dir = settings.model, settings.host, settings.port, Path(settings.data_dir)
+    worker_id, secret = settings.worker_id or _new_id(), settings.worker_secret or None
     log = structlog.get_logger("worker").bind(worker_id=worker_id, model=config.name)
     torch.set_num_threads(torch_threads(config))
     try:

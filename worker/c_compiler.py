@@ -5,8 +5,9 @@ path), else gcc or cc on PATH. Outside the engine because the loader's `auto` pi
 
 from __future__ import annotations
 
-import os
 import shutil
+
+from worker.settings import c_compiler
 
 
 class NativeUnavailable(RuntimeError):
@@ -15,7 +16,7 @@ class NativeUnavailable(RuntimeError):
 
 def compiler() -> str:
     """The C compiler's path."""
-    configured = os.environ.get("CC")
+    configured = c_compiler()
     if configured:
         found = shutil.which(configured)
         if not found:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -32,6 +31,7 @@ from worker.gguf_package import is_package_source, package_gguf
 from worker.known_chat_templates import fill_chat_template
 from worker.load_errors import ModelLoadError
 from worker.model_config_check import check_model_config
+from worker.settings import environment
 
 log = structlog.get_logger(__name__)
 
@@ -110,7 +110,7 @@ def pick_compute(quantization: str, dtype: str, device: torch.device,
 def model_cache_dir(data_dir: Path) -> Path:
     """Where what is derived from model files is cached (GGUF metadata, q4 packs, w8a8 calibrations);
     SLUICE_MODEL_CACHE shares one cache between data dirs."""
-    shared = os.environ.get("SLUICE_MODEL_CACHE")
+    shared = environment().model_cache
     return Path(shared) if shared else data_dir / "models"
 
 
@@ -150,7 +150,7 @@ def download_s3_prefix(url: str, data_dir: Path, marker: str = "config.json") ->
         target /= _safe_relative(prefix, f"S3 prefix {prefix!r}")
     if (target / marker).exists():
         return target
-    client = boto3.client("s3", endpoint_url=os.environ.get("SLUICE_S3_ENDPOINT") or None)
+    client = boto3.client("s3", endpoint_url=environment().s3_endpoint or None)
     paginator = client.get_paginator("list_objects_v2")
     listed = prefix + "/" if prefix else ""  # "models/v1" must not take "models/v10/..." too
     files: dict[str, Path] = {}  # key -> path under the copy

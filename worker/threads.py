@@ -11,12 +11,14 @@ from collections.abc import Callable
 import torch
 
 from common.protocol import ModelConfig
+from worker.settings import environment
 
 
 def torch_threads(config: ModelConfig) -> int:
-    """Explicit config, then SLUICE_TORCH_THREADS, else half the cores. On a small shared host two
-    OpenMP threads that spin-wait on each other run several times slower than one (bench/worker.py)."""
-    configured = config.threads or int(os.environ.get("SLUICE_TORCH_THREADS") or 0)
+    """Explicit config, then the worker's `torch_threads` setting (SLUICE_TORCH_THREADS), else half the cores. On
+    a small shared host two OpenMP threads that spin-wait on each other run several times slower than one
+    (bench/worker.py)."""
+    configured = config.threads or environment().torch_threads
     return configured or max(1, (os.cpu_count() or 2) // 2)
 
 

@@ -23,7 +23,7 @@ import msgspec
 from billing.filters import Selection
 from billing.insights.requests import every_page
 from billing.store.base import TABLE, UsageStore
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 CONTENT_TYPE = "application/gzip"
 _SPOOL_BYTES = 16 << 20  # bigger days go to a temporary file, not memory

@@ -5,9 +5,9 @@ from __future__ import annotations
 from billing.filters import NO_USER, Selection
 from billing.insights.sources import Source, fetch_parts, for_buckets, for_totals
 from billing.store.base import UsageStore
-from billing.store.sql import Params
 from billing.timebuckets import Bucketing
 from billing.usage import UsageQuery, UsageReport, UsageRow
+from storage.sql_dialect import Params
 
 # group_by -> column; a fixed whitelist, never user text in SQL
 GROUP_COLUMNS = {"model": "model", "key": "key_id", "user": "user_id", "team": "team_id", "dialect": "dialect",

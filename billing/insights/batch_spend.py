@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from billing.store.base import TABLE, UsageStore
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 MAX_BATCHES = 1000  # batch ids one read names
 

@@ -22,7 +22,7 @@ from billing.filters import Filters, Selection, where
 from billing.insights.sources import Source, fetch_parts, for_totals
 from billing.insights.sums import Sums
 from billing.store.base import TABLE, UsageStore
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 TRAILING_S = 7 * 86400
 MIN_HISTORY_S = 86400  # the least traffic history a projection is made from: one full day

@@ -26,8 +26,8 @@ from billing.insights.sources import Source, fetch_parts, for_buckets, for_total
 from billing.insights.sums import Sums, ranked
 from billing.insights.timings import Timings, timings
 from billing.store.base import UsageStore
-from billing.store.sql import Params
 from billing.timebuckets import Bucket, Bucketing, Granularity
+from storage.sql_dialect import Params
 
 MAX_BUCKETS = 10_000  # a series longer than this is no chart: ask for days instead of hours
 # what the series may be split by -> the records' column (a fixed whitelist, never user text in SQL);

@@ -11,7 +11,7 @@ import msgspec
 
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 FRACTIONS = (0.5, 0.95, 0.99)
 MEASURED = ("latency_ms", "ttft_ms")
@@ -40,7 +40,7 @@ async def percentiles(store: UsageStore, selection: Selection) -> dict[str, Perc
     worker (a rejection's latency is the gateway's refusal, not a generation's)."""
     params = Params(store.dialect)
     condition = f"{where(selection, params)} AND status <> 'rejected'"
-    if store.dialect.name == "postgresql":
+    if store.dialect.ordered_set_aggregates:
         wanted = "ARRAY[" + ", ".join(str(f) for f in FRACTIONS) + "]::float8[]"
         select = ", ".join(f"COUNT({c}), percentile_disc({wanted}) WITHIN GROUP (ORDER BY {c})" for c in MEASURED)
         (row,) = await store.fetch(f"SELECT {select} FROM {TABLE} WHERE {condition}", params.values)

@@ -8,7 +8,7 @@ from billing.filters import Selection
 from billing.insights.sources import Source, fetch_parts, for_totals
 from billing.insights.sums import Sums, ranked
 from billing.store.base import UsageStore
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 
 async def team_ranking(store: UsageStore, selection: Selection, limit: int | None = None) -> list[Sums]:

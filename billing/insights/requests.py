@@ -14,7 +14,7 @@ import msgspec
 from billing.filters import Selection, where
 from billing.records import LedgerEntry
 from billing.store.base import ENTRY_COLUMNS, TABLE, UsageStore, row_entry
-from billing.store.sql import Params
+from storage.sql_dialect import Params
 
 MAX_PAGE_SIZE = 10_000  # a page's rows are held in memory: this bounds one answer's size (~6 MB of JSON)
 

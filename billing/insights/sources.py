@@ -12,8 +12,8 @@ from typing import Any
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
 from billing.store.rollups import BUDGET_REFUSED_SQL, DAILY, DAY, HOUR, HOURLY, RATE_LIMITED_SQL, SAVINGS
-from billing.store.sql import Params, SqlDialect
 from billing.timebuckets import Bucketing
+from storage.sql_dialect import Params, SqlDialect
 
 _STATUS_COUNTS = ("ok", "cancelled", "error", "rejected")
 

@@ -28,8 +28,8 @@ from billing.filters import Selection, where
 from billing.insights.percentiles import FRACTIONS, MEASURED, Percentiles, percentiles
 from billing.insights.sources import Source, fetch_parts, for_buckets
 from billing.store.base import TABLE, UsageStore
-from billing.store.sql import Params
 from billing.timebuckets import Bucket, Bucketing
+from storage.sql_dialect import Params
 
 NO_STATUS = "other"  # a failed request recorded without an HTTP status (records from before schema 2)
 _STREAMED = "status = 'ok' AND ttft_ms IS NOT NULL AND latency_ms > ttft_ms"  # requests with a generation time
@@ -59,7 +59,7 @@ async def timings(store: UsageStore, selection: Selection,
                   bucketing: Bucketing) -> tuple[Timings, dict[str, Percentiles]]:
     """The view's timings per bucket (and per model and bucket), and its overall latency and ttft percentiles."""
     index, width = _index(bucketing)
-    scan = _postgres if store.dialect.name == "postgresql" else _sqlite
+    scan = _postgres if store.dialect.ordered_set_aggregates else _sqlite
     (scanned, overall), errors = await asyncio.gather(scan(store, selection, bucketing),
                                                       _errors(store, selection, bucketing))
     lines: dict[str | None, Line] = {}  # model -> latency, ttft, tokens, their ms

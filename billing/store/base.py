@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import msgspec
 
 from billing.records import LedgerEntry, UsageRecord
-from billing.store.sql import SqlDialect
+from storage.sql_dialect import SqlDialect
 
 TABLE = "usage_records"
 
@@ -23,6 +23,9 @@ COLUMNS: tuple[str, ...] = (
     "end_user", "tags",
 )
 ENTRY_COLUMNS = ", ".join(COLUMNS)  # what `row_entry` reads, in order
+# insert-once of a sent budget alert: a row back when this store recorded it, none when another had
+CLAIM_ALERT = ("INSERT INTO budget_alerts (scope, period, threshold, sent_at) VALUES (?, ?, ?, ?) "
+               "ON CONFLICT DO NOTHING RETURNING threshold")
 
 
 _tags = msgspec.json.Decoder(dict[str, str])

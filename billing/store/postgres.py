@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
-from billing.store.base import COLUMNS, TABLE, entry_row
+from billing.store.base import CLAIM_ALERT, COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.sql import PostgresDialect, SqlDialect, claim_alert_sql
 from storage import Database
+from storage.sql_dialect import PostgresDialect, SqlDialect
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
                  "int8", "text", "float8", "float8", "text", "int8", "int8", "int8", "float8",
@@ -17,7 +17,7 @@ _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text
                  "int8", "text", "text", "int8", "int4", "int8", "int8", "int8", "int8", "text", "text")
 # One statement per batch: unnest the column arrays; ON CONFLICT makes re-shipping harmless.
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
-           + ", ".join(f"${i}::{t}[]" for i, t in enumerate(_COLUMN_TYPES, start=1))
+           + ", ".join(f"?::{t}[]" for t in _COLUMN_TYPES)
            + ") ON CONFLICT (request_id) DO NOTHING RETURNING request_id")
 _DIALECT = PostgresDialect()
 _ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
@@ -50,7 +50,7 @@ class PostgresStore:
         """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
         recorded it first (insert-once on the table's primary key)."""
         async with self._db.transaction() as tx:
-            row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
+            row = await tx.fetchone(CLAIM_ALERT, (scope, period, threshold, at))
         return row is not None
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
@@ -58,7 +58,7 @@ class PostgresStore:
 
     async def count(self, request_ids: list[str]) -> dict[str, int]:
         counts = dict.fromkeys(request_ids, 0)
-        rows = await self.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY($1::text[]) "
+        rows = await self.fetch(f"SELECT request_id, COUNT(*) FROM {TABLE} WHERE request_id = ANY(?::text[]) "
                                 "GROUP BY request_id", [request_ids])
         for rid, n in rows:
             counts[rid] = n

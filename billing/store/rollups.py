@@ -26,7 +26,7 @@ from typing import Any
 
 from billing.records import BUDGET_REFUSED, LedgerEntry
 from billing.store.base import TABLE
-from billing.store.sql import SqlDialect
+from storage.sql_dialect import SqlDialect
 
 DAILY, HOURLY = "usage_daily", "usage_hourly"
 DAY, HOUR = 86400, 3600
@@ -133,10 +133,10 @@ def upsert_sql(dialect: SqlDialect, name: str, key: tuple[str, ...], sums: Sums,
     array per column and adds every row in one statement."""
     columns = [*key, *(c for c, _ in sums)]
     if arrays is None:
-        source = f"VALUES ({', '.join(dialect.mark(i) for i in range(1, len(columns) + 1))})"
+        source = f"VALUES ({', '.join('?' * len(columns))})"
     else:
         source = "SELECT * FROM unnest(" + ", ".join(
-            f"{dialect.mark(i)}::{arrays[kind]}[]" for i, (_, kind) in enumerate(column_kinds(key, sums), 1)) + ")"
+            f"?::{arrays[kind]}[]" for _, kind in column_kinds(key, sums)) + ")"
     updates = [f"{c} = {dialect.greatest(f'{name}.{c}', f'excluded.{c}')}" if c == "cold_start_ms_max"
                else f"{c} = {name}.{c} + excluded.{c}" for c, _ in sums]
     return (f"INSERT INTO {name} ({', '.join(columns)}) {source} "

@@ -7,8 +7,8 @@ from __future__ import annotations
 from billing.store.base import TABLE
 from billing.store.rollups import budget_refusals_migration, savings_migration
 from billing.store.rollups import migration as rollups_migration
-from billing.store.sql import PostgresDialect, SqliteDialect
 from storage import Migration, Schema
+from storage.sql_dialect import PostgresDialect, SqliteDialect
 
 _V1_COLUMNS = """
     request_id TEXT {pk},

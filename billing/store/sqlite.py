@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
-from billing.store.base import COLUMNS, TABLE, entry_row
+from billing.store.base import CLAIM_ALERT, COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.sql import SqlDialect, SqliteDialect, claim_alert_sql
 from storage import Database, Executor
+from storage.sql_dialect import SqlDialect, SqliteDialect
 
 # no conflict target: a replayed entry collides with the primary key and the request_id index alike
 _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
@@ -38,7 +38,7 @@ class SqliteStore:
         """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
         recorded it first (insert-once on the table's primary key)."""
         async with self._db.transaction() as tx:
-            row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
+            row = await tx.fetchone(CLAIM_ALERT, (scope, period, threshold, at))
         return row is not None
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:

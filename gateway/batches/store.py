@@ -5,9 +5,10 @@ A line is `pending` until a runner claims it (`running`, with its owner and a le
 the line runs); its result is written once, by the owner of its lease, in the same transaction that ends the
 line (`succeeded` or `errored`), so a result can be written only once for each (batch, line). A runner that dies
 leaves its lines `running` until their leases expire; then any runner claims them again. On PostgreSQL a claim
-is `FOR UPDATE SKIP LOCKED`: two gateways never claim the same line at once; SQLite's one writer serialises them.
-Lines of a cancelled batch that never started end `cancelled`, those of a batch past its window `expired`. A batch
-is `validating` while its lines are written (a group per transaction), then `in_progress`."""
+is `FOR UPDATE SKIP LOCKED`: two gateways never claim the same line at once; SQLite's one writer serialises them
+(storage/sql_text.py drops the row lock there). Lines of a cancelled batch that never started end `cancelled`, those
+of a batch past its window `expired`. A batch is `validating` while its lines are written (a group per transaction),
+then `in_progress`."""
 
 from __future__ import annotations
 
@@ -260,11 +261,10 @@ class BatchStore:
         """The next line of the batch no live lease holds, now leased to `owner`."""
         db = await self.migrated()
         now = time.time()
-        skip_locked = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgres" else ""
         async with db.transaction() as tx:
             row = await tx.fetchone(
                 "SELECT idx, custom_id, body FROM batch_lines WHERE batch_id = ? AND (state = 'pending' OR "
-                f"(state = 'running' AND lease_until < ?)) ORDER BY idx LIMIT 1{skip_locked}", (batch_id, now))
+                "(state = 'running' AND lease_until < ?)) ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED", (batch_id, now))
             if row is None:
                 return None
             await tx.execute("UPDATE batch_lines SET state = 'running', owner = ?, lease_until = ? "

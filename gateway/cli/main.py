@@ -18,6 +18,7 @@ import uvicorn
 
 from auth.cli import register
 from billing.cli import register as register_usage
+from common.worker_settings import variable
 from gateway.batches.upload import UPLOAD_PATH
 from gateway.cli.draining import DrainingServer
 from gateway.cli.processes import Siblings, inherited_socket, shared_wal_root
@@ -72,7 +73,7 @@ class LifespanFailureFilter(logging.Filter):
 def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, host=args.host, port=args.port, data_dir=args.data_dir)
     configure_logging(settings.log_format)
-    os.environ["SLUICE_LOG_FORMAT"] = settings.log_format  # the workers log the same way
+    os.environ[variable("log_format")] = settings.log_format  # the workers log the same way
     if settings.gateway_processes > 1:
         try:
             settings.wal_root = shared_wal_root(settings)

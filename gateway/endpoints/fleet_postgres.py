@@ -51,16 +51,16 @@ CHANNEL = "sluice_fleet_config"
 LISTEN_CONNECT_S = 10.0
 # One statement: publish the report, drop expired ones, take or renew the lease, read the live reports (a CTE
 # sees the snapshot from before the statement: this gateway's fresh report is added by the caller).
-# $1 endpoint, $2 gateway, $3 report body, $4 report ttl, $5 lease seconds.
+# ?1 endpoint, ?2 gateway, ?3 report body, ?4 report ttl, ?5 lease seconds.
 _SYNC = """
 WITH now AS (SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) AS t),
 published AS (
-    INSERT INTO fleet_reports (endpoint, gateway, body, expires_at) SELECT $1, $2, $3, t + $4 FROM now
+    INSERT INTO fleet_reports (endpoint, gateway, body, expires_at) SELECT ?1, ?2, ?3, t + ?4 FROM now
     ON CONFLICT (endpoint, gateway) DO UPDATE SET body = excluded.body, expires_at = excluded.expires_at),
-expired AS (DELETE FROM fleet_reports WHERE endpoint = $1 AND expires_at < (SELECT t FROM now)),
+expired AS (DELETE FROM fleet_reports WHERE endpoint = ?1 AND expires_at < (SELECT t FROM now)),
 claimed AS (
     INSERT INTO fleet_leases AS held (endpoint, holder, token, expires_at, fenced)
-    SELECT $1, $2, 1, t + $5, 0 FROM now
+    SELECT ?1, ?2, 1, t + ?5, 0 FROM now
     ON CONFLICT (endpoint) DO UPDATE SET
         token = CASE WHEN held.holder = excluded.holder AND held.expires_at >= (SELECT t FROM now)
                      THEN held.token ELSE held.token + 1 END,
@@ -70,14 +70,14 @@ claimed AS (
 SELECT NULL, (SELECT token FROM claimed), NULL
 UNION ALL
 SELECT gateway, NULL, body FROM fleet_reports
-WHERE endpoint = $1 AND gateway <> $2 AND expires_at >= (SELECT t FROM now)
+WHERE endpoint = ?1 AND gateway <> ?2 AND expires_at >= (SELECT t FROM now)
 """
-# $1 scope, $2 second, $3 calls, $4 limit: count the calls if the second has room for all of them.
+# ?1 scope, ?2 second, ?3 calls, ?4 limit: count the calls if the second has room for all of them.
 _TAKE_CALL = """
 INSERT INTO fleet_calls AS taken (scope, second, used)
-SELECT $1, $2, CAST($3 AS INTEGER) WHERE CAST($3 AS INTEGER) <= CAST($4 AS DOUBLE PRECISION)
+SELECT ?1, ?2, CAST(?3 AS INTEGER) WHERE CAST(?3 AS INTEGER) <= CAST(?4 AS DOUBLE PRECISION)
 ON CONFLICT (scope, second) DO UPDATE SET used = taken.used + excluded.used
-WHERE taken.used + excluded.used <= CAST($4 AS DOUBLE PRECISION)
+WHERE taken.used + excluded.used <= CAST(?4 AS DOUBLE PRECISION)
 RETURNING used
 """
 _report = msgspec.json.Decoder(Report)

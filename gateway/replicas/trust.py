@@ -5,7 +5,7 @@ The secret (worker/secret.py) is `SLUICE_WORKER_SECRET` when set, which remote w
 too; otherwise one generated at each gateway start, which only the local workers it starts receive.
 A worker process never sees the gateway's own secrets (`SLUICE_KEY_PEPPER`, `SLUICE_ADMIN_KEY`, the
 database and Redis URLs): it gets the variables below, which run Python, torch, CUDA, the Hugging Face
-libraries and an S3 model source, and the few Sluice settings a worker reads.
+libraries and an S3 model source, and the worker settings of the host (`INHERITED`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import os
 import secrets
 
 from common.protocol import WORKER_SECRET_ENV
+from common.worker_settings import INHERITED, variable
 
 WORKER_VARIABLES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
     "TOKENIZERS_PARALLELISM",
-    "SLUICE_MODEL_CACHE", "SLUICE_LOG_FORMAT", "SLUICE_TORCH_THREADS", "SLUICE_S3_ENDPOINT",
-    "CC", "SLUICE_NATIVE_CACHE", "SLUICE_NATIVE_FLAGS",  # q4's C build (worker/engine/native/build.py)
+    "CC",  # q4's C build (worker/engine/native/build.py)
+    *(variable(name) for name in INHERITED),  # the worker settings of the host (common/worker_settings.py)
 })
 WORKER_PREFIXES = ("LC_", "PYTHON", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "TORCH", "PYTORCH_", "CUDA_", "NVIDIA_",
                    "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "XDG_", "AWS_")

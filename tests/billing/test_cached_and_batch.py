@@ -30,10 +30,10 @@ from billing.statements import monthly_statement
 from billing.store import rollups
 from billing.store.base import COLUMNS, TABLE
 from billing.store.schema import SCHEMA
-from billing.store.sql import PostgresDialect, SqliteDialect
 from billing.usage import UsageQuery
 from billing.wal import frame, segment_path
 from storage import Schema
+from storage.sql_dialect import PostgresDialect, SqliteDialect
 from tests.billing.factory import usage
 from tests.billing.http import ts
 

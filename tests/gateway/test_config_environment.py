@@ -11,8 +11,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from common.settings_env import overrides, settings_variables
+from common.worker_settings import worker_variables
 from gateway.config import Settings, load_settings
-from gateway.environment import NOT_SETTINGS, overrides, settings_variables
+from gateway.environment import NOT_SETTINGS
 from testkit.sluice import refused_start, start_sluice
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,9 +111,9 @@ def test_an_unknown_variable_is_a_warning_naming_the_nearest_setting(monkeypatch
 
 
 def test_every_sluice_variable_the_repository_names_is_a_setting_or_listed_as_not_one():
-    """NOT_SETTINGS is the one list of the others (worker, internal, test- and bench-only): a variable used
-    anywhere without being in it or in the settings would be warned about at every start."""
-    known = set(settings_variables(Settings)) | set(NOT_SETTINGS)
+    """NOT_SETTINGS is the one list of the others (internal, test- and bench-only; a worker's are its settings): a
+    variable used anywhere without being in it or in the settings would be warned about at every start."""
+    known = set(settings_variables(Settings)) | worker_variables() | set(NOT_SETTINGS)
     this_file = Path(__file__).resolve()
     used: dict[str, str] = {}
     for path in REPO.rglob("*"):

@@ -20,7 +20,8 @@ import msgspec
 import structlog
 
 from common.protocol import ModelConfig
-from common.worker_launch import MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, Assignment
+from common.worker_launch import MODEL_LOAD_FAILED_EXIT, Assignment
+from common.worker_settings import WorkerSettings, arguments, environment
 from gateway.replicas.trust import worker_environment, worker_secret
 
 log = structlog.get_logger(__name__)
@@ -42,13 +43,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def worker_command(model: ModelConfig, port: int, data_dir: Path, worker_id: str) -> list[str]:
-    return [sys.executable, "-m", "worker", "--model-json", msgspec.json.encode(model).decode(),
-            "--port", str(port), "--data-dir", str(data_dir), "--worker-id", worker_id]
+    settings = WorkerSettings(model=model, port=port, data_dir=str(data_dir), worker_id=worker_id)
+    return [sys.executable, "-m", "worker", *arguments(settings)]
 
 
 def worker_env() -> dict[str, str]:
-    """The allow-listed environment and the worker secret (worker_trust.py), and when it was spawned."""
-    return {**worker_environment(worker_secret()), SPAWNED_AT_ENV: repr(time.time())}
+    """The allow-listed environment (trust.py) and what this gateway decides for the worker: the worker secret
+    and when it was spawned (common/worker_settings.py)."""
+    decided = WorkerSettings(worker_secret=worker_secret(), spawned_at=time.time())
+    return {**worker_environment(decided.worker_secret), **environment(decided)}
 
 
 @dataclass(eq=False)

@@ -23,18 +23,26 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+from common.worker_settings import WorkerSettings
 from worker.build_once import build_once
 from worker.c_compiler import NativeUnavailable, compiler
+from worker.settings import SettingsError, environment
 
 SOURCE = Path(__file__).with_name("forward.c")
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-std=c11", "-lm")
 LIBRARY = "libsluice_forward.so"
-COMPILE_TIMEOUT = 300.0  # seconds; SLUICE_NATIVE_COMPILE_TIMEOUT
+
+
+def _settings() -> WorkerSettings:
+    try:
+        return environment()
+    except SettingsError as error:  # a bad variable is why the build cannot run: one line, as every refusal here
+        raise NativeUnavailable(str(error)) from None
 
 
 def cache_root() -> Path:
-    """SLUICE_NATIVE_CACHE, else ~/.cache/sluice/native."""
-    configured = os.environ.get("SLUICE_NATIVE_CACHE")
+    """SLUICE_NATIVE_CACHE (the worker's `native_cache` setting), else ~/.cache/sluice/native."""
+    configured = _settings().native_cache
     return Path(configured) if configured else Path.home() / ".cache" / "sluice" / "native"
 
 
@@ -49,19 +57,12 @@ def _cpu_identity() -> str:
 
 def extra_flags() -> tuple[str, ...]:
     """SLUICE_NATIVE_FLAGS, split as a shell would: flags the compiler gets after FLAGS."""
-    return tuple(shlex.split(os.environ.get("SLUICE_NATIVE_FLAGS", "")))
+    return tuple(shlex.split(_settings().native_flags))
 
 
 def compile_timeout() -> float:
     """SLUICE_NATIVE_COMPILE_TIMEOUT: seconds a compile (or the compiler's --version) may take."""
-    configured = os.environ.get("SLUICE_NATIVE_COMPILE_TIMEOUT")
-    try:
-        seconds = float(configured) if configured else COMPILE_TIMEOUT
-    except ValueError:
-        raise NativeUnavailable(f"SLUICE_NATIVE_COMPILE_TIMEOUT={configured!r} is not a number of seconds") from None
-    if not seconds > 0:
-        raise NativeUnavailable(f"SLUICE_NATIVE_COMPILE_TIMEOUT={configured!r} must be above 0")
-    return seconds
+    return _settings().native_compile_timeout  # bounded by the declaration: above 0
 
 
 def _run(command: list[str], timeout: float) -> subprocess.CompletedProcess:

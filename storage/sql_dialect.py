@@ -1,5 +1,7 @@
-"""The little that differs between the SQL dialects the usage stores speak, and numbered parameters
-(so a query's text can be assembled in any order)."""
+"""The SQL functions that SQLite and PostgreSQL spell differently, for the statements a store assembles (billing's
+usage queries, its rollups), and `Params`, which numbers a statement's parameters. Parameters and row locks are
+translated apart, for every statement (storage/sql_text.py); `Database.sql` is the dialect of a handle's database.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +11,8 @@ from typing import Any
 
 class SqlDialect:
     name = ""
-
-    def mark(self, n: int) -> str:
-        raise NotImplementedError
+    # percentile_disc(...) WITHIN GROUP: without them a caller sorts the values itself (SQLite)
+    ordered_set_aggregates = False
 
     def floor_div(self, expr: str, size: int) -> str:
         """floor(expr / size) as an integer, exactly: the division rounds, so a time a hair before a
@@ -32,9 +33,6 @@ class SqlDialect:
 class SqliteDialect(SqlDialect):
     name = "sqlite"
 
-    def mark(self, n: int) -> str:
-        return f"?{n}"
-
     def floor_div(self, expr: str, size: int) -> str:
         # SQLite's floor() exists only when it was built with its math functions; truncation is floor
         # for the non-negative values bucketed here (times after 1970-01-02)
@@ -53,9 +51,7 @@ class SqliteDialect(SqlDialect):
 
 class PostgresDialect(SqlDialect):
     name = "postgresql"
-
-    def mark(self, n: int) -> str:
-        return f"${n}"
+    ordered_set_aggregates = True
 
     def floor_div(self, expr: str, size: int) -> str:
         quotient = f"floor(({expr}) / {size})"
@@ -72,7 +68,8 @@ class PostgresDialect(SqlDialect):
 
 
 class Params:
-    """The values bound to one statement: `params(value)` appends it and returns its placeholder."""
+    """The values bound to one statement: `params(value)` appends it and returns its numbered parameter (`?N`, the
+    stores' one spelling: storage/sql_text.py), so a statement's text can be assembled in any order."""
 
     def __init__(self, dialect: SqlDialect) -> None:
         self.dialect = dialect
@@ -80,11 +77,4 @@ class Params:
 
     def __call__(self, value: Any) -> str:
         self.values.append(value)
-        return self.dialect.mark(len(self.values))
-
-
-def claim_alert_sql(dialect: SqlDialect) -> str:
-    """Insert-once of a sent budget alert: a row back when this store recorded it, none when another had."""
-    marks = ", ".join(dialect.mark(n) for n in range(1, 5))
-    return (f"INSERT INTO budget_alerts (scope, period, threshold, sent_at) VALUES ({marks}) "
-            "ON CONFLICT DO NOTHING RETURNING threshold")
+        return f"?{len(self.values)}"
