@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
+from auth.policy import sees_endpoint
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import AdapterRegistry
@@ -434,6 +435,6 @@ class Endpoints:
 
 
 def _may_see(spec: EndpointSpec, principal: Principal | None) -> bool:
-    if spec.team_id is None:
-        return True
-    return principal is not None and (principal.is_admin or principal.team_id == spec.team_id)
+    if principal is None:
+        return sees_endpoint(spec.team_id, is_admin=False, team_id=None)
+    return sees_endpoint(spec.team_id, is_admin=principal.is_admin, team_id=principal.team_id)
