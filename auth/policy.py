@@ -7,9 +7,11 @@ its user belongs to, except where the team's owners blocked it. Its role there (
 the user's membership role. Owners (and the operator) manage the team's keys (`manages_keys`).
 
 Every authorization decision is one of this module's functions; the routes, pages and layers that need one call it
-(tests/auth/test_policy_is_the_only_owner.py fails on a role, admin or team comparison anywhere else in gateway/):
-the operator's powers (`uses_admin_api`, `sees_every_team`), who sees a private endpoint (`sees_endpoint`) and a key
-(`sees_key_whole`), who reads batches (`reads_batches`) and who sets a key's grants (`sets_grants`).
+(tests/auth/test_policy_is_the_only_owner.py fails on a role, admin or team comparison anywhere else in gateway/
+or auth/): which user a key acts for (`acting_user`) and which keys are a team's (`in_team_keys`), the operator's
+powers (`uses_admin_api`, `sees_every_team`, `capped`, `named_as_operator`), who sees a private endpoint
+(`sees_endpoint`) and a key whole (`sees_key_whole`), who reads batches (`reads_batches`) and who sets a key's
+grants (`sets_grants`).
 
 A personal key acts in every team its user belongs to, so handing its secret to an owner of one team made that
 owner a member (or owner) of the user's other teams. Hence:
@@ -43,6 +45,12 @@ ADMIN, SERVICE, OWNER, MEMBER = "admin", "service", "owner", "member"
 BATCH_READERS = (OWNER, MEMBER)  # the dashboard's Batches page: a team's people, not its service keys
 
 
+def acting_user(key: KeyRecord) -> str | None:
+    """The user a key acts for: a personal key's; None for a service key and for an admin key (the operator's,
+    whatever user it names)."""
+    return None if key.is_admin else key.user_id
+
+
 def reaches(key: KeyRecord, team_id: str, member_role: str | None, blocked: bool) -> bool:
     """Whether `key` may act in team `team_id`, given its user's role there (None: not a member, or no user) and
     whether the team's owners blocked it there."""
@@ -57,6 +65,25 @@ def role_in(is_admin: bool, member_role: str | None) -> str:
     """The role a key acts with in a team it reaches, as `GET /v1/team` and the dashboard show it: "admin",
     the user's role ("owner", "member"), or "service" (a service key)."""
     return ADMIN if is_admin else member_role or SERVICE
+
+
+def in_team_keys(key: KeyRecord, team_id: str, member_role: str | None) -> bool:
+    """Whether `key` is among the keys team `team_id`'s owners see and act on: the team's service keys and its
+    members' personal keys (`member_role`: the key's user's role there), never an admin key."""
+    if key.is_admin:
+        return False
+    return key.team_id == team_id or (key.user_id is not None and member_role is not None)
+
+
+def capped(is_admin: bool) -> bool:
+    """Whether a team's caps hold the caller (the number of its keys, the operator's budget ceiling): everyone's
+    but the operator's, who sets them."""
+    return not is_admin
+
+
+def named_as_operator(key_is_admin: bool, viewer_is_operator: bool) -> bool:
+    """An admin key's name is the platform's: a team's viewers see OPERATOR in its place, the operator the name."""
+    return key_is_admin and not viewer_is_operator
 
 
 def is_owner(member_role: str | None) -> bool:

@@ -1,5 +1,5 @@
-"""Authorization lives in auth/policy.py alone (issue #46, item 3): the gateway's source is read and every role,
-admin-key or team comparison outside that module is a failure (a route deciding for itself is a side door the
+"""Authorization lives in auth/policy.py alone (issue #46, item 3): the gateway's and auth's source is read and every
+role, admin-key or team comparison outside that module is a failure (a route deciding for itself is a side door the
 policy's tests never see); then each rule moved there is pinned, case by case."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from auth import policy
+from auth.models import KeyRecord
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE_WORDS = {policy.ADMIN, policy.SERVICE, policy.OWNER, policy.MEMBER}
@@ -55,7 +56,8 @@ def _decisions(source: str) -> list[tuple[int, str]]:
 
 def test_no_authorization_decision_outside_the_policy():
     found = [f"{path.relative_to(REPO)}:{line}: {what}"
-             for path in sorted((REPO / "gateway").rglob("*.py"))
+             for path in sorted([*(REPO / "gateway").rglob("*.py"), *(REPO / "auth").rglob("*.py")])
+             if path != REPO / "auth" / "policy.py"
              for line, what in _decisions(path.read_text())]
     assert not found, "decide these in auth/policy.py and call the rule from there:\n" + "\n".join(found)
 
@@ -131,3 +133,32 @@ def test_is_owner_and_manages_keys(role, owner):
     assert policy.is_owner(role) is owner
     assert policy.manages_keys(False, role) is owner
     assert policy.manages_keys(True, role)
+
+
+def key(*, user_id: str | None = None, team_id: str = "team-a", is_admin: bool = False) -> KeyRecord:
+    return KeyRecord(id="k", secret_hash="", name="k", user_id=user_id, team_id=team_id, is_admin=is_admin,
+                     models=(), limits=None, expires_at=None, revoked_at=None, created_at=0.0)
+
+
+def test_acting_user():
+    assert policy.acting_user(key(user_id="usr_1")) == "usr_1"
+    assert policy.acting_user(key()) is None  # a service key
+    assert policy.acting_user(key(user_id="usr_1", is_admin=True)) is None  # the operator's, whoever it names
+
+
+@pytest.mark.parametrize(("record", "role", "listed"), [
+    (key(), None, True),  # the team's own service key
+    (key(team_id="team-b"), None, False),  # another team's service key
+    (key(user_id="usr_1", team_id="team-b"), "member", True),  # a member's personal key made elsewhere
+    (key(user_id="usr_1", team_id="team-b"), None, False),  # a stranger's
+    (key(is_admin=True), None, False),  # an admin key is never a team's
+])
+def test_in_team_keys(record, role, listed):
+    assert policy.in_team_keys(record, "team-a", role) is listed
+
+
+@pytest.mark.parametrize(("key_is_admin", "viewer_is_operator", "hidden"), [
+    (True, False, True), (True, True, False), (False, False, False), (False, True, False)])
+def test_named_as_operator_and_capped(key_is_admin, viewer_is_operator, hidden):
+    assert policy.named_as_operator(key_is_admin, viewer_is_operator) is hidden
+    assert policy.capped(viewer_is_operator) is not viewer_is_operator
