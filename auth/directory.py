@@ -10,7 +10,7 @@ import msgspec
 
 from auth.clock import now
 from auth.models import KeyRecord, TeamRecord
-from auth.policy import reaches, role_in
+from auth.policy import acting_user, named_as_operator, reaches, role_in, sees_every_team
 from auth.store import Store
 
 OPERATOR = "operator"
@@ -46,9 +46,9 @@ class Directory:
     async def teams_reached(self, key: KeyRecord) -> list[ReachedTeam]:
         """Every team `key` may act in (auth.policy.reaches), by name, with its role there."""
         store = self._store
-        user_id = None if key.is_admin else key.user_id  # a personal key's user
+        user_id = acting_user(key)  # a personal key's user
         personal = user_id is not None
-        if key.is_admin:
+        if sees_every_team(key.is_admin):
             candidates = await store.list_teams()
         else:
             team_ids = set(await store.teams_of(user_id)) if user_id is not None else {key.team_id}
@@ -76,7 +76,7 @@ class Directory:
                     names[key_id] = user.name
                 continue
             if (key := await self._store.get_key(key_id)) is not None:
-                names[key_id] = key.name if admin_names or not key.is_admin else OPERATOR
+                names[key_id] = OPERATOR if named_as_operator(key.is_admin, admin_names) else key.name
         for user_id in user_ids:
             if (user := await self._store.get_user(user_id)) is not None:
                 names[user_id] = user.name

@@ -19,7 +19,7 @@ from auth.clock import now
 from auth.errors import RequestError
 from auth.models import ROLES, AccountRecord, LinkRecord, MemberRecord, UserRecord
 from auth.passwords import Hashing, hash_password
-from auth.policy import OWNER, Manager, check_manages
+from auth.policy import Manager, check_manages, is_owner
 from auth.store import Store
 
 INVITE_TTL_S = 7 * 86400.0
@@ -129,7 +129,7 @@ class Memberships:
         check_manages(manager)
         role = _role(role)
         async with self._store.transaction() as tx:
-            await self._demotable(tx, team_id, user_id, staying_owner=role == OWNER)
+            await self._demotable(tx, team_id, user_id, staying_owner=is_owner(role))
             await tx.upsert_member(MemberRecord(team_id, user_id, role, now()))
             await tx.insert_audit(audit_entry(actor, "members.role", f"{team_id}/{user_id}",
                                               {"team_id": team_id, "role": role}))
@@ -149,8 +149,8 @@ class Memberships:
         role = await tx.get_role(team_id, user_id) if isinstance(user_id, str) and len(user_id) <= 100 else None
         if role is None:
             raise RequestError(404, "member_not_found", "No such member of this team.", "user_id")
-        if role == OWNER and not staying_owner:
-            owners = [m for m in await tx.list_members(team_id) if m.role == OWNER]
+        if is_owner(role) and not staying_owner:
+            owners = [m for m in await tx.list_members(team_id) if is_owner(m.role)]
             if len(owners) <= 1:
                 raise RequestError(409, "last_owner", "A team keeps at least one owner: make another member an "
                                    "owner first.", "user_id")

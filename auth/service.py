@@ -23,7 +23,7 @@ from auth.keys import MIN_CUSTOM_LENGTH, PREFIX, KeyHasher, bearer_token
 from auth.memberships import Memberships
 from auth.models import KeyRecord, Limits, Role, TeamRecord
 from auth.passwords import Hashing
-from auth.policy import Manager, reaches
+from auth.policy import Manager, acting_user, reaches
 from auth.store import Store, open_store
 from auth.team_budgets import TeamBudgetOps
 from auth.team_keys import TeamKeys
@@ -140,7 +140,7 @@ class AuthService:
         """The billed team and the key's user's role in it."""
         requested = team_header.strip() if team_header else ""
         team_id = requested or key.team_id
-        user_id = None if key.is_admin else key.user_id  # a personal key's user
+        user_id = acting_user(key)  # a personal key's user
         role = await self._role(team_id, user_id, mono) if user_id is not None else None
         if role is not None and await self._blocked(team_id, key.id, mono):
             # the user is a member (so the team's existence is theirs to know): say why

@@ -12,7 +12,7 @@ from auth.admin import Actor, audit_entry
 from auth.budget_rules import team_budgets_refusal, with_budgets
 from auth.errors import RequestError
 from auth.models import HealthAlerts, Limits, TeamBudgets, TeamRecord
-from auth.policy import Manager, check_manages
+from auth.policy import Manager, capped, check_manages
 from auth.store import Store
 
 
@@ -27,7 +27,7 @@ class TeamBudgetOps:
         check_manages(manager)
 
         def changed(team: TeamRecord) -> Limits:
-            if not manager.is_admin:
+            if capped(manager.is_admin):
                 refused = team_budgets_refusal(team.limits.ceiling if team.limits is not None else None, body)
                 if refused is not None:
                     raise RequestError(403, "above_ceiling" if refused[0] != "ceiling" else "no_ceiling",

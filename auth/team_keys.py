@@ -30,7 +30,18 @@ from auth.models import (
     TeamKeyOut,
 )
 from auth.paging import PageOut, Position
-from auth.policy import Action, Manager, allowed_actions, check, check_manages, grants_refusal
+from auth.policy import (
+    Action,
+    Manager,
+    acting_user,
+    allowed_actions,
+    capped,
+    check,
+    check_manages,
+    grants_refusal,
+    in_team_keys,
+    sees_every_team,
+)
 from auth.store import Store
 
 OWN_KEY_BLOCK = ("This is the key you are acting with: blocking it would lock you out of this team, and only the "
@@ -56,16 +67,14 @@ class TeamKeys:
         """A key that can act in `team_id` (no admin key); `team_id` None: any key, for the operator only.
         404 otherwise: the same answer for "no such key" and "not this team's"."""
         key = await self._store.get_key(key_id)
-        if key is None or not (manager.is_admin if team_id is None else await self._acts_in(key, team_id)):
+        if key is None or not (sees_every_team(manager.is_admin) if team_id is None
+                               else await self._acts_in(key, team_id)):
             raise RequestError(404, "key_not_found", f"No key {key_id!r} in this team.", "key_id")
         return key
 
     async def _acts_in(self, key: KeyRecord, team_id: str) -> bool:
-        if key.is_admin:
-            return False
-        if key.team_id == team_id:
-            return True
-        return key.user_id is not None and await self._store.get_role(team_id, key.user_id) is not None
+        user_id = acting_user(key)
+        return in_team_keys(key, team_id, await self._store.get_role(team_id, user_id) if user_id is not None else None)
 
     async def listed(self, manager: Manager, team_id: str, limit: int | None = None,
                      after: Position | None = None) -> list[ListedKey]:
@@ -80,7 +89,7 @@ class TeamKeys:
     async def every_key(self, manager: Manager, team_id: str | None, limit: int,
                         after: Position | None) -> list[ListedKey]:
         """The operator's list: every key (of `team_id`'s default team when given), admin keys included."""
-        if not manager.is_admin:
+        if not sees_every_team(manager.is_admin):
             raise RequestError(404, "team_not_found", "No such team.", "team_id")
         at = now()
         keys = await self._store.list_keys(team_id, limit, after)
@@ -98,7 +107,7 @@ class TeamKeys:
     async def create(self, actor: Actor, manager: Manager, team_id: str, body: CreateTeamKey) -> KeyCreated:
         check(manager, "create", body.user_id)
         await self._check_grants(manager, team_id, body.user_id, body.limits)
-        cap = None if manager.is_admin else self._max_keys
+        cap = self._max_keys if capped(manager.is_admin) else None
         return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id), cap)
 
     async def may(self, manager: Manager, team_id: str | None, key_id: str, action: Action) -> KeyRecord:

@@ -20,6 +20,7 @@ from auth.models import (
     UserOut,
     UserRecord,
 )
+from auth.policy import sees_key_whole
 
 
 def user_out(user: UserRecord) -> UserOut:
@@ -51,7 +52,7 @@ def team_key_out(key: KeyRecord, blocked: bool, team_id: str) -> TeamKeyOut:
     is this team's business (who, which key, whether it is live, its block here): not that team's id, nor the
     key's limits (a budget's webhook and e-mails), models or last use."""
     fields = _key_fields(key)
-    if key.team_id != team_id:
+    if not sees_key_whole(False, key.team_id, team_id):
         fields.update(team_id=None, models=[], limits=None, last_used_at=None)
         return TeamKeyOut(**fields, blocked=blocked, made_here=False)
     return TeamKeyOut(**fields, blocked=blocked)

@@ -19,7 +19,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult, DefineMiddleware
 
 from auth.errors import AuthError
-from auth.policy import check_manages
+from auth.policy import check_manages, uses_admin_api
 from auth.service import AuthService, Principal
 from common.headers import header
 from gateway.authentication.headers import client_address, team_header
@@ -65,7 +65,7 @@ async def optional_principal(connection: ASGIConnection) -> Principal | None:
 async def is_admin_caller(connection: ASGIConnection) -> bool:
     """Whether a PUBLIC route's caller holds an admin key (a bad key is the usual 401)."""
     caller = await optional_principal(connection)
-    return caller is not None and caller.is_admin
+    return caller is not None and uses_admin_api(caller.is_admin)
 
 
 def authentication(exclude: list[str] | None = None) -> DefineMiddleware:
@@ -74,7 +74,7 @@ def authentication(exclude: list[str] | None = None) -> DefineMiddleware:
 
 
 def require_admin(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    if not connection.user.is_admin:
+    if not uses_admin_api(connection.user.is_admin):
         raise AuthError.denied("This API needs an admin key.")
 
 

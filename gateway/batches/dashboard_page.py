@@ -13,6 +13,7 @@ from litestar import Request, Router, get
 from litestar.di import Provide
 from litestar.response import Stream, Template
 
+from auth.policy import reads_batches
 from auth.service import AuthService
 from auth.sessions import SessionStore
 from billing.insights.batch_spend import BatchSpend, batch_spend
@@ -28,12 +29,11 @@ from gateway.dashboard.routes import _error_page, _sessions, _sign_in_first
 from gateway.errors import NotFound
 
 SHOWN = 200  # batches the page lists
-READERS = ("owner", "member")
 
 
 async def _team_scope(request: Request, sessions: SessionStore, auth: AuthService):
     session, scope = await signed_in_scope(request, sessions, auth)
-    if scope.team.role not in READERS:
+    if not reads_batches(scope.team.role):
         raise Forbidden("The Batches page is for the team's owners and members.")
     return session, scope
 

@@ -36,6 +36,7 @@ from gateway.batches.store import Batch, BatchStore, Claimed, Counts
 from gateway.config import BatchSettings
 from gateway.endpoints.adapters import split_model
 from gateway.errors import SluiceError
+from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.services import Services
 
 log = structlog.get_logger("gateway")
@@ -126,8 +127,8 @@ class BatchRunner:
 
     def _endpoint(self, batch: Batch, principal: Principal):
         try:
-            return self.services.endpoints.resolve(split_model(batch.model, self.services.endpoints.controllers)[0],
-                                                   principal)
+            endpoints = self.services.endpoints
+            return endpoint_named(endpoints, split_model(batch.model, endpoints.controllers)[0], principal)
         except SluiceError:
             return None  # every line of it fails at once in `authorize`: it takes no capacity
 

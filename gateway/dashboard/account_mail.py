@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 import structlog
 
+from auth.policy import is_owner
 from gateway.config import Settings
 from gateway.serving.mail import send_mail
 
@@ -55,5 +56,5 @@ def reset_text(url: str, minutes: int) -> str:
 
 
 def invite_text(url: str, team: str, role: str, days: int) -> str:
-    return (f"You are invited to join the team {team!r} on Sluice as {'an owner' if role == 'owner' else 'a member'}."
+    return (f"You are invited to join the team {team!r} on Sluice as {'an owner' if is_owner(role) else 'a member'}."
             f"\n\nAccept: {url}\n\nThe link works once, for {days} days.\n")

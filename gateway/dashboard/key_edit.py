@@ -14,7 +14,7 @@ from litestar.response import Redirect, Template
 from auth.errors import RequestError
 from auth.keys import display_prefix
 from auth.models import EditKey, KeyRecord, Limits
-from auth.policy import LIMIT_FIELDS
+from auth.policy import LIMIT_FIELDS, sets_grants
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from common.errors import BadRequest
@@ -67,7 +67,7 @@ async def _form(auth: AuthService, session: Session, scope: DashboardScope, key:
         "session": session, "scope": scope, "page": "keys", "key": key, "key_prefix": display_prefix(key.id),
         "values": values, "errors": errors or {}, "limit_fields": LIMIT_FIELDS,
         "form_fields": ("name", *GRANT_FIELDS),
-        "grants": key.user_id is None or scope.is_admin, "team_limits": team_limits, "ceiling": team_limits.ceiling})
+        "grants": sets_grants(scope.is_admin, key.user_id), "team_limits": team_limits, "ceiling": team_limits.ceiling})
 
 
 @get("/keys/{key_id:str}/edit", opt=PUBLIC)

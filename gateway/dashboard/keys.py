@@ -28,7 +28,7 @@ from auth.errors import RequestError
 from auth.keys import display_prefix
 from auth.models import CreateTeamKey, KeyCreated, KeyRecord, RotateKey
 from auth.paging import page, parse_cursor
-from auth.policy import check_manages
+from auth.policy import check_manages, sees_every_team, sees_key_whole
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from auth.team_keys import OWN_KEY_BLOCK, ListedKey
@@ -97,7 +97,7 @@ async def _owner_form(request: Request, sessions: SessionStore, auth: AuthServic
 
 def _acting_team(scope: DashboardScope) -> str | None:
     """The team whose keys a form may name: the team on screen for an owner; any team (None) for the admin."""
-    return None if scope.is_admin else scope.team.id
+    return None if sees_every_team(scope.is_admin) else scope.team.id
 
 
 def _actor(request: Request, session: Session, auth: AuthService) -> Actor:
@@ -134,7 +134,7 @@ def _as_seen(key: KeyRecord, scope: DashboardScope) -> KeyRecord:
     """A member's personal key made in another team, as this team's owners see it: no team id, limits (a budget's
     webhook and e-mails), models or last use of that team's (the team API's rule, auth/views.py team_key_out);
     the admin sees every key whole."""
-    if scope.is_admin or key.team_id == scope.team.id:
+    if sees_key_whole(scope.is_admin, key.team_id, scope.team.id):
         return key
     return msgspec.structs.replace(key, team_id="", models=(), limits=None, last_used_at=None)
 
@@ -151,7 +151,7 @@ async def _page(request: Request, auth: AuthService, ledger: Ledger, services: S
     """The keys of the team on screen (the admin: of every team, or of `keys_of`), a page at a time. After a
     create or rotate (`created`), the new key is shown whatever happens to the list: the change is committed,
     and a key lost to a rendering error could only be rotated again."""
-    keys_of = (request.query_params.get("keys_of") or None) if scope.is_admin else scope.team.id
+    keys_of = (request.query_params.get("keys_of") or None) if sees_every_team(scope.is_admin) else scope.team.id
     if keys_of is not None and keys_of not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="keys_of", code="team_not_found")
     # the range and zone the other pages show (the header's link carries the zone); the usage of `keys_of`
@@ -220,7 +220,7 @@ def _expiry(typed: str, tz: str) -> str | None:
 async def create_key(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger,
                      services: Services) -> Response:
     session, scope, form = await _owner_form(request, sessions, auth)
-    team_id = (form.get("team_id") or scope.team.id) if scope.is_admin else scope.team.id  # the admin: any team
+    team_id = (form.get("team_id") or scope.team.id) if sees_every_team(scope.is_admin) else scope.team.id
     if team_id not in {t.id for t in scope.teams}:
         raise NotFound("No such team on this dashboard.", param="team_id", code="team_not_found")
     typed = {name: str(form.get(name, "")) for name in ("name", "expires_on", *GRANT_FIELDS)}
@@ -313,7 +313,7 @@ async def _block(request: Request, sessions: SessionStore, auth: AuthService, ke
 
 def _keys_url(request: Request, scope: DashboardScope) -> str:
     """The keys page the form came from: the team on screen (the admin's `keys_of` kept)."""
-    keys_of = request.query_params.get("keys_of") if scope.is_admin else None
+    keys_of = request.query_params.get("keys_of") if sees_every_team(scope.is_admin) else None
     tz = zone_or_utc(request.query_params)[0]
     return f"{BASE}/keys?" + urlencode({"team_id": scope.team.id, **({"keys_of": keys_of} if keys_of else {}),
                                         **({"tz": tz} if tz != "UTC" else {})})

@@ -10,6 +10,7 @@ from litestar import Request, get
 from litestar.response import Template
 
 from auth.models import Limits
+from auth.policy import shows_own_key_limits
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from gateway.authentication.middleware import PUBLIC
@@ -27,7 +28,7 @@ async def team_limits(scope: DashboardScope, auth: AuthService, services: Servic
     budget tokens this month, when the caller counted them already (`limits_view`)."""
     team = await auth.directory.team(scope.team.id)
     scoped = [(f"team:{scope.team.id}", team.limits if team is not None else None)]
-    if not scope.is_admin and not scope.is_account:  # the admin key's are not the team's business; an account has none
+    if shows_own_key_limits(scope.is_admin) and not scope.is_account:  # an account has no key of its own
         scoped.append((f"key:{scope.key.id}", scope.key.limits))
     view = await limits_view(services.spending, scope.team.id, scoped, team_month_tokens=team_month_tokens)
     names = {f"team:{scope.team.id}": f"Team {scope.team.name}", f"key:{scope.key.id}": f"Your key {scope.key.name}"}

@@ -19,6 +19,7 @@ from auth.clock import parse_iso
 from auth.errors import AuthError, RequestError
 from auth.memberships import INVITE_TTL_S, MAX_PENDING_INVITES
 from auth.models import ROLES
+from auth.policy import is_owner
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from gateway.authentication.headers import client_address
@@ -48,7 +49,7 @@ async def _render(request: Request, session: Session, scope: DashboardScope, aut
     emails = await auth.store.emails_of(user_ids)
     tz, tz_problem = zone_or_utc(request.query_params)
     pending = await auth.memberships.pending(scope.team.id)
-    owners = sum(1 for m in members if m.role == "owner")
+    owners = sum(1 for m in members if is_owner(m.role))
     return Template("members.html.j2", status_code=400 if tz_problem and status == 200 else status, context={
         "session": session, "scope": scope, "page": "members", "members": members, "names": names, "emails": emails,
         "tz": tz, "tz_problem": tz_problem, "pending": pending, "roles": ROLES, "owners": owners, "message": message,

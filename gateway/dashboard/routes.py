@@ -19,6 +19,7 @@ from litestar.response import Redirect, Stream, Template
 from litestar.static_files import create_static_files_router
 
 from auth.errors import AuthError
+from auth.policy import sees_every_team
 from auth.service import AuthService
 from auth.sessions import Session, SessionStore
 from billing.exports.csv import records_csv, statement_csv
@@ -97,7 +98,7 @@ async def login(request: Request, sessions: SessionStore, auth: AuthService) -> 
     # a new id once signed in: a planted cookie never becomes a signed-in one
     signed = await sessions.start(key_id=principal.key_id, is_admin=principal.is_admin)
     # the operator lands on the ranking of every team, not on the (often empty) default team's overview
-    landing = next_page or f"{BASE}/{'teams' if principal.is_admin else 'overview'}"
+    landing = next_page or f"{BASE}/{'teams' if sees_every_team(principal.is_admin) else 'overview'}"
     return Redirect(landing, status_code=303, cookies=[cookie(request, signed)])
 
 
@@ -155,7 +156,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
 @get("/teams", opt=PUBLIC)
 async def teams_page(request: Request, sessions: SessionStore, auth: AuthService, ledger: Ledger) -> Response:
     session, scope = await signed_in_scope(request, sessions, auth)
-    if not scope.is_admin:
+    if not sees_every_team(scope.is_admin):
         raise Forbidden("The ranking across teams needs the admin key.")
     view = read_view_or_problem(request.query_params, None)
     if view.problem is not None:

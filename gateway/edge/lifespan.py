@@ -49,6 +49,7 @@ from gateway.serving.budget_alerts import AlertSender
 from gateway.serving.budget_gate import BudgetGate
 from gateway.serving.health_alerts import HealthWatch
 from gateway.serving.health_probe import GenerationProbe
+from gateway.serving.model_aliases import MODEL_ALIASES
 from gateway.serving.rejections import address_budget
 from gateway.serving.services import Services
 from gateway.serving.spending import SpendReader
@@ -214,7 +215,7 @@ class GatewayServices(InitPluginProtocol):
                                              provisioners=None if self.supervise else _no_local_workers(data),
                                              on_fatal=shutdown.fail, read_timeout=settings.request_timeout_s,
                                              team_exists=_team_lookup(auth), redis_url=settings.redis_url,
-                                             redis_credentials=signer)
+                                             redis_credentials=signer, reserved_names=MODEL_ALIASES)
         except StoreUnavailable as error:
             raise database_failure(url, error) from error
         opened.push_async_callback(endpoints.drain_and_stop)

@@ -15,6 +15,7 @@ from litestar import Request, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from auth.errors import AuthError
+from auth.policy import uses_admin_api
 from common.headers import header
 from gateway.authentication.middleware import PUBLIC, principal
 from gateway.metrics import REGISTRY
@@ -32,6 +33,6 @@ def _is_scrape_token(authorization: str | None, token: str) -> bool:
 async def prometheus_metrics(request: Request, services: Services) -> Response:
     if not _is_scrape_token(header(request, b"authorization"), services.settings.metrics_token):
         caller = await principal(request)  # 401 without a key or with a wrong one
-        if not caller.is_admin:
+        if not uses_admin_api(caller.is_admin):
             raise AuthError.denied("GET /metrics needs the metrics token or an admin key.")
     return Response(await asyncio.to_thread(generate_latest, REGISTRY), media_type=CONTENT_TYPE_LATEST)

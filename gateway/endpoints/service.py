@@ -14,8 +14,9 @@ Lifecycle
 
 One request
     endpoint = endpoints.resolve(model, principal)   # EndpointNotFound (404) if absent, or private to
-                                                     # another team; "tgi"/"dummy"/"default" name the
-                                                     # first endpoint the principal may see
+                                                     # another team (a name only: clients' aliases are
+                                                     # resolved above, gateway/serving/model_aliases.py)
+    endpoint = endpoints.first_visible(alias, principal)  # the first endpoint the principal may see
     deadline = wait_deadline(...)                    # deadline.py: max_wait_seconds, the request's own
                                                      # deadline, X-Scale-Up-Timeout (time.monotonic clock)
     lease = await endpoints.acquire(endpoint, deadline)
@@ -49,7 +50,8 @@ Views
 
 Admin (POST/GET/PATCH/DELETE /admin/endpoints[/{name}], names taken whole, `/` included)
     await endpoints.create(body) -> EndpointStatus   # InvalidEndpoint (422) naming the field (a private
-                                                     # endpoint's team_id must name a team: `team_exists`);
+                                                     # endpoint's team_id must name a team: `team_exists`;
+                                                     # its name must not be one of `reserved_names`);
                                                      # EndpointConflict (409) if the name exists
     endpoints.get(name) / endpoints.list()
     await endpoints.patch(name, changes)             # PATCHABLE fields only; bounds and idle time apply
@@ -64,13 +66,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
 
+from auth.policy import sees_endpoint
 from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import AdapterRegistry
@@ -86,10 +89,17 @@ from gateway.endpoints.provisioners.standby import StandbyWorkers
 from gateway.endpoints.provisioners.static import StaticProvisioner
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.spec import EcsProvisioning, EndpointSpec, LocalProvisioning, StaticProvisioning, parse_endpoint
+from gateway.endpoints.spec import (
+    EcsProvisioning,
+    EndpointSpec,
+    LocalProvisioning,
+    StaticProvisioning,
+    check_not_alias,
+    parse_endpoint,
+)
 from gateway.endpoints.status import EndpointStatus
 from gateway.endpoints.store import EndpointStore
-from gateway.replicas.pool import DEFAULT_MODEL_ALIASES, ReplicaRouter
+from gateway.replicas.pool import ReplicaRouter
 
 if TYPE_CHECKING:
     from redis.credentials import CredentialProvider
@@ -122,7 +132,7 @@ class Endpoints:
                  provisioners: ProvisionerFactory, *, standby: StandbyWorkers | None = None,
                  on_fatal: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
                  read_timeout: float = 840.0, team_exists: TeamExists | None = None,
-                 fleet: Fleet | None = None):
+                 fleet: Fleet | None = None, reserved_names: Collection[str] = ()):
         self.registry = registry
         self.fleet = fleet or LocalFleet(settings.ecs_api_calls_per_second)  # what ECS endpoints share
         self.store = store
@@ -134,6 +144,7 @@ class Endpoints:
         self.on_fatal = on_fatal
         self.clock = clock
         self.team_exists = team_exists  # None: no team to check against (tests of the scaling machinery)
+        self.reserved_names = frozenset(reserved_names)  # the model aliases of the layer above, lower case
         self.router = ReplicaRouter(read_timeout=read_timeout)  # settings.request_timeout_s
         self.controllers: dict[str, EndpointController] = {}
         self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
@@ -146,11 +157,14 @@ class Endpoints:
                    settings: ScalingSettings | None = None, *, provisioners: ProvisionerFactory | None = None,
                    on_fatal: Callable[[str], None] | None = None, read_timeout: float = 840.0,
                    team_exists: TeamExists | None = None, redis_url: str = "",
-                   redis_credentials: CredentialProvider | None = None) -> Endpoints:
+                   redis_credentials: CredentialProvider | None = None,
+                   reserved_names: Collection[str] = ()) -> Endpoints:
         """`on_fatal(line)`: called when the only endpoint, declared in the config and run by local
         workers, fails before it was ever ready (the embedded setup cannot serve: `sluice serve` exits).
         `read_timeout`: the longest wait for a worker's next bytes (settings.request_timeout_s).
         `team_exists`: whether a private endpoint's `team_id` names a team (the gateway asks the auth store).
+        `reserved_names`: model names that stand for something else (the clients' aliases that the serving layer
+        resolves, gateway/serving/model_aliases.py): no endpoint, declared or created, may be named one.
         `redis_url`: where the fleet shares ECS endpoints' state (fleet.py); "" = in the database when it is
         PostgreSQL (fleet_postgres.py), else this gateway alone; `redis_credentials` sign in to it at each new
         connection (ElastiCache IAM, gateway/redis_iam.py), None: the URL's own."""
@@ -170,12 +184,13 @@ class Endpoints:
             raise
         return cls(EndpointRegistry(store, declared), store, settings,
                    provisioners or default_provisioners(data_dir, standby), standby=standby, on_fatal=on_fatal,
-                   read_timeout=read_timeout, team_exists=team_exists, fleet=fleet)
+                   read_timeout=read_timeout, team_exists=team_exists, fleet=fleet, reserved_names=reserved_names)
 
     # ---- lifecycle ----
 
     async def start(self) -> None:
-        """InvalidEndpoint when an endpoint of the config file names a team that does not exist."""
+        """InvalidEndpoint when an endpoint of the config file has a reserved name or names a team that does not
+        exist."""
         async with self._admin:  # a reload waits for the first load
             if not isinstance(self.fleet, LocalFleet):
                 self.follower = ConfigFollower(self.fleet, self.reload, self.settings.fleet_config_check_seconds)
@@ -183,6 +198,7 @@ class Endpoints:
             specs = await self.registry.load()
             for spec in specs:
                 if self.registry.declared(spec.name):  # the API's were checked when created or patched
+                    self._check_name(spec.name)
                     await self._check_team(spec.team_id, f"the endpoint {spec.name!r} of the config file")
             await self.adapters.load({spec.name for spec in specs})
             for spec in specs:
@@ -300,10 +316,16 @@ class Endpoints:
 
     def resolve(self, model: str, principal: Principal | None) -> EndpointController:
         controller = self.controllers.get(model)
-        if controller is None and model in DEFAULT_MODEL_ALIASES:
-            controller = next((c for c in self.controllers.values() if _may_see(c.spec, principal)), None)
         if controller is None or not _may_see(controller.spec, principal):
             raise EndpointNotFound(model)
+        return controller
+
+    def first_visible(self, alias: str, principal: Principal | None) -> EndpointController:
+        """The first endpoint the principal may see, for a model name that stands for it (`alias`, named by the
+        404 when there is none)."""
+        controller = next((c for c in self.controllers.values() if _may_see(c.spec, principal)), None)
+        if controller is None:
+            raise EndpointNotFound(alias)
         return controller
 
     async def acquire(self, endpoint: EndpointController, deadline: float, tenant: str = "") -> Lease:
@@ -351,6 +373,7 @@ class Endpoints:
             spec = body if isinstance(body, EndpointSpec) else parse_endpoint(body)
         except (msgspec.ValidationError, ValueError) as error:
             raise InvalidEndpoint(str(error)) from error
+        self._check_name(spec.name)
         await self._check_team(spec.team_id, "a private endpoint")
         async with self._admin:
             await self._follow()
@@ -397,6 +420,12 @@ class Endpoints:
         self.router.drop_pool(name)
         metrics.forget(name)
 
+    def _check_name(self, name: str) -> None:
+        try:
+            check_not_alias(name, self.reserved_names)
+        except ValueError as error:
+            raise InvalidEndpoint(str(error)) from error
+
     async def _check_team(self, team_id: str | None, what: str) -> None:
         if team_id is None or self.team_exists is None or await self.team_exists(team_id):
             return
@@ -406,6 +435,6 @@ class Endpoints:
 
 
 def _may_see(spec: EndpointSpec, principal: Principal | None) -> bool:
-    if spec.team_id is None:
-        return True
-    return principal is not None and (principal.is_admin or principal.team_id == spec.team_id)
+    if principal is None:
+        return sees_endpoint(spec.team_id, is_admin=False, team_id=None)
+    return sees_endpoint(spec.team_id, is_admin=principal.is_admin, team_id=principal.team_id)

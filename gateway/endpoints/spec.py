@@ -15,6 +15,7 @@ Every rule raises a `ValueError` naming its field; msgspec reports it with the e
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -22,7 +23,6 @@ from urllib.parse import urlsplit
 import msgspec
 
 from common.protocol import ModelConfig
-from gateway.replicas.pool import DEFAULT_MODEL_ALIASES
 
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86_400.0)]  # finite: `inf` (TOML) would never fire
 NAME_LIMIT = 256
@@ -144,10 +144,17 @@ def check_spelling(raw: Any) -> None:
                 raise ValueError(f"`{old}` is no longer a setting: give {new}")
 
 
+def check_not_alias(name: str, aliases: Collection[str]) -> None:
+    """A name must not be a model alias in any case: an endpoint so named would take the alias over."""
+    if name.lower() in aliases:
+        raise ValueError(f"`name` must not be {name!r}: the model names {', '.join(sorted(aliases))} "
+                         "stand for the first endpoint a caller may see")
+
+
 def _check_name(name: str) -> None:
     """A name is a path under /admin/endpoints and a `model` value, so it must mean nothing else there: parts of
-    letters, digits, `.`, `_`, `-` (no `..`, no `:` that names an adapter), none of them the adapters' path word,
-    and not a word the model field already means (`tgi`: the first endpoint the caller may see)."""
+    letters, digits, `.`, `_`, `-` (no `..`, no `:` that names an adapter), none of them the adapters' path word.
+    Clients' model aliases are refused by `Endpoints`, which is given them (`check_not_alias`)."""
     if not name or len(name) > NAME_LIMIT:
         raise ValueError(f"`name` must be 1 to {NAME_LIMIT} characters")
     if any(c.isspace() or not c.isprintable() for c in name):
@@ -162,9 +169,6 @@ def _check_name(name: str) -> None:
         if part == ADAPTERS_WORD:
             raise ValueError(f"`name` must not hold the part `{ADAPTERS_WORD}`: /admin/endpoints/<name>/"
                              f"{ADAPTERS_WORD} is the path of an endpoint's adapters")
-    if name.lower() in DEFAULT_MODEL_ALIASES:
-        raise ValueError(f"`name` must not be {name!r}: the model names {', '.join(sorted(DEFAULT_MODEL_ALIASES))} "
-                         "stand for the first endpoint a caller may see")
 
 
 # (field, lowest, highest, what the lowest means): the worker settings that ModelConfig itself leaves unchecked.

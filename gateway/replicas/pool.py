@@ -21,9 +21,6 @@ from gateway.replicas.trust import worker_secret
 from gateway.replicas.worker_metrics import WORKERS
 
 log = structlog.get_logger(__name__)
-# model names of clients that name none ("tgi" from text-generation, "dummy" from huggingface_hub's chat_completion
-# with a URL, "default" for a Friendli container call without one): the first endpoint the caller may see
-DEFAULT_MODEL_ALIASES = frozenset({"tgi", "dummy", "default"})
 # polls in a row that may fail by timing out before a replica counts as down: one slow answer from a worker
 # busy streaming (or from a gateway loop busy relaying) is not an outage; a refused connection is at once
 MISSED_POLLS_TOLERATED = 2

@@ -44,9 +44,10 @@ from gateway.serving.answer_body import answer_body
 from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unless_gone
 from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
+from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.rejections import count_rejection, refused_by_worker
 from gateway.serving.request_tags import end_user_and_tags
-from gateway.serving.services import DEFAULT_MODEL, Services
+from gateway.serving.services import Services
 
 _json = msgspec.json.Encoder()
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -86,7 +87,7 @@ async def parse(context: RequestContext, payload: Any) -> None:
         payload, parsed = await read_json_then(context.request, lambda value: _parsed(dialect, route, value))
     if dialect.model_optional and isinstance(payload, dict) and payload.get("model") is None:
         # TGI and SGLang bodies name no model: the first endpoint the caller may see
-        payload["model"] = context.services.endpoints.resolve(DEFAULT_MODEL, context.principal).name
+        payload["model"] = endpoint_named(context.services.endpoints, None, context.principal).name
         parsed = UNREAD
     if isinstance(payload, dict) and isinstance(payload.get("model"), str):
         context.accounting.model = payload["model"]
@@ -120,7 +121,7 @@ def authorize(context: RequestContext) -> None:
     that can take the record (503: never serve what could not be billed), the LoRA adapter it names (404)."""
     services, parsed, principal = context.services, context.parsed, context.principal
     endpoint_name, named_adapter = split_model(parsed.model, services.endpoints.controllers)
-    context.endpoint = services.endpoints.resolve(endpoint_name, principal)
+    context.endpoint = endpoint_named(services.endpoints, endpoint_name, principal)
     parsed.model = context.accounting.model = context.endpoint.name
     structlog.contextvars.bind_contextvars(team_id=principal.team_id, model=parsed.model)
     services.auth.check_model(principal, parsed.model)

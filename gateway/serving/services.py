@@ -16,10 +16,9 @@ from gateway.replicas.pool import ReplicaRouter
 from gateway.serving.budget_gate import BudgetGate
 from gateway.serving.health_alerts import HealthWatch
 from gateway.serving.health_probe import GenerationProbe
+from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.spending import SpendReader
 from gateway.serving.worker_client import WorkerClient
-
-DEFAULT_MODEL = "default"  # an alias of the first endpoint a caller may see (gateway.replicas.pool)
 
 
 @dataclass
@@ -49,7 +48,7 @@ class Services:
     def callable_model(self, principal: Principal | None, model: str | None) -> str:
         """The endpoint `model` names (unset or an alias: the first one the caller may see), by generation's rule:
         another team's private endpoint is a 404, one the sent key's allow-list leaves out a 403."""
-        name = self.endpoints.resolve(model or DEFAULT_MODEL, principal).name
+        name = endpoint_named(self.endpoints, model, principal).name
         if principal is not None:
             self.auth.check_model(principal, name)
         return name

@@ -22,12 +22,12 @@ from gateway.dialects.openai.request import OpenAIRequest, deadline, sampling_pa
 from gateway.dialects.token_ids import int_list, int_lists
 from gateway.serving.collect import Choice, Result
 from gateway.serving.dialect import SSE_DONE, Meta, Parsed, check, convert, fail, incomplete, required, sse
+from gateway.serving.model_aliases import DEFAULT_MODEL
 
 # a failed choice ("error", "cancelled") never reaches rendering: gateway.serving.answer.honest fails the request
 FINISH = {"length": "length", "eos_token": "stop", "stop_sequence": "stop", "stop_token": "stop",
           "tool_calls": "tool_calls"}
 MAX_LOGPROBS = 20
-DEFAULT_MODEL = "default"  # resolved by the router to the first served model
 
 
 class CompletionBody(OpenAIRequest, kw_only=True):

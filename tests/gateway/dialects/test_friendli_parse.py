@@ -68,7 +68,8 @@ def test_dedicated_model_is_the_endpoint_id():
 
 
 def test_legacy_container_client_may_omit_the_model_on_v1():
-    from gateway.dialects.openai.completions import DEFAULT_MODEL, OpenAICompletions
+    from gateway.dialects.openai.completions import OpenAICompletions
+    from gateway.serving.model_aliases import DEFAULT_MODEL
 
     legacy = {"prompt": "Hi", "model": None, "num_beams": None, "soft_prompts": None, "max_tokens": 3}
     assert OpenAICompletions().parse(legacy, "/v1/completions").model == DEFAULT_MODEL

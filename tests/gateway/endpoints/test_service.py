@@ -14,6 +14,7 @@ from common.protocol import Done
 from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import parse_endpoint
+from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.worker_client import WorkerClient
 from testkit.servers import free_port
 from tests.gateway.endpoints.helpers import FAST, generate, until
@@ -107,7 +108,7 @@ async def test_a_private_endpoint_is_a_404_for_other_teams(store_url, tmp_path, 
             endpoints.resolve("org/absent", TEAM_B)
         assert [s.name for s in endpoints.visible(TEAM_B)] == ["org/public"]
         assert sorted(s.name for s in endpoints.visible(TEAM_A)) == ["org/public", "team-a/private"]
-        assert endpoints.resolve("default", TEAM_B).name == "org/public"  # the placeholder names a visible one
+        assert endpoint_named(endpoints, "default", TEAM_B).name == "org/public"  # the alias names a visible one
     finally:
         await endpoints.drain_and_stop()
 
