@@ -1,0 +1,201 @@
+"""A large collected answer costs the gateway's event loop only I/O (issue #43 item 12).
+
+An answer of `n` = 32 with 20 top logprobs a token (12 MiB of JSON) took a second of the event loop that every
+team's streams and `/livez` share: the relay decoded its 9,600 token events there, then a thread rendered them,
+sharing the loop's GIL. Now the relay passes token lines on undecoded (gateway/replicas/token_lines.py) and the
+answer is decoded, rendered and encoded in the render process (gateway/serving/render_process.py), in its team's
+turn. Checked here on the same worker events as the path before it: the same bytes in every dialect that asks
+for logprobs of several choices; the loop's turns while a large answer renders, counted, not timed; the team's
+turns and bound. bench/attacks/worker_fairness.py (`--attacks answers`) measures `/livez` beside such answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+
+import msgspec
+import pytest
+
+from common.protocol import Accepted, Done, Finish, Token, TopLogprob, encode_event
+from gateway.dialects.openai.chat import OpenAIChat
+from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.dialects.responses.dialect import OpenAIResponses
+from gateway.dialects.sglang.dialect import SGLang
+from gateway.dialects.tgi.dialect import TGI
+from gateway.errors import UpstreamFailed
+from gateway.replicas.token_lines import TokenLines, grouped
+from gateway.serving.answer_body import answer_body, off_loop
+from gateway.serving.collect import Result
+from gateway.serving.dialect import Meta
+from gateway.serving.render_process import RENDERER, AnswerRenderer, LargeAnswersBusy
+
+CHOICES, TOKENS, TOP = 32, 40, 20
+META = Meta("r1", 1, "m")
+_LATENCY = re.compile(rb'"e2e_latency":[0-9.e-]+')  # SGLang's time since the request arrived: the one moving part
+
+
+def timeless(body: bytes) -> bytes:
+    return _LATENCY.sub(b'"e2e_latency":0', body)
+
+
+def worker_events(choices: int = CHOICES, tokens: int = TOKENS, top: int = TOP) -> list:
+    """What a worker sends for `choices` choices with `top` alternatives a token, the choices interleaved as a
+    batch makes them (the order rendering must keep per choice)."""
+    events: list = [Accepted(prompt_tokens=3, prompt_ids=[1, 2, 3], seeds=list(range(choices)))]
+    for position in range(tokens):
+        events += [Token(index=index, token_id=position, text=f" t{position}é", piece=f" t{position}é",
+                         logprob=-0.5 - position / 7 - index, top_logprobs=[TopLogprob(k, -1.25 - k, f" alt{k}")
+                                                                              for k in range(top)])
+                   for index in range(choices)]
+    events += [Finish(index=index, reason="length", text="".join(f" t{p}é" for p in range(tokens)),
+                      token_ids=list(range(tokens)), seed=index, cumulative_logprob=-index * 1.5)
+               for index in range(choices)]
+    events.append(Done(prompt_tokens=3, completion_tokens=choices * tokens, compute_tokens=choices * tokens))
+    return events
+
+
+def decoded(events: list) -> Result:
+    """The Result of the path before: every event decoded on the loop."""
+    result = Result()
+    for event in events:
+        result.add(event)
+    return result
+
+
+def as_relayed(events: list) -> Result:
+    """The Result the relay makes now of the same events: the token lines undecoded (as `attempt` groups them)."""
+    result = Result()
+    lines = [encode_event(event)[:-1] for event in events]
+    for item in grouped(lines):
+        result.add(item if isinstance(item, TokenLines) else msgspec.json.decode(item, type=type(
+            next(e for e in events if encode_event(e)[:-1] == item))))
+    return result
+
+
+# every dialect that asks for logprobs of several choices, and the Responses API (one choice, rendered in a thread)
+DIALECTS = {
+    "chat": (OpenAIChat(), "/v1/chat/completions",
+             {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "n": CHOICES, "logprobs": True,
+              "top_logprobs": TOP, "max_tokens": TOKENS}, CHOICES),
+    "friendli chat": (OpenAIChat(friendli=True), "/v1/chat/completions",
+                      {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "n": CHOICES, "logprobs": True,
+                       "top_logprobs": TOP, "max_tokens": TOKENS}, CHOICES),
+    "completions": (OpenAICompletions(), "/v1/completions",
+                    {"model": "m", "prompt": "Hi", "n": CHOICES, "logprobs": 5, "max_tokens": TOKENS}, CHOICES),
+    "tgi": (TGI(100, stream=False), "/generate",
+            {"inputs": "Hi", "parameters": {"best_of": 2, "do_sample": True, "details": True, "top_n_tokens": 5,
+                                            "max_new_tokens": TOKENS}}, 2),
+    "sglang": (SGLang(), "/generate",
+               {"text": "Hi", "sampling_params": {"n": CHOICES, "max_new_tokens": TOKENS}, "return_logprob": True,
+                "top_logprobs_num": TOP}, CHOICES),
+    "responses": (OpenAIResponses(), "/v1/responses",
+                  {"model": "m", "input": "Hi", "top_logprobs": TOP, "include": ["message.output_text.logprobs"],
+                   "max_output_tokens": 4 * TOKENS}, 1),
+}
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+async def test_a_large_answer_renders_the_same_bytes_as_before(name):
+    """The same worker events give the same body byte for byte: decoded on the loop and rendered there (the path
+    before), and relayed undecoded then built in the render process (or the Responses API's thread)."""
+    dialect, route, body, choices = DIALECTS[name]
+    tokens = TOKENS if choices > 1 else 4 * TOKENS
+    events = worker_events(choices, tokens)
+    parsed = dialect.parse(body, route)
+    before = msgspec.json.encode(dialect.render(parsed, [decoded(events)], META))
+    relayed = as_relayed(events)
+    assert relayed.lines and off_loop([relayed]), "the answer is not large enough to leave the loop"
+    assert timeless(await answer_body(dialect, parsed, [relayed], META, "team:a")) == timeless(before)
+    small = as_relayed(worker_events(choices, 2, 2))  # built on the loop, from lines too
+    assert not off_loop([small])
+    assert timeless(await answer_body(dialect, parsed, [small], META, "team:a")) == timeless(msgspec.json.encode(
+        dialect.render(parsed, [decoded(worker_events(choices, 2, 2))], META)))
+
+
+async def test_the_loop_keeps_its_turns_while_a_large_answer_renders():
+    """Counted, not timed: the turns another task takes on the loop while one large answer is built. In the
+    render process the loop is free all along (thousands of turns); a thread sharing its GIL leaves it one turn
+    per switch interval (a few hundred over a render of this size, none while msgspec encodes)."""
+    chat, route, body, _ = DIALECTS["chat"]
+    parsed = chat.parse(body, route)
+    events = worker_events()
+    await answer_body(chat, parsed, [as_relayed(worker_events(2, 2, 2) + events[-1:])], META, "team:warm")
+    ticks, building = 0, True
+
+    async def other_work() -> None:
+        nonlocal ticks
+        while building:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    relayed = as_relayed(events)
+    assert off_loop([relayed])
+    other = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    before = ticks
+    rendered = await answer_body(chat, parsed, [relayed], META, "team:a")
+    building = False
+    await other
+    assert ticks - before > 2000, f"the loop took only {ticks - before} turns while the answer was built"
+    choices = json.loads(rendered)["choices"]
+    assert len(choices) == CHOICES and all(len(c["logprobs"]["content"]) == TOKENS for c in choices)
+
+
+async def test_an_unreadable_token_line_is_the_workers_fault_not_a_crash():
+    chat, route, body, _ = DIALECTS["chat"]
+    parsed = chat.parse(body, route)
+    for size in (2, TOKENS):  # on the loop, and in the render process
+        relayed = as_relayed(worker_events(CHOICES, size))
+        relayed.lines[1] = b'{"type":"token","index":"not a number"}'
+        with pytest.raises(UpstreamFailed, match="cannot read"):
+            await answer_body(chat, parsed, [relayed], META, "team:a")
+
+
+async def test_teams_take_turns_at_the_render_process_and_a_backlog_is_refused_before_the_worker():
+    """One team's large answers wait behind its own: another team's waits for one render at most. A team with
+    WAITING_PER_OWNER answers waiting gets 429 large_answers_busy for its next collected request (the pipeline
+    asks `check` before a worker is asked), the other team none."""
+    renderer = AnswerRenderer(waiting_per_owner=3)
+    release, order = threading.Event(), []
+
+    def job(name: str):
+        def work() -> str:
+            if name == "a0":
+                release.wait(60)
+            order.append(name)
+            return name
+        return work
+
+    first = asyncio.create_task(renderer.turns.run("team:a", job("a0")))
+    while renderer.turns.waiting("team:a") or not renderer.turns.thread_ident:
+        await asyncio.sleep(0.01)  # a0 runs
+    queued = [asyncio.create_task(renderer.turns.run("team:a", job(f"a{i}"))) for i in (1, 2, 3)]
+    await asyncio.sleep(0)
+    with pytest.raises(LargeAnswersBusy) as refused:
+        renderer.check("team:a")
+    assert refused.value.status == 429 and refused.value.code == "large_answers_busy"
+    renderer.check("team:b")
+    other = asyncio.create_task(renderer.turns.run("team:b", job("b0")))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, *queued, other)
+    assert order.index("b0") <= 2, order  # after a0 (running) and at most one of a's waiting answers
+    renderer.check("team:a")
+
+
+def test_the_render_process_is_not_the_gateways():
+    """Where the work runs: the child, started once, at a lower priority than the gateway."""
+    import os
+
+    pool = RENDERER._child()
+    pid, niceness = pool.submit(_where).result()
+    assert pid != os.getpid() and niceness > os.nice(0)
+
+
+def _where() -> tuple[int, int]:
+    import os
+
+    return os.getpid(), os.nice(0)
