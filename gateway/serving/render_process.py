@@ -14,18 +14,19 @@ WAITING_PER_OWNER answers already waiting is refused its next collected request 
 (`check`: 429 large_answers_busy), not after its tokens were generated.
 
 The child is started by `spawn` (a fork of a process with an event loop and threads is unsafe), on the first large
-answer, and started afresh if it dies.
+answer, and started afresh if it dies. The job goes over a pipe as one pickle of what rendering reads plus one
+blob of token lines per result, the body comes back as bytes: pickling thousands of lines (40 ms for 5 MiB) would
+hold the GIL in one piece, where a pipe's reads and writes release it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import multiprocessing
+import multiprocessing.process
 import os
-import threading
-from concurrent.futures.process import BrokenProcessPool
 from functools import partial
+from multiprocessing.connection import Connection
 
 import msgspec
 
@@ -53,8 +54,28 @@ def render(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) 
     return _json.encode(dialect.render(parsed, results, meta))
 
 
-def _lower_priority() -> None:
+def _serve(connection: Connection) -> None:
+    """The child: jobs one after another until the gateway closes its end. Each job is a pickle of what rendering
+    reads, the token lines of each result as one blob (bytes pickle by copying; thousands of them would not), and
+    back come a verdict and the body's bytes."""
     os.nice(RENDER_NICENESS)
+    while True:
+        try:
+            dialect, parsed, results, meta = connection.recv()
+            for result in results:
+                blob = connection.recv_bytes()
+                result.lines = blob.split(b"\n") if blob else []
+        except EOFError:
+            return
+        try:
+            body = render(dialect, parsed, results, meta)
+        except msgspec.DecodeError as exc:
+            connection.send(("unreadable", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a fault of ours: the gateway raises it as one
+            connection.send(("failed", f"{type(exc).__name__}: {exc}"))
+        else:
+            connection.send(("ok", ""))
+            connection.send_bytes(body)
 
 
 class AnswerRenderer:
@@ -63,8 +84,8 @@ class AnswerRenderer:
     def __init__(self, waiting_per_owner: int = WAITING_PER_OWNER):
         self.waiting_per_owner = waiting_per_owner
         self.turns = LargeBodyTurns(waiting_per_owner=None, rest_ratio=0.0, name="sluice-large-answers")
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
-        self._starting = threading.Lock()
+        self.child: multiprocessing.process.BaseProcess | None = None
+        self._connection: Connection | None = None
 
     def check(self, owner: str) -> None:
         """LargeAnswersBusy when `owner` already has `waiting_per_owner` answers waiting for their turn."""
@@ -76,37 +97,54 @@ class AnswerRenderer:
     async def render(self, owner: str, dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) -> bytes:
         """`render` in the child, in `owner`'s turn. The requests stay here: rendering reads only the options, and
         a prompt may be megabytes."""
-        job = partial(render, dialect, dataclasses.replace(parsed, requests=[]), results, meta)
-        return await self.turns.run(owner, partial(self._in_child, job))
+        return await self.turns.run(owner, partial(self._in_child, dialect, dataclasses.replace(parsed, requests=[]),
+                                                   results, meta))
 
-    def _in_child(self, job: partial[bytes]) -> bytes:
-        """On the turns' thread: the job in the child, waited for (the wait holds no GIL). A child that died is
-        replaced and the job tried once more."""
+    def _in_child(self, dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) -> bytes:
+        """On the turns' thread (only it uses the child): the job sent, its body received (reads and writes hold no
+        GIL). A child that died is replaced and the job tried once more."""
+        blobs = [b"\n".join(result.lines) for result in results]
+        light = [dataclasses.replace(result, lines=[], line_bytes=0) for result in results]
         for tries_left in (1, 0):
-            pool = self._child()
+            connection = self._started()
             try:
-                return pool.submit(job.func, *job.args).result()
-            except BrokenProcessPool:
-                with self._starting:
-                    if self._pool is pool:
-                        self._pool = None
-                pool.shutdown(wait=False)
+                connection.send((dialect, parsed, light, meta))
+                for blob in blobs:
+                    connection.send_bytes(blob)
+                verdict, detail = connection.recv()
+                if verdict == "ok":
+                    return connection.recv_bytes()
+            except (EOFError, OSError):
+                self.close()
                 if not tries_left:
                     break
+                continue
+            if verdict == "unreadable":
+                raise msgspec.DecodeError(detail)
+            raise RuntimeError(f"rendering an answer failed in the render process: {detail}")
         raise Unavailable("the gateway could not render this answer now (its render process stopped); retry")
 
-    def _child(self) -> concurrent.futures.ProcessPoolExecutor:
-        with self._starting:
-            if self._pool is None:
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority)
-            return self._pool
+    def _started(self) -> Connection:
+        if self._connection is None or self.child is None or not self.child.is_alive():
+            self.close()
+            context = multiprocessing.get_context("spawn")
+            ours, theirs = context.Pipe()
+            self.child = context.Process(target=_serve, args=(theirs,), name="sluice-render", daemon=True)
+            self.child.start()
+            theirs.close()
+            self._connection = ours
+        return self._connection
 
     def close(self) -> None:
-        with self._starting:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the child (it exits when its end of the pipe closes; a stuck one is killed)."""
+        connection, child, self._connection, self.child = self._connection, self.child, None, None
+        if connection is not None:
+            connection.close()
+        if child is not None:
+            child.join(5)
+            if child.is_alive():
+                child.kill()
+                child.join()
 
 
 RENDERER = AnswerRenderer()  # one child per gateway process

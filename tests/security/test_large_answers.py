@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 
@@ -186,16 +187,17 @@ async def test_teams_take_turns_at_the_render_process_and_a_backlog_is_refused_b
     renderer.check("team:a")
 
 
-def test_the_render_process_is_not_the_gateways():
-    """Where the work runs: the child, started once, at a lower priority than the gateway."""
-    import os
-
-    pool = RENDERER._child()
-    pid, niceness = pool.submit(_where).result()
-    assert pid != os.getpid() and niceness > os.nice(0)
-
-
-def _where() -> tuple[int, int]:
-    import os
-
-    return os.getpid(), os.nice(0)
+async def test_the_render_process_is_not_the_gateways_and_a_dead_one_is_replaced():
+    """Where the work runs: a child at a lower priority than the gateway; one that died is started afresh and the
+    answer still comes."""
+    chat, route, body, _ = DIALECTS["chat"]
+    parsed = chat.parse(body, route)
+    events = worker_events()
+    expected = await answer_body(chat, parsed, [as_relayed(events)], META, "team:a")
+    child = RENDERER.child
+    assert child is not None and child.pid != os.getpid()
+    assert os.getpriority(os.PRIO_PROCESS, child.pid) > os.getpriority(os.PRIO_PROCESS, 0)
+    child.kill()
+    child.join()
+    assert await answer_body(chat, parsed, [as_relayed(events)], META, "team:a") == expected
+    assert RENDERER.child is not None and RENDERER.child.pid != child.pid
