@@ -22,20 +22,23 @@ import msgspec
 import pytest
 
 from common.protocol import Accepted, Done, Finish, Token, TopLogprob, encode_event
+from gateway.config import Settings
 from gateway.dialects.openai.chat import OpenAIChat
 from gateway.dialects.openai.completions import OpenAICompletions
 from gateway.dialects.responses.dialect import OpenAIResponses
 from gateway.dialects.sglang.dialect import SGLang
 from gateway.dialects.tgi.dialect import TGI
+from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.errors import UpstreamFailed
 from gateway.replicas.token_lines import TokenLines, grouped
 from gateway.serving.answer_body import answer_body, off_loop
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Meta
-from gateway.serving.render_process import RENDERER, AnswerRenderer, LargeAnswersBusy
+from gateway.serving.render_process import RENDERER, WAITING_PER_OWNER, AnswerRenderer, LargeAnswersBusy
 from testkit.admin import default_team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
-from testkit.protocol_worker import Reply, sluice_on_protocol_worker
+from testkit.protocol_worker import Reply, protocol_worker, sluice_on_protocol_worker
+from tests.gateway.app_client import ADMIN_KEY, app_client
 
 CHOICES, TOKENS, TOP = 32, 40, 20
 META = Meta("r1", 1, "m")
@@ -233,3 +236,33 @@ def test_a_large_answer_through_sluice_serve_is_whole_and_billed(tmp_path):
                            Meta(got["id"].removeprefix("chatcmpl-"), got["created"], got["model"]))
     assert got == json.loads(msgspec.json.encode(expected))
     assert got["usage"]["completion_tokens"] == CHOICES * TOKENS
+
+
+async def test_a_team_with_answers_waiting_is_refused_before_a_worker_is_asked(tmp_path):
+    """Through the gateway's pipeline (the app in this process, the render process's turns its own): while a team
+    has WAITING_PER_OWNER answers waiting for their turn, its next collected request is 429 large_answers_busy in
+    its dialect's envelope and reaches no worker; once they are done it is served."""
+    with protocol_worker() as worker:
+        worker.replies = [Reply(worker_events(2, 2, 2))]
+        settings = Settings(data_dir=str(tmp_path), admin_key=ADMIN_KEY,
+                            models=[EndpointSpec(name=STUB_MODEL, provisioner=StaticProvisioning(urls=[worker.url]))])
+        async with app_client(settings) as client:
+            teams = (await client.get("/admin/teams", headers=client.admin_headers)).json()["data"]
+            owner = "team:" + next(team["id"] for team in teams if team["name"] == "default")
+            release = threading.Event()
+            held = [asyncio.create_task(RENDERER.turns.run(owner, lambda: release.wait(60)))
+                    for _ in range(WAITING_PER_OWNER + 1)]  # one running, the rest waiting
+            while RENDERER.turns.waiting(owner) < WAITING_PER_OWNER:
+                await asyncio.sleep(0.01)
+            body = {"model": STUB_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+            try:
+                refused = await client.post("/v1/chat/completions", json=body, headers=client.key_headers)
+            finally:
+                release.set()
+                await asyncio.gather(*held)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "large_answers_busy" and "retry-after" in refused.headers
+            assert worker.requests == []
+            served = await client.post("/v1/chat/completions", json=body, headers=client.key_headers)
+            assert served.status_code == 200, served.text
+            assert len(worker.requests) == 1
