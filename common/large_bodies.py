@@ -45,8 +45,10 @@ class _Job:
 class LargeBodyTurns:
     """One daemon thread that runs owners' jobs round robin, resting between them (module docstring)."""
 
-    def __init__(self, waiting_per_owner: int = WAITING_PER_OWNER, rest_ratio: float = REST_RATIO):
-        self.waiting_per_owner, self.rest_ratio = waiting_per_owner, rest_ratio
+    def __init__(self, waiting_per_owner: int | None = WAITING_PER_OWNER, rest_ratio: float = REST_RATIO,
+                 name: str = "sluice-large-bodies"):
+        # waiting_per_owner None: `run` refuses nothing (the caller bounds what waits, as `waiting` tells it)
+        self.waiting_per_owner, self.rest_ratio, self.name = waiting_per_owner, rest_ratio, name
         self._waiting: OrderedDict[str, deque[_Job]] = OrderedDict()  # owners with jobs, next first
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -59,15 +61,20 @@ class LargeBodyTurns:
         future: asyncio.Future[T] = loop.create_future()
         with self._ready:
             waiting = self._waiting.get(owner)
-            if waiting is not None and len(waiting) >= self.waiting_per_owner:
+            if waiting is not None and self.waiting_per_owner is not None and len(waiting) >= self.waiting_per_owner:
                 raise LargeBodiesBusy(f"{len(waiting)} large request bodies of yours are already waiting to be read; "
                                       "retry when they are done")
             self._waiting.setdefault(owner, deque()).append(_Job(loop, future, work))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="sluice-large-bodies", daemon=True)
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
                 self._thread.start()
             self._ready.notify()
         return await future
+
+    def waiting(self, owner: str) -> int:
+        """How many of `owner`'s jobs wait for their turn (the one running not counted)."""
+        with self._ready:
+            return len(self._waiting.get(owner, ()))
 
     def _take(self) -> _Job:
         with self._ready:
@@ -97,7 +104,8 @@ class LargeBodyTurns:
                 job.loop.call_soon_threadsafe(_settle, job.future, result, error)
             except RuntimeError:  # its loop closed
                 pass
-            time.sleep(took * self.rest_ratio)  # sleeping releases the GIL: the loop has it
+            if self.rest_ratio:
+                time.sleep(took * self.rest_ratio)  # sleeping releases the GIL: the loop has it
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -17,6 +17,7 @@ import structlog
 from common.protocol import Event, GenerateRequest
 from gateway.replicas.pool import Replica
 from gateway.replicas.relay import RetryElsewhere, attempt
+from gateway.replicas.token_lines import TokenLines
 
 log = structlog.get_logger(__name__)
 RETRIES = 2
@@ -34,10 +35,10 @@ def stream_with_failover(request: GenerateRequest, lease: Leased, *,
                          release: Callable[[Leased], None],
                          ejection_s: float,
                          on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
-                         retries: int = RETRIES) -> FailoverStream[Event]:
-    """Relay the request's events (`failover` of `relay.attempt`)."""
+                         retries: int = RETRIES, raw_tokens: bool = False) -> FailoverStream[Event | TokenLines]:
+    """Relay the request's events (`failover` of `relay.attempt`); `raw_tokens`: its token events as TokenLines."""
     body = msgspec.json.encode(request)
-    return failover(lambda replica: attempt(replica, body), lease, reacquire=reacquire, release=release,
+    return failover(lambda replica: attempt(replica, body, raw_tokens), lease, reacquire=reacquire, release=release,
                     ejection_s=ejection_s, on_failure=on_failure, retries=retries, call=request.request_id)
 
 

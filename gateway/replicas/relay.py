@@ -9,7 +9,8 @@ event is raised as the gateway's error, before the first token (a real status) o
 dialect's stream error), never passed on as an event. A fault of ours (an unreachable worker, a broken
 connection, an unreadable event, a refused worker secret) is told to the client in fixed words; its detail
 (addresses, exception text) goes to the log only. Events that arrive in a burst (a worker's buffered answer
-of thousands) are read YIELD_EVERY at a time, the event loop serving the other requests in between.
+of thousands) are read YIELD_EVERY at a time, the event loop serving the other requests in between. A collected
+answer's token lines are passed on undecoded (`raw_tokens`: gateway/replicas/token_lines.py).
 
 An `exchange` fails the same way before its answer: unreachable, a 5xx or a retryable worker `Error` is
 `RetryElsewhere`; any other worker `Error` is the gateway's error. Moving a call to another replica is
@@ -38,6 +39,7 @@ from gateway.errors import (
     WorkerLost,
 )
 from gateway.replicas.pool import Replica
+from gateway.replicas.token_lines import TokenLines, grouped
 from gateway.replicas.transport import WorkerConnectionError
 
 log = structlog.get_logger("gateway")
@@ -45,6 +47,7 @@ log = structlog.get_logger("gateway")
 UNREACHABLE = "a worker of this model is unreachable; retry shortly"
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 YIELD_EVERY = 256  # events decoded before the loop takes a turn when they come faster than it would anyway
+RAW_YIELD_EVERY = 4096  # undecoded token lines passed on before the loop takes a turn (about a millisecond)
 
 
 def retried_elsewhere(error: Error) -> bool:
@@ -83,17 +86,29 @@ class RetryElsewhere(Exception):
         self.replica_fault = replica_fault
 
 
-async def attempt(replica: Replica, body: bytes) -> AsyncIterator[Event]:
-    """One try of an encoded GenerateRequest on one replica (the caller counts it in `in_flight`)."""
+async def attempt(replica: Replica, body: bytes, raw_tokens: bool = False) -> AsyncIterator[Event | TokenLines]:
+    """One try of an encoded GenerateRequest on one replica (the caller counts it in `in_flight`); `raw_tokens`:
+    token events come as TokenLines, undecoded (a collected answer's)."""
     relayed = False
     pending: Accepted | None = None  # held until the first token so a retry stays invisible
-    decoded = 0
+    decoded = passed = 0
     try:
         async with replica.worker.post("/generate", body) as response:
             if response.status_code != 200:
                 raise _refusal(response.status_code, await response.aread())
             while (lines := await response.next_lines()) is not None:
-                for line in lines:
+                for line in grouped(lines) if raw_tokens else lines:
+                    if isinstance(line, TokenLines):
+                        passed += len(line.lines)
+                        if passed >= RAW_YIELD_EVERY:  # a read of buffered data does not suspend: take a turn
+                            passed = 0
+                            await asyncio.sleep(0)
+                        relayed = True
+                        if pending is not None:
+                            yield pending
+                            pending = None
+                        yield line
+                        continue
                     if not line.strip():
                         continue
                     decoded += 1

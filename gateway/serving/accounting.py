@@ -17,6 +17,7 @@ from common.errors import LedgerUnavailable
 from common.protocol import Accepted, Done, Event, Finish, Token
 from gateway import metrics
 from gateway.errors import DeadlineExceeded, RequestTimedOut, SluiceError
+from gateway.replicas.token_lines import TokenLines
 from gateway.serving import admission
 from gateway.serving.budget_gate import BudgetHold
 from gateway.serving.dialect import Parsed
@@ -76,7 +77,7 @@ class Accounting:
         self.reached_worker = True
         self.dispatched = time.perf_counter()
 
-    def observe(self, event: Event) -> None:
+    def observe(self, event: Event | TokenLines) -> None:
         if isinstance(event, Accepted):
             self.accepted_prompt_tokens += event.prompt_tokens
             self.worker_id = event.worker_id or self.worker_id
@@ -97,6 +98,10 @@ class Accounting:
             reason = LEDGER_FINISH[event.reason]
             if self.finish_reason is None or _RANK[reason] < _RANK[self.finish_reason]:
                 self.finish_reason = reason
+        elif isinstance(event, TokenLines):  # a collected answer's tokens, undecoded: counted all the same
+            if self.first_token is None:
+                self.first_token = time.perf_counter()
+            self.streamed_tokens += len(event.lines)
 
     def ledger_finish_reason(self, status: str, error: SluiceError | None) -> str | None:
         """Why the answer ended, as the ledger records it: the request's own end when it did not complete (the

@@ -12,6 +12,7 @@ from contextlib import aclosing
 
 from common.protocol import Event, Finish
 from gateway.errors import GenerationFailed, RequestTimedOut
+from gateway.replicas.token_lines import TokenLines
 from gateway.serving.collect import Result, merge
 from gateway.serving.dialect import Dialect
 
@@ -108,8 +109,8 @@ async def within(seconds: float, events: AsyncIterator[tuple[int, Event]]) -> As
         await events.aclose()
 
 
-async def collect_answer(dialect: Dialect, streams: list[AsyncIterator[Event]], observe: Callable[[Event], None],
-                         seconds: float) -> list[Result]:
+async def collect_answer(dialect: Dialect, streams: list[AsyncIterator[Event | TokenLines]],
+                         observe: Callable[[Event | TokenLines], None], seconds: float) -> list[Result]:
     """Every event of a non-streamed answer, each `observe`d (accounting) and gathered per stream, a failed choice
     failing it (`refuse_failed_choice`), within `seconds` in all (`RelayTimeout`): past that RequestTimedOut, every
     stream closed. The streams are read here, not through `honest`: a generator less per event."""

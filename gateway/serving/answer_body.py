@@ -1,57 +1,70 @@
-"""A collected answer's body: rendered in the dialect and encoded to JSON, off the event loop when it is large.
+"""A collected answer's body: its tokens decoded, rendered in the dialect and encoded to JSON, off the event loop
+when it is large.
 
-Rendering walks every token in Python, and a large answer (`n` = 32 with 20 top logprobs each: 9.5 MiB of
-JSON) held the event loop for over a second: every other team's streams, and `/livez`, waited for it. An
-answer heavier than OFF_LOOP_WEIGHT (tokens, plus the alternatives, ids and values each one carries:
-`Result.weight`) is built in a thread, at most RENDER_THREADS of them at once; the loop keeps its turns at the
-GIL meanwhile (one every `sys.getswitchinterval()`, 5 ms). Beyond RENDER_THREADS, large answers wait for one
-another on the loop, so they never take all the threads the rest of the gateway hands work to. A smaller
-answer is built on the loop: a hand-off costs more than its render.
+Decoding, rendering and encoding walk every token in Python: an answer of `n` = 32 with 20 top logprobs a token
+(12 MiB of JSON) took a second, during which every other team's streams, and `/livez`, waited. The relay hands a
+collected answer's tokens over undecoded (gateway/replicas/token_lines.py); an answer whose token lines pass
+OFF_LOOP_BYTES (or whose decoded tokens pass OFF_LOOP_WEIGHT) is decoded, rendered and encoded in the render
+process, in its team's turn (gateway/serving/render_process.py), the loop only moving its bytes. A smaller one is
+built on the loop: a few milliseconds at most, less than the hand-over's latency.
 
-A thread gives the loop its turn only between Python steps, and msgspec encodes a whole answer in one C call
-(tens of milliseconds for megabytes): a large answer is encoded in pieces (`encode_in_pieces`: each container
-down to PIECE_DEPTH item by item, what lies deeper whole: a token's entry, its top logprobs), each a short call,
-the same bytes as one call.
+A dialect whose render keeps state for later (the Responses API stores what it rendered: `renders_elsewhere`
+False) builds a large answer in a thread instead, at most RENDER_THREADS at once, and encodes it in pieces
+(`encode_in_pieces`: each container down to PIECE_DEPTH item by item, the same bytes as one call), so that the
+loop gets its turns at the GIL between them. Its answers have one choice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from functools import partial
 from typing import Any
 
 import msgspec
+import structlog
 
+from gateway.errors import UpstreamFailed
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Dialect, Meta, Parsed
+from gateway.serving.render_process import RENDERER, render
 
-OFF_LOOP_WEIGHT = 4096
+OFF_LOOP_BYTES = 32 << 10  # token lines: about 5 ms of the loop at worst (20 top logprobs a token), 1 ms without
+OFF_LOOP_WEIGHT = 4096  # decoded tokens and the values they carry (Result.weight)
 RENDER_THREADS = 2
 PIECE_DEPTH = 5  # answer > choices > choice > logprobs > content: below, one token's entry is one piece
 
+log = structlog.get_logger("gateway")
 _json = msgspec.json.Encoder()
 _renders: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+UNREADABLE = "the worker sent an event the gateway cannot read"
 
 
 def off_loop(results: list[Result]) -> bool:
     """Whether this answer is built off the event loop."""
-    return sum(result.weight for result in results) > OFF_LOOP_WEIGHT
+    return (sum(result.line_bytes for result in results) > OFF_LOOP_BYTES
+            or sum(result.weight for result in results) > OFF_LOOP_WEIGHT)
 
 
-async def answer_body(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) -> bytes:
-    build = partial(_build, dialect, parsed, results, meta)
-    if not off_loop(results):
-        return build()
-    loop = asyncio.get_running_loop()
-    renders = _renders.get(loop) or _renders.setdefault(loop, asyncio.Semaphore(RENDER_THREADS))
-    async with renders:
-        return await asyncio.to_thread(build)  # the request's bound log fields go along (contextvars)
+async def answer_body(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta, owner: str) -> bytes:
+    """The body; a large one built off the loop, in `owner`'s turn where the render process builds it."""
+    try:
+        if not off_loop(results):
+            return render(dialect, parsed, results, meta)
+        if dialect.renders_elsewhere:
+            return await RENDERER.render(owner, dialect, parsed, results, meta)
+        loop = asyncio.get_running_loop()
+        renders = _renders.get(loop) or _renders.setdefault(loop, asyncio.Semaphore(RENDER_THREADS))
+        async with renders:
+            return await asyncio.to_thread(_in_thread, dialect, parsed, results, meta)  # log fields go along
+    except msgspec.DecodeError as exc:  # no retry: any replica would send the same
+        log.warning("worker_event_unreadable", error=str(exc))
+        raise UpstreamFailed(UNREADABLE) from exc
 
 
-def _build(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) -> bytes:
-    rendered = dialect.render(parsed, results, meta)
-    return encode_in_pieces(rendered) if off_loop(results) else _json.encode(rendered)
+def _in_thread(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) -> bytes:
+    for result in results:
+        result.decode_lines()
+    return encode_in_pieces(dialect.render(parsed, results, meta))
 
 
 def encode_in_pieces(value: Any) -> bytes:

@@ -1,4 +1,8 @@
-"""Gather a worker event stream into one result (for non-streamed replies) and merge fan-outs."""
+"""Gather a worker event stream into one result (for non-streamed replies) and merge fan-outs.
+
+A collected answer's tokens may come undecoded (TokenLines, gateway/replicas/token_lines.py): a Result keeps
+them as lines, and whoever renders it decodes them first (`decode_lines`), where the answer is rendered.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from common.protocol import Accepted, Done, Event, Finish, Token
+import msgspec
+
+from common.protocol import Accepted, Done, Event, Finish, Token, decode_event, encode_event
+from gateway.replicas.token_lines import TokenLines
 
 
 @dataclass
@@ -21,11 +28,21 @@ class Result:
     choices: dict[int, Choice] = field(default_factory=dict)
     done: Done | None = None
     weight: int = 0  # what rendering it walks: each token and every value it carries (answer_body.py)
+    lines: list[bytes] = field(default_factory=list)  # tokens not decoded yet, in the order they came
+    line_bytes: int = 0  # their size: what decoding and rendering them costs grows with it
 
-    def add(self, event: Event) -> None:
-        if isinstance(event, Accepted):
+    def add(self, event: Event | TokenLines) -> None:
+        if isinstance(event, TokenLines):
+            self.lines += event.lines
+            self.line_bytes += sum(map(len, event.lines))
+        elif isinstance(event, Accepted):
             self.accepted = event
         elif isinstance(event, Token):
+            if self.lines:  # after tokens still undecoded: it goes after them
+                line = encode_event(event)[:-1]
+                self.lines.append(line)
+                self.line_bytes += len(line)
+                return
             self.choices.setdefault(event.index, Choice()).tokens.append(event)
             self.weight += 1 + sum(len(values) for values in (event.top_logprobs, event.token_ids_logprobs,
                                                                event.hidden_state, event.logits) if values)
@@ -33,6 +50,16 @@ class Result:
             self.choices.setdefault(event.index, Choice()).finish = event
         elif isinstance(event, Done):
             self.done = event
+
+    def decode_lines(self) -> None:
+        """The tokens kept as lines decoded into their choices, as if they had come decoded. msgspec.DecodeError:
+        a line is not an event of the contract."""
+        lines, self.lines, self.line_bytes = self.lines, [], 0
+        for line in lines:
+            event = decode_event(line)
+            if not isinstance(event, Token):  # TOKEN_LINE matched the start of something else
+                raise msgspec.DecodeError(f"expected a token event, got {type(event).__name__}")
+            self.add(event)
 
     def ordered(self) -> list[Choice]:
         return [self.choices[i] for i in sorted(self.choices)]

@@ -49,6 +49,9 @@ class Dialect:
     # True: its finish vocabulary says when a choice failed (SGLang's `abort`); else a failed choice fails
     # the request (gateway.serving.answer.honest)
     reports_failed_choices = False
+    # True: `render` is a pure function of its arguments, so a large answer may be rendered in another process
+    # (gateway/serving/answer_body.py); a dialect that keeps what it rendered says False
+    renders_elsewhere = True
 
     def parse(self, payload: Any, route: str) -> Parsed:
         raise NotImplementedError

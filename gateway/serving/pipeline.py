@@ -33,12 +33,14 @@ from litestar.response import Stream
 from common.errors import LedgerUnavailable
 from common.headers import header
 from common.json_body import read_json_then
+from common.large_bodies import owner_of
 from common.protocol import Event
 from gateway.authentication.headers import client_address
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import split_model
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import SluiceError
+from gateway.replicas.token_lines import TokenLines
 from gateway.serving.answer import collect_answer, honest, within
 from gateway.serving.answer_body import answer_body
 from gateway.serving.client_gone import CLIENT_CLOSED_REQUEST, ClientGone, unless_gone
@@ -46,6 +48,7 @@ from gateway.serving.context import RequestContext
 from gateway.serving.dialect import Dialect, Meta
 from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.rejections import count_rejection, refused_by_worker
+from gateway.serving.render_process import RENDERER
 from gateway.serving.request_tags import end_user_and_tags
 from gateway.serving.services import Services
 
@@ -207,12 +210,13 @@ async def _still_waiting(waiting: AsyncIterator[StillWaiting]) -> bool:
     return True
 
 
-def worker_streams(context: RequestContext) -> list[AsyncIterator[Event]]:
+def worker_streams(context: RequestContext, raw_tokens: bool = False) -> list[AsyncIterator[Event | TokenLines]]:
     """One worker stream per GenerateRequest, each on its lease, with failover (each stream owns its lease from
-    here on). The request's cold start is its longest wait for a replica."""
+    here on). The request's cold start is its longest wait for a replica. `raw_tokens`: token events undecoded
+    (a collected answer's: gateway/replicas/token_lines.py)."""
     context.accounting.cold_start_ms = max(lease.cold_start_ms for lease in context.leases)
     workers = context.services.workers
-    return [workers.stream(context.endpoint, lease, generate, context.deadline)
+    return [workers.stream(context.endpoint, lease, generate, context.deadline, raw_tokens)
             for lease, generate in zip(context.leases, context.parsed.requests)]
 
 
@@ -231,8 +235,11 @@ async def relay(context: RequestContext, waiting: AsyncIterator[StillWaiting] | 
             accounting.observe(first[1])
         return Stream(_stream(context, first, events), media_type=dialect.stream_media_type,
                       headers=_stream_headers(context))
-    results = await collect_answer(dialect, worker_streams(context), accounting.observe, context.relay_timeout_s)
-    body = await answer_body(dialect, parsed, results, context.meta)  # a large one off the event loop
+    owner = owner_of(context.request.scope)
+    RENDERER.check(owner)  # 429 while the team's large answers wait to be rendered: before a worker is asked
+    results = await collect_answer(dialect, worker_streams(context, raw_tokens=True), accounting.observe,
+                                   context.relay_timeout_s)
+    body = await answer_body(dialect, parsed, results, context.meta, owner)  # a large one off the event loop
     await context.settle("ok")
     extra = dialect.response_headers(parsed, results, time.perf_counter() - accounting.started,
                                      accounting.dispatched - accounting.started)

@@ -28,6 +28,7 @@ from gateway.errors import Unavailable
 from gateway.replicas.failover import failover, stream_with_failover
 from gateway.replicas.pool import Replica
 from gateway.replicas.relay import exchange
+from gateway.replicas.token_lines import TokenLines
 
 
 class WorkerClient:
@@ -47,15 +48,16 @@ class WorkerClient:
         return lease
 
     def stream(self, endpoint: EndpointController, lease: Lease, request: GenerateRequest,
-               deadline: float | None) -> AsyncIterator[Event]:
+               deadline: float | None, raw_tokens: bool = False) -> AsyncIterator[Event | TokenLines]:
         """A generation's events on `lease` (taken by the caller, who may wait its own way: the pipeline sends
         SSE keep-alives). Owns the lease from here and releases it when the stream ends or is closed; retries on
         another replica (leased until `deadline`, as `lease`) at most twice while nothing was relayed; after the
-        first event a lost worker is WorkerLost."""
+        first event a lost worker is WorkerLost. `raw_tokens`: its token events come undecoded, as TokenLines
+        (a collected answer's: gateway/replicas/token_lines.py)."""
         return stream_with_failover(request, lease, reacquire=self._reacquire(endpoint, deadline, request.tenant),
                                     release=endpoint.activator.release,
                                     ejection_s=self.endpoints.settings.ejection_seconds,
-                                    on_failure=_counter(endpoint))
+                                    on_failure=_counter(endpoint), raw_tokens=raw_tokens)
 
     def take_free(self, endpoint: EndpointController, tenant: str = "") -> Lease | None:
         """A lease on a replica of `endpoint` free now, or None (nothing waits)."""

@@ -9,8 +9,8 @@
 - one request of `n` = every row no longer holds them all while another team waits: a row of it is parked for
   the newcomer (worker/engine/preemption.py; in engine steps, for `n`, `best_of` and beams, in
   tests/worker/engine/test_preemption.py);
-- a large collected answer (`n` = 32 x 20 top logprobs) is rendered and encoded off the gateway's event loop
-  (gateway/serving/answer_body.py), which every team's streams and `/livez` share.
+- a large collected answer (`n` = 32 x 20 top logprobs) costs the gateway's event loop only I/O: in
+  tests/security/test_large_answers.py.
 
 Grammar compiles that hold no prepare thread, and per-team grammar caches, are in
 tests/worker/grammar/test_fairness.py (a real engine and its HTTP app).
@@ -18,19 +18,12 @@ tests/worker/grammar/test_fairness.py (a real engine and its HTTP app).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 
 import httpx
 import pytest
 
-from common.protocol import Done, Finish, Token, TopLogprob
-from gateway.dialects.openai.chat import OpenAIChat
-from gateway.dialects.openai.completions import OpenAICompletions
-from gateway.serving.answer_body import answer_body, off_loop, pieces_of
-from gateway.serving.collect import Result
-from gateway.serving.dialect import Meta
 from testkit.admin import admin
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker, tokens
@@ -114,73 +107,6 @@ def test_another_team_starts_before_the_remaining_prompts_of_a_big_request(tmp_p
         assert seen <= 4, f"the small request finished after {seen} of the big request's 16 prompts had started"
 
 
-CHOICES, TOKENS, TOP = 32, 40, 20
-
-
-def large_answer() -> Result:
-    """What the workers send for `n` = 32 with 20 top logprobs a token: one answer of megabytes."""
-    result = Result()
-    for index in range(CHOICES):
-        for position in range(TOKENS):
-            result.add(Token(index=index, token_id=position, text=" tok", piece=" tok", logprob=-0.5,
-                             top_logprobs=[TopLogprob(k, -1.0 - k, f" alt{k}") for k in range(TOP)]))
-        result.add(Finish(index=index, reason="length", text=" tok" * TOKENS, token_ids=list(range(TOKENS)), seed=1))
-    result.add(Done(prompt_tokens=3, completion_tokens=CHOICES * TOKENS, compute_tokens=CHOICES * TOKENS))
-    return result
-
-
-async def test_a_large_answer_is_built_off_the_gateways_event_loop():
-    """The gateway's one event loop serves every team's streams and `/livez`: an answer as large as this one
-    (render and encode took 1.1 s for 9.5 MiB) is built in a thread while the loop goes on serving others. Asserted
-    by what the loop did meanwhile, not by a time: another task ran while the answer was built (none could, before).
-    bench/attacks/worker_fairness.py measures `/livez` and another team's first token beside such answers."""
-    chat = OpenAIChat()
-    parsed = chat.parse({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "n": CHOICES,
-                         "logprobs": True, "top_logprobs": TOP, "max_tokens": TOKENS}, "/v1/chat/completions")
-    result = large_answer()
-    assert off_loop([result])
-    ticks, building = 0, True
-
-    async def other_work() -> None:
-        nonlocal ticks
-        while building:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    other = asyncio.create_task(other_work())
-    await asyncio.sleep(0)
-    before = ticks
-    body = await answer_body(chat, parsed, [result], Meta("r1", 1, "m"))
-    building = False
-    await other
-    assert ticks > before, "the event loop served nothing else while the answer was built"
-    choices = json.loads(body)["choices"]
-    assert len(choices) == CHOICES
-    assert all(len(c["logprobs"]["content"]) == TOKENS and len(c["logprobs"]["content"][0]["top_logprobs"]) == TOP
-               for c in choices)
-    small = Result()
-    small.add(Token(index=0, token_id=1, text="x"))
-    assert not off_loop([small])  # a short answer stays on the loop: a hand-off would cost more than its render
-
-
-async def test_a_large_answer_is_encoded_in_short_pieces():
-    """In its thread the render still held the loop out while msgspec encoded the whole answer in one C call (tens
-    of ms for megabytes; `/livez` 3-18x idle beside such answers). Now each piece is one token's entry at most, and
-    together they are msgspec's bytes exactly: for chat's shape and for completions' (top logprobs as dicts)."""
-    result = large_answer()
-    for dialect, route, extra in ((OpenAIChat(), "/v1/chat/completions", {"logprobs": True, "top_logprobs": TOP}),
-                                  (OpenAICompletions(), "/v1/completions", {"logprobs": 5})):
-        asked = {"prompt": "Hi"} if route == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
-        body = {"model": "m", "n": CHOICES, "max_tokens": TOKENS, **extra, **asked}
-        parsed = dialect.parse(body, route)
-        rendered = dialect.render(parsed, [result], Meta("r1", 1, "m"))
-        pieces = pieces_of(rendered)
-        whole = json.dumps(rendered, separators=(",", ":"), ensure_ascii=False).encode()
-        assert b"".join(pieces) == await answer_body(dialect, parsed, [result], Meta("r1", 1, "m")) == whole
-        assert max(map(len, pieces)) < 4096 < len(whole) // 50, (route, max(map(len, pieces)), len(whole))
-
-
-@pytest.mark.slow
 def test_another_team_gets_a_row_while_one_request_of_n_holds_every_row(tmp_path_factory):
     """One request of `n` = every row was never parked: another team waited until it ended (45.6 s). Now a row of
     it is parked for the newcomer, which ends while the wide request still streams (an order, not a time)."""

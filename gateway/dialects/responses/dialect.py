@@ -92,6 +92,7 @@ class OpenAIResponses(OpenAIFamily):
     route to store (rendering cannot wait); a stream stores it before its last event."""
 
     name = "responses"  # the ledger's dialect: the Responses API, not Chat Completions
+    renders_elsewhere = False  # `render` keeps the response it made, for `store_pending`
     prompt_param = "input"
     context_wording = staticmethod(input_wording)
 
