@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
+from billing.store import latency_rollup
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from billing.store.sql import PostgresDialect, SqlDialect, claim_alert_sql
@@ -22,6 +23,7 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
 _DIALECT = PostgresDialect()
 _ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
+_UPSERT_LATENCY = latency_rollup.upsert(_DIALECT, arrays=_ARRAYS)
 
 
 class PostgresStore:
@@ -44,6 +46,9 @@ class PostgresStore:
             if daily:  # one statement per rollup: an array per column, as the insert
                 await tx.execute(_UPSERT_DAILY, list(zip(*daily, strict=True)))
                 await tx.execute(_UPSERT_HOURLY, list(zip(*hourly, strict=True)))
+            latency = latency_rollup.latency_rows(list(new.values()))
+            if latency:
+                await tx.execute(_UPSERT_LATENCY, list(zip(*latency, strict=True)))
         return len(new)
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
+from billing.store import latency_rollup
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from billing.store.sql import SqlDialect, SqliteDialect, claim_alert_sql
@@ -17,6 +18,7 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' *
            "ON CONFLICT DO NOTHING")
 _DIALECT = SqliteDialect()
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT)
+_UPSERT_LATENCY = latency_rollup.upsert(_DIALECT)
 
 
 class SqliteStore:
@@ -32,6 +34,7 @@ class SqliteStore:
             daily, hourly = rollup_rows(new)
             await tx.executemany(_UPSERT_DAILY, daily)
             await tx.executemany(_UPSERT_HOURLY, hourly)
+            await tx.executemany(_UPSERT_LATENCY, latency_rollup.latency_rows(new))
         return len(new)
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:

@@ -96,7 +96,7 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         # 4: budget_alerts, 5: finish_reason, 6: budget_refused, 7: client_request_id, 8: cached tokens and batches,
         # 9: prediction tokens
         billing_versions = await versions(db, BILLING)
-        assert [v for v, _ in billing_versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert [v for v, _ in billing_versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         assert billing_versions[:3] == [(1, 1000), (2, 2000), (3, 3000)]
         endpoint_versions = await versions(db, ENDPOINTS)
         assert [v for v, _ in endpoint_versions] == [1, 2] and endpoint_versions[0] == (1, 1000)

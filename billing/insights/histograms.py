@@ -1,0 +1,132 @@
+"""A view's latency and time-to-first-token percentiles from the hourly histograms (billing/store/latency_rollup.py)
+instead of the records: for views too large to sort (the 90-day hourly view of a busy team is 400,000 records and
+a few thousand histogram rows). Each percentile is within latency_rollup.RELATIVE_ERROR (~4.9 %) of the exact
+nearest-rank value that billing/insights/timings.py computes from the records; output tokens per second are exact.
+
+The whole hours of the window come from the histograms, summed by SQL per (bucket, model), per bucket and over the
+window; the partial hours at its edges from their records, binned here into the same buckets."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from bisect import bisect_left
+from itertools import accumulate
+from typing import Any
+
+from billing.filters import Selection, where
+from billing.insights.percentiles import FRACTIONS, MEASURED, Percentiles
+from billing.insights.sources import HOURLY_ROLLUP, RAW, split
+from billing.store.base import TABLE, UsageStore
+from billing.store.latency_rollup import BUCKETS, LATENCY, STREAMED, bucket, middle
+from billing.store.sql import Params
+from billing.timebuckets import Bucketing
+
+EXACT_UP_TO = 50_000  # a view of up to this many records gets exact percentiles (its sort costs ~50 ms)
+_SUMS = "SUM(streamed_tokens), SUM(streamed_ms), " + ", ".join(
+    f"SUM({prefix}_{i})" for prefix in ("lat", "ttft") for i in range(BUCKETS))
+
+# (key, span, model; None: all models) -> (percentiles by column, streamed tokens, their ms), as timings' Scanned
+Scanned = dict[tuple[int, int, str | None], tuple[dict[str, Percentiles], int, float]]
+_Sums = list[Any]  # streamed tokens, their ms, latency counts (BUCKETS), ttft counts (BUCKETS)
+
+
+def usable(selection: Selection, bucketing: Bucketing) -> bool:
+    """Whether the histograms can answer this view (filtered at most by model; buckets of whole UTC hours)."""
+    return HOURLY_ROLLUP.usable(selection, bucketing)
+
+
+async def records_in(store: UsageStore, selection: Selection) -> int:
+    """About how many records the view covers (its whole hours: the hourly rollup's count)."""
+    params = Params(store.dialect)
+    (row,) = await store.fetch(f"SELECT COALESCE(SUM(requests), 0) FROM {HOURLY_ROLLUP.table} "
+                               f"WHERE {HOURLY_ROLLUP.where(selection, params)}", params.values)
+    return int(row[0])
+
+
+def percentiles_of(counts: list[int]) -> Percentiles:
+    """Nearest-rank p50, p95, p99 of a histogram: the middle of the bucket that holds the ceil(p * n)-th value."""
+    cumulative = list(accumulate(counts))
+    n = cumulative[-1] if cumulative else 0
+    if not n:
+        return Percentiles(0)
+    return Percentiles(n, *(middle(bisect_left(cumulative, max(math.ceil(f * n), 1))) for f in FRACTIONS))
+
+
+async def histogram_timings(store: UsageStore, selection: Selection,
+                            bucketing: Bucketing) -> tuple[Scanned, dict[str, Percentiles]]:
+    """The same answer as timings' exact scans, from the histograms (approximately: see the module)."""
+    groups: dict[tuple[int, int, str | None], _Sums] = {}
+    window: _Sums = _empty()
+    jobs = []
+    for source, part in split(selection, HOURLY_ROLLUP):
+        if source is RAW:
+            jobs.append(_edge(store, part, bucketing))
+        else:
+            jobs += [_rollup(store, part, bucketing, ("k", "s", "model")), _rollup(store, part, bucketing, ("k", "s")),
+                     _rollup(store, part, bucketing, ())]
+    for rows in await asyncio.gather(*jobs):
+        for group, sums in rows:
+            target = window if group is None else groups.setdefault(group, _empty())
+            _add(target, sums)
+    out: Scanned = {}
+    for group, sums in groups.items():
+        out[group] = (_percentiles(sums), int(sums[0]), float(sums[1]))
+    return out, _percentiles(window)
+
+
+def _empty() -> _Sums:
+    return [0, 0.0, *([0] * (2 * BUCKETS))]
+
+
+def _add(target: _Sums, sums: _Sums) -> None:
+    for i, value in enumerate(sums):
+        if value:
+            target[i] += value
+
+
+def _percentiles(sums: _Sums) -> dict[str, Percentiles]:
+    return {MEASURED[0]: percentiles_of(sums[2:2 + BUCKETS]), MEASURED[1]: percentiles_of(sums[2 + BUCKETS:])}
+
+
+async def _rollup(store: UsageStore, part: Selection, bucketing: Bucketing,
+                  grouped: tuple[str, ...]) -> list[tuple[Any, _Sums]]:
+    """The histograms of the part's whole hours summed by (bucket, model), by bucket (model None) or over it all
+    (group None)."""
+    params = Params(store.dialect)
+    key, span = bucketing.sql(store.dialect, "period")
+    columns = {"k": f"{key} AS k", "s": f"{span} AS s", "model": "model"}
+    select = "".join(f"{columns[c]}, " for c in grouped)
+    group = f" GROUP BY {', '.join(grouped)}" if grouped else ""
+    rows = await store.fetch(f"SELECT {select}{_SUMS} FROM {LATENCY} "
+                             f"WHERE {HOURLY_ROLLUP.where(part, params)}{group}", params.values)
+    width = len(grouped)
+    out = []
+    for row in rows:
+        if width == 0 and row[0] is None:  # no rows at all: SUM over nothing
+            continue
+        name = None if width == 0 else (int(row[0]), int(row[1]), row[2] if width == 3 else None)
+        out.append((name, [0 if v is None else v for v in row[width:]]))
+    return out
+
+
+async def _edge(store: UsageStore, part: Selection, bucketing: Bucketing) -> list[tuple[Any, _Sums]]:
+    """A partial hour's records binned as the writer bins them, at every level the rollup parts answer."""
+    params = Params(store.dialect)
+    key, span = bucketing.sql(store.dialect)
+    rows = await store.fetch(
+        f"SELECT {key}, {span}, model, latency_ms, ttft_ms, CASE WHEN {STREAMED} THEN completion_tokens END "
+        f"FROM {TABLE} WHERE {where(part, params)} AND status <> 'rejected'", params.values)
+    binned: dict[Any, _Sums] = {}
+    for k, s, model, latency, ttft, streamed in rows:
+        for name in ((int(k), int(s), model), (int(k), int(s), None), None):
+            sums = binned.get(name)
+            if sums is None:
+                sums = binned[name] = _empty()
+            sums[2 + bucket(latency)] += 1
+            if ttft is not None:
+                sums[2 + BUCKETS + bucket(ttft)] += 1
+            if streamed is not None:
+                sums[0] += streamed
+                sums[1] += latency - ttft
+    return list(binned.items())
