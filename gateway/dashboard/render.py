@@ -20,8 +20,10 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 from markupsafe import Markup, escape
 
+from billing.insights.histograms import EXACT_UP_TO
 from billing.insights.overview import Overview, Series
 from billing.insights.timings import Timings
+from billing.store.latency_rollup import RELATIVE_ERROR
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
 from gateway.dashboard.access import masked_token
@@ -270,7 +272,7 @@ def _register(engine: JinjaTemplateEngine) -> None:
     env.globals.update(csrf_token=masked_token, static_url=static_url, table_rows=table_rows,
                        series_rows=series_rows, request_value=request_value, chart_data=chart_data,
                        zone_query=zone_query, page_zone=page_zone, cold_starts=cold_starts, comparisons=comparisons,
-                       percentiles=PERCENTILES)
+                       percentiles=PERCENTILES, percentile_error=RELATIVE_ERROR, exact_up_to=EXACT_UP_TO)
 
 
 def template_config() -> TemplateConfig:
