@@ -12,6 +12,7 @@ import asyncio
 import math
 from bisect import bisect_left
 from itertools import accumulate
+from operator import add
 from typing import Any
 
 from billing.filters import Selection, where
@@ -50,28 +51,29 @@ def percentiles_of(counts: list[int]) -> Percentiles:
     n = cumulative[-1] if cumulative else 0
     if not n:
         return Percentiles(0)
-    return Percentiles(n, *(middle(bisect_left(cumulative, max(math.ceil(f * n), 1))) for f in FRACTIONS))
+    return Percentiles(n, *[_MIDDLES[bisect_left(cumulative, max(math.ceil(f * n), 1))] for f in FRACTIONS])
+
+
+_MIDDLES = tuple(middle(i) for i in range(BUCKETS))
 
 
 async def histogram_timings(store: UsageStore, selection: Selection,
                             bucketing: Bucketing) -> tuple[Scanned, dict[str, Percentiles]]:
     """The same answer as timings' exact scans, from the histograms (approximately: see the module)."""
     groups: dict[tuple[int, int, str | None], _Sums] = {}
-    window: _Sums = _empty()
-    jobs = []
-    for source, part in split(selection, HOURLY_ROLLUP):
-        if source is RAW:
-            jobs.append(_edge(store, part, bucketing))
-        else:
-            jobs += [_rollup(store, part, bucketing, ("k", "s", "model")), _rollup(store, part, bucketing, ("k", "s")),
-                     _rollup(store, part, bucketing, ())]
+    jobs = [_rollup(store, part, bucketing) if source is not RAW else _edge(store, part, bucketing)
+            for source, part in split(selection, HOURLY_ROLLUP)]
     for rows in await asyncio.gather(*jobs):
-        for group, sums in rows:
-            target = window if group is None else groups.setdefault(group, _empty())
-            _add(target, sums)
+        for k, s, model, sums in rows:
+            for group in ((k, s, model), (k, s, None)):  # the model's line, and all models together
+                current = groups.get(group)
+                groups[group] = sums if current is None else list(map(add, current, sums))
+    window = _empty()
     out: Scanned = {}
-    for group, sums in groups.items():
-        out[group] = (_percentiles(sums), int(sums[0]), float(sums[1]))
+    for (k, s, model), sums in groups.items():
+        out[(k, s, model)] = (_percentiles(sums), int(sums[0]), float(sums[1]))
+        if model is None:
+            window = list(map(add, window, sums))
     return out, _percentiles(window)
 
 
@@ -79,54 +81,35 @@ def _empty() -> _Sums:
     return [0, 0.0, *([0] * (2 * BUCKETS))]
 
 
-def _add(target: _Sums, sums: _Sums) -> None:
-    for i, value in enumerate(sums):
-        if value:
-            target[i] += value
-
-
 def _percentiles(sums: _Sums) -> dict[str, Percentiles]:
     return {MEASURED[0]: percentiles_of(sums[2:2 + BUCKETS]), MEASURED[1]: percentiles_of(sums[2 + BUCKETS:])}
 
 
-async def _rollup(store: UsageStore, part: Selection, bucketing: Bucketing,
-                  grouped: tuple[str, ...]) -> list[tuple[Any, _Sums]]:
-    """The histograms of the part's whole hours summed by (bucket, model), by bucket (model None) or over it all
-    (group None)."""
+async def _rollup(store: UsageStore, part: Selection, bucketing: Bucketing) -> list[tuple[int, int, str, _Sums]]:
+    """The histograms of the part's whole hours, summed by SQL per (bucket, model)."""
     params = Params(store.dialect)
     key, span = bucketing.sql(store.dialect, "period")
-    columns = {"k": f"{key} AS k", "s": f"{span} AS s", "model": "model"}
-    select = "".join(f"{columns[c]}, " for c in grouped)
-    group = f" GROUP BY {', '.join(grouped)}" if grouped else ""
-    rows = await store.fetch(f"SELECT {select}{_SUMS} FROM {LATENCY} "
-                             f"WHERE {HOURLY_ROLLUP.where(part, params)}{group}", params.values)
-    width = len(grouped)
-    out = []
-    for row in rows:
-        if width == 0 and row[0] is None:  # no rows at all: SUM over nothing
-            continue
-        name = None if width == 0 else (int(row[0]), int(row[1]), row[2] if width == 3 else None)
-        out.append((name, [0 if v is None else v for v in row[width:]]))
-    return out
+    rows = await store.fetch(f"SELECT {key} AS k, {span} AS s, model, {_SUMS} FROM {LATENCY} "
+                             f"WHERE {HOURLY_ROLLUP.where(part, params)} GROUP BY k, s, model", params.values)
+    return [(int(row[0]), int(row[1]), row[2], list(row[3:])) for row in rows]
 
 
-async def _edge(store: UsageStore, part: Selection, bucketing: Bucketing) -> list[tuple[Any, _Sums]]:
-    """A partial hour's records binned as the writer bins them, at every level the rollup parts answer."""
+async def _edge(store: UsageStore, part: Selection, bucketing: Bucketing) -> list[tuple[int, int, str, _Sums]]:
+    """A partial hour's records binned per (bucket, model) as the writer bins them."""
     params = Params(store.dialect)
     key, span = bucketing.sql(store.dialect)
     rows = await store.fetch(
         f"SELECT {key}, {span}, model, latency_ms, ttft_ms, CASE WHEN {STREAMED} THEN completion_tokens END "
         f"FROM {TABLE} WHERE {where(part, params)} AND status <> 'rejected'", params.values)
-    binned: dict[Any, _Sums] = {}
+    binned: dict[tuple[int, int, str], _Sums] = {}
     for k, s, model, latency, ttft, streamed in rows:
-        for name in ((int(k), int(s), model), (int(k), int(s), None), None):
-            sums = binned.get(name)
-            if sums is None:
-                sums = binned[name] = _empty()
-            sums[2 + bucket(latency)] += 1
-            if ttft is not None:
-                sums[2 + BUCKETS + bucket(ttft)] += 1
-            if streamed is not None:
-                sums[0] += streamed
-                sums[1] += latency - ttft
-    return list(binned.items())
+        sums = binned.get((int(k), int(s), model))
+        if sums is None:
+            sums = binned[(int(k), int(s), model)] = _empty()
+        sums[2 + bucket(latency)] += 1
+        if ttft is not None:
+            sums[2 + BUCKETS + bucket(ttft)] += 1
+        if streamed is not None:
+            sums[0] += streamed
+            sums[1] += latency - ttft
+    return [(k, s, model, sums) for (k, s, model), sums in binned.items()]

@@ -150,8 +150,11 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing,
     groups: dict[str, GroupSeries] = {}
     rate_limited, budget_refused, cold, cold_total = [0] * width, [0] * width, [0] * width, [0.0] * width
     cold_max: list[float | None] = [None] * width
+    positions: dict[tuple[int, int], int] = {}  # (key, span) -> bucket: one Bucket built per bucket, not per row
     for k, s, g, requests, prompt, completion, compute, cost, *_saved, limited, budget, waits, waited, longest in rows:
-        i = index[bucketing.bucket(k, s)]
+        i = positions.get((k, s))
+        if i is None:
+            i = positions[(k, s)] = index[bucketing.bucket(k, s)]
         name = group_key(g)
         m = groups.get(name)
         if m is None:

@@ -1,5 +1,5 @@
 """The 90-day view by hour in Chromium: 2,160 hours. The charts get at most one point per pixel column (3-hour
-steps here, saying so); the tables under them list the latest week of points (saying so, with the CSV for the
+steps here, saying so); the tables under them list the latest week of them (saying so, with the CSV for the
 rest); the chart data is as precise as a chart can show. A team with a 400,000-record quarter (its rollups written
 directly: the page reads only those) gets its percentiles from the hourly histograms (saying so) and a page under
 1 MB that draws every chart."""
@@ -53,8 +53,8 @@ async def test_the_90_day_hourly_view_draws_a_point_per_pixel_column(dashboard_s
     assert 720 <= drawn <= 1_001  # 3-hour points (and the step's closing point), never one per hour
     assert "is 3 hours" in await page.inner_text("#chart-step")
     assert await page.locator("#percentiles-approximate").count() == 0  # 600 records: exact
-    assert "latest 168 of the" in await page.inner_text("#tables-trimmed")
-    assert await page.locator("table[data-series] tbody tr").count() == 168
+    assert "latest 56 of the" in await page.inner_text("#tables-trimmed")  # a week of 3-hour steps
+    assert await page.locator("table[data-series] tbody tr").count() == 56
     await page.screenshot(path=artifacts / "overview-90d-hourly.png")
 
 
