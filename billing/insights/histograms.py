@@ -65,14 +65,15 @@ async def histogram_timings(store: UsageStore, selection: Selection,
             for source, part in split(selection, HOURLY_ROLLUP)]
     for rows in await asyncio.gather(*jobs):
         for k, s, model, sums in rows:
-            for group in ((k, s, model), (k, s, None)):  # the model's line, and all models together
+            lines: tuple[tuple[int, int, str | None], ...] = ((k, s, model), (k, s, None))
+            for group in lines:  # the model's line, and all models together
                 current = groups.get(group)
-                groups[group] = sums if current is None else list(map(add, current, sums))
+                groups[group] = sums if current is None else list(map(add, current, sums))  # never added in place
     window = _empty()
     out: Scanned = {}
-    for (k, s, model), sums in groups.items():
-        out[(k, s, model)] = (_percentiles(sums), int(sums[0]), float(sums[1]))
-        if model is None:
+    for line, sums in groups.items():
+        out[line] = (_percentiles(sums), int(sums[0]), float(sums[1]))
+        if line[2] is None:
             window = list(map(add, window, sums))
     return out, _percentiles(window)
 

@@ -79,6 +79,9 @@ class UsageStore(Protocol):
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
         """Record a budget alert as sent; False when it was already recorded (by any gateway)."""
 
+    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
+        """Set a health alert fired or armed fleet-wide as judged at `at`; True when this call changed it."""
+
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Rows of one read-only statement (committed data only)."""
 

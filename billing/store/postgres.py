@@ -9,7 +9,7 @@ from billing.records import LedgerEntry
 from billing.store import latency_rollup
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
-from billing.store.sql import PostgresDialect, SqlDialect, claim_alert_sql
+from billing.store.sql import PostgresDialect, SqlDialect, claim_alert_sql, health_state_sql
 from storage import Database
 
 _COLUMN_TYPES = ("text", "float8", "text", "text", "text", "text", "text", "text", "text", "int8", "int8",
@@ -56,6 +56,13 @@ class PostgresStore:
         recorded it first (insert-once on the table's primary key)."""
         async with self._db.transaction() as tx:
             row = await tx.fetchone(claim_alert_sql(self.dialect), (scope, period, threshold, at))
+        return row is not None
+
+    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
+        """Record a health alert as fired or armed by a judgement at `at`; True when this call changed it (so a
+        gateway that fired it sends the alert, and no other does)."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetchone(health_state_sql(self.dialect), (scope, measure, int(fired), at))
         return row is not None
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:

@@ -88,3 +88,13 @@ def claim_alert_sql(dialect: SqlDialect) -> str:
     marks = ", ".join(dialect.mark(n) for n in range(1, 5))
     return (f"INSERT INTO budget_alerts (scope, period, threshold, sent_at) VALUES ({marks}) "
             "ON CONFLICT DO NOTHING RETURNING threshold")
+
+
+def health_state_sql(dialect: SqlDialect) -> str:
+    """Set a health alert's fleet-wide state (fired 1 / armed 0) as judged at a time: a row back only when this
+    judgement changed it (a new row, or a change by a judgement later than the one that set it)."""
+    marks = ", ".join(dialect.mark(n) for n in range(1, 5))
+    return (f"INSERT INTO health_alert_states (scope, measure, fired, changed_at) VALUES ({marks}) "
+            "ON CONFLICT (scope, measure) DO UPDATE SET fired = excluded.fired, changed_at = excluded.changed_at "
+            "WHERE health_alert_states.fired <> excluded.fired "
+            "AND health_alert_states.changed_at < excluded.changed_at RETURNING fired")
