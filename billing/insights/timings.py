@@ -11,7 +11,7 @@ PostgreSQL computes the percentiles with `percentile_disc` over the grouping set
 measures, Python sorts each (bucket, model) group, and a bucket's (and the window's) values are those
 sorted runs merged (a sort of sorted runs is a merge). The window's overall percentiles come from the
 same pass on SQLite (PostgreSQL: `percentile_disc` without groups). Failures by status are sums: the
-daily rollup answers them for whole days, the records for the rest.
+daily rollup answers them for whole days, the hourly failures rollup for whole hours, the records for the rest.
 
 Output tokens per second of a bucket = its completed requests' completion tokens / the time they spent
 after their first token (latency - time to first token), over the requests that have both."""
@@ -29,7 +29,7 @@ import msgspec
 from billing.filters import Selection, where
 from billing.insights.histograms import EXACT_UP_TO, histogram_timings, records_in, usable
 from billing.insights.percentiles import FRACTIONS, MEASURED, Percentiles, percentiles
-from billing.insights.sources import Source, fetch_parts, for_buckets
+from billing.insights.sources import Source, fetch_parts, for_failures
 from billing.store.base import TABLE, UsageStore
 from billing.store.sql import Params
 from billing.timebuckets import Bucket, Bucketing
@@ -123,7 +123,7 @@ async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing)
         return (f"SELECT {key} AS k, {span} AS s, error_status, {source.requests} FROM {source.table} "
                 f"WHERE {source.where(part, params)} AND status IN ('{failed}') GROUP BY k, s, error_status")
 
-    return await fetch_parts(store, for_buckets(selection, bucketing, "status", "error_status"), statement)
+    return await fetch_parts(store, for_failures(selection, bucketing), statement)
 
 
 # per bucket: latency and ttft percentiles, streamed tokens and their ms

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
-from billing.store import latency_rollup
+from billing.store import failure_rollup, latency_rollup
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from billing.store.sql import PostgresDialect, SqlDialect, claim_alert_sql, health_state_sql
@@ -24,6 +24,7 @@ _DIALECT = PostgresDialect()
 _ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
 _UPSERT_LATENCY = latency_rollup.upsert(_DIALECT, arrays=_ARRAYS)
+_UPSERT_FAILURES = failure_rollup.upsert(_DIALECT, arrays=_ARRAYS)
 
 
 class PostgresStore:
@@ -49,6 +50,9 @@ class PostgresStore:
             latency = latency_rollup.latency_rows(list(new.values()))
             if latency:
                 await tx.execute(_UPSERT_LATENCY, list(zip(*latency, strict=True)))
+            failures = failure_rollup.failure_rows(list(new.values()))
+            if failures:
+                await tx.execute(_UPSERT_FAILURES, list(zip(*failures, strict=True)))
         return len(new)
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:

@@ -4,7 +4,7 @@ edit one that shipped, add the next."""
 
 from __future__ import annotations
 
-from billing.store import latency_rollup
+from billing.store import failure_rollup, latency_rollup
 from billing.store.base import TABLE
 from billing.store.rollups import budget_refusals_migration, savings_migration
 from billing.store.rollups import migration as rollups_migration
@@ -163,10 +163,13 @@ SCHEMA = Schema("billing", [
     Migration(9, "Predicted Outputs' accepted and rejected prediction tokens",
               {"sqlite": _prediction_columns("INTEGER"), "postgres": _prediction_columns("BIGINT")}),
     Migration(10, "the caller's end user and tags (end_user, tags)", _END_USERS),
-    Migration(11, "hourly latency and time-to-first-token histograms per team and model, filled from the records "
-              "(latency_rollup.py); the fleet's state of each health alert (health_alert_states)", {
+    Migration(11, "hourly latency and time-to-first-token histograms and failures by status per team and model, "
+              "filled from the records (latency_rollup.py, failure_rollup.py); the fleet's state of each health alert "
+              "(health_alert_states)", {
                   "sqlite": [*latency_rollup.migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID"),
+                             *failure_rollup.migration(SqliteDialect(), "INTEGER", " WITHOUT ROWID"),
                              _HEALTH_STATES.format(real="REAL")],
                   "postgres": [*latency_rollup.migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION"),
+                               *failure_rollup.migration(PostgresDialect(), "BIGINT"),
                                _HEALTH_STATES.format(real="DOUBLE PRECISION")]}),
 ], legacy_table="billing_schema_migrations")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
-from billing.store import latency_rollup
+from billing.store import failure_rollup, latency_rollup
 from billing.store.base import COLUMNS, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from billing.store.sql import SqlDialect, SqliteDialect, claim_alert_sql, health_state_sql
@@ -19,6 +19,7 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' *
 _DIALECT = SqliteDialect()
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT)
 _UPSERT_LATENCY = latency_rollup.upsert(_DIALECT)
+_UPSERT_FAILURES = failure_rollup.upsert(_DIALECT)
 
 
 class SqliteStore:
@@ -35,6 +36,7 @@ class SqliteStore:
             await tx.executemany(_UPSERT_DAILY, daily)
             await tx.executemany(_UPSERT_HOURLY, hourly)
             await tx.executemany(_UPSERT_LATENCY, latency_rollup.latency_rows(new))
+            await tx.executemany(_UPSERT_FAILURES, failure_rollup.failure_rows(new))
         return len(new)
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:

@@ -1,7 +1,8 @@
-"""The hourly latency histograms (billing/store/latency_rollup.py), on both stores: the writer keeps them equal to
-plain Python over the stored records (and to the migration's SQL backfill over the same records), and the
-percentiles read from them stay within latency_rollup.RELATIVE_ERROR of the exact ones, bucket by bucket, for all
-models and each model, with the window's partial hours read from the records."""
+"""The hourly latency histograms (billing/store/latency_rollup.py) and failures (failure_rollup.py), on both
+stores: the writer keeps them equal to plain Python over the stored records (and to the migration's SQL backfill
+over the same records), and the percentiles read from the histograms stay within latency_rollup.RELATIVE_ERROR of
+the exact ones, bucket by bucket, for all models and each model, with the window's partial hours read from the
+records."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from billing.filters import Filters, Selection
 from billing.insights.histograms import percentiles_of
 from billing.insights.overview import bucketing_for
 from billing.insights.timings import timings
+from billing.store import failure_rollup
 from billing.store.latency_rollup import BUCKETS, EDGES, LATENCY, RELATIVE_ERROR, backfill_sql, middle
 from tests.billing.http import ts
 from tests.billing.usage_data import make_records, nearest_rank, record_all
@@ -64,6 +66,22 @@ async def test_the_writer_keeps_the_histograms_equal_to_the_records(ledger, entr
     # a replayed batch adds nothing
     assert await ledger.store.insert(entries[:30]) == 0
     same(await stored(ledger.store), expected)
+
+
+async def test_the_failures_rollup_equals_the_records(ledger, entries):
+    expected: dict[tuple, int] = defaultdict(int)
+    for e in entries:
+        u = e.usage
+        if u.status in ("error", "rejected"):
+            expected[(u.team_id, math.floor(u.time / 3600) * 3600, u.model, u.status, u.error_status or 0)] += 1
+    rows = await ledger.store.fetch(f"SELECT {', '.join(failure_rollup.KEY)}, requests FROM {failure_rollup.FAILURES}",
+                                    [])
+    assert {(t, int(p), m, s, int(es)): int(n) for t, p, m, s, es, n in rows} == expected and len(expected) > 50
+    # the migration's SQL fills the same rows from the records
+    store = ledger.store
+    await _execute(store, f"DELETE FROM {failure_rollup.FAILURES}")
+    await _execute(store, failure_rollup.migration(store.dialect, "BIGINT")[1])
+    assert sorted(await store.fetch(f"SELECT * FROM {failure_rollup.FAILURES}", [])) == sorted(rows)
 
 
 async def test_the_migration_backfill_equals_the_writer(ledger, entries):
