@@ -11,8 +11,10 @@ alerts' sender (same webhook signing, SMTP, retries and outbound rule: gateway/s
 crossing alerts once fleet-wide; falling back below arms it again.
 
 A team's judgements run one after another, in the order of the requests; under load those waiting are judged
-together from one read (each on its own window). Memory is bounded: at most MAX_PENDING waiting per team, at most
-MAX_SAMPLES records per window; teams without alerts keep nothing."""
+together from one read (each on its own window): a batch costs one ship of this gateway's ledger (sooner than its
+shipper's linger would) and one read of at most MAX_SAMPLES + MAX_PENDING records, for teams with alerts only.
+Memory is bounded: at most MAX_PENDING waiting per team, at most MAX_SAMPLES records per window; teams without
+alerts keep nothing."""
 
 from __future__ import annotations
 
