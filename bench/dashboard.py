@@ -37,7 +37,7 @@ from billing.insights.overview import overview
 from billing.insights.ranking import team_ranking
 from billing.insights.requests import Cursor, page
 from billing.statements import monthly_statement
-from billing.store import open_store
+from billing.store import latency_rollup, open_store
 from billing.store.base import COLUMNS, ENTRY_COLUMNS, TABLE, row_entry, utc_day
 from billing.store.rollups import backfill
 from storage.registry import parse
@@ -123,7 +123,7 @@ async def build(url: str, rows: int, teams: list[str] | None = None) -> tuple[fl
         for batch in bulk:
             db.executemany(insert, batch)
             db.commit()
-        for sql in backfill(SqliteDialect()):
+        for sql in [*backfill(SqliteDialect()), latency_rollup.backfill_sql(SqliteDialect())]:
             db.execute(sql)
         db.commit()
         db.execute("ANALYZE")
@@ -134,7 +134,7 @@ async def build(url: str, rows: int, teams: list[str] | None = None) -> tuple[fl
         try:
             for batch in bulk:
                 await con.copy_records_to_table(TABLE, records=batch, columns=COLUMNS)
-            for sql in backfill(PostgresDialect()):
+            for sql in [*backfill(PostgresDialect()), latency_rollup.backfill_sql(PostgresDialect())]:
                 await con.execute(sql)
         finally:
             await con.close()

@@ -93,15 +93,19 @@ def offset_spans(tz: ZoneInfo, start: float, end: float) -> list[Span]:
 class Bucketing:
     """How one query buckets time: granularity, zone and the window's offset spans."""
 
-    def __init__(self, granularity: Granularity, tz_name: str, start: float, end: float) -> None:
+    def __init__(self, granularity: Granularity, tz_name: str, start: float, end: float, step: int = 1) -> None:
+        """`step`: hours per bucket (hours only): a long hourly view drawn at a chart's width (each bucket starts
+        at a local hour that is a multiple of `step` hours since the epoch, on the local clock)."""
+        if step != 1 and (granularity != "hour" or not 1 <= step <= 24):
+            raise ValueError("only hours come in steps, of 1 to 24")
         self.granularity = granularity
         self.tz = zone(tz_name)
-        self.start, self.end = start, end
+        self.start, self.end, self.step = start, end, step
         if granularity in CALENDAR:
             self.size, self.spans = 0, []
             self.edges = self._calendar_edges()
         else:
-            self.size, self.edges = SIZES[granularity], []
+            self.size, self.edges = SIZES[granularity] * step, []
             self.spans = offset_spans(self.tz, start, end)
 
     def sql(self, dialect: SqlDialect, column: str = "time") -> tuple[str, str]:

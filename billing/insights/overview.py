@@ -16,6 +16,7 @@ the auth side.
 from __future__ import annotations
 
 import asyncio
+import math
 
 import msgspec
 
@@ -75,13 +76,20 @@ class Overview(msgspec.Struct):
     by_user: list[Sums]  # key NO_USER ("-") for requests made with service keys
     timings: Timings  # per bucket, aligned with series.buckets
     previous: Sums  # the same filters over the period of the same length just before the window
+    step: int = 1  # hours per bucket: more than 1 when a long hourly view was asked for at most `max_points`
 
 
-def bucketing_for(selection: Selection, granularity: Granularity, tz: str) -> Bucketing:
-    """ValueError (ZoneError for the zone) when the series could not be drawn."""
+def bucketing_for(selection: Selection, granularity: Granularity, tz: str,
+                  max_points: int | None = None) -> Bucketing:
+    """ValueError (ZoneError for the zone) when the series could not be drawn. `max_points`: hours are taken
+    several at a time (the fewest that keep the buckets under it), so a chart gets no more points than it has
+    pixel columns."""
     bucketing = Bucketing(granularity, tz, selection.start, selection.end)
     if bucketing.count() > MAX_BUCKETS:
         raise ValueError(f"{granularity} buckets over this window exceed {MAX_BUCKETS}")
+    if max_points and granularity == "hour" and bucketing.count() > max_points:
+        step = min(24, math.ceil(bucketing.count() / max_points))
+        bucketing = Bucketing(granularity, tz, selection.start, selection.end, step)
     return bucketing
 
 
@@ -91,13 +99,14 @@ def previous_period(selection: Selection) -> Selection:
 
 
 async def overview(store: UsageStore, selection: Selection, granularity: Granularity = "day",
-                   tz: str = "UTC", group_by: str = "model") -> Overview:
-    bucketing = bucketing_for(selection, granularity, tz)
+                   tz: str = "UTC", group_by: str = "model", max_points: int | None = None) -> Overview:
+    bucketing = bucketing_for(selection, granularity, tz, max_points)
     (totals, by_model, by_key, by_user), series, (timed, measured), previous = await asyncio.gather(
         _breakdowns(store, selection), _series(store, selection, bucketing, group_by),
         timings(store, selection, bucketing), totals_of(store, previous_period(selection)))
     return Overview(selection.team_id, selection.start, selection.end, selection.filters, totals, totals.error_rate,
-                    measured["latency_ms"], measured["ttft_ms"], series, by_model, by_key, by_user, timed, previous)
+                    measured["latency_ms"], measured["ttft_ms"], series, by_model, by_key, by_user, timed, previous,
+                    bucketing.step)
 
 
 async def totals_of(store: UsageStore, selection: Selection) -> Sums:
@@ -141,8 +150,11 @@ async def _series(store: UsageStore, selection: Selection, bucketing: Bucketing,
     groups: dict[str, GroupSeries] = {}
     rate_limited, budget_refused, cold, cold_total = [0] * width, [0] * width, [0] * width, [0.0] * width
     cold_max: list[float | None] = [None] * width
+    positions: dict[tuple[int, int], int] = {}  # (key, span) -> bucket: one Bucket built per bucket, not per row
     for k, s, g, requests, prompt, completion, compute, cost, *_saved, limited, budget, waits, waited, longest in rows:
-        i = index[bucketing.bucket(k, s)]
+        i = positions.get((k, s))
+        if i is None:
+            i = positions[(k, s)] = index[bucketing.bucket(k, s)]
         name = group_key(g)
         m = groups.get(name)
         if m is None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from billing.filters import Selection, where
 from billing.store.base import TABLE, UsageStore
+from billing.store.failure_rollup import FAILURES
 from billing.store.rollups import BUDGET_REFUSED_SQL, DAILY, DAY, HOUR, HOURLY, RATE_LIMITED_SQL, SAVINGS
 from billing.timebuckets import Bucketing
 from storage.sql_dialect import Params, SqlDialect
@@ -81,6 +82,12 @@ HOURLY_ROLLUP = Source(HOURLY, "period", HOUR, frozenset({"model"}), count="SUM(
                        output="", savings=_ROLLUP_SAVINGS, cached_price="", batched="")
 
 
+# failed requests only, by status and HTTP error status (0: none): the failures by status of hourly buckets
+HOURLY_FAILURES = Source(FAILURES, "period", HOUR, frozenset({"model", "status", "error_status"}),
+                         count="SUM(requests)", null_user="", rate_limited="", budget_refused="", cold=("", "", ""),
+                         output="", savings="", cached_price="", batched="")
+
+
 def split(selection: Selection, source: Source) -> list[tuple[Source, Selection]]:
     """The parts that together cover the selection's window exactly once."""
     if source.period == 0:
@@ -103,6 +110,14 @@ def for_buckets(selection: Selection, bucketing: Bucketing, *grouped: str) -> li
     periods fit them and that holds those columns."""
     for source in (DAILY_ROLLUP, HOURLY_ROLLUP):
         if source.usable(selection, bucketing, grouped):
+            return split(selection, source)
+    return [(RAW, selection)]
+
+
+def for_failures(selection: Selection, bucketing: Bucketing) -> list[tuple[Source, Selection]]:
+    """Parts for failed requests counted by (bucket, status, error status)."""
+    for source in (DAILY_ROLLUP, HOURLY_FAILURES):
+        if source.usable(selection, bucketing, ("status", "error_status")):
             return split(selection, source)
     return [(RAW, selection)]
 

@@ -3,13 +3,15 @@ model on its own: latency and time-to-first-token percentiles (p50, p95, p99, ex
 the records, as billing/insights/percentiles.py), output tokens per second, and the failed requests by
 HTTP status (all models).
 
-Only the records hold these (the rollups keep sums), and one pass over them answers both views.
+A view of up to EXACT_UP_TO records reads the records, and one pass over them answers both views; a larger one
+that the hourly histograms can answer (filtered at most by model, buckets of whole UTC hours) reads those instead,
+within ~4.9 % (billing/insights/histograms.py; `Timings.approximate`).
 PostgreSQL computes the percentiles with `percentile_disc` over the grouping sets (bucket, model) and
 (bucket); SQLite has no ordered-set aggregate, so one pass fetches each record's bucket, model and
 measures, Python sorts each (bucket, model) group, and a bucket's (and the window's) values are those
 sorted runs merged (a sort of sorted runs is a merge). The window's overall percentiles come from the
 same pass on SQLite (PostgreSQL: `percentile_disc` without groups). Failures by status are sums: the
-daily rollup answers them for whole days, the records for the rest.
+daily rollup answers them for whole days, the hourly failures rollup for whole hours, the records for the rest.
 
 Output tokens per second of a bucket = its completed requests' completion tokens / the time they spent
 after their first token (latency - time to first token), over the requests that have both."""
@@ -25,8 +27,9 @@ from typing import Any
 import msgspec
 
 from billing.filters import Selection, where
+from billing.insights.histograms import EXACT_UP_TO, histogram_timings, records_in, usable
 from billing.insights.percentiles import FRACTIONS, MEASURED, Percentiles, percentiles
-from billing.insights.sources import Source, fetch_parts, for_buckets
+from billing.insights.sources import Source, fetch_parts, for_failures
 from billing.store.base import TABLE, UsageStore
 from billing.timebuckets import Bucket, Bucketing
 from storage.sql_dialect import Params
@@ -53,13 +56,19 @@ class Timings(msgspec.Struct):
     output_tokens_per_s: list[float | None]  # None: no completed request with a first token
     errors_by_status: dict[str, list[int]]  # "429", "500", ... (NO_STATUS): failed and rejected requests
     by_model: list[ModelTimings] = []  # sorted by model; the models that reached a worker in the window
+    approximate: bool = False  # percentiles from the hourly histograms (within histograms.RELATIVE_ERROR), not exact
 
 
-async def timings(store: UsageStore, selection: Selection,
-                  bucketing: Bucketing) -> tuple[Timings, dict[str, Percentiles]]:
-    """The view's timings per bucket (and per model and bucket), and its overall latency and ttft percentiles."""
+async def timings(store: UsageStore, selection: Selection, bucketing: Bucketing,
+                  exact_up_to: int = EXACT_UP_TO) -> tuple[Timings, dict[str, Percentiles]]:
+    """The view's timings per bucket (and per model and bucket), and its overall latency and ttft percentiles: exact
+    from the records for a view of up to `exact_up_to` records, else from the hourly histograms where they can answer
+    it (`approximate`: billing/insights/histograms.py)."""
     index, width = _index(bucketing)
     scan = _postgres if store.dialect.ordered_set_aggregates else _sqlite
+    approximate = usable(selection, bucketing) and await records_in(store, selection) > exact_up_to
+    if approximate:
+        scan = histogram_timings
     (scanned, overall), errors = await asyncio.gather(scan(store, selection, bucketing),
                                                       _errors(store, selection, bucketing))
     lines: dict[str | None, Line] = {}  # model -> latency, ttft, tokens, their ms
@@ -84,7 +93,7 @@ async def timings(store: UsageStore, selection: Selection,
         failed.setdefault(_status(error_status), [0] * width)[index[bucketing.bucket(k, s)]] += int(n)
     models = sorted(m for m in lines if m is not None)
     return Timings(*measured(None), dict(sorted(failed.items())),
-                   [ModelTimings(m, *measured(m)) for m in models]), overall
+                   [ModelTimings(m, *measured(m)) for m in models], approximate), overall
 
 
 def _empty(width: int) -> Line:
@@ -114,7 +123,7 @@ async def _errors(store: UsageStore, selection: Selection, bucketing: Bucketing)
         return (f"SELECT {key} AS k, {span} AS s, error_status, {source.requests} FROM {source.table} "
                 f"WHERE {source.where(part, params)} AND status IN ('{failed}') GROUP BY k, s, error_status")
 
-    return await fetch_parts(store, for_buckets(selection, bucketing, "status", "error_status"), statement)
+    return await fetch_parts(store, for_failures(selection, bucketing), statement)
 
 
 # per bucket: latency and ttft percentiles, streamed tokens and their ms

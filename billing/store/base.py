@@ -26,6 +26,12 @@ ENTRY_COLUMNS = ", ".join(COLUMNS)  # what `row_entry` reads, in order
 # insert-once of a sent budget alert: a row back when this store recorded it, none when another had
 CLAIM_ALERT = ("INSERT INTO budget_alerts (scope, period, threshold, sent_at) VALUES (?, ?, ?, ?) "
                "ON CONFLICT DO NOTHING RETURNING threshold")
+# a health alert's fleet-wide state (fired 1 / armed 0) as judged at a time: a row back only when this judgement
+# changed it (a new row, or a change by a judgement later than the one that set it)
+HEALTH_STATE = ("INSERT INTO health_alert_states (scope, measure, fired, changed_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (scope, measure) DO UPDATE SET fired = excluded.fired, changed_at = excluded.changed_at "
+                "WHERE health_alert_states.fired <> excluded.fired "
+                "AND health_alert_states.changed_at < excluded.changed_at RETURNING fired")
 
 
 _tags = msgspec.json.Decoder(dict[str, str])
@@ -81,6 +87,9 @@ class UsageStore(Protocol):
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
         """Record a budget alert as sent; False when it was already recorded (by any gateway)."""
+
+    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
+        """Set a health alert fired or armed fleet-wide as judged at `at`; True when this call changed it."""
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Rows of one read-only statement (committed data only)."""

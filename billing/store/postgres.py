@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
-from billing.store.base import CLAIM_ALERT, COLUMNS, TABLE, entry_row
+from billing.store import failure_rollup, latency_rollup
+from billing.store.base import CLAIM_ALERT, COLUMNS, HEALTH_STATE, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from storage import Database
 from storage.sql_dialect import PostgresDialect, SqlDialect
@@ -22,6 +23,8 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) SELECT * FROM unnest("
 _DIALECT = PostgresDialect()
 _ARRAYS = {"text": "text", "integer": "int8", "real": "float8"}
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT, arrays=_ARRAYS)
+_UPSERT_LATENCY = latency_rollup.upsert(_DIALECT, arrays=_ARRAYS)
+_UPSERT_FAILURES = failure_rollup.upsert(_DIALECT, arrays=_ARRAYS)
 
 
 class PostgresStore:
@@ -44,6 +47,12 @@ class PostgresStore:
             if daily:  # one statement per rollup: an array per column, as the insert
                 await tx.execute(_UPSERT_DAILY, list(zip(*daily, strict=True)))
                 await tx.execute(_UPSERT_HOURLY, list(zip(*hourly, strict=True)))
+            latency = latency_rollup.latency_rows(list(new.values()))
+            if latency:
+                await tx.execute(_UPSERT_LATENCY, list(zip(*latency, strict=True)))
+            failures = failure_rollup.failure_rows(list(new.values()))
+            if failures:
+                await tx.execute(_UPSERT_FAILURES, list(zip(*failures, strict=True)))
         return len(new)
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
@@ -51,6 +60,13 @@ class PostgresStore:
         recorded it first (insert-once on the table's primary key)."""
         async with self._db.transaction() as tx:
             row = await tx.fetchone(CLAIM_ALERT, (scope, period, threshold, at))
+        return row is not None
+
+    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
+        """Record a health alert as fired or armed by a judgement at `at`; True when this call changed it (so a
+        gateway that fired it sends the alert, and no other does)."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetchone(HEALTH_STATE, (scope, measure, int(fired), at))
         return row is not None
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:

@@ -67,7 +67,7 @@ _TEXT_KEYS = {"team_id", "model", "key_id", "user_id", "dialect", "status", "ada
 def column_kinds(key: tuple[str, ...], sums: Sums) -> list[tuple[str, str]]:
     """(column, "text" | "integer" | "real") of a rollup, in its upsert's order."""
     return ([(c, "text" if c in _TEXT_KEYS else "integer") for c in key]
-            + [(c, "real" if c.startswith("cold_start_ms") else "integer") for c, _ in sums])
+            + [(c, "real" if c.startswith("cold_start_ms") or c == "streamed_ms" else "integer") for c, _ in sums])
 
 
 def _table(name: str, key: tuple[str, ...], sums: Sums, integer: str, real: str) -> str:

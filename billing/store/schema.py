@@ -4,6 +4,7 @@ edit one that shipped, add the next."""
 
 from __future__ import annotations
 
+from billing.store import failure_rollup, latency_rollup
 from billing.store.base import TABLE
 from billing.store.rollups import budget_refusals_migration, savings_migration
 from billing.store.rollups import migration as rollups_migration
@@ -131,6 +132,18 @@ _END_USERS = [f"ALTER TABLE {TABLE} ADD COLUMN end_user TEXT", f"ALTER TABLE {TA
               f"CREATE INDEX {TABLE}_end_user ON {TABLE} (team_id, end_user, time)"]
 
 
+# schema 11: whether each health alert (gateway/serving/health_alerts.py) is fired (1) or armed (0) fleet-wide, and
+# the time of the judgement that set it: a gateway changes it only with a later judgement, and sends the alert only
+# when its own judgement fired it, so a crossing alerts once whichever gateways judge it
+_HEALTH_STATES = """CREATE TABLE health_alert_states (
+    scope TEXT NOT NULL,
+    measure TEXT NOT NULL,
+    fired INTEGER NOT NULL,
+    changed_at {real} NOT NULL,
+    PRIMARY KEY (scope, measure)
+)"""
+
+
 SCHEMA = Schema("billing", [
     Migration(1, "usage records", {"sqlite": _v1("REAL", "INTEGER"), "postgres": _v1("DOUBLE PRECISION", "BIGINT")}),
     Migration(2, "what the dashboards chart; SQLite clustered by team and time, PostgreSQL covering indexes",
@@ -150,4 +163,13 @@ SCHEMA = Schema("billing", [
     Migration(9, "Predicted Outputs' accepted and rejected prediction tokens",
               {"sqlite": _prediction_columns("INTEGER"), "postgres": _prediction_columns("BIGINT")}),
     Migration(10, "the caller's end user and tags (end_user, tags)", _END_USERS),
+    Migration(11, "hourly latency and time-to-first-token histograms and failures by status per team and model, "
+              "filled from the records (latency_rollup.py, failure_rollup.py); the fleet's state of each health alert "
+              "(health_alert_states)", {
+                  "sqlite": [*latency_rollup.migration(SqliteDialect(), "INTEGER", "REAL", " WITHOUT ROWID"),
+                             *failure_rollup.migration(SqliteDialect(), "INTEGER", " WITHOUT ROWID"),
+                             _HEALTH_STATES.format(real="REAL")],
+                  "postgres": [*latency_rollup.migration(PostgresDialect(), "BIGINT", "DOUBLE PRECISION"),
+                               *failure_rollup.migration(PostgresDialect(), "BIGINT"),
+                               _HEALTH_STATES.format(real="DOUBLE PRECISION")]}),
 ], legacy_table="billing_schema_migrations")

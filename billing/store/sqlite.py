@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from billing.records import LedgerEntry
-from billing.store.base import CLAIM_ALERT, COLUMNS, TABLE, entry_row
+from billing.store import failure_rollup, latency_rollup
+from billing.store.base import CLAIM_ALERT, COLUMNS, HEALTH_STATE, TABLE, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from storage import Database, Executor
 from storage.sql_dialect import SqlDialect, SqliteDialect
@@ -17,6 +18,8 @@ _INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' *
            "ON CONFLICT DO NOTHING")
 _DIALECT = SqliteDialect()
 _UPSERT_DAILY, _UPSERT_HOURLY = upserts(_DIALECT)
+_UPSERT_LATENCY = latency_rollup.upsert(_DIALECT)
+_UPSERT_FAILURES = failure_rollup.upsert(_DIALECT)
 
 
 class SqliteStore:
@@ -32,6 +35,8 @@ class SqliteStore:
             daily, hourly = rollup_rows(new)
             await tx.executemany(_UPSERT_DAILY, daily)
             await tx.executemany(_UPSERT_HOURLY, hourly)
+            await tx.executemany(_UPSERT_LATENCY, latency_rollup.latency_rows(new))
+            await tx.executemany(_UPSERT_FAILURES, failure_rollup.failure_rows(new))
         return len(new)
 
     async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
@@ -39,6 +44,13 @@ class SqliteStore:
         recorded it first (insert-once on the table's primary key)."""
         async with self._db.transaction() as tx:
             row = await tx.fetchone(CLAIM_ALERT, (scope, period, threshold, at))
+        return row is not None
+
+    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
+        """Record a health alert as fired or armed by a judgement at `at`; True when this call changed it (so a
+        gateway that fired it sends the alert, and no other does)."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetchone(HEALTH_STATE, (scope, measure, int(fired), at))
         return row is not None
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:

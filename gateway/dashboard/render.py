@@ -20,8 +20,10 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.template import TemplateConfig
 from markupsafe import Markup, escape
 
+from billing.insights.histograms import EXACT_UP_TO
 from billing.insights.overview import Overview, Series
 from billing.insights.timings import Timings
+from billing.store.latency_rollup import RELATIVE_ERROR
 from billing.timebuckets import zone
 from billing.usage import micros_to_decimal
 from gateway.dashboard.access import masked_token
@@ -114,12 +116,13 @@ MAX_TABLE_ROWS = 400  # buckets a table lists in full (90 days by day, 16 days b
 TRIMMED_ROWS = 168  # past that, the latest week of hours (the charts draw every bucket)
 
 
-def table_rows(series: Series) -> range:
-    """The buckets the tables under the charts list: every one, or the latest TRIMMED_ROWS past MAX_TABLE_ROWS.
-    A table of 2,160 hours × every model made the 90-day hourly page 200,000 elements that took half a minute to
-    lay out, and nobody reads it: the charts draw them all, the CSV holds every record."""
+def table_rows(series: Series, step: int = 1) -> range:
+    """The buckets the tables under the charts list: every one, or the latest week's past MAX_TABLE_ROWS (TRIMMED_ROWS
+    hours, in buckets of `step` hours). A table of 2,160 hours × every model made the 90-day hourly page 200,000
+    elements that took half a minute to lay out, and nobody reads it: the charts draw them all, the CSV holds every
+    record."""
     count = len(series.buckets)
-    return range(count) if count <= MAX_TABLE_ROWS else range(count - TRIMMED_ROWS, count)
+    return range(count) if count <= MAX_TABLE_ROWS else range(max(0, count - TRIMMED_ROWS // step), count)
 
 
 def series_rows(series: Series, rows: range | None = None) -> list[SeriesRow]:
@@ -270,7 +273,7 @@ def _register(engine: JinjaTemplateEngine) -> None:
     env.globals.update(csrf_token=masked_token, static_url=static_url, table_rows=table_rows,
                        series_rows=series_rows, request_value=request_value, chart_data=chart_data,
                        zone_query=zone_query, page_zone=page_zone, cold_starts=cold_starts, comparisons=comparisons,
-                       percentiles=PERCENTILES)
+                       percentiles=PERCENTILES, percentile_error=RELATIVE_ERROR, exact_up_to=EXACT_UP_TO)
 
 
 def template_config() -> TemplateConfig:

@@ -65,6 +65,7 @@ from gateway.serving.services import Services
 MAX_KEY_CHARS = 512
 REQUESTS_PAGE = 50
 MAX_LABELS = 200  # named rows per breakdown; the rest show their ids
+CHART_POINTS = 1_000  # hourly buckets a chart gets at most: fewer than its pixel columns (~1,300 at 1440 px)
 
 
 @get("/", opt=PUBLIC)
@@ -142,7 +143,7 @@ async def overview_page(request: Request, sessions: SessionStore, auth: AuthServ
     if view.problem is not None:
         return await _refused("overview", session, scope, view, auth, ledger)
     result, month = await asyncio.gather(
-        overview(ledger.store, view.selection, view.granularity, view.tz, view.group_by),
+        overview(ledger.store, view.selection, view.granularity, view.tz, view.group_by, max_points=CHART_POINTS),
         month_to_date(ledger.store, scope.team.id, time.time()))
     # the team's month tokens, counted once: the month tile's and the token budget row's
     limits, names = await team_limits(scope, auth, services, team_month_tokens=month.budget_tokens_used)

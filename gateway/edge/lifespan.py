@@ -243,7 +243,7 @@ class GatewayServices(InitPluginProtocol):
                              sender, redis_url=settings.redis_url or None,
                              fail_open=settings.limiter_fail_open, credentials=signer)
         opened.push_async_callback(budgets.close)  # closes the sender, after the health alerts' last sends
-        health = HealthWatch(sender)
+        health = HealthWatch(sender, ledger)
         opened.push_async_callback(health.close)
         return Services(settings, endpoints, auth, limiter, ledger, started_at=time.time(), workers=workers,
                         probe=probe, budgets=budgets, spending=SpendReader(ledger.store) if ledger else None,

@@ -143,10 +143,6 @@ class Accounting:
                                                cached_tokens=self.cached_tokens, batch=self.batch is not None)
         latency = (time.perf_counter() - self.started) * 1000
         metrics.observe(self, status)
-        if self.services.health is not None and status in ("ok", "error"):  # answered, or failed once admitted
-            limits = self.principal.team_limits
-            self.services.health.observe(self.principal.team_id, limits.health_alerts if limits else None, status,
-                                         latency)
         self.outcome.update(request_id=self.request_id, status=status, route=self.route,
                             prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                             latency_ms=round(latency, 2), cold_start_ms=round(self.cold_start_ms, 2),
@@ -161,6 +157,10 @@ class Accounting:
             log.error("ledger_record_failed", request_id=self.request_id, status=status, error=failure.message)
             if status == "ok":
                 raise  # the answer is withheld: never served unbilled
+        if self.services.health is not None and status in ("ok", "error"):  # answered, or failed once admitted
+            limits = self.principal.team_limits  # judged on the fleet's ledger, which now holds this request
+            self.services.health.observe(self.principal.team_id, limits.health_alerts if limits else None,
+                                         self.arrived)
 
     async def _record(self, ledger, status: str, latency: float, ttft: float | None,
                       error: SluiceError | None) -> None:

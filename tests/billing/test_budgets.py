@@ -1,6 +1,7 @@
 """Spend against budgets in money (billing/budgets.py): the period's window, the spend of a team and of a key
 as the store holds it (and the tokens a monthly token budget counts), the thresholds reached, and the
-insert-once record of alerts sent, which every gateway of a fleet shares through the database."""
+insert-once record of alerts sent, which every gateway of a fleet shares through the database, and the fleet-wide
+state of each health alert."""
 
 from __future__ import annotations
 
@@ -77,6 +78,24 @@ async def test_an_alert_is_recorded_once_for_every_store_on_the_database(databas
         assert await second.claim_alert("team:t1", "2026-11", 80, time.time())  # another threshold
         assert await second.claim_alert("team:t1", "2026-12", 50, time.time())  # the next period
         assert await first.claim_alert("key:k1", "2026-11", 50, time.time())  # another scope
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_health_alerts_state_is_the_fleets_and_moves_only_forward_in_time(database_url):
+    """gateway/serving/health_alerts.py: whichever store fires a crossing first sends it; a judgement older than the
+    one that set the state (another gateway's, late) changes nothing."""
+    first, second = await open_store(database_url), await open_store(database_url)
+    try:
+        assert await first.set_health_state("team:t1", "error_rate", True, 10.0)  # fired: this one sends
+        assert not await second.set_health_state("team:t1", "error_rate", True, 11.0)  # already fired
+        assert not await second.set_health_state("team:t1", "error_rate", False, 9.0)  # a stale "below"
+        assert await second.set_health_state("team:t1", "error_rate", False, 12.0)  # armed again
+        assert not await first.set_health_state("team:t1", "error_rate", True, 11.5)  # a stale "above"
+        assert await first.set_health_state("team:t1", "latency_p95", True, 11.5)  # another measure
+        assert await second.set_health_state("team:t1", "error_rate", True, 13.0)  # the next crossing
+        assert await second.set_health_state("team:t2", "error_rate", True, 13.0)  # another team
     finally:
         await first.close()
         await second.close()

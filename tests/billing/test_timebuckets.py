@@ -38,6 +38,21 @@ def test_the_repeated_hour_is_two_buckets_and_the_skipped_hour_none():
     assert all(hours(b) == 1 for b in [*fall.all(), *spring.all()])
 
 
+def test_hours_in_steps_cover_the_window_once_across_a_dst_change():
+    """A long hourly view drawn at a chart's width (billing/insights/overview.py `max_points`): 3-hour buckets of
+    the local clock, the one the fall-back cuts in two spans, and no gap or overlap."""
+    fall = Bucketing("hour", "America/New_York", ts("2025-11-01T04:00:00"), ts("2025-11-03T05:00:00"), step=3)
+    buckets = fall.all()
+    assert buckets[0].label == "2025-11-01T00:00:00-04:00" and buckets[1].label == "2025-11-01T03:00:00-04:00"
+    assert all(a.end == b.start for a, b in zip(buckets, buckets[1:], strict=False))
+    assert buckets[0].start == ts("2025-11-01T04:00:00") and buckets[-1].end == ts("2025-11-03T05:00:00")
+    assert sum(hours(b) for b in buckets) == 49 and all(hours(b) <= 3 for b in buckets)  # two local days + 1 h
+    assert {"2025-11-02T00:00:00-04:00", "2025-11-02T00:00:00-05:00"} <= {b.label for b in buckets}
+    assert fall.aligned(3600) and len(buckets) <= fall.count()
+    with pytest.raises(ValueError, match="only hours"):
+        Bucketing("day", "UTC", 0, 86400, step=2)
+
+
 def test_half_hour_zones_and_half_hour_shifts():
     india = Bucketing("hour", "Asia/Kolkata", ts("2025-06-01T00:00:00"), ts("2025-06-01T02:00:00"))
     assert [datetime.fromtimestamp(b.start, UTC).minute for b in india.all()] == [30, 30, 30]

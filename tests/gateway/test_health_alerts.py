@@ -1,16 +1,20 @@
 """Alerts on a team's error rate and latency (gateway/serving/health_alerts.py) through the real gateway app in
 front of the protocol worker: owners set them (`PUT|DELETE /v1/team/alerts`; bounded, tenant-checked, destinations
 under the outbound rule), and each fires once per crossing above its threshold, to a real local webhook (signed)
-and a real local SMTP server, and again only after the measure fell back below it."""
+and a real local SMTP server, and again only after the measure fell back below it; judged on the fleet's
+numbers (every gateway's records in the shared ledger) and sent once fleet-wide, checked with two gateways on one
+PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
+import msgspec
 import pytest
 
 from gateway.serving.budget_alerts import sign
+from testkit.databases import create_database, drop_database
 from testkit.protocol_worker import Reply, tokens
 from tests.gateway.app_client import ADMIN_HEADERS, app_client
 from tests.gateway.generation_bodies import body
@@ -99,3 +103,66 @@ async def test_error_rate_alerts_fire_once_per_crossing(watched, worker, hooks, 
     latency = json.loads(hooks.received[2].body)
     assert latency["measure"] == "latency_p95" and latency["value"] > 150
     assert (await watched.delete("/v1/team/alerts", headers=owner)).json().get("health_alerts") is None
+
+
+@pytest.fixture
+async def fleet(tmp_path, worker, mail, postgres):  # noqa: F811 - the fixtures imported above
+    """Two gateways on one PostgreSQL (auth and ledger, one key pepper), each with its own data dir and ledger log."""
+    url = await create_database(postgres.url, "health")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    gateways = [msgspec.structs.replace(priced_settings(tmp_path / name, worker, mail, email_domains=["acme.example"]),
+                                        database_url=url, key_pepper="health-fleet-pepper-0123456789")
+                for name in ("a", "b")]
+    async with app_client(gateways[0]) as a, app_client(gateways[1]) as b:
+        yield a, b
+    await drop_database(postgres.url, url)
+
+
+async def test_two_gateways_judge_the_fleets_numbers_and_alert_once(fleet, worker, hooks, mail):  # noqa: F811
+    """Neither gateway alone settles `min_requests` requests, so only the fleet's numbers can cross; both judge
+    every crossing, one alert goes out."""
+    a, b = fleet
+    team = (await _admin(a, "POST", "/admin/teams", name="Fleet"))["id"]
+    owner_id = (await _admin(a, "POST", "/admin/users", name="fay"))["id"]
+    await _admin(a, "PUT", f"/admin/teams/{team}/members/{owner_id}", role="owner")
+    owner = {"authorization": "Bearer " + (await _admin(a, "POST", "/admin/keys", name="o", team_id=team,
+                                                        user_id=owner_id))["key"]}
+    done = await a.put("/v1/team/alerts", headers=owner, json={
+        "error_rate_percent": 30, "min_requests": 4, "window_s": 300, "webhook_url": hooks.url,
+        "emails": ["ops@acme.example"]})
+    assert done.status_code == 200, done.text
+
+    sent = 0
+
+    async def send(gateway, *replies: Reply) -> None:
+        nonlocal sent
+        for reply in replies:
+            worker.replies = [reply]
+            await gateway.post("/v1/completions", json=body("/v1/completions", max_tokens=2), headers=owner)
+        sent += len(replies)
+        # in the shared ledger (each gateway's shipper lingers a second) before the other gateway's next request
+        window = {"group_by": "none", "start": "2000-01-01", "end": "2100-01-01"}
+        for _ in range(300):
+            usage = await a.get("/v1/usage", params=window, headers=owner)
+            if usage.json()["totals"]["requests"] == sent:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the records never reached the shared ledger")
+
+    await send(a, OK, OK)
+    await send(b, OK)
+    await send(a, FAILED)  # 1 of 4 in the fleet: 25 %
+    await send(b, FAILED)  # 2 of 5: 40 % (a: 1 of 3, b: 1 of 2, each under min_requests)
+    await _until(lambda: hooks.received and mail.delivered, "the fleet's alert")
+    await send(a, FAILED)
+    await send(b, FAILED)  # still above, judged by both: no second alert
+    await send(b, *[OK] * 10)  # 4 of 17: below, armed again
+    await send(a, FAILED)  # 5 of 18: 27.8 %
+    await send(b, FAILED)  # 6 of 19: 31.6 %: the second crossing
+    await _until(lambda: len(hooks.received) >= 2, "the second crossing's alert")
+    await asyncio.sleep(1.0)  # a duplicate from the other gateway would arrive meanwhile
+    assert len(hooks.received) == 2 and len(mail.delivered) == 2
+    first, second = (json.loads(hook.body) for hook in hooks.received)
+    assert (first["measure"], first["value"], first["requests"]) == ("error_rate", 40.0, 5)
+    assert (second["value"], second["requests"]) == (31.58, 19)

@@ -94,9 +94,9 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         auth_versions = await versions(db, AUTH)
         assert [v for v, _ in auth_versions] == [1, 2, 3, 4] and auth_versions[:2] == [(1, 1000), (2, 2000)]
         # 4: budget_alerts, 5: finish_reason, 6: budget_refused, 7: client_request_id, 8: cached tokens and batches,
-        # 9: prediction tokens
+        # 9: prediction tokens, 10: end users and tags, 11: hourly latency histograms and health alert states
         billing_versions = await versions(db, BILLING)
-        assert [v for v, _ in billing_versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert [v for v, _ in billing_versions] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         assert billing_versions[:3] == [(1, 1000), (2, 2000), (3, 3000)]
         endpoint_versions = await versions(db, ENDPOINTS)
         assert [v for v, _ in endpoint_versions] == [1, 2] and endpoint_versions[0] == (1, 1000)
@@ -118,6 +118,7 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         # the old tables are gone: one bookkeeping table
         tables = {name for (name,) in await db.fetchall(TABLES[db.dialect])}
         assert TABLE in tables and "usage_records" in tables and "budget_alerts" in tables
+        assert {"usage_hourly_latency", "health_alert_states"} <= tables  # billing's version 11
         assert not tables & {schema.legacy_table for schema, _ in OLD_POSTGRES}
     finally:
         for store in (auth, usage, endpoints, fleet):

@@ -136,24 +136,30 @@ function choosePercentile(select) {
 // Numbers in the reader's locale: the browser's own (its language, the first it sends as Accept-Language).
 // The server writes them in English with their value beside (data-n, data-money, data-share); an amount under
 // a cent keeps two significant digits ("$0.00014").
+// A formatter is costly to build (tens of microseconds) and a long view holds thousands of numbers: one per kind.
+const FORMATS = new Map();
+function formatter(key, options) {
+  if (!FORMATS.has(key)) FORMATS.set(key, new Intl.NumberFormat(undefined, options));
+  return FORMATS.get(key);
+}
+
 function localizeNumbers(root) {
-  const money = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD"});
   root.querySelectorAll("[data-n]").forEach((el) => {
     const digits = Number(el.dataset.digits || 0);
-    const format = new Intl.NumberFormat(undefined, {minimumFractionDigits: digits, maximumFractionDigits: digits});
-    el.textContent = format.format(Number(el.dataset.n));
+    el.textContent = formatter("n" + digits, {minimumFractionDigits: digits, maximumFractionDigits: digits})
+      .format(Number(el.dataset.n));
   });
   root.querySelectorAll("[data-share]").forEach((el) => {
     const digits = Number(el.dataset.digits || 0);
-    const percent = new Intl.NumberFormat(undefined, {style: "percent", minimumFractionDigits: digits,
-                                                      maximumFractionDigits: digits,
-                                                      signDisplay: "signed" in el.dataset ? "exceptZero" : "auto"});
-    el.textContent = percent.format(Number(el.dataset.share));
+    const signed = "signed" in el.dataset;
+    el.textContent = formatter(`%${digits}${signed}`, {style: "percent", minimumFractionDigits: digits,
+                                                        maximumFractionDigits: digits,
+                                                        signDisplay: signed ? "exceptZero" : "auto"})
+      .format(Number(el.dataset.share));
   });
-  const cents = new Intl.NumberFormat(undefined, {style: "currency", currency: "USD", maximumSignificantDigits: 2});
   root.querySelectorAll("[data-money]").forEach((el) => {
     const amount = Number(el.dataset.money);
-    el.textContent = (amount === 0 || Math.abs(amount) >= 0.01 ? money : cents).format(amount);
+    el.textContent = (amount === 0 || Math.abs(amount) >= 0.01 ? DOLLARS : UNDER_A_CENT).format(amount);
   });
 }
 
@@ -200,7 +206,16 @@ function replaceHistoryEntry() {
   if (marked) history.replaceState(null, "", marked.dataset.replaceUrl);
 }
 
+// timed for bench/dashboard_hourly.py (performance.getEntriesByType("measure"))
+function timed(name, work) {
+  const started = performance.now();
+  work();
+  performance.measure(name, {start: started, end: performance.now()});
+}
+
 document.addEventListener("DOMContentLoaded", () => {
-  replaceHistoryEntry(); localizeNumbers(document); drawCharts(document);
+  replaceHistoryEntry();
+  timed("sluice:numbers", () => localizeNumbers(document));
+  timed("sluice:charts", () => drawCharts(document));
 });
 document.addEventListener("htmx:afterSettle", () => { localizeNumbers(document); drawCharts(document); });
