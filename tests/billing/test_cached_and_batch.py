@@ -275,7 +275,7 @@ async def test_migration_8_upgrades_a_version_7_database_with_its_records(databa
         statement = await monthly_statement(ledger.store, "team-a", "2025-03")
     finally:
         await ledger.close()
-    assert [v for (v,) in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [v for (v,) in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     old = entries["old-5"]
     assert (old.usage.prompt_tokens, old.cost_micros, old.usage.cached_tokens, old.usage.batch_id,
             old.cached_input_price_micros, old.cache_saved_micros) == (500, 520, 0, None, None, 0)

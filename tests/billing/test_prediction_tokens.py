@@ -130,7 +130,7 @@ async def test_migration_9_upgrades_a_version_8_database_with_its_records(databa
         entries = await _entries(ledger)
     finally:
         await ledger.close()
-    assert [v for (v,) in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [v for (v,) in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert {rid: _counts(e) for rid, e in entries.items()} == {
         "old-1": (0, 0, 1), "old-2": (0, 0, 2), "old-3": (0, 0, 3), "new": (15, 4, 20)}
     assert entries["old-2"].cost_micros == 208
