@@ -23,7 +23,7 @@ import msgspec
 import msgspec.inspect as types
 
 from common.protocol import WORKER_SECRET_ENV
-from common.worker_launch import SPAWNED_AT_ENV
+from common.worker_launch import PARENT_PID_ENV, SPAWNED_AT_ENV
 
 PREFIX = "SLUICE_"
 TABLE_SEPARATOR = "__"
@@ -44,6 +44,7 @@ NOT_SETTINGS = {
     "SLUICE_LISTEN_FD": "internal: the socket a gateway process inherits from the first: gateway/cli/processes.py",
     "SLUICE_FIRST_GATEWAY_PID": "internal: the first gateway process, to its siblings: gateway/cli/processes.py",
     SPAWNED_AT_ENV: "internal: when the gateway started a worker process: common/worker_launch.py",
+    PARENT_PID_ENV: "internal: the gateway that started a worker process, which it dies with: common/worker_launch.py",
     "SLUICE_API_KEY": "docs: the key the README's client examples send (a client's, never read by sluice)",
     "SLUICE_ARTIFACTS": "test-only: where the dashboard tests write screenshots",
     "SLUICE_DISCONNECT_REQUESTS": "test-only: requests of tests/faults/test_disconnects.py",

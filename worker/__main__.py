@@ -23,7 +23,14 @@ import uvicorn
 
 from common.logs import configure_logging
 from common.protocol import WORKER_SECRET_ENV, ModelConfig, ModelInfo
-from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, SPAWNED_AT_ENV, STANDBY_READY, Assignment
+from common.worker_launch import (
+    MODEL_LOAD_FAILED,
+    MODEL_LOAD_FAILED_EXIT,
+    SPAWNED_AT_ENV,
+    STANDBY_READY,
+    Assignment,
+    die_with_parent,
+)
 from worker import IMPORTED_AT
 from worker.allocator import return_large_blocks, trim_periodically
 from worker.decoding.grammar.compile_process import start_server
@@ -45,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker-id", default="")
     parser.add_argument("--standby", action="store_true", help="import, then read an Assignment line from stdin")
     args = parser.parse_args(argv)
+    die_with_parent()  # a worker a gateway started ends with it (common/worker_launch.py)
     secret = os.environ.get(WORKER_SECRET_ENV) or None
     refusal = bind_refusal(args.host, secret)
     if refusal:

@@ -10,7 +10,6 @@ alert on its own crossing. Memory is bounded: at most MAX_SAMPLES per team; team
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ import msgspec
 import structlog
 
 from auth.models import HealthAlerts
+from gateway.lifecycle import Background
 from gateway.serving.budget_alerts import AlertSender
 
 log = structlog.get_logger("gateway.health_alerts")
@@ -59,7 +59,7 @@ class HealthWatch:
         self._sender = sender
         self._samples: dict[str, deque[tuple[float, bool, float]]] = {}  # team -> (time, failed, latency ms)
         self._fired: set[tuple[str, str]] = set()  # (team, measure) above its threshold, already alerted
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Background("health alerts")
 
     def observe(self, team_id: str, alerts: HealthAlerts | None, status: str, latency_ms: float,
                 now: float | None = None) -> None:
@@ -96,9 +96,7 @@ class HealthWatch:
         return values
 
     def _start(self, job) -> None:
-        task = asyncio.get_running_loop().create_task(job)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(job)
 
     async def _alert(self, team_id: str, alerts: HealthAlerts, measure: str, threshold: float, value: float,
                      requests: int, now: float) -> None:
@@ -110,6 +108,6 @@ class HealthWatch:
             await self._sender.send(alert, alerts.webhook_url, list(alerts.emails))  # type: ignore[arg-type]
 
     async def close(self) -> None:
-        """Let the alerts under way finish (the sender's own timeouts and attempts bound them)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Let the alerts under way finish (the sender's own timeouts and attempts bound them: `longest_s`)."""
+        if self._sender is not None:
+            await self._tasks.stop(self._sender.longest_s, cancel=False)
