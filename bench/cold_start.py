@@ -92,7 +92,7 @@ async def first_token(endpoints: Endpoints, endpoint, index: int) -> tuple[float
     """Seconds from the request to its first token, and the lease it ran on."""
     started = time.monotonic()
     deadline = started + 300
-    lease = await endpoints.acquire(endpoint, deadline)
+    lease = await endpoint.activator.acquire(deadline)
     waited = lease.waited_s
     events = WorkerClient(endpoints).stream(endpoint, lease, request(index, endpoint.name), deadline)
     try:
@@ -114,7 +114,7 @@ async def cold_run(data_dir: Path, model: dict, standby: bool, warm_requests: in
             await spare_ready(endpoints)
         endpoint = endpoints.resolve(spec.name, None)
         seconds, lease, waited = await first_token(endpoints, endpoint, 0)
-        info = msgspec.json.decode((await lease.replica.client.get("/info")).content, type=ModelInfo)
+        info = msgspec.json.decode((await lease.replica.get("/info"))[1], type=ModelInfo)
         result = {"first_token": seconds, "waited": waited, **info.start_seconds}
         if warm_requests:
             result.update(await warm(endpoints, endpoint, lease.replica.url, warm_requests))
@@ -127,8 +127,8 @@ async def warm(endpoints: Endpoints, endpoint, url: str, count: int) -> dict:
     acquire = []
     for _ in range(count):
         started = time.perf_counter()
-        lease = await endpoints.acquire(endpoint, time.monotonic() + 10)
-        endpoints.release(endpoint, lease)
+        lease = await endpoint.activator.acquire(time.monotonic() + 10)
+        lease.release()
         acquire.append(time.perf_counter() - started)
     through, direct = [], []
     body = msgspec.json.encode(request(1, endpoint.name))
@@ -156,7 +156,7 @@ async def served(endpoints: Endpoints, endpoint, index: int, tokens: int) -> tup
     """One non-streamed request through the activator and the failover proxy: its completion tokens, the time it
     waited in the activator's queue (at zero: the wake), when it was answered (monotonic) and its replica."""
     deadline = time.monotonic() + 600
-    lease = await endpoints.acquire(endpoint, deadline)
+    lease = await endpoint.activator.acquire(deadline)
     events = WorkerClient(endpoints).stream(endpoint, lease, burst_request(index, endpoint.name, tokens), deadline)
     result = await collect(events)
     if result.done is None:
@@ -171,7 +171,7 @@ async def burst(endpoints: Endpoints, endpoint, count: int, tokens: int) -> dict
     answered = await asyncio.gather(*(served(endpoints, endpoint, index, tokens) for index in range(count)))
     if sum(a[0] for a in answered) != count * tokens:
         raise RuntimeError(f"the burst got {sum(a[0] for a in answered)} tokens, not {count * tokens}")
-    info = msgspec.json.decode((await answered[0][3].client.get("/info")).content, type=ModelInfo)
+    info = msgspec.json.decode((await answered[0][3].get("/info"))[1], type=ModelInfo)
     return {"total": max(a[2] for a in answered) - started, "wake": min(a[1] for a in answered),
             "first_answer": min(a[2] for a in answered) - started, "start_seconds": info.start_seconds}
 

@@ -10,9 +10,17 @@
 - Every other setting of a worker is a field of `WorkerSettings` (common/worker_settings.py).
 - `SPAWNED_AT_ENV` carries the unix time the gateway spawned (or assigned) the process, so the worker
   can report how long its start took from the gateway's point of view.
+- `PARENT_PID_ENV` carries the gateway's pid: the worker asks at its start to die with it (`die_with_parent`),
+  so even a gateway killed with SIGKILL leaves no orphan. Asked by the child after exec, never in a
+  `preexec_fn` between fork and exec, which is unsafe in the threaded gateway.
 """
 
 from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
 
 import msgspec
 
@@ -22,6 +30,8 @@ from common.worker_settings import variable
 MODEL_LOAD_FAILED_EXIT = 3
 MODEL_LOAD_FAILED = "sluice worker: cannot load model"
 SPAWNED_AT_ENV = variable("spawned_at")  # SLUICE_SPAWNED_AT
+PARENT_PID_ENV = "SLUICE_PARENT_PID"  # not a worker setting: read (and removed) before the settings are
+PR_SET_PDEATHSIG = 1
 STANDBY_READY = "worker_standby_ready"  # the log event a standby worker writes once it has imported everything
 
 
@@ -33,3 +43,15 @@ class Assignment(msgspec.Struct, forbid_unknown_fields=True):
     worker_id: str
     data_dir: str
     assigned_at: float  # unix time
+
+
+def die_with_parent(parent_env: str = PARENT_PID_ENV) -> None:
+    """When `parent_env` names this process's parent: SIGTERM to this process once the parent ends, however it
+    ends (Linux PR_SET_PDEATHSIG; elsewhere nothing). Exits at once if the parent ended before this ran. The
+    variable is taken out of the environment: a process this one starts is not the parent's child."""
+    parent = os.environ.pop(parent_env, "")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(parent):
+        raise SystemExit("sluice: the process that started this one is gone")

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import msgspec
 
 from common.settings_env import PREFIX, settings_variables
+from common.worker_launch import PARENT_PID_ENV
 from common.worker_settings import worker_variables
 
 # SLUICE_ variables that are not settings of the gateway: what reads each one. Tests and benchmarks only read
@@ -31,6 +32,7 @@ NOT_SETTINGS = {
     "SLUICE_CONFIG_S3": "the config file as an S3 object, s3://bucket/key[?versionId=v]: gateway/config_object.py",
     "SLUICE_LISTEN_FD": "internal: the socket a gateway process inherits from the first: gateway/cli/processes.py",
     "SLUICE_FIRST_GATEWAY_PID": "internal: the first gateway process, to its siblings: gateway/cli/processes.py",
+    PARENT_PID_ENV: "internal: the gateway that started a worker process, which it dies with: common/worker_launch.py",
     "SLUICE_API_KEY": "docs: the key the README's client examples send (a client's, never read by sluice)",
     "SLUICE_ARTIFACTS": "test-only: where the dashboard tests write screenshots",
     "SLUICE_DISCONNECT_REQUESTS": "test-only: requests of tests/faults/test_disconnects.py",

@@ -20,7 +20,7 @@ import uvicorn
 
 from common.logs import configure_logging
 from common.protocol import ModelConfig, ModelInfo
-from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, STANDBY_READY
+from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, STANDBY_READY, die_with_parent
 from common.worker_settings import WorkerSettings
 from worker import IMPORTED_AT
 from worker.allocator import return_large_blocks, trim_periodically
@@ -36,6 +36,7 @@ from worker.threads import torch_threads
 
 
 def main(argv: list[str] | None = None) -> None:
+    die_with_parent()  # a worker a gateway started ends with it (common/worker_launch.py)
     settings = load(argv)  # the one read of the environment, the flags (worker/settings.py)
     secret = settings.worker_secret or None
     refusal = bind_refusal(settings.host, secret)

@@ -36,6 +36,7 @@ from gateway.batches.store import Batch, BatchStore, Claimed, Counts
 from gateway.config import BatchSettings
 from gateway.endpoints.adapters import split_model
 from gateway.errors import SluiceError
+from gateway.lifecycle import Background
 from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.services import Services
 
@@ -43,6 +44,7 @@ log = structlog.get_logger("gateway")
 PAUSE_S = 5.0  # an endpoint that refused a line for now is left alone this long
 VALIDATING_STALE_S = 3_600.0  # a create writes its lines in seconds; one validating this long lost its gateway
 PURGE_EVERY_S = 300.0
+STOP_S = 10.0  # a stop cancels the loop and the lines in flight: what they get to unwind (each gives its line back)
 RESULT_PAGE = 1000
 _json = msgspec.json.Encoder()
 
@@ -62,21 +64,17 @@ class BatchRunner:
         self.turns = itertools.count(1)
         self.last_turn: dict[str, int] = {}
         self.wakeup = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._lines: set[asyncio.Task] = set()
+        self._tasks = Background("batch runner")  # its loop and the lines it runs
         self._renewed = self._purged = 0.0
 
     def start(self) -> BatchRunner:
-        self._task = asyncio.create_task(self._loop(), name="batch-runner")
+        self._tasks.spawn(self._loop(), name="batch-runner")
         return self
 
     async def stop(self) -> None:
         """Stop claiming; lines in flight are cancelled and given back (recorded nowhere: their next run is
         recorded, once)."""
-        tasks = [t for t in (self._task, *self._lines) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.stop(STOP_S)
         try:
             await self.store.release_all(self.owner)
         except SluiceError as error:  # the database is away: the leases lapse instead
@@ -181,9 +179,7 @@ class BatchRunner:
         key = (line.batch_id, line.index)
         self.running[key] = endpoint
         self.per_endpoint[endpoint] += 1
-        task = asyncio.create_task(self._run(batch, principal, line, endpoint))
-        self._lines.add(task)
-        task.add_done_callback(self._lines.discard)
+        self._tasks.spawn(self._run(batch, principal, line, endpoint), name=f"batch line {line.index}")
 
     async def _run(self, batch: Batch, principal: Principal, line: Claimed, endpoint: str) -> None:
         request_id = line_request_id(batch.id, batch.times["created_at"] or 0.0, line.index)

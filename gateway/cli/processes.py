@@ -12,7 +12,6 @@ own stops the lot with a failure.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -24,25 +23,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from billing.wal import list_segments
+from common.worker_launch import die_with_parent
 from gateway.config import Settings
 
 LISTEN_FD_ENV = "SLUICE_LISTEN_FD"  # set in the processes the first one starts: the socket they inherit
 PARENT_ENV = "SLUICE_FIRST_GATEWAY_PID"
 SHARED_WAL = "billing-wal-processes"
-PR_SET_PDEATHSIG = 1
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def inherited_socket() -> socket.socket | None:
     """The listening socket this process was handed by the first gateway process, if it was. Such a process
-    ends when the first one does, even by SIGKILL (Linux: PR_SET_PDEATHSIG, set here rather than between fork
-    and exec, which is unsafe in a process with threads)."""
+    ends when the first one does, even by SIGKILL (`die_with_parent`: set here rather than between fork and exec,
+    which is unsafe in a process with threads)."""
     fd = os.environ.pop(LISTEN_FD_ENV, None)
     if not fd:
         return None
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != int(os.environ.pop(PARENT_ENV, "0")):  # the first one died before the line above
-        raise SystemExit("sluice: the first gateway process is gone")
+    die_with_parent(PARENT_ENV)
     return socket.socket(fileno=int(fd))
 
 

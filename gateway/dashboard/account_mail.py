@@ -16,10 +16,11 @@ import structlog
 
 from auth.policy import is_owner
 from gateway.config import Settings
+from gateway.lifecycle import Background
 from gateway.serving.mail import send_mail
 
 log = structlog.get_logger("gateway.dashboard.mail")
-_sending: set[asyncio.Task] = set()  # held until sent: a task nobody references may be collected
+_sending = Background("account mail")  # held until sent: a task nobody references may be collected
 
 
 def link(settings: Settings, path: str, token: str) -> str:
@@ -39,9 +40,7 @@ def send(settings: Settings, kind: str, to: str, subject: str, text: str) -> Non
     if not settings.budget_alerts.smtp_host:
         log.warning("account_mail_skipped", kind=kind, reason="no smtp_host configured in [budget_alerts]")
         return
-    task = asyncio.get_running_loop().create_task(_deliver(settings, kind, to, subject, text))
-    _sending.add(task)
-    task.add_done_callback(_sending.discard)
+    _sending.spawn(_deliver(settings, kind, to, subject, text), name=f"account mail ({kind})")
 
 
 def sign_in_text(url: str, minutes: int) -> str:

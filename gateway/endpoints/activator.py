@@ -1,6 +1,7 @@
 """The activator: requests that find no replica to take them wait here, in the endpoint's FIFO queue.
 
-- A request goes straight to the least-loaded available replica when nobody is queued before it.
+- A request goes straight to the least-loaded available replica with room (fewer in flight than its
+  capacity) when nobody is queued before it.
   Otherwise it joins the back of the queue, which is bounded by the endpoint's `max_waiting`, and the
   endpoint's controller is told once per request that demand grew (it samples demand, the autoscaler
   decides: one scale-up however many requests arrive together).
@@ -21,7 +22,10 @@
   same instant is handed back.
 
 Each released request holds a `Lease` on its replica (one count of the replica's `in_flight`) until
-`release`: that count is how the activator and the autoscaler see load.
+`release`: that count is how the activator and the autoscaler see load. This is the one lease API of the
+gateway: every worker call (a generation, a tokenizer call, the health probe, a batch line) takes its replica
+here and gives it back with `lease.release()` (once; again is a no-op) or by leaving `async with
+activator.leased(...)`, which releases on error and cancellation too.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import math
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Collection
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from gateway.endpoints import metrics
 from gateway.endpoints.errors import EndpointUnavailable
+from gateway.errors import Unavailable
 from gateway.replicas.pool import ModelPool, Replica
 
 _REMEMBERED = 10_000  # tenants whose last turn is kept; beyond, the oldest memories are dropped
@@ -43,16 +49,21 @@ _REMEMBERED = 10_000  # tenants whose last turn is kept; beyond, the oldest memo
 
 @dataclass(eq=False)
 class Lease:
-    """One request's hold on one replica, from acquisition until `Activator.release`."""
+    """One request's hold on one replica, from acquisition until `release` (made only by its `Activator`)."""
 
     replica: Replica
     waited_s: float  # time spent queued (the ledger's cold start); 0 when a replica was free at once
+    activator: Activator = field(repr=False)
     tenant: str = ""  # whose turn it was (fair release among tenants)
     released: bool = False
 
     @property
     def cold_start_ms(self) -> float:
         return self.waited_s * 1000
+
+    def release(self) -> None:
+        """Give the replica back (once: a lease released twice counts once)."""
+        self.activator.release(self)
 
 
 @dataclass(frozen=True)
@@ -116,9 +127,16 @@ class Activator:
         self.starting = starting
         self.pump()
 
-    async def acquire(self, deadline: float, avoid: Collection[Replica] = (), tenant: str = "") -> Lease:
+    async def acquire(self, deadline: float | None, avoid: Collection[Replica] = (), tenant: str = "") -> Lease:
         """A lease on a replica, waiting in the queue until `deadline` (on `clock`) if none is free.
-        `avoid`: replicas this request already failed on, taken only when no other is free."""
+        `avoid`: replicas this request already failed on, taken only when no other is free. `deadline=None`: only
+        a replica free now, else Unavailable at once (nothing waits, nothing counts as demand: the public health
+        probe, which must neither keep an endpoint awake nor start one)."""
+        if deadline is None:
+            lease = self.take_free(avoid, tenant)
+            if lease is None:
+                raise Unavailable(f"the model {self.name!r} has no ready worker; retry shortly")
+            return lease
         waiting = self.wait(deadline, keepalive_s=math.inf, avoid=avoid, tenant=tenant)
         try:
             async for step in waiting:
@@ -127,6 +145,17 @@ class Activator:
         finally:
             await waiting.aclose()
         raise AssertionError("the activator's wait ended without a lease or an error")
+
+    @asynccontextmanager
+    async def leased(self, deadline: float | None, avoid: Collection[Replica] = (),
+                     tenant: str = "") -> AsyncIterator[Lease]:
+        """`async with activator.leased(deadline) as lease`: `acquire`'s lease, released when the block ends,
+        however it ends (an error, a cancellation)."""
+        lease = await self.acquire(deadline, avoid, tenant)
+        try:
+            yield lease
+        finally:
+            lease.release()
 
     async def wait(self, deadline: float, keepalive_s: float = 10.0, avoid: Collection[Replica] = (),
                    tenant: str = "") -> AsyncIterator[StillWaiting | Lease]:
@@ -151,7 +180,7 @@ class Activator:
                     waited = self.clock() - waiter.enqueued
                     metrics.COLD_START.labels(self.name).observe(waited)
                     delivered = True
-                    yield Lease(replica, waited, tenant)
+                    yield Lease(replica, waited, self, tenant)
                     return
                 # only a keep-alive period's end says so: a timer that fires early (uvloop's have 1 ms steps)
                 # must not turn the deadline's end into a keep-alive, which makes a plain answer a stream
@@ -249,10 +278,12 @@ class Activator:
             metrics.QUEUE_DEPTH.labels(self.name).set(len(self._queue))
         elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
             # handed a replica as it left: give it back
-            self.release(Lease(waiter.future.result(), 0.0, waiter.tenant))
+            Lease(waiter.future.result(), 0.0, self, waiter.tenant).release()
 
     def _free_replica(self, avoid: Collection[Replica]) -> Replica | None:
-        candidates = self.pool.candidates()
+        # never past a replica's capacity (its rows and its worker's queue): the worker would refuse the request,
+        # which waits here instead (and counts as demand)
+        candidates = [r for r in self.pool.candidates() if r.in_flight < self.capacity]
         return next((r for r in candidates if r not in avoid), candidates[0] if candidates else None)
 
     def _replica_with_room(self) -> Replica | None:
@@ -262,7 +293,7 @@ class Activator:
     def _lease(self, replica: Replica, waited: float, tenant: str) -> Lease:
         replica.in_flight += 1
         self._count(tenant)
-        return Lease(replica, waited, tenant)
+        return Lease(replica, waited, self, tenant)
 
     def _refusal(self, code: str, message: str, availability: Availability | None = None) -> EndpointUnavailable:
         availability = availability or self.availability()

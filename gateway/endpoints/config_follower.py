@@ -11,13 +11,13 @@ most, it never loses one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
 
 from gateway.endpoints.fleet import Fleet
 from gateway.endpoints.repeated_failure import RepeatedFailure
+from gateway.lifecycle import Background
 
 log = structlog.get_logger(__name__)
 STOP_S = 5.0  # the longest a stopping gateway waits for a reload in progress
@@ -29,7 +29,7 @@ class ConfigFollower:
         self.reload = reload
         self.check_s = check_s
         self.version: int | None = None  # the version this gateway's endpoints reflect (None: unknown yet)
-        self._task: asyncio.Task | None = None
+        self._task = Background("endpoint config follower")
         self._closing = False  # a cancel alone may be swallowed (controller.py, `_stop_loop`)
         self._failure = RepeatedFailure("endpoint_config_follow_failed")
 
@@ -39,7 +39,7 @@ class ConfigFollower:
             self.version = await self.fleet.config_version()
         except Exception as error:  # the shared state is away: the first look that works reloads
             self._failure.failed(error)
-        self._task = asyncio.create_task(self._run(), name="endpoint config follower")
+        self._task.spawn(self._run(), name="endpoint config follower")
 
     async def _run(self) -> None:
         while not self._closing:
@@ -64,10 +64,4 @@ class ConfigFollower:
 
     async def close(self) -> None:
         self._closing = True
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-            async with asyncio.timeout(STOP_S):
-                await task
+        await self._task.stop(STOP_S)

@@ -58,6 +58,7 @@ from gateway.endpoints.repeated_failure import RepeatedFailure
 from gateway.endpoints.scaling import ScalingSettings
 from gateway.endpoints.spec import EcsProvisioning, EndpointSpec
 from gateway.endpoints.status import EndpointStatus, ReplicaCounts
+from gateway.lifecycle import Background
 from gateway.replicas.pool import Replica, ReplicaRouter
 
 log = structlog.get_logger(__name__)
@@ -67,6 +68,7 @@ DRAIN_CHECK_S = 0.05
 BUSY_TICK_S = 0.05
 ADOPT_RETRY_S = 30.0  # a service that could not be adopted is tried again this often
 ADOPT_FAILED = "service unavailable"  # the tenant's reason when the platform's service cannot be adopted
+DRAIN_STOP_MARGIN_S = 60.0  # past its drain_seconds, what a drain gets to stop its replica (a worker, an ECS task)
 LOOP_STOP_S = 10.0  # the longest a stopping endpoint waits for its loop's current tick before going on without it
 
 
@@ -127,7 +129,7 @@ class EndpointController:
         self._closing = False  # the loop ends and the lease is no longer renewed (a cancel alone may be swallowed)
         self._sync_failure = RepeatedFailure("fleet_sync_failed", endpoint=spec.name)
         self._tick_failure = RepeatedFailure("endpoint_tick_failed", endpoint=spec.name)
-        self._drains: set[asyncio.Task] = set()
+        self._drains = Background(f"endpoint {spec.name} drains")  # replicas being drained or removed
         self.ownership = Ownership(fleet or LocalFleet(), spec.name, sync_s=settings.fleet_sync_seconds,
                                    lease_s=settings.lease_seconds)
         self._adopted = False  # this owner read the provisioner's state since it took the lease
@@ -204,8 +206,8 @@ class EndpointController:
                 self._begin_drain(member)
             elif member.replica is None:
                 await self._remove(member)
-        while self._drains:
-            await asyncio.gather(*self._drains, return_exceptions=True)
+        while self._drains:  # each bounded by the endpoint's drain_seconds and its replica's stop
+            await self._drains.stop(self.spec.drain_seconds + DRAIN_STOP_MARGIN_S, cancel=False)
         if self.provisioner.shared:  # deleted: the service went to 0 (if this gateway owned it); let go
             await self._remove_unseen()
             await self._resign()
@@ -254,9 +256,7 @@ class EndpointController:
         deadline = self.clock() + self.spec.drain_seconds
         while self.in_flight and self.clock() < deadline:
             await asyncio.sleep(DRAIN_CHECK_S)
-        for task in list(self._drains):  # a drain this owner ran: the next owner takes it over
-            task.cancel()
-        await asyncio.gather(*self._drains, return_exceptions=True)
+        await self._drains.stop(LOOP_STOP_S)  # a drain this owner ran: the next owner takes it over
         await self._resign()
         await self.provisioner.close()
         for member in list(self.members.values()):
@@ -513,9 +513,7 @@ class EndpointController:
     def _begin_drain(self, member: Member) -> None:
         member.replica.draining = True
         member.drained_here = True
-        task = asyncio.create_task(self._drain(member))
-        self._drains.add(task)
-        task.add_done_callback(self._drains.discard)
+        self._drains.spawn(self._drain(member), name=f"drain {member.replica_id}")
 
     async def _drain(self, member: Member) -> None:
         replica, shared = member.replica, self.provisioner.shared
@@ -560,9 +558,7 @@ class EndpointController:
         self.ownership.sync_soon()  # a shared endpoint's failure reaches the fleet at the next tick
         self.activator.reject_all("endpoint_failed", "the endpoint failed")
         for member in list(self.members.values()) if stop_replicas else []:
-            task = asyncio.create_task(self._remove(member))
-            self._drains.add(task)
-            task.add_done_callback(self._drains.discard)
+            self._drains.spawn(self._remove(member), name=f"remove {member.replica_id}")
         self.on_failed(self)
 
     # ---- what it looks like ----

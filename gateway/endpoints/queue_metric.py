@@ -11,7 +11,6 @@ timeouts). The gateway's task role may call `cloudwatch:PutMetricData` in this n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import Callable
 from typing import Annotated
@@ -22,8 +21,10 @@ import structlog
 from botocore.config import Config
 
 from gateway.endpoints.spec import check_url
+from gateway.lifecycle import Background
 
 log = structlog.get_logger(__name__)
+STOP_S = 5.0  # a stop cancels the publishing: what a call to CloudWatch under way gets to unwind
 METRIC_NAME = "ActivatorQueueDepth"  # the alarm's metric_name (modules/observability)
 NAMESPACE_PATTERN = re.compile(r"[0-9A-Za-z.\-_/#:]{1,255}")
 CLIENT_CONFIG = Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 2, "mode": "standard"})
@@ -55,19 +56,16 @@ class QueueDepthPublisher:
         self.client = client or boto3.client("cloudwatch", region_name=settings.region or None,
                                              endpoint_url=settings.endpoint_url or None, config=CLIENT_CONFIG)
         self.sent = 0
-        self._task: asyncio.Task | None = None
+        self._task = Background("cloudwatch queue depth")
 
     def start(self) -> QueueDepthPublisher:
-        self._task = asyncio.create_task(self._run(), name="cloudwatch queue depth")
+        self._task.spawn(self._run(), name="cloudwatch queue depth")
         log.info("queue_metric_publishing", namespace=self.settings.namespace,
                  interval_s=self.settings.interval_seconds)
         return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop(STOP_S)
 
     async def _run(self) -> None:
         while True:

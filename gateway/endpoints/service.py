@@ -19,11 +19,12 @@ One request
     endpoint = endpoints.first_visible(alias, principal)  # the first endpoint the principal may see
     deadline = wait_deadline(...)                    # deadline.py: max_wait_seconds, the request's own
                                                      # deadline, X-Scale-Up-Timeout (time.monotonic clock)
-    lease = await endpoints.acquire(endpoint, deadline)
+    lease = await endpoint.activator.acquire(deadline)  # the one lease API (activator.py); or
+        # async with endpoint.activator.leased(deadline) as lease: ...   released however the block ends
         # (every call takes tenant=, the billed team's tag: queued requests are released in tenants' turns)
-        # or endpoints.take_free(endpoint): a lease at once, or None when the request would have to wait
+        # or endpoint.activator.take_free(): a lease at once, or None when the request would have to wait
         # or, to send SSE keep-alives while waiting:
-        # async with aclosing(endpoints.wait(endpoint, deadline, keepalive_s=10)) as steps:
+        # async with aclosing(endpoint.activator.wait(deadline, keepalive_s=10)) as steps:
         #     async for step in steps: StillWaiting -> write a comment line; Lease -> go on
         # EndpointUnavailable (503 + Retry-After, .state, .reason, .code: queue_full | scale_up_timeout |
         # endpoint_failed | endpoint_draining); a failed endpoint raises at once
@@ -34,7 +35,7 @@ One request
         # while nothing was relayed; WorkerLost (502, code worker_lost) when the worker dies after the first
         # event: render the dialect's error event after the tokens sent and record exactly the tokens
         # delivered with outcome worker_lost. Its other calls (tokenize, ...) lease and release by themselves.
-    endpoints.release(endpoint, lease)               # only for a lease that never went to a stream
+    lease.release()                                  # only for a lease that never went to a stream
 
 Several GenerateRequests of one client request (n > 1 fan-out): one lease each.
 
@@ -66,7 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +76,6 @@ import structlog
 
 from auth.policy import sees_endpoint
 from gateway.endpoints import metrics
-from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import AdapterRegistry
 from gateway.endpoints.config_follower import ConfigFollower
 from gateway.endpoints.controller import EndpointController
@@ -327,19 +327,6 @@ class Endpoints:
         if controller is None:
             raise EndpointNotFound(alias)
         return controller
-
-    async def acquire(self, endpoint: EndpointController, deadline: float, tenant: str = "") -> Lease:
-        return await endpoint.activator.acquire(deadline, tenant=tenant)
-
-    def take_free(self, endpoint: EndpointController, tenant: str = "") -> Lease | None:
-        return endpoint.activator.take_free(tenant=tenant)
-
-    def wait(self, endpoint: EndpointController, deadline: float, keepalive_s: float = 10.0,
-             tenant: str = "") -> AsyncIterator[StillWaiting | Lease]:
-        return endpoint.activator.wait(deadline, keepalive_s, tenant=tenant)
-
-    def release(self, endpoint: EndpointController, lease: Lease) -> None:
-        endpoint.activator.release(lease)
 
     # ---- views ----
 

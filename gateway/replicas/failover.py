@@ -25,26 +25,27 @@ T = TypeVar("T")
 
 
 class Leased(Protocol):
-    """What failover needs of a lease: its replica (the activator's `Lease` is one)."""
+    """What failover needs of a lease: its replica and a way to give it back (the activator's `Lease`,
+    gateway/endpoints/activator.py, the one lease API)."""
 
     replica: Replica
+
+    def release(self) -> None: ...
 
 
 def stream_with_failover(request: GenerateRequest, lease: Leased, *,
                          reacquire: Callable[[set[Replica]], Awaitable[Leased]],
-                         release: Callable[[Leased], None],
                          ejection_s: float,
                          on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
                          retries: int = RETRIES, raw_tokens: bool = False) -> FailoverStream[Event | TokenLines]:
     """Relay the request's events (`failover` of `relay.attempt`); `raw_tokens`: its token events as TokenLines."""
     body = msgspec.json.encode(request)
-    return failover(lambda replica: attempt(replica, body, raw_tokens), lease, reacquire=reacquire, release=release,
+    return failover(lambda replica: attempt(replica, body, raw_tokens), lease, reacquire=reacquire,
                     ejection_s=ejection_s, on_failure=on_failure, retries=retries, call=request.request_id)
 
 
 def failover(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *,
-             reacquire: Callable[[set[Replica]], Awaitable[Leased]], release: Callable[[Leased], None],
-             ejection_s: float,
+             reacquire: Callable[[set[Replica]], Awaitable[Leased]], ejection_s: float,
              on_failure: Callable[[Replica, bool, bool], None] = lambda replica, ejected, retrying: None,
              retries: int = RETRIES, call: str = "") -> FailoverStream[T]:
     """What `try_on(replica)` yields, tried on `lease`'s replica, then on others while a try fails before its
@@ -52,8 +53,8 @@ def failover(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *,
     the stream ends, fails or is closed (started or not). `reacquire(tried)` leases another replica, avoiding
     those tried; `on_failure(replica, ejected, retrying)` hears of each try that failed; `call` names the call
     in the log."""
-    return FailoverStream(_relay(try_on, lease, reacquire=reacquire, release=release, ejection_s=ejection_s,
-                                 on_failure=on_failure, retries=retries, call=call), lease, release)
+    return FailoverStream(_relay(try_on, lease, reacquire=reacquire, ejection_s=ejection_s,
+                                 on_failure=on_failure, retries=retries, call=call), lease)
 
 
 class FailoverStream(Generic[T]):
@@ -61,10 +62,9 @@ class FailoverStream(Generic[T]):
     started (a client gone before the response began, a fan-out whose other choice failed first) releases the
     lease, where a bare async generator that never ran would skip its `finally`."""
 
-    def __init__(self, items: AsyncIterator[T], lease: Leased, release: Callable[[Leased], None]):
+    def __init__(self, items: AsyncIterator[T], lease: Leased):
         self._items = items
         self._lease: Leased | None = lease  # until the relay runs and takes it over
-        self._release = release
 
     def __aiter__(self) -> FailoverStream[T]:
         return self
@@ -76,12 +76,12 @@ class FailoverStream(Generic[T]):
     async def aclose(self) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
-            self._release(lease)
+            lease.release()
         await self._items.aclose()
 
 
 async def _relay(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *,
-                 reacquire: Callable[[set[Replica]], Awaitable[Leased]], release: Callable[[Leased], None],
+                 reacquire: Callable[[set[Replica]], Awaitable[Leased]],
                  ejection_s: float, on_failure: Callable[[Replica, bool, bool], None], retries: int,
                  call: str) -> AsyncIterator[T]:
     tried: set[Replica] = set()
@@ -98,7 +98,7 @@ async def _relay(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *
                 tried.add(failed)
                 if retry.replica_fault:
                     failed.eject(time.monotonic(), ejection_s)
-                release(lease)
+                lease.release()
                 lease = None
                 on_failure(failed, retry.replica_fault, tries_left > 0)
                 if not tries_left:
@@ -107,4 +107,4 @@ async def _relay(try_on: Callable[[Replica], AsyncIterator[T]], lease: Leased, *
                 lease = await reacquire(tried)
     finally:
         if lease is not None:
-            release(lease)
+            lease.release()

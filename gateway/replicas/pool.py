@@ -7,16 +7,14 @@ ejected (passive health: a request just failed on it, so it sits out a backoff p
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 
-import httpx
 import msgspec
 import structlog
 
 from common.protocol import WORKER_SECRET_ENV, WORKER_SECRET_HEADER, ModelInfo, WorkerLoad
-from gateway.replicas.transport import WorkerHTTP
+from gateway.replicas.transport import WorkerConnectionError, WorkerHTTP, WorkerTimeout
 from gateway.replicas.trust import worker_secret
 from gateway.replicas.worker_metrics import WORKERS
 
@@ -26,13 +24,15 @@ log = structlog.get_logger(__name__)
 MISSED_POLLS_TOLERATED = 2
 MAX_EJECTION_S = 60.0
 DEFAULT_READ_TIMEOUT_S = 840.0  # Settings.request_timeout_s's default
+POLL_TIMEOUT_S = 2.0
 
 
 @dataclass(eq=False)
 class Replica:
     url: str
-    client: httpx.AsyncClient  # polls (`/load`, `/info`)
-    worker: WorkerHTTP | None = None  # every worker call (gateway/replicas/transport.py); None: made from `url`
+    # the one client of every call to this worker, polls included (gateway/replicas/transport.py); None: made
+    # from `url` with the worker secret
+    worker: WorkerHTTP = None  # type: ignore[assignment]
     healthy: bool = False
     load: WorkerLoad | None = None
     info: ModelInfo | None = None
@@ -69,29 +69,37 @@ class Replica:
         """A request went through: the ejection backoff starts over."""
         self.ejections = 0
 
+    async def get(self, path: str, timeout: float = POLL_TIMEOUT_S) -> tuple[int, bytes]:
+        """`GET path` on this worker: its status and body (WorkerConnectionError when it cannot be heard)."""
+        async with self.worker.get(path, timeout) as response:
+            return response.status_code, await response.aread()
+
     async def poll(self) -> None:
         try:
-            response = await self.client.get("/load", timeout=2.0)
-            if response.status_code == 401 and not self.refuses_secret:  # said once, not at every poll
+            status, body = await self.get("/load")
+            if status == 401 and not self.refuses_secret:  # said once, not at every poll
                 log.error("replica_refuses_worker_secret", url=self.url,
                           fix=f"give the gateway and this worker the same {WORKER_SECRET_ENV}")
-            self.refuses_secret = response.status_code == 401
-            response.raise_for_status()
-            self.load = msgspec.json.decode(response.content, type=WorkerLoad)
+            self.refuses_secret = status == 401
+            if status != 200:
+                raise WorkerConnectionError(f"GET /load answered {status}")
+            self.load = msgspec.json.decode(body, type=WorkerLoad)
             if self.info is None:
-                info = await self.client.get("/info", timeout=2.0)
-                self.info = msgspec.json.decode(info.content, type=ModelInfo)
+                status, body = await self.get("/info")
+                if status != 200:
+                    raise WorkerConnectionError(f"GET /info answered {status}")
+                self.info = msgspec.json.decode(body, type=ModelInfo)
             became = not self.healthy and self.load.ready
             self.healthy = self.load.ready
             self.missed_polls = 0
             self.ever_ready = self.ever_ready or self.healthy
             if became:
                 log.info("replica_ready", url=self.url)
-        except httpx.TimeoutException:
+        except WorkerTimeout:
             self.missed_polls += 1
             if self.missed_polls > MISSED_POLLS_TOLERATED:
                 self._down()
-        except (httpx.HTTPError, msgspec.DecodeError):
+        except (WorkerConnectionError, msgspec.DecodeError):
             self._down()
 
     def _down(self) -> None:
@@ -134,19 +142,11 @@ class ReplicaRouter:
     def __init__(self, read_timeout: float = DEFAULT_READ_TIMEOUT_S):
         self.pools: dict[str, ModelPool] = {}
         self.read_timeout = read_timeout  # settings.request_timeout_s: no read outlives the concurrency lease
-        self._clients: list[httpx.AsyncClient] = []
         WORKERS.watch(self)  # its replicas' engine series reach /metrics
 
     def add_replica(self, model: str, url: str, replica_id: str = "") -> Replica:
-        # idle connections are dropped well before the worker's own keep-alive timeout (uvicorn: 5 s): a request
-        # sent on a connection the worker is closing fails before any answer, which reads as an unreachable worker
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=2.0)
-        headers = {WORKER_SECRET_HEADER: worker_secret()}
-        client = httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(10.0, read=self.read_timeout),
-                                   headers=headers)
-        self._clients.append(client)
-        worker = WorkerHTTP(url, headers, self.read_timeout)
-        replica = Replica(url, client, worker, replica_id=replica_id)
+        worker = WorkerHTTP(url, {WORKER_SECRET_HEADER: worker_secret()}, self.read_timeout)
+        replica = Replica(url, worker, replica_id=replica_id)
         self.ensure_pool(model).replicas.append(replica)
         return replica
 
@@ -155,9 +155,6 @@ class ReplicaRouter:
         pool = self.pools.get(model)
         if pool is not None and replica in pool.replicas:
             pool.replicas.remove(replica)
-        if replica.client in self._clients:
-            self._clients.remove(replica.client)
-        await replica.client.aclose()
         await replica.worker.aclose()
 
     def ensure_pool(self, model: str) -> ModelPool:
@@ -170,13 +167,8 @@ class ReplicaRouter:
     def pool(self, model: str) -> ModelPool | None:
         return self.pools.get(model)
 
-    async def poll_all(self) -> None:
-        await asyncio.gather(*(r.poll() for pool in self.pools.values() for r in pool.replicas))
-
     async def close(self) -> None:
         WORKERS.forget(self)
-        for client in self._clients:
-            await client.aclose()
         for pool in self.pools.values():
             for replica in pool.replicas:
                 await replica.worker.aclose()

@@ -1,4 +1,6 @@
-"""The gateway's HTTP/1.1 client for the worker hop: `POST /generate` and its NDJSON event lines.
+"""The gateway's one HTTP/1.1 client for a worker: every call to a replica goes over its `WorkerHTTP` (one per
+replica, made by gateway/replicas/pool.py): `POST /generate` and its NDJSON event lines, the one-answer calls
+(`/tokenize`, `/detokenize`, ...) and the health polls (`GET /load`, `/info`).
 
 Why not httpx here: under load its pool bookkeeping, stream wrappers and line iteration cost the event loop
 more than the rest of the request. This client does the one thing the hop needs on persistent
@@ -8,7 +10,8 @@ dropped before reuse, well inside the worker's own keep-alive timeout (uvicorn: 
 connection the worker is closing would fail before any answer and read as an unreachable worker.
 
 Every failure to reach or hear the worker (refused, reset, closed early, a read or connect timeout) is a
-`WorkerConnectionError`; statuses and bodies are the caller's to judge (gateway/replicas/relay.py).
+`WorkerConnectionError` (a timeout the `WorkerTimeout` kind of it: a poll tolerates a few); statuses and bodies
+are the caller's to judge (gateway/replicas/relay.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ HIGH_WATER = 256 * 1024  # bytes read ahead of a slow consumer before the worker
 
 class WorkerConnectionError(Exception):
     """The worker could not be reached, or the connection broke or went silent before the answer ended."""
+
+
+class WorkerTimeout(WorkerConnectionError):
+    """The worker did not connect, or sent nothing, within the call's timeout."""
 
 
 class _Connection(asyncio.Protocol):
@@ -102,7 +109,7 @@ class _Connection(asyncio.Protocol):
 
     def _expire(self) -> None:
         if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(WorkerConnectionError("the worker sent nothing within the read timeout"))
+            self.waiter.set_exception(WorkerTimeout("the worker sent nothing within the read timeout"))
 
     async def status_line(self, timeout: float) -> int:
         while not self.status:
@@ -157,24 +164,24 @@ class WorkerResponse:
 
 
 class _Exchange:
-    """One request and its answer on a pooled connection (`WorkerHTTP.post`); a class, not a generator-based
-    context manager: it runs once per generation request."""
+    """One request and its answer on a pooled connection (`WorkerHTTP.post`, `.get`); a class, not a
+    generator-based context manager: it runs once per generation request."""
 
-    __slots__ = ("_client", "_connection", "_request")
+    __slots__ = ("_client", "_connection", "_request", "_timeout")
 
-    def __init__(self, client: WorkerHTTP, request: bytes) -> None:
-        self._client, self._request = client, request
+    def __init__(self, client: WorkerHTTP, request: bytes, timeout: float) -> None:
+        self._client, self._request, self._timeout = client, request, timeout
         self._connection: _Connection | None = None
 
     async def __aenter__(self) -> WorkerResponse:
-        connection = self._connection = await self._client._checkout()
+        connection = self._connection = await self._client._checkout(min(self._timeout, CONNECT_TIMEOUT_S))
         connection.transport.write(self._request)
         try:
-            status = await connection.status_line(self._client.read_timeout)
+            status = await connection.status_line(self._timeout)
         except BaseException:
             connection.transport.close()
             raise
-        return WorkerResponse(connection, status, self._client.read_timeout)
+        return WorkerResponse(connection, status, self._timeout)
 
     async def __aexit__(self, kind, error, traceback) -> None:
         if kind is None:
@@ -184,7 +191,7 @@ class _Exchange:
 
 
 class WorkerHTTP:
-    """Persistent connections to one worker, for `POST` calls whose answers may stream."""
+    """Persistent connections to one worker, for every call to it: `POST`s whose answers may stream, `GET`s."""
 
     def __init__(self, url: str, headers: dict[str, str], read_timeout: float) -> None:
         parts = urlsplit(url)
@@ -193,6 +200,7 @@ class WorkerHTTP:
         self.port = parts.port or (443 if self.tls else 80)
         self.prefix = parts.path.rstrip("/")
         self.read_timeout = read_timeout
+        self.headers = headers  # sent with every call (the worker secret)
         host = parts.netloc.rsplit("@", 1)[-1]
         self._head = "".join(f"{name}: {value}\r\n" for name, value in {"host": host, **headers}.items())
         self._idle: list[_Connection] = []
@@ -200,17 +208,24 @@ class WorkerHTTP:
         self._ssl = ssl.create_default_context() if self.tls else None
         self._closed = False
 
-    def post(self, path: str, body: bytes, content_type: str = "application/json") -> _Exchange:
+    def post(self, path: str, body: bytes, content_type: str = "application/json",
+             timeout: float | None = None) -> _Exchange:
         """`async with worker.post(path, body) as response`: the connection goes back to the pool only if its
-        answer was read to the end; leaving early (a client gone, an error) closes it."""
+        answer was read to the end; leaving early (a client gone, an error) closes it. `timeout`: for the
+        connection and each read (default: `read_timeout`, and at most CONNECT_TIMEOUT_S to connect)."""
         head = self._heads.get((path, content_type))
         if head is None:
             head = self._heads[(path, content_type)] = (
                 f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}content-type: {content_type}\r\n"
                 "content-length: ").encode("latin-1")
-        return _Exchange(self, head + b"%d\r\n\r\n" % len(body) + body)
+        return _Exchange(self, head + b"%d\r\n\r\n" % len(body) + body, timeout or self.read_timeout)
 
-    async def _checkout(self) -> _Connection:
+    def get(self, path: str, timeout: float | None = None) -> _Exchange:
+        """`async with worker.get(path, timeout=2.0) as response`, as `post` without a body (the polls)."""
+        return _Exchange(self, f"GET {self.prefix}{path} HTTP/1.1\r\n{self._head}\r\n".encode("latin-1"),
+                         timeout or self.read_timeout)
+
+    async def _checkout(self, connect_timeout: float = CONNECT_TIMEOUT_S) -> _Connection:
         now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()
@@ -224,8 +239,10 @@ class WorkerHTTP:
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(_Connection, self.host, self.port, ssl=self._ssl), CONNECT_TIMEOUT_S)
-        except (TimeoutError, OSError) as exc:
+                loop.create_connection(_Connection, self.host, self.port, ssl=self._ssl), connect_timeout)
+        except TimeoutError as exc:
+            raise WorkerTimeout(f"cannot connect to {self.host}:{self.port} in {connect_timeout} s") from exc
+        except OSError as exc:
             raise WorkerConnectionError(f"cannot connect to {self.host}:{self.port} ({exc!r})") from exc
         return connection
 

@@ -26,6 +26,7 @@ from gateway.serving.outbound import OutboundRefused, OutboundRule, pinned, reso
 log = structlog.get_logger("gateway.budget_alerts")
 SIGNATURE_HEADER = "x-sluice-signature"
 FIRST_PAUSE_S = 0.5
+SEND_MARGIN_S = 5.0
 ADJECTIVE = {"month": "monthly", "day": "daily"}
 
 
@@ -62,6 +63,13 @@ class AlertSender:
         self.settings = settings
         self.rule = OutboundRule.of(settings)
         self._client = httpx.AsyncClient(timeout=settings.timeout_s, follow_redirects=False)
+
+    @property
+    def longest_s(self) -> float:
+        """How long one `send` may take: every attempt's timeout and the pauses between them (the channels go
+        together), and a margin for the claim and the name lookup: what a close waits for the alerts under way."""
+        attempts = self.settings.attempts
+        return attempts * self.settings.timeout_s + FIRST_PAUSE_S * (2 ** (attempts - 1) - 1) + SEND_MARGIN_S
 
     async def send(self, alert: Alert, webhook_url: str | None, emails: list[str]) -> None:
         jobs = []

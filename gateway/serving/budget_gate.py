@@ -14,7 +14,6 @@ and its billed team, through the one budget book (gateway/limits/budgets.py):
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import structlog
@@ -25,6 +24,7 @@ from billing.budgets import THRESHOLDS, Window, period_window, spent_micros, spe
 from billing.pricing import PricingTable
 from billing.store.base import UsageStore
 from gateway.errors import QuotaExceeded, Unavailable
+from gateway.lifecycle import Background
 from gateway.limits.budget_model import BudgetLine, BudgetSpent, Hold
 from gateway.limits.budgets import open_book
 from gateway.limits.model import LimiterUnavailable
@@ -68,7 +68,7 @@ class BudgetGate:
         fleet's, in Redis (failing open or closed as the limiter does), else this process's."""
         self._store, self._pricing, self._sender = store, pricing, sender
         self.book = open_book(redis_url, self.seed, fail_open=fail_open, credentials=credentials)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Background("budget alerts")
 
     async def seed(self, line: BudgetLine) -> int:
         """The ledger's sum of the budget's period so far (0 without a ledger); 503 when it cannot be read: a
@@ -120,9 +120,7 @@ class BudgetGate:
                     self._start(self._alert(line, budget, threshold, after))
 
     def _start(self, job) -> None:
-        task = asyncio.get_running_loop().create_task(job)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(job)
 
     async def _alert(self, line: BudgetLine, budget: SpendBudget, threshold: int, spent: int) -> None:
         now = time.time()
@@ -138,10 +136,9 @@ class BudgetGate:
         await self._sender.send(alert, budget.webhook_url, list(budget.emails))
 
     async def close(self) -> None:
-        """Let the alerts under way finish (each is bounded by its timeouts and attempts)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Let the alerts under way finish (each is bounded by its timeouts and attempts: `longest_s`)."""
         if self._sender is not None:
+            await self._tasks.stop(self._sender.longest_s, cancel=False)
             await self._sender.close()
         await self.book.close()
 

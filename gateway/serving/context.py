@@ -78,7 +78,7 @@ class RequestContext:
     def release_leases(self) -> None:
         """Hand back every lease: a no-op for one whose worker stream already released it."""
         for lease in self.leases:
-            self.services.endpoints.release(self.endpoint, lease)
+            lease.release()
 
     def close(self, ended_by: BaseException | None) -> Awaitable[None] | None:
         """The request is over (`ended_by`: what escaped the app, if anything). What is left to await, if

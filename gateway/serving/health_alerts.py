@@ -18,7 +18,6 @@ alerts keep nothing."""
 
 from __future__ import annotations
 
-import asyncio
 from bisect import bisect_left, bisect_right
 from datetime import UTC, datetime
 
@@ -28,6 +27,7 @@ import structlog
 from auth.models import HealthAlerts
 from billing.insights.recent import recent_requests
 from billing.ledger import Ledger
+from gateway.lifecycle import Background
 from gateway.serving.budget_alerts import AlertSender
 
 log = structlog.get_logger("gateway.health_alerts")
@@ -70,7 +70,7 @@ class HealthWatch:
         self._sender, self._ledger = sender, ledger
         self._pending: dict[str, list[tuple[float, HealthAlerts]]] = {}  # team -> (request time, its alerts)
         self._judging: set[str] = set()  # teams with a judge task running
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = Background("health alerts")
 
     def observe(self, team_id: str, alerts: HealthAlerts | None, at: float) -> None:
         """A request of `team_id` that arrived at `at` is settled and in this gateway's ledger (`alerts`: the team's;
@@ -125,9 +125,7 @@ class HealthWatch:
                     self._start(self._alert(team_id, alerts, measure, threshold, value, len(window), at))
 
     def _start(self, job) -> None:
-        task = asyncio.get_running_loop().create_task(job)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(job)
 
     async def _alert(self, team_id: str, alerts: HealthAlerts, measure: str, threshold: float, value: float,
                      requests: int, now: float) -> None:
@@ -139,9 +137,10 @@ class HealthWatch:
             await self._sender.send(alert, alerts.webhook_url, list(alerts.emails))  # type: ignore[arg-type]
 
     async def close(self) -> None:
-        """Let the judgements and alerts under way finish (the sender's own timeouts and attempts bound them)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Let the judgements and alerts under way finish (the sender's own timeouts and attempts bound them:
+        `longest_s`, and a judgement's ledger flush FLUSH_TIMEOUT_S)."""
+        if self._sender is not None:
+            await self._tasks.stop(FLUSH_TIMEOUT_S + self._sender.longest_s, cancel=False)
 
 
 def _values(samples: list[tuple[float, bool, float]], alerts: HealthAlerts) -> dict[str, float]:

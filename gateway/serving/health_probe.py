@@ -54,7 +54,7 @@ class GenerationProbe:
                 raise NotFound("no endpoint is served")
             probe = GenerateRequest(request_id=f"health-generate-{secrets.token_hex(8)}", model=endpoint.name,
                                     prompt_ids=[0], params=SamplingParams(max_tokens=1, temperature=0.0))
-            lease = await self._workers.lease(endpoint, None)
+            lease = await endpoint.activator.acquire(None)  # a free replica or none: the probe never wakes one
             async for event in self._workers.stream(endpoint, lease, probe, None):  # a worker's Error raises
                 healthy = healthy or isinstance(event, Done)
         except Exception as error:  # noqa: BLE001 - whatever went wrong, generation does not work: 503, not 500

@@ -168,10 +168,9 @@ async def lease(context: RequestContext) -> AsyncIterator[StillWaiting] | None:
     SSE stream whose endpoint is still waking after KEEPALIVE_S, the rest of the wait (a StillWaiting every
     KEEPALIVE_S), which the response goes on with while it sends keep-alives. No lease is kept when one cannot
     be had (the queue is full, the wait ran out, the client left)."""
-    endpoints, wanted = context.services.endpoints, len(context.parsed.requests)
+    activator, wanted = context.endpoint.activator, len(context.parsed.requests)
     try:
-        while len(context.leases) < wanted and (free := endpoints.take_free(context.endpoint,
-                                                                            context.tenant)) is not None:
+        while len(context.leases) < wanted and (free := activator.take_free(tenant=context.tenant)) is not None:
             context.leases.append(free)  # the usual case: nothing to wait for, nothing to watch
         if len(context.leases) == wanted:
             return None
@@ -186,11 +185,10 @@ async def lease(context: RequestContext) -> AsyncIterator[StillWaiting] | None:
 async def _wait_for_leases(context: RequestContext, keepalive_s: float) -> AsyncIterator[StillWaiting]:
     """The leases still missing, from the endpoint's queue (released in tenants' turns), a StillWaiting every
     `keepalive_s` while queued. Closing it leaves the queue; a failed wait hands back the leases it had."""
-    endpoints = context.services.endpoints
+    activator = context.endpoint.activator
     try:
         while len(context.leases) < len(context.parsed.requests):
-            async with aclosing(endpoints.wait(context.endpoint, context.deadline, keepalive_s,
-                                               context.tenant)) as steps:
+            async with aclosing(activator.wait(context.deadline, keepalive_s, tenant=context.tenant)) as steps:
                 async for step in steps:
                     if isinstance(step, Lease):
                         context.leases.append(step)

@@ -63,9 +63,10 @@ class Tokenizer:
     async def _call(self, path: str, body: dict[str, Any]) -> bytes:
         """One worker call: a replica free now, else a wait in the endpoint's queue that the client's leaving
         ends (ClientGone), as a generation's does."""
-        lease = self.workers.take_free(self.endpoint, self.tenant)
+        activator = self.endpoint.activator
+        lease = activator.take_free(tenant=self.tenant)
         if lease is None:
-            lease = await unless_gone(self.request, self.workers.lease(self.endpoint, self.deadline, self.tenant))
+            lease = await unless_gone(self.request, activator.acquire(self.deadline, tenant=self.tenant))
         body = {**body, "tenant": self.tenant}  # the worker's tokenizer is shared in tenants' turns
         return await self.workers.call(self.endpoint, lease, path, _json.encode(body), self.deadline)
 

@@ -1,7 +1,8 @@
 """The one road to a model's workers: every worker call (a generation's stream, tokenize, detokenize, a chat
-template's token count, the `/health_generate` probe) takes an activator lease on the endpoint, goes over the
-worker transport, moves to another replica by failover's rules when a replica fails before answering, and
-gives the lease back.
+template's token count, the `/health_generate` probe, a batch line) takes an activator lease on the endpoint
+(`endpoint.activator`: the one lease API, gateway/endpoints/activator.py), goes over the replica's one client
+(gateway/replicas/transport.py), moves to another replica by failover's rules when a replica fails before
+answering, and gives the lease back.
 
 The lease is what makes a call count: a call that finds no ready replica waits in the endpoint's queue
 (which wakes a scaled-to-zero endpoint: the controller is told of the demand), and a call on a replica is
@@ -24,7 +25,6 @@ from gateway.endpoints import metrics
 from gateway.endpoints.activator import Lease
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.service import Endpoints
-from gateway.errors import Unavailable
 from gateway.replicas.failover import failover, stream_with_failover
 from gateway.replicas.pool import Replica
 from gateway.replicas.relay import exchange
@@ -37,16 +37,6 @@ class WorkerClient:
     def __init__(self, endpoints: Endpoints):
         self.endpoints = endpoints
 
-    async def lease(self, endpoint: EndpointController, deadline: float | None, tenant: str = "") -> Lease:
-        """A lease on a replica of `endpoint`, waiting in its queue until `deadline` (EndpointUnavailable then);
-        `deadline=None`: only a replica free now, else Unavailable at once."""
-        if deadline is not None:
-            return await endpoint.activator.acquire(deadline, tenant=tenant)
-        lease = endpoint.activator.take_free(tenant=tenant)
-        if lease is None:
-            raise Unavailable(f"the model {endpoint.name!r} has no ready worker; retry shortly")
-        return lease
-
     def stream(self, endpoint: EndpointController, lease: Lease, request: GenerateRequest,
                deadline: float | None, raw_tokens: bool = False) -> AsyncIterator[Event | TokenLines]:
         """A generation's events on `lease` (taken by the caller, who may wait its own way: the pipeline sends
@@ -54,14 +44,9 @@ class WorkerClient:
         another replica (leased until `deadline`, as `lease`) at most twice while nothing was relayed; after the
         first event a lost worker is WorkerLost. `raw_tokens`: its token events come undecoded, as TokenLines
         (a collected answer's: gateway/replicas/token_lines.py)."""
-        return stream_with_failover(request, lease, reacquire=self._reacquire(endpoint, deadline, request.tenant),
-                                    release=endpoint.activator.release,
+        return stream_with_failover(request, lease, reacquire=_reacquire(endpoint, deadline, request.tenant),
                                     ejection_s=self.endpoints.settings.ejection_seconds,
                                     on_failure=_counter(endpoint), raw_tokens=raw_tokens)
-
-    def take_free(self, endpoint: EndpointController, tenant: str = "") -> Lease | None:
-        """A lease on a replica of `endpoint` free now, or None (nothing waits)."""
-        return endpoint.activator.take_free(tenant=tenant)
 
     async def call(self, endpoint: EndpointController, lease: Lease, path: str, body: bytes,
                    deadline: float | None) -> bytes:
@@ -71,25 +56,19 @@ class WorkerClient:
         failover's rules. The worker's refusal is the gateway's error (a validation refusal a ValidationFailed
         naming the worker's field)."""
         answers = failover(lambda replica: exchange(replica, path, body), lease,
-                           reacquire=self._reacquire(endpoint, deadline, lease.tenant),
-                           release=endpoint.activator.release, ejection_s=self.endpoints.settings.ejection_seconds,
+                           reacquire=_reacquire(endpoint, deadline, lease.tenant),
+                           ejection_s=self.endpoints.settings.ejection_seconds,
                            on_failure=_counter(endpoint), call=path)
         async with aclosing(answers):  # a caller cancelled before the first try still gives the lease back
             # read to the end, not left at the answer: the replica is marked as having served, the lease released
             answered = [answer async for answer in answers]
         return answered[0]
 
-    def _reacquire(self, endpoint: EndpointController, deadline: float | None,
-                   tenant: str) -> Callable[[set[Replica]], Awaitable[Lease]]:
-        async def reacquire(tried: set[Replica]) -> Lease:
-            if deadline is not None:
-                return await endpoint.activator.acquire(deadline, tried, tenant)
-            lease = endpoint.activator.take_free(tried, tenant)
-            if lease is None:
-                raise Unavailable(f"the model {endpoint.name!r} has no other ready worker; retry shortly")
-            return lease
 
-        return reacquire
+def _reacquire(endpoint: EndpointController, deadline: float | None,
+               tenant: str) -> Callable[[set[Replica]], Awaitable[Lease]]:
+    """Another replica after a failed try, avoiding those `tried`, by the first lease's rules."""
+    return lambda tried: endpoint.activator.acquire(deadline, tried, tenant)
 
 
 def _counter(endpoint: EndpointController) -> Callable[[Replica, bool, bool], None]:

@@ -163,7 +163,7 @@ async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_acr
     assert not follower.ownership.owner
     await until(lambda: follower.state == "failed", WAIT_S, "the failure on the other gateway")
     with pytest.raises(EndpointUnavailable) as refused:  # at once, not after the request's whole wait
-        await b.acquire(follower, time.monotonic() + 600)
+        await follower.activator.acquire(time.monotonic() + 600)
     assert refused.value.code == "endpoint_failed" and refused.value.reason == "crash loop"
     await until(lambda: desired_count(ecs) == 0, WAIT_S, "the failed endpoint's service at 0")
 

@@ -195,8 +195,8 @@ async def _through_the_gateway(url: str) -> tuple[bool, list]:
     router = ReplicaRouter()
     router.add_replica("smol", url)
     try:
-        await router.poll_all()
         pool = router.pool("smol")
+        await pool.replicas[0].poll()
         if not pool.ready:
             return False, []
         request = GenerateRequest(request_id="gateway-call", model="smol", prompt="Hello",
@@ -260,6 +260,6 @@ async def test_local_workers_get_a_secret_and_none_of_the_gateways_secrets(tmp_p
     assert len(secret) >= 32
     router = ReplicaRouter()  # the gateway's clients send that same secret
     try:
-        assert router.add_replica("m", "http://127.0.0.1:1").client.headers[WORKER_SECRET_HEADER] == secret
+        assert router.add_replica("m", "http://127.0.0.1:1").worker.headers[WORKER_SECRET_HEADER] == secret
     finally:
         await router.close()

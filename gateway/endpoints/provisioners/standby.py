@@ -12,13 +12,14 @@ while some local endpoint can scale (min_replicas < max_replicas, or 0).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 from common.worker_launch import STANDBY_READY
 from gateway.endpoints.provisioners.worker_process import WorkerProcess
+from gateway.lifecycle import Background
 
 QUIET_POLL_S = 0.5  # how often a refill that waits looks again
+REFILL_STOP_S = 10.0  # a close cancels the refill: what a spawn under way gets to unwind
 
 
 class StandbyWorkers:
@@ -27,7 +28,7 @@ class StandbyWorkers:
         self.quiet = quiet  # the Endpoints service sets it: whether the local workers are quiet now
         self.wanted = False
         self._spare: WorkerProcess | None = None
-        self._refill: asyncio.Task | None = None
+        self._refill = Background("standby refill")  # at most one task: the next spare, after a delay
 
     def want(self) -> None:
         """Some endpoint can scale: keep a spare from now on."""
@@ -52,17 +53,14 @@ class StandbyWorkers:
 
     async def close(self) -> None:
         self.wanted = False
-        if self._refill is not None:
-            self._refill.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refill
+        await self._refill.stop(REFILL_STOP_S)
         spare, self._spare = self._spare, None
         if spare is not None:
             await spare.stop()
 
     def _schedule(self, delay: float) -> None:
-        if self._refill is None or self._refill.done():
-            self._refill = asyncio.create_task(self._spawn_after(delay))
+        if not self._refill:
+            self._refill.spawn(self._spawn_after(delay), name="standby refill")
 
     async def _spawn_after(self, delay: float) -> None:
         await asyncio.sleep(delay)

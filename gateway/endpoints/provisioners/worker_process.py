@@ -1,6 +1,8 @@
 """One local `python -m worker` process: started with the model's config on a free port, dying with
-the gateway (PR_SET_PDEATHSIG: even a gateway killed with SIGKILL leaves no orphan), its stderr
-passed through to ours with the last line kept (why it exited, when it does).
+the gateway (even a gateway killed with SIGKILL leaves no orphan: the worker asks for it at its start,
+common/worker_launch.py), its stderr passed through to ours with the last line kept (why it exited, when it
+does). Started, its stderr relayed and stopped through gateway/lifecycle.py, the owner of the gateway's
+processes and background tasks.
 
 A standby process (`spawn_standby`) imports everything and waits; `assign` gives it its model and port
 (common/worker_launch.py)."""
@@ -8,8 +10,6 @@ A standby process (`spawn_standby`) imports everything and waits; `assign` gives
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import signal
 import socket
 import sys
 import time
@@ -22,18 +22,14 @@ import structlog
 from common.protocol import ModelConfig
 from common.worker_launch import MODEL_LOAD_FAILED_EXIT, Assignment
 from common.worker_settings import WorkerSettings, arguments, environment
+from gateway.lifecycle import Background, start_process, stop_process
 from gateway.replicas.trust import worker_environment, worker_secret
 
 log = structlog.get_logger(__name__)
-PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 15.0
 LAST_LINE_LIMIT = 500
 TAIL_BYTES = 8192
-
-
-def die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+RELAY_END_S = 5.0  # the stderr left in the pipe of an exited worker: read to its end within this
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -61,7 +57,7 @@ class WorkerProcess:
     process: asyncio.subprocess.Process
     started_at: float = field(default_factory=time.monotonic)
     _tail: bytes = b""  # the end of what it wrote to stderr
-    _relay: asyncio.Task | None = None
+    _relay: Background = field(default_factory=lambda: Background("worker stderr"))
 
     @classmethod
     async def spawn(cls, model: ModelConfig, data_dir: Path, worker_id: str, port: int | None = None) -> WorkerProcess:
@@ -90,10 +86,9 @@ class WorkerProcess:
 
     @classmethod
     async def _launch(cls, command: list[str], worker_id: str, port: int, stdin=None) -> WorkerProcess:
-        process = await asyncio.create_subprocess_exec(*command, preexec_fn=die_with_parent, env=worker_env(),
-                                                       stdin=stdin, stderr=asyncio.subprocess.PIPE)
+        process = await start_process(*command, env=worker_env(), stdin=stdin, stderr=asyncio.subprocess.PIPE)
         worker = cls(worker_id, port, process)
-        worker._relay = asyncio.create_task(worker._pass_stderr())
+        worker._relay.spawn(worker._pass_stderr(), name=f"stderr of worker {process.pid}")
         return worker
 
     @property
@@ -120,19 +115,13 @@ class WorkerProcess:
     async def wait(self) -> int:
         """The exit code, once the process has exited and its last line is read."""
         code = await self.process.wait()
-        if self._relay is not None:
-            await self._relay
+        await self._relay.stop(RELAY_END_S, cancel=False)  # its pipe's end is near: the process has exited
         return code
 
     async def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM (the worker finishes nothing: drain before calling this), SIGKILL after `timeout`."""
-        if self.process.returncode is None:
-            self.process.terminate()
-        try:
-            return await asyncio.wait_for(self.wait(), timeout)
-        except TimeoutError:
-            self.process.kill()
-            return await self.wait()
+        await stop_process(self.process, timeout)
+        return await self.wait()
 
     async def _pass_stderr(self) -> None:
         # chunks, not lines: one endless line must not stall the relay (and the worker behind a full pipe)

@@ -33,7 +33,7 @@ def generate(index: int, tokens: int = 8) -> GenerateRequest:
 async def complete(endpoints: Endpoints, endpoint, index: int, tokens: int = 8, pause: float = 0.0):
     """One request through the activator and the worker client: (events, lease)."""
     deadline = time.monotonic() + START_S
-    lease = await endpoints.acquire(endpoint, deadline)
+    lease = await endpoint.activator.acquire(deadline)
     events = []
     async for event in WorkerClient(endpoints).stream(endpoint, lease, generate(index, tokens), deadline):
         events.append(event)

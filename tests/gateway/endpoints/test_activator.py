@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
 import pytest
 
 from gateway.endpoints import metrics
@@ -36,7 +35,7 @@ class Endpoint:
         self.demands += 1
 
     def replica(self, ready: bool = True) -> Replica:
-        replica = Replica(f"http://replica-{len(self.pool.replicas)}", httpx.AsyncClient())
+        replica = Replica(f"http://replica-{len(self.pool.replicas)}")
         replica.healthy = replica.ever_ready = ready
         self.pool.replicas.append(replica)
         return replica
@@ -135,8 +134,10 @@ async def test_new_arrivals_queue_behind_waiters_even_when_a_replica_has_room():
 
 
 def test_with_nobody_waiting_a_busy_replica_still_takes_requests_directly():
-    """The burst limit paces a queue's release; the worker's own queue bounds steady load."""
+    """The burst limit paces a queue's release; the replica's capacity (its worker's rows and queue) bounds
+    steady load: past it a request waits here (tests/gateway/test_one_road.py), as the worker would refuse it."""
     endpoint = Endpoint("steady", target=1, burst=1)
+    endpoint.activator.configure(max_waiting=100, target_concurrency=1, burst_factor=1, capacity=16)
     replica = endpoint.replica()
     replica.in_flight = 10
     assert asyncio.run(endpoint.activator.acquire(soon())).replica is replica
@@ -308,7 +309,7 @@ async def test_draining_and_ejected_replicas_take_nothing():
     draining, ejected, good = endpoint.replica(), endpoint.replica(), endpoint.replica()
     draining.draining = True
     ejected.eject(time.monotonic(), 30)
-    good.in_flight = 5  # busier, but the only one taking requests
+    good.in_flight = 2  # busier (under its capacity), but the only one taking requests
     lease = await endpoint.activator.acquire(soon())
     assert lease.replica is good
 

@@ -43,13 +43,13 @@ class Stubs:
     def stream(self, lease, ejection_s: float = 30.0):
         deadline = time.monotonic() + 5
         return stream_with_failover(REQUEST, lease, reacquire=lambda tried: self.activator.acquire(deadline, tried),
-                                    release=self.activator.release, ejection_s=ejection_s)
+                                    ejection_s=ejection_s)
 
     async def lease_on(self, worker: ProtocolWorker):
         """A lease on this worker's replica, as if the activator had picked it."""
         replica = self.replica(worker)
         replica.in_flight += 1
-        return Lease(replica, 0.0)
+        return Lease(replica, 0.0, self.activator)
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ async def stubs(named_workers):
     router = ReplicaRouter()
     for worker in named_workers:
         router.add_replica("stub", worker.url, worker.worker_id)
-    await router.poll_all()
+    await asyncio.gather(*(replica.poll() for replica in router.pool("stub").replicas))
     yield Stubs(router, named_workers)
     await router.close()
 
@@ -162,8 +162,7 @@ async def test_a_call_with_one_answer_fails_over_by_the_same_rules(stubs):
     deadline = time.monotonic() + 5
     answers = failover(lambda replica: exchange(replica, "/tokenize", b'{"text": "hi"}'),
                        await stubs.lease_on(stubs.workers[0]),
-                       reacquire=lambda tried: stubs.activator.acquire(deadline, tried),
-                       release=stubs.activator.release, ejection_s=30.0)
+                       reacquire=lambda tried: stubs.activator.acquire(deadline, tried), ejection_s=30.0)
     with pytest.raises(Overloaded):
         await collect(answers)
     assert stubs.replica(stubs.workers[0]).ejected_until > time.monotonic()

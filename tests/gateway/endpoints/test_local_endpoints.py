@@ -76,11 +76,11 @@ async def test_a_burst_at_zero_goes_to_the_one_replica_allowed_as_soon_as_it_is_
     endpoint = endpoints.resolve("tiny/llama", None)
     try:
         deadline = time.monotonic() + START_S
-        leases = await asyncio.gather(*(endpoints.acquire(endpoint, deadline) for _ in range(12)))  # none released
+        leases = await asyncio.gather(*(endpoint.activator.acquire(deadline) for _ in range(12)))  # none released
         assert len({lease.replica for lease in leases}) == 1 and leases[0].replica.in_flight == 12
         assert all(lease.waited_s > 0 for lease in leases)
         for lease in leases:
-            endpoints.release(endpoint, lease)
+            lease.release()
     finally:
         await endpoints.drain_and_stop()
 
@@ -108,13 +108,13 @@ async def test_a_source_that_does_not_load_fails_the_endpoint_and_refuses_at_onc
     endpoint = endpoints.resolve("broken/model", None)
     try:
         with pytest.raises(EndpointUnavailable) as caught:
-            await endpoints.acquire(endpoint, time.monotonic() + START_S)  # wakes it; the worker cannot load
+            await endpoint.activator.acquire(time.monotonic() + START_S)  # wakes it; the worker cannot load
         assert caught.value.state == "failed" and caught.value.code == "endpoint_failed"
         assert "weights failed to load" in endpoint.failure and "missing" in endpoint.failure
         assert "retry-after" in caught.value.headers
         started = time.monotonic()
         with pytest.raises(EndpointUnavailable, match="failed"):
-            await endpoints.acquire(endpoint, time.monotonic() + START_S)
+            await endpoint.activator.acquire(time.monotonic() + START_S)
         assert time.monotonic() - started < 0.5
         status = endpoints.get("broken/model")
         assert (status.state, status.replicas.starting) == ("failed", 0) and not endpoints.healthy()
@@ -195,9 +195,9 @@ async def test_sigkill_of_a_replica_moves_waiting_requests_and_cuts_the_streamin
         async def on_doomed(index: int, tokens: int, freeze: bool = False):
             doomed.in_flight += 1  # the test places the request: a lease on the doomed replica
             relayed = []
+            lease = Lease(doomed, 0.0, endpoint.activator)
             try:
-                async for event in WorkerClient(endpoints).stream(endpoint, Lease(doomed, 0.0), generate(index, tokens),
-                                                                  deadline):
+                async for event in WorkerClient(endpoints).stream(endpoint, lease, generate(index, tokens), deadline):
                     relayed.append(event)
                     if freeze and isinstance(event, Token):
                         # the worker stops mid-stream, however fast this machine would have finished it
@@ -262,6 +262,6 @@ async def test_drain_and_stop_lets_every_stream_finish(tmp_path, tiny):
         assert isinstance(events[-1], Done) and sum(isinstance(e, Token) for e in events) == 20
     assert not any(pid_alive(pid) for pid in pids)
     with pytest.raises(EndpointUnavailable) as caught:
-        await endpoints.acquire(endpoint, time.monotonic() + 1)
+        await endpoint.activator.acquire(time.monotonic() + 1)
     assert caught.value.state == "draining"
 

@@ -125,7 +125,7 @@ async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_pat
         await until(endpoints.healthy, 10, "health")
         endpoint = endpoints.resolve("org/static", TEAM_A)
         deadline = time.monotonic() + 5
-        lease = await endpoints.acquire(endpoint, deadline)
+        lease = await endpoint.activator.acquire(deadline)
         assert lease.cold_start_ms == 0
         events = [e async for e in WorkerClient(endpoints).stream(endpoint, lease, generate(1), deadline)]
         assert isinstance(events[-1], Done) and events[-1].worker_id == workers[0].worker_id

@@ -79,12 +79,12 @@ async def test_the_spare_is_refilled_only_once_the_woken_replica_is_quiet(tmp_pa
         if native_forward_builds():  # and the q4 forward's library is loaded (built where its source changed)
             assert LIBRARY in Path(f"/proc/{spare}/maps").read_text()
 
-        lease = await endpoints.acquire(endpoint, time.monotonic() + START_S)  # wakes the endpoint: takes the spare
+        lease = await endpoint.activator.acquire(time.monotonic() + START_S)  # wakes the endpoint: takes the spare
         assert workers() == [spare]
         await asyncio.sleep(2.0)  # ten times the refill delay, while a request holds the replica
         assert workers() == [spare] and not endpoints.standby.ready
 
-        endpoints.release(endpoint, lease)  # quiet: the next spare comes
+        lease.release()  # quiet: the next spare comes
         await until(lambda: endpoints.standby.ready, what="the refilled spare")
         assert len(workers()) == 2 and spare in workers()
     finally:
