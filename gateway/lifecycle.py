@@ -9,6 +9,8 @@
   them: uvicorn's, to_thread's), so a child that must die with the gateway asks for that itself at its start
   (common/worker_launch.py `die_with_parent`, told the gateway's pid in `PARENT_PID_ENV`). A stop is SIGTERM,
   then SIGKILL once `bound_s` passed.
+- `start_function_process` / `stop_function_process`: a child running a function of ours over a pipe, by `spawn`
+  (the render process of large answers: gateway/serving/render_process.py).
 
 `sluice serve`'s sibling gateway processes are started and stopped by gateway/cli/processes.py (a thread of their
 own, before any event loop) with the same rules: no `preexec_fn`, SIGTERM then SIGKILL after a bound.
@@ -17,8 +19,11 @@ own, before any event loop) with the same rules: no `preexec_fn`, SIGTERM then S
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import multiprocessing.process
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from multiprocessing.connection import Connection
 from typing import Any
 
 import structlog
@@ -86,3 +91,25 @@ async def stop_process(process: asyncio.subprocess.Process, bound_s: float) -> i
         log.warning("process_killed", pid=process.pid, bound_s=bound_s)
         process.kill()
         return await process.wait()
+
+
+def start_function_process(target: Callable[[Connection], None],
+                           name: str) -> tuple[Connection, multiprocessing.process.BaseProcess]:
+    """A child running `target` with its end of a pipe; this process keeps the other. Started by `spawn` (a fork
+    of a process with threads and an event loop is unsafe); a daemon, ended at this process's exit, and a child
+    whose pipe closes (this process gone, even killed) should return from `target`."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=target, args=(theirs,), name=name, daemon=True)
+    child.start()
+    theirs.close()
+    return ours, child
+
+
+def stop_function_process(child: multiprocessing.process.BaseProcess, bound_s: float) -> None:
+    """Wait `bound_s` for the child to end (its pipe closed first), then kill it."""
+    child.join(bound_s)
+    if child.is_alive():
+        log.warning("process_killed", pid=child.pid, bound_s=bound_s)
+        child.kill()
+        child.join()

@@ -32,10 +32,12 @@ import msgspec
 
 from common.large_bodies import LargeBodyTurns
 from gateway.errors import SluiceError, Unavailable
+from gateway.lifecycle import start_function_process, stop_function_process
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Dialect, Meta, Parsed
 
 RENDER_NICENESS = 10
+STOP_S = 5.0  # a child whose pipe closed ends at once; one stuck in a render is killed after this
 WAITING_PER_OWNER = 4
 
 _json = msgspec.json.Encoder()
@@ -127,12 +129,7 @@ class AnswerRenderer:
     def _started(self) -> Connection:
         if self._connection is None or self.child is None or not self.child.is_alive():
             self.close()
-            context = multiprocessing.get_context("spawn")
-            ours, theirs = context.Pipe()
-            self.child = context.Process(target=_serve, args=(theirs,), name="sluice-render", daemon=True)
-            self.child.start()
-            theirs.close()
-            self._connection = ours
+            self._connection, self.child = start_function_process(_serve, "sluice-render")
         return self._connection
 
     def close(self) -> None:
@@ -141,10 +138,7 @@ class AnswerRenderer:
         if connection is not None:
             connection.close()
         if child is not None:
-            child.join(5)
-            if child.is_alive():
-                child.kill()
-                child.join()
+            stop_function_process(child, STOP_S)
 
 
 RENDERER = AnswerRenderer()  # one child per gateway process
