@@ -8,6 +8,7 @@ names what is missing."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -197,3 +198,25 @@ def test_gemma3_runs_natively_and_keeps_the_quality_rule(tokenizer):
     positions = sum(len(prompt) - 1 + NEW_TOKENS for prompt in PROMPTS)
     assert agree / total >= MIN_TOP1
     assert math.exp((nll - nll_exact) / positions) <= MAX_PERPLEXITY_RATIO
+
+
+def test_auto_serves_gemma3_in_q4_without_falling_back(tokenizer):
+    """Where `auto` picked q4, the engine serves Gemma 3 natively (no w8a8 fallback): two greedy prompts batched
+    give what a q4 runner gives each alone (forward.c is batch-invariant)."""
+    loaded = tiny_family("gemma3_text", tokenizer)
+    native = ModelRunner(copy.deepcopy(loaded.model), 1, 128, kv_dtype=KV_DTYPE)
+    install_native(native)
+    expected = []
+    for prompt in PROMPTS:
+        logits, length, tokens = native.prefill(0, prompt).logits[-1], len(prompt), []
+        for _ in range(NEW_TOKENS):
+            tokens.append(int(logits.argmax()))
+            logits = native.decode([tokens[-1]], [length]).logits[0]
+            length += 1
+        expected.append(tokens)
+    picked = dataclasses.replace(loaded, quantization="q4", fallback="w8a8")
+    with running_engine(picked, "gemma3-q4", max_batch_size=4, max_context=128) as engine:
+        assert engine.runner.native is not None and engine.loaded.quantization == "q4"
+        runs = [submit(engine, request(prompt_ids=prompt, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS,
+                                       temperature=0), strict=True) for prompt in PROMPTS]
+        assert [run.wait().finishes[0].token_ids for run in runs] == expected
