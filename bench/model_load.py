@@ -269,8 +269,11 @@ def main() -> None:
                 source = build_gguf(SHAPES[shape_name], args.work / f"{shape_name}-q4_k_m.gguf")
             else:
                 source = build_safetensors(SHAPES[shape_name], args.work / f"{shape_name}-bf16", args.work)
-            size = math.nan if isinstance(source, str) else \
-                sum(f.stat().st_size for f in ([source] if source.is_file() else source.iterdir())) / 1e6
+            if isinstance(source, str):  # an installed package's source string
+                files = source
+            else:
+                size = sum(f.stat().st_size for f in ([source] if source.is_file() else source.iterdir())) / 1e6
+                files = f"{size:.0f} MB of files"
             run = args.work / f"run-{shape_name}-{form}"
             shutil.rmtree(run, ignore_errors=True)
             run.mkdir()
@@ -279,7 +282,7 @@ def main() -> None:
                                     run / f"{start}.log")
                 print(f"{shape_name + ' ' + form:<18} {start:<7} {result['peak_mb']:>8} {result['serving_mb']:>11} "
                       f"{result['ratio']:>13.2f} {result['ready_s']:>8.1f} {result['weights_s'] or math.nan:>9.1f}  "
-                      f"{result['quantization']} ({size:.0f} MB of files)", flush=True)
+                      f"{result['quantization']} ({files})", flush=True)
             shutil.rmtree(run, ignore_errors=True)
 
 

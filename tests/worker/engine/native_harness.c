@@ -3,9 +3,9 @@
  * A small random model built here in C (every buffer its exact size from malloc, so a read or write one element
  * past any of them is reported): ragged tiles (a vocabulary of 40 rows), 4-bit layers and an 8-bit head, a
  * q/k/v bias on one layer, layers of different capacity, grouped kv heads; the second layer with Gemma 3's parts
- * (q/k norms, output norms, its own rotary table, a window shorter than most calls' context) and GeGLU. Calls of every shape the engine
- * makes (decode rows, prefill chunks below and above the token tile and the own-scratch limit, a mixed step,
- * no logits) must return 0 with finite outputs; calls with an index out of range must return BAD_INDEX and
+ * (q/k norms, output norms, its own rotary table, a window shorter than most calls' context), GeGLU and Gemma 2's
+ * soft-capped scores. Calls of every shape the engine makes (decode rows, prefill chunks below and above the token
+ * tile and the own-scratch limit, a mixed step, no logits) must return 0 with finite outputs; calls with an index out of range must return BAD_INDEX and
  * leave every cache byte as it was. Prints "ok N" (N calls) and exits 0, else says which call failed.
  */
 #include "forward.c"
@@ -73,7 +73,7 @@ static void build(void) {
     }
     model = (model_weights){LAYERS, HIDDEN, HEADS, KVH, HEAD_DIM, INTER, MAXPOS, 1e-5f, 0.25f,
                             floats(MAXPOS * HEAD_DIM, -1.f, 1.f), floats(MAXPOS * HEAD_DIM, -1.f, 1.f),
-                            floats(HIDDEN, .5f, 1.5f), matrix(VOCAB, HIDDEN, 8), layer, 1};
+                            floats(HIDDEN, .5f, 1.5f), matrix(VOCAB, HIDDEN, 8), layer, 1, 2.f};
 }
 
 static void fail(const char *what) {

@@ -133,7 +133,8 @@ def test_a_model_type_without_a_description_is_refused_by_name():
         ModelRunner(model, 1, 32)
 
 
-@pytest.mark.parametrize("name", sorted(set(FAMILIES) - {"llama", "mistral", "qwen2", "qwen3", "gemma3_text"}))
+@pytest.mark.parametrize("name", sorted(set(FAMILIES) - {"llama", "mistral", "qwen2", "qwen3", "gemma2",
+                                                          "gemma3_text"}))
 def test_the_native_forward_refuses_what_it_does_not_compute(name, tokenizer):
     runner = ModelRunner(tiny_family(name, tokenizer).model, 1, 64)
     with pytest.raises(NativeUnsupported, match=f"^{name}: .* not in the native q4 forward"):
@@ -168,14 +169,16 @@ def test_a_sliding_window_runs_natively(name, tokenizer):
     assert WINDOW in {layer.window for layer in native.native._layers}
 
 
-def test_gemma3_runs_natively_and_keeps_the_quality_rule(tokenizer):
-    """forward.c computes Gemma 3's layer: (1 + w) norms, norms of attention's and the MLP's outputs, GeGLU,
-    per-head q/k norms, local layers' window (6, shorter than the prompts) and rotary base beside global ones,
-    query_pre_attn_scalar, embeddings scaled by sqrt(hidden) (the packed embedding's, where q4 released the
-    float32 one). Its logits point where float32's do; teacher-forced on float32's greedy continuations, its
-    top-1 and perplexity keep the quality rule of `auto` (bench/default_config.py), as bench/family_quality.py
-    measures it (the vocabulary projection sharpened likewise)."""
-    loaded = tiny_family("gemma3_text", tokenizer)
+@pytest.mark.parametrize("name", ["gemma2", "gemma3_text"])
+def test_gemma_runs_natively_and_keeps_the_quality_rule(name, tokenizer):
+    """forward.c computes Gemma's layer: (1 + w) norms, norms of attention's and the MLP's outputs, GeGLU,
+    alternate layers' window (6, shorter than the prompts), query_pre_attn_scalar, embeddings scaled by
+    sqrt(hidden) (the packed embedding's, where q4 released the float32 one); Gemma 2's soft-capped scores and
+    logits, Gemma 3's per-head q/k norms and local layers' rotary base beside global ones. Its logits point where
+    float32's do; teacher-forced on float32's greedy continuations, its top-1 and perplexity keep the quality
+    rule of `auto` (bench/default_config.py), as bench/family_quality.py measures it (the vocabulary projection
+    sharpened likewise)."""
+    loaded = tiny_family(name, tokenizer)
     with torch.no_grad():
         loaded.model.get_output_embeddings().weight.mul_(4.0)  # a real model's argmax margin
     # int8 activations err more here than in Qwen3 (0.9988 measured): attention twice the hidden width, two more

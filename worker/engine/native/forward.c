@@ -1,8 +1,8 @@
 /* The whole forward of a Llama-family decoder for N tokens, each at its own (slot, position), with the parts
- * Gemma 3 adds where a layer names them: norms of attention's and the MLP's outputs before each residual add,
- * a sliding window, a rotary table of its own (local / global bases), GeGLU (a model-wide switch). Gemma's
- * (1 + w) norms and scaled embeddings are the caller's: it folds the one into the weights, the other into the
- * input embeddings.
+ * Gemma 2 / 3 add where a layer names them: norms of attention's and the MLP's outputs before each residual add,
+ * a sliding window, a rotary table of its own (local / global bases), and model-wide GeGLU and soft-capped
+ * attention scores. Gemma's (1 + w) norms, scaled embeddings and capped logits are the caller's: it folds the
+ * one into the weights, the others into the input embeddings and the returned logits.
  *
  * Projections hold groups of 32 weights as unsigned codes u with a per-group binary16 scale d and
  * minimum m (w = d * u + m), stored after each tile group's codes: 4-bit codes packed two to a byte, or
@@ -78,6 +78,7 @@ typedef struct {
     qmat head;
     const layer_weights *layer;
     int64_t act; /* the MLP's gate: 1 = GELU, tanh approximation (Gemma's GeGLU); else SiLU */
+    float attn_softcap; /* > 0: each score becomes cap * tanh(score / cap) before the softmax (Gemma 2) */
 } model_weights;
 
 /* int8 activations of one matrix input, laid out for the register tiles: tokens in tiles of TOKEN_TILE, and
@@ -405,12 +406,14 @@ static void weigh_values(const float *weight, float scale, const kv_t *v, int64_
 #define ATTEND_QUERIES 32 /* queries (tokens x heads of a kv head) that share one pass over the keys */
 
 /* `count` queries over one kv head's cache (k, v: [positions, D] in binary16): query i attends positions
- * from[i]..len[i]-1 (from[i] < len[i]), softmax(q . k * scale) . v into out[i] [D]. Each key row is read once for all of them (the heads
+ * from[i]..len[i]-1 (from[i] < len[i]), softmax(q . k * scale) . v into out[i] [D], each score soft-capped
+ * (cap * tanh(score / cap)) where `softcap` > 0. Each key row is read once for all of them (the heads
  * of a group, the tokens of a prefill chunk); a query's own arithmetic runs in the same order whatever shares
  * the pass, so its result does not depend on them. `score`: count rows of `stride` (>= every len) floats of
  * scratch. */
 static void attend(const float *const *q, const int64_t *from, const int64_t *len, float *const *out, int count,
-                   const kv_t *k, const kv_t *v, int64_t D, float scale, float *score, int64_t stride) {
+                   const kv_t *k, const kv_t *v, int64_t D, float scale, float softcap, float *score,
+                   int64_t stride) {
     float peak[ATTEND_QUERIES];
     int64_t longest = 0, first = INT64_MAX;
     for (int i = 0; i < count; i++) {
@@ -422,6 +425,7 @@ static void attend(const float *const *q, const int64_t *from, const int64_t *le
         for (int i = 0; i < count; i++)
             if (p >= from[i] && p < len[i]) {
                 float s = dot_half(q[i], k + p * D, D) * scale;
+                if (softcap > 0.f) s = softcap * tanhf(s / softcap);
                 score[i * stride + p] = s;
                 peak[i] = fmaxf(peak[i], s);
             }
@@ -556,7 +560,7 @@ static void forward_part(call_t *c, int me) {
                     from[count] = w->window > 0 && len[count] > w->window ? len[count] - w->window : 0;
                 }
             const int64_t at = ((int64_t)slots[c->block_start[b]] * kvh + g) * cap * D;
-            attend(q, from, len, out, count, K + at, V + at, D, m->attn_scale, score, c->longest);
+            attend(q, from, len, out, count, K + at, V + at, D, m->attn_scale, m->attn_softcap, score, c->longest);
         }
         sync_team(team);
         qact x_o = {codes, act_scale, act_sum, heads * D};

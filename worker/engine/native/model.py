@@ -26,7 +26,7 @@ _ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1}  # the MLP gate's
 # the norm classes forward.c computes: w * x / rms(x) in float32 ("rms"), or Gemma's (1 + w) ("gemma", the one
 # folded into the weight at load)
 _NORMS = {"rms": ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm"),
-          "gemma": ("Gemma3RMSNorm",)}
+          "gemma": ("Gemma2RMSNorm", "Gemma3RMSNorm")}
 _MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
 
 
@@ -52,7 +52,8 @@ class _Model(ctypes.Structure):
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64), ("inter", ctypes.c_int64),
                 ("max_positions", ctypes.c_int64), ("eps", ctypes.c_float), ("attn_scale", ctypes.c_float),
                 ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
-                ("head", _Matrix), ("layer", ctypes.POINTER(_Layer)), ("act", ctypes.c_int64)]
+                ("head", _Matrix), ("layer", ctypes.POINTER(_Layer)), ("act", ctypes.c_int64),
+                ("attn_softcap", ctypes.c_float)]
 
 
 def _matrix(packed: Packed) -> _Matrix:
@@ -67,15 +68,13 @@ def _float(tensor: torch.Tensor) -> torch.Tensor:
 
 def _family_gaps(runner) -> list[str]:
     """What the runner's family uses (families/family.py) that forward.c does not compute: Llama's layer, with
-    Gemma 3's (1 + w) norms, output norms, windows and rotary tables per layer type."""
+    Gemma's (1 + w) norms, output norms, windows, rotary tables per layer type and soft-caps."""
     family, plans = runner.family, runner.plans
     gaps = [f"{family.norm} norms" for _ in [0] if family.norm not in _NORMS]
     gaps += [what for what, used in (
         ("a layer without its input or MLP norm", any(p.input_norm is None or p.mlp_norm is None for p in plans)),
         ("q/k norms over all heads", family.qk_norm == "full"),
         ("a parallel residual", any(p.parallel for p in plans)),
-        ("attention soft-capping", any(p.softcap is not None for p in plans)),
-        ("final logit soft-capping", runner.logit_softcap is not None),
         ("mixture-of-experts MLPs", family.moe),
         ("an ungated MLP", not family.gated),
         ("partial rotary", runner.rotary_dim != runner.head_dim),
@@ -114,8 +113,8 @@ def check_supported(runner) -> None:
         raise NativeUnsupported("q4 needs static rotary tables (no dynamic / longrope scaling)")
     if _activation(config) not in _ACTIVATIONS or runner.head_dim > _MAX_HEAD_DIM:
         raise NativeUnsupported("q4 supports SiLU- or GELU(tanh)-gated MLPs and head_dim <= 1024")
-    if len({plan.scale for plan in runner.plans}) != 1:
-        raise NativeUnsupported("q4 needs one attention scale for every layer")
+    if len({plan.scale for plan in runner.plans}) != 1 or len({plan.softcap for plan in runner.plans}) != 1:
+        raise NativeUnsupported("q4 needs one attention scale and soft-cap for every layer")
     if runner.heads % runner.kv_heads:
         raise NativeUnsupported("q4 needs heads to be a multiple of kv_heads")
     for plan, fused in zip(runner.plans, runner.fused):
@@ -224,7 +223,9 @@ class NativeForward:
         self._model = _Model(len(runner.layers), runner.hidden_size, runner.heads, runner.kv_heads, runner.head_dim,
                              first.down.weight.shape[1], cos.shape[0], float(runner.norm.eps), float(scale),
                              cos.data_ptr(), sin.data_ptr(), self._hold(_norm_weight(runner.norm)).data_ptr(),
-                             _matrix(head), layers, _ACTIVATIONS[_activation(runner.model.config)])
+                             _matrix(head), layers, _ACTIVATIONS[_activation(runner.model.config)],
+                             float(first.softcap or 0.0))
+        self.logit_softcap = runner.logit_softcap  # applied to the logits forward.c returns (Gemma 2)
         if runner.cache.dtype != KV_DTYPE:
             runner.cache.store_as(KV_DTYPE)
 
@@ -270,4 +271,6 @@ class NativeForward:
             raise ValueError("the native forward refused a slot, position or output row out of range")
         if status != 0:
             raise MemoryError("the native forward could not allocate its scratch memory")
+        if logits is not None and self.logit_softcap is not None:  # cap * tanh(logits / cap), runner._capped's ops
+            logits.div_(self.logit_softcap).tanh_().mul_(self.logit_softcap)
         return logits, normed
