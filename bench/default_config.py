@@ -39,6 +39,7 @@ import torch
 from bench.worker import make_requests, run_engine
 from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, Token
 from testkit.corpora.tools import PROMPTS
+from testkit.quality_rule import MAX_PERPLEXITY_RATIO, MIN_TOP1
 from worker.c_compiler import compiler_problem
 from worker.cpu_features import AMX_BF16, AVX2, AVX512_BF16, cpu_features, pick_cpu_default
 from worker.engine.engine import Engine
@@ -49,7 +50,6 @@ from worker.threads import torch_threads
 REPO = Path(__file__).resolve().parents[1]
 PERPLEXITY_TEXT = REPO / "docs" / "security.md"
 WINDOW = 512
-MIN_TOP1, MAX_PERPLEXITY_RATIO = 0.90, 1.05
 NEEDS = {"float32": set(), "bfloat16": {AVX512_BF16, AMX_BF16}, "w8a8": {AVX2}, "q4": set()}  # any one of them
 
 

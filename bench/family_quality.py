@@ -2,7 +2,7 @@
 per decoder family, on the tiny random models of testkit/tiny_families.py: for each family, which quantized modes
 its model runs and how close each comes to float32 on the same weights.
 
-    .venv/bin/python bench/family_quality.py [--sequences 8] [--tokens 32]
+    .venv/bin/python bench/family_quality.py [--sequences 8] [--tokens 32] [--family gemma3_text ...]
 
 Per family and mode: top-1 = the share of positions of float32's own greedy continuations (teacher-forced) where
 the mode's argmax is float32's token; perplexity = the ratio of the mode's perplexity on those sequences to
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from bench.default_config import MAX_PERPLEXITY_RATIO, MIN_TOP1
+from testkit.quality_rule import MAX_PERPLEXITY_RATIO, MIN_TOP1
 from testkit.tiny_families import FAMILIES, VOCAB, tiny_family
 from worker.engine.native.install import install_native
 from worker.engine.runner import ModelRunner
@@ -88,10 +88,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sequences", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print("| family | mode | top-1 | perplexity vs float32 | keeps quality |\n|---|---|---|---|---|")
-    for name in sorted(FAMILIES):
+    for name in sorted(args.family or FAMILIES):
         for row in measure(name, args.sequences, args.tokens):
             print(row, flush=True)
 

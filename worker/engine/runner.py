@@ -130,12 +130,6 @@ class ModelRunner:
     def _rotary(self, hidden: torch.Tensor, positions: torch.Tensor, key: str | None):
         return self.rotary(hidden, positions) if key is None else self.rotary(hidden, positions, key)
 
-    @property
-    def _rope_table(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The one static table (native/model.py reads it), None where rotary tables are dynamic or per layer type."""
-        tables = self._rope_tables
-        return None if tables is None or list(tables) != [None] else tables[None]
-
     def _rope(self, hidden: torch.Tensor, positions: torch.Tensor) -> dict:
         """Per rotary key: cos / signed sin for `positions` [B, L], shaped [B, L, 1, rotary_dim] to broadcast over
         heads. A dynamic table (longrope, dynamic NTK) is the module's for each row alone, as `generate()`

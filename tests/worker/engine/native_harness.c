@@ -2,16 +2,18 @@
  *
  * A small random model built here in C (every buffer its exact size from malloc, so a read or write one element
  * past any of them is reported): ragged tiles (a vocabulary of 40 rows), 4-bit layers and an 8-bit head, a
- * q/k/v bias on one layer, layers of different capacity, grouped kv heads. Calls of every shape the engine
- * makes (decode rows, prefill chunks below and above the token tile and the own-scratch limit, a mixed step,
- * no logits) must return 0 with finite outputs; calls with an index out of range must return BAD_INDEX and
+ * q/k/v bias on one layer, layers of different capacity, grouped kv heads; the second layer with Gemma 3's parts
+ * (q/k norms, output norms, its own rotary table, a window shorter than most calls' context), GeGLU and Gemma 2's
+ * soft-capped scores. Calls of every shape the engine makes (decode rows, prefill chunks below and above the token
+ * tile and the own-scratch limit, a mixed step, no logits) must return 0 with finite outputs; calls with an index out of range must return BAD_INDEX and
  * leave every cache byte as it was. Prints "ok N" (N calls) and exits 0, else says which call failed.
  */
 #include "forward.c"
 
 #include <stdio.h>
 
-enum { LAYERS = 2, HIDDEN = 64, HEADS = 4, KVH = 2, HEAD_DIM = 16, INTER = 96, VOCAB = 40, MAXPOS = 96, SLOTS = 3 };
+enum { LAYERS = 2, HIDDEN = 64, HEADS = 4, KVH = 2, HEAD_DIM = 16, INTER = 96, VOCAB = 40, MAXPOS = 96, SLOTS = 3,
+       WINDOW = 5 };
 static const int64_t CAPACITY[LAYERS] = {48, 64};
 
 static uint32_t seed = 12345u;
@@ -59,13 +61,19 @@ static void build(void) {
                                    matrix(2 * INTER, HIDDEN, 4), matrix(HIDDEN, INTER, 4),
                                    l == 0 ? floats((HEADS + 2 * KVH) * HEAD_DIM, -.1f, .1f) : NULL,
                                    floats(HIDDEN, .5f, 1.5f), floats(HIDDEN, .5f, 1.5f)};
+        if (l == 1) { /* Gemma 3's parts: per-head q/k norms, norms of both outputs, its own table, a window */
+            layer[l].q_norm = floats(HEAD_DIM, .5f, 1.5f), layer[l].k_norm = floats(HEAD_DIM, .5f, 1.5f);
+            layer[l].attn_out_norm = floats(HIDDEN, .5f, 1.5f), layer[l].mlp_out_norm = floats(HIDDEN, .5f, 1.5f);
+            layer[l].rope_cos = floats(MAXPOS * HEAD_DIM, -1.f, 1.f), layer[l].rope_sin = floats(MAXPOS * HEAD_DIM, -1.f, 1.f);
+            layer[l].window = WINDOW;
+        }
         keys[l] = need(sizeof(kv_t) * (size_t)cache_elements(l));
         values[l] = need(sizeof(kv_t) * (size_t)cache_elements(l));
         for (int64_t i = 0; i < cache_elements(l); i++) keys[l][i] = values[l][i] = (kv_t)0.f;
     }
     model = (model_weights){LAYERS, HIDDEN, HEADS, KVH, HEAD_DIM, INTER, MAXPOS, 1e-5f, 0.25f,
                             floats(MAXPOS * HEAD_DIM, -1.f, 1.f), floats(MAXPOS * HEAD_DIM, -1.f, 1.f),
-                            floats(HIDDEN, .5f, 1.5f), matrix(VOCAB, HIDDEN, 8), layer};
+                            floats(HIDDEN, .5f, 1.5f), matrix(VOCAB, HIDDEN, 8), layer, 1, 2.f};
 }
 
 static void fail(const char *what) {

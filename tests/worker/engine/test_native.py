@@ -450,11 +450,11 @@ def test_where_auto_picked_q4_a_failed_native_start_runs_w8a8_with_one_line(tiny
 
 
 def test_where_auto_picked_q4_a_model_forward_c_does_not_run_gets_w8a8(tiny_loaded):
-    """A GELU-gated MLP (forward.c computes SiLU only): the engine serves the model in w8a8 instead."""
+    """An exact-GELU-gated MLP (forward.c computes SiLU and tanh-GELU): the engine serves the model in w8a8."""
     model = copy.deepcopy(tiny_loaded.model)
-    model.config.hidden_act = "gelu_pytorch_tanh"
+    model.config.hidden_act = "gelu"
     for layer in model.model.layers:
-        layer.mlp.act_fn = ACT2FN["gelu_pytorch_tanh"]
+        layer.mlp.act_fn = ACT2FN["gelu"]
     picked = dataclasses.replace(tiny_loaded, model=model, quantization="q4", fallback="w8a8")
     with capture_logs() as logs, running_engine(picked, "gelu", max_batch_size=2, max_context=64) as engine:
         assert engine.runner.native is None and engine.loaded.quantization == "w8a8"

@@ -1,4 +1,8 @@
-/* The whole forward of a Llama-family decoder for N tokens, each at its own (slot, position).
+/* The whole forward of a Llama-family decoder for N tokens, each at its own (slot, position), with the parts
+ * Gemma 2 / 3 add where a layer names them: norms of attention's and the MLP's outputs before each residual add,
+ * a sliding window, a rotary table of its own (local / global bases), and model-wide GeGLU and soft-capped
+ * attention scores. Gemma's (1 + w) norms, scaled embeddings and capped logits are the caller's: it folds the
+ * one into the weights, the others into the input embeddings and the returned logits.
  *
  * Projections hold groups of 32 weights as unsigned codes u with a per-group binary16 scale d and
  * minimum m (w = d * u + m), stored after each tile group's codes: 4-bit codes packed two to a byte, or
@@ -61,6 +65,9 @@ typedef struct {
     const float *qkv_bias; /* NULL: none */
     const float *input_norm, *post_norm;
     const float *q_norm, *k_norm; /* per-head RMSNorm weights [head_dim] of q / k (Qwen3); NULL: none */
+    const float *attn_out_norm, *mlp_out_norm; /* RMSNorms of attention's / the MLP's output (Gemma); NULL: none */
+    const float *rope_cos, *rope_sin; /* this layer's own rotary table, as the model's; NULL: the model's */
+    int64_t window; /* > 0: a token attends to its last `window` positions only (sliding); else to all */
 } layer_weights;
 
 typedef struct {
@@ -70,6 +77,8 @@ typedef struct {
     const float *final_norm;
     qmat head;
     const layer_weights *layer;
+    int64_t act; /* the MLP's gate: 1 = GELU, tanh approximation (Gemma's GeGLU); else SiLU */
+    float attn_softcap; /* > 0: each score becomes cap * tanh(score / cap) before the softmax (Gemma 2) */
 } model_weights;
 
 /* int8 activations of one matrix input, laid out for the register tiles: tokens in tiles of TOKEN_TILE, and
@@ -397,28 +406,33 @@ static void weigh_values(const float *weight, float scale, const kv_t *v, int64_
 #define ATTEND_QUERIES 32 /* queries (tokens x heads of a kv head) that share one pass over the keys */
 
 /* `count` queries over one kv head's cache (k, v: [positions, D] in binary16): query i attends positions
- * 0..len[i]-1, softmax(q . k * scale) . v into out[i] [D]. Each key row is read once for all of them (the heads
+ * from[i]..len[i]-1 (from[i] < len[i]), softmax(q . k * scale) . v into out[i] [D], each score soft-capped
+ * (cap * tanh(score / cap)) where `softcap` > 0. Each key row is read once for all of them (the heads
  * of a group, the tokens of a prefill chunk); a query's own arithmetic runs in the same order whatever shares
  * the pass, so its result does not depend on them. `score`: count rows of `stride` (>= every len) floats of
  * scratch. */
-static void attend(const float *const *q, const int64_t *len, float *const *out, int count, const kv_t *k,
-                   const kv_t *v, int64_t D, float scale, float *score, int64_t stride) {
+static void attend(const float *const *q, const int64_t *from, const int64_t *len, float *const *out, int count,
+                   const kv_t *k, const kv_t *v, int64_t D, float scale, float softcap, float *score,
+                   int64_t stride) {
     float peak[ATTEND_QUERIES];
-    int64_t longest = 0;
+    int64_t longest = 0, first = INT64_MAX;
     for (int i = 0; i < count; i++) {
         peak[i] = -INFINITY;
         longest = max64(longest, len[i]);
+        first = from[i] < first ? from[i] : first;
     }
-    for (int64_t p = 0; p < longest; p++)
+    for (int64_t p = first; p < longest; p++)
         for (int i = 0; i < count; i++)
-            if (p < len[i]) {
+            if (p >= from[i] && p < len[i]) {
                 float s = dot_half(q[i], k + p * D, D) * scale;
+                if (softcap > 0.f) s = softcap * tanhf(s / softcap);
                 score[i * stride + p] = s;
                 peak[i] = fmaxf(peak[i], s);
             }
     for (int i = 0; i < count; i++) {
-        float *weight = score + i * stride;
-        weigh_values(weight, 1.f / exponentiate(weight, len[i], peak[i]), v, len[i], D, out[i]);
+        float *weight = score + i * stride + from[i];
+        const int64_t seen = len[i] - from[i];
+        weigh_values(weight, 1.f / exponentiate(weight, seen, peak[i]), v + from[i] * D, seen, D, out[i]);
     }
 }
 
@@ -429,7 +443,7 @@ typedef struct {
     float *hidden, *logits, *out_hidden;
     kv_t *const *keys, *const *values;
     const int64_t *capacity;
-    float *normed, *qkv, *attended, *gate_up, *act_scale, *act_sum, *scores;
+    float *normed, *qkv, *attended, *gate_up, *branch, *act_scale, *act_sum, *scores;
     int8_t *codes;
     int64_t own_floats, own_codes, own_groups; /* each thread's share of the scratch above where `own` */
     int own; /* each thread prepares every token's inputs itself (below) */
@@ -445,6 +459,39 @@ static void head_norm(float *v, int64_t D, const float *w, float eps) {
     for (int64_t j = 0; j < D; j++) sum += v[j] * v[j];
     const float r = 1.f / sqrtf(sum / (float)D + eps);
     for (int64_t j = 0; j < D; j++) v[j] = w[j] * (v[j] * r);
+}
+
+/* hidden[i] += w * (branch[i] / rms(branch[i])) for each token (rows split between threads): Gemma's norm of a
+ * sublayer's output before the residual add */
+static void norm_add(const team_t *team, float *hidden, const float *branch, int64_t n, int64_t width,
+                     const float *weight, float eps) {
+    int64_t first, last;
+    share(team, n, &first, &last);
+    for (int64_t i = first; i < last; i++) {
+        const float *b = branch + i * width;
+        float *h = hidden + i * width;
+        double squares = 0.;
+        for (int64_t j = 0; j < width; j++) squares += (double)b[j] * b[j];
+        float inv = 1.f / sqrtf((float)(squares / width) + eps);
+        for (int64_t j = 0; j < width; j++) h[j] += weight[j] * (b[j] * inv);
+    }
+    sync_team(team);
+}
+
+/* a projection's output added to the residual stream: directly, or normed first where the layer says so */
+static void project_residual(const team_t *team, const qmat *w, const qact *x, int64_t n, float *hidden,
+                             int64_t width, const float *out_norm, float eps, float *branch) {
+    if (!out_norm) {
+        project(team, w, x, n, hidden, width, 1, NULL);
+        return;
+    }
+    project(team, w, x, n, branch, width, 0, NULL);
+    norm_add(team, hidden, branch, n, width, out_norm, eps);
+}
+
+/* GELU, tanh approximation (torch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh) */
+static inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 static void forward_part(call_t *c, int me) {
@@ -474,8 +521,10 @@ static void forward_part(call_t *c, int me) {
         project(team, &w->qkv, &x_h, n, qkv, qkv_width, 0, w->qkv_bias);
         /* rotate q and k (x * cos + roll(x, D/2) * signed sin), write k and v into the cache */
         share(team, n, &first, &last);
+        const float *table_cos = w->rope_cos ? w->rope_cos : m->rope_cos;
+        const float *table_sin = w->rope_sin ? w->rope_sin : m->rope_sin;
         for (int64_t i = first; i < last; i++) {
-            const float *cs = m->rope_cos + (int64_t)positions[i] * D, *sn = m->rope_sin + (int64_t)positions[i] * D;
+            const float *cs = table_cos + (int64_t)positions[i] * D, *sn = table_sin + (int64_t)positions[i] * D;
             float *row = qkv + i * qkv_width;
             float turned[1024];
             for (int64_t h = 0; h < heads + kvh; h++) {
@@ -500,16 +549,18 @@ static void forward_part(call_t *c, int me) {
             const int64_t h1 = h0 + c->job_heads < (g + 1) * group ? h0 + c->job_heads : (g + 1) * group;
             const float *q[ATTEND_QUERIES];
             float *out[ATTEND_QUERIES];
-            int64_t len[ATTEND_QUERIES];
+            int64_t from[ATTEND_QUERIES], len[ATTEND_QUERIES];
             int count = 0;
             for (int64_t i = c->block_start[b]; i < c->block_start[b + 1]; i++)
                 for (int64_t h = h0; h < h1; h++, count++) {
                     q[count] = qkv + i * qkv_width + h * D;
                     out[count] = attended + i * heads * D + h * D;
                     len[count] = positions[i] + 1;
+                    /* a window keeps positions p > position - window (transformers' sliding_window_overlay) */
+                    from[count] = w->window > 0 && len[count] > w->window ? len[count] - w->window : 0;
                 }
             const int64_t at = ((int64_t)slots[c->block_start[b]] * kvh + g) * cap * D;
-            attend(q, len, out, count, K + at, V + at, D, m->attn_scale, score, c->longest);
+            attend(q, from, len, out, count, K + at, V + at, D, m->attn_scale, m->attn_softcap, score, c->longest);
         }
         sync_team(team);
         qact x_o = {codes, act_scale, act_sum, heads * D};
@@ -517,18 +568,21 @@ static void forward_part(call_t *c, int me) {
         for (int64_t i = first; i < last; i++)
             quantize_token(attended + i * heads * D, &x_o, i);
         sync_team(prep);
-        project(team, &w->o, &x_o, n, hidden, H, 1, NULL);
+        project_residual(team, &w->o, &x_o, n, hidden, H, w->attn_out_norm, m->eps, c->branch);
         norm_quantize(prep, hidden, n, H, w->post_norm, m->eps, normed, &x_h, NULL);
         project(team, &w->gate_up, &x_h, n, gate_up, 2 * I, 0, NULL);
         qact x_i = {codes, act_scale, act_sum, I};
         share(prep, n, &first, &last);
-        for (int64_t i = first; i < last; i++) { /* SiLU(gate) * up, quantized for the down projection */
+        for (int64_t i = first; i < last; i++) { /* SiLU(gate) * up or GELU(gate) * up, quantized for down */
             float *gu = gate_up + i * 2 * I, *o = normed + i * I;
-            for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
+            if (m->act == 1)
+                for (int64_t j = 0; j < I; j++) o[j] = gelu_tanh(gu[j]) * gu[I + j];
+            else
+                for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
             quantize_token(o, &x_i, i);
         }
         sync_team(prep);
-        project(team, &w->down, &x_i, n, hidden, H, 1, NULL);
+        project_residual(team, &w->down, &x_i, n, hidden, H, w->mlp_out_norm, m->eps, c->branch);
     }
     norm_quantize(prep, hidden, c->n_out, H, m->final_norm, m->eps, normed, &x_h, c->out_rows);
     if (c->out_hidden && me == 0) memcpy(c->out_hidden, normed, sizeof(float) * c->n_out * H);
@@ -589,6 +643,7 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     c.qkv = malloc(sizeof(float) * n * (heads + 2 * kvh) * D);
     c.attended = malloc(sizeof(float) * n * heads * D);
     c.gate_up = malloc(sizeof(float) * n * 2 * I);
+    c.branch = malloc(sizeof(float) * n * H);
     c.codes = malloc(copies * c.own_codes);
     c.act_scale = malloc(sizeof(float) * copies * c.own_groups);
     c.act_sum = malloc(sizeof(float) * copies * c.own_groups);
@@ -607,7 +662,7 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     atomic_init(&c.barrier.arrived, 0);
     atomic_init(&c.barrier.generation, 0);
     atomic_init(&c.go, 0);
-    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.codes || !c.act_scale || !c.act_sum || !c.scores
+    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.branch || !c.codes || !c.act_scale || !c.act_sum || !c.scores
                  || !c.block_start;
     if (!failed) {
         pthread_t helpers[MAX_THREADS];
@@ -622,7 +677,7 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
         forward_part(&c, 0);
         for (int i = 1; i < started; i++) pthread_join(helpers[i], NULL);
     }
-    free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.codes); free(c.act_scale); free(c.act_sum);
+    free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.branch); free(c.codes); free(c.act_scale); free(c.act_sum);
     free(c.scores); free(c.block_start);
     return failed ? -1 : 0;
 }

@@ -22,7 +22,11 @@ from worker.engine.native.build import load_library
 from worker.engine.native.pack import SLICE_ROWS, Packed, four_bit, pick, pick_slices
 
 BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
-_SILU = {"silu", "swish"}
+_ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1}  # the MLP gate's function: forward.c's `act`
+# the norm classes forward.c computes: w * x / rms(x) in float32 ("rms"), or Gemma's (1 + w) ("gemma", the one
+# folded into the weight at load)
+_NORMS = {"rms": ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm"),
+          "gemma": ("Gemma2RMSNorm", "Gemma3RMSNorm")}
 _MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
 
 
@@ -38,7 +42,9 @@ class _Matrix(ctypes.Structure):
 class _Layer(ctypes.Structure):
     _fields_ = [("qkv", _Matrix), ("o", _Matrix), ("gate_up", _Matrix), ("down", _Matrix),
                 ("qkv_bias", ctypes.c_void_p), ("input_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
-                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
+                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p), ("attn_out_norm", ctypes.c_void_p),
+                ("mlp_out_norm", ctypes.c_void_p), ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p),
+                ("window", ctypes.c_int64)]
 
 
 class _Model(ctypes.Structure):
@@ -46,7 +52,8 @@ class _Model(ctypes.Structure):
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64), ("inter", ctypes.c_int64),
                 ("max_positions", ctypes.c_int64), ("eps", ctypes.c_float), ("attn_scale", ctypes.c_float),
                 ("rope_cos", ctypes.c_void_p), ("rope_sin", ctypes.c_void_p), ("final_norm", ctypes.c_void_p),
-                ("head", _Matrix), ("layer", ctypes.POINTER(_Layer))]
+                ("head", _Matrix), ("layer", ctypes.POINTER(_Layer)), ("act", ctypes.c_int64),
+                ("attn_softcap", ctypes.c_float)]
 
 
 def _matrix(packed: Packed) -> _Matrix:
@@ -60,24 +67,38 @@ def _float(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _family_gaps(runner) -> list[str]:
-    """What the runner's family uses (families/family.py) that forward.c does not compute: it runs Llama's layer."""
+    """What the runner's family uses (families/family.py) that forward.c does not compute: Llama's layer, with
+    Gemma's (1 + w) norms, output norms, windows, rotary tables per layer type and soft-caps."""
     family, plans = runner.family, runner.plans
-    gaps = [f"{family.norm} norms" for _ in [0] if family.norm != "rms"]
+    gaps = [f"{family.norm} norms" for _ in [0] if family.norm not in _NORMS]
     gaps += [what for what, used in (
-        ("norms after attention or the MLP", any(p.attention_out_norm or p.mlp_out_norm for p in plans)),
         ("a layer without its input or MLP norm", any(p.input_norm is None or p.mlp_norm is None for p in plans)),
         ("q/k norms over all heads", family.qk_norm == "full"),
         ("a parallel residual", any(p.parallel for p in plans)),
-        ("a sliding window", any(p.window is not None for p in plans)),
-        ("rotary tables per layer type", family.rope_by_layer_type),
-        ("attention soft-capping", any(p.softcap is not None for p in plans)),
-        ("final logit soft-capping", runner.logit_softcap is not None),
         ("mixture-of-experts MLPs", family.moe),
         ("an ungated MLP", not family.gated),
         ("partial rotary", runner.rotary_dim != runner.head_dim),
         ("a q/k/v layout by head", family.qkv_by_head),
-        ("scaled embeddings", hasattr(runner.embed_tokens, "embed_scale"))) if used]
+        ("an embedding scale it cannot read", hasattr(runner.embed_tokens, "embed_scale")
+         and not hasattr(runner.embed_tokens, "scalar_embed_scale"))) if used]
     return gaps
+
+
+def _norms(plan) -> list:
+    """The layer's norms (layers.Norm) that forward.c applies."""
+    return [norm for norm in (plan.input_norm, plan.mlp_norm, plan.attention_out_norm, plan.mlp_out_norm,
+                              plan.q_norm, plan.k_norm) if norm is not None]
+
+
+def _activation(config) -> str:
+    """The MLP gate's function as the config names it (Gemma: hidden_activation)."""
+    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
+
+
+def _norm_weight(norm) -> torch.Tensor:
+    """The weight forward.c multiplies by: Gemma's 1 + w (as its norm computes it, in float32), else w."""
+    weight = _float(norm.weight)
+    return 1.0 + weight if norm.kind == "gemma" else weight
 
 
 def check_supported(runner) -> None:
@@ -88,22 +109,22 @@ def check_supported(runner) -> None:
         raise NativeUnsupported(f"{runner.family.name}: {', '.join(gaps)} not in the native q4 forward")
     if runner.device.type != "cpu" or runner.dtype != torch.float32:
         raise NativeUnsupported("q4 runs on the CPU in float32")
-    if runner._rope_table is None:
-        raise NativeUnsupported("q4 needs a static rotary table (no dynamic / longrope scaling)")
-    if getattr(config, "hidden_act", "silu") not in _SILU or runner.head_dim > _MAX_HEAD_DIM:
-        raise NativeUnsupported("q4 supports SiLU-gated MLPs and head_dim <= 1024")
+    if runner._rope_tables is None:
+        raise NativeUnsupported("q4 needs static rotary tables (no dynamic / longrope scaling)")
+    if _activation(config) not in _ACTIVATIONS or runner.head_dim > _MAX_HEAD_DIM:
+        raise NativeUnsupported("q4 supports SiLU- or GELU(tanh)-gated MLPs and head_dim <= 1024")
+    if len({plan.scale for plan in runner.plans}) != 1 or len({plan.softcap for plan in runner.plans}) != 1:
+        raise NativeUnsupported("q4 needs one attention scale and soft-cap for every layer")
     if runner.heads % runner.kv_heads:
         raise NativeUnsupported("q4 needs heads to be a multiple of kv_heads")
-    for layer, plan, fused in zip(runner.layers, runner.plans, runner.fused):
+    for plan, fused in zip(runner.plans, runner.fused):
         if fused.qkv is None or fused.gate_up is None:
             raise NativeUnsupported("q4 needs plain Linear projections and a gated MLP")
         if fused.o_proj.bias is not None or fused.down_proj.bias is not None:
             raise NativeUnsupported("q4 supports a bias on q/k/v only")
-        head_norms = [] if plan.q_norm is None else [plan.q_norm.module, plan.k_norm.module]
-        for norm in (layer.input_layernorm, layer.post_attention_layernorm, *head_norms):
-            if type(norm).__name__ not in ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm",
-                                           "Phi3RMSNorm"):
-                raise NativeUnsupported(f"q4 does not run {type(norm).__name__}")
+        for norm in _norms(plan):
+            if type(norm.module).__name__ not in _NORMS.get(norm.kind, ()):
+                raise NativeUnsupported(f"q4 does not run {type(norm.module).__name__}")
     if type(runner.lm_head) is not nn.Linear or runner.lm_head.bias is not None:
         raise NativeUnsupported("q4 needs a plain vocabulary projection")
 
@@ -178,33 +199,33 @@ class NativeForward:
         self.threads = threads or max(1, min(len(os.sched_getaffinity(0)), 64))
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
-        first = runner.layers[0]
-        head_norms = [norm.module for plan in runner.plans for norm in (plan.q_norm, plan.k_norm) if norm is not None]
-        epsilons = {float(norm.variance_epsilon) for layer in runner.layers
-                    for norm in (layer.input_layernorm, layer.post_attention_layernorm, runner.final_norm)}
-        epsilons |= {float(norm.variance_epsilon) for norm in head_norms}
+        first = runner.plans[0]
+        epsilons = {norm.eps for plan in runner.plans for norm in _norms(plan)} | {runner.norm.eps}
         if len(epsilons) != 1:
             raise NativeUnsupported("q4 needs one RMSNorm epsilon for every norm")
         self.matrices = packed_matrices(runner) if matrices is None else matrices
+        # every table as long as the runner's context: forward.c checks positions against the first one's rows
+        tables = {key: tuple(self._hold(_float(t)) for t in table) for key, table in runner._rope_tables.items()}
+        cos, sin = next(iter(tables.values()))
         layers = (_Layer * len(runner.layers))()
-        for index, (layer, plan, fused) in enumerate(zip(runner.layers, runner.plans, runner.fused)):
+        for index, (plan, fused) in enumerate(zip(runner.plans, runner.fused)):
             packed = {name: self.matrices[f"{index}.{name}"] for name in ("qkv", "o", "gate_up", "down")}
-            bias = None if fused.qkv.bias is None else self._hold(_float(fused.qkv.bias))
-            q_norm, k_norm = (None if norm is None else self._hold(_float(norm.weight)).data_ptr()
-                              for norm in (plan.q_norm, plan.k_norm))
-            layers[index] = _Layer(*(_matrix(packed[name]) for name in ("qkv", "o", "gate_up", "down")),
-                                   bias.data_ptr() if bias is not None else None,
-                                   self._hold(_float(layer.input_layernorm.weight)).data_ptr(),
-                                   self._hold(_float(layer.post_attention_layernorm.weight)).data_ptr(), q_norm, k_norm)
-        cos, sin = (self._hold(_float(t)) for t in runner._rope_table)
-        scale = getattr(first.self_attn, "scaling", None) or runner.head_dim ** -0.5
+            bias = None if fused.qkv.bias is None else self._hold(_float(fused.qkv.bias)).data_ptr()
+            norms = [None if norm is None else self._hold(_norm_weight(norm)).data_ptr()
+                     for norm in (plan.input_norm, plan.mlp_norm, plan.q_norm, plan.k_norm, plan.attention_out_norm,
+                                  plan.mlp_out_norm)]
+            own_cos, own_sin = tables[plan.rope]
+            layers[index] = _Layer(*(_matrix(packed[name]) for name in ("qkv", "o", "gate_up", "down")), bias, *norms,
+                                   own_cos.data_ptr(), own_sin.data_ptr(), plan.window or 0)
+        scale = first.scale or runner.head_dim ** -0.5
         head = self.matrices["lm_head"]
         self._layers = layers
         self._model = _Model(len(runner.layers), runner.hidden_size, runner.heads, runner.kv_heads, runner.head_dim,
-                             first.mlp.down_proj.weight.shape[1], cos.shape[0],
-                             float(first.input_layernorm.variance_epsilon), float(scale),
-                             cos.data_ptr(), sin.data_ptr(), self._hold(_float(runner.final_norm.weight)).data_ptr(),
-                             _matrix(head), layers)
+                             first.down.weight.shape[1], cos.shape[0], float(runner.norm.eps), float(scale),
+                             cos.data_ptr(), sin.data_ptr(), self._hold(_norm_weight(runner.norm)).data_ptr(),
+                             _matrix(head), layers, _ACTIVATIONS[_activation(runner.model.config)],
+                             float(first.softcap or 0.0))
+        self.logit_softcap = runner.logit_softcap  # applied to the logits forward.c returns (Gemma 2)
         if runner.cache.dtype != KV_DTYPE:
             runner.cache.store_as(KV_DTYPE)
 
@@ -250,4 +271,6 @@ class NativeForward:
             raise ValueError("the native forward refused a slot, position or output row out of range")
         if status != 0:
             raise MemoryError("the native forward could not allocate its scratch memory")
+        if logits is not None and self.logit_softcap is not None:  # cap * tanh(logits / cap), runner._capped's ops
+            logits.div_(self.logit_softcap).tanh_().mul_(self.logit_softcap)
         return logits, normed

@@ -45,14 +45,23 @@ class PackedLinear(nn.Module):
 
 
 class PackedEmbedding(nn.Module):
-    """Token embeddings: the ids' rows of a Packed [vocab, hidden] matrix, dequantized."""
+    """Token embeddings: the ids' rows of a Packed [vocab, hidden] matrix, dequantized, times `scale` (Gemma's
+    sqrt(hidden), in float32 as its embedding module multiplies; 1 elsewhere, which changes no bit)."""
 
-    def __init__(self, packed: Packed):
+    def __init__(self, packed: Packed, scale: float = 1.0):
         super().__init__()
-        self.tiles, self.halves, self.bits = packed.tiles, packed.halves, packed.bits
+        self.tiles, self.halves, self.bits, self.scale = packed.tiles, packed.halves, packed.bits, scale
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return picked_weights(self.tiles, self.halves, self.bits, ids.reshape(-1)).reshape(list(ids.shape) + [-1])
+        rows = picked_weights(self.tiles, self.halves, self.bits, ids.reshape(-1))
+        return (rows * self.scale).reshape(list(ids.shape) + [-1])
+
+
+def embedding_scale(runner) -> float:
+    """What the runner's embedding module multiplies by (Gemma 3's sqrt(hidden)), as the float32 its buffer holds
+    (read from the module's plain float: a model built on the meta device has no buffer values)."""
+    scale = getattr(runner.embed_tokens, "scalar_embed_scale", None)
+    return 1.0 if scale is None else float(torch.tensor(scale, dtype=torch.float32))
 
 
 def release(module: nn.Module) -> None:
@@ -74,5 +83,5 @@ def run_on_packed(runner, matrices: dict[str, Packed]) -> None:
             release(module)
     for module in (runner.embed_tokens, runner.lm_head):
         release(module)
-    runner.embed_tokens = PackedEmbedding(matrices.get("embed", matrices["lm_head"]))
+    runner.embed_tokens = PackedEmbedding(matrices.get("embed", matrices["lm_head"]), embedding_scale(runner))
     runner.set_head(PackedLinear(matrices["lm_head"]))
