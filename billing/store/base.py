@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import msgspec
 
 from billing.records import LedgerEntry, UsageRecord
+from storage import Database
 from storage.sql_dialect import SqlDialect
 
 TABLE = "usage_records"
@@ -77,6 +78,26 @@ def row_entry(row: Sequence[Any]) -> LedgerEntry:
                         accepted_prediction, rejected_prediction, end_user, _tags.decode(tags) if tags else {})
     return LedgerEntry(usage, in_price, out_price, cost, recorded_at, cached_price, batch_discount, cache_saved,
                        batch_saved)
+
+
+class AlertStates:
+    """The alert claims both stores write alike (one SQL; storage/sql_text.py spells it per backend)."""
+
+    _db: Database
+
+    async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
+        """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
+        recorded it first (insert-once on the table's primary key)."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetchone(CLAIM_ALERT, (scope, period, threshold, at))
+        return row is not None
+
+    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
+        """Record a health alert as fired or armed by a judgement at `at`; True when this call changed it (so a
+        gateway that fired it sends the alert, and no other does)."""
+        async with self._db.transaction() as tx:
+            row = await tx.fetchone(HEALTH_STATE, (scope, measure, int(fired), at))
+        return row is not None
 
 
 class UsageStore(Protocol):

@@ -7,7 +7,7 @@ from typing import Any
 
 from billing.records import LedgerEntry
 from billing.store import failure_rollup, latency_rollup
-from billing.store.base import CLAIM_ALERT, COLUMNS, HEALTH_STATE, TABLE, entry_row
+from billing.store.base import COLUMNS, TABLE, AlertStates, entry_row
 from billing.store.rollups import rollup_rows, upserts
 from storage import Database
 from storage.sql_dialect import PostgresDialect, SqlDialect
@@ -27,7 +27,7 @@ _UPSERT_LATENCY = latency_rollup.upsert(_DIALECT, arrays=_ARRAYS)
 _UPSERT_FAILURES = failure_rollup.upsert(_DIALECT, arrays=_ARRAYS)
 
 
-class PostgresStore:
+class PostgresStore(AlertStates):
     dialect: SqlDialect = _DIALECT
 
     def __init__(self, db: Database) -> None:
@@ -54,20 +54,6 @@ class PostgresStore:
             if failures:
                 await tx.execute(_UPSERT_FAILURES, list(zip(*failures, strict=True)))
         return len(new)
-
-    async def claim_alert(self, scope: str, period: str, threshold: int, at: float) -> bool:
-        """Record that `scope`'s alert at `threshold` % of `period` is sent; False when a gateway of the fleet
-        recorded it first (insert-once on the table's primary key)."""
-        async with self._db.transaction() as tx:
-            row = await tx.fetchone(CLAIM_ALERT, (scope, period, threshold, at))
-        return row is not None
-
-    async def set_health_state(self, scope: str, measure: str, fired: bool, at: float) -> bool:
-        """Record a health alert as fired or armed by a judgement at `at`; True when this call changed it (so a
-        gateway that fired it sends the alert, and no other does)."""
-        async with self._db.transaction() as tx:
-            row = await tx.fetchone(HEALTH_STATE, (scope, measure, int(fired), at))
-        return row is not None
 
     async def fetch(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return await self._db.read(sql, params)
