@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/speculative.py [--quick] [--streams 1,16] [--tokens 400] [--threads 1] [--repeats 3]
                                           [--quantization auto] [--dtype auto] [--tasks code,free]
-                                          [--llama-spec ngram-simple] [--no-llama]
+                                          [--llama-spec ngram-simple] [--no-llama] [--build-llama]
 
 Two Engines in-process (as bench/prefix_cache.py drives them) on the same SmolLM2-135M weights in the worker's
 default configuration: one with speculation (prompt lookup on, the code edit sending its `prediction`), the peer
@@ -22,8 +22,10 @@ The peer, in the same run: llama.cpp's `llama-server` (built as bench/engine_vs_
 same GGUF file, twice: plain, and with `--spec-type ngram-simple` (its prompt lookup: drafts from n-gram matches
 in the prompt and output, no draft model; it has no per-request switch and no `prediction`, so the code edit gets
 its lookup only). Each gets the same prompt token ids as Sluice (`/completion`, greedy, the same token limit),
-`-np 16` slots, `--threads` threads; its runs alternate with Sluice's. Printed per task: its tok/s plain and
-with lookup, their ratio, the draft tokens it accepted / drafted, and whether its two outputs are identical.
+`-np` slots as many as the most streams asked for, `--threads` threads; its runs alternate with Sluice's, at each
+stream count. Printed per task and stream count: its tok/s plain and with lookup, their ratio, the draft tokens it
+accepted / drafted, and whether its two outputs are identical. Where `.bench/llama-server` is not built, its rows
+are skipped with a line saying so (`--build-llama` builds it first: several minutes).
 The box is shared with other engineers' runs: compare the ratios, not the times; the load average is printed.
 """
 
@@ -45,7 +47,7 @@ import torch
 sys.path[:] = [str(Path(__file__).resolve().parents[1])] + [
     p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from bench.engine_vs_llamacpp import ensure_llama_server, start_llama_server  # noqa: E402
+from bench.engine_vs_llamacpp import LLAMA_SERVER, ensure_llama_server, start_llama_server  # noqa: E402
 from bench.harness.processes import stop  # noqa: E402
 from common.protocol import Done, Error, Finish, GenerateRequest, ModelConfig, SamplingParams, Token  # noqa: E402
 from worker.engine.engine import Engine  # noqa: E402
@@ -219,6 +221,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each side, alternated; the best counts")
     parser.add_argument("--llama-spec", default="ngram-simple", help="llama-server's --spec-type for its lookup side")
     parser.add_argument("--no-llama", action="store_true", help="Sluice only (no llama-server)")
+    parser.add_argument("--build-llama", action="store_true", help="build llama-server first where it is not built")
     args = parser.parse_args()
     streams = [1] if args.quick else [int(s) for s in args.streams.split(",")]
     tokens = 160 if args.quick else args.tokens
@@ -236,7 +239,10 @@ def main() -> None:
     wanted = [t for t in TASKS if not args.tasks or any(t.startswith(p) for p in args.tasks.split(","))]
     logs = Path(tempfile.mkdtemp(prefix="bench-speculative-"))
     peers: dict[str, tuple] = {}
-    if not args.no_llama:  # plain and with its lookup, both up at once, driven one at a time
+    if not args.no_llama and not args.build_llama and not LLAMA_SERVER.exists():
+        print(f"llama-server is not built at {LLAMA_SERVER}: its rows are skipped (--build-llama builds it, "
+              "several minutes; --no-llama says this is meant)")
+    elif not args.no_llama:  # plain and with its lookup, both up at once, driven one at a time
         binary, gguf = ensure_llama_server(), default_gguf_path()
         for side, extra in (("plain", ()), ("lookup", ("--spec-type", args.llama_spec))):
             peers[side] = start_llama_server(binary, gguf, max(streams), args.threads, logs, extra,

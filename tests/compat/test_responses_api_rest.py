@@ -117,3 +117,28 @@ def test_a_format_the_worker_refuses_is_named_as_this_api_names_it(client):
                                     **({"tools": tools} if tools else {}))
         assert refused.value.body["param"] == "text.format", refused.value.body
         assert "response_format" not in refused.value.body["message"]
+
+
+def test_a_prediction_changes_nothing_but_the_usage_it_reports(client):
+    """Predicted Outputs on Responses (an extension: OpenAI has them on chat only; the SDK sends it as extra_body):
+    the answer is the one without a prediction, usage says how much of it the answer took, and a bad prediction is
+    this API's 400 naming `prediction`."""
+    ask = {"model": MODEL, "input": "Repeat exactly: the cat sat on the mat, the dog sat on the log.",
+           "max_output_tokens": 24, "temperature": 0}
+    plain = client.responses.create(**ask)
+    prediction = {"type": "content", "content": plain.output_text}
+    predicted = client.responses.create(**ask, extra_body={"prediction": prediction})
+    assert predicted.output_text == plain.output_text
+    details = predicted.usage.output_tokens_details.to_dict()
+    assert details["accepted_prediction_tokens"] > 0
+    assert predicted.usage.output_tokens == plain.usage.output_tokens + details["rejected_prediction_tokens"]
+    assert "accepted_prediction_tokens" not in plain.usage.output_tokens_details.to_dict()
+    events = list(client.responses.create(**ask, stream=True, extra_body={"prediction": prediction}))
+    assert events[-1].response.output_text == plain.output_text
+    assert events[-1].response.usage.output_tokens_details.to_dict()["accepted_prediction_tokens"] > 0
+    for bad in ({"type": "content", "content": 42}, {"type": "file", "content": "x"}, "not an object",
+                {"type": "content", "content": "x " * 9000}):  # the last: longer than the model's context
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(**ask, extra_body={"prediction": bad})
+        assert refused.value.body["param"] == "prediction", refused.value.body
+    assert refused.value.body["code"] == "context_length_exceeded"

@@ -10,7 +10,9 @@ Two sources, as OpenAI's Predicted Outputs and prompt lookup (vLLM's `ngram`, ll
 
 How many to offer is the row's own business, from its recent acceptance (`Acceptance`): the verify forward
 scores every draft token like a row of the batch, so a token is worth drafting only while the chance that it
-is accepted beats what it costs (`draft_length`). Where nothing matches there is no draft and the step costs
+is accepted beats what it costs (`draft_length`). A prediction's refusals come in bursts (an edit), not one by
+one: a row that has followed it for a run of n tokens since the last edit offers at least n (up to its limit),
+rather than waiting for its average to climb back. Where nothing matches there is no draft and the step costs
 what it did without speculation.
 """
 
@@ -59,15 +61,20 @@ class NGramIndex:
     def follow(self, tail: list[int], after: int = 0) -> int | None:
         """Where the tokens that followed `tail`'s last n tokens start (longest n first; with `keep_all`, the
         first occurrence at or after `after`, else the first), or None."""
+        found = self.match(tail, after)
+        return None if found is None else found[0]
+
+    def match(self, tail: list[int], after: int = 0) -> tuple[int, int] | None:
+        """`follow`'s start and the n that matched."""
         for n in self.sizes:
             if len(tail) < n:
                 continue
             key = tuple(tail[-n:])
             if self.keep_all:
                 if (starts := self.every.get(key)) is not None:
-                    return next((start for start in starts if start >= after), starts[0])
+                    return next((start for start in starts if start >= after), starts[0]), n
             elif (latest := self.last.get(key)) is not None:
-                return latest
+                return latest, n
         return None
 
 
@@ -117,6 +124,7 @@ class Drafter:
     last_source: str = ""
     lost_at: int = 0  # where the output last left the prediction
     followed: int = 0  # output tokens the cursor has followed
+    run: int = 0  # output tokens in a row that matched the prediction where the cursor is now
 
     def propose(self, output: list[int], tokens: int, room: int) -> list[int]:
         """Draft tokens for the row whose output so far is `output`, in a step of `tokens` tokens, at most
@@ -125,7 +133,10 @@ class Drafter:
             return []
         if self.prediction:
             self._follow(self.prediction, output)
-            length = draft_length(self.from_prediction.alpha, tokens, min(room, MAX_PREDICTION_DRAFT))
+            limit = min(room, MAX_PREDICTION_DRAFT)
+            length = draft_length(self.from_prediction.alpha, tokens, limit)
+            if length:  # an edit breaks a run and rejoining one is likely to go on: the run, not the average
+                length = max(length, min(self.run, limit))
             start = self.cursor
             if not length:
                 self.from_prediction.idle()
@@ -163,10 +174,12 @@ class Drafter:
         for token in output[self.followed:]:
             if self.cursor is not None and self.cursor < len(prediction) and prediction[self.cursor] == token:
                 self.cursor += 1
+                self.run += 1
             elif self.cursor is not None:
-                self.lost_at, self.cursor = self.cursor, None
+                self.lost_at, self.cursor, self.run = self.cursor, None, 0
         self.followed = len(output)
         if self.cursor is None:
             if self.predicted is None:
                 self.predicted = NGramIndex(PREDICTION_NGRAMS, prediction, keep_all=True)
-            self.cursor = self.predicted.follow(output, self.lost_at)
+            found = self.predicted.match(output, self.lost_at)
+            self.cursor, self.run = (None, 0) if found is None else found

@@ -1,5 +1,6 @@
 """OpenAI's Predicted Outputs: `prediction: {"type": "content", "content": text | [{"type": "text", "text": ...}]}`.
 
+Chat, completions and the Responses API (which has no such field at OpenAI: the same shape and rules here).
 The text goes to the worker as `GenerateRequest.prediction`, whose tokens become draft tokens there
 (worker/engine/drafts.py): it never changes the answer, only how fast it comes. Unlike OpenAI, a prediction may
 come with n > 1, logprobs, penalties and tools (the worker verifies every draft token through the full logits

@@ -23,6 +23,7 @@ from gateway.dialects import bounds
 from gateway.dialects.openai.chat import chat_logprobs
 from gateway.dialects.openai.errors import chat_wording
 from gateway.dialects.openai.family import OpenAIFamily
+from gateway.dialects.openai.prediction import prediction_text
 from gateway.dialects.responses.request import (
     TOLERATED,
     ResponsesBody,
@@ -50,6 +51,7 @@ class Echo:
     turns: list[dict]  # the conversation so far, this request's input included (no instructions)
     logprobs: bool = False  # include: message.output_text.logprobs
     max_calls: int | None = None  # max_tool_calls: the calls past it are dropped
+    predicted: bool = False  # usage carries the prediction's accepted and rejected tokens
 
 
 def token_logprobs(tokens: list[Token]) -> list[dict]:
@@ -122,9 +124,10 @@ class OpenAIResponses(OpenAIFamily):
                                 temperature=1.0 if body.temperature is None else body.temperature,
                                 top_p=body.top_p or 1.0, constraint=constrained, logprobs=top)
         request = GenerateRequest(request_id="", model=body.model, messages=messages, params=params,
-                                  stream=bool(body.stream), tools=tools(body, body.model))
+                                  stream=bool(body.stream), tools=tools(body, body.model),
+                                  prediction=prediction_text(body.prediction))
         return Parsed(body.model, [request], bool(body.stream),
-                      Echo(body, chosen, turns, top is not None, max_tool_calls(body)))
+                      Echo(body, chosen, turns, top is not None, max_tool_calls(body), request.prediction is not None))
 
     def reported(self, error: SluiceError) -> SluiceError:
         """As the other OpenAI routes, but the worker's structured-output field is this API's `text.format`."""
@@ -143,9 +146,13 @@ class OpenAIResponses(OpenAIFamily):
     def response(self, parsed: Parsed, meta: Meta, status: str, output: list[dict], done: Done | None) -> dict:
         echo: Echo = parsed.options
         body = echo.body
+        details = {"reasoning_tokens": 0}
+        if echo.predicted and done is not None:  # as chat's completion_tokens_details: the rejected ones are billed
+            details |= {"accepted_prediction_tokens": done.accepted_prediction_tokens,
+                        "rejected_prediction_tokens": done.rejected_prediction_tokens}
         usage = None if done is None else {
             "input_tokens": done.prompt_tokens, "input_tokens_details": {"cached_tokens": done.cached_tokens},
-            "output_tokens": done.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": done.completion_tokens, "output_tokens_details": details,
             "total_tokens": done.prompt_tokens + done.completion_tokens}
         return {"id": f"resp_{meta.request_id}", "object": "response", "created_at": meta.created, "status": status,
                 "error": None,

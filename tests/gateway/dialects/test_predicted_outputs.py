@@ -1,4 +1,4 @@
-"""OpenAI's Predicted Outputs (`prediction`) on chat and completions: every validation rule, what reaches the
+"""OpenAI's Predicted Outputs (`prediction`) on chat, completions and Responses: every validation rule, what reaches the
 worker, the usage it reports (`completion_tokens_details`, whole and streamed), the token reservation and the
 worker's refusal of a prediction too long for the context (OpenAI's 400, never a 500), and the ledger record of a
 predicted request (the accepted and rejected counts the client was told, read only by its own team). Parsing runs
@@ -13,12 +13,13 @@ import pytest
 from common.protocol import Done, Error, Finish, GenerateRequest, PromptOverhead, SamplingParams, Token
 from gateway.dialects.openai.chat import OpenAIChat
 from gateway.dialects.openai.completions import OpenAICompletions
+from gateway.dialects.responses.dialect import OpenAIResponses
 from gateway.errors import ValidationFailed
 from gateway.limits.tokens import request_reservation
 from testkit.protocol_worker import MODEL, Reply
 from tests.gateway.test_request_scope import record_of
 
-CHAT, COMPLETIONS = OpenAIChat(), OpenAICompletions()
+CHAT, COMPLETIONS, RESPONSES = OpenAIChat(), OpenAICompletions(), OpenAIResponses()
 USER = [{"role": "user", "content": "Rename x to y"}]
 CODE = "def f(x):\n    return x + 1\n"
 
@@ -29,7 +30,7 @@ def chat(prediction, **extra):
 
 def refused(prediction, dialect=CHAT) -> ValidationFailed:
     body = {"model": "m", "prediction": prediction}
-    body.update({"messages": USER} if dialect is CHAT else {"prompt": "Hi"})
+    body.update({CHAT: {"messages": USER}, RESPONSES: {"input": "Hi"}}.get(dialect, {"prompt": "Hi"}))
     with pytest.raises(ValidationFailed) as info:
         dialect.parse(body, "/v1/chat/completions")
     return info.value
@@ -44,6 +45,9 @@ def test_text_and_text_parts_reach_the_worker():
     parsed = COMPLETIONS.parse({"model": "m", "prompt": ["a", "b"], "prediction": {"type": "content", "content": CODE}},
                                "/v1/completions")
     assert [r.prediction for r in parsed.requests] == [CODE, CODE] and parsed.options.predicted
+    parsed = RESPONSES.parse({"model": "m", "input": "Rename x", "prediction": {"type": "content", "content": CODE}},
+                             "/v1/responses")
+    assert parsed.requests[0].prediction == CODE and parsed.options.predicted
 
 
 @pytest.mark.parametrize("prediction", [
@@ -56,13 +60,14 @@ def test_text_and_text_parts_reach_the_worker():
     {"type": "content", "content": ["plain string part"]},
     {"type": "content", "content": CODE, "extra": 1},
 ])
-@pytest.mark.parametrize("dialect", [CHAT, COMPLETIONS], ids=["chat", "completions"])
+@pytest.mark.parametrize("dialect", [CHAT, COMPLETIONS, RESPONSES], ids=["chat", "completions", "responses"])
 def test_a_malformed_prediction_is_refused_naming_it(prediction, dialect):
     assert refused(prediction, dialect).param == "prediction"
 
 
-def test_a_prediction_that_is_not_an_object_is_a_type_error():
-    error = refused("just a string")
+@pytest.mark.parametrize("dialect", [CHAT, RESPONSES], ids=["chat", "responses"])
+def test_a_prediction_that_is_not_an_object_is_a_type_error(dialect):
+    error = refused("just a string", dialect)
     assert error.param == "prediction" and error.code == "invalid_type"
 
 
@@ -108,6 +113,28 @@ async def test_usage_reports_accepted_and_rejected_prediction_tokens(gateway_app
     assert completion.json()["usage"]["completion_tokens_details"] == DETAILS
 
 
+RESPONSE_DETAILS = {"reasoning_tokens": 0, "accepted_prediction_tokens": 1, "rejected_prediction_tokens": 6}
+
+
+async def test_responses_usage_reports_them_whole_streamed_and_in_the_ledger(gateway_app, worker):
+    body = {"model": MODEL, "input": "Rename x to y", "max_output_tokens": 8,
+            "prediction": {"type": "content", "content": CODE}}
+    worker.replies = [Reply(PREDICTED), Reply(PREDICTED), Reply(PREDICTED)]
+    whole = await gateway_app.post("/v1/responses", json=body, headers=gateway_app.key_headers)
+    assert whole.status_code == 200, whole.text
+    usage = whole.json()["usage"]
+    assert usage["output_tokens_details"] == RESPONSE_DETAILS and usage["output_tokens"] == 7
+    assert worker.requests[-1]["prediction"] == CODE
+    record = await record_of(gateway_app, whole.headers["x-request-id"])
+    assert (record["accepted_prediction_tokens"], record["rejected_prediction_tokens"],
+            record["completion_tokens"]) == (1, 6, 7)
+    streamed = await gateway_app.post("/v1/responses", json={**body, "stream": True}, headers=gateway_app.key_headers)
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert events[-1]["response"]["usage"]["output_tokens_details"] == RESPONSE_DETAILS
+    plain = await gateway_app.post("/v1/responses", json={**body, "prediction": None}, headers=gateway_app.key_headers)
+    assert plain.json()["usage"]["output_tokens_details"] == {"reasoning_tokens": 0}  # without one: its old shape
+
+
 async def test_the_ledger_records_the_prediction_tokens_the_client_was_told(gateway_app, worker):
     # two prompts: two Done events, summed as the usage sums them
     worker.replies = [Reply(PREDICTED), Reply(PREDICTED), Reply(PREDICTED)]
@@ -151,10 +178,13 @@ async def test_prediction_counts_a_worker_overstates_are_cut_to_the_completion(g
     assert (record["accepted_prediction_tokens"], record["rejected_prediction_tokens"]) == (0, 4)
 
 
-async def test_a_malformed_prediction_gets_openais_400_envelope(gateway_app, worker):
-    for prediction in ({"type": "content", "content": [{"type": "image_url"}]}, ["not", "an", "object"]):
-        response = await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
-                                          json={"model": MODEL, "messages": USER, "prediction": prediction})
+@pytest.mark.parametrize("route, body", [("/v1/chat/completions", {"messages": USER}),
+                                         ("/v1/responses", {"input": "Rename x to y"})], ids=["chat", "responses"])
+async def test_a_malformed_prediction_gets_openais_400_envelope(gateway_app, worker, route, body):
+    for prediction in ({"type": "content", "content": [{"type": "image_url"}]}, ["not", "an", "object"],
+                       {"type": "file", "content": CODE}):
+        response = await gateway_app.post(route, headers=gateway_app.key_headers,
+                                          json={"model": MODEL, **body, "prediction": prediction})
         assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error["type"] == "invalid_request_error" and error["param"] == "prediction"
@@ -168,12 +198,15 @@ async def test_without_a_prediction_usage_keeps_its_shape(gateway_app, worker):
     assert "completion_tokens_details" not in response.json()["usage"]
 
 
-async def test_a_prediction_too_long_for_the_context_is_openais_400(gateway_app, worker):
+@pytest.mark.parametrize("route, body", [("/v1/chat/completions", {"messages": USER, "max_tokens": 8}),
+                                         ("/v1/responses", {"input": "Rename x", "max_output_tokens": 8})],
+                         ids=["chat", "responses"])
+async def test_a_prediction_too_long_for_the_context_is_openais_400(gateway_app, worker, route, body):
     worker.replies = [Reply(status=422, error=Error(kind="too_long", field="prediction", max_context=4096,
                                                    message="the prediction has 5000 tokens; this model's context "
                                                            "is 4096 tokens"))]
-    response = await gateway_app.post("/v1/chat/completions", headers=gateway_app.key_headers,
-                                      json={"model": MODEL, "messages": USER, "max_tokens": 8,
+    response = await gateway_app.post(route, headers=gateway_app.key_headers,
+                                      json={"model": MODEL, **body,
                                             "prediction": {"type": "content", "content": "x " * 5000}})
     assert response.status_code == 400, response.text
     error = response.json()["error"]

@@ -156,6 +156,17 @@ def test_a_prediction_cursor_follows_the_output_and_finds_it_again_after_an_edit
     assert drafter.propose(output, tokens=1, room=4) == [107, 108, 109, 110]
 
 
+def test_a_run_along_the_prediction_drafts_as_far_as_it_went_whatever_the_average():
+    prediction = list(range(100, 140))
+    drafter = Drafter(prompt=[1, 2, 3], prediction=prediction, lookup=False)
+    drafter.from_prediction.alpha = 0.5  # after refusals, the average alone offers one token
+    assert drafter.propose([100, 101], tokens=1, room=16) == [102, 103]
+    assert drafter.propose(list(range(100, 110)), tokens=1, room=16) == list(range(110, 120))
+    assert drafter.propose(list(range(100, 110)) + [7], tokens=1, room=16) == []  # an edit ends the run
+    drafter.from_prediction.alpha = 0.2  # where drafting does not pay, a run does not override it
+    assert drafter.propose(list(range(100, 120)), tokens=1, room=16) == []
+
+
 def test_draft_lengths_follow_acceptance_and_a_full_batch_drafts_nothing():
     assert draft_length(0.95, tokens=1, limit=16) == 16
     assert 0 < draft_length(0.6, tokens=1, limit=16) < 6
