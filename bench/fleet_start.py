@@ -3,7 +3,7 @@ endpoints cost Redis and the gateways' CPU. This tree against a baseline tree (`
 checkout) in the same run.
 
     .venv/bin/python bench/fleet_start.py [--endpoints 100] [--gateways 10] [--idle-seconds 20]
-                                          [--baseline /work/main] [--quick]
+                                          [--baseline /work/main] [--quick] [--idle-only]
 
 ECS is moto's server on this machine with one service per endpoint (nothing runs: every endpoint is idle at
 min_replicas 0); Redis a real redis-server. Two parts, each run for this tree and the baseline:
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -213,6 +214,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout to run the same way")
     parser.add_argument("--quick", action="store_true", default=os.environ.get("SLUICE_BENCH_QUICK") == "1",
                         help="20 endpoints x 3 gateways, 10 s idle")
+    parser.add_argument("--idle-only", action="store_true", help="the idle part alone (no start measured)")
     parser.add_argument("--moto", default="")
     parser.add_argument("--redis", default="")
     parser.add_argument("--data", default="")
@@ -236,9 +238,11 @@ def main() -> None:
             import redis as redis_module
 
             redis_module.Redis.from_url(redis.url).flushall()
-            livez, adopted = measure_start(tree, args.endpoints, moto_url, redis.url)
-            print(f"{label}: start with {args.endpoints} ECS endpoints: first /livez {livez:.1f} s, every service "
-                  f"adopted {adopted:.1f} s", flush=True)
+            livez = adopted = math.nan
+            if not args.idle_only:
+                livez, adopted = measure_start(tree, args.endpoints, moto_url, redis.url)
+                print(f"{label}: start with {args.endpoints} ECS endpoints: first /livez {livez:.1f} s, every "
+                      f"service adopted {adopted:.1f} s", flush=True)
             rate, mean, peak = measure_idle(tree, args.endpoints, args.gateways, args.idle_seconds, moto_url,
                                             redis.url)
             print(f"{label}: idle {args.endpoints} endpoints x {args.gateways} gateways: {rate:,.0f} Redis "

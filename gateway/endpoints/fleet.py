@@ -349,23 +349,34 @@ class RedisFleet(Fleet):
         self._alive = self._redis.register_script(_ALIVE)
         self._bump_state = self._redis.register_script(_BUMP_STATE)
         self._pubsub: PubSub | None = None  # opened by the first `changes`
+        self._alive_until = -math.inf  # monotonic: this gateway's liveness lasts until then at least
         self._channels = {f"{prefix}:{name}": name for name in ("config", "state", "wake")}
 
     def _key(self, endpoint: str, what: str) -> str:
         return f"{self._prefix}:{{{endpoint}}}:{what}"
 
     async def _live(self, ttl_s: float) -> set[str]:
+        started = time.monotonic()
         alive = await self._alive(keys=[f"{self._prefix}:alive"], args=[self.gateway_id, int(ttl_s * 1000)])
+        self._alive_until = started + ttl_s
         return {g.decode() for g in alive}
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
         members = self._key(endpoint, "gateways")
+        started = time.monotonic()
+        alive_args = {"keys": [f"{self._prefix}:alive"], "args": [self.gateway_id, int(ttl_s * 1000)]}
         async with self._redis.pipeline(transaction=False) as pipe:
+            # alive before a member (unless surely alive already), the living read after the members: whoever reads
+            # a gateway among the members reads it among the living too, and never drops a live one's report
+            if started + ttl_s / 2 > self._alive_until:
+                await self._alive(**alive_args, client=pipe)
             pipe.set(self._key(endpoint, f"report:{self.gateway_id}"), msgspec.json.encode(report), px=REPORT_KEEP_MS)
             pipe.sadd(members, self.gateway_id)
             pipe.smembers(members)
-            _, _, gateways = await pipe.execute()
-        alive = await self._live(ttl_s)
+            await self._alive(**alive_args, client=pipe)
+            *_, gateways, living = await pipe.execute()
+        self._alive_until = started + ttl_s
+        alive = {g.decode() for g in living}
         token, holder = await self._claim(keys=[self._key(endpoint, "owner"), self._key(endpoint, "token"),
                                                 self._key(endpoint, "fence")],
                                           args=[self.gateway_id, int(lease_s * 1000)])

@@ -1,7 +1,7 @@
 """An idle gateway's fleet bookkeeping does not grow with its endpoints (issue #50): a gateway that owns none of
 them makes a constant number of Redis commands per look at the fleet, counted on a real redis-server (MONITOR),
 and a change an owner makes still reaches every other gateway, by message or, a message lost, by the fleet's
-state version (Redis and PostgreSQL)."""
+state version (Redis and PostgreSQL). And one endpoint per ECS service when a gateway starts."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 import redis as redis_client
 
+from gateway.endpoints import service as service_module
 from gateway.endpoints.fleet import Fleet, RedisFleet
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from gateway.endpoints.registry import EndpointRegistry
@@ -24,6 +25,7 @@ from gateway.endpoints.store import EndpointStore
 from testkit.databases import create_database
 from testkit.played_ecs import CLUSTER, PORT, SERVICE
 from tests.gateway.endpoints.helpers import until
+from tests.logged import logged
 
 # a look at the fleet every 2/3 s (idle_watch_s), a lease renewed every 0.2 s by its owner
 SETTINGS = dict(tick_seconds=0.25, standby_worker=False, fleet_sync_seconds=0.1, lease_seconds=1.0,
@@ -179,3 +181,14 @@ async def _cut_listeners(gateway: Gateway, request) -> None:
                                      WHERE datname = current_database() AND query LIKE 'LISTEN%'""")
     finally:
         await connection.close()
+
+
+async def test_a_stored_endpoint_on_a_service_the_config_file_now_names_is_not_started(gateway, aws, moto_url,
+                                                                                        monkeypatch):
+    first = await gateway("first", [])
+    await first.create(_ecs(moto_url, "made-by-api", SERVICE))
+    events = logged(monkeypatch, service_module)
+    second = await gateway("second", [_ecs(moto_url, "from-the-file", SERVICE)])  # its file now names the service
+    assert set(second.controllers) == {"from-the-file"}  # the file's entry serves it; the gateway started
+    taken = [e for e in events if e["event"] == "endpoint_service_taken"]
+    assert [e["endpoint"] for e in taken] == ["made-by-api"] and "'from-the-file'" in taken[0]["reason"]
