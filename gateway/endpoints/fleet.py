@@ -329,6 +329,7 @@ _replicas = msgspec.json.Decoder(Replicas)
 _failure = msgspec.json.Decoder(Failure)
 
 
+MAX_CONNECTIONS = 4096
 REPORT_KEEP_MS = 86_400_000  # a report counts while its gateway is alive; this only bounds a forgotten one
 
 
@@ -339,7 +340,9 @@ class RedisFleet(Fleet):
         super().__init__(gateway_id)
         # One quick reconnect (redis_client), rather than a failed tick. Every call here may run twice: the scripts
         # renew the same lease and token, a budget counts its calls twice at most.
-        self._redis = redis_client(url, timeout=timeout, credentials=credentials)
+        # redis-py's pool refuses a 101st connection by default; every endpoint's loop may hold one at once (a start
+        # syncs them all together), so the cap is well above any endpoint count a gateway serves
+        self._redis = redis_client(url, timeout=timeout, credentials=credentials, max_connections=MAX_CONNECTIONS)
         self._prefix = prefix
         self._calls_per_second = calls_per_second
         self._claim = self._redis.register_script(_CLAIM)
@@ -350,37 +353,39 @@ class RedisFleet(Fleet):
         self._bump_state = self._redis.register_script(_BUMP_STATE)
         self._pubsub: PubSub | None = None  # opened by the first `changes`
         self._alive_until = -math.inf  # monotonic: this gateway's liveness lasts until then at least
+        self._living: set[str] = set()  # the gateways alive at the last look...
+        self._living_at = -math.inf  # ...which began then (monotonic)
         self._channels = {f"{prefix}:{name}": name for name in ("config", "state", "wake")}
 
     def _key(self, endpoint: str, what: str) -> str:
         return f"{self._prefix}:{{{endpoint}}}:{what}"
 
     async def _live(self, ttl_s: float) -> set[str]:
+        """This gateway is alive `ttl_s` more; the gateways alive now (kept: a sync reads them only when a member is
+        not among them)."""
         started = time.monotonic()
         alive = await self._alive(keys=[f"{self._prefix}:alive"], args=[self.gateway_id, int(ttl_s * 1000)])
-        self._alive_until = started + ttl_s
-        return {g.decode() for g in alive}
+        self._alive_until, self._living_at, self._living = started + ttl_s, started, {g.decode() for g in alive}
+        return self._living
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
         members = self._key(endpoint, "gateways")
-        started = time.monotonic()
-        alive_args = {"keys": [f"{self._prefix}:alive"], "args": [self.gateway_id, int(ttl_s * 1000)]}
+        if time.monotonic() + ttl_s / 2 > self._alive_until:  # alive before a member (unless surely alive already)
+            await self._live(ttl_s)
         async with self._redis.pipeline(transaction=False) as pipe:
-            # alive before a member (unless surely alive already), the living read after the members: whoever reads
-            # a gateway among the members reads it among the living too, and never drops a live one's report
-            if started + ttl_s / 2 > self._alive_until:
-                await self._alive(**alive_args, client=pipe)
             pipe.set(self._key(endpoint, f"report:{self.gateway_id}"), msgspec.json.encode(report), px=REPORT_KEEP_MS)
             pipe.sadd(members, self.gateway_id)
             pipe.smembers(members)
-            await self._alive(**alive_args, client=pipe)
-            *_, gateways, living = await pipe.execute()
-        self._alive_until = started + ttl_s
-        alive = {g.decode() for g in living}
+            *_, gateways = await pipe.execute()
+        names = sorted(g.decode() for g in gateways)
+        # the gateways alive as of this gateway's last look (at most half a lifetime ago: a dead gateway's report
+        # counts that much longer); a member not among them joined since, or died: ask now, after reading the members
+        alive = self._living
+        if time.monotonic() - self._living_at > ttl_s / 2 or any(name not in alive for name in names):
+            alive = await self._live(ttl_s)
         token, holder = await self._claim(keys=[self._key(endpoint, "owner"), self._key(endpoint, "token"),
                                                 self._key(endpoint, "fence")],
                                           args=[self.gateway_id, int(lease_s * 1000)])
-        names = sorted(g.decode() for g in gateways)
         live = [name for name in names if name in alive]
         bodies = await self._redis.mget([self._key(endpoint, f"report:{name}") for name in live]) if live else []
         reports = {name: _report.decode(body) for name, body in zip(live, bodies) if body is not None}

@@ -52,6 +52,7 @@ async def test_one_gateway_holds_the_lease_and_a_successor_fences_it_out(shared_
     assert {name: r.demand for name, r in reports.items()} == {"gateway-0": 2.0, "gateway-1": 3.0}
     assert await first.fence("model", token) and not await second.fence("model", 1)
     await asyncio.sleep(LEASE_S * 2)  # the first gateway stops renewing (dead, or its loop stalled)
+    await second.watch(10)  # the second's periodic look at the fleet
     successor, reports, _ = await second.sync("model", Report(3.0), 10, LEASE_S)
     assert successor is not None and successor > token
     assert set(reports) == {"gateway-1"}  # the silent gateway's report expired with it
@@ -145,6 +146,7 @@ async def test_a_report_counts_while_its_gateway_is_alive_however_old(shared_sta
     _, reports, _ = await second.sync("model", Report(0.0), 10, 30)
     assert reports["gateway-0"].in_flight == {"task-1": 1}
     await asyncio.sleep(LEASE_S * 3)  # then it is gone (it stops saying so): its report with it
+    await second.watch(10)
     _, reports, _ = await second.sync("model", Report(0.0), 10, 30)
     assert set(reports) == {"gateway-1"}
 
