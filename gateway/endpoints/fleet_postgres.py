@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 
 import asyncpg
 import msgspec
@@ -63,14 +64,15 @@ LISTEN_CONNECT_S = 10.0
 # One statement: publish the report, keep this gateway alive, drop the reports of dead gateways, take or renew the
 # lease, read the live reports and the holder (a CTE sees the snapshot from before the statement: this gateway's
 # fresh report is added by the caller, and a lease it just took is its own).
-# $1 endpoint, $2 gateway, $3 report body, $4 liveness ttl, $5 lease seconds, $6 report keep.
+# $1 endpoint, $2 gateway, $3 report body, $4 liveness ttl, $5 lease seconds, $6 report keep, $7 whether to renew
+# this gateway's liveness (only when it may lapse: its row is one for all of this gateway's syncs)
 _SYNC = """
 WITH now AS (SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) AS t),
 published AS (
     INSERT INTO fleet_reports (endpoint, gateway, body, expires_at) SELECT $1, $2, $3, t + $6 FROM now
     ON CONFLICT (endpoint, gateway) DO UPDATE SET body = excluded.body, expires_at = excluded.expires_at),
 beat AS (
-    INSERT INTO fleet_gateways (gateway, expires_at) SELECT $2, t + $4 FROM now
+    INSERT INTO fleet_gateways (gateway, expires_at) SELECT $2, t + $4 FROM now WHERE $7
     ON CONFLICT (gateway) DO UPDATE SET expires_at = GREATEST(fleet_gateways.expires_at, excluded.expires_at)),
 expired AS (
     DELETE FROM fleet_reports AS r WHERE endpoint = $1 AND gateway <> $2 AND (expires_at < (SELECT t FROM now)
@@ -133,6 +135,7 @@ class PostgresFleet(Fleet):
         self._listen_url = listen_url
         self._listener: asyncpg.Connection | None = None
         self._notified = asyncio.Event()
+        self._alive_until = -math.inf  # monotonic: this gateway's liveness lasts until then at least
         self._heard: dict[str, set[str]] = {CHANNEL: set(), STATE_CHANNEL: set(), WAKE_CHANNEL: set()}
 
     @classmethod
@@ -147,7 +150,11 @@ class PostgresFleet(Fleet):
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
         body = msgspec.json.encode(report).decode()
-        rows = await self._db.fetchall(_SYNC, (endpoint, self.gateway_id, body, ttl_s, lease_s, REPORT_KEEP_S))
+        started = time.monotonic()
+        beat = started + ttl_s / 2 > self._alive_until
+        rows = await self._db.fetchall(_SYNC, (endpoint, self.gateway_id, body, ttl_s, lease_s, REPORT_KEEP_S, beat))
+        if beat:
+            self._alive_until = started + ttl_s
         token, holder = rows[0][1], rows[0][2]
         reports = {gateway: _report.decode(text) for gateway, _, text in rows[1:]}
         reports[self.gateway_id] = report
@@ -156,7 +163,9 @@ class PostgresFleet(Fleet):
         return Synced(None, reports, holder)
 
     async def watch(self, ttl_s):
+        started = time.monotonic()
         version, alive = await self._db.fetchone(_WATCH, (self.gateway_id, ttl_s, GATEWAY_FORGET_S))
+        self._alive_until = started + ttl_s
         return Watch(int(version), set(alive))
 
     async def state_versions(self):
