@@ -1,16 +1,19 @@
 """Fleet syncs per second: the PostgreSQL fleet state against the Redis one, in the same run.
 
-    .venv/bin/python bench/fleet_sync.py [--gateways 10] [--endpoints 100] [--seconds 10]
+    .venv/bin/python bench/fleet_sync.py [--gateways 10] [--endpoints 100] [--seconds 10] [--baseline TREE]
 
 Throwaway PostgreSQL and redis-server (testkit/servers.py). Each simulated gateway holds its own fleet object
 (its own pool or client) and syncs every endpoint back to back, all at once, for `--seconds`: the rate is the
-fleet's ceiling. A fleet needs gateways x endpoints / fleet_sync_seconds (0.25 s) syncs per second.
+fleet's ceiling. A fleet needs gateways x endpoints / fleet_sync_seconds (0.25 s) syncs per second while every
+endpoint is busy (idle followers no longer sync on a timer). `--baseline` runs another checkout's copy of this
+script right after, with the same arguments, and prints its table too.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 import time
 import uuid
@@ -70,10 +73,17 @@ def main() -> None:
     parser.add_argument("--gateways", type=int, default=10, choices=range(1, 65), metavar="1..64")
     parser.add_argument("--endpoints", type=int, default=100, choices=range(1, 1001), metavar="1..1000")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout, measured right after")
     args = parser.parse_args()
     if not 0 < args.seconds <= 600:
         parser.error("--seconds must be in (0, 600]")
+    print("this tree:", flush=True)
     asyncio.run(run(args))
+    if args.baseline is not None:
+        print(f"baseline ({args.baseline}):", flush=True)
+        subprocess.run([sys.executable, str(args.baseline / "bench" / "fleet_sync.py"), "--gateways",
+                        str(args.gateways), "--endpoints", str(args.endpoints), "--seconds", str(args.seconds)],
+                       cwd=args.baseline, check=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from common import settings_env
 from gateway import config_object, environment
 from gateway.endpoints.queue_metric import CloudWatchSettings
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, check_spelling
+from gateway.endpoints.spec import EndpointSpec, LocalProvisioning, check_spelling, service_taken, sharing_service
 from gateway.redis_iam import RedisIamError, RedisIamSettings, check_url
 
 DEFAULT_TEAM_LIMITS = {"rpm": 1200, "tpm": 2_000_000, "max_concurrency": 64}  # documented in README.md
@@ -226,6 +226,10 @@ class ProcessesError(ValueError):
     pass
 
 
+class SharedServiceError(ValueError):
+    """Two entries of `[[models]]` on one ECS service."""
+
+
 def check_processes(settings: Settings) -> None:
     """Several gateway processes must share what one process keeps in memory: the limits (through Redis) and
     the local workers (which one process alone starts and knows)."""
@@ -274,8 +278,12 @@ def load_settings(config_file: str | None = None, **overrides) -> Settings:
         parse_networks(settings.trusted_proxies)
         check_processes(settings)
         check_url(settings.redis_iam, settings.redis_url)
+        for index, model in enumerate(settings.models):
+            if (other := sharing_service(model, settings.models[:index])) is not None:
+                raise SharedServiceError(f"{service_taken(model, other)} - at `$.models[{index}]`")
     except (msgspec.ValidationError, ValueError) as exc:
-        field = "" if isinstance(exc, (msgspec.ValidationError, ProcessesError, RedisIamError)) else "trusted_proxies: "
+        plain = (msgspec.ValidationError, ProcessesError, RedisIamError, SharedServiceError)
+        field = "" if isinstance(exc, plain) else "trusted_proxies: "
         raise SystemExit(f"sluice: invalid configuration in {where}: {field}{exc} (the fields are listed under "
                          "Configuration in README.md)") from exc
     return settings

@@ -130,8 +130,8 @@ class EndpointController:
         self._sync_failure = RepeatedFailure("fleet_sync_failed", endpoint=spec.name)
         self._tick_failure = RepeatedFailure("endpoint_tick_failed", endpoint=spec.name)
         self._drains = Background(f"endpoint {spec.name} drains")  # replicas being drained or removed
-        self.ownership = Ownership(fleet or LocalFleet(), spec.name, sync_s=settings.fleet_sync_seconds,
-                                   lease_s=settings.lease_seconds)
+        self.ownership = Ownership(fleet or LocalFleet(), spec.fleet_key, sync_s=settings.fleet_sync_seconds,
+                                   lease_s=settings.lease_seconds, poke=self.poke)
         self._adopted = False  # this owner read the provisioner's state since it took the lease
         self._looked = False  # ... and looked at its replicas since: it may scale
         self._next_adopt = -math.inf
@@ -298,6 +298,8 @@ class EndpointController:
             try:
                 await self._sync_fleet(now, busy + self._turned_away)
                 self._turned_away = 0
+                if not self.ownership.owner:  # a follower reads the owner's replica list after each sync only
+                    self._next_observe = -math.inf
                 self._sync_failure.succeeded()
             except Exception as error:  # Redis or PostgreSQL away: serve on what is known; the lease lapses itself
                 self._sync_failure.failed(error)
@@ -335,7 +337,8 @@ class EndpointController:
         in_flight = {m.replica_id: m.replica.in_flight for m in self.members.values()
                      if m.replica is not None and m.replica.in_flight}
         if self.failure is not None and not self._failure_shared and self.provisioner.shared:
-            await self.ownership.fleet.mark_failed(self.name, Failure(self.failure_reason or "failed", self.failure))
+            failure = Failure(self.failure_reason or "failed", self.failure)
+            await self.ownership.fleet.mark_failed(self.ownership.endpoint, failure)
             self._failure_shared = True
         await self.ownership.sync(now, Report(local, in_flight, sorted(self.ownership.draining)))
         self._follow_fleet_failure()
@@ -371,7 +374,7 @@ class EndpointController:
         if self._adopt_failed:
             self._clear_adopt_failure()
             if self.provisioner.shared:  # the fleet took this owner's finding over: it no longer holds
-                await self.ownership.fleet.clear_failed(self.name)
+                await self.ownership.fleet.clear_failed(self.ownership.endpoint)
         self._adopted, self._next_observe = True, -math.inf
         if getattr(self.provisioner, "desired", None) == 0 and not self.members:
             # nothing asked for and nothing known: no task to list now (the steady pace looks later), which
@@ -395,7 +398,7 @@ class EndpointController:
                 await self.ownership.share([(r.replica_id, r.url) for r in observation.replicas],
                                            getattr(self.provisioner, "desired", len(observation.replicas)))
             return observation
-        self._next_observe = now + self.ownership.pace_s  # idle: no need to read the owner's list 4x a second
+        self._next_observe = math.inf  # again after the next sync (busy: every fleet_sync_seconds; idle: on news)
         replicas = await self.ownership.shared()
         if replicas is None:
             return None

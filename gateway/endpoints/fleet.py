@@ -13,9 +13,16 @@ Several gateways serve the same ECS worker services. For each endpoint they shar
 - the endpoint's **failure** (`mark_failed`): a crash loop the owner saw holds on every gateway and across
   a lease move until a PATCH, a DELETE or a new create clears it.
 
-And for the fleet as a whole, the **config version** (`bump_config`): every admin change of an endpoint (kept in
-the gateways' shared database, store.py) increments it and tells every gateway (`config_changed`), which reloads
-(config_follower.py); a gateway that missed the message sees the new number at its next periodic look.
+And for the fleet as a whole:
+- the **config version** (`bump_config`): every admin change of an endpoint (kept in the gateways' shared database,
+  store.py) increments it and tells every gateway (`changes`), which reloads (config_follower.py); a gateway that
+  missed the message sees the new number at its next periodic look;
+- each gateway's **liveness** (`watch`, and every `sync`): a report counts while its gateway is alive, so an idle
+  gateway keeps all its reports alive with one write, whatever the number of endpoints;
+- the **state version**: each change of an endpoint's shared state (replica list, draining marks, failure, a lease
+  given up) increments it, records it per endpoint and names the endpoint on the state channel, so that idle
+  gateways read an endpoint only when it changed (`changes`; `state_versions` when a message may have been lost);
+  a gateway whose demand appears names the endpoint on the wake channel (`wake`): its owner looks at once.
 
 `RedisFleet` keeps it in Redis (`redis_url`); `LocalFleet` in this process (the embedded single gateway,
 and every `local` or `static` endpoint, whose replicas belong to one gateway): the lone gateway always
@@ -31,9 +38,10 @@ import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import msgspec
-from redis.asyncio.client import PubSub
+from redis.asyncio.client import Pipeline, PubSub
 from redis.credentials import CredentialProvider
 
 from gateway.redis_iam import redis_client
@@ -68,6 +76,24 @@ class Replicas(msgspec.Struct, frozen=True):
     desired: int
 
 
+class Synced(NamedTuple):
+    token: int | None  # this gateway's fencing token, or None when another gateway holds the lease (or none can)
+    reports: dict[str, Report]  # every live gateway's report, this one's included
+    holder: str | None  # the gateway holding the lease after this sync (None: nobody)
+
+
+class Watch(NamedTuple):
+    state_version: int  # the fleet's state version: it moved if any endpoint's shared state changed
+    alive: set[str]  # the gateways alive now
+
+
+class Changes(NamedTuple):
+    config: bool = False  # the config version moved (or the listener was (re)connected: look at every version)
+    endpoints: frozenset[str] = frozenset()  # endpoints whose shared state changed
+    wake: frozenset[str] = frozenset()  # endpoints whose demand appeared on some gateway (for their owner)
+    relisten: bool = False  # the listener was (re)connected: messages may have been lost before
+
+
 @dataclass
 class CallBudget:
     """At most `per_second` calls in each wall-clock second (a fixed window; the shared one lives in Redis)."""
@@ -94,10 +120,22 @@ class Fleet(ABC):
         self.gateway_id = gateway_id or f"{os.uname().nodename}-{os.getpid()}-{os.urandom(3).hex()}"
 
     @abstractmethod
-    async def sync(self, endpoint: str, report: Report, ttl_s: float,
-                   lease_s: float) -> tuple[int | None, dict[str, Report]]:
-        """Publish this gateway's report, take or renew the lease: (this gateway's fencing token, or None when
-        another gateway owns the endpoint; every live gateway's report, this one's included)."""
+    async def sync(self, endpoint: str, report: Report, ttl_s: float, lease_s: float) -> Synced:
+        """Publish this gateway's report (it counts while this gateway is alive: for `ttl_s` from now, or longer
+        with `watch`), take or renew the lease."""
+
+    @abstractmethod
+    async def watch(self, ttl_s: float) -> Watch:
+        """This gateway is alive for `ttl_s` more; the fleet's state version and the gateways alive. A constant
+        number of commands, whatever the number of endpoints: an idle gateway's whole periodic cost."""
+
+    @abstractmethod
+    async def state_versions(self) -> dict[str, int]:
+        """Every endpoint's state version (read when the fleet's moved without a message saying which)."""
+
+    @abstractmethod
+    async def wake(self, endpoint: str) -> None:
+        """Demand appeared here for `endpoint`: tell its owner (which looks at every report at once)."""
 
     @abstractmethod
     async def fence(self, endpoint: str, token: int) -> bool:
@@ -146,9 +184,9 @@ class Fleet(ABC):
         """After an admin change was stored: count it and tell every gateway; the new version."""
 
     @abstractmethod
-    async def config_changed(self, timeout: float) -> None:
-        """Return when some gateway bumped the version (a hint: read `config_version`) or after `timeout`; at once
-        after (re)connecting its listener, since a bump just before sent it nothing."""
+    async def changes(self, timeout: float) -> Changes:
+        """What the fleet's messages said (a hint: read the versions) once one came, or nothing after `timeout`;
+        at once, `relisten`, after (re)connecting the listener, since a change just before sent it nothing."""
 
     async def close(self) -> None:  # noqa: B027 (an optional hook: most fleets hold nothing to close)
         pass
@@ -168,7 +206,16 @@ class LocalFleet(Fleet):
         self._bumped = asyncio.Event()
 
     async def sync(self, endpoint, report, ttl_s, lease_s):
-        return 1, {self.gateway_id: report}
+        return Synced(1, {self.gateway_id: report}, self.gateway_id)
+
+    async def watch(self, ttl_s):
+        return Watch(0, {self.gateway_id})
+
+    async def state_versions(self):
+        return {}
+
+    async def wake(self, endpoint):
+        pass
 
     async def fence(self, endpoint, token):
         return True
@@ -212,28 +259,39 @@ class LocalFleet(Fleet):
         self._bumped.set()
         return self._version
 
-    async def config_changed(self, timeout):
+    async def changes(self, timeout):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._bumped.wait()
+        bumped = self._bumped.is_set()
         self._bumped.clear()
+        return Changes(config=bumped)
 
 
 # KEYS: owner, token counter, fence; ARGV: gateway id, lease ms. Renew our lease, or take a free one with a new
-# token. Returns our token, or 0 when another gateway holds it.
+# token. Returns {our token, us}, or {0, the holder} when another gateway holds it.
 _CLAIM = """
 local held = redis.call('GET', KEYS[1])
 if held then
   local holder, token = string.match(held, '^(.*)|(%d+)$')
   if holder == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(token)
+    return {tonumber(token), holder}
   end
-  return 0
+  return {0, holder}
 end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
-return token
+return {token, ARGV[1]}
+"""
+# KEYS: the gateways' liveness (a sorted set: gateway -> until, ms of the server's clock); ARGV: gateway id, ttl ms.
+# This gateway is alive ttl ms more; those dead for an hour are dropped. Returns the gateways alive.
+_ALIVE = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - 3600000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], ms, '+inf')
 """
 # KEYS: owner, fence; ARGV: gateway id, token. The token may write while it holds the lease and no newer
 # token has written; the fence remembers the newest token that wrote.
@@ -259,9 +317,20 @@ redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], 2000)
 return 1
 """
+# KEYS: the fleet's state version, the versions per endpoint; ARGV: endpoint, the state channel.
+_BUMP_STATE = """
+local version = redis.call('INCR', KEYS[1])
+redis.call('HSET', KEYS[2], ARGV[1], version)
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+return version
+"""
 _report = msgspec.json.Decoder(Report)
 _replicas = msgspec.json.Decoder(Replicas)
 _failure = msgspec.json.Decoder(Failure)
+
+
+MAX_CONNECTIONS = 4096
+REPORT_KEEP_MS = 86_400_000  # a report counts while its gateway is alive; this only bounds a forgotten one
 
 
 class RedisFleet(Fleet):
@@ -271,39 +340,78 @@ class RedisFleet(Fleet):
         super().__init__(gateway_id)
         # One quick reconnect (redis_client), rather than a failed tick. Every call here may run twice: the scripts
         # renew the same lease and token, a budget counts its calls twice at most.
-        self._redis = redis_client(url, timeout=timeout, credentials=credentials)
+        # redis-py's pool refuses a 101st connection by default; every endpoint's loop may hold one at once (a start
+        # syncs them all together), so the cap is well above any endpoint count a gateway serves
+        self._redis = redis_client(url, timeout=timeout, credentials=credentials, max_connections=MAX_CONNECTIONS)
         self._prefix = prefix
         self._calls_per_second = calls_per_second
         self._claim = self._redis.register_script(_CLAIM)
         self._fence = self._redis.register_script(_FENCE)
         self._resign = self._redis.register_script(_RESIGN)
         self._take_call = self._redis.register_script(_TAKE_CALL)
-        self._pubsub: PubSub | None = None  # opened by the first `config_changed`
+        self._alive = self._redis.register_script(_ALIVE)
+        self._bump_state = self._redis.register_script(_BUMP_STATE)
+        self._pubsub: PubSub | None = None  # opened by the first `changes`
+        self._alive_until = -math.inf  # monotonic: this gateway's liveness lasts until then at least
+        self._living: set[str] = set()  # the gateways alive at the last look...
+        self._living_at = -math.inf  # ...which began then (monotonic)
+        self._channels = {f"{prefix}:{name}": name for name in ("config", "state", "wake")}
 
     def _key(self, endpoint: str, what: str) -> str:
         return f"{self._prefix}:{{{endpoint}}}:{what}"
 
+    async def _live(self, ttl_s: float) -> set[str]:
+        """This gateway is alive `ttl_s` more; the gateways alive now (kept: a sync reads them only when a member is
+        not among them)."""
+        started = time.monotonic()
+        alive = await self._alive(keys=[f"{self._prefix}:alive"], args=[self.gateway_id, int(ttl_s * 1000)])
+        self._alive_until, self._living_at, self._living = started + ttl_s, started, {g.decode() for g in alive}
+        return self._living
+
     async def sync(self, endpoint, report, ttl_s, lease_s):
         members = self._key(endpoint, "gateways")
+        if time.monotonic() + ttl_s / 2 > self._alive_until:  # alive before a member (unless surely alive already)
+            await self._live(ttl_s)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(self._key(endpoint, f"report:{self.gateway_id}"), msgspec.json.encode(report),
-                     px=int(ttl_s * 1000))
+            pipe.set(self._key(endpoint, f"report:{self.gateway_id}"), msgspec.json.encode(report), px=REPORT_KEEP_MS)
             pipe.sadd(members, self.gateway_id)
             pipe.smembers(members)
-            _, _, gateways = await pipe.execute()
-        token = await self._claim(keys=[self._key(endpoint, "owner"), self._key(endpoint, "token"),
-                                        self._key(endpoint, "fence")], args=[self.gateway_id, int(lease_s * 1000)])
+            *_, gateways = await pipe.execute()
         names = sorted(g.decode() for g in gateways)
-        bodies = await self._redis.mget([self._key(endpoint, f"report:{name}") for name in names])
-        reports, gone = {}, []
-        for name, body in zip(names, bodies):
-            if body is None:
-                gone.append(name)  # its report expired: the gateway is gone
-            else:
-                reports[name] = _report.decode(body)
+        # the gateways alive as of this gateway's last look (at most half a lifetime ago: a dead gateway's report
+        # counts that much longer); a member not among them joined since, or died: ask now, after reading the members
+        alive = self._living
+        if time.monotonic() - self._living_at > ttl_s / 2 or any(name not in alive for name in names):
+            alive = await self._live(ttl_s)
+        token, holder = await self._claim(keys=[self._key(endpoint, "owner"), self._key(endpoint, "token"),
+                                                self._key(endpoint, "fence")],
+                                          args=[self.gateway_id, int(lease_s * 1000)])
+        live = [name for name in names if name in alive]
+        bodies = await self._redis.mget([self._key(endpoint, f"report:{name}") for name in live]) if live else []
+        reports = {name: _report.decode(body) for name, body in zip(live, bodies) if body is not None}
+        gone = [name for name in names if name not in reports]  # dead (or its report withdrawn): its streams too
         if gone:
-            await self._redis.srem(members, *gone)
-        return (int(token) or None), reports
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.srem(members, *gone)
+                pipe.delete(*(self._key(endpoint, f"report:{name}") for name in gone))
+                await pipe.execute()
+        return Synced(int(token) or None, reports, holder.decode() if holder else None)
+
+    async def watch(self, ttl_s):
+        alive = await self._live(ttl_s)
+        return Watch(int(await self._redis.get(f"{self._prefix}:{{state}}:version") or 0), alive)
+
+    async def state_versions(self):
+        versions = await self._redis.hgetall(f"{self._prefix}:{{state}}:versions")
+        return {endpoint.decode(): int(version) for endpoint, version in versions.items()}
+
+    async def _changed(self, endpoint: str, pipe: Pipeline) -> None:
+        """Queue on `pipe`, after the change itself: count it, record it, name the endpoint on the state channel."""
+        await self._bump_state(keys=[f"{self._prefix}:{{state}}:version", f"{self._prefix}:{{state}}:versions"],
+                               args=[endpoint, f"{self._prefix}:state"], client=pipe)
+
+    async def wake(self, endpoint):
+        await self._redis.publish(f"{self._prefix}:wake", endpoint)
 
     async def fence(self, endpoint, token):
         return bool(await self._fence(keys=[self._key(endpoint, "owner"), self._key(endpoint, "fence")],
@@ -311,25 +419,37 @@ class RedisFleet(Fleet):
 
     async def resign(self, endpoint):
         await self._resign(keys=[self._key(endpoint, "owner")], args=[self.gateway_id])
-        await self._redis.delete(self._key(endpoint, f"report:{self.gateway_id}"))
-        await self._redis.srem(self._key(endpoint, "gateways"), self.gateway_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self._key(endpoint, f"report:{self.gateway_id}"))
+            pipe.srem(self._key(endpoint, "gateways"), self.gateway_id)
+            await self._changed(endpoint, pipe)  # the others take the lease at once
+            await pipe.execute()
 
     async def share(self, endpoint, replicas):
-        await self._redis.set(self._key(endpoint, "replicas"), msgspec.json.encode(replicas))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(self._key(endpoint, "replicas"), msgspec.json.encode(replicas))
+            await self._changed(endpoint, pipe)
+            await pipe.execute()
 
     async def shared(self, endpoint):
         body = await self._redis.get(self._key(endpoint, "replicas"))
         return None if body is None else _replicas.decode(body)
 
     async def mark_draining(self, endpoint, replica_id):
-        await self._redis.sadd(self._key(endpoint, "draining"), replica_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(self._key(endpoint, "draining"), replica_id)
+            await self._changed(endpoint, pipe)
+            await pipe.execute()
 
     async def draining(self, endpoint):
         return {m.decode() for m in await self._redis.smembers(self._key(endpoint, "draining"))}
 
     async def forget_draining(self, endpoint, replica_ids):
         if replica_ids:
-            await self._redis.srem(self._key(endpoint, "draining"), *replica_ids)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.srem(self._key(endpoint, "draining"), *replica_ids)
+                await self._changed(endpoint, pipe)
+                await pipe.execute()
 
     async def take_call(self, scope, calls=1):
         now = time.time()
@@ -340,14 +460,20 @@ class RedisFleet(Fleet):
         return second + 1 - now
 
     async def mark_failed(self, endpoint, failure):
-        await self._redis.set(self._key(endpoint, "failed"), msgspec.json.encode(failure.bounded()))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(self._key(endpoint, "failed"), msgspec.json.encode(failure.bounded()))
+            await self._changed(endpoint, pipe)
+            await pipe.execute()
 
     async def failure(self, endpoint):
         body = await self._redis.get(self._key(endpoint, "failed"))
         return None if body is None else _failure.decode(body)
 
     async def clear_failed(self, endpoint):
-        await self._redis.delete(self._key(endpoint, "failed"))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(self._key(endpoint, "failed"))
+            await self._changed(endpoint, pipe)
+            await pipe.execute()
 
     async def config_version(self):
         return int(await self._redis.get(f"{self._prefix}:config:version") or 0)
@@ -359,16 +485,27 @@ class RedisFleet(Fleet):
             version, _ = await pipe.execute()
         return int(version)
 
-    async def config_changed(self, timeout):
+    async def changes(self, timeout):
         try:
             if self._pubsub is None:
                 self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-                await self._pubsub.subscribe(f"{self._prefix}:config")
-                return  # a bump before the subscription sent no message here: the caller looks at the version now
-            await self._pubsub.get_message(timeout=timeout)
+                await self._pubsub.subscribe(*self._channels)
+                return Changes(config=True, relisten=True)  # a change before the subscription sent nothing here
+            deadline = time.monotonic() + timeout
+            messages = []
+            while not messages and time.monotonic() < deadline:  # (a subscription's own reply reads as None)
+                message = await self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                while message is not None:  # and whatever else came meanwhile
+                    messages.append(message)
+                    message = await self._pubsub.get_message(timeout=0)
         except BaseException:
             await self._close_pubsub()  # a lost connection: subscribe afresh at the next call
             raise
+        said: dict[str, set[str]] = {"config": set(), "state": set(), "wake": set()}
+        for message in messages:
+            if message.get("type") == "message":
+                said[self._channels.get(message["channel"].decode(), "config")].add(message["data"].decode())
+        return Changes(bool(said["config"]), frozenset(said["state"]), frozenset(said["wake"]))
 
     async def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None

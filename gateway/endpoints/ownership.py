@@ -1,12 +1,14 @@
 """One endpoint's place in the fleet, as its controller sees it at each tick (fleet.py holds the shared state).
 
 Every gateway publishes its report and reads the others' every `fleet_sync_seconds` while the endpoint is
-busy (demand here or anywhere in the fleet, a request on a replica, a drain), and at once when demand appears.
-An idle endpoint is synced at a slower pace (`IDLE_OWNER_S` for the owner, which must notice another
-gateway's new demand soon; a third of the report's lifetime for the others, which only keep their report alive
-and watch for a dead owner's lease): idle bookkeeping no longer grows with fleet_sync_seconds x endpoints x
-gateways. The fleet's demand feeds every gateway's autoscaler (so a gateway that takes over scaling has warm
-windows), but only the lease holder acts on it. The holder's writes go through `write_window`, which checks its
+busy (demand here or anywhere in the fleet, a request on a replica, a drain), and at once when demand appears
+(then it also wakes the owner through the fleet, `Fleet.wake`). An idle endpoint's owner syncs every
+`IDLE_OWNER_S` (it renews its lease). An idle endpoint's other gateways do not sync it at all until told to
+(`changed`, by config_follower.py): when the owner changed the shared state (a message, or the fleet's state
+version), when the lease's holder is gone, or in their turn (one endpoint per look); their report counts while
+their gateway is alive (one write per gateway, `Fleet.watch`), so an idle gateway's cost does not grow with the
+number of endpoints. The fleet's demand feeds every gateway's autoscaler (so a gateway that takes over scaling
+has warm windows), but only the lease holder acts on it. The holder's writes go through `write_window`, which checks its
 token just before each write and says how long the lease is still certainly held; a holder that lost the lease
 stops writing at the next check.
 
@@ -29,35 +31,49 @@ log = structlog.get_logger(__name__)
 REPORT_TTL_FACTOR = 3  # a report outlives this many missed publishes...
 LEASES_PER_REPORT = 2  # ...and two leases: a stalled event loop must not look like a dead gateway (whose
 # streams a drain would stop waiting for); a dead gateway's demand lingers this long, which only delays a scale-in
-IDLE_OWNER_S = 1.0  # an idle endpoint's owner syncs this often (at most a fifth of the lease): it sees new demand
-IDLE_REPORTS_PER_TTL = 3  # an idle follower refreshes its report this many times per report lifetime
-IDLE_FOLLOWER_MAX_S = 5.0  # and at least this often, whatever the lease: it learns of a failure or a drain
+IDLE_OWNER_S = 1.0  # an idle endpoint's owner syncs this often (at most a fifth of the lease), renewing it
+IDLE_REPORTS_PER_TTL = 3  # an idle gateway says it is alive this many times per report lifetime...
+IDLE_FOLLOWER_MAX_S = 5.0  # ...and at least this often (config_follower.py)
 # a write needs this much of the lease left after its fence check (ECS's connect timeout + the send; ecs.py),
 # and at most a quarter of the lease
 WRITE_MARGIN_S = 1.0
 
 
+def report_ttl(sync_s: float, lease_s: float) -> float:
+    """How long a gateway counts as alive (its reports with it) after it last said so."""
+    return max(REPORT_TTL_FACTOR * sync_s, LEASES_PER_REPORT * lease_s)
+
+
+def idle_watch_s(sync_s: float, lease_s: float) -> float:
+    """How often an idle gateway says it is alive and looks for changes (config_follower.py)."""
+    return max(sync_s, min(lease_s, report_ttl(sync_s, lease_s) / IDLE_REPORTS_PER_TTL, IDLE_FOLLOWER_MAX_S))
+
+
 class Ownership:
     def __init__(self, fleet: Fleet, endpoint: str, *, sync_s: float, lease_s: float,
-                 on_change: Callable[[bool], None] = lambda owner: None):
+                 on_change: Callable[[bool], None] = lambda owner: None, poke: Callable[[], None] = lambda: None):
+        """`endpoint`: the key of the endpoint's shared state (its ECS service's, spec.py `fleet_key`); `poke`
+        wakes the endpoint's loop (a change to look at)."""
         self.fleet = fleet
         self.endpoint = endpoint
         self.sync_s = sync_s
         self.lease_s = lease_s
-        self.report_ttl_s = max(REPORT_TTL_FACTOR * sync_s, LEASES_PER_REPORT * lease_s)
+        self.report_ttl_s = report_ttl(sync_s, lease_s)
         self.on_change = on_change
+        self.poke = poke
         self.token: int | None = None
+        self.holder: str | None = None  # the gateway holding the lease, as of the last sync
         self.reports: dict[str, Report] = {}
         self.draining: set[str] = set()  # replica ids marked draining in the shared state
         self.failure: Failure | None = None  # the endpoint's failure in the shared state, as of the last sync
         self.idle_owner_s = max(sync_s, min(IDLE_OWNER_S, lease_s / 5))
-        self.idle_follower_s = max(sync_s, min(lease_s, self.report_ttl_s / IDLE_REPORTS_PER_TTL, IDLE_FOLLOWER_MAX_S))
         self.write_margin_s = min(WRITE_MARGIN_S, lease_s / 4)
         self.pace_s = sync_s  # the interval chosen at the last sync
         self._next_sync = -math.inf
         self._renewed_at = -math.inf  # monotonic: when the sync that last returned our token began
         self._published_demand = 0.0
         self._report = Report(0.0)  # the last one published (a renewal before a write sends it again)
+        self._shared: Replicas | None = None  # the replica list this gateway last wrote
 
     @property
     def owner(self) -> bool:
@@ -75,7 +91,10 @@ class Ownership:
     async def sync(self, now: float, report: Report) -> None:
         self._next_sync = now + self.sync_s
         started = time.monotonic()
-        token, self.reports = await self.fleet.sync(self.endpoint, report, self.report_ttl_s, self.lease_s)
+        token, self.reports, self.holder = await self.fleet.sync(self.endpoint, report, self.report_ttl_s,
+                                                                 self.lease_s)
+        if token is None and report.demand > 0 and self._published_demand == 0:
+            await self.fleet.wake(self.endpoint)  # the owner looks at the new demand now, not at its idle pace
         self._published_demand = report.demand
         self._report = report
         self.draining = await self.fleet.draining(self.endpoint)
@@ -89,12 +108,19 @@ class Ownership:
             self.on_change(token is not None)
         busy = (report.demand > 0 or report.in_flight or self.draining
                 or (token is not None and self.fleet_demand(report.demand) > 0))
-        self.pace_s = self.sync_s if busy else self.idle_owner_s if token is not None else self.idle_follower_s
+        # idle and not the owner: no sync until told (`changed`)
+        self.pace_s = self.sync_s if busy else self.idle_owner_s if token is not None else math.inf
         self._next_sync = now + self.pace_s
 
     def sync_soon(self) -> None:
         """Sync at the next tick (something to tell the fleet)."""
         self._next_sync = -math.inf
+
+    def changed(self) -> None:
+        """The fleet has news for this endpoint (the owner changed its state, its lease is free, demand came):
+        sync at once."""
+        self._next_sync = -math.inf
+        self.poke()
 
     async def write_window(self) -> float:
         """Seconds during which a write this gateway starts now still lands inside its lease (0: write nothing):
@@ -109,8 +135,8 @@ class Ownership:
         try:
             if self.lease_left() <= 0:
                 started = time.monotonic()
-                token, self.reports = await self.fleet.sync(self.endpoint, self._report, self.report_ttl_s,
-                                                            self.lease_s)
+                token, self.reports, self.holder = await self.fleet.sync(self.endpoint, self._report,
+                                                                         self.report_ttl_s, self.lease_s)
                 if token == self.token:
                     self._renewed_at = started
             held = self.lease_left() > 0 and await self.fleet.fence(self.endpoint, self.token)
@@ -146,8 +172,12 @@ class Ownership:
         await self.fleet.mark_draining(self.endpoint, replica_id)
 
     async def share(self, replicas: list[tuple[str, str | None]], desired: int) -> None:
+        """The owner's look at its replicas, written (and announced to the fleet) only when it changed."""
         if self.token is not None:
-            await self.fleet.share(self.endpoint, Replicas(self.token, replicas, desired))
+            shared = Replicas(self.token, replicas, desired)
+            if shared != self._shared:
+                await self.fleet.share(self.endpoint, shared)
+                self._shared = shared
             gone = self.draining - {replica_id for replica_id, _ in replicas}
             if gone:
                 await self.fleet.forget_draining(self.endpoint, gone)

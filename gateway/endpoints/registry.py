@@ -15,6 +15,7 @@ reload drops no row (`prune=False`): gateways mid-deploy may read different conf
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,7 +23,7 @@ import msgspec
 import structlog
 
 from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, InvalidEndpoint
-from gateway.endpoints.spec import EndpointSpec
+from gateway.endpoints.spec import EndpointSpec, service_taken, sharing_service
 from gateway.endpoints.store import EndpointStore
 
 log = structlog.get_logger(__name__)
@@ -73,8 +74,22 @@ class EndpointRegistry:
     async def create(self, spec: EndpointSpec) -> EndpointSpec:
         if spec.name in self._specs:
             raise EndpointConflict(f"the endpoint {spec.name!r} exists already; PATCH it or DELETE it first")
+        check_service_free(spec, self._specs.values())
         if not await self._store.insert(spec.name, "api", msgspec.to_builtins(spec)):  # another gateway's, just now
             raise EndpointConflict(f"the endpoint {spec.name!r} exists already; PATCH it or DELETE it first")
+        # another gateway's create of the same service may have been stored meanwhile: of two such creates, at least
+        # one sees the other's row here (each looks after its own insert) and withdraws
+        others = []
+        for row in await self._store.rows():
+            with contextlib.suppress(msgspec.ValidationError, ValueError):
+                if row.name != spec.name:
+                    others.append(self._declared[row.name] if row.name in self._declared
+                                  else msgspec.convert(row.body, EndpointSpec))
+        try:
+            check_service_free(spec, others)
+        except EndpointConflict:
+            await self._store.remove(spec.name)
+            raise
         self._specs[spec.name] = spec
         return spec
 
@@ -105,3 +120,10 @@ class EndpointRegistry:
         self.check_deletable(name)
         await self._store.remove(name)
         del self._specs[name]
+
+
+def check_service_free(spec: EndpointSpec, others: Iterable[EndpointSpec]) -> None:
+    """One endpoint per ECS service: two would scale it as two owners (or share one lease under two names)."""
+    other = sharing_service(spec, others)
+    if other is not None:
+        raise EndpointConflict(service_taken(spec, other))

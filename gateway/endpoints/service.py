@@ -79,9 +79,10 @@ from gateway.endpoints import metrics
 from gateway.endpoints.adapters import AdapterRegistry
 from gateway.endpoints.config_follower import ConfigFollower
 from gateway.endpoints.controller import EndpointController
-from gateway.endpoints.errors import EndpointNotFound, InvalidEndpoint
+from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
 from gateway.endpoints.fleet_postgres import PostgresFleet
+from gateway.endpoints.ownership import Ownership, idle_watch_s, report_ttl
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.ecs import EcsProvisioner
 from gateway.endpoints.provisioners.local import LocalProvisioner
@@ -96,6 +97,8 @@ from gateway.endpoints.spec import (
     StaticProvisioning,
     check_not_alias,
     parse_endpoint,
+    service_taken,
+    sharing_service,
 )
 from gateway.endpoints.status import EndpointStatus
 from gateway.endpoints.store import EndpointStore
@@ -193,7 +196,11 @@ class Endpoints:
         exist."""
         async with self._admin:  # a reload waits for the first load
             if not isinstance(self.fleet, LocalFleet):
-                self.follower = ConfigFollower(self.fleet, self.reload, self.settings.fleet_config_check_seconds)
+                sync_s, lease_s = self.settings.fleet_sync_seconds, self.settings.lease_seconds
+                self.follower = ConfigFollower(
+                    self.fleet, self.reload, self.settings.fleet_config_check_seconds,
+                    ownerships=self._shared_ownerships, watch_s=idle_watch_s(sync_s, lease_s),
+                    alive_s=report_ttl(sync_s, lease_s))
                 await self.follower.start()  # the version first: a change stored after it is reloaded
             specs = await self.registry.load()
             for spec in specs:
@@ -201,8 +208,14 @@ class Endpoints:
                     self._check_name(spec.name)
                     await self._check_team(spec.team_id, f"the endpoint {spec.name!r} of the config file")
             await self.adapters.load({spec.name for spec in specs})
-            for spec in specs:
-                await self._launch(spec)
+            for spec in specs:  # the file's entries first: of two on one ECS service, the file's serves it
+                try:
+                    await self._launch(spec)
+                except EndpointConflict as error:  # a stored endpoint on a service the edited file now names
+                    log.error("endpoint_service_taken", endpoint=spec.name, reason=str(error))
+
+    def _shared_ownerships(self) -> list[Ownership]:
+        return [c.ownership for c in self.controllers.values() if c.provisioner.shared]
 
     async def reload(self) -> None:
         """Another gateway changed endpoints: start the created ones, update the patched ones (bounds, idle time,
@@ -215,7 +228,10 @@ class Endpoints:
         specs = {spec.name: spec for spec in await self.registry.load(prune=False)}
         # a row this version cannot read (a newer gateway wrote it mid-deploy) is no delete: that endpoint runs on
         gone = [name for name in self.controllers if name not in specs and name not in self.registry.unreadable]
-        await asyncio.gather(*(self._stop_deleted(name) for name in gone))
+        # a name deleted and created again on another service (or provisioner) meanwhile: the old one is deleted
+        replaced = [name for name, c in self.controllers.items() if name in specs
+                    and c.spec.provisioner != specs[name].provisioner]
+        await asyncio.gather(*(self._stop_deleted(name) for name in gone + replaced))
         for name, spec in specs.items():
             controller = self.controllers.get(name)
             if controller is None and self._stopping:
@@ -233,11 +249,11 @@ class Endpoints:
         if self.follower is not None:
             await self.follower.catch_up(self._reconcile)
 
-    async def _announce(self, name: str) -> None:
+    async def _announce(self, spec: EndpointSpec) -> None:
         """After an admin change was stored: a new spec clears the fleet's failure mark; tell every gateway."""
         if self.follower is None:
             return
-        await self.fleet.clear_failed(name)
+        await self.fleet.clear_failed(spec.fleet_key)
         await self.fleet.bump_config()
 
     def stop_accepting(self) -> None:
@@ -277,6 +293,9 @@ class Endpoints:
         """Start the endpoint's loop. An ECS endpoint makes no ECS call here (its owner adopts the service in the
         loop, within the fleet's budget): a gateway serves at once, whatever ECS says; `check` (an admin create)
         asks ECS once whether the service exists."""
+        taken = sharing_service(spec, (c.spec for c in self.controllers.values()))
+        if taken is not None:  # two loops here would both act as the service's owner
+            raise EndpointConflict(service_taken(spec, taken))
         provisioner = self.provisioners(spec)
         if isinstance(provisioner, EcsProvisioner) and provisioner.budget is None:
             provisioner.budget = self.fleet.take_call  # every ECS call of the fleet within one budget
@@ -370,7 +389,7 @@ class Endpoints:
             except Exception as error:  # e.g. its ECS service does not exist: nothing is kept
                 await self.registry.delete(spec.name)
                 raise InvalidEndpoint(f"the endpoint {spec.name!r} cannot start: {error}") from error
-            await self._announce(spec.name)
+            await self._announce(spec)
             log.info("endpoint_created", endpoint=spec.name)
             return controller.status()
 
@@ -386,7 +405,7 @@ class Endpoints:
                 controller = await self._launch(spec)
             else:
                 controller.update(spec)
-            await self._announce(name)
+            await self._announce(spec)
             log.info("endpoint_patched", endpoint=name, fields=sorted(changes))
             return controller.status()
 
@@ -394,9 +413,10 @@ class Endpoints:
         async with self._admin:
             await self._follow()
             self.registry.check_deletable(name)
+            spec = self.registry.get(name)
             await self.registry.delete(name)  # stored first: the other gateways stop routing and scaling it now
             await self.adapters.forget(name)
-            await self._announce(name)
+            await self._announce(spec)
             await self._stop_deleted(name)
             log.info("endpoint_deleted", endpoint=name)
 

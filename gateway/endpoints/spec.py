@@ -15,7 +15,7 @@ Every rule raises a `ValueError` naming its field; msgspec reports it with the e
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -27,6 +27,8 @@ from common.protocol import ModelConfig
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86_400.0)]  # finite: `inf` (TOML) would never fire
 NAME_LIMIT = 256
 _NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a hub id's parts; no "..", no ":" (adapters)
+AWS_ID_LIMIT = 512
+_AWS_ID = re.compile(rf"[A-Za-z0-9_./:-]{{1,{AWS_ID_LIMIT}}}")  # an ECS name or ARN, a region
 ADAPTERS_WORD = "adapters"  # /admin/endpoints/<endpoint>/adapters[/<name>]: never a part of a name
 MAX_WAIT_S = 120.0  # a local worker process starts in seconds
 # an ECS replica from zero: a GPU host launched by the capacity provider (2-4 min), the ~5-8 GB worker image
@@ -64,6 +66,12 @@ class EcsProvisioning(msgspec.Struct, tag="ecs", tag_field="kind", forbid_unknow
     # test-only (tests/fleet): moto runs no containers and gives tasks addresses nothing here can reach
     test_address_map: str = ""  # a JSON file {"ip:port": "http://127.0.0.1:NNNN"} read at each discovery
     test_throttle_file: str = ""  # while this file exists, every ECS call fails with ThrottlingException
+
+    @property
+    def service_key(self) -> str:
+        """The ECS service's identity (region, cluster, service; a name and its ARN are one): the fleet's lease and
+        shared state for it are keyed by this, whatever endpoint names it."""
+        return f"ecs:{self.region}:{_arn_name(self.cluster)}:{_arn_name(self.service)}"
 
 
 Provisioning = LocalProvisioning | StaticProvisioning | EcsProvisioning
@@ -106,6 +114,14 @@ class EndpointSpec(ModelConfig, kw_only=True, forbid_unknown_fields=True, omit_d
             self.min_replicas = 1 if self.max_replicas is msgspec.UNSET else min(1, self.max_replicas)
         if self.max_replicas is msgspec.UNSET:
             self.max_replicas = max(self.min_replicas, 1)
+
+    @property
+    def fleet_key(self) -> str:
+        """What the fleet's shared state (lease, reports, failure) is keyed by: an ECS endpoint's service, so that
+        no two endpoints (or one re-created on another service) share or inherit a lease; else the name."""
+        if isinstance(self.provisioner, EcsProvisioning):
+            return self.provisioner.service_key
+        return self.name
 
     @property
     def private(self) -> bool:
@@ -239,8 +255,12 @@ def _check_provisioner(provisioner: Provisioning) -> None:
             check_url("provisioner.urls", url)
     elif isinstance(provisioner, EcsProvisioning):
         for field in ("cluster", "service", "region"):
-            if not getattr(provisioner, field).strip():
+            value = getattr(provisioner, field)
+            if not value.strip():
                 raise ValueError(f"`provisioner.{field}` must not be empty")
+            if not _AWS_ID.fullmatch(value):  # a name or an ARN; part of the fleet's keys (no Redis hash-tag braces)
+                raise ValueError(f"`provisioner.{field}` must be an ECS name or ARN: at most {AWS_ID_LIMIT} letters, "
+                                 "digits and `-_:/.`")
         if provisioner.endpoint_url:
             check_url("provisioner.endpoint_url", provisioner.endpoint_url)
 
@@ -253,3 +273,20 @@ def check_url(field: str, url: str) -> None:
         valid = False
     if not valid:
         raise ValueError(f"`{field}` must hold http(s)://host[:port] URLs (got {url!r})")
+
+
+def _arn_name(value: str) -> str:
+    """A cluster's or service's name, from itself or its ARN (`arn:aws:ecs:<region>:<account>:service/<c>/<name>`)."""
+    return value.rsplit("/", 1)[-1] if value.startswith("arn:") else value
+
+
+def sharing_service(spec: EndpointSpec, others: Iterable[EndpointSpec]) -> EndpointSpec | None:
+    """Another endpoint on the same ECS service as `spec`, if any: one endpoint per service (two would scale it as
+    two owners, or hand one lease between two names)."""
+    return next((o for o in others if o.name != spec.name and o.fleet_key == spec.fleet_key), None)
+
+
+def service_taken(spec: EndpointSpec, other: EndpointSpec) -> str:
+    return (f"the endpoint {other.name!r} already serves the ECS service of {spec.name!r} "
+            f"({spec.fleet_key.removeprefix('ecs:')}); one endpoint per service: delete that endpoint first, or "
+            "give another service")

@@ -26,7 +26,7 @@ from testkit.sluice import SluiceServer, start_sluice
 
 ADMIN_KEY = "fleet-test-admin-key-0123456789abcdef"
 STREAM_WORDS, WORD_PAUSE_S = 12, 0.25  # each stream lasts about 3 s on its worker
-OWNER_KEY = f"sluice:fleet:{{{MODEL}}}:owner"
+OWNER_KEY = f"sluice:fleet:{{ecs:us-east-1:{CLUSTER}:{SERVICE}}}:owner"  # keyed by the ECS service
 WAIT_S = 90  # the longest any condition is waited for (a hang fails; two shared cores)
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 

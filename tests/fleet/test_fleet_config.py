@@ -10,9 +10,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
+import msgspec
 import pytest
 import redis as redis_client
 
+from gateway.config import load_settings
 from gateway.endpoints import controller as controller_module
 from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, EndpointUnavailable
 from gateway.endpoints.fleet import Fleet, RedisFleet
@@ -81,10 +83,10 @@ async def test_create_patch_and_delete_on_one_gateway_reach_the_other(gateways):
     assert a.get("made-on-a").spec.max_replicas == 4
 
     await a.delete("made-on-a")
-    await until(lambda: "made-on-a" not in b.controllers, WAIT_S, "the delete on gateway B")
+    await until(lambda: "made-on-a" not in b.router.pools, WAIT_S, "the delete on gateway B")  # its last step
     with pytest.raises(EndpointNotFound):
         b.resolve("made-on-a", None)
-    assert "made-on-a" not in b.router.pools
+    assert "made-on-a" not in b.controllers
 
 
 async def test_a_name_another_gateway_created_meanwhile_is_a_conflict_not_an_overwrite(gateways):
@@ -176,7 +178,7 @@ async def test_a_failed_ecs_endpoint_fails_on_every_gateway_and_stays_failed_acr
     assert not [e for e in events if e["event"] in ("endpoint_scale_up", "replica_start_failed")], events
 
     await other.patch("gpu", {"min_replicas": 0})  # the operator's retry clears it on every gateway
-    assert other.get("gpu").state != "failed" and await other.fleet.failure("gpu") is None
+    assert other.get("gpu").state != "failed" and await other.fleet.failure(follower.spec.fleet_key) is None
 
 
 async def test_an_ecs_endpoint_deleted_on_a_follower_is_stopped_by_its_owner_and_scaled_by_no_one(
@@ -195,3 +197,86 @@ async def test_an_ecs_endpoint_deleted_on_a_follower_is_stopped_by_its_owner_and
             endpoints.resolve("gpu", None)
         assert "gpu" not in endpoints.controllers  # no loop left anywhere to scale it again
     assert desired_count(ecs) == 0
+
+
+# ---- one endpoint per ECS service: the lease is the service's ----
+
+SERVICE_2 = "other-llama"
+
+
+@pytest.fixture
+def second_service(aws):
+    """Another ECS service of the cluster, at desiredCount 0."""
+    ecs, network = aws
+    ecs.create_service(cluster=CLUSTER, serviceName=SERVICE_2, taskDefinition=SERVICE, desiredCount=0,
+                       launchType="FARGATE", networkConfiguration=network)
+    yield SERVICE_2
+    ecs.delete_service(cluster=CLUSTER, service=SERVICE_2, force=True)
+
+
+async def test_two_names_on_one_ecs_service_have_one_owner_and_the_second_config_is_refused(gateways, ecs, moto_url):
+    a, b = await gateways(2, fleet_config_check_seconds=3600)
+    await b.follower.close()  # B has not heard of A's endpoint when its own config of the service comes
+    await a.create(_ecs_body(moto_url, min_replicas=0))
+    with pytest.raises(EndpointConflict) as refused:  # the same service under another name: stored, then withdrawn
+        await b.registry.create(parse_endpoint(_ecs_body(moto_url, name="gpu-again", min_replicas=0)))
+    assert "'gpu'" in str(refused.value) and SERVICE in str(refused.value)
+    assert [row.name for row in await a.store.rows()] == ["gpu"]
+
+    # gateways mid-deploy whose config files name the service twice: one lease, the service's, so one owner
+    declared_on_b = await b._launch(parse_endpoint(_ecs_body(moto_url, name="gpu-b", min_replicas=0)))
+    pair = [a.controllers["gpu"], declared_on_b]
+    assert pair[0].ownership.endpoint == pair[1].ownership.endpoint == f"ecs:us-east-1:{CLUSTER}:{SERVICE}"
+    await until(lambda: sum(c.ownership.owner for c in pair) == 1, WAIT_S, "one owner of the service")
+    for _ in range(3):
+        for controller in pair:
+            await controller.tick()
+        assert sum(c.ownership.owner for c in pair) == 1
+    with pytest.raises(EndpointConflict):  # one gateway never runs two loops on one service
+        await b._launch(parse_endpoint(_ecs_body(moto_url, name="gpu-c", min_replicas=0)))
+    with pytest.raises(EndpointConflict):  # through the API (a 409), before anything is stored
+        await a.create(_ecs_body(moto_url, name="gpu-again", min_replicas=0))
+    assert [row.name for row in await a.store.rows()] == ["gpu"]
+
+
+async def test_a_name_deleted_and_created_on_another_service_takes_no_old_lease(gateways, ecs, moto_url,
+                                                                                 second_service):
+    # a lease that outlasts the delete's few ECS calls on a loaded machine (at 2 calls/s, with A adopting meanwhile)
+    a, b = await gateways(2, fleet_config_check_seconds=3600, lease_seconds=5.0)
+    await b.create(_ecs_body(moto_url, min_replicas=1))  # B owns it and scales the first service to 1
+    await until(lambda: desired_count(ecs) == 1, WAIT_S, "the first service at 1")
+    await until(lambda: "gpu" in a.controllers, WAIT_S, "gpu on gateway A")
+    old = b.controllers["gpu"]
+    assert old.ownership.owner
+    await b.follower.close()  # B misses the delete and the create: it sees both at once at its reload
+
+    await a.delete("gpu")
+    body = _ecs_body(moto_url, min_replicas=0)
+    body["provisioner"]["service"] = second_service
+    await a.create(body)
+    await b.reload()
+    new = b.controllers["gpu"]
+    assert new is not old and new.spec.provisioner.service == second_service  # a new endpoint, not a patch
+    assert new.ownership.endpoint == f"ecs:us-east-1:{CLUSTER}:{second_service}" != old.ownership.endpoint
+    assert not old.ownership.owner  # the old service's lease was let go, not carried over
+    await until(lambda: desired_count(ecs) == 0, WAIT_S, "the deleted endpoint's service at 0")
+
+
+def test_a_config_file_naming_one_ecs_service_twice_is_refused_at_start(tmp_path):
+    provisioner = f'[models.provisioner]\nkind = "ecs"\ncluster = "{CLUSTER}"\nservice = "{SERVICE}"\n'
+    config = tmp_path / "sluice.toml"
+    config.write_text("".join(f'[[models]]\nname = "{name}"\n{provisioner}\n' for name in ("one", "two")))
+    with pytest.raises(SystemExit) as failure:
+        load_settings(str(config))
+    message = str(failure.value)
+    assert message.startswith("sluice: ") and "'one'" in message and "$.models[1]" in message, message
+
+
+@pytest.mark.parametrize("field", ["cluster", "service", "region"])
+def test_an_ecs_name_that_is_no_name_or_arn_is_refused(field):
+    raw = {"name": "gpu", "provisioner": {"kind": "ecs", "cluster": "c", "service": "s", field: "a}b"}}
+    with pytest.raises(msgspec.ValidationError, match=f"provisioner.{field}"):
+        parse_endpoint(raw)
+    raw["provisioner"][field] = "x" * 513
+    with pytest.raises(msgspec.ValidationError, match=f"provisioner.{field}"):
+        parse_endpoint(raw)

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from gateway.config import load_settings
-from gateway.endpoints.fleet import FAILURE_DETAIL_CHARS, Failure, Fleet, LocalFleet, RedisFleet, Report
+from gateway.endpoints.fleet import FAILURE_DETAIL_CHARS, Failure, Fleet, LocalFleet, RedisFleet, Replicas, Report
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from testkit.databases import create_database
 
@@ -45,28 +45,30 @@ async def shared_state(request):
 
 async def test_one_gateway_holds_the_lease_and_a_successor_fences_it_out(shared_state):
     first, second = await shared_state(2)
-    token, reports = await first.sync("model", Report(2.0), LEASE_S, LEASE_S)
-    assert token is not None and set(reports) == {"gateway-0"}
-    follower, reports = await second.sync("model", Report(3.0), 10, LEASE_S)
-    assert follower is None and {name: r.demand for name, r in reports.items()} == {"gateway-0": 2.0,
-                                                                                     "gateway-1": 3.0}
+    token, reports, holder = await first.sync("model", Report(2.0), LEASE_S, LEASE_S)
+    assert token is not None and set(reports) == {"gateway-0"} and holder == "gateway-0"
+    follower, reports, holder = await second.sync("model", Report(3.0), 10, LEASE_S)
+    assert follower is None and holder == "gateway-0"
+    assert {name: r.demand for name, r in reports.items()} == {"gateway-0": 2.0, "gateway-1": 3.0}
     assert await first.fence("model", token) and not await second.fence("model", 1)
     await asyncio.sleep(LEASE_S * 2)  # the first gateway stops renewing (dead, or its loop stalled)
-    successor, reports = await second.sync("model", Report(3.0), 10, LEASE_S)
+    await second.watch(10)  # the second's periodic look at the fleet
+    successor, reports, _ = await second.sync("model", Report(3.0), 10, LEASE_S)
     assert successor is not None and successor > token
     assert set(reports) == {"gateway-1"}  # the silent gateway's report expired with it
     assert await second.fence("model", successor)
     assert not await first.fence("model", token)  # the old owner wakes up: it may not write any more
-    again, _ = await first.sync("model", Report(0.0), LEASE_S, LEASE_S)
+    again, _, holder = await first.sync("model", Report(0.0), LEASE_S, LEASE_S)
+    assert holder == "gateway-1"
     assert again is None
 
 
 async def test_a_resigning_owner_hands_the_lease_over_at_once(shared_state):
     first, second = await shared_state(2)
-    token, _ = await first.sync("model", Report(1.0), 10, 30)
+    token, _, _ = await first.sync("model", Report(1.0), 10, 30)
     assert (await second.sync("model", Report(1.0), 10, 30))[0] is None
     await first.resign("model")  # a stopping gateway
-    successor, reports = await second.sync("model", Report(1.0), 10, 30)
+    successor, reports, _ = await second.sync("model", Report(1.0), 10, 30)
     assert successor is not None and successor > token and set(reports) == {"gateway-1"}
 
 
@@ -102,17 +104,56 @@ async def test_a_failure_is_the_whole_fleets_bounded_and_cleared_by_any_gateway(
 async def test_a_config_bump_is_counted_and_wakes_the_other_gateways(shared_state):
     first, second = await shared_state(2)
     assert await second.config_version() == 0
-    await second.config_changed(0.05)  # (re)connects its listener: returns at once, nothing was missed
-    waiting = asyncio.ensure_future(second.config_changed(3600))
+    assert (await second.changes(0.05)).relisten  # (re)connects its listener: at once, look at every version
+    waiting = asyncio.ensure_future(second.changes(3600))
     await asyncio.sleep(0)
     assert await first.bump_config() == 1
-    await asyncio.wait_for(waiting, 60)  # the message, not the hour's check, ends the wait
+    assert (await asyncio.wait_for(waiting, 60)).config  # the message, not the hour's check, ends the wait
     assert await second.config_version() == 1
+
+
+async def test_an_owners_changes_and_a_wake_reach_the_others_by_message_and_by_version(shared_state):
+    owner, other = await shared_state(2)
+    await other.changes(0.05)  # listening
+    await owner.watch(10)
+    before = (await other.watch(10)).state_version
+    await owner.share("model", Replicas(1, [("task-1", "http://10.0.0.1:8100")], 1))
+    await owner.mark_draining("model", "task-1")
+    await owner.mark_failed("model", Failure("crash loop", "crash loop: x"))
+    heard = set()
+    while heard != {"model"}:
+        heard |= (await asyncio.wait_for(other.changes(60), 60)).endpoints
+    seen = await other.watch(10)
+    assert seen.state_version == before + 3 and {"gateway-0", "gateway-1"} <= seen.alive
+    versions = await other.state_versions()  # what a gateway that missed the messages reads
+    assert versions["model"] == seen.state_version and "other" not in versions
+    await other.wake("model")
+    assert (await asyncio.wait_for(owner.changes(60), 60)).relisten  # the owner's first call: it listens now
+    await other.wake("model")
+    woken = set()
+    while not woken:
+        woken |= (await asyncio.wait_for(owner.changes(60), 60)).wake
+    assert woken == {"model"}
+
+
+async def test_a_report_counts_while_its_gateway_is_alive_however_old(shared_state):
+    first, second = await shared_state(2)
+    await first.sync("model", Report(2.0, {"task-1": 1}), LEASE_S, 30)
+    await second.sync("model", Report(0.0), 10, 30)
+    for _ in range(3):  # the first gateway says only that it is alive: its report of "model" still counts
+        await asyncio.sleep(LEASE_S)
+        await first.watch(LEASE_S * 2)
+    _, reports, _ = await second.sync("model", Report(0.0), 10, 30)
+    assert reports["gateway-0"].in_flight == {"task-1": 1}
+    await asyncio.sleep(LEASE_S * 3)  # then it is gone (it stops saying so): its report with it
+    await second.watch(10)
+    _, reports, _ = await second.sync("model", Report(0.0), 10, 30)
+    assert set(reports) == {"gateway-1"}
 
 
 async def test_the_lone_gateway_owns_every_endpoint_without_redis():
     alone = LocalFleet(calls_per_second=2)
-    token, reports = await alone.sync("model", Report(4.0), 1, 1)
+    token, reports, _ = await alone.sync("model", Report(4.0), 1, 1)
     assert token is not None and await alone.fence("model", token) and reports[alone.gateway_id].demand == 4.0
 
 

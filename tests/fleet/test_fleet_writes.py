@@ -42,10 +42,10 @@ def ecs_client(moto_url: str):
                         config=Config(retries={"mode": "standard", "total_max_attempts": 1}))
 
 
-def spec(moto_url: str, name: str, **fields):
+def spec(moto_url: str, name: str, service: str = SERVICE, **fields):
     return parse_endpoint({"name": name, "min_replicas": 0, "max_replicas": 3, "target_concurrency": 2,
                            "idle_seconds": 300, **fields,
-                           "provisioner": {"kind": "ecs", "cluster": CLUSTER, "service": SERVICE,
+                           "provisioner": {"kind": "ecs", "cluster": CLUSTER, "service": service,
                                            "region": "us-east-1", "endpoint_url": moto_url, "port": PORT}})
 
 
@@ -158,13 +158,18 @@ async def test_no_scale_in_before_the_tasks_were_listed_since_adoption(aws, moto
 async def test_idle_endpoints_cost_redis_little_per_gateway(aws, moto_url, redis, tmp_path):
     """Three gateways x four idle ECS endpoints: each (endpoint, gateway) pair makes a few Redis commands a
     second; before issue #50 every gateway synced every endpoint 4 times a second (about 28 commands a second)."""
+    ecs, network = aws
     names = [f"org/idle-{uuid.uuid4().hex[:6]}" for _ in range(4)]
+    services = {name: name.replace("org/", "svc-") for name in names}  # one ECS service per endpoint
+    for service in services.values():
+        ecs.create_service(cluster=CLUSTER, serviceName=service, taskDefinition=SERVICE, desiredCount=0,
+                           launchType="FARGATE", networkConfiguration=network)
     settings = ScalingSettings(standby_worker=False)
     gateways = []
     try:
         for number in range(3):
             gateways.append(await Endpoints.open(f"sqlite:///{tmp_path}/g{number}.db",
-                                                 [spec(moto_url, n) for n in names], tmp_path, settings,
+                                                 [spec(moto_url, n, services[n]) for n in names], tmp_path, settings,
                                                  redis_url=redis.url))
             await gateways[-1].start()
         await until(lambda: all(any(g.controllers[n].adopted for g in gateways) for n in names), "every adoption")
@@ -179,6 +184,8 @@ async def test_idle_endpoints_cost_redis_little_per_gateway(aws, moto_url, redis
     finally:
         for gateway in gateways:
             await gateway.drain_and_stop()
+        for service in services.values():
+            ecs.delete_service(cluster=CLUSTER, service=service, force=True)
 
 
 def _protected(ecs, arn: str) -> bool:

@@ -105,10 +105,11 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         assert [v for v, _ in responses_versions] == [1, 2, 3] and responses_versions[0] == (1, 1000)
         assert await db.fetchone("SELECT bytes FROM stored_responses WHERE id = 'resp_old'") == (11,)  # UTF-8 bytes
         assert await response_store(auth.db).total_bytes() == 11  # seeded from the rows already stored
-        if fleet is not None:  # 2: failures and the config version, fleet-wide
+        if fleet is not None:  # 2: failures and the config version, fleet-wide; 3: liveness and state versions
             fleet_versions = await versions(db, FLEET)
-            assert [v for v, _ in fleet_versions] == [1, 2] and fleet_versions[0] == (1, 1000)
+            assert [v for v, _ in fleet_versions] == [1, 2, 3] and fleet_versions[0] == (1, 1000)
             assert await fleet.config_version() == 0 and await fleet.failure("old-endpoint") is None
+            assert (await fleet.watch(10)).state_version == 0 and await fleet.state_versions() == {}
         # the old rows are there, and so are the tables of the versions applied now
         assert (await auth.get_team("team_old")).name == "old team"
         assert [row.name for row in await endpoints.rows()] == ["old-endpoint"]
