@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncpg
 import httpx
 import redis as redis_client
 
@@ -178,3 +179,19 @@ class Load:
             return Outcome(index, 0, False, repr(failure))
 
 
+
+
+async def cut_listeners(kind: str, database: str, redis_url: str) -> None:
+    """Cut every listener's connection to the fleet's store (Redis pub/sub, PostgreSQL LISTEN): the next change's
+    message reaches no gateway, only a later look finds it."""
+    if kind == "redis":
+        admin = redis_client.Redis.from_url(redis_url)
+        admin.client_kill_filter(_type="pubsub")
+        admin.close()
+        return
+    connection = await asyncpg.connect(database)
+    try:
+        await connection.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                                     WHERE datname = current_database() AND query LIKE 'LISTEN%'""")
+    finally:
+        await connection.close()

@@ -9,10 +9,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import asyncpg
 import msgspec
 import pytest
-import redis as redis_client
 
 from gateway.config import load_settings
 from gateway.endpoints import controller as controller_module
@@ -26,6 +24,7 @@ from gateway.endpoints.spec import parse_endpoint
 from gateway.endpoints.store import EndpointStore
 from testkit.databases import create_database
 from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count
+from tests.fleet.fleet import cut_listeners
 from tests.gateway.endpoints.helpers import until
 from tests.logged import logged
 
@@ -103,17 +102,8 @@ async def test_a_change_whose_message_was_lost_converges_at_the_next_check(gatew
     await a.create({"name": "first", **LOCAL})
     await until(lambda: "first" in b.controllers, WAIT_S, "the first change on gateway B")
     # cut every listener's connection: the next change's message reaches no one
-    if gateways.kind == "redis":
-        admin = redis_client.Redis.from_url(request.getfixturevalue("redis").url)
-        admin.client_kill_filter(_type="pubsub")
-        admin.close()
-    else:
-        connection = await asyncpg.connect(gateways.database)
-        try:
-            await connection.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                                         WHERE datname = current_database() AND query LIKE 'LISTEN%'""")
-        finally:
-            await connection.close()
+    await cut_listeners(gateways.kind, gateways.database,
+                        request.getfixturevalue("redis").url if gateways.kind == "redis" else "")
     await a.patch("first", {"max_replicas": 2})
     await until(lambda: b.controllers["first"].spec.max_replicas == 2, WAIT_S, "the patch after a lost message")
 

@@ -10,7 +10,6 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import asyncpg
 import pytest
 import redis as redis_client
 
@@ -24,6 +23,7 @@ from gateway.endpoints.spec import EndpointSpec, parse_endpoint
 from gateway.endpoints.store import EndpointStore
 from testkit.databases import create_database
 from testkit.played_ecs import CLUSTER, PORT, SERVICE
+from tests.fleet.fleet import cut_listeners
 from tests.gateway.endpoints.helpers import until
 from tests.logged import logged
 
@@ -158,7 +158,8 @@ async def test_an_owners_change_reaches_every_follower_by_message_or_by_the_stat
     for endpoints in followers:
         await until(lambda e=endpoints: e.controllers["gpu"].ownership.holder == "owner", WAIT_S, "a first sync")
 
-    await _cut_listeners(gateway, request)  # this change's message reaches no one: a later look finds it
+    redis_url = request.getfixturevalue("redis").url if gateway.kind == "redis" else ""
+    await cut_listeners(gateway.kind, gateway.database, redis_url)  # no message: a later look finds the change
     await owner.patch("gpu", {"min_replicas": 1})  # the owner asks ECS for a task: its shared count is 1
     for endpoints in followers:
         await until(lambda e=endpoints: e.controllers["gpu"].desired == 1, WAIT_S, "the owner's count on a follower")
@@ -167,20 +168,6 @@ async def test_an_owners_change_reaches_every_follower_by_message_or_by_the_stat
         await until(lambda e=endpoints: e.controllers["gpu"].state == "failed", WAIT_S, "the owner's failure")
     assert owner.controllers["gpu"].state == "failed"
     assert not any(e.controllers["gpu"].ownership.owner for e in followers)
-
-
-async def _cut_listeners(gateway: Gateway, request) -> None:
-    if gateway.kind == "redis":
-        admin = redis_client.Redis.from_url(request.getfixturevalue("redis").url)
-        admin.client_kill_filter(_type="pubsub")
-        admin.close()
-        return
-    connection = await asyncpg.connect(gateway.database)
-    try:
-        await connection.execute("""SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                                     WHERE datname = current_database() AND query LIKE 'LISTEN%'""")
-    finally:
-        await connection.close()
 
 
 async def test_a_stored_endpoint_on_a_service_the_config_file_now_names_is_not_started(gateway, aws, moto_url,
