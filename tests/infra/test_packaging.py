@@ -151,6 +151,10 @@ def test_an_installed_worker_builds_the_native_forward_from_its_own_files(wheel,
     PYTHONPATH): the build module and the source it compiles are the venv's, and the library loads."""
     venv = tmp_path / "venv"
     python = _installed(wheel, venv)
+    # the build reads the worker's settings, declared with msgspec: its one dependency, copied from this
+    # interpreter's (self-contained; pip --no-index has no msgspec wheel to install)
+    packages = next((venv / "lib").glob("python*/site-packages"))
+    shutil.copytree(Path(msgspec.__file__).parent, packages / "msgspec")
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = _outside_env()
