@@ -163,6 +163,7 @@ class BatchStore:
         await self.mark(batch_id, "in_progress", "in_progress_at", expected=("validating",))
 
     async def _drop(self, batch_id: str) -> None:
+        """A batch and its lines gone, in one transaction."""
         db = await self.migrated()
         async with db.transaction() as tx:
             await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
@@ -246,10 +247,7 @@ class BatchStore:
                              (batch.id,))
 
     async def delete(self, batch: Batch) -> None:
-        db = await self.migrated()
-        async with db.transaction() as tx:
-            await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch.id,))
-            await tx.execute("DELETE FROM batches WHERE id = ?", (batch.id,))
+        await self._drop(batch.id)
 
     async def active(self) -> builtins.list[Batch]:
         db = await self.migrated()
@@ -309,9 +307,7 @@ class BatchStore:
         rows = await db.fetchall("SELECT id FROM batches WHERE created_at < ? AND status NOT IN (?, ?, ?, ?)",
                                  (before, *HOLDING))
         for (batch_id,) in rows:
-            async with db.transaction() as tx:
-                await tx.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
-                await tx.execute("DELETE FROM batches WHERE id = ?", (batch_id,))
+            await self._drop(batch_id)
         return len(rows)
 
     async def release_all(self, owner: str) -> None:
