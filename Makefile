@@ -4,9 +4,10 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 # test processes: most tests wait on real servers and worker processes, so two share the two cores well;
-# whole files go to one process (module fixtures: one server per file, as run alone). 0 = one process.
+# whole files go to one process (module fixtures: one server per file, as run alone), longest first in the
+# order tests/file_order.py sets (xdist's own reordering off). 0 = one process.
 TEST_WORKERS ?= 2
-TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+TEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # checkov (the infra policy scan) in its own venv: its pins clash with the project's
 CHECKOV_VENV := .venv-checkov
 CHECKOV_PIN  := checkov==3.3.30

@@ -14,6 +14,7 @@ from hypothesis import settings
 from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
 from testkit.sluice import MODEL, running_sluice
+from tests.file_order import longest_first, read_weights
 from tests.gateway.dashboard.served import served_gateway, settings_in
 
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
@@ -90,6 +91,11 @@ async def dashboard_server(tmp_path):
     """The gateway app served on loopback for the dashboard (tests/gateway/dashboard/served.py)."""
     async with served_gateway(settings_in(tmp_path)) as served:
         yield served
+
+
+def pytest_collection_modifyitems(items):
+    """Longest files first, so the two test processes finish together (tests/file_order.py)."""
+    items[:] = longest_first(items, read_weights())
 
 
 def pytest_unconfigure(config):
