@@ -114,7 +114,7 @@ def test_refusals_carry_retry_after_and_the_endpoint_state_in_each_envelope(tmp_
         first = httpx.post(f"{server.url}/v1/completions", headers=auth, timeout=300,
                            json={**body, "model": "org/broken"})
         assert first.status_code == 503 and first.json()["error"]["endpoint_state"] == "failed", first.text
-        again = httpx.post(f"{server.url}/v1/completions/generate", headers=auth, timeout=5,
+        again = httpx.post(f"{server.url}/v1/completions/generate", headers=auth, timeout=60,  # not max_wait's 600
                            json={"model": "org/broken", "inputs": "hi", "parameters": {"max_new_tokens": 2}})
         assert again.status_code == 503 and again.json()["endpoint_state"] == "failed"
         # the tenant's reason is a fixed phrase; the worker's own line is the operator's (its `detail`)

@@ -83,7 +83,7 @@ def settlements() -> float:
                if sample.name == "sluice_requests_total" and sample.labels["route"] == PATH)
 
 
-async def until(condition, what: str, timeout: float = 20.0) -> None:
+async def until(condition, what: str, timeout: float = 120.0) -> None:
     """Polls `condition`; the timeout only bounds a failing test."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -94,7 +94,7 @@ async def until(condition, what: str, timeout: float = 20.0) -> None:
 
 async def record_of(gateway_app, request_id: str) -> dict:
     """The request's one ledger record (the ledger ships its local log to the database in the background)."""
-    for _ in range(400):
+    for _ in range(1200):  # a minute at most
         records = (await gateway_app.get("/admin/usage/records?limit=100", headers=ADMIN_HEADERS)).json()["data"]
         mine = [r for r in records if r["request_id"] == request_id]
         if mine:

@@ -38,7 +38,7 @@ def served(data_dir: Path, token_delay: float = 0.0) -> Iterator[SluiceServer]:
     prices = data_dir.parent / "prices.toml"
     prices.write_text(PRICES)
     with worker_process(token_delay=token_delay, quiet=True) as worker:
-        config = (f'pricing_file = "{prices}"\n[budget_alerts]\nallow_http_webhooks = true\ntimeout_s = 2.0\n'
+        config = (f'pricing_file = "{prices}"\n[budget_alerts]\nallow_http_webhooks = true\ntimeout_s = 30.0\n'
                   'webhook_networks = ["127.0.0.0/8"]\n'  # the local webhook server: allowed here by the operator
                   f'[[models]]\nname = "{MODEL}"\nprovisioner = {{ kind = "static", urls = ["{worker.url}"] }}\n')
         with running_sluice(data_dir, config=config, env={"SLUICE_ADMIN_KEY": ADMIN_KEY}) as server:

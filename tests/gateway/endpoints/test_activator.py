@@ -275,7 +275,10 @@ async def test_keepalives_while_waiting_then_the_lease():
                 return step
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.18)
+    started = time.monotonic()
+    # two keepalives and 150 ms of waiting, however few of its 50 ms ticks a loaded machine gave the wait
+    while sum(isinstance(s, StillWaiting) for s in steps) < 2 or time.monotonic() - started < 0.18:
+        await asyncio.sleep(0.01)
     endpoint.ready(endpoint.replica(ready=False))
     lease = await task
     keepalives = [s for s in steps if isinstance(s, StillWaiting)]
