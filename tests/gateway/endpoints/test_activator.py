@@ -205,7 +205,8 @@ async def test_a_failed_endpoint_answers_at_once_and_ends_every_wait():
     started = time.monotonic()
     with pytest.raises(EndpointUnavailable) as caught:
         await endpoint.activator.acquire(soon(60))
-    assert time.monotonic() - started < 1 and caught.value.code == "endpoint_failed"
+    # at once, not at its deadline a minute away (a margin no loaded machine uses up)
+    assert time.monotonic() - started < 10 and caught.value.code == "endpoint_failed"
     assert caught.value.reason == "weights failed to load: no such file"
 
 

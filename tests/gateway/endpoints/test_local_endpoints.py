@@ -115,7 +115,7 @@ async def test_a_source_that_does_not_load_fails_the_endpoint_and_refuses_at_onc
         started = time.monotonic()
         with pytest.raises(EndpointUnavailable, match="failed"):
             await endpoint.activator.acquire(time.monotonic() + START_S)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 10  # at once, not at the deadline: a margin no loaded machine uses up
         status = endpoints.get("broken/model")
         assert (status.state, status.replicas.starting) == ("failed", 0) and not endpoints.healthy()
         assert fatal == []  # it may sleep: not the embedded single-model setup
@@ -209,7 +209,7 @@ async def test_sigkill_of_a_replica_moves_waiting_requests_and_cuts_the_streamin
             return relayed, None
 
         streaming = asyncio.create_task(on_doomed(0, tokens=200, freeze=True))
-        await asyncio.wait_for(frozen.wait(), 30)
+        await asyncio.wait_for(frozen.wait(), START_S)
         waiting = [asyncio.create_task(on_doomed(i, tokens=6)) for i in range(1, 5)]
         await until(lambda: doomed.in_flight == 5, START_S, "four more requests on the frozen replica")
         await asyncio.sleep(0.5)  # their bodies reach the frozen worker's socket; none can get a first token
