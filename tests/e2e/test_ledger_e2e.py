@@ -309,7 +309,9 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
             assert (r["error_status"], r["error_code"]) == (500, "internal_error"), r  # no error to name
         check_priced(r)
     by_id = {r["request_id"]: r for r in records}
-    done_logs = [e["request_id"] for e in server.log_events("request_done")]
+    named = {c.request_id for c in billed}
+    done_logs = [e["request_id"] for e in server.log_events_once(
+        "request_done", lambda found: named <= {e["request_id"] for e in found})]
     for c in calls:
         if c.expect is None:
             assert c.request_id not in by_id
