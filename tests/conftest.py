@@ -19,9 +19,10 @@ from tests.gateway.dashboard.served import served_gateway, settings_in
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
 # derives (derandomized) and keeps no example database, so the verdict is the same on every run and every
 # machine; a failure found once stays as an explicit `@example`. `make fuzz` loads "fuzz": a fresh seed per
-# round (`--hypothesis-seed`, printed by the Makefile), SLUICE_FUZZ_SCALE times the examples.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True)
+# round (`--hypothesis-seed`, printed by the Makefile), SLUICE_FUZZ_SCALE times the examples. Neither has a
+# deadline: Hypothesis's 200 ms per example is a wall-clock assertion a loaded machine fails (then "Flaky").
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+settings.register_profile("fuzz", derandomize=False, database=None, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("SLUICE_HYPOTHESIS_PROFILE", "ci"))
 
 
