@@ -13,7 +13,7 @@ from hypothesis import settings
 
 from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
-from testkit.sluice import MODEL, running_sluice
+from testkit.sluice import GRAMMAR_COMPILE_LIMIT_S, MODEL, running_sluice
 from tests.gateway.dashboard.served import served_gateway, settings_in
 
 # `make test` loads "ci": every property test (hypothesis, schemathesis) replays the examples its own seed
@@ -81,7 +81,8 @@ def sluice_on_smol(tmp_path_factory):
     batches or prefill chunks differ (README, "The default compute path"). The modules make their own teams and
     keys for what they change; the rejection budget is wide, since their bad requests add up on the default key."""
     exact = ('rejections_per_minute = 100000\n'
-             f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n')
+             f'[[models]]\nname = "{MODEL}"\nquantization = "none"\ndtype = "float32"\n'
+             f'grammar_compile_timeout_s = {GRAMMAR_COMPILE_LIMIT_S}\n')  # structured output: not about that limit
     with running_sluice(tmp_path_factory.mktemp("smol"), config=exact) as server:
         yield server
 
