@@ -46,7 +46,7 @@ def ledger_records(server: SluiceServer) -> list[dict]:
             return records
 
 
-def wait_for_records(server: SluiceServer, count: int, timeout: float = 60.0) -> list[dict]:
+def wait_for_records(server: SluiceServer, count: int, timeout: float = 120.0) -> list[dict]:
     """The ledger's records once it holds at least `count` (the shipper moves them from the WAL in batches), or
     what it holds after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -309,7 +309,9 @@ def _verify(server: SluiceServer, key: str, team: dict, calls: list[Call], promp
             assert (r["error_status"], r["error_code"]) == (500, "internal_error"), r  # no error to name
         check_priced(r)
     by_id = {r["request_id"]: r for r in records}
-    done_logs = [e["request_id"] for e in server.log_events("request_done")]
+    named = {c.request_id for c in billed}
+    done_logs = [e["request_id"] for e in server.log_events_once(
+        "request_done", lambda found: named <= {e["request_id"] for e in found})]
     for c in calls:
         if c.expect is None:
             assert c.request_id not in by_id
@@ -478,13 +480,13 @@ async def test_postgres_outage_mid_run_bills_every_completed_request_exactly_onc
                 # stay down until requests that started during the outage completed (the WAL path)
                 while sum(c.complete and c.started > down_at + 0.5 for c in calls) < 10:
                     await asyncio.sleep(0.1)
-                    assert time.monotonic() - down_at < 90, "no request completed while PostgreSQL was down"
+                    assert time.monotonic() - down_at < 180, "no request completed while PostgreSQL was down"
                 up_at = time.monotonic()
                 await asyncio.to_thread(postgres.start)
                 back_at = time.monotonic()
                 while sum(c.complete and c.started > back_at for c in calls) < 10:  # service resumes
                     await asyncio.sleep(0.1)
-                    assert time.monotonic() - back_at < 60, "no request succeeded after PostgreSQL came back"
+                    assert time.monotonic() - back_at < 180, "no request succeeded after PostgreSQL came back"
             finally:
                 stop.set()
                 await runner

@@ -67,8 +67,13 @@ def test_revocation_through_one_gateway_is_seen_by_the_other_within_a_second(gat
     assert httpx.get(f"{second.url}/v1/models", headers=headers).status_code == 200
     httpx.delete(f"{first.url}/admin/keys/{created['id']}", headers={"authorization": f"Bearer {ADMIN_KEY}"})
     revoked_at = time.monotonic()
-    while httpx.get(f"{second.url}/v1/models", headers=headers).status_code == 200:
-        assert time.monotonic() - revoked_at < 1.0, "revocation not seen by the second gateway within 1 s"
+    while True:
+        # a request sent a second after the revocation must not be served, however long a loaded machine
+        # takes to answer it
+        sent = time.monotonic()
+        if httpx.get(f"{second.url}/v1/models", headers=headers, timeout=60).status_code != 200:
+            break
+        assert sent - revoked_at < 1.0, "revocation not seen by the second gateway within 1 s"
         time.sleep(0.02)
     assert httpx.get(f"{second.url}/v1/models", headers=headers).status_code == 401
 

@@ -187,7 +187,7 @@ def test_worker_killed_is_restarted_and_health_recovers(tmp_path):
     with running_sluice(tmp_path / "kill") as server:
         pid = server.worker_pids()[-1]
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # bounds a failing test only: the loop ends as the gateway notices
         while httpx.get(f"{server.url}/health").status_code == 200 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert httpx.get(f"{server.url}/health").status_code == 503
@@ -203,8 +203,8 @@ def test_sigterm_stops_gateway_and_workers(tmp_path):
     workers = server.worker_pids()
     # uvicorn shuts down gracefully, then re-raises the signal so the exit status reports it
     assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
-    assert server.log_events("gateway_stopped")
-    deadline = time.monotonic() + 10
+    assert server.log_events_once("gateway_stopped", bool)  # its last line, read off the pipe a moment later
+    deadline = time.monotonic() + 60  # a worker's own shutdown, slow on a loaded machine
     while any(pid_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(pid_alive(p) for p in workers)
@@ -214,7 +214,7 @@ def test_sigkill_of_gateway_leaves_no_orphan_worker(tmp_path):
     server = start_sluice(tmp_path / "orphan")
     workers = server.worker_pids()
     server.stop(signal.SIGKILL)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a worker's own shutdown, slow on a loaded machine
     while any(pid_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(pid_alive(p) for p in workers)
@@ -247,7 +247,7 @@ def test_operator_cli_shares_the_servers_database(sluice_on_smol):
     assert httpx.get(f"{sluice_on_smol.url}/v1/models", headers=headers).status_code == 200
     assert created["key"] not in _cli(sluice_on_smol, "keys", "list", "--json").stdout  # shown once, never again
     _cli(sluice_on_smol, "keys", "revoke", created["id"])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # the 1 s promise has its own test (tests/auth/test_cross_process.py)
     models = f"{sluice_on_smol.url}/v1/models"
     while httpx.get(models, headers=headers).status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -67,7 +67,7 @@ def test_a_gateway_serves_while_ecs_throttles_and_a_missing_service_fails_only_i
         def alive() -> bool:
             assert gateway.process.poll() is None, gateway.output[-3000:]
             try:
-                return httpx.get(f"{gateway.url}/livez", timeout=5).status_code == 200
+                return httpx.get(f"{gateway.url}/livez", timeout=30).status_code == 200
             except httpx.HTTPError:
                 return False
 

@@ -69,7 +69,7 @@ async def test_the_same_request_id_twice_is_two_ledger_records(gateway_app, work
     for _ in range(2):
         assert (await gateway_app.post("/generate", json=body("/generate"), headers=headers)).status_code == 200
     shipped = []
-    for _ in range(200):  # the ledger ships its local log to the database in the background
+    for _ in range(1200):  # the ledger ships its local log to the database in the background
         records = (await gateway_app.get("/admin/usage/records", headers=gateway_app.admin_headers)).json()["data"]
         shipped = [r for r in records if r["route"] == "/generate"]
         if len(shipped) >= 2:

@@ -34,7 +34,7 @@ async def app_with_private_endpoint(gateway_settings, worker):
     private = EndpointSpec(name=PRIVATE, provisioner=StaticProvisioning(urls=[DOWN]), team_id=another_team)
     models = [private, EndpointSpec(name=MODEL, provisioner=StaticProvisioning(urls=[worker.url]))]
     async with app_client(msgspec.structs.replace(gateway_settings, models=models)) as client:
-        deadline = time.monotonic() + 10  # ready first: a call would wait for it (gateway/serving/worker_client.py)
+        deadline = time.monotonic() + 120  # ready first: a call would wait for it (gateway/serving/worker_client.py)
         while (await client.get(f"/admin/endpoints/{MODEL}", headers=client.admin_headers)).json()["state"] != "ready":
             assert time.monotonic() < deadline, "the worker never became ready"
             await asyncio.sleep(0.02)

@@ -123,7 +123,7 @@ async def test_a_silent_worker_is_a_connection_error_after_the_read_timeout():
         writer.write(STREAM_HEAD + b"8\r\n{\"a\":1}\n\r\n")  # one event, then nothing
 
     async with Worker(silent) as url:
-        worker = WorkerHTTP(url, {}, read_timeout=0.2)
+        worker = WorkerHTTP(url, {}, read_timeout=1.0)
         lines = []
         with pytest.raises(WorkerConnectionError, match="read timeout"):
             async with worker.post("/generate", b"{}") as response:

@@ -205,8 +205,12 @@ def test_the_network_admits_the_internet_only_at_the_alb(applied_local_env: Appl
 
 # the test's timers laid into the rendered config: a task has 3 s to become reachable (600 s by default),
 # the queue depth is sent every half second (60 s)
+# The request gives up waiting (SCALE_UP_WAIT_S) before the replica nobody placed is given up (START_TIMEOUT_S,
+# counted from the scale-up, which comes after the request): so it ends "starting". The test sees it waiting in
+# between: seconds, not a hair, on a loaded machine.
+SCALE_UP_WAIT_S, START_TIMEOUT_S = 8, 12
 TEST_TIMERS = ("\n[scaling]\nstable_window_seconds = 1\npanic_window_seconds = 0.5\ntick_seconds = 0.1\n"
-               "ecs_start_timeout_seconds = 3\nstandby_worker = false\n")
+               f"ecs_start_timeout_seconds = {START_TIMEOUT_S}\nstandby_worker = false\n")
 # what ECS injects from Secrets Manager: the rendered config prints no key (print_bootstrap_keys = false)
 ADMIN_KEY = "operator-admin-key-from-secrets-manager-0123456789"
 ENDPOINT = "tiny/random-llama"
@@ -264,24 +268,25 @@ def test_a_gateway_configured_by_terraform_wakes_the_worker_service_and_publishe
 
         assert state()["state"] == "scaled_to_zero" and desired() == 0
         answers = []
+        waits = {**headers, "x-scale-up-timeout": str(SCALE_UP_WAIT_S)}
         request = threading.Thread(target=lambda: answers.append(httpx.post(
-            f"{sluice.url}/v1/completions", headers={**headers, "x-scale-up-timeout": "2"}, timeout=30,
+            f"{sluice.url}/v1/completions", headers=waits, timeout=120,
             json={"model": ENDPOINT, "prompt": "Hi", "max_tokens": 4})))
         request.start()
         try:
-            _until(lambda: desired() == 1, 10, "the service's scale-up")
+            _until(lambda: desired() == 1, SCALE_UP_WAIT_S, "the service's scale-up")
             waiting = state()
             assert waiting["state"] == "starting" and waiting["waiting"] == 1
         finally:
-            request.join(timeout=30)
+            request.join(timeout=120)
         (answer,) = answers
         assert answer.status_code == 503 and "retry-after" in answer.headers, answer.text
         error = answer.json()["error"]
         assert error["code"] == "scale_up_timeout" and error["endpoint_state"] == "starting"
-        _until(lambda: desired() == 0, 15, "the service's scale-in")
-        _until(lambda: state()["state"] == "scaled_to_zero", 5, "the endpoint's sleep")
+        _until(lambda: desired() == 0, 120, "the service's scale-in")
+        _until(lambda: state()["state"] == "scaled_to_zero", 120, "the endpoint's sleep")
         given_up = sluice.log_events("replica_start_failed")
-        assert [e["reason"] for e in given_up] == ["no capacity: it got no address in 3 s"]
+        assert [e["reason"] for e in given_up] == [f"no capacity: it got no address in {START_TIMEOUT_S} s"]
         assert desired() == 0 and httpx.get(f"{sluice.url}/health", timeout=10).status_code == 200
     cloudwatch = aws.client("cloudwatch")
     alarm = cloudwatch.describe_alarms(AlarmNames=["sluice-local-activator-queue-depth"])["MetricAlarms"][0]

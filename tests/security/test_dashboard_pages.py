@@ -19,7 +19,7 @@ from playwright.async_api import async_playwright
 
 from gateway.dashboard.fields import MAX_DIGITS
 from tests.billing.factory import usage
-from tests.gateway.dashboard.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.gateway.dashboard.browser import CHROMIUM, CHROMIUM_ARGS, WAIT_MS
 from tests.gateway.dashboard.served import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
@@ -172,9 +172,10 @@ async def test_chromium_back_after_sign_out_shows_nothing_and_no_page_breaks_the
     violations: list[str] = []
     async with async_playwright() as playwright:
         # Playwright turns the back/forward cache off by default; a user's browser has it on
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=WAIT_MS,
                                                    ignore_default_args=["--disable-back-forward-cache"])
         context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="Asia/Kolkata")
+        context.set_default_timeout(WAIT_MS)
         await context.expose_function("cspViolation", lambda line: violations.append(line))
         await context.add_init_script(VIOLATIONS)
         page = await context.new_page()

@@ -48,7 +48,10 @@ def stub_served(tmp_path_factory):
 def test_concurrency_counts_every_prompt_of_a_request(stub_served):
     server, worker = stub_served
     headers = team_key(server, "four-slots", {"max_concurrency": 4})
-    worker.replies = [Reply(tokens("a b c"), pause_s=0.4)]  # each of the four streams stays a while
+    # each of the four streams is held after its first event until the refusal is seen (a stream that only
+    # lasted a while could end first on a loaded machine)
+    worker.release.clear()
+    worker.replies = [Reply(tokens("a b c"), hold_after=1)]
     answers: list[httpx.Response] = []
     first = threading.Thread(target=lambda: answers.append(httpx.post(
         f"{server.url}/v1/completions", json={"model": STUB_MODEL, "prompt": ["a", "b", "c", "d"], "max_tokens": 3},
@@ -64,6 +67,7 @@ def test_concurrency_counts_every_prompt_of_a_request(stub_served):
         assert refused.status_code == 429, refused.text
         assert "4 of its 4 concurrent sequences" in refused.json()["error"]["message"]
     finally:
+        worker.release.set()
         first.join(timeout=60)
     assert answers and answers[0].status_code == 200, answers
     worker.replies = [Reply(tokens("a"))]

@@ -198,8 +198,8 @@ def test_a_body_that_stalls_is_cut_at_the_body_timeout(server):
     assert complete(server, "127.0.0.7").status_code == 200
     # the app heard a client gone mid-body: a refusal in its log, not a fault with a traceback
     assert not server.log_events("unhandled_error")
-    assert {(e["status"], e["error"]) for e in server.log_events("request_done") if e["http_status"] == 408} == {
-        ("rejected", "body_incomplete")}
+    cut = server.log_events_once("request_done", lambda found: any(e["http_status"] == 408 for e in found))
+    assert {(e["status"], e["error"]) for e in cut if e["http_status"] == 408} == {("rejected", "body_incomplete")}
 
 
 def head_with(extra: int) -> bytes:
@@ -270,7 +270,7 @@ def test_one_address_gets_its_share_of_connections_and_no_more(server):
             sock.sendall(request)
             assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
             held.append(sock)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # the closed ones are given back to their address
         if complete(server, "127.0.0.2").status_code == 200:
             break

@@ -164,7 +164,8 @@ async def test_the_sender_checks_again_and_reaches_no_internal_address(listener)
         await sender.close()
     assert listener.accepted == 0
     # the listener does count: the operator's allowed network reaches it
-    allowed = AlertSender(BudgetAlertSettings(timeout_s=1.0, attempts=1, webhook_networks=["127.0.0.0/8"]))
+    # the listener closes what it accepts, so the send ends then; a short timeout would race its accept
+    allowed = AlertSender(BudgetAlertSettings(timeout_s=30.0, attempts=1, webhook_networks=["127.0.0.0/8"]))
     try:
         await allowed.send(alert(), f"https://127.0.0.1:{listener.port}/hook", [])
     finally:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from testkit.admin import admin
-from testkit.sluice import running_sluice
+from testkit.sluice import GRAMMAR_COMPILE_LIMIT_S, running_sluice
 from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("reservation")
     tiny = write_tiny_model(root / "tiny", positions=8192)
     config = (f'[[models]]\nname = "{MODEL}"\nsource = "{tiny}"\nthreads = 1\ndecode_threads = 1\n'
-              'max_batch_size = 8\nmax_context = 8192\n')
+              f'max_batch_size = 8\nmax_context = 8192\ngrammar_compile_timeout_s = {GRAMMAR_COMPILE_LIMIT_S}\n')
     with running_sluice(root / "data", config=config, env={"SLUICE_LOG_FORMAT": "json"}) as running:
         yield running
 

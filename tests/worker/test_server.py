@@ -40,6 +40,7 @@ from worker.engine.native.build import compiler
 from worker.server import MAX_DETOKENIZE_TOKENS, MAX_TOKENIZE_CHARS, create_worker_app
 
 SECRET = "worker-test-secret"
+HOLD_S = 120  # longer than /health takes on any machine: a hold that ran out would put the tokenize first
 
 
 def _info(engine) -> ModelInfo:
@@ -84,7 +85,7 @@ class _HeldTokenizer:
 
     def __call__(self, *args, **kwargs):
         self.entered.set()
-        self.release.wait(timeout=20)
+        self.release.wait(timeout=HOLD_S)
         return self._tokenizer(*args, **kwargs)
 
     def __getattr__(self, name):
@@ -93,7 +94,7 @@ class _HeldTokenizer:
 
 async def test_a_long_tokenize_does_not_stall_the_event_loop(engine, app, monkeypatch):
     """While a tokenize is in progress, /health is answered. The server runs on this test's own event
-    loop: on the loop, the held tokenize held it (and this test) until its 20 s hold ran out, and its answer
+    loop: on the loop, the held tokenize held it (and this test) until its hold ran out, and its answer
     came first."""
     held = _HeldTokenizer(engine.tokenizer)
     monkeypatch.setattr(engine, "tokenizer", held)
@@ -113,7 +114,7 @@ async def test_a_long_tokenize_does_not_stall_the_event_loop(engine, app, monkey
                     return await response.aread()
 
             tokenizing = asyncio.create_task(tokenize())
-            assert await asyncio.to_thread(held.entered.wait, 20), "the tokenize never reached the tokenizer"
+            assert await asyncio.to_thread(held.entered.wait, HOLD_S), "the tokenize never reached the tokenizer"
             health = await client.get("/health")
             order.append("health answered")
             held.release.set()

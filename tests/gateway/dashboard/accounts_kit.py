@@ -19,7 +19,7 @@ _LINK = re.compile(r"https?://\S+/dashboard/[a-z/-]+\?token=[A-Za-z0-9_-]+")
 
 def mailing_settings(folder, mail):
     settings = settings_in(folder)
-    alerts = BudgetAlertSettings(smtp_host=mail.host, smtp_port=mail.port, smtp_starttls=False, timeout_s=5.0,
+    alerts = BudgetAlertSettings(smtp_host=mail.host, smtp_port=mail.port, smtp_starttls=False, timeout_s=30.0,
                                  smtp_from="sluice@example.com")
     return msgspec.structs.replace(settings, budget_alerts=alerts)
 

@@ -205,7 +205,8 @@ async def test_a_failed_endpoint_answers_at_once_and_ends_every_wait():
     started = time.monotonic()
     with pytest.raises(EndpointUnavailable) as caught:
         await endpoint.activator.acquire(soon(60))
-    assert time.monotonic() - started < 1 and caught.value.code == "endpoint_failed"
+    # at once, not at its deadline a minute away (a margin no loaded machine uses up)
+    assert time.monotonic() - started < 10 and caught.value.code == "endpoint_failed"
     assert caught.value.reason == "weights failed to load: no such file"
 
 
@@ -275,7 +276,10 @@ async def test_keepalives_while_waiting_then_the_lease():
                 return step
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.18)
+    started = time.monotonic()
+    # two keepalives and 150 ms of waiting, however few of its 50 ms ticks a loaded machine gave the wait
+    while sum(isinstance(s, StillWaiting) for s in steps) < 2 or time.monotonic() - started < 0.18:
+        await asyncio.sleep(0.01)
     endpoint.ready(endpoint.replica(ready=False))
     lease = await task
     keepalives = [s for s in steps if isinstance(s, StillWaiting)]

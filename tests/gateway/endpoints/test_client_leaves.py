@@ -32,7 +32,7 @@ async def waiting(client) -> int:
     return status.json()["waiting"]
 
 
-async def until(condition, what: str, timeout: float = 20.0) -> None:
+async def until(condition, what: str, timeout: float = 120.0) -> None:
     """Polls `condition` (a coroutine function); the timeout only bounds a failing test."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

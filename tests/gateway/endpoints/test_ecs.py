@@ -42,7 +42,7 @@ from testkit.played_ecs import (
 from testkit.servers import free_port
 from testkit.sluice import REPO, pid_alive
 from testkit.tiny_model import write_tiny_model
-from tests.gateway.endpoints.helpers import FAST, complete, until
+from tests.gateway.endpoints.helpers import FAST, START_S, complete, until
 
 
 def worker_process(model_dir: Path, data_dir: Path):
@@ -96,10 +96,10 @@ async def test_desired_count_follows_the_autoscaler_and_requests_reach_the_tasks
             assert lease.replica.replica_id == task_arn and desired_count(ecs) == 1
             worker = played.workers[task_arn].handle
             await until(lambda: endpoint.state == "scaled_to_zero", 60, "the idle scale-in")
-            await until(lambda: desired_count(ecs) == 0 and not played.workers, 30, "the task's stop")
+            await until(lambda: desired_count(ecs) == 0 and not played.workers, START_S, "the task's stop")
             stopped = ecs.describe_tasks(cluster=CLUSTER, tasks=[task_arn])["tasks"][0]
             assert stopped["lastStatus"] == "STOPPED" and "sluice" in stopped["stoppedReason"]
-            await until(lambda: not pid_alive(worker.pid), 30, "the worker's exit")
+            await until(lambda: not pid_alive(worker.pid), START_S, "the worker's exit")
             assert played.desired_seen == [0, 1, 0]
         finally:
             await endpoints.drain_and_stop()
@@ -147,7 +147,7 @@ async def test_scale_in_protects_every_kept_task_so_ecs_stops_only_the_drained_o
                    surplus_grace_s=0) as played:
         def after_update_service(**_) -> None:  # ECS's scheduler gets its moment between the two calls
             seen = len(played.desired_seen)
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + START_S
             while len(played.desired_seen) == seen and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)  # a few more of its passes
@@ -157,12 +157,12 @@ async def test_scale_in_protects_every_kept_task_so_ecs_stops_only_the_drained_o
                                      resolve=played.resolve, client=client)
         await provisioner.open()
         await provisioner.add(2)
-        await until(lambda: len(played.workers) == 2, 10, "two running tasks")
+        await until(lambda: len(played.workers) == 2, START_S, "two running tasks")
         assert all(r.url for r in (await provisioner.observe()).replicas)
         listed = ecs.list_tasks(cluster=CLUSTER, desiredStatus="RUNNING")["taskArns"]
         drained, busy = listed[0], listed[-1]
         await provisioner.remove(drained)
-        await until(lambda: set(played.workers) == {busy}, 10, "the drained task's stop")
+        await until(lambda: set(played.workers) == {busy}, START_S, "the drained task's stop")
         await asyncio.sleep(0.5)  # the scheduler's next passes change nothing
         assert set(played.workers) == {busy} and sorted(played.started) == sorted(listed)
         assert desired_count(ecs) == 1

@@ -91,8 +91,8 @@ async def test_an_idle_endpoint_goes_back_to_zero_and_the_next_request_wakes_it(
     try:
         events, _ = await complete(endpoints, endpoint, 0)
         pid = processes(endpoint)[0].pid
-        await until(lambda: endpoint.state == "scaled_to_zero", 30, "scale to zero")
-        await until(lambda: not pid_alive(pid), 20, "the worker's exit")
+        await until(lambda: endpoint.state == "scaled_to_zero", START_S, "scale to zero")
+        await until(lambda: not pid_alive(pid), START_S, "the worker's exit")
         assert processes(endpoint) == [] and endpoints.healthy()
         events, lease = await complete(endpoints, endpoint, 1)
         assert isinstance(events[-1], Done) and lease.cold_start_ms > 0
@@ -115,7 +115,7 @@ async def test_a_source_that_does_not_load_fails_the_endpoint_and_refuses_at_onc
         started = time.monotonic()
         with pytest.raises(EndpointUnavailable, match="failed"):
             await endpoint.activator.acquire(time.monotonic() + START_S)
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 10  # at once, not at the deadline: a margin no loaded machine uses up
         status = endpoints.get("broken/model")
         assert (status.state, status.replicas.starting) == ("failed", 0) and not endpoints.healthy()
         assert fatal == []  # it may sleep: not the embedded single-model setup
@@ -169,16 +169,16 @@ async def test_a_scale_down_during_running_streams_cuts_none(tmp_path, tiny):
     endpoints, endpoint = await two_ready_replicas(tmp_path, tiny, drain_seconds=60)
     try:
         streams = [asyncio.create_task(complete(endpoints, endpoint, i, tokens=24, pause=0.1)) for i in range(8)]
-        await until(lambda: sum(r.in_flight for r in endpoint.pool.replicas) == 8, 30, "eight streams")
+        await until(lambda: sum(r.in_flight for r in endpoint.pool.replicas) == 8, START_S, "eight streams")
         before = {p.pid for p in processes(endpoint)}
         await endpoints.patch("tiny/llama", {"min_replicas": 1, "max_replicas": 1})
-        await until(lambda: endpoints.get("tiny/llama").replicas.draining == 1, 10, "a draining replica")
+        await until(lambda: endpoints.get("tiny/llama").replicas.draining == 1, START_S, "a draining replica")
         results = await asyncio.gather(*streams)
         for events, _ in results:  # every stream ran to its end
             assert isinstance(events[-1], Done) and sum(isinstance(e, Token) for e in events) == 24
-        await until(lambda: len(processes(endpoint)) == 1, 30, "the drained replica's stop")
+        await until(lambda: len(processes(endpoint)) == 1, START_S, "the drained replica's stop")
         stopped = before - {p.pid for p in processes(endpoint)}
-        await until(lambda: not any(pid_alive(pid) for pid in stopped), 20, "its process exit")
+        await until(lambda: not any(pid_alive(pid) for pid in stopped), START_S, "its process exit")
     finally:
         await endpoints.drain_and_stop()
 
@@ -209,9 +209,9 @@ async def test_sigkill_of_a_replica_moves_waiting_requests_and_cuts_the_streamin
             return relayed, None
 
         streaming = asyncio.create_task(on_doomed(0, tokens=200, freeze=True))
-        await asyncio.wait_for(frozen.wait(), 30)
+        await asyncio.wait_for(frozen.wait(), START_S)
         waiting = [asyncio.create_task(on_doomed(i, tokens=6)) for i in range(1, 5)]
-        await until(lambda: doomed.in_flight == 5, 30, "four more requests on the frozen replica")
+        await until(lambda: doomed.in_flight == 5, START_S, "four more requests on the frozen replica")
         await asyncio.sleep(0.5)  # their bodies reach the frozen worker's socket; none can get a first token
         os.kill(pid, signal.SIGKILL)
         relayed, lost = await streaming
@@ -255,7 +255,7 @@ async def test_drain_and_stop_lets_every_stream_finish(tmp_path, tiny):
     endpoint = endpoints.resolve("tiny/llama", None)
     await until(lambda: endpoint.state == "ready", START_S, "the replica")
     streams = [asyncio.create_task(complete(endpoints, endpoint, i, tokens=20, pause=0.05)) for i in range(4)]
-    await until(lambda: sum(r.in_flight for r in endpoint.pool.replicas) == 4, 30, "four streams")
+    await until(lambda: sum(r.in_flight for r in endpoint.pool.replicas) == 4, START_S, "four streams")
     pids = [p.pid for p in processes(endpoint)]
     await endpoints.drain_and_stop()  # what SIGTERM runs
     for events, _ in await asyncio.gather(*streams):

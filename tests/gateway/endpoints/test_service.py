@@ -17,7 +17,7 @@ from gateway.endpoints.spec import parse_endpoint
 from gateway.serving.model_aliases import endpoint_named
 from gateway.serving.worker_client import WorkerClient
 from testkit.servers import free_port
-from tests.gateway.endpoints.helpers import FAST, generate, until
+from tests.gateway.endpoints.helpers import FAST, START_S, generate, until
 
 TEAM_A = Principal(key_id="key-a", team_id="team-a", user_id=None, is_admin=False)
 TEAM_B = Principal(key_id="key-b", team_id="team-b", user_id=None, is_admin=False)
@@ -47,7 +47,7 @@ async def test_create_patch_delete_and_a_restart_keeps_them(store_url, tmp_path,
                                           "max_wait_seconds": 5})
         assert created.name == "org/model-a" and created.spec.max_wait_seconds == 5
         await endpoints.create({"name": "org/model-b", "provisioner": static(workers[1].url)})
-        await until(lambda: endpoints.get("org/model-a").state == "ready", 10, "the stub's readiness")
+        await until(lambda: endpoints.get("org/model-a").state == "ready", START_S, "the stub's readiness")
         patched = await endpoints.patch("org/model-a", {"max_wait_seconds": 9, "team_id": "team-a"})
         assert patched.spec.max_wait_seconds == 9 and patched.spec.team_id == "team-a"
         await endpoints.delete("org/model-b")
@@ -122,9 +122,9 @@ async def test_a_request_through_the_seam_and_the_health_rule(store_url, tmp_pat
         assert endpoints.get("org/unreachable").state == "starting" and not endpoints.healthy()
         await endpoints.delete("org/unreachable")
         await endpoints.create({"name": "org/static", "provisioner": static(workers[0].url)})
-        await until(endpoints.healthy, 10, "health")
+        await until(endpoints.healthy, START_S, "health")
         endpoint = endpoints.resolve("org/static", TEAM_A)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + START_S
         lease = await endpoint.activator.acquire(deadline)
         assert lease.cold_start_ms == 0
         events = [e async for e in WorkerClient(endpoints).stream(endpoint, lease, generate(1), deadline)]

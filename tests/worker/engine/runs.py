@@ -15,6 +15,7 @@ from common.protocol import (
     SamplingParams,
     Token,
 )
+from testkit.sluice import GRAMMAR_COMPILE_LIMIT_S
 
 
 @dataclass
@@ -78,10 +79,12 @@ def generate(engine, prompt=None, **params) -> Run:
 
 @contextlib.contextmanager
 def running_engine(smol, worker_id: str, **config):
-    """A started Engine on the shared weights, stopped on exit."""
+    """A started Engine on the shared weights, stopped on exit; a grammar compile limit that cannot trip unless
+    the test sets its own."""
     from common.protocol import ModelConfig
     from worker.engine.engine import Engine
 
+    config.setdefault("grammar_compile_timeout_s", GRAMMAR_COMPILE_LIMIT_S)
     running = Engine(smol, ModelConfig(**config), worker_id)
     running.start()
     try:
