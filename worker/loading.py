@@ -32,6 +32,7 @@ from worker.known_chat_templates import fill_chat_template
 from worker.load_errors import ModelLoadError
 from worker.model_config_check import check_model_config
 from worker.settings import environment
+from worker.tokenizer_tables import drop_build_tables
 
 log = structlog.get_logger(__name__)
 
@@ -262,6 +263,7 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
                 model = load_direct(location, dtype, unread)
                 reader = WeightReader(location, dtype)
             tokenizer = tokenizing.result()
+            drop_build_tables(tokenizer)
         if model is None:  # bitsandbytes quantizes as transformers loads (a GGUF: dequantized by transformers)
             where = {"pretrained_model_name_or_path": gguf.parent, "gguf_file": gguf.name} if gguf else \
                 {"pretrained_model_name_or_path": location}

@@ -43,7 +43,18 @@ from worker.cpu_features import AVX512_VNNI, cpu_features, pick_cpu_default
 from worker.engine.native.build import FLAGS, NativeUnavailable, compiler, load_library
 from worker.engine.native.install import install_native
 from worker.engine.native.model import KV_DTYPE, NativeForward, NativeUnsupported
-from worker.engine.native.pack import EXACT_4BIT, PICK_ROWS, SLICE_ROWS, pack4, pack8, pick, pick_slices, relative_error
+from worker.engine.native.pack import (
+    EXACT_4BIT,
+    PICK_ROWS,
+    SLICE_ROWS,
+    fixed_slices,
+    pack4,
+    pack8,
+    pack_fixed,
+    pick,
+    pick_slices,
+    relative_error,
+)
 from worker.engine.native.packed_torch import PackedEmbedding, PackedLinear
 from worker.engine.runner import ModelRunner
 from worker.engine.w8a8 import Int8Linear
@@ -205,6 +216,47 @@ def test_pick_of_slices_read_one_at_a_time_packs_as_pick_of_the_whole():
         pick_slices(lambda: iter([]), 5)
     with pytest.raises(ValueError, match="whole tiles"):  # a ragged slice before the last
         pick_slices(lambda: iter(exact.split(SLICE_ROWS - 1)), len(exact))
+
+
+def test_a_fixed_width_packs_a_matrix_4_bits_do_not_reproduce_and_round_trips_one_they_do():
+    """A family's `vocab_bits`: `pack_fixed` packs in that width whatever `pick` would choose (Gemma 3's Q8_0
+    vocabulary in 4 bits), its scales fitted to the codes (less squared error than pack4's range); a matrix 4 bits
+    reproduce comes back as it was; read a slice at a time (`fixed_slices`, a GGUF's rows) it packs the same
+    bytes; and 8 bits hold a matrix 4 would reproduce too."""
+    weight = torch.randn(2 * PICK_ROWS + 3, 64, generator=torch.Generator().manual_seed(12))
+    four = pack_fixed(weight, 4)
+    assert pick(weight).bits == 8 and (four.bits, four.rows, four.cols) == (4, len(weight), 64)
+    assert relative_error(four, weight) > EXACT_4BIT
+    fitted, ranged = (float((packed.dequantize() - weight).square().sum()) for packed in (four, pack4(weight)))
+    assert fitted < 0.95 * ranged
+    sliced = fixed_slices(lambda: iter(weight.split(SLICE_ROWS)), len(weight), 4)
+    assert sliced.bits == 4 and sliced.rows == four.rows and torch.equal(sliced.tiles, four.tiles)
+    exact = pack4(weight).dequantize()
+    assert relative_error(pack_fixed(exact, 4), exact) < EXACT_4BIT
+    assert pick(exact).bits == 4 and pack_fixed(exact, 8).bits == 8
+    assert relative_error(pack_fixed(exact, 8), exact) < 0.5 / 127 + 1e-6
+    with pytest.raises(ValueError, match="whole tiles"):
+        fixed_slices(lambda: iter(weight.split(SLICE_ROWS - 1)), len(weight), 4)
+
+
+def test_a_familys_vocab_bits_sets_the_vocabulary_matrices_alone_and_keys_the_pack_cache(tmp_path):
+    """`vocab_bits = 4` packs the vocabulary projection (and an untied embedding) in 4 bits where `pick` gives 8,
+    leaves the layers' matrices as `pick` has them, and is part of the pack cache's recipe: a start with it does
+    not read back the 8-bit vocabulary an earlier start kept, nor the other way round."""
+    def runner(bits: int | None) -> ModelRunner:
+        built = ModelRunner(_tiny_llama(3), 2, 64, kv_dtype=KV_DTYPE)
+        built.family = dataclasses.replace(built.family, vocab_bits=bits)
+        return built
+
+    for bits, vocabulary in ((None, 8), (4, 4), (None, 8), (8, 8)):
+        native = install_native(runner(bits), 1, cache=tmp_path, weights_id="tiny-3")
+        assert {name: m.bits for name, m in native.matrices.items()} == {
+            **{f"{layer}.{part}": 4 for layer in (0, 1) for part in ("qkv", "o", "gate_up", "down")},
+            "lm_head": vocabulary, "embed": vocabulary}
+    entries = [entry for entry in (tmp_path / "q4-packed").iterdir() if not entry.name.startswith(".")]
+    assert len(entries) == 3  # None, 4 and 8: three recipes
+    with pytest.raises(NativeUnsupported, match="4 or 8 bits, not 6"):
+        install_native(runner(6))
 
 
 def test_prefill_in_chunks_matches_one_torch_prefill(tiny_pair):

@@ -47,6 +47,10 @@ class Family:
     softcap: bool = False  # config.attn_logit_softcapping and config.final_logit_softcapping
     moe: bool = False  # the MLP is a top-k mixture of experts (moe.py)
     moe_normalised: str | None = None  # the config flag that renormalises the top-k router weights; None = always
+    # q4's vocabulary matrix (and an untied embedding) in this many bits whether or not 4-bit groups reproduce it;
+    # None: as any matrix (4 bits where exact, else 8). 4 where the vocabulary is most of a token's reads and the
+    # family's models keep the quality rule so (bench/vocab_bits.py); none does yet (Gemma 3 270M: 1.077x perplexity)
+    vocab_bits: int | None = None
 
     @property
     def gated(self) -> bool:

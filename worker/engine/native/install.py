@@ -37,7 +37,9 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
         # packed from the file's 4-bit blocks (a GGUF read for an engine alone) or from float weights: not
         # always the same bytes, so not one entry
         blocks = "\0blocks" if deferred and hasattr(read, "four_bit") else ""
-        recipe = f"q4 {PACKED_FORMAT}\0{weights_id}\0{EXACT_4BIT}\0{sorted(matrix_sources(runner))}{blocks}"
+        vocab = "" if runner.family.vocab_bits is None else f"\0vocabulary {runner.family.vocab_bits}"
+        recipe = (f"q4 {PACKED_FORMAT}\0{weights_id}\0{EXACT_4BIT}\0{sorted(matrix_sources(runner))}{blocks}"
+                  f"{vocab}")
         matrices = _unflatten(cached_tensors(cache / PACKED_DIR, recipe,
                                              lambda: _flatten(packed_matrices(runner, read))))
     runner.native = NativeForward(runner, threads, matrices)

@@ -19,7 +19,7 @@ from torch import nn
 
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
-from worker.engine.native.pack import SLICE_ROWS, Packed, four_bit, pick, pick_slices
+from worker.engine.native.pack import SLICE_ROWS, Packed, fixed_slices, four_bit, pack_fixed, pick, pick_slices
 
 BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
 _ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1}  # the MLP gate's function: forward.c's `act`
@@ -28,6 +28,7 @@ _ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1}  # the MLP gate's
 _NORMS = {"rms": ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm"),
           "gemma": ("Gemma2RMSNorm", "Gemma3RMSNorm")}
 _MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
+VOCABULARY = ("lm_head", "embed")  # the packed matrices a family's `vocab_bits` sets
 
 
 class NativeUnsupported(RuntimeError):
@@ -115,6 +116,8 @@ def check_supported(runner) -> None:
         raise NativeUnsupported("q4 supports SiLU- or GELU(tanh)-gated MLPs and head_dim <= 1024")
     if len({plan.scale for plan in runner.plans}) != 1 or len({plan.softcap for plan in runner.plans}) != 1:
         raise NativeUnsupported("q4 needs one attention scale and soft-cap for every layer")
+    if runner.family.vocab_bits not in (None, 4, 8):
+        raise NativeUnsupported(f"q4 packs a vocabulary in 4 or 8 bits, not {runner.family.vocab_bits}")
     if runner.heads % runner.kv_heads:
         raise NativeUnsupported("q4 needs heads to be a multiple of kv_heads")
     for plan, fused in zip(runner.plans, runner.fused):
@@ -172,15 +175,20 @@ def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -
             return None
         return slices(f"{names[modules[0]]}.weight", SLICE_ROWS)
 
+    vocab_bits = runner.family.vocab_bits
+
     def packed(name: str, modules: list[nn.Module]) -> Packed:
         try:
-            stored = as_stored(modules)
+            fixed = vocab_bits if name in VOCABULARY else None
+            stored = as_stored(modules) if fixed in (None, 4) else None
             if stored is not None:
                 return stored
             slices = streamed(modules)
             if slices is not None:
-                return pick_slices(slices, modules[0].weight.shape[0])
-            return pick(torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0]))
+                rows = modules[0].weight.shape[0]
+                return pick_slices(slices, rows) if fixed is None else fixed_slices(slices, rows, fixed)
+            whole = torch.cat([weight(m) for m in modules]) if len(modules) > 1 else weight(modules[0])
+            return pick(whole) if fixed is None else pack_fixed(whole, fixed)
         except ValueError as error:  # weights pack.py cannot hold
             raise NativeUnsupported(f"q4 cannot pack {name}: {error}") from None
 

@@ -33,6 +33,7 @@ SCALE_BYTES = TILE_ROWS * 2 * 2  # a tile group's 16 half-float scales and 16 mi
 EXACT_4BIT = 1e-4  # a Q4_1 matrix re-packs to ~1e-7; one that was never 4-bit errs by ~1e-2
 PICK_ROWS = 4096  # rows `pick` packs at a time (whole tiles)
 SLICE_ROWS = 1024  # rows `pick_slices` reads at a time: its temporaries, a few MB
+FIT_ROUNDS = 6  # pack4_fitted's least-squares rounds (the error barely moves after 4)
 LARGEST_WEIGHT = 2.0 ** 15  # the 8-bit minimum (-128 x scale) of a larger one would pass float16's largest
 
 
@@ -142,6 +143,31 @@ def pack4(weight: torch.Tensor) -> Packed:
     return _tiled(codes.reshape(weight.shape[0], -1), scale, low, 4)
 
 
+def pack4_fitted(weight: torch.Tensor) -> Packed:
+    """4 bits for a matrix they do not reproduce (a family's `vocab_bits`): from `pack4`'s min / max, FIT_ROUNDS
+    rounds of each group's scale and minimum fitted by least squares to its codes, then the codes rounded again
+    to them: each half of a round lowers the group's squared error (Gemma 3's vocabulary: RMS 7% below pack4's,
+    its perplexity 1.08x float32's against 1.12x). A group 4 bits reproduce keeps its codes."""
+    groups = _groups(weight)
+    low = groups.amin(-1)
+    scale = (groups.amax(-1) - low) / 15
+    for _ in range(FIT_ROUNDS):
+        codes = _codes4(groups, scale, low)
+        mean_code, mean_weight = codes.mean(-1), groups.mean(-1)
+        spread = (codes * codes).mean(-1) - mean_code * mean_code
+        fitted = ((codes * groups).mean(-1) - mean_code * mean_weight) / spread.clamp_min(1e-12)
+        scale = torch.where(spread > 1e-6, fitted, scale)
+        low = mean_weight - scale * mean_code
+    scale, low = scale.half(), low.half()
+    codes = _codes4(groups, scale.float(), low.float()).to(torch.uint8)
+    return _tiled(codes.reshape(weight.shape[0], -1), scale, low, 4)
+
+
+def _codes4(groups: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return ((groups - low.unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp_(0, 15)
+
+
 def pack8(weight: torch.Tensor) -> Packed:
     groups = _groups(weight)
     scale = (groups.abs().amax(-1) / 127).half()
@@ -203,6 +229,17 @@ def pick_slices(slices: Callable[[], Iterable[torch.Tensor]], rows: int) -> Pack
     return _gathered((pack4(part) for part in slices()), rows)
 
 
+def pack_fixed(weight: torch.Tensor, bits: int) -> Packed:
+    """`weight` in `bits` (4 or 8) whether or not that reproduces it (a family's `vocab_bits`), PICK_ROWS rows at
+    a time."""
+    return _joined([_PACKERS[bits](part) for part in weight.detach().split(PICK_ROWS)])
+
+
+def fixed_slices(slices: Callable[[], Iterable[torch.Tensor]], rows: int, bits: int) -> Packed:
+    """`pack_fixed` of a matrix read a slice at a time (`pick_slices`' `slices`), in one pass."""
+    return _gathered((_PACKERS[bits](part) for part in slices()), rows)
+
+
 def _gathered(parts: Iterable[Packed], rows: int) -> Packed:
     """Slices' packs copied one by one into the whole matrix's tiles (a join would hold both)."""
     tiles, at, bits = None, 0, 0
@@ -217,6 +254,9 @@ def _gathered(parts: Iterable[Packed], rows: int) -> Packed:
     if tiles is None or at != tiles.shape[0]:
         raise ValueError(f"a projection's slices hold {at * TILE_ROWS} rows, not {rows}")
     return Packed(tiles, rows, bits)
+
+
+_PACKERS: dict[int, Callable[[torch.Tensor], Packed]] = {4: pack4_fitted, 8: pack8}
 
 
 def _joined(parts: list[Packed]) -> Packed:
