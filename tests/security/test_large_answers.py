@@ -34,6 +34,7 @@ from common.protocol import (
     encode_event,
 )
 from gateway.config import Settings
+from gateway.dialects.fast_path import BODY_PIECE, send_body
 from gateway.dialects.openai.chat import OpenAIChat
 from gateway.dialects.openai.completions import OpenAICompletions
 from gateway.dialects.responses.dialect import OpenAIResponses
@@ -188,6 +189,35 @@ async def test_the_loop_takes_a_turn_between_any_two_pieces_of_a_relayed_answer(
     assert b"".join(item.piece for _, item in pieces) == b"".join(encode_event(e) for e in events
                                                                   if isinstance(e, Token))
     assert sum(item.count for _, item in pieces) == CHOICES * TOKENS
+
+
+async def test_a_large_body_is_written_in_pieces_the_loop_free_between_them():
+    """A collected answer's body goes to the socket BODY_PIECE bytes at a time, views of the one body (no copies),
+    another task taking a turn of the loop between any two writes; a small body is one write, as before."""
+    body = bytes(range(256)) * (5 * BODY_PIECE // 256 + 7)
+    ticks, writes, sending = 0, [], True
+
+    async def other_work() -> None:
+        nonlocal ticks
+        while sending:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def send(message) -> None:
+        writes.append((ticks, message))
+
+    other = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    await send_body(send, body)
+    sending = False
+    await other
+    assert len(writes) == 6 and all(len(m["body"]) <= BODY_PIECE for _, m in writes)
+    assert b"".join(m["body"] for _, m in writes) == body
+    assert [m["more_body"] for _, m in writes] == [True] * 5 + [False]
+    assert all(before < after for (before, _), (after, _) in zip(writes, writes[1:])), [t for t, _ in writes]
+    writes.clear()
+    await send_body(send, b"{}")
+    assert [m for _, m in writes] == [{"type": "http.response.body", "body": b"{}", "more_body": False}]
 
 
 async def ticks_while_built(dialect, parsed, result: Result) -> tuple[int, bytes]:
