@@ -4,10 +4,8 @@ A collected answer of `n` = 32 with 20 top logprobs a token (12 MiB of JSON) tak
 decode, render and encode. On the event loop that second is every other team's; in a thread it still is, for the
 thread and the loop share one GIL (a thread rendering it kept `/livez` at 20-40x idle). So the work goes to a
 child process, which holds no lock of the gateway's: the loop only hands over the worker's lines and receives the
-body's bytes. The child runs at the SCHED_IDLE policy (`lower_priority`; RENDER_NICENESS steps below the gateway
-where that policy cannot be set): it takes only a core nothing else wants, and the kernel wakes the gateway onto a
-core the child holds at once. The price: on a host whose cores are all busy (local workers generating), a large
-answer renders in what they leave, and waits.
+body's bytes. The child runs RENDER_NICENESS steps below the gateway (`lower_priority`), so on a busy host the loop
+wins every contest for a core.
 
 One child, fed by one thread of turns (common/large_bodies.py's LargeBodyTurns, without its rest: the GIL is not
 what the child spends): owners (the team, else the key) are served round robin, so a team that keeps large answers
@@ -25,7 +23,6 @@ the body (a buffer grown and copied 64 KiB at a time) held the GIL for milliseco
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import multiprocessing
 import multiprocessing.process
@@ -63,12 +60,11 @@ def render(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) 
 
 
 def lower_priority() -> None:
-    """This process only on a core nothing else wants (SCHED_IDLE): it never takes one from the gateway's loop,
-    which a niceness alone does not promise (the kernel may let a niced process finish its slice first). Niced
-    as well, which is what remains where the policy cannot be set."""
+    """RENDER_NICENESS steps below the gateway: on a busy host the loop wins a core over this process. Not the
+    SCHED_IDLE policy, which would give it one only when nothing else wants one: beside local workers generating,
+    or another test's process, a large answer would wait for minutes (an idle-policy process gets a 300th of a
+    core beside one busy process of normal priority)."""
     os.nice(RENDER_NICENESS)
-    with contextlib.suppress(AttributeError, OSError):  # no SCHED_IDLE here (not Linux), or not allowed
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _serve(connection: Connection) -> None:
