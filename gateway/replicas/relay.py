@@ -10,7 +10,8 @@ dialect's stream error), never passed on as an event. A fault of ours (an unreac
 connection, an unreadable event, a refused worker secret) is told to the client in fixed words; its detail
 (addresses, exception text) goes to the log only. Events that arrive in a burst (a worker's buffered answer
 of thousands) are read YIELD_EVERY at a time, the event loop serving the other requests in between. A collected
-answer's token lines are passed on undecoded (`raw_tokens`: gateway/replicas/token_lines.py).
+answer's token lines are passed on undecoded and uncut (`raw_tokens`: gateway/replicas/token_lines.py), all that
+arrived read as one block, the loop taking a turn between blocks.
 
 An `exchange` fails the same way before its answer: unreachable, a 5xx or a retryable worker `Error` is
 `RetryElsewhere`; any other worker `Error` is the gateway's error. Moving a call to another replica is
@@ -39,15 +40,14 @@ from gateway.errors import (
     WorkerLost,
 )
 from gateway.replicas.pool import Replica
-from gateway.replicas.token_lines import TokenLines, grouped
-from gateway.replicas.transport import WorkerConnectionError
+from gateway.replicas.token_lines import TokenLines, token_runs
+from gateway.replicas.transport import WorkerConnectionError, WorkerResponse
 
 log = structlog.get_logger("gateway")
 # what a client is told of a worker fault: no worker address, no exception text (the log line has them)
 UNREACHABLE = "a worker of this model is unreachable; retry shortly"
 RETRYABLE_KINDS = {"overloaded", "unavailable", "internal", "unauthorized"}  # not "timeout": the deadline passed
 YIELD_EVERY = 256  # events decoded before the loop takes a turn when they come faster than it would anyway
-RAW_YIELD_EVERY = 4096  # undecoded token lines passed on before the loop takes a turn (about a millisecond)
 
 
 def retried_elsewhere(error: Error) -> bool:
@@ -91,18 +91,14 @@ async def attempt(replica: Replica, body: bytes, raw_tokens: bool = False) -> As
     token events come as TokenLines, undecoded (a collected answer's)."""
     relayed = False
     pending: Accepted | None = None  # held until the first token so a retry stays invisible
-    decoded = passed = 0
+    decoded = 0
     try:
         async with replica.worker.post("/generate", body) as response:
             if response.status_code != 200:
                 raise _refusal(response.status_code, await response.aread())
-            while (lines := await response.next_lines()) is not None:
-                for line in grouped(lines) if raw_tokens else lines:
+            while (lines := await (_token_runs(response) if raw_tokens else response.next_lines())) is not None:
+                for line in lines:
                     if isinstance(line, TokenLines):
-                        passed += len(line.lines)
-                        if passed >= RAW_YIELD_EVERY:  # a read of buffered data does not suspend: take a turn
-                            passed = 0
-                            await asyncio.sleep(0)
                         relayed = True
                         if pending is not None:
                             yield pending
@@ -143,6 +139,14 @@ async def attempt(replica: Replica, body: bytes, raw_tokens: bool = False) -> As
         raise RetryElsewhere(Unavailable(UNREACHABLE), replica_fault=True) from exc
     if not relayed:
         raise RetryElsewhere(UpstreamFailed("the worker closed the stream without a result"), replica_fault=True)
+
+
+async def _token_runs(response: WorkerResponse) -> list[bytes | TokenLines] | None:
+    """What arrived of a collected answer, its token lines uncut (token_lines.py). `next_block` takes all that was
+    buffered, so the next call waits for the socket: the loop takes a turn between any two blocks (a worker's
+    burst of megabytes, read a piece at a time, held it for milliseconds)."""
+    block = await response.next_block()
+    return None if block is None else token_runs(block)
 
 
 async def exchange(replica: Replica, path: str, body: bytes) -> AsyncIterator[bytes]:

@@ -128,10 +128,19 @@ class _Connection(asyncio.Protocol):
             await self.wait(timeout)
         data = self.chunks.popleft()
         self.buffered -= len(data)
+        self._resume()
+        return data
+
+    def drain(self) -> list[bytes]:
+        """The pieces of the body that arrived already, taken at once (perhaps none)."""
+        chunks, self.chunks, self.buffered = list(self.chunks), deque(), 0
+        self._resume()
+        return chunks
+
+    def _resume(self) -> None:
         if self.paused and self.buffered <= HIGH_WATER // 2:
             self.paused = False
             self.transport.resume_reading()
-        return data
 
 
 class WorkerResponse:
@@ -161,6 +170,23 @@ class WorkerResponse:
             data = self._rest + data
         *complete, self._rest = data.split(b"\n")
         return complete
+
+    async def next_block(self) -> bytes | None:
+        """Every whole line that arrived by the next read, as one piece (each line with its newline; perhaps
+        b""); None once the body ended (a last line without a newline comes before that, one added). For a
+        consumer that would rather not cut the lines apart (gateway/replicas/token_lines.py): what arrived in a
+        burst comes at once, not a read's piece at a time."""
+        data = await self._connection.chunk(self._read_timeout)
+        if data is None:
+            rest, self._rest = self._rest, b""
+            return rest + b"\n" if rest else None
+        data = b"".join([self._rest, data, *self._connection.drain()])
+        end = data.rfind(b"\n") + 1
+        if end == len(data):  # the common case: the worker writes whole lines
+            self._rest = b""
+            return data
+        self._rest = data[end:]
+        return data[:end]
 
 
 class _Exchange:

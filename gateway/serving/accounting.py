@@ -101,7 +101,7 @@ class Accounting:
         elif isinstance(event, TokenLines):  # a collected answer's tokens, undecoded: counted all the same
             if self.first_token is None:
                 self.first_token = time.perf_counter()
-            self.streamed_tokens += len(event.lines)
+            self.streamed_tokens += event.count
 
     def ledger_finish_reason(self, status: str, error: SluiceError | None) -> str | None:
         """Why the answer ended, as the ledger records it: the request's own end when it did not complete (the

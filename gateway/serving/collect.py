@@ -1,7 +1,8 @@
 """Gather a worker event stream into one result (for non-streamed replies) and merge fan-outs.
 
 A collected answer's tokens may come undecoded (TokenLines, gateway/replicas/token_lines.py): a Result keeps
-them as lines, and whoever renders it decodes them first (`decode_lines`), where the answer is rendered.
+them as the pieces they came in, and whoever renders it decodes them first (`decode_lines`), where the answer is
+rendered.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from common.protocol import Accepted, Done, Event, Finish, Token, decode_event, encode_event
-from gateway.replicas.token_lines import TokenLines
+from gateway.replicas.token_lines import TokenLines, split_lines
 
 
 @dataclass
@@ -28,19 +29,20 @@ class Result:
     choices: dict[int, Choice] = field(default_factory=dict)
     done: Done | None = None
     weight: int = 0  # what rendering it walks: each token and every value it carries (answer_body.py)
-    lines: list[bytes] = field(default_factory=list)  # tokens not decoded yet, in the order they came
+    # tokens not decoded yet, in the order they came: pieces of whole token lines (TokenLines.piece)
+    pieces: list[bytes] = field(default_factory=list)
     line_bytes: int = 0  # their size: what decoding and rendering them costs grows with it
 
     def add(self, event: Event | TokenLines) -> None:
         if isinstance(event, TokenLines):
-            self.lines += event.lines
-            self.line_bytes += sum(map(len, event.lines))
+            self.pieces.append(event.piece)
+            self.line_bytes += len(event.piece)
         elif isinstance(event, Accepted):
             self.accepted = event
         elif isinstance(event, Token):
-            if self.lines:  # after tokens still undecoded: it goes after them
-                line = encode_event(event)[:-1]
-                self.lines.append(line)
+            if self.pieces:  # after tokens still undecoded: it goes after them
+                line = encode_event(event)
+                self.pieces.append(line)
                 self.line_bytes += len(line)
                 return
             self.choices.setdefault(event.index, Choice()).tokens.append(event)
@@ -54,8 +56,8 @@ class Result:
     def decode_lines(self) -> None:
         """The tokens kept as lines decoded into their choices, as if they had come decoded. msgspec.DecodeError:
         a line is not an event of the contract."""
-        lines, self.lines, self.line_bytes = self.lines, [], 0
-        for line in lines:
+        pieces, self.pieces, self.line_bytes = self.pieces, [], 0
+        for line in (line for piece in pieces for line in split_lines(piece)):
             event = decode_event(line)
             if not isinstance(event, Token):  # TOKEN_LINE matched the start of something else
                 raise msgspec.DecodeError(f"expected a token event, got {type(event).__name__}")

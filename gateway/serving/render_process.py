@@ -3,9 +3,9 @@
 A collected answer of `n` = 32 with 20 top logprobs a token (12 MiB of JSON) takes a second of pure Python to
 decode, render and encode. On the event loop that second is every other team's; in a thread it still is, for the
 thread and the loop share one GIL (a thread rendering it kept `/livez` at 20-40x idle). So the work goes to a
-child process, which holds no lock of the gateway's: the loop only hands over the worker's lines (a pickle of
-bytes) and receives the body's bytes. The child runs RENDER_NICENESS steps below the gateway, so on a busy host
-the loop wins every contest for a core.
+child process, which holds no lock of the gateway's: the loop only hands over the worker's lines and receives the
+body's bytes. The child runs RENDER_NICENESS steps below the gateway (`lower_priority`), so on a busy host the loop
+wins every contest for a core.
 
 One child, fed by one thread of turns (common/large_bodies.py's LargeBodyTurns, without its rest: the GIL is not
 what the child spends): owners (the team, else the key) are served round robin, so a team that keeps large answers
@@ -14,9 +14,11 @@ WAITING_PER_OWNER answers already waiting is refused its next collected request 
 (`check`: 429 large_answers_busy), not after its tokens were generated.
 
 The child is started by `spawn` (a fork of a process with an event loop and threads is unsafe), on the first large
-answer, and started afresh if it dies. The job goes over a pipe as one pickle of what rendering reads plus one
-blob of token lines per result, the body comes back as bytes: pickling thousands of lines (40 ms for 5 MiB) would
-hold the GIL in one piece, where a pipe's reads and writes release it.
+answer, and started afresh if it dies. The job goes over a socket pair as one pickle of what rendering reads and
+the sizes of what follows, then the token lines as the relay received them; the body comes back the same way (a
+verdict with its size, then its bytes). The bytes are written by `sendall` and read by `receive_exactly`, in C with
+the GIL released: pickling thousands of lines (40 ms for 5 MiB), joining them, or a Connection's `recv_bytes` of
+the body (a buffer grown and copied 64 KiB at a time) held the GIL for milliseconds that the loop waited for.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import dataclasses
 import multiprocessing
 import multiprocessing.process
 import os
+import socket
 from functools import partial
 from multiprocessing.connection import Connection
 
@@ -56,17 +59,25 @@ def render(dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) 
     return _json.encode(dialect.render(parsed, results, meta))
 
 
+def lower_priority() -> None:
+    """RENDER_NICENESS steps below the gateway: on a busy host the loop wins a core over this process. Not the
+    SCHED_IDLE policy, which would give it one only when nothing else wants one: beside local workers generating,
+    or another test's process, a large answer would wait for minutes (an idle-policy process gets a 300th of a
+    core beside one busy process of normal priority)."""
+    os.nice(RENDER_NICENESS)
+
+
 def _serve(connection: Connection) -> None:
     """The child: jobs one after another until the gateway closes its end. Each job is a pickle of what rendering
-    reads, the token lines of each result as one blob (bytes pickle by copying; thousands of them would not), and
-    back come a verdict and the body's bytes."""
-    os.nice(RENDER_NICENESS)
+    reads and how many bytes of token lines each result has, then those bytes; back come a verdict with the
+    body's size, then the body."""
+    lower_priority()
+    bulk = bulk_socket(connection)
     while True:
         try:
-            dialect, parsed, results, meta = connection.recv()
-            for result in results:
-                blob = connection.recv_bytes()
-                result.lines = blob.split(b"\n") if blob else []
+            dialect, parsed, results, sizes, meta = connection.recv()
+            for result, size in zip(results, sizes, strict=True):
+                result.pieces = [receive_exactly(bulk, size)] if size else []  # pieces of whole lines, joined
         except EOFError:
             return
         try:
@@ -76,8 +87,33 @@ def _serve(connection: Connection) -> None:
         except Exception as exc:  # noqa: BLE001 - a fault of ours: the gateway raises it as one
             connection.send(("failed", f"{type(exc).__name__}: {exc}"))
         else:
-            connection.send(("ok", ""))
-            connection.send_bytes(body)
+            connection.send(("ok", len(body)))
+            bulk.sendall(body)
+
+
+def bulk_socket(connection: Connection) -> socket.socket:
+    """The connection's socket (a duplex Pipe is a socket pair) as a socket of its own: for bytes whose size the
+    other end was told, written with `sendall` and read with `receive_exactly`, which copy no byte holding the GIL.
+    A Connection's `send_bytes` re-slices what a write left over (a copy each time) and its `recv_bytes` grows a
+    buffer 64 KiB at a time (a copy at each growth): on megabytes, milliseconds of the GIL at a time, which the
+    gateway's event loop waited for."""
+    return socket.socket(fileno=os.dup(connection.fileno()))
+
+
+def receive_exactly(bulk: socket.socket, size: int) -> bytes:
+    """`size` bytes from `bulk`, the kernel writing them straight into the bytes object (MSG_WAITALL, the GIL
+    released). EOFError when the other end closed first."""
+    data = bulk.recv(size, socket.MSG_WAITALL)
+    if len(data) == size:
+        return data
+    parts, received = [data], len(data)  # a signal cut the wait short: the rest, then one join
+    while received < size:
+        part = bulk.recv(size - received, socket.MSG_WAITALL)
+        if not part:
+            raise EOFError("the other end closed mid-message")
+        parts.append(part)
+        received += len(part)
+    return b"".join(parts)
 
 
 class AnswerRenderer:
@@ -88,6 +124,7 @@ class AnswerRenderer:
         self.turns = LargeBodyTurns(waiting_per_owner=None, rest_ratio=0.0, name="sluice-large-answers")
         self.child: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
+        self._bulk: socket.socket | None = None  # the same socket, for the bytes (bulk_socket)
 
     def check(self, owner: str) -> None:
         """LargeAnswersBusy when `owner` already has `waiting_per_owner` answers waiting for their turn."""
@@ -105,17 +142,18 @@ class AnswerRenderer:
     def _in_child(self, dialect: Dialect, parsed: Parsed, results: list[Result], meta: Meta) -> bytes:
         """On the turns' thread (only it uses the child): the job sent, its body received (reads and writes hold no
         GIL). A child that died is replaced and the job tried once more."""
-        blobs = [b"\n".join(result.lines) for result in results]
-        light = [dataclasses.replace(result, lines=[], line_bytes=0) for result in results]
+        light = [dataclasses.replace(result, pieces=[], line_bytes=0) for result in results]
+        sizes = [sum(map(len, result.pieces)) for result in results]
         for tries_left in (1, 0):
-            connection = self._started()
+            connection, bulk = self._started()
             try:
-                connection.send((dialect, parsed, light, meta))
-                for blob in blobs:
-                    connection.send_bytes(blob)
+                connection.send((dialect, parsed, light, sizes, meta))
+                for result in results:
+                    for piece in result.pieces:  # as they came: joined, they would be copied holding the GIL
+                        bulk.sendall(piece)
                 verdict, detail = connection.recv()
                 if verdict == "ok":
-                    return connection.recv_bytes()
+                    return receive_exactly(bulk, detail)
             except (EOFError, OSError):
                 self.close()
                 if not tries_left:
@@ -126,15 +164,19 @@ class AnswerRenderer:
             raise RuntimeError(f"rendering an answer failed in the render process: {detail}")
         raise Unavailable("the gateway could not render this answer now (its render process stopped); retry")
 
-    def _started(self) -> Connection:
-        if self._connection is None or self.child is None or not self.child.is_alive():
+    def _started(self) -> tuple[Connection, socket.socket]:
+        if self._connection is None or self._bulk is None or self.child is None or not self.child.is_alive():
             self.close()
             self._connection, self.child = start_function_process(_serve, "sluice-render")
-        return self._connection
+            self._bulk = bulk_socket(self._connection)
+        return self._connection, self._bulk
 
     def close(self) -> None:
         """Stop the child (it exits when its end of the pipe closes; a stuck one is killed)."""
-        connection, child, self._connection, self.child = self._connection, self.child, None, None
+        connection, bulk, child = self._connection, self._bulk, self.child
+        self._connection, self._bulk, self.child = None, None, None
+        if bulk is not None:
+            bulk.close()
         if connection is not None:
             connection.close()
         if child is not None:

@@ -88,6 +88,28 @@ async def test_lines_split_anywhere_arrive_whole_and_the_connection_is_reused():
     assert "x-sluice-worker-secret: s3cret\r\n" in head and "content-length: 7\r\n" in head
 
 
+async def test_blocks_hold_whole_lines_and_take_all_that_arrived():
+    """`next_block`: every whole line that arrived, newlines kept (a line split across pieces waits for its end, a
+    last one without a newline gets one); all that was buffered at once, so the next call waits for the socket."""
+    async def burst(writer: asyncio.StreamWriter) -> None:
+        writer.write(STREAM_HEAD + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (b'{"a":', b"1}\n", b'{"b":2}\n')))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(chunked(b'{"c"', b":3}"))
+
+    for answer, expected in ((split_events, b'{"a":1}\n{"b":2}\n\n{"c":3}\n'), (burst, b'{"a":1}\n{"b":2}\n{"c":3}\n')):
+        async with Worker(answer) as url:
+            worker = WorkerHTTP(url, {}, read_timeout=5)
+            async with worker.post("/generate", b"{}") as response:
+                blocks = []
+                while (block := await response.next_block()) is not None:
+                    blocks.append(block)
+            await worker.aclose()
+        assert b"".join(blocks) == expected
+        assert all(block.endswith(b"\n") for block in blocks if block)
+    assert blocks[0] == b'{"a":1}\n{"b":2}\n'  # the burst's three pieces at once
+
+
 async def test_an_answer_left_unread_closes_its_connection_and_a_refusal_is_read_whole():
     async def refuse(writer: asyncio.StreamWriter) -> None:
         body = b'{"kind":"overloaded","message":"busy"}'

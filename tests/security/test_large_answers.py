@@ -15,14 +15,26 @@ import asyncio
 import json
 import os
 import re
+import socket
 import threading
 
 import httpx
 import msgspec
 import pytest
 
-from common.protocol import Accepted, Done, Finish, Token, TopLogprob, encode_event
+from common.protocol import (
+    Accepted,
+    Done,
+    Finish,
+    GenerateRequest,
+    SamplingParams,
+    Token,
+    TopLogprob,
+    decode_event,
+    encode_event,
+)
 from gateway.config import Settings
+from gateway.dialects.fast_path import BODY_PIECE, send_body
 from gateway.dialects.openai.chat import OpenAIChat
 from gateway.dialects.openai.completions import OpenAICompletions
 from gateway.dialects.responses.dialect import OpenAIResponses
@@ -30,11 +42,19 @@ from gateway.dialects.sglang.dialect import SGLang
 from gateway.dialects.tgi.dialect import TGI
 from gateway.endpoints.spec import EndpointSpec, StaticProvisioning
 from gateway.errors import UpstreamFailed
-from gateway.replicas.token_lines import TokenLines, grouped
+from gateway.replicas.pool import Replica
+from gateway.replicas.relay import attempt
+from gateway.replicas.token_lines import TokenLines, split_lines, token_runs
 from gateway.serving.answer_body import answer_body, off_loop
 from gateway.serving.collect import Result
 from gateway.serving.dialect import Meta
-from gateway.serving.render_process import RENDERER, WAITING_PER_OWNER, AnswerRenderer, LargeAnswersBusy
+from gateway.serving.render_process import (
+    RENDERER,
+    WAITING_PER_OWNER,
+    AnswerRenderer,
+    LargeAnswersBusy,
+    receive_exactly,
+)
 from testkit.admin import default_team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, protocol_worker, sluice_on_protocol_worker
@@ -73,13 +93,15 @@ def decoded(events: list) -> Result:
     return result
 
 
-def as_relayed(events: list) -> Result:
-    """The Result the relay makes now of the same events: the token lines undecoded (as `attempt` groups them)."""
+def as_relayed(events: list, lines_a_read: int = 100) -> Result:
+    """The Result the relay makes now of the same events: the token lines undecoded and uncut, read
+    `lines_a_read` lines at a time (as `attempt` takes them: `token_runs` of each block)."""
     result = Result()
-    lines = [encode_event(event)[:-1] for event in events]
-    for item in grouped(lines):
-        result.add(item if isinstance(item, TokenLines) else msgspec.json.decode(item, type=type(
-            next(e for e in events if encode_event(e)[:-1] == item))))
+    lines = [encode_event(event) for event in events]
+    for start in range(0, len(lines), lines_a_read):
+        for item in token_runs(b"".join(lines[start:start + lines_a_read])):
+            result.add(item if isinstance(item, TokenLines) else msgspec.json.decode(item, type=type(
+                next(e for e in events if encode_event(e)[:-1] == item))))
     return result
 
 
@@ -115,12 +137,87 @@ async def test_a_large_answer_renders_the_same_bytes_as_before(name):
     parsed = dialect.parse(body, route)
     before = msgspec.json.encode(dialect.render(parsed, [decoded(events)], META))
     relayed = as_relayed(events)
-    assert relayed.lines and off_loop([relayed]), "the answer is not large enough to leave the loop"
+    assert relayed.pieces and off_loop([relayed]), "the answer is not large enough to leave the loop"
     assert timeless(await answer_body(dialect, parsed, [relayed], META, "team:a")) == timeless(before)
     small = as_relayed(worker_events(choices, 2, 2))  # built on the loop, from lines too
     assert not off_loop([small])
     assert timeless(await answer_body(dialect, parsed, [small], META, "team:a")) == timeless(msgspec.json.encode(
         dialect.render(parsed, [decoded(worker_events(choices, 2, 2))], META)))
+
+
+def test_token_lines_pass_on_uncut_and_other_events_are_cut_out():
+    """A block of token lines alone is passed on as it came, the same bytes object (no line cut out of it); a block
+    with another event in it gives that event's line on its own, between the runs of token lines around it."""
+    events = worker_events(2, 3, 2)
+    tokens = b"".join(encode_event(event) for event in events if isinstance(event, Token))
+    [run] = token_runs(tokens)
+    assert isinstance(run, TokenLines) and run.piece is tokens and run.count == 6
+    assert [decode_event(line) for line in split_lines(run.piece)] == [e for e in events if isinstance(e, Token)]
+    accepted, finish = encode_event(events[0]), encode_event(events[-3])
+    first, second = tokens[:tokens.index(b"\n") + 1], tokens[tokens.index(b"\n") + 1:]
+    items = token_runs(accepted + first + finish + second + b"\n")
+    assert [type(item) for item in items] == [bytes, TokenLines, bytes, TokenLines, bytes]
+    assert (items[0], items[2], items[4]) == (accepted[:-1], finish[:-1], b"")
+    assert (items[1].piece, items[1].count, items[3].piece, items[3].count) == (first, 1, second, 5)
+    assert token_runs(b"") == []
+
+
+async def test_the_loop_takes_a_turn_between_any_two_pieces_of_a_relayed_answer():
+    """Counted, not timed: a worker's large answer reaches the relay in bursts of hundreds of lines; another task
+    takes a turn of the loop between any two pieces the relay hands on (each piece what one burst brought, whole
+    token lines), and the pieces are the worker's token lines, byte for byte."""
+    events = worker_events()
+    with protocol_worker() as worker:
+        worker.replies = [Reply(events)]
+        ticks, pieces, relaying = 0, [], True
+
+        async def other_work() -> None:
+            nonlocal ticks
+            while relaying:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_work())
+        request = GenerateRequest(request_id="r1", model=STUB_MODEL, prompt="Hi", params=SamplingParams(max_tokens=40))
+        async for item in attempt(Replica(worker.url), msgspec.json.encode(request), raw_tokens=True):
+            if isinstance(item, TokenLines):
+                pieces.append((ticks, item))
+        relaying = False
+        await other
+    assert len(pieces) > 1, "the answer came in one piece: nothing to check"
+    assert all(before < after for (before, _), (after, _) in zip(pieces, pieces[1:])), [t for t, _ in pieces]
+    assert b"".join(item.piece for _, item in pieces) == b"".join(encode_event(e) for e in events
+                                                                  if isinstance(e, Token))
+    assert sum(item.count for _, item in pieces) == CHOICES * TOKENS
+
+
+async def test_a_large_body_is_written_in_pieces_the_loop_free_between_them():
+    """A collected answer's body goes to the socket BODY_PIECE bytes at a time, views of the one body (no copies),
+    another task taking a turn of the loop between any two writes; a small body is one write, as before."""
+    body = bytes(range(256)) * (5 * BODY_PIECE // 256 + 7)
+    ticks, writes, sending = 0, [], True
+
+    async def other_work() -> None:
+        nonlocal ticks
+        while sending:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def send(message) -> None:
+        writes.append((ticks, message))
+
+    other = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    await send_body(send, body)
+    sending = False
+    await other
+    assert len(writes) == 6 and all(len(m["body"]) <= BODY_PIECE for _, m in writes)
+    assert b"".join(m["body"] for _, m in writes) == body
+    assert [m["more_body"] for _, m in writes] == [True] * 5 + [False]
+    assert all(before < after for (before, _), (after, _) in zip(writes, writes[1:])), [t for t, _ in writes]
+    writes.clear()
+    await send_body(send, b"{}")
+    assert [m for _, m in writes] == [{"type": "http.response.body", "body": b"{}", "more_body": False}]
 
 
 async def ticks_while_built(dialect, parsed, result: Result) -> tuple[int, bytes]:
@@ -166,7 +263,7 @@ async def test_an_unreadable_token_line_is_the_workers_fault_not_a_crash():
     parsed = chat.parse(body, route)
     for size in (2, TOKENS):  # on the loop, and in the render process
         relayed = as_relayed(worker_events(CHOICES, size))
-        relayed.lines[1] = b'{"type":"token","index":"not a number"}'
+        relayed.pieces.insert(0, b'{"type":"token","index":"not a number"}\n')
         with pytest.raises(UpstreamFailed, match="cannot read"):
             await answer_body(chat, parsed, [relayed], META, "team:a")
 
@@ -217,6 +314,21 @@ async def test_the_render_process_is_not_the_gateways_and_a_dead_one_is_replaced
     child.join()
     assert await answer_body(chat, parsed, [as_relayed(events)], META, "team:a") == expected
     assert RENDERER.child is not None and RENDERER.child.pid != child.pid
+
+
+def test_bytes_to_and_from_the_render_process_come_whole_or_not_at_all():
+    """`receive_exactly` over the render process's socket: a message sent in parts arrives as one bytes object; an
+    end that closes mid-message is EOFError, not a short answer."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        sender = threading.Thread(target=lambda: [theirs.sendall(part) for part in (b"x" * 70_000, b"y" * 30_000)])
+        sender.start()
+        assert receive_exactly(ours, 100_000) == b"x" * 70_000 + b"y" * 30_000
+        sender.join()
+        theirs.sendall(b"only part")
+        theirs.shutdown(socket.SHUT_WR)
+        with pytest.raises(EOFError):
+            receive_exactly(ours, 100)
 
 
 def test_a_large_answer_through_sluice_serve_is_whole_and_billed(tmp_path):
