@@ -63,6 +63,29 @@ async def test_one_gateway_holds_the_lease_and_a_successor_fences_it_out(shared_
     assert again is None
 
 
+async def test_one_renewal_keeps_every_lease_still_held_with_its_token_and_no_other(shared_state):
+    """An idle owner's leases are renewed together (lease_renewal.py), each fenced as a sync renews it: a lease
+    that lapsed and was taken, or held under another token, is not renewed and its new holder keeps writing."""
+    first, second = await shared_state(2)
+    tokens = {name: (await first.sync(name, Report(0.0), 10, LEASE_S)).token for name in ("a", "b", "c", "d")}
+    assert all(tokens.values())
+    assert await first.renew({}, LEASE_S) == set()
+    for _ in range(4):  # renewed for twice the lease, with no sync: none lapses
+        assert await first.renew(tokens, LEASE_S) == set(tokens)
+        await asyncio.sleep(LEASE_S / 2)
+    assert (await second.sync("a", Report(0.0), 10, LEASE_S)).holder == "gateway-0"
+    await asyncio.sleep(LEASE_S * 1.5)  # nothing renews: every lease lapses and the second gateway takes "b"
+    taken = (await second.sync("b", Report(0.0), 10, 30)).token
+    assert taken is not None and taken > tokens["b"]
+    stale = {**tokens, "c": tokens["c"] + 7}  # "c" under a token it never had
+    assert await first.renew(stale, LEASE_S) == set()  # lapsed ("a", "d"), taken ("b"), not ours ("c")
+    assert await second.fence("b", taken) and not await first.fence("b", tokens["b"])
+    again = (await first.sync("a", Report(0.0), 10, LEASE_S)).token  # a sync takes the lapsed one back...
+    assert again is not None and again > tokens["a"]
+    assert await first.renew({"a": again, "b": tokens["b"]}, LEASE_S) == {"a"}  # ...and a renewal keeps it
+    assert await first.fence("a", again)
+
+
 async def test_a_resigning_owner_hands_the_lease_over_at_once(shared_state):
     first, second = await shared_state(2)
     token, _, _ = await first.sync("model", Report(1.0), 10, 30)
@@ -155,6 +178,7 @@ async def test_the_lone_gateway_owns_every_endpoint_without_redis():
     alone = LocalFleet(calls_per_second=2)
     token, reports, _ = await alone.sync("model", Report(4.0), 1, 1)
     assert token is not None and await alone.fence("model", token) and reports[alone.gateway_id].demand == 4.0
+    assert await alone.renew({"model": token}, 1) == {"model"}
 
 
 @pytest.mark.parametrize(("scaling", "words"), [
