@@ -127,7 +127,8 @@ class Fleet(ABC):
     @abstractmethod
     async def renew(self, leases: dict[str, int], lease_s: float) -> set[str]:
         """Renew for `lease_s` each lease (endpoint -> token) this gateway still holds with that token, in one round
-        trip whatever their number (the idle owners' renewal, lease_renewal.py); the endpoints renewed. A lease that
+        trip (Redis: per RENEW_KEYS leases) whatever their number (the idle owners' renewal, lease_renewal.py); the
+        endpoints renewed. A lease that
         lapsed, or that another gateway took, is left alone: its endpoint syncs to learn that it lost it."""
 
     @abstractmethod
@@ -307,7 +308,7 @@ for i, key in ipairs(KEYS) do
 end
 return renewed
 """
-RENEW_KEYS = 512  # owners per script: a gateway owning more sends several in the same pipeline
+RENEW_KEYS = 512  # owners per script (one round trip each): bounds how long one script holds the server
 # KEYS: the gateways' liveness (a sorted set: gateway -> until, ms of the server's clock); ARGV: gateway id, ttl ms.
 # This gateway is alive ttl ms more; those dead for an hour are dropped. Returns the gateways alive.
 _ALIVE = """
@@ -423,18 +424,13 @@ class RedisFleet(Fleet):
         return Synced(int(token) or None, reports, holder.decode() if holder else None)
 
     async def renew(self, leases, lease_s):
-        endpoints = list(leases)
-        if not endpoints:
-            return set()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for start in range(0, len(endpoints), RENEW_KEYS):
-                chunk = endpoints[start:start + RENEW_KEYS]
-                await self._renew(keys=[self._key(endpoint, "owner") for endpoint in chunk],
-                                  args=[int(lease_s * 1000), *(f"{self.gateway_id}|{leases[e]}" for e in chunk)],
-                                  client=pipe)
-            answers = await pipe.execute()
-        flags = [flag for answer in answers for flag in answer]
-        return {endpoint for endpoint, flag in zip(endpoints, flags) if flag}
+        endpoints, renewed = list(leases), set()
+        for start in range(0, len(endpoints), RENEW_KEYS):  # (not a pipeline: it asks SCRIPT EXISTS first)
+            chunk = endpoints[start:start + RENEW_KEYS]
+            flags = await self._renew(keys=[self._key(endpoint, "owner") for endpoint in chunk],
+                                      args=[int(lease_s * 1000), *(f"{self.gateway_id}|{leases[e]}" for e in chunk)])
+            renewed.update(endpoint for endpoint, flag in zip(chunk, flags) if flag)
+        return renewed
 
     async def watch(self, ttl_s):
         alive = await self._live(ttl_s)

@@ -20,7 +20,7 @@ from gateway.endpoints.fleet import Fleet, RedisFleet
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.service import Endpoints, default_provisioners
+from gateway.endpoints.service import CALLS_PER_LOOK, STEADY_SHARE, Endpoints, default_provisioners
 from gateway.endpoints.spec import EndpointSpec, parse_endpoint
 from gateway.endpoints.store import EndpointStore
 from testkit.databases import create_database
@@ -193,6 +193,8 @@ async def test_an_idle_owner_renews_all_its_leases_in_one_round_trip(gateway, se
     controllers = list(owner.controllers.values())
     await until(lambda: all(c.adopted and c.ownership.renewing for c in controllers), WAIT_S, "every idle lease")
     renewal, follower = owner.renewal, owner.follower
+    # discovery at scale: every owner's steady look together takes half the ECS budget (12 x 2 calls / 1 call/s)
+    assert {c.provisioner.steady_interval_s for c in controllers} == {ENDPOINTS * CALLS_PER_LOOK / (STEADY_SHARE * 2)}
     if gateway.kind == "redis":
         url = request.getfixturevalue("redis").url
         for _ in range(5):  # a window in which nothing changed (the first shares settle first)
