@@ -128,8 +128,8 @@ class Fleet(ABC):
     async def renew(self, leases: dict[str, int], lease_s: float) -> set[str]:
         """Renew for `lease_s` each lease (endpoint -> token) this gateway still holds with that token, in one round
         trip (Redis: per RENEW_KEYS leases) whatever their number (the idle owners' renewal, lease_renewal.py); the
-        endpoints renewed. A lease that
-        lapsed, or that another gateway took, is left alone: its endpoint syncs to learn that it lost it."""
+        endpoints renewed. A lease that lapsed, or that another gateway took, is left alone: its endpoint syncs to
+        learn that it lost it."""
 
     @abstractmethod
     async def watch(self, ttl_s: float) -> Watch:
