@@ -13,7 +13,8 @@ periodic look:
 - every `watch_s`, one look at the fleet whatever the number of endpoints (`Fleet.watch`): this gateway is alive
   (its reports count), the fleet's state version (moved without a message that said where: the versions per
   endpoint are read and the changed endpoints sync), the gateways alive (an endpoint whose lease holder is gone,
-  or that has none, syncs: it takes the lease), and one endpoint in turn syncs (a backstop).
+  or that has none, syncs: it takes the lease), and one endpoint in turn syncs (a backstop), this gateway's idle
+  owned endpoints included (their leases are renewed in one batch, lease_renewal.py, and they sync only when told).
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ class ConfigFollower:
                 if changes.config or now >= next_check:
                     next_check = now + self.check_s
                     await self.catch_up()
+                if changes.relisten:  # a wake sent before (re)subscribing was lost: idle owners read every report
+                    for ownership in self.ownerships():
+                        if ownership.renewing:
+                            ownership.changed()
                 if changes.relisten or now >= next_watch:
                     next_watch = now + self.watch_s
                     await self.watch()
@@ -104,9 +109,10 @@ class ConfigFollower:
         for ownership in followed:
             if ownership.holder is None or ownership.holder not in seen.alive:
                 ownership.changed()  # its lease is free or its holder gone: take it
-        if followed:  # a backstop for anything missed: each endpoint in turn
-            self._turn = (self._turn + 1) % len(followed)
-            followed[self._turn].changed()
+        quiet = followed + [o for o in ownerships if o.renewing]  # idle owners sync only when told, too
+        if quiet:  # a backstop for anything missed: each endpoint in turn
+            self._turn = (self._turn + 1) % len(quiet)
+            quiet[self._turn].changed()
 
     async def catch_up(self, reload: Callable[[], Awaitable[None]] | None = None) -> bool:
         """Reload (with `reload`, default the follower's own) if the fleet's version moved since the last load;

@@ -96,9 +96,10 @@ class EndpointController:
     def __init__(self, spec: EndpointSpec, provisioner: Provisioner, router: ReplicaRouter,
                  settings: ScalingSettings, *,
                  on_failed: Callable[[EndpointController], None] = lambda controller: None,
-                 fleet: Fleet | None = None, clock: Callable[[], float] = time.monotonic):
+                 fleet: Fleet | None = None, clock: Callable[[], float] = time.monotonic, batched: bool = False):
         """`fleet`: the shared state of the gateways that serve this endpoint's shared replicas (default:
-        this gateway alone, which owns the endpoint)."""
+        this gateway alone, which owns the endpoint); `batched`: the gateway's LeaseRenewal renews its lease while
+        it is idle (lease_renewal.py)."""
         self.spec = spec
         self.name = spec.name
         self.provisioner = provisioner
@@ -131,7 +132,7 @@ class EndpointController:
         self._tick_failure = RepeatedFailure("endpoint_tick_failed", endpoint=spec.name)
         self._drains = Background(f"endpoint {spec.name} drains")  # replicas being drained or removed
         self.ownership = Ownership(fleet or LocalFleet(), spec.fleet_key, sync_s=settings.fleet_sync_seconds,
-                                   lease_s=settings.lease_seconds, poke=self.poke)
+                                   lease_s=settings.lease_seconds, poke=self.poke, batched=batched)
         self._adopted = False  # this owner read the provisioner's state since it took the lease
         self._looked = False  # ... and looked at its replicas since: it may scale
         self._next_adopt = -math.inf
@@ -243,6 +244,7 @@ class EndpointController:
         lease, forever. `_closing` ends the loop at its next turn and stops every fleet sync at once; the cancel
         is repeated until the loop ends; a tick stuck past the bound is left behind (it can no longer renew)."""
         self._closing = True
+        self.ownership.retire()  # nor does the gateway's batch renew its lease
         loop, deadline = self._loop, time.monotonic() + LOOP_STOP_S
         if loop is asyncio.current_task():  # a stop from inside a tick: the loop ends when the tick returns
             return

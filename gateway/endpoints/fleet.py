@@ -125,6 +125,13 @@ class Fleet(ABC):
         with `watch`), take or renew the lease."""
 
     @abstractmethod
+    async def renew(self, leases: dict[str, int], lease_s: float) -> set[str]:
+        """Renew for `lease_s` each lease (endpoint -> token) this gateway still holds with that token, in one round
+        trip (Redis: per RENEW_KEYS leases) whatever their number (the idle owners' renewal, lease_renewal.py); the
+        endpoints renewed. A lease that lapsed, or that another gateway took, is left alone: its endpoint syncs to
+        learn that it lost it."""
+
+    @abstractmethod
     async def watch(self, ttl_s: float) -> Watch:
         """This gateway is alive for `ttl_s` more; the fleet's state version and the gateways alive. A constant
         number of commands, whatever the number of endpoints: an idle gateway's whole periodic cost."""
@@ -208,6 +215,9 @@ class LocalFleet(Fleet):
     async def sync(self, endpoint, report, ttl_s, lease_s):
         return Synced(1, {self.gateway_id: report}, self.gateway_id)
 
+    async def renew(self, leases, lease_s):
+        return set(leases)
+
     async def watch(self, ttl_s):
         return Watch(0, {self.gateway_id})
 
@@ -284,6 +294,21 @@ local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
 return {token, ARGV[1]}
 """
+# KEYS: owners; ARGV: lease ms, then for each owner the value it holds while ours ("<gateway>|<token>"). Renew each
+# lease that still holds our token (fenced per key, as _CLAIM renews); 1 or 0 for each.
+_RENEW = """
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
+"""
+RENEW_KEYS = 512  # owners per script (one round trip each): bounds how long one script holds the server
 # KEYS: the gateways' liveness (a sorted set: gateway -> until, ms of the server's clock); ARGV: gateway id, ttl ms.
 # This gateway is alive ttl ms more; those dead for an hour are dropped. Returns the gateways alive.
 _ALIVE = """
@@ -350,6 +375,7 @@ class RedisFleet(Fleet):
         self._resign = self._redis.register_script(_RESIGN)
         self._take_call = self._redis.register_script(_TAKE_CALL)
         self._alive = self._redis.register_script(_ALIVE)
+        self._renew = self._redis.register_script(_RENEW)
         self._bump_state = self._redis.register_script(_BUMP_STATE)
         self._pubsub: PubSub | None = None  # opened by the first `changes`
         self._alive_until = -math.inf  # monotonic: this gateway's liveness lasts until then at least
@@ -396,6 +422,15 @@ class RedisFleet(Fleet):
                 pipe.delete(*(self._key(endpoint, f"report:{name}") for name in gone))
                 await pipe.execute()
         return Synced(int(token) or None, reports, holder.decode() if holder else None)
+
+    async def renew(self, leases, lease_s):
+        endpoints, renewed = list(leases), set()
+        for start in range(0, len(endpoints), RENEW_KEYS):  # (not a pipeline: it asks SCRIPT EXISTS first)
+            chunk = endpoints[start:start + RENEW_KEYS]
+            flags = await self._renew(keys=[self._key(endpoint, "owner") for endpoint in chunk],
+                                      args=[int(lease_s * 1000), *(f"{self.gateway_id}|{leases[e]}" for e in chunk)])
+            renewed.update(endpoint for endpoint, flag in zip(chunk, flags) if flag)
+        return renewed
 
     async def watch(self, ttl_s):
         alive = await self._live(ttl_s)

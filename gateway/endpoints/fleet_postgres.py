@@ -94,6 +94,15 @@ SELECT gateway, NULL, body FROM fleet_reports AS r
 WHERE endpoint = ?1 AND gateway <> ?2 AND expires_at >= (SELECT t FROM now)
   AND EXISTS (SELECT 1 FROM fleet_gateways g WHERE g.gateway = r.gateway AND g.expires_at >= (SELECT t FROM now))
 """
+# ?1 gateway, ?2 endpoints, ?3 their tokens, ?4 lease seconds: renew each lease this gateway holds with that token and
+# that has not lapsed (as _SYNC renews one); the endpoints renewed.
+_RENEW = """
+UPDATE fleet_leases AS held SET expires_at = CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) + ?4
+FROM unnest(CAST(?2 AS TEXT[]), CAST(?3 AS BIGINT[])) AS ours (endpoint, token)
+WHERE held.endpoint = ours.endpoint AND held.token = ours.token AND held.holder = ?1
+  AND held.expires_at >= CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION)
+RETURNING held.endpoint
+"""
 # ?1 gateway, ?2 liveness ttl, ?3 forget after: this gateway is alive; the state version and the gateways alive.
 _WATCH = """
 WITH now AS (SELECT CAST(extract(epoch FROM clock_timestamp()) AS DOUBLE PRECISION) AS t),
@@ -161,6 +170,13 @@ class PostgresFleet(Fleet):
         if token is not None:
             return Synced(int(token), reports, self.gateway_id)
         return Synced(None, reports, holder)
+
+    async def renew(self, leases, lease_s):
+        if not leases:
+            return set()
+        endpoints = list(leases)
+        rows = await self._db.fetchall(_RENEW, (self.gateway_id, endpoints, [leases[e] for e in endpoints], lease_s))
+        return {endpoint for (endpoint,) in rows}
 
     async def watch(self, ttl_s):
         started = time.monotonic()

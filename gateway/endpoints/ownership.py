@@ -2,10 +2,12 @@
 
 Every gateway publishes its report and reads the others' every `fleet_sync_seconds` while the endpoint is
 busy (demand here or anywhere in the fleet, a request on a replica, a drain), and at once when demand appears
-(then it also wakes the owner through the fleet, `Fleet.wake`). An idle endpoint's owner syncs every
-`IDLE_OWNER_S` (it renews its lease). An idle endpoint's other gateways do not sync it at all until told to
-(`changed`, by config_follower.py): when the owner changed the shared state (a message, or the fleet's state
-version), when the lease's holder is gone, or in their turn (one endpoint per look); their report counts while
+(then it also wakes the owner through the fleet, `Fleet.wake`). An idle endpoint's owner renews its lease every
+`IDLE_OWNER_S`: in the gateway's one batch for all its idle leases (`batched`, lease_renewal.py), or by a sync
+of its own; in a batch it syncs only when told, as the other gateways do (demand elsewhere wakes it). An idle
+endpoint's other gateways do not sync it at all until told to (`changed`, by config_follower.py): when the owner
+changed the shared state (a message, or the fleet's state version), when the lease's holder is gone, or in their
+turn (one endpoint per look); their report counts while
 their gateway is alive (one write per gateway, `Fleet.watch`), so an idle gateway's cost does not grow with the
 number of endpoints. The fleet's demand feeds every gateway's autoscaler (so a gateway that takes over scaling
 has warm windows), but only the lease holder acts on it. The holder's writes go through `write_window`, which checks its
@@ -44,6 +46,11 @@ def report_ttl(sync_s: float, lease_s: float) -> float:
     return max(REPORT_TTL_FACTOR * sync_s, LEASES_PER_REPORT * lease_s)
 
 
+def idle_owner_s(sync_s: float, lease_s: float) -> float:
+    """How often an idle endpoint's owner renews its lease."""
+    return max(sync_s, min(IDLE_OWNER_S, lease_s / 5))
+
+
 def idle_watch_s(sync_s: float, lease_s: float) -> float:
     """How often an idle gateway says it is alive and looks for changes (config_follower.py)."""
     return max(sync_s, min(lease_s, report_ttl(sync_s, lease_s) / IDLE_REPORTS_PER_TTL, IDLE_FOLLOWER_MAX_S))
@@ -51,9 +58,11 @@ def idle_watch_s(sync_s: float, lease_s: float) -> float:
 
 class Ownership:
     def __init__(self, fleet: Fleet, endpoint: str, *, sync_s: float, lease_s: float,
-                 on_change: Callable[[bool], None] = lambda owner: None, poke: Callable[[], None] = lambda: None):
+                 on_change: Callable[[bool], None] = lambda owner: None, poke: Callable[[], None] = lambda: None,
+                 batched: bool = False):
         """`endpoint`: the key of the endpoint's shared state (its ECS service's, spec.py `fleet_key`); `poke`
-        wakes the endpoint's loop (a change to look at)."""
+        wakes the endpoint's loop (a change to look at); `batched`: the gateway's LeaseRenewal renews this lease
+        while the endpoint is idle."""
         self.fleet = fleet
         self.endpoint = endpoint
         self.sync_s = sync_s
@@ -66,9 +75,12 @@ class Ownership:
         self.reports: dict[str, Report] = {}
         self.draining: set[str] = set()  # replica ids marked draining in the shared state
         self.failure: Failure | None = None  # the endpoint's failure in the shared state, as of the last sync
-        self.idle_owner_s = max(sync_s, min(IDLE_OWNER_S, lease_s / 5))
+        self.idle_owner_s = idle_owner_s(sync_s, lease_s)
         self.write_margin_s = min(WRITE_MARGIN_S, lease_s / 4)
         self.pace_s = sync_s  # the interval chosen at the last sync
+        self.batched = batched
+        self.renewing = False  # an idle owner whose lease the gateway's batch renews (until it is busy again)
+        self.retired = False  # a stopping endpoint: nothing renews its lease any more
         self._next_sync = -math.inf
         self._renewed_at = -math.inf  # monotonic: when the sync that last returned our token began
         self._published_demand = 0.0
@@ -108,9 +120,26 @@ class Ownership:
             self.on_change(token is not None)
         busy = (report.demand > 0 or report.in_flight or self.draining
                 or (token is not None and self.fleet_demand(report.demand) > 0))
-        # idle and not the owner: no sync until told (`changed`)
-        self.pace_s = self.sync_s if busy else self.idle_owner_s if token is not None else math.inf
+        # idle and not the owner: no sync until told (`changed`); an idle owner in a batch likewise
+        self.renewing = not busy and token is not None and self.batched and not self.retired
+        self.pace_s = (self.sync_s if busy else self.idle_owner_s if token is not None and not self.renewing
+                       else math.inf)
         self._next_sync = now + self.pace_s
+
+    def renewed(self, token: int, started: float) -> None:
+        """The batch that began at `started` (monotonic) renewed the lease of `token`."""
+        if token == self.token:
+            self._renewed_at = max(self._renewed_at, started)
+
+    def not_renewed(self) -> None:
+        """The batch found the lease lapsed or taken: sync at once to learn who holds it."""
+        self.renewing = False
+        self.changed()
+
+    def retire(self) -> None:
+        """A stopping endpoint: its lease is renewed no more (it lapses, unless the stop resigns it first)."""
+        self.retired = True
+        self.renewing = False
 
     def sync_soon(self) -> None:
         """Sync at the next tick (something to tell the fleet)."""
@@ -169,6 +198,7 @@ class Ownership:
 
     async def mark_draining(self, replica_id: str) -> None:
         self.draining.add(replica_id)
+        self.sync_soon()  # busy now: the drain needs every gateway's acknowledgement
         await self.fleet.mark_draining(self.endpoint, replica_id)
 
     async def share(self, replicas: list[tuple[str, str | None]], desired: int) -> None:
@@ -188,4 +218,5 @@ class Ownership:
 
     async def resign(self) -> None:
         self.token = None
+        self.renewing = False
         await self.fleet.resign(self.endpoint)

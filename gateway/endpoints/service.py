@@ -82,7 +82,8 @@ from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.errors import EndpointConflict, EndpointNotFound, InvalidEndpoint
 from gateway.endpoints.fleet import Fleet, LocalFleet, RedisFleet
 from gateway.endpoints.fleet_postgres import PostgresFleet
-from gateway.endpoints.ownership import Ownership, idle_watch_s, report_ttl
+from gateway.endpoints.lease_renewal import LeaseRenewal
+from gateway.endpoints.ownership import Ownership, idle_owner_s, idle_watch_s, report_ttl
 from gateway.endpoints.provisioners.base import Provisioner
 from gateway.endpoints.provisioners.ecs import EcsProvisioner
 from gateway.endpoints.provisioners.local import LocalProvisioner
@@ -153,6 +154,7 @@ class Endpoints:
         self.adapters = AdapterRegistry(store, self._declared_adapters)  # LoRA adapters per endpoint
         self._admin = asyncio.Lock()  # one admin change (or reload) at a time
         self.follower: ConfigFollower | None = None  # a fleet's other gateways' changes (not a lone gateway)
+        self.renewal: LeaseRenewal | None = None  # the idle owners' leases, renewed together (not a lone gateway)
         self._stopping = False
 
     @classmethod
@@ -202,6 +204,9 @@ class Endpoints:
                     ownerships=self._shared_ownerships, watch_s=idle_watch_s(sync_s, lease_s),
                     alive_s=report_ttl(sync_s, lease_s))
                 await self.follower.start()  # the version first: a change stored after it is reloaded
+                self.renewal = LeaseRenewal(self.fleet, self._shared_ownerships,
+                                            renew_s=idle_owner_s(sync_s, lease_s), lease_s=lease_s)
+                self.renewal.start()
             specs = await self.registry.load()
             for spec in specs:
                 if self.registry.declared(spec.name):  # the API's were checked when created or patched
@@ -279,6 +284,8 @@ class Endpoints:
         return not any(s.replicas.starting or s.in_flight or s.waiting for s in local)
 
     async def drain_and_stop(self) -> None:
+        if self.renewal is not None:  # first: a stopping gateway renews no lease (each endpoint resigns its own)
+            await self.renewal.close()
         if self.follower is not None:
             await self.follower.close()
         controllers, self.controllers = list(self.controllers.values()), {}
@@ -300,7 +307,8 @@ class Endpoints:
         if isinstance(provisioner, EcsProvisioner) and provisioner.budget is None:
             provisioner.budget = self.fleet.take_call  # every ECS call of the fleet within one budget
         controller = EndpointController(spec, provisioner, self.router, self.settings, on_failed=self._failed,
-                                        fleet=self.fleet if provisioner.shared else None, clock=self.clock)
+                                        fleet=self.fleet if provisioner.shared else None, clock=self.clock,
+                                        batched=self.renewal is not None)
         self.controllers[spec.name] = controller
         self._pace_discovery()
         try:

@@ -6,6 +6,7 @@ state version (Redis and PostgreSQL). And one endpoint per ECS service when a ga
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,12 +14,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import redis as redis_client
 
+from gateway.endpoints import fleet as fleet_module
 from gateway.endpoints import service as service_module
 from gateway.endpoints.fleet import Fleet, RedisFleet
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from gateway.endpoints.registry import EndpointRegistry
 from gateway.endpoints.scaling import ScalingSettings
-from gateway.endpoints.service import Endpoints, default_provisioners
+from gateway.endpoints.service import CALLS_PER_LOOK, STEADY_SHARE, Endpoints, default_provisioners
 from gateway.endpoints.spec import EndpointSpec, parse_endpoint
 from gateway.endpoints.store import EndpointStore
 from testkit.databases import create_database
@@ -179,3 +181,44 @@ async def test_a_stored_endpoint_on_a_service_the_config_file_now_names_is_not_s
     assert set(second.controllers) == {"from-the-file"}  # the file's entry serves it; the gateway started
     taken = [e for e in events if e["event"] == "endpoint_service_taken"]
     assert [e["endpoint"] for e in taken] == ["made-by-api"] and "'from-the-file'" in taken[0]["reason"]
+
+
+async def test_an_idle_owner_renews_all_its_leases_in_one_round_trip(gateway, services, moto_url, request):
+    """Before, each idle endpoint's owner synced it every renewal (about 8 commands an endpoint); now one batch
+    renews every lease (lease_renewal.py) and the owner syncs only when told, so its commands do not grow with its
+    endpoints. A stopping endpoint's lease is left out of the batch and lapses."""
+    specs = [_ecs(moto_url, f"owned/{n:02d}", service) for n, service in enumerate(services)]
+    # the settings' ECS budget paces each owner's steady look at its tasks (12 endpoints: every 12 s)
+    owner = await gateway("owner", specs, client_name="idle-owner", ecs_api_calls_per_second=2)
+    controllers = list(owner.controllers.values())
+    await until(lambda: all(c.adopted and c.ownership.renewing for c in controllers), WAIT_S, "every idle lease")
+    renewal, follower = owner.renewal, owner.follower
+    # discovery at scale: every owner's steady look together takes half the ECS budget (12 x 2 calls / 1 call/s)
+    assert {c.provisioner.steady_interval_s for c in controllers} == {ENDPOINTS * CALLS_PER_LOOK / (STEADY_SHARE * 2)}
+    if gateway.kind == "redis":
+        url = request.getfixturevalue("redis").url
+        for _ in range(5):  # a window in which nothing changed (the first shares settle first)
+            version, batches, looks = follower.state_version, renewal.batches, follower.watches
+            with Monitor(url, "idle-owner") as monitor:
+                await until(lambda n=batches: renewal.batches >= n + 10, WAIT_S, "ten renewals")
+            await asyncio.sleep(0)
+            renewed, looked = renewal.batches - batches, follower.watches - looks
+            if follower.state_version == version:
+                break
+        else:
+            pytest.fail("the owner's state kept changing")
+        script = hashlib.sha1(fleet_module._RENEW.encode()).hexdigest()
+        batched = [c for c in monitor.commands if c.startswith(f"EVALSHA {script} {ENDPOINTS} ")]
+        assert len(batched) >= renewed  # the batches were counted: one script for every lease
+        # a renewal is one script; a look two commands and one endpoint's backstop sync
+        assert len(monitor.commands) <= (renewed + 1) + COMMANDS_PER_LOOK * (looked + 1), (renewed, looked,
+                                                                                           monitor.commands)
+    else:
+        batches = renewal.batches
+        await until(lambda: renewal.batches >= batches + 10, WAIT_S, "ten renewals")
+    assert all(c.ownership.owner for c in controllers)  # and every lease still held
+    retired = controllers[0].ownership
+    retired.retire()  # as a stopping endpoint's loop does
+    other = await gateway("other", specs[:1])
+    await until(lambda: other.controllers[specs[0].name].ownership.owner, WAIT_S, "the lapsed lease taken over")
+    assert all(c.ownership.owner for c in controllers[1:])

@@ -8,9 +8,11 @@ import math
 import time
 import uuid
 
+import asyncpg
 import pytest
 
 from gateway.config import load_settings
+from gateway.endpoints import fleet as fleet_module
 from gateway.endpoints.fleet import FAILURE_DETAIL_CHARS, Failure, Fleet, LocalFleet, RedisFleet, Replicas, Report
 from gateway.endpoints.fleet_postgres import PostgresFleet
 from testkit.databases import create_database
@@ -61,6 +63,54 @@ async def test_one_gateway_holds_the_lease_and_a_successor_fences_it_out(shared_
     again, _, holder = await first.sync("model", Report(0.0), LEASE_S, LEASE_S)
     assert holder == "gateway-1"
     assert again is None
+
+
+async def test_one_renewal_keeps_every_lease_still_held_with_its_token_and_no_other(shared_state, monkeypatch):
+    """An idle owner's leases are renewed together (lease_renewal.py), each fenced as a sync renews it: a lease
+    that lapsed and was taken, or held under another token, is not renewed and its new holder keeps writing."""
+    monkeypatch.setattr(fleet_module, "RENEW_KEYS", 3)  # Redis: four leases go in two scripts
+    first, second = await shared_state(2)
+    tokens = {name: (await first.sync(name, Report(0.0), 10, LEASE_S)).token for name in ("a", "b", "c", "d")}
+    assert all(tokens.values())
+    assert await first.renew({}, LEASE_S) == set()
+    for _ in range(4):  # renewed for twice the lease, with no sync: none lapses
+        assert await first.renew(tokens, LEASE_S) == set(tokens)
+        await asyncio.sleep(LEASE_S / 2)
+    assert (await second.sync("a", Report(0.0), 10, LEASE_S)).holder == "gateway-0"
+    await asyncio.sleep(LEASE_S * 1.5)  # nothing renews: every lease lapses and the second gateway takes "b"
+    taken = (await second.sync("b", Report(0.0), 10, 30)).token
+    assert taken is not None and taken > tokens["b"]
+    stale = {**tokens, "c": tokens["c"] + 7}  # "c" under a token it never had
+    assert await first.renew(stale, LEASE_S) == set()  # lapsed ("a", "d"), taken ("b"), not ours ("c")
+    assert await second.fence("b", taken) and not await first.fence("b", tokens["b"])
+    again = (await first.sync("a", Report(0.0), 10, LEASE_S)).token  # a sync takes the lapsed one back...
+    assert again is not None and again > tokens["a"]
+    assert await first.renew({"a": again, "b": tokens["b"]}, LEASE_S) == {"a"}  # ...and a renewal keeps it
+    assert await first.fence("a", again)
+
+
+async def test_postgres_syncs_of_one_endpoint_never_hold_up_another_endpoints(postgres):
+    """Before issue #50 every PostgreSQL sync took one fleet-wide advisory lock: an endpoint whose lease row was held
+    (a slow sync, a fence's transaction) stopped every other endpoint's sync. Now a sync waits for its own row only."""
+    url = await create_database(postgres.url, "fleet")
+    fleets = [await PostgresFleet.open(url, gateway_id=f"gateway-{n}") for n in range(2)]
+    holder = await asyncpg.connect(url)
+    try:
+        await fleets[0].sync("held", Report(0.0), 10, 30)
+        blocker = holder.transaction()
+        await blocker.start()
+        await holder.execute("SELECT * FROM fleet_leases WHERE endpoint = 'held' FOR UPDATE")  # a fence's lock
+        waiting = asyncio.ensure_future(fleets[1].sync("held", Report(1.0), 10, 30))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # the held endpoint's own sync waits for its row...
+        other = await asyncio.wait_for(fleets[1].sync("other", Report(1.0), 10, 30), 30)  # ...no other does
+        assert other.token is not None
+        await blocker.rollback()
+        assert (await asyncio.wait_for(waiting, 30)).holder == "gateway-0"
+    finally:
+        await holder.close()
+        for fleet in fleets:
+            await fleet.close()
 
 
 async def test_a_resigning_owner_hands_the_lease_over_at_once(shared_state):
@@ -155,6 +205,7 @@ async def test_the_lone_gateway_owns_every_endpoint_without_redis():
     alone = LocalFleet(calls_per_second=2)
     token, reports, _ = await alone.sync("model", Report(4.0), 1, 1)
     assert token is not None and await alone.fence("model", token) and reports[alone.gateway_id].demand == 4.0
+    assert await alone.renew({"model": token}, 1) == {"model"}
 
 
 @pytest.mark.parametrize(("scaling", "words"), [

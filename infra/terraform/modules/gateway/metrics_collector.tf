@@ -4,6 +4,12 @@
 # per-model series below into metrics in `<namespace>/Gateway`; every other series stays queryable in the log
 # group (Logs Insights) without a metric per team. The ALB still answers /metrics 404: nothing outside the task
 # scrapes it.
+# Checked against ADOT v0.40.0 (collector-contrib v0.102.0; github.com/aws-observability/aws-otel-collector): the
+# image reads its whole config from AOT_CONFIG_CONTENT (pkg/config/config_factory.go); the Prometheus receiver keeps
+# counter names with `_total` (the NormalizeName gate is off there, docs/releases/v0.31.0.md), which the selectors
+# below match; awsemf fills `{TaskId}` in a stream name from the resource attribute `aws.ecs.task.id`, which only the
+# `resourcedetection` processor's `ecs` detector sets (contrib PR #29602): without it every task wrote one
+# stream, `gateway/undefined`.
 
 locals {
   collector = var.metrics_log_group_name != "" && contains(keys(var.secret_arns), "metrics_token")
@@ -21,6 +27,9 @@ locals {
         }
       }
     }
+    processors = {
+      resourcedetection = { detectors = ["ecs"] } # the task's id for `{TaskId}` (ECS task metadata endpoint v4)
+    }
     exporters = {
       awsemf = {
         namespace                        = "${var.metrics_namespace}/Gateway"
@@ -36,7 +45,7 @@ locals {
       }
     }
     service = {
-      pipelines = { metrics = { receivers = ["prometheus"], exporters = ["awsemf"] } }
+      pipelines = { metrics = { receivers = ["prometheus"], processors = ["resourcedetection"], exporters = ["awsemf"] } }
     }
   })
   collector_container = {

@@ -321,6 +321,12 @@ run "metrics_are_scraped_inside_the_task_with_the_metrics_token" {
     condition     = yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.log_group_name == "/sluice/sluice-test/metrics" && yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.namespace == "Sluice/sluice-test/Gateway"
     error_message = "embedded-metric records to the metrics log group, per-model metrics in the environment's namespace"
   }
+  # awsemf's {TaskId} is the resource attribute aws.ecs.task.id, set only by resourcedetection's ecs detector:
+  # without it every task wrote the stream "gateway/undefined"
+  assert {
+    condition     = yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).exporters.awsemf.log_stream_name == "gateway/{TaskId}" && yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).service.pipelines.metrics.processors == ["resourcedetection"] && contains(yamldecode(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[1].environment[0].value).processors.resourcedetection.detectors, "ecs")
+    error_message = "each task's own stream: the ecs detector gives awsemf the task id"
+  }
 }
 
 run "no_collector_without_a_metrics_token" {

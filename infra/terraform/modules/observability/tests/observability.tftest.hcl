@@ -183,3 +183,27 @@ run "no_budget_without_an_amount" {
     error_message = "monthly_budget_usd 0: no budget"
   }
 }
+
+# PutMetricAlarm refuses a window CloudWatch cannot evaluate: period a multiple of 60, period x evaluation periods at
+# most one day below an hour's period and seven days otherwise, datapoints at most the periods
+# (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html); a plan cannot see it
+run "every_alarm_window_is_one_cloudwatch_accepts" {
+  command = apply
+  assert {
+    condition = alltrue([for a in concat(values(aws_cloudwatch_metric_alarm.dependency), values(aws_cloudwatch_metric_alarm.gateway_event),
+      aws_cloudwatch_metric_alarm.usage_export_missing, aws_cloudwatch_metric_alarm.unhealthy_hosts, aws_cloudwatch_metric_alarm.gpu_capacity,
+      [aws_cloudwatch_metric_alarm.activator_queue], aws_cloudwatch_metric_alarm.rds_cpu, aws_cloudwatch_metric_alarm.rds_storage) :
+      a.period % 60 == 0 && a.period * a.evaluation_periods <= (a.period < 3600 ? 86400 : 604800)
+    && coalesce(a.datapoints_to_alarm, a.evaluation_periods) <= a.evaluation_periods])
+    error_message = "an alarm's window CloudWatch would refuse"
+  }
+  assert {
+    condition = alltrue([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query :
+    q.metric[0].period * aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].evaluation_periods <= 86400 if length(q.metric) > 0])
+    error_message = "the 5xx rate's window CloudWatch would refuse"
+  }
+  assert {
+    condition     = length(aws_cloudwatch_metric_alarm.dependency) == 6 && length(aws_cloudwatch_metric_alarm.usage_export_missing) == 1
+    error_message = "the alarms checked above exist in this run"
+  }
+}
