@@ -51,14 +51,21 @@ def decode(mode: str, model: str, tokens: int, threads: int, data: Path) -> tupl
     else:
         runner = ModelRunner(loaded.model, 1, 512)
         quantize_runner(runner, loaded.tokenizer, release=True)
-    logits, length, chosen, steps = runner.prefill(0, ids).logits[-1], len(ids), [], []
+    chosen, steps = greedy(runner, ids, tokens)
+    return statistics.median(steps[4:]), chosen
+
+
+@torch.inference_mode()
+def greedy(runner: ModelRunner, prompt: list[int], tokens: int) -> tuple[list[int], list[float]]:
+    """`tokens` greedy tokens one decode step at a time, and each step's seconds."""
+    logits, length, chosen, steps = runner.prefill(0, prompt).logits[-1], len(prompt), [], []
     for _ in range(tokens):
         chosen.append(int(logits.argmax()))
         started = time.perf_counter()
         logits = runner.decode([chosen[-1]], [length]).logits[0]
         steps.append(time.perf_counter() - started)
         length += 1
-    return statistics.median(steps[4:]), chosen
+    return chosen, steps
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ import gc
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -28,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from bench.default_config import PERPLEXITY_TEXT, perplexity, top1_agreement
-from bench.q4_vs_w8a8 import MODELS
+from bench.q4_vs_w8a8 import MODELS, greedy
 from common.protocol import ModelConfig
 from testkit.corpora.tools import PROMPTS
 from testkit.quality_rule import MAX_PERPLEXITY_RATIO, MIN_TOP1
@@ -46,19 +45,6 @@ def chat(tokenizer, model: str, text: str) -> list[int]:
     """`text` as a user turn in the model's own format (q4_vs_w8a8's prompt with the question swapped)."""
     template = MODELS[model][2].replace("Write a short story about a lighthouse keeper.", text)
     return tokenizer(template).input_ids
-
-
-@torch.inference_mode()
-def greedy(runner: ModelRunner, prompt: list[int], tokens: int) -> tuple[list[int], list[float]]:
-    """`tokens` greedy tokens one decode step at a time, and each step's seconds."""
-    logits, length, chosen, steps = runner.prefill(0, prompt).logits[-1], len(prompt), [], []
-    for _ in range(tokens):
-        chosen.append(int(logits.argmax()))
-        started = time.perf_counter()
-        logits = runner.decode([chosen[-1]], [length]).logits[0]
-        steps.append(time.perf_counter() - started)
-        length += 1
-    return chosen, steps
 
 
 def main() -> None:

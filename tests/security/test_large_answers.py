@@ -169,21 +169,12 @@ async def test_the_loop_takes_a_turn_between_any_two_pieces_of_a_relayed_answer(
     events = worker_events()
     with protocol_worker() as worker:
         worker.replies = [Reply(events)]
-        ticks, pieces, relaying = 0, [], True
-
-        async def other_work() -> None:
-            nonlocal ticks
-            while relaying:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_work())
+        pieces = []
         request = GenerateRequest(request_id="r1", model=STUB_MODEL, prompt="Hi", params=SamplingParams(max_tokens=40))
-        async for item in attempt(Replica(worker.url), msgspec.json.encode(request), raw_tokens=True):
-            if isinstance(item, TokenLines):
-                pieces.append((ticks, item))
-        relaying = False
-        await other
+        async with LoopTurns() as turns:
+            async for item in attempt(Replica(worker.url), msgspec.json.encode(request), raw_tokens=True):
+                if isinstance(item, TokenLines):
+                    pieces.append((turns.count, item))
     assert len(pieces) > 1, "the answer came in one piece: nothing to check"
     assert all(before < after for (before, _), (after, _) in zip(pieces, pieces[1:])), [t for t, _ in pieces]
     assert b"".join(item.piece for _, item in pieces) == b"".join(encode_event(e) for e in events
@@ -195,22 +186,12 @@ async def test_a_large_body_is_written_in_pieces_the_loop_free_between_them():
     """A collected answer's body goes to the socket BODY_PIECE bytes at a time, views of the one body (no copies),
     another task taking a turn of the loop between any two writes; a small body is one write, as before."""
     body = bytes(range(256)) * (5 * BODY_PIECE // 256 + 7)
-    ticks, writes, sending = 0, [], True
+    writes = []
+    async with LoopTurns() as turns:
+        async def send(message) -> None:
+            writes.append((turns.count, message))
 
-    async def other_work() -> None:
-        nonlocal ticks
-        while sending:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    async def send(message) -> None:
-        writes.append((ticks, message))
-
-    other = asyncio.create_task(other_work())
-    await asyncio.sleep(0)
-    await send_body(send, body)
-    sending = False
-    await other
+        await send_body(send, body)
     assert len(writes) == 6 and all(len(m["body"]) <= BODY_PIECE for _, m in writes)
     assert b"".join(m["body"] for _, m in writes) == body
     assert [m["more_body"] for _, m in writes] == [True] * 5 + [False]
@@ -220,23 +201,33 @@ async def test_a_large_body_is_written_in_pieces_the_loop_free_between_them():
     assert [m for _, m in writes] == [{"type": "http.response.body", "body": b"{}", "more_body": False}]
 
 
-async def ticks_while_built(dialect, parsed, result: Result) -> tuple[int, bytes]:
-    """How many turns another task took on the loop while `answer_body` built this answer, and the answer."""
-    ticks, building = 0, True
+class LoopTurns:
+    """Counted, not timed: the turns another task takes on the loop while the `async with` block runs."""
 
-    async def other_work() -> None:
-        nonlocal ticks
-        while building:
-            ticks += 1
+    def __init__(self) -> None:
+        self.count, self._running = 0, True
+
+    async def _take_turns(self) -> None:
+        while self._running:
+            self.count += 1
             await asyncio.sleep(0)
 
-    other = asyncio.create_task(other_work())
-    await asyncio.sleep(0)
-    before = ticks
-    body = await answer_body(dialect, parsed, [result], META, "team:a")
-    building = False
-    await other
-    return ticks - before, body
+    async def __aenter__(self) -> LoopTurns:
+        self._other = asyncio.create_task(self._take_turns())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *_) -> None:
+        self._running = False
+        await self._other
+
+
+async def ticks_while_built(dialect, parsed, result: Result) -> tuple[int, bytes]:
+    """How many turns another task took on the loop while `answer_body` built this answer, and the answer."""
+    async with LoopTurns() as turns:
+        before = turns.count
+        body = await answer_body(dialect, parsed, [result], META, "team:a")
+    return turns.count - before, body
 
 
 async def test_the_loop_keeps_its_turns_while_a_large_answer_renders():
