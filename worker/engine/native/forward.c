@@ -612,6 +612,68 @@ static void project_residual(const team_t *team, const qmat *w, const qact *x, i
     norm_add(team, hidden, branch, n, width, out_norm, eps);
 }
 
+#if defined(__AVX512F__)
+/* glibc's expf (2.27 on, sysdeps/ieee754/flt-32/e_expf.c as its x86-64 FMA build computes it: 2^(k/32) from a
+ * table times a cubic in r, in double) for 16 values at once, bit for bit: the SiLU of every MLP called the scalar
+ * expf once per value. Lanes where glibc takes its special path (|x| >= 88, infinities, NaN) call expf itself. */
+static const uint64_t expf_table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+static inline __m512d expf_half(__m256 x) {
+    const __m512d xd = _mm512_cvtps_pd(x), inv_ln2 = _mm512_set1_pd(0x1.71547652b82fep+0 * 32);
+    const __m512d shift = _mm512_set1_pd(0x1.8p+52);
+    __m512d kd = _mm512_fmadd_pd(inv_ln2, xd, shift); /* round(x * 32 / ln 2), in the low bits */
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, shift);
+    const __m512d r = _mm512_fmsub_pd(inv_ln2, xd, kd);
+    const __m512i index = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    const __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table), index, _mm512_loadu_si512(expf_table + 8));
+    const __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table + 16), index,
+                                                   _mm512_loadu_si512(expf_table + 24));
+    const __mmask8 upper = _mm512_test_epi64_mask(index, _mm512_set1_epi64(16));
+    const __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(_mm512_mask_blend_epi64(upper, low, high),
+                                                           _mm512_slli_epi64(ki, 47)));
+    const __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-5 / 32 / 32 / 32),
+                                      _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / 32 / 32));
+    const __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / 32), _mm512_set1_pd(1.0));
+    return _mm512_mul_pd(_mm512_fmadd_pd(z, _mm512_mul_pd(r, r), y), s);
+}
+
+static inline __m512 expf16(__m512 x) {
+    const __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(expf_half(_mm512_castps512_ps256(x)))),
+                                        _mm512_cvtpd_ps(expf_half(_mm512_extractf32x8_ps(x, 1))), 1);
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+    const __mmask16 special = _mm512_cmpge_epu32_mask(top, _mm512_set1_epi32(0x42b)); /* top12(88.0f) */
+    if (!special) return e;
+    float in[16], out[16];
+    _mm512_storeu_ps(in, x);
+    _mm512_storeu_ps(out, e);
+    for (int j = 0; j < 16; j++)
+        if (special >> j & 1) out[j] = expf(in[j]);
+    return _mm512_loadu_ps(out);
+}
+#endif
+
+/* o = SiLU(gate) * up, gate / (1 + e^-gate) * up, for n values */
+static void silu_gate(const float *gate, const float *up, float *o, int64_t n) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + j);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)),
+                                              _mm512_loadu_ps(up + j)));
+    }
+#endif
+    for (; j < n; j++) o[j] = gate[j] / (1.f + expf(-gate[j])) * up[j];
+}
+
 /* GELU, tanh approximation (torch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh) */
 static inline float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
@@ -708,7 +770,7 @@ static void forward_part(call_t *c, int me) {
             if (m->act == 1)
                 for (int64_t j = 0; j < I; j++) o[j] = gelu_tanh(gu[j]) * gu[I + j];
             else
-                for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
+                silu_gate(gu, gu + I, o, I);
             quantize_token(o, &x_i, i);
         }
         sync_team(prep);
