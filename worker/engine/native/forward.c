@@ -457,7 +457,8 @@ static void attend_blocks(const float *const *q, const int64_t *from, const int6
             for (int r = 0; r < KEY_BLOCK; r++) part[r] = _mm512_setzero_ps();
             for (int64_t j = 0; j < D; j += 16) { /* dot_half's order: the 16-lane chunks in turn */
                 const __m512 qj = _mm512_loadu_ps(q[i] + j);
-                for (int r = 0; r < KEY_BLOCK; r++) part[r] = _mm512_fmadd_ps(qj, _mm512_loadu_ps(keys + r * D + j), part[r]);
+                for (int r = 0; r < KEY_BLOCK; r++)
+                    part[r] = _mm512_fmadd_ps(qj, _mm512_loadu_ps(keys + r * D + j), part[r]);
             }
             __m512 s = _mm512_mul_ps(reduce_16(part), _mm512_set1_ps(scale));
             if (softcap > 0.f) {
@@ -475,7 +476,8 @@ static void attend_blocks(const float *const *q, const int64_t *from, const int6
         const int64_t seen = len[i] - from[i];
         const float inv = 1.f / exponentiate(weight, seen, _mm512_reduce_max_ps(peaks[i]));
         int64_t p = 0;
-        for (; p + 16 <= seen; p += 16) _mm512_storeu_ps(weight + p, _mm512_mul_ps(_mm512_loadu_ps(weight + p), _mm512_set1_ps(inv)));
+        for (; p + 16 <= seen; p += 16)
+            _mm512_storeu_ps(weight + p, _mm512_mul_ps(_mm512_loadu_ps(weight + p), _mm512_set1_ps(inv)));
         for (; p < seen; p++) weight[p] = weight[p] * inv;
     }
     const int64_t full = D / 64 * 64; /* columns summed 64 at a time in registers; the rest as weigh_values's tail */
@@ -633,7 +635,8 @@ static inline __m512d expf_half(__m256 x) {
     kd = _mm512_sub_pd(kd, shift);
     const __m512d r = _mm512_fmsub_pd(inv_ln2, xd, kd);
     const __m512i index = _mm512_and_si512(ki, _mm512_set1_epi64(31));
-    const __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table), index, _mm512_loadu_si512(expf_table + 8));
+    const __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table), index,
+                                                  _mm512_loadu_si512(expf_table + 8));
     const __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table + 16), index,
                                                    _mm512_loadu_si512(expf_table + 24));
     const __mmask8 upper = _mm512_test_epi64_mask(index, _mm512_set1_epi64(16));
@@ -855,8 +858,8 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     atomic_init(&c.barrier.arrived, 0);
     atomic_init(&c.barrier.generation, 0);
     atomic_init(&c.go, 0);
-    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.branch || !c.codes || !c.act_scale || !c.act_sum || !c.scores || !c.wide
-                 || !c.block_start;
+    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.branch || !c.codes || !c.act_scale || !c.act_sum
+                 || !c.scores || !c.wide || !c.block_start;
     if (!failed) {
         pthread_t helpers[MAX_THREADS];
         part_t parts[MAX_THREADS];
