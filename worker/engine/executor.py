@@ -362,7 +362,10 @@ class Executor:
                 break
             accepted += 1
             out = StepOutput(logits[index:index + 1], None)
-            scores, choice, faults = choose_isolating(single, out.logits)
+            # one torch thread, as a step of a few rows has (logits_threads): a team splits a row's sums over the
+            # vocabulary and rounds them otherwise, and costs more to wake than it saves
+            with intra_op_threads(1):
+                scores, choice, faults = choose_isolating(single, out.logits)
             faults = faults or broken_rows(choice, scores)
             if faults:
                 self._fail(row.request, faults[0], events)

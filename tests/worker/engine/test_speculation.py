@@ -197,3 +197,23 @@ def test_prompt_lookup_is_a_per_model_setting(tmp_path):
         load_settings(str(config))
     config.write_text("[[models]]\nprompt_lookup = false\n")
     assert load_settings(str(config)).models[0].worker_config().prompt_lookup is False
+
+
+def test_drafts_are_checked_as_a_step_checks_a_row_whatever_torch_threads_the_worker_has(tiny):
+    """A worker on a host of 4+ cores has a team of torch threads. A step of a few rows processes their logits on
+    one thread (executor.logits_threads), and so must each draft position: a team splits one row's log-sum-exp
+    over the vocabulary and rounds it otherwise, so logprobs (and a sampled row's draws) would differ."""
+    import torch
+    loaded = dataclasses.replace(tiny, model=copy.deepcopy(tiny.model), quantization="q4")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the engines' threads start with it
+    try:
+        with running_engine(loaded, "team-spec", **CONFIG) as on, \
+                running_engine(loaded, "team-plain", prompt_lookup=False, **CONFIG) as off:
+            params = dict(max_tokens=48, temperature=0, logprobs=5, ignore_eos=True)
+            plain = serve(off, request(PROMPT, **params))
+            drafted = serve(on, request(PROMPT, **params), plain.finishes[0].token_ids)
+    finally:
+        torch.set_num_threads(before)
+    assert drafted.done.accepted_prediction_tokens >= 24
+    assert logprob_lists(drafted) == logprob_lists(plain)

@@ -404,16 +404,133 @@ static void weigh_values(const float *weight, float scale, const kv_t *v, int64_
 }
 
 #define ATTEND_QUERIES 32 /* queries (tokens x heads of a kv head) that share one pass over the keys */
+#define KEY_BLOCK 16      /* keys widened to float32 at a time, once for every query of the pass */
+#define VALUE_BLOCK 32    /* values widened at a time, likewise */
+
+#if defined(__AVX512F__)
+/* The 16 lane sums of 16 vectors p[0..15], in order, each summed as _mm512_reduce_add_ps sums one vector (GCC's:
+ * lane j + lane j + 8, then j + 4, then j + 2, then the last two), so a score has the bits dot_half gives it. The
+ * sums of 16 keys come out of one transpose-and-add tree (31 shuffles, 15 adds) instead of 16 reductions. */
+static inline __m512 reduce_16(const __m512 *p) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) /* [p[2i] lanes j + (j + 8) | p[2i + 1]'s], j < 8 */
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++) /* 128-bit lane k: key 4i + k's lanes j + (j + 4), j < 4 */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; i++) /* lane k: keys 8i + k and 8i + 4 + k, each its j + (j + 2), j < 2 */
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1))); /* 4k + m: key k + 4m */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+/* lanes r of a block of 16 from position p0 that lie in [from, len) */
+static inline __mmask16 block_lanes(int64_t p0, int64_t from, int64_t len) {
+    const int64_t lo = from - p0, hi = len - p0;
+    const uint32_t below = hi >= 16 ? 0xFFFFu : hi <= 0 ? 0u : (1u << hi) - 1;
+    const uint32_t before = lo <= 0 ? 0u : lo >= 16 ? 0xFFFFu : (1u << lo) - 1;
+    return (__mmask16)(below & ~before);
+}
+
+/* attend()'s arithmetic, bit for bit, for D a multiple of 16: each block of keys (then of values) widened to float32
+ * once into `wide` (KEY_BLOCK + VALUE_BLOCK rows of D) for every query, each query's 16 scores of a key block from
+ * one reduce_16, its weighted values accumulated over the value blocks in position order. */
+static void attend_blocks(const float *const *q, const int64_t *from, const int64_t *len, float *const *out,
+                          int count, const kv_t *k, const kv_t *v, int64_t D, float scale, float softcap,
+                          float *score, int64_t stride, float *wide, int64_t first, int64_t longest) {
+    float *keys = wide, *values = wide + KEY_BLOCK * D;
+    __m512 peaks[ATTEND_QUERIES];
+    for (int i = 0; i < count; i++) peaks[i] = _mm512_set1_ps(-INFINITY);
+    for (int64_t p0 = first; p0 < longest; p0 += KEY_BLOCK) {
+        const int64_t rows = longest - p0 < KEY_BLOCK ? longest - p0 : KEY_BLOCK;
+        for (int64_t r = 0; r < KEY_BLOCK; r++)
+            for (int64_t j = 0; j < D; j += 16)
+                _mm512_storeu_ps(keys + r * D + j, r < rows ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                                     (const __m256i *)(k + (p0 + r) * D + j))) : _mm512_setzero_ps());
+        for (int i = 0; i < count; i++) {
+            const __mmask16 live = block_lanes(p0, from[i], len[i]);
+            if (!live) continue;
+            __m512 part[KEY_BLOCK];
+            for (int r = 0; r < KEY_BLOCK; r++) part[r] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < D; j += 16) { /* dot_half's order: the 16-lane chunks in turn */
+                const __m512 qj = _mm512_loadu_ps(q[i] + j);
+                for (int r = 0; r < KEY_BLOCK; r++)
+                    part[r] = _mm512_fmadd_ps(qj, _mm512_loadu_ps(keys + r * D + j), part[r]);
+            }
+            __m512 s = _mm512_mul_ps(reduce_16(part), _mm512_set1_ps(scale));
+            if (softcap > 0.f) {
+                float capped[16];
+                _mm512_storeu_ps(capped, s);
+                for (int r = 0; r < 16; r++) capped[r] = softcap * tanhf(capped[r] / softcap);
+                s = _mm512_loadu_ps(capped);
+            }
+            _mm512_mask_storeu_ps(score + i * stride + p0, live, s);
+            peaks[i] = _mm512_mask_max_ps(peaks[i], live, s, peaks[i]); /* fmaxf's: a NaN score leaves the peak */
+        }
+    }
+    for (int i = 0; i < count; i++) { /* each weight times 1 / sum, as weigh_values multiplies them */
+        float *weight = score + i * stride + from[i];
+        const int64_t seen = len[i] - from[i];
+        const float inv = 1.f / exponentiate(weight, seen, _mm512_reduce_max_ps(peaks[i]));
+        int64_t p = 0;
+        for (; p + 16 <= seen; p += 16)
+            _mm512_storeu_ps(weight + p, _mm512_mul_ps(_mm512_loadu_ps(weight + p), _mm512_set1_ps(inv)));
+        for (; p < seen; p++) weight[p] = weight[p] * inv;
+    }
+    const int64_t full = D / 64 * 64; /* columns summed 64 at a time in registers; the rest as weigh_values's tail */
+    for (int64_t p0 = first; p0 < longest && full; p0 += VALUE_BLOCK) {
+        const int64_t rows = longest - p0 < VALUE_BLOCK ? longest - p0 : VALUE_BLOCK;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < full; j += 16)
+                _mm512_storeu_ps(values + r * full + j, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                     (const __m256i *)(v + (p0 + r) * D + j))));
+        for (int i = 0; i < count; i++) {
+            const int64_t lo = from[i] > p0 ? from[i] : p0, hi = len[i] < p0 + rows ? len[i] : p0 + rows;
+            if (lo >= hi) continue;
+            const float *weight = score + i * stride;
+            for (int64_t j = 0; j < full; j += 64) {
+                float *o = out[i] + j;
+                const int opening = lo == from[i];
+                __m512 a0 = opening ? _mm512_setzero_ps() : _mm512_loadu_ps(o);
+                __m512 a1 = opening ? _mm512_setzero_ps() : _mm512_loadu_ps(o + 16);
+                __m512 a2 = opening ? _mm512_setzero_ps() : _mm512_loadu_ps(o + 32);
+                __m512 a3 = opening ? _mm512_setzero_ps() : _mm512_loadu_ps(o + 48);
+                for (int64_t p = lo; p < hi; p++) {
+                    const __m512 w = _mm512_set1_ps(weight[p]);
+                    const float *vp = values + (p - p0) * full + j;
+                    a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp), a0);
+                    a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 16), a1);
+                    a2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 32), a2);
+                    a3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp + 48), a3);
+                }
+                _mm512_storeu_ps(o, a0);
+                _mm512_storeu_ps(o + 16, a1);
+                _mm512_storeu_ps(o + 32, a2);
+                _mm512_storeu_ps(o + 48, a3);
+            }
+        }
+    }
+    for (int i = 0; i < count && full < D; i++) {
+        const float *weight = score + i * stride;
+        for (int64_t c = full; c < D; c++) out[i][c] = 0.f;
+        for (int64_t p = from[i]; p < len[i]; p++)
+            for (int64_t c = full; c < D; c++) out[i][c] += weight[p] * (float)v[p * D + c];
+    }
+}
+#endif
 
 /* `count` queries over one kv head's cache (k, v: [positions, D] in binary16): query i attends positions
  * from[i]..len[i]-1 (from[i] < len[i]), softmax(q . k * scale) . v into out[i] [D], each score soft-capped
  * (cap * tanh(score / cap)) where `softcap` > 0. Each key row is read once for all of them (the heads
  * of a group, the tokens of a prefill chunk); a query's own arithmetic runs in the same order whatever shares
  * the pass, so its result does not depend on them. `score`: count rows of `stride` (>= every len) floats of
- * scratch. */
+ * scratch; `wide`: (KEY_BLOCK + VALUE_BLOCK) * D floats of scratch (attend_blocks). */
 static void attend(const float *const *q, const int64_t *from, const int64_t *len, float *const *out, int count,
                    const kv_t *k, const kv_t *v, int64_t D, float scale, float softcap, float *score,
-                   int64_t stride) {
+                   int64_t stride, float *wide) {
     float peak[ATTEND_QUERIES];
     int64_t longest = 0, first = INT64_MAX;
     for (int i = 0; i < count; i++) {
@@ -421,6 +538,14 @@ static void attend(const float *const *q, const int64_t *from, const int64_t *le
         longest = max64(longest, len[i]);
         first = from[i] < first ? from[i] : first;
     }
+#if defined(__AVX512F__)
+    if (D % 16 == 0 && count > 1) { /* one query alone gains less from the widened blocks than they cost */
+        attend_blocks(q, from, len, out, count, k, v, D, scale, softcap, score, stride, wide, first, longest);
+        return;
+    }
+#else
+    (void)wide;
+#endif
     for (int64_t p = first; p < longest; p++)
         for (int i = 0; i < count; i++)
             if (p >= from[i] && p < len[i]) {
@@ -443,7 +568,7 @@ typedef struct {
     float *hidden, *logits, *out_hidden;
     kv_t *const *keys, *const *values;
     const int64_t *capacity;
-    float *normed, *qkv, *attended, *gate_up, *branch, *act_scale, *act_sum, *scores;
+    float *normed, *qkv, *attended, *gate_up, *branch, *act_scale, *act_sum, *scores, *wide;
     int8_t *codes;
     int64_t own_floats, own_codes, own_groups; /* each thread's share of the scratch above where `own` */
     int own; /* each thread prepares every token's inputs itself (below) */
@@ -489,6 +614,69 @@ static void project_residual(const team_t *team, const qmat *w, const qact *x, i
     norm_add(team, hidden, branch, n, width, out_norm, eps);
 }
 
+#if defined(__AVX512F__)
+/* glibc's expf (2.27 on, sysdeps/ieee754/flt-32/e_expf.c as its x86-64 FMA build computes it: 2^(k/32) from a
+ * table times a cubic in r, in double) for 16 values at once, bit for bit: the SiLU of every MLP called the scalar
+ * expf once per value. Lanes where glibc takes its special path (|x| >= 88, infinities, NaN) call expf itself. */
+static const uint64_t expf_table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+static inline __m512d expf_half(__m256 x) {
+    const __m512d xd = _mm512_cvtps_pd(x), inv_ln2 = _mm512_set1_pd(0x1.71547652b82fep+0 * 32);
+    const __m512d shift = _mm512_set1_pd(0x1.8p+52);
+    __m512d kd = _mm512_fmadd_pd(inv_ln2, xd, shift); /* round(x * 32 / ln 2), in the low bits */
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, shift);
+    const __m512d r = _mm512_fmsub_pd(inv_ln2, xd, kd);
+    const __m512i index = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    const __m512i low = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table), index,
+                                                  _mm512_loadu_si512(expf_table + 8));
+    const __m512i high = _mm512_permutex2var_epi64(_mm512_loadu_si512(expf_table + 16), index,
+                                                   _mm512_loadu_si512(expf_table + 24));
+    const __mmask8 upper = _mm512_test_epi64_mask(index, _mm512_set1_epi64(16));
+    const __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(_mm512_mask_blend_epi64(upper, low, high),
+                                                           _mm512_slli_epi64(ki, 47)));
+    const __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-5 / 32 / 32 / 32),
+                                      _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / 32 / 32));
+    const __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / 32), _mm512_set1_pd(1.0));
+    return _mm512_mul_pd(_mm512_fmadd_pd(z, _mm512_mul_pd(r, r), y), s);
+}
+
+static inline __m512 expf16(__m512 x) {
+    const __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(expf_half(_mm512_castps512_ps256(x)))),
+                                        _mm512_cvtpd_ps(expf_half(_mm512_extractf32x8_ps(x, 1))), 1);
+    const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+    const __mmask16 special = _mm512_cmpge_epu32_mask(top, _mm512_set1_epi32(0x42b)); /* top12(88.0f) */
+    if (!special) return e;
+    float in[16], out[16];
+    _mm512_storeu_ps(in, x);
+    _mm512_storeu_ps(out, e);
+    for (int j = 0; j < 16; j++)
+        if (special >> j & 1) out[j] = expf(in[j]);
+    return _mm512_loadu_ps(out);
+}
+#endif
+
+/* o = SiLU(gate) * up, gate / (1 + e^-gate) * up, for n values */
+static void silu_gate(const float *gate, const float *up, float *o, int64_t n) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + j);
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)),
+                                              _mm512_loadu_ps(up + j)));
+    }
+#endif
+    for (; j < n; j++) o[j] = gate[j] / (1.f + expf(-gate[j])) * up[j];
+}
+
 /* GELU, tanh approximation (torch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh) */
 static inline float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
@@ -511,6 +699,7 @@ static void forward_part(call_t *c, int me) {
     int8_t *codes = c->codes + mine * c->own_codes;
     float *act_scale = c->act_scale + mine * c->own_groups, *act_sum = c->act_sum + mine * c->own_groups;
     float *score = c->scores + me * ATTEND_QUERIES * c->longest;
+    float *wide = c->wide + me * (KEY_BLOCK + VALUE_BLOCK) * D;
     qact x_h = {codes, act_scale, act_sum, H};
     int64_t first, last;
     for (int64_t l = 0; l < m->layers; l++) {
@@ -531,7 +720,12 @@ static void forward_part(call_t *c, int me) {
                 float *v = row + h * D;
                 const float *qk_norm = h < heads ? w->q_norm : w->k_norm;
                 if (qk_norm) head_norm(v, D, qk_norm, m->eps);
-                for (int64_t j = 0; j < D; j++) turned[j] = v[j] * cs[j] + v[(j + D / 2) % D] * sn[j];
+                if (D % 2 == 0) { /* the same sums in two halves, with no modulo: the compiler vectorizes them */
+                    for (int64_t j = 0; j < D / 2; j++) turned[j] = v[j] * cs[j] + v[j + D / 2] * sn[j];
+                    for (int64_t j = D / 2; j < D; j++) turned[j] = v[j] * cs[j] + v[j - D / 2] * sn[j];
+                } else {
+                    for (int64_t j = 0; j < D; j++) turned[j] = v[j] * cs[j] + v[(j + D / 2) % D] * sn[j];
+                }
                 memcpy(v, turned, sizeof(float) * D);
             }
             for (int64_t g = 0; g < kvh; g++) {
@@ -560,7 +754,8 @@ static void forward_part(call_t *c, int me) {
                     from[count] = w->window > 0 && len[count] > w->window ? len[count] - w->window : 0;
                 }
             const int64_t at = ((int64_t)slots[c->block_start[b]] * kvh + g) * cap * D;
-            attend(q, from, len, out, count, K + at, V + at, D, m->attn_scale, m->attn_softcap, score, c->longest);
+            attend(q, from, len, out, count, K + at, V + at, D, m->attn_scale, m->attn_softcap, score, c->longest,
+                   wide);
         }
         sync_team(team);
         qact x_o = {codes, act_scale, act_sum, heads * D};
@@ -578,7 +773,7 @@ static void forward_part(call_t *c, int me) {
             if (m->act == 1)
                 for (int64_t j = 0; j < I; j++) o[j] = gelu_tanh(gu[j]) * gu[I + j];
             else
-                for (int64_t j = 0; j < I; j++) o[j] = gu[j] / (1.f + expf(-gu[j])) * gu[I + j];
+                silu_gate(gu, gu + I, o, I);
             quantize_token(o, &x_i, i);
         }
         sync_team(prep);
@@ -648,6 +843,7 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     c.act_scale = malloc(sizeof(float) * copies * c.own_groups);
     c.act_sum = malloc(sizeof(float) * copies * c.own_groups);
     c.scores = malloc(sizeof(float) * c.count * ATTEND_QUERIES * c.longest);
+    c.wide = malloc(sizeof(float) * c.count * (KEY_BLOCK + VALUE_BLOCK) * D);
     /* attention blocks: runs of one slot's consecutive tokens, as many as fill ATTEND_QUERIES with the heads
      * of a job (all of a kv head's, up to ATTEND_QUERIES) */
     c.job_heads = heads / kvh < ATTEND_QUERIES ? heads / kvh : ATTEND_QUERIES;
@@ -662,8 +858,8 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
     atomic_init(&c.barrier.arrived, 0);
     atomic_init(&c.barrier.generation, 0);
     atomic_init(&c.go, 0);
-    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.branch || !c.codes || !c.act_scale || !c.act_sum || !c.scores
-                 || !c.block_start;
+    int failed = !c.normed || !c.qkv || !c.attended || !c.gate_up || !c.branch || !c.codes || !c.act_scale || !c.act_sum
+                 || !c.scores || !c.wide || !c.block_start;
     if (!failed) {
         pthread_t helpers[MAX_THREADS];
         part_t parts[MAX_THREADS];
@@ -678,6 +874,6 @@ int sluice_native_forward(const model_weights *m, int64_t n, const int32_t *slot
         for (int i = 1; i < started; i++) pthread_join(helpers[i], NULL);
     }
     free(c.normed); free(c.qkv); free(c.attended); free(c.gate_up); free(c.branch); free(c.codes); free(c.act_scale); free(c.act_sum);
-    free(c.scores); free(c.block_start);
+    free(c.scores); free(c.wide); free(c.block_start);
     return failed ? -1 : 0;
 }
