@@ -16,8 +16,9 @@ import xgrammar
 
 from common.protocol import Constraint
 from tests.worker.grammar.helpers import HANG_GUARD_S, compiles_held
-from worker.decoding.grammar import GrammarCompiler, GrammarTimeout
+from worker.decoding.grammar import GrammarCompiler, GrammarPending, GrammarTimeout
 from worker.decoding.grammar.compile_process import _serve
+from worker.decoding.grammar.compiler import VOCABULARY_WAIT_S
 
 
 def schema(value: dict) -> Constraint:
@@ -68,6 +69,34 @@ def test_a_compile_that_overruns_is_stopped(smol):
         assert compiler.compile(LIGHT, timeout_s=HANG_GUARD_S).compiled.memory_size_bytes > 0  # served on a new process
     finally:
         compiler.close()
+
+
+def test_the_limit_counts_from_when_the_vocabulary_table_is_ready(smol):
+    """Building the tokenizer's table is the worker's start-up, not the constraint's cost: a request that waited
+    past its whole limit for the table (held here: its lock taken) still gets its full limit for the compile."""
+    limit = 5.0
+    compiler = _compiler(smol, timeout_s=HANG_GUARD_S, build_later=True)
+    try:
+        with compiler._building:  # the table is "being built" until the lock is let go
+            with pytest.raises(GrammarPending) as pending:
+                compiler.compile(LIGHT, timeout_s=limit, pending=True)
+            assert pending.value.limit_s == VOCABULARY_WAIT_S + limit  # a waiter elsewhere waits for the table too
+            answer: list = []
+            asking = threading.Thread(target=lambda: answer.append(_outcome(compiler, LIGHT, limit)))
+            asking.start()
+            time.sleep(limit + 1)  # the request's own clock is past its limit before the table is built
+        asking.join(HANG_GUARD_S)
+        assert answer and not isinstance(answer[0], Exception), answer
+        assert answer[0].compiled.memory_size_bytes > 0
+    finally:
+        compiler.close()
+
+
+def _outcome(compiler: GrammarCompiler, constraint: Constraint, limit: float):
+    try:
+        return compiler.compile(constraint, timeout_s=limit)
+    except Exception as exc:  # noqa: BLE001 - the test reads it
+        return exc
 
 
 def test_a_compile_is_stopped_by_its_cpu_limit_whatever_the_wall_clock(smol):

@@ -18,6 +18,11 @@ A caller that must not hold a thread while a compile waits or runs (the worker's
 `pending=True`: a grammar not ready yet raises GrammarPending with its future, to be awaited elsewhere, and
 the caller asks again once it is done.
 
+A request's limit counts from when it asked or from when the tokenizer's vocabulary table was ready, whichever
+is later: the table is the worker's own start-up work (0.35 s on a quiet core, 6 s at load 9), not the cost of
+anyone's constraint, so a fresh worker's first structured request does not time out on a trivial schema.
+Waiting for the table is bounded apart (VOCABULARY_WAIT_S).
+
 There is one compile thread (and process) for every two cores (at least one; `compile_threads`): compiles
 together never take more than half the machine from the engine, however many tenants send schemas. The
 threads are shared fairly among tenants (fair_queue.py): one tenant runs at most all threads but one (one when
@@ -31,9 +36,11 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from functools import partial
 
@@ -44,6 +51,8 @@ from worker.decoding.grammar.compile_process import CompileFailed, CompileOverra
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.threads import in_background
+
+VOCABULARY_WAIT_S = 600.0  # building the tokenizer's table: seconds of a core; a bound against a build that hangs
 
 
 class GrammarError(ValueError):
@@ -99,6 +108,7 @@ class GrammarCompiler:
         self.cpu_s = timeout_s if cpu_s is None else cpu_s
         self._vocabulary = partial(_tokenizer_info, tokenizer, vocab_size, stop_ids)
         self._xgr_ready: Future = Future()
+        self._ready_at = 0.0  # time.monotonic() when the vocabulary table was built
         self._building = threading.Lock()
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each compiled grammar in the cache
@@ -133,6 +143,7 @@ class GrammarCompiler:
                 if not self._closed:
                     self._idle.extend(CompileProcess(vocabulary[1], self.cpu_s).start() for _ in range(self._threads))
                     self._processes.extend(self._idle)
+            self._ready_at = time.monotonic()
             self._xgr_ready.set_result(vocabulary)  # after the processes: whoever sees it ready sees them
 
     @property
@@ -153,6 +164,7 @@ class GrammarCompiler:
         wrong. A new constraint is compiled in `tenant`'s turn (GrammarBusy when it has too many waiting).
         `pending`: GrammarPending rather than a wait when it is not ready; `waited_s`: seconds of the limit
         spent waiting for it elsewhere."""
+        asked = time.monotonic() - waited_s
         key = self.key(constraint, tenant)
         with self._lock:
             future = self._cache.get(key)
@@ -168,9 +180,10 @@ class GrammarCompiler:
                 self._cache.move_to_end(key)
         limit = self.timeout_s if timeout_s is None else timeout_s
         if pending and not future.done():
-            raise GrammarPending(future, limit)
+            raise GrammarPending(future, limit if self._xgr_ready.done() else VOCABULARY_WAIT_S + limit)
         try:
-            return future.result(timeout=max(0.0, limit - waited_s))
+            began = max(asked, self._vocabulary_ready_at(future))
+            return future.result(timeout=max(0.0, limit - (time.monotonic() - began)))
         except FutureTimeout:
             raise GrammarTimeout(f"compiling the {constraint.kind} constraint took longer than {limit:g} s; "
                                  "simplify it or retry later") from None
@@ -181,6 +194,16 @@ class GrammarCompiler:
                 if self._cache.get(key) is future:
                     del self._cache[key]
             raise
+
+    def _vocabulary_ready_at(self, compiled: Future) -> float:
+        """When the vocabulary table was ready (waiting for it, or for `compiled` to end first); 0 when building
+        it failed, which `compiled` reports. GrammarTimeout past VOCABULARY_WAIT_S."""
+        wait_for([self._xgr_ready, compiled], timeout=VOCABULARY_WAIT_S, return_when="FIRST_COMPLETED")
+        if not self._xgr_ready.done():
+            if compiled.done():
+                return 0.0
+            raise GrammarTimeout("structured output is not ready on this worker yet; retry later")
+        return self._ready_at if self._xgr_ready.exception() is None else 0.0
 
     def _keep(self, key: str, future: Future, size: int) -> None:
         """Count a finished grammar's bytes; evict the least recently used ones while over `cache_bytes`."""
