@@ -2,20 +2,21 @@
 # gateways the private subnets reach AWS APIs and images through, and PostgreSQL's connections.
 
 locals {
-  # one alarm per (name => metric); ElastiCache's are the primary node's (`<replication group>-001`)
+  # one alarm per (name => metric). ElastiCache reports per node (`<replication group>-001` and up): every node
+  # has its own, since after a failover the primary is another node than -001
   dependency_alarms = merge(
-    var.cache_replication_group_id == "" ? {} : {
-      redis_cpu = {
+    var.cache_replication_group_id == "" ? {} : merge([for node in range(1, var.cache_nodes + 1) : {
+      "redis_cpu_${format("%03d", node)}" = {
         namespace = "AWS/ElastiCache", metric = "EngineCPUUtilization", statistic = "Average", comparison = "GreaterThanThreshold",
-        threshold = 80, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-001"
-        what      = "Redis (the shared rate limits and fleet state) above 80% engine CPU for 15 minutes: admissions slow down for every gateway"
+        threshold = 80, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-${format("%03d", node)}"
+        what      = "Redis node ${format("%03d", node)} (the shared rate limits and fleet state) above 80% engine CPU for 15 minutes: admissions slow down for every gateway"
       }
-      redis_memory = {
+      "redis_memory_${format("%03d", node)}" = {
         namespace = "AWS/ElastiCache", metric = "DatabaseMemoryUsagePercentage", statistic = "Maximum", comparison = "GreaterThanThreshold",
-        threshold = 85, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-001"
-        what      = "Redis memory above 85% for 15 minutes: evictions would drop rate-limit windows and fleet leases"
+        threshold = 85, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-${format("%03d", node)}"
+        what      = "Redis node ${format("%03d", node)} memory above 85% for 15 minutes: evictions would drop rate-limit windows and fleet leases"
       }
-    },
+    }]...),
     !var.efs_alarm ? {} : {
       efs_io_limit = {
         namespace = "AWS/EFS", metric = "PercentIOLimit", statistic = "Maximum", comparison = "GreaterThanThreshold",

@@ -110,6 +110,16 @@ variable "cache_replication_group_id" {
   default     = ""
 }
 
+variable "cache_nodes" {
+  description = "Nodes of that replication group (1 + its replicas): each has its own Redis alarms."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.cache_nodes >= 1 && var.cache_nodes <= 6 && floor(var.cache_nodes) == var.cache_nodes
+    error_message = "cache_nodes: 1 to 6 (the primary and up to 5 replicas)."
+  }
+}
+
 variable "efs_alarm" {
   description = "Page when the usage log's EFS file system (efs_file_system_id) is at its I/O limit."
   type        = bool

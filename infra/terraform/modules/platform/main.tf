@@ -71,6 +71,7 @@ module "observability" {
   db_instance_id             = module.data.db_instance_id
   alarm_emails               = var.alarm_emails
   cache_replication_group_id = try(module.data.redis_iam.cache_name, "")
+  cache_nodes                = 1 + var.cache_replicas
   efs_alarm                  = true
   efs_file_system_id         = module.data.wal_file_system_id
   nat_gateway_ids            = module.network.nat_gateway_ids

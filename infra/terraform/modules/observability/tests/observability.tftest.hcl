@@ -25,6 +25,7 @@ variables {
   cluster_arn                = "arn:aws:ecs:us-east-1:123456789012:cluster/sluice-test"
   worker_service_prefix      = "sluice-test-worker-"
   cache_replication_group_id = "sluice-test"
+  cache_nodes                = 2
   efs_alarm                  = true
   efs_file_system_id         = "fs-12345678"
   nat_gateway_ids            = ["nat-0a", "nat-0b"]
@@ -64,6 +65,14 @@ run "invalid_retention_is_refused" {
     log_retention_days = 42
   }
   expect_failures = [var.log_retention_days]
+}
+
+run "a_cache_without_nodes_is_refused" {
+  command = plan
+  variables {
+    cache_nodes = 0
+  }
+  expect_failures = [var.cache_nodes]
 }
 
 run "the_5xx_alarm_leaves_out_the_intended_503s" {
@@ -147,8 +156,8 @@ run "alarms_on_the_limiter_failed_endpoints_throttling_and_dependencies" {
     error_message = "failed endpoints and ECS throttling are metrics"
   }
   assert {
-    condition     = aws_cloudwatch_metric_alarm.dependency["redis_cpu"].dimensions.CacheClusterId == "sluice-test-001" && aws_cloudwatch_metric_alarm.dependency["redis_memory"].namespace == "AWS/ElastiCache"
-    error_message = "Redis CPU and memory page"
+    condition     = [for node in ["001", "002"] : aws_cloudwatch_metric_alarm.dependency["redis_cpu_${node}"].dimensions.CacheClusterId] == ["sluice-test-001", "sluice-test-002"] && aws_cloudwatch_metric_alarm.dependency["redis_memory_002"].namespace == "AWS/ElastiCache" && !contains(keys(aws_cloudwatch_metric_alarm.dependency), "redis_cpu_003")
+    error_message = "Redis CPU and memory page on every node (the primary moves on a failover)"
   }
   assert {
     condition     = aws_cloudwatch_metric_alarm.dependency["efs_io_limit"].dimensions.FileSystemId == "fs-12345678" && aws_cloudwatch_metric_alarm.dependency["rds_connections"].metric_name == "DatabaseConnections"
@@ -203,7 +212,7 @@ run "every_alarm_window_is_one_cloudwatch_accepts" {
     error_message = "the 5xx rate's window CloudWatch would refuse"
   }
   assert {
-    condition     = length(aws_cloudwatch_metric_alarm.dependency) == 6 && length(aws_cloudwatch_metric_alarm.usage_export_missing) == 1
+    condition     = length(aws_cloudwatch_metric_alarm.dependency) == 8 && length(aws_cloudwatch_metric_alarm.usage_export_missing) == 1
     error_message = "the alarms checked above exist in this run"
   }
 }
