@@ -41,6 +41,7 @@ NOT_SETTINGS = {
     "SLUICE_SOAK_SECONDS": "test-only: length of tests/faults/test_soak.py",
     "SLUICE_FUZZ_SCALE": "test-only: examples per property test, times this (`make fuzz`)",
     "SLUICE_HYPOTHESIS_PROFILE": "test-only: the Hypothesis profile (tests/conftest.py)",
+    "SLUICE_TEST_CPU_REPORT": "test-only: where each test process writes CPU seconds per file (tests/cpu_report.py)",
     "SLUICE_TOOL_PROOF_PROMPTS": "test-only: prompts of tests/compat/test_openai_tools.py and "
                                  "tests/worker/tools/test_proof.py (20: the whole corpus)",
     "SLUICE_TF_PLUGINS": "test-only: the Terraform provider mirror of tests/infra",

@@ -14,6 +14,7 @@ from hypothesis import settings
 from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
 from testkit.sluice import GRAMMAR_COMPILE_LIMIT_S, MODEL, running_sluice
+from tests import cpu_report
 from tests.file_order import longest_first, read_weights
 from tests.gateway.dashboard.served import served_gateway, settings_in
 
@@ -93,6 +94,10 @@ async def dashboard_server(tmp_path):
     """The gateway app served on loopback for the dashboard (tests/gateway/dashboard/served.py)."""
     async with served_gateway(settings_in(tmp_path)) as served:
         yield served
+
+
+def pytest_configure(config):
+    cpu_report.register(config)  # with SLUICE_TEST_CPU_REPORT set: CPU seconds per test file (tests/cpu_report.py)
 
 
 def pytest_collection_modifyitems(items):

@@ -1,0 +1,61 @@
+"""CPU seconds per test file, for cutting the suite's time where the work is (not where the waiting is).
+
+With SLUICE_TEST_CPU_REPORT=PATH each test process appends `seconds path` lines to PATH.<process> at its end:
+the CPU time (user + system) of the test process and of the child processes it reaped (the servers and workers a
+file started and stopped) while that file's tests ran. A session-wide server's CPU lands on the file that ran when
+it was reaped (the last). Sum the files with `python -m tests.cpu_report PATH.*`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+VARIABLE = "SLUICE_TEST_CPU_REPORT"
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CpuReport:
+    def __init__(self, path: str):
+        self.path = Path(f"{path}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+        self.per_file: Counter[str] = Counter()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item):
+        began = cpu_seconds()
+        yield
+        self.per_file[item.nodeid.split("::", 1)[0]] += cpu_seconds() - began
+
+    def pytest_sessionfinish(self) -> None:
+        with self.path.open("a") as report:
+            report.writelines(f"{seconds:8.1f} {name}\n" for name, seconds in self.per_file.most_common())
+
+
+def register(config: pytest.Config) -> None:
+    path = os.environ.get(VARIABLE)
+    if path:
+        config.pluginmanager.register(CpuReport(path), "sluice-cpu-report")
+
+
+def main(paths: list[str]) -> None:
+    total: Counter[str] = Counter()
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            seconds, name = line.split(maxsplit=1)
+            total[name] += float(seconds)
+    print(f"# CPU seconds per test file, {sum(total.values()):.0f} in all")
+    for name, seconds in total.most_common():
+        print(f"{seconds:8.1f} {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
