@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 
 import xgrammar as xgr
 
+from worker.allocator import return_large_blocks, trim_now
 from worker.decoding.grammar.vocabulary import from_table
 
 _OBJECT = '{"type": "object"}'
@@ -147,9 +148,11 @@ class CompileProcess:
 
 
 def _child(conn: Connection, table: bytes) -> None:
-    """The child process: below the worker's priority, no core files (SIGXCPU's default action dumps one)."""
+    """The child process: below the worker's priority, no core files (SIGXCPU's default action dumps one), the
+    worker's allocator setting (worker/allocator.py: what a large compile frees leaves the process)."""
     os.nice(_NICENESS)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return_large_blocks()
     _serve(conn, table, _limit_cpu)
 
 
@@ -157,6 +160,7 @@ def _serve(conn: Connection, table: bytes, limit_cpu: Callable[[float], None]) -
     """Compile each (kind, value, cpu_s) received until the pipe closes, under `limit_cpu(cpu_s)` each."""
     compiler = xgr.GrammarCompiler(from_table(table), max_threads=1,
                                    cache_enabled=False)
+    trim_now()  # building the table frees as much again as it keeps (Gemma 3's 262k tokens: ~23 MB)
     conn.send(True)
     while True:
         try:
@@ -168,6 +172,7 @@ def _serve(conn: Connection, table: bytes, limit_cpu: Callable[[float], None]) -
             conn.send((True, build(compiler, kind, value).serialize_json()))
         except RuntimeError as exc:  # xgrammar reports a bad constraint as a RuntimeError with a C++ prefix
             conn.send((False, str(exc)))
+        trim_now()  # what the compile freed (a large schema's: 100+ MB) leaves the process while it waits
 
 
 def _limit_cpu(cpu_s: float) -> None:
