@@ -247,7 +247,7 @@ def print_memory(memories: dict[str, TreeMemory]) -> None:
         memory.stop()
     peer = memories["llama-server"]
     print("memory, every process of each side: peak RSS (each process's VmHWM, summed) and peak PSS (summed, "
-          "sampled every 0.5 s):")
+          "sampled every 0.5 s); per process: peak RSS / PSS at the peak sample, MB:")
     for side, memory in memories.items():
         ratios = "" if side != "sluice worker" else (f" ({memory.peak_rss_mb / peer.peak_rss_mb:.2f}x / "
                                                      f"{memory.peak_pss_mb / peer.peak_pss_mb:.2f}x)")

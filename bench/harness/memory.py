@@ -57,20 +57,23 @@ class TreeMemory:
     pid: int
     interval_s: float = 0.5
     peaks_kb: dict[int, tuple[str, int]] = field(default_factory=dict)  # pid -> (name, VmHWM)
+    pss_kb: dict[int, int] = field(default_factory=dict)  # pid -> its PSS at the sample of the highest sum
     peak_pss_kb: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        total = 0
+        total, pss = 0, {}
         for pid, parent in process_tree(self.pid):
             try:
                 known = self.peaks_kb.get(pid) or (_name(pid, self.peaks_kb.get(parent, ("",))[0]), 0)
                 self.peaks_kb[pid] = (known[0], max(known[1], _status_kb(pid, "VmHWM")))
-                total += _pss_kb(pid)
+                pss[pid] = _pss_kb(pid)
+                total += pss[pid]
             except (FileNotFoundError, ProcessLookupError, StopIteration):  # it exited meanwhile
                 continue
-        self.peak_pss_kb = max(self.peak_pss_kb, total)
+        if total >= self.peak_pss_kb:
+            self.peak_pss_kb, self.pss_kb = total, pss
 
     def start(self) -> TreeMemory:
         def loop() -> None:
@@ -97,6 +100,7 @@ class TreeMemory:
         return self.peak_pss_kb / 1024
 
     def breakdown(self) -> str:
-        """Each process's peak RSS, largest first: "worker 1,004 + grammar compile server 265 + ..."."""
-        rows = sorted(self.peaks_kb.values(), key=lambda row: -row[1])
-        return " + ".join(f"{name} {kb / 1024:,.0f}" for name, kb in rows)
+        """Each process's peak RSS / its PSS at the peak sample, largest first: "worker 1,004 / 950 + ..."."""
+        rows = sorted(self.peaks_kb.items(), key=lambda row: -row[1][1])
+        return " + ".join(f"{name} {kb / 1024:,.0f} / {self.pss_kb.get(pid, 0) / 1024:,.0f}"
+                          for pid, (name, kb) in rows)
