@@ -6,7 +6,8 @@ GGUFReader, element by element: Gemma 3 270M's 262,144-token vocabulary cost it 
 
 - the config is transformers' GGUF config read of a copy of the header without the vocabulary's arrays
   (gguf_header.SKIPPED: nothing but the tokenizer reads them, and the config only their length, for a
-  file whose metadata names no vocabulary size), a few KB written beside the config;
+  file whose metadata names no vocabulary size), a few KB written beside the config (a value gguf's writer
+  cannot write back: the whole file is read as before, with a log line);
 - the tokenizer is built by the class transformers' `AutoTokenizer` picks for that config's model type
   (`tokenizer_type`), which reads the vocabulary through transformers' own fast GGUF reader.
 
@@ -17,13 +18,17 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 from pathlib import Path
 
 import numpy as np
+import structlog
 from gguf import GGUFValueType, GGUFWriter
 from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 
 from worker.gguf_header import Header
+
+log = structlog.get_logger(__name__)
 
 TOKENS = "tokenizer.ggml.tokens"
 HEADER_COPY = "header-without-vocabulary.gguf"
@@ -39,7 +44,12 @@ def gguf_config(gguf: Path, header: Header, staging: Path) -> PretrainedConfig:
     if architecture in GGUF_CONFIG_ARCHS:  # transformers reads these with its fast reader: nothing to spare
         return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     copy = staging / HEADER_COPY
-    _write_header_copy(header, architecture, copy)
+    try:
+        _write_header_copy(header, architecture, copy)
+    except (ValueError, TypeError, struct.error, OverflowError) as error:  # a value gguf's writer cannot write back
+        log.warning("gguf_config_read_whole", file=gguf.name, reason=str(error)[:200])
+        copy.unlink(missing_ok=True)
+        return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quiet = logging.getLogger(load_gguf_checkpoint.__module__)  # it warns that the copy has no tokens
     level = quiet.level
     quiet.setLevel(logging.ERROR)

@@ -5,6 +5,7 @@ for a corpus of chat turns, unicode, byte fallback, whitespace runs and special 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from testkit.tiny_gguf import write_gguf
 from worker.gguf_file import checked_header, read_index
+from worker.gguf_header import Value
 from worker.gguf_metadata import gguf_config, gguf_tokenizer
 from worker.loading import default_gguf_path
 
@@ -120,3 +122,17 @@ def test_gemma3s_tokenizer_is_transformers_own(tmp_path):
     config = gguf_config(gguf, checked_header(gguf), tmp_path / "scratch")
     assert config.vocab_size == 262144 and config.model_type == "gemma3_text"
     _same_tokenizer(gguf, config)
+
+
+def test_a_header_value_gguf_cannot_write_back_reads_the_whole_file(tmp_path):
+    """The copy is written by gguf's writer; a value it refuses (here a negative uint32) costs the slow read of
+    the file itself, the same config, and leaves no copy behind."""
+    gguf = write_gguf(tmp_path / "model.gguf", "llama", {"token_embd.weight": (GGMLQuantizationType.F32, (64, 32))},
+                      {"block_count": 2})
+    header = checked_header(gguf)
+    odd = dataclasses.replace(header, metadata={**header.metadata, "llama.unwritable": Value(4, -1)})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    theirs = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    assert gguf_config(gguf, odd, scratch).to_dict() == theirs.to_dict()
+    assert list(scratch.iterdir()) == []
