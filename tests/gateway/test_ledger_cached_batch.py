@@ -74,7 +74,14 @@ async def _never_disconnects() -> dict:
 
 async def run_batch_line(gateway_app, key: str, mark: BatchMark, request_id: str) -> dict:
     """One batch line through the pipeline's stages (parse -> authorize -> admit -> lease -> relay -> settle), as a
-    batch runner drives them: no HTTP request of its own, the team's key, the line's mark on its accounting."""
+    batch runner drives them: no HTTP request of its own, the team's key, the line's mark on its accounting. On
+    the app's own event loop (the test client's portal thread): its stores' locks belong to that loop, and one
+    that had waiters there refused this test's loop."""
+    return await asyncio.to_thread(gateway_app.blocking_portal.call, _run_batch_line, gateway_app, key, mark,
+                                   request_id)
+
+
+async def _run_batch_line(gateway_app, key: str, mark: BatchMark, request_id: str) -> dict:
     services = gateway_app.app.state.services
     principal = await services.auth.authenticate(f"Bearer {key}", None, "127.0.0.1")
     scope = {"type": "http", "method": "POST", "path": ROUTE, "raw_path": ROUTE.encode(), "root_path": "",
