@@ -108,7 +108,7 @@ class GrammarCompiler:
         self.cpu_s = timeout_s if cpu_s is None else cpu_s
         self._vocabulary = partial(_tokenizer_info, tokenizer, vocab_size, stop_ids)
         self._xgr_ready: Future = Future()
-        self._ready_at = 0.0  # time.monotonic() when the vocabulary table was built
+        self._ready_at = 0.0  # time.monotonic() when the vocabulary table was built; 0 until then
         self._building = threading.Lock()
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._sizes: dict[str, int] = {}  # bytes of each compiled grammar in the cache
@@ -196,14 +196,12 @@ class GrammarCompiler:
             raise
 
     def _vocabulary_ready_at(self, compiled: Future) -> float:
-        """When the vocabulary table was ready (waiting for it, or for `compiled` to end first); 0 when building
-        it failed, which `compiled` reports. GrammarTimeout past VOCABULARY_WAIT_S."""
+        """When the vocabulary table was ready (waiting for it, or for `compiled` to end first); 0 while it is not
+        built (a failed build: `compiled` reports it). GrammarTimeout past VOCABULARY_WAIT_S."""
         wait_for([self._xgr_ready, compiled], timeout=VOCABULARY_WAIT_S, return_when="FIRST_COMPLETED")
-        if not self._xgr_ready.done():
-            if compiled.done():
-                return 0.0
+        if not self._xgr_ready.done() and not compiled.done():
             raise GrammarTimeout("structured output is not ready on this worker yet; retry later")
-        return self._ready_at if self._xgr_ready.exception() is None else 0.0
+        return self._ready_at
 
     def _keep(self, key: str, future: Future, size: int) -> None:
         """Count a finished grammar's bytes; evict the least recently used ones while over `cache_bytes`."""
