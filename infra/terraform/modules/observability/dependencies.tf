@@ -5,16 +5,16 @@ locals {
   # one alarm per (name => metric). ElastiCache reports per node (`<replication group>-001` and up): every node
   # has its own, since after a failover the primary is another node than -001
   dependency_alarms = merge(
-    var.cache_replication_group_id == "" ? {} : merge([for node in range(1, var.cache_nodes + 1) : {
-      "redis_cpu_${format("%03d", node)}" = {
+    var.cache_replication_group_id == "" ? {} : merge([for node in [for n in range(1, var.cache_nodes + 1) : format("%03d", n)] : {
+      "redis_cpu_${node}" = {
         namespace = "AWS/ElastiCache", metric = "EngineCPUUtilization", statistic = "Average", comparison = "GreaterThanThreshold",
-        threshold = 80, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-${format("%03d", node)}"
-        what      = "Redis node ${format("%03d", node)} (the shared rate limits and fleet state) above 80% engine CPU for 15 minutes: admissions slow down for every gateway"
+        threshold = 80, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-${node}"
+        what      = "Redis node ${node} (the shared rate limits and fleet state) above 80% engine CPU for 15 minutes: admissions slow down for every gateway"
       }
-      "redis_memory_${format("%03d", node)}" = {
+      "redis_memory_${node}" = {
         namespace = "AWS/ElastiCache", metric = "DatabaseMemoryUsagePercentage", statistic = "Maximum", comparison = "GreaterThanThreshold",
-        threshold = 85, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-${format("%03d", node)}"
-        what      = "Redis node ${format("%03d", node)} memory above 85% for 15 minutes: evictions would drop rate-limit windows and fleet leases"
+        threshold = 85, periods = 3, dimension = "CacheClusterId", dimension_value = "${var.cache_replication_group_id}-${node}"
+        what      = "Redis node ${node} memory above 85% for 15 minutes: evictions would drop rate-limit windows and fleet leases"
       }
     }]...),
     !var.efs_alarm ? {} : {
