@@ -22,8 +22,14 @@ streamed requests (a fixed prompt corpus, each drive's prompts led by a tag of t
 serves a repeat (`--same-prompts`: the same ones every time, so that caches warm); temperature 0, `ignore_eos`,
 `--tokens` new tokens each), N at once, for N in --streams, through Sluice's gateway, through the worker alone, and
 through llama-server's `/v1/completions`. Printed per N: output tok/s, TTFT p50/p99, the p99 gap between streamed
-chunks, the peak RSS of the serving process (VmHWM), and Sluice / llama-server ratios. The sides run one after
-another, never together.
+chunks, and Sluice / llama-server ratios; at the end, the memory of every process of each side (the worker with its
+grammar compile processes; bench/harness/memory.py): peak RSS summed over processes and peak summed PSS. The sides run
+one after another, never together.
+
+KV memory, like for like: llama-server allocates its slots' KV at start (`-c` = SLOTS x 1,024 positions; Gemma 3's
+sliding-window layers hold their window per slot); the worker (max_batch_size = the most streams, at least 32,
+max_context 4,096) grows its KV to the rows and positions in use and keeps up to 128 MB of prompt prefixes
+(`prefix_cache_bytes`, its default).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import msgspec
 
+from bench.harness.memory import TreeMemory
 from bench.harness.processes import BENCH_HOME, REPO, spawn, stop, wait_http
 from bench.harness.stats import percentile
 from common.protocol import GenerateRequest, SamplingParams, Token, decode_event
@@ -178,11 +185,6 @@ async def drive(side: str, url: str, count: int, tokens: int, corpus: list[str],
         return Run(list(streams), time.perf_counter() - start)
 
 
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as handle:
-        return next(int(line.split()[1]) / 1024 for line in handle if line.startswith("VmHWM:"))
-
-
 def start_llama_server(binary: Path, gguf: Path, slots: int, threads: int, logs: Path, extra: tuple[str, ...] = (),
                        label: str = "llama-server") -> tuple:
     """(the process, its URL) once it answers; `extra`: more flags (bench/speculative.py's --spec-type)."""
@@ -238,6 +240,21 @@ def row(label: str, run: Run, peer: Run | None) -> str:
             f"  p99 {run.ttft(0.99):6.3f} s  chunk gap p99 {run.gap_p99() * 1000:7.1f} ms")
 
 
+def print_memory(memories: dict[str, TreeMemory]) -> None:
+    """Every process of each side (bench/harness/memory.py): peak RSS summed over processes, peak summed PSS, and
+    the worker's ratios to llama-server's (the gateway is printed beside them, not added to the worker)."""
+    for memory in memories.values():
+        memory.stop()
+    peer = memories["llama-server"]
+    print("memory, every process of each side: peak RSS (each process's VmHWM, summed) and peak PSS (summed, "
+          "sampled every 0.5 s); per process: peak RSS / PSS at the peak sample, MB:")
+    for side, memory in memories.items():
+        ratios = "" if side != "sluice worker" else (f" ({memory.peak_rss_mb / peer.peak_rss_mb:.2f}x / "
+                                                     f"{memory.peak_pss_mb / peer.peak_pss_mb:.2f}x)")
+        print(f"  {side:<14} RSS {memory.peak_rss_mb:7,.0f} MB  PSS {memory.peak_pss_mb:7,.0f} MB{ratios}: "
+              f"{memory.breakdown()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2", help="smollm2, gemma3-270m, llama-1.1b or a .gguf file")
@@ -285,9 +302,11 @@ def main() -> None:
             ready = time.monotonic()
             llama, llama_url = start_llama_server(binary, gguf, args.slots, args.threads, logs)
             processes.append(llama)
+            memories = {"llama-server": TreeMemory(llama.pid).start()}
             llama_ready, ready = time.monotonic() - ready, time.monotonic()
             worker, worker_url = start_worker(model, logs, data_dir, logs / "models" if args.first_start else None)
             processes.append(worker)
+            memories["sluice worker"] = TreeMemory(worker.pid).start()  # its load's peak is in its VmHWM
             worker_ready = time.monotonic() - ready
             sides = {"llama-server": (llama_url, {})}
             if not args.no_worker:
@@ -295,6 +314,7 @@ def main() -> None:
             if not args.no_gateway:
                 gateway, gateway_url, headers = start_gateway(worker_url, logs, logs / "gateway-data", name)
                 processes.append(gateway)
+                memories["sluice gateway"] = TreeMemory(gateway.pid).start()
                 sides["sluice gateway"] = (gateway_url, headers)
             info = httpx.get(f"{worker_url}/info", timeout=10).json()
             print(f"{name}: llama-server -np {args.slots} vs Sluice ({info.get('quantization')}, "
@@ -316,8 +336,7 @@ def main() -> None:
                     runs[side] = max(tries, key=lambda r: r.tok_s)
                     print(row(side, runs[side], runs["llama-server"] if side != "llama-server" else None),
                           flush=True)
-            print(f"peak RSS: llama-server {peak_rss_mb(llama.pid):.0f} MB, sluice worker "
-                  f"{peak_rss_mb(worker.pid):.0f} MB ({peak_rss_mb(worker.pid) / peak_rss_mb(llama.pid):.2f}x)")
+            print_memory(memories)
             print("medians of TTFT over streams; the ratio is Sluice's tok/s over llama-server's in the same run")
         finally:
             for process in reversed(processes):

@@ -36,6 +36,17 @@ def return_large_blocks() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
+def trim_now() -> bool:
+    """Return the heap's free pages to the system once (a process without the trim thread: a grammar compile
+    process after it built its vocabulary table or compiled a constraint); False where the C library is not glibc."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    trim(0)
+    return True
+
+
 def trim_periodically(interval_s: float = TRIM_INTERVAL_S) -> bool:
     """Start a daemon thread that returns the heap's free pages to the system every `interval_s`; False where
     the C library is not glibc (nothing started)."""

@@ -6,6 +6,7 @@ every dialect answers what transformers `generate()` answers on the same GGUF, g
 from __future__ import annotations
 
 import gc
+import json
 
 import anthropic
 import httpx
@@ -31,6 +32,7 @@ quantization = "none"
 dtype = "float32"
 max_context = 512
 max_batch_size = 4
+grammar_compile_timeout_s = 300.0  # the structured-output test's first compile may wait for the 262k-token table
 """
 
 
@@ -105,3 +107,17 @@ def test_tgi_datacrunch_friendli_and_monster(gemma, expected):
     monster = post(gemma, "/v1/generate", {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}],
                                           "max_tokens": TOKENS, "temperature": 0})
     assert monster["text"] == [expected]
+
+
+def test_structured_output_over_gemmas_vocabulary(gemma):
+    """A JSON schema held over Gemma's 262,144 byte-fallback tokens: the grammar table the worker builds from the
+    tokenizer's decoder, normalizer and pre-tokenizer alone (worker/decoding/grammar/vocabulary.py)."""
+    client = openai.OpenAI(base_url=f"{gemma.url}/v1", api_key=gemma.api_key, max_retries=0)
+    schema = {"type": "object", "additionalProperties": False, "required": ["city", "country"],
+              "properties": {name: {"type": "string", "maxLength": 16} for name in ("city", "country")}}
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name one city and its country, as JSON."}], max_tokens=96,
+        temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
+    assert chat.choices[0].finish_reason == "stop"
+    place = json.loads(chat.choices[0].message.content)
+    assert set(place) == {"city", "country"} and all(isinstance(value, str) for value in place.values())

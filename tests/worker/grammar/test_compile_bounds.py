@@ -20,6 +20,7 @@ from tests.worker.grammar.helpers import HANG_GUARD_S, compiles_held
 from worker.decoding.grammar import GrammarCompiler, GrammarPending, GrammarTimeout
 from worker.decoding.grammar.compile_process import _serve
 from worker.decoding.grammar.compiler import VOCABULARY_WAIT_S
+from worker.decoding.grammar.vocabulary import serialized_table
 
 
 def schema(value: dict) -> Constraint:
@@ -140,7 +141,7 @@ def test_a_compile_child_whose_parent_vanishes_mid_conversation_returns_quietly(
 
     def serve() -> None:
         try:
-            _serve(theirs, info.serialize_json(), limit_cpu=lambda cpu_s: None)  # not this test process's CPU
+            _serve(theirs, serialized_table(info), limit_cpu=lambda cpu_s: None)  # not this test process's CPU
         except BaseException as error:  # what would be the child's traceback
             raised.append(error)
 
@@ -159,10 +160,10 @@ def test_a_compile_process_closed_from_several_threads_at_once_closes_each_handl
     pipe descriptor is closed once (a second close raised EBADF at teardown, or could close a reused number)."""
     from worker.decoding.grammar.compile_process import CompileProcess
 
-    tokenizer_json = xgrammar.TokenizerInfo(["a", "b", "</s>"], stop_token_ids=[2]).serialize_json()
+    table = serialized_table(xgrammar.TokenizerInfo(["a", "b", "</s>"], stop_token_ids=[2]))
     raised: list[BaseException] = []
     for _ in range(12):
-        process = CompileProcess(tokenizer_json)
+        process = CompileProcess(table)
         assert process.compile("regex", "a+", timeout_s=60.0)  # started and answering
         gate = threading.Barrier(8)
 

@@ -9,7 +9,7 @@ Measured on the SmolLM2 tokenizer (2 cores): a `maxLength: 2500` string schema c
 (12.6 MB) takes 0.49 s to write and 0.17 s to read back, a third more per cold compile (cached compiles pay
 nothing); small schemas compile in about 1 ms either way. Children fork from multiprocessing's fork server,
 which imports xgrammar (with torch: 2.4 s, 260 MB) once, before any thread runs in it: a new child shares those
-pages and starts by reading the tokenizer's table (1.6 MB of JSON), not by importing again. A worker starts the
+pages and starts by reading the tokenizer's table (vocabulary.py), not by importing again. A worker starts the
 server beside its own imports (worker/__main__.py; a standby spare before it is assigned), so that import does not
 compete with its first requests.
 
@@ -33,6 +33,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import xgrammar as xgr
+
+from worker.allocator import return_large_blocks, trim_now
+from worker.decoding.grammar.vocabulary import from_table
 
 _OBJECT = '{"type": "object"}'
 _context = multiprocessing.get_context("forkserver")
@@ -61,8 +64,8 @@ class CompileOverran(RuntimeError):
 class CompileProcess:
     """One child process that compiles constraints, one at a time, for one compile thread."""
 
-    def __init__(self, tokenizer_json: str, cpu_s: float = 3600.0):
-        self._tokenizer_json = tokenizer_json
+    def __init__(self, table: bytes, cpu_s: float = 3600.0):
+        self._table = table  # the vocabulary's table (vocabulary.py tokenizer_table)
         self.cpu_s = cpu_s  # CPU seconds one compile may use (whole seconds, rounded up: RLIMIT_CPU's unit)
         self._process = None
         self._conn: Connection | None = None
@@ -111,7 +114,7 @@ class CompileProcess:
             self.close()
             ours, theirs = _context.Pipe()
             with _starting:
-                self._process = _context.Process(target=_child, args=(theirs, self._tokenizer_json),
+                self._process = _context.Process(target=_child, args=(theirs, self._table),
                                                  name="sluice-grammar-compile", daemon=True)
                 self._process.start()
             theirs.close()
@@ -144,17 +147,20 @@ class CompileProcess:
             conn.close()
 
 
-def _child(conn: Connection, tokenizer_json: str) -> None:
-    """The child process: below the worker's priority, no core files (SIGXCPU's default action dumps one)."""
+def _child(conn: Connection, table: bytes) -> None:
+    """The child process: below the worker's priority, no core files (SIGXCPU's default action dumps one), the
+    worker's allocator setting (worker/allocator.py: what a large compile frees leaves the process)."""
     os.nice(_NICENESS)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _serve(conn, tokenizer_json, _limit_cpu)
+    return_large_blocks()
+    _serve(conn, table, _limit_cpu)
 
 
-def _serve(conn: Connection, tokenizer_json: str, limit_cpu: Callable[[float], None]) -> None:
+def _serve(conn: Connection, table: bytes, limit_cpu: Callable[[float], None]) -> None:
     """Compile each (kind, value, cpu_s) received until the pipe closes, under `limit_cpu(cpu_s)` each."""
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.deserialize_json(tokenizer_json), max_threads=1,
+    compiler = xgr.GrammarCompiler(from_table(table), max_threads=1,
                                    cache_enabled=False)
+    trim_now()  # building the table frees as much again as it keeps (Gemma 3's 262k tokens: ~23 MB)
     conn.send(True)
     while True:
         try:
@@ -166,6 +172,7 @@ def _serve(conn: Connection, tokenizer_json: str, limit_cpu: Callable[[float], N
             conn.send((True, build(compiler, kind, value).serialize_json()))
         except RuntimeError as exc:  # xgrammar reports a bad constraint as a RuntimeError with a C++ prefix
             conn.send((False, str(exc)))
+        trim_now()  # what the compile freed (a large schema's: 100+ MB) leaves the process while it waits
 
 
 def _limit_cpu(cpu_s: float) -> None:

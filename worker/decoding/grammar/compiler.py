@@ -50,6 +50,7 @@ from common.protocol import Constraint
 from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran, CompileProcess, start_server
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
+from worker.decoding.grammar.vocabulary import tokenizer_table
 from worker.threads import in_background
 
 VOCABULARY_WAIT_S = 600.0  # building the tokenizer's table: seconds of a core; a bound against a build that hangs
@@ -86,12 +87,6 @@ class Grammar:
     stop_ids: tuple[int, ...]  # tokens that end the output once the grammar accepts
 
 
-def _tokenizer_info(tokenizer, vocab_size: int, stop_ids: list[int]) -> tuple[xgr.TokenizerInfo, str]:
-    """xgrammar's table of the vocabulary, and its JSON for the compile processes."""
-    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
-    return info, info.serialize_json()
-
-
 def compile_threads() -> int:
     """Compiles that may run at once: one for every two cores this process may use, at least one."""
     return max(1, len(os.sched_getaffinity(0)) // 2)
@@ -106,7 +101,7 @@ class GrammarCompiler:
         self.stop_ids = tuple(stop_ids)
         self.timeout_s, self.cache_bytes = timeout_s, cache_bytes
         self.cpu_s = timeout_s if cpu_s is None else cpu_s
-        self._vocabulary = partial(_tokenizer_info, tokenizer, vocab_size, stop_ids)
+        self._vocabulary = partial(tokenizer_table, tokenizer, vocab_size, stop_ids)
         self._xgr_ready: Future = Future()
         self._ready_at = 0.0  # time.monotonic() when the vocabulary table was built; 0 until then
         self._building = threading.Lock()
@@ -147,7 +142,7 @@ class GrammarCompiler:
             self._xgr_ready.set_result(vocabulary)  # after the processes: whoever sees it ready sees them
 
     @property
-    def _tokenizer(self) -> tuple[xgr.TokenizerInfo, str]:
+    def _tokenizer(self) -> tuple[xgr.TokenizerInfo, bytes]:
         self._build_vocabulary()
         try:
             return self._xgr_ready.result()
@@ -249,11 +244,11 @@ class GrammarCompiler:
                 self._ready.notify_all()  # the tenant may run another one now
 
     def _new_process(self) -> CompileProcess:
-        tokenizer_json = self._tokenizer[1]  # builds the vocabulary (and the processes) if nothing did yet
+        table = self._tokenizer[1]  # builds the vocabulary (and the processes) if nothing did yet
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-            process = CompileProcess(tokenizer_json, self.cpu_s)
+            process = CompileProcess(table, self.cpu_s)
             self._processes.append(process)
         return process
 
