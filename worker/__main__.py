@@ -24,7 +24,6 @@ from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, STAN
 from common.worker_settings import WorkerSettings
 from worker import IMPORTED_AT
 from worker.allocator import return_large_blocks, trim_periodically
-from worker.decoding.grammar.compile_process import start_server
 from worker.engine.engine import Engine
 from worker.engine.native.build import NativeUnavailable, load_library
 from worker.loading import load_model, preload_model_code
@@ -45,9 +44,6 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging(settings.log_format)
     return_large_blocks()  # before the weights load: what loading frees must leave the process
     trim_periodically()
-    # the grammar compiles' fork server imports xgrammar and torch (seconds of a core) while this process imports
-    # the model code and loads (a spare: before it is assigned), not once the worker serves its first requests
-    start_server()
     if settings.standby:
         preload_model_code()
         preload_native()

@@ -50,9 +50,9 @@ WARM_UP_PROMPTS = ("Hello, how are you today?", "The capital of France is")  # a
 class Engine:
     def __init__(self, loaded: LoadedModel, config: ModelConfig, worker_id: str = "", data_dir: Path = Path(".data"),
                  *, compile_later: bool = False, owns_model: bool = False):
-        """`compile_later`: leave the scripted decode layers and the grammar vocabulary to `finish_start`,
-        once the worker is warm: until then decode steps take the Python path (same logits, one row
-        group), and a first constrained request builds the vocabulary itself. `owns_model`: nothing else
+        """`compile_later`: leave the scripted decode layers to `finish_start`, once the worker is warm:
+        until then decode steps take the Python path (same logits, one row group). The grammar vocabulary
+        is built by the first constrained request in any case. `owns_model`: nothing else
         uses `loaded.model` (a worker), so w8a8 and q4 may free the float32 weights they replace."""
         self.loaded, self.config, self.worker_id = loaded, config, worker_id
         self.tokenizer = loaded.tokenizer
@@ -74,7 +74,7 @@ class Engine:
         self.max_token_bytes = max_token_bytes(self.tokenizer)  # how much text a prompt may be (prompt_tokens.py)
         self.grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.model_eos,
                                         timeout_s=config.grammar_compile_timeout_s,
-                                        cache_bytes=config.grammar_cache_bytes, build_later=compile_later)
+                                        cache_bytes=config.grammar_cache_bytes, build_later=True)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._later: list[tuple[str, object]] = []  # messages that arrived mid-step, for its end
         self.adapters = AdapterStore(self.runner.layers, self.runner.dtype, self.runner.device,
@@ -168,16 +168,14 @@ class Engine:
 
     def finish_start(self) -> None:
         """What `compile_later` left, once the engine is warm: the scripted decode layers now, before the
-        worker takes traffic (full speed from its first step: runner.script_now says why not beside it),
-        the grammar vocabulary in a low-priority thread at the engine's first quiet moment (quiet_work.py).
+        worker takes traffic (full speed from its first step: runner.script_now says why not beside it).
         Under the native forward (q4) the scripted layers decode only rows with an adapter: they wait for the
-        first quiet moment too (in the engine thread, between steps), so the wake does not pay their compile."""
-        now = time.monotonic()
+        engine's first quiet moment (quiet_work.py; in the engine thread, between steps), so the wake does not
+        pay their compile. The grammar machinery waits for the first structured request (compiler.py)."""
         if self.runner.native is None:
             self.runner.script_now()
         else:
-            self.quiet_work.add(self.runner.script_now, now)
-        self.quiet_work.add(self.grammars.build_in_background, now)
+            self.quiet_work.add(self.runner.script_now, time.monotonic())
 
     def warm_up(self, timeout_s: float = 60.0) -> None:
         """Two tiny greedy requests through the whole path (tokenizer, a prefill forward each, decode steps

@@ -2,7 +2,7 @@
 imports (torch, transformers, the engine: several seconds of a cold start on a small host).
 
 One spare serves every local endpoint; it holds no model and takes no CPU while it waits (a few
-hundred MB of memory). Its own start takes seconds of a core (the imports, the grammar fork server), so
+hundred MB of memory). Its own start takes seconds of a core (the imports), so
 a spare is only spawned while the local workers are quiet (`quiet`: none starting, no request on one or
 waiting for one), and at the earliest `refill_delay_s` after an endpoint took the last one: a burst that
 woke an endpoint is served at the speed of a warm one, not beside a refill's imports. It is only kept

@@ -1,5 +1,6 @@
 """The standby spare over real worker processes (`python -m worker --standby`, the tiny random model): it
-is imported ahead with the grammar fork server already running and the q4 forward's library loaded, a waking
+is imported ahead with the q4 forward's library loaded (and no grammar fork server, which waits for a structured
+request), a waking
 endpoint takes it, and the next spare is only spawned once the local workers are quiet, never beside the
 replica it woke while it serves."""
 
@@ -74,8 +75,8 @@ async def test_the_spare_is_refilled_only_once_the_woken_replica_is_quiet(tmp_pa
     try:
         await until(lambda: endpoints.standby.ready, what="the first spare's imports")
         [spare] = workers()
-        # its grammar fork server started with the imports, not after a wake
-        assert any("forkserver" in command for command in descendants(spare).values())
+        # no grammar fork server: it waits for a structured request (worker/decoding/grammar/compiler.py)
+        assert not any("forkserver" in command for command in descendants(spare).values())
         if native_forward_builds():  # and the q4 forward's library is loaded (built where its source changed)
             assert LIBRARY in Path(f"/proc/{spare}/maps").read_text()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from common.protocol import ModelConfig
+from common.protocol import Constraint, ModelConfig
 from tests.worker.beam.tiny import tiny_model
 from tests.worker.engine.runs import request, submit
 from worker.engine.engine import Engine
@@ -28,7 +28,9 @@ def test_work_waits_for_a_quiet_spell_counted_from_its_arrival_and_from_the_last
     assert done == ["vocabulary"]  # once
 
 
-def test_a_started_worker_builds_its_grammar_vocabulary_once_quiet_and_serves_meanwhile(tmp_path):
+def test_a_started_worker_makes_its_grammar_machinery_for_its_first_structured_request_only(tmp_path):
+    """The vocabulary table and the compile processes (a fork server importing xgrammar and torch: seconds of
+    a core, ~500 MB) wait for the first structured request: a worker serving plain text never pays them."""
     config = ModelConfig(name="tiny", max_batch_size=4, max_context=64, decode_threads=1)
     engine = Engine(tiny_model(), config, "quiet", tmp_path, compile_later=True)
     engine.start()
@@ -41,6 +43,10 @@ def test_a_started_worker_builds_its_grammar_vocabulary_once_quiet_and_serves_me
         while engine.quiet_work.pending and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not engine.quiet_work.pending
-        engine.grammars._xgr_ready.result(timeout=120)  # built in the background, as before
+        assert not engine.grammars._xgr_ready.done() and not engine.grammars._processes
+        constrained = submit(engine, request(prompt_ids=[1, 2, 3], max_tokens=8, temperature=0.0,
+                                             constraint=Constraint("regex", "[\\s\\S]*"))).wait()
+        assert engine.grammars._xgr_ready.done() and engine.grammars._processes
+        assert constrained.finishes and constrained.finishes[0].reason in ("eos_token", "length"), constrained.finishes
     finally:
         engine.stop()
