@@ -17,7 +17,8 @@ packages; gguf only). Formats, both built here, never downloaded:
 
 Each model is served by the real worker process (`python -m worker`) twice: first with an empty model cache,
 then again on the cache the first start left. Printed per start: peak RSS while loading (VmHWM at ready),
-serving RSS (VmRSS a moment after ready), their ratio (the target: <= 1.25), and seconds to ready.
+serving RSS (VmRSS a moment after ready), their ratio (the target: <= 1.25), seconds to ready, and the CPU
+seconds the worker and its children had used at ready (`cpu s`: what a loaded box does not inflate).
 `--checkout PATH` runs the worker of another checkout (an older commit: the before figures) on the same files.
 The files stay in `--work` (default .data/bench-model-load) for later runs. No assertions.
 """
@@ -217,6 +218,29 @@ def memory(pid: int) -> dict[str, int]:
     return values
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and every live process below it (the worker's grammar fork
+    server), with the children they have waited for: the figure a loaded box does not inflate as wall time."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])  # after the state: ppid; then utime, stime, cutime, cstime at 11-14
+        used[int(entry.name)] = sum(int(value) for value in fields[11:15]) / tick
+    tree, total = [pid], 0.0
+    while tree:
+        current = tree.pop()
+        total += used.get(current, 0.0)
+        tree += [child for child, parent in parents.items() if parent == current]
+    return total
+
+
 def serve_once(source: Path | str, data_dir: Path, cache: Path, quantization: str, checkout: Path, log: Path) -> dict:
     port = free_port()
     model = {"source": str(source), "quantization": quantization, "max_batch_size": 4, "max_context": 512}
@@ -237,13 +261,14 @@ def serve_once(source: Path | str, data_dir: Path, cache: Path, quantization: st
                 pass
             time.sleep(0.2)
         ready = time.monotonic() - started
+        cpu = cpu_seconds(process.pid)
         peak = memory(process.pid)["VmHWM"]
         time.sleep(3)  # the allocator's trim after loading (worker/allocator.py)
         serving = memory(process.pid)["VmRSS"]
         info = httpx.get(f"http://127.0.0.1:{port}/info", timeout=10).json()
     finally:
         stop(process)
-    return {"peak_mb": peak, "serving_mb": serving, "ratio": peak / serving, "ready_s": ready,
+    return {"peak_mb": peak, "serving_mb": serving, "ratio": peak / serving, "ready_s": ready, "cpu_s": cpu,
             "quantization": info.get("quantization"), "weights_s": info.get("start_seconds", {}).get("weights")}
 
 
@@ -258,7 +283,7 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"worker from {args.checkout}, quantization {args.quantization}")
     print(f"{'model':<18} {'start':<7} {'peak MB':>8} {'serving MB':>11} {'peak/serving':>13} {'ready s':>8} "
-          f"{'weights s':>9}  mode")
+          f"{'weights s':>9} {'cpu s':>6}  mode")
     for shape_name in args.shapes.split(","):
         for form in args.formats.split(","):
             if shape_name in INSTALLED:
@@ -281,7 +306,8 @@ def main() -> None:
                 result = serve_once(source, run / "data", run / "cache", args.quantization, args.checkout,
                                     run / f"{start}.log")
                 print(f"{shape_name + ' ' + form:<18} {start:<7} {result['peak_mb']:>8} {result['serving_mb']:>11} "
-                      f"{result['ratio']:>13.2f} {result['ready_s']:>8.1f} {result['weights_s'] or math.nan:>9.1f}  "
+                      f"{result['ratio']:>13.2f} {result['ready_s']:>8.1f} {result['weights_s'] or math.nan:>9.1f} "
+                      f"{result['cpu_s']:>6.1f}  "
                       f"{result['quantization']} ({files})", flush=True)
             shutil.rmtree(run, ignore_errors=True)
 

@@ -2,7 +2,7 @@
 dequantizers, so the values are gguf's to the bit). The file is read with pread, never memory-mapped: a
 mapping keeps every page it touched in the process's RSS, a whole model's worth by the end of a load.
 
-`read_index` parses the header once (gguf's GGUFReader) and checks it: the magic, every tensor's type is
+`read_index` parses the header once (gguf_header.py) and checks it: the magic, every tensor's type is
 one this module reads (READABLE), every tensor's bytes lie inside the file. The index it returns is plain
 data, kept as JSON in the model cache (worker/gguf_load.py), so a later start parses no GGUF header.
 """
@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 import os
-import re
+import struct
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import Q4_K, dequantize
 
+from worker.gguf_header import Header, HeaderError, read_header
 from worker.load_errors import ModelLoadError
 
 READABLE = frozenset(GGMLQuantizationType[name] for name in (
@@ -49,43 +50,49 @@ def _readable_names() -> str:
     return ", ".join(sorted(kind.name for kind in READABLE))
 
 
-def read_index(path: Path) -> tuple[str, list[TensorEntry]]:
-    """(general.architecture, the tensors) of a GGUF file, checked; ModelLoadError names what is wrong."""
+def checked_header(path: Path) -> Header:
+    """The parsed header of a GGUF file; ModelLoadError where it is not one, or cannot be parsed."""
     with path.open("rb") as handle:
         magic = handle.read(4)
     if magic != MAGIC:
         raise ModelLoadError(f"{path.name} is not a GGUF file: it starts with {magic!r}, not {MAGIC!r}")
-    file_size = path.stat().st_size
     try:
-        reader = GGUFReader(path)
-    except Exception as error:  # gguf's parser raises whatever a bad byte leads it to
-        unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", str(error))
-        if unknown:
-            raise ModelLoadError(f"{path.name} has a tensor of unknown GGUF tensor type id {unknown[1]} "
-                                 f"(Sluice reads {_readable_names()})") from None
+        return read_header(path)
+    except (HeaderError, struct.error, UnicodeDecodeError, ValueError) as error:
         detail = " ".join(str(error).split()) or type(error).__name__
-        raise ModelLoadError(f"{path.name} is truncated or corrupt ({file_size} bytes): {detail}") from None
-    field = reader.fields.get("general.architecture")
-    if field is None or not field.data:
+        raise ModelLoadError(f"{path.name} is truncated or corrupt ({path.stat().st_size} bytes): {detail}") from None
+
+
+def read_index(path: Path, header: Header | None = None) -> tuple[str, list[TensorEntry]]:
+    """(general.architecture, the tensors) of a GGUF file, checked; ModelLoadError names what is wrong.
+    `header`: its checked_header, where the caller has it."""
+    header = checked_header(path) if header is None else header
+    file_size = path.stat().st_size
+    field = header.metadata.get("general.architecture")
+    if field is None or not isinstance(field.value, str) or not field.value:
         raise ModelLoadError(f"{path.name} has no general.architecture in its metadata")
-    architecture = bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+    architecture = field.value
     entries = []
-    for tensor in reader.tensors:
-        kind = tensor.tensor_type
+    for tensor in header.tensors:
+        try:
+            kind = GGMLQuantizationType(tensor.type_id)
+        except ValueError:
+            raise ModelLoadError(f"{path.name} has a tensor of unknown GGUF tensor type id {tensor.type_id} "
+                                 f"(Sluice reads {_readable_names()})") from None
         if kind not in READABLE:
             raise ModelLoadError(f"{path.name}: tensor {tensor.name} has GGUF type {kind.name}, which Sluice does "
                                  f"not read (it reads {_readable_names()})")
-        shape = tuple(int(d) for d in reversed(tensor.shape))
+        shape = tensor.shape
         block, type_size = GGML_QUANT_SIZES[kind]
-        if shape[-1] % block:
-            raise ModelLoadError(f"{path.name}: tensor {tensor.name}'s rows ({shape[-1]}) are not whole "
+        if not shape or shape[-1] % block:
+            raise ModelLoadError(f"{path.name}: tensor {tensor.name}'s rows ({shape[-1:]}) are not whole "
                                  f"{kind.name} blocks of {block}")
         size = math.prod(shape) // block * type_size
-        end = int(tensor.data_offset) + size
+        end = tensor.offset + size
         if end > file_size:
             raise ModelLoadError(f"{path.name} is truncated: tensor {tensor.name} ends at byte {end}, "
                                  f"the file at {file_size}")
-        entries.append(TensorEntry(tensor.name, kind.name, shape, int(tensor.data_offset), size))
+        entries.append(TensorEntry(tensor.name, kind.name, shape, tensor.offset, size))
     return architecture, entries
 
 

@@ -24,12 +24,13 @@ from pathlib import Path
 import numpy as np
 import structlog
 import torch
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig
 
 from worker.build_once import build_once
 from worker.direct_load import fill, skeleton
 from worker.file_hash import remembered_sha256
-from worker.gguf_file import FOUR_BIT, TensorEntry, read_four_bit, read_index, read_rows, read_tensor
+from worker.gguf_file import FOUR_BIT, TensorEntry, checked_header, read_four_bit, read_index, read_rows, read_tensor
+from worker.gguf_metadata import gguf_config, gguf_tokenizer
 from worker.gguf_names import GgufTensors, config_dict, known_architecture, known_architectures, tensor_names
 from worker.load_errors import ModelLoadError
 
@@ -48,16 +49,17 @@ def gguf_metadata_dir(gguf: Path, cache: Path) -> Path:
     target = cache / f"{remembered_sha256(gguf, cache)}.gguf{METADATA_FORMAT}"
 
     def build(staging: Path) -> None:
-        architecture, entries = read_index(gguf)
+        header = checked_header(gguf)
+        architecture, entries = read_index(gguf, header)
         if not known_architecture(architecture):
             raise ModelLoadError(f"{gguf.name}: GGUF architecture {architecture!r} is not one Sluice loads "
                                  f"(it loads {', '.join(known_architectures())})")
         log.info("gguf_metadata", file=str(gguf), cache=str(target), architecture=architecture)
-        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = gguf_config(gguf, header, staging)
         if hasattr(config, "quantization_config"):  # the weights are read as they are, not by transformers
             del config.quantization_config
         config.save_pretrained(staging)
-        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(staging)
+        gguf_tokenizer(gguf, config).save_pretrained(staging)
         index = {"architecture": architecture, "file_size": gguf.stat().st_size,
                  "names": tensor_names(architecture, skeleton(config, torch.float32)),
                  "tensors": [entry.as_json() for entry in entries]}

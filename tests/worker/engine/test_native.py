@@ -559,3 +559,15 @@ def test_a_worker_whose_auto_q4_cannot_build_serves_w8a8(tmp_path):
     assert picked["quantization"] == "q4"
     [fallback] = [line for line in lines if line.get("event") == "native_forward_unavailable"]
     assert fallback["fallback"] == "w8a8" and "compiling forward.c failed" in fallback["reason"]
+
+
+def test_pick_of_slices_measures_4_bits_as_their_packs_dequantize():
+    """`pick_slices` measures 4 bits' error from the codes and scales themselves, not from laid-out tiles: the
+    same decision at the edge of EXACT_4BIT, either side of it."""
+    exact = pack4(torch.randn(3 * SLICE_ROWS, 64)).dequantize()
+    largest = float(exact.abs().max())
+    for bump, bits in ((0.5, 4), (2.0, 8)):  # an error of half / twice what EXACT_4BIT allows, in one weight
+        weight = exact.clone()
+        weight[SLICE_ROWS + 7, 5] += bump * EXACT_4BIT * largest
+        whole, sliced = pick(weight), pick_slices(lambda w=weight: iter(w.split(SLICE_ROWS)), len(weight))
+        assert whole.bits == sliced.bits == bits and torch.equal(whole.tiles, sliced.tiles)

@@ -124,23 +124,42 @@ def _tiled(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits
 
 
 def _groups(weight: torch.Tensor) -> torch.Tensor:
+    return _checked(weight)[0]
+
+
+def _checked(weight: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """`weight` as float32 groups [rows, cols / 32, 32], and its largest |w|."""
     rows, cols = weight.shape
     if cols % GROUP:
         raise ValueError(f"a projection's input width ({cols}) must be a multiple of {GROUP}")
     groups = weight.detach().float().reshape(rows, cols // GROUP, GROUP)
-    if not bool(groups.isfinite().all()) or float(groups.abs().max()) > LARGEST_WEIGHT:
+    largest = float(groups.abs().max()) if groups.numel() else 0.0
+    if not math.isfinite(largest) or largest > LARGEST_WEIGHT:  # a NaN anywhere makes the max NaN
         raise ValueError(f"a projection's weights must be finite and within +-{LARGEST_WEIGHT:g}")
-    return groups
+    return groups, largest
 
 
-def pack4(weight: torch.Tensor) -> Packed:
-    groups = _groups(weight)
+def _four(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """pack4's codes (uint8, as `groups`), scales and minimums (float16 [rows, groups])."""
     low = groups.amin(-1).half()
     scale = ((groups.amax(-1) - low.float()) / 15).half()  # from the rounded minimum: the top code stays 15
     step = scale.float()
     safe = torch.where(step > 0, step, torch.ones_like(step))
     codes = ((groups - low.float().unsqueeze(-1)) / safe.unsqueeze(-1)).round().clamp_(0, 15).to(torch.uint8)
+    return codes, scale, low
+
+
+def pack4(weight: torch.Tensor) -> Packed:
+    codes, scale, low = _four(_groups(weight))
     return _tiled(codes.reshape(weight.shape[0], -1), scale, low, 4)
+
+
+def _error4(groups: torch.Tensor) -> float:
+    """max |w' - w| of pack4's weights w' (what its tiles dequantize to, the same float operations), without
+    laying out the tiles."""
+    codes, scale, low = _four(groups)
+    back = codes.to(torch.float32) * scale.float().unsqueeze(-1) + low.float().unsqueeze(-1)
+    return float((back - groups).abs().max()) if groups.numel() else 0.0
 
 
 def pack4_fitted(weight: torch.Tensor) -> Packed:
@@ -169,12 +188,15 @@ def _codes4(groups: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> tor
 
 
 def pack8(weight: torch.Tensor) -> Packed:
-    groups = _groups(weight)
+    return _eight(_groups(weight), weight.shape[0])
+
+
+def _eight(groups: torch.Tensor, rows: int) -> Packed:
     scale = (groups.abs().amax(-1) / 127).half()
     step = scale.float()
     safe = torch.where(step > 0, step, torch.ones_like(step))
     codes = ((groups / safe.unsqueeze(-1)).round().clamp_(-127, 127) + 128).to(torch.uint8)
-    return _tiled(codes.reshape(weight.shape[0], -1), scale, (-128 * step).half(), 8)
+    return _tiled(codes.reshape(rows, -1), scale, (-128 * step).half(), 8)
 
 
 def four_bit(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> Packed:
@@ -217,10 +239,10 @@ def pick_slices(slices: Callable[[], Iterable[torch.Tensor]], rows: int) -> Pack
 
     def eights() -> Iterator[Packed]:
         for part in slices():
-            error = float((pack4(part).dequantize() - part.float()).abs().max())
-            measured["error"] = max(measured["error"], error)
-            measured["largest"] = max(measured["largest"], float(part.detach().abs().max()))
-            yield pack8(part)
+            groups, largest = _checked(part)  # once for both: the check, 4 bits' error and the 8-bit pack
+            measured["error"] = max(measured["error"], _error4(groups))
+            measured["largest"] = max(measured["largest"], largest)
+            yield _eight(groups, part.shape[0])
 
     packed = _gathered(eights(), rows)
     if measured["error"] > EXACT_4BIT * max(measured["largest"], 1e-30):
