@@ -58,7 +58,7 @@ def checked_header(path: Path) -> Header:
         raise ModelLoadError(f"{path.name} is not a GGUF file: it starts with {magic!r}, not {MAGIC!r}")
     try:
         return read_header(path)
-    except (HeaderError, struct.error, UnicodeDecodeError, ValueError) as error:
+    except (HeaderError, struct.error, UnicodeDecodeError, ValueError, OverflowError) as error:
         detail = " ".join(str(error).split()) or type(error).__name__
         raise ModelLoadError(f"{path.name} is truncated or corrupt ({path.stat().st_size} bytes): {detail}") from None
 

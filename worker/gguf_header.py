@@ -19,6 +19,7 @@ from pathlib import Path
 
 STRING, ARRAY = 8, 9  # GGUF's metadata value types that are not fixed-size
 SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+MAX_NESTING = 8  # arrays of arrays: no file nests deeper; a crafted one would exhaust the stack
 VERSIONS = (2, 3)  # v1 counted in 32 bits; no file this reader meets writes it
 # the metadata arrays kept as their length: the vocabulary's tables, which only the tokenizer reads
 SKIPPED = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
@@ -79,7 +80,7 @@ class _Cursor:
                 raise HeaderError(f"a string array runs past the end (at byte {at})")
         self.at = at
 
-    def value(self, kind: int, skip: bool) -> Value:
+    def value(self, kind: int, skip: bool, depth: int = 0) -> Value:
         if kind in SCALARS:
             return Value(kind, self.take(SCALARS[kind])[0])
         if kind == STRING:
@@ -101,7 +102,9 @@ class _Cursor:
                 return Value(kind, count, element, skipped=True)
             return Value(kind, [self.string() for _ in range(count)], element)
         if element == ARRAY:
-            return Value(kind, [self.value(ARRAY, False).value for _ in range(count)], element)
+            if depth >= MAX_NESTING:
+                raise HeaderError(f"metadata arrays nested more than {MAX_NESTING} deep at byte {self.at}")
+            return Value(kind, [self.value(ARRAY, False, depth + 1).value for _ in range(count)], element)
         raise HeaderError(f"metadata array element type {element} is not one GGUF defines")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -156,7 +157,24 @@ def _unknown_type(tmp_path: Path) -> Path:
     return path
 
 
+def _header(tmp_path: Path, metadata: bytes, metadata_count: int = 1) -> Path:
+    """A v3 header of no tensors and `metadata_count` entries, whose bytes are `metadata`."""
+    return _write(tmp_path / "model.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, metadata_count) + metadata)
+
+
+def _key(name: str) -> bytes:
+    return struct.pack("<Q", len(name)) + name.encode()
+
+
+NESTED = _key("nested") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 10_000  # arrays in arrays 10k deep
+
+
 BAD_GGUFS = {
+    "arrays nested 10,000 deep": (lambda tmp: _header(tmp, NESTED), "nested more than 8 deep"),
+    "a count past the file": (lambda tmp: _header(tmp, _key("big") + struct.pack("<IIQ", 9, 4, 2**62)),
+                              "is truncated or corrupt"),
+    "2^64-1 metadata entries": (lambda tmp: _header(tmp, b"", 2**64 - 1), "is truncated or corrupt"),
+
     "bad magic": (lambda tmp: _write(tmp / "model.gguf", b"GGML" + bytes(64)), "is not a GGUF file"),
     "truncated tensor data": (_truncated, "is truncated"),
     "unknown architecture": (lambda tmp: write_gguf(tmp / "model.gguf", "nosucharch", {
