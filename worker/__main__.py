@@ -9,6 +9,8 @@ engine, warm_up, compile (the scripted decode layers), total.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import signal
 import sys
 import time
 import uuid
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     if refusal:
         raise SystemExit(refusal)
     configure_logging(settings.log_format)
+    # SIGUSR1 writes every thread's Python stack to stderr (the gateway's log): how a worker that never gets
+    # ready is diagnosed where no debugger can attach (the test kit sends it to a start that timed out)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     return_large_blocks()  # before the weights load: what loading frees must leave the process
     trim_periodically()
     if settings.standby:

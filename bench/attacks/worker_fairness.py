@@ -11,7 +11,9 @@ Each attack beside a quiet team that sends one-token requests one after another 
   prepare every request: 0.24 s became 14.8 s).
 - large answers: a team keeps non-streamed `n` = 32, `top_logprobs` = 20 answers of megabytes coming through a
   real `sluice serve` (in front of the test kit's protocol worker, which sends them at once); the probe is the
-  gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s).
+  gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s). The same
+  probe asks a bare HTTP server on this host, interleaved (the control): what the attack adds to that tail is the
+  host's two busy cores, not the gateway.
 Prints each phase and the ratio of each attack's p99 to the idle p99 (the bar: within 2x). No assertions.
 `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version.
 """
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -57,6 +60,7 @@ from common.protocol import (
 from testkit.admin import default_team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker
+from testkit.servers import free_port
 from worker.engine.engine import Engine
 from worker.loading import load_model
 from worker.server import create_worker_app
@@ -164,27 +168,64 @@ def large_answer(choices: int, tokens: int, top: int) -> list:
 
 _LIVEZ = '''
 import json, sys, time, httpx
-times = []
+urls = sys.argv[3:]
+times = {url: [] for url in urls}
 with httpx.Client(timeout=60) as client:
     for _ in range(int(sys.argv[2])):
-        started = time.perf_counter()
-        client.get(sys.argv[1] + "/livez").raise_for_status()
-        times.append(time.perf_counter() - started)
-        time.sleep(0.02)
-print(json.dumps(times))
+        for url in urls:  # interleaved: each sees the same moments of the attack
+            started = time.perf_counter()
+            client.get(url).raise_for_status()
+            times[url].append(time.perf_counter() - started)
+            time.sleep(0.01)
+print(json.dumps([times[url] for url in urls]))
+'''
+
+# the control: a bare HTTP server (no gateway, no framework) on the same host. What the attack adds to its tail is
+# the host's (two busy cores shared with the attacker's clients and the stub worker in this bench), not the gateway's
+_BARE_SERVER = '''
+import asyncio, sys, uvloop
+async def answer(reader, writer):
+    try:
+        while await reader.readuntil(b"\\r\\n\\r\\n"):
+            writer.write(b"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\nok")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        writer.close()
+async def main():
+    server = await asyncio.start_server(answer, "127.0.0.1", int(sys.argv[1]))
+    await server.serve_forever()
+uvloop.run(main())
 '''
 
 
-def _livez(url: str, count: int) -> list[float]:
-    """`/livez` latencies, probed from a process of their own: the stub worker and the attacker in this one
-    would otherwise hold the probe back at this process's GIL."""
-    probe = subprocess.run([sys.executable, "-c", _LIVEZ, url, str(count)], capture_output=True, text=True,
-                           check=True, timeout=600)
+def _probes(urls: list[str], count: int) -> list[list[float]]:
+    """Latencies of GETs to each of `urls`, interleaved, probed from a process of their own: the stub worker and
+    the attacker in this one would otherwise hold the probe back at this process's GIL."""
+    probe = subprocess.run([sys.executable, "-c", _LIVEZ, "", str(count), *urls], capture_output=True, text=True,
+                           check=True, timeout=900)
     return json.loads(probe.stdout)
 
 
+@contextlib.contextmanager
+def _bare_server() -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", _BARE_SERVER, str(port)])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=1).raise_for_status()
+                break
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("the bare control server did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        process.kill()
+        process.wait()
+
+
 def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
-    with tempfile.TemporaryDirectory() as data, \
+    with tempfile.TemporaryDirectory() as data, _bare_server() as bare, \
             sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
         worker.replies = [Reply(large_answer(32, tokens, 20))]
         worker.record = False
@@ -199,19 +240,21 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
                     answer = client.post(f"{server.url}/v1/chat/completions", json=body, headers=headers)
                     sizes.append(len(answer.content))
 
-        idle = _livez(server.url, probes)
+        urls = [server.url + "/livez", bare]
+        idle = _probes(urls, probes)
         threads = [threading.Thread(target=attacker, daemon=True) for _ in range(2)]
         for thread in threads:
             thread.start()
         with contextlib.suppress(Exception):
             while not sizes:
                 time.sleep(0.05)
-        attacked = _livez(server.url, probes)
+        attacked = _probes(urls, probes)
         stop.set()
         for thread in threads:
             thread.join()
     print(f"  large answers: {len(sizes)} of {statistics.median(sizes) / 2**20:.1f} MiB each")
-    return {"/livez: idle": idle, "/livez: large answers": attacked}
+    return {"/livez: idle": idle[0], "/livez: large answers": attacked[0],
+            "control, bare server: idle": idle[1], "control, bare server: large answers": attacked[1]}
 
 
 def main() -> None:
@@ -250,13 +293,19 @@ def main() -> None:
 
 
 def report(results: dict[str, list[float]]) -> None:
-    print(f"\n{'another team':<32} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
+    print(f"\n{'another team':<36} {'p50 ms':>9} {'p99 ms':>9} {'p99 / idle':>11}")
     idle = None
     for name, times in results.items():
         if name.endswith("idle"):
             idle = percentile(times, 0.99)
-        print(f"{name:<32} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
+        print(f"{name:<36} {statistics.median(times) * 1000:>9.1f} {percentile(times, 0.99) * 1000:>9.1f} "
               f"{percentile(times, 0.99) / idle:>10.2f}x")
+    if "control, bare server: idle" in results:
+        host = percentile(results["control, bare server: large answers"], 0.99) / \
+            percentile(results["control, bare server: idle"], 0.99)
+        gateway = percentile(results["/livez: large answers"], 0.99) / percentile(results["/livez: idle"], 0.99)
+        print(f"/livez beside large answers, over what the host's load adds to a bare server's tail: "
+              f"{gateway / host:.2f}x")
     print("\nbar: each attack's p99 within 2x of its idle p99 (TTFT of a one-token request; /livez for large answers).")
 
 
