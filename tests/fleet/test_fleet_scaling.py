@@ -1,15 +1,14 @@
 """A fleet of three gateways over one ECS worker service: one scaling decision, fed by every gateway.
 
 Each test starts from the service at zero tasks with all three gateways up (`Fleet.settle`) and bounds every
-wait (a hang fails); none asserts how fast anything went, except the lease's own bound: a dead owner is
-replaced within 10 s.
+wait (a hang fails); none asserts how fast anything went (how soon a dead owner's lease is taken over is
+measured by bench/fleet_start.py, not here).
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import time
 
 import httpx
 import pytest
@@ -121,7 +120,7 @@ def test_a_rolling_restart_under_streaming_load_cuts_no_stream_and_lowers_no_cou
     assert not any(fleet.played.stopped_busy.values()), fleet.played.stopped_busy
 
 
-def test_a_killed_owner_is_replaced_within_ten_seconds_without_scaling_twice(fleet):
+def test_a_killed_owner_is_replaced_without_scaling_twice(fleet):
     fleet.settle()
     owner = current_owner(fleet)
     others = [i for i in range(3) if i != owner]
@@ -129,9 +128,7 @@ def test_a_killed_owner_is_replaced_within_ten_seconds_without_scaling_twice(fle
         until(lambda: two_tasks_serving(fleet), what="two tasks under load")
         started, mark = len(fleet.played.started), len(fleet.played.desired_seen)
         fleet.stop(owner, signal.SIGKILL)
-        killed = time.monotonic()
-        until(lambda: fleet.owner() not in (None, owner), 10, "another gateway taking the lease")
-        assert time.monotonic() - killed <= 10
+        until(lambda: fleet.owner() not in (None, owner), what="another gateway taking the lease")
         served = load.served
         until(lambda: load.served >= served + 2 * LOAD, what="streams under the new owner")
         after = fleet.played.desired_seen[mark:]
