@@ -60,7 +60,7 @@ from common.protocol import (
 from testkit.admin import default_team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker
-from testkit.servers import free_port
+from testkit.servers import free_port, wait_for_port
 from worker.engine.engine import Engine
 from worker.loading import load_model
 from worker.server import create_worker_app
@@ -166,12 +166,12 @@ def large_answer(choices: int, tokens: int, top: int) -> list:
     return events
 
 
-_LIVEZ = '''
+_PROBE = '''
 import json, sys, time, httpx
-urls = sys.argv[3:]
+urls = sys.argv[2:]
 times = {url: [] for url in urls}
 with httpx.Client(timeout=60) as client:
-    for _ in range(int(sys.argv[2])):
+    for _ in range(int(sys.argv[1])):
         for url in urls:  # interleaved: each sees the same moments of the attack
             started = time.perf_counter()
             client.get(url).raise_for_status()
@@ -200,7 +200,7 @@ uvloop.run(main())
 def _probes(urls: list[str], count: int) -> list[list[float]]:
     """Latencies of GETs to each of `urls`, interleaved, probed from a process of their own: the stub worker and
     the attacker in this one would otherwise hold the probe back at this process's GIL."""
-    probe = subprocess.run([sys.executable, "-c", _LIVEZ, "", str(count), *urls], capture_output=True, text=True,
+    probe = subprocess.run([sys.executable, "-c", _PROBE, str(count), *urls], capture_output=True, text=True,
                            check=True, timeout=900)
     return json.loads(probe.stdout)
 
@@ -210,14 +210,7 @@ def _bare_server() -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen([sys.executable, "-c", _BARE_SERVER, str(port)])
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1).raise_for_status()
-                break
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the bare control server did not start")
-            time.sleep(0.05)
+        wait_for_port(port, 60)
         yield f"http://127.0.0.1:{port}/"
     finally:
         process.kill()
