@@ -12,7 +12,9 @@ def test_a_worker_writes_every_threads_stack_when_asked(sluice_on_smol):
     before = len(sluice_on_smol.output)
     sluice_on_smol.dump_worker_stacks(settle_s=0)
     deadline = time.monotonic() + 60  # a bound for a dump that never comes, not a timing
-    while "most recent call first" not in sluice_on_smol.output[before:] and time.monotonic() < deadline:
+    # The dump arrives line by line through the gateway's stderr: wait for the serving thread's stack itself,
+    # not merely the first thread's header.
+    while "uvicorn" not in sluice_on_smol.output[before:] and time.monotonic() < deadline:
         time.sleep(0.1)
     dump = sluice_on_smol.output[before:]
     assert "Thread 0x" in dump and "most recent call first" in dump
