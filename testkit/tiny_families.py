@@ -1,4 +1,4 @@
-"""Tiny random decoders of every family the lean runner describes (worker/engine/families/), built offline from
+"""Tiny random decoders of every family the lean runner describes (worker/families/), built offline from
 transformers' config classes (4 layers, hidden 64, float32; Gemma 3's heads x head_dim wider than its hidden, as
 in the 270M), on a word-level tokenizer of VOCAB words, so a test serves each through the engine and compares it
 with transformers `generate()` on the same weights."""

@@ -38,6 +38,7 @@ from worker.threads import torch_threads
 
 def main(argv: list[str] | None = None) -> None:
     die_with_parent()  # a worker a gateway started ends with it (common/worker_launch.py)
+    run_without_distributed()
     settings = load(argv)  # the one read of the environment, the flags (worker/settings.py)
     secret = settings.worker_secret or None
     refusal = bind_refusal(settings.host, secret)
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     return_large_blocks()  # before the weights load: what loading frees must leave the process
     trim_periodically()
     if settings.standby:
-        preload_model_code()
+        preload_model_code(settings.model)
         preload_native()
         structlog.get_logger("worker").info(STANDBY_READY)
         job = assigned(settings)  # blocks until the gateway assigns this spare
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         timings = {"process_start": 0.0, "imports": 0.0, "standby_imports": round(time.time() - IMPORTED_AT, 3)}
         serve(job, job.spawned_at, timings)
         return
-    preload_model_code()  # counted as imports, not as the weights' load that would run them lazily
+    preload_model_code(settings.model)  # counted as imports, not as the weights' load that would run them lazily
     spawned = settings.spawned_at or IMPORTED_AT
     timings = {"process_start": round(IMPORTED_AT - spawned, 3), "imports": round(time.time() - IMPORTED_AT, 3)}
     serve(settings, spawned, timings)
@@ -99,6 +100,14 @@ def serve(settings: WorkerSettings, began: float, timings: dict[str, float]) -> 
                     loop="uvloop", http="httptools", lifespan="off")
     finally:
         engine.stop()
+
+
+def run_without_distributed() -> None:
+    """Tell this process's libraries that torch.distributed is unavailable, before any asks. A worker runs no
+    distributed torch, and transformers' config classes import torch.distributed.tensor where it is available
+    (and sympy with it: ~45 MB of RSS and a second of a core), for sharding a worker never does. transformers
+    asks `torch.distributed.is_available()` (tests/worker/test_lean_imports.py holds it to that)."""
+    torch.distributed.is_available = lambda: False
 
 
 def preload_native() -> None:

@@ -26,13 +26,19 @@ import torch
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
+from worker.families.skeleton import lean_skeleton
 from worker.load_errors import ModelLoadError
 
 log = structlog.get_logger(__name__)
 
 
-def skeleton(config, dtype: torch.dtype) -> torch.nn.Module:
-    """The causal LM of `config` on the meta device: every tensor a placeholder, none allocated."""
+def skeleton(config, dtype: torch.dtype, lean: bool = False) -> torch.nn.Module:
+    """The causal LM of `config` on the meta device: every tensor a placeholder, none allocated. `lean`: built
+    from its family's description without transformers' modeling code where it can be (families/skeleton.py:
+    what q4, which computes the layers itself, loads), else transformers' class."""
+    model = lean_skeleton(config, dtype) if lean else None
+    if model is not None:
+        return model
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
@@ -63,17 +69,17 @@ def _in(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor.to(dtype) if tensor.is_floating_point() else tensor
 
 
-def load_direct(location: Path | str, dtype: torch.dtype,
-                unread: Callable[[str], bool] | None = None) -> torch.nn.Module | None:
+def load_direct(location: Path | str, dtype: torch.dtype, unread: Callable[[str], bool] | None = None,
+                lean: bool = False) -> torch.nn.Module | None:
     """The model of a local HF directory, or None when this directory needs `from_pretrained`. Tensors whose
-    names `unread` accepts stay on the meta device. A shard that is not a whole safetensors file (truncated,
-    corrupt): ModelLoadError naming it."""
+    names `unread` accepts stay on the meta device; `lean`: see `skeleton`. A shard that is not a whole
+    safetensors file (truncated, corrupt): ModelLoadError naming it."""
     directory = Path(location)
     files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
     if not files:
         return None
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
-    model = skeleton(config, dtype)
+    model = skeleton(config, dtype, lean)
     state: dict[str, torch.Tensor] = {}
     left: set[str] = set()
     for file in files:

@@ -61,7 +61,7 @@ def gguf_metadata_dir(gguf: Path, cache: Path) -> Path:
         config.save_pretrained(staging)
         gguf_tokenizer(gguf, config).save_pretrained(staging)
         index = {"architecture": architecture, "file_size": gguf.stat().st_size,
-                 "names": tensor_names(architecture, skeleton(config, torch.float32)),
+                 "names": tensor_names(architecture, skeleton(config, torch.float32, lean=True)),
                  "tensors": [entry.as_json() for entry in entries]}
         (staging / INDEX).write_text(json.dumps(index))
 
@@ -145,12 +145,12 @@ class GgufWeights:
         return tensor
 
 
-def load_gguf(gguf: Path, directory: Path, dtype: torch.dtype,
-              unread: Callable[[str], bool] | None = None) -> tuple[torch.nn.Module, GgufWeights]:
+def load_gguf(gguf: Path, directory: Path, dtype: torch.dtype, unread: Callable[[str], bool] | None = None,
+              lean: bool = False) -> tuple[torch.nn.Module, GgufWeights]:
     """The model of a GGUF file (`directory`: its gguf_metadata_dir), and the reader of its weights. Tensors
-    whose state-dict names `unread` accepts stay on the meta device."""
+    whose state-dict names `unread` accepts stay on the meta device; `lean`: direct_load.skeleton's."""
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
-    model = skeleton(config, dtype)
+    model = skeleton(config, dtype, lean)
     weights = GgufWeights(gguf, directory, model, dtype)
     state: dict[str, torch.Tensor] = {}
     left: set[str] = set()

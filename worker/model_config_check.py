@@ -44,7 +44,10 @@ def check_model_config(location: Path | str) -> None:
     if model_type not in CONFIG_MAPPING_NAMES:
         raise ModelConfigError(f"unknown architecture: model_type {model_type[:80]!r}{named[:200]} is not one "
                                f"transformers {transformers.__version__} knows")
-    unknown = [name for name in architectures if not isinstance(name, str) or not hasattr(transformers, name)] \
+    # the names transformers exports, read without importing a class (its modeling code costs ~170 MB: a q4
+    # worker never imports it, families/skeleton.py)
+    exported = set(dir(transformers))
+    unknown = [name for name in architectures if not isinstance(name, str) or name not in exported] \
         if isinstance(architectures, list) else [architectures]
     if unknown:
         raise ModelConfigError(f"unknown architecture {str(unknown[0])[:80]!r} in {path.name}: transformers "

@@ -115,7 +115,7 @@ class DecodeStack(nn.Module):
 
 def script_decode_layers(runner) -> torch.jit.ScriptModule | None:
     """The runner's layers as one scripted DecodeStack, or None where any layer keeps the Python path."""
-    if not runner.plain:  # a family's variants (families/): the Python path runs them
+    if not runner.plain:  # a family's variants (worker/families/): the Python path runs them
         return None
     for layer, fused in zip(runner.layers, runner.fused):
         if fused.qkv is None or fused.gate_up is None or hasattr(layer.self_attn, "q_norm") or not (

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from worker.families.skeleton import LeanRMSNorm
+
 # RMSNorms that compute weight * (x * rsqrt(mean(x^2) + eps)) in float32, like Llama's
 _PLAIN_RMS_NORMS = {"LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MixtralRMSNorm", "Phi3RMSNorm"}
 
@@ -48,7 +50,12 @@ def plain_linear(*modules) -> bool:
 
 def concat_weights(modules: list[nn.Linear]) -> torch.Tensor:
     """One weight for several Linear layers; each layer's weight becomes a view into it (no extra memory)."""
-    fused = torch.cat([m.weight.data for m in modules])
+    weights = [m.weight.data for m in modules]
+    if any(w.is_meta for w in weights):  # q4 left them unread: a placeholder (a meta cat imports torch._dynamo)
+        fused = torch.empty((sum(w.shape[0] for w in weights), *weights[0].shape[1:]), dtype=weights[0].dtype,
+                            device="meta")
+    else:
+        fused = torch.cat(weights)
     offset = 0
     for m in modules:
         rows = m.weight.shape[0]
@@ -58,7 +65,7 @@ def concat_weights(modules: list[nn.Linear]) -> torch.Tensor:
 
 
 def plain_rms_norm(norm: nn.Module) -> bool:
-    return type(norm).__name__ in _PLAIN_RMS_NORMS
+    return type(norm).__name__ in _PLAIN_RMS_NORMS or type(norm) is LeanRMSNorm
 
 
 def weighted_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -68,7 +75,7 @@ def weighted_rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) ->
 
 
 class Norm(nn.Module):
-    """A family's norm (families/family.py `norm`) over the Hugging Face module's weight, in its arithmetic."""
+    """A family's norm (worker/families/family.py `norm`) over the Hugging Face module's weight, in its arithmetic."""
 
     def __init__(self, kind: str, module: nn.Module):
         super().__init__()

@@ -1,4 +1,4 @@
-"""A lean forward pass over the decoder families of families/ (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OLMo 2,
+"""A lean forward pass over the decoder families of worker/families/ (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OLMo 2,
 GPT-NeoX, Mixtral, Qwen3-MoE) with our own KV cache; a model of another family raises UnsupportedModel.
 
 It reuses the Hugging Face weights (bitsandbytes layers run through their own modules unchanged) and
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from worker.engine.decode_layer import script_decode_layers
-from worker.engine.families import family_of
-from worker.engine.families.family import UnsupportedModel
-from worker.engine.families.plan import LayerPlan, fuse_layer, plan_layer
 from worker.engine.helper_threads import HelperThreads
 from worker.engine.kv_cache import KVCache, widened
+from worker.engine.layer_plan import LayerPlan, fuse_layer, plan_layer
 from worker.engine.layers import FusedLayer, Norm, capped_attention, decode_attention, rotate_partial
 from worker.engine.native.bounds import check_tokens
+from worker.families import family_of
+from worker.families.family import UnsupportedModel
 from worker.lora.adapter import LoraAdapter
 from worker.lora.delta import NO_LORA, LoraRows, add_lora, lora_rows
 from worker.threads import intra_op_threads

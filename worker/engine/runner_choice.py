@@ -13,9 +13,9 @@ import structlog
 import torch
 
 from common.protocol import ModelConfig
-from worker.engine.families import FAMILIES
 from worker.engine.hf_runner import TransformersRunner
 from worker.engine.runner import ModelRunner, UnsupportedModel
+from worker.families import FAMILIES
 from worker.loading import LoadedModel, read_unread_weights
 
 log = structlog.get_logger(__name__)

@@ -1,4 +1,4 @@
-"""Every decoder family of worker/engine/families/ on a tiny random model built offline (testkit/tiny_families.py):
+"""Every decoder family of worker/families/ on a tiny random model built offline (testkit/tiny_families.py):
 the engine in the exact mode (float32, unquantized) gives transformers `generate()`'s greedy tokens, sampled
 tokens whose logprobs are the model's own, and the same seeded tokens alone or beside other rows. Gemma 2 also
 through chunked prefill, the prefix cache and beam search; Qwen3 and Gemma 2 with a LoRA adapter. A model type

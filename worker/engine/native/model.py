@@ -20,13 +20,15 @@ from torch import nn
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
 from worker.engine.native.pack import SLICE_ROWS, Packed, fixed_slices, four_bit, pack_fixed, pick, pick_slices
+from worker.families.skeleton import LeanGemmaRMSNorm, LeanRMSNorm
 
 BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
 _ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1}  # the MLP gate's function: forward.c's `act`
 # the norm classes forward.c computes: w * x / rms(x) in float32 ("rms"), or Gemma's (1 + w) ("gemma", the one
 # folded into the weight at load)
-_NORMS = {"rms": ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm"),
-          "gemma": ("Gemma2RMSNorm", "Gemma3RMSNorm")}
+_NORMS = {"rms": ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "Phi3RMSNorm",
+                  LeanRMSNorm.__name__),
+          "gemma": ("Gemma2RMSNorm", "Gemma3RMSNorm", LeanGemmaRMSNorm.__name__)}
 _MAX_HEAD_DIM = 1024  # forward.c's rotation buffer
 VOCABULARY = ("lm_head", "embed")  # the packed matrices a family's `vocab_bits` sets
 
@@ -68,7 +70,7 @@ def _float(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _family_gaps(runner) -> list[str]:
-    """What the runner's family uses (families/family.py) that forward.c does not compute: Llama's layer, with
+    """What the runner's family uses (worker/families/family.py) that forward.c does not compute: Llama's layer, with
     Gemma's (1 + w) norms, output norms, windows, rotary tables per layer type and soft-caps."""
     family, plans = runner.family, runner.plans
     gaps = [f"{family.norm} norms" for _ in [0] if family.norm not in _NORMS]

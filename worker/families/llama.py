@@ -1,5 +1,5 @@
 """Llama (and SmolLM, DeepSeek-R1 Llama distills): the shape every other family varies."""
 
-from worker.engine.families.family import Family
+from worker.families.family import Family
 
-FAMILY = Family("llama")
+FAMILY = Family("llama", mlp_bias="mlp_bias")

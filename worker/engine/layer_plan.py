@@ -9,9 +9,9 @@ from typing import cast
 import torch
 from torch import nn
 
-from worker.engine.families.family import Family, UnsupportedModel
 from worker.engine.layers import FusedLayer, Norm, Projection, concat_weights, plain_linear
 from worker.engine.moe import TopKExperts
+from worker.families.family import Family, UnsupportedModel
 
 
 @dataclass

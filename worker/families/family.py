@@ -1,8 +1,9 @@
 """What a decoder family is to the lean runner: where its modules sit in the Hugging Face model and which
-variant of each shared layer (layers.py) it uses. A family is data, not code: the runner reads it
-(runner.py, plan.py), and so do the quantized paths (w8a8.py, native/model.py) to refuse what they do
-not compute. A model whose family has no description, or which uses a part its description does not
-cover, raises UnsupportedModel with the reason; the engine then serves it another way.
+variant of each shared layer (engine/layers.py) it uses. A family is data, not code: the runner reads it
+(engine/runner.py, engine/layer_plan.py), the quantized paths (engine/w8a8.py, engine/native/model.py) to refuse
+what they do not compute, and q4's loading to build the model without transformers' code (skeleton.py). A model
+whose family has no description, or which uses a part its description does not cover, raises UnsupportedModel
+with the reason; the engine then serves it another way.
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ class Family:
     # None: as any matrix (4 bits where exact, else 8). 4 where the vocabulary is most of a token's reads and the
     # family's models keep the quality rule so (bench/vocab_bits.py); none does yet (Gemma 3 270M: 1.077x perplexity)
     vocab_bits: int | None = None
+    # what skeleton.py builds without transformers' modeling code: which projections carry a bias (the name of
+    # the config flag that decides, or fixed), what scales attention's scores (config.<name> ** -0.5; None:
+    # head_dim ** -0.5) and whether embeddings are scaled by sqrt(hidden)
+    qkv_bias: str | bool = "attention_bias"
+    out_bias: str | bool = "attention_bias"
+    mlp_bias: str | bool = False
+    attention_scalar: str | None = None
+    scaled_embedding: bool = False
 
     @property
     def gated(self) -> bool:

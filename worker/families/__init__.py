@@ -4,7 +4,7 @@ in FAMILIES, plus its parity test in tests/worker/engine/test_families.py."""
 
 from __future__ import annotations
 
-from worker.engine.families import (
+from worker.families import (
     gemma2,
     gemma3,
     gpt_neox,
@@ -17,7 +17,7 @@ from worker.engine.families import (
     qwen3,
     qwen3_moe,
 )
-from worker.engine.families.family import Family, UnsupportedModel
+from worker.families.family import Family, UnsupportedModel
 
 FAMILIES: dict[str, Family] = {module.FAMILY.name: module.FAMILY for module in (
     llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, olmo2, gpt_neox, mixtral, qwen3_moe)}

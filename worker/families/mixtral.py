@@ -1,5 +1,5 @@
 """Mixtral: Mistral with a top-k mixture of experts for the MLP (router weights renormalised)."""
 
-from worker.engine.families.family import Family
+from worker.families.family import Family
 
 FAMILY = Family("mixtral", window="config", moe=True)

@@ -1,7 +1,7 @@
 """GPT-NeoX (Pythia): LayerNorms, one q/k/v projection laid out per head, partial rotary, an ungated GELU MLP,
 biases everywhere, and (config.use_parallel_residual) attention and MLP side by side on the same input."""
 
-from worker.engine.families.family import Family
+from worker.families.family import Family
 
 FAMILY = Family("gpt_neox", decoder="gpt_neox", embed="embed_in", final_norm="final_layer_norm",
                 attention="attention", qkv=("query_key_value",), qkv_by_head=True, out="dense", gate_up=(),

@@ -1,5 +1,0 @@
-"""Mistral: Llama with a sliding window over every layer (config.sliding_window; None in v0.2 and later)."""
-
-from worker.engine.families.family import Family
-
-FAMILY = Family("mistral", window="config")
