@@ -15,16 +15,16 @@ Targets (#45, Gemma 3 270M and the 1.1B shape): >= 1.5x llama-server's tok/s at 
 worker's peak RSS <= 1.2x llama-server's, first start <= 2x llama-server's seconds to ready.
 
 `llama-server` is built once into `.bench/llama-server/` from the llama.cpp sources the `llama-cpp-python` sdist
-vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF -DGGML_NATIVE=ON`; minutes on 2 cores) and
-started with `-np SLOTS` slots of 1,024 tokens each. Sluice runs as `make serve` does: one worker process (its
-default configuration unless --quantization/--dtype say otherwise) behind `sluice serve`. Each side gets the same
-streamed requests (a fixed prompt corpus, each drive's prompts led by a tag of their own so that no prompt cache
-serves a repeat (`--same-prompts`: the same ones every time, so that caches warm); temperature 0, `ignore_eos`,
-`--tokens` new tokens each), N at once, for N in --streams, through Sluice's gateway, through the worker alone, and
-through llama-server's `/v1/completions`. Printed per N: output tok/s, TTFT p50/p99, the p99 gap between streamed
-chunks, and Sluice / llama-server ratios; at the end, the memory of every process of each side (the worker with its
-grammar compile processes; bench/harness/memory.py): peak RSS summed over processes and peak summed PSS. The sides run
-one after another, never together.
+vendors (`pip download --no-binary :all:`, cmake with `-DLLAMA_CURL=OFF` and the instruction sets of
+`LLAMA_CPU_FLAGS`; minutes on 2 cores) and started with `-np SLOTS` slots of 1,024 tokens each. Sluice runs as `make
+serve` does: one worker process (its default configuration unless --quantization/--dtype say otherwise) behind
+`sluice serve`. Each side gets the same streamed requests (a fixed prompt corpus, each drive's prompts led by a tag
+of their own so that no prompt cache serves a repeat (`--same-prompts`: the same ones every time, so that caches
+warm); temperature 0, `ignore_eos`, `--tokens` new tokens each), N at once, for N in --streams, through Sluice's
+gateway, through the worker alone, and through llama-server's `/v1/completions`. Printed per N: output tok/s, TTFT
+p50/p99, the p99 gap between streamed chunks, and Sluice / llama-server ratios; at the end, the memory of every
+process of each side (the worker with its grammar compile processes; bench/harness/memory.py): peak RSS summed over
+processes and peak summed PSS. The sides run one after another, never together.
 
 KV memory, like for like: llama-server allocates its slots' KV at start (`-c` = SLOTS x 1,024 positions; Gemma 3's
 sliding-window layers hold their window per slot); the worker (max_batch_size = the most streams, at least 32,
@@ -71,6 +71,13 @@ WORDS = ("river lantern quiet engine paper orbit harvest signal meadow copper vi
          "winter market ladder echo marble compass garden silver mountain ribbon candle harbor").split()
 
 
+# The instruction sets both sides use (forward.c: AVX-512 VNNI), named rather than GGML_NATIVE: -march=native
+# also compiles ggml's AMX kernels where the CPU lists AMX, and a host whose kernel does not grant AMX (this
+# sandbox's) then kills llama-server with SIGILL at its first forward.
+LLAMA_CPU_FLAGS = ["-DGGML_NATIVE=OFF", *(f"-DGGML_{name}=ON" for name in (
+    "AVX", "AVX2", "FMA", "F16C", "AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"))]
+
+
 def ensure_llama_server() -> Path:
     """`llama-server`, built once from the llama-cpp-python sdist's vendored llama.cpp."""
     if LLAMA_SERVER.exists():
@@ -84,7 +91,7 @@ def ensure_llama_server() -> Path:
             archive.extractall(scratch, filter="data")
         (source,) = Path(scratch).glob("llama_cpp_python-*/vendor/llama.cpp")
         build = source / "build"
-        subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON",
+        subprocess.run(["cmake", "-S", str(source), "-B", str(build), "-DLLAMA_CURL=OFF", *LLAMA_CPU_FLAGS,
                         "-DCMAKE_BUILD_TYPE=Release"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", f"-j{os.cpu_count() or 2}"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -225,10 +232,17 @@ def start_gateway(worker_url: str, logs: Path, data_dir: Path, name: str) -> tup
     return process, url, {"authorization": f"Bearer {made['key']}"}
 
 
+def _answers_200(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def wait_until_ok(url: str, process, log: Path, timeout: float = 120.0) -> None:
     wait_http(url, process, log, timeout)
     deadline = time.monotonic() + timeout
-    while httpx.get(url, timeout=5).status_code != 200:  # llama-server answers 503 while it loads
+    while not _answers_200(url):  # llama-server answers 503 while it loads, and may reset a connection
         if time.monotonic() > deadline:
             raise SystemExit(f"bench: {url} not ready in {timeout:.0f}s:\n{log.read_text()[-2000:]}")
         time.sleep(0.3)

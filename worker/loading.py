@@ -24,7 +24,8 @@ from common.protocol import ModelConfig
 from worker.build_once import build_once
 from worker.c_compiler import compiler_problem
 from worker.cpu_features import cpu_features, pick_cpu_default
-from worker.direct_load import WeightReader, load_direct
+from worker.direct_load import WeightReader, fill, load_direct, skeleton
+from worker.families.skeleton import LeanCausalLM
 from worker.file_hash import file_sha256, remembered_sha256  # noqa: F401 (where callers have found them)
 from worker.gguf_load import gguf_metadata_dir, gguf_weights_id, is_gguf, load_gguf
 from worker.gguf_package import is_package_source, package_gguf
@@ -227,6 +228,14 @@ def read_unread_weights(loaded: LoadedModel) -> LoadedModel:
         return loaded
     unread = {name for name, tensor in loaded.model.named_parameters() if tensor.is_meta}
     state = {name: loaded.read_weight(name) for name in sorted(unread)}
+    if isinstance(loaded.model, LeanCausalLM):  # the fallback runs transformers' forward (w8a8 calibrates by it)
+        lean, model = loaded.model, skeleton(loaded.model.config, loaded.dtype)
+        state.update((name, tensor) for name, tensor in lean.state_dict().items() if not tensor.is_meta)
+        problem = fill(model, lean.config, state, set())
+        if problem:
+            raise ModelLoadError(f"the fallback's model: {problem}")
+        model.generation_config = lean.generation_config  # with what loading filled in (chat template's end)
+        return replace(loaded, model=model.eval(), read_weight=None)
     loaded.model.load_state_dict(state, strict=False, assign=True)
     loaded.model.tie_weights()
     return replace(loaded, read_weight=None)
