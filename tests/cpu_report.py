@@ -2,8 +2,10 @@
 
 With SLUICE_TEST_CPU_REPORT=PATH each test process appends `seconds path` lines to PATH.<process> at its end:
 the CPU time (user + system) of the test process and of the child processes it reaped (the servers and workers a
-file started and stopped) while that file's tests ran. A session-wide server's CPU lands on the file that ran when
-it was reaped (the last). Sum the files with `python -m tests.cpu_report PATH.*`.
+file started and stopped) while that file's tests ran. A session fixture's teardown (a session-wide server, reaped
+then with all the CPU it spent for every file that used it) is reported apart, as `(session fixture NAME)`: on the
+last file of each process it read as minutes of work that file never did. Sum the files with
+`python -m tests.cpu_report PATH.*`.
 """
 
 from __future__ import annotations
@@ -28,12 +30,30 @@ class CpuReport:
     def __init__(self, path: str):
         self.path = Path(f"{path}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
         self.per_file: Counter[str] = Counter()
+        self.moved = 0.0  # this test's CPU reported under a session fixture instead of its file
+        self.mark: float | None = None  # during a teardown: when the last fixture finished tearing down
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item):
-        began = cpu_seconds()
+        began, self.moved = cpu_seconds(), 0.0
         yield
-        self.per_file[item.nodeid.split("::", 1)[0]] += cpu_seconds() - began
+        self.per_file[item.nodeid.split("::", 1)[0]] += cpu_seconds() - began - self.moved
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item):
+        self.mark = cpu_seconds()
+        yield
+        self.mark = None
+
+    def pytest_fixture_post_finalizer(self, fixturedef: pytest.FixtureDef) -> None:
+        """Called as each fixture's teardown ends: the CPU since the previous one ended is this one's."""
+        if self.mark is None:  # not a teardown (a parametrized fixture set up again): stays on the file
+            return
+        now = cpu_seconds()
+        if fixturedef.scope == "session":
+            self.per_file[f"(session fixture {fixturedef.argname})"] += now - self.mark
+            self.moved += now - self.mark
+        self.mark = now
 
     def pytest_sessionfinish(self) -> None:
         with self.path.open("a") as report:

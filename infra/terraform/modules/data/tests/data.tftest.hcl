@@ -26,8 +26,11 @@ variables {
   security_group_ids = { database = "sg-db", cache = "sg-cache", wal = "sg-wal" }
 }
 
-run "postgres_is_encrypted_private_and_tls_only" {
+# One plan for what were 2 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "the_default_plan" {
   command = plan
+  # postgres_is_encrypted_private_and_tls_only
   assert {
     condition     = aws_db_instance.main[0].storage_encrypted && aws_db_instance.main[0].kms_key_id == var.kms_key_arn
     error_message = "RDS storage must be encrypted with the platform key"
@@ -48,21 +51,7 @@ run "postgres_is_encrypted_private_and_tls_only" {
     condition     = aws_db_instance.main[0].vpc_security_group_ids == toset(["sg-db"])
     error_message = "RDS sits in the database security group only"
   }
-}
-
-run "single_az_when_asked" {
-  command = plan
-  variables {
-    db_multi_az = false
-  }
-  assert {
-    condition     = aws_db_instance.main[0].multi_az == false
-    error_message = "db_multi_az = false gives a single-AZ instance"
-  }
-}
-
-run "redis_signs_the_gateway_in_with_iam_and_has_no_password" {
-  command = plan
+  # redis_signs_the_gateway_in_with_iam_and_has_no_password
   assert {
     condition     = aws_elasticache_replication_group.main[0].transit_encryption_enabled && aws_elasticache_replication_group.main[0].at_rest_encryption_enabled
     error_message = "Redis: TLS in transit (IAM authentication needs it) and encryption at rest"
@@ -98,6 +87,17 @@ run "redis_signs_the_gateway_in_with_iam_and_has_no_password" {
   assert {
     condition     = output.redis_iam == { cache_name = "sluice-test", user = "sluice-test-gateway" }
     error_message = "the gateway's [redis_iam] and its elasticache:Connect name this cache and this user"
+  }
+}
+
+run "single_az_when_asked" {
+  command = plan
+  variables {
+    db_multi_az = false
+  }
+  assert {
+    condition     = aws_db_instance.main[0].multi_az == false
+    error_message = "db_multi_az = false gives a single-AZ instance"
   }
 }
 
@@ -178,8 +178,11 @@ run "batch_file_retention_beyond_the_gateways_bound_is_refused" {
   expect_failures = [var.batch_file_retention_days]
 }
 
-run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {
+# One plan for what were 2 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "wal_and_secrets_after_the_applies" {
   command = plan
+  # wal_file_system_is_encrypted_and_owned_by_the_gateway_user
   assert {
     condition     = aws_efs_file_system.wal.encrypted
     error_message = "the WAL file system is encrypted"
@@ -192,10 +195,7 @@ run "wal_file_system_is_encrypted_and_owned_by_the_gateway_user" {
     condition     = length(aws_efs_mount_target.wal) == 2
     error_message = "a mount target per private subnet"
   }
-}
-
-run "secrets_are_generated_and_encrypted" {
-  command = plan
+  # secrets_are_generated_and_encrypted
   assert {
     condition     = toset(keys(aws_secretsmanager_secret.gateway)) == toset(["admin_key", "key_pepper", "worker_secret", "metrics_token", "database_url", "redis_url"])
     error_message = "admin key, pepper, database and Redis URLs"

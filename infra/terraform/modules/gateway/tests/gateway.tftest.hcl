@@ -28,8 +28,11 @@ variables {
   wal_access_point_id  = "fsap-12345678"
 }
 
-run "https_listener_with_a_tls13_policy_and_http_redirect" {
+# One plan for what were 6 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "the_default_plan" {
   command = plan
+  # https_listener_with_a_tls13_policy_and_http_redirect
   assert {
     condition     = aws_lb_listener.https.protocol == "HTTPS" && aws_lb_listener.https.port == 443
     error_message = "HTTPS on 443"
@@ -50,10 +53,7 @@ run "https_listener_with_a_tls13_policy_and_http_redirect" {
     condition     = aws_lb.main.drop_invalid_header_fields
     error_message = "the ALB drops invalid headers"
   }
-}
-
-run "health_check_and_fargate_service_in_private_subnets" {
-  command = plan
+  # health_check_and_fargate_service_in_private_subnets
   assert {
     condition     = aws_lb_target_group.gateway.health_check[0].path == "/livez"
     error_message = "the target group checks liveness (/livez), not readiness (/health)"
@@ -70,10 +70,7 @@ run "health_check_and_fargate_service_in_private_subnets" {
     condition     = toset(aws_ecs_service.gateway.network_configuration[0].subnets) == toset(var.private_subnet_ids)
     error_message = "tasks run in the private subnets"
   }
-}
-
-run "secrets_come_from_secrets_manager_and_the_wal_from_efs" {
-  command = plan
+  # secrets_come_from_secrets_manager_and_the_wal_from_efs
   assert {
     condition     = { for s in jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].secrets : s.name => s.valueFrom } == { SLUICE_ADMIN_KEY = var.secret_arns.admin_key, SLUICE_KEY_PEPPER = var.secret_arns.key_pepper, SLUICE_DATABASE_URL = var.secret_arns.database_url }
     error_message = "admin key, pepper and database URL are injected from Secrets Manager"
@@ -98,10 +95,7 @@ run "secrets_come_from_secrets_manager_and_the_wal_from_efs" {
     condition     = jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].user == "10001:10001"
     error_message = "non-root"
   }
-}
-
-run "target_tracking_autoscaling" {
-  command = plan
+  # target_tracking_autoscaling
   assert {
     condition     = aws_appautoscaling_target.gateway[0].min_capacity == 2 && aws_appautoscaling_target.gateway[0].max_capacity == 10
     error_message = "2 to 10 tasks by default"
@@ -109,6 +103,24 @@ run "target_tracking_autoscaling" {
   assert {
     condition     = aws_appautoscaling_policy.requests[0].policy_type == "TargetTrackingScaling"
     error_message = "target tracking"
+  }
+  # metrics_are_refused_at_the_alb
+  assert {
+    condition     = aws_lb_listener_rule.refuse_metrics.priority == 1 && aws_lb_listener_rule.refuse_metrics.action[0].type == "fixed-response"
+    error_message = "the first rule of the HTTPS listener answers by itself"
+  }
+  assert {
+    condition     = aws_lb_listener_rule.refuse_metrics.action[0].fixed_response[0].status_code == "404"
+    error_message = "/metrics is a 404 from outside"
+  }
+  assert {
+    condition     = toset(one(aws_lb_listener_rule.refuse_metrics.condition).path_pattern[0].values) == toset(["/metrics", "/metrics/*"])
+    error_message = "every /metrics path"
+  }
+  # no_export_schedule_without_a_bucket
+  assert {
+    condition     = length(aws_scheduler_schedule.usage_export) == 0 && length(aws_ecs_task_definition.usage_export) == 0
+    error_message = "the export is scheduled only where there is a bucket"
   }
 }
 
@@ -150,22 +162,6 @@ run "stop_timeout_beyond_fargate_is_refused" {
     stop_timeout_seconds = 300
   }
   expect_failures = [var.stop_timeout_seconds]
-}
-
-run "metrics_are_refused_at_the_alb" {
-  command = plan
-  assert {
-    condition     = aws_lb_listener_rule.refuse_metrics.priority == 1 && aws_lb_listener_rule.refuse_metrics.action[0].type == "fixed-response"
-    error_message = "the first rule of the HTTPS listener answers by itself"
-  }
-  assert {
-    condition     = aws_lb_listener_rule.refuse_metrics.action[0].fixed_response[0].status_code == "404"
-    error_message = "/metrics is a 404 from outside"
-  }
-  assert {
-    condition     = toset(one(aws_lb_listener_rule.refuse_metrics.condition).path_pattern[0].values) == toset(["/metrics", "/metrics/*"])
-    error_message = "every /metrics path"
-  }
 }
 
 run "idle_timeout_outlasts_the_request_timeout_and_access_logs_are_on" {
@@ -241,14 +237,6 @@ run "without_a_bucket_the_config_stays_inline" {
   assert {
     condition     = length(aws_s3_object.config) == 0 && contains(jsondecode(aws_ecs_task_definition.gateway.container_definitions)[0].environment, { name = "SLUICE_CONFIG_TOML", value = var.config_toml })
     error_message = "envs/local (moto) keeps the config in the task definition"
-  }
-}
-
-run "no_export_schedule_without_a_bucket" {
-  command = plan
-  assert {
-    condition     = length(aws_scheduler_schedule.usage_export) == 0 && length(aws_ecs_task_definition.usage_export) == 0
-    error_message = "the export is scheduled only where there is a bucket"
   }
 }
 

@@ -29,8 +29,11 @@ variables {
   batch_files           = { bucket_arn = "arn:aws:s3:::sluice-test-batch-files-123456789012", prefix = "batch-files/" }
 }
 
-run "gateway_task_role_touches_only_worker_services_and_its_config" {
+# One plan for what were 5 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "the_default_plan" {
   command = plan
+  # gateway_task_role_touches_only_worker_services_and_its_config
   assert {
     condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Action])) == toset([
       "ecs:UpdateService", "ecs:DescribeServices", "ecs:ListTasks", "ecs:DescribeTasks", "ecs:StopTask", "ecs:UpdateTaskProtection",
@@ -71,10 +74,7 @@ run "gateway_task_role_touches_only_worker_services_and_its_config" {
     condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "weights")
     error_message = "the gateway cannot read the weights bucket"
   }
-}
-
-run "the_gateway_keeps_batch_file_bodies_under_their_prefix_only" {
-  command = plan
+  # the_gateway_keeps_batch_file_bodies_under_their_prefix_only
   assert {
     condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s.Resource if s.Sid == "KeepBatchFileBodies"]) == "arn:aws:s3:::sluice-test-batch-files-123456789012/batch-files/*"
     error_message = "object actions on the batch-files bucket only under the prefix"
@@ -98,6 +98,33 @@ run "the_gateway_keeps_batch_file_bodies_under_their_prefix_only" {
   assert {
     condition     = length([for s in jsondecode(aws_iam_role_policy.task["gateway-task"].policy).Statement : s if contains(flatten([s.Action]), "kms:GenerateDataKey")]) == 1
     error_message = "GenerateDataKey nowhere else"
+  }
+  # no_redis_no_connect
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "elasticache")
+    error_message = "without a managed Redis the gateway task role has no elasticache:Connect"
+  }
+  # worker_task_role_only_reads_weights
+  assert {
+    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["worker-task"].policy).Statement : s.Action])) == toset(["s3:ListBucket", "s3:GetObject", "kms:Decrypt"])
+    error_message = "workers may only read"
+  }
+  assert {
+    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["worker-task"].policy).Statement : s.Resource if startswith(s.Action, "s3:")])) == toset([var.weights_bucket_arn, "${var.weights_bucket_arn}/*"])
+    error_message = "workers read only the weights bucket"
+  }
+  # execution_roles_read_logs_and_secrets_only_for_their_service
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-execution"].policy).Statement : s.Resource if s.Sid == "WriteLogs"]) == "${var.gateway_log_group_arn}:*"
+    error_message = "gateway execution role writes only the gateway log group"
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.task["worker-execution"].policy).Statement : s.Resource if s.Action == "secretsmanager:GetSecretValue"]) == var.worker_secret_arn
+    error_message = "the workers' execution role injects the worker secret and no other"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.task["worker-task"].policy, "secretsmanager")
+    error_message = "worker code itself reads no secret"
   }
 }
 
@@ -139,48 +166,12 @@ run "the_gateway_signs_in_to_its_redis_as_its_iam_user_only" {
   }
 }
 
-run "no_redis_no_connect" {
-  command = plan
-  assert {
-    condition     = !strcontains(aws_iam_role_policy.task["gateway-task"].policy, "elasticache")
-    error_message = "without a managed Redis the gateway task role has no elasticache:Connect"
-  }
-}
-
 run "a_wildcard_redis_user_is_refused" {
   command = plan
   variables {
     redis_iam = { cache_name = "sluice-test", user = "*" }
   }
   expect_failures = [var.redis_iam]
-}
-
-run "worker_task_role_only_reads_weights" {
-  command = plan
-  assert {
-    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["worker-task"].policy).Statement : s.Action])) == toset(["s3:ListBucket", "s3:GetObject", "kms:Decrypt"])
-    error_message = "workers may only read"
-  }
-  assert {
-    condition     = toset(flatten([for s in jsondecode(aws_iam_role_policy.task["worker-task"].policy).Statement : s.Resource if startswith(s.Action, "s3:")])) == toset([var.weights_bucket_arn, "${var.weights_bucket_arn}/*"])
-    error_message = "workers read only the weights bucket"
-  }
-}
-
-run "execution_roles_read_logs_and_secrets_only_for_their_service" {
-  command = plan
-  assert {
-    condition     = one([for s in jsondecode(aws_iam_role_policy.task["gateway-execution"].policy).Statement : s.Resource if s.Sid == "WriteLogs"]) == "${var.gateway_log_group_arn}:*"
-    error_message = "gateway execution role writes only the gateway log group"
-  }
-  assert {
-    condition     = one([for s in jsondecode(aws_iam_role_policy.task["worker-execution"].policy).Statement : s.Resource if s.Action == "secretsmanager:GetSecretValue"]) == var.worker_secret_arn
-    error_message = "the workers' execution role injects the worker secret and no other"
-  }
-  assert {
-    condition     = !strcontains(aws_iam_role_policy.task["worker-task"].policy, "secretsmanager")
-    error_message = "worker code itself reads no secret"
-  }
 }
 
 run "wildcard_service_prefix_is_refused" {

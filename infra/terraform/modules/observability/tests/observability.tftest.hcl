@@ -31,16 +31,16 @@ variables {
   nat_gateway_ids            = ["nat-0a", "nat-0b"]
 }
 
-run "log_groups_have_retention_and_encryption" {
+# One plan for what were 3 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "the_default_plan" {
   command = plan
+  # log_groups_have_retention_and_encryption
   assert {
     condition     = alltrue([for g in aws_cloudwatch_log_group.service : g.retention_in_days == 90 && g.kms_key_id == var.kms_key_arn])
     error_message = "log groups keep 90 days by default, encrypted"
   }
-}
-
-run "alarms_on_5xx_rate_activator_queue_and_rds_cpu" {
-  command = plan
+  # alarms_on_5xx_rate_activator_queue_and_rds_cpu
   assert {
     condition     = length(aws_cloudwatch_metric_alarm.gateway_5xx_rate) == 1 && length(aws_cloudwatch_metric_alarm.rds_cpu) == 1
     error_message = "5xx and RDS CPU alarms exist"
@@ -56,6 +56,19 @@ run "alarms_on_5xx_rate_activator_queue_and_rds_cpu" {
   assert {
     condition     = one([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : q.expression if q.id == "rate"]) != null
     error_message = "the 5xx alarm is a rate, not a count"
+  }
+  # the_5xx_alarm_leaves_out_the_intended_503s
+  assert {
+    condition     = toset([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : q.id if q.id != "rate"]) == toset(["elb5xx", "gateway5xx", "requests"])
+    error_message = "the ALB's own 5xx and the gateway's unintended ones; never HTTPCode_Target_5XX_Count, which counts the cold-start 503s"
+  }
+  assert {
+    condition     = alltrue([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : try(one(q.metric).metric_name, "") != "HTTPCode_Target_5XX_Count"])
+    error_message = "no target 5xx count"
+  }
+  assert {
+    condition     = strcontains(aws_cloudwatch_log_metric_filter.unintended_5xx.pattern, "$.http_status != 503") && strcontains(aws_cloudwatch_log_metric_filter.unintended_5xx.pattern, "$.status != 503")
+    error_message = "the gateway's 503s are not counted"
   }
 }
 
@@ -73,22 +86,6 @@ run "a_cache_without_nodes_is_refused" {
     cache_nodes = 0
   }
   expect_failures = [var.cache_nodes]
-}
-
-run "the_5xx_alarm_leaves_out_the_intended_503s" {
-  command = plan
-  assert {
-    condition     = toset([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : q.id if q.id != "rate"]) == toset(["elb5xx", "gateway5xx", "requests"])
-    error_message = "the ALB's own 5xx and the gateway's unintended ones; never HTTPCode_Target_5XX_Count, which counts the cold-start 503s"
-  }
-  assert {
-    condition     = alltrue([for q in aws_cloudwatch_metric_alarm.gateway_5xx_rate[0].metric_query : try(one(q.metric).metric_name, "") != "HTTPCode_Target_5XX_Count"])
-    error_message = "no target 5xx count"
-  }
-  assert {
-    condition     = strcontains(aws_cloudwatch_log_metric_filter.unintended_5xx.pattern, "$.http_status != 503") && strcontains(aws_cloudwatch_log_metric_filter.unintended_5xx.pattern, "$.status != 503")
-    error_message = "the gateway's 503s are not counted"
-  }
 }
 
 run "alarms_for_hosts_capacity_storage_and_worker_starts" {

@@ -25,8 +25,11 @@ variables {
   }
 }
 
-run "gpu_ami_from_ssm_and_an_asg_that_starts_at_zero" {
+# One plan for what were 8 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "the_default_plan" {
   command = plan
+  # gpu_ami_from_ssm_and_an_asg_that_starts_at_zero
   assert {
     condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
     error_message = "the ECS GPU-optimized AMI, read from SSM"
@@ -47,10 +50,7 @@ run "gpu_ami_from_ssm_and_an_asg_that_starts_at_zero" {
     condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_ENABLE_GPU_SUPPORT=true")
     error_message = "the ECS agent exposes the GPUs"
   }
-}
-
-run "managed_scaling_capacity_provider" {
-  command = plan
+  # managed_scaling_capacity_provider
   assert {
     condition     = aws_ecs_capacity_provider.gpu.auto_scaling_group_provider[0].managed_scaling[0].status == "ENABLED"
     error_message = "managed scaling adds hosts for pending worker tasks"
@@ -63,10 +63,7 @@ run "managed_scaling_capacity_provider" {
     condition     = contains(aws_ecs_cluster_capacity_providers.main.capacity_providers, "sluice-test-gpu")
     error_message = "the cluster has the GPU provider"
   }
-}
-
-run "one_service_per_endpoint_reserving_gpus_at_zero" {
-  command = plan
+  # one_service_per_endpoint_reserving_gpus_at_zero
   assert {
     condition     = length(aws_ecs_service.worker) == 2
     error_message = "a service per endpoint"
@@ -94,6 +91,57 @@ run "one_service_per_endpoint_reserving_gpus_at_zero" {
   assert {
     condition     = output.worker_service_names["meta-llama/Llama-3.1-8B-Instruct"] == "sluice-test-worker-meta-llama-llama-3-1-8b-instruct"
     error_message = "the output maps endpoint name to service name"
+  }
+  # one_type_is_the_launch_template_and_on_demand_only
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.launch_template) == 1 && length(aws_autoscaling_group.gpu.mixed_instances_policy) == 0 && aws_launch_template.gpu.instance_type == "g5.xlarge"
+    error_message = "one instance type: the launch template as is (a warm pool stays possible)"
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.gpu_spot) == 0 && length(aws_ecs_capacity_provider.gpu_spot) == 0 && aws_ecs_cluster_capacity_providers.main.capacity_providers == toset(["FARGATE", "sluice-test-gpu"])
+    error_message = "no spot capacity unless asked for"
+  }
+  assert {
+    condition     = alltrue([for svc in aws_ecs_service.worker : length(svc.capacity_provider_strategy) == 1])
+    error_message = "the services place on the on-demand provider only"
+  }
+  # al2023_gpu_ami_gp3_throughput_and_no_warm_pool_by_default
+  assert {
+    condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+    error_message = "the Amazon Linux 2023 ECS GPU AMI"
+  }
+  assert {
+    condition     = one(aws_launch_template.gpu.block_device_mappings).ebs[0].throughput == 500 && one(aws_launch_template.gpu.block_device_mappings).ebs[0].iops == 4000
+    error_message = "gp3 with its throughput set above the 125 MiB/s baseline"
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.warm_pool) == 0
+    error_message = "no warm pool unless asked for"
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "the worker image needs 12.8; not joining") && strcontains(base64decode(aws_launch_template.gpu.user_data), "CUDA Version")
+    error_message = "each host checks its driver's CUDA against the image's before joining the cluster"
+  }
+  # no_launch_hook_without_a_warm_pool
+  assert {
+    condition     = length(aws_autoscaling_group.gpu.initial_lifecycle_hook) == 0 && !strcontains(base64decode(aws_launch_template.gpu.user_data), "complete-lifecycle-action")
+    error_message = "no hook to complete: a plain launch goes straight into service"
+  }
+  # worker_tasks_cannot_reach_the_hosts_metadata
+  # issue #50: worker tasks (awsvpc) could read the GPU host's instance-role credentials from IMDS
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_AWSVPC_BLOCK_IMDS=true")
+    error_message = "the ECS agent blocks IMDS for awsvpc tasks"
+  }
+  # worker_rollouts_keep_their_replicas
+  # issue #50: minimum healthy 0 % stopped every replica of an endpoint at each rollout
+  assert {
+    condition     = alltrue([for s in aws_ecs_service.worker : s.deployment_minimum_healthy_percent == 100 && s.deployment_maximum_percent == 200])
+    error_message = "a rollout starts the new task before it stops the old one"
+  }
+  assert {
+    condition     = alltrue([for s in aws_ecs_service.worker : one(s.deployment_circuit_breaker).enable && one(s.deployment_circuit_breaker).rollback])
+    error_message = "a rollout whose tasks never start rolls back"
   }
 }
 
@@ -130,22 +178,6 @@ run "an_empty_instance_type_list_is_refused" {
     instance_types = []
   }
   expect_failures = [var.instance_types]
-}
-
-run "one_type_is_the_launch_template_and_on_demand_only" {
-  command = plan
-  assert {
-    condition     = length(aws_autoscaling_group.gpu.launch_template) == 1 && length(aws_autoscaling_group.gpu.mixed_instances_policy) == 0 && aws_launch_template.gpu.instance_type == "g5.xlarge"
-    error_message = "one instance type: the launch template as is (a warm pool stays possible)"
-  }
-  assert {
-    condition     = length(aws_autoscaling_group.gpu_spot) == 0 && length(aws_ecs_capacity_provider.gpu_spot) == 0 && aws_ecs_cluster_capacity_providers.main.capacity_providers == toset(["FARGATE", "sluice-test-gpu"])
-    error_message = "no spot capacity unless asked for"
-  }
-  assert {
-    condition     = alltrue([for svc in aws_ecs_service.worker : length(svc.capacity_provider_strategy) == 1])
-    error_message = "the services place on the on-demand provider only"
-  }
 }
 
 run "several_types_on_demand_in_the_lists_order" {
@@ -250,31 +282,14 @@ run "worker_secret_must_be_an_arn" {
   expect_failures = [var.worker_secret_arn]
 }
 
-run "al2023_gpu_ami_gp3_throughput_and_no_warm_pool_by_default" {
-  command = plan
-  assert {
-    condition     = data.aws_ssm_parameter.gpu_ami[0].name == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
-    error_message = "the Amazon Linux 2023 ECS GPU AMI"
-  }
-  assert {
-    condition     = one(aws_launch_template.gpu.block_device_mappings).ebs[0].throughput == 500 && one(aws_launch_template.gpu.block_device_mappings).ebs[0].iops == 4000
-    error_message = "gp3 with its throughput set above the 125 MiB/s baseline"
-  }
-  assert {
-    condition     = length(aws_autoscaling_group.gpu.warm_pool) == 0
-    error_message = "no warm pool unless asked for"
-  }
-  assert {
-    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "the worker image needs 12.8; not joining") && strcontains(base64decode(aws_launch_template.gpu.user_data), "CUDA Version")
-    error_message = "each host checks its driver's CUDA against the image's before joining the cluster"
-  }
-}
-
-run "a_warm_pool_of_stopped_hosts_with_the_image_pulled" {
+# One plan for what were 2 runs (each run starts the AWS provider again): the asserts
+# of each, under its old name.
+run "a_warm_pool_of_two" {
   command = plan
   variables {
     warm_pool_size = 2
   }
+  # a_warm_pool_of_stopped_hosts_with_the_image_pulled
   assert {
     condition     = one(aws_autoscaling_group.gpu.warm_pool).pool_state == "Stopped" && one(aws_autoscaling_group.gpu.warm_pool).min_size == 2
     error_message = "two stopped hosts wait in the pool"
@@ -283,14 +298,8 @@ run "a_warm_pool_of_stopped_hosts_with_the_image_pulled" {
     condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_WARM_POOLS_CHECK=true") && strcontains(base64decode(aws_launch_template.gpu.user_data), "docker pull ${var.image}")
     error_message = "a warmed host pulls the worker image, and the ECS agent waits until it is in service"
   }
-}
-
-# issue #50: ReuseOnScaleIn (which AWS refuses for ECS) and no launch hook, so a warmed host was stopped mid-pull
-run "the_warm_pool_as_aws_documents_it_for_ecs" {
-  command = plan
-  variables {
-    warm_pool_size = 2
-  }
+  # the_warm_pool_as_aws_documents_it_for_ecs
+  # issue #50: ReuseOnScaleIn (which AWS refuses for ECS) and no launch hook, so a warmed host was stopped mid-pull
   assert {
     condition     = !try(one(one(aws_autoscaling_group.gpu.warm_pool).instance_reuse_policy).reuse_on_scale_in, false)
     error_message = "no ReuseOnScaleIn: ECS does not support returning hosts to the warm pool on scale-in"
@@ -306,36 +315,6 @@ run "the_warm_pool_as_aws_documents_it_for_ecs" {
   assert {
     condition     = strcontains(split("docker pull", base64decode(aws_launch_template.gpu.user_data))[1], "sluice-launch-done.sh")
     error_message = "the hook is completed after the pull, not before"
-  }
-}
-
-run "no_launch_hook_without_a_warm_pool" {
-  command = plan
-  assert {
-    condition     = length(aws_autoscaling_group.gpu.initial_lifecycle_hook) == 0 && !strcontains(base64decode(aws_launch_template.gpu.user_data), "complete-lifecycle-action")
-    error_message = "no hook to complete: a plain launch goes straight into service"
-  }
-}
-
-# issue #50: worker tasks (awsvpc) could read the GPU host's instance-role credentials from IMDS
-run "worker_tasks_cannot_reach_the_hosts_metadata" {
-  command = plan
-  assert {
-    condition     = strcontains(base64decode(aws_launch_template.gpu.user_data), "ECS_AWSVPC_BLOCK_IMDS=true")
-    error_message = "the ECS agent blocks IMDS for awsvpc tasks"
-  }
-}
-
-# issue #50: minimum healthy 0 % stopped every replica of an endpoint at each rollout
-run "worker_rollouts_keep_their_replicas" {
-  command = plan
-  assert {
-    condition     = alltrue([for s in aws_ecs_service.worker : s.deployment_minimum_healthy_percent == 100 && s.deployment_maximum_percent == 200])
-    error_message = "a rollout starts the new task before it stops the old one"
-  }
-  assert {
-    condition     = alltrue([for s in aws_ecs_service.worker : one(s.deployment_circuit_breaker).enable && one(s.deployment_circuit_breaker).rollback])
-    error_message = "a rollout whose tasks never start rolls back"
   }
 }
 
