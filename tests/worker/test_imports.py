@@ -33,8 +33,12 @@ config = ModelConfig(name="m", source=sys.argv[1], quantization="q4")
 loaded = load_model(config, Path(sys.argv[2]), engine_only=True)
 engine = Engine(loaded, config, "w", data_dir=Path(sys.argv[2]), compile_later=True, owns_model=True)
 assert engine.runner.native is not None and bool(engine.runner.prefill(0, [1, 2, 3]).logits.isfinite().all())
+engine.start()
+engine.warm_up()  # a generation through the whole step: scheduler, decoding, sampling
+engine.stop()
 print(type(loaded.model).__name__, *[name for name in ("transformers.modeling_utils", "torch._dynamo",
-                                                       "torch.distributed.tensor", "sympy") if name in sys.modules])
+                                                       "torch.distributed.tensor", "sympy", "xgrammar")
+                                   if name in sys.modules])
 """
 
 
@@ -48,7 +52,8 @@ def _lean_probe(source: str, data_dir) -> list[str]:
 def test_a_q4_worker_loads_and_serves_without_transformers_modeling_code(tmp_path):
     """worker/families/skeleton.py and worker/__main__.py's `run_without_distributed`: the default GGUF (Llama's
     shape) loads, packs and runs a prefill with none of the ~170 MB transformers' model classes and sharding
-    bring (torch._dynamo, torch.distributed.tensor, sympy)."""
+    bring (torch._dynamo, torch.distributed.tensor, sympy), nor xgrammar (imported by the first structured
+    request: worker/decoding/grammar/)."""
     assert _lean_probe("", tmp_path) == ["LeanCausalLM"]
 
 

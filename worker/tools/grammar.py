@@ -14,8 +14,6 @@ from __future__ import annotations
 import functools
 import json
 
-import xgrammar as xgr
-
 from common.protocol import Constraint, FunctionTool, ToolSpec
 from worker.decoding.grammar.compiler import _clean
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
@@ -28,6 +26,8 @@ NO_PARAMETERS = {"type": "object", "properties": {}}  # OpenAI: no `parameters` 
 @functools.lru_cache(maxsize=512)
 def _arguments_grammar(schema_text: str) -> str:
     """EBNF of one parameters schema; SchemaError or RuntimeError (xgrammar) when it cannot be enforced."""
+    import xgrammar as xgr
+
     schema = json.dumps(parse_schema(schema_text))
     try:  # strict closes unlisted properties, as compiler.py does for json_schema constraints
         grammar = xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
@@ -50,6 +50,8 @@ def arguments_grammar(function: FunctionTool, index: int) -> str:
 
 @functools.lru_cache(maxsize=128)
 def _answer_grammar(kind: str, value: str) -> str:
+    import xgrammar as xgr
+
     if kind == "json_schema":
         return _arguments_grammar(value)
     if kind == "json_object":  # any JSON object, compact, as compile_process.py builds it

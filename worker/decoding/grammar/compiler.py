@@ -43,15 +43,20 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from functools import partial
-
-import xgrammar as xgr
+from typing import TYPE_CHECKING
 
 from common.protocol import Constraint
-from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran, CompileProcess, start_server
 from worker.decoding.grammar.fair_queue import FairQueue, TenantQueueFull
 from worker.decoding.grammar.schema_check import SchemaError, parse_schema
 from worker.decoding.grammar.vocabulary import tokenizer_table
 from worker.threads import in_background
+
+# xgrammar (and compile_process.py, which imports it) are imported where used: a worker that serves no structured
+# output never loads them (~21 MB)
+if TYPE_CHECKING:
+    import xgrammar as xgr
+
+    from worker.decoding.grammar.compile_process import CompileOverran, CompileProcess
 
 VOCABULARY_WAIT_S = 600.0  # building the tokenizer's table: seconds of a core; a bound against a build that hangs
 
@@ -124,10 +129,14 @@ class GrammarCompiler:
             self.build_in_background()
 
     def build_in_background(self) -> None:
+        from worker.decoding.grammar.compile_process import start_server
+
         start_server()  # here, in the caller's thread, not in the background one (compile_process.py)
         in_background(self._build_vocabulary, "sluice-grammar-vocabulary")
 
     def _build_vocabulary(self) -> None:
+        from worker.decoding.grammar.compile_process import CompileProcess
+
         with self._building:  # a compile that comes first builds it, or waits for the thread doing so
             if self._xgr_ready.done():
                 return
@@ -246,6 +255,8 @@ class GrammarCompiler:
                 self._ready.notify_all()  # the tenant may run another one now
 
     def _new_process(self) -> CompileProcess:
+        from worker.decoding.grammar.compile_process import CompileProcess
+
         table = self._tokenizer[1]  # builds the vocabulary (and the processes) if nothing did yet
         with self._lock:
             if self._idle:
@@ -255,6 +266,10 @@ class GrammarCompiler:
         return process
 
     def _compile(self, process: CompileProcess, key: str, constraint: Constraint) -> Grammar:
+        import xgrammar as xgr
+
+        from worker.decoding.grammar.compile_process import CompileFailed, CompileOverran
+
         kind, value = constraint.kind, constraint.value
         if kind not in _NAMES:
             raise GrammarError(f"unknown constraint kind {kind!r}")

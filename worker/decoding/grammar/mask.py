@@ -7,13 +7,16 @@ batch filler, threaded), then one kernel call sets the disallowed scores of thos
 from __future__ import annotations
 
 import torch
-import xgrammar as xgr
 
 from worker.decoding.grammar.matcher import GrammarState
+
+# xgrammar is imported where it is used: a worker that serves no structured output never loads it (~21 MB)
 
 
 class GrammarMasker:
     def __init__(self, vocab_size: int):
+        import xgrammar as xgr
+
         self.vocab_size = vocab_size
         self._bitmask: torch.Tensor | None = None
         self._batcher = xgr.BatchGrammarMatcher()
@@ -29,6 +32,8 @@ class GrammarMasker:
         """
         if not rows:
             return
+        import xgrammar as xgr
+
         bitmask = self._buffer(scores.shape[0])
         matchers = [s.matcher for s in states]
         if len(matchers) == 1:
@@ -46,6 +51,8 @@ class GrammarMasker:
             xgr.apply_token_bitmask_inplace(scores, bitmask, vocab_size=self.vocab_size, indices=stuck)
 
     def _buffer(self, batch: int) -> torch.Tensor:
+        import xgrammar as xgr
+
         # exactly one line per batch row: xgrammar's CPU kernel takes a slow path when the shapes differ
         if self._bitmask is None or self._bitmask.shape[0] != batch:
             self._bitmask = xgr.allocate_token_bitmask(batch, self.vocab_size)

@@ -17,15 +17,20 @@ peaked ~216 and ~135 MB above what they kept, this ~45 MB; the table it sends is
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-import xgrammar as xgr
 from transformers import PreTrainedTokenizerFast
+
+if TYPE_CHECKING:  # imported where used: a worker that serves no structured output never loads it (~21 MB)
+    import xgrammar as xgr
 
 DETECTED_FROM = ("decoder", "normalizer", "pre_tokenizer")  # what xgrammar's detection reads of tokenizer.json
 
 
 def tokenizer_table(tokenizer, vocab_size: int, stop_ids: list[int]) -> tuple[xgr.TokenizerInfo, bytes]:
     """xgrammar's table of the vocabulary, and what `from_table` builds the same table from in another process."""
+    import xgrammar as xgr
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if not isinstance(tokenizer, PreTrainedTokenizerFast) or backend is None or not stop_ids:
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids)
@@ -53,6 +58,8 @@ def serialized_table(info: xgr.TokenizerInfo) -> bytes:
 
 
 def from_table(table: bytes) -> xgr.TokenizerInfo:
+    import xgrammar as xgr
+
     fields = json.loads(table)
     if "serialized" in fields:
         return xgr.TokenizerInfo.deserialize_json(fields["serialized"])
