@@ -96,7 +96,9 @@ def test_a_compile_is_stopped_by_its_cpu_limit_whatever_the_wall_clock(smol):
     that needs minutes of CPU is stopped (a busy machine only makes it take longer to get there)."""
     compiler = _compiler(smol, timeout_s=HANG_GUARD_S, cpu_s=1.0)
     try:
-        heavy = schema({"type": "string", "maxLength": 20_000})  # minutes of CPU on this vocabulary
+        # ~9 s of CPU on a fast AVX-512 host, more elsewhere; the limit grants at most 2 (whole seconds, rounded
+        # up). A long string was the heavy case once, and compiles in 1.5 s there: not stopped, the test failed.
+        heavy = schema({"enum": [f"sentence {i} of the enum, with words {i * 7} and {i * 13}" for i in range(16_000)]})
         with pytest.raises(GrammarTimeout) as stopped:
             compiler.compile(heavy, timeout_s=HANG_GUARD_S)
         assert "used more than 1 s of CPU and was stopped" in str(stopped.value)
