@@ -106,7 +106,7 @@ def run_without_distributed() -> None:
     """Tell this process's libraries that torch.distributed is unavailable, before any asks. A worker runs no
     distributed torch, and transformers' config classes import torch.distributed.tensor where it is available
     (and sympy with it: ~45 MB of RSS and a second of a core), for sharding a worker never does. transformers
-    asks `torch.distributed.is_available()` (tests/worker/test_lean_imports.py holds it to that)."""
+    asks `torch.distributed.is_available()` (tests/worker/test_imports.py holds it to that)."""
     torch.distributed.is_available = lambda: False
 
 

@@ -93,9 +93,8 @@ class LeanRotary(nn.Module):
             else:
                 self.rope_type = kind
             if kind == "default":
-                head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-                inverse = 1.0 / (parameters["rope_theta"] ** (torch.arange(0, head_dim, 2, dtype=torch.float)
-                                                               / head_dim))
+                width = head_dim(config)
+                inverse = 1.0 / (parameters["rope_theta"] ** (torch.arange(0, width, 2, dtype=torch.float) / width))
                 scaling = 1.0
             else:
                 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -119,9 +118,13 @@ def _unset(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(rows, width, dtype=dtype)
 
 
-def _activation(config) -> str:
+def activation_name(config) -> str:
     """The MLP gate's function as the config names it (Gemma: hidden_activation)."""
-    return str(getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None))
+    return str(getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu"))
+
+
+def head_dim(config) -> int:
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
 def _flag(config, rule: str | bool) -> bool:
@@ -134,7 +137,7 @@ def _declined(family: Family | None, config) -> bool:
     keyed = family.rope_by_layer_type
     parameters = config.rope_parameters or {}
     tables = [parameters[key] for key in set(config.layer_types)] if keyed else [parameters]
-    return (_activation(config) not in _ACTIVATIONS or getattr(config, "use_bidirectional_attention", False)
+    return (activation_name(config) not in _ACTIVATIONS or getattr(config, "use_bidirectional_attention", False)
             or any(table is not None and (table.get("rope_type") not in _STATIC_ROPE
                                           or table.get("partial_rotary_factor", 1.0) != 1.0) for table in tables))
 
@@ -170,7 +173,7 @@ class GatedMLP(nn.Module):
             setattr(self, name, nn.Linear(hidden, inner * (2 if len(family.gate_up) == 1 else 1), bias=bias,
                                           dtype=dtype))
         setattr(self, family.down, nn.Linear(inner, hidden, bias=bias, dtype=dtype))
-        setattr(self, family.act, _ACTIVATIONS[_activation(config)]())
+        setattr(self, family.act, _ACTIVATIONS[activation_name(config)]())
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         members, down, act = self.names
@@ -204,7 +207,7 @@ class LeanCausalLM(nn.Module):
         super().__init__()
         self.config, self.family = config, family
         self.generation_config = GenerationConfig.from_model_config(config)
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        width = head_dim(config)
         decoder = nn.Module()
         vocab, hidden = config.vocab_size, config.hidden_size
         padding = getattr(config, "pad_token_id", None)
@@ -212,7 +215,7 @@ class LeanCausalLM(nn.Module):
         embedding = ScaledEmbedding(vocab, hidden, padding, hidden ** 0.5, dtype) if family.scaled_embedding \
             else nn.Embedding(vocab, hidden, padding, _weight=_unset(vocab, hidden, dtype))
         setattr(decoder, family.embed, embedding)
-        decoder.layers = nn.ModuleList(_layer(family, config, head_dim, dtype)
+        decoder.layers = nn.ModuleList(_layer(family, config, width, dtype)
                                        for _ in range(config.num_hidden_layers))
         setattr(decoder, family.final_norm, _norm(family, config, hidden, dtype))
         decoder.rotary_emb = LeanRotary(config)

@@ -20,7 +20,7 @@ from torch import nn
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
 from worker.engine.native.pack import SLICE_ROWS, Packed, fixed_slices, four_bit, pack_fixed, pick, pick_slices
-from worker.families.skeleton import LeanGemmaRMSNorm, LeanRMSNorm
+from worker.families.skeleton import LeanGemmaRMSNorm, LeanRMSNorm, activation_name
 
 BAD_INDEX = -2  # forward.c's status for a call whose index check failed (nothing written)
 _ACTIVATIONS = {"silu": 0, "swish": 0, "gelu_pytorch_tanh": 1}  # the MLP gate's function: forward.c's `act`
@@ -93,11 +93,6 @@ def _norms(plan) -> list:
                               plan.q_norm, plan.k_norm) if norm is not None]
 
 
-def _activation(config) -> str:
-    """The MLP gate's function as the config names it (Gemma: hidden_activation)."""
-    return getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
-
-
 def _norm_weight(norm) -> torch.Tensor:
     """The weight forward.c multiplies by: Gemma's 1 + w (as its norm computes it, in float32), else w."""
     weight = _float(norm.weight)
@@ -114,7 +109,7 @@ def check_supported(runner) -> None:
         raise NativeUnsupported("q4 runs on the CPU in float32")
     if runner._rope_tables is None:
         raise NativeUnsupported("q4 needs static rotary tables (no dynamic / longrope scaling)")
-    if _activation(config) not in _ACTIVATIONS or runner.head_dim > _MAX_HEAD_DIM:
+    if activation_name(config) not in _ACTIVATIONS or runner.head_dim > _MAX_HEAD_DIM:
         raise NativeUnsupported("q4 supports SiLU- or GELU(tanh)-gated MLPs and head_dim <= 1024")
     if len({plan.scale for plan in runner.plans}) != 1 or len({plan.softcap for plan in runner.plans}) != 1:
         raise NativeUnsupported("q4 needs one attention scale and soft-cap for every layer")
@@ -233,7 +228,7 @@ class NativeForward:
         self._model = _Model(len(runner.layers), runner.hidden_size, runner.heads, runner.kv_heads, runner.head_dim,
                              first.down.weight.shape[1], cos.shape[0], float(runner.norm.eps), float(scale),
                              cos.data_ptr(), sin.data_ptr(), self._hold(_norm_weight(runner.norm)).data_ptr(),
-                             _matrix(head), layers, _ACTIVATIONS[_activation(runner.model.config)],
+                             _matrix(head), layers, _ACTIVATIONS[activation_name(runner.model.config)],
                              float(first.softcap or 0.0))
         self.logit_softcap = runner.logit_softcap  # applied to the logits forward.c returns (Gemma 2)
         if runner.cache.dtype != KV_DTYPE:
