@@ -222,10 +222,10 @@ def _bare_server() -> Iterator[tuple[str, int]]:
 
 class CpuBook:
     """CPU seconds of the processes a large-answer phase runs, between `start` and `show`: what the gateway's loop
-    thread ran and how long it was runnable without a core (schedstat: the kernel's count, no sampling, so it reads
-    the same on a loaded machine), against the same for the control's loop. A loop that waits for a core as long as
-    the control's does waits for the host; one that runs long, or sleeps while runnable work waits (the GIL), shows
-    as its own time."""
+    thread ran and how long it was runnable without a core (schedstat: the kernel's counts, no sampling, so true on
+    a loaded machine), the same for the control's loop, and what the gateway's other threads, its render process
+    and this process (stub worker, attackers) spent. Work of the loop's own shows in its run time; the host's
+    contention in both loops' waits (their means a turn differ with how often each wakes)."""
 
     def __init__(self, gateway: int, control: int):
         self.gateway, self.control = psutil.Process(gateway), control
