@@ -13,7 +13,9 @@ Each attack beside a quiet team that sends one-token requests one after another 
   real `sluice serve` (in front of the test kit's protocol worker, which sends them at once); the probe is the
   gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s). The same
   probe asks a bare HTTP server on this host, interleaved (the control): what the attack adds to that tail is the
-  host's two busy cores, not the gateway.
+  host's two busy cores, not the gateway. Each phase also says where the gateway's CPU time went (`CpuBook`): its
+  event loop thread's time on a core and time runnable but waiting for one (Linux schedstat), its other threads', the
+  render process's, and this process's (stub worker and attackers), beside the control's loop.
 Prints each phase and the ratio of each attack's p99 to the idle p99 (the bar: within 2x). No assertions.
 `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version.
 """
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import httpx
 import msgspec
+import psutil
 import torch
 
 # run as a script, this file's folder comes first on sys.path: the repository goes first instead
@@ -206,19 +209,62 @@ def _probes(urls: list[str], count: int) -> list[list[float]]:
 
 
 @contextlib.contextmanager
-def _bare_server() -> Iterator[str]:
+def _bare_server() -> Iterator[tuple[str, int]]:
     port = free_port()
     process = subprocess.Popen([sys.executable, "-c", _BARE_SERVER, str(port)])
     try:
         wait_for_port(port, 60)
-        yield f"http://127.0.0.1:{port}/"
+        yield f"http://127.0.0.1:{port}/", process.pid
     finally:
         process.kill()
         process.wait()
 
 
+class CpuBook:
+    """CPU seconds of the processes a large-answer phase runs, between `start` and `show`: what the gateway's loop
+    thread ran and how long it was runnable without a core (schedstat: the kernel's counts, no sampling, so true on
+    a loaded machine), the same for the control's loop, and what the gateway's other threads, its render process
+    and this process (stub worker, attackers) spent. Work of the loop's own shows in its run time; the host's
+    contention in both loops' waits (their means a turn differ with how often each wakes)."""
+
+    def __init__(self, gateway: int, control: int):
+        self.gateway, self.control = psutil.Process(gateway), control
+        self.before: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        book = {}
+        for name, pid in (("loop", self.gateway.pid), ("control", self.control)):
+            run, wait, slices = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+            book |= {f"{name} ran": int(run) / 1e9, f"{name} waited": int(wait) / 1e9, f"{name} slices": int(slices)}
+        threads = self.gateway.threads()
+        book["gateway threads"] = sum(t.user_time + t.system_time for t in threads if t.id != self.gateway.pid)
+        book["render process"] = 0.0
+        for child in self.gateway.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                book["render process"] += sum(child.cpu_times()[:2])
+        book["this process"] = sum(psutil.Process().cpu_times()[:2])
+        return book
+
+    def start(self) -> None:
+        self.before = self._read()
+
+    def show(self, label: str, answers: int) -> None:
+        now = self._read()
+        spent = {name: now[name] - self.before.get(name, 0.0) for name in now}
+        per = f" (answers finished: {answers})" if answers else ""
+
+        def loop(name: str) -> str:
+            turns, ran, waited = max(1, round(spent[f"{name} slices"])), spent[f"{name} ran"], spent[f"{name} waited"]
+            return (f"ran {ran * 1e3:.0f} ms, waited for a core {waited * 1e3:.0f} ms in {turns} turns "
+                    f"({waited * 1e3 / turns:.2f} ms a turn)")
+
+        print(f"  {label}{per}: gateway loop {loop('loop')}; control loop {loop('control')}; CPU s: gateway's other "
+              f"threads {spent['gateway threads']:.2f}, render process {spent['render process']:.2f}, stub worker + "
+              f"attackers {spent['this process']:.2f}", flush=True)
+
+
 def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
-    with tempfile.TemporaryDirectory() as data, _bare_server() as bare, \
+    with tempfile.TemporaryDirectory() as data, _bare_server() as (bare, control), \
             sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
         worker.replies = [Reply(large_answer(32, tokens, 20))]
         worker.record = False
@@ -234,14 +280,20 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
                     sizes.append(len(answer.content))
 
         urls = [server.url + "/livez", bare]
+        book = CpuBook(server.process.pid, control)
+        book.start()
         idle = _probes(urls, probes)
+        book.show("idle", 0)
         threads = [threading.Thread(target=attacker, daemon=True) for _ in range(2)]
         for thread in threads:
             thread.start()
         with contextlib.suppress(Exception):
             while not sizes:
                 time.sleep(0.05)
+        book.start()
+        done = len(sizes)
         attacked = _probes(urls, probes)
+        book.show("large answers", len(sizes) - done)
         stop.set()
         for thread in threads:
             thread.join()
