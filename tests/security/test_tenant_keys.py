@@ -368,6 +368,19 @@ def test_an_owner_makes_at_most_max_keys_per_team_live_keys(server, cast):
     assert admin(server, "POST", "/admin/keys", name="by-operator", team_id=cast.team_b)["id"]
 
 
+def test_a_keys_model_list_is_bounded_when_made_as_when_edited(server, cast):
+    # what an owner makes us store is bounded: 32 models of 200 characters, on create as on edit (a create
+    # took any list the 4 MiB body held, times max_keys_per_team, and revoked keys stay on record)
+    for models in (["m" * 200] * 33, [f"{index}-{'m' * 190}" for index in range(5000)]):
+        answer = call(server, cast.ann_key, "POST", "/v1/team/keys", name="listed", models=models)
+        assert answer.status_code == 400, answer.text[:300]
+        assert "models" in answer.json()["error"]["message"], answer.text[:300]
+    assert not any(k["name"] == "listed" for k in call(server, cast.ann_key, "GET", "/v1/team/keys?limit=1000")
+                   .json()["data"])
+    made = call(server, cast.ann_key, "POST", "/v1/team/keys", name="listed", models=[MODEL] + ["n" * 200] * 31)
+    assert made.status_code == 201, made.text
+
+
 def test_the_team_keys_listing_is_paged(server, cast):
     for index in range(5):
         assert call(server, cast.ann_key, "POST", "/v1/team/keys", name=f"page-{index}").status_code == 201
