@@ -22,9 +22,7 @@ def client_group(address: str) -> str:
     ip = _address(address.strip())
     if ip is None:
         return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
+    if isinstance(ip, ipaddress.IPv6Address):  # (an IPv4-mapped one is its IPv4 address already: `_address`)
         return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, IPV6_CLIENT_PREFIX)))
     return str(ip)
 
@@ -36,9 +34,12 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     elif text.count(":") == 1:  # IPv4 with a port (an IPv6 address has at least two colons)
         text = text.partition(":")[0]
     try:
-        return ipaddress.ip_address(text)
+        ip = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped  # a dual-stack socket's spelling of an IPv4 peer (a trusted proxy's, say)
+    return ip
 
 
 def parse_networks(cidrs: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
