@@ -10,6 +10,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 NonNegative = Annotated[int, Meta(ge=0)]
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"\S")]
+MAX_KEY_MODELS = 32  # a key's model allow-list, as an owner makes or edits it
 Role = Literal["owner", "member"]
 ROLES = ("owner", "member")
 
@@ -215,13 +216,13 @@ class CreateTeamKey(msgspec.Struct, forbid_unknown_fields=True):
 
     name: Name
     user_id: str | None = None  # refused with a 403 that says why (auth/policy.py), rather than "unknown field"
-    models: list[Annotated[str, Meta(min_length=1, max_length=200)]] = []
+    # bounded as EditKey's: what an owner makes us store is bounded (revoked keys stay on record)
+    models: Annotated[list[Annotated[str, Meta(min_length=1, max_length=200)]], Meta(max_length=MAX_KEY_MODELS)] = []
     expires_at: str | None = None
     limits: Limits | None = None  # the team's limits apply as well: a key's limits only narrow them
 
 
 ModelName = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^\S+$")]
-MAX_KEY_MODELS = 32
 
 
 class EditKey(msgspec.Struct, forbid_unknown_fields=True):

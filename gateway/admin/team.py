@@ -47,18 +47,21 @@ from gateway.serving.spending import LimitsView, limits_view, scoped_limits
 
 class TeamView(msgspec.Struct):
     id: str
-    limits: Limits | None  # a spend budget's webhook_url and emails only for those who manage the team's keys
+    limits: Limits | None  # alert webhook_url and emails (budget, health) only for those who manage its keys
     role: str  # "owner", "member", "service" (a service key) or "admin"
     alerts_to_webhook: bool = False  # the team's spend budget alerts a webhook (shown to every key of the team)
     alerts_to_emails: int = 0  # ... and this many e-mail addresses
 
 
 def _without_destinations(limits: Limits | None) -> Limits | None:
-    """The limits with the spend budget's alert destinations left out: where alerts go is the owners' to know."""
-    budget = limits.spend_budget if limits is not None else None
-    if budget is None:
-        return limits
-    return msgspec.structs.replace(limits, spend_budget=msgspec.structs.replace(budget, webhook_url=None, emails=[]))
+    """The limits with every alert's destinations left out (the spend budget's and the health alerts'): where
+    alerts go is the owners' to know (a Slack-style webhook URL is a secret)."""
+    if limits is None:
+        return None
+    budget, health = limits.spend_budget, limits.health_alerts
+    return msgspec.structs.replace(
+        limits, spend_budget=None if budget is None else msgspec.structs.replace(budget, webhook_url=None, emails=[]),
+        health_alerts=None if health is None else msgspec.structs.replace(health, webhook_url=None, emails=[]))
 
 
 @get("/")

@@ -5,8 +5,8 @@ and again when an alert is sent (`resolve_webhook`, whose address the sender the
 - a webhook is `https://` (plain `http://` only with `allow_http_webhooks`), with a host and no credentials;
 - its host is a name or a canonical IP address: numeric spellings that resolvers read as an address (`0x7f000001`,
   `2130706433`, `0177.0.0.1`, `127.1`) are refused outright;
-- every address the host resolves to is public: not loopback, private, link-local, unique-local, multicast,
-  unspecified, reserved or shared, and not an IPv6 form that carries such an IPv4 address (mapped `::ffff:`,
+- every address the host resolves to is public: not loopback, private, link-local, unique-local, site-local,
+  multicast, unspecified, reserved or shared, and not an IPv6 form that carries such an IPv4 address (mapped `::ffff:`,
   compatible `::a.b.c.d`, NAT64 `64:ff9b::`, 6to4, Teredo); the operator may allow private networks by name
   (`webhook_networks`) and may restrict hosts to a list (`webhook_hosts`: `hooks.example.com` exactly,
   `.example.com` for its subdomains);
@@ -87,6 +87,8 @@ def is_public(ip: IPAddress) -> bool:
     """Globally routable unicast, checked through any IPv4 address an IPv6 form carries."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.scope_id or ip in _COMPATIBLE:  # `::a.b.c.d` (deprecated) and `::1` are never public
+            return False
+        if ip.is_site_local:  # fec0::/10: deprecated, yet routed inside some networks; `is_global` says yes
             return False
         embedded = _embedded_ipv4(ip)
         if embedded is not None:

@@ -306,11 +306,14 @@ async def _stream(context: RequestContext, first: tuple[int, Event] | None,
     answer ends, and the request is settled then: both shielded, for a client that leaves cancels this task's
     scope and must cut neither short. A stream cut short (the client left) is settled by its request scope."""
     dialect, accounting = context.dialect, context.accounting
+    seen = first is not None
 
     async def observed() -> AsyncIterator[tuple[int, Event]]:
+        nonlocal seen
         if first is not None:  # observed when it arrived
             yield first
         async for index, event in events:
+            seen = True
             accounting.observe(event)
             yield index, event
 
@@ -333,6 +336,13 @@ async def _stream(context: RequestContext, first: tuple[int, Event] | None,
                     await context.settle("ok")  # LedgerUnavailable: the error event below, the end withheld
     except SluiceError as error:
         with anyio.CancelScope(shield=True):
+            if not seen and refused_by_worker(error):
+                # the worker refused what the request is after its wait in the queue (200 already sent): this costs
+                # the rejection budget as a refusal before any header does
+                services = context.services
+                client = client_address(context.request, services.auth.clients)
+                error = await count_rejection(services.limiter, services.settings.rejections_per_minute,
+                                              context.principal, client, error)
             await context.settle("error", error)
         if held is not None and not isinstance(error, LedgerUnavailable):
             yield held

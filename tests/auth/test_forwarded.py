@@ -19,6 +19,9 @@ def test_forwarded_for_is_read_only_from_trusted_proxies():
     assert clients.client("10.1.2.3", []) == "10.1.2.3"
     assert clients.client("10.1.2.3", ["not-an-ip" * 20]) == ("not-an-ip" * 20)[:64]
     assert ClientAddresses().client("10.1.2.3", ["198.51.100.1"]) == "10.1.2.3"  # no proxies configured
+    # a dual-stack socket's peer, a proxy that writes brackets or ports: still the trusted proxy
+    assert clients.client("::ffff:10.1.2.3", ["198.51.100.1"]) == "198.51.100.1"
+    assert clients.client("10.1.2.3", ["198.51.100.1, [2001:db8::7]:443"]) == "198.51.100.1"
 
 
 def test_malformed_trusted_proxy_is_refused():

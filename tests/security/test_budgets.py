@@ -106,6 +106,22 @@ def test_sixteen_concurrent_requests_never_overrun_a_hard_budget(server):
     assert ids and spent <= 38 * DOLLAR, (len(ids), spent)
 
 
+def test_sixteen_concurrent_requests_never_overrun_a_token_budget(server):
+    """The same race on a monthly token budget and on a key's budget under its team's: reservations, not a sum."""
+    for name, limits, key_limits in (
+            ("team-tokens", {"monthly_token_budget": 40}, {}),
+            ("key-tokens", {"spend_budget": {"amount_micros": 1000 * DOLLAR}}, {"monthly_token_budget": 40})):
+        team_id = admin(server, "POST", "/admin/teams", name=f"concurrent-{name}", limits=limits)["id"]
+        key = admin(server, "POST", "/admin/keys", name="tokens-key", team_id=team_id, limits=key_limits)["key"]
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(complete, [server] * 16, [key] * 16))
+        ids = [a.headers["x-request-id"] for a in answers if a.status_code == 200]
+        for refused in (a for a in answers if a.status_code != 200):
+            quota_refusal(refused)
+        used = sum(r["prompt_tokens"] + r["compute_tokens"] for r in team_records(server, team_id, ids))
+        assert ids and len(ids) < 16 and used <= 40, (limits, key_limits, len(ids), used)
+
+
 def test_one_client_in_series_never_overruns_a_hard_budget(server):
     """On main: requests admitted while the ledger and the one-second cache lag carry the spend past $98."""
     team_id, key = team_key(server, "series", spend_budget={"amount_micros": 98 * DOLLAR})
@@ -145,8 +161,16 @@ def test_a_token_budget_spent_before_a_restart_is_spent_after_it(tmp_path):
         used = sum(r["prompt_tokens"] + r["compute_tokens"] for r in team_records(first, team_id, ids))
         assert ids and used <= 40
         assert says_used(quota_refusal(refusal), used), refusal.text
+        # a hard budget in money too: one counter kind for both, seeded from the same ledger
+        money_team, money_key = team_key(first, "restarted-money", spend_budget={"amount_micros": 30 * DOLLAR})
+        money_ids, _ = until_refused(first, money_key)
+        spent = sum(r["cost_micros"] for r in team_records(first, money_team, money_ids))
+        assert money_ids and spent <= 30 * DOLLAR
     with served(data) as second:  # the same data dir: the same ledger
         after = complete(second, key)
         assert says_used(quota_refusal(after), used), after.text
         records = team_records(second, team_id, ids)
         assert sum(r["prompt_tokens"] + r["compute_tokens"] for r in records) == used  # nothing more was served
+        money_after = complete(second, money_key)
+        assert f"{spent / DOLLAR:.2f} used in" in quota_refusal(money_after), money_after.text
+        assert sum(r["cost_micros"] for r in team_records(second, money_team, money_ids)) == spent

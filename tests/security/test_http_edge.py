@@ -389,3 +389,16 @@ def test_failed_logins_from_one_ipv6_64_share_one_throttle(buffers):
             "authorization": "Bearer sk-sluice-000000000000-wrong", "x-forwarded-for": "2001:db8:9:a::1"})
     assert statuses[:60] == [401] * 60 and statuses[-1] == 429, statuses
     assert other.status_code == 401  # the next /64 is another client
+
+
+@pytest.mark.parametrize(("spellings", "other"), [
+    (["2001:db8:7:7::1", "2001:DB8:7:7:ffff:ffff:ffff:ffff", "2001:0db8:0007:0007:0:0:0:2", "[2001:db8:7:7::3]",
+      "[2001:db8:7:7::4]:50123"], "2001:db8:7:8::1"),  # one /64, however written (a proxy may add brackets, a port)
+    (["198.51.100.7", "::ffff:198.51.100.7", "::ffff:c633:6407", "198.51.100.7:50123", " 198.51.100.7 "],
+     "198.51.100.8"),  # an IPv4 client, also through a dual-stack socket or with the port a proxy appended
+])
+def test_a_client_is_its_address_or_its_64_however_it_is_written(spellings, other):
+    from auth.forwarded import client_group
+
+    assert len({client_group(s) for s in spellings}) == 1, [client_group(s) for s in spellings]
+    assert client_group(other) != client_group(spellings[0])

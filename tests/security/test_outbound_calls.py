@@ -74,9 +74,11 @@ def spellings(port: int) -> list[str]:
     """Loopback, and the other internal ranges, as a tenant may write them in a webhook URL."""
     loopback = ["127.0.0.1", "localhost", "LOCALHOST.", "127.0.0.2", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]",
                 "[0:0:0:0:0:ffff:7f00:1]", "0x7f000001", "0x7F.0.0.1", "2130706433", "0177.0.0.1", "0177.1",
-                "127.1", "[::1]", "[::127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "0.0.0.0", "0", "[::]"]
+                "127.1", "[::1]", "[::127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]",
+                "[2001::80ff:fffe]", "0.0.0.0", "0", "[::]"]  # (2001::/32: Teredo, its client 127.0.0.1 inverted)
     internal = ["10.0.0.1", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "[fe80::1]", "[fd00::1]",
-                "224.0.0.1", "[ff02::1]", "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]", "0xa9fea9fe"]
+                "224.0.0.1", "[ff02::1]", "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]", "0xa9fea9fe",
+                "[fec0::1]", "[64:ff9b:1::a9fe:a9fe]"]  # site-local (deprecated, still routed inside), local NAT64
     return [f"https://{host}:{port}/hook" for host in loopback] + [f"https://{host}/hook" for host in internal]
 
 
@@ -127,6 +129,28 @@ def test_no_route_stores_a_webhook_to_an_internal_address(server, owner, listene
     for who, method, path, extra in routes:
         answer = call(server, who, method, path, **extra, limits=budget(webhook_url="https://hooks.example/b"))
         assert answer.status_code in (200, 201), (method, path, answer.text)
+
+
+def test_the_teams_own_alert_routes_store_no_internal_destination(server, owner, listener):
+    """`PUT /v1/team/budgets` and `PUT /v1/team/alerts` (a team's health alerts) keep the same rule: every
+    spelling of an internal address, plain http and an e-mail outside the allowed domains are 400s naming the
+    field, for an owner whose team has a ceiling (so the budget route would store)."""
+    key, _ = owner
+    team = call(server, key, "GET", "/v1/team").json()["id"]
+    admin(server, "PATCH", f"/admin/teams/{team}", limits={"ceiling": {"spend_micros": 100 * DOLLAR}})
+    routes = (("/v1/team/budgets", lambda **f: {"spend_budget": {"amount_micros": DOLLAR, "hard": True, **f}},
+               "limits.spend_budget."),
+              ("/v1/team/alerts", lambda **f: {"error_rate_percent": 30, **f}, ""))
+    for path, body, prefix in routes:
+        for url in [*spellings(listener.port), "http://hooks.example/b"]:
+            answer = call(server, key, "PUT", path, **body(webhook_url=url))
+            assert answer.status_code == 400, (url, path, answer.text)
+            assert answer.json()["error"]["param"] == f"{prefix}webhook_url", answer.text
+        answer = call(server, key, "PUT", path, **body(emails=["anyone@victim.example"]))
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == f"{prefix}emails", answer.text
+        answer = call(server, key, "PUT", path, **body(webhook_url="https://hooks.example/b"))
+        assert answer.status_code == 200, (path, answer.text)
+    assert listener.accepted == 0
 
 
 def test_patch_refuses_plain_http_as_post_does(server, owner):

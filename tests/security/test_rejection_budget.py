@@ -7,6 +7,7 @@ full."""
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import httpx
 import pytest
@@ -127,3 +128,58 @@ def test_the_budget_setting_refuses_a_value_that_would_refuse_every_refusal(tmp_
     config.write_text(f"rejections_per_minute = {value!r}\n".replace("'", '"'))
     with pytest.raises(SystemExit, match="rejections_per_minute"):
         load_settings(str(config))
+
+
+def test_a_worker_refusal_after_a_wait_in_the_queue_still_counts(tmp_path):
+    """A stream that waited in the endpoint's queue past the keep-alive interval (10 s) has its 200 sent; the worker's
+    refusal of what it is then comes as the stream's error event, and still counts against the budget (it did not: a
+    team queued behind its own requests had the worker tokenize and refuse its prompts for free)."""
+    from testkit.admin import admin
+    from testkit.protocol_worker import MODEL as STUB
+    from testkit.protocol_worker import Reply, protocol_worker, tokens
+    from testkit.sluice import running_sluice
+
+    admin_key = "rejection-budget-admin-key-0123456789abcdef"
+    config = (f'rejections_per_minute = {BUDGET}\ntrusted_proxies = ["127.0.0.1/32"]\ndefault_team_limits = {{}}\n'
+              f'[[models]]\nname = "{STUB}"\nmax_batch_size = 1\nmax_queue = 0\ntarget_concurrency = 0.5\n'
+              'provisioner = { kind = "static", urls = ["{url}"] }\n')  # one request at a time: the rest queue
+    with protocol_worker() as worker, running_sluice(tmp_path / "data", config=config.replace("{url}", worker.url),
+                                                     env={"SLUICE_ADMIN_KEY": admin_key}) as server:
+        team = admin(server, "POST", "/admin/teams", name="queued")["id"]
+        key = admin(server, "POST", "/admin/keys", name="queued", team_id=team)["key"]
+        headers = {"authorization": f"Bearer {key}"}
+        worker.release.clear()
+        worker.replies = [Reply(tokens("a b c"), hold_after=1),
+                          Reply.refused(422, "validation", "token id 99999 is outside the vocabulary")]
+        holder = threading.Thread(target=lambda: httpx.post(
+            f"{server.url}/v1/completions", json={"model": STUB, "prompt": "a", "max_tokens": 3}, timeout=120,
+            headers={**headers, "x-forwarded-for": "10.7.0.1"}))
+        holder.start()
+        while worker.generate_calls < 1:
+            threading.Event().wait(0.01)
+        waited, events = threading.Barrier(BUDGET + 1), []
+
+        def queued(index: int) -> None:
+            with httpx.stream("POST", f"{server.url}/v1/completions", timeout=120, json={
+                    "model": STUB, "prompt": "a", "max_tokens": 3, "stream": True},
+                    headers={**headers, "x-forwarded-for": f"10.7.1.{index}"}) as answer:
+                chunks = answer.iter_bytes()
+                first = next(chunks)  # the keep-alive: this stream waited past the interval, its 200 is out
+                waited.wait()
+                events.append((answer.status_code, first + b"".join(chunks)))
+
+        streams = [threading.Thread(target=queued, args=(index,)) for index in range(BUDGET)]
+        for thread in streams:
+            thread.start()
+        try:
+            waited.wait(timeout=120)
+        finally:
+            worker.release.set()
+            holder.join(timeout=120)
+            for thread in streams:
+                thread.join(timeout=120)
+        assert len(events) == BUDGET and all(status == 200 and b"outside the vocabulary" in body
+                                             for status, body in events), events
+        after = post(server, "/v1/completions", {"model": STUB, "prompt": "a", "max_tokens": 3, "stream": True},
+                     key, "10.7.2.1")  # no wait now: refused before any header, as any refusal past the budget
+        assert_budget_refusal(after)

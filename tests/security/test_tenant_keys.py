@@ -314,6 +314,25 @@ def test_members_see_that_alerts_exist_not_where_they_go(server, cast):
     assert owner_view["limits"]["spend_budget"]["webhook_url"] == HOOK
 
 
+def test_members_see_no_destination_of_the_teams_health_alerts(server, cast):
+    # the same secret on the team's other alerts (PUT /v1/team/alerts): its webhook and e-mails are the owners'
+    health_hook = HOOK.replace("b-teams-webhook-secret", "b-teams-health-secret")
+    admin(server, "PATCH", f"/admin/teams/{cast.team_b}", limits={
+        "spend_budget": {"amount_micros": 10**6},
+        "health_alerts": {"error_rate_percent": 30, "webhook_url": health_hook, "emails": ["sre@b-corp.example"]}})
+    member = admin(server, "POST", "/admin/users", name=f"hm-{cast.team_b[-8:]}")["id"]
+    admin(server, "PUT", f"/admin/teams/{cast.team_b}/members/{member}", role="member")
+    member_key = admin(server, "POST", "/admin/keys", name="hm", team_id=cast.team_b, user_id=member)["key"]
+    for key in (member_key, cast.b_service["key"]):
+        view = call(server, key, "GET", "/v1/team")
+        assert view.status_code == 200, view.text
+        assert "b-teams-health-secret" not in view.text and "sre@b-corp.example" not in view.text, view.text
+        assert view.json()["limits"]["health_alerts"]["error_rate_percent"] == 30  # that they exist is no secret
+    owner_view = call(server, cast.bea_key, "GET", "/v1/team").json()
+    assert owner_view["limits"]["health_alerts"]["webhook_url"] == health_hook
+    assert owner_view["limits"]["health_alerts"]["emails"] == ["sre@b-corp.example"]
+
+
 def test_the_default_teams_owners_see_no_admin_key_names(server, cast):
     default = next(t["id"] for t in admin(server, "GET", "/admin/teams?limit=1000")["data"] if t["name"] == "default")
     root = admin(server, "POST", "/admin/keys", name="root-ops-zebra", team_id=default, is_admin=True)
@@ -347,6 +366,19 @@ def test_an_owner_makes_at_most_max_keys_per_team_live_keys(server, cast):
     assert call(server, cast.bea_key, "POST", "/v1/team/keys", name="over").status_code == 409
     # the operator is not capped
     assert admin(server, "POST", "/admin/keys", name="by-operator", team_id=cast.team_b)["id"]
+
+
+def test_a_keys_model_list_is_bounded_when_made_as_when_edited(server, cast):
+    # what an owner makes us store is bounded: 32 models of 200 characters, on create as on edit (a create
+    # took any list the 4 MiB body held, times max_keys_per_team, and revoked keys stay on record)
+    for models in (["m" * 200] * 33, [f"{index}-{'m' * 190}" for index in range(5000)]):
+        answer = call(server, cast.ann_key, "POST", "/v1/team/keys", name="listed", models=models)
+        assert answer.status_code == 400, answer.text[:300]
+        assert "models" in answer.json()["error"]["message"], answer.text[:300]
+    assert not any(k["name"] == "listed" for k in call(server, cast.ann_key, "GET", "/v1/team/keys?limit=1000")
+                   .json()["data"])
+    made = call(server, cast.ann_key, "POST", "/v1/team/keys", name="listed", models=[MODEL] + ["n" * 200] * 31)
+    assert made.status_code == 201, made.text
 
 
 def test_the_team_keys_listing_is_paged(server, cast):
