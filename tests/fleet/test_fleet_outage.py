@@ -90,16 +90,17 @@ def test_redis_away_logs_little_scales_nothing_and_scaling_resumes_when_it_is_ba
                   "a scale-up after Redis")
             assert gateway.log_events("limiter_backend_up")  # and the limits are Redis's again
             # the services not adopted before the outage are adopted after it, none failed
-            until(lambda: len(gateway.log_events("ecs_service_adopted")) >= ENDPOINTS, WAIT_S, "every adoption")
+            until(lambda: {e["service"] for e in gateway.log_events("ecs_service_adopted")} == set(services), WAIT_S,
+                  "every adoption")
             assert gateway.process.poll() is None
         finally:
             code = gateway.stop(signal.SIGTERM, timeout=WAIT_S)
+    (tmp_path / "during.log").write_text("\n".join(during))  # a failure's post-mortem
     assert adopted < ENDPOINTS  # the case in question: owners adopting while Redis went away
     assert "failed" not in states.values() and not [e for e in events(during) if e == "endpoint_failed"], states
     assert away.status_code == 503, away.text
     assert away.json()["error"]["code"] == "scale_up_timeout", away.text
     assert health.json()["limiter"] == "local", health.text
-    (tmp_path / "during.log").write_text("\n".join(during))
     logged = sum(len(line) + 1 for line in during)
     print(f"\nlog while Redis was away ({ENDPOINTS} ECS endpoints, {AWAY_S:.0f} s): {logged} bytes, "
           f"{len(during)} lines, {sum('Traceback' in line for line in during)} with a traceback")
