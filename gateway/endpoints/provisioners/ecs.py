@@ -22,7 +22,8 @@
 - Every call takes a slot of the fleet's ECS API budget (`budget`, fleet.py) first, and a throttled call
   (ThrottlingException and its kin) backs off exponentially (0.5 s doubling to 30 s, with jitter): the
   call raises `ProvisionerBackoff` and the controller tries again later. botocore's own retries are off, so
-  every call on the wire is one the budget counted.
+  every call on the wire is one the budget counted. A budget that cannot be read (the shared state away) is a
+  `ProvisionerBackoff` too: no call goes, and nothing is taken for the service's failure.
 - `observe_interval_s` paces discovery: 1 s while a task has no address yet, `steady_interval_s` (set from
   the number of ECS endpoints and the budget by service.py) otherwise.
 - At `open` the provisioner adopts the service's current desired count and tasks, so a gateway restart
@@ -66,6 +67,7 @@ THROTTLED = {"ThrottlingException", "Throttling", "TooManyRequestsException", "R
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.5, 30.0
 BUSY_OBSERVE_S = 1.0  # discovery pace while a task waits for an address
 BUDGET_WAIT_MAX_S = 5.0  # a call waits this long at most for a slot of the API budget, then backs off
+SHARED_STATE_RETRY_S = 1.0  # a budget the fleet's shared state cannot count (Redis or PostgreSQL away): retry
 PROTECT_MINUTES = 1  # scale-in protection of the tasks a scale-in keeps: ECS's shortest (1 to 2,880)
 PROTECT_LIMIT = 10  # tasks per UpdateTaskProtection call
 CONNECT_TIMEOUT_S = 1.0  # a write that cannot connect by then is dropped: it must land inside the lease
@@ -247,11 +249,20 @@ class EcsProvisioner(Provisioner):
         if self.budget is None:
             return
         waited = 0.0
-        while (pause := await self.budget(f"ecs:{self.settings.region}", calls)) > 0:
+        while (pause := await self._budget_pause(calls)) > 0:
             if waited >= BUDGET_WAIT_MAX_S:
                 raise ProvisionerBackoff("the fleet's ECS API budget is spent", pause)
             await asyncio.sleep(pause)
             waited += pause
+
+    async def _budget_pause(self, calls: int) -> float:
+        try:
+            return await self.budget(f"ecs:{self.settings.region}", calls)
+        except Exception as error:
+            # the shared state is away (its outage is logged by the fleet's syncs): a backoff, never the service's
+            # failure, which would have failed every endpoint not yet adopted when Redis went (issue #50)
+            raise ProvisionerBackoff(f"the fleet's ECS API budget cannot be read: {error!r}",
+                                     SHARED_STATE_RETRY_S) from error
 
     async def _call(self, operation: str, *, budgeted: bool = True, fenced: bool = False, **arguments):
         """One ECS API call: within the fleet's budget (`budgeted`: take its slot now), off the event loop. A write

@@ -27,6 +27,8 @@ import pytest
 
 from common.protocol import Done
 from gateway.endpoints.errors import InvalidEndpoint
+from gateway.endpoints.fleet import RedisFleet
+from gateway.endpoints.provisioners.base import ProvisionerBackoff
 from gateway.endpoints.provisioners.ecs import PENDING, PROTECT_MINUTES, EcsProvisioner, EcsProvisionerError
 from gateway.endpoints.service import Endpoints
 from gateway.endpoints.spec import EcsProvisioning, parse_endpoint
@@ -188,6 +190,21 @@ async def test_a_missing_service_is_a_clear_error_and_creates_nothing(aws, moto_
     finally:
         await endpoints.drain_and_stop()
 
+
+
+async def test_a_budget_the_shared_state_cannot_count_is_a_backoff_not_the_services_failure(aws, moto_url):
+    """Redis away: each call's budget slot cannot be counted. That is a backoff (the controller tries again); as
+    an error it failed every endpoint not yet adopted when Redis went (issue #50, tests/fleet/test_fleet_outage.py)."""
+    fleet = RedisFleet(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)  # nothing listens there
+    provisioner = EcsProvisioner(EcsProvisioning(cluster=CLUSTER, service=SERVICE, endpoint_url=moto_url),
+                                 budget=fleet.take_call)
+    try:
+        for call in (provisioner.open, provisioner.observe):
+            with pytest.raises(ProvisionerBackoff, match="budget cannot be read") as raised:
+                await call()
+            assert raised.value.retry_in > 0
+    finally:
+        await fleet.close()
 
 
 async def test_two_removals_at_once_each_lower_the_count(aws, moto_url):
