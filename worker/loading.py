@@ -23,6 +23,7 @@ import torch
 from common.protocol import ModelConfig
 from worker.build_once import build_once
 from worker.c_compiler import compiler_problem
+from worker.cached_tokenizer import load_tokenizer
 from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import WeightReader, fill, load_direct, skeleton
 from worker.families.skeleton import LeanCausalLM
@@ -272,7 +273,11 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
         # the tokenizer (mostly JSON parsing) beside the weights (mostly reading, without the GIL): ~0.3 s
         # less of every cold start of the default model on two cores
         with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:
-            tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
+            if gguf is not None:  # a directory of the model cache: its tokenizer as the fast form it proved
+                tokenizing = beside.submit(load_tokenizer, location,
+                                           lambda: AutoTokenizer.from_pretrained(location, **offline))
+            else:
+                tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
             model = None
             if gguf is not None and not bitsandbytes:
                 model, reader = load_gguf(gguf, location, dtype, unread, lean)
