@@ -7,12 +7,12 @@ start, the largest part of a cached start. The Rust tokenizer that class builds 
 `tokenizers` reads it directly (~0.9 s) and transformers' generic class wraps it, given the added tokens and
 settings the slow path would have read.
 
-That is used only where it was proven equal: the first load of a directory takes the slow path, builds the
-fast one beside it and compares them (the Rust pipeline, vocabulary, added and special tokens, ids and decoding
-of a corpus, the chat template's output); only when all match does it write `FAST_RECORD`, which holds what the
-fast load passes and the sha256 of every tokenizer file it reads. A record that cannot be read is written anew
-by the slow path; a tokenizer file that no longer matches its hash refuses the load with one line (the slow
-path would read that same file: never a wrong tokenizer).
+That is used only where it was proven equal: the first load of a directory takes the slow path; then (in a
+worker: after it is ready) the fast one is built and compared with it (the Rust pipeline, vocabulary, added
+and special tokens, ids and decoding of a corpus, the chat template's output); only when all match is
+`FAST_RECORD` written: what the fast load passes and the sha256 of every tokenizer file it reads. A record
+that cannot be read is written anew the same way; a tokenizer file that no longer matches its hash refuses
+the load with one line (the slow path would read that same file: never a wrong tokenizer).
 """
 
 from __future__ import annotations
@@ -42,16 +42,17 @@ CORPUS = ("Hello world", "  two leading spaces,\ttabs\n\nand blank lines\n", "Th
           "\x00\x01 control \u200b zero-width", "a" * 50, "<p>markup</p> &amp; <unk>", "")
 
 
-def load_tokenizer(directory: Path, slow: Callable[[], object]):
-    """`directory`'s tokenizer: from its fast record where one proves it, else `slow()` (AutoTokenizer), which
-    then proves the fast load and records it for the next start."""
+def load_tokenizer(directory: Path, slow: Callable[[], object]) -> tuple[object, Callable[[], None] | None]:
+    """`directory`'s tokenizer: from its fast record where one proves it, else `slow()` (AutoTokenizer). With the
+    slow one comes what proves the fast load and records it for the next start: ~3 s of a core for Gemma 3,
+    which a worker runs after it is ready (nothing it answers depends on it); None where nothing is left to do."""
     record = _read_record(directory)
     if record is not None:
         _check_files(directory, record["files"])
-        return _fast(directory, record)
+        return _fast(directory, record), None
     tokenizer = slow()
-    _record(directory, tokenizer)
-    return tokenizer
+    template = tokenizer.chat_template  # the files' (a worker may give one to a model whose files carry none)
+    return tokenizer, lambda: _record(directory, tokenizer, template)
 
 
 def _sha256(path: Path) -> str:
@@ -104,9 +105,10 @@ def _fast(directory: Path, record: dict):
                                                    padding_side=record["padding_side"])
 
 
-def _record(directory: Path, slow) -> None:
-    """Prove the fast load equal to `slow` (the tokenizer AutoTokenizer loaded from `directory`) and write the
-    record; where they differ, or the fast load fails, nothing is written and every start takes the slow path."""
+def _record(directory: Path, slow, template: str | None) -> None:
+    """Prove the fast load equal to `slow` (the tokenizer AutoTokenizer loaded from `directory`, whose chat
+    template was `template` then) and write the record; where they differ, or the fast load fails, nothing is
+    written and every start takes the slow path."""
     if type(getattr(slow, "_tokenizer", None)).__module__.split(".")[0] != "tokenizers":
         return  # no Rust tokenizer to read directly
     files = _files(directory)
@@ -119,7 +121,14 @@ def _record(directory: Path, slow) -> None:
     except Exception as error:  # noqa: BLE001 (any failure only means the slow path stays)
         log.info("fast_tokenizer_unproven", directory=str(directory), reason=f"loading it failed: {error}"[:200])
         return
-    difference = tokenizer_difference(slow, fast)
+    if fast.chat_template != template:
+        log.info("fast_tokenizer_unproven", directory=str(directory), reason="the chat templates differ")
+        return
+    fast.chat_template = slow.chat_template  # both render the one the worker uses
+    try:
+        difference = tokenizer_difference(slow, fast)
+    except Exception as error:  # noqa: BLE001 (as unproven: the slow path stays)
+        difference = f"comparing them failed: {error}"[:200]
     if difference is not None:
         log.info("fast_tokenizer_unproven", directory=str(directory), reason=difference)
         return

@@ -55,6 +55,21 @@ def _slow(directory: Path):
     return lambda: AutoTokenizer.from_pretrained(directory, local_files_only=True)
 
 
+def _load_and_record(directory: Path):
+    """A first load: the slow path, then what a worker runs after it is ready (the proof and the record)."""
+    tokenizer, after_ready = load_tokenizer(directory, _slow(directory))
+    assert after_ready is not None
+    tokenizer.chat_template = tokenizer.chat_template or KNOWN["gemma3"].template  # as the worker gives one
+    after_ready()
+    return tokenizer
+
+
+def _recorded(directory: Path):
+    tokenizer, after_ready = load_tokenizer(directory, lambda: pytest.fail("a recorded directory is read slowly"))
+    assert after_ready is None
+    return tokenizer
+
+
 def _assert_same(ours, theirs) -> None:
     assert tokenizer_difference(theirs, ours) is None
     assert ours.all_special_tokens == theirs.all_special_tokens
@@ -78,18 +93,19 @@ def _assert_same(ours, theirs) -> None:
 @pytest.mark.parametrize("make", [_gemma_directory, _smol_directory], ids=["gemma-class", "smollm2"])
 def test_the_first_load_proves_and_records_the_fast_one_and_later_loads_take_it(make, tmp_path):
     directory = make(tmp_path)
-    first = load_tokenizer(directory, _slow(directory))
+    assert not (directory / FAST_RECORD).exists()
+    first = _load_and_record(directory)
     assert type(first) is type(AutoTokenizer.from_pretrained(directory))  # the slow path, which proved the record
     record = json.loads((directory / FAST_RECORD).read_text())
     assert "tokenizer.json" in record["files"]
-    later = load_tokenizer(directory, lambda: pytest.fail("a recorded directory is not loaded the slow way"))
+    later = _recorded(directory)
     assert isinstance(later, PreTrainedTokenizerFast) and "_merges" not in vars(later)
     _assert_same(later, AutoTokenizer.from_pretrained(directory, local_files_only=True))
 
 
 def test_a_tokenizer_file_changed_after_its_record_is_refused_in_one_line(tmp_path):
     directory = _gemma_directory(tmp_path)
-    load_tokenizer(directory, _slow(directory))
+    _load_and_record(directory)
     content = json.loads((directory / "tokenizer.json").read_text())
     content["model"]["vocab"]["zz"] = content["model"]["vocab"].pop("llo")  # still parses: a wrong tokenizer
     (directory / "tokenizer.json").write_text(json.dumps(content))
@@ -110,10 +126,10 @@ def test_a_tokenizer_file_changed_after_its_record_is_refused_in_one_line(tmp_pa
 def test_an_unreadable_record_is_written_anew_by_the_slow_path(record, tmp_path):
     directory = _gemma_directory(tmp_path)
     (directory / FAST_RECORD).write_text(record)
-    loaded = load_tokenizer(directory, _slow(directory))
+    loaded = _load_and_record(directory)
     assert isinstance(loaded, GemmaTokenizer)  # the slow path
     assert "tokenizer.json" in json.loads((directory / FAST_RECORD).read_text())["files"]
-    _assert_same(load_tokenizer(directory, pytest.fail), AutoTokenizer.from_pretrained(directory))
+    _assert_same(_recorded(directory), AutoTokenizer.from_pretrained(directory))
 
 
 def test_a_tokenizer_that_answers_differently_is_never_recorded(tmp_path):
@@ -132,9 +148,12 @@ def test_a_tokenizer_that_answers_differently_is_never_recorded(tmp_path):
         calls.append(1)
         return other
 
-    assert load_tokenizer(directory, loaded_differently) is other
-    assert not (directory / FAST_RECORD).exists()  # every start takes the slow path
-    assert load_tokenizer(directory, loaded_differently) is other and len(calls) == 2
+    for _ in range(2):
+        loaded, after_ready = load_tokenizer(directory, loaded_differently)
+        assert loaded is other
+        after_ready()
+        assert not (directory / FAST_RECORD).exists()  # every start takes the slow path
+    assert len(calls) == 2
 
 
 def test_a_cached_gguf_start_loads_the_recorded_tokenizer(tmp_path, monkeypatch):
@@ -142,7 +161,9 @@ def test_a_cached_gguf_start_loads_the_recorded_tokenizer(tmp_path, monkeypatch)
     config = ModelConfig(dtype="float32", quantization="none")
     first = load_model(config, tmp_path / "data")
     kept = gguf_metadata_dir(default_gguf_path(), tmp_path / "models")
+    assert first.after_ready is not None and not (kept / FAST_RECORD).exists()
+    first.after_ready()  # with the template the worker gave it meanwhile, where the files carry none
     assert (kept / FAST_RECORD).is_file()
     again = load_model(config, tmp_path / "data")
-    assert isinstance(again.tokenizer, PreTrainedTokenizerFast)
+    assert isinstance(again.tokenizer, PreTrainedTokenizerFast) and again.after_ready is None
     _assert_same(again.tokenizer, first.tokenizer)
