@@ -5,7 +5,11 @@ written anew when its record cannot be read."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +17,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from transformers.models.gemma.tokenization_gemma import GemmaTokenizer
 
 from common.protocol import ModelConfig
-from testkit.sluice import MODEL_CACHE
+from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT
+from testkit.servers import free_port
+from testkit.sluice import MODEL_CACHE, REPO
 from worker.cached_tokenizer import FAST_RECORD, TOKENIZER_FILES, load_tokenizer, tokenizer_difference
 from worker.gguf_load import gguf_metadata_dir
 from worker.known_chat_templates import KNOWN
@@ -167,3 +173,31 @@ def test_a_cached_gguf_start_loads_the_recorded_tokenizer(tmp_path, monkeypatch)
     again = load_model(config, tmp_path / "data")
     assert isinstance(again.tokenizer, PreTrainedTokenizerFast) and again.after_ready is None
     _assert_same(again.tokenizer, first.tokenizer)
+
+
+def test_a_worker_records_it_once_ready_and_refuses_a_changed_file_in_one_line(tmp_path):
+    """worker/__main__.py runs the proof after `worker_ready`; the next worker on that cache reads the record, and
+    one whose tokenizer.json changed since exits with one line."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "SLUICE_MODEL_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "worker", "--port", str(free_port()), "--data-dir", str(tmp_path / "data"),
+               "--model-json", json.dumps({"quantization": "none", "dtype": "float32"})]
+    worker = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kept = gguf_metadata_dir(default_gguf_path(), cache)  # what the worker finds built, or builds first
+    try:
+        deadline = time.monotonic() + 300  # a bound on a hung start, not a timing the test asserts
+        while not (kept / FAST_RECORD).is_file() and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert (kept / FAST_RECORD).is_file()
+    content = json.loads((kept / "tokenizer.json").read_text())
+    vocab = content["model"]["vocab"]
+    first, second = list(vocab)[300:302]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two ids swapped: a tokenizer that still loads
+    (kept / "tokenizer.json").write_text(json.dumps(content))
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == MODEL_LOAD_FAILED_EXIT
+    [line] = [line for line in done.stderr.splitlines() if line.startswith(MODEL_LOAD_FAILED)]
+    assert "tokenizer.json has changed since its tokenizer was checked" in line and "delete" in line
