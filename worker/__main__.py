@@ -12,6 +12,7 @@ import contextlib
 import faulthandler
 import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -95,6 +96,8 @@ def serve(settings: WorkerSettings, began: float, timings: dict[str, float]) -> 
                      start_seconds=timings, prompt_overhead=measure(loaded.tokenizer),
                      max_token_bytes=engine.max_token_bytes)
     log.info("worker_ready", port=port, dtype=info.model_dtype, quantization=info.quantization, start_seconds=timings)
+    if loaded.after_ready is not None:  # what no answer depends on, off the way to ready (a first start's)
+        threading.Thread(target=loaded.after_ready, name="after-ready", daemon=True).start()
     try:
         uvicorn.run(create_worker_app(engine, info, secret), host=host, port=port, log_level="warning",
                     loop="uvloop", http="httptools", lifespan="off")

@@ -3,12 +3,14 @@
 The first start parses and checks the header (gguf_file.read_index); transformers builds the config and the
 tokenizer from the metadata (tokenizer, chat template, special tokens, rope settings), and those, with the
 tensor index, are kept as a small directory in the model cache: `<cache>/<sha256 of the file>.gguf<FORMAT>`
-(build_once: complete or absent, never half-written). Every start builds the model's skeleton on the meta
-device from that config and reads the weights one GGUF tensor at a time (gguf_file.read_tensor), through
-transformers' name map and fix-ups (gguf_names.py), each cast to the compute dtype and put in its place at
-once: no float32 copy of the model exists, only of the tensor being read. Weights the engine packs itself
-(q4 `engine_only`, loading.py) are left unread; `GgufWeights` reads one by name when it is needed, and
-hands q4 a Q4_0 / Q4_1 / Q4_K matrix's codes and scales as they are (`four_bit`), packed without a float copy.
+(build_once: complete or absent, never half-written); the tokenizer is read back through `tokenizers` once a
+load has proven that equal to transformers' own reading (worker/cached_tokenizer.py). Every start builds the
+model's skeleton on the meta device from that config and reads the weights one GGUF tensor at a time
+(gguf_file.read_tensor), through transformers' name map and fix-ups (gguf_names.py), each cast to the compute
+dtype and put in its place at once: no float32 copy of the model exists, only of the tensor being read.
+Weights the engine packs itself (q4 `engine_only`, loading.py) are left unread; `GgufWeights` reads one by
+name when it is needed, and hands q4 a Q4_0 / Q4_1 / Q4_K matrix's codes and scales as they are
+(`four_bit`), packed without a float copy.
 
 Earlier versions cached the whole model dequantized to float32 safetensors under `<cache>/<sha256>`; those
 directories are no longer read or written (delete them to reclaim the space).

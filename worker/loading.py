@@ -23,6 +23,7 @@ import torch
 from common.protocol import ModelConfig
 from worker.build_once import build_once
 from worker.c_compiler import compiler_problem
+from worker.cached_tokenizer import load_tokenizer
 from worker.cpu_features import cpu_features, pick_cpu_default
 from worker.direct_load import WeightReader, fill, load_direct, skeleton
 from worker.families.skeleton import LeanCausalLM
@@ -64,6 +65,8 @@ class LoadedModel:
     weights_id: str | None = None
     # reads a weight that loading left unread (meta), by its state-dict name: q4 loaded `engine_only`
     read_weight: Callable[[str], torch.Tensor] | None = None
+    # work left for after the model serves, whose result no answer depends on (cached_tokenizer.py's proof)
+    after_ready: Callable[[], None] | None = None
 
 
 def preload_model_code(config: ModelConfig) -> None:
@@ -272,14 +275,18 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
         # the tokenizer (mostly JSON parsing) beside the weights (mostly reading, without the GIL): ~0.3 s
         # less of every cold start of the default model on two cores
         with ThreadPoolExecutor(1, thread_name_prefix="tokenizer") as beside:
-            tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
+            if gguf is not None:  # a directory of the model cache: its tokenizer as the fast form it proved
+                tokenizing = beside.submit(load_tokenizer, location,
+                                           lambda: AutoTokenizer.from_pretrained(location, **offline))
+            else:
+                tokenizing = beside.submit(AutoTokenizer.from_pretrained, location, **offline)
             model = None
             if gguf is not None and not bitsandbytes:
                 model, reader = load_gguf(gguf, location, dtype, unread, lean)
             elif not bitsandbytes:
                 model = load_direct(location, dtype, unread, lean)
                 reader = WeightReader(location, dtype)
-            tokenizer = tokenizing.result()
+            tokenizer, after_ready = tokenizing.result() if gguf is not None else (tokenizing.result(), None)
             drop_build_tables(tokenizer)
         if model is None:  # bitsandbytes quantizes as transformers loads (a GGUF: dequantized by transformers)
             where = {"pretrained_model_name_or_path": gguf.parent, "gguf_file": gguf.name} if gguf else \
@@ -299,7 +306,7 @@ def load_model(config: ModelConfig, data_dir: Path, *, engine_only: bool = False
     left_unread = any(p.is_meta for p in model.parameters())
     return LoadedModel(model, tokenizer, config.name, device, dtype, quantization, fallback=fallback,
                        weights_id=gguf_weights_id(location) if gguf else weights_id(location),
-                       read_weight=reader if left_unread else None)
+                       read_weight=reader if left_unread else None, after_ready=after_ready)
 
 
 def keep_4bit_layout(model: torch.nn.Module) -> None:
