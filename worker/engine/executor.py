@@ -83,7 +83,17 @@ class Executor:
 
     def run(self, plan: StepPlan, events: StepEvents, between: Callable[[int], None] | None = None) -> StepReport:
         """Run `plan`; the decode step's events go into `events`, the others to their sinks at once. After each
-        prefill forward, `between(forwards run)` may replace the plan's prefills not yet run."""
+        prefill forward, `between(forwards run)` may replace the plan's prefills not yet run.
+
+        Under the native forward the step's own torch work (the logits pipeline, cache copies, embeddings) runs on
+        one thread: the native forward brings its own team, and an OpenMP team woken between its calls spins on
+        the cores that team needs next (Gemma 3 270M, 16 streams of 64 tokens in-process with 2 torch threads on
+        a loaded 2-core host: 11.8-13.3 -> 8.7-10.7 CPU seconds; a slot's KV copy 206 -> 1 ms, its 36 tensors
+        each a parallel region). Torch forwards (adapter rows) set their own team (runner.group_threads)."""
+        with intra_op_threads(1 if self.runner.native is not None else torch.get_num_threads()):
+            return self._run(plan, events, between)
+
+    def _run(self, plan: StepPlan, events: StepEvents, between: Callable[[int], None] | None) -> StepReport:
         told = 0  # dropped requests told so far
         for state, error in plan.dropped:
             state.sink([error])

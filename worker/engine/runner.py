@@ -114,7 +114,10 @@ class ModelRunner:
         self.rotary_dim = next(iter(self._rope(probe, self._positions[:1].unsqueeze(0)).values()))[0].shape[-1]
         self.plain = self.plain and self.rotary_dim == self.head_dim
         self._helpers = HelperThreads(max(decode_threads, 1) - 1, name="sluice-decode")
-        self.prefill_threads = torch.get_num_threads() * max(decode_threads, 1)
+        # each torch row group's team, set by each group itself: the engine's step runs its own torch work on one
+        # thread under the native forward (executor.py `run`), adapter rows still decode in torch
+        self.group_threads = torch.get_num_threads()
+        self.prefill_threads = self.group_threads * max(decode_threads, 1)
         self._decode_layers = _NOT_BUILT
         self._no_lora: list[list[torch.Tensor]] = [[] for _ in self.layers]  # the stack's LoRA weights
         self.native = None  # a NativeForward (native/model.py, `quantization = "q4"`): rows without an adapter
@@ -291,10 +294,11 @@ class ModelRunner:
 
         def group(first: int, end: int):
             lora = NO_LORA if adapters is None else lora_rows(adapters[first:end], self.device)
-            out = self._decode_rows(first, token_ids[first:end], lengths[first:end], want_hidden,
-                                    {row - first: vector for row, vector in overrides.items() if first <= row < end},
-                                    lora)
-            return out if then is None else then(first, end, out)
+            with intra_op_threads(self.group_threads):
+                out = self._decode_rows(first, token_ids[first:end], lengths[first:end], want_hidden,
+                                        {row - first: vector for row, vector in overrides.items()
+                                         if first <= row < end}, lora)
+                return out if then is None else then(first, end, out)
 
         return self._helpers.run([partial(group, first, end) for first, end in self._row_groups(len(token_ids))])
 
