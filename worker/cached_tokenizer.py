@@ -24,6 +24,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -42,7 +43,7 @@ CORPUS = ("Hello world", "  two leading spaces,\ttabs\n\nand blank lines\n", "Th
           "\x00\x01 control \u200b zero-width", "a" * 50, "<p>markup</p> &amp; <unk>", "")
 
 
-def load_tokenizer(directory: Path, slow: Callable[[], object]) -> tuple[object, Callable[[], None] | None]:
+def load_tokenizer(directory: Path, slow: Callable[[], Any]) -> tuple[Any, Callable[[], None] | None]:
     """`directory`'s tokenizer: from its fast record where one proves it, else `slow()` (AutoTokenizer). With the
     slow one comes what proves the fast load and records it for the next start: ~3 s of a core for Gemma 3,
     which a worker runs after it is ready (nothing it answers depends on it); None where nothing is left to do."""
