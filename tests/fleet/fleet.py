@@ -21,7 +21,7 @@ import asyncpg
 import httpx
 import redis as redis_client
 
-from testkit.played_ecs import CLUSTER, SERVICE, PlayedEcs, TaskWorker
+from testkit.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker
 from testkit.protocol_worker import MODEL, Reply, protocol_worker, tokens
 from testkit.sluice import SluiceServer, start_sluice
 
@@ -30,6 +30,14 @@ STREAM_WORDS, WORD_PAUSE_S = 12, 0.25  # each stream lasts about 3 s on its work
 OWNER_KEY = f"sluice:fleet:{{ecs:us-east-1:{CLUSTER}:{SERVICE}}}:owner"  # keyed by the ECS service
 WAIT_S = 90  # the longest any condition is waited for (a hang fails; two shared cores)
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def ecs_endpoint_toml(name: str, service: str, moto_url: str, *, model: str = "", provisioner: str = "") -> str:
+    """A `[[models]]` entry of `sluice serve`'s config: an ECS endpoint at zero on the played cluster (moto);
+    `model` and `provisioner`: more lines of each table."""
+    return (f'[[models]]\nname = "{name}"\nmin_replicas = 0\nmax_replicas = 1\n{model}\n'
+            f'[models.provisioner]\nkind = "ecs"\ncluster = "{CLUSTER}"\nservice = "{service}"\n'
+            f'region = "us-east-1"\nendpoint_url = "{moto_url}"\nport = {PORT}\n{provisioner}\n')
 
 
 def until(condition: Callable[[], object], timeout: float = WAIT_S, what: str = "the condition"):

@@ -14,33 +14,15 @@ import time
 
 import httpx
 
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, desired_count
+from testkit.played_ecs import CLUSTER, SERVICE, desired_count
 from testkit.servers import restarted_at_exit
 from testkit.sluice import start_sluice
-from tests.fleet.fleet import ADMIN_KEY, AWS_ENV, WAIT_S, until
+from tests.fleet.fleet import ADMIN_KEY, AWS_ENV, WAIT_S, ecs_endpoint_toml, until
 
 ENDPOINTS = 16  # adopting them takes 8 s at the default 2 ECS calls/s: Redis goes while most are not adopted
 AWAY_S = 10.0  # the issue's window: 10 endpoints logged 1.68 MB in it
 LOG_BOUND = ENDPOINTS * 8 * 1024  # each failing source logs once with its traceback (~3 KB), not once per tick
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
-
-
-def endpoint_toml(number: int, service: str, moto_url: str) -> str:
-    return f'''[[models]]
-name = "org/m{number}"
-min_replicas = 0
-max_replicas = 1
-max_wait_seconds = 60
-
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{service}"
-region = "us-east-1"
-endpoint_url = "{moto_url}"
-port = {PORT}
-
-'''
 
 
 def events(lines: list[str]) -> list[str]:
@@ -65,7 +47,8 @@ def test_redis_away_logs_little_scales_nothing_and_scaling_resumes_when_it_is_ba
     for service in services[1:]:
         ecs.create_service(cluster=CLUSTER, serviceName=service, taskDefinition=SERVICE, desiredCount=0,
                            launchType="FARGATE", networkConfiguration=network)
-    config = f'redis_url = "{redis.url}"\n\n' + "".join(endpoint_toml(n, s, url) for n, s in enumerate(services))
+    config = f'redis_url = "{redis.url}"\n\n' + "".join(
+        ecs_endpoint_toml(f"org/m{n}", s, url, model="max_wait_seconds = 60\n") for n, s in enumerate(services))
     gateway = start_sluice(tmp_path / "gateway", config=config, env={**AWS_ENV, "SLUICE_ADMIN_KEY": ADMIN_KEY},
                            wait=False)
     with restarted_at_exit(redis):

@@ -12,29 +12,15 @@ import signal
 
 import httpx
 
-from testkit.played_ecs import CLUSTER, PORT, SERVICE
+from testkit.played_ecs import SERVICE
 from testkit.sluice import start_sluice
-from tests.fleet.fleet import ADMIN_KEY, AWS_ENV, WAIT_S, until
+from tests.fleet.fleet import ADMIN_KEY, AWS_ENV, WAIT_S, ecs_endpoint_toml, until
 
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def endpoint_toml(name: str, service: str, moto_url: str, throttle_file) -> str:
-    return f'''[[models]]
-name = "{name}"
-min_replicas = 0
-max_replicas = 1
-
-[models.provisioner]
-kind = "ecs"
-cluster = "{CLUSTER}"
-service = "{service}"
-region = "us-east-1"
-endpoint_url = "{moto_url}"
-port = {PORT}
-test_throttle_file = "{throttle_file}"
-
-'''
+    return ecs_endpoint_toml(name, service, moto_url, provisioner=f'test_throttle_file = "{throttle_file}"\n')
 
 
 def events(lines: list[str], event: str) -> list[dict]:
