@@ -39,9 +39,11 @@ ToolChoiceMode = Literal["none", "auto", "required", "function"]
 
 def floored_logprob(value: float) -> float:
     """A logprob as events carry it: at least LOGPROB_FLOOR (-inf included); NaN or +inf is refused."""
+    if LOGPROB_FLOOR <= value < math.inf:  # the common case in one comparison (NaN fails it): 10^5 a large answer
+        return value
     if math.isnan(value) or value == math.inf:
         raise ValueError(f"a logprob of {value}: the scores it came from are broken")
-    return max(value, LOGPROB_FLOOR)
+    return LOGPROB_FLOOR
 
 
 def finite(value: float, what: str) -> float:

@@ -199,15 +199,22 @@ def chat_message(finish: Finish) -> dict:
     return {"role": "assistant", "content": finish.text or None, "tool_calls": message_calls(finish.tool_calls)}
 
 
-def _entry(text: str, logprob: float | None) -> dict:
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-
-
 def chat_logprobs(tokens: list[Token]) -> dict:
-    """OpenAI chat layout: `content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]`."""
+    """OpenAI chat layout: `content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]`.
+
+    The same few texts recur among every token's alternatives: each text's byte list is made once and shared (only
+    encoded, never changed). `n` = 32 with 20 alternatives is 100,000 entries, and this halves their cost."""
+    byte_lists: dict[str, list[int]] = {}
+
+    def entry(text: str, logprob: float | None) -> dict:
+        codes = byte_lists.get(text)
+        if codes is None:
+            codes = byte_lists[text] = list(text.encode())
+        return {"token": text, "logprob": logprob, "bytes": codes}
+
     content = []
     for token in tokens:
-        entry = _entry(token.piece if token.piece is not None else token.text, token.logprob)
-        entry["top_logprobs"] = [_entry(t.text, t.logprob) for t in token.top_logprobs or []]
-        content.append(entry)
+        chosen = entry(token.piece if token.piece is not None else token.text, token.logprob)
+        chosen["top_logprobs"] = [entry(t.text, t.logprob) for t in token.top_logprobs or ()]
+        content.append(chosen)
     return {"content": content, "refusal": None}
