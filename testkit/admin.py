@@ -34,6 +34,12 @@ def default_team_key(server: SluiceServer, name: str, **limits) -> str:
     return admin(server, "POST", "/admin/keys", name=name, team_id=team_id, **fields)["key"]
 
 
+def team_key(server: SluiceServer, name: str) -> str:
+    """A new team named `name` and a service key of it (the team's default limits); the key's clear value."""
+    team = admin(server, "POST", "/admin/teams", name=name)
+    return admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
+
+
 def ledger_records(server: SluiceServer) -> list[dict]:
     """Every record of the ledger, page after page (the records API answers one page at a time)."""
     records: list[dict] = []

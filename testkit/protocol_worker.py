@@ -4,7 +4,8 @@ deadline passed mid-stream, a connection that dies, a stream that stays silent) 
 and bench/gateway.py send. It is not our worker mocked: it speaks the wire contract over real HTTP, and the
 gateway under test is the real one.
 
-Each `POST /generate` takes the next `Reply` of `worker.replies` (the last one repeats):
+Each `POST /generate` takes the next `Reply` of `worker.replies` (the last one repeats), or the one `worker.reply_for`
+chooses from the request's body:
 - `Reply(events)`: a 200 NDJSON stream of scripted events, optionally `pause_s` before each, or held after
   `hold_after` of them until `worker.release` is set;
 - `Reply.counted(token_delay, token_bytes)`: a stream made from the request, `Accepted`, `max_tokens` `Token`s
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,6 +134,8 @@ class ProtocolWorker:
     disconnected: list[bool] = field(default_factory=list)  # per stream: the gateway hung up mid-stream
     stats: Stats = field(default_factory=Stats)
     release: threading.Event = field(default_factory=threading.Event)  # lets held streams go on
+    # set: the reply to each request, chosen from its body (a dict), instead of `replies` in turn
+    reply_for: Callable[[dict], Reply] | None = None
 
     @property
     def streaming(self) -> int:
@@ -186,12 +189,13 @@ class ProtocolWorker:
     async def _generate(self, receive, send, encoder: msgspec.json.Encoder) -> None:
         body = await read_body(receive)
         self.generate_calls += 1
-        reply = self.next_reply()
-        if reply.token_delay is not None:
+        sent = msgspec.json.decode(body) if self.reply_for is not None else None
+        reply = self.reply_for(sent) if self.reply_for is not None and sent is not None else self.next_reply()
+        if reply.token_delay is not None:  # a counted reply reads the request as the worker does
             request = msgspec.json.decode(body, type=GenerateRequest)
             request_id = request.request_id
         else:
-            request, sent = None, msgspec.json.decode(body)
+            request, sent = None, sent if sent is not None else msgspec.json.decode(body)
             request_id = sent.get("request_id", "")
         if self.record:
             self.requests.append(msgspec.json.decode(body) if request is not None else sent)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: 
 import httpx
 
 from bench.harness.stats import percentile
-from testkit.admin import admin
+from testkit.admin import team_key
 from testkit.sluice import MODEL, running_sluice
 
 WORDS = "the quick brown fox jumps over the lazy dog near a river bank. "
@@ -123,11 +123,6 @@ def phase(url: str, key: str, probes: int, probe=ttft) -> list[float]:
             times.append(probe(client, url, key))
             time.sleep(0.05)
     return times
-
-
-def team_key(server, name: str) -> str:
-    team = admin(server, "POST", "/admin/teams", name=name)
-    return admin(server, "POST", "/admin/keys", name=f"{name}-key", team_id=team["id"])["key"]
 
 
 def measure(probes: int, attackers: int, quick: bool = False, only: str = "") -> dict[str, list[float]]:

@@ -10,7 +10,8 @@ Each attack beside a quiet team that sends one-token requests one after another 
   the quiet team's plain requests go through the same app (before, the compiles' requests held the threads that
   prepare every request: 0.24 s became 14.8 s).
 - large answers: a team keeps non-streamed `n` = 32, `top_logprobs` = 20 answers of megabytes coming through a
-  real `sluice serve` (in front of the test kit's protocol worker, which sends them at once); the probe is the
+  real `sluice serve` (in front of the test kit's protocol worker, which sends them at once); the probes are
+  another team's streamed one-token chat (time to its first chunk; the stub worker answers it at once) and the
   gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s). The same
   probe asks a bare HTTP server on this host, interleaved (the control): what the attack adds to that tail is the
   host's two busy cores, not the gateway. The stub worker's and the attackers' threads, which in production run on
@@ -62,9 +63,10 @@ from common.protocol import (
     Token,
     TopLogprob,
 )
-from testkit.admin import default_team_key
+from testkit.admin import team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker
+from testkit.protocol_worker import tokens as tokens_reply
 from testkit.servers import free_port, wait_for_port
 from worker.engine.engine import Engine
 from worker.loading import load_model
@@ -173,16 +175,28 @@ def large_answer(choices: int, tokens: int, top: int) -> list:
 
 _PROBE = '''
 import json, sys, time, httpx
-urls = sys.argv[2:]
-times = {url: [] for url in urls}
+targets = json.loads(sys.argv[2])  # {"get": url} or {"chat": url, "key": ..., "model": ...}
+times = [[] for _ in targets]
+
+def ttft(client, target):  # a streamed one-token chat: seconds to its first chunk
+    body = {"model": target["model"], "max_tokens": 1, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+    with client.stream("POST", target["chat"], json=body, headers={"authorization": "Bearer " + target["key"]}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                return
+    raise RuntimeError(f"no chunk: {r.status_code}")
+
 with httpx.Client(timeout=60) as client:
     for _ in range(int(sys.argv[1])):
-        for url in urls:  # interleaved: each sees the same moments of the attack
+        for target, seen in zip(targets, times):  # interleaved: each sees the same moments of the attack
             started = time.perf_counter()
-            client.get(url).raise_for_status()
-            times[url].append(time.perf_counter() - started)
+            if "get" in target:
+                client.get(target["get"]).raise_for_status()
+            else:
+                ttft(client, target)
+            seen.append(time.perf_counter() - started)
             time.sleep(0.01)
-print(json.dumps([times[url] for url in urls]))
+print(json.dumps(times))
 '''
 
 # the control: a bare HTTP server (no gateway, no framework) on the same host. What the attack adds to its tail is
@@ -202,11 +216,12 @@ uvloop.run(main())
 '''
 
 
-def _probes(urls: list[str], count: int) -> list[list[float]]:
-    """Latencies of GETs to each of `urls`, interleaved, probed from a process of their own: the stub worker and
-    the attacker in this one would otherwise hold the probe back at this process's GIL."""
-    probe = subprocess.run([sys.executable, "-c", _PROBE, str(count), *urls], capture_output=True, text=True,
-                           check=True, timeout=900)
+def _probes(targets: list[dict], count: int) -> list[list[float]]:
+    """Latencies of each target (a GET's, or a streamed chat's time to first chunk), interleaved, probed from a
+    process of their own: the stub worker and the attacker in this one would otherwise hold the probe back at this
+    process's GIL."""
+    probe = subprocess.run([sys.executable, "-c", _PROBE, str(count), json.dumps(targets)], capture_output=True,
+                           text=True, check=True, timeout=900)
     return json.loads(probe.stdout)
 
 
@@ -282,9 +297,12 @@ def _below_the_gateway(thread_ids: list[int] | None = None) -> None:
 def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as data, _bare_server() as (bare, control), \
             sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
-        worker.replies = [Reply(large_answer(32, tokens, 20))]
+        large = Reply(large_answer(32, tokens, 20))
+        quiet_reply = Reply(tokens_reply())
+        # the quiet team's one-token chats get one token; every other request the large answer
+        worker.reply_for = lambda sent: quiet_reply if sent.get("params", {}).get("max_tokens") == 1 else large
         worker.record = False
-        headers = {"authorization": f"Bearer {default_team_key(server, 'large-answers')}"}
+        headers = {"authorization": f"Bearer {team_key(server, 'large-answers')}"}
         body = {"model": STUB_MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 32, "logprobs": True,
                 "top_logprobs": 20, "max_tokens": tokens}
         stop, sizes = threading.Event(), []
@@ -296,11 +314,12 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
                     answer = client.post(f"{server.url}/v1/chat/completions", json=body, headers=headers)
                     sizes.append(len(answer.content))
 
-        urls = [server.url + "/livez", bare]
+        targets = [{"get": server.url + "/livez"}, {"get": bare},
+                   {"chat": server.url + "/v1/chat/completions", "key": team_key(server, "quiet"), "model": STUB_MODEL}]
         book = CpuBook(server.process.pid, control)
         _below_the_gateway()  # the stub worker's server thread
         book.start()
-        idle = _probes(urls, probes)
+        idle = _probes(targets, probes)
         book.show("idle", 0)
         threads = [threading.Thread(target=attacker, daemon=True) for _ in range(2)]
         for thread in threads:
@@ -310,14 +329,15 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
                 time.sleep(0.05)
         book.start()
         done = len(sizes)
-        attacked = _probes(urls, probes)
+        attacked = _probes(targets, probes)
         book.show("large answers", len(sizes) - done)
         stop.set()
         for thread in threads:
             thread.join()
     print(f"  large answers: {len(sizes)} of {statistics.median(sizes) / 2**20:.1f} MiB each")
     return {"/livez: idle": idle[0], "/livez: large answers": attacked[0],
-            "control, bare server: idle": idle[1], "control, bare server: large answers": attacked[1]}
+            "control, bare server: idle": idle[1], "control, bare server: large answers": attacked[1],
+            "quiet team's chat TTFT: idle": idle[2], "quiet team's chat TTFT: large answers": attacked[2]}
 
 
 def main() -> None:
@@ -369,7 +389,8 @@ def report(results: dict[str, list[float]]) -> None:
         gateway = percentile(results["/livez: large answers"], 0.99) / percentile(results["/livez: idle"], 0.99)
         print(f"/livez beside large answers, over what the host's load adds to a bare server's tail: "
               f"{gateway / host:.2f}x")
-    print("\nbar: each attack's p99 within 2x of its idle p99 (TTFT of a one-token request; /livez for large answers).")
+    print("\nbar: each attack's p99 within 2x of its idle p99 (TTFT of a one-token request; beside large answers also "
+          "/livez).")
 
 
 if __name__ == "__main__":
