@@ -74,6 +74,13 @@ class Reply:
     cut: bool = False  # after the events, the connection dies
     token_delay: float | None = None  # not None: a counted reply (the events come from the request)
     token_bytes: int = 4
+    at_once: bool = False  # the events encoded once and sent as one body each time (a bench's large answer)
+    _encoded: bytes | None = field(default=None, repr=False)
+
+    def encoded(self) -> bytes:
+        if self._encoded is None:
+            self._encoded = b"".join(map(encode_event, self.events))
+        return self._encoded
 
     @classmethod
     def refused(cls, status: int, kind: str, message: str) -> Reply:
@@ -229,6 +236,10 @@ class ProtocolWorker:
                     "headers": [(b"content-type", b"application/x-ndjson")]})
         if reply.token_delay is not None:
             return await self._count(reply, request, send)
+        if reply.at_once:
+            await _send_body(send, reply.encoded())
+            await send({"type": "http.response.body", "body": b""})
+            return
         for number, event in enumerate(reply.events):
             if number == reply.hold_after:
                 while not self.release.is_set():

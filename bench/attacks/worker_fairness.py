@@ -297,8 +297,8 @@ def _below_the_gateway(thread_ids: list[int] | None = None) -> None:
 def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as data, _bare_server() as (bare, control), \
             sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
-        large = Reply(large_answer(32, tokens, 20))
-        quiet_reply = Reply(tokens_reply())
+        # encoded once: the stub worker stands in for another machine, its CPU is not the gateway's
+        large, quiet_reply = Reply(large_answer(32, tokens, 20), at_once=True), Reply(tokens_reply())
         # the quiet team's one-token chats get one token; every other request the large answer
         worker.reply_for = lambda sent: quiet_reply if sent.get("params", {}).get("max_tokens") == 1 else large
         worker.record = False
