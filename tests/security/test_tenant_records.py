@@ -26,9 +26,9 @@ from auth.bounds import DAY_S
 from auth.errors import RequestError
 from auth.models import CreateKey, CreateTeam, CreateTeamKey, CreateUser, EditKey, PutMember, RotateKey
 from auth.policy import Manager
-from testkit.admin import admin
+from testkit.admin import admin, wait_for_records
 from tests.auth.helpers import PEPPER
-from tests.security.stub_served import stub_served
+from tests.security.stub_served import MODEL, sign_in, stub_served
 
 OPERATOR = Actor(id="test", source="test")
 OWNER = Manager(user_id=None, is_admin=False, role="owner")  # an owner's service key
@@ -216,3 +216,23 @@ def test_a_flood_of_changes_through_the_team_api_gets_429_and_the_trail_stays(tm
         audit = admin(server, "GET", "/admin/audit?limit=1000")["data"]
         renames = [e["detail"]["name"] for e in audit if e["action"] == "keys.edit"]
         assert renames == ["b-renamed", *(f"n{i}" for i in reversed(range(12)))]
+
+
+def test_a_swept_keys_usage_still_shows_on_the_teams_dashboard(tmp_path):
+    # retention 0: a revoked key's record goes at the next key made, while the ledger keeps its usage
+    with stub_served(tmp_path, ADMIN_KEY, config="key_retention_s = 0") as server:
+        ann = owners_of_two_teams(server)["a"]
+        made = call(server, ann, "POST", "/v1/team/keys", name="short-lived").json()
+        answer = call(server, made["key"], "POST", "/v1/chat/completions", model=MODEL, max_tokens=1,
+                      messages=[{"role": "user", "content": "hi"}])
+        assert answer.status_code == 200, answer.text
+        assert len(wait_for_records(server, 1)) == 1
+        assert call(server, ann, "DELETE", f"/v1/team/keys/{made['id']}").status_code == 200
+        assert call(server, ann, "POST", "/v1/team/keys", name="next").status_code == 201  # sweeps it
+        assert made["id"] not in {k["id"] for k in call(server, ann, "GET", "/v1/team/keys").json()["data"]}
+        refused = call(server, made["key"], "GET", "/v1/team")
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+        with sign_in(server.url, ann) as dashboard:
+            for page in ("/dashboard/overview", "/dashboard/requests"):
+                shown = dashboard.get(page)
+                assert shown.status_code == 200 and made["id"] in shown.text, (page, shown.text[:300])
