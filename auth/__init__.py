@@ -3,8 +3,9 @@
 The gateway uses `AuthService` (auth.service) and mounts `admin_router` (gateway.admin.identity).
 """
 
+from auth.bounds import RecordBounds
 from auth.errors import AuthError, RequestError
 from auth.models import Limits
 from auth.service import AuthService, Bootstrap, Principal
 
-__all__ = ["AuthError", "AuthService", "Bootstrap", "Limits", "Principal", "RequestError"]
+__all__ = ["AuthError", "AuthService", "Bootstrap", "Limits", "Principal", "RecordBounds", "RequestError"]

@@ -10,6 +10,7 @@ import msgspec
 import structlog
 
 from auth import paging, views
+from auth.bounds import RecordBounds, audit_id_prefix
 from auth.budget_rules import team_only_on_key
 from auth.clock import now, parse_iso
 from auth.errors import RequestError
@@ -54,8 +55,8 @@ def new_id(prefix: str) -> str:
 
 
 def _audit_id(at: float) -> str:
-    # Time-ordered, so ORDER BY id is chronological; the random tail breaks ties.
-    return f"{int(at * 1_000_000):016x}{secrets.token_hex(4)}"
+    # Time-ordered, so ORDER BY id is chronological (and retention deletes by id); the random tail breaks ties.
+    return f"{audit_id_prefix(at)}{secrets.token_hex(4)}"
 
 
 def issue_key(hasher: KeyHasher, *, name: str, team_id: str, user_id: str | None, is_admin: bool = False,
@@ -86,17 +87,22 @@ def audit_entry(actor: Actor, action: str, target: str, detail: dict[str, Any] |
 
 
 class AdminOps:
-    def __init__(self, store: Store, hasher: KeyHasher, forget: Callable[..., None]) -> None:
+    """`tenant=True` on a key operation: a team's owner acts (through auth/team_keys.py), whom the team's bounds
+    hold (auth/bounds.py); the operator's own actions are never refused and never counted against a team."""
+
+    def __init__(self, store: Store, hasher: KeyHasher, forget: Callable[..., None],
+                 bounds: RecordBounds | None = None) -> None:
         self._store = store
         self._hasher = hasher
         self._forget = forget  # drops this process's cached entries at once; others follow within the TTL
+        self.bounds = bounds or RecordBounds()
 
     # --- users ---
     async def create_user(self, actor: Actor, body: CreateUser) -> UserOut:
         user = UserRecord(id=new_id("usr"), name=body.name.strip(), created_at=now())
         async with self._store.transaction() as tx:
             await tx.insert_user(user)
-            await tx.insert_audit(audit_entry(actor, "users.create", user.id, {"name": user.name}))
+            await self.bounds.audit(tx, audit_entry(actor, "users.create", user.id, {"name": user.name}), None)
         log.info("auth.user_created", user_id=user.id, actor=actor.id)
         return views.user_out(user)
 
@@ -112,8 +118,8 @@ class AdminOps:
         try:
             async with self._store.transaction() as tx:
                 await tx.insert_team(team)
-                await tx.insert_audit(audit_entry(actor, "teams.create", team.id,
-                                                  {"name": team.name, "limits": msgspec.to_builtins(team.limits)}))
+                await self.bounds.audit(tx, audit_entry(actor, "teams.create", team.id, {
+                    "name": team.name, "limits": msgspec.to_builtins(team.limits)}), None)
         except Conflict:
             raise RequestError(409, "team_exists", f"A team named {team.name!r} already exists.", "name") from None
         return views.team_out(team)
@@ -131,7 +137,7 @@ class AdminOps:
                 if "limits" in changes:
                     team = msgspec.structs.replace(team, limits=body.limits)
                 await tx.update_team(team)
-                await tx.insert_audit(audit_entry(actor, "teams.update", team_id, changes))
+                await self.bounds.audit(tx, audit_entry(actor, "teams.update", team_id, changes), None)
         except Conflict:
             raise RequestError(409, "team_exists", "A team with that name already exists.", "name") from None
         self._forget(team=team_id)
@@ -154,7 +160,8 @@ class AdminOps:
             await self._require_team_and_user(tx, team_id, user_id)
             member = MemberRecord(team_id=team_id, user_id=user_id, role=body.role, created_at=now())
             await tx.upsert_member(member)
-            await tx.insert_audit(audit_entry(actor, "members.put", f"{team_id}/{user_id}", {"role": body.role}))
+            await self.bounds.audit(tx, audit_entry(actor, "members.put", f"{team_id}/{user_id}",
+                                                    {"role": body.role}), None)
         self._forget(team=team_id, user=user_id)
         return views.member_out(member)
 
@@ -164,7 +171,7 @@ class AdminOps:
             if not await tx.delete_member(team_id, user_id):
                 raise RequestError(404, "member_not_found", f"User {user_id!r} is not in team {team_id!r}.",
                                    "user_id")
-            await tx.insert_audit(audit_entry(actor, "members.delete", f"{team_id}/{user_id}"))
+            await self.bounds.audit(tx, audit_entry(actor, "members.delete", f"{team_id}/{user_id}"), None)
         self._forget(team=team_id, user=user_id)
 
     @staticmethod
@@ -175,7 +182,8 @@ class AdminOps:
             raise RequestError(404, "user_not_found", f"No user {user_id!r}.", "user_id")
 
     # --- keys ---
-    async def create_key(self, actor: Actor, body: CreateKey, live_cap: int | None = None) -> KeyCreated:
+    async def create_key(self, actor: Actor, body: CreateKey, live_cap: int | None = None, *,
+                         tenant: bool = False) -> KeyCreated:
         """`live_cap`: refuse (409) when the key's team already has that many live keys (a tenant's creation)."""
         on_key = team_only_on_key(body.limits)
         if on_key is not None:
@@ -191,18 +199,27 @@ class AdminOps:
                 raise RequestError(400, "invalid_expires_at", "expires_at must be in the future.", "expires_at")
         async with self._store.transaction() as tx:
             team_id = await self._key_team(tx, body)
-            if live_cap is not None and await tx.count_live_keys(team_id, now()) >= live_cap:
+            at = now()
+            if live_cap is not None and await tx.count_live_keys(team_id, at) >= live_cap:
                 raise RequestError(409, "too_many_keys", f"This team has {live_cap} live keys, the most it may "
                                    "have (max_keys_per_team): revoke one first.", None)
+            await self._make_room(tx, team_id, at, tenant)
             record, clear = issue_key(self._hasher, name=body.name.strip(), team_id=team_id, user_id=body.user_id,
                                       is_admin=body.is_admin, models=tuple(dict.fromkeys(body.models)),
-                                      limits=body.limits, expires_at=expires_at)
+                                      limits=body.limits, expires_at=expires_at, at=at)
             await tx.insert_key(record)
-            await tx.insert_audit(audit_entry(actor, "keys.create", record.id,
-                                              {"name": record.name, "team_id": team_id, "user_id": body.user_id,
-                                               "is_admin": body.is_admin}))
+            await self.bounds.audit(tx, audit_entry(actor, "keys.create", record.id, {
+                "name": record.name, "team_id": team_id, "user_id": body.user_id, "is_admin": body.is_admin}),
+                team_id if tenant else None)
         log.info("auth.key_created", key_id=record.id, team_id=team_id, actor=actor.id)
         return views.key_created(record, clear)
+
+    async def _make_room(self, tx: Store, team_id: str, at: float, tenant: bool) -> None:
+        """Before a new key record in `team_id`: sweep ended records past their retention; a tenant's is refused
+        (409) when the team still holds its cap of records."""
+        await self.bounds.sweep_keys(tx, team_id, at)
+        if tenant:
+            await self.bounds.check_key_room(tx, team_id, at)
 
     @staticmethod
     async def _key_team(tx: Store, body: CreateKey) -> str:
@@ -233,20 +250,27 @@ class AdminOps:
         rows = await self._store.list_keys(team_id, limit + 1, after)
         return paging.page("keys", rows, limit, _position, views.key_out)
 
-    async def revoke_key(self, actor: Actor, key_id: str, via_team: str | None = None) -> KeyOut:
-        """`via_team`: the team whose owners revoked it (auth/team_keys.py), for the audit log."""
+    async def revoke_key(self, actor: Actor, key_id: str, via_team: str | None = None, *,
+                         tenant: bool = False) -> KeyOut:
+        """`via_team`: the team whose owners revoked it (auth/team_keys.py), for the audit log. Idempotent: a key
+        revoked already keeps its time and adds no entry. Never refused by the team's audit budget (taking power
+        away must stay possible; each key is revoked once, so these entries are bounded by the keys made)."""
         async with self._store.transaction() as tx:
-            await tx.revoke_key(key_id, now())  # no row for no such key; the 404 below rolls back
+            revoked = await tx.revoke_key(key_id, now())
             key = await tx.get_key(key_id)
             if key is None:
                 raise RequestError(404, "key_not_found", f"No key {key_id!r}.", "key_id")
-            await tx.insert_audit(audit_entry(actor, "keys.revoke", key_id, _via(via_team)))
+            if revoked:
+                await self.bounds.audit(tx, audit_entry(actor, "keys.revoke", key_id, _via(via_team)),
+                                        (via_team or key.team_id) if tenant else None, refusable=False)
         self._forget(key=key_id)
         log.info("auth.key_revoked", key_id=key_id, actor=actor.id)
         return views.key_out(key)
 
-    async def rotate_key(self, actor: Actor, key_id: str, body: RotateKey, via_team: str | None = None) -> KeyCreated:
-        """A new key with the same grants and per-team blocks; the old one keeps working for `grace_seconds`."""
+    async def rotate_key(self, actor: Actor, key_id: str, body: RotateKey, via_team: str | None = None, *,
+                         tenant: bool = False) -> KeyCreated:
+        """A new key with the same grants and per-team blocks; the old one keeps working for `grace_seconds`.
+        A new record: within the team's bounds like a create (a rotation loop would grow it as well)."""
         at = now()
         async with self._store.transaction() as tx:
             old = await tx.get_key(key_id)
@@ -258,6 +282,7 @@ class AdminOps:
                 raise RequestError(409, "key_already_replaced",
                                    f"Key {key_id!r} was already rotated; rotate its replacement {old.replaced_by!r}.",
                                    "key_id")
+            await self._make_room(tx, old.team_id, at, tenant)
             new, clear = issue_key(self._hasher, name=old.name, team_id=old.team_id, user_id=old.user_id,
                                    is_admin=old.is_admin, models=old.models, limits=old.limits,
                                    expires_at=old.expires_at, at=at)
@@ -267,9 +292,9 @@ class AdminOps:
             await tx.insert_key(new)
             await tx.copy_blocks(key_id, new.id, at)
             await tx.retire_key(key_id, grace_end, new.id)
-            await tx.insert_audit(audit_entry(actor, "keys.rotate", key_id,
-                                              {"new_key_id": new.id, "grace_seconds": body.grace_seconds,
-                                               **_via(via_team)}))
+            await self.bounds.audit(tx, audit_entry(actor, "keys.rotate", key_id, {
+                "new_key_id": new.id, "grace_seconds": body.grace_seconds, **_via(via_team)}),
+                (via_team or old.team_id) if tenant else None)
         self._forget(key=key_id)
         log.info("auth.key_rotated", key_id=key_id, new_key_id=new.id, actor=actor.id)
         return views.key_created(new, clear, replaces=key_id)

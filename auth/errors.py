@@ -31,11 +31,14 @@ class AuthError(SluiceError):
 
 
 class RequestError(SluiceError):
-    """An admin request is malformed or names something that does not exist (4xx, never 401/403)."""
+    """An admin request is malformed, names something that does not exist or is over a bound (4xx, never
+    401/403); `retry_after_s`: when a 429 may be tried again."""
 
-    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, param: str | None = None,
+                 retry_after_s: float | None = None) -> None:
         if param and param not in message:
             message = f"{param}: {message}"  # the message always names the field
-        super().__init__(message, param=param, code=code)
+        headers = retry_after_header(retry_after_s) if retry_after_s is not None else None
+        super().__init__(message, param=param, code=code, headers=headers)
         self.status = status
         self.type = _TYPES.get(status, "invalid_request_error")

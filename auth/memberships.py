@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from auth.accounts import LINK_GONE, hashed, new_token, settable_password, token_hash
 from auth.admin import Actor, audit_entry, new_id
+from auth.bounds import RecordBounds, counted_team
 from auth.clock import now
 from auth.errors import RequestError
 from auth.models import ROLES, AccountRecord, LinkRecord, MemberRecord, UserRecord
@@ -41,10 +42,12 @@ def _name(name: object, email: str) -> str:
 
 
 class Memberships:
-    def __init__(self, store: Store, forget: Callable[..., None], hashing: Hashing) -> None:
+    def __init__(self, store: Store, forget: Callable[..., None], hashing: Hashing,
+                 bounds: RecordBounds | None = None) -> None:
         self._store = store
         self._forget = forget
         self._hashing = hashing
+        self._bounds = bounds or RecordBounds()  # the team's audit budget (auth/bounds.py)
 
     async def invite(self, actor: Actor, manager: Manager, team_id: str, email: str, role: object) -> str:
         """The invitation's token (the caller mails the link); 409 when the address is already a member or the
@@ -65,8 +68,9 @@ class Memberships:
                                    "invitations; withdraw some first.", "email")
             await tx.insert_link(token_hash(token), LinkRecord("invite", email, team_id, role, actor.id, at,
                                                                at + INVITE_TTL_S))
-            await tx.insert_audit(audit_entry(actor, "members.invite", team_id,
-                                              {"team_id": team_id, "email": email, "role": role}))
+            await self._bounds.audit(tx, audit_entry(actor, "members.invite", team_id,
+                                                     {"team_id": team_id, "email": email, "role": role}),
+                                     counted_team(manager, team_id))
         return token
 
     async def pending(self, team_id: str) -> list[tuple[str, LinkRecord]]:
@@ -79,7 +83,8 @@ class Memberships:
         async with self._store.transaction() as tx:
             if not await tx.cancel_invite(team_id, invite_id, now()):
                 raise RequestError(404, "invite_not_found", "No such pending invitation.", "invite")
-            await tx.insert_audit(audit_entry(actor, "members.withdraw", team_id, {"team_id": team_id}))
+            await self._bounds.audit(tx, audit_entry(actor, "members.withdraw", team_id, {"team_id": team_id}),
+                                     counted_team(manager, team_id), refusable=False)  # takes power away
 
     async def peek(self, token: object) -> LinkRecord | None:
         if not isinstance(token, str) or len(token) > 100:
@@ -119,9 +124,11 @@ class Memberships:
                 await tx.set_password_hash(account.user_id, password_hash)
             if await tx.get_role(link.team_id, account.user_id) is None:
                 await tx.upsert_member(MemberRecord(link.team_id, account.user_id, link.role or "member", at))
-            await tx.insert_audit(audit_entry(Actor(f"user:{account.user_id}", source), "members.join",
-                                              f"{link.team_id}/{account.user_id}",
-                                              {"team_id": link.team_id, "role": link.role, "email": link.email}))
+            # counted, never refused: the invitation that let it in was (and is used once)
+            await self._bounds.audit(tx, audit_entry(Actor(f"user:{account.user_id}", source), "members.join",
+                                                     f"{link.team_id}/{account.user_id}",
+                                                     {"team_id": link.team_id, "role": link.role, "email": link.email}),
+                                     link.team_id, refusable=False)
         self._forget(team=link.team_id, user=account.user_id)
         return account.user_id, link.team_id
 
@@ -131,8 +138,9 @@ class Memberships:
         async with self._store.transaction() as tx:
             await self._demotable(tx, team_id, user_id, staying_owner=is_owner(role))
             await tx.upsert_member(MemberRecord(team_id, user_id, role, now()))
-            await tx.insert_audit(audit_entry(actor, "members.role", f"{team_id}/{user_id}",
-                                              {"team_id": team_id, "role": role}))
+            await self._bounds.audit(tx, audit_entry(actor, "members.role", f"{team_id}/{user_id}",
+                                                     {"team_id": team_id, "role": role}),
+                                     counted_team(manager, team_id))
         self._forget(team=team_id, user=user_id)
 
     async def remove(self, actor: Actor, manager: Manager, team_id: str, user_id: str) -> None:
@@ -140,7 +148,9 @@ class Memberships:
         async with self._store.transaction() as tx:
             await self._demotable(tx, team_id, user_id, staying_owner=False)
             await tx.delete_member(team_id, user_id)
-            await tx.insert_audit(audit_entry(actor, "members.remove", f"{team_id}/{user_id}", {"team_id": team_id}))
+            await self._bounds.audit(tx, audit_entry(actor, "members.remove", f"{team_id}/{user_id}",
+                                                     {"team_id": team_id}),
+                                     counted_team(manager, team_id), refusable=False)  # takes power away
         self._forget(team=team_id, user=user_id)
 
     @staticmethod

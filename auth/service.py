@@ -14,6 +14,7 @@ import structlog
 
 from auth.accounts import Accounts
 from auth.admin import Actor, AdminOps, audit_entry, issue_key, new_id
+from auth.bounds import RecordBounds
 from auth.cache import MISS, TtlCache
 from auth.clock import now
 from auth.directory import Directory
@@ -64,7 +65,8 @@ class AuthService:
     def __init__(self, store: Store, hasher: KeyHasher, *, cache_ttl: float = 0.5, touch_interval: float = 30.0,
                  failure_budget: FailureBudget | None = None,
                  trusted_proxies: Iterable[str] = (), default_team_limits: Limits | None = None,
-                 outage_grace: float = 3600.0, max_keys_per_team: int | None = None) -> None:
+                 outage_grace: float = 3600.0, max_keys_per_team: int | None = None,
+                 record_bounds: RecordBounds | None = None) -> None:
         self._store = store
         self._hasher = hasher
         self._keys = TtlCache(cache_ttl)
@@ -79,20 +81,23 @@ class AuthService:
         self._used: dict[str, float] = {}  # key id -> last use, written to the store in batches
         self._last_flush = now()
         self._flush_task: asyncio.Task[None] | None = None
-        self.admin = AdminOps(store, hasher, self._forget)
+        # what a team's people can make the store keep: key records and audit entries (auth/bounds.py)
+        bounds = record_bounds or RecordBounds()
+        self.admin = AdminOps(store, hasher, self._forget, bounds)
         # what owners may do (auth/policy.py), with at most `max_keys_per_team` live keys made in a team
         self.team_keys = TeamKeys(store, self.admin, self._forget, max_keys_per_team)
-        self.team_budgets = TeamBudgetOps(store, self._forget)  # owners' budgets within the operator's ceiling
+        self.team_budgets = TeamBudgetOps(store, self._forget, bounds)  # owners' budgets within the ceiling
         self.directory = Directory(store)  # what the dashboard reads, under the same rules
         hashing = Hashing()  # one bound on password hashes for every route that computes one
         self.accounts = Accounts(store, hashing)  # people signing in as themselves (e-mail and password, e-mail links)
-        self.memberships = Memberships(store, self._forget, hashing)  # owners inviting, promoting, removing members
+        # owners inviting, promoting, removing members
+        self.memberships = Memberships(store, self._forget, hashing, bounds)
 
     @classmethod
     async def open(cls, database_url: str, pepper: bytes, **options: Any) -> AuthService:
         """Connect, apply migrations. Options: cache_ttl, touch_interval, failure_budget,
         trusted_proxies (CIDRs whose X-Forwarded-For names the client), default_team_limits, outage_grace,
-        max_keys_per_team."""
+        max_keys_per_team, record_bounds (auth/bounds.py)."""
         hasher = KeyHasher(pepper)
         return cls(await open_store(database_url), hasher, **options)
 
@@ -246,9 +251,9 @@ class AuthService:
                 await tx.insert_key(admin)
                 if first is not None:
                     await tx.insert_key(first)
-                await tx.insert_audit(audit_entry(system, "bootstrap", team_id,
-                                                  {"admin_key_id": admin.id, "first_key_id": first and first.id,
-                                                   "admin_key_given": admin_key is not None}))
+                await self.admin.bounds.audit(tx, audit_entry(system, "bootstrap", team_id, {
+                    "admin_key_id": admin.id, "first_key_id": first and first.id,
+                    "admin_key_given": admin_key is not None}), None)
         if not created:
             if admin_key is not None and not await self._registered(admin_key):
                 log.warning("auth.admin_key_not_registered",

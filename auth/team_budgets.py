@@ -9,6 +9,7 @@ from collections.abc import Callable
 import msgspec
 
 from auth.admin import Actor, audit_entry
+from auth.bounds import RecordBounds, counted_team
 from auth.budget_rules import team_budgets_refusal, with_budgets
 from auth.errors import RequestError
 from auth.models import HealthAlerts, Limits, TeamBudgets, TeamRecord
@@ -17,9 +18,10 @@ from auth.store import Store
 
 
 class TeamBudgetOps:
-    def __init__(self, store: Store, forget: Callable[..., None]) -> None:
+    def __init__(self, store: Store, forget: Callable[..., None], bounds: RecordBounds | None = None) -> None:
         self._store = store
         self._forget = forget
+        self._bounds = bounds or RecordBounds()  # the team's audit budget (auth/bounds.py)
 
     async def set(self, actor: Actor, manager: Manager, team_id: str, body: TeamBudgets) -> Limits:
         """The team's limits after the change: 403 for a member, 403 naming the field above the ceiling (or when
@@ -34,17 +36,18 @@ class TeamBudgetOps:
                                        refused[1], refused[0])
             return with_budgets(team.limits, body)
 
-        return await self._change(actor, team_id, "teams.budgets", changed,
+        return await self._change(actor, manager, team_id, "teams.budgets", changed,
                                   lambda limits: {"limits": msgspec.to_builtins(limits)})
 
     async def set_alerts(self, actor: Actor, manager: Manager, team_id: str, alerts: HealthAlerts | None) -> Limits:
         """The team's health alerts (None: none), set by its owners (no ceiling caps them); the team's limits after."""
         check_manages(manager)
-        return await self._change(actor, team_id, "teams.alerts",
+        return await self._change(actor, manager, team_id, "teams.alerts",
                                   lambda team: msgspec.structs.replace(team.limits or Limits(), health_alerts=alerts),
                                   lambda _: {"health_alerts": msgspec.to_builtins(alerts)})
 
-    async def _change(self, actor: Actor, team_id: str, action: str, changed: Callable[[TeamRecord], Limits],
+    async def _change(self, actor: Actor, manager: Manager, team_id: str, action: str,
+                      changed: Callable[[TeamRecord], Limits],
                       detail: Callable[[Limits], dict[str, object]]) -> Limits:
         """`changed(team)` written and audited as `action` in one transaction, unless it changes nothing; 404 for
         a team that is not there."""
@@ -55,6 +58,7 @@ class TeamBudgetOps:
             limits = changed(team)
             if limits != team.limits:
                 await tx.update_team(msgspec.structs.replace(team, limits=limits))
-                await tx.insert_audit(audit_entry(actor, action, team_id, detail(limits)))
+                await self._bounds.audit(tx, audit_entry(actor, action, team_id, detail(limits)),
+                                         counted_team(manager, team_id))
         self._forget(team=team_id)
         return limits

@@ -15,6 +15,7 @@ import msgspec
 
 from auth import paging, views
 from auth.admin import Actor, AdminOps, audit_entry
+from auth.bounds import counted_team
 from auth.budget_rules import team_only_on_key
 from auth.clock import now
 from auth.errors import RequestError
@@ -107,8 +108,9 @@ class TeamKeys:
     async def create(self, actor: Actor, manager: Manager, team_id: str, body: CreateTeamKey) -> KeyCreated:
         check(manager, "create", body.user_id)
         await self._check_grants(manager, team_id, body.user_id, body.limits)
-        cap = self._max_keys if capped(manager.is_admin) else None
-        return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id), cap)
+        tenant = capped(manager.is_admin)
+        return await self._admin.create_key(actor, CreateKey(**msgspec.structs.asdict(body), team_id=team_id),
+                                            self._max_keys if tenant else None, tenant=tenant)
 
     async def may(self, manager: Manager, team_id: str | None, key_id: str, action: Action) -> KeyRecord:
         """The key, if `manager` may do `action` to it in `team_id` (404 when out of reach, 403 when denied):
@@ -120,11 +122,11 @@ class TeamKeys:
     async def rotate(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str,
                      body: RotateKey) -> KeyCreated:
         await self.may(manager, team_id, key_id, "rotate")
-        return await self._admin.rotate_key(actor, key_id, body, via_team=team_id)
+        return await self._admin.rotate_key(actor, key_id, body, via_team=team_id, tenant=capped(manager.is_admin))
 
     async def revoke(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str) -> KeyOut:
         await self.may(manager, team_id, key_id, "revoke")
-        return await self._admin.revoke_key(actor, key_id, via_team=team_id)
+        return await self._admin.revoke_key(actor, key_id, via_team=team_id, tenant=capped(manager.is_admin))
 
     async def edit(self, actor: Actor, manager: Manager, team_id: str | None, key_id: str, body: EditKey) -> KeyOut:
         """Rename a key, or set its limits and model allow-list, under auth/policy.py (`edit`, then the grants
@@ -145,7 +147,8 @@ class TeamKeys:
                 detail = {**changed, "team_id": team_id or key.team_id}
                 if "limits" in detail:
                     detail["limits"] = msgspec.to_builtins(limits)
-                await tx.insert_audit(audit_entry(actor, "keys.edit", key_id, detail))
+                await self._admin.bounds.audit(tx, audit_entry(actor, "keys.edit", key_id, detail),
+                                               counted_team(manager, team_id or key.team_id))
             self._forget(key=key_id)
         return views.key_out(msgspec.structs.replace(key, name=name, models=models, limits=limits))
 
@@ -171,8 +174,10 @@ class TeamKeys:
         async with self._store.transaction() as tx:
             changed = (await tx.block_key(team_id, key_id, now()) if blocked
                        else await tx.unblock_key(team_id, key_id))
-            if changed:
+            if changed:  # a block takes power away: never refused by the audit budget (auth/bounds.py)
                 detail = {"team_id": team_id, "user_id": key.user_id, **({"reason": reason} if reason else {})}
-                await tx.insert_audit(audit_entry(actor, "keys.block" if blocked else "keys.unblock", key_id, detail))
+                await self._admin.bounds.audit(tx, audit_entry(actor, "keys.block" if blocked else "keys.unblock",
+                                                               key_id, detail),
+                                               counted_team(manager, team_id), refusable=not blocked)
         self._forget(block=(team_id, key_id))
         return views.team_key_out(key, blocked, team_id)

@@ -175,6 +175,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 4 * 1024 * 1024
     # live (neither revoked nor expired) keys a team's owners may have made in it; more: 409 too_many_keys
     max_keys_per_team: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
+    # key records a team's owners may grow it to, live and ended (revoked, expired, rotated out) together; more:
+    # 409 too_many_key_records (auth/bounds.py); 0 = 4 × max_keys_per_team
+    max_key_records_per_team: Annotated[int, msgspec.Meta(ge=0, le=100_000_000)] = 0
+    # an ended key's record is kept this long after it ended (its name labels usage), then swept
+    key_retention_s: Annotated[float, msgspec.Meta(ge=0, le=10 * 366 * 86_400)] = 90 * 86_400.0
+    # audit entries are kept this long, then swept (at least a day: the window of the budget below)
+    audit_retention_s: Annotated[float, msgspec.Meta(ge=86_400, le=10 * 366 * 86_400)] = 366 * 86_400.0
+    # audit entries a team's people may cause in 24 hours; past it owners' changes get 429 too_many_changes
+    # (revoking, blocking, removing still work): a team's log holds at most about this × retention days
+    team_audit_entries_per_day: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1000
     # requests refused for what they are (401; and 400, 403, 404, 413, 422 of a generation) one key and one client
     # address may make per minute; past it they get 429 with Retry-After (gateway/serving/rejections.py)
     rejections_per_minute: Annotated[int, msgspec.Meta(ge=1)] = 60
@@ -207,6 +217,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         hidden = {name: "***" for name in SECRETS if getattr(self, name)}
         shown = {field: hidden.get(field, getattr(self, field)) for field in self.__struct_fields__}
         return f"Settings({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
+    @property
+    def key_records_cap(self) -> int:
+        return self.max_key_records_per_team or 4 * self.max_keys_per_team
 
     @property
     def concurrency_lease_s(self) -> float:

@@ -69,6 +69,13 @@ MIGRATIONS = [
         "CREATE INDEX dashboard_sessions_key ON dashboard_sessions(key_id)",
         "CREATE INDEX dashboard_sessions_user ON dashboard_sessions(user_id)",
     ]),
+    Migration(5, "bounded records: ended keys swept by when they ended; audit entries counted per team", [
+        "CREATE INDEX api_keys_revoked ON api_keys(revoked_at)",
+        "CREATE INDEX api_keys_expires ON api_keys(expires_at)",
+        # the team whose daily budget an entry counts against (auth/bounds.py); NULL: the operator's, and before
+        "ALTER TABLE audit_log ADD COLUMN counted_team TEXT",
+        "CREATE INDEX audit_log_counted_team ON audit_log(counted_team, at)",
+    ]),
 ]
 
 SCHEMA = Schema("auth", MIGRATIONS, legacy_table="auth_schema_migrations")

@@ -182,9 +182,11 @@ class Store(AccountQueries):
                                      "AND (expires_at IS NULL OR expires_at > ?)", (team_id, at))
         return int(row[0]) if row else 0  # COUNT(*) always answers one row
 
-    async def revoke_key(self, key_id: str, at: float) -> None:
-        await self._x.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
-                              (at, key_id))
+    async def revoke_key(self, key_id: str, at: float) -> bool:
+        """True when this call revoked it (False: no such key, or revoked already)."""
+        row = await self._x.fetchone("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL "
+                                     "RETURNING id", (at, key_id))
+        return row is not None
 
     async def edit_key(self, key_id: str, name: str, models: tuple[str, ...], limits: Limits | None) -> None:
         await self._x.execute("UPDATE api_keys SET name = ?, models = ?, limits = ? WHERE id = ?",
@@ -198,6 +200,38 @@ class Store(AccountQueries):
         rows = [(at, key_id) for key_id, at in used]
         if rows:
             await self._x.executemany("UPDATE api_keys SET last_used_at = ? WHERE id = ?", rows)
+
+    # --- ended keys' records (auth/bounds.py): counted per team, swept after their retention ---
+    async def count_key_records(self, team_id: str) -> int:
+        """The records of keys made in `team_id`, live and ended, admin keys excepted."""
+        row = await self._x.fetchone("SELECT COUNT(*) FROM api_keys WHERE team_id = ? AND is_admin = 0", (team_id,))
+        return int(row[0]) if row else 0
+
+    async def first_key_end(self, team_id: str, at: float) -> float | None:
+        """When the first of the team's ended keys (revoked, or expired by `at`) ended; None when none has."""
+        row = await self._x.fetchone(
+            "SELECT MIN(CASE WHEN revoked_at IS NOT NULL AND (expires_at IS NULL OR revoked_at < expires_at) "
+            "THEN revoked_at ELSE expires_at END) FROM api_keys WHERE team_id = ? AND is_admin = 0 "
+            "AND (revoked_at IS NOT NULL OR expires_at <= ?)", (team_id, at))
+        return float(row[0]) if row and row[0] is not None else None
+
+    async def ended_keys(self, before: float, team_id: str | None, limit: int) -> list[str]:
+        """Up to `limit` ids of keys (of `team_id`; None: of any team) revoked or expired before `before`, admin
+        keys excepted."""
+        team = " AND team_id = ?" if team_id is not None else ""
+        params: tuple[Any, ...] = (before, before, *((team_id,) if team_id is not None else ()), limit)
+        rows = await self._x.fetchall("SELECT id FROM api_keys WHERE (revoked_at < ? OR expires_at < ?) "
+                                      f"AND is_admin = 0{team} LIMIT ?", params)
+        return [row[0] for row in rows]
+
+    async def delete_keys(self, key_ids: list[str]) -> None:
+        """The keys' records with what refers to them (their sessions, their blocks)."""
+        if not key_ids:
+            return
+        marks = ", ".join("?" * len(key_ids))
+        for table in ("dashboard_sessions", "key_blocks"):
+            await self._x.execute(f"DELETE FROM {table} WHERE key_id IN ({marks})", tuple(key_ids))
+        await self._x.execute(f"DELETE FROM api_keys WHERE id IN ({marks})", tuple(key_ids))
 
     # --- per-team blocks of personal keys ---
     async def block_key(self, team_id: str, key_id: str, at: float) -> bool:
@@ -242,11 +276,23 @@ class Store(AccountQueries):
                               (to_key, at, from_key))
 
     # --- audit ---
-    async def insert_audit(self, entry: AuditRecord) -> None:
+    async def insert_audit(self, entry: AuditRecord, counted_team: str | None = None) -> None:
+        """`counted_team`: the team whose daily budget of entries this one counts against (auth/bounds.py)."""
         await self._x.execute(
-            "INSERT INTO audit_log (id, at, actor, source, action, target, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO audit_log (id, at, actor, source, action, target, detail, counted_team) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (entry.id, entry.at, entry.actor, entry.source, entry.action, entry.target,
-             _encode(entry.detail).decode()))
+             _encode(entry.detail).decode(), counted_team))
+
+    async def count_team_audit(self, team_id: str, since: float) -> tuple[int, float | None]:
+        """How many entries counted against `team_id` were written after `since`, and the oldest one's time."""
+        row = await self._x.fetchone("SELECT COUNT(*), MIN(at) FROM audit_log WHERE counted_team = ? AND at > ?",
+                                     (team_id, since))
+        return (int(row[0]), row[1]) if row else (0, None)
+
+    async def delete_audit_before(self, id_prefix: str) -> None:
+        """The entries written before the time `id_prefix` stands for (auth/bounds.py audit_id_prefix)."""
+        await self._x.execute("DELETE FROM audit_log WHERE id < ?", (id_prefix,))
 
     async def list_audit(self, limit: int, before: str | None = None) -> list[AuditRecord]:
         columns = "id, at, actor, source, action, target, detail"

@@ -25,7 +25,7 @@ from litestar.di import Provide
 from litestar.plugins import InitPluginProtocol
 
 import storage
-from auth import AuthService, Bootstrap
+from auth import AuthService, Bootstrap, RecordBounds
 from billing.ledger import Ledger
 from billing.pricing import PricingError, PricingTable
 from billing.wal_home import WalHome, orphan_sweeper
@@ -183,6 +183,11 @@ class GatewayServices(InitPluginProtocol):
             auth = await AuthService.open(url, pepper, trusted_proxies=settings.trusted_proxies,
                                           default_team_limits=settings.default_team_limits,
                                           max_keys_per_team=settings.max_keys_per_team,
+                                          record_bounds=RecordBounds(
+                                              key_records=settings.key_records_cap,
+                                              key_retention_s=settings.key_retention_s,
+                                              audit_retention_s=settings.audit_retention_s,
+                                              audit_per_day=settings.team_audit_entries_per_day),
                                           failure_budget=address_budget(limiter, settings.rejections_per_minute))
         except (StoreUnavailable, ValueError) as error:
             raise database_failure(url, error) from error

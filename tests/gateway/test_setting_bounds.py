@@ -80,6 +80,14 @@ BOUNDARIES = [
     ("limiter_outage_gateways = 10000", "limiter_outage_gateways = 10001", "limiter_outage_gateways"),
     ("max_keys_per_team = 1", "max_keys_per_team = 0", "max_keys_per_team"),
     ("max_keys_per_team = 1000000", "max_keys_per_team = 1000001", "max_keys_per_team"),
+    ("max_key_records_per_team = 0", "max_key_records_per_team = -1", "max_key_records_per_team"),
+    ("max_key_records_per_team = 100000000", "max_key_records_per_team = 100000001", "max_key_records_per_team"),
+    ("key_retention_s = 0", "key_retention_s = -1", "key_retention_s"),
+    ("key_retention_s = 316224000", "key_retention_s = 316224001", "key_retention_s"),
+    ("audit_retention_s = 86400", "audit_retention_s = 86399", "audit_retention_s"),
+    ("audit_retention_s = 316224000", "audit_retention_s = inf", "audit_retention_s"),
+    ("team_audit_entries_per_day = 1", "team_audit_entries_per_day = 0", "team_audit_entries_per_day"),
+    ("team_audit_entries_per_day = 1000000", "team_audit_entries_per_day = 1000001", "team_audit_entries_per_day"),
     ("[http]\nmax_buffered_body_bytes = 65536", "[http]\nmax_buffered_body_bytes = 65535", "max_buffered_body_bytes"),
     ("[http]\nmax_buffered_body_bytes_per_client = 65536", "[http]\nmax_buffered_body_bytes_per_client = 65535",
      "max_buffered_body_bytes_per_client"),
@@ -129,3 +137,11 @@ def test_the_boundary_loads_and_the_value_past_it_stops_the_start(tmp_path, good
         load_settings(str(config))
     message = str(stopped.value)
     assert field in message and "\n" not in message, message
+
+
+def test_the_key_records_cap_defaults_to_four_times_the_live_cap(tmp_path):
+    config = tmp_path / "sluice.toml"
+    config.write_text("max_keys_per_team = 3\n")
+    assert load_settings(str(config)).key_records_cap == 12
+    config.write_text("max_keys_per_team = 3\nmax_key_records_per_team = 5\n")
+    assert load_settings(str(config)).key_records_cap == 5

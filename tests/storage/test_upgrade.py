@@ -92,7 +92,7 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
         db = auth.db
         # the versions recorded before keep their times; the missing ones were applied now
         auth_versions = await versions(db, AUTH)
-        assert [v for v, _ in auth_versions] == [1, 2, 3, 4] and auth_versions[:2] == [(1, 1000), (2, 2000)]
+        assert [v for v, _ in auth_versions] == [1, 2, 3, 4, 5] and auth_versions[:2] == [(1, 1000), (2, 2000)]
         # 4: budget_alerts, 5: finish_reason, 6: budget_refused, 7: client_request_id, 8: cached tokens and batches,
         # 9: prediction tokens, 10: end users and tags, 11: hourly latency histograms and health alert states
         billing_versions = await versions(db, BILLING)
@@ -127,7 +127,7 @@ async def test_a_database_of_the_old_tables_upgrades(database_url):
                 await store.close()
     again = await open_auth_store(database_url)  # nothing is applied twice
     try:
-        assert [v for v, _ in await versions(again.db, AUTH)] == [1, 2, 3, 4]
+        assert [v for v, _ in await versions(again.db, AUTH)] == [1, 2, 3, 4, 5]
     finally:
         await again.close()
 
@@ -137,8 +137,8 @@ async def test_gateways_upgrading_one_old_database_together_adopt_it_once(databa
     dbs = [Database(await connect(database_url)) for _ in range(4)]  # pools of their own, as processes have
     try:
         applied = await asyncio.gather(*(storage.migrate(db, AUTH) for db in dbs))
-        assert sorted(applied) == [[], [], [], [3, 4]]
-        assert [v for v, _ in await versions(dbs[0], AUTH)] == [1, 2, 3, 4]
+        assert sorted(applied) == [[], [], [], [3, 4, 5]]
+        assert [v for v, _ in await versions(dbs[0], AUTH)] == [1, 2, 3, 4, 5]
     finally:
         for db in dbs:
             await db.close()
