@@ -231,8 +231,9 @@ async def test_two_names_on_one_ecs_service_have_one_owner_and_the_second_config
 
 async def test_a_name_deleted_and_created_on_another_service_takes_no_old_lease(gateways, ecs, moto_url,
                                                                                  second_service):
-    # a lease that outlasts the delete's few ECS calls on a loaded machine (at 2 calls/s, with A adopting meanwhile)
-    a, b = await gateways(2, fleet_config_check_seconds=3600, lease_seconds=5.0)
+    # a lease that never lapses here: B must still own the first service when it hears of the delete (with 5 s, a
+    # renewal late on a machine beside two CPU hogs let A take it first), and the test lets go of it explicitly
+    a, b = await gateways(2, fleet_config_check_seconds=3600, lease_seconds=600)
     await b.create(_ecs_body(moto_url, min_replicas=1))  # B owns it and scales the first service to 1
     await until(lambda: desired_count(ecs) == 1, WAIT_S, "the first service at 1")
     await until(lambda: "gpu" in a.controllers, WAIT_S, "gpu on gateway A")
