@@ -15,7 +15,7 @@ Each attack beside a quiet team that sends one-token requests one after another 
   gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s). The same
   probe asks a bare HTTP server on this host, interleaved (the control): what the attack adds to that tail is the
   host's two busy cores, not the gateway. The stub worker's and the attackers' threads, which in production run on
-  other machines, run 10 nice steps below the gateway (`STAND_IN_NICENESS`). Each phase also says where the
+  other machines, run 10 nice steps below the gateway (bench/harness/stand_ins.py). Each phase also says where the
   gateway's CPU time went (`CpuBook`): its event loop thread's time on a core and time runnable but waiting for one
   (Linux schedstat), its other threads', the render process's, and this process's (stub worker and attackers),
   beside the control's loop.
@@ -50,6 +50,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.fairness import BusyTenant, phase
+from bench.harness.stand_ins import below_the_gateway
 from bench.harness.stats import percentile
 from common.protocol import (
     Accepted,
@@ -280,20 +281,6 @@ class CpuBook:
               f"attackers {spent['this process']:.2f}", flush=True)
 
 
-# In production the attackers and the worker run on other machines; here they share the gateway's two cores. Their
-# threads run this many nice steps below it (nice is per thread on Linux; the main thread, which forks the probe,
-# stays as it is), so the p99 shows what the gateway adds, not what this process's stand-ins take from it
-STAND_IN_NICENESS = 10
-
-
-def _below_the_gateway(thread_ids: list[int] | None = None) -> None:
-    """Nice the given threads of this process (default: every one but the main thread) by STAND_IN_NICENESS."""
-    main = threading.main_thread().native_id
-    for tid in thread_ids or [int(t) for t in os.listdir("/proc/self/task") if int(t) != main]:
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.setpriority(os.PRIO_PROCESS, tid, STAND_IN_NICENESS)
-
-
 def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as data, _bare_server() as (bare, control), \
             sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
@@ -308,7 +295,7 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
         stop, sizes = threading.Event(), []
 
         def attacker() -> None:
-            _below_the_gateway([threading.get_native_id()])
+            below_the_gateway([threading.get_native_id()])
             with httpx.Client(timeout=300) as client:
                 while not stop.is_set():
                     answer = client.post(f"{server.url}/v1/chat/completions", json=body, headers=headers)
@@ -317,7 +304,7 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
         targets = [{"get": server.url + "/livez"}, {"get": bare},
                    {"chat": server.url + "/v1/chat/completions", "key": team_key(server, "quiet"), "model": STUB_MODEL}]
         book = CpuBook(server.process.pid, control)
-        _below_the_gateway()  # the stub worker's server thread
+        below_the_gateway()  # the stub worker's server thread
         book.start()
         idle = _probes(targets, probes)
         book.show("idle", 0)
