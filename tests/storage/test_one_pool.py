@@ -31,6 +31,17 @@ async def burst(url: str, api_key: str) -> list[int]:
         return [response.status_code for response in await asyncio.gather(*calls)]
 
 
+async def settled_backends(server_url: str, database: str) -> int:
+    """The connections open to `database`, an excess over one pool's worth looked at twice: a connection the pool
+    replaces (one a cancelled query left unusable, say, on a loaded machine) can still be counted by the server for the
+    moment its backend takes to exit, beside its replacement. A second pool's connections stay open."""
+    count = await backends(server_url, database)
+    if count > POOL_SIZE + LISTENERS:
+        await asyncio.sleep(0.2)
+        count = min(count, await backends(server_url, database))
+    return count
+
+
 async def test_one_url_gives_one_pool_and_shutdown_closes_it(postgres, postgres_url, tmp_path):
     database = postgres_url.rsplit("/", 1)[1]
     assert await backends(postgres.url, database) == 0
@@ -41,7 +52,7 @@ async def test_one_url_gives_one_pool_and_shutdown_closes_it(postgres, postgres_
         seen = [started]
         calls = asyncio.ensure_future(burst(server.url, server.api_key))
         while not calls.done():
-            seen.append(await backends(postgres.url, database))
+            seen.append(await settled_backends(postgres.url, database))
             await asyncio.sleep(0.01)
         assert set(await calls) == {200}
         seen.append(await backends(postgres.url, database))
