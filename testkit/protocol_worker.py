@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import subprocess
 import sys
@@ -75,12 +76,10 @@ class Reply:
     token_delay: float | None = None  # not None: a counted reply (the events come from the request)
     token_bytes: int = 4
     at_once: bool = False  # the events encoded once and sent as one body each time (a bench's large answer)
-    _encoded: bytes | None = field(default=None, repr=False)
 
+    @functools.cached_property
     def encoded(self) -> bytes:
-        if self._encoded is None:
-            self._encoded = b"".join(map(encode_event, self.events))
-        return self._encoded
+        return b"".join(map(encode_event, self.events))
 
     @classmethod
     def refused(cls, status: int, kind: str, message: str) -> Reply:
@@ -196,8 +195,11 @@ class ProtocolWorker:
     async def _generate(self, receive, send, encoder: msgspec.json.Encoder) -> None:
         body = await read_body(receive)
         self.generate_calls += 1
-        sent = msgspec.json.decode(body) if self.reply_for is not None else None
-        reply = self.reply_for(sent) if self.reply_for is not None and sent is not None else self.next_reply()
+        if self.reply_for is not None:
+            sent = msgspec.json.decode(body)
+            reply = self.reply_for(sent)
+        else:
+            sent, reply = None, self.next_reply()
         if reply.token_delay is not None:  # a counted reply reads the request as the worker does
             request = msgspec.json.decode(body, type=GenerateRequest)
             request_id = request.request_id
@@ -237,7 +239,7 @@ class ProtocolWorker:
         if reply.token_delay is not None:
             return await self._count(reply, request, send)
         if reply.at_once:
-            await _send_body(send, reply.encoded())
+            await _send_body(send, reply.encoded)
             await send({"type": "http.response.body", "body": b""})
             return
         for number, event in enumerate(reply.events):
