@@ -28,7 +28,7 @@ from auth.policy import Manager, acting_user, reaches
 from auth.store import Store, open_store
 from auth.team_budgets import TeamBudgetOps
 from auth.team_keys import TeamKeys
-from auth.throttle import FailureBudget
+from auth.throttle import FailureBudget, SpentKeys
 from common.errors import StoreUnavailable
 
 log = structlog.get_logger("auth")
@@ -74,6 +74,7 @@ class AuthService:
         self._roles = TtlCache(cache_ttl)
         self._blocks = TtlCache(cache_ttl)  # (team, key) -> whether the team's owners blocked the key there
         self._failure_budget = failure_budget  # the one failed-auth rule (auth/throttle.py); None: none
+        self.spent_keys = SpentKeys()  # keys past their rejection budget, refused unread (auth/throttle.py)
         self.clients = ClientAddresses(trusted_proxies)  # who the throttle and the audit log see
         self._default_team_limits = default_team_limits  # the limits of a new deployment's "default" team
         self._touch_interval = touch_interval
@@ -112,7 +113,8 @@ class AuthService:
     # --- hot path ---
     async def authenticate(self, authorization: str | None, team_header: str | None, client: str) -> Principal:
         """`client`: the real client (`clients.client`). A valid key is served whatever its client's failures:
-        the failure budget turns that client's failed attempts into 429s, it never refuses a valid key."""
+        the failure budget turns that client's failed attempts into 429s, it never refuses a valid key. A key whose
+        own refusals spent its budget (`spent_keys`) is a 429 until its window frees."""
         mono = time.monotonic()
         token = bearer_token(authorization)
         if token is None:
@@ -125,6 +127,8 @@ class AuthService:
         key = await self._key(key_id, mono) if key_id is not None else None
         if key is None or not self._hasher.matches(token, key.secret_hash):
             raise await self._fail(client, "unknown", AuthError.invalid_key(), key_id)
+        if (wait := self.spent_keys.wait(key.id)) is not None:  # checked once the secret matched: reveals nothing
+            raise _spent(wait)
         wall = now()
         if key.revoked_at is not None:
             raise await self._fail(client, "revoked",
@@ -278,3 +282,10 @@ class AuthService:
 
 def _too_many(wait: float) -> AuthError:
     return AuthError(429, "rate_limited", "Too many failed authentication attempts; retry later.", wait)
+
+
+def _spent(wait: float) -> AuthError:
+    refusal = AuthError(429, "rate_limit_exceeded", "Too many rejected requests of this API key: it is refused, "
+                        f"its requests unread, until its rejection budget frees. Retry after {wait:.3f} s.", wait)
+    refusal.headers["connection"] = "close"  # the rest of its body is not even received: the server closes
+    return refusal

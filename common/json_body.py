@@ -108,6 +108,9 @@ async def read_json_then(request: Request[Any, Any, Any], then: Callable[[Any], 
 async def _read(request: Request[Any, Any, Any], optional: bool, then: Callable[[Any], Any] | None = None) -> Any:
     check_content_type(header(request, b"content-type"))
     limit = request.route_handler.resolve_request_max_body_size()
+    announced = header(request, b"content-length")
+    if announced is not None and announced.isdigit() and int(announced) > LARGE_BODY_BYTES:
+        TURNS.check_room(owner_of(request.scope))  # a body that would wait behind its owner's is not read
     raw = await read_body(request, limit)
     if optional and not raw.strip():
         return {} if then is None else then({})

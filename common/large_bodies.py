@@ -9,7 +9,9 @@ is decoded on the one thread here, never on the loop, and:
 - at a bounded share: after each job the thread rests `REST_RATIO` times as long as the job took, so large
   bodies get at most a third of the process's time (the GIL) however many arrive, and the loop the rest;
 - bounded: an owner with `WAITING_PER_OWNER` bodies waiting gets 429 `large_bodies_busy` for the next one,
-  before it is decoded.
+  before it is decoded, and before it is read when its content-length says it is large. The gateway counts that
+  refusal against the key's rejection budget (gateway/serving/rejections.py): a client that keeps sending while
+  its own bodies wait is refused whole before long.
 A small body is decoded on the loop at once: that costs less than the hand-over."""
 
 from __future__ import annotations
@@ -60,16 +62,25 @@ class LargeBodyTurns:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._ready:
-            waiting = self._waiting.get(owner)
-            if waiting is not None and self.waiting_per_owner is not None and len(waiting) >= self.waiting_per_owner:
-                raise LargeBodiesBusy(f"{len(waiting)} large request bodies of yours are already waiting to be read; "
-                                      "retry when they are done")
+            self._check_room(owner)
             self._waiting.setdefault(owner, deque()).append(_Job(loop, future, work))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
                 self._thread.start()
             self._ready.notify()
         return await future
+
+    def check_room(self, owner: str) -> None:
+        """LargeBodiesBusy now if `owner` has no room for another job: asked before a large body is read, so a
+        refused one costs its head only."""
+        with self._ready:
+            self._check_room(owner)
+
+    def _check_room(self, owner: str) -> None:
+        waiting = self._waiting.get(owner)
+        if waiting is not None and self.waiting_per_owner is not None and len(waiting) >= self.waiting_per_owner:
+            raise LargeBodiesBusy(f"{len(waiting)} large request bodies of yours are already waiting to be read; "
+                                  "retry when they are done")
 
     def waiting(self, owner: str) -> int:
         """How many of `owner`'s jobs wait for their turn (the one running not counted)."""

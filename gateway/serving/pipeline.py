@@ -35,7 +35,6 @@ from common.headers import header
 from common.json_body import read_json_then
 from common.large_bodies import owner_of
 from common.protocol import Event
-from gateway.authentication.headers import client_address
 from gateway.endpoints.activator import Lease, StillWaiting
 from gateway.endpoints.adapters import split_model
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
@@ -249,8 +248,7 @@ async def refuse(context: RequestContext, error: SluiceError) -> Response:
     admission, or by a worker for what it is, counts against the rejection budget (gateway/serving/rejections.py)."""
     services, accounting = context.services, context.accounting
     if not accounting.reached_worker or refused_by_worker(error):
-        error = await count_rejection(services.limiter, services.settings.rejections_per_minute, context.principal,
-                                      client_address(context.request, services.auth.clients), error)
+        error = await count_rejection(services, context.request, error)
     error = context.dialect.reported(error)
     await context.settle(accounting.failure_status(error), error)
     return context.dialect.error_response(error, accounting.headers())
@@ -339,10 +337,7 @@ async def _stream(context: RequestContext, first: tuple[int, Event] | None,
             if not seen and refused_by_worker(error):
                 # the worker refused what the request is after its wait in the queue (200 already sent): this costs
                 # the rejection budget as a refusal before any header does
-                services = context.services
-                client = client_address(context.request, services.auth.clients)
-                error = await count_rejection(services.limiter, services.settings.rejections_per_minute,
-                                              context.principal, client, error)
+                error = await count_rejection(context.services, context.request, error)
             await context.settle("error", error)
         if held is not None and not isinstance(error, LedgerUnavailable):
             yield held

@@ -21,7 +21,6 @@ from litestar import Request
 
 from common.headers import header
 from common.protocol import TokenSpan
-from gateway.authentication.headers import client_address
 from gateway.endpoints.controller import EndpointController
 from gateway.endpoints.deadline import SCALE_UP_TIMEOUT_HEADER, parse_scale_up_timeout, wait_deadline
 from gateway.errors import SluiceError
@@ -91,5 +90,4 @@ async def tokenizer_call(services: Services, request: Request, model: str | None
     except SluiceError as error:  # a refusal of what the call is, here or on the worker: the rejection budget's
         if not refused_by_worker(error):
             raise
-        raise await count_rejection(services.limiter, services.settings.rejections_per_minute, principal,
-                                    client_address(request, services.auth.clients), error) from error
+        raise await count_rejection(services, request, error) from error

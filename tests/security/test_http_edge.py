@@ -17,11 +17,13 @@ import resource
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from testkit.admin import team_key
 from testkit.protocol_worker import worker_process
 from testkit.sluice import running_sluice
 from testkit.stub_gateway import ADMIN_KEY, footprint, host_port
@@ -307,9 +309,16 @@ def buffers(tmp_path_factory):
         yield sluice
 
 
-def stall_body(server, source: str, forwarded: str | None = None, size: int = STALLED_BYTES) -> socket.socket:
+@pytest.fixture
+def attacker(buffers) -> str:
+    """A key of its own for a test's stalled bodies: each cut body counts against its key's rejection budget, and
+    a hundred spend it (the key is then refused whole for the minute: gateway/serving/rejections.py)."""
+    return team_key(buffers, f"stalling-{uuid.uuid4().hex[:12]}")
+
+
+def stall_body(server, key: str, source: str, forwarded: str | None = None, size: int = STALLED_BYTES) -> socket.socket:
     """A completion whose head says 4,000,000 bytes of body and whose body stops after `size` of them."""
-    head = (f"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\nauthorization: Bearer {server.api_key}\r\n"
+    head = (f"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\nauthorization: Bearer {key}\r\n"
             f"content-type: application/json\r\ncontent-length: 4000000\r\n"
             + (f"x-forwarded-for: {forwarded}\r\n" if forwarded else "") + "\r\n").encode()
     sock = connect(server, source)
@@ -330,12 +339,12 @@ def answered(sock: socket.socket, within: float = 0.5) -> int | None:
     return answer(data)[0] if data else 0
 
 
-def test_a_hundred_stalled_bodies_hold_a_bounded_memory_while_another_client_is_served(buffers):
+def test_a_hundred_stalled_bodies_hold_a_bounded_memory_while_another_client_is_served(buffers, attacker):
     # the issue's attack: 100 connections, 3.8 MB of body each, then silence (RSS 140 -> 520 MiB)
     before = footprint(buffers)[0]
     with sockets() as held:
         for index in range(STALLED):
-            held.append(stall_body(buffers, f"127.0.2.{index + 1}"))
+            held.append(stall_body(buffers, attacker, f"127.0.2.{index + 1}"))
         growth = (footprint(buffers)[0] - before) >> 20
         with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.3.1"), timeout=60) as client:
             honest = client.post(f"{buffers.url}/v1/completions", json={"model": MODEL, "prompt": "hi " * 300_000,
@@ -346,11 +355,11 @@ def test_a_hundred_stalled_bodies_hold_a_bounded_memory_while_another_client_is_
     assert statuses.count(429) >= STALLED // 2, statuses  # cut, the largest holder first
 
 
-def test_one_client_holds_at_most_its_share_of_unfinished_bodies(buffers):
+def test_one_client_holds_at_most_its_share_of_unfinished_bodies(buffers, attacker):
     with sockets() as held:
-        first = stall_body(buffers, "127.0.4.1")
+        first = stall_body(buffers, attacker, "127.0.4.1")
         held.append(first)
-        second = stall_body(buffers, "127.0.4.1")  # 3.8 + 3.8 MB > the client's 4 MiB
+        second = stall_body(buffers, attacker, "127.0.4.1")  # 3.8 + 3.8 MB > the client's 4 MiB
         held.append(second)
         status, headers, body = answer(read_until_closed(second, CUT_WITHIN_S))
         assert status == 429 and body["error"]["code"] == "body_buffer_full" and "retry-after" in headers
@@ -359,14 +368,14 @@ def test_one_client_holds_at_most_its_share_of_unfinished_bodies(buffers):
     assert not buffers.log_events("unhandled_error")
 
 
-def test_clients_behind_the_trusted_proxy_are_capped_by_their_forwarded_address(buffers):
+def test_clients_behind_the_trusted_proxy_are_capped_by_their_forwarded_address(buffers, attacker):
     # the ALB case: one peer address carries every client; each forwarded client gets its share of requests
     for client, others in (("198.51.100.7", "198.51.100.8"),
                            ("2001:db8:7:7::{}", "2001:db8:7:8::1")):  # IPv6: one /64, many addresses
         with sockets() as held:
             for index in range(PER_CLIENT):
-                held.append(stall_body(buffers, PROXY, client.format(index + 1), size=10))
-            excess = stall_body(buffers, PROXY, client.format(PER_CLIENT + 1), size=10)
+                held.append(stall_body(buffers, attacker, PROXY, client.format(index + 1), size=10))
+            excess = stall_body(buffers, attacker, PROXY, client.format(PER_CLIENT + 1), size=10)
             held.append(excess)
             status, _, body = answer(read_until_closed(excess, CUT_WITHIN_S))
             assert status == 429 and body["error"]["code"] == "too_many_connections", (client, body)

@@ -14,6 +14,7 @@ import asyncio
 import threading
 
 import httpx
+import msgspec
 import pytest
 
 from common.large_bodies import LARGE_BODY_BYTES, TURNS, LargeBodiesBusy, LargeBodyTurns
@@ -83,3 +84,44 @@ async def test_a_large_bodys_refusal_is_the_callers():
     with pytest.raises(ValueError, match="not JSON"):
         await turns.run("key:k", refused)
     assert await turns.run("key:k", lambda: 42) == 42
+
+
+async def test_a_body_that_would_wait_behind_its_owners_is_refused_unread_and_counted(tmp_path):
+    """An owner with its large bodies waiting is refused the next one by its content-length, before a byte of it
+    is read, and each such 429 counts against the key's rejection budget: a client that keeps sending is held
+    (refused at authentication, gateway/serving/rejections.py) once it is spent. On main the gateway read
+    every such body whole first, and never counted the 429."""
+    settings = msgspec.structs.replace(settings_in(tmp_path), rejections_per_minute=3)
+    async with served_gateway(settings) as served:
+        caller = await served.app.state.auth.authenticate(f"Bearer {ADMIN_KEY}", None, "127.0.0.1")
+        owner = f"team:{caller.team_id}"
+        started, release = threading.Event(), threading.Event()
+        holding = [asyncio.ensure_future(TURNS.run(owner, lambda: started.set() or release.wait(60)))]
+        while not started.is_set():  # the thread runs the first; then four wait behind it
+            await asyncio.sleep(0.01)
+        holding += [asyncio.ensure_future(TURNS.run(owner, lambda: None)) for _ in range(4)]
+        await asyncio.sleep(0)
+        try:
+            answers = [await unread_answer(served.url) for _ in range(5)]
+        finally:
+            release.set()
+            await asyncio.gather(*holding)
+    assert [status for status, _ in answers] == [429] * 5
+    assert all(b"large_bodies_busy" in body for _, body in answers[:3])
+    assert b"Too many rejected requests: at most 3" in answers[3][1]  # the budget spent: the key is held
+    assert b"of this API key" in answers[4][1]
+
+
+async def unread_answer(url: str) -> tuple[int, bytes]:
+    """A completion whose head announces 1 MB and whose body never comes: (status, body) of the answer."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n"
+                     b"authorization: Bearer " + ADMIN_KEY.encode() + b"\r\ncontent-length: 1000000\r\n\r\n{")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
+                          if line.startswith(b"content-length:")))
+        return int(head.split()[1]), await reader.readexactly(length)
+    finally:
+        writer.close()

@@ -7,6 +7,7 @@ full."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 
 import httpx
@@ -74,13 +75,52 @@ def test_a_keys_rejections_meet_429_and_are_stored_bounded(tmp_path, limiter_con
         assert [r.status_code for r in answers[:BUDGET]] == [400, 404, 400, 404, 400][:BUDGET]
         for response in answers[BUDGET:]:
             assert_budget_refusal(response)
-        assert valid(server, key, "10.1.0.200").status_code == 200  # a valid request is never refused by it
+        # the spent key is held until its window frees, valid requests included, from any address
+        spent = valid(server, key, "10.1.0.200")
+        assert spent.status_code == 429 and 0 < float(spent.headers["retry-after"]) <= 61
+        assert "rejected requests" in spent.json()["error"]["message"]
+        # another key of the same team, from the same address, is served
+        assert valid(server, default_team_key(server, "neighbour", rpm=60), "10.1.0.1").status_code == 200
 
-        records = wait_for_records(server, 81)
-        assert len(records) == 81
+        # stored: the refusals read, bounded, and the 429 that held the key; a held key's 429s are refused at
+        # authentication, unread and unstored, as 401s are
+        records = wait_for_records(server, BUDGET + 2)
+        assert len(records) == BUDGET + 2
         rejected = [r for r in records if r["status"] == "rejected"]
-        assert len(rejected) == 80 and all(len(r["model"]) <= MAX_NAME_CHARS for r in rejected)
-        assert sum(r["error_status"] == 429 for r in rejected) == 80 - BUDGET
+        assert len(rejected) == BUDGET + 1 and all(len(r["model"]) <= MAX_NAME_CHARS for r in rejected)
+        assert sum(r["error_status"] == 429 for r in rejected) == 1
+
+
+def test_a_spent_key_is_refused_before_its_body_is_read(tmp_path, limiter_config):
+    """A key that keeps sending what is refused (a 2 MB body of 400k ids) made the gateway read and parse each
+    body before its 429 (issue #43, item 2): now the answer comes while most of the body is still unsent."""
+    with sluice(tmp_path, limiter_config) as server:
+        key = default_team_key(server, "hostile", rpm=600)
+        for index in range(BUDGET + 1):
+            invalid_body(server, key, f"10.5.0.{index}")
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n"
+                         b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: 1000000\r\n\r\n"
+                         b'{"model": "x", "prompt": [1, 2, 3')  # and the rest of 1 MB never sent
+            answer = answer_of(conn)
+        assert answer.startswith(b"HTTP/1.1 429"), answer[:200]
+        assert b"rejected requests" in answer
+
+
+def answer_of(conn: socket.socket) -> bytes:
+    """One HTTP/1.1 answer with a content-length, read whole."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += (chunk := conn.recv(65536))
+        assert chunk, answer
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
+                      if line.startswith(b"content-length:")))
+    while len(body) < length:
+        body += (chunk := conn.recv(65536))
+        assert chunk, answer
+    return head + b"\r\n\r\n" + body
 
 
 def test_an_addresses_rejections_meet_429_whichever_key_sends_them(tmp_path, limiter_config):
