@@ -55,14 +55,15 @@ async def count_rejection(services: Services, request: Request, error: SluiceErr
         return error
     limiter, per_minute = services.limiter, services.settings.rejections_per_minute
     key_id = request.user.key_id
-    wait = await over_budget(limiter, per_minute, [f"key:{key_id}"])
-    if wait is not None:
-        services.auth.spent_keys.hold(key_id, wait)
-    else:  # the key's count stands; then the address's
-        client = client_address(request, services.auth.clients)
-        wait = await over_budget(limiter, per_minute, [f"address:{client_group(client)}"])
-        if wait is None:
-            return error
+    key = f"key:{key_id}"
+    address = f"address:{client_group(client_address(request, services.auth.clients))}"
+    wait = await over_budget(limiter, per_minute, [key, address])  # within both (the usual case): one call
+    if wait is None:
+        return error
+    # one of them is over and neither was counted: the key alone now, so that only a spent key is held
+    if (key_wait := await over_budget(limiter, per_minute, [key])) is not None:
+        services.auth.spent_keys.hold(key_id, key_wait)
+        wait = key_wait
     return RateLimited(f"{REFUSED}: at most {per_minute} requests of a key or a client address may be refused per "
                        f"minute (this one: {error.status} {error.code}). Retry after {wait:.3f} s.",
                        headers=retry_after_header(wait, ms=True))
