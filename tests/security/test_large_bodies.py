@@ -19,6 +19,7 @@ import pytest
 
 from common.large_bodies import LARGE_BODY_BYTES, TURNS, LargeBodiesBusy, LargeBodyTurns
 from gateway.dialects.openai.completions import OpenAICompletions
+from testkit.unread_bodies import answer_unread
 from tests.gateway.dashboard.served import ADMIN_KEY, served_gateway, settings_in
 
 
@@ -102,7 +103,7 @@ async def test_a_body_that_would_wait_behind_its_owners_is_refused_unread_and_co
         holding += [asyncio.ensure_future(TURNS.run(owner, lambda: None)) for _ in range(4)]
         await asyncio.sleep(0)
         try:
-            answers = [await unread_answer(served.url) for _ in range(5)]
+            answers = [await answer_unread(served.url, ADMIN_KEY) for _ in range(5)]
         finally:
             release.set()
             await asyncio.gather(*holding)
@@ -111,17 +112,3 @@ async def test_a_body_that_would_wait_behind_its_owners_is_refused_unread_and_co
     assert b"Too many rejected requests: at most 3" in answers[3][1]  # the budget spent: the key is held
     assert b"of this API key" in answers[4][1]
 
-
-async def unread_answer(url: str) -> tuple[int, bytes]:
-    """A completion whose head announces 1 MB and whose body never comes: (status, body) of the answer."""
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n"
-                     b"authorization: Bearer " + ADMIN_KEY.encode() + b"\r\ncontent-length: 1000000\r\n\r\n{")
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
-                          if line.startswith(b"content-length:")))
-        return int(head.split()[1]), await reader.readexactly(length)
-    finally:
-        writer.close()

@@ -6,8 +6,8 @@ full."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import socket
 import threading
 
 import httpx
@@ -18,6 +18,7 @@ from gateway.config import load_settings
 from testkit.admin import default_team_key, wait_for_records
 from testkit.protocol_worker import worker_process
 from testkit.stub_gateway import sluice_on_worker_process
+from testkit.unread_bodies import answer_unread
 from tests.faults.load import MODEL
 
 pytestmark = pytest.mark.slow
@@ -98,29 +99,9 @@ def test_a_spent_key_is_refused_before_its_body_is_read(tmp_path, limiter_config
         key = default_team_key(server, "hostile", rpm=600)
         for index in range(BUDGET + 1):
             invalid_body(server, key, f"10.5.0.{index}")
-        host, port = server.url.removeprefix("http://").rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=30) as conn:
-            conn.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: sluice\r\ncontent-type: application/json\r\n"
-                         b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: 1000000\r\n\r\n"
-                         b'{"model": "x", "prompt": [1, 2, 3')  # and the rest of 1 MB never sent
-            answer = answer_of(conn)
-        assert answer.startswith(b"HTTP/1.1 429"), answer[:200]
-        assert b"rejected requests" in answer
-
-
-def answer_of(conn: socket.socket) -> bytes:
-    """One HTTP/1.1 answer with a content-length, read whole."""
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        answer += (chunk := conn.recv(65536))
-        assert chunk, answer
-    head, _, body = answer.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.lower().split(b"\r\n")
-                      if line.startswith(b"content-length:")))
-    while len(body) < length:
-        body += (chunk := conn.recv(65536))
-        assert chunk, answer
-    return head + b"\r\n\r\n" + body
+        status, body = asyncio.run(answer_unread(server.url, key))  # the rest of 1 MB never sent
+        assert status == 429, body[:200]
+        assert b"rejected requests" in body
 
 
 def test_an_addresses_rejections_meet_429_whichever_key_sends_them(tmp_path, limiter_config):
