@@ -6,11 +6,12 @@ starts its request: its rows join the batch (extra candidates copy its slot) and
 Under the native forward the chunks of several prompts planned in one step run in one forward, each staged in
 the slot its request takes once the ones before it have joined (`_prefill_together`), so a burst of short or
 mostly cached prompts reads every weight once, not once per prompt.
-Then one decode step: the forward in row groups (runner.py); in each group's own thread its logits through the
-logits pipeline and the token choice (decoding/batch.py; failures set apart per row, row_faults.py); beam
-bookkeeping (beam_rows.py); each row takes its token (finish checks, detokenizing, stop strings, tool calls)
-and the step's events are built. A failure that belongs to one request ends that request alone; the rest of
-the batch goes on.
+Then one decode step, of every row, of the ordinary rows alone (beam_budget.py), or of one newcomer's rows alone
+(its first token, when rows were parked to make room for it: scheduler.py): the forward in row groups (runner.py);
+in each group's own thread its logits through the logits pipeline and the token choice (decoding/batch.py;
+failures set apart per row, row_faults.py); beam bookkeeping (beam_rows.py); each row takes its token (finish
+checks, detokenizing, stop strings, tool calls) and the step's events are built. A failure that belongs to one
+request ends that request alone; the rest of the batch goes on.
 """
 
 from __future__ import annotations
@@ -127,12 +128,18 @@ class Executor:
                 told = len(plan.dropped)
         rows = len(self.slots.rows)
         if rows:
-            ordinary = self.slots.ordinary()
-            report.mixed = 0 < ordinary < rows
-            report.full = not (report.mixed and plan.beams_sit_out)
+            first, end = 0, rows
+            alone = self._newcomers_rows(plan.first_token_alone)
+            if alone is not None:
+                (first, end), report.alone = alone, True
+            else:
+                ordinary = self.slots.ordinary()
+                report.mixed = 0 < ordinary < rows
+                report.full = not (report.mixed and plan.beams_sit_out)
+                end = rows if report.full else ordinary
             started = time.perf_counter()
             # while prompts wait to join, rows draft nothing: the prompts wait for each forward, and the batch grows
-            self._decode(rows if report.full else ordinary, events, drafting=not plan.others_wait)
+            self._decode(first, end, events, drafting=not plan.others_wait and alone is None)
             report.decoded, report.seconds = True, time.perf_counter() - started
             self.step_seconds += report.seconds
         return report
@@ -302,17 +309,28 @@ class Executor:
 
     # ---- decode ----
 
-    def _decode(self, count: int, events: StepEvents, drafting: bool = True) -> None:
-        """One token for each of the first `count` rows (all of them, or the ordinary ones); more for rows whose
-        draft tokens (speculation.py) are taken, where `drafting`."""
-        rows = self.slots.rows[:count]
-        batch = self.slots.batch.prefix(count)
+    def _newcomers_rows(self, state: RequestState | None) -> tuple[int, int] | None:
+        """The slots first..end-1 of the rows of `state` (an ordinary request that just joined), when other rows
+        run beside them; None otherwise (the step decodes as usual)."""
+        if state is None or state.done:
+            return None
+        slots = [i for i, row in enumerate(self.slots.rows) if row.request is state]
+        if not slots or len(slots) == len(self.slots.rows) or slots[-1] - slots[0] + 1 != len(slots):
+            return None
+        return slots[0], slots[-1] + 1
+
+    def _decode(self, first: int, end: int, events: StepEvents, drafting: bool = True) -> None:
+        """One token for each row of slots first..end-1 (every row, the ordinary ones, or one newcomer's: never
+        beam rows after others, whose bookkeeping counts slots from 0); more for rows whose draft tokens
+        (speculation.py) are taken, where `drafting` (only from slot 0)."""
+        rows, count = self.slots.rows[first:end], end - first
+        batch = self.slots.batch.slice(first, end)
         want_hidden = any(r.request.prepared.request.params.return_hidden_states for r in rows)
         overrides = {i: r.request.last_embed for i, r in enumerate(rows)
                      if not r.output_ids and r.request.last_embed is not None}
 
         drafts = plan_drafts(rows, self.runner.cache.capacity, self.runner.vocab_size) \
-            if drafting and any(r.drafter is not None for r in rows) else {}
+            if drafting and first == 0 and any(r.drafter is not None for r in rows) else {}
         tokens = count + sum(len(draft) for draft in drafts.values())
         threads = self.host.prefill_threads(self.runner.prefill_threads)
         native = self.runner.native is not None and all(r.request.adapter is None for r in rows)
@@ -334,7 +352,7 @@ class Executor:
         else:
             groups = self.runner.decode_groups(inputs, lengths, want_hidden=want_hidden, embeds_override=overrides,
                                                then=choose, adapters=[r.request.adapter for r in rows],
-                                               threads=threads)
+                                               threads=threads, first_slot=first)
             later = {i: self.runner.prefill(i, draft, start=rows[i].length + 1, all_logits=True,  # its own chunk
                                             adapter=rows[i].request.adapter).logits for i, draft in drafts.items()}
         if native:
@@ -354,7 +372,7 @@ class Executor:
             row.length += 1
             if row.request.beam is None and not row.request.done:  # beams stay private until the search ends
                 try:
-                    self._advance(i, row, choice, out, events)
+                    self._advance(i, row, choice, out, events, batch.rows[i])
                 except Exception as exc:  # detokenizing, stop strings, its events: this request's own
                     log.exception("row_advance_failed", request_id=row.request.request_id)
                     self._fail(row.request, f"building its output failed ({type(exc).__name__})", events)
@@ -391,9 +409,9 @@ class Executor:
         row.drafter.verified(draft, accepted)
 
     def _advance(self, i: int, row: Sequence, choice: Choice, out: StepOutput, events: StepEvents,
-                 batch_row: RowState | None = None) -> None:
+                 batch_row: RowState) -> None:
+        """Row `i` of the step's choice is `row`'s next token; `batch_row` is its decoding state."""
         token = choice.token_ids[i]
-        batch_row = batch_row or self.slots.batch.rows[i]
         delta, calls = row.take(token, choice.logprobs[i], batch_row.spec, batch_row.grammar, self.runner.max_context)
         state = row.request
         if state.streams_tokens:

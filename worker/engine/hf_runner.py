@@ -205,13 +205,13 @@ class TransformersRunner:
     def decode_groups(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                       embeds_override: dict[int, torch.Tensor] | None = None,
                       then: Callable[[int, int, StepOutput], T] | None = None, adapters=None,
-                      threads: int | None = None) -> list[T]:
-        """One token for each of rows 0..B-1 (row b writes position lengths[b]): one forward for all of them
-        (`pads_rows`), else one per run of neighbouring rows of the same length; `then(first, end, output)` after
-        each, in row order."""
+                      threads: int | None = None, first_slot: int = 0) -> list[T]:
+        """One token for each of rows 0..B-1 (row b, in slot first_slot + b, writes position lengths[b]): one
+        forward for all of them (`pads_rows`), else one per run of neighbouring rows of the same length;
+        `then(first, end, output)` after each, in row order."""
         if adapters is not None and any(adapter is not None for adapter in adapters):
             raise UnsupportedModel("LoRA adapters need a model family with a fast path")
-        self.cache.ensure(max(lengths) + 1, len(token_ids))
+        self.cache.ensure(max(lengths) + 1, first_slot + len(token_ids))
         overrides = embeds_override or {}
         results: list[T] = []
         ids: torch.Tensor | None  # a group's tokens, None where embeddings replace them
@@ -230,7 +230,7 @@ class TransformersRunner:
                         embeds[row - first, 0] = vector.to(self.device, self.dtype)
                 ids = None
             padded = None if min(lengths[first:end]) == longest else lengths[first:end]
-            out = self._forward(first, end - first, longest, ids, embeds, 1, want_hidden, padded)
+            out = self._forward(first_slot + first, end - first, longest, ids, embeds, 1, want_hidden, padded)
             results.append(cast(T, out) if then is None else then(first, end, out))  # no `then`: T is StepOutput
             first = end
         return results

@@ -228,15 +228,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _native_decode(self, token_ids: list[int], lengths: list[int], want_hidden: bool,
-                       overrides: dict[int, torch.Tensor], threads: int | None) -> StepOutput:
-        """`_decode_rows` of every row (slots 0..B-1) through the native forward: one call, its own threads."""
+                       overrides: dict[int, torch.Tensor], threads: int | None, first_slot: int = 0) -> StepOutput:
+        """`_decode_rows` of every row (slots first_slot..first_slot+B-1) through the native forward: one call,
+        its own threads."""
         check_tokens([t for row, t in enumerate(token_ids) if row not in overrides], self.vocab_size)
         hidden = self.embed(torch.tensor(token_ids)).float().clone()
         for row, vector in overrides.items():
             hidden[row] = vector.to(self.device, torch.float32)
         rows = list(range(len(token_ids)))
-        logits, normed = self.native.run(hidden, rows, lengths, self.cache.keys, self.cache.values, rows,
-                                         want_hidden=want_hidden, threads=threads)
+        logits, normed = self.native.run(hidden, [first_slot + row for row in rows], lengths, self.cache.keys,
+                                         self.cache.values, rows, want_hidden=want_hidden, threads=threads)
         return StepOutput(logits, normed)
 
     @torch.inference_mode()
@@ -279,23 +280,25 @@ class ModelRunner:
     def decode_groups(self, token_ids: list[int], lengths: list[int], want_hidden: bool = False,
                       embeds_override: dict[int, torch.Tensor] | None = None,
                       then: Callable[[int, int, StepOutput], T] | None = None,
-                      adapters: list[LoraAdapter | None] | None = None, threads: int | None = None) -> list[T]:
+                      adapters: list[LoraAdapter | None] | None = None, threads: int | None = None,
+                      first_slot: int = 0) -> list[T]:
         """`decode`, by row group: with `decode_threads` > 1 and enough rows, contiguous groups of rows
         run their whole forward in parallel threads (decode_layer.py says why that needs the scripted
         layers). `then(first, end, output)` runs in the group's thread right after its forward (the
         engine chooses the group's tokens there); its results, or the groups' outputs, in row order.
         With `native` set and no row adapted, one native call (one group) runs every row on `threads`
-        threads (None: the native forward's own count)."""
-        self.cache.ensure(max(lengths) + 1, len(token_ids))
+        threads (None: the native forward's own count). The rows sit in slots from `first_slot` on (a step
+        of some rows only: executor.py)."""
+        self.cache.ensure(max(lengths) + 1, first_slot + len(token_ids))
         overrides = embeds_override or {}
         if self.native is not None and (adapters is None or all(adapter is None for adapter in adapters)):
-            out = self._native_decode(token_ids, lengths, want_hidden, overrides, threads)
+            out = self._native_decode(token_ids, lengths, want_hidden, overrides, threads, first_slot)
             return [out if then is None else then(0, len(token_ids), out)]
 
         def group(first: int, end: int):
             lora = NO_LORA if adapters is None else lora_rows(adapters[first:end], self.device)
             with intra_op_threads(self.group_threads):
-                out = self._decode_rows(first, token_ids[first:end], lengths[first:end], want_hidden,
+                out = self._decode_rows(first_slot + first, token_ids[first:end], lengths[first:end], want_hidden,
                                         {row - first: vector for row, vector in overrides.items()
                                          if first <= row < end}, lora)
                 return out if then is None else then(first, end, out)

@@ -5,13 +5,20 @@ Real Engines on a tiny random Llama, stepped by hand so the preemption happens a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from transformers import AutoTokenizer
 
-from common.protocol import Finish, Token
+from common.protocol import Finish, ModelConfig, Token
+from testkit.sluice import default_model_dir
+from testkit.tiny_model import tiny_llama
 from tests.worker.beam.tiny import tiny_model
 from tests.worker.engine.runs import request, submit
+from worker.engine import runner_choice
 from worker.engine.engine import Engine
+from worker.engine.hf_runner import TransformersRunner
 from worker.engine.preemption import choose_victims
 from worker.engine.sequence import RequestState
 
@@ -24,8 +31,6 @@ def model():
 
 
 def engine_of(model, tmp_path, rows: int) -> Engine:
-    from common.protocol import ModelConfig
-
     config = ModelConfig(name="tiny", max_batch_size=rows, max_context=64, decode_threads=1)
     return Engine(model, config, "preempt", tmp_path, compile_later=True)
 
@@ -60,9 +65,11 @@ def hostile_then_quiet(engine: Engine, params: dict) -> tuple[list, object]:
 def test_a_quiet_tenant_takes_a_row_at_once_and_greedy_output_equals_generate(model, tmp_path):
     engine = engine_of(model, tmp_path, rows=2)
     hostile, quiet = hostile_then_quiet(engine, {"temperature": 0.0})
+    before = len(hostile[0].tokens())
     step(engine, 1)
     assert engine.scheduler.preemptions == 1
     assert sorted(row.request.prepared.request.tenant for row in engine.rows) == ["h", "q"]
+    assert len(hostile[0].tokens()) == before  # the row left running sat out the newcomer's first step
     # the newest hostile request was parked mid-way and waits at the front; the quiet one decoded at once
     parked = engine.scheduler.waiting[0]
     assert parked.request_id == hostile[1].request_id and len(parked.parked) == 1
@@ -75,6 +82,7 @@ def test_a_quiet_tenant_takes_a_row_at_once_and_greedy_output_equals_generate(mo
                                         do_sample=False)[0, len(prompt):].tolist()
         assert run.finishes[0].token_ids == expected
         assert [t.token_id for t in run.tokens()] == expected  # streamed once each, none repeated or lost
+    assert len(quiet.finishes[0].token_ids) == 2
 
 
 @pytest.mark.parametrize("params", [
@@ -218,5 +226,54 @@ def test_one_request_holding_every_row_gives_a_newcomer_a_row_within_two_steps(m
     assert [f.token_ids for f in hostile.finishes] == [f.token_ids for f in reference.finishes]
     assert [f.cumulative_logprob for f in hostile.finishes] == \
         pytest.approx([f.cumulative_logprob for f in reference.finishes])
-    assert len(quiet.finishes[0].token_ids) == 3
     assert engine.scheduler.queued == 0 and not engine.scheduler.waiting
+
+
+@pytest.fixture(scope="module")
+def smol_tokenizer():
+    return AutoTokenizer.from_pretrained(default_model_dir())
+
+
+@pytest.mark.parametrize("runner", ["lean", "fallback", "q4"])
+def test_the_newcomers_first_token_comes_from_a_step_of_its_rows_alone(runner, smol_tokenizer, tmp_path,
+                                                                       monkeypatch):
+    """The rows left running sit out the step that gives the newcomer its first token, whatever runner decodes it
+    (the lean torch forward, transformers' own, the native q4 one: the newcomer's rows sit in slots after the
+    others); every output equals the same request's alone, and the newcomer ends by its own limit."""
+    loaded = tiny_llama(smol_tokenizer, seed=3)
+    if runner == "q4":
+        loaded = dataclasses.replace(loaded, quantization="q4")
+    if runner == "fallback":
+        monkeypatch.setattr(runner_choice, "LEAN_MODEL_TYPES", frozenset())
+
+    def engine() -> Engine:
+        built = Engine(loaded, ModelConfig(name="tiny", max_batch_size=3, max_context=64, decode_threads=1),
+                       "alone", tmp_path, compile_later=True)
+        assert (built.runner.native is not None) == (runner == "q4")
+        assert isinstance(built.runner, TransformersRunner) == (runner == "fallback")
+        return built
+
+    wide = dict(prompt="The river", n=3, seed=[5, 6, 7], temperature=0.9, max_tokens=10, ignore_eos=True,
+                logprobs=1)
+    quiet_params = dict(prompt="One two three", temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=1)
+    batch = engine()
+    hostile = submit(batch, request(tenant="h", **wide), strict=True)
+    step(batch, 3)
+    quiet = submit(batch, request(tenant="q", **quiet_params), strict=True)
+    held = [len(hostile.tokens(i)) for i in range(3)]
+    step(batch, 1)
+    assert batch.scheduler.preemptions == 1 and len(quiet.tokens()) == 1
+    assert quiet.ended.is_set()  # by its own limit, not another row's
+    assert [len(hostile.tokens(i)) for i in range(3)] == held  # parked, or sat the step out
+    steps_until_done(batch, [hostile, quiet])
+    for run, params in [(hostile, wide), (quiet, quiet_params)]:
+        alone = engine()
+        reference = submit(alone, request(**params), strict=True)
+        steps_until_done(alone, [reference])
+        assert [f.token_ids for f in run.finishes] == [f.token_ids for f in reference.finishes]
+        logprobs = [[t.logprob for t in run.tokens(i)] for i in range(len(run.finishes))]
+        expected = [[t.logprob for t in reference.tokens(i)] for i in range(len(run.finishes))]
+        if runner == "q4":  # batch-invariant: the same bits
+            assert logprobs == expected
+        else:
+            assert logprobs == [pytest.approx(row, abs=1e-5) for row in expected]
