@@ -12,7 +12,10 @@ turns and bound. bench/attacks/worker_fairness.py (`--attacks answers`) measures
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gc
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -54,7 +57,9 @@ from gateway.serving.render_process import (
     WAITING_PER_OWNER,
     AnswerRenderer,
     LargeAnswersBusy,
+    bulk_socket,
     receive_exactly,
+    run_job,
 )
 from testkit.admin import default_team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
@@ -309,6 +314,42 @@ async def test_the_render_process_is_not_the_gateways_and_a_dead_one_is_replaced
     child.join()
     assert await answer_body(chat, parsed, [as_relayed(events)], META, "team:a") == expected
     assert RENDERER.child is not None and RENDERER.child.pid != child.pid
+
+
+def test_a_render_job_runs_no_cycle_collection_and_renders_the_same_bytes():
+    """Counted, not timed: a job of the render process (`run_job`, here on a thread, a duplex pipe standing for the
+    child's) makes tens of thousands of objects and starts no cycle collection; the collector is on again after it,
+    and the body is the one rendering gives in this process."""
+    chat, route, body, _ = DIALECTS["chat"]
+    parsed = dataclasses.replace(chat.parse(body, route), requests=[])
+    events = worker_events()
+    relayed = as_relayed(events)
+    child_end, our_end = multiprocessing.Pipe()
+    child_bulk, our_bulk = bulk_socket(child_end), bulk_socket(our_end)
+    collections, ran = [], []
+    job = threading.Thread(target=lambda: ran.append(run_job(child_end, child_bulk)))
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and threading.get_ident() == job.ident:
+            collections.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        job.start()
+        our_end.send((chat, parsed, [dataclasses.replace(relayed, pieces=[], line_bytes=0)],
+                      [sum(map(len, relayed.pieces))], META))
+        for piece in relayed.pieces:
+            our_bulk.sendall(piece)
+        verdict, size = our_end.recv()
+        answer = receive_exactly(our_bulk, size)
+        job.join()
+    finally:
+        gc.callbacks.remove(seen)
+        for end in (child_end, our_end, child_bulk, our_bulk):
+            end.close()
+    assert verdict == "ok" and ran == [True]
+    assert collections == [] and gc.isenabled()
+    assert answer == msgspec.json.encode(chat.render(parsed, [decoded(events)], META))
 
 
 def test_bytes_to_and_from_the_render_process_come_whole_or_not_at_all():
