@@ -11,14 +11,16 @@ Each attack beside a quiet team that sends one-token requests one after another 
   prepare every request: 0.24 s became 14.8 s).
 - large answers: a team keeps non-streamed `n` = 32, `top_logprobs` = 20 answers of megabytes coming through a
   real `sluice serve` (in front of the test kit's protocol worker, which sends them at once); the probes are
-  another team's streamed one-token chat (time to its first chunk; the stub worker answers it at once) and the
-  gateway's `GET /livez`, which answers on the event loop every team's streams share (before: 1.1 s). The same
-  probe asks a bare HTTP server on this host, interleaved (the control): what the attack adds to that tail is the
-  host's two busy cores, not the gateway. The stub worker's and the attackers' threads, which in production run on
-  other machines, run 10 nice steps below the gateway (bench/harness/stand_ins.py). Each phase also says where the
-  gateway's CPU time went (`CpuBook`): its event loop thread's time on a core and time runnable but waiting for one
-  (Linux schedstat), its other threads', the render process's, and this process's (stub worker and attackers),
-  beside the control's loop.
+  another team's streamed one-token chat (time to its first chunk) and the gateway's `GET /livez`, which answers on
+  the event loop every team's streams share (before: 1.1 s). The same probe asks a bare HTTP server on this host,
+  interleaved (the control): what the attack adds to that tail is the host's two busy cores, not the gateway. The
+  stub worker's and the attackers' threads, which in production run on other machines, run 10 nice steps below the
+  gateway (bench/harness/stand_ins.py). The quiet team's model is served by a stub worker process of its own
+  (`python -m testkit.protocol_worker`, one token at once): answered by the attack's stub, whose one loop sends
+  12 MiB at once and shares this process's GIL with the attacking clients, the probe measured that stub (3x idle,
+  against about 2x through a worker of its own, same day). Each phase also says where the gateway's CPU time went
+  (`CpuBook`): its event loop thread's time on a core and time runnable but waiting for one (Linux schedstat), its
+  other threads', the render process's, and this process's (stub worker and attackers), beside the control's loop.
 Prints each phase and the ratio of each attack's p99 to the idle p99 (the bar: within 2x). No assertions.
 `--quick` (or SLUICE_BENCH_QUICK=1) runs a small version.
 """
@@ -66,8 +68,7 @@ from common.protocol import (
 )
 from testkit.admin import team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
-from testkit.protocol_worker import Reply, sluice_on_protocol_worker
-from testkit.protocol_worker import tokens as tokens_reply
+from testkit.protocol_worker import Reply, sluice_on_protocol_worker, worker_process
 from testkit.servers import free_port, wait_for_port
 from worker.engine.engine import Engine
 from worker.loading import load_model
@@ -75,6 +76,7 @@ from worker.server import create_worker_app
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "bench-worker-fairness-admin-key-0123456789"
+QUIET_MODEL = "quiet-model"  # the quiet team's, on a stub worker process of its own
 
 
 class WideRequests(BusyTenant):
@@ -281,14 +283,18 @@ class CpuBook:
               f"attackers {spent['this process']:.2f}", flush=True)
 
 
+def _quiet_model(url: str) -> str:
+    """The gateway's settings: no team limits, and QUIET_MODEL served by the worker at `url`."""
+    return f'default_team_limits = {{}}\n[[models]]\nname = "{QUIET_MODEL}"\n' \
+           f'provisioner = {{ kind = "static", urls = ["{url}"] }}\n'
+
+
 def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as data, _bare_server() as (bare, control), \
-            sluice_on_protocol_worker(Path(data), ADMIN_KEY, settings="default_team_limits = {}\n") as (server, worker):
+            worker_process(model=QUIET_MODEL, token_delay=0.0, quiet=True) as quiet_worker, \
+            sluice_on_protocol_worker(Path(data), ADMIN_KEY, _quiet_model(quiet_worker.url)) as (server, worker):
         # encoded once: the stub worker stands in for another machine, its CPU is not the gateway's
-        large, quiet_reply = Reply(large_answer(32, tokens, 20), at_once=True), Reply(tokens_reply())
-        # the quiet team's one-token chats get one token; every other request the large answer
-        worker.reply_for = lambda sent: quiet_reply if sent.get("params", {}).get("max_tokens") == 1 else large
-        worker.record = False
+        worker.replies, worker.record = [Reply(large_answer(32, tokens, 20), at_once=True)], False
         headers = {"authorization": f"Bearer {team_key(server, 'large-answers')}"}
         body = {"model": STUB_MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 32, "logprobs": True,
                 "top_logprobs": 20, "max_tokens": tokens}
@@ -302,7 +308,8 @@ def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
                     sizes.append(len(answer.content))
 
         targets = [{"get": server.url + "/livez"}, {"get": bare},
-                   {"chat": server.url + "/v1/chat/completions", "key": team_key(server, "quiet"), "model": STUB_MODEL}]
+                   {"chat": server.url + "/v1/chat/completions", "key": team_key(server, "quiet"),
+                    "model": QUIET_MODEL}]
         book = CpuBook(server.process.pid, control)
         below_the_gateway()  # the stub worker's server thread
         book.start()
