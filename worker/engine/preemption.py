@@ -13,8 +13,7 @@ A parked row keeps itself whole (its sequence, decoding state and cache position
 request waits at the front of the queue for as many rows as it has parked and resumes them exactly where they
 stopped when fair turns give it rows again: its tokens are those it would have produced unparked. The newcomer's
 first token comes from a decode step of its rows alone (scheduler.py): the rows left running sit that step out.
-Rules that
-keep it from thrashing or piling up:
+Rules that keep it from thrashing or piling up:
 - only a tenant running nothing preempts, and only when the head cannot start otherwise;
 - a victim's tenant keeps at least as many rows as the newcomer takes, so the newcomer's tenant is never the
   one that runs the most and the victim's tenant (still running rows) cannot preempt back; a beam search
