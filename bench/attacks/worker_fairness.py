@@ -1,6 +1,6 @@
 """A hostile tenant, second round (issue #43 items 4, 8, 12): another team's TTFT idle and under each attack, same run.
 
-    .venv/bin/python bench/attacks/worker_fairness.py [--quick] [--rows 8] [--probes 20]
+    .venv/bin/python bench/attacks/worker_fairness.py [--quick] [--rows 8] [--probes 20] [--quiet-worker real|stub]
 
 Each attack beside a quiet team that sends one-token requests one after another (bench/fairness.py's `probe` and
 `phase`: submit -> first token, p50 / p99, and the p99 in engine steps):
@@ -15,10 +15,11 @@ Each attack beside a quiet team that sends one-token requests one after another 
   the event loop every team's streams share (before: 1.1 s). The same probe asks a bare HTTP server on this host,
   interleaved (the control): what the attack adds to that tail is the host's two busy cores, not the gateway. The
   stub worker's and the attackers' threads, which in production run on other machines, run 10 nice steps below the
-  gateway (bench/harness/stand_ins.py). The quiet team's model is served by a stub worker process of its own
-  (`python -m testkit.protocol_worker`, one token at once): answered by the attack's stub, whose one loop sends
-  12 MiB at once and shares this process's GIL with the attacking clients, the probe measured that stub (3x idle,
-  against about 2x through a worker of its own, same day). Each phase also says where the gateway's CPU time went
+  gateway (bench/harness/stand_ins.py). The quiet team's model has a worker process of its own (`--quiet-worker`):
+  by default a real `python -m worker` with SmolLM2, as the admission attacks' probes meet it (a prefill and a
+  step: the TTFT another team gets); `stub`, `python -m testkit.protocol_worker` answering one token at once,
+  leaves the gateway and the host alone in the probe's few milliseconds, a tail the host's busy cores double for
+  a bare server too. Each phase also says where the gateway's CPU time went
   (`CpuBook`): its event loop thread's time on a core and time runnable but waiting for one (Linux schedstat), its
   other threads', the render process's, and this process's (stub worker and attackers), beside the control's loop.
 Prints each phase and the ratio of each attack's p99 to the idle p99 (the bar: within 2x). No assertions.
@@ -70,6 +71,7 @@ from testkit.admin import team_key
 from testkit.protocol_worker import MODEL as STUB_MODEL
 from testkit.protocol_worker import Reply, sluice_on_protocol_worker, worker_process
 from testkit.servers import free_port, wait_for_port
+from testkit.sluice import standalone_worker
 from worker.engine.engine import Engine
 from worker.loading import load_model
 from worker.server import create_worker_app
@@ -289,10 +291,23 @@ def _quiet_model(url: str) -> str:
            f'provisioner = {{ kind = "static", urls = ["{url}"] }}\n'
 
 
-def large_answer_attack(probes: int, tokens: int) -> dict[str, list[float]]:
+@contextlib.contextmanager
+def _quiet_worker(kind: str, data: Path) -> Iterator[str]:
+    """The URL of the worker serving QUIET_MODEL: `stub`, a protocol worker that answers one token at once (what
+    the probe then measures is the gateway and the host), or `real`, `python -m worker` with SmolLM2 (what the
+    other team meets: a prefill and a step on the model, on this host's two cores beside the attack)."""
+    if kind == "real":
+        with standalone_worker(data / "quiet-worker", max_batch_size=8, name=QUIET_MODEL) as url:
+            yield url
+    else:
+        with worker_process(model=QUIET_MODEL, token_delay=0.0, quiet=True) as stub:
+            yield stub.url
+
+
+def large_answer_attack(probes: int, tokens: int, quiet_worker: str) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as data, _bare_server() as (bare, control), \
-            worker_process(model=QUIET_MODEL, token_delay=0.0, quiet=True) as quiet_worker, \
-            sluice_on_protocol_worker(Path(data), ADMIN_KEY, _quiet_model(quiet_worker.url)) as (server, worker):
+            _quiet_worker(quiet_worker, Path(data)) as quiet_url, \
+            sluice_on_protocol_worker(Path(data), ADMIN_KEY, _quiet_model(quiet_url)) as (server, worker):
         # encoded once: the stub worker stands in for another machine, its CPU is not the gateway's
         worker.replies, worker.record = [Reply(large_answer(32, tokens, 20), at_once=True)], False
         headers = {"authorization": f"Bearer {team_key(server, 'large-answers')}"}
@@ -343,13 +358,17 @@ def main() -> None:
     parser.add_argument("--livez-probes", type=int, default=None,
                         help="/livez probes per phase of the large answers (default 1,000, 32 with --quick): p99 "
                              "is then the 10th slowest, not one sample")
+    parser.add_argument("--quiet-worker", choices=("real", "stub"), default="real",
+                        help="beside large answers, the quiet team's model on a real worker process (SmolLM2) or on "
+                             "a stub worker (one token at once: the gateway and the host alone)")
     args = parser.parse_args()
     probes = args.probes or (8 if args.quick else 30)
     attacks = set(args.attacks.split(","))
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
     livez_probes = args.livez_probes or (32 if args.quick else 1000)
-    results = large_answer_attack(livez_probes, 100 if args.quick else 300) if "answers" in attacks else {}
+    results = large_answer_attack(livez_probes, 100 if args.quick else 300, args.quiet_worker) \
+        if "answers" in attacks else {}
     if not attacks & {"rows", "grammar"}:
         return report(results)
     os.environ.setdefault("SLUICE_MODEL_CACHE", str(REPO / ".data" / "test-model-cache"))
