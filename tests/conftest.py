@@ -1,6 +1,6 @@
 """Fixtures shared by more than one suite: real database and cache servers for the session, both auth stores (the
-auth and endpoint suites), `sluice serve` on the default model (compat, e2e) and the dashboard's gateway served
-on loopback (the dashboard and security suites)."""
+auth and endpoint suites), `sluice serve` on the default model (compat, e2e), the default model's tokenizer and the
+dashboard's gateway served on loopback (the dashboard and security suites)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import settings
 
 from testkit.databases import fresh_database
 from testkit.servers import postgres_server, redis_server
-from testkit.sluice import GRAMMAR_COMPILE_LIMIT_S, MODEL, running_sluice
+from testkit.sluice import GRAMMAR_COMPILE_LIMIT_S, MODEL, default_model_dir, running_sluice
 from tests import cpu_report
 from tests.file_order import longest_first, read_weights
 from tests.gateway.dashboard.served import served_gateway, settings_in
@@ -87,6 +87,15 @@ def sluice_on_smol(tmp_path_factory):
              f'grammar_compile_timeout_s = {GRAMMAR_COMPILE_LIMIT_S}\n')  # structured output: not about that limit
     with running_sluice(tmp_path_factory.mktemp("smol"), config=exact) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """The default model's tokenizer, as transformers loads it from the model's own directory (the cache holds
+    other models' too: Gemma 3). Shared: a test that changes it changes a deep copy."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir())
 
 
 @pytest.fixture

@@ -12,18 +12,12 @@ import openai
 import pydantic
 import pytest
 from huggingface_hub import InferenceClient
-from transformers import AutoTokenizer
 
-from testkit.sluice import MODEL, default_model_dir
+from testkit.sluice import MODEL
 
 QUESTION = {"role": "user", "content": "What is the capital of France?"}
 PREFILL = "The capital of France is"
 GREEDY = {"temperature": 0}  # this SDK release has no sampling arguments
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(default_model_dir())
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +35,14 @@ def continued_tokens(tokenizer, messages) -> int:
     return len(tokenizer(text, add_special_tokens=False).input_ids)
 
 
-def test_anthropic_prefill_is_continued_and_counted(claude, tokenizer):
+def test_anthropic_prefill_is_continued_and_counted(claude, smol_tokenizer):
     messages = [QUESTION, {"role": "assistant", "content": PREFILL}]
     message = claude.messages.create(model=MODEL, max_tokens=8, messages=messages, extra_body=GREEDY)
     text = message.content[0].text
     # old main closed the prefill's turn and started another: "The capital of France is Paris." came back
     assert not text.lstrip().startswith("The capital"), text
     assert "Paris" in text
-    expected = continued_tokens(tokenizer, messages)
+    expected = continued_tokens(smol_tokenizer, messages)
     assert message.usage.input_tokens == expected  # old main: 11 more (the closed turn and a new header)
     counted = claude.messages.count_tokens(model=MODEL, messages=messages)
     assert counted.input_tokens == expected
@@ -84,12 +78,12 @@ def test_anthropic_sdk_reads_the_request_id(claude):
     assert message._request_id is not None and message._request_id == raw.headers["x-request-id"]
 
 
-def test_openai_continue_final_message_is_a_prefill(gpt, tokenizer):
+def test_openai_continue_final_message_is_a_prefill(gpt, smol_tokenizer):
     messages = [QUESTION, {"role": "assistant", "content": PREFILL}]
     reply = gpt.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, temperature=0,
                                         extra_body={"continue_final_message": True, "add_generation_prompt": False})
     assert not reply.choices[0].message.content.lstrip().startswith("The capital")
-    assert reply.usage.prompt_tokens == continued_tokens(tokenizer, messages)
+    assert reply.usage.prompt_tokens == continued_tokens(smol_tokenizer, messages)
     with pytest.raises(openai.BadRequestError) as refused:
         gpt.chat.completions.create(model=MODEL, messages=messages, max_tokens=2,
                                     extra_body={"continue_final_message": True, "add_generation_prompt": True})
@@ -107,8 +101,8 @@ def test_chat_template_kwargs_are_passed_and_bounded(gpt):
         assert refused.value.body["param"] == "chat_template_kwargs"
 
 
-def test_huggingface_hub_list_shaped_logit_bias(sluice_on_smol, tokenizer):
-    favoured = tokenizer.convert_tokens_to_ids("!")
+def test_huggingface_hub_list_shaped_logit_bias(sluice_on_smol, smol_tokenizer):
+    favoured = smol_tokenizer.convert_tokens_to_ids("!")
     bias = [0.0] * (favoured + 1)
     bias[favoured] = 100.0
     client = InferenceClient(base_url=sluice_on_smol.url, api_key=sluice_on_smol.api_key)

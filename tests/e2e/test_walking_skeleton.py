@@ -15,7 +15,6 @@ import pytest
 
 from testkit.sluice import (
     MODEL,
-    default_model_dir,
     pid_alive,
     running_sluice,
     start_sluice,
@@ -29,14 +28,7 @@ def client(sluice_on_smol):
     return openai.OpenAI(base_url=f"{sluice_on_smol.url}/v1", api_key=sluice_on_smol.api_key, max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(default_model_dir())  # the cache holds other models' too (Gemma 3)
-
-
-def test_sdk_completion_streamed_equals_non_streamed(client, tokenizer):
+def test_sdk_completion_streamed_equals_non_streamed(client, smol_tokenizer):
     prompt = "The capital of France is"
     reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
     choice = reply.choices[0]
@@ -51,14 +43,14 @@ def test_sdk_completion_streamed_equals_non_streamed(client, tokenizer):
         if chunk.usage:
             usage = chunk.usage
     assert streamed == choice.text
-    assert reply.usage.prompt_tokens == len(tokenizer(prompt).input_ids)
+    assert reply.usage.prompt_tokens == len(smol_tokenizer(prompt).input_ids)
     assert reply.usage.completion_tokens == len(choice.model_extra["tokens"])
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
     assert usage.prompt_tokens == reply.usage.prompt_tokens
     assert usage.completion_tokens == reply.usage.completion_tokens
 
 
-def test_usage_counts_match_tokenizer(sluice_on_smol, tokenizer):
+def test_usage_counts_match_tokenizer(sluice_on_smol, smol_tokenizer):
     prompt = "Write one sentence about rivers."
     response = httpx.post(f"{sluice_on_smol.url}/v1/completions", timeout=60,
                           headers={"Authorization": f"Bearer {sluice_on_smol.api_key}"},
@@ -66,9 +58,9 @@ def test_usage_counts_match_tokenizer(sluice_on_smol, tokenizer):
     body = response.json()
     assert response.status_code == 200, body
     choice = body["choices"][0]
-    assert body["usage"]["prompt_tokens"] == len(tokenizer(prompt).input_ids)
+    assert body["usage"]["prompt_tokens"] == len(smol_tokenizer(prompt).input_ids)
     assert body["usage"]["completion_tokens"] == len(choice["tokens"]) <= 12
-    assert tokenizer.decode(choice["tokens"], skip_special_tokens=True) == choice["text"]
+    assert smol_tokenizer.decode(choice["tokens"], skip_special_tokens=True) == choice["text"]
 
 
 def test_models_and_request_ids(sluice_on_smol, client):

@@ -10,19 +10,12 @@ import copy
 
 import msgspec
 import pytest
-from transformers import AutoTokenizer
 
 from common.protocol import RESERVED_TEMPLATE_KWARGS, GenerateRequest, TokenizeRequest
-from testkit.sluice import default_model_dir
 from worker.tools.errors import ToolError
 from worker.tools.prompt import render_chat
 
 HI = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(default_model_dir())
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -37,13 +30,13 @@ def test_the_worker_protocol_refuses_what_the_gateway_refuses(kwargs, kind):
 
 
 @pytest.mark.parametrize("name", sorted(RESERVED_TEMPLATE_KWARGS))
-def test_the_worker_never_lets_a_client_set_its_own_arguments(tokenizer, name):
+def test_the_worker_never_lets_a_client_set_its_own_arguments(smol_tokenizer, name):
     with pytest.raises(ToolError) as refused:
-        render_chat(tokenizer, HI, None, True, template_kwargs={name: True})
+        render_chat(smol_tokenizer, HI, None, True, template_kwargs={name: True})
     assert refused.value.field == "chat_template_kwargs"
 
 
-def test_allowed_variables_reach_the_template(tokenizer):
-    twin = copy.deepcopy(tokenizer)
+def test_allowed_variables_reach_the_template(smol_tokenizer):
+    twin = copy.deepcopy(smol_tokenizer)
     twin.chat_template = "{{ greeting }}{% for m in messages %}[{{ m.content }}]{% endfor %}"
     assert render_chat(twin, HI, None, True, template_kwargs={"greeting": "hello"}) == "hello[Hi]"

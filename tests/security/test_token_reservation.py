@@ -131,42 +131,34 @@ ODD = [
 
 @pytest.mark.parametrize("messages", ODD, ids=["digits", "unicode", "parts", "tool turns", "odd roles"])
 @pytest.mark.parametrize("with_tools", [False, True])
-def test_the_bound_holds_for_odd_chats_on_the_real_tokenizer(messages, with_tools):
+def test_the_bound_holds_for_odd_chats_on_the_real_tokenizer(messages, with_tools, smol_tokenizer):
     """The prompt bound the gateway reserves against, next to the count the worker makes: SmolLM2's tokenizer and
     chat template rendering these chats, the template's overhead measured as a worker measures it at start."""
-    from transformers import AutoTokenizer
-
     from common.protocol import FunctionTool, GenerateRequest, ToolSpec
     from gateway.limits.tokens import prompt_bounds
-    from testkit.sluice import default_model_dir
     from worker.prompt_overhead import measure
     from worker.tools import render_chat
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     tools = ToolSpec(functions=[FunctionTool(name=f"tool_{i}", description="Ü" * 50 + "数" * 50,
                                              parameters={"type": "object", "properties": {"q": {"enum": ["7"] * 40}}})
                                 for i in range(3)], prompt="Use 1 2 3 tools. " * 20) if with_tools else None
-    actual = len(tokenizer(render_chat(tokenizer, messages, tools, True), add_special_tokens=False).input_ids)
+    actual = len(smol_tokenizer(render_chat(smol_tokenizer, messages, tools, True), add_special_tokens=False).input_ids)
     request = GenerateRequest(request_id="r", model=MODEL, messages=messages, tools=tools)
-    assert prompt_bounds(request, measure(tokenizer))[1] >= actual
+    assert prompt_bounds(request, measure(smol_tokenizer))[1] >= actual
 
 
-def test_the_bound_holds_for_chat_template_variables_printed_per_message():
+def test_the_bound_holds_for_chat_template_variables_printed_per_message(smol_tokenizer):
     """chat_template_kwargs (issue #49 item 5) reach the prompt as the template prints them: a template that prints
     one in every turn and once more (the most a template of a served model does) stays within the reserved bound."""
     import copy
 
-    from transformers import AutoTokenizer
-
     from common.protocol import GenerateRequest
     from gateway.limits.tokens import prompt_bounds
-    from testkit.sluice import default_model_dir
     from worker.prompt_overhead import measure
     from worker.tools import render_chat
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
-    overhead = measure(tokenizer)
-    twin = copy.deepcopy(tokenizer)
+    overhead = measure(smol_tokenizer)
+    twin = copy.deepcopy(smol_tokenizer)
     twin.chat_template = "{{ note }}{% for m in messages %}[{{ note }}{{ m.content }}]{% endfor %}{{ flag }}"
     messages = [{"role": "user", "content": "x"}] * 8
     kwargs = {"note": " ".join(str(i % 10) for i in range(500)), "flag": True}  # about a token per byte

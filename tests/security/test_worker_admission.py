@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from testkit.admin import admin
-from testkit.sluice import default_model_dir, running_sluice
+from testkit.sluice import running_sluice
 from testkit.tiny_model import write_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -189,28 +189,22 @@ def test_another_teams_token_count_is_not_queued_behind_one_teams_counts(server)
 
 
 @pytest.mark.parametrize("text", ["\n" + " " * 80, "#" * 80, "<|im_start|>", "🙂", "a", " " * 81 + "x"])
-def test_the_size_bound_never_refuses_a_text_that_fits(text):
+def test_the_size_bound_never_refuses_a_text_that_fits(text, smol_tokenizer):
     """The bound behind the size refusals, on SmolLM2's tokenizer: a text of B bytes is at least B / max_token_bytes
     tokens, for texts made of its longest tokens, its special tokens and what is not one token."""
-    from transformers import AutoTokenizer
-
     from worker.token_bytes import max_token_bytes
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
-    most = max_token_bytes(tokenizer)
+    most = max_token_bytes(smol_tokenizer)
     sample = text * 500
-    assert len(tokenizer(sample, add_special_tokens=False).input_ids) * most >= len(sample.encode())
+    assert len(smol_tokenizer(sample, add_special_tokens=False).input_ids) * most >= len(sample.encode())
 
 
-def test_a_truncated_prompt_keeps_the_tokens_of_the_whole_text():
+def test_a_truncated_prompt_keeps_the_tokens_of_the_whole_text(smol_tokenizer):
     """Under `truncate` the worker tokenizes only the text's tail: the tokens it keeps are those of the whole."""
-    from transformers import AutoTokenizer
-
     from worker.engine.prompt_tokens import text_ids
     from worker.token_bytes import max_token_bytes
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     text = "Ünïcode and words, " * 40_000
-    kept = text_ids(tokenizer, text, add_special_tokens=True, max_context=CONTEXT, truncate=100,
-                    max_token_bytes=max_token_bytes(tokenizer), field="prompt")[-100:]
-    assert kept == tokenizer(text).input_ids[-100:]
+    kept = text_ids(smol_tokenizer, text, add_special_tokens=True, max_context=CONTEXT, truncate=100,
+                    max_token_bytes=max_token_bytes(smol_tokenizer), field="prompt")[-100:]
+    assert kept == smol_tokenizer(text).input_ids[-100:]

@@ -9,10 +9,8 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from common.protocol import Finish, ModelConfig, Token
-from testkit.sluice import default_model_dir
 from testkit.tiny_model import tiny_llama
 from tests.worker.beam.tiny import tiny_model
 from tests.worker.engine.runs import request, submit
@@ -227,11 +225,6 @@ def test_one_request_holding_every_row_gives_a_newcomer_a_row_within_two_steps(m
     assert [f.cumulative_logprob for f in hostile.finishes] == \
         pytest.approx([f.cumulative_logprob for f in reference.finishes])
     assert engine.scheduler.queued == 0 and not engine.scheduler.waiting
-
-
-@pytest.fixture(scope="module")
-def smol_tokenizer():
-    return AutoTokenizer.from_pretrained(default_model_dir())
 
 
 @pytest.mark.parametrize("runner", ["lean", "fallback", "q4"])

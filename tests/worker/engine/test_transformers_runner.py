@@ -11,7 +11,6 @@ import pytest
 import torch
 from transformers import (
     AutoModelForCausalLM,
-    AutoTokenizer,
     BloomConfig,
     FalconConfig,
     Gemma3TextConfig,
@@ -20,7 +19,6 @@ from transformers import (
 )
 
 from common.protocol import AdapterRef, ModelConfig
-from testkit.sluice import default_model_dir
 from testkit.tiny_model import tiny_llama
 from tests.logged import logged
 from tests.worker.beam.helpers import beam_reference
@@ -35,11 +33,6 @@ from worker.loading import LoadedModel
 
 PROMPTS = ["Hi", "The quick brown fox jumps over the lazy dog and runs to the river bank, where the old miller "
            "keeps his boat tied to a post", "One two three four five", "x y"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(default_model_dir())
 
 
 def family_config(family: str, vocab: int, eos: int):
@@ -69,8 +62,8 @@ def run(engine, prompt, **params):
 
 
 @pytest.mark.parametrize("family", ["gpt2", "opt", "falcon", "bloom", "gemma3"])
-def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer, monkeypatch):
-    loaded = tiny(family, tokenizer)
+def test_a_family_without_a_fast_path_decodes_as_generate_does(family, smol_tokenizer, monkeypatch):
+    loaded = tiny(family, smol_tokenizer)
     monkeypatch.setattr(runner_choice, "LEAN_MODEL_TYPES", frozenset())  # the fallback, whatever has a fast path
     lines = logged(monkeypatch, runner_choice)
     # prompts prefilled in chunks of 8 tokens, a repeated one from the prefix cache
@@ -81,9 +74,9 @@ def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer
             [("transformers_forward", type(loaded.model).__name__)]
         runs = [submit(engine, request(p, max_tokens=12, temperature=0, ignore_eos=True), strict=True)
                 for p in PROMPTS]  # concurrent rows of different lengths
-        eos = tokenizer.eos_token_id
+        eos = smol_tokenizer.eos_token_id
         for prompt, result in zip(PROMPTS, runs):
-            ids = tokenizer(prompt).input_ids
+            ids = smol_tokenizer(prompt).input_ids
             with torch.inference_mode():
                 expected = loaded.model.generate(torch.tensor([ids]), max_new_tokens=12, min_new_tokens=12,
                                                  do_sample=False, pad_token_id=eos)[0, len(ids):].tolist()
@@ -96,7 +89,7 @@ def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer
         first, again = run(engine, PROMPTS[1], **sampled), run(engine, PROMPTS[1], **sampled)
         tokens = first.finishes[0].token_ids
         assert again.finishes[0].token_ids == tokens
-        ids = tokenizer(PROMPTS[1]).input_ids
+        ids = smol_tokenizer(PROMPTS[1]).input_ids
         with torch.inference_mode():  # the model's own forward over the whole text, no cache
             logits = loaded.model(torch.tensor([ids + tokens])).logits[0, len(ids) - 1:-1]
         expected = torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
@@ -104,16 +97,16 @@ def test_a_family_without_a_fast_path_decodes_as_generate_does(family, tokenizer
 
 
 @pytest.mark.parametrize("family", ["gpt2", "gemma3"])
-def test_beams_and_prompt_logprobs_on_the_fallback(family, tokenizer, monkeypatch):
-    loaded = tiny(family, tokenizer)
+def test_beams_and_prompt_logprobs_on_the_fallback(family, smol_tokenizer, monkeypatch):
+    loaded = tiny(family, smol_tokenizer)
     monkeypatch.setattr(runner_choice, "LEAN_MODEL_TYPES", frozenset())
     with running_engine(loaded, family, max_batch_size=8, max_context=128, quantization="none",
                         dtype="float32") as engine:
         assert isinstance(engine.runner, TransformersRunner)
-        ids = tokenizer(PROMPTS[1]).input_ids
+        ids = smol_tokenizer(PROMPTS[1]).input_ids
         params = dict(num_beams=3, n=2, max_tokens=8)
         result = run(engine, PROMPTS[1], **params)
-        expected, scores = beam_reference(loaded.model, ids, params, [tokenizer.eos_token_id])
+        expected, scores = beam_reference(loaded.model, ids, params, [smol_tokenizer.eos_token_id])
         assert [f.token_ids for f in result.finishes] == expected
         assert [f.score for f in result.finishes] == pytest.approx(scores, abs=1e-3)
         scored = run(engine, PROMPTS[1], max_tokens=1, temperature=0, prompt_logprobs=True)
@@ -123,9 +116,9 @@ def test_beams_and_prompt_logprobs_on_the_fallback(family, tokenizer, monkeypatc
         assert [p.logprob for p in scored.accepted.prompt_details[1:]] == pytest.approx(expected.tolist(), abs=1e-4)
 
 
-def test_the_fallback_samples_what_the_lean_runner_samples(tokenizer, monkeypatch):
+def test_the_fallback_samples_what_the_lean_runner_samples(smol_tokenizer, monkeypatch):
     """A tiny Llama through both runners: the same seeded, penalised, top-p draws and greedy equal to generate()."""
-    loaded = tiny_llama(tokenizer, seed=4)
+    loaded = tiny_llama(smol_tokenizer, seed=4)
     params = dict(max_tokens=12, temperature=0.8, top_p=0.9, repetition_penalty=1.3, seed=[3, 9], n=2, logprobs=0)
     answers = []
     for lean in (True, False):
@@ -137,15 +130,15 @@ def test_the_fallback_samples_what_the_lean_runner_samples(tokenizer, monkeypatc
             answers.append(([f.token_ids for f in result.finishes],
                             [[t.logprob for t in result.tokens(i)] for i in range(2)]))
             plain = run(engine, PROMPTS[2], max_tokens=12, temperature=0)
-            assert plain.finishes[0].token_ids == greedy(loaded.model, tokenizer(PROMPTS[2]).input_ids, 12,
-                                                         tokenizer.eos_token_id)
+            assert plain.finishes[0].token_ids == greedy(loaded.model, smol_tokenizer(PROMPTS[2]).input_ids, 12,
+                                                         smol_tokenizer.eos_token_id)
     assert answers[0][0] == answers[1][0]
     for lean, fallback in zip(answers[0][1], answers[1][1]):
         assert fallback == pytest.approx(lean, abs=1e-4)
 
 
-def test_what_the_fallback_cannot_serve_is_refused_by_name(tokenizer):
-    loaded = tiny("gpt2", tokenizer)
+def test_what_the_fallback_cannot_serve_is_refused_by_name(smol_tokenizer):
+    loaded = tiny("gpt2", smol_tokenizer)
     with running_engine(loaded, "gpt2", max_batch_size=4, max_context=64, quantization="none") as engine:
         generate = request("Hi", max_tokens=2)
         generate.adapter = AdapterRef(name="a", source="/x")
@@ -153,5 +146,5 @@ def test_what_the_fallback_cannot_serve_is_refused_by_name(tokenizer):
             engine.prepare(generate)
         assert refused.value.field == "adapter"
     with pytest.raises(UnsupportedModel, match="quantization w8a8 needs a family with a fast path.*GPT2LMHeadModel"):
-        Engine(LoadedModel(loaded.model, tokenizer, "gpt2", torch.device("cpu"), torch.float32, "w8a8"),
+        Engine(LoadedModel(loaded.model, smol_tokenizer, "gpt2", torch.device("cpu"), torch.float32, "w8a8"),
                ModelConfig(quantization="w8a8", max_batch_size=4, max_context=64))
