@@ -138,6 +138,7 @@ class Scheduler:
         if state is None or state.done:
             return None
         state.cancelled = True
+        self._no_room_kept_for(state)
         if state in self.waiting:
             self.waiting.remove(state)
             self._dequeued()
@@ -266,6 +267,7 @@ class Scheduler:
         for state in [row.request for row in left] + [prefill.state for prefill in plan.prefills]:
             if state.done:
                 self.requests.pop(state.request_id, None)
+                self._no_room_kept_for(state)
                 if state.parked:  # it ended (deadline, failure) while some of its rows were parked
                     self._forget_parked(state)
 
@@ -280,6 +282,7 @@ class Scheduler:
                 self._forget_parked(state)
         self.slots.reset()
         self.prefilling = None
+        self.made_room_for = None
         return [state for state in started if not state.done]
 
     def _head(self, starting: list[RequestState], plan: StepPlan) -> RequestState | None:
@@ -313,6 +316,11 @@ class Scheduler:
             self.made_room_for = None
             if state.prepared.max_new_tokens > 0:
                 plan.first_token_alone = state
+
+    def _no_room_kept_for(self, state: RequestState) -> None:
+        """A request that ended before its first token: no later step waits on it (nor keeps it alive)."""
+        if self.made_room_for is state:
+            self.made_room_for = None
 
     def _parked_rows(self) -> int:
         return sum(len(state.parked) for state in self.waiting)

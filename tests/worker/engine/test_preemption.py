@@ -115,6 +115,26 @@ def test_cancelling_a_parked_request_ends_it_with_its_usage_so_far(model, tmp_pa
     assert engine.scheduler.queued == 0 and not engine.scheduler.waiting
 
 
+def test_a_newcomer_cancelled_mid_prompt_leaves_nothing_waiting_on_it(model, tmp_path):
+    """Rows were parked for a newcomer whose prompt takes several steps; it is cancelled before its first token.
+    The scheduler lets it go (no later step waits for its first token) and the parked rows end as they would."""
+    config = ModelConfig(name="tiny", max_batch_size=2, max_context=64, decode_threads=1, max_batched_tokens=16)
+    engine = Engine(model, config, "preempt", tmp_path, compile_later=True)
+    hostile = [submit(engine, request(prompt_ids=p, max_tokens=12, ignore_eos=True, tenant="h"), strict=True)
+               for p in PROMPTS[:2]]
+    step(engine, 3)
+    long_prompt = [1, *([2, 3, 4, 5, 6, 7] * 7)]  # 43 tokens: three steps of at most 16
+    quiet = submit(engine, request(prompt_ids=long_prompt, max_tokens=2, tenant="q"), strict=True)
+    step(engine, 1)
+    newcomer = engine.scheduler.made_room_for
+    assert newcomer is not None and engine.scheduler.preemptions == 1 and not quiet.tokens()
+    engine.cancel(newcomer.request_id)
+    steps_until_done(engine, [*hostile, quiet])
+    assert engine.scheduler.made_room_for is None
+    assert [len(run.finishes[0].token_ids) for run in hostile] == [12, 12] and not quiet.tokens()
+    assert engine.scheduler.queued == 0 and not engine.scheduler.waiting
+
+
 def waiting_state(engine: Engine, tenant: str, **params) -> RequestState:
     return RequestState(engine.prepare(request(prompt_ids=PROMPTS[0], max_tokens=8, tenant=tenant, **params)),
                         lambda events: None)
