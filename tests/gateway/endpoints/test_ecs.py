@@ -41,6 +41,7 @@ from testkit.played_ecs import (
     desired_count,
     private_ip,
 )
+from testkit.protocol_worker import MODEL, protocol_worker
 from testkit.servers import free_port
 from testkit.sluice import REPO, pid_alive
 from testkit.tiny_model import write_tiny_model
@@ -248,3 +249,43 @@ async def test_a_task_the_address_map_does_not_list_yet_has_no_address_yet(aws, 
     address_map.write_text(json.dumps({f"{private_ip(task)}:{PORT}": "http://127.0.0.1:9"}))
     assert [r.url for r in (await provisioner.observe()).replicas] == ["http://127.0.0.1:9"]
     await provisioner.remove(task["taskArn"])
+
+
+def protocol_task(task: dict) -> TaskWorker:
+    """What the played agent runs for a task here: a protocol worker (no model) in this process."""
+    stack = contextlib.ExitStack()
+    worker = stack.enter_context(protocol_worker())
+
+    def stop(wait: bool) -> None:
+        if wait:
+            stack.close()
+        else:  # the container goes away; the scheduler does not wait for it
+            threading.Thread(target=stack.close, daemon=True).start()
+
+    return TaskWorker(worker.url, f"task-{task['taskArn'].rsplit('/', 1)[-1][:8]}", stop, worker)
+
+
+async def test_a_task_starting_is_looked_at_every_second_whatever_the_steady_pace(aws, moto_url, tmp_path):
+    """An owner of many ECS endpoints lists each one's tasks rarely (100 endpoints at 2 calls/s: every 200 s,
+    service.py `_pace_discovery`), and every second while a task waits for its address. The next look was timed
+    before the look whose answer showed the task starting: a cold start at that scale waited for the steady look
+    (up to 200 s) to learn its task's address."""
+    ecs, network = aws
+    addressed: list[bool] = []  # the played tasks' addresses are known from now on
+    with PlayedEcs(ecs, network, protocol_task) as played:
+        endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db",
+                                         [ecs_spec(moto_url, name=MODEL, min_replicas=1)], tmp_path, FAST,
+                                         provisioners=lambda spec: EcsProvisioner(
+                                             spec.provisioner,
+                                             resolve=lambda ip, port: played.urls.get(f"{ip}:{port}") if addressed
+                                             else None))
+        await endpoints.start()
+        endpoint = endpoints.resolve(MODEL, None)
+        endpoint.provisioner.steady_interval_s = 3600.0  # the pace of a fleet far larger than this test's
+        try:
+            await until(lambda: played.workers and set(played.workers) <= set(endpoint.members), START_S,
+                        "the task listed, without its address")
+            addressed.append(True)
+            await until(lambda: endpoint.state == "ready", 60, "the task's replica")
+        finally:
+            await endpoints.drain_and_stop()
