@@ -70,6 +70,8 @@ ADOPT_RETRY_S = 30.0  # a service that could not be adopted is tried again this 
 ADOPT_FAILED = "service unavailable"  # the tenant's reason when the platform's service cannot be adopted
 DRAIN_STOP_MARGIN_S = 60.0  # past its drain_seconds, what a drain gets to stop its replica (a worker, an ECS task)
 LOOP_STOP_S = 10.0  # the longest a stopping endpoint waits for its loop's current tick before going on without it
+LOST_LOOK_S = 5.0  # discovery pace while a serving replica is down (0.4 ECS calls/s, a fifth of the default budget)
+LOST_LOOK_FOR_S = 120.0  # ... for at most this long after it went down (ECS stops and replaces a task sooner)
 
 
 @dataclass(eq=False)
@@ -82,6 +84,7 @@ class Member:
     last_poll: float = -math.inf
     started: bool = False  # its readiness was counted
     drained_here: bool = False  # this gateway runs its drain (the owner; a new owner takes over a drain)
+    down_since: float | None = None  # when it was first polled down after serving
 
     @property
     def ready(self) -> bool:
@@ -394,8 +397,11 @@ class EndpointController:
         """The owner asks the provisioner (and shares the answer); the others read the owner's answer."""
         shared = self.provisioner.shared
         if not shared or self.ownership.owner:
-            self._next_observe = now + self.provisioner.observe_interval_s
+            self._next_observe = now + self.provisioner.observe_interval_s  # kept should the look fail
             observation = await self.provisioner.observe()
+            # the pace this answer calls for: a task it shows starting is looked at again soon, not at the steady
+            # pace the look before it set (200 s at 100 ECS endpoints)
+            self._next_observe = now + self.provisioner.observe_interval_s
             if shared:
                 await self.ownership.share([(r.replica_id, r.url) for r in observation.replicas],
                                            getattr(self.provisioner, "desired", len(observation.replicas)))
@@ -504,6 +510,15 @@ class EndpointController:
                 self._starts_seen += 1
                 self.start_streak = 0
                 log.info("replica_ready", endpoint=self.name, replica=member.replica_id, start_s=round(took, 3))
+        for member in due:
+            down = member.ready and not member.replica.healthy and not member.draining
+            member.down_since = (now if member.down_since is None else member.down_since) if down else None
+        if (self.ownership.owner or not self.provisioner.shared) and any(
+                m.down_since is not None and now - m.down_since < LOST_LOOK_FOR_S for m in due):
+            # a serving replica went down: its task may have stopped and be replaced by the platform, which the
+            # steady pace (200 s at 100 ECS endpoints) would see late. Looked at every LOST_LOOK_S for a while
+            # only: a replacement once listed is paced by the provisioner, and a hung task's looks stay bounded
+            self._next_observe = min(self._next_observe, now + LOST_LOOK_S)
 
     async def _time_out_starts(self, now: float) -> None:
         ecs = isinstance(self.spec.provisioner, EcsProvisioning)

@@ -13,6 +13,7 @@ import signal
 import time
 
 import httpx
+import redis as redis_client
 
 from testkit.played_ecs import CLUSTER, SERVICE, desired_count
 from testkit.servers import restarted_at_exit
@@ -47,6 +48,10 @@ def test_redis_away_logs_little_scales_nothing_and_scaling_resumes_when_it_is_ba
     for service in services[1:]:
         ecs.create_service(cluster=CLUSTER, serviceName=service, taskDefinition=SERVICE, desiredCount=0,
                            launchType="FARGATE", networkConfiguration=network)
+    # the session's Redis may hold a lease on SERVICE from an earlier module's gateway, SIGKILLed at its end: this
+    # gateway would wait for that owner's liveness to lapse (10 s) while every other service is adopted
+    with contextlib.closing(redis_client.Redis.from_url(redis.url)) as shared:
+        shared.flushdb()
     config = f'redis_url = "{redis.url}"\n\n' + "".join(
         ecs_endpoint_toml(f"org/m{n}", s, url, model="max_wait_seconds = 60\n") for n, s in enumerate(services))
     gateway = start_sluice(tmp_path / "gateway", config=config, env={**AWS_ENV, "SLUICE_ADMIN_KEY": ADMIN_KEY},

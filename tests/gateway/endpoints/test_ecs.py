@@ -41,6 +41,7 @@ from testkit.played_ecs import (
     desired_count,
     private_ip,
 )
+from testkit.protocol_worker import MODEL, protocol_worker
 from testkit.servers import free_port
 from testkit.sluice import REPO, pid_alive
 from testkit.tiny_model import write_tiny_model
@@ -248,3 +249,119 @@ async def test_a_task_the_address_map_does_not_list_yet_has_no_address_yet(aws, 
     address_map.write_text(json.dumps({f"{private_ip(task)}:{PORT}": "http://127.0.0.1:9"}))
     assert [r.url for r in (await provisioner.observe()).replicas] == ["http://127.0.0.1:9"]
     await provisioner.remove(task["taskArn"])
+
+
+def protocol_task(task: dict) -> TaskWorker:
+    """What the played agent runs for a task here: a protocol worker (no model) in this process."""
+    stack = contextlib.ExitStack()
+    worker = stack.enter_context(protocol_worker())
+
+    def stop(wait: bool) -> None:
+        if wait:
+            stack.close()
+        else:  # the container goes away; the scheduler does not wait for it
+            threading.Thread(target=stack.close, daemon=True).start()
+
+    return TaskWorker(worker.url, f"task-{task['taskArn'].rsplit('/', 1)[-1][:8]}", stop, worker)
+
+
+async def test_a_task_starting_is_looked_at_every_second_whatever_the_steady_pace(aws, moto_url, tmp_path):
+    """An owner of many ECS endpoints lists each one's tasks rarely (100 endpoints at 2 calls/s: every 200 s,
+    service.py `_pace_discovery`), and every second while a task waits for its address. The next look was timed
+    before the look whose answer showed the task starting: a cold start at that scale waited for the steady look
+    (up to 200 s) to learn its task's address."""
+    ecs, network = aws
+    addressed: list[bool] = []  # the played tasks' addresses are known from now on
+    with PlayedEcs(ecs, network, protocol_task) as played:
+        endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db",
+                                         [ecs_spec(moto_url, name=MODEL, min_replicas=1)], tmp_path, FAST,
+                                         provisioners=lambda spec: EcsProvisioner(
+                                             spec.provisioner,
+                                             resolve=lambda ip, port: played.urls.get(f"{ip}:{port}") if addressed
+                                             else None))
+        await endpoints.start()
+        endpoint = endpoints.resolve(MODEL, None)
+        endpoint.provisioner.steady_interval_s = 3600.0  # the pace of a fleet far larger than this test's
+        try:
+            await until(lambda: played.workers and set(played.workers) <= set(endpoint.members), START_S,
+                        "the task listed, without its address")
+            addressed.append(True)
+            await until(lambda: endpoint.state == "ready", 60, "the task's replica")
+        finally:
+            await endpoints.drain_and_stop()
+
+
+def played_address(played: PlayedEcs):
+    """The address of a played task's worker, none while the played agent has not started it yet."""
+    return lambda ip, port: played.urls.get(f"{ip}:{port}")
+
+
+async def test_a_serving_task_that_stops_is_replaced_long_before_the_steady_look(aws, moto_url, tmp_path):
+    """An owner of many ECS endpoints lists each one's tasks rarely (100 endpoints at 2 calls/s: every 200 s,
+    service.py `_pace_discovery`). A serving task that stops (its host lost, its worker crashed) is ejected by the
+    health polls at once, but the task ECS starts in its place was found only at that steady look: the endpoint had
+    no replica meanwhile, and its stopped task still counted as one. A serving replica gone down brings the look
+    forward."""
+    ecs, network = aws
+    with PlayedEcs(ecs, network, protocol_task) as played:
+        endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db",
+                                         [ecs_spec(moto_url, name=MODEL, min_replicas=1)], tmp_path, FAST,
+                                         provisioners=lambda spec: EcsProvisioner(
+                                             spec.provisioner, resolve=played_address(played)))
+        await endpoints.start()
+        endpoint = endpoints.resolve(MODEL, None)
+        endpoint.provisioner.steady_interval_s = 3600.0  # the pace of a fleet far larger than this test's
+        try:
+            await until(lambda: endpoint.state == "ready", START_S, "the first task's replica")
+            (first,) = played.workers
+            ecs.stop_task(cluster=CLUSTER, task=first, reason="the host was lost")
+            await until(lambda: len(played.started) == 2, START_S, "ECS's replacement task")
+            await until(lambda: any(m.replica is not None and m.replica.healthy and m.replica_id == played.started[1]
+                                    for m in endpoint.members.values()), 60, "the replacement's replica")
+            assert first not in endpoint.members and desired_count(ecs) == 1
+        finally:
+            await endpoints.drain_and_stop()
+
+
+async def test_a_serving_task_that_hangs_makes_a_bounded_number_of_extra_looks(aws, moto_url, tmp_path):
+    """The other side of the early look: a task whose worker stopped answering but which ECS keeps running is
+    looked at every 5 s only for two minutes after it went down, then at the steady pace again, so a hung worker
+    does not spend the fleet's ECS budget for good. Once the replica is down, the controller's clock runs 60 times
+    faster than the wall's."""
+    ecs, network = aws
+    fast_since: list[float] = []  # when the controller's clock began to run fast
+    made: list[int] = []
+
+    def clock() -> float:
+        now = time.monotonic()
+        return fast_since[0] + (now - fast_since[0]) * 60 if fast_since else now
+
+    async def counted(scope: str, calls: int) -> float:  # the fleet's budget, counting every call it admits
+        made.append(calls)
+        return 0.0
+
+    with PlayedEcs(ecs, network, protocol_task) as played:
+        endpoints = await Endpoints.open(f"sqlite:///{tmp_path}/sluice.db",
+                                         [ecs_spec(moto_url, name=MODEL, min_replicas=1)], tmp_path, FAST,
+                                         provisioners=lambda spec: EcsProvisioner(
+                                             spec.provisioner, budget=counted,
+                                             resolve=played_address(played)))
+        endpoints.clock = clock
+        await endpoints.start()
+        endpoint = endpoints.resolve(MODEL, None)
+        endpoint.provisioner.steady_interval_s = 3600.0
+        try:
+            await until(lambda: endpoint.state == "ready", START_S, "the first task's replica")
+            (first,) = played.workers
+            played.workers[first].stop(True)  # the worker is gone, its task still RUNNING for ECS
+            await until(lambda: not endpoint.members[first].replica.healthy, 60, "the replica polled down")
+            fast_since.append(time.monotonic())
+            down, before = clock(), sum(made)
+            await until(lambda: endpoints.clock() > down + 150, 60, "two and a half minutes on the controller")
+            early = sum(made)
+            assert early - before >= 4  # looked again (ListTasks + DescribeTasks) while it was newly down
+            await until(lambda: endpoints.clock() > down + 750, 60, "ten minutes more")
+            assert sum(made) == early  # no look in those ten minutes: the steady pace (an hour here) again
+            assert first in endpoint.members and desired_count(ecs) == 1
+        finally:
+            await endpoints.drain_and_stop()
