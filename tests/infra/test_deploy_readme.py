@@ -36,6 +36,7 @@ def test_dev_and_prod_take_their_state_bucket_from_the_bootstrap():
 def test_the_gpu_quota_is_named_exactly():
     text = " ".join(DEPLOY.split())  # names wrapped across lines
     for name, code in (("Running On-Demand G and VT instances", "L-DB2E81BA"),
+                       ("Running On-Demand P instances", "L-417A185B"),
                        ("All G and VT Spot Instance Requests", "L-3819A6DF")):
         assert f"**\"{name}\"** (quota code `{code}`" in text or f"**\"{name}\"** (`{code}`)" in text, name
     assert "--quota-code L-DB2E81BA" in DEPLOY
