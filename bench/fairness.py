@@ -45,6 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.harness beside the packages
 
 from bench.harness.stats import percentile
+from common.long_lived import freeze_what_lives_on
 from common.protocol import Done, Error, GenerateRequest, ModelConfig, SamplingParams, Token
 from worker.engine.engine import Engine
 from worker.loading import load_model
@@ -192,6 +193,7 @@ def neighbour(args: argparse.Namespace) -> None:
     engine = Engine(loaded, ModelConfig(dtype="float32", max_batch_size=args.rows, max_context=512,
                                         max_queue=4 * BATCH + args.rows))
     engine.start()
+    freeze_what_lives_on()  # as a worker does once started
     print(f"SmolLM2-135M float32, {args.rows} rows; hostile: {BATCH}-prompt requests of {hostile_tokens} tokens "
           f"kept waiting; {probes} quiet one-token probes per phase; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")

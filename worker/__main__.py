@@ -22,6 +22,7 @@ import torch
 import uvicorn
 
 from common.logs import configure_logging
+from common.long_lived import freeze_what_lives_on
 from common.protocol import ModelConfig, ModelInfo
 from common.worker_launch import MODEL_LOAD_FAILED, MODEL_LOAD_FAILED_EXIT, STANDBY_READY, die_with_parent
 from common.worker_settings import WorkerSettings
@@ -87,6 +88,7 @@ def serve(settings: WorkerSettings, began: float, timings: dict[str, float]) -> 
     engine.warm_up()
     timings["warm_up"], mark = round(time.time() - mark, 3), time.time()
     engine.finish_start()  # the scripted layers, before the first request rather than beside it
+    freeze_what_lives_on()  # the model, tokenizer and modules: no full collection walks them while serving
     timings["compile"] = round(time.time() - mark, 3)
     timings["total"] = round(time.time() - began, 3)
     info = ModelInfo(model_id=config.name, model_dtype=str(loaded.dtype).removeprefix("torch."),

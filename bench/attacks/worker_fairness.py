@@ -55,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.fairness import BusyTenant, phase
 from bench.harness.stand_ins import below_the_gateway
 from bench.harness.stats import percentile
+from common.long_lived import freeze_what_lives_on
 from common.protocol import (
     Accepted,
     Constraint,
@@ -376,6 +377,7 @@ def main() -> None:
     loaded = load_model(ModelConfig(dtype="float32"), REPO / ".bench" / "worker")
     engine = Engine(loaded, ModelConfig(dtype="float32", max_batch_size=args.rows, max_context=512))
     engine.start()
+    freeze_what_lives_on()  # as a worker does once started
     print(f"SmolLM2-135M float32, {args.rows} rows; {probes} quiet one-token probes per phase; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     try:

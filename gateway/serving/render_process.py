@@ -35,6 +35,7 @@ from multiprocessing.connection import Connection
 import msgspec
 
 from common.large_bodies import LargeBodyTurns
+from common.long_lived import freeze_what_lives_on
 from gateway.errors import SluiceError, Unavailable
 from gateway.lifecycle import start_function_process, stop_function_process
 from gateway.serving.collect import Result
@@ -71,8 +72,7 @@ def lower_priority() -> None:
 def _serve(connection: Connection) -> None:
     """The child: jobs one after another until the gateway closes its end."""
     lower_priority()
-    gc.collect()
-    gc.freeze()  # what was imported lives as long as the child: no collection walks it
+    freeze_what_lives_on()
     bulk = bulk_socket(connection)
     while run_job(connection, bulk):
         pass
