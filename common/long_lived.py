@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 
 
@@ -10,6 +11,10 @@ def freeze_what_lives_on() -> None:
     collection walks only what came after. A loaded worker holds ~335,000 tracked objects (modules, the model's
     containers, the tokenizer), and each full collection walked them with the GIL held for 160-185 ms: no step,
     token or HTTP answer of that process ran meanwhile. Objects frozen here that later become cyclic garbage stay
-    until exit, so call it once the process holds what it serves with, not before each request."""
+    until exit, so call it once the process holds what it serves with, not before each request. At exit they are
+    unfrozen first: the interpreter's last collections then finalize them in the order they would have (objects of
+    C++ libraries that stop their own threads when collected: left frozen, the process could abort at exit)."""
     gc.collect()
     gc.freeze()
+    atexit.unregister(gc.unfreeze)  # once, however often it is called
+    atexit.register(gc.unfreeze)
