@@ -9,7 +9,6 @@ are about scaling, not tokens) whose streams last a few seconds; the gateways re
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
 import time
@@ -21,8 +20,8 @@ import asyncpg
 import httpx
 import redis as redis_client
 
-from testkit.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker
-from testkit.protocol_worker import MODEL, Reply, protocol_worker, tokens
+from testkit.played_ecs import CLUSTER, PORT, SERVICE, PlayedEcs, TaskWorker, protocol_task
+from testkit.protocol_worker import MODEL, Reply, tokens
 from testkit.sluice import SluiceServer, start_sluice
 
 ADMIN_KEY = "fleet-test-admin-key-0123456789abcdef"
@@ -51,17 +50,7 @@ def until(condition: Callable[[], object], timeout: float = WAIT_S, what: str = 
 
 def task_worker(task: dict) -> TaskWorker:
     """What the played agent runs for a task: a protocol worker answering every request with a slow stream."""
-    stack = contextlib.ExitStack()
-    worker = stack.enter_context(protocol_worker())
-    worker.replies = [Reply(tokens(" ".join(["w"] * STREAM_WORDS)), pause_s=WORD_PAUSE_S)]
-
-    def stop(wait: bool) -> None:
-        if wait:
-            stack.close()
-        else:  # the container goes away; the scheduler does not wait for it
-            threading.Thread(target=stack.close, daemon=True).start()
-
-    return TaskWorker(worker.url, f"task-{task['taskArn'].rsplit('/', 1)[-1][:8]}", stop, worker)
+    return protocol_task(task, [Reply(tokens(" ".join(["w"] * STREAM_WORDS)), pause_s=WORD_PAUSE_S)])
 
 
 @dataclass

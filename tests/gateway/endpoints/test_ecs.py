@@ -40,8 +40,9 @@ from testkit.played_ecs import (
     TaskWorker,
     desired_count,
     private_ip,
+    protocol_task,
 )
-from testkit.protocol_worker import MODEL, protocol_worker
+from testkit.protocol_worker import MODEL
 from testkit.servers import free_port
 from testkit.sluice import REPO, pid_alive
 from testkit.tiny_model import write_tiny_model
@@ -249,20 +250,6 @@ async def test_a_task_the_address_map_does_not_list_yet_has_no_address_yet(aws, 
     address_map.write_text(json.dumps({f"{private_ip(task)}:{PORT}": "http://127.0.0.1:9"}))
     assert [r.url for r in (await provisioner.observe()).replicas] == ["http://127.0.0.1:9"]
     await provisioner.remove(task["taskArn"])
-
-
-def protocol_task(task: dict) -> TaskWorker:
-    """What the played agent runs for a task here: a protocol worker (no model) in this process."""
-    stack = contextlib.ExitStack()
-    worker = stack.enter_context(protocol_worker())
-
-    def stop(wait: bool) -> None:
-        if wait:
-            stack.close()
-        else:  # the container goes away; the scheduler does not wait for it
-            threading.Thread(target=stack.close, daemon=True).start()
-
-    return TaskWorker(worker.url, f"task-{task['taskArn'].rsplit('/', 1)[-1][:8]}", stop, worker)
 
 
 async def test_a_task_starting_is_looked_at_every_second_whatever_the_steady_pace(aws, moto_url, tmp_path):
