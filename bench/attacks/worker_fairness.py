@@ -79,7 +79,7 @@ from worker.server import create_worker_app
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "bench-worker-fairness-admin-key-0123456789"
-QUIET_MODEL = "quiet-model"  # the quiet team's, on a stub worker process of its own
+QUIET_MODEL = "quiet-model"  # the quiet team's, on a worker process of its own (`--quiet-worker`)
 
 
 class WideRequests(BusyTenant):

@@ -28,8 +28,8 @@ def model():
     return tiny_model(seed=5, sharpness=1.0)  # flat enough that sampling varies, peaked enough for greedy
 
 
-def engine_of(model, tmp_path, rows: int) -> Engine:
-    config = ModelConfig(name="tiny", max_batch_size=rows, max_context=64, decode_threads=1)
+def engine_of(model, tmp_path, rows: int, **settings) -> Engine:
+    config = ModelConfig(name="tiny", max_batch_size=rows, max_context=64, decode_threads=1, **settings)
     return Engine(model, config, "preempt", tmp_path, compile_later=True)
 
 
@@ -50,12 +50,12 @@ def step(engine: Engine, count: int) -> None:
             engine.step()
 
 
-def hostile_then_quiet(engine: Engine, params: dict) -> tuple[list, object]:
+def hostile_then_quiet(engine: Engine, params: dict, quiet_prompt: list[int] = PROMPTS[2]) -> tuple[list, object]:
     """Tenant h fills both rows with long requests; after three steps tenant q asks for two tokens."""
     hostile = [submit(engine, request(prompt_ids=p, max_tokens=12, ignore_eos=True, tenant="h", **params), strict=True)
                for p in PROMPTS[:2]]
     step(engine, 3)
-    quiet = submit(engine, request(prompt_ids=PROMPTS[2], max_tokens=2, ignore_eos=True, tenant="q", **params),
+    quiet = submit(engine, request(prompt_ids=quiet_prompt, max_tokens=2, ignore_eos=True, tenant="q", **params),
                    strict=True)
     return hostile, quiet
 
@@ -118,13 +118,9 @@ def test_cancelling_a_parked_request_ends_it_with_its_usage_so_far(model, tmp_pa
 def test_a_newcomer_cancelled_mid_prompt_leaves_nothing_waiting_on_it(model, tmp_path):
     """Rows were parked for a newcomer whose prompt takes several steps; it is cancelled before its first token.
     The scheduler lets it go (no later step waits for its first token) and the parked rows end as they would."""
-    config = ModelConfig(name="tiny", max_batch_size=2, max_context=64, decode_threads=1, max_batched_tokens=16)
-    engine = Engine(model, config, "preempt", tmp_path, compile_later=True)
-    hostile = [submit(engine, request(prompt_ids=p, max_tokens=12, ignore_eos=True, tenant="h"), strict=True)
-               for p in PROMPTS[:2]]
-    step(engine, 3)
+    engine = engine_of(model, tmp_path, rows=2, max_batched_tokens=16)
     long_prompt = [1, *([2, 3, 4, 5, 6, 7] * 7)]  # 43 tokens: three steps of at most 16
-    quiet = submit(engine, request(prompt_ids=long_prompt, max_tokens=2, tenant="q"), strict=True)
+    hostile, quiet = hostile_then_quiet(engine, {}, quiet_prompt=long_prompt)
     step(engine, 1)
     newcomer = engine.scheduler.made_room_for
     assert newcomer is not None and engine.scheduler.preemptions == 1 and not quiet.tokens()
