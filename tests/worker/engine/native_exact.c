@@ -1,10 +1,11 @@
-/* forward.c's vectorized attention and SiLU against the arithmetic they replace, bit for bit
+/* forward.c's vectorized attention, SiLU and GELU against the arithmetic they replace, bit for bit
  * (tests/worker/engine/test_native_exact.py). A draft token's logits must be those of a step of its own, and both
  * those of the code before: so attention over many queries at once (attend_blocks: the tokens of a draft or a prompt
  * chunk and the heads of a kv group) must give each query the bits it gets alone (one query runs the per-key
  * path, dot_half and weigh_values), and expf16 those of the C library's expf. Windows, soft-caps, head sizes with
- * and without a 64-wide part, and expf's special inputs included. Prints "ok" and exits 0, else what differed;
- * prints "skip" where the CPU has no AVX512F (neither function is built there).
+ * and without a 64-wide part, and expf's special inputs included; the GeGLU's GELU against its scalar form and the
+ * tanh form it replaced. Prints "ok" and exits 0, else what differed; prints "skip" where the CPU has no AVX512F
+ * (neither function is built there).
  */
 #include "forward.c"
 
@@ -99,6 +100,18 @@ int main(void) {
         const float slow = gate[j] / (1.f + expf(-gate[j])) * up[j];
         if (memcmp(&slow, &fast[j], 4)) {
             printf("silu differs at %d: %a, scalar %a\n", j, fast[j], slow);
+            ok = 0;
+        }
+    }
+    float gelu[100];
+    gelu_gate(gate, up, gelu, 100); /* 96 values vectorized, the last 4 by the scalar tail */
+    for (int j = 0; j < 100; j++) {
+        const float x = gate[j], slow = x / (1.f + expf(-2.f * 0.7978845608028654f * (x + x * x * (x * 0.044715f))));
+        /* and what it replaces, 0.5 x (1 + tanh u): the same function, a rounding apart */
+        const double u = 0.7978845608028654 * ((double)x + 0.044715 * (double)x * x * x);
+        const double tanh_form = 0.5 * x * (1.0 + tanh(u)) * up[j];
+        if (memcmp(&(float){slow * up[j]}, &gelu[j], 4) || fabs(gelu[j] - tanh_form) > 1e-6 * fabs(tanh_form) + 1e-30) {
+            printf("gelu differs at %d: %a, scalar %a, tanh form %a\n", j, gelu[j], slow * up[j], tanh_form);
             ok = 0;
         }
     }

@@ -677,9 +677,25 @@ static void silu_gate(const float *gate, const float *up, float *o, int64_t n) {
     for (; j < n; j++) o[j] = gate[j] / (1.f + expf(-gate[j])) * up[j];
 }
 
-/* GELU, tanh approximation (torch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh) */
-static inline float gelu_tanh(float x) {
-    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+/* o = GELU(gate) * up, GELU's tanh approximation (torch's gelu(approximate="tanh"), Gemma's
+ * gelu_pytorch_tanh) as x / (1 + e^(-2u)), u = sqrt(2 / pi) (x + 0.044715 x^3): 0.5 (1 + tanh u) is the
+ * logistic of 2u. Vectorized: the scalar tanhf per value took a third of a 16-row decode step of Gemma 3. */
+static void gelu_gate(const float *gate, const float *up, float *o, int64_t n) {
+    const float k = -2.f * 0.7978845608028654f;
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) {
+        const __m512 x = _mm512_loadu_ps(gate + j);
+        const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), _mm512_mul_ps(x, _mm512_set1_ps(0.044715f)));
+        const __m512 e = expf16(_mm512_mul_ps(_mm512_set1_ps(k), _mm512_add_ps(x, cube)));
+        _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), e)),
+                                              _mm512_loadu_ps(up + j)));
+    }
+#endif
+    for (; j < n; j++) {
+        const float x = gate[j];
+        o[j] = x / (1.f + expf(k * (x + x * x * (x * 0.044715f)))) * up[j];
+    }
 }
 
 static void forward_part(call_t *c, int me) {
@@ -771,7 +787,7 @@ static void forward_part(call_t *c, int me) {
         for (int64_t i = first; i < last; i++) { /* SiLU(gate) * up or GELU(gate) * up, quantized for down */
             float *gu = gate_up + i * 2 * I, *o = normed + i * I;
             if (m->act == 1)
-                for (int64_t j = 0; j < I; j++) o[j] = gelu_tanh(gu[j]) * gu[I + j];
+                gelu_gate(gu, gu + I, o, I);
             else
                 silu_gate(gu, gu + I, o, I);
             quantize_token(o, &x_i, i);
