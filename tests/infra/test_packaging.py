@@ -23,6 +23,8 @@ import httpx
 import msgspec
 import pytest
 
+from worker.engine.native import build
+
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY_SIDE = ("gateway", "auth", "billing", "common", "storage")
 HEAVY = ("torch", "transformers", "bitsandbytes", "xgrammar", "accelerate", "gguf", "worker")
@@ -115,11 +117,12 @@ def test_gateway_image_refuses_the_worker_subcommand_clearly(gateway_venv, tmp_p
     assert "sluice[worker]" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-def test_the_wheel_ships_the_native_source(wheel):
-    """Without forward.c an installed worker could not build q4 (its default on AVX512-VNNI hosts)."""
+def test_the_wheel_ships_the_native_sources(wheel):
+    """Without its sources an installed worker could not build q4 (its default on AVX512-VNNI hosts)."""
     with zipfile.ZipFile(wheel) as archive:
-        shipped = archive.read("worker/engine/native/forward.c")
-    assert shipped == (REPO / "worker/engine/native/forward.c").read_bytes()
+        for path in (*build.SOURCES, *build.HEADERS):
+            name = path.relative_to(REPO).as_posix()
+            assert archive.read(name) == path.read_bytes(), name
 
 
 BUILD_FROM_INSTALLED = textwrap.dedent("""

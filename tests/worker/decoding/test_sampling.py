@@ -9,7 +9,7 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 from common.protocol import Watermark
 from tests.worker.decoding.helpers import spec
 from worker.decoding import DecodingBatch
-from worker.decoding.sampling import argmax
+from worker.decoding.logit_stats import argmax
 
 V = 50
 

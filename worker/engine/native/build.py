@@ -1,5 +1,5 @@
-"""Compile forward.c with the system C compiler into a cache keyed by the source, the flags, the compiler and the
-CPU.
+"""Compile forward.c (and logit_stats.c beside it) with the system C compiler into a cache keyed by the sources,
+the flags, the compiler and the CPU.
 
 `-march=native` makes the library specific to the CPU it was built on (AVX512-VNNI where present), so
 the CPU's model name and flags are part of the key. SLUICE_NATIVE_FLAGS adds flags after the built-in ones
@@ -29,6 +29,9 @@ from worker.c_compiler import NativeUnavailable, compiler
 from worker.settings import SettingsError, environment
 
 SOURCE = Path(__file__).with_name("forward.c")
+# compiled into the same library: the token choice's row reductions (logit_stats.c); exp16.h is included by both
+SOURCES = (SOURCE, SOURCE.with_name("logit_stats.c"))
+HEADERS = (SOURCE.with_name("exp16.h"),)
 FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-std=c11", "-lm")
 LIBRARY = "libsluice_forward.so"
 
@@ -101,12 +104,12 @@ def load_library() -> ctypes.CDLL:
 @cache
 def _load(cc: str, identity: str, extra: tuple[str, ...]) -> ctypes.CDLL:
     flags = (*FLAGS[:-1], *extra)
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, " ".join((*flags, FLAGS[-1])).encode(), cc.encode(),
+    sources = [path.read_bytes() for path in (*SOURCES, *HEADERS)]
+    key = hashlib.sha256(b"\0".join([*sources, " ".join((*flags, FLAGS[-1])).encode(), cc.encode(),
                                      identity.encode(), _cpu_identity().encode()])).hexdigest()[:24]
 
     def build(staging: Path) -> None:
-        result = _run([cc, *flags, str(SOURCE), "-o", str(staging / LIBRARY), FLAGS[-1]], compile_timeout())
+        result = _run([cc, *flags, *map(str, SOURCES), "-o", str(staging / LIBRARY), FLAGS[-1]], compile_timeout())
         if result.returncode != 0:
             detail = " ".join(result.stderr.split())[:500] or f"{cc} exited with {result.returncode}"
             raise NativeUnavailable(f"compiling {SOURCE.name} failed: {detail}")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from worker.decoding.logit_stats import use_native
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
 from worker.engine.native.pack import SLICE_ROWS, Packed, fixed_slices, four_bit, pack_fixed, pick, pick_slices
@@ -201,6 +202,7 @@ class NativeForward:
         check_supported(runner)
         self.library = load_library()
         self.library.sluice_native_forward.restype = ctypes.c_int
+        use_native(self.library)  # the token choice's reductions, compiled into the same library
         self.threads = threads or max(1, min(len(os.sched_getaffinity(0)), 64))
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
