@@ -20,6 +20,7 @@ from torch import nn
 from worker.decoding.logit_stats import use_native
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
+from worker.engine.native.output_buffers import OutputBuffers
 from worker.engine.native.pack import SLICE_ROWS, Packed, fixed_slices, four_bit, pack_fixed, pick, pick_slices
 from worker.families.skeleton import LeanGemmaRMSNorm, LeanRMSNorm, activation_name
 
@@ -206,6 +207,7 @@ class NativeForward:
         self.threads = threads or max(1, min(len(os.sched_getaffinity(0)), 64))
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
+        self._outputs = OutputBuffers()  # the logits' memory, kept between calls
         first = runner.plans[0]
         epsilons = {norm.eps for plan in runner.plans for norm in _norms(plan)} | {runner.norm.eps}
         if len(epsilons) != 1:
@@ -260,7 +262,7 @@ class NativeForward:
         slot_index = torch.tensor(slots, dtype=torch.int32)
         position_index = torch.tensor(positions, dtype=torch.int32)
         rows = torch.tensor(out_rows, dtype=torch.int32)
-        logits = torch.empty(wanted, self.vocab_size) if want_logits and wanted else None
+        logits = self._outputs.empty(wanted, self.vocab_size) if want_logits and wanted else None
         normed = torch.empty(wanted, self.hidden_size) if want_hidden and wanted else None
         layers = len(keys)
         key_pointers = (ctypes.c_void_p * layers)(*(t.data_ptr() for t in keys))
