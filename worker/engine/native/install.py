@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from worker.engine.native.huge_pages import in_huge_pages
 from worker.engine.native.model import NativeForward, check_supported, matrix_sources, packed_matrices
 from worker.engine.native.pack import EXACT_4BIT, Packed
 from worker.engine.native.packed_torch import run_on_packed
@@ -42,6 +43,7 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
                   f"{vocab}")
         matrices = _unflatten(cached_tensors(cache / PACKED_DIR, recipe,
                                              lambda: _flatten(packed_matrices(runner, read))))
+    matrices = in_huge_pages(matrices)  # 2 MiB pages where the kernel gives them
     runner.native = NativeForward(runner, threads, matrices)
     if release or deferred:
         run_on_packed(runner, matrices)
