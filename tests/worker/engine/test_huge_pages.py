@@ -27,31 +27,25 @@ def _matrices() -> dict[str, Packed]:
 def test_the_matrices_keep_their_bytes_and_shapes_each_on_a_cache_line():
     matrices = _matrices()
     expected = {name: (p.tiles.clone(), p.rows, p.bits) for name, p in matrices.items()}
-    moved = gathered(matrices)
+    moved, memory = gathered(matrices)
     assert not matrices and set(moved) == set(expected)
     for name, (tiles, rows, bits) in expected.items():
         packed = moved[name]
         assert torch.equal(packed.tiles, tiles) and (packed.rows, packed.bits) == (rows, bits)
         assert packed.tiles.is_contiguous() and packed.tiles.data_ptr() % LINE == 0
     largest = max(moved.values(), key=lambda p: p.tiles.numel())
-    assert largest.tiles.data_ptr() % HUGE_PAGE == 0  # the first, on a huge page's boundary
+    assert largest.tiles.data_ptr() % HUGE_PAGE == 0 == memory.data_ptr() % HUGE_PAGE  # the first, on a boundary
+    for packed in moved.values():  # the memory returned (for the collapse) holds every matrix
+        assert memory.data_ptr() <= packed.tiles.data_ptr()
+        assert packed.tiles.data_ptr() + packed.tiles.numel() <= memory.data_ptr() + memory.numel()
 
 
 def test_each_matrix_s_old_memory_is_released_as_it_moves():
     matrices = _matrices()
     old = [weakref.ref(p.tiles) for p in matrices.values()]
-    moved = gathered(matrices)
+    moved, _ = gathered(matrices)
     gc.collect()
     assert all(ref() is None for ref in old) and len(moved) == 4
-
-
-def test_the_mapping_is_advised_for_huge_pages_where_the_kernel_has_them():
-    if not THP.exists() or "[never]" in THP.read_text():
-        pytest.skip("no transparent huge pages on this host")
-    moved = gathered(_matrices())
-    start = max(moved.values(), key=lambda p: p.tiles.numel()).tiles.data_ptr()
-    block = _smaps_block(start)
-    assert re.search(r"^VmFlags:.*\bhg\b", block, re.MULTILINE), block  # MADV_HUGEPAGE
 
 
 def _smaps_block(address: int) -> str:
@@ -75,6 +69,8 @@ def test_a_large_matrix_is_collapsed_where_it_lies_with_its_bytes():
     assert moved >= IN_PLACE and moved % HUGE_PAGE == 0
     inside = -(-address // HUGE_PAGE) * HUGE_PAGE
     assert re.search(r"^AnonHugePages:\s+[1-9]", _smaps_block(inside), re.MULTILINE)
+    block = _smaps_block(inside)
+    assert re.search(r"^VmFlags:.*\bhg\b", block, re.MULTILINE), block  # advised MADV_HUGEPAGE first
 
 
 def test_large_matrices_stay_and_the_others_are_gathered():
@@ -95,4 +91,5 @@ def test_a_collapse_that_cannot_happen_changes_nothing():
 
 
 def test_nothing_to_move_is_nothing():
-    assert gathered({}) == {} and in_huge_pages({}) == {}
+    moved, memory = gathered({})
+    assert moved == {} and memory.numel() == 0 and in_huge_pages({}) == {}
