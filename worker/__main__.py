@@ -100,6 +100,9 @@ def serve(settings: WorkerSettings, began: float, timings: dict[str, float]) -> 
     log.info("worker_ready", port=port, dtype=info.model_dtype, quantization=info.quantization, start_seconds=timings)
     if loaded.after_ready is not None:  # what no answer depends on, off the way to ready (a first start's)
         threading.Thread(target=loaded.after_ready, name="after-ready", daemon=True).start()
+    native = getattr(engine.runner, "native", None)
+    if native is not None:  # q4's matrices into huge pages, likewise (worker/engine/native/huge_pages.py)
+        threading.Thread(target=native.collapse_pages, name="huge-pages", daemon=True).start()
     try:
         uvicorn.run(create_worker_app(engine, info, secret), host=host, port=port, log_level="warning",
                     loop="uvloop", http="httptools", lifespan="off")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.engine.native.huge_pages import HUGE_PAGE, IN_PLACE, LINE, collapse, gathered, in_huge_pages
+from worker.engine.native.huge_pages import HUGE_PAGE, IN_PLACE, LINE, collapse, collapse_all, gathered, in_huge_pages
 from worker.engine.native.pack import Packed
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -78,10 +78,15 @@ def test_large_matrices_stay_and_the_others_are_gathered():
     big = Packed(torch.zeros(IN_PLACE // 576 + 1, 1, 576, dtype=torch.uint8), 16, 8)
     address = big.tiles.data_ptr()
     matrices = {**small, "lm_head": big}
-    everything = in_huge_pages(matrices)
+    everything, regions = in_huge_pages(matrices)
     assert not matrices and set(everything) == set(small) | {"lm_head"}
     assert everything["lm_head"].tiles.data_ptr() == address  # never copied: a load would hold it twice
     assert all(everything[name].tiles.data_ptr() != small[name].tiles.data_ptr() for name in small)
+    # what is left to collapse: the large matrix where it lies, and the mapping the others moved into
+    assert regions[0].data_ptr() == address and regions[1].data_ptr() % HUGE_PAGE == 0
+    before = {name: packed.tiles.clone() for name, packed in everything.items()}
+    collapse_all(regions)  # whatever the kernel grants, the bytes stay
+    assert all(torch.equal(everything[name].tiles, tiles) for name, tiles in before.items())
 
 
 def test_a_collapse_that_cannot_happen_changes_nothing():
@@ -92,4 +97,4 @@ def test_a_collapse_that_cannot_happen_changes_nothing():
 
 def test_nothing_to_move_is_nothing():
     moved, memory = gathered({})
-    assert moved == {} and memory.numel() == 0 and in_huge_pages({}) == {}
+    assert moved == {} and memory.numel() == 0 and collapse_all([memory]) == 0

@@ -43,8 +43,9 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
                   f"{vocab}")
         matrices = _unflatten(cached_tensors(cache / PACKED_DIR, recipe,
                                              lambda: _flatten(packed_matrices(runner, read))))
-    matrices = in_huge_pages(matrices)  # 2 MiB pages where the kernel gives them
+    matrices, regions = in_huge_pages(matrices)  # collapsed into 2 MiB pages later (NativeForward.collapse_pages)
     runner.native = NativeForward(runner, threads, matrices)
+    runner.native.huge_page_regions = regions
     if release or deferred:
         run_on_packed(runner, matrices)
     return runner.native

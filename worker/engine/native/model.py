@@ -20,6 +20,7 @@ from torch import nn
 from worker.decoding.logit_stats import use_native
 from worker.engine.native.bounds import KV_DTYPE, check_call
 from worker.engine.native.build import load_library
+from worker.engine.native.huge_pages import collapse_all
 from worker.engine.native.output_buffers import OutputBuffers
 from worker.engine.native.pack import SLICE_ROWS, Packed, fixed_slices, four_bit, pack_fixed, pick, pick_slices
 from worker.families.skeleton import LeanGemmaRMSNorm, LeanRMSNorm, activation_name
@@ -208,6 +209,7 @@ class NativeForward:
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
         self._outputs = OutputBuffers()  # the logits' memory, kept between calls
+        self.huge_page_regions: list[torch.Tensor] = []  # the matrices' memory to collapse (huge_pages.py)
         first = runner.plans[0]
         epsilons = {norm.eps for plan in runner.plans for norm in _norms(plan)} | {runner.norm.eps}
         if len(epsilons) != 1:
@@ -237,6 +239,11 @@ class NativeForward:
         self.logit_softcap = runner.logit_softcap  # applied to the logits forward.c returns (Gemma 2)
         if runner.cache.dtype != KV_DTYPE:
             runner.cache.store_as(KV_DTYPE)
+
+    def collapse_pages(self) -> int:
+        """The matrices' memory into 2 MiB pages where the kernel gives them (huge_pages.py; seconds of kernel
+        time on a fragmented host: the worker calls it in a thread once ready); the bytes moved."""
+        return collapse_all(self.huge_page_regions)
 
     def _hold(self, tensor: torch.Tensor) -> torch.Tensor:
         self._keep.append(tensor)
