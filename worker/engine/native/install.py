@@ -44,8 +44,7 @@ def install_native(runner, threads: int | None = None, *, release: bool = False,
         matrices = _unflatten(cached_tensors(cache / PACKED_DIR, recipe,
                                              lambda: _flatten(packed_matrices(runner, read))))
     matrices, regions = in_huge_pages(matrices)  # collapsed into 2 MiB pages later (NativeForward.collapse_pages)
-    runner.native = NativeForward(runner, threads, matrices)
-    runner.native.huge_page_regions = regions
+    runner.native = NativeForward(runner, threads, matrices, regions)
     if release or deferred:
         run_on_packed(runner, matrices)
     return runner.native

@@ -199,8 +199,10 @@ def packed_matrices(runner, read: Callable[[str], torch.Tensor] | None = None) -
 
 
 class NativeForward:
-    def __init__(self, runner, threads: int | None = None, matrices: dict[str, Packed] | None = None):
-        """`matrices`: `packed_matrices(runner)` (as the pack cache kept it), else packed here."""
+    def __init__(self, runner, threads: int | None = None, matrices: dict[str, Packed] | None = None,
+                 huge_page_regions: list[torch.Tensor] | None = None):
+        """`matrices`: `packed_matrices(runner)` (as the pack cache kept it), else packed here.
+        `huge_page_regions`: their memory for `collapse_pages` (huge_pages.in_huge_pages), else none."""
         check_supported(runner)
         self.library = load_library()
         self.library.sluice_native_forward.restype = ctypes.c_int
@@ -209,7 +211,7 @@ class NativeForward:
         self.hidden_size, self.vocab_size = runner.hidden_size, runner.vocab_size
         self._keep: list[torch.Tensor] = []  # everything a pointer in the structures refers to
         self._outputs = OutputBuffers()  # the logits' memory, kept between calls
-        self.huge_page_regions: list[torch.Tensor] = []  # the matrices' memory to collapse (huge_pages.py)
+        self.huge_page_regions = huge_page_regions or []  # the matrices' memory to collapse (huge_pages.py)
         first = runner.plans[0]
         epsilons = {norm.eps for plan in runner.plans for norm in _norms(plan)} | {runner.norm.eps}
         if len(epsilons) != 1:
